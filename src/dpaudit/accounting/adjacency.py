@@ -1,0 +1,65 @@
+"""Adjacency relations: which pairs of datasets a guarantee calls neighbours."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from ..errors import AdjacencyMismatchError, UsageError
+
+
+class Adjacency(str, Enum):
+    """The neighbouring relation a privacy claim is made under.
+
+    - ``add-remove-record``: D' = D plus or minus one record.
+    - ``replace-record``: D' = D with one record replaced (same size).
+    - ``add-remove-user``: D' = D plus or minus all records of one user.
+    """
+
+    ADD_REMOVE_RECORD = "add-remove-record"
+    REPLACE_RECORD = "replace-record"
+    ADD_REMOVE_USER = "add-remove-user"
+
+    def __str__(self) -> str:  # so f-strings and JSON show the value
+        return self.value
+
+    @classmethod
+    def parse(cls, value: "str | Adjacency") -> "Adjacency":
+        if isinstance(value, Adjacency):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(a.value for a in cls)
+            raise UsageError(f"adjacency must be one of {allowed}, got {value!r}.") from None
+
+
+def require_same(a: "str | Adjacency", b: "str | Adjacency", what: str = "guarantees") -> Adjacency:
+    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error.
+
+    No silent conversion is applied: e.g. an add/remove-one guarantee of epsilon implies a
+    replace-one guarantee of 2*epsilon (group privacy of size 2), but that doubling must be
+    asked for explicitly with :func:`convert`.
+    """
+    a, b = Adjacency.parse(a), Adjacency.parse(b)
+    if a is not b:
+        raise AdjacencyMismatchError(
+            f"cannot combine {what} under different adjacency: {a.value} vs {b.value}."
+        )
+    return a
+
+
+def convert(epsilon: float, delta: float, source: "str | Adjacency", target: "str | Adjacency") -> tuple[float, float]:
+    """Documented, explicit conversions between adjacency relations.
+
+    add-remove-record -> replace-record: a replacement is a removal then an addition, so by
+    group privacy of size 2: (2 eps, (1 + e^eps) delta). Same relation: unchanged. Every other
+    direction has no generic conversion and raises.
+    """
+    s, t = Adjacency.parse(source), Adjacency.parse(target)
+    if s is t:
+        return epsilon, delta
+    if s is Adjacency.ADD_REMOVE_RECORD and t is Adjacency.REPLACE_RECORD:
+        import math
+
+        return 2.0 * epsilon, (1.0 + math.exp(epsilon)) * delta
+    raise AdjacencyMismatchError(f"no generic conversion from {s.value} to {t.value}.")

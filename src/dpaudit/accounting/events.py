@@ -1,0 +1,109 @@
+"""Guarantees as data: immutable privacy events that any accountant can recompute later.
+
+In the spirit of Google's dp_accounting ``DpEvent``: a release stores *what was done*
+(mechanism parameters), not only an epsilon, so later composition in the ledger is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UnsupportedEventError
+from ..validation import half_open_unit, non_negative_int, positive_finite
+
+
+@dataclass(frozen=True)
+class SubsampledGaussian:
+    """``steps`` applications of the Gaussian mechanism on a Poisson subsample.
+
+    noise_multiplier: std of the noise divided by the L2 sensitivity (clipping norm).
+    sample_rate: Poisson inclusion probability q (1.0 = no subsampling).
+    steps: number of compositions T.
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        positive_finite("noise_multiplier", self.noise_multiplier)
+        half_open_unit("sample_rate", self.sample_rate)
+        non_negative_int("steps", self.steps)
+
+    def to_dict(self) -> dict:
+        return {
+            "type": "subsampled-gaussian",
+            "noise_multiplier": float(self.noise_multiplier),
+            "sample_rate": float(self.sample_rate),
+            "steps": int(self.steps),
+        }
+
+
+@dataclass(frozen=True)
+class PureEpsilon:
+    """A pure epsilon-DP mechanism (e.g. Laplace), applied ``count`` times."""
+
+    epsilon: float
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        positive_finite("epsilon", self.epsilon)
+        non_negative_int("count", self.count)
+
+    def to_dict(self) -> dict:
+        return {"type": "pure-epsilon", "epsilon": float(self.epsilon), "count": int(self.count)}
+
+
+@dataclass(frozen=True)
+class Composed:
+    """Sequential composition: all events touch the same records."""
+
+    events: tuple
+
+    def to_dict(self) -> dict:
+        return {"type": "composed", "events": [e.to_dict() for e in self.events]}
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Parallel composition: each event touches a disjoint part of the data (guarantee = max)."""
+
+    events: tuple
+
+    def to_dict(self) -> dict:
+        return {"type": "parallel", "events": [e.to_dict() for e in self.events]}
+
+
+Event = SubsampledGaussian | PureEpsilon | Composed | Parallel
+
+
+def event_from_dict(data: dict) -> Event:
+    """Inverse of ``to_dict``; an unknown event type is an error, never epsilon 0."""
+    kind = data.get("type") if isinstance(data, dict) else None
+    if kind == "subsampled-gaussian":
+        return SubsampledGaussian(
+            noise_multiplier=float(data["noise_multiplier"]),
+            sample_rate=float(data["sample_rate"]),
+            steps=int(data["steps"]),
+        )
+    if kind == "pure-epsilon":
+        return PureEpsilon(epsilon=float(data["epsilon"]), count=int(data.get("count", 1)))
+    if kind == "composed":
+        return Composed(tuple(event_from_dict(e) for e in data["events"]))
+    if kind == "parallel":
+        return Parallel(tuple(event_from_dict(e) for e in data["events"]))
+    raise UnsupportedEventError(f"event type must be one of subsampled-gaussian, pure-epsilon, composed, parallel, got {kind!r}.")
+
+
+def flatten(event: Event) -> list[SubsampledGaussian | PureEpsilon]:
+    """Leaves of a purely sequential event tree. A Parallel node inside is handled by callers."""
+    if isinstance(event, (SubsampledGaussian, PureEpsilon)):
+        return [event]
+    if isinstance(event, Composed):
+        out: list = []
+        for e in event.events:
+            out.extend(flatten(e))
+        return out
+    if isinstance(event, Parallel):
+        raise UnsupportedEventError("a parallel event cannot be flattened into a sequential one.")
+    raise UnsupportedEventError(f"unknown event {event!r}.")

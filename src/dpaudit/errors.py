@@ -1,0 +1,39 @@
+"""Named exception types. The CLI turns every :class:`DPAuditError` into one line and exit code 2."""
+
+from __future__ import annotations
+
+
+class DPAuditError(Exception):
+    """Base class of every error dpaudit raises on purpose (bad input, refused request)."""
+
+
+class UsageError(DPAuditError, ValueError):
+    """A value given by the user is outside what is allowed."""
+
+
+class AdjacencyMismatchError(DPAuditError):
+    """Two guarantees declared under different adjacency relations were combined."""
+
+
+class UnsupportedEventError(DPAuditError):
+    """An accountant was asked about an event it cannot account for (never treated as epsilon 0)."""
+
+
+class CalibrationError(DPAuditError):
+    """No noise level reaches the requested privacy target."""
+
+
+class BudgetExceededError(DPAuditError):
+    """A planned release would push a dataset's composed budget over its cap."""
+
+
+class DataError(DPAuditError):
+    """A dataset file is missing, corrupt or malformed."""
+
+
+class LedgerError(DPAuditError):
+    """The ledger database is unreadable, corrupt, read-only or of an unknown schema."""
+
+
+class AccountingMismatchError(DPAuditError):
+    """Executed steps differ from accounted steps, or the achieved epsilon exceeds the target."""

@@ -1,0 +1,73 @@
+"""Small shared validators. Every message reads ``"{name} must be {rule}, got {value}."``."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+from .errors import UsageError
+
+
+def _fail(name: str, rule: str, value: object) -> None:
+    raise UsageError(f"{name} must be {rule}, got {value!r}.")
+
+
+def _as_float(name: str, value: object, rule: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        _fail(name, rule, value)
+    return float(value)  # type: ignore[arg-type]
+
+
+def positive_finite(name: str, value: object) -> float:
+    """Return ``value`` as float if it is finite and > 0."""
+    rule = "a finite number > 0"
+    v = _as_float(name, value, rule)
+    if not (math.isfinite(v) and v > 0):
+        _fail(name, rule, value)
+    return v
+
+
+def non_negative_finite(name: str, value: object) -> float:
+    rule = "a finite number >= 0"
+    v = _as_float(name, value, rule)
+    if not (math.isfinite(v) and v >= 0):
+        _fail(name, rule, value)
+    return v
+
+
+def open_unit(name: str, value: object) -> float:
+    """Return ``value`` if it lies in the open interval (0, 1) (e.g. delta for approximate DP)."""
+    rule = "in the open interval (0, 1)"
+    v = _as_float(name, value, rule)
+    if not (0.0 < v < 1.0):
+        _fail(name, rule, value)
+    return v
+
+
+def half_open_unit(name: str, value: object) -> float:
+    """Return ``value`` if it lies in (0, 1] (e.g. a sample rate)."""
+    rule = "in (0, 1]"
+    v = _as_float(name, value, rule)
+    if not (0.0 < v <= 1.0):
+        _fail(name, rule, value)
+    return v
+
+
+def positive_int(name: str, value: object) -> int:
+    rule = "an integer >= 1"
+    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < 1:  # type: ignore[arg-type]
+        _fail(name, rule, value)
+    return int(value)  # type: ignore[arg-type]
+
+
+def non_negative_int(name: str, value: object) -> int:
+    rule = "an integer >= 0"
+    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < 0:  # type: ignore[arg-type]
+        _fail(name, rule, value)
+    return int(value)  # type: ignore[arg-type]
+
+
+def one_of(name: str, value: object, allowed: list[str] | tuple[str, ...]) -> str:
+    if value not in allowed:
+        _fail(name, "one of " + ", ".join(allowed), value)
+    return str(value)

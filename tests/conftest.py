@@ -21,12 +21,17 @@ def _real_data_dir() -> Path | None:
     return None
 
 
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("dpaudit-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolate(tmp_path_factory, monkeypatch):
-    """Each test gets its own ledger and calibration cache unless it sets them itself."""
+def _isolate(tmp_path_factory, monkeypatch, _session_cache):
+    """Each test gets its own ledger; the calibration cache is shared by the session only."""
     root = tmp_path_factory.mktemp("dpaudit-home")
     monkeypatch.setenv("DPAUDIT_LEDGER", str(root / "ledger.sqlite"))
-    monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(root / "cache"))
+    monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(_session_cache))
     yield
 
 

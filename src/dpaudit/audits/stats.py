@@ -1,0 +1,288 @@
+"""Audit statistics: Clopper–Pearson bounds, the empirical epsilon lower bound, ROC, GDP estimate.
+
+The method is Jagielski, Ullman & Oprea (2020), "Auditing differentially private machine
+learning: how private is private SGD?", as used in appendix A.8 of the DP-MixMin paper
+(Tables 16-17): a distinguishing test "was the canary in?" is run on R trials; its false
+positive and false negative rates, bounded from above with one-sided Clopper–Pearson intervals,
+lower-bound epsilon through the (epsilon, delta)-DP hypothesis-testing inequalities
+
+    1 - FNR <= e^eps * FPR + delta   and   1 - FPR <= e^eps * FNR + delta,
+
+so  eps_LB = max(0, ln((1 - delta - FNR_hi) / FPR_hi), ln((1 - delta - FPR_hi) / FNR_hi)).
+
+Soundness rests on three choices made here, each a known pitfall elsewhere:
+  - the delta term is kept (dropping it inflates eps_LB);
+  - the threshold and direction are chosen on SELECT trials and the bound is computed on the
+    disjoint EVAL trials (choosing on the evaluated trials biases eps_LB upwards);
+  - the significance 1 - confidence is split between the two bounds (union bound), so
+    (FPR_hi, FNR_hi) hold *jointly* with probability >= confidence.
+
+The Gaussian-DP estimate (Dong, Roth & Su 2019) is a point estimate, not a bound: it assumes
+the scores behave like a Gaussian shift. mu is estimated from ranks (AUC = Phi(mu / sqrt 2) for
+a unit-variance Gaussian shift), so it is invariant to monotone transforms of the score and is
+~0 on null scores (AUC ~ 1/2) instead of reporting large epsilon from a noisy variance ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special, stats
+from statsmodels.stats.proportion import proportion_confint
+
+from ..errors import DataError, UsageError
+from ..validation import non_negative_finite, open_unit, positive_finite
+
+DIRECTIONS = ("greater", "less")
+GDP_FALLBACK_DELTA = 1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims  # "greater": predict "canary in" when score >= threshold
+
+
+def _check_confidence(confidence: float) -> float:
+    return open_unit("confidence", confidence)
+
+
+def _check_delta(delta: float) -> float:
+    d = non_negative_finite("delta", delta)
+    if d >= 1:
+        raise UsageError(f"delta must be in [0, 1), got {delta!r}.")
+    return d
+
+
+def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
+    """One-sided Clopper–Pearson upper bound(s) on an error rate.
+
+    Each bound holds with probability >= 1 - (1 - confidence) / split, so ``split`` bounds hold
+    jointly with probability >= confidence (union bound). For k errors in n trials the bound is the
+    (1 - a) quantile of Beta(k + 1, n - k), and 1 when k = n; computed with statsmodels'
+    ``proportion_confint(method="beta")``, whose two-sided interval at level 2a has that upper end.
+    Vectorised over arrays of ``errors`` / ``trials``.
+    """
+    confidence = _check_confidence(confidence)
+    a = (1.0 - confidence) / split  # one-sided significance of each bound
+    k = np.asarray(errors, dtype=float)
+    n = np.asarray(trials, dtype=float)
+    if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
+        raise UsageError(f"errors must be in [0, trials] with trials >= 1, got errors={errors!r}, trials={trials!r}.")
+    _, upper = proportion_confint(k, n, alpha=2 * a, method="beta")
+    upper = np.where(k >= n, 1.0, upper)  # statsmodels may return nan at k = n on some versions
+    return float(upper) if np.ndim(upper) == 0 else np.asarray(upper, dtype=float)
+
+
+def epsilon_from_rates(fpr_hi, fnr_hi, delta: float):
+    """eps_LB from upper bounds on FPR and FNR (vectorised); 0 when no test beats chance."""
+    fpr = np.asarray(fpr_hi, dtype=float)
+    fnr = np.asarray(fnr_hi, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.log(np.maximum(1.0 - delta - fnr, 0.0)) - np.log(fpr)
+        b = np.log(np.maximum(1.0 - delta - fpr, 0.0)) - np.log(fnr)
+    eps = np.maximum(0.0, np.fmax(np.nan_to_num(a, nan=0.0, neginf=0.0), np.nan_to_num(b, nan=0.0, neginf=0.0)))
+    return float(eps) if np.ndim(eps) == 0 else eps
+
+
+@dataclass(frozen=True)
+class Bound:
+    """eps_LB of one threshold test evaluated on a set of trials."""
+
+    epsilon: float
+    fpr_upper: float
+    fnr_upper: float
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+
+    @property
+    def counts(self) -> dict:
+        return {"tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn}
+
+
+def epsilon_lower_bound(*, tp: int, fp: int, tn: int, fn: int, delta: float, confidence: float = 0.95) -> Bound:
+    """eps_LB at ``confidence`` from a test's confusion counts (positives = canary-in trials)."""
+    delta = _check_delta(delta)
+    n_neg, n_pos = tn + fp, tp + fn
+    if n_neg < 1 or n_pos < 1:
+        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    fpr_hi = cp_upper(fp, n_neg, confidence)
+    fnr_hi = cp_upper(fn, n_pos, confidence)
+    return Bound(epsilon_from_rates(fpr_hi, fnr_hi, delta), fpr_hi, fnr_hi, int(tp), int(fp), int(tn), int(fn))
+
+
+def ceiling(n_in: int, n_out: int, *, delta: float, confidence: float = 0.95) -> float:
+    """The largest eps_LB ``n_in`` + ``n_out`` EVAL trials can certify (a perfect test).
+
+    At 95 % with delta = 1e-5 it is ~3.3 for 100 trials per world, ~4.9 for 500, ~5.6 for 1,000:
+    an audit whose ceiling is below the claim cannot detect a violation at all.
+    """
+    return epsilon_lower_bound(tp=n_in, fp=0, tn=n_out, fn=0, delta=delta, confidence=confidence).epsilon
+
+
+def _check_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = np.asarray(scores, dtype=float).ravel()
+    y = np.asarray(labels, dtype=bool).ravel()
+    if s.shape != y.shape:
+        raise UsageError(f"scores and labels must have the same length, got {s.size} and {y.size}.")
+    bad = int(np.sum(~np.isfinite(s)))
+    if bad:
+        raise DataError(f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken).")
+    return s, y
+
+
+def confusion(scores, labels, threshold: float, direction: str) -> tuple[int, int, int, int]:
+    """(tp, fp, tn, fn) of the rule "canary in iff score >= threshold" (or <= for ``less``)."""
+    s, y = _check_scores(scores, labels)
+    if direction not in DIRECTIONS:
+        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    pred = s >= threshold if direction == "greater" else s <= threshold
+    tp = int(np.sum(pred & y))
+    fp = int(np.sum(pred & ~y))
+    return tp, fp, int(np.sum(~y)) - fp, int(np.sum(y)) - tp
+
+
+@dataclass(frozen=True)
+class Threshold:
+    threshold: float
+    direction: str
+    select_epsilon: float  # eps_LB of this rule on the SELECT trials (biased upwards; for information)
+
+
+def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) -> Threshold:
+    """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there.
+
+    Candidates are midpoints between consecutive distinct scores plus +-inf, in both directions,
+    all evaluated at once from cumulative counts. Ties (e.g. all eps_LB = 0 on null scores) are
+    broken by the largest |TPR - FPR| (Youden), then by the rule closest to the median score.
+    """
+    s, y = _check_scores(scores, labels)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"SELECT trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    u = np.unique(s)
+    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]]) if u.size > 1 else np.array([-np.inf, np.inf])
+    s_pos, s_neg = np.sort(s[y]), np.sort(s[~y])
+    # "greater": predicted in iff s >= t  ->  count of s >= t = n - searchsorted(left)
+    pos_ge = n_pos - np.searchsorted(s_pos, cands, side="left")
+    neg_ge = n_neg - np.searchsorted(s_neg, cands, side="left")
+    best: tuple | None = None
+    for direction in DIRECTIONS:
+        if direction == "greater":
+            tp, fp = pos_ge, neg_ge
+        else:  # predicted in iff s <= t; with midpoint thresholds no score equals t except +-inf
+            tp, fp = n_pos - pos_ge, n_neg - neg_ge
+        fn, tn = n_pos - tp, n_neg - fp
+        fpr_hi = cp_upper(fp, np.full(fp.shape, n_neg), confidence)
+        fnr_hi = cp_upper(fn, np.full(fn.shape, n_pos), confidence)
+        eps = epsilon_from_rates(fpr_hi, fnr_hi, delta)
+        youden = np.abs(tp / n_pos - fp / n_neg)
+        med = np.median(s)
+        closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
+        order = np.lexsort((closeness, youden, eps))  # last key is primary
+        i = int(order[-1])
+        key = (float(eps[i]), float(youden[i]), float(closeness[i]))
+        if best is None or key > best[0]:
+            best = (key, float(cands[i]), direction, float(eps[i]))
+    assert best is not None
+    return Threshold(threshold=best[1], direction=best[2], select_epsilon=best[3])
+
+
+def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) -> dict:
+    """ROC points (fpr, tpr) and AUC of the oriented score (higher = more likely "in").
+
+    AUC is the Mann–Whitney statistic with ties counted 1/2. Points are the distinct-score
+    vertices, thinned to at most ``max_points`` (the two ends always kept).
+    """
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    s, y = _check_scores(scores, labels)
+    o = s if direction == "greater" else -s
+    if y.all() or (~y).all():
+        raise UsageError("ROC needs trials from both worlds.")
+    fpr, tpr, _ = roc_curve(y, o, drop_intermediate=True)
+    if fpr.size > max_points:
+        idx = np.unique(np.linspace(0, fpr.size - 1, max_points).round().astype(int))
+        fpr, tpr = fpr[idx], tpr[idx]
+    return {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": float(roc_auc_score(y, o))}
+
+
+# ---------------------------------------------------------------- Gaussian differential privacy
+
+def gdp_delta(epsilon: float, mu: float) -> float:
+    """delta(eps) of mu-GDP, = the analytic Gaussian mechanism with sensitivity/sigma = mu.
+
+    delta = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)  (Balle & Wang 2018, Thm 8;
+    Dong, Roth & Su 2019, Cor. 2.13), evaluated in log space so tiny deltas do not cancel.
+    """
+    epsilon = float(epsilon)
+    if mu <= 0:
+        return 0.0
+    la = special.log_ndtr(mu / 2.0 - epsilon / mu)
+    lb = special.log_ndtr(-mu / 2.0 - epsilon / mu)
+    diff = epsilon + lb - la  # <= 0 always
+    return float(math.exp(la) * -math.expm1(min(diff, 0.0)))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """Smallest eps with gdp_delta(eps, mu) <= delta (0 when mu = 0). Exact up to 1e-12 relative."""
+    mu = non_negative_finite("mu", mu)
+    delta = open_unit("delta", delta)
+    if mu == 0.0 or gdp_delta(0.0, mu) <= delta:
+        return 0.0
+    hi = max(1.0, mu * mu)
+    while gdp_delta(hi, mu) > delta:
+        hi *= 2.0
+    return float(optimize.brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500))
+
+
+def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
+    """The mu (= sensitivity / sigma) whose exact (eps, delta) curve passes through (epsilon, delta)."""
+    epsilon = positive_finite("epsilon", epsilon)
+    delta = open_unit("delta", delta)
+    lo, hi = 1e-8, 1.0
+    while gdp_delta(epsilon, hi) < delta:
+        hi *= 2.0
+    return float(optimize.brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500))
+
+
+def auc_variance(auc: float, n_pos: int, n_neg: int) -> float:
+    """Hanley & McNeil (1982) variance of the Mann–Whitney AUC."""
+    q1 = auc / (2.0 - auc)
+    q2 = 2.0 * auc * auc / (1.0 + auc)
+    return max((auc * (1 - auc) + (n_pos - 1) * (q1 - auc * auc) + (n_neg - 1) * (q2 - auc * auc)) / (n_pos * n_neg), 0.0)
+
+
+def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: float = 0.95) -> dict:
+    """Gaussian-DP ESTIMATE of epsilon (not a bound): mu = sqrt(2) Phi^-1(AUC), eps = eps_mu(delta).
+
+    The AUC is computed with the orientation chosen on SELECT; AUC <= 1/2 gives mu = 0. The
+    interval propagates the Hanley–McNeil AUC standard error (normal approximation); it is a
+    sampling interval for the estimate under the Gaussian-shift model, not a privacy guarantee.
+    """
+    s, y = _check_scores(scores, labels)
+    o = s if direction == "greater" else -s
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    # A pure-DP claim (delta = 0) has no finite GDP epsilon; report it at a stated delta instead.
+    delta_used = delta if delta > 0 else GDP_FALLBACK_DELTA
+    auc = float(stats.mannwhitneyu(o[y], o[~y]).statistic) / (n_pos * n_neg)
+    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    se = math.sqrt(auc_variance(auc, n_pos, n_neg))
+    clip = 1.0 - 0.5 / max(n_pos * n_neg, 1)  # an AUC of exactly 1 would give mu = inf
+
+    def mu_of(a: float) -> float:
+        return max(0.0, math.sqrt(2.0) * float(stats.norm.ppf(min(max(a, 0.5), clip))))
+
+    mu, mu_lo, mu_hi = mu_of(auc), mu_of(auc - z * se), mu_of(auc + z * se)
+    return {
+        "kind": "estimate (not a bound)",
+        "method": "gaussian-dp from AUC: mu = sqrt(2) * Phi^-1(AUC), epsilon at delta (Dong, Roth & Su 2019)",
+        "auc": auc,
+        "mu": mu,
+        "mu_interval": [mu_lo, mu_hi],
+        "delta": delta_used,
+        "epsilon": gdp_epsilon(mu, delta_used),
+        "epsilon_interval": [gdp_epsilon(mu_lo, delta_used), gdp_epsilon(mu_hi, delta_used)],
+        "interval_confidence": confidence,
+        "trials": n_pos + n_neg,
+    }

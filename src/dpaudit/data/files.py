@@ -1,0 +1,80 @@
+"""File helpers shared by the loaders: hashing, the data folder's ``SHA256SUMS``, one-line errors."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from ..errors import DataError
+
+SHA256SUMS = "SHA256SUMS"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_md5(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_sha256sums(data_dir: Path) -> dict[str, str]:
+    """``relative path -> sha256`` from ``<data_dir>/SHA256SUMS`` (empty when the file is absent)."""
+    path = data_dir / SHA256SUMS
+    if not path.is_file():
+        return {}
+    sums: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {path}: {exc}.") from None
+    for line in text.splitlines():
+        parts = line.strip().split(maxsplit=1)
+        if len(parts) == 2:
+            sums[parts[1].lstrip("*").strip()] = parts[0].lower()
+    return sums
+
+
+def require_files(folder: Path, names: list[str] | tuple[str, ...], what: str) -> None:
+    """Raise one :class:`DataError` line naming every expected file and the folder searched."""
+    missing = [n for n in names if not (folder / n).is_file()]
+    if missing:
+        raise DataError(
+            f"{what} files not found: expected {', '.join(names)} in {folder} "
+            f"(missing: {', '.join(missing)})."
+        )
+
+
+def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...], what: str) -> dict[str, str]:
+    """sha256 of each file; checked against ``<data_dir>/SHA256SUMS`` where it lists the file.
+
+    Returns ``file name -> sha256``. A mismatch is a :class:`DataError` (corrupt or altered file).
+    """
+    sums = read_sha256sums(data_dir)
+    out: dict[str, str] = {}
+    for name in names:
+        path = folder / name
+        try:
+            digest = file_sha256(path)
+        except OSError as exc:
+            raise DataError(f"cannot read {what} file {path}: {exc.strerror or exc}.") from None
+        try:
+            rel = path.relative_to(data_dir).as_posix()
+        except ValueError:
+            rel = name
+        expected = sums.get(rel)
+        if expected is not None and expected != digest:
+            raise DataError(
+                f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), "
+                f"got {digest}."
+            )
+        out[name] = digest
+    return out

@@ -1,0 +1,338 @@
+"""MNIST and CIFAR-10 through torchvision's dataset classes, and the fixed image profiles.
+
+Paper 001, sections 3.6 and 4.1, Table 1 and Table 7.
+
+Files (read-only; nothing is downloaded, ``download=False`` always):
+
+====================  ==========================================================================
+dataset               expected files
+====================  ==========================================================================
+MNIST                 ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
+CIFAR-10              ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``
+====================  ==========================================================================
+
+MNIST: ``torchvision.datasets.MNIST`` reads decompressed IDX files from ``<root>/MNIST/raw``.
+The data folder is read-only and holds the ``.gz`` originals, so each ``.gz`` is hashed
+(sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
+once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary
+folder and renamed into place, so a crash never leaves a half-written cache). The official test
+set is the test partition; the 60,000 training images are split 85/15 (51,000 / 9,000).
+
+CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files.
+Tests use small synthetic batches in the same format, which that check rejects, so
+:class:`_VerifiedCIFAR10` replaces the md5 check by a structural one: every file is first read
+with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle
+cannot run code), and must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the
+meta file must hold ten ``label_names``. The sha256 of each file is recorded in
+``source_files``, and the md5 of each is compared with the official md5 list: the dataset's
+``notes`` say whether these are the official CIFAR-10 batches. The 50,000 training images are
+split 85/15 (42,500 / 7,500); the official test batch (10,000) is the test partition.
+
+Profiles (fixed, independent of any record; paper section 3.6):
+
+=================  ====================================================================  =========
+profile            transform (torchvision)                                               range
+=================  ====================================================================  =========
+``raw01``          ``ToTensor()`` : uint8 / 255                                           [0, 1]
+``centered``       ``ToTensor()`` then ``Normalize(0.5, 0.5)`` : (x - 0.5) / 0.5         [-1, 1]
+``half-resolution`` ``Resize((H/2, W/2))`` (PIL bilinear, antialiased) then ``ToTensor()``  [0, 1]
+=================  ====================================================================  =========
+
+``raw01`` and ``centered`` are computed for the whole array at once with exactly the
+arithmetic of ``ToTensor`` (float32 division by 255) and ``Normalize`` (subtract, then divide);
+a test checks bit-equality with the torchvision transforms. ``half-resolution`` applies the
+torchvision transforms image by image (14 x 14 for MNIST, 16 x 16 for CIFAR-10). Features are
+flattened in (channel, height, width) order; ``image_shape`` keeps (C, H, W).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import pickle
+import shutil
+import tempfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+from .files import file_md5, hash_and_verify, require_files
+
+IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
+
+MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+MNIST_TRAIN_SIZE = 60_000
+MNIST_TEST_SIZE = 10_000
+
+CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_TRAIN_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5")
+CIFAR_TEST_FILES = ("test_batch",)
+CIFAR_META_FILE = "batches.meta"
+CIFAR_FILES = CIFAR_TRAIN_FILES + CIFAR_TEST_FILES + (CIFAR_META_FILE,)
+CIFAR_TRAIN_SIZE = 50_000
+CIFAR_TEST_SIZE = 10_000
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """Fixed profile of uint8 images (n, H, W) or (n, H, W, C) -> float32 (n, C*H'*W'), (C, H', W').
+
+    The profile is a per-record transform with fixed constants: it fits nothing to the data.
+    """
+    if images.dtype != np.uint8 or images.ndim not in (3, 4):
+        raise DataError(f"images must be uint8 of shape (n, H, W[, C]), got {images.dtype} {images.shape}.")
+    chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
+    n, c, h, w = chw.shape
+    if profile in ("raw01", "centered"):
+        # Exactly ToTensor's arithmetic: float32 conversion, then division by 255.
+        t = torch.from_numpy(np.ascontiguousarray(chw)).to(torch.float32).div(255)
+        if profile == "centered":
+            # Exactly Normalize(mean=0.5, std=0.5): subtract, then divide.
+            t = t.sub(0.5).div(0.5)
+        return t.reshape(n, -1).numpy(), (c, h, w)
+    if profile == "half-resolution":
+        from PIL import Image
+        from torchvision import transforms
+
+        hh, ww = h // 2, w // 2
+        tf = transforms.Compose([transforms.Resize((hh, ww)), transforms.ToTensor()])
+        out = np.empty((n, c * hh * ww), dtype=np.float32)
+        hwc = images if images.ndim == 4 else images[..., None]
+        for i in range(n):
+            img = Image.fromarray(hwc[i, :, :, 0], mode="L") if c == 1 else Image.fromarray(hwc[i])
+            out[i] = tf(img).numpy().reshape(-1)
+        return out, (c, hh, ww)
+    from ..validation import one_of
+
+    one_of("profile", profile, IMAGE_PROFILES)
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- MNIST
+
+
+def _cache_root() -> Path:
+    from ..accounting.calibration import cache_dir
+
+    return cache_dir() / "data"
+
+
+def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
+    """Verify the four ``.gz`` files and return a torchvision root holding ``MNIST/raw/*``."""
+    folder = data_dir / "mnist"
+    require_files(folder, MNIST_FILES, "MNIST")
+    hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
+    import hashlib
+
+    tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
+    root = _cache_root() / f"mnist-{tag}"
+    done = root / "MNIST" / "raw" / "COMPLETE"
+    if done.is_file():
+        return root, hashes
+    base = _cache_root()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".mnist-tmp-", dir=base))
+    except OSError as exc:
+        raise DataError(f"cannot create the MNIST cache under {base}: {exc.strerror or exc}.") from None
+    try:
+        raw = tmp / "MNIST" / "raw"
+        raw.mkdir(parents=True)
+        for name in MNIST_FILES:
+            src = folder / name
+            try:
+                with gzip.open(src, "rb") as fin, open(raw / name[: -len(".gz")], "wb") as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise DataError(
+                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} "
+                    f"in {folder}."
+                ) from None
+        (raw / "COMPLETE").write_text("\n".join(f"{hashes[n]}  {n}" for n in MNIST_FILES) + "\n")
+        try:
+            os.rename(tmp, root)
+        except OSError:
+            # Another process finished first (the target exists): its copy is equivalent.
+            if not done.is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root, hashes
+
+
+def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
+    """The official MNIST split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
+
+    ``x_*`` uint8 (n, 28, 28), ``y_*`` int64. Read through ``torchvision.datasets.MNIST``
+    (``download=False``) from the verified, decompressed cache. With ``with_sources=True`` a fifth
+    element maps each ``.gz`` file name to its sha256.
+    """
+    from torchvision.datasets import MNIST
+
+    from .base import resolve_data_dir
+
+    data_dir = resolve_data_dir(data_dir)
+    root, hashes = _mnist_torchvision_root(data_dir)
+    out = []
+    for train, size in ((True, MNIST_TRAIN_SIZE), (False, MNIST_TEST_SIZE)):
+        try:
+            ds = MNIST(str(root), train=train, download=False)
+        except Exception as exc:  # torchvision raises RuntimeError / ValueError / AssertionError
+            raise DataError(
+                f"MNIST files in {data_dir / 'mnist'} are malformed ({type(exc).__name__}: {exc}); "
+                f"expected the IDX files {', '.join(MNIST_FILES)}."
+            ) from None
+        x = ds.data.numpy().astype(np.uint8, copy=False)
+        y = ds.targets.numpy().astype(np.int64)
+        if x.shape != (size, 28, 28) or y.shape != (size,) or y.min() < 0 or y.max() > 9:
+            raise DataError(
+                f"MNIST {'training' if train else 'test'} set in {data_dir / 'mnist'} must have "
+                f"{size} images of 28x28 with labels 0..9, got images {tuple(x.shape)}."
+            )
+        out += [x, y]
+    return (*out, hashes) if with_sources else tuple(out)
+
+
+# --------------------------------------------------------------------------- CIFAR-10
+
+# md5 of the official python batches (the list torchvision pins); used only to say whether the
+# files read are the official ones.
+_CIFAR_OFFICIAL_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+    "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
+}
+
+_SAFE_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    """Unpickler that can rebuild NumPy arrays and plain containers, and nothing else."""
+
+    def find_class(self, module, name):
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR-10 file")
+
+
+def _safe_load(path: Path) -> object:
+    with open(path, "rb") as f:
+        return _SafeUnpickler(io.BytesIO(f.read()), encoding="latin1").load()
+
+
+def _check_batch(path: Path) -> int:
+    """Structure of one ``data_batch_*`` / ``test_batch`` pickle; returns its record count."""
+    obj = _safe_load(path)
+    if not isinstance(obj, dict) or "data" not in obj or "labels" not in obj:
+        raise ValueError("not a dict with 'data' and 'labels'")
+    data, labels = obj["data"], obj["labels"]
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise ValueError(f"'data' must be uint8 (n, 3072), got {getattr(data, 'dtype', type(data))} {getattr(data, 'shape', '')}")
+    labels = np.asarray(labels)
+    if labels.shape != (data.shape[0],) or labels.dtype.kind not in "iu" or (labels.size and (labels.min() < 0 or labels.max() > 9)):
+        raise ValueError("'labels' must be one integer in 0..9 per row of 'data'")
+    return int(data.shape[0])
+
+
+def _check_meta(path: Path) -> None:
+    obj = _safe_load(path)
+    names = obj.get("label_names") if isinstance(obj, dict) else None
+    if not isinstance(names, list) or len(names) != 10:
+        raise ValueError("'label_names' must be a list of 10 names")
+
+
+def _verified_cifar10_class():
+    from torchvision.datasets import CIFAR10
+
+    class _VerifiedCIFAR10(CIFAR10):
+        """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring).
+
+        Every file is parsed with a restricted unpickler before torchvision reads it, so a file
+        that is not plain arrays/lists/strings is rejected before any unrestricted ``pickle.load``.
+        """
+
+        def _check_integrity(self) -> bool:
+            folder = Path(self.root) / self.base_folder
+            for name, _ in self.train_list + self.test_list:
+                try:
+                    _check_batch(folder / name)
+                except Exception as exc:
+                    raise DataError(
+                        f"CIFAR-10 file {folder / name} is corrupt or not in the cifar-10-batches-py "
+                        f"format ({exc}); expected {', '.join(CIFAR_FILES)} in {folder}."
+                    ) from None
+            return True
+
+        def _load_meta(self) -> None:
+            path = Path(self.root) / self.base_folder / self.meta["filename"]
+            try:
+                _check_meta(path)
+            except Exception as exc:
+                raise DataError(
+                    f"CIFAR-10 file {path} is corrupt or not in the cifar-10-batches-py format ({exc}); "
+                    f"expected {', '.join(CIFAR_FILES)} in {path.parent}."
+                ) from None
+            obj = _safe_load(path)
+            self.classes = obj["label_names"]
+            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    return _VerifiedCIFAR10
+
+
+def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
+    """The official CIFAR-10 split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
+
+    ``x_*`` uint8 (n, 32, 32, 3) (HWC, as torchvision holds it), ``y_*`` int64. With
+    ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every file's md5
+    equals the official one.
+    """
+    from .base import resolve_data_dir
+
+    data_dir = resolve_data_dir(data_dir)
+    root = data_dir / "cifar10"
+    folder = root / CIFAR_FOLDER
+    require_files(folder, CIFAR_FILES, "CIFAR-10")
+    hashes = hash_and_verify(data_dir, folder, CIFAR_FILES, "CIFAR-10")
+    official = all(file_md5(folder / n) == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
+    cls = _verified_cifar10_class()
+    out = []
+    for train in (True, False):
+        try:
+            ds = cls(str(root), train=train, download=False)
+        except DataError:
+            raise
+        except Exception as exc:
+            raise DataError(
+                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); "
+                f"expected {', '.join(CIFAR_FILES)}."
+            ) from None
+        out += [np.ascontiguousarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)]
+    if official and (len(out[1]) != CIFAR_TRAIN_SIZE or len(out[3]) != CIFAR_TEST_SIZE):
+        raise DataError(f"CIFAR-10 in {folder} must have 50000 + 10000 images, got {len(out[1])} + {len(out[3])}.")
+    return (*out, hashes, official) if with_sources else tuple(out)

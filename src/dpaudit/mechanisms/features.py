@@ -1,0 +1,120 @@
+"""Frozen, data-independent representations: Gaussian projection and random tanh features.
+
+DP-RVFL paper, sections 3.4-3.5:
+- inputs with more than 1024 flattened dimensions are first projected, x' = x P, with
+  P_jk ~ N(0, 1/1024) (eq. 15); otherwise x' = x;
+- the random hidden layer is h = tanh(x' W_r + b_r), W_r ~ U(-1, 1), b_r ~ U(0, 1) (eq. 16);
+- DP-RVFL uses the direct link z = [x', h] with 200 hidden units (eq. 18); DP-ELM-SGD uses z = h
+  with the same projection, seed and 200 units; FrozenDenseMatched uses z = h with d' + 200 units
+  (so its head has exactly as many coefficients as RVFL's); LogisticRaw uses z = x and
+  LogisticProjected z = x'.
+
+**Privacy contract.** Every frozen parameter is drawn from :func:`dpaudit.noise.public_rng` with
+the public seed and fixed tags, never from the data, so the map x -> z is a fixed public function
+and only the head trained on z consumes privacy budget. RVFL and DP-ELM-SGD share P, W_r and b_r
+for a given seed (same tags), as the paper requires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..noise import public_rng
+from ..validation import one_of, positive_int
+
+PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this
+PROJECTION_DIM = 1024
+HIDDEN_UNITS = 200
+
+FEATURE_KINDS = ("rvfl", "elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected")
+
+# Public stream tags (arbitrary fixed constants) so that the projection, the hidden layer and
+# the head initialisation never share a random stream.
+TAG_PROJECTION = 0x50524F4A  # "PROJ"
+TAG_HIDDEN = 0x48494444  # "HIDD"
+
+
+@dataclass(frozen=True, eq=False)
+class FrozenFeatures:
+    """A frozen map x (n, d) -> z (n, d_z). ``None`` parts are absent."""
+
+    kind: str
+    n_inputs: int
+    projection: np.ndarray | None  # (d, d') with d' = PROJECTION_DIM, or None
+    weight: np.ndarray | None  # (d', L) or None
+    bias: np.ndarray | None  # (L,) or None
+    direct_link: bool  # z includes x'
+
+    @property
+    def reduced_dim(self) -> int:
+        """d': the input dimension after the optional projection."""
+        return self.projection.shape[1] if self.projection is not None else self.n_inputs
+
+    @property
+    def hidden_units(self) -> int:
+        return 0 if self.weight is None else int(self.weight.shape[1])
+
+    @property
+    def output_dim(self) -> int:
+        return (self.reduced_dim if self.direct_link else 0) + self.hidden_units
+
+    @property
+    def frozen_parameters(self) -> int:
+        return sum(int(a.size) for a in (self.projection, self.weight, self.bias) if a is not None)
+
+    def describe(self) -> dict:
+        return {
+            "kind": self.kind, "n_inputs": self.n_inputs, "projected": self.projection is not None,
+            "reduced_dim": self.reduced_dim, "hidden_units": self.hidden_units, "activation": "tanh" if self.weight is not None else None,
+            "direct_link": self.direct_link, "output_dim": self.output_dim, "frozen_parameters": self.frozen_parameters,
+            "projection_init": "N(0, 1/1024)" if self.projection is not None else None,
+            "hidden_init": "W ~ U(-1, 1), b ~ U(0, 1)" if self.weight is not None else None,
+        }
+
+    def transform(self, x: np.ndarray, *, chunk: int = 8192, dtype=np.float32) -> np.ndarray:
+        """z for every row of ``x``, computed in chunks (float32 by default)."""
+        x = np.asarray(x)
+        out = np.empty((x.shape[0], self.output_dim), dtype=dtype)
+        p = self.projection.astype(dtype) if self.projection is not None else None
+        w = self.weight.astype(dtype) if self.weight is not None else None
+        b = self.bias.astype(dtype) if self.bias is not None else None
+        for s in range(0, x.shape[0], chunk):
+            xc = x[s:s + chunk].astype(dtype, copy=False)
+            xr = xc @ p if p is not None else xc
+            parts = []
+            if self.direct_link:
+                parts.append(xr)
+            if w is not None:
+                parts.append(np.tanh(xr @ w + b))
+            out[s:s + chunk] = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+        return out
+
+
+def gaussian_projection(n_inputs: int, seed: int, dim: int = PROJECTION_DIM) -> np.ndarray:
+    """P (n_inputs, dim) with entries N(0, 1/dim) (eq. 15), from the public seed."""
+    rng = public_rng(seed, TAG_PROJECTION)
+    return rng.normal(0.0, 1.0 / np.sqrt(dim), size=(n_inputs, dim))
+
+
+def random_hidden_layer(n_inputs: int, units: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(W_r (n_inputs, units) ~ U(-1, 1), b_r (units,) ~ U(0, 1)) (eq. 16), from the public seed."""
+    rng = public_rng(seed, TAG_HIDDEN)
+    w = rng.uniform(-1.0, 1.0, size=(n_inputs, units))
+    b = rng.uniform(0.0, 1.0, size=units)
+    return w, b
+
+
+def build_features(kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS) -> FrozenFeatures:
+    """The frozen representation of one model family (sections 3.4-3.5)."""
+    one_of("kind", kind, FEATURE_KINDS)
+    n_inputs = positive_int("n_inputs", n_inputs)
+    project = n_inputs > PROJECTION_THRESHOLD and kind != "logistic-raw"
+    proj = gaussian_projection(n_inputs, seed) if project else None
+    d_red = PROJECTION_DIM if project else n_inputs
+    if kind in ("logistic-raw", "logistic-projected"):
+        return FrozenFeatures(kind, n_inputs, proj, None, None, direct_link=True)
+    units = hidden_units if kind in ("rvfl", "elm-sgd") else d_red + hidden_units
+    w, b = random_hidden_layer(d_red, units, seed)
+    return FrozenFeatures(kind, n_inputs, proj, w, b, direct_link=(kind == "rvfl"))

@@ -1,0 +1,156 @@
+"""Trainable-representation baselines of the DP-RVFL paper (sections 3.3 and 3.6), as torch modules.
+
+- :class:`Dense`: images 256-128-10, tabular 64-32-1; ReLU after each hidden layer, dropout 0.2
+  after the first (eqs. 7-9).
+- :class:`CNN2d`: two 3x3 convolutions (16/32 channels for 1-channel images, 32/64 for 3-channel),
+  unit padding, ReLU and 2x2 max-pooling after each, FC 128 + ReLU, 10 outputs. No dropout or
+  batch norm.
+- :class:`CNN1d`: tabular vector as a 1-channel sequence; two kernel-3 convolutions (16, 32),
+  unit padding, ReLU; adaptive average pooling; FC 32 + ReLU; one logit. The paper does not state
+  the pooled length (its Table S1 is not available); we use ``pool_size=1`` (global average).
+- :class:`CompactAttention`: 4x4 patches -> 32-d linear embedding + fixed 2-D sinusoidal positions,
+  one 4-head self-attention block (trainable q/k/v/out projections) with residual, a 64-unit ReLU
+  feed-forward sublayer with residual, mean token pooling, linear classifier. No layer norm,
+  dropout or pretraining. Attention is written with ``nn.Linear`` layers so per-sample gradients
+  work with both ``torch.func`` and Opacus.
+
+Every module is initialised by PyTorch's default rules from a torch generator seeded by the public
+seed (:func:`build_module`), never from data. Binary tasks use one output logit (K = 1, BCE).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..errors import UsageError
+
+TRAINABLE_MODELS = ("dense", "cnn", "attention")
+
+
+class Dense(nn.Module):
+    def __init__(self, n_inputs: int, hidden: tuple[int, int], n_outputs: int, dropout: float = 0.2):
+        super().__init__()
+        self.fc1 = nn.Linear(n_inputs, hidden[0])
+        self.drop = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(hidden[0], hidden[1])
+        self.fc3 = nn.Linear(hidden[1], n_outputs)
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], -1)
+        a1 = self.drop(torch.relu(self.fc1(x)))
+        a2 = torch.relu(self.fc2(a1))
+        return self.fc3(a2)
+
+
+class CNN2d(nn.Module):
+    def __init__(self, image_shape: tuple[int, int, int], n_outputs: int = 10):
+        super().__init__()
+        c, h, w = image_shape
+        c1, c2 = (16, 32) if c == 1 else (32, 64)
+        self.conv1 = nn.Conv2d(c, c1, 3, padding=1)
+        self.conv2 = nn.Conv2d(c1, c2, 3, padding=1)
+        self.fc1 = nn.Linear(c2 * (h // 2 // 2) * (w // 2 // 2), 128)
+        self.fc2 = nn.Linear(128, n_outputs)
+        self.image_shape = tuple(image_shape)
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], *self.image_shape)
+        x = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class CNN1d(nn.Module):
+    def __init__(self, n_inputs: int, n_outputs: int = 1, pool_size: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv1d(16, 32, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool1d(pool_size)
+        self.fc1 = nn.Linear(32 * pool_size, 32)
+        self.fc2 = nn.Linear(32, n_outputs)
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], 1, -1)
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc2(torch.relu(self.fc1(self.pool(x).flatten(1))))
+
+
+def sinusoidal_positions_2d(rows: int, cols: int, dim: int) -> torch.Tensor:
+    """Fixed 2-D sine/cosine positions (rows*cols, dim): half the channels encode the row, half the
+    column, each with the 1-D transformer encoding (Vaswani et al. 2017)."""
+    if dim % 4:
+        raise UsageError(f"embedding dim must be a multiple of 4, got {dim!r}.")
+    quarter = dim // 4
+    freq = torch.exp(-math.log(10000.0) * torch.arange(quarter, dtype=torch.float64) / quarter)
+
+    def enc(pos: torch.Tensor) -> torch.Tensor:
+        a = pos[:, None].double() * freq[None, :]
+        return torch.cat([torch.sin(a), torch.cos(a)], dim=1)
+
+    r = torch.arange(rows).repeat_interleave(cols)
+    c = torch.arange(cols).repeat(rows)
+    return torch.cat([enc(r), enc(c)], dim=1).float()
+
+
+class CompactAttention(nn.Module):
+    def __init__(self, image_shape: tuple[int, int, int], n_outputs: int = 10, patch: int = 4, dim: int = 32, heads: int = 4, ff: int = 64):
+        super().__init__()
+        c, h, w = image_shape
+        if h % patch or w % patch:
+            raise UsageError(f"image height and width must be multiples of {patch}, got {h}x{w}.")
+        self.image_shape, self.patch, self.heads, self.dim = tuple(image_shape), patch, heads, dim
+        self.embed = nn.Linear(c * patch * patch, dim)
+        self.register_buffer("positions", sinusoidal_positions_2d(h // patch, w // patch, dim))
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+        self.ff1 = nn.Linear(dim, ff)
+        self.ff2 = nn.Linear(ff, dim)
+        self.head = nn.Linear(dim, n_outputs)
+
+    def forward(self, x):
+        n = x.shape[0]
+        c, h, w = self.image_shape
+        p = self.patch
+        x = x.reshape(n, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(n, (h // p) * (w // p), c * p * p)
+        t = self.embed(x) + self.positions.to(x.dtype)
+        hd = self.dim // self.heads
+
+        def split(u):
+            return u.reshape(n, -1, self.heads, hd).transpose(1, 2)
+
+        q, k, v = split(self.q(t)), split(self.k(t)), split(self.v(t))
+        att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), dim=-1)
+        a = (att @ v).transpose(1, 2).reshape(n, -1, self.dim)
+        t = t + self.out(a)
+        t = t + self.ff2(torch.relu(self.ff1(t)))
+        return self.head(t.mean(dim=1))
+
+
+def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None, seed: int = 42) -> nn.Module:
+    """A freshly initialised baseline for a dataset. Initialisation uses a torch generator seeded
+    from the public seed inside a forked RNG (global RNG state untouched)."""
+    n_out = 1 if n_classes == 2 else n_classes
+    from ..noise import public_rng
+
+    torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed)
+        if model == "dense":
+            hidden = (256, 128) if kind == "image" else (64, 32)
+            return Dense(n_features, hidden, n_out)
+        if model == "cnn":
+            if kind == "image":
+                if image_shape is None:
+                    raise UsageError("image_shape must be given for an image CNN, got None.")
+                return CNN2d(tuple(image_shape), n_out)
+            return CNN1d(n_features, n_out)
+        if model == "attention":
+            if kind != "image" or image_shape is None:
+                raise UsageError(f"dataset kind must be image for the attention control, got {kind!r}.")
+            return CompactAttention(tuple(image_shape), n_out)
+    raise UsageError(f"model must be one of {', '.join(TRAINABLE_MODELS)}, got {model!r}.")

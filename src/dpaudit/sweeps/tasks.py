@@ -1,0 +1,215 @@
+"""What one sweep task does on a worker: the runners.
+
+A runner takes the task's public configuration (see :class:`dpaudit.sweeps.spec.Task`) and a
+:class:`RunContext` (where to write, where the data and the ledger are) and returns a JSON-able
+result dict. Runners are plain module-level functions so they pickle to worker processes and to
+Dask workers alike.
+
+- ``train``: one private (or non-private) training run through
+  :func:`dpaudit.mechanisms.rvfl.train_and_release`; the release is written under the sweep's
+  output folder and recorded in the ledger, tagged with the sweep's name (``config["sweep"]``),
+  so the ledger shows what the whole sweep spent: every task is a separate release on the same
+  training partition, and they compose (the composed epsilon of a sweep is far above any single
+  run's epsilon; the ledger report says so).
+- ``selftest``: a synthetic Gaussian-mechanism estimate of a mean (no data files, no ledger),
+  used to check executors and clusters end to end. Its extra settings (``sleep``,
+  ``fail_seeds``, ``exit_once_marker``) exist to test failure handling.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+
+#: Models the ``train`` runner accepts (DP-RVFL family, paper 001 sections 3.3-3.6).
+TRAIN_MODELS = (
+    "dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected",
+    "dp-dense", "dp-cnn", "dp-attention",
+)
+TRAIN_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "epochs", "batch_size")
+SELFTEST_MODELS = ("mean", "median")
+SELFTEST_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "n", "sleep", "fail_seeds", "exit_once_marker")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a task writes and reads; not part of the task key (speed/location settings only)."""
+
+    sweep: str
+    out_dir: str  # the sweep's folder; releases go below it
+    data_dir: str | None = None
+    ledger_path: str | None = None
+    record: bool = True  # record releases in the ledger
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate_block(runner: str, models: list[str], datasets: list[str], settings: dict, where: str) -> None:
+    """Runner-specific checks of a grid block, done when the spec is read (before anything runs)."""
+    if runner == "train":
+        allowed_models, allowed_settings = TRAIN_MODELS, TRAIN_SETTINGS
+    elif runner == "selftest":
+        allowed_models, allowed_settings = SELFTEST_MODELS, SELFTEST_SETTINGS
+    else:  # pragma: no cover - spec_from_dict checks the runner first
+        raise UsageError(f"runner must be one of {', '.join(sorted(RUNNERS))}, got {runner!r}.")
+    for m in models:
+        if m not in allowed_models:
+            raise UsageError(f"{where} model must be one of {', '.join(allowed_models)}, got {m!r}.")
+    unknown = sorted(set(settings) - set(allowed_settings))
+    if unknown:
+        raise UsageError(f"{where} settings must be among {', '.join(allowed_settings)}, got {', '.join(unknown)}.")
+    if "delta" in settings:
+        from ..validation import open_unit
+
+        open_unit("delta", settings["delta"])
+
+
+def task_dir(out_dir: str | os.PathLike, config: dict, key: str) -> Path:
+    """A readable, unique folder for one task's artefacts."""
+    eps = "nonprivate" if config["epsilon"] is None else f"eps{config['epsilon']:g}"
+    return Path(out_dir) / "releases" / config["model"] / config["dataset"] / eps / f"seed{config['seed']}-{key[:12]}"
+
+
+def execute_task(payload: tuple[dict, dict]) -> dict:
+    """Entry point on a worker: ``payload = (task config, RunContext as dict)``."""
+    from .spec import config_key
+
+    config, ctx = payload
+    context = RunContext(**ctx)
+    runner = RUNNERS.get(config["runner"])
+    if runner is None:
+        raise UsageError(f"runner must be one of {', '.join(sorted(RUNNERS))}, got {config['runner']!r}.")
+    return runner(config, context, config_key(config))
+
+
+# --------------------------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------------------------
+
+def _run_train(config: dict, context: RunContext, key: str) -> dict:
+    from ..mechanisms.rvfl import train_and_release
+
+    s = config["settings"]
+    out = task_dir(context.out_dir, config, key)
+    kwargs = dict(
+        dataset=config["dataset"],
+        data_dir=context.data_dir,
+        epsilon=config["epsilon"] if config["epsilon"] is not None else 2.0,
+        delta=float(s.get("delta", 1e-5)),
+        seed=int(config["seed"]),
+        non_private=bool(s.get("non_private", False)),
+        reproducible_noise=bool(s.get("reproducible_noise", False)),
+        noise_source=str(s.get("noise_source", "os-entropy")),
+        out_dir=str(out),
+        ledger_path=context.ledger_path,
+        epochs=s.get("epochs"),
+        batch_size=s.get("batch_size"),
+        progress=False,
+    )
+    extra = _ledger_tag_kwargs(train_and_release, context, key)
+    release = train_and_release(config["model"], **kwargs, **extra)
+    return release_result(release, out)
+
+
+def _ledger_tag_kwargs(fn, context: RunContext, key: str) -> dict:
+    """Pass the sweep tag (and the do-not-record switch) if the trainer accepts them."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    extra: dict = {}
+    tag = {"sweep": context.sweep, "sweep_task": key}
+    if "tags" in params:
+        extra["tags"] = tag
+    elif "extra_config" in params:
+        extra["extra_config"] = tag
+    if "record" in params:
+        extra["record"] = context.record
+    return extra
+
+
+def release_result(release, out: Path) -> dict:
+    """The part of a release a sweep table needs (the full release stays in release.json)."""
+    d = release.to_dict() if hasattr(release, "to_dict") else dict(release)
+    return {
+        "release_id": d.get("id"),
+        "mechanism": d.get("mechanism"),
+        "epsilon": d.get("epsilon"),
+        "target_epsilon": d.get("target_epsilon"),
+        "delta": d.get("delta"),
+        "accountant": d.get("accountant"),
+        "adjacency": d.get("adjacency"),
+        "noise_multiplier": d.get("noise_multiplier"),
+        "sample_rate": d.get("sample_rate"),
+        "steps": d.get("steps"),
+        "steps_executed": d.get("steps_executed"),
+        "non_private": d.get("non_private"),
+        "noise_source": d.get("noise_source"),
+        "dataset": {k: (d.get("dataset") or {}).get(k) for k in ("name", "sha256", "profile")},
+        "partition": d.get("partition"),
+        "metrics": d.get("metrics", {}),
+        "timings": d.get("timings", {}),
+        "release_dir": str(out.resolve()),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# selftest
+# --------------------------------------------------------------------------------------------
+
+def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
+    """Release a statistic of synthetic data in [0, 1] with the Gaussian mechanism.
+
+    Data: ``n`` public draws from Beta(2, 5) seeded by the task seed. Sensitivity of the mean
+    under add/remove-one with values in [0, 1] is bounded by 1/(n-1); the classic Gaussian
+    mechanism sigma = sqrt(2 ln(1.25/delta)) * sensitivity / epsilon (Dwork & Roth, Thm 3.22) is
+    used only as a synthetic workload: this runner touches no real data and records no release.
+    The ``median`` model is the noisy mean of the lower half (a second, correlated workload).
+    """
+    import numpy as np
+
+    from ..noise import public_rng
+    from ..releasing import make_noise_source
+
+    s = config["settings"]
+    seed = int(config["seed"])
+    t0 = time.perf_counter()
+    marker = s.get("exit_once_marker")
+    if marker and not os.path.exists(marker):
+        Path(marker).write_text(str(os.getpid()))
+        os._exit(17)  # simulate a worker dying mid-task (tests of the executors' recovery)
+    if seed in set(s.get("fail_seeds", [])):
+        raise RuntimeError(f"selftest task failed on purpose for seed {seed}")
+    if s.get("sleep"):
+        time.sleep(float(s["sleep"]))
+    n = int(s.get("n", 1000))
+    x = public_rng(seed, 7).beta(2.0, 5.0, size=n)
+    data = np.sort(x)[: n // 2] if config["model"] == "median" else x
+    truth = float(data.mean())
+    noise = make_noise_source(
+        seed=seed, reproducible_noise=bool(s.get("reproducible_noise", False)),
+        noise_source=str(s.get("noise_source", "os-entropy")),
+    )
+    if s.get("non_private") or config["epsilon"] is None:
+        sigma = 0.0
+    else:
+        delta = float(s.get("delta", 1e-5))
+        sigma = math.sqrt(2.0 * math.log(1.25 / delta)) * (1.0 / (len(data) - 1)) / float(config["epsilon"])
+    estimate = truth + float(noise.gaussian_numpy((), sigma)) if sigma > 0 else truth
+    err = abs(estimate - truth)
+    return {
+        "mechanism": f"selftest-{config['model']}",
+        "epsilon": config["epsilon"],
+        "delta": float(s.get("delta", 1e-5)),
+        "noise_multiplier": sigma,
+        "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
+        "timings": {"train_seconds": time.perf_counter() - t0},
+    }
+
+
+RUNNERS = {"train": _run_train, "selftest": _run_selftest}

@@ -78,3 +78,19 @@ def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, 
             )
         out[name] = digest
     return out
+
+
+def sums_note(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...]) -> str:
+    """One phrase for ``notes``: whether the files' sha256 were checked against SHA256SUMS."""
+    sums = read_sha256sums(data_dir)
+    listed = []
+    for name in names:
+        try:
+            listed.append((folder / name).relative_to(data_dir).as_posix() in sums)
+        except ValueError:
+            listed.append(False)
+    if listed and all(listed):
+        return f"sha256 of all {len(names)} source files verified against {SHA256SUMS}"
+    if any(listed):
+        return f"sha256 of {sum(listed)} of {len(names)} source files verified against {SHA256SUMS}; the others recorded only"
+    return f"no {SHA256SUMS} entries for the source files; their sha256 are recorded only"

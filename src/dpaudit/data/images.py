@@ -4,44 +4,43 @@ Paper 001, sections 3.6 and 4.1, Table 1 and Table 7.
 
 Files (read-only; nothing is downloaded, ``download=False`` always):
 
-====================  ==========================================================================
-dataset               expected files
-====================  ==========================================================================
-MNIST                 ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
-CIFAR-10              ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5,test_batch,batches.meta}``
-====================  ==========================================================================
+- MNIST: ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
+- CIFAR-10: ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
 
 MNIST: ``torchvision.datasets.MNIST`` reads decompressed IDX files from ``<root>/MNIST/raw``.
 The data folder is read-only and holds the ``.gz`` originals, so each ``.gz`` is hashed
 (sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
 once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary
-folder and renamed into place, so a crash never leaves a half-written cache). The official test
-set is the test partition; the 60,000 training images are split 85/15 (51,000 / 9,000).
+folder and renamed into place, so a crash never leaves a half-written cache; a folder without
+its ``COMPLETE`` marker is rebuilt). The official test set is the test partition; the 60,000
+training images are split 85/15 (51,000 / 9,000).
 
 CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files.
 Tests use small synthetic batches in the same format, which that check rejects, so
-:class:`_VerifiedCIFAR10` replaces the md5 check by a structural one: every file is first read
+``_VerifiedCIFAR10`` replaces the md5 check by a structural one: every file is first read
 with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle
 cannot run code), and must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the
 meta file must hold ten ``label_names``. The sha256 of each file is recorded in
-``source_files``, and the md5 of each is compared with the official md5 list: the dataset's
-``notes`` say whether these are the official CIFAR-10 batches. The 50,000 training images are
-split 85/15 (42,500 / 7,500); the official test batch (10,000) is the test partition.
+``source_files`` (and checked against ``SHA256SUMS`` when listed there), and the md5 of each is
+compared with the official md5 list: the dataset's ``notes`` say whether these are the official
+CIFAR-10 batches. The 50,000 training images are split 85/15 (42,500 / 7,500); the official test
+batch (10,000) is the test partition.
 
-Profiles (fixed, independent of any record; paper section 3.6):
+Profiles (fixed, independent of any record; paper section 3.6, Table 7):
 
-=================  ====================================================================  =========
-profile            transform (torchvision)                                               range
-=================  ====================================================================  =========
-``raw01``          ``ToTensor()`` : uint8 / 255                                           [0, 1]
-``centered``       ``ToTensor()`` then ``Normalize(0.5, 0.5)`` : (x - 0.5) / 0.5         [-1, 1]
-``half-resolution`` ``Resize((H/2, W/2))`` (PIL bilinear, antialiased) then ``ToTensor()``  [0, 1]
-=================  ====================================================================  =========
+===================  ==================================================================  =======
+profile              transform (torchvision)                                             range
+===================  ==================================================================  =======
+``raw01``            ``ToTensor()``: uint8 / 255                                          [0, 1]
+``centered``         ``ToTensor()`` then ``Normalize(0.5, 0.5)``: (x - 0.5) / 0.5         [-1, 1]
+``half-resolution``  ``Resize((H/2, W/2))`` (PIL bilinear, antialiased), ``ToTensor()``   [0, 1]
+===================  ==================================================================  =======
 
 ``raw01`` and ``centered`` are computed for the whole array at once with exactly the
-arithmetic of ``ToTensor`` (float32 division by 255) and ``Normalize`` (subtract, then divide);
-a test checks bit-equality with the torchvision transforms. ``half-resolution`` applies the
-torchvision transforms image by image (14 x 14 for MNIST, 16 x 16 for CIFAR-10). Features are
+arithmetic of ``ToTensor`` (float32 division by 255) and ``Normalize`` (subtract, then divide).
+``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for MNIST, 16 x 16 for
+CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three
+with the torchvision transform pipelines applied image by image. Features are
 flattened in (channel, height, width) order; ``image_shape`` keeps (C, H, W).
 """
 
@@ -103,16 +102,18 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
         return t.reshape(n, -1).numpy(), (c, h, w)
     if profile == "half-resolution":
         from PIL import Image
-        from torchvision import transforms
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as TF
 
+        # transforms.Resize((H/2, W/2)) on each PIL image (the same call Resize makes), then the
+        # ToTensor arithmetic for the whole batch at once (bit-equal; checked in the tests).
         hh, ww = h // 2, w // 2
-        tf = transforms.Compose([transforms.Resize((hh, ww)), transforms.ToTensor()])
-        out = np.empty((n, c * hh * ww), dtype=np.float32)
+        small = np.empty((n, hh, ww, c), dtype=np.uint8)
         hwc = images if images.ndim == 4 else images[..., None]
         for i in range(n):
             img = Image.fromarray(hwc[i, :, :, 0], mode="L") if c == 1 else Image.fromarray(hwc[i])
-            out[i] = tf(img).numpy().reshape(-1)
-        return out, (c, hh, ww)
+            small[i] = np.asarray(TF.resize(img, [hh, ww], InterpolationMode.BILINEAR)).reshape(hh, ww, c)
+        return apply_profile(small if c > 1 else small[..., 0], "raw01")
     from ..validation import one_of
 
     one_of("profile", profile, IMAGE_PROFILES)
@@ -163,9 +164,15 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
         try:
             os.rename(tmp, root)
         except OSError:
-            # Another process finished first (the target exists): its copy is equivalent.
+            # Either another process finished first (its copy is equivalent), or a stale folder
+            # without the COMPLETE marker is in the way: remove it and put ours in place.
             if not done.is_file():
-                raise
+                shutil.rmtree(root, ignore_errors=True)
+                try:
+                    os.rename(tmp, root)
+                except OSError as exc:
+                    if not done.is_file():
+                        raise DataError(f"cannot write the MNIST cache {root}: {exc.strerror or exc}.") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

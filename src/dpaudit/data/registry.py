@@ -1,0 +1,262 @@
+"""The dataset registry and :func:`load_dataset` (paper 001, section 4.1 and Table 1).
+
+==============  =======  =====  ==========================  ==========  =====  ========================
+name            kind     files  split (train / val / test)  features    class  profiles
+==============  =======  =====  ==========================  ==========  =====  ========================
+mnist           image    yes    51,000 / 9,000 / 10,000     1x28x28     10     raw01, centered, half-res
+cifar10         image    yes    42,500 / 7,500 / 10,000     3x32x32     10     raw01, centered, half-res
+cardio          tabular  yes    48,025 / 10,291 / 10,292    32          2      default
+heart           tabular  yes    212 / 45 / 46               47          2      default
+digits          image    no     1,257 / 269 / 271           1x8x8       10     raw01, centered, half-res
+breast-cancer   tabular  no     398 / 85 / 86               30          2      default
+==============  =======  =====  ==========================  ==========  =====  ========================
+
+- Images: the official test set is the test partition; the official training set is split
+  85 / 15 (train / unused validation). Tabular and the bundled digits: 70 / 15 / 15. Always the
+  seeded permutation with integer cut points of :mod:`dpaudit.data.splits`, no stratification,
+  default split seed 2026 (:data:`~dpaudit.data.splits.DEFAULT_SPLIT_SEED`).
+- ``digits`` is scikit-learn's bundled ``load_digits`` (1,797 images, 8 x 8, values 0..16):
+  ``raw01`` divides by the fixed maximum 16, ``centered`` applies ``Normalize(0.5, 0.5)`` after
+  that, ``half-resolution`` applies ``torchvision.transforms.Resize((4, 4))`` (bilinear,
+  antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
+- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular`
+  (every bound is documented there).
+
+Privacy contract: everything here is public, fixed preprocessing and a public split; no
+statistic is fitted on records. The DP guarantee of a training run covers the training partition
+it receives; cohort cleaning and file audits are outside it (paper section 3.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UsageError
+from ..validation import non_negative_int
+from .base import PreparedDataset, resolve_data_dir
+from .files import sums_note
+from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
+
+TABULAR_PROFILES = ("default",)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a dataset is, before loading it."""
+
+    name: str
+    kind: str  # "image" or "tabular"
+    needs_files: bool
+    split_sizes: dict  # {"train", "val", "test"} for the full, official data
+    n_features: int
+    n_classes: int
+    description: str
+    files: tuple[str, ...]  # relative to the data directory
+    image_shape: tuple[int, int, int] | None
+    profiles: tuple[str, ...]
+    default_profile: str
+    default_split_seed: int = DEFAULT_SPLIT_SEED
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "needs_files": self.needs_files,
+            "split_sizes": dict(self.split_sizes),
+            "n_features": self.n_features,
+            "n_classes": self.n_classes,
+            "description": self.description,
+            "files": list(self.files),
+            "image_shape": list(self.image_shape) if self.image_shape else None,
+            "profiles": list(self.profiles),
+            "default_profile": self.default_profile,
+            "default_split_seed": self.default_split_seed,
+        }
+
+
+def _sizes(train: int, val: int, test: int) -> dict:
+    return {"train": train, "val": val, "test": test}
+
+
+_IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
+
+DATASETS: dict[str, DatasetInfo] = {
+    "mnist": DatasetInfo(
+        "mnist", "image", True, _sizes(51_000, 9_000, 10_000), 784, 10,
+        "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
+        tuple(f"mnist/{n}" for n in (
+            "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
+        (1, 28, 28), _IMAGE_PROFILES, "raw01",
+    ),
+    "cifar10": DatasetInfo(
+        "cifar10", "image", True, _sizes(42_500, 7_500, 10_000), 3072, 10,
+        "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
+        tuple(f"cifar10/cifar-10-batches-py/{n}" for n in (
+            "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
+            "test_batch", "batches.meta")),
+        (3, 32, 32), _IMAGE_PROFILES, "raw01",
+    ),
+    "cardio": DatasetInfo(
+        "cardio", "tabular", True, _sizes(48_025, 10_291, 10_292), 32, 2,
+        "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; "
+        "fixed bounds to [-1, 1]; split 70/15/15.",
+        ("cardio/cardio_train.csv",), None, TABULAR_PROFILES, "default",
+    ),
+    "heart": DatasetInfo(
+        "heart", "tabular", True, _sizes(212, 45, 46), 47, 2,
+        "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to "
+        "[-1, 1]; split 70/15/15.",
+        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES, "default",
+    ),
+    "digits": DatasetInfo(
+        "digits", "image", False, _sizes(1_257, 269, 271), 64, 10,
+        "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); "
+        "split 70/15/15; needs no files.",
+        (), (1, 8, 8), _IMAGE_PROFILES, "raw01",
+    ),
+    "breast-cancer": DatasetInfo(
+        "breast-cancer", "tabular", False, _sizes(398, 85, 86), 30, 2,
+        "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed "
+        "bounds to [-1, 1], 1 = malignant; split 70/15/15; needs no files.",
+        (), None, TABULAR_PROFILES, "default",
+    ),
+}
+
+DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """Registry entry for ``name``; an unknown name is a :class:`UsageError` listing the allowed ones."""
+    if name not in DATASETS:
+        raise UsageError(f"dataset must be one of {', '.join(DATASET_NAMES)}, got {name!r}.")
+    return DATASETS[name]
+
+
+def _check_profile(info: DatasetInfo, profile: str | None) -> str:
+    if profile is None:
+        return info.default_profile
+    if profile not in info.profiles:
+        raise UsageError(
+            f"profile for {info.kind} dataset {info.name} must be one of {', '.join(info.profiles)}, got {profile!r}."
+        )
+    return profile
+
+
+def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
+    if split_seed is None:
+        return info.default_split_seed
+    return non_negative_int("split_seed", split_seed)
+
+
+def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> PreparedDataset:
+    """Load ``name`` with its fixed preprocessing and its seeded public split.
+
+    ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular
+    data); images accept ``raw01``, ``centered``, ``half-resolution``; tabular data accept only
+    ``default``. ``split_seed``: None means the documented default (2026). ``data_dir``: the
+    argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer).
+    Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or
+    corrupt files (one line naming the expected files and the folder searched).
+    """
+    info = dataset_info(name)
+    profile = _check_profile(info, profile)
+    seed = _check_split_seed(info, split_seed)
+    if name == "mnist":
+        return _load_official_image(info, "mnist", data_dir, seed, profile)
+    if name == "cifar10":
+        return _load_official_image(info, "cifar10", data_dir, seed, profile)
+    if name == "digits":
+        return _load_digits(info, seed, profile)
+    if name == "breast-cancer":
+        from .tabular import BREAST_CANCER_SCHEMA, feature_names, load_breast_cancer_encoded
+
+        x, y = load_breast_cancer_encoded()
+        return _tabular(info, x, y, seed, feature_names(BREAST_CANCER_SCHEMA), {},
+                        "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.")
+    if name == "cardio":
+        from .tabular import CARDIO_N_ROWS, CARDIO_SCHEMA, feature_names, load_cardio_raw
+
+        root = resolve_data_dir(data_dir)
+        x, y, src = load_cardio_raw(root)
+        note = f"cohort filters kept {len(y)} rows"
+        if len(y) != CARDIO_N_ROWS:
+            note += f" (the original file gives {CARDIO_N_ROWS}: this file differs from the published one)"
+        note += "; " + sums_note(root, root / "cardio", tuple(src))
+        return _tabular(info, x, y, seed, feature_names(CARDIO_SCHEMA), src, note + ".")
+    if name == "heart":
+        from .tabular import HEART_SCHEMA, feature_names, load_heart_raw
+
+        root = resolve_data_dir(data_dir)
+        x, y, src = load_heart_raw(root, "cleveland")
+        note = "UCI Cleveland processed file; target num > 0; " + sums_note(root, root / "heart", tuple(src))
+        return _tabular(info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".")
+    raise AssertionError(name)
+
+
+def _tabular(info, x, y, seed, names, src, notes) -> PreparedDataset:
+    tr, va, te = split_indices(len(y), seed, 70, 15)
+    return PreparedDataset(
+        name=info.name, kind="tabular",
+        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        n_classes=2, split_seed=seed, profile="default", image_shape=None,
+        feature_names=tuple(names), source_files=dict(src), notes=notes,
+    )
+
+
+def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDataset:
+    from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+
+    root = resolve_data_dir(data_dir)
+    if which == "mnist":
+        x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
+        notes = "official MNIST test set; training set split 85/15; " + sums_note(root, root / "mnist", tuple(src)) + "."
+    else:
+        x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
+        notes = "official CIFAR-10 test batch; training batches split 85/15; " + (
+            "files match the official md5 list."
+            if official
+            else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
+        ) + " " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)) + "."
+    tr, va = train_val_indices(len(y_tr), seed, 85)
+    # Apply the profile per partition so memory stays at one float copy of each.
+    x_train, shape = apply_profile(x_tr[tr], profile)
+    x_val, _ = apply_profile(x_tr[va], profile)
+    x_test, _ = apply_profile(x_te, profile)
+    return PreparedDataset(
+        name=info.name, kind="image",
+        x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
+        n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
+        feature_names=None, source_files=dict(src), notes=notes,
+    )
+
+
+DIGITS_MAX = 16.0  # load_digits pixel values are integer counts 0..16 (fixed by construction)
+
+
+def _load_digits(info, seed, profile) -> PreparedDataset:
+    import torch
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
+    y = np.asarray(bunch.target, dtype=np.int64)
+    t = torch.from_numpy(images[:, None]).div(DIGITS_MAX)
+    if profile == "centered":
+        t = t.sub(0.5).div(0.5)
+    elif profile == "half-resolution":
+        from torchvision import transforms
+
+        t = transforms.Resize((4, 4), antialias=True)(t).clamp(0.0, 1.0)
+    shape = tuple(int(s) for s in t.shape[1:])
+    x = t.reshape(len(y), -1).numpy().astype(np.float32)
+    tr, va, te = split_indices(len(y), seed, 70, 15)
+    return PreparedDataset(
+        name="digits", kind="image",
+        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
+        feature_names=None, source_files={},
+        notes="scikit-learn load_digits (bundled); pixels / 16; split 70/15/15.",
+    )

@@ -233,7 +233,7 @@ class NoiseSource:
         if self._stream is not None:
             shape, size = _shape_size(shape)
             z = self._box_muller(size).reshape(shape) * std
-            return torch.from_numpy(z).to(dtype)
+            return torch.from_numpy(np.asarray(z)).to(dtype)
         return torch.randn(shape, generator=self.torch, dtype=dtype) * std
 
     def laplace(self, shape, scale: float) -> np.ndarray:

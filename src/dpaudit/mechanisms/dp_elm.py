@@ -1,0 +1,509 @@
+"""Laplace DP-ELM (Ono et al., as reproduced in the DP-RVFL paper, section 3.5): one pure-DP release.
+
+Mechanism (DP-RVFL paper, section 3.5; Ono et al., Algorithm 1):
+
+- hidden features ``H = sigmoid(X W + b)`` with ``W`` (d x L) and ``b`` (L) drawn N(0, 1) from
+  the *public* seed; one-hot targets ``Y`` (n x K); float64 arithmetic;
+- sufficient statistics ``H^T H`` (L x L) and ``H^T Y`` (L x K), accumulated over 1024-record
+  chunks;
+- independent Laplace noise of scale ``b = L (L + 2) / epsilon`` on *every* entry of both
+  matrices (no symmetrisation, no ridge term);
+- output weights ``beta`` solve ``(H^T H + E) beta = H^T Y + F``; the pseudoinverse is used only
+  when that noised system is singular (post-processing of the noised matrices only);
+- widths L in {1, 3, 5, 10} (:data:`ELM_WIDTHS`), all reported, none selected.
+
+**Privacy contract.** Each sigmoid feature lies in (0, 1) (in [0, 1] after the grid rounding
+below) and each target row is one-hot, so one record contributes entries in [0, 1] to the
+L^2 entries of H^T H and to L entries of one column of H^T Y.
+
+- replace-one (the published analysis): the joint L1 change is at most L^2 (Gram) + 2L (two
+  columns of H^T Y change) = L (L + 2);
+- add/remove-one: at most L^2 + L = L (L + 1) <= L (L + 2).
+
+Laplace noise of scale L (L + 2) / epsilon on every entry therefore gives pure epsilon-DP under
+either adjacency (add/remove with slack: its exact value is epsilon (L + 1) / (L + 2)). The
+release claims ``epsilon`` (accountant ``pure``, delta = 0, event ``PureEpsilon(epsilon)``)
+under the adjacency chosen (default ``add-remove-record``, the relation the rest of dpaudit's
+releases use so the ledger can compose them) and records both analyses.
+
+Finite precision. With the default sampler ``discrete-laplace`` the hidden features are
+rounded to multiples of 2^-20 *per record, before the sums* (so the bounds above hold exactly),
+the statistics are exact integers (units of 2^-40 for H^T H, 2^-20 for H^T Y, int64, no
+rounding error), and integer noise is drawn exactly from the discrete Laplace law on those
+grids with the scale as an exact rational: the release is exactly epsilon-DP, no inflation
+(see :mod:`dpaudit.mechanisms.laplace`). ``sampler="textbook"`` reproduces the published
+float64 implementation with inverse-CDF Laplace doubles; its claim holds in ideal arithmetic
+only (Mironov 2012) and the release says ``certified: false``.
+
+The random features, the split and the chunking are public; the noise and nothing else
+comes from the private :class:`~dpaudit.noise.NoiseSource`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..accounting import PureEpsilon, compute_epsilon
+from ..accounting.adjacency import Adjacency
+from ..errors import DataError, UsageError
+from ..noise import NoiseSource, public_rng
+from ..records import Release, check_accounting
+from ..validation import one_of, positive_finite, positive_int
+from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
+
+MECHANISM = "dp-elm"
+ACCOUNTANT = "pure"
+DEFAULT_ADJACENCY = "add-remove-record"
+ADJACENCIES = ("add-remove-record", "replace-record")
+ELM_WIDTHS = (1, 3, 5, 10)
+DEFAULT_WIDTH = 10
+DEFAULT_DATASET = "digits"
+CHUNK = 1024  # records per accumulation chunk (section 3.5)
+FEATURE_BITS = 20  # discrete sampler: hidden features rounded to multiples of 2^-20
+TAG_ELM = 0x454C4D  # "ELM": public stream of W and b
+_MAX_RECORDS_EXACT = 2**22  # n * 2^40 must stay below 2^63 in the int64 Gram accumulation
+
+
+def noise_scale(width: int, epsilon: float) -> float:
+    """Laplace scale ``L (L + 2) / epsilon`` on each entry (section 3.5; 60 at L=10, eps=2)."""
+    width = positive_int("width", width)
+    epsilon = positive_finite("epsilon", epsilon)
+    return width * (width + 2) / epsilon
+
+
+def l1_sensitivity(width: int, adjacency: str = "replace-record") -> int:
+    """Joint L1 sensitivity of (H^T H, H^T Y): L(L+2) for replace-one, L^2 + L for add/remove."""
+    width = positive_int("width", width)
+    adj = Adjacency.parse(adjacency)
+    if adj is Adjacency.REPLACE_RECORD:
+        return width * (width + 2)
+    if adj is Adjacency.ADD_REMOVE_RECORD:
+        return width * (width + 1)
+    raise UsageError(f"adjacency must be one of {', '.join(ADJACENCIES)}, got {adj.value!r}.")
+
+
+def privacy_analyses(width: int, epsilon: float) -> dict:
+    """Both analyses of the scale ``L(L+2)/epsilon``, as recorded in the release."""
+    scale = noise_scale(width, epsilon)
+    return {
+        "replace-record": {
+            "l1_sensitivity": l1_sensitivity(width, "replace-record"),
+            "epsilon": l1_sensitivity(width, "replace-record") / scale,
+            "source": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
+        },
+        "add-remove-record": {
+            "l1_sensitivity": l1_sensitivity(width, "add-remove-record"),
+            "epsilon": l1_sensitivity(width, "add-remove-record") / scale,
+            "source": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L",
+        },
+    }
+
+
+@dataclass(frozen=True)
+class ElmFeatures:
+    """The public random hidden layer: ``sigmoid(x @ weight + bias)``, N(0, 1) entries."""
+
+    weight: np.ndarray  # (d, L) float64
+    bias: np.ndarray  # (L,) float64
+    seed: int
+
+    @property
+    def width(self) -> int:
+        return int(self.weight.shape[1])
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """Sigmoid features, float64, shape (n, L); written as exp of -|z| so it never overflows."""
+        z = np.asarray(x, dtype=np.float64) @ self.weight + self.bias
+        e = np.exp(-np.abs(z))
+        return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def elm_features(n_features: int, width: int, seed: int) -> ElmFeatures:
+    """W ~ N(0, 1)^(d x L), b ~ N(0, 1)^L from the public stream ``public_rng(seed, TAG_ELM)``."""
+    n_features = positive_int("n_features", n_features)
+    width = positive_int("width", width)
+    rng = public_rng(seed, TAG_ELM)
+    weight = rng.standard_normal((n_features, width))
+    bias = rng.standard_normal(width)
+    return ElmFeatures(weight=weight, bias=bias, seed=int(seed))
+
+
+def _quantize(h: np.ndarray) -> np.ndarray:
+    """Features as int64 multiples of 2^-FEATURE_BITS, in [0, 2^FEATURE_BITS] (exact per record)."""
+    q = np.rint(h * float(2**FEATURE_BITS))  # scaling by a power of two is exact
+    return np.clip(q, 0, 2**FEATURE_BITS).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ElmStatistics:
+    """The un-noised sufficient statistics (H^T H, H^T Y) of a set of records.
+
+    ``grid_bits = FEATURE_BITS``: exact int64 statistics in units of 2^-(2 grid_bits) (Gram) and
+    2^-grid_bits (cross), from grid-rounded features (discrete sampler). ``grid_bits = None``:
+    float64 statistics (textbook sampler). Statistics add and subtract, so an auditor can add or
+    remove one record's contribution (:meth:`plus`, :meth:`minus`) without recomputing the rest.
+    """
+
+    gram: np.ndarray  # (L, L)
+    cross: np.ndarray  # (L, K)
+    n_records: int
+    n_classes: int
+    grid_bits: int | None
+
+    @property
+    def width(self) -> int:
+        return int(self.gram.shape[0])
+
+    def _check(self, other: "ElmStatistics") -> None:
+        if (self.grid_bits, self.gram.shape, self.cross.shape) != (other.grid_bits, other.gram.shape, other.cross.shape):
+            raise UsageError("statistics must share width, classes and grid to be combined, got different ones.")
+
+    def plus(self, other: "ElmStatistics") -> "ElmStatistics":
+        self._check(other)
+        return ElmStatistics(self.gram + other.gram, self.cross + other.cross, self.n_records + other.n_records, self.n_classes, self.grid_bits)
+
+    def minus(self, other: "ElmStatistics") -> "ElmStatistics":
+        self._check(other)
+        return ElmStatistics(self.gram - other.gram, self.cross - other.cross, self.n_records - other.n_records, self.n_classes, self.grid_bits)
+
+    def gram_float(self) -> np.ndarray:
+        return self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits) if self.grid_bits is not None else self.gram
+
+    def cross_float(self) -> np.ndarray:
+        return self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits) if self.grid_bits is not None else self.cross
+
+
+def _check_xy(x: np.ndarray, y: np.ndarray, n_classes: int, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y)
+    if x.ndim != 2 or x.shape[1] != n_features:
+        raise UsageError(f"x must have shape (n, {n_features}), got {x.shape}.")
+    if y.shape != (x.shape[0],):
+        raise UsageError(f"y must have shape ({x.shape[0]},), got {y.shape}.")
+    if not np.all(np.isfinite(x)):
+        raise DataError("x must hold finite values only, got NaN or infinity.")
+    if y.size and (y.dtype.kind not in "iu" or y.min() < 0 or y.max() >= n_classes):
+        raise UsageError(f"y must hold integer labels in [0, {n_classes - 1}], got values outside.")
+    return x, y.astype(np.int64)
+
+
+def elm_sufficient_statistics(
+    x: np.ndarray,
+    y: np.ndarray,
+    width: int,
+    seed: int,
+    *,
+    n_classes: int,
+    sampler: str = DEFAULT_SAMPLER,
+    features: ElmFeatures | None = None,
+) -> ElmStatistics:
+    """H^T H and H^T Y of the records (x, y), accumulated over 1024-record chunks.
+
+    ``features`` (the public hidden layer) defaults to :func:`elm_features` for ``seed``.
+    ``sampler`` chooses the exact integer statistics (``discrete-laplace``) or float64
+    (``textbook``). Zero records give zero matrices (used by auditors as a neutral element).
+    """
+    one_of("sampler", sampler, SAMPLERS)
+    n_classes = positive_int("n_classes", n_classes)
+    width = positive_int("width", width)
+    x = np.asarray(x)
+    if features is None:
+        features = elm_features(x.shape[1] if x.ndim == 2 else 0, width, seed)
+    if features.width != width:
+        raise UsageError(f"features must have width {width}, got {features.width}.")
+    x, y = _check_xy(x, y, n_classes, features.weight.shape[0])
+    exact = sampler == "discrete-laplace"
+    n = x.shape[0]
+    if exact and n > _MAX_RECORDS_EXACT:
+        raise UsageError(f"number of records must be at most {_MAX_RECORDS_EXACT} for exact statistics, got {n}.")
+    dtype = np.int64 if exact else np.float64
+    gram = np.zeros((width, width), dtype=dtype)
+    cross = np.zeros((width, n_classes), dtype=dtype)
+    for start in range(0, n, CHUNK):
+        h = features.transform(x[start:start + CHUNK])
+        if exact:
+            h = _quantize(h)
+        onehot = np.zeros((h.shape[0], n_classes), dtype=dtype)
+        onehot[np.arange(h.shape[0]), y[start:start + CHUNK]] = 1
+        gram += h.T @ h
+        cross += h.T @ onehot
+    return ElmStatistics(gram=gram, cross=cross, n_records=int(n), n_classes=n_classes, grid_bits=FEATURE_BITS if exact else None)
+
+
+@dataclass(frozen=True)
+class ElmResult:
+    """A fitted (DP-)ELM: public hidden layer + output weights, and how they were obtained."""
+
+    features: ElmFeatures
+    beta: np.ndarray  # (L, K)
+    noisy_gram: np.ndarray  # (L, L) the released (noised) statistic, float64
+    noisy_cross: np.ndarray  # (L, K)
+    epsilon: float | None  # None: non-private reference fit
+    noise_scale: float | None
+    sampler: str | None
+    solver: str  # "solve" or "pinv" (fallback when the noised system is singular)
+    n_records: int
+
+    @property
+    def width(self) -> int:
+        return self.features.width
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """Regression outputs ``sigmoid(x W + b) beta`` (n, K)."""
+        return self.features.transform(x) @ self.beta
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.scores(x).argmax(axis=1)
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        """Softmax of the scores (only for ranking metrics; the ELM is a least-squares model)."""
+        s = self.scores(x)
+        s = s - s.max(axis=1, keepdims=True)
+        e = np.exp(s)
+        return e / e.sum(axis=1, keepdims=True)
+
+
+def solve_output_weights(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarray, str]:
+    """beta with gram @ beta = cross; the pseudoinverse only when ``gram`` is singular."""
+    try:
+        return np.linalg.solve(gram, cross), "solve"
+    except np.linalg.LinAlgError:
+        return np.linalg.pinv(gram) @ cross, "pinv"
+
+
+def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSource, *, sampler: str = DEFAULT_SAMPLER) -> tuple[np.ndarray, np.ndarray]:
+    """Noised (H^T H, H^T Y) as float64: Laplace scale L(L+2)/epsilon on every entry.
+
+    ``discrete-laplace`` needs exact statistics (``grid_bits`` set) and adds exact discrete
+    Laplace noise on the grids 2^-40 (Gram) and 2^-20 (cross); ``textbook`` adds inverse-CDF
+    Laplace doubles to float64 statistics.
+    """
+    one_of("sampler", sampler, SAMPLERS)
+    width = stats.width
+    epsilon = positive_finite("epsilon", epsilon)
+    if sampler == "discrete-laplace":
+        if stats.grid_bits is None:
+            raise UsageError("statistics must be exact (grid) statistics for the discrete-laplace sampler, got float64 ones.")
+        from fractions import Fraction
+
+        # The scale as an exact rational from the float epsilon: L(L+2) / epsilon.
+        scale = Fraction(width * (width + 2)) / Fraction(epsilon)
+        g = add_grid_laplace(stats.gram, scale, 2 * stats.grid_bits, noise)
+        c = add_grid_laplace(stats.cross, scale, stats.grid_bits, noise)
+        return grid_to_float(g, 2 * stats.grid_bits), grid_to_float(c, stats.grid_bits)
+    if stats.grid_bits is not None:
+        raise UsageError("statistics must be float64 statistics for the textbook sampler, got grid ones.")
+    scale = noise_scale(width, epsilon)
+    return stats.gram + textbook_laplace(noise, stats.gram.shape, scale), stats.cross + textbook_laplace(noise, stats.cross.shape, scale)
+
+
+def fit_from_statistics(
+    stats: ElmStatistics,
+    features: ElmFeatures,
+    epsilon: float | None,
+    *,
+    noise: NoiseSource | None,
+    sampler: str = DEFAULT_SAMPLER,
+) -> ElmResult:
+    """Noise the statistics (unless ``epsilon`` is None: non-private reference) and solve."""
+    if epsilon is None:
+        gram, cross = stats.gram_float(), stats.cross_float()
+        scale = None
+    else:
+        if noise is None:
+            raise UsageError("noise must be a NoiseSource for a private fit, got None.")
+        gram, cross = privatize_statistics(stats, epsilon, noise, sampler=sampler)
+        scale = noise_scale(stats.width, epsilon)
+    beta, solver = solve_output_weights(gram, cross)
+    return ElmResult(features=features, beta=beta, noisy_gram=gram, noisy_cross=cross, epsilon=None if epsilon is None else float(epsilon),
+                     noise_scale=scale, sampler=None if epsilon is None else sampler, solver=solver, n_records=stats.n_records)
+
+
+def fit_dp_elm(
+    x: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    width: int,
+    epsilon: float | None,
+    *,
+    seed: int,
+    noise: NoiseSource | None,
+    sampler: str = DEFAULT_SAMPLER,
+) -> ElmResult:
+    """One DP-ELM fit on (x, y): features from the public ``seed``, noise from ``noise``.
+
+    Pure ``epsilon``-DP under replace-one and add/remove-one adjacency (module docstring);
+    ``epsilon=None`` fits the non-private closed-form reference (no noise, no claim).
+    Cheap at small n (the discrete sampler costs about 6 us per noised entry, L^2 + L K entries).
+    """
+    width = positive_int("width", width)
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise UsageError(f"x must be a 2-D array, got shape {x.shape}.")
+    feats = elm_features(x.shape[1], width, seed)
+    stats = elm_sufficient_statistics(x, y, width, seed, n_classes=n_classes, sampler=sampler if epsilon is not None else "textbook", features=feats)
+    return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
+
+
+def _command_line(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency, reproducible_noise, noise_source, out_dir, split_seed,
+                  non_private=False) -> str:
+    parts = ["dpaudit", "train", "dp-elm", "--dataset", dataset, "--width", str(width), "--seed", str(seed)]
+    parts += ["--non-private"] if non_private else ["--eps", repr(float(epsilon))]
+    if data_dir is not None:
+        parts += ["--data-dir", str(data_dir)]
+    if sampler != DEFAULT_SAMPLER:
+        parts += ["--sampler", sampler]
+    if adjacency != DEFAULT_ADJACENCY:
+        parts += ["--adjacency", adjacency]
+    if split_seed is not None:
+        parts += ["--split-seed", str(split_seed)]
+    if reproducible_noise:
+        parts.append("--reproducible-noise")
+    elif noise_source != "os-entropy":
+        parts += ["--noise-source", noise_source]
+    parts += ["--out", str(out_dir)]
+    return shlex.join(parts)
+
+
+def train_and_release_dp_elm(
+    *,
+    dataset: str = DEFAULT_DATASET,
+    data_dir: str | os.PathLike | None = None,
+    width: int = DEFAULT_WIDTH,
+    epsilon: float = 2.0,
+    seed: int = 42,
+    sampler: str = DEFAULT_SAMPLER,
+    adjacency: str = DEFAULT_ADJACENCY,
+    reproducible_noise: bool = False,
+    noise_source: str = "os-entropy",
+    out_dir: str | os.PathLike | None = None,
+    ledger_path: str | os.PathLike | None = None,
+    split_seed: int | None = None,
+    profile: str | None = None,
+    non_private: bool = False,
+    record: bool = True,
+    prepared=None,
+) -> Release:
+    """Load ``dataset``, release a Laplace DP-ELM of ``width`` at pure ``epsilon``, publish it.
+
+    Order (check, then commit): validate, load, ledger preflight of ``PureEpsilon(epsilon)``
+    under ``adjacency`` *before* the private statistics are touched, fit, recompute the claim
+    from the event, check it is <= the target, write ``release.json`` and record it in the
+    ledger. ``profile=None`` is the dataset's default preprocessing. ``prepared`` may hold an
+    already loaded PreparedDataset. ``record=False`` skips the ledger (tests only; the preflight
+    still runs). ``non_private=True`` fits the closed-form ELM without noise and makes no claim
+    (``epsilon = inf``; the ledger then treats the dataset's budget as spent without bound).
+    """
+    width = positive_int("width", width)
+    if not non_private:
+        epsilon = positive_finite("epsilon", epsilon)
+    one_of("sampler", sampler, SAMPLERS)
+    one_of("adjacency", adjacency, ADJACENCIES)
+    seed = int(seed)
+    t0 = time.perf_counter()
+    if prepared is None:
+        from ..data import load_dataset
+
+        prepared = load_dataset(dataset, data_dir=data_dir, split_seed=split_seed, profile=profile)
+    data = prepared
+    if data.y_train.size == 0:
+        raise DataError(f"dataset {data.name} has an empty training partition.")
+    from ..releasing import make_noise_source, preflight
+
+    event = None if non_private else PureEpsilon(epsilon)
+    if event is not None:  # check, then commit: refuse an over-cap release before touching the data
+        preflight(dataset=data.name, partition="train", event=event, adjacency=adjacency, ledger_path=ledger_path)
+    noise = make_noise_source(seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source)
+    n_classes = int(data.n_classes)
+    feats = elm_features(data.n_features, width, seed)
+    setup_seconds = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    stats = elm_sufficient_statistics(data.x_train, data.y_train, width, seed, n_classes=n_classes,
+                                      sampler="textbook" if non_private else sampler, features=feats)
+    stats_seconds = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    result = fit_from_statistics(stats, feats, None if non_private else epsilon, noise=noise, sampler=sampler)
+    fit_seconds = time.perf_counter() - t2
+    train_seconds = time.perf_counter() - t1
+
+    if non_private:
+        claimed, analyses, epsilons, guarantee_dict = float("inf"), None, {}, {"type": "non-private"}
+    else:
+        # Recompute the claim from the event rather than trusting the input, and check it.
+        claimed = compute_epsilon(event, delta=0.0, accountant=ACCOUNTANT, adjacency=adjacency).epsilon
+        analyses = privacy_analyses(width, epsilon)
+        if analyses[adjacency]["epsilon"] > claimed * (1 + 1e-12):  # the scale must cover the claim
+            raise UsageError(f"noise scale must cover epsilon {claimed} under {adjacency}, got {analyses[adjacency]['epsilon']}.")
+        check_accounting(steps_executed=1, steps_accounted=1, epsilon=claimed, target_epsilon=epsilon)
+        epsilons, guarantee_dict = {"pure": claimed}, event.to_dict()
+
+    from .rvfl import classification_metrics
+
+    t3 = time.perf_counter()
+    metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
+    eval_seconds = time.perf_counter() - t3
+    if out_dir is None:
+        out_dir = Path("runs") / f"dp-elm-{data.name}-L{width}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(out_dir / "weights.npz", hidden_weight=feats.weight, hidden_bias=feats.bias, beta=result.beta,
+             noisy_gram=result.noisy_gram, noisy_cross=result.noisy_cross)
+    guarantee = None if non_private else sampler_guarantee(sampler).to_dict()
+    release = Release(
+        mechanism=MECHANISM,
+        dataset=data.identity(),
+        adjacency=adjacency,
+        accountant=ACCOUNTANT,
+        epsilon=claimed,
+        delta=0.0,
+        guarantee=guarantee_dict,
+        seed=seed,
+        noise_source=noise.spec.to_dict(),
+        target_epsilon=None if non_private else epsilon,
+        steps=1,
+        steps_executed=1,
+        partition="train",
+        privacy_unit="record",
+        non_private=bool(non_private),
+        epsilons=epsilons,
+        config={
+            "model": MECHANISM,
+            "width": width,
+            "noise_scale": result.noise_scale,
+            "noise_scale_formula": "L (L + 2) / epsilon on every entry of H^T H and H^T Y",
+            "sampler": None if non_private else sampler,
+            "sampler_guarantee": guarantee,
+            "claim_adjacency": adjacency,
+            "analyses": analyses,
+            "features": {"activation": "sigmoid", "init": "N(0, 1) weights and biases", "seed": seed, "tag": TAG_ELM,
+                         "grid_bits": stats.grid_bits},
+            "targets": "one-hot",
+            "n_classes": n_classes,
+            "chunk": CHUNK,
+            "dtype": "float64" if stats.grid_bits is None else "int64 exact on grid, float64 solve",
+            "symmetrised": False,
+            "ridge": 0.0,
+            "solver": result.solver,
+            "seeds": {"model_seed": seed, "split_seed": data.split_seed},
+            "profile": data.profile,
+            "validation_used": False,
+        },
+        metrics=metrics,
+        timings={"setup_seconds": setup_seconds, "train_seconds": train_seconds, "statistics_seconds": stats_seconds,
+                 "noise_and_solve_seconds": fit_seconds, "eval_seconds": eval_seconds},
+        artefacts={"weights": "weights.npz", "out_dir": str(out_dir)},
+        command=_command_line(dataset=data.name, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed, sampler=sampler, adjacency=adjacency,
+                              reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir, split_seed=split_seed,
+                              non_private=non_private),
+    )
+    from ..releasing import publish
+
+    publish(release, out_dir, ledger_path=ledger_path, record=record)
+    return release

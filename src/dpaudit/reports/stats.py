@@ -32,7 +32,7 @@ def cp_upper(k: int, n: int, alpha: float) -> float:
 
     if n <= 0 or k >= n:
         return 1.0
-    return float(beta.ppf(1.0 - alpha, k + 1, n - k))
+    return float(beta.ppf(1.0 - alpha, float(k + 1), float(n - k)))
 
 
 def _log_ratio(num: float, den: float) -> float:

@@ -1,0 +1,64 @@
+"""`dpaudit report PATH... [--format html|md|json] [--out FILE] [--ledger PATH]`."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .common import console, emit_json, note
+from .options import json_out, ledger
+
+
+class ReportFormat(str, Enum):
+    html = "html"
+    md = "md"
+    json = "json"
+
+
+_EXT = {"html": ".html", "md": ".md", "json": ".json"}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        paths: List[Path] = typer.Argument(..., help="Release and audit directories (or folders holding many; searched recursively)."),
+        fmt: ReportFormat = typer.Option(ReportFormat.html, "--format", help="html (self-contained), md (PNGs beside it) or json (the source of truth)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Output file (default: report.html / report.md; json goes to stdout).", show_default=False),
+        ledger_path: Optional[Path] = ledger(),
+        title: Optional[str] = typer.Option(None, "--title", help="Title of the report.", show_default=False),
+        fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit 1 when any verdict is VIOLATION or ACCOUNTING MISMATCH."),
+        as_json: bool = json_out(),
+    ):
+        """Write a reviewer report: verdict, claim card, provenance, budget, utility, audit, reproduce."""
+        from ..reports import build_report, report_json, write_report
+
+        command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None
+        model = build_report(paths, ledger_path=ledger_path, title=title, command=command)
+        written = None
+        if fmt is ReportFormat.json and out is None:
+            if as_json:
+                emit_json(model)
+            else:
+                sys.stdout.write(report_json(model) + "\n")
+        else:
+            target = out if out is not None else Path("report" + _EXT[fmt.value])
+            written = write_report(model, target, fmt=fmt.value)
+        verdicts = model["sections"]["verdict"]
+        if as_json and not (fmt is ReportFormat.json and out is None):
+            emit_json({"out": str(written), "format": fmt.value, "verdicts": [{"mechanism": v["mechanism"], "status": v["status"], "line": v["line"]} for v in verdicts],
+                       "notes": model["notes"]})
+        elif not as_json and written is not None:
+            for v in verdicts:
+                style = {"violation": "bold red", "accounting-mismatch": "bold red", "no-evidence": "green"}.get(v["status"], "yellow")
+                console.print(f"[{style}]{v['line']}[/]", highlight=False, soft_wrap=True)
+            n_err = sum(1 for n in model["notes"] if n["level"] == "error")
+            if n_err:
+                note(f"{n_err} error note(s) in the report: read them before signing.")
+            console.print(f"report written to {written}", highlight=False, soft_wrap=True)
+        if fail_on_violation and any(v["status"] in ("violation", "accounting-mismatch") for v in verdicts):
+            raise typer.Exit(1)

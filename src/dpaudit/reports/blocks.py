@@ -1,0 +1,355 @@
+"""The report model laid out as blocks (paragraphs, tables, key-value cards, code, figures).
+
+HTML and Markdown render the same blocks, so both formats always show the same numbers in
+the same order. Only :mod:`.model` decides *what* the numbers are; this module decides how
+they are worded and rounded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .inputs import num
+from .model import METRIC_ORDER, SECTIONS
+
+DASH = "n/a"
+
+
+@dataclass
+class Block:
+    kind: str  # p | verdict | table | kv | code | figures | notes | h3
+    text: str = ""
+    status: str = ""
+    caption: str = ""
+    headers: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  # figure names (section-local order)
+    notes: list[dict] = field(default_factory=list)
+
+
+def f(x: Any, digits: int = 3) -> str:
+    """A number for people: None -> n/a, inf -> inf, else ``digits`` significant decimals."""
+    v = num(x)
+    if v is None:
+        return DASH if x is None else str(x)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v != 0 and (abs(v) < 10 ** -digits or abs(v) >= 1e6):
+        return f"{v:.{digits}g}"
+    if float(v).is_integer() and abs(v) < 1e6 and not isinstance(x, float):
+        return str(int(v))
+    return f"{v:.{digits}f}"
+
+
+def g(x: Any) -> str:
+    v = num(x)
+    return DASH if v is None else f"{v:g}"
+
+
+def ms(s: dict | None) -> str:
+    """mean +/- SD (n seeds)."""
+    if not s or num(s.get("mean")) is None:
+        return DASH
+    sd = num(s.get("sd"))
+    n = s.get("n")
+    return f"{f(s['mean'])} ± {f(sd)} (n={n})" if sd is not None else f"{f(s['mean'])} (n={n})"
+
+
+def _val(v: Any) -> str:
+    if v is None:
+        return DASH
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) or num(v) is not None and not isinstance(v, str):
+        return f(v, 4)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
+def _notes_for(report: dict, section: str) -> Block | None:
+    ns = [n for n in report.get("notes", []) if n.get("section") == section]
+    return Block("notes", notes=ns) if ns else None
+
+
+def verdict_blocks(report: dict) -> list[Block]:
+    vs = report["sections"]["verdict"]
+    out = [Block("verdict", text=v["line"], status=v["status"]) for v in vs]
+    if not vs:
+        out.append(Block("p", text="No mechanism found among the inputs."))
+    out.append(Block("p", text=(
+        "A VIOLATION means an audit certified (at its stated confidence) a lower bound on epsilon above the claim. "
+        "“No evidence of a violation” is not a proof of privacy: it is bounded by the audit's ceiling and attack strength.")))
+    return out
+
+
+def claim_blocks(report: dict) -> list[Block]:
+    out = []
+    for c in report["sections"]["claim"]:
+        head = f"{c['mechanism']} — release {str(c['release_id'])[:12]}"
+        if c["non_private"]:
+            out.append(Block("kv", caption=head + " (non-private: no privacy claim)", pairs=[
+                ("dataset / partition", f"{c['dataset']} / {c['partition']}"), ("seed", _val(c["seed"])),
+                ("dpaudit version / commit", f"{c['dpaudit_version']} / {str(c['git_commit'] or DASH)[:12]}"),
+            ]))
+            continue
+        chk = c["accounting_check"]
+        pairs = [
+            ("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"),
+            ("accountant (claim)", str(c["accountant"])),
+            ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
+            ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
+            ("accounting check", f"{chk['status'].upper()}: {chk['message']}" if chk["message"] else chk["status"].upper()),
+            ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)),
+            ("sample rate (Poisson q)", g(c["sample_rate"])),
+            ("steps executed / accounted", f"{_val(c['steps_executed'])} / {_val(c['steps_accounted'])}"),
+            ("clipping norm (L2)", g(c["clipping_norm"])),
+            ("normaliser", _val(c["normalizer"])),
+            ("noise source", c["noise_source_label"]),
+            ("sampler", _val(c["sampler"])),
+            ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
+            ("public seed", _val(c["seed"])),
+            ("dpaudit version / commit", f"{c['dpaudit_version']} / {str(c['git_commit'] or DASH)[:12]}"),
+            ("created", str(c["created_at"])),
+        ]
+        out.append(Block("kv", caption=head, pairs=pairs))
+        rows = []
+        for e in c["epsilons"]:
+            rows.append([
+                e["accountant"] + (" (claim)" if e.get("claimed_with") else ""),
+                f(e["epsilon"], 4), f(e.get("lower"), 4), f(e.get("estimate"), 4), f(e.get("stored"), 4),
+                e.get("error") or "",
+            ])
+        out.append(Block("table", caption=f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
+                         headers=["accountant", "epsilon (recomputed)", "lower", "estimate", "stored in release", "note"], rows=rows))
+    if not out:
+        out.append(Block("p", text="No release among the inputs: the verdict rests on the audits' own claimed epsilon."))
+    return out
+
+
+def provenance_blocks(report: dict) -> list[Block]:
+    out = []
+    for d in report["sections"]["provenance"]:
+        sizes = d.get("split_sizes")
+        sizes_s = ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else _val(sizes)
+        out.append(Block("kv", caption=f"Dataset {d['name']}", pairs=[
+            ("prepared-data sha256", str(d.get("sha256") or DASH)),
+            ("kind / features / classes", f"{_val(d.get('kind'))} / {_val(d.get('n_features'))} / {_val(d.get('n_classes'))}"),
+            ("preprocessing profile", _val(d.get("profile"))),
+            ("split sizes", sizes_s or DASH),
+            ("split seed(s)", ", ".join(map(str, d.get("split_seeds") or [])) or DASH),
+            ("partitions used", ", ".join(map(str, d.get("partitions") or [])) or DASH),
+            ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
+        ]))
+        files = d.get("source_files") or {}
+        if files:
+            out.append(Block("table", caption=f"Source files of {d['name']}", headers=["file", "sha256"],
+                             rows=[[k, str(v)] for k, v in files.items()]))
+        else:
+            out.append(Block("p", text=f"{d['name']}: no source-file checksums recorded (embedded or synthetic data)."))
+    if not out:
+        out.append(Block("p", text="No dataset identity recorded in the inputs."))
+    return out
+
+
+SUMMARY_COLUMNS = ["dataset", "partition", "adjacency", "releases_subtree", "non_private_releases", "epsilon", "bound_by", "epsilon_rdp",
+                   "epsilon_prv", "epsilon_pure", "naive_epsilon", "delta", "cap", "remaining", "voided_releases"]
+SUMMARY_LABELS = {"releases_subtree": "releases", "non_private_releases": "non-private", "epsilon": "composed eps", "bound_by": "bound by",
+                  "epsilon_rdp": "eps (rdp)", "epsilon_prv": "eps (prv)", "epsilon_pure": "eps (pure)", "naive_epsilon": "naive sum of eps",
+                  "voided_releases": "voided"}
+ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon", "delta", "accountant", "non_private", "voided_by",
+                 "created_at"]
+
+
+def _cap(cap: Any) -> str:
+    if isinstance(cap, dict):
+        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}"
+    return _val(cap) if cap is not None else "none"
+
+
+def _table_of(rows: list[dict], preferred: list[str], only_preferred: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Columns: the preferred ones present (in order); the others too unless ``only_preferred``
+    and at least one preferred column exists (an unknown row shape is shown whole)."""
+    cols = [c for c in preferred if any(c in r for r in rows)]
+    if not (only_preferred and cols):
+        for r in rows:
+            for k in r:
+                if k not in cols:
+                    cols.append(k)
+    return cols, [[_val(r.get(c)) for c in cols] for r in rows]
+
+
+def budget_blocks(report: dict) -> list[Block]:
+    b = report["sections"]["budget"]
+    out = []
+    if b.get("available"):
+        ver = b.get("verify") if isinstance(b.get("verify"), dict) else None
+        integrity = "" if ver is None else (" — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)")
+        out.append(Block("p", text=f"Ledger: {b['ledger']}{integrity}"))
+        if b["summary"]:
+            rows = [dict(r, cap=_cap(r.get("cap"))) for r in b["summary"]]
+            cols, table = _table_of(rows, SUMMARY_COLUMNS, only_preferred=True)
+            out.append(Block("table", caption="Ledger summary for the datasets in this report: partition * is the whole dataset "
+                                              "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
+                             headers=[SUMMARY_LABELS.get(c, c) for c in cols], rows=table))
+        if b["entries"]:
+            cols, table = _table_of(b["entries"], ENTRY_COLUMNS, only_preferred=True)
+            out.append(Block("table", caption="Ledger entries of these datasets (append-only)", headers=cols, rows=table))
+    comp = b.get("composition") or []
+    if comp:
+        out.append(Block("table", caption="Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
+                         headers=["dataset", "partition", "adjacency", "releases", "naive sum of eps", "composed eps (rdp)", "composed eps (prv)", "at delta"],
+                         rows=[[r["dataset"], r["partition"], r["adjacency"], _val(r["releases"]), f(r["naive_sum"]), f(r["rdp"]), f(r["prv"]), g(r["delta"])]
+                               for r in comp]))
+    if not out:
+        out.append(Block("p", text="No private release and no ledger: nothing to account."))
+    return out
+
+
+def utility_blocks(report: dict) -> list[Block]:
+    u = report["sections"]["utility"]
+    rows = u["rows"]
+    if not rows:
+        return [Block("p", text="No release among the inputs: no utility to report.")]
+    names: list[str] = []
+    for r in rows:
+        for m in r["metrics"]:
+            if m not in names:
+                names.append(m)
+    names.sort(key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
+    table = [[r["mechanism"], r["dataset"], "non-private" if r["non_private"] else f(r["epsilon"]), _val(r["n"])]
+             + [ms(r["metrics"].get(m)) for m in names] for r in rows]
+    out = [Block("table", caption="Test metrics, mean ± SD over seeds (sample SD; n = number of releases)",
+                 headers=["mechanism", "dataset", "epsilon", "n"] + names, rows=table)]
+    if u["curves"]:
+        out.append(Block("figures", figures=["utility"]))
+    else:
+        out.append(Block("p", text="No privacy-utility curve: no group of releases differing only in epsilon."))
+    return out
+
+
+def audit_blocks(report: dict) -> list[Block]:
+    a = report["sections"]["audit"]
+    entries = a["audits"]
+    if not entries:
+        return [Block("p", text="No audit among the inputs.")]
+    t = a["table16"]
+    headers = ["mechanism", "task / target", "claimed eps"]
+    for c in t["canaries"]:
+        headers += [f"{c}: private eps_LB", f"{c}: no-noise ctrl", f"{c}: ceiling"]
+    headers += ["confidence", "trials"]
+    rows = []
+    for r in t["rows"] + ([t["max"]] if t.get("max") else []):
+        row = [r["mechanism"], r["task"], f(r["claimed_epsilon"])]
+        confs, trials = set(), set()
+        for c in t["canaries"]:
+            cell = r["cells"].get(c)
+            if cell is None:
+                row += ["—", "—", "—"]
+                continue
+            lb = f(cell["private"])
+            if cell.get("status") == "violation":
+                lb += " (VIOLATION)"
+            row += [lb, f(cell["no_noise"]), f(cell["ceiling"], 2)]
+            if cell.get("confidence") is not None:
+                confs.add(g(cell["confidence"]))
+            if cell.get("trials") is not None:
+                trials.add(str(cell["trials"]))
+        row += [" / ".join(sorted(confs)) or "", " / ".join(sorted(trials)) or ""]
+        rows.append(row)
+    out = [Block("table", caption="Empirical privacy audit (shape of DP-MixMin Table 16): Clopper–Pearson eps_LB of the private mechanism and of its no-noise control, per task and canary",
+                 headers=headers, rows=rows)]
+    det = []
+    methods: list[str] = []
+    for e in entries:
+        cnt = e.get("counts") or {}
+        det.append([
+            str(e.get("label") or DASH), str(e.get("mechanism")), str(e.get("canary") or DASH), str(e.get("task") or e.get("dataset") or DASH),
+            f(e.get("compared_claim")), g(e.get("delta")), f(e.get("epsilon_lower_bound")), f(e.get("recomputed_epsilon_lower_bound")),
+            f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")), _val(e.get("trials")), _val(e.get("eval_trials")),
+            "/".join(_val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn")) if cnt else DASH,
+            f(e.get("threshold")), f(e.get("ceiling"), 2), f(e.get("gdp_estimate")), f(e.get("auc")),
+            _method_ref(e.get("method"), methods), e.get("status", "").upper(),
+        ])
+    out.append(Block("table", caption="Every audit in detail (eps_LB recomputed by this report from the stored EVAL counts as a cross-check)",
+                     headers=["audit", "mechanism", "canary", "task", "claim", "delta", "eps_LB", "eps_LB (recomputed)", "null ctrl", "confidence",
+                              "trials", "EVAL trials", "TP/FP/TN/FN", "threshold", "ceiling", "GDP est.", "AUC", "method", "status"], rows=det))
+    for k, m in enumerate(methods, 1):
+        out.append(Block("p", text=f"Method [{k}]: {m}"))
+    out.append(Block("figures", figures=["eps_lb_vs_claimed", "roc", "hist"]))
+    return out
+
+
+def _method_ref(method: Any, methods: list[str]) -> str:
+    """Long method descriptions go below the table once; the cell holds a reference [k]."""
+    if not method:
+        return DASH
+    m = str(method)
+    if m not in methods:
+        methods.append(m)
+    return f"[{methods.index(m) + 1}]"
+
+
+def reproduce_blocks(report: dict) -> list[Block]:
+    out = []
+    for r in report["sections"]["reproduce"]:
+        what = {"release": "Release", "audit": "Audit", "report": "This report"}.get(r["kind"], r["kind"])
+        head = f"{what}: {r['mechanism']}" if r.get("mechanism") else what
+        if r.get("id"):
+            head += f" ({str(r['id'])[:12]})"
+        meta = []
+        if r.get("path"):
+            meta.append(f"directory {r['path']}")
+        if r.get("seed") is not None:
+            meta.append(f"seed {_val(r['seed'])}")
+        if r.get("noise"):
+            meta.append(f"noise: {r['noise']}")
+        if r.get("git_commit"):
+            meta.append(f"commit {str(r['git_commit'])[:12]}")
+        out.append(Block("h3", text=head))
+        if meta:
+            out.append(Block("p", text="; ".join(meta)))
+        if r["command"]:
+            out.append(Block("code", text=r["command"]))
+        elif r.get("parameters"):
+            params = dict(r["parameters"])
+            cfg = params.pop("config", None)
+            lines = ["# command not recorded; the audit's recorded parameters:"]
+            lines += [f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())]
+            if cfg is not None:
+                lines.append("#   config = " + json.dumps(cfg, sort_keys=True, default=str))
+            out.append(Block("code", text="\n".join(lines)))
+        else:
+            out.append(Block("code", text="# command not recorded"))
+    out.append(Block("p", text="With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
+                               "not the exact noise draw; metrics agree up to that noise."))
+    return out
+
+
+BUILDERS = {
+    "verdict": verdict_blocks, "claim": claim_blocks, "provenance": provenance_blocks, "budget": budget_blocks,
+    "utility": utility_blocks, "audit": audit_blocks, "reproduce": reproduce_blocks,
+}
+
+
+def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
+    """(section key, heading, blocks) for the seven sections, notes first in each."""
+    out = []
+    for key, heading in SECTIONS:
+        blocks = []
+        nb = _notes_for(report, key)
+        if key == "verdict":
+            extra = [n for n in report.get("notes", []) if n.get("section") == "inputs"]
+            if extra:
+                blocks.append(Block("notes", notes=extra))
+        if nb:
+            blocks.append(nb)
+        blocks.extend(BUILDERS[key](report))
+        out.append((key, heading, blocks))
+    return out

@@ -1,0 +1,431 @@
+"""Finding and reading the inputs of a report: releases, audits, raw audit scores.
+
+Every reader here is tolerant by design: a truncated or malformed file becomes a *note* in the
+report (never a traceback, never silently dropped), and an audit record that lacks a key the
+verdict needs is marked incomplete so that the verdict says INCONCLUSIVE rather than guessing.
+Only an input list that yields nothing readable at all is an error (one line).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..errors import DataError, DPAuditError, UsageError
+from ..records import RELEASE_FILE, Release, read_json
+
+#: File name of an audit record (the audit module writes it; kept here so reports do not
+#: depend on the audit module being importable).
+AUDIT_FILE = "audit.json"
+
+#: Keys the verdict cannot do without. Missing ones make an audit "incomplete".
+VERDICT_KEYS = ("epsilon_lower_bound", "claimed_epsilon")
+#: Keys a complete audit record should carry (missing ones are listed in an info note).
+EXPECTED_AUDIT_KEYS = (
+    "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
+    "method", "threshold", "counts", "ceiling", "controls",
+)
+
+
+@dataclass
+class Note:
+    """Something the reader of the report must know: ``level`` is error, warning or info."""
+
+    level: str
+    section: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "section": self.section, "message": self.message}
+
+
+@dataclass
+class LoadedRelease:
+    path: Path  # the release directory
+    release: Release
+
+
+@dataclass
+class LoadedAudit:
+    path: Path  # the audit directory
+    record: dict
+    view: dict  # normalised fields (see normalise_audit)
+
+
+@dataclass
+class Inputs:
+    releases: list[LoadedRelease] = field(default_factory=list)
+    audits: list[LoadedAudit] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+
+def num(value: Any) -> float | None:
+    """A float from a JSON value (numbers or the strings "inf"/"nan" records use), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def integer(value: Any) -> int | None:
+    v = num(value)
+    if v is None or not math.isfinite(v):
+        return None
+    return int(v)
+
+
+def canonical_mechanism(name: Any) -> str:
+    """Key used to match releases and audits of one mechanism: case, '_' and a 'dp-' prefix ignored."""
+    s = str(name or "unknown").strip().lower().replace("_", "-").replace(" ", "-")
+    return s[3:] if s.startswith("dp-") and len(s) > 3 else s
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def _audit_file_name() -> str:
+    try:  # prefer the audit module's constant once it exists
+        from .. import audits as _audits
+
+        return str(getattr(_audits, "AUDIT_FILE", AUDIT_FILE))
+    except Exception:  # pragma: no cover - the audit package failing to import must not stop a report
+        return AUDIT_FILE
+
+
+def discover(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path]]:
+    """(release files, audit files, given paths) found under ``paths`` (files or folders, recursive).
+
+    A path that does not exist is a :class:`UsageError` (the user mistyped it); a folder with
+    nothing in it is reported by the caller.
+    """
+    audit_name = _audit_file_name()
+    names = {RELEASE_FILE, audit_name, AUDIT_FILE}
+    releases: list[Path] = []
+    audits: list[Path] = []
+    given: list[Path] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if not p.exists():
+            raise UsageError(f"report input must be an existing release/audit directory or file, got {str(raw)!r}.")
+        given.append(p)
+        if p.is_file():
+            files = [p]
+        else:
+            files = sorted(f for f in p.rglob("*.json") if f.name in names and not any(part.startswith(".") for part in f.relative_to(p).parts[:-1]))
+        for f in files:
+            r = f.resolve()
+            if r in seen:
+                continue
+            seen.add(r)
+            if f.name == RELEASE_FILE:
+                releases.append(f)
+            elif f.name in (audit_name, AUDIT_FILE):
+                audits.append(f)
+            else:
+                # a file given explicitly under another name: its name says what it is
+                (audits if "audit" in f.name else releases).append(f)
+    return releases, audits, given
+
+
+# ------------------------------------------------------------------ audits
+
+
+def _first(record: dict, *keys: str) -> Any:
+    for k in keys:
+        if k in record and record[k] is not None:
+            return record[k]
+    return None
+
+
+def _control(controls: Any, *names: str) -> dict | None:
+    """The control whose name contains one of ``names`` (dict-of-dicts or list-of-dicts)."""
+    if isinstance(controls, dict):
+        items = list(controls.items())
+    elif isinstance(controls, list):
+        items = [(str(c.get("name") or c.get("kind") or i), c) for i, c in enumerate(controls) if isinstance(c, dict)]
+    else:
+        return None
+    for key, value in items:
+        k = str(key).lower().replace("_", "-")
+        if any(n in k for n in names):
+            if isinstance(value, dict):
+                return value
+            v = num(value)
+            return {"epsilon_lower_bound": v} if v is not None else None
+    return None
+
+
+def _control_view(c: dict | None) -> dict | None:
+    if c is None:
+        return None
+    auc = num(_first(c, "auc", "roc_auc"))
+    if auc is None and isinstance(c.get("roc"), dict):
+        auc = num(c["roc"].get("auc"))
+    return {
+        "epsilon_lower_bound": num(_first(c, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
+        "auc": auc,
+        "counts": _counts(c.get("counts")),
+        "ceiling": num(c.get("ceiling")),
+    }
+
+
+def _roc_view(roc: Any) -> dict | None:
+    """ROC points as {fpr: [...], tpr: [...], auc} from a dict or a list of [fpr, tpr] pairs."""
+    if isinstance(roc, dict):
+        fpr, tpr = roc.get("fpr"), roc.get("tpr")
+        if isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr:
+            try:
+                return {"fpr": [float(x) for x in fpr], "tpr": [float(x) for x in tpr], "auc": num(roc.get("auc"))}
+            except (TypeError, ValueError):
+                return None
+        if isinstance(roc.get("points"), list):
+            inner = _roc_view(roc["points"])
+            if inner is not None and inner["auc"] is None:
+                inner["auc"] = num(roc.get("auc"))
+            return inner
+        return None
+    if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
+        try:
+            return {"fpr": [float(p[0]) for p in roc], "tpr": [float(p[1]) for p in roc], "auc": None}
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _name_of(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return str(_first(value, "name", "kind", "type", "id") or "unnamed")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or None
+    return str(value)
+
+
+def _dict_or_none(value: Any) -> dict | None:
+    return value if isinstance(value, dict) else None
+
+
+def _counts(value: Any) -> dict | None:
+    """EVAL counts {tp, fp, tn, fn} as non-negative ints, else None (never half-read)."""
+    if not isinstance(value, dict):
+        return None
+    out = {k: integer(value.get(k)) for k in ("tp", "fp", "tn", "fn")}
+    if any(v is None or v < 0 or v > 10**12 for v in out.values()):
+        return None
+    return out
+
+
+def normalise_audit(record: dict) -> dict:
+    """Pull the fields a report needs out of an audit record, whatever its exact key names.
+
+    Returns a flat dict; absent values are None and ``missing`` lists expected keys that were
+    absent (so the report can say so).
+    """
+    controls = record.get("controls")
+    runs = _first(record, "runs", "trials", "n_runs", "n_trials")
+    if isinstance(runs, dict):  # e.g. {"total": 2000, "select": 1000, "eval": 1000}
+        trials = integer(_first(runs, "total", "n", "runs")) or None
+        eval_trials = integer(_first(runs, "eval", "evaluation"))
+    else:
+        trials, eval_trials = integer(runs), None
+    counts = _counts(record.get("counts"))
+    if eval_trials is None:
+        eval_trials = integer(record.get("eval_size"))
+    if eval_trials is None and counts is not None:
+        c = [integer(counts.get(k)) for k in ("tp", "fp", "tn", "fn")]
+        eval_trials = sum(c) if all(x is not None for x in c) else None
+    dataset = record.get("dataset")
+    task = _first(record, "task", "target")
+    view = {
+        "id": str(record.get("id")) if isinstance(record.get("id"), (str, int)) else "",
+        "mechanism": _name_of(record.get("mechanism")),
+        "canary": _name_of(record.get("canary")),
+        "task": _name_of(task),
+        "dataset": _name_of(dataset),
+        "trials": trials,
+        "eval_trials": eval_trials,
+        "claimed_epsilon": num(_first(record, "claimed_epsilon", "epsilon")),
+        "delta": num(record.get("delta")),
+        "epsilon_lower_bound": num(_first(record, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
+        "confidence": num(record.get("confidence")),
+        "method": _name_of(record.get("method")),
+        "threshold": num(record.get("threshold")),
+        "counts": counts,
+        "ceiling": num(record.get("ceiling")),
+        "ceiling_source": "audit" if num(record.get("ceiling")) is not None else None,
+        "gdp_estimate": num(record.get("gdp_estimate")) if not isinstance(record.get("gdp_estimate"), dict) else num(_first(record["gdp_estimate"], "epsilon", "value")),
+        # a role, noise flag or insertion flag of the wrong type marks the record as not a
+        # plain private audit: it then supports no verdict (fail closed, never "no evidence")
+        "role": record["role"] if isinstance(record.get("role"), str) else ("main" if record.get("role") is None else "unknown"),
+        "noise": record.get("noise", True) is True,
+        "canary_inserted": record.get("canary_inserted", True) is True,
+        "direction": "less" if record.get("direction") == "less" else "greater",
+        "adjacency": record.get("adjacency") if isinstance(record.get("adjacency"), str) else None,
+        "no_noise": _control_view(_control(controls, "no-noise", "nonoise", "no-dp", "non-private")),
+        "null": _control_view(_control(controls, "null")),
+        "roc": _roc_view(record.get("roc")),
+        "auc": num(_first(record, "auc", "roc_auc")),
+        "seeds": _first(record, "seeds", "seed"),
+        "command": record.get("command") if isinstance(record.get("command"), (str, list)) else None,
+        "release_id": record.get("release_id") if isinstance(record.get("release_id"), str) else None,
+        "release_path": _first(record, "release_path", "release"),
+        "missing": [k for k in EXPECTED_AUDIT_KEYS if k not in record],
+    }
+    if view["auc"] is None and view["roc"] is not None:
+        view["auc"] = view["roc"]["auc"]
+    if isinstance(view["release_path"], dict):  # an embedded release reference
+        view["release_id"] = view["release_id"] or view["release_path"].get("id")
+        view["release_path"] = view["release_path"].get("path")
+    if view["release_path"] is not None and not isinstance(view["release_path"], str):
+        view["release_path"] = None
+    return view
+
+
+def scores_file(audit_dir: Path, record: dict) -> Path | None:
+    """The raw per-trial scores file of an audit (npz with ``scores`` and ``worlds``), if any."""
+    cands: list[Any] = [_first(record, "scores_file", "raw_scores", "scores_path")]
+    for k in ("artefacts", "artifacts", "files"):
+        if isinstance(record.get(k), dict):
+            cands.append(_first(record[k], "scores", "scores_file", "raw_scores"))
+    for c in cands:
+        if isinstance(c, str) and c:
+            p = Path(c)
+            p = p if p.is_absolute() else audit_dir / p
+            if p.is_file():
+                return p
+    found = sorted(audit_dir.glob("*.npz"))
+    preferred = [f for f in found if "score" in f.name]
+    return (preferred or found or [None])[0]
+
+
+def read_scores(path: Path) -> dict:
+    """Per-trial scores of an audit's main role: {"scores", "worlds", "select" (or None)}.
+
+    Understands the audit engine's layout (``main_score``, ``main_world``, ``main_select``) and
+    a plain one (``scores``, ``worlds``); worlds are True / 1 for "canary in".
+    Raises a one-line DataError when the file is unreadable or inconsistent.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            keys = set(z.files)
+            layouts = (("main_score", "main_world", "main_select"), ("scores", "worlds", "select"), ("score", "world", "select"))
+            found = next((lay for lay in layouts if lay[0] in keys and lay[1] in keys), None)
+            if found is None:
+                raise DataError(f"audit scores {path} must hold arrays main_score/main_world or scores/worlds, got {sorted(keys)}.")
+            scores = np.asarray(z[found[0]], dtype=float).ravel()
+            worlds = np.asarray(z[found[1]]).astype(bool).ravel()
+            select = np.asarray(z[found[2]]).astype(bool).ravel() if found[2] in keys else None
+    except DPAuditError:
+        raise
+    except Exception as e:  # zipfile / value errors of a truncated npz
+        raise DataError(f"audit scores {path} are unreadable (truncated or corrupt): {type(e).__name__}.") from None
+    if scores.shape != worlds.shape or (select is not None and select.shape != scores.shape):
+        raise DataError(f"audit scores {path} must have one world per score, got {scores.size} scores and {worlds.size} worlds.")
+    return {"scores": scores, "worlds": worlds, "select": select}
+
+
+# ------------------------------------------------------------------ release field types
+
+_STR = (str,)
+_NUM_OR_NONE = ("target_epsilon", "noise_multiplier", "sample_rate", "clipping_norm")
+_INT_OR_NONE = ("steps", "steps_executed", "normalizer")
+_DICT = ("guarantee", "noise_source", "epsilons", "config", "metrics", "timings", "artefacts")
+
+
+def check_release_types(rel: Release, where: Path) -> None:
+    """Raise a one-line DataError when a release field has a type no writer produces.
+
+    A report must never guess around a malformed claim: such a release is skipped with an
+    error note rather than half-rendered.
+    """
+
+    def bad(name: str, rule: str, value: Any) -> DataError:
+        return DataError(f"release {where}: {name} must be {rule}, got {value!r:.60}.")
+
+    for name in ("mechanism", "id", "adjacency", "accountant", "partition", "privacy_unit"):
+        v = getattr(rel, name)
+        if not isinstance(v, str) or not v:
+            raise bad(name, "a non-empty string", v)
+    if not isinstance(rel.dataset, (dict, str)):
+        raise bad("dataset", "an object", rel.dataset)
+    if isinstance(rel.dataset, dict) and not isinstance(rel.dataset.get("name", ""), str):
+        raise bad("dataset.name", "a string", rel.dataset.get("name"))
+    for name in ("epsilon", "delta"):
+        v = getattr(rel, name)
+        if num(v) is None or isinstance(v, bool):
+            raise bad(name, "a number", v)
+    for name in _NUM_OR_NONE:
+        v = getattr(rel, name)
+        if v is not None and (num(v) is None or isinstance(v, bool)):
+            raise bad(name, "a number or null", v)
+    for name in _INT_OR_NONE:
+        v = getattr(rel, name)
+        if v is not None and integer(v) is None:
+            raise bad(name, "an integer or null", v)
+    for name in _DICT:
+        v = getattr(rel, name)
+        if not isinstance(v, dict):
+            raise bad(name, "an object", v)
+    if not isinstance(rel.non_private, bool):
+        raise bad("non_private", "true or false", rel.non_private)
+    if isinstance(rel.seed, (dict, list)):
+        raise bad("seed", "an integer", rel.seed)
+    if rel.command is not None and not isinstance(rel.command, (str, list)):
+        raise bad("command", "a string or a list", rel.command)
+    for name in ("created_at", "dpaudit_version", "git_commit"):
+        v = getattr(rel, name)
+        if v is not None and not isinstance(v, str):
+            raise bad(name, "a string or null", v)
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
+    """Read every release and audit under ``paths``; unreadable files become error notes."""
+    paths = list(paths)
+    if not paths:
+        raise UsageError("report inputs must be at least one release or audit path, got none.")
+    release_files, audit_files, given = discover(paths)
+    out = Inputs(paths=[str(p) for p in given])
+    for f in release_files:
+        try:
+            rel = Release.from_dict(read_json(f, "release"))
+            check_release_types(rel, f)
+        except DPAuditError as e:
+            out.notes.append(Note("error", "inputs", f"release skipped: {e}"))
+            continue
+        except (TypeError, ValueError) as e:
+            out.notes.append(Note("error", "inputs", f"release {f} skipped: malformed fields ({e})."))
+            continue
+        out.releases.append(LoadedRelease(f.parent, rel))
+    for f in audit_files:
+        try:
+            rec = read_json(f, "audit")
+        except DPAuditError as e:
+            out.notes.append(Note("error", "inputs", f"audit skipped: {e}"))
+            continue
+        view = normalise_audit(rec)
+        out.audits.append(LoadedAudit(f.parent, rec, view))
+    if not out.releases and not out.audits:
+        if release_files or audit_files:
+            msgs = "; ".join(n.message for n in out.notes[:3])
+            raise DataError(f"no readable release or audit under the given paths ({msgs}).")
+        raise DataError(
+            f"no {RELEASE_FILE} or {_audit_file_name()} found under {', '.join(str(p) for p in given)}."
+        )
+    return out

@@ -1,0 +1,69 @@
+"""Markdown rendering: the same blocks as the HTML, figures written as PNG files beside it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .blocks import Block, layout
+from .plots import Figure, all_figures
+
+_BADGE = {
+    "violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️",
+}
+
+
+def _cell(s: object) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
+    out = [f"**{caption}**", ""] if caption else []
+    out.append("| " + " | ".join(_cell(h) for h in headers) + " |")
+    out.append("|" + "|".join("---" for _ in headers) + "|")
+    out.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
+    return "\n".join(out)
+
+
+def _block(b: Block, figures: list[Figure], asset_rel: str) -> str:
+    if b.kind == "p":
+        return b.text
+    if b.kind == "h3":
+        return f"### {b.text}"
+    if b.kind == "verdict":
+        return f"> {_BADGE.get(b.status, '')} **{b.text}**"
+    if b.kind == "table":
+        return _table(b.headers, b.rows, b.caption)
+    if b.kind == "kv":
+        return _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption)
+    if b.kind == "code":
+        return f"```sh\n{b.text}\n```"
+    if b.kind == "notes":
+        return "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes)
+    if b.kind == "figures":
+        chosen = [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
+        if not chosen:
+            return "_No figure: the inputs hold no data to plot._"
+        return "\n\n".join(f"![{fig.title}]({asset_rel}/{fig.name}.png)\n\n*{fig.title}.* {fig.caption}" for fig in chosen)
+    raise ValueError(f"unknown block kind {b.kind!r}")
+
+
+def render_markdown(report: dict, out_file: str | os.PathLike, figures: list[Figure] | None = None) -> Path:
+    """Write ``out_file`` (Markdown) and its PNG figures in ``<stem>_files/`` beside it."""
+    out_file = Path(out_file)
+    assets = out_file.parent / f"{out_file.stem}_files"
+    figures = all_figures(report) if figures is None else figures
+    if figures:
+        assets.mkdir(parents=True, exist_ok=True)
+        for fig in figures:
+            (assets / f"{fig.name}.png").write_bytes(fig.png)
+    parts = [f"# {report['title']}", "",
+             f"_generated {report['generated_at']} by dpaudit {report['dpaudit_version']} from "
+             f"{len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)_", ""]
+    for _key, heading, blocks in layout(report):
+        parts += [f"## {heading}", ""]
+        for b in blocks:
+            parts += [_block(b, figures, assets.name), ""]
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text("\n".join(parts))
+    return out_file

@@ -1,0 +1,216 @@
+"""Figures of a report, drawn from the report model only (never from the raw inputs).
+
+Matplotlib's object API with the Agg canvas is used directly (no ``pyplot``, no global backend
+switch), so rendering a report never changes a user's matplotlib state. One style for all
+figures: same size, fonts, palette and grid; every axis is labelled with its unit.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+from .inputs import num
+
+PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6d4c41", "#546e7a")
+IN_COLOR, OUT_COLOR = "#c0392b", "#1f4e79"
+FIGSIZE = (6.4, 4.0)
+DPI = 110
+MAX_HISTOGRAMS = 16
+MAX_ROC_CURVES = 8
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # file stem, unique within a report
+    section: str  # report section key
+    title: str
+    caption: str
+    png: bytes
+
+
+def _new_figure(figsize=FIGSIZE):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=figsize, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set_title(title, fontsize=11)
+    ax.set_xlabel(xlabel, fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=10)
+    ax.tick_params(labelsize=9)
+    ax.grid(True, which="major", alpha=0.3, linewidth=0.6)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
+    return buf.getvalue()
+
+
+def _label(e: dict) -> str:
+    parts = [str(e.get("mechanism") or "?"), str(e.get("canary") or "")]
+    if e.get("task"):
+        parts.append(str(e["task"]))
+    if num(e.get("compared_claim")) is not None:
+        parts.append(f"eps {num(e['compared_claim']):.3g}")
+    lab = " / ".join(p for p in parts if p)
+    return f"{lab} [{e['label']}]" if e.get("label") else lab
+
+
+def roc_figures(report: dict) -> list[Figure]:
+    """One log-log ROC figure per mechanism (at most MAX_ROC_CURVES curves each)."""
+    audits = [e for e in report["sections"]["audit"]["audits"] if e.get("roc") and e["roc"].get("fpr")]
+    by_mech: dict[str, list[dict]] = {}
+    for e in audits:
+        by_mech.setdefault(str(e.get("mechanism") or "unknown"), []).append(e)
+    out = []
+    for k, (mech, es) in enumerate(by_mech.items()):
+        fig = _new_figure((8.6, 4.2))
+        ax = fig.add_subplot()
+        floor = 1.0
+        for j, e in enumerate(es[:MAX_ROC_CURVES]):
+            fpr = [num(x) for x in e["roc"]["fpr"]]
+            tpr = [num(x) for x in e["roc"]["tpr"]]
+            pts = [(f, t) for f, t in zip(fpr, tpr) if f is not None and t is not None and f > 0 and t > 0]
+            if not pts:
+                continue
+            floor = min(floor, min(p[0] for p in pts), min(p[1] for p in pts))
+            auc = num(e.get("auc"))
+            lab = _label(e) + (f" (AUC {auc:.3f})" if auc is not None else "")
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=PALETTE[j % len(PALETTE)], linewidth=1.6, drawstyle="steps-post", label=lab)
+        floor = max(min(floor, 1e-2) / 2, 1e-6)
+        ax.plot([floor, 1], [floor, 1], color="#888888", linestyle="--", linewidth=1, label="chance (TPR = FPR)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(floor, 1.05)
+        ax.set_ylim(floor, 1.05)
+        _style(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+        more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn." if len(es) > MAX_ROC_CURVES else ""
+        out.append(Figure(f"roc_{k}", "audit", f"ROC ({mech})",
+                          "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)." + more,
+                          _png(fig)))
+    return out
+
+
+def histogram_figures(report: dict) -> list[Figure]:
+    """In/out score histograms, one per audit with raw scores (at most MAX_HISTOGRAMS)."""
+    out = []
+    es = [e for e in report["sections"]["audit"]["audits"] if e.get("histogram") and e["histogram"].get("edges")]
+    for e in es[:MAX_HISTOGRAMS]:
+        h = e["histogram"]
+        edges = [num(x) for x in h["edges"]]
+        widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
+        fig = _new_figure((6.4, 3.4))
+        ax = fig.add_subplot()
+        ax.bar(edges[:-1], h["out"], width=widths, align="edge", color=OUT_COLOR, alpha=0.55, label=f"canary out (n={h['n_out']})")
+        ax.bar(edges[:-1], h["in"], width=widths, align="edge", color=IN_COLOR, alpha=0.55, label=f"canary in (n={h['n_in']})")
+        thr = num(e.get("threshold"))
+        if thr is not None and edges[0] <= thr <= edges[-1]:
+            ax.axvline(thr, color="black", linestyle=":", linewidth=1.2, label=f"threshold {thr:.3g}")
+        rule = "<=" if e.get("direction") == "less" else ">="
+        _style(ax, f"Scores: {_label(e)}", f"attack score (the audit says IN when score {rule} threshold)", "trials (count)")
+        ax.legend(fontsize=8, loc="upper right")
+        out.append(Figure(f"hist_{e['index']}", "audit", f"Score histogram ({_label(e)})",
+                          "Distribution of the attack's score in the world with the canary and without it.", _png(fig)))
+    return out
+
+
+def eps_figure(report: dict) -> list[Figure]:
+    """eps_LB against the claimed epsilon, with the y = x line a violation must cross."""
+    pts = [p for p in report["sections"]["audit"]["eps_points"]
+           if num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))]
+    if not pts:
+        return []
+    fig = _new_figure((8.0, 4.2))
+    ax = fig.add_subplot()
+    claims = [num(p["claimed_epsilon"]) for p in pts]
+    vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")]
+    finite = [v for v in vals + claims if v is not None and math.isfinite(v)]
+    top = max(finite) * 1.15 if finite else 1.0
+    top = max(top, 0.1)
+    ax.plot([0, top], [0, top], color="#888888", linestyle="--", linewidth=1, label="eps_LB = claimed (above: violation)")
+    ax.fill_between([0, top], [0, top], [top, top], color=IN_COLOR, alpha=0.06)
+    mechs = sorted({str(p.get("mechanism")) for p in pts})
+    # a small horizontal offset per canary keeps coinciding points apart
+    canaries = sorted({str(p.get("canary")) for p in pts})
+    off = {c: (i - (len(canaries) - 1) / 2) * 0.012 * top for i, c in enumerate(canaries)}
+
+    def _clip(v):
+        return None if v is None else (top if not math.isfinite(v) else v)
+
+    seen = set()
+    for p in pts:
+        c = num(p["claimed_epsilon"]) + off[str(p.get("canary"))]
+        color = PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)]
+        lb, nn, ce = _clip(num(p.get("epsilon_lower_bound"))), _clip(num(p.get("no_noise"))), _clip(num(p.get("ceiling")))
+        lab = str(p.get("mechanism"))
+        if lb is not None:
+            viol = p.get("status") == "violation"
+            ax.scatter([c], [lb], s=46 if viol else 34, marker="X" if viol else "o", color=IN_COLOR if viol else color, zorder=3,
+                       label=None if (lab, "lb") in seen else f"{lab}: private eps_LB")
+            seen.add((lab, "lb"))
+        if nn is not None:
+            ax.scatter([c], [nn], s=30, marker="^", facecolors="none", edgecolors=color, zorder=3,
+                       label=None if (lab, "nn") in seen else f"{lab}: no-noise control")
+            seen.add((lab, "nn"))
+        if ce is not None:
+            ax.scatter([c], [ce], s=40, marker="_", color="#444444", zorder=2,
+                       label=None if "ceiling" in seen else "ceiling (max certifiable)")
+            seen.add("ceiling")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    _style(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    return [Figure("eps_lb_vs_claimed", "audit", "eps_LB vs claimed epsilon",
+                   "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
+                   "points above the dashed line contradict the claim.", _png(fig))]
+
+
+def utility_figures(report: dict) -> list[Figure]:
+    """Privacy-utility curves: metric mean +/- SD over seeds vs epsilon, non-private reference dashed."""
+    out = []
+    for k, c in enumerate(report["sections"]["utility"]["curves"]):
+        pts = c["points"]
+        names = []
+        for p in pts:
+            for m in p["metrics"]:
+                if m not in names:
+                    names.append(m)
+        fig = _new_figure()
+        ax = fig.add_subplot()
+        eps = [num(p["epsilon"]) for p in pts]
+        for j, m in enumerate(names):
+            color = PALETTE[j % len(PALETTE)]
+            xs, ys, es = [], [], []
+            for x, p in zip(eps, pts):
+                s = p["metrics"].get(m)
+                if s and num(s.get("mean")) is not None:
+                    xs.append(x)
+                    ys.append(num(s["mean"]))
+                    es.append(num(s.get("sd")) or 0.0)
+            ax.errorbar(xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m)
+            ref = (c.get("reference") or {}).get(m)
+            if ref and num(ref.get("mean")) is not None:
+                ax.axhline(num(ref["mean"]), color=color, linestyle="--", linewidth=1, alpha=0.8)
+        if c.get("reference"):
+            ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
+        if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
+            ax.set_xscale("log")
+        _style(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", "epsilon (nats, at the recorded delta)", "metric value (fraction)")
+        ax.legend(fontsize=7, loc="lower right")
+        out.append(Figure(f"utility_{k}", "utility", f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
+                          "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", _png(fig)))
+    return out
+
+
+def all_figures(report: dict) -> list[Figure]:
+    return utility_figures(report) + eps_figure(report) + roc_figures(report) + histogram_figures(report)

@@ -1,0 +1,419 @@
+"""Budget composition over the ledger's partition tree (pure functions, no I/O).
+
+Privacy contract (DESIGN.md, "the guarantee is data"; DP-MixMin paper, Sec. 1 and Fig. 1):
+
+- Releases on the *same* partition compose sequentially. Their stored events are recomposed
+  exactly by the accountants (RDP curves add; PRVs convolve; pure epsilons add).
+- A partition declared as a disjoint union of children (``mnist:train = train/mix + train/ft``)
+  composes its children in parallel: the worst child counts, not the sum (parallel
+  composition, McSherry 2009; used by DP-MixMin for its mixing / fine-tuning split).
+  Releases made directly on the parent compose sequentially with that worst child:
+  ``total(P) = Composed(releases on P + [Parallel(total(c) for c in children(P))])``.
+  Disjointness is declared, never inferred.
+- A path names containment: ``train/x`` lies inside ``train``. Undeclared sub-partitions are
+  subsets that may overlap each other, so they compose *sequentially* with their parent's
+  releases (``total(P)`` also includes ``total(s)`` for each undeclared subset ``s``).
+- Partitions that were never declared disjoint may overlap, so the dataset total composes all
+  root partitions *sequentially* (fail closed). Declaring e.g. ``all = train + val + test``
+  is how a user states that they are disjoint.
+- A non-private release has no guarantee: its partition, every ancestor and the dataset total
+  are unbounded (epsilon = inf). It is never counted as 0.
+- Every reported epsilon is an upper bound; the headline ``epsilon`` is the smallest of the
+  valid upper bounds available (rdp, prv upper bound, and the pure sum for pure-only trees).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError
+from .accountants import compute_epsilon
+from .adjacency import Adjacency
+from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
+
+#: delta used to report composed epsilons for a dataset without a cap.
+DEFAULT_DELTA = 1e-5
+#: the summary row that stands for the whole dataset (all root partitions).
+DATASET_SCOPE = "*"
+
+
+def parse_event(data: object, what: str = "guarantee") -> Event:
+    """Decode a stored event; anything unreadable is an error, never epsilon 0."""
+    try:
+        return event_from_dict(data)  # type: ignore[arg-type]
+    except UnsupportedEventError as e:
+        raise UnsupportedEventError(f"{what} cannot be parsed: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UnsupportedEventError(f"{what} must be a valid event dict, got {data!r} ({type(e).__name__}: {e}).") from None
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """What composition needs from one release entry."""
+
+    id: str
+    dataset: str
+    partition: str
+    adjacency: str
+    epsilon: float | None  # the release's own claim (for the naive sum)
+    delta: float | None
+    event: Event | None  # None only for a non-private release
+    non_private: bool
+    mechanism: str = ""
+    sha256: str = ""
+
+
+@dataclass
+class DatasetState:
+    """Everything the ledger knows about one dataset, replayed from the entries in order."""
+
+    name: str
+    releases: list = field(default_factory=list)  # ReleaseView, not voided
+    voided: dict = field(default_factory=dict)  # release id -> void entry id
+    cap: tuple | None = None  # (epsilon, delta), latest cap entry wins
+    children: dict = field(default_factory=dict)  # parent -> tuple of children
+    parent_of: dict = field(default_factory=dict)  # child -> parent
+    declared_by: dict = field(default_factory=dict)  # parent -> who declared the split
+    sha256: set = field(default_factory=set)
+
+    def partitions(self) -> list[str]:
+        """Every partition named by a release or a declaration, plus its path ancestors."""
+        names = {r.partition for r in self.releases}
+        names.update(self.children)
+        names.update(self.parent_of)
+        for n in list(names):
+            while "/" in n:  # "train/mix" lies inside "train", so "train" is a node too
+                n = n.rsplit("/", 1)[0]
+                names.add(n)
+        return sorted(names)
+
+    def parent(self, partition: str) -> str | None:
+        """The declared parent, else the path prefix ("train" for "train/x"), else None."""
+        if partition in self.parent_of:
+            return self.parent_of[partition]
+        return partition.rsplit("/", 1)[0] if "/" in partition else None
+
+    def subsets(self, partition: str) -> list[str]:
+        """Undeclared sub-partitions (by path): subsets that may overlap each other."""
+        return [n for n in self.partitions() if n not in self.parent_of and "/" in n and n.rsplit("/", 1)[0] == partition]
+
+    def tree_order(self) -> list[str]:
+        """Partitions depth-first from the roots: declared children in order, then subsets."""
+        out: list[str] = []
+
+        def visit(p: str) -> None:
+            if p in out:
+                return
+            out.append(p)
+            for c in list(self.children.get(p, ())) + self.subsets(p):
+                visit(c)
+
+        for r in self.roots():
+            visit(r)
+        return out
+
+    def roots(self) -> list[str]:
+        return [p for p in self.partitions() if self.parent(p) is None]
+
+    def with_release(self, release: "ReleaseView") -> "DatasetState":
+        """A copy with one more (planned) release; the budget pre-check composes this."""
+        return DatasetState(self.name, self.releases + [release], dict(self.voided), self.cap, dict(self.children),
+                            dict(self.parent_of), dict(self.declared_by), set(self.sha256))
+
+    def adjacency(self) -> str | None:
+        """The one adjacency all releases share; two different ones is an error naming both."""
+        first: ReleaseView | None = None
+        for r in self.releases:
+            if first is None:
+                first = r
+            elif Adjacency.parse(r.adjacency) is not Adjacency.parse(first.adjacency):
+                raise AdjacencyMismatchError(
+                    f"cannot compose releases on dataset {self.name!r} under different adjacency: "
+                    f"{first.adjacency} (release {first.id}) vs {r.adjacency} (release {r.id})."
+                )
+        return None if first is None else Adjacency.parse(first.adjacency).value
+
+    def check_partition(self, parent: str, children: tuple[str, ...]) -> bool:
+        """Validate a new split; True if the identical split is already declared (no-op)."""
+        from ..errors import UsageError
+
+        if parent in self.children:
+            if set(self.children[parent]) == set(children):
+                return True
+            raise UsageError(
+                f"partition {self.name}:{parent} must be split only once, got a second split into "
+                f"{', '.join(children)} (already {', '.join(self.children[parent])})."
+            )
+        for c in children:
+            if c in self.parent_of:
+                raise UsageError(f"partition {self.name}:{c} must have one parent, got {parent!r} besides {self.parent_of[c]!r}.")
+        # A child that is an ancestor of the parent (declared or by path) would make a cycle.
+        node: str | None = parent
+        seen = set()
+        while node is not None and node not in seen:
+            seen.add(node)
+            node = self.parent(node)
+            if node in children:
+                raise UsageError(f"partition {self.name}:{parent} must not be split into its own ancestor, got {node!r}.")
+        return False
+
+    def add_partition(self, parent: str, children: tuple[str, ...], declared_by: str) -> None:
+        if self.check_partition(parent, children):
+            return
+        self.children[parent] = tuple(children)
+        for c in children:
+            self.parent_of[c] = parent
+        self.declared_by[parent] = declared_by
+
+
+def release_view(entry_id: str, dataset: str, payload: dict) -> ReleaseView:
+    """Decode a stored release payload (see ``Ledger.record``); fail closed on anything odd."""
+    non_private = bool(payload.get("non_private", False))
+    event = None
+    if not non_private:
+        event = parse_event(payload.get("guarantee"), f"guarantee of release {entry_id}")
+    eps = payload.get("epsilon")
+    return ReleaseView(
+        id=entry_id,
+        dataset=dataset,
+        partition=str(payload["partition"]),
+        adjacency=str(payload["adjacency"]),
+        epsilon=_float_or_none(eps),
+        delta=_float_or_none(payload.get("delta")),
+        event=event,
+        non_private=non_private,
+        mechanism=str(payload.get("mechanism", "")),
+        sha256=str(payload.get("dataset_sha256", "")),
+    )
+
+
+def _float_or_none(v) -> float | None:
+    if v is None:
+        return None
+    try:
+        return float(v)  # "inf" strings come back as inf
+    except (TypeError, ValueError):
+        return None
+
+
+def replay(entries) -> dict[str, DatasetState]:
+    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order."""
+    states: dict[str, DatasetState] = {}
+    by_id: dict[str, ReleaseView] = {}
+
+    def state(name: str) -> DatasetState:
+        if name not in states:
+            states[name] = DatasetState(name)
+        return states[name]
+
+    for e in entries:
+        p = e.payload
+        try:
+            if e.kind == "release":
+                r = release_view(e.id, e.dataset, p)
+                st = state(e.dataset)
+                st.releases.append(r)
+                if r.sha256:
+                    st.sha256.add(r.sha256)
+                by_id[e.id] = r
+            elif e.kind == "void":
+                target = p["target"]
+                r = by_id.get(target)
+                if r is None:
+                    raise LedgerError(f"void entry {e.id} references unknown release {target}; run `dpaudit ledger verify`.")
+                st = state(r.dataset)
+                st.releases = [x for x in st.releases if x.id != target]
+                st.voided[target] = e.id
+            elif e.kind == "cap":
+                state(e.dataset).cap = (float(p["epsilon"]), float(p["delta"]))
+            elif e.kind == "partition":
+                state(e.dataset).add_partition(str(p["parent"]), tuple(p["children"]), str(p.get("declared_by", "")))
+            else:
+                raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a newer dpaudit or edited.")
+        except (KeyError, TypeError, ValueError) as ex:
+            raise LedgerError(f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); run `dpaudit ledger verify`.") from None
+    return states
+
+
+# ---------------------------------------------------------------- event trees
+
+
+def _seq(events) -> Event | None:
+    """Sequential composition, flattened, with identical leaves merged (exact: steps add)."""
+    leaves: list = []
+    others: list = []
+    for ev in events:
+        if ev is None:
+            continue
+        stack = [ev]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Composed):
+                stack.extend(x.events)
+            elif isinstance(x, (SubsampledGaussian, PureEpsilon)):
+                leaves.append(x)
+            else:
+                others.append(x)
+    gauss: "OrderedDict[tuple, int]" = OrderedDict()
+    pure: "OrderedDict[float, int]" = OrderedDict()
+    for leaf in leaves:
+        if isinstance(leaf, SubsampledGaussian):
+            key = (leaf.noise_multiplier, leaf.sample_rate)
+            gauss[key] = gauss.get(key, 0) + leaf.steps
+        else:
+            pure[leaf.epsilon] = pure.get(leaf.epsilon, 0) + leaf.count
+    out: list = [SubsampledGaussian(s, q, t) for (s, q), t in gauss.items() if t > 0]
+    out += [PureEpsilon(e, c) for e, c in pure.items() if c > 0]
+    out += others
+    if not out:
+        return None
+    return out[0] if len(out) == 1 else Composed(tuple(out))
+
+
+def _par(events) -> Event | None:
+    """Parallel composition; empty children contribute nothing (max with 0)."""
+    kept = [e for e in events if e is not None]
+    if not kept:
+        return None
+    if len(kept) == 1:
+        return kept[0]
+    # Identical children have identical worst cases; keep one of each.
+    uniq = list(OrderedDict.fromkeys(kept))
+    return uniq[0] if len(uniq) == 1 else Parallel(tuple(uniq))
+
+
+@dataclass(frozen=True)
+class NodeTotal:
+    event: Event | None  # None: nothing spent (or unbounded)
+    unbounded: bool  # a non-private release lies in this subtree
+    releases: int  # releases made directly on this partition
+    releases_subtree: int
+    non_private: int  # non-private releases in the subtree
+    naive_epsilon: float  # own claims summed + worst child's naive total
+    naive_delta: float
+
+
+def node_total(state: DatasetState, partition: str, _seen: frozenset = frozenset()) -> NodeTotal:
+    """Composed guarantee of everything that touched ``partition`` (see module docstring):
+    its own releases and its undeclared subsets sequentially, then the worst declared child."""
+    if partition in _seen:  # cannot happen with validated declarations; fail closed anyway
+        raise LedgerError(f"partition tree of dataset {state.name!r} has a cycle at {partition!r}.")
+    own = [r for r in state.releases if r.partition == partition]
+    seen = _seen | {partition}
+    subs = [node_total(state, c, seen) for c in state.subsets(partition)]
+    kids = [node_total(state, c, seen) for c in state.children.get(partition, ())]
+    unbounded = any(r.non_private for r in own) or any(k.unbounded for k in subs + kids)
+    own_eps = [r.event for r in own if not r.non_private]
+    event = _seq(own_eps + [k.event for k in subs] + [_par([k.event for k in kids])])
+    naive_e = sum(_claim(r.epsilon, r.non_private) for r in own) + sum(k.naive_epsilon for k in subs) \
+        + max([k.naive_epsilon for k in kids], default=0.0)
+    naive_d = sum(_claim(r.delta, r.non_private, 0.0) for r in own) + sum(k.naive_delta for k in subs) \
+        + max([k.naive_delta for k in kids], default=0.0)
+    return NodeTotal(
+        event=event,
+        unbounded=unbounded,
+        releases=len(own),
+        releases_subtree=len(own) + sum(k.releases_subtree for k in subs + kids),
+        non_private=sum(1 for r in own if r.non_private) + sum(k.non_private for k in subs + kids),
+        naive_epsilon=naive_e,
+        naive_delta=naive_d,
+    )
+
+
+def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> float:
+    if non_private:
+        return math.inf
+    return missing if v is None else float(v)
+
+
+def dataset_total(state: DatasetState) -> NodeTotal:
+    """All root partitions composed *sequentially*: undeclared partitions may overlap."""
+    kids = [node_total(state, r) for r in state.roots()]
+    return NodeTotal(
+        event=_seq([k.event for k in kids]),
+        unbounded=any(k.unbounded for k in kids),
+        releases=0,
+        releases_subtree=sum(k.releases_subtree for k in kids),
+        non_private=sum(k.non_private for k in kids),
+        naive_epsilon=sum(k.naive_epsilon for k in kids),
+        naive_delta=sum(k.naive_delta for k in kids),
+    )
+
+
+# ---------------------------------------------------------------- epsilon bounds
+
+_CACHE: "OrderedDict[tuple, object]" = OrderedDict()
+_CACHE_SIZE = 512
+
+
+def _cached_epsilon(event: Event, delta: float, accountant: str, adjacency: str):
+    key = (event, delta, accountant, adjacency)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    res = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
+    _CACHE[key] = res
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return res
+
+
+def _pure_only(event: Event) -> bool:
+    if isinstance(event, PureEpsilon):
+        return True
+    if isinstance(event, SubsampledGaussian):
+        return event.steps == 0
+    return all(_pure_only(e) for e in event.events)  # type: ignore[union-attr]
+
+
+def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounded: bool = False, accountants=("rdp", "prv")) -> dict:
+    """Upper bounds on epsilon at ``delta`` for ``event``; ``epsilon`` is the smallest of them.
+
+    Each accountant's answer is a valid upper bound, so their minimum is one too. An
+    accountant that fails on the event is skipped with its reason in ``accountant_errors``
+    (skipping a bound can only raise the minimum); if none succeeds, the error propagates
+    (never epsilon 0).
+    """
+    adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
+    out: dict = {"delta": delta, "epsilon_rdp": None, "epsilon_prv": None, "epsilon_prv_lower": None,
+                 "epsilon_prv_estimate": None, "epsilon_pure": None, "accountant_errors": {}}
+    if unbounded:
+        out.update(epsilon=math.inf, epsilon_rdp=math.inf, epsilon_prv=math.inf, bound_by="non-private release")
+        if event is None or _pure_only(event):
+            out["epsilon_pure"] = math.inf
+        return out
+    if event is None:
+        out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
+        return out
+    candidates: dict[str, float] = {}
+    last_error: Exception | None = None
+    for name in accountants:
+        try:
+            res = _cached_epsilon(event, delta, name, adj)
+        except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
+            out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            last_error = e
+            continue
+        out[f"epsilon_{name}"] = res.epsilon
+        candidates[name] = res.epsilon
+        if name == "prv":
+            out["epsilon_prv_lower"] = res.epsilon_lower
+            out["epsilon_prv_estimate"] = res.epsilon_estimate
+    if _pure_only(event):
+        res = _cached_epsilon(event, delta, "pure", adj)
+        out["epsilon_pure"] = res.epsilon
+        candidates["pure"] = res.epsilon
+    if not candidates:
+        if isinstance(last_error, UnsupportedEventError):
+            raise last_error
+        detail = "; ".join(f"{k}: {v}" for k, v in out["accountant_errors"].items())
+        raise UnsupportedEventError(f"no accountant could bound the composed event ({detail}).")
+    best = min(candidates, key=lambda k: candidates[k])
+    out["epsilon"] = candidates[best]
+    out["bound_by"] = best
+    return out

@@ -1,0 +1,434 @@
+"""Data-mixing tasks for DP-MixMin: public sources, private targets, proxies (DP-MixMin paper, sec. 4-5).
+
+- ``digits-mix`` (embedded, scikit-learn digits) and ``mnist-mix`` (real MNIST from the data dir):
+  the public half of the training images with the ten one-vs-rest digit labels as k = 10 sources
+  sharing one input space; the private half carries binary targets with a direct source match
+  (``digit-3``), partial matches (unions of classes: ``loops-0689``, ``small-0to4``) and no match
+  (``ink-heavy``: more ink than the public median, not expressible by the digit sources).
+- ``heart-mix`` (real UCI Heart): the Hungarian, Switzerland and VA centres are the public
+  sources (k = 3), Cleveland is the private target (heart disease, num > 0).
+
+Proxies are trained on public data only and never see private records (that is what makes the
+mixture stage's privacy cost exactly that of Algorithm 1). Shared-input tasks use one multi-class
+proxy whose coordinates serve as the k source proxies (the paper's cost-saving trick) or, with
+``proxy_mode="per-source"``, one binary proxy per source. All public randomness (splits, proxy
+initialisation and batches) comes from ``public_rng(seed, ...)``.
+
+Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k),
+``labels`` (n,), optional ``user_ids`` (n,) and ``source_names`` (k,).
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..data.base import array_sha256
+from ..errors import DataError, UsageError
+from ..noise import public_rng
+from ..validation import one_of
+from .mixmin import check_inputs
+
+TASKS = ("digits-mix", "mnist-mix", "heart-mix")
+DIGIT_TARGETS = ("digit-3", "loops-0689", "small-0to4", "ink-heavy")
+DIGIT_TARGET_KINDS = {"digit-3": "direct", "loops-0689": "partial", "small-0to4": "partial", "ink-heavy": "none"}
+HEART_TARGETS = ("cleveland",)
+PROXY_MODES = ("joint", "per-source")
+_TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
+
+
+@dataclass(frozen=True)
+class MixMinTask:
+    """Public sources and a private target dataset.
+
+    ``public_x`` (N, d); ``public_y`` (N, k) per-source binary labels (NaN where a row does not
+    belong to a source); ``public_source`` (N,) the source a row belongs to, -1 for rows shared
+    by every source (shared input space). Private: ``private_x`` (n, d), ``private_records``
+    (n,) the underlying record label (e.g. the digit), ``targets`` name -> (n,) {0, 1}, and the
+    public split of the private rows into ``train`` / ``val`` / ``test`` index arrays.
+    """
+
+    name: str
+    source_names: tuple[str, ...]
+    public_x: np.ndarray
+    public_y: np.ndarray
+    public_source: np.ndarray
+    private_x: np.ndarray
+    private_records: np.ndarray
+    targets: dict
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    seed: int
+    loss: str = "bce"
+    target_kinds: dict = field(default_factory=dict)
+    image: bool = False
+    notes: str = ""
+
+    @property
+    def k(self) -> int:
+        return len(self.source_names)
+
+    @property
+    def shared_inputs(self) -> bool:
+        return bool(np.all(self.public_source < 0))
+
+    def target_labels(self, target: str | None) -> tuple[str, np.ndarray]:
+        name = default_target(self) if target is None else target
+        if name not in self.targets:
+            raise UsageError(f"target must be one of {', '.join(self.targets)}, got {name!r}.")
+        return name, self.targets[name]
+
+    def dataset_identity(self) -> dict:
+        """The private training records (all targets share them, so they share one budget)."""
+        tr = self.train_idx
+        return {
+            "name": self.name,
+            "kind": "image" if self.image else "tabular",
+            "sha256": array_sha256(self.private_x[tr], self.private_records[tr]),
+            "split_seed": self.seed,
+            "split_sizes": {"train": int(len(tr)), "val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
+            "n_features": int(self.private_x.shape[1]),
+            "public_sources": list(self.source_names),
+            "public_size": int(self.public_x.shape[0]),
+        }
+
+
+def default_target(task: MixMinTask) -> str:
+    return next(iter(task.targets))
+
+
+# ---------------------------------------------------------------------------------------------
+# Task construction
+
+
+def _split_three(n: int, rng: np.random.Generator, fractions=(0.6, 0.2)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    perm = rng.permutation(n)
+    a = int(round(fractions[0] * n))
+    b = a + int(round(fractions[1] * n))
+    return np.sort(perm[:a]), np.sort(perm[a:b]), np.sort(perm[b:])
+
+
+def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) -> dict:
+    return {
+        "digit-3": (digits == 3).astype(np.int64),
+        "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
+        "small-0to4": (digits <= 4).astype(np.int64),
+        "ink-heavy": (ink > ink_threshold).astype(np.int64),
+    }
+
+
+def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed: int, notes: str) -> MixMinTask:
+    # The ink threshold is a public quantity (median ink mass of the public images).
+    thr = float(np.median(x_pub.sum(axis=1)))
+    targets = _digit_targets(d_priv, x_priv.sum(axis=1), thr)
+    return MixMinTask(
+        name=name, source_names=tuple(f"digit-{c}" for c in range(10)),
+        public_x=x_pub, public_y=(d_pub[:, None] == np.arange(10)[None, :]).astype(np.float32),
+        public_source=np.full(len(d_pub), -1, dtype=np.int64),
+        private_x=x_priv, private_records=d_priv, targets=targets,
+        train_idx=train, val_idx=val, test_idx=test, seed=seed,
+        target_kinds=dict(DIGIT_TARGET_KINDS), image=True, notes=notes,
+    )
+
+
+def load_digits_task(seed: int = 42) -> MixMinTask:
+    """scikit-learn's bundled 8x8 digits (1,797 images): public half / private half (60/20/20)."""
+    from sklearn.datasets import load_digits
+
+    ds = load_digits()
+    x = (ds.data / 16.0).astype(np.float32)
+    y = ds.target.astype(np.int64)
+    rng = public_rng(seed, _TAG_SPLIT)
+    perm = rng.permutation(len(y))
+    pub, priv = np.sort(perm[: len(y) // 2]), np.sort(perm[len(y) // 2:])
+    train, val, test = _split_three(len(priv), rng)
+    return _digit_task("digits-mix", x[pub], y[pub], x[priv], y[priv], train, val, test, seed,
+                       "scikit-learn digits; public half = sources, private half split 60/20/20 (seeded).")
+
+
+def load_mnist_task(seed: int = 42, data_dir=None) -> MixMinTask:
+    """MNIST: public half of the 60,000 training images; private = the other half (train) and
+    the official test set split 50/50 into validation and test (seeded)."""
+    from ..data import load_mnist_raw
+
+    x_tr, y_tr, x_te, y_te = load_mnist_raw(data_dir)
+    x_tr = x_tr.reshape(len(x_tr), -1).astype(np.float32) / 255.0
+    x_te = x_te.reshape(len(x_te), -1).astype(np.float32) / 255.0
+    rng = public_rng(seed, _TAG_SPLIT)
+    perm = rng.permutation(len(y_tr))
+    pub, priv_tr = np.sort(perm[: len(y_tr) // 2]), np.sort(perm[len(y_tr) // 2:])
+    te_perm = rng.permutation(len(y_te))
+    x_priv = np.concatenate([x_tr[priv_tr], x_te])
+    d_priv = np.concatenate([y_tr[priv_tr], y_te])
+    n_tr = len(priv_tr)
+    train = np.arange(n_tr)
+    val = np.sort(n_tr + te_perm[: len(y_te) // 2])
+    test = np.sort(n_tr + te_perm[len(y_te) // 2:])
+    return _digit_task("mnist-mix", x_tr[pub], y_tr[pub], x_priv, d_priv, train, val, test, seed,
+                       "MNIST; public = half of train (seeded), private train = other half, val/test = official test split 50/50.")
+
+
+def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
+    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private (60/20/20)."""
+    from ..data import load_heart_centre
+
+    xs, ys, src = [], [], []
+    names = ("hungarian", "switzerland", "va")
+    for i, c in enumerate(names):
+        x, y = load_heart_centre(c, data_dir)
+        xs.append(x)
+        ys.append(y)
+        src.append(np.full(len(y), i, dtype=np.int64))
+    x_pub = np.concatenate(xs).astype(np.float32)
+    source = np.concatenate(src)
+    y_pub = np.full((len(source), len(names)), np.nan, dtype=np.float32)
+    y_pub[np.arange(len(source)), source] = np.concatenate(ys)
+    x_priv, y_priv = load_heart_centre("cleveland", data_dir)
+    rng = public_rng(seed, _TAG_SPLIT)
+    train, val, test = _split_three(len(y_priv), rng)
+    return MixMinTask(
+        name="heart-mix", source_names=names, public_x=x_pub, public_y=y_pub, public_source=source,
+        private_x=x_priv.astype(np.float32), private_records=y_priv.astype(np.int64),
+        targets={"cleveland": y_priv.astype(np.int64)}, train_idx=train, val_idx=val, test_idx=test,
+        seed=seed, target_kinds={"cleveland": "partial"},
+        notes="UCI Heart processed files; the public centres differ in covariates (the paper's "
+              "no-covariate-shift assumption does not hold here, see its conclusion).",
+    )
+
+
+_TASK_CACHE: dict = {}
+
+
+def load_task(name: str, *, seed: int = 42, data_dir=None) -> MixMinTask:
+    """Build (and cache in memory) one of :data:`TASKS`."""
+    one_of("task", name, TASKS)
+    key = (name, int(seed), str(data_dir))
+    if key not in _TASK_CACHE:
+        if name == "digits-mix":
+            _TASK_CACHE[key] = load_digits_task(seed)
+        elif name == "mnist-mix":
+            _TASK_CACHE[key] = load_mnist_task(seed, data_dir)
+        else:
+            _TASK_CACHE[key] = load_heart_task(seed, data_dir)
+    return _TASK_CACHE[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Small torch models, trained on public data only (proxies and the downstream model)
+
+
+class MLP(torch.nn.Module):
+    """d -> hidden (ReLU) -> out. ``hidden=0`` gives a linear model."""
+
+    def __init__(self, d: int, hidden: int, out: int):
+        super().__init__()
+        self.hidden = hidden
+        if hidden > 0:
+            self.body = torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU())
+            self.head = torch.nn.Linear(hidden, out)
+        else:
+            self.body = torch.nn.Identity()
+            self.head = torch.nn.Linear(d, out)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def torch_generator(seed: int, *tags: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(int(public_rng(seed, *tags).integers(0, 2**62)))
+    return g
+
+
+def new_mlp(d: int, hidden: int, out: int, seed: int, *tags: int) -> MLP:
+    """An MLP initialised from public randomness only."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(public_rng(seed, *tags).integers(0, 2**62)))
+        return MLP(d, hidden, out)
+
+
+def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int, seed: int, tags=(),
+        batch_size: int = 128, lr: float = 1e-3, weight: np.ndarray | None = None, callback=None) -> MLP:
+    """Adam on public data. ``loss``: ``softmax`` (target = class index) or ``bce`` (soft targets
+    (n, out) in [0, 1], optional per-entry ``weight`` mask). ``callback(epoch, model)`` after each epoch."""
+    g = torch_generator(seed, *tags)
+    xt = torch.as_tensor(x, dtype=torch.float32)
+    tt = torch.as_tensor(target, dtype=torch.int64 if loss == "softmax" else torch.float32)
+    wt = None if weight is None else torch.as_tensor(weight, dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    n = xt.shape[0]
+    for epoch in range(1, epochs + 1):
+        model.train()
+        perm = torch.randperm(n, generator=g)
+        for s in range(0, n, batch_size):
+            idx = perm[s:s + batch_size]
+            out = model(xt[idx])
+            if loss == "softmax":
+                lv = torch.nn.functional.cross_entropy(out, tt[idx])
+            else:
+                t = tt[idx].reshape(out.shape)
+                if wt is None:
+                    lv = torch.nn.functional.binary_cross_entropy_with_logits(out, t)
+                else:
+                    w = wt[idx].reshape(out.shape)
+                    lv = (torch.nn.functional.binary_cross_entropy_with_logits(out, t, reduction="none") * w).sum() / w.sum().clamp_min(1.0)
+            opt.zero_grad()
+            lv.backward()
+            opt.step()
+        if callback is not None:
+            callback(epoch, model)
+    model.eval()
+    return model
+
+
+@dataclass
+class Proxies:
+    """Proxy predictor f(x) -> (n, k) probabilities; trained on public data only."""
+
+    mode: str
+    models: list
+    softmax: bool
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        xt = torch.as_tensor(x, dtype=torch.float32)
+        with torch.no_grad():
+            if self.mode == "joint":
+                out = self.models[0](xt)
+                p = torch.softmax(out, dim=1) if self.softmax else torch.sigmoid(out)
+            else:
+                p = torch.cat([torch.sigmoid(m(xt)) for m in self.models], dim=1)
+        return p.double().numpy()
+
+
+_PROXY_CACHE: dict = {}
+
+
+def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = None, epochs: int | None = None) -> Proxies:
+    """Proxies on the public sources only (never on private data); cached per task and seed."""
+    one_of("proxy_mode", mode, PROXY_MODES)
+    seed = task.seed if seed is None else int(seed)
+    key = (task.name, task.seed, seed, mode, epochs, task.public_x.shape)
+    if key in _PROXY_CACHE:
+        return _PROXY_CACHE[key]
+    d, k = task.public_x.shape[1], task.k
+    hidden = 128 if task.image else 0
+    ep = epochs if epochs is not None else (6 if task.name == "mnist-mix" else 40 if task.image else 200)
+    bs = 256 if task.name == "mnist-mix" else 64
+    if task.shared_inputs and mode == "joint":
+        one_hot = np.all(task.public_y.sum(axis=1) == 1)
+        m = new_mlp(d, hidden, k, seed, _TAG_PROXY, 0)
+        if one_hot:
+            fit(m, task.public_x, task.public_y.argmax(axis=1), loss="softmax", epochs=ep, seed=seed, tags=(_TAG_PROXY, 1), batch_size=bs)
+        else:
+            fit(m, task.public_x, task.public_y, loss="bce", epochs=ep, seed=seed, tags=(_TAG_PROXY, 1), batch_size=bs)
+        prox = Proxies("joint", [m], softmax=bool(one_hot))
+    else:
+        models = []
+        for i in range(k):
+            rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
+            m = new_mlp(d, hidden, 1, seed, _TAG_PROXY, 10 + i)
+            fit(m, task.public_x[rows], task.public_y[rows, i:i + 1], loss="bce", epochs=ep, seed=seed,
+                tags=(_TAG_PROXY, 100 + i), batch_size=bs, lr=1e-3 if task.image else 1e-2)
+            models.append(m)
+        prox = Proxies("per-source", models, softmax=False)
+    _PROXY_CACHE[key] = prox
+    return prox
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits of the private training records
+
+
+def synthetic_user_ids(n: int, records_per_user: int, seed: int) -> np.ndarray:
+    """Public grouping of records into users of ``records_per_user`` records (tasks without users)."""
+    perm = public_rng(seed, _TAG_USERS).permutation(n)
+    uid = np.empty(n, dtype=np.int64)
+    uid[perm] = np.arange(n) // max(1, records_per_user)
+    return uid
+
+
+def mixture_split(n: int, rho: float, seed: int, user_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint (D_mix, D_ft) index arrays, fraction ``rho`` for mixing; along user boundaries when
+    ``user_ids`` are given (every user's records land on one side). Public randomness only."""
+    if not (0.0 < rho < 1.0):
+        raise UsageError(f"rho must be in the open interval (0, 1), got {rho!r}.")
+    rng = public_rng(seed, _TAG_SPLIT, 7)
+    if user_ids is None:
+        perm = rng.permutation(n)
+        m = max(1, int(round(rho * n)))
+        if m >= n:
+            raise UsageError(f"rho must leave records for fine-tuning, got {rho!r} with n = {n}.")
+        return np.sort(perm[:m]), np.sort(perm[m:])
+    users = np.unique(user_ids)
+    uperm = rng.permutation(users)
+    m = max(1, int(round(rho * len(users))))
+    if m >= len(users):
+        raise UsageError(f"rho must leave users for fine-tuning, got {rho!r} with {len(users)} users.")
+    mix_users = uperm[:m]
+    in_mix = np.isin(user_ids, mix_users)
+    return np.flatnonzero(in_mix), np.flatnonzero(~in_mix)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bring-your-own proxy predictions
+
+
+@dataclass(frozen=True)
+class ProxyPredictions:
+    probs: np.ndarray
+    labels: np.ndarray
+    user_ids: np.ndarray | None
+    source_names: tuple[str, ...]
+    path: str
+    sha256: str
+
+
+def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> ProxyPredictions:
+    """Read ``FILE.npz``: ``probs`` (n, k), ``labels`` (n,), optional ``user_ids`` (n,) and
+    ``source_names`` (k,). Any problem is a one-line :class:`DataError` naming the bad array."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"proxy predictions file not found: {p}.")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"proxy predictions file {p} is not a readable .npz archive without pickled objects: {msg}.") from None
+    for required in ("probs", "labels"):
+        if required not in arrays:
+            raise DataError(f"proxy predictions file {p}: array '{required}' is missing (found: {', '.join(sorted(arrays)) or 'none'}).")
+    probs, labels = arrays["probs"], arrays["labels"]
+    try:
+        check_inputs(probs, labels, loss)
+    except DataError as e:
+        raise DataError(f"proxy predictions file {p}: array '{_array_named(str(e))}' is malformed: {e}") from None
+    n, k = probs.shape
+    user_ids = arrays.get("user_ids")
+    if user_ids is not None:
+        if user_ids.shape != (n,) or user_ids.dtype.kind not in "iuU":
+            raise DataError(f"proxy predictions file {p}: array 'user_ids' must be {n} integers or strings, got shape {user_ids.shape} dtype {user_ids.dtype}.")
+    names = arrays.get("source_names")
+    if names is None:
+        source_names = tuple(f"source-{i}" for i in range(k))
+    else:
+        if names.shape != (k,) or names.dtype.kind not in "U":
+            raise DataError(f"proxy predictions file {p}: array 'source_names' must be {k} strings, got shape {names.shape} dtype {names.dtype}.")
+        source_names = tuple(str(s) for s in names)
+        if len(set(source_names)) != k:
+            raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
+    sha = array_sha256(probs, labels, *( [user_ids] if user_ids is not None else []))
+    return ProxyPredictions(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64), user_ids, source_names, str(p), sha)
+
+
+def _array_named(message: str) -> str:
+    return "labels" if message.startswith("labels") else "probs"

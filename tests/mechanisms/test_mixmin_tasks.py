@@ -1,0 +1,117 @@
+"""Tasks, proxies (public data only), splits and the bring-your-own proxy file loader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpaudit.errors import DataError, UsageError
+from dpaudit.mechanisms.mixmin_tasks import (
+    DIGIT_TARGETS,
+    load_digits_task,
+    load_heart_task,
+    load_mnist_task,
+    load_proxy_predictions,
+    mixture_split,
+    synthetic_user_ids,
+    train_proxies,
+)
+
+
+def test_digits_task_structure():
+    t = load_digits_task(seed=1)
+    assert t.k == 10 and t.shared_inputs and tuple(t.targets) == DIGIT_TARGETS
+    assert np.all(t.public_y.sum(axis=1) == 1)
+    n = len(t.private_x)
+    idx = np.concatenate([t.train_idx, t.val_idx, t.test_idx])
+    assert sorted(idx.tolist()) == list(range(n))
+    y3 = t.targets["digit-3"]
+    np.testing.assert_array_equal(y3, (t.private_records == 3).astype(int))
+    loops = t.targets["loops-0689"]
+    np.testing.assert_array_equal(loops, np.isin(t.private_records, [0, 6, 8, 9]).astype(int))
+    # identity is the private training records, the same for every target
+    assert t.dataset_identity()["sha256"] == load_digits_task(seed=1).dataset_identity()["sha256"]
+    assert t.dataset_identity()["sha256"] != load_digits_task(seed=2).dataset_identity()["sha256"]
+
+
+def test_proxies_are_probabilities_and_deterministic():
+    t = load_digits_task(seed=3)
+    p = train_proxies(t).predict(t.private_x[:20])
+    assert p.shape == (20, 10) and np.all((p >= 0) & (p <= 1))
+    np.testing.assert_allclose(p.sum(axis=1), 1, atol=1e-6)  # one multi-class proxy (joint mode)
+
+
+@pytest.mark.parametrize("users", [False, True])
+def test_mixture_split_is_disjoint_and_user_aligned(users):
+    uid = synthetic_user_ids(200, 4, seed=0) if users else None
+    mix, ft = mixture_split(200, 0.1, seed=5, user_ids=uid)
+    assert set(mix).isdisjoint(ft) and len(mix) + len(ft) == 200
+    if users:
+        assert set(uid[mix]).isdisjoint(uid[ft])
+        assert len(set(uid[mix])) == 5  # 10 % of 50 users
+    else:
+        assert len(mix) == 20
+    with pytest.raises(UsageError, match="rho must be in the open interval"):
+        mixture_split(10, 1.0, seed=0)
+
+
+def _write(tmp_path, **arrays):
+    p = tmp_path / "proxy.npz"
+    np.savez(p, **arrays)
+    return p
+
+
+def test_proxy_file_round_trip(tmp_path):
+    probs = np.random.default_rng(0).uniform(size=(30, 3))
+    p = _write(tmp_path, probs=probs, labels=np.zeros(30), user_ids=np.arange(30) % 7, source_names=np.array(["a", "b", "c"]))
+    pp = load_proxy_predictions(p)
+    assert pp.source_names == ("a", "b", "c") and pp.probs.shape == (30, 3) and pp.user_ids.shape == (30,)
+
+
+@pytest.mark.parametrize(
+    "arrays, bad",
+    [
+        ({"probs": np.full((4, 2), 0.5)}, "labels"),
+        ({"labels": np.zeros(4)}, "probs"),
+        ({"probs": np.array([[0.5, np.nan]] * 4), "labels": np.zeros(4)}, "probs"),
+        ({"probs": np.full((4, 2), 1.5), "labels": np.zeros(4)}, "probs"),
+        ({"probs": np.full((4, 2), 0.5), "labels": np.zeros(3)}, "labels"),
+        ({"probs": np.full((4, 2), 0.5), "labels": np.zeros(4), "user_ids": np.zeros(2)}, "user_ids"),
+        ({"probs": np.full((4, 2), 0.5), "labels": np.zeros(4), "source_names": np.array(["x"])}, "source_names"),
+    ],
+)
+def test_malformed_proxy_file_names_the_array(tmp_path, arrays, bad):
+    p = _write(tmp_path, **arrays)
+    with pytest.raises(DataError) as e:
+        load_proxy_predictions(p)
+    msg = str(e.value)
+    assert f"'{bad}'" in msg and "\n" not in msg
+
+
+def test_unreadable_proxy_file(tmp_path):
+    p = tmp_path / "x.npz"
+    p.write_bytes(b"not a zip")
+    with pytest.raises(DataError, match="not a readable .npz"):
+        load_proxy_predictions(p)
+    with pytest.raises(DataError, match="not found"):
+        load_proxy_predictions(tmp_path / "missing.npz")
+
+
+def test_mnist_task_halves(data_dir):
+    t = load_mnist_task(seed=42, data_dir=data_dir)
+    assert t.public_x.shape == (30000, 784) and len(t.train_idx) == 30000
+    assert len(t.val_idx) == 5000 and len(t.test_idx) == 5000
+    # the public half and the private training half are disjoint sets of training images
+    pub = {hash(r.tobytes()) for r in (t.public_x[:2000] * 255).astype(np.uint8)}
+    priv = {hash(r.tobytes()) for r in (t.private_x[t.train_idx][:2000] * 255).astype(np.uint8)}
+    assert len(pub & priv) <= 5  # MNIST has a handful of duplicate images
+    for name in ("digit-3", "loops-0689", "small-0to4", "ink-heavy"):
+        assert 0.05 < t.targets[name].mean() < 0.95
+
+
+def test_heart_task(data_dir):
+    t = load_heart_task(seed=0, data_dir=data_dir)
+    assert t.source_names == ("hungarian", "switzerland", "va") and not t.shared_inputs
+    assert len(t.private_x) == 303 and set(np.unique(t.public_source)) == {0, 1, 2}
+    p = train_proxies(t).predict(t.private_x[:10])
+    assert p.shape == (10, 3) and np.all((p >= 0) & (p <= 1))

@@ -136,6 +136,51 @@ def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], s
             p.addcdiv_(m, denom, value=-step_size)
 
 
+def blas_threads():
+    """Limit NumPy's BLAS to torch's intra-op thread count (a speed setting, never a privacy one):
+    the head trainer's matrices are small, and oversubscribed BLAS threads only add contention."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
+
+
+# ---------------------------------------------------------------- Poisson sampling
+
+
+def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
+    """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n).
+
+    Gap sampling: in a Bernoulli(q) sequence the gaps between successes are i.i.d. Geometric(q)
+    (support 1, 2, ...), so the included indices are the partial sums of the gaps minus one --
+    exactly the distribution of ``flatnonzero(uniform(n) < q)`` at O(q n) instead of O(n) cost.
+    """
+    if q >= 1.0:
+        return [np.arange(n) for _ in range(runs)]
+    mean = n * q
+    m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
+    pos = np.cumsum(rng.geometric(q, size=(runs, m)), axis=1) - 1
+    out = []
+    for r in range(runs):
+        p = pos[r]
+        while p[-1] < n:  # rare: the drawn gaps did not reach the end; draw more
+            p = np.concatenate([p, p[-1] + np.cumsum(rng.geometric(q, size=m))])
+        out.append(p[: np.searchsorted(p, n)])
+    return out
+
+
+def poisson_sample(noise: NoiseSource, n: int, q: float, runs: int = 1) -> list[np.ndarray]:
+    """Private Poisson samples (one index array per run) drawn from ``noise``.
+
+    For the numpy-backed sources (``os-entropy``, ``reproducible``), whose stock
+    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``, the same generator is
+    used with gap sampling (same distribution, O(q n)). A cryptographic source, or any source that
+    overrides ``poisson_mask``, is always called through ``poisson_mask``.
+    """
+    if type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(noise, "cryptographic", False):
+        return poisson_indices(noise.numpy, runs, n, q)
+    return [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
+
+
 # ---------------------------------------------------------------- the loop
 
 
@@ -150,9 +195,14 @@ def run_dp_sgd(
 ) -> int:
     """Algorithm 1, steps 5-8, on ``params`` (updated in place). Returns the executed step count.
 
-    ``clipped_sum(params, idx)`` returns the sum over the sampled units ``idx`` of their clipped
-    gradients (or, for ``non_private`` configs, their unclipped gradients). It is called even
-    for an empty sample only if it wants to be: the engine uses a zero sum for empty batches.
+    ``clipped_sum(params, idx)`` returns the sum over the sampled units ``idx`` (indices into
+    range(n_units)) of their clipped gradients (for ``non_private`` configs: unclipped). It is
+    never called for an empty sample; the engine then uses a zero sum (Algorithm 1, step 6).
+
+    The unit is whatever ``clipped_sum`` says it is: a record (the functions in this module) or,
+    for user-level DP, a user whose records' summed gradient is clipped as one contribution; the
+    sampling, noise, normaliser and Adam steps here do not change. Linear heads use a NumPy
+    specialisation of this loop with the same steps and draws (:func:`train_linear_head`).
     """
     n_units = positive_int("n_units", n_units)
     state = AdamState.zeros_like(params)
@@ -160,8 +210,7 @@ def run_dp_sgd(
     steps_done = 0
     report_every = max(1, config.steps // 200)
     for _ in range(config.steps):
-        mask = noise.poisson_mask(n_units, config.sample_rate)
-        idx = np.flatnonzero(mask)
+        idx = poisson_sample(noise, n_units, config.sample_rate)[0]
         if idx.size:
             sums = clipped_sum(params, idx)
         else:
@@ -221,26 +270,41 @@ def residuals(logits: torch.Tensor, y: torch.Tensor, binary_logit: bool) -> torc
     return r
 
 
+def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np.ndarray:
+    """NumPy twin of :func:`residuals` (in place on ``logits``): fewer dispatch overheads per step."""
+    if binary_logit:
+        r = 1.0 / (1.0 + np.exp(-logits, out=logits))
+        r[:, 0] -= y
+        return r
+    logits -= logits.max(axis=1, keepdims=True)
+    np.exp(logits, out=logits)
+    logits /= logits.sum(axis=1, keepdims=True)
+    logits[np.arange(logits.shape[0]), y] -= 1.0
+    return logits
+
+
 def head_clipped_sum(
-    w: torch.Tensor,
-    z1: torch.Tensor,
-    z1_norm: torch.Tensor,
-    y: torch.Tensor,
+    w: np.ndarray | torch.Tensor,
+    z1: np.ndarray | torch.Tensor,
+    z1_norm: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
     clipping_norm: float,
     *,
     binary_logit: bool = False,
     clip: bool = True,
-) -> torch.Tensor:
+) -> np.ndarray:
     """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form.
 
-    g_i = outer(r_i, z1_i) with r_i = p_i - y_i, so ||g_i||_F = ||r_i|| * ||z1_i||; the clipped sum
-    is ``(c * R)^T Z1`` with c_i = min(1, C / ||g_i||) (eq. 4). ``z1_norm`` holds ||z1_i||.
+    g_i = outer(r_i, z1_i) with r_i = p_i - y_i (dLoss/dlogits), so ||g_i||_F = ||r_i|| * ||z1_i||
+    and the clipped sum is ``(c * R)^T Z1`` with c_i = min(1, C / ||g_i||) (eq. 4): one matrix
+    product, no per-example gradient materialised. ``z1_norm`` holds ||z1_i||. Returns (K, d+1).
     """
-    r = residuals(z1 @ w.T, y, binary_logit)
+    w, z1, z1_norm, y = (np.asarray(a) for a in (w, z1, z1_norm, y))
+    r = residuals_numpy(z1 @ w.T, y, binary_logit)
     if clip:
-        gnorm = torch.linalg.vector_norm(r, dim=1) * z1_norm
-        coef = torch.clamp(clipping_norm / torch.clamp(gnorm, min=1e-30), max=1.0)
-        r = r * coef.unsqueeze(1)
+        gnorm = np.sqrt(np.einsum("ij,ij->i", r, r)) * z1_norm
+        coef = np.minimum(1.0, clipping_norm / np.maximum(gnorm, 1e-30)).astype(r.dtype, copy=False)
+        r *= coef[:, None]
     return r.T @ z1
 
 
@@ -255,6 +319,7 @@ def train_linear_head(
     progress: Progress | None = None,
     binary_logit: bool = False,
     dtype: torch.dtype = torch.float32,
+    z_has_bias_column: bool = False,
 ) -> HeadResult:
     """DP-SGD (Adam) on a linear softmax head over frozen features ``z`` (n, d).
 
@@ -262,6 +327,8 @@ def train_linear_head(
     classes, one logit with sigmoid binary cross-entropy (the paper's K = 1, section 3.5).
     The privacy contract is that of :func:`run_dp_sgd` with one unit per row of ``z``.
     ``init`` (K, d+1) must come from public randomness; zeros when omitted.
+    ``z_has_bias_column=True``: ``z`` is already [z, 1] (its last column all ones, e.g. from
+    ``FrozenFeatures.transform(..., bias_column=True)``) and is used without a copy.
     """
     z = np.asarray(z)
     y = np.asarray(y)
@@ -270,10 +337,16 @@ def train_linear_head(
     k = head_outputs(n_classes, binary_logit)
     if y.size and (y.min() < 0 or y.max() >= n_classes):
         raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
-    d = z.shape[1]
-    z1 = with_bias_column(z, dtype)
-    z1_norm = torch.linalg.vector_norm(z1, dim=1)
-    yt = torch.as_tensor(y, dtype=torch.long)
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    if z_has_bias_column:
+        if z.shape[1] < 1 or not np.all(z[:, -1] == 1):
+            raise UsageError("z must end with a column of ones when z_has_bias_column is set, got another last column.")
+        z1 = np.ascontiguousarray(z, dtype=np_dtype)
+    else:
+        z1 = with_bias_column(z, dtype).numpy()
+    d = z1.shape[1] - 1
+    z1_norm = np.sqrt(np.einsum("ij,ij->i", z1, z1))
+    yt = y.astype(np.int64)
     if init is None:
         w = torch.zeros(k, d + 1, dtype=dtype)
     else:
@@ -283,12 +356,60 @@ def train_linear_head(
         w = torch.tensor(init, dtype=dtype)
     clip = not config.non_private
 
-    def clipped_sum(params, idx):
-        j = torch.from_numpy(idx)
-        return [head_clipped_sum(params[0], z1[j], z1_norm[j], yt[j], config.clipping_norm, binary_logit=k == 1, clip=clip)]
-
-    steps = run_dp_sgd([w], clipped_sum, z.shape[0], config, noise=noise, progress=progress)
+    with blas_threads():
+        steps = _run_head_loop(w.numpy(), z1, z1_norm, yt, config, noise=noise, progress=progress, binary_logit=k == 1, clip=clip, dtype=dtype)
     return HeadResult(weight=w.numpy().astype(np.float64), steps_executed=steps, binary_logit=k == 1, config=config)
+
+
+def _run_head_loop(w, z1, z1_norm, y, config: DPSGDConfig, *, noise: NoiseSource, progress, binary_logit, clip, dtype) -> int:
+    """:func:`run_dp_sgd` specialised to one linear head, in NumPy with preallocated buffers.
+
+    Step for step the same protocol and the same private draws in the same order (one
+    :func:`poisson_sample`, then one ``noise.gaussian_torch`` of the head's shape): sum of clipped
+    closed-form gradients (zero for an empty batch), plus N(0, (sigma C)^2), divided by m0, then
+    the ``torch.optim.Adam`` update written out in place. The generic loop costs a few torch
+    dispatches per step that dominate at this size. Updates ``w`` in place; returns executed steps.
+    """
+    n = z1.shape[0]
+    b1, b2 = config.betas
+    std = config.noise_std
+    m = np.zeros_like(w)
+    v = np.zeros_like(w)
+    tmp = np.empty_like(w)
+    buf = np.empty((int(n * config.sample_rate + 8.0 * math.sqrt(n * config.sample_rate) + 16) + 1, z1.shape[1]), dtype=z1.dtype)
+    report_every = max(1, config.steps // 200)
+    steps_done = 0
+    for t in range(1, config.steps + 1):
+        idx = poisson_sample(noise, n, config.sample_rate)[0]
+        if idx.size:
+            if idx.size > buf.shape[0]:
+                buf = np.empty((idx.size, z1.shape[1]), dtype=z1.dtype)
+            zb = np.take(z1, idx, axis=0, out=buf[: idx.size], mode="clip")
+            g = head_clipped_sum(w, zb, z1_norm[idx], y[idx], config.clipping_norm, binary_logit=binary_logit, clip=clip)
+        else:
+            g = np.zeros_like(w)  # Algorithm 1, step 6
+        if std > 0.0:
+            g += noise.gaussian_torch(w.shape, std, dtype=dtype).numpy()
+        g /= config.normalizer
+        # Adam exactly as torch.optim.Adam (no weight decay, no amsgrad).
+        m *= b1
+        m += (1.0 - b1) * g
+        v *= b2
+        np.multiply(g, g, out=tmp)
+        tmp *= 1.0 - b2
+        v += tmp
+        bc1 = 1.0 - b1**t
+        bc2_sqrt = math.sqrt(1.0 - b2**t)
+        np.sqrt(v, out=tmp)
+        tmp /= bc2_sqrt
+        tmp += config.adam_eps
+        np.divide(m, tmp, out=tmp)
+        tmp *= config.lr / bc1
+        w -= tmp
+        steps_done += 1  # one accountant step, empty batches included
+        if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
+            progress(steps_done, config.steps)
+    return steps_done
 
 
 def head_logits(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -353,6 +474,80 @@ def per_sample_clipped_sum(
     return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
 
 
+def linear_ghost_clipped_sum(
+    module: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clipping_norm: float,
+    *,
+    loss: str = "cross_entropy",
+    clip: bool = True,
+) -> dict[str, torch.Tensor] | None:
+    """Clipped sum of per-sample gradients for a module whose trainable parameters all sit in
+    ``nn.Linear`` layers applied once to 2-D inputs (e.g. :class:`~dpaudit.mechanisms.models.Dense`).
+
+    Per-sample gradients of such a layer are outer products, ``dW_i = outer(g_i, a_i)`` and
+    ``db_i = g_i`` (g_i: gradient of example i's loss w.r.t. the layer output, a_i: its input),
+    so ``||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1)`` and the clipped sum of each layer is
+    ``(c * G)^T A`` -- the closed form of the linear head, per layer ("ghost clipping", Goodfellow
+    2015; Li et al. 2022). Nothing of size batch x parameters is materialised. Returns None when
+    the module does not qualify (then use :func:`per_sample_clipped_sum`).
+    """
+    layers = {n: m for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}
+    if trainable != owned:
+        return None
+    acts: dict[str, list] = {n: [] for n in layers}
+    grads: dict[str, list] = {n: [] for n in layers}
+    handles = []
+
+    def make_hook(name):
+        def hook(mod, inputs, output):
+            acts[name].append(inputs[0].detach())
+            if output.requires_grad:
+                output.register_hook(lambda g: grads[name].append(g.detach()))
+        return hook
+
+    for n, m in layers.items():
+        handles.append(m.register_forward_hook(make_hook(n)))
+    try:
+        with torch.enable_grad():
+            out = module(x)
+            if loss == "bce":
+                value = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), y.to(out.dtype).reshape(-1), reduction="sum")
+            else:
+                value = torch.nn.functional.cross_entropy(out, y, reduction="sum")
+            outputs = [p for p in module.parameters() if p.requires_grad]
+            torch.autograd.grad(value, outputs, allow_unused=True)  # fires the output hooks
+    finally:
+        for h in handles:
+            h.remove()
+    if any(len(acts[n]) != 1 or len(grads[n]) != 1 or acts[n][0].dim() != 2 for n in layers if any(p.requires_grad for p in layers[n].parameters(recurse=False))):
+        return None  # reused layer or sequence input: not covered by the closed form here
+    sq = torch.zeros(x.shape[0], dtype=out.dtype)
+    for n, m in layers.items():
+        if not acts[n]:
+            continue
+        a, g = acts[n][0], grads[n][0]
+        term = a.pow(2).sum(1) if m.weight.requires_grad else torch.zeros_like(sq)
+        if m.bias is not None and m.bias.requires_grad:
+            term = term + 1.0
+        sq = sq + g.pow(2).sum(1) * term
+    coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0) if clip else torch.ones_like(sq)
+    result = {}
+    for n, m in layers.items():
+        if not acts[n]:
+            continue
+        a, g = acts[n][0], grads[n][0] * coef[:, None]
+        prefix = f"{n}." if n else ""
+        if m.weight.requires_grad:
+            result[prefix + "weight"] = g.T @ a
+        if m.bias is not None and m.bias.requires_grad:
+            result[prefix + "bias"] = g.sum(0)
+    return result
+
+
 def train_module_dp_sgd(
     module: torch.nn.Module,
     x: np.ndarray | torch.Tensor,
@@ -370,31 +565,40 @@ def train_module_dp_sgd(
     training mode (dropout active; each example its own mask). Dropout masks are drawn from a
     generator seeded from the private noise source inside a forked RNG, so global torch RNG
     state is left untouched. Same privacy contract as :func:`run_dp_sgd`.
+
+    Per-sample clipping: modules made only of ``nn.Linear`` layers use the closed form
+    (:func:`linear_ghost_clipped_sum`); others ``torch.func`` per-sample gradients
+    (:func:`per_sample_clipped_sum`). Both are tested against Opacus.
     """
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
     if xt.shape[0] != yt.shape[0]:
         raise UsageError(f"x and y must have the same number of rows, got {xt.shape[0]} and {yt.shape[0]}.")
     names = [n for n, p in module.named_parameters() if p.requires_grad]
-    params = [p.detach().clone() for n, p in module.named_parameters() if p.requires_grad]
+    # Views of the module's own parameters: Adam updates them in place.
+    params = [p.detach() for n, p in module.named_parameters() if p.requires_grad]
     frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
     clip = not config.non_private
     module.train()
+    use_ghost = [True]
 
     def clipped_sum(ps, idx):
-        pd = dict(zip(names, ps))
-        pd.update(frozen)
         total = None
         for start in range(0, idx.size, max_chunk):  # bounds memory of per-sample gradients
             j = torch.as_tensor(idx[start:start + max_chunk])
-            part = per_sample_clipped_sum(module, pd, xt[j], yt[j], config.clipping_norm, loss=loss, clip=clip)
+            part = None
+            if use_ghost[0]:
+                part = linear_ghost_clipped_sum(module, xt[j], yt[j], config.clipping_norm, loss=loss, clip=clip)
+                if part is None:
+                    use_ghost[0] = False
+            if part is None:
+                pd = dict(zip(names, ps))
+                pd.update(frozen)
+                part = per_sample_clipped_sum(module, pd, xt[j], yt[j], config.clipping_norm, loss=loss, clip=clip)
             total = part if total is None else {k: total[k] + part[k] for k in total}
         return [total[n] for n in names]
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(noise.numpy.integers(0, 2**63 - 1)))
+        torch.manual_seed(noise.aux_seed() if hasattr(noise, "aux_seed") else int(noise.numpy.integers(0, 2**63 - 1)))
         steps = run_dp_sgd(params, clipped_sum, int(xt.shape[0]), config, noise=noise, progress=progress)
-    with torch.no_grad():
-        for (n, p), new in zip([(n, p) for n, p in module.named_parameters() if p.requires_grad], params):
-            p.copy_(new)
     return steps

@@ -73,22 +73,30 @@ class FrozenFeatures:
             "hidden_init": "W ~ U(-1, 1), b ~ U(0, 1)" if self.weight is not None else None,
         }
 
-    def transform(self, x: np.ndarray, *, chunk: int = 8192, dtype=np.float32) -> np.ndarray:
-        """z for every row of ``x``, computed in chunks (float32 by default)."""
+    def transform(self, x: np.ndarray, *, chunk: int = 4096, dtype=np.float32, bias_column: bool = False) -> np.ndarray:
+        """z for every row of ``x``, computed in chunks (float32 by default).
+
+        ``bias_column=True`` appends a column of ones ([z, 1], the head's bias input) without a
+        second copy of the whole matrix.
+        """
         x = np.asarray(x)
-        out = np.empty((x.shape[0], self.output_dim), dtype=dtype)
+        n_out = self.output_dim + (1 if bias_column else 0)
+        out = np.empty((x.shape[0], n_out), dtype=dtype)
+        if bias_column:
+            out[:, -1] = 1.0
         p = self.projection.astype(dtype) if self.projection is not None else None
         w = self.weight.astype(dtype) if self.weight is not None else None
         b = self.bias.astype(dtype) if self.bias is not None else None
+        link = self.reduced_dim if self.direct_link else 0
         for s in range(0, x.shape[0], chunk):
             xc = x[s:s + chunk].astype(dtype, copy=False)
             xr = xc @ p if p is not None else xc
-            parts = []
             if self.direct_link:
-                parts.append(xr)
+                out[s:s + chunk, :link] = xr
             if w is not None:
-                parts.append(np.tanh(xr @ w + b))
-            out[s:s + chunk] = np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+                h = out[s:s + chunk, link:link + w.shape[1]]
+                np.add(xr @ w, b, out=h)
+                np.tanh(h, out=h)
         return out
 
 

@@ -1,0 +1,233 @@
+"""R independent DP-SGD runs of a linear head at once (for audits).
+
+Each run is exactly the protocol of :func:`dpaudit.mechanisms.dpsgd.train_linear_head`: its own
+Poisson sample at every step (independent across runs and steps), per-example clipping in
+closed form, its own Gaussian noise N(0, (sigma C)^2 I) on the clipped sum, division by m0 and
+its own Adam state. What is shared: the feature matrix (built once), and the per-step sampling,
+noise draw and Adam update, which are single tensor operations over all R runs. The clipped sums
+are computed run by run, each from a cache-resident gather of that run's rows (the two matrix
+products are memory-bound; one padded tensor for all runs was measured slower).
+
+Poisson sampling here draws the *gaps* between included records (i.i.d. Geometric(q) for a
+Bernoulli(q) sequence), which gives exactly the same distribution as an (n,)-mask of Bernoulli
+draws at O(q n) cost per run instead of O(n). All of it comes from the private
+:class:`~dpaudit.noise.NoiseSource`.
+
+Canaries (for membership audits), :class:`HeadCanary`:
+- ``kind="record"``: an extra example (``z``, ``y``) that belongs to the training set of every
+  run with ``canary_in[r]`` True; like any record it is Poisson-sampled with rate q and clipped.
+- ``kind="gradient"``: a fixed ``direction`` (K, d+1), rescaled to norm exactly ``clipping_norm``
+  (the worst case allowed by clipping), added to the clipped sum at every step at which the
+  canary is Poisson-sampled in a run with ``canary_in[r]`` True (Dirac canary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..noise import NoiseSource
+from ..validation import one_of, positive_int
+from .dpsgd import AdamState, DPSGDConfig, Progress, adam_update, blas_threads, head_clipped_sum, head_outputs, poisson_sample
+
+
+@dataclass(frozen=True, eq=False)
+class HeadCanary:
+    """An audit canary for linear-head runs (see module docstring)."""
+
+    kind: str  # "record" or "gradient"
+    z: np.ndarray | None = None  # (d,) features of a record canary
+    y: int | None = None  # label of a record canary
+    direction: np.ndarray | None = None  # (K, d+1) for a gradient canary
+
+    def __post_init__(self) -> None:
+        one_of("canary kind", self.kind, ("record", "gradient"))
+        if self.kind == "record" and (self.z is None or self.y is None):
+            raise UsageError("a record canary must have z and y, got None.")
+        if self.kind == "gradient":
+            if self.direction is None or not np.all(np.isfinite(self.direction)) or not np.any(self.direction):
+                raise UsageError("a gradient canary direction must be a finite non-zero array, got an invalid one.")
+
+
+def _bernoulli(noise: NoiseSource, runs: int, q: float) -> np.ndarray:
+    """Independent Bernoulli(q) per run, from the private source."""
+    return np.asarray(noise.poisson_mask(runs, q), dtype=bool)
+
+
+def batched_head_clipped_sum(
+    w: np.ndarray,
+    z1: np.ndarray,
+    z1_norm: np.ndarray,
+    y: np.ndarray,
+    idx_list: list[np.ndarray],
+    clipping_norm: float,
+    *,
+    binary_logit: bool = False,
+    clip: bool = True,
+    buf: np.ndarray | None = None,
+    out: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per run r, the clipped sum of head gradients over rows ``idx_list[r]`` of ``z1`` at ``w[r]``.
+
+    The closed form of :func:`~dpaudit.mechanisms.dpsgd.head_clipped_sum`, run by run: each run's
+    sampled rows (about q n of them, ~1 MB for MNIST) are gathered into a reused buffer and both
+    matrix products read them from cache. (Measured: one padded (R, b, d+1) tensor for all runs
+    falls out of cache and is slower.) ``buf`` is returned, possibly grown; ``out`` (R, K, d+1),
+    if given, receives the sums. Returns ((R, K, d+1) sums, buf).
+    """
+    runs, k, d1 = w.shape
+    if out is None:
+        out = np.zeros((runs, k, d1), dtype=w.dtype)
+    bmax = max((ix.size for ix in idx_list), default=0)
+    if buf is None or bmax > buf.shape[0] or buf.dtype != z1.dtype:
+        buf = np.empty((max(bmax, 1), d1), dtype=z1.dtype)
+    for r, ix in enumerate(idx_list):
+        if ix.size == 0:
+            out[r] = 0.0  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+            continue
+        # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
+        zb = np.take(z1, ix, axis=0, out=buf[: ix.size], mode="clip")
+        out[r] = head_clipped_sum(w[r], zb, z1_norm[ix], y[ix], clipping_norm, binary_logit=binary_logit, clip=clip)
+    return out, buf
+
+
+@dataclass(frozen=True)
+class BatchedHeadResult:
+    """``weights`` (R, K, d+1), last column the bias; ``canary_samples[r]`` counts the steps at which
+    the canary was sampled in run r (0 for runs without it)."""
+
+    weights: np.ndarray
+    steps_executed: int
+    canary_samples: np.ndarray | None = None
+
+
+def train_linear_heads_batched(
+    z: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    config: DPSGDConfig,
+    *,
+    noise: NoiseSource,
+    runs: int,
+    canary: HeadCanary | None = None,
+    canary_in: np.ndarray | None = None,
+    init: np.ndarray | None = None,
+    binary_logit: bool = False,
+    dtype: torch.dtype = torch.float32,
+    progress: Progress | None = None,
+    chunk_runs: int | None = 64,
+) -> BatchedHeadResult:
+    """Train ``runs`` independent private linear heads on features ``z`` (n, d) at once.
+
+    ``init``: (K, d+1) shared by all runs or (R, K, d+1); zeros when omitted. ``canary_in``: (R,)
+    booleans, which runs include the canary (required with ``canary``). Same privacy contract per
+    run as :func:`~dpaudit.mechanisms.dpsgd.train_linear_head` (with the canary counted as one more
+    unit in including runs).
+
+    ``chunk_runs`` (a speed setting only): runs are trained in groups of this many, one group
+    after another (bounding the memory of per-run state); the runs are independent either way.
+    ``progress(steps_done, steps)`` is reported for each group in turn.
+    """
+    runs = positive_int("runs", runs)
+    if chunk_runs is not None:
+        chunk_runs = positive_int("chunk_runs", chunk_runs)
+    z = np.asarray(z)
+    y = np.asarray(y)
+    if z.ndim != 2 or y.shape != (z.shape[0],):
+        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
+    n, d = z.shape
+    k = head_outputs(n_classes, binary_logit)
+    if y.size and (y.min() < 0 or y.max() >= n_classes):
+        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
+    if canary is not None:
+        if canary_in is None or np.shape(canary_in) != (runs,):
+            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {None if canary_in is None else np.shape(canary_in)}.")
+        canary_in = np.asarray(canary_in, dtype=bool)
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    rows = [z]
+    labels = y.astype(np.int64)
+    # The record canary is stored as row n of the feature matrix (never sampled by the ordinary
+    # Poisson draw, which covers range(n) only).
+    if canary is not None and canary.kind == "record":
+        cz = np.asarray(canary.z, dtype=np.float64).reshape(1, -1)
+        if cz.shape[1] != d or not (0 <= int(canary.y) < n_classes):
+            raise UsageError(f"record canary must have {d} features and a label in [0, {n_classes}), got {cz.shape[1]} and {canary.y}.")
+        rows.append(cz)
+        labels = np.append(labels, int(canary.y))
+    z1 = np.empty((sum(len(r) for r in rows), d + 1), dtype=np_dtype)
+    start = 0
+    for part in rows:  # written in place: no second copy of the feature matrix
+        z1[start:start + len(part), :d] = part
+        start += len(part)
+    z1[:, d] = 1.0
+    z1_norm = np.sqrt(np.einsum("ij,ij->i", z1, z1))
+    grad_canary = None
+    if canary is not None and canary.kind == "gradient":
+        direction = np.asarray(canary.direction, dtype=np.float64)
+        if direction.shape != (k, d + 1):
+            raise UsageError(f"gradient canary direction must have shape {(k, d + 1)}, got {direction.shape}.")
+        grad_canary = (direction * (config.clipping_norm / np.linalg.norm(direction))).astype(np_dtype)
+    if init is None:
+        w0 = np.zeros((runs, k, d + 1))
+    else:
+        init = np.asarray(init)
+        if init.shape == (k, d + 1):
+            init = np.broadcast_to(init, (runs, k, d + 1))
+        if init.shape != (runs, k, d + 1):
+            raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
+        w0 = init
+    step = chunk_runs or runs
+    weights, canary_counts, executed = [], [], []
+    with blas_threads():
+        for start in range(0, runs, step):
+            stop = min(runs, start + step)
+            w, steps_done, counts = _train_group(
+                z1, z1_norm, labels, n, k, config, noise=noise, w0=w0[start:stop], dtype=dtype,
+                canary=canary, canary_in=None if canary_in is None else canary_in[start:stop], grad_canary=grad_canary,
+                progress=progress)
+            weights.append(w)
+            canary_counts.append(counts)
+            executed.append(steps_done)
+    return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
+                             canary_samples=None if canary is None else np.concatenate(canary_counts))
+
+
+def _train_group(z1, z1_norm, y, n, k, config, *, noise, w0, dtype, canary, canary_in, grad_canary, progress):
+    """The DP-SGD loop for one group of runs (see :func:`train_linear_heads_batched`)."""
+    runs = w0.shape[0]
+    d1 = z1.shape[1]
+    w = torch.tensor(np.array(w0), dtype=dtype)
+    wn = w.numpy()  # shared memory: Adam updates w in place, the clipped sums read wn
+    state = AdamState.zeros_like([w])
+    std = config.noise_std
+    clip = not config.non_private
+    q = config.sample_rate
+    counts = np.zeros(runs, dtype=np.int64) if canary is not None else None
+    # One reused gather buffer (a fresh array per step costs page faults).
+    buf = np.empty((int(n * q + 8.0 * np.sqrt(n * q) + 16) + 1, d1), dtype=z1.dtype)
+    sums = np.empty((runs, k, d1), dtype=wn.dtype)  # reused every step (in-place noise and m0)
+    report_every = max(1, config.steps // 200)
+    steps_done = 0
+    for _ in range(config.steps):
+        idx_list = poisson_sample(noise, n, q, runs)
+        if canary is not None:
+            hit = _bernoulli(noise, runs, q) & canary_in
+            counts += hit
+            if canary.kind == "record":
+                idx_list = [np.append(ix, n) if hit[r] else ix for r, ix in enumerate(idx_list)]
+        s, buf = batched_head_clipped_sum(wn, z1, z1_norm, y, idx_list, config.clipping_norm,
+                                          binary_logit=k == 1, clip=clip, buf=buf, out=sums)
+        if grad_canary is not None:
+            s += hit.astype(s.dtype)[:, None, None] * grad_canary
+        st = torch.from_numpy(s)
+        if std > 0.0:
+            st += noise.gaussian_torch(tuple(st.shape), std, dtype=dtype)
+        st /= config.normalizer
+        adam_update([w], [st], state, config)
+        steps_done += 1
+        if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
+            progress(steps_done, config.steps)
+    return w.numpy().astype(np.float64), steps_done, counts

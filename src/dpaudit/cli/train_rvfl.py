@@ -20,7 +20,7 @@ def _summary(release) -> dict:
     d = release.to_dict()
     keys = ["id", "mechanism", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "epsilons", "noise_multiplier",
             "sample_rate", "steps", "steps_executed", "clipping_norm", "normalizer", "seed", "non_private", "noise_source",
-            "metrics", "timings", "artefacts", "command"]
+            "metrics", "timings", "artefacts", "command", "privacy_unit"]
     out = {k: d.get(k) for k in keys}
     out["dataset"] = d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
     out["dataset_sha256"] = d["dataset"].get("sha256") if isinstance(d.get("dataset"), dict) else None
@@ -44,6 +44,9 @@ def _make_command(model: str, description: str):
         profile: Optional[str] = typer.Option(None, "--profile", help="Image profile: raw01 (default), centered, half-resolution.", show_default=False),
         split_seed: Optional[int] = typer.Option(None, "--split-seed", help="Public split seed (default: the dataset's documented default).", show_default=False),
         threads: Optional[int] = typer.Option(None, "--threads", help="Torch intra-op threads (a speed setting; default: torch's choice).", show_default=False),
+        privacy_unit: str = typer.Option("record", "--privacy-unit", help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user)."),
+        records_per_user: Optional[int] = typer.Option(None, "--records-per-user", help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.", show_default=False),
+        user_ids: options.OptionalPath = typer.Option(None, "--user-ids", help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.", show_default=False),
         json_out: bool = options.json_out(),
     ) -> None:
         from ..mechanisms.rvfl import DEFAULT_DATASET, train_and_release
@@ -62,6 +65,7 @@ def _make_command(model: str, description: str):
             model, dataset=dataset, data_dir=data_dir, epsilon=eps, delta=delta, seed=seed, non_private=non_private,
             reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out, ledger_path=ledger,
             epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, progress=True,
+            privacy_unit=privacy_unit, user_ids=user_ids, records_per_user=records_per_user,
         )
         summary = _summary(release)
         if json_out:
@@ -73,6 +77,8 @@ def _make_command(model: str, description: str):
         console.print(f"[bold]{model}[/] on {summary['dataset']}: {claim}")
         if not release.non_private:
             console.print(f"  noise_multiplier={release.noise_multiplier:.4f} sample_rate={release.sample_rate:.6f} steps={release.steps_executed}/{release.steps} normalizer={release.normalizer}")
+        if release.privacy_unit == "user":
+            console.print(f"  privacy unit: user ({release.config['n_users']} training users, records_per_user G={release.config['records_per_user']})")
         console.print("  test " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()))
         console.print(f"  train {release.timings['train_seconds']:.2f}s, setup {release.timings['setup_seconds']:.2f}s; release id {release.id}")
 

@@ -64,6 +64,9 @@ class PreparedDataset:
     feature_names: tuple[str, ...] | None = None
     source_files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
     notes: str = ""
+    #: Optional user id per record of each partition ({"train", "val", "test"} -> 1-D array),
+    #: set only for data split along user boundaries (see :mod:`dpaudit.data.users`).
+    user_ids: dict[str, np.ndarray] | None = None
 
     @property
     def n_features(self) -> int:
@@ -79,7 +82,7 @@ class PreparedDataset:
         return array_sha256(self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test)
 
     def identity(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "kind": self.kind,
             "sha256": self.sha256,
@@ -90,3 +93,7 @@ class PreparedDataset:
             "n_classes": self.n_classes,
             "source_files": dict(self.source_files),
         }
+        if self.user_ids is not None:  # user-split data: who the users are is part of its identity
+            out["user_ids_sha256"] = array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
+            out["n_users"] = {p: int(np.unique(self.user_ids[p]).size) for p in ("train", "val", "test")}
+        return out

@@ -320,6 +320,7 @@ def train_linear_head(
     binary_logit: bool = False,
     dtype: torch.dtype = torch.float32,
     z_has_bias_column: bool = False,
+    units: Callable | None = None,
 ) -> HeadResult:
     """DP-SGD (Adam) on a linear softmax head over frozen features ``z`` (n, d).
 
@@ -329,6 +330,9 @@ def train_linear_head(
     ``init`` (K, d+1) must come from public randomness; zeros when omitted.
     ``z_has_bias_column=True``: ``z`` is already [z, 1] (its last column all ones, e.g. from
     ``FrozenFeatures.transform(..., bias_column=True)``) and is used without a copy.
+    ``units``: optional privacy-unit hook (user-level DP-SGD, :mod:`dpaudit.mechanisms.user_level`):
+    ``units(z1, z1_norm, y, binary_logit=..., clip=...)`` returns ``(n_units, unit_sum)``; the loop
+    then Poisson-samples range(n_units) and uses ``unit_sum(w, idx)`` as the clipped sum.
     """
     z = np.asarray(z)
     y = np.asarray(y)
@@ -355,13 +359,15 @@ def train_linear_head(
             raise UsageError(f"init must have shape {(k, d + 1)}, got {init.shape}.")
         w = torch.tensor(init, dtype=dtype)
     clip = not config.non_private
+    n_units, unit_sum = units(z1, z1_norm, yt, binary_logit=k == 1, clip=clip) if units is not None else (None, None)
 
     with blas_threads():
-        steps = _run_head_loop(w.numpy(), z1, z1_norm, yt, config, noise=noise, progress=progress, binary_logit=k == 1, clip=clip, dtype=dtype)
+        steps = _run_head_loop(w.numpy(), z1, z1_norm, yt, config, noise=noise, progress=progress, binary_logit=k == 1, clip=clip, dtype=dtype,
+                               n_units=n_units, unit_sum=unit_sum)
     return HeadResult(weight=w.numpy().astype(np.float64), steps_executed=steps, binary_logit=k == 1, config=config)
 
 
-def _run_head_loop(w, z1, z1_norm, y, config: DPSGDConfig, *, noise: NoiseSource, progress, binary_logit, clip, dtype) -> int:
+def _run_head_loop(w, z1, z1_norm, y, config: DPSGDConfig, *, noise: NoiseSource, progress, binary_logit, clip, dtype, n_units=None, unit_sum=None) -> int:
     """:func:`run_dp_sgd` specialised to one linear head, in NumPy with preallocated buffers.
 
     Step for step the same protocol and the same private draws in the same order (one
@@ -369,8 +375,9 @@ def _run_head_loop(w, z1, z1_norm, y, config: DPSGDConfig, *, noise: NoiseSource
     closed-form gradients (zero for an empty batch), plus N(0, (sigma C)^2), divided by m0, then
     the ``torch.optim.Adam`` update written out in place. The generic loop costs a few torch
     dispatches per step that dominate at this size. Updates ``w`` in place; returns executed steps.
+    With ``unit_sum`` the units sampled are range(n_units) and the clipped sum is ``unit_sum(w, idx)``.
     """
-    n = z1.shape[0]
+    n = z1.shape[0] if n_units is None else int(n_units)
     b1, b2 = config.betas
     std = config.noise_std
     m = np.zeros_like(w)
@@ -381,7 +388,9 @@ def _run_head_loop(w, z1, z1_norm, y, config: DPSGDConfig, *, noise: NoiseSource
     steps_done = 0
     for t in range(1, config.steps + 1):
         idx = poisson_sample(noise, n, config.sample_rate)[0]
-        if idx.size:
+        if idx.size and unit_sum is not None:
+            g = unit_sum(w, idx)
+        elif idx.size:
             if idx.size > buf.shape[0]:
                 buf = np.empty((idx.size, z1.shape[1]), dtype=z1.dtype)
             zb = np.take(z1, idx, axis=0, out=buf[: idx.size], mode="clip")
@@ -558,6 +567,7 @@ def train_module_dp_sgd(
     loss: str = "cross_entropy",
     progress: Progress | None = None,
     max_chunk: int = 1024,
+    units: Callable | None = None,
 ) -> int:
     """DP-SGD (Adam) on every trainable parameter of ``module`` (in place). Returns executed steps.
 
@@ -569,6 +579,9 @@ def train_module_dp_sgd(
     Per-sample clipping: modules made only of ``nn.Linear`` layers use the closed form
     (:func:`linear_ghost_clipped_sum`); others ``torch.func`` per-sample gradients
     (:func:`per_sample_clipped_sum`). Both are tested against Opacus.
+    ``units``: optional privacy-unit hook (user-level DP-SGD): ``units(record_sum)`` returns
+    ``(n_units, unit_sum)``, where ``record_sum(params, rows)`` is this function's per-record
+    clipped sum; the engine then Poisson-samples range(n_units) and calls ``unit_sum``.
     """
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
@@ -600,5 +613,6 @@ def train_module_dp_sgd(
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(noise.aux_seed() if hasattr(noise, "aux_seed") else int(noise.numpy.integers(0, 2**63 - 1)))
-        steps = run_dp_sgd(params, clipped_sum, int(xt.shape[0]), config, noise=noise, progress=progress)
+        n_units, engine_sum = units(clipped_sum) if units is not None else (int(xt.shape[0]), clipped_sum)
+        steps = run_dp_sgd(params, engine_sum, n_units, config, noise=noise, progress=progress)
     return steps

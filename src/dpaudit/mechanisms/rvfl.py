@@ -44,7 +44,7 @@ import torch
 
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
 from ..accounting.accountants import rdp_curve, rdp_to_epsilon
-from ..errors import DataError
+from ..errors import DataError, UsageError
 from ..noise import public_rng
 from ..records import Release, check_accounting
 from ..validation import one_of, open_unit, positive_finite, positive_int
@@ -197,6 +197,9 @@ def train_and_release(
     progress=True,
     record: bool = True,
     prepared=None,
+    privacy_unit: str = "record",
+    user_ids=None,
+    records_per_user: int | None = None,
 ) -> Release:
     """Load ``dataset``, train ``model`` with the paper's DP-SGD protocol, check, publish.
 
@@ -205,7 +208,22 @@ def train_and_release(
     for a rich bar on stderr, False/None for silence, or a callable ``(steps_done, steps_total,
     epsilon_spent)``. ``record=False`` writes release.json but skips the ledger (tests only; the
     preflight budget check still runs for private releases).
+
+    ``privacy_unit="user"`` trains with user-level DP-SGD (adjacency ``add-remove-user``) given
+    ``user_ids`` and ``records_per_user`` G: see
+    :func:`dpaudit.mechanisms.user_level.train_and_release_user_level`, which this delegates to.
     """
+    one_of("privacy_unit", privacy_unit, ("record", "user"))
+    if privacy_unit == "user":
+        from .user_level import train_and_release_user_level
+
+        return train_and_release_user_level(
+            model, records_per_user=records_per_user, user_ids=user_ids, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta,
+            seed=seed, non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir,
+            ledger_path=ledger_path, epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, progress=progress,
+            record=record, prepared=prepared)
+    if user_ids is not None or records_per_user is not None:  # never ignore a request for user-level privacy
+        raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
     one_of("model", model, MODEL_NAMES)
     spec = MODELS[model]
     if not non_private:

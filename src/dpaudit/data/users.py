@@ -1,0 +1,333 @@
+"""User ids per record, user-boundary splits, and the record grouping user-level DP-SGD uses.
+
+User-level DP (DP-MixMin paper, section 2 and appendix A.9; McMahan et al. 2018) protects all
+records of one user: neighbouring datasets differ by the whole contribution D_u of one user
+(adjacency ``add-remove-user``). Two consequences for the data side:
+
+- **Splits follow user boundaries.** Post-processing and parallel composition hold for user-level
+  DP only when the private data is split along user boundaries (paper 000, section 2), so every
+  user's records land in exactly one of train / validation / test. :func:`split_by_users` draws a
+  public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
+  points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a
+  dataset whose partitions share a user id (a record-level split of user data) is refused by
+  :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
+- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a
+  column: :func:`user_ids_from_column`). The split is public randomness derived from
+  ``split_seed`` with the record split's generator, so with one record per user the user split
+  equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
+
+Loader order: ``--user-ids FILE.npy`` holds one id per row of the dataset *before* splitting,
+in the order :func:`dpaudit.data.load_dataset` reads the rows: the official training rows then
+the official test rows for MNIST / CIFAR-10, the file order for every other dataset.
+:func:`unsplit` restores that order from a prepared dataset by inverting the public record split
+(the inverse is pinned by a test that re-splits and compares). A user-level dataset is always
+re-split 70 / 15 / 15 *by users* (:data:`USER_SPLIT_PERCENT`), including MNIST / CIFAR-10,
+whose official test set may share users with the training rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, UsageError
+from ..validation import non_negative_int
+from .base import PreparedDataset
+from .splits import permutation, split_counts, split_indices, train_val_indices
+
+#: (train_percent, val_percent) of users for a user-level split; the test part is the remainder.
+USER_SPLIT_PERCENT = (70, 15)
+
+#: Datasets whose test partition is an official test set (loader order: train rows, then test).
+OFFICIAL_TEST_DATASETS = ("mnist", "cifar10")
+#: Percent of the official training rows kept for training in their record split.
+OFFICIAL_TRAIN_PERCENT = 85
+
+PARTITIONS = ("train", "val", "test")
+
+
+# ---------------------------------------------------------------- ids and grouping
+
+
+def as_user_ids(user_ids, name: str = "user_ids") -> np.ndarray:
+    """``user_ids`` as a 1-D integer or string array (one id per record).
+
+    Floating-point ids are refused (NaN is not equal to itself and 1.0 vs 1 is ambiguous), as
+    are object arrays: convert ids to integers or strings first.
+    """
+    a = np.asarray(user_ids)
+    if a.ndim != 1:
+        raise DataError(f"{name} must be a 1-D array with one id per record, got shape {a.shape}.")
+    if a.dtype.kind not in "iuUS":
+        raise DataError(f"{name} must be an integer or string array, got dtype {a.dtype}.")
+    return a
+
+
+def user_ids_from_column(table, column: str) -> np.ndarray:
+    """The user ids held in ``table[column]`` (a pandas DataFrame, a mapping of arrays or a NumPy
+    structured array). Whole-number float columns (as CSV readers produce) become int64; NaN or
+    fractional values are refused."""
+    try:
+        col = np.asarray(table[column])
+    except (KeyError, ValueError, IndexError):
+        raise DataError(f"user id column must be a column of the table, got {column!r}.") from None
+    if col.dtype.kind == "f":
+        if not np.all(np.isfinite(col)) or not np.all(col == np.round(col)):
+            raise DataError(f"user id column {column!r} must hold whole numbers or strings, got non-integral or missing values.")
+        col = col.astype(np.int64)
+    elif col.dtype.kind == "O":
+        try:
+            col = col.astype(str) if all(isinstance(v, str) for v in col) else col.astype(np.int64)
+        except (TypeError, ValueError):
+            raise DataError(f"user id column {column!r} must hold integers or strings.") from None
+    return as_user_ids(col, f"user id column {column!r}")
+
+
+@dataclass(frozen=True)
+class UserIndex:
+    """Records grouped by user; users numbered 0..n_users-1 in order of first appearance.
+
+    ``order`` lists record indices grouped by user (user 0's records first, each user's records
+    in ascending record order), ``offsets[u]:offsets[u+1]`` is user u's slice of ``order``, and
+    ``ids[u]`` is user u's id. With one record per user, user u is record u, so Poisson
+    sampling of users is Poisson sampling of records (what makes user-level DP-SGD with G = 1
+    and singleton users bit-identical to record-level DP-SGD).
+    """
+
+    ids: np.ndarray
+    order: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def n_users(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def n_records(self) -> int:
+        return int(self.order.shape[0])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """|D_u| for every user (int64)."""
+        return np.diff(self.offsets)
+
+    def user_of_record(self) -> np.ndarray:
+        """The user number of every record (int64, length n_records)."""
+        out = np.empty(self.n_records, dtype=np.int64)
+        out[self.order] = np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
+        return out
+
+    def describe(self) -> dict:
+        c = self.counts
+        return {"n_users": self.n_users, "n_records": self.n_records, "records_per_user_min": int(c.min()),
+                "records_per_user_max": int(c.max()), "records_per_user_mean": float(c.mean())}
+
+
+def index_users(user_ids) -> UserIndex:
+    """Group records by user id (users in order of first appearance). No Python loop over users."""
+    ids = as_user_ids(user_ids)
+    if ids.size == 0:
+        raise DataError("user_ids must hold at least one id, got an empty array.")
+    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")  # unique-sorted position -> rank of first appearance
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    user = rank[inverse.reshape(-1)].astype(np.int64)
+    order = np.argsort(user, kind="stable").astype(np.int64)
+    counts = np.bincount(user, minlength=by_first.size)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return UserIndex(ids=uniq[by_first], order=order, offsets=offsets)
+
+
+def user_ids_sha256(user_ids) -> str:
+    """Identity of a user-id array (dtype, shape and bytes)."""
+    a = np.ascontiguousarray(as_user_ids(user_ids))
+    h = hashlib.sha256()
+    h.update(str(a.dtype).encode())
+    h.update(str(a.shape).encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- splits
+
+
+def split_by_users(
+    user_ids, *, split_seed: int, train_percent: int = USER_SPLIT_PERCENT[0], val_percent: int = USER_SPLIT_PERCENT[1]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Record index arrays (train, val, test) of a split along user boundaries.
+
+    The users (numbered by first appearance) are permuted with the record split's generator
+    ``public_rng(split_seed, SPLIT_TAG)`` (:func:`dpaudit.data.splits.permutation`); the first
+    ``(train_percent * n_users) // 100`` users go to train, the next
+    ``(val_percent * n_users) // 100`` to validation, the rest to test. Every record follows its
+    user; within a partition, records are listed user by user in permuted user order (each
+    user's records in loader order). So with one record per user the result *is*
+    :func:`dpaudit.data.splits.split_indices` -- element for element.
+    """
+    split_seed = non_negative_int("split_seed", split_seed)
+    index = index_users(user_ids)
+    try:
+        n_tr, n_va, _ = split_counts(index.n_users, int(train_percent), int(val_percent))
+    except ValueError:
+        raise UsageError(f"train_percent and val_percent must be integers with sum <= 100, got {train_percent} and {val_percent}.") from None
+    perm = permutation(index.n_users, split_seed)
+    counts = index.counts
+
+    def records_of(users: np.ndarray) -> np.ndarray:
+        k = counts[users]
+        first = np.cumsum(k) - k
+        local = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(first, k)
+        return index.order[np.repeat(index.offsets[users], k) + local]
+
+    return records_of(perm[:n_tr]), records_of(perm[n_tr:n_tr + n_va]), records_of(perm[n_tr + n_va:])
+
+
+def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
+    """Refuse partitions that share a user (a record-level split of user data).
+
+    User-level DP composes in parallel and survives post-processing only across partitions that
+    follow user boundaries; a user with records in train and in val/test is refused.
+    """
+    parts = {"train": as_user_ids(train_ids, "train user_ids")}
+    for name, ids in (("val", val_ids), ("test", test_ids)):
+        if ids is not None:
+            parts[name] = as_user_ids(ids, f"{name} user_ids")
+    names = list(parts)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if parts[a].size == 0 or parts[b].size == 0:
+                continue
+            if parts[a].dtype.kind != parts[b].dtype.kind and {parts[a].dtype.kind, parts[b].dtype.kind} - {"i", "u"}:
+                raise DataError(f"user ids of {a} and {b} must have the same kind (integer or string), got {parts[a].dtype} and {parts[b].dtype}.")
+            shared = np.intersect1d(parts[a], parts[b])
+            if shared.size:
+                raise DataError(
+                    f"partitions {a} and {b} share {shared.size} user(s) (e.g. {shared[0]!r}): user-level data must be split "
+                    "by users, not by records (use dpaudit.data.users.split_by_users)."
+                )
+
+
+# ---------------------------------------------------------------- prepared datasets
+
+
+def unsplit(prepared: PreparedDataset) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of every row of a registry dataset, in loader order (before its record split).
+
+    Inverts the public split of :mod:`dpaudit.data.registry`: ``split_indices(n, seed, 70, 15)``
+    for tabular data and digits; ``train_val_indices(n_official_train, seed, 85)`` followed by the
+    official test rows for MNIST / CIFAR-10.
+    """
+    if prepared.user_ids is not None:
+        raise DataError(f"dataset {prepared.name} is already split by users; user ids cannot be attached again.")
+    seed = int(prepared.split_seed)
+    x_parts = (prepared.x_train, prepared.x_val, prepared.x_test)
+    y_parts = (prepared.y_train, prepared.y_val, prepared.y_test)
+    if prepared.name in OFFICIAL_TEST_DATASETS:
+        n_off = len(prepared.y_train) + len(prepared.y_val)
+        tr, va = train_val_indices(n_off, seed, OFFICIAL_TRAIN_PERCENT)
+        if (len(tr), len(va)) != (len(prepared.y_train), len(prepared.y_val)):
+            raise DataError(f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids.")
+        x = np.empty((n_off + len(prepared.y_test),) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
+        y = np.empty(n_off + len(prepared.y_test), dtype=prepared.y_train.dtype)
+        x[tr], x[va], x[n_off:] = x_parts
+        y[tr], y[va], y[n_off:] = y_parts
+        return x, y
+    n = sum(len(p) for p in y_parts)
+    tr, va, te = split_indices(n, seed, 70, 15)
+    if (len(tr), len(va), len(te)) != tuple(len(p) for p in y_parts):
+        raise DataError(f"dataset {prepared.name} was not split by the registry rule (70/15/15); pass per-partition user ids.")
+    x = np.empty((n,) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
+    y = np.empty(n, dtype=prepared.y_train.dtype)
+    for idx, xp, yp in zip((tr, va, te), x_parts, y_parts):
+        x[idx], y[idx] = xp, yp
+    return x, y
+
+
+def n_rows(prepared: PreparedDataset) -> int:
+    """Rows of the dataset before splitting (all partitions)."""
+    return sum(int(len(p)) for p in (prepared.y_train, prepared.y_val, prepared.y_test))
+
+
+def split_prepared_by_users(
+    prepared: PreparedDataset,
+    user_ids,
+    *,
+    split_seed: int | None = None,
+    train_percent: int = USER_SPLIT_PERCENT[0],
+    val_percent: int = USER_SPLIT_PERCENT[1],
+) -> PreparedDataset:
+    """Re-split a registry dataset along user boundaries.
+
+    ``user_ids`` holds one id per row in loader order (see the module docstring). All rows are
+    pooled and split with :func:`split_by_users` (``split_seed`` defaults to the dataset's).
+    The result carries ``user_ids`` per partition and notes how it was split.
+    """
+    ids = as_user_ids(user_ids)
+    total = n_rows(prepared)
+    if ids.shape[0] != total:
+        raise DataError(f"user_ids must hold one id per row of dataset {prepared.name} before splitting ({total} rows), got {ids.shape[0]}.")
+    seed = int(prepared.split_seed if split_seed is None else split_seed)
+    x, y = unsplit(prepared)
+    tr, va, te = split_by_users(ids, split_seed=seed, train_percent=train_percent, val_percent=val_percent)
+    if tr.size == 0:
+        raise DataError(f"the user split of dataset {prepared.name} left no user in the training partition ({index_users(ids).n_users} users).")
+    note = (f"re-split {train_percent}/{val_percent}/{100 - train_percent - val_percent} by users "
+            "(seeded permutation of users, integer cut points)")
+    return dataclasses.replace(
+        prepared,
+        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        split_seed=seed, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
+        notes=(prepared.notes + " " if prepared.notes else "") + note + ".",
+    )
+
+
+def attach_user_ids(prepared: PreparedDataset, user_ids, *, split_seed: int | None = None) -> PreparedDataset:
+    """A prepared dataset with user ids, split along user boundaries.
+
+    ``user_ids`` is either a mapping ``{"train": ..., "val": ..., "test": ...}`` with one id per
+    row of each partition (checked: no user in two partitions), or one array with an id per row
+    of the dataset before splitting (then re-split by users, :func:`split_prepared_by_users`).
+    An array holding ids for the training partition only is refused: nothing would show that
+    validation and test hold other users.
+    """
+    if isinstance(user_ids, dict):
+        unknown = set(user_ids) - set(PARTITIONS)
+        if unknown or "train" not in user_ids:
+            raise UsageError(f"user_ids must map train (and optionally val, test) to arrays, got keys {sorted(user_ids)!r}.")
+        out = {}
+        for p in PARTITIONS:
+            n = len(getattr(prepared, f"y_{p}"))
+            ids = user_ids.get(p)
+            if ids is None:
+                if n:
+                    raise DataError(f"user_ids for partition {p} are missing ({n} rows): every partition's users must be known to check the split.")
+                ids = np.empty(0, dtype=as_user_ids(user_ids["train"]).dtype)
+            ids = as_user_ids(ids, f"{p} user_ids")
+            if ids.shape[0] != n:
+                raise DataError(f"{p} user_ids must hold one id per row ({n}), got {ids.shape[0]}.")
+            out[p] = ids
+        check_user_split(out["train"], out["val"], out["test"])
+        if prepared.user_ids is not None:
+            raise DataError(f"dataset {prepared.name} already carries user ids.")
+        return dataclasses.replace(prepared, user_ids=out)
+    return split_prepared_by_users(prepared, user_ids, split_seed=split_seed)
+
+
+def load_user_ids(path: str | os.PathLike) -> np.ndarray:
+    """Read a ``.npy`` file of user ids (one per row; integers or strings; no pickles)."""
+    p = Path(path)
+    try:
+        a = np.load(p, allow_pickle=False)
+    except FileNotFoundError:
+        raise DataError(f"user ids file not found: {p}.") from None
+    except (ValueError, OSError) as e:
+        raise DataError(f"user ids file {p} is not a readable .npy array without pickles: {str(e).splitlines()[0]}.") from None
+    if isinstance(a, np.lib.npyio.NpzFile):  # pragma: no cover - np.load of .npz
+        raise DataError(f"user ids file {p} must be a .npy array, got an .npz archive.")
+    return as_user_ids(a, f"user ids in {p.name}")

@@ -1,1 +1,36 @@
-"""dpaudit.audits"""
+"""dpaudit.audits: empirical privacy audits with canaries (Jagielski, Ullman & Oprea 2020).
+
+Quick use::
+
+    from dpaudit.audits import build_target, run_audit
+    result = run_audit(build_target("mixmin", canary="max-clip", epsilon=1.0), runs=2000, out_dir="audits/mixmin")
+    result.epsilon_lower_bound, result.ceiling, result.gdp_estimate, result.controls["no-noise"]
+
+Bring your own mechanism::
+
+    from dpaudit.audits import audit_callable
+    audit_callable(lambda include, rng: my_mechanism(data, include, rng), my_score, runs=2000,
+                   claimed_epsilon=1.0, delta=1e-5)
+
+Modules: :mod:`.stats` (Clopper–Pearson, eps_LB, ceiling, threshold selection, ROC, GDP estimate),
+:mod:`.engine` (trials, SELECT/EVAL, controls, checkpoints, audit.json schema), :mod:`.canaries`,
+:mod:`.gaussian` (exact-epsilon calibration target), :mod:`.mixmin`, :mod:`.heads` (DP-RVFL and the
+frozen-feature models), :mod:`.elm` (Laplace DP-ELM), :mod:`.build` (targets from names / releases).
+"""
+
+from .engine import (AUDIT_FILE, CONTROLS, SCORES_FILE, AuditResult, audit_callable, audit_scores, evaluate_scores, plan_trials,
+                     read_audit, run_audit, violated, write_audit)
+from .targets import AuditTarget, CallableTarget
+
+__all__ = [
+    "AUDIT_FILE", "CONTROLS", "SCORES_FILE", "AuditResult", "AuditTarget", "CallableTarget", "audit_callable", "audit_scores",
+    "build_target", "evaluate_scores", "plan_trials", "read_audit", "run_audit", "target_from_release", "violated", "write_audit",
+]
+
+
+def __getattr__(name):  # the builders import the mechanisms (torch, data); load them on first use
+    if name in ("build_target", "target_from_release"):
+        from . import build
+
+        return getattr(build, name)
+    raise AttributeError(name)

@@ -284,5 +284,7 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
         "epsilon": gdp_epsilon(mu, delta_used),
         "epsilon_interval": [gdp_epsilon(mu_lo, delta_used), gdp_epsilon(mu_hi, delta_used)],
         "interval_confidence": confidence,
+        "significant": mu_lo > 0.0,  # False: indistinguishable from no leakage at this confidence
+        "saturated": auc >= clip,  # perfect separation: mu (and eps) only bounded by the trial count
         "trials": n_pos + n_neg,
     }

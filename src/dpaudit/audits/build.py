@@ -1,0 +1,155 @@
+"""Build an :class:`~dpaudit.audits.targets.AuditTarget` from a mechanism name or a release.
+
+This is the library behind ``dpaudit audit MECHANISM ...`` (the CLI only parses): a Python user
+gets the same target with :func:`build_target` or :func:`target_from_release`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import DataError, UsageError
+from ..validation import one_of, open_unit, positive_finite
+from .canaries import SUPPORTED, check_canary
+from .heads import HEAD_MODELS
+from .targets import AuditTarget
+
+#: MECHANISM names the CLI accepts (aliases map to the release's mechanism name).
+ALIASES = {"mixmin": "dp-mixmin", "dp-mixmin": "dp-mixmin", "gaussian": "gaussian", "dp-elm": "dp-elm",
+           **{m: m for m in HEAD_MODELS}}
+MECHANISMS = tuple(ALIASES)
+DEFAULT_EPSILON = {"dp-mixmin": 1.0, "gaussian": 1.0, "dp-elm": 2.0}
+DEFAULT_TASK = "digits-mix"
+
+
+def family(mechanism: str) -> str:
+    m = ALIASES[mechanism]
+    return "head" if m in HEAD_MODELS else m
+
+
+def default_canary(mechanism: str) -> str:
+    return SUPPORTED[family(one_of("mechanism", mechanism, MECHANISMS))][0]
+
+
+def build_target(
+    mechanism: str,
+    *,
+    canary: str | None = None,
+    epsilon: float | None = None,
+    delta: float = 1e-5,
+    task: str | None = None,
+    target: str | None = None,
+    dataset: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    seed: int = 42,
+    no_noise: bool = False,
+    width: int = 10,
+    epochs: int | None = None,
+    rho: float = 0.1,
+    broken_noise_factor: float = 1.0,
+) -> AuditTarget:
+    """The audit target for ``mechanism`` with its noise calibrated to (``epsilon``, ``delta``).
+
+    ``mixmin``/``dp-mixmin`` uses ``task`` (default the embedded ``digits-mix``) and its
+    ``target``; the frozen-feature models and ``dp-elm`` use ``dataset`` (default the embedded
+    ``digits``); ``gaussian`` is synthetic with an exact epsilon. ``no_noise`` returns the
+    noiseless variant (the no-noise control as the main audit). ``broken_noise_factor`` (gaussian
+    only) divides the noise while the claim stays: a deliberately broken mechanism.
+    """
+    one_of("mechanism", mechanism, MECHANISMS)
+    fam = family(mechanism)
+    canary = check_canary(fam, canary or SUPPORTED[fam][0])
+    eps = positive_finite("epsilon", epsilon if epsilon is not None else DEFAULT_EPSILON.get(fam, 2.0))
+    if broken_noise_factor != 1.0 and fam != "gaussian":
+        raise UsageError(f"broken_noise_factor must be 1 for {mechanism} (a gaussian-only test switch), got {broken_noise_factor!r}.")
+    if fam == "dp-mixmin":
+        if dataset is not None:
+            raise UsageError(f"dataset must not be given for mixmin (use --task), got {dataset!r}.")
+        from .mixmin import mixmin_task_target
+
+        t = mixmin_task_target(task or DEFAULT_TASK, target, epsilon=eps, delta=open_unit("delta", delta), rho=rho, canary=canary,
+                               seed=seed, data_dir=data_dir)
+    elif fam == "gaussian":
+        from .gaussian import GaussianTarget
+
+        t = GaussianTarget.for_epsilon(eps, open_unit("delta", delta), canary=canary, seed=seed, broken_noise_factor=broken_noise_factor)
+    elif fam == "dp-elm":
+        from .elm import ElmTarget
+
+        t = ElmTarget(dataset=dataset or "digits", data_dir=data_dir, width=width, epsilon=eps, canary=canary, seed=seed)
+    else:
+        if task is not None:
+            raise UsageError(f"task must not be given for {mechanism} (use --dataset), got {task!r}.")
+        from .heads import HeadTarget
+
+        t = HeadTarget(model=ALIASES[mechanism], dataset=dataset or "digits", data_dir=data_dir, epsilon=eps,
+                       delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs)
+    t.prepare()
+    return t.without_noise() if no_noise else t
+
+
+def target_from_release(release, *, canary: str | None = None, data_dir: str | os.PathLike | None = None,
+                        no_noise: bool = False, mechanism: str | None = None) -> AuditTarget:
+    """The audit target reproducing the configuration recorded in a release (``Release`` or path).
+
+    ``mechanism``, when given (the CLI's MECHANISM), must name the release's mechanism.
+
+    The noise multiplier, sampling and steps are taken from the release (not re-calibrated), the
+    public seed and dataset identity too; the claim audited is the release's epsilon (under its
+    own accountant). A rebuilt configuration that differs from the recorded one (another dataset
+    size, another schedule) is an error.
+    """
+    from ..records import Release, read_release
+
+    rel = release if isinstance(release, Release) else read_release(release)
+    mech = rel.mechanism
+    if mechanism is not None and ALIASES.get(mechanism, mechanism) != ALIASES.get(mech, mech):
+        raise UsageError(f"MECHANISM must match the release's mechanism {mech!r}, got {mechanism!r}.")
+    if mech not in ALIASES:
+        raise UsageError(f"release mechanism must be one of {', '.join(sorted(set(ALIASES.values())))}, got {mech!r}.")
+    if rel.non_private:
+        raise UsageError("release must carry a privacy claim to be audited, got a non-private release.")
+    fam = family(mech)
+    canary = check_canary(fam, canary or SUPPORTED[fam][0])
+    ds = rel.dataset or {}
+    cfg = rel.config or {}
+    if fam == "head":
+        from .heads import HeadTarget
+
+        t = HeadTarget(model=mech, dataset=ds.get("name"), data_dir=data_dir, epsilon=float(rel.target_epsilon or rel.epsilon),
+                       delta=float(rel.delta), canary=canary, seed=int(rel.seed), noise_multiplier=float(rel.noise_multiplier),
+                       schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)),
+                       profile=ds.get("profile"), split_seed=ds.get("split_seed"), claimed=float(rel.epsilon),
+                       expected_sha256=ds.get("sha256"))
+    elif fam == "dp-elm":
+        from .elm import ElmTarget
+
+        t = ElmTarget(dataset=ds.get("name"), data_dir=data_dir, width=int(cfg.get("width", 10)), epsilon=float(rel.epsilon), canary=canary,
+                      seed=int(rel.seed), sampler=cfg.get("sampler", "discrete-laplace"), adjacency=rel.adjacency,
+                      profile=ds.get("profile"), split_seed=ds.get("split_seed"), expected_sha256=ds.get("sha256"))
+    elif fam == "dp-mixmin":
+        from ..mechanisms.mixmin_pipeline import MixtureSettings
+        from .mixmin import mixmin_task_target
+
+        task = cfg.get("task")
+        if not task:
+            raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
+        if rel.privacy_unit != "record":
+            raise UsageError(f"release privacy unit must be record for the batched audit runner, got {rel.privacy_unit!r}.")
+        mc = cfg.get("mixmin_config") or {}
+        settings = MixtureSettings(steps=int(mc.get("steps", rel.steps)), batch_size=int(round(float(mc.get("expected_batch_size", rel.normalizer)))),
+                                   clipping_norm=float(mc.get("clipping_norm", rel.clipping_norm)),
+                                   step_size=float(mc.get("step_size", cfg.get("step_size", 0.5))), loss=mc.get("loss", cfg.get("loss", "bce")))
+        t = mixmin_task_target(task, cfg.get("target"), epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
+                               rho=float(cfg.get("rho", 0.1)), canary=canary, seed=int(rel.seed), data_dir=data_dir,
+                               settings=settings, noise_multiplier=float(rel.noise_multiplier), proxy_mode=cfg.get("proxy_mode") or "joint",
+                               whole_train=cfg.get("stage") == "pipeline" and cfg.get("composition") == "sequential")
+        for name in ("sample_rate", "steps"):
+            got, want = getattr(t.config, name), getattr(rel, name)
+            if want is not None and abs(float(got) - float(want)) > 1e-12:
+                raise DataError(f"rebuilt {name} must equal the release's {want}, got {got}.")
+        t.claimed_epsilon = float(rel.epsilon)  # the release's claim, under its own accountant
+    else:  # gaussian releases are not produced by dpaudit train
+        raise UsageError(f"release mechanism must be a trained model, got {mech!r}.")
+    t.prepare()
+    return t.without_noise() if no_noise else t

@@ -1,0 +1,558 @@
+"""The audit engine: trials, SELECT/EVAL split, bounds, controls, checkpoints, audit.json.
+
+One audit (Jagielski, Ullman & Oprea 2020; DP-MixMin paper appendix A.8):
+  1. ``runs`` trials; exactly half have the canary in (the world of each trial is a seeded,
+     public permutation). Each trial re-runs the mechanism with fresh private noise and fresh
+     Poisson sampling; nothing else changes between trials.
+  2. Trials are split (seeded, stratified by world) into disjoint SELECT and EVAL halves.
+  3. Threshold and direction are chosen on SELECT (:func:`stats.select_threshold`); on EVAL,
+     one-sided Clopper–Pearson upper bounds on FPR and FNR, significance split between them,
+     give eps_LB (:mod:`dpaudit.audits.stats`). Also: the ceiling of the EVAL trial count, the
+     ROC/AUC on EVAL, and a Gaussian-DP *estimate* on all trials.
+  4. Controls, each a full audit of its own: ``no-noise`` (the mechanism without its DP noise:
+     must find large leakage, else the canary/score is too weak to mean anything) and ``null``
+     (worlds assigned but the canary never inserted: must find none, else the pipeline leaks
+     the world label some other way).
+
+Trials run in chunks (one batched call of the target per chunk), optionally on a process pool.
+With ``out_dir`` every finished chunk is written to ``out_dir/.checkpoint/`` at once, so an
+interrupted audit resumes where it stopped (only when its full public configuration matches).
+
+audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite are strings:
+  mechanism, canary, role ("main" | "no-noise" | "null"), noise (bool: DP noise on),
+  canary_inserted (bool: false for the null control), runs, claimed_epsilon (null if none),
+  delta, adjacency, confidence, method, epsilon_lower_bound, threshold (float or "inf"/"-inf"),
+  direction ("greater": canary in iff score >= threshold; "less": iff score <= threshold),
+  select_epsilon (eps_LB of the chosen rule on SELECT; biased, for information), counts
+  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling, underpowered (ceiling < claimed),
+  gdp_estimate {kind, method, auc, mu, mu_interval, delta, epsilon, epsilon_interval,
+  interval_confidence, significant, saturated, trials} (all trials, orientation from SELECT;
+  an estimate, never a bound), roc {fpr: [...], tpr: [...]} (EVAL, oriented so that higher =
+  "in"), auc (EVAL), select_size,
+  eval_size, select_fraction, trials_per_world {in, out}, seeds {public, noise {source, seed,
+  secret}}, task, dataset, config, canary_info, scores_file, timings {seconds (wall, all roles),
+  trials_per_second, chunk_size, workers, compute_seconds (wall inside batched calls),
+  cpu_seconds (CPU time inside batched calls, summed over workers; chunks resumed from a
+  checkpoint are not counted)}, controls {"no-noise": {...}, "null": {...}} (the
+  same keys, without "controls"), command (re-creates the audit), release_id, release_path (the
+  audited release, if any), id, created_at, dpaudit_version, git_commit.
+``violated`` is derived, never stored: role == "main" and noise and claimed_epsilon is not
+None and epsilon_lower_bound > claimed_epsilon (see :func:`violated`).
+
+scores.npz holds, per role r in (main, no_noise, null): ``{r}_score`` (float64), ``{r}_world``
+(bool: canary-in world), ``{r}_select`` (bool: SELECT trial), ``{r}_inserted`` (bool).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import secrets
+import shutil
+import tempfile
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..errors import DataError, UsageError
+from ..noise import NoiseSource, public_rng
+from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
+from ..validation import non_negative_int, one_of, open_unit, positive_int
+from . import stats
+from .targets import AuditTarget
+
+AUDIT_FILE = "audit.json"
+SCORES_FILE = "scores.npz"
+SCHEMA = "dpaudit.audit/1"
+METHOD = ("Jagielski et al. 2020: threshold and direction chosen on SELECT; one-sided Clopper-Pearson "
+          "(beta) upper bounds on FPR and FNR on EVAL, significance split between them; delta term kept")
+ROLES = ("main", "no-noise", "null")
+CONTROLS = ("no-noise", "null")
+_ROLE_TAG = {"main": 1, "no-noise": 2, "null": 3}
+
+
+# ------------------------------------------------------------------------------------- records
+
+@dataclass(frozen=True)
+class AuditResult:
+    """The outcome of one audit (or control). ``violated`` is derived, never stored."""
+
+    mechanism: str
+    canary: str
+    role: str
+    noise: bool
+    canary_inserted: bool
+    runs: int
+    claimed_epsilon: float | None
+    delta: float
+    adjacency: str
+    confidence: float
+    epsilon_lower_bound: float
+    threshold: float
+    direction: str
+    select_epsilon: float
+    counts: dict
+    fpr_upper: float
+    fnr_upper: float
+    ceiling: float
+    gdp_estimate: dict
+    roc: dict
+    auc: float
+    select_size: int
+    eval_size: int
+    select_fraction: float
+    trials_per_world: dict
+    seeds: dict
+    task: str | None = None
+    dataset: str | None = None
+    config: dict = field(default_factory=dict)
+    canary_info: dict = field(default_factory=dict)
+    controls: dict = field(default_factory=dict)  # role -> AuditResult
+    timings: dict = field(default_factory=dict)
+    scores_file: str | None = None
+    method: str = METHOD
+    command: str | None = None  # the command line that re-creates this audit (CLI)
+    release_id: str | None = None  # the audited release, when the configuration came from one
+    release_path: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created_at: str = field(default_factory=now_utc)
+    dpaudit_version: str = __version__
+    git_commit: str | None = None
+
+    @property
+    def violated(self) -> bool:
+        """eps_LB above the claim on the real (noised, canary-inserted) mechanism."""
+        return violated(self.to_dict())
+
+    @property
+    def underpowered(self) -> bool:
+        return self.claimed_epsilon is not None and self.ceiling < self.claimed_epsilon
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "controls"}
+        d = {"schema": SCHEMA, **d}
+        d["underpowered"] = self.underpowered
+        if self.role == "main":
+            d["controls"] = {k: v.to_dict() for k, v in self.controls.items()}
+        return _json_safe(d)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AuditResult":
+        known = {f.name for f in dataclasses.fields(cls)}
+        required = ["mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "counts", "ceiling"]
+        absent = [k for k in required if k not in data]
+        if absent:
+            raise DataError(f"audit is missing required keys: {', '.join(absent)}.")
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["controls"] = {k: cls.from_dict(v) for k, v in (data.get("controls") or {}).items()}
+        if isinstance(kw.get("threshold"), str):
+            kw["threshold"] = float(kw["threshold"])
+        return cls(**kw)
+
+
+def violated(audit: dict) -> bool:
+    """The verdict rule, on an audit.json dict: a bound above the claim on the real mechanism."""
+    claim = audit.get("claimed_epsilon")
+    return bool(audit.get("role", "main") == "main" and audit.get("noise", True) and audit.get("canary_inserted", True)
+                and claim is not None and float(audit["epsilon_lower_bound"]) > float(claim))
+
+
+def read_audit(path: str | os.PathLike) -> AuditResult:
+    """Read ``audit.json`` (or a directory holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / AUDIT_FILE
+    return AuditResult.from_dict(read_json(p, "audit"))
+
+
+# ---------------------------------------------------------------------------------- trial plan
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """Public, seeded assignment of worlds and of the SELECT/EVAL split."""
+
+    world: np.ndarray  # bool (runs,): canary-in world
+    select: np.ndarray  # bool (runs,): SELECT (True) or EVAL (False)
+
+
+def plan_trials(runs: int, *, seed: int, select_fraction: float = 0.5) -> TrialPlan:
+    """Exactly runs//2 canary-in trials (random order), split per world into SELECT and EVAL."""
+    runs = positive_int("runs", runs)
+    if runs < 4:
+        raise UsageError(f"runs must be an integer >= 4, got {runs!r}.")
+    open_unit("select_fraction", select_fraction)
+    rng = public_rng(seed, 0xA0D17)
+    world = np.zeros(runs, dtype=bool)
+    world[: runs // 2] = True
+    world = world[rng.permutation(runs)]
+    select = np.zeros(runs, dtype=bool)
+    for w in (True, False):
+        idx = np.flatnonzero(world == w)
+        n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
+        select[rng.choice(idx, size=n_sel, replace=False)] = True
+    return TrialPlan(world=world, select=select)
+
+
+# --------------------------------------------------------------------------------- evaluation
+
+def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 0.95) -> dict:
+    """All statistics of one audit from per-trial scores, worlds and the SELECT mask."""
+    s = np.asarray(scores, dtype=float)
+    w = np.asarray(world, dtype=bool)
+    sel = np.asarray(select, dtype=bool)
+    thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=confidence)
+    ev = ~sel
+    tp, fp, tn, fn = stats.confusion(s[ev], w[ev], thr.threshold, thr.direction)
+    bound = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=confidence)
+    roc = stats.roc(s[ev], w[ev], thr.direction)
+    return {
+        "epsilon_lower_bound": bound.epsilon,
+        "threshold": thr.threshold,
+        "direction": thr.direction,
+        "select_epsilon": thr.select_epsilon,
+        "counts": bound.counts,
+        "fpr_upper": bound.fpr_upper,
+        "fnr_upper": bound.fnr_upper,
+        "ceiling": stats.ceiling(tp + fn, tn + fp, delta=delta, confidence=confidence),
+        "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, delta=delta, confidence=confidence),
+        "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},
+        "auc": roc["auc"],
+        "select_size": int(sel.sum()),
+        "eval_size": int(ev.sum()),
+        "trials_per_world": {"in": int(w.sum()), "out": int((~w).sum())},
+    }
+
+
+def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float | None = None, confidence: float = 0.95,
+                 seed: int = 0, select_fraction: float = 0.5, mechanism: str = "custom", canary: str = "custom",
+                 adjacency: str = "add-remove-record") -> AuditResult:
+    """Audit scores computed elsewhere (one per trial, for each world)."""
+    s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
+    s = np.concatenate([s_in, s_out])
+    world = np.concatenate([np.ones(s_in.size, bool), np.zeros(s_out.size, bool)])
+    rng = public_rng(seed, 0x5E1EC7)
+    select = np.zeros(s.size, bool)
+    for wv in (True, False):
+        idx = np.flatnonzero(world == wv)
+        if idx.size < 2:
+            raise UsageError(f"trials per world must be >= 2, got {idx.size}.")
+        n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
+        select[rng.choice(idx, size=n_sel, replace=False)] = True
+    ev = evaluate_scores(s, world, select, delta=delta, confidence=confidence)
+    return AuditResult(mechanism=mechanism, canary=canary, role="main", noise=True, canary_inserted=True, runs=int(s.size),
+                       claimed_epsilon=claimed_epsilon, delta=delta, adjacency=adjacency, confidence=confidence,
+                       select_fraction=select_fraction, seeds={"public": seed, "noise": None}, git_commit=git_commit(), **ev)
+
+
+# ------------------------------------------------------------------------------ running trials
+
+def _chunk_noise(noise_seed: int | None, role: str, chunk: int) -> NoiseSource:
+    """Private randomness of one chunk: fresh OS entropy, or derived from the seed when reproducible.
+
+    Derivation from (seed, role, chunk) makes a resumed reproducible audit identical to an
+    uninterrupted one.
+    """
+    if noise_seed is None:
+        return NoiseSource("reproducible", seed=secrets.randbits(63))  # fresh entropy, never recorded
+    seq = np.random.SeedSequence([int(noise_seed), _ROLE_TAG[role], int(chunk)])
+    return NoiseSource("reproducible", seed=int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+
+
+_WORKER_TARGETS: dict[str, AuditTarget] = {}
+
+
+def _worker_init(targets: dict[str, AuditTarget]) -> None:
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # two processes on two cores: one thread each
+    except ImportError:  # pragma: no cover
+        pass
+    _WORKER_TARGETS.clear()
+    _WORKER_TARGETS.update(targets)
+    for t in targets.values():
+        t.prepare()
+
+
+def _worker_run(role: str, chunk: int, inserted: np.ndarray, noise_seed: int | None) -> tuple[str, int, np.ndarray, float, float]:
+    t0, c0 = time.perf_counter(), time.process_time()
+    target = _WORKER_TARGETS[role]
+    s = np.asarray(target.scores(inserted, _chunk_noise(noise_seed, role, chunk)), dtype=float).reshape(-1)
+    if s.shape != inserted.shape:
+        raise DataError(f"target scores must have one value per trial, got shape {s.shape} for {inserted.size} trials.")
+    # CPU seconds as well as wall seconds: on a shared machine the CPU time is the fairer speed figure
+    return role, chunk, s, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, float, float]:
+    """One chunk on an external executor (``Executor.map_chunks(fn, chunks, shared=targets)``)."""
+    role, chunk, inserted, noise_seed = item
+    if _WORKER_TARGETS.get(role) is not targets[role]:
+        targets[role].prepare()
+        _WORKER_TARGETS[role] = targets[role]
+    return _worker_run(role, chunk, inserted, noise_seed)
+
+
+def _fingerprint(target: AuditTarget, role: str, runs: int, seed: int, select_fraction: float, chunk_size: int, noise_seed: int | None) -> str:
+    d = target.describe()
+    payload = {"mechanism": target.mechanism, "canary": target.canary, "claimed_epsilon": target.claimed_epsilon,
+               "delta": target.delta, "adjacency": target.adjacency, "noise": target.noise, "role": role, "runs": runs,
+               "seed": seed, "select_fraction": select_fraction, "chunk_size": chunk_size,
+               "noise_seed": noise_seed, "reproducible": noise_seed is not None, "describe": d}
+    return hashlib.sha256(json.dumps(_json_safe(payload), sort_keys=True, default=str).encode()).hexdigest()
+
+
+class _Checkpoint:
+    """Finished chunks of one role under ``dir``; a plan.json fingerprint guards resumption."""
+
+    def __init__(self, root: Path | None, role: str, fingerprint: str):
+        self.dir = None if root is None else root / ".checkpoint" / role
+        self.fingerprint = fingerprint
+        if self.dir is None:
+            return
+        plan = self.dir / "plan.json"
+        if plan.exists():
+            try:
+                old = read_json(plan, "checkpoint plan").get("fingerprint")
+            except DataError:
+                old = None
+            if old != fingerprint:  # a different audit was interrupted here: start over
+                shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(plan, {"fingerprint": fingerprint})
+
+    def done(self) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        if self.dir is None:
+            return out
+        for p in sorted(self.dir.glob("chunk_*.npy")):
+            try:
+                out[int(p.stem.split("_")[1])] = np.load(p)
+            except (ValueError, OSError):
+                p.unlink(missing_ok=True)  # a torn file from a crash: recompute that chunk
+        return out
+
+    def save(self, chunk: int, scores: np.ndarray) -> None:
+        if self.dir is None:
+            return
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".chunk.", suffix=".npy")
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, scores)
+        os.replace(tmp, self.dir / f"chunk_{chunk:05d}.npy")
+
+
+def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: int, workers: int, noise_seed: int | None,
+               checkpoints: dict[str, _Checkpoint], progress: bool, executor=None) -> tuple[dict[str, np.ndarray], float, float]:
+    """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints."""
+    results: dict[str, np.ndarray] = {}
+    pending: list[tuple[str, int, np.ndarray]] = []
+    for role, (target, inserted) in jobs.items():
+        results[role] = np.full(inserted.size, np.nan)
+        done = checkpoints[role].done()
+        n_chunks = -(-inserted.size // chunk_size)
+        for c in range(n_chunks):
+            sl = slice(c * chunk_size, min((c + 1) * chunk_size, inserted.size))
+            if c in done and done[c].shape == (sl.stop - sl.start,):
+                results[role][sl] = done[c]
+            else:
+                pending.append((role, c, inserted[sl]))
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("[bold]audit[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("trials"),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
+                   disable=not progress, transient=False)
+    busy = cpu = 0.0
+    with bar:
+        tasks = {role: bar.add_task(role, total=inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
+                 for role, (_, inserted) in jobs.items()}
+
+        def finish(role: str, c: int, s: np.ndarray) -> None:
+            results[role][c * chunk_size: c * chunk_size + s.size] = s
+            checkpoints[role].save(c, s)
+            bar.advance(tasks[role], s.size)
+
+        if executor is not None:  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
+            def on_done(outcome) -> None:
+                nonlocal busy, cpu
+                if outcome.ok:
+                    role, c, s, dt, dc = outcome.value
+                    busy += dt
+                    cpu += dc
+                    finish(role, c, s)
+
+            executor.map_chunks(_executor_chunk, [(r, c, ins, noise_seed) for r, c, ins in pending],
+                                shared={r: t for r, (t, _) in jobs.items()}, on_done=on_done)
+        elif workers <= 1 or len(pending) <= 1:
+            _WORKER_TARGETS.clear()
+            _WORKER_TARGETS.update({r: t for r, (t, _) in jobs.items()})
+            for role, c, ins in pending:
+                _, _, s, dt, dc = _worker_run(role, c, ins, noise_seed)
+                busy += dt
+                cpu += dc
+                finish(role, c, s)
+        else:
+            targets = {r: t for r, (t, _) in jobs.items()}
+            # fork where the platform has it: workers inherit the prepared targets without pickling
+            # (and closures work); elsewhere the targets are pickled once per worker.
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
+            with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(targets,), mp_context=ctx) as pool:
+                todo = list(pending)
+                running = set()
+                while todo or running:
+                    while todo and len(running) < 2 * workers:  # bounded queue: checkpoints stay fresh
+                        role, c, ins = todo.pop(0)
+                        running.add(pool.submit(_worker_run, role, c, ins, noise_seed))
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        role, c, s, dt, dc = fut.result()
+                        busy += dt
+                        cpu += dc
+                        finish(role, c, s)
+    return results, busy, cpu
+
+
+def run_audit(
+    target: AuditTarget,
+    *,
+    runs: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    select_fraction: float = 0.5,
+    controls: tuple[str, ...] | list[str] = CONTROLS,
+    control_runs: int | None = None,
+    workers: int = 1,
+    chunk_size: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+    reproducible_noise: bool = False,
+    noise_seed: int | None = None,
+    progress: bool = False,
+    command: str | None = None,
+    release_id: str | None = None,
+    release_path: str | None = None,
+    executor=None,
+) -> AuditResult:
+    """Run a canary audit of ``target`` and (optionally) write ``audit.json`` + ``scores.npz``.
+
+    ``seed`` fixes the public parts of the audit (worlds, SELECT/EVAL split). DP noise and
+    sampling come from fresh OS entropy per chunk, unless ``reproducible_noise`` (then derived
+    from ``noise_seed``, default ``seed``). ``controls`` lists the controls to run besides the
+    main audit (``no-noise``, ``null``), each with ``control_runs`` trials (default ``runs``).
+    ``workers`` > 1 runs chunks on a process pool; ``chunk_size`` trials per batched call.
+    Neither changes any trial. With ``out_dir``, chunks are checkpointed and an interrupted
+    audit with the same configuration resumes. ``command``, ``release_id`` and ``release_path``
+    are recorded as given (how to re-create the audit; which release it audits). ``executor``:
+    an object with ``map_chunks(fn, chunks, shared=, on_done=)`` (:mod:`dpaudit.sweeps.executors`,
+    local processes or Dask) used instead of the built-in pool; chunks and their noise are the same.
+    """
+    runs = positive_int("runs", runs)
+    confidence = open_unit("confidence", confidence)
+    seed = non_negative_int("seed", seed)
+    workers = positive_int("workers", workers)
+    control_runs = runs if control_runs is None else positive_int("control_runs", control_runs)
+    for c in controls:
+        one_of("control", c, CONTROLS)
+    if not target.noise and "no-noise" in controls:
+        controls = [c for c in controls if c != "no-noise"]  # the main audit already is noiseless
+    chunk_size = positive_int("chunk_size", chunk_size if chunk_size is not None else target.default_chunk_size)
+    nseed = (seed if noise_seed is None else int(noise_seed)) if reproducible_noise else None
+    root = Path(out_dir) if out_dir is not None else None
+
+    target.prepare()
+    roles = {"main": (target, runs)}
+    if "no-noise" in controls:
+        roles["no-noise"] = (target.without_noise(), control_runs)
+    if "null" in controls:
+        roles["null"] = (target, control_runs)
+    plans = {r: plan_trials(n, seed=seed, select_fraction=select_fraction) for r, (_, n) in roles.items()}
+    jobs, ckpts = {}, {}
+    for r, (t, n) in roles.items():
+        inserted = plans[r].world.copy() if r != "null" else np.zeros(n, dtype=bool)
+        jobs[r] = (t, inserted)
+        ckpts[r] = _Checkpoint(root, r, _fingerprint(t, r, n, seed, select_fraction, chunk_size, nseed))
+
+    t0 = time.perf_counter()
+    scores, busy, cpu = _run_roles(jobs, chunk_size=chunk_size, workers=workers, noise_seed=nseed, checkpoints=ckpts, progress=progress,
+                                   executor=executor)
+    seconds = time.perf_counter() - t0
+    total_trials = sum(n for _, n in roles.values())
+
+    noise_rec = {"source": "reproducible" if nseed is not None else "os-entropy", "seed": nseed, "secret": nseed is None}
+    results = {}
+    for r, (t, n) in roles.items():
+        desc = t.describe()
+        ev = evaluate_scores(scores[r], plans[r].world, plans[r].select, delta=target.delta, confidence=confidence)
+        results[r] = AuditResult(
+            mechanism=target.mechanism, canary=target.canary, role=r, noise=t.noise, canary_inserted=r != "null",
+            runs=n, claimed_epsilon=target.claimed_epsilon, delta=target.delta, adjacency=target.adjacency,
+            confidence=confidence, select_fraction=select_fraction, seeds={"public": seed, "noise": noise_rec},
+            task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
+            canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if root is not None else None,
+            timings={"seconds": seconds, "trials_per_second": total_trials / max(seconds, 1e-9), "chunk_size": chunk_size,
+                     "workers": workers, "compute_seconds": busy, "cpu_seconds": cpu},
+            git_commit=git_commit(), command=command, release_id=release_id, release_path=release_path, **ev,
+        )
+    main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
+    if root is not None:
+        write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
+        shutil.rmtree(root / ".checkpoint", ignore_errors=True)
+    return main
+
+
+def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict | None = None) -> Path:
+    """Write ``audit.json`` (and ``scores.npz`` when per-trial scores are given) under ``out_dir``."""
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    if scores:
+        arrays = {}
+        for r, (s, w, sel, ins) in scores.items():
+            k = r.replace("-", "_")
+            arrays.update({f"{k}_score": np.asarray(s, float), f"{k}_world": np.asarray(w, bool),
+                           f"{k}_select": np.asarray(sel, bool), f"{k}_inserted": np.asarray(ins, bool)})
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".scores.", suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, root / SCORES_FILE)
+    return write_json_atomic(root / AUDIT_FILE, result.to_dict())
+
+
+def audit_callable(
+    mechanism,
+    score,
+    runs: int,
+    *,
+    claimed_epsilon: float | None,
+    delta: float,
+    noiseless_mechanism=None,
+    mechanism_name: str = "custom",
+    canary: str = "custom",
+    adjacency: str = "add-remove-record",
+    controls: tuple[str, ...] | list[str] | None = None,
+    **kw,
+) -> AuditResult:
+    """Bring your own mechanism: audit ``mechanism(include_canary: bool, rng) -> release``.
+
+    ``score(release) -> float`` is the attack's statistic (computed from the release alone).
+    ``rng`` is a fresh numpy Generator per trial from the audit's private noise source; the
+    mechanism must draw all its randomness from it. The null control runs by default; the
+    no-noise control also runs when ``noiseless_mechanism`` is given. Other keyword arguments
+    go to :func:`run_audit` (``confidence``, ``seed``, ``out_dir``, ``workers``, ...).
+    """
+    from .targets import CallableTarget
+
+    target = CallableTarget(mechanism_fn=mechanism, score_fn=score, claimed_epsilon=claimed_epsilon, delta=delta,
+                            mechanism=mechanism_name, canary=canary, adjacency=adjacency,
+                            noiseless_mechanism=noiseless_mechanism)
+    if controls is None:
+        controls = CONTROLS if noiseless_mechanism is not None else ("null",)
+    return run_audit(target, runs=runs, controls=controls, **kw)

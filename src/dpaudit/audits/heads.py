@@ -1,0 +1,189 @@
+"""Audit target for DP-SGD linear heads on frozen features: DP-RVFL and its frozen-feature controls.
+
+Models: ``dp-rvfl``, ``dp-elm-sgd``, ``frozen-dense-matched``, ``logistic-raw``,
+``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head with the
+paper's DP-SGD protocol (Poisson sampling, per-example clipping, Gaussian noise on the clipped
+sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.batched.train_linear_heads_batched`),
+R runs per batched call. Features, initialisation and split are public and fixed across trials.
+
+Canaries and scores (the adversary sees the released head W (K, d+1)):
+  - ``max-clip``: a Dirac gradient canary of norm C on one weight W[0, j] where j is an input
+    feature that is zero in every training record (e.g. an MNIST border pixel on the direct
+    link), so the data never moves that weight and only noise and the canary do. Score: W[0, j].
+  - ``mislabeled`` / ``natural``: a held-out test record with a wrong / its true label, trained
+    on like any record (Poisson-sampled, clipped). Score: log-probability of that label.
+The no-noise control keeps clipping and sampling and sets the noise multiplier to 1e-12
+(DPSGDConfig refuses 0 without ``non_private``, which would also switch clipping off).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DataError, UsageError
+from ..noise import NoiseSource, public_rng
+from .canaries import check_canary
+from .targets import AuditTarget
+
+HEAD_MODELS = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected")
+NO_NOISE_MULTIPLIER = 1e-12
+
+
+@dataclass
+class HeadTarget(AuditTarget):
+    """Audit of one frozen-feature model's DP-SGD head (see module docstring)."""
+
+    model: str = "dp-rvfl"
+    dataset: str | None = "digits"
+    data_dir: str | None = None
+    epsilon: float = 2.0  # target epsilon the noise is calibrated for (RDP accountant)
+    delta: float = 1e-5
+    canary: str = "max-clip"
+    seed: int = 42  # public model seed (features, head initialisation)
+    epochs: int | None = None
+    batch_size: int | None = None
+    profile: str | None = None
+    split_seed: int | None = None
+    max_train: int | None = None  # public subsample of the training partition (fast tests only)
+    noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
+    schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
+    claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
+    expected_sha256: str | None = None  # the release's dataset identity; a different dataset is refused
+    noise: bool = True
+    adjacency: str = "add-remove-record"
+    default_chunk_size: int = 64
+    prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
+
+    def __post_init__(self) -> None:
+        if self.model not in HEAD_MODELS:
+            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
+        check_canary("head", self.canary)
+        self._ready = False
+
+    @property
+    def mechanism(self) -> str:  # type: ignore[override]
+        return self.model
+
+    # ------------------------------------------------------------------ public set-up (once)
+    def prepare(self) -> None:
+        if self._ready:
+            return
+        from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+        from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
+        from ..mechanisms.features import build_features
+        from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
+
+        data = self.prepared
+        if data is None:
+            from ..data import load_dataset
+
+            data = load_dataset(self.dataset, data_dir=self.data_dir, split_seed=self.split_seed, profile=self.profile)
+        if self.expected_sha256 is not None and data.sha256 != self.expected_sha256:
+            raise DataError(f"dataset sha256 must equal the release's {self.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+        x, y = np.asarray(data.x_train), np.asarray(data.y_train)
+        if self.max_train is not None and self.max_train < len(y):
+            keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))
+            x, y = x[keep], y[keep]
+        e0, b0 = default_protocol(data.name, data.kind)
+        epochs = self.epochs or e0
+        batch = self.batch_size or b0
+        sched = dp_sgd_schedule(len(y), batch, epochs)
+        if self.schedule is not None:
+            from ..accounting.schedule import Schedule
+
+            q, steps, m0 = self.schedule
+            sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
+        if self.noise_multiplier is None:
+            sigma = calibrate_noise_multiplier(target_epsilon=self.epsilon, delta=self.delta, sample_rate=sched.sample_rate,
+                                               steps=sched.steps, accountant="rdp").noise_multiplier
+        else:
+            sigma = float(self.noise_multiplier)
+        self._rdp_epsilon = compute_epsilon(SubsampledGaussian(sigma, sched.sample_rate, sched.steps), delta=self.delta, accountant="rdp").epsilon
+        # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
+        self._claimed = self._rdp_epsilon if self.claimed is None else float(self.claimed)
+        self._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
+                                   noise_multiplier=sigma if self.noise else NO_NOISE_MULTIPLIER)
+        feats = build_features(MODELS[self.model].features, data.n_features, self.seed)
+        self._n_classes = int(data.n_classes)
+        self._binary = self._n_classes == 2
+        self._z = feats.transform(x)
+        self._y = y.astype(np.int64)
+        k = head_outputs(self._n_classes, binary_logit=self._binary)
+        self._init = init_head(feats.output_dim, k, public_rng(self.seed, TAG_HEAD))
+        self._k = k
+        self._dataset_name = data.name
+        self._build_canary(data, feats)
+        self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "epochs": epochs, "batch_size": batch,
+                      **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon,
+                      "accountant": "rdp", "seed": self.seed, "max_train": self.max_train}
+        self._ready = True
+
+    def _build_canary(self, data, feats) -> None:
+        from ..mechanisms.batched import HeadCanary
+
+        d = self._z.shape[1]
+        if self.canary == "max-clip":
+            activity = np.abs(self._z).max(axis=0)
+            dead = np.flatnonzero(activity == 0)
+            if dead.size:
+                j, why = int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)"
+            else:
+                j = int(np.argmin(np.abs(self._z).mean(axis=0)))
+                why = f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)"
+            direction = np.zeros((self._k, d + 1))
+            direction[0, j] = 1.0
+            self._canary = HeadCanary(kind="gradient", direction=direction)
+            self._coord = j
+            self._canary_info = {"kind": "max-clip", "coordinate": [0, j], "why": why, "dead_features": int(dead.size),
+                                 "norm": self._config.clipping_norm}
+        else:
+            rng = public_rng(self.seed, 0xCA7A)
+            i = int(rng.integers(len(data.y_test)))
+            x_c = np.asarray(data.x_test[i : i + 1])
+            y_true = int(data.y_test[i])
+            y_c = (y_true + 1) % self._n_classes if self.canary == "mislabeled" else y_true
+            self._zc = feats.transform(x_c)[0].astype(np.float64)
+            self._yc = y_c
+            self._canary = HeadCanary(kind="record", z=self._zc, y=y_c)
+            self._canary_info = {"kind": self.canary, "test_index": i, "true_label": y_true, "label": y_c}
+
+    # -------------------------------------------------------------------------------- trials
+    @property
+    def claimed_epsilon(self) -> float:  # type: ignore[override]
+        self.prepare()
+        return self._claimed
+
+    def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        from ..mechanisms.batched import train_linear_heads_batched
+
+        self.prepare()
+        c = np.asarray(canary_in, dtype=bool)
+        res = train_linear_heads_batched(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=self._canary,
+                                         canary_in=c, init=self._init, binary_logit=self._binary)
+        w = res.weights  # (R, K, d+1)
+        if self.canary == "max-clip":
+            return w[:, 0, self._coord]
+        logits = w[:, :, :-1] @ self._zc + w[:, :, -1]  # (R, K)
+        if self._k == 1:  # one sigmoid logit for class 1
+            s = logits[:, 0]
+            return -np.logaddexp(0.0, -s) if self._yc == 1 else -np.logaddexp(0.0, s)
+        m = logits.max(axis=1, keepdims=True)
+        logp = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
+        return logp[:, self._yc]
+
+    def without_noise(self) -> "HeadTarget":
+        t = dataclasses.replace(self, noise=False)
+        if self._ready:  # reuse the public set-up; only the noise multiplier changes
+            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
+            t._config = dataclasses.replace(self._config, noise_multiplier=NO_NOISE_MULTIPLIER)
+        return t
+
+    def describe(self) -> dict:
+        self.prepare()
+        cfg = dict(self._info)
+        if not self.noise:
+            cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
+        return {"task": None, "dataset": self._dataset_name, "config": cfg, "canary_info": self._canary_info}

@@ -1,0 +1,107 @@
+"""What the audit engine audits: a mechanism, a canary and a claim, producing one score per trial.
+
+An :class:`AuditTarget` turns a vector of worlds (``canary_in[i]``: is the canary in trial i's
+input?) and a private :class:`~dpaudit.noise.NoiseSource` into one score per trial, computed
+from the release alone (what the threat model lets the adversary see). Batched targets run many
+trials as one tensor computation; the engine only sees ``scores``.
+
+Trials differ only in the canary's presence and in the private randomness (DP noise and Poisson
+sampling masks), both drawn fresh for every trial; everything public (data, features, canary,
+hyper-parameters) is fixed by the target's construction.
+
+Targets must be picklable (they are shipped to worker processes) and must not change any
+privacy-relevant setting because of batching: ``scores`` for a batch equals ``scores`` for each
+trial alone in distribution.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import UsageError
+from ..noise import NoiseSource
+
+
+class AuditTarget(abc.ABC):
+    """A (mechanism, canary, claim) triple the engine can run trials of."""
+
+    #: mechanism name as in releases (e.g. "dp-mixmin", "dp-rvfl", "dp-elm", "gaussian")
+    mechanism: str
+    #: canary kind (see :mod:`dpaudit.audits.canaries`)
+    canary: str
+    #: the claimed epsilon under ``adjacency`` at ``delta`` (None when there is no claim)
+    claimed_epsilon: float | None
+    delta: float
+    adjacency: str
+    #: False for the no-noise control (the mechanism without its DP noise; no claim applies)
+    noise: bool = True
+    #: trials per batch (memory / speed trade-off only; never changes what a trial is)
+    default_chunk_size: int = 256
+
+    @abc.abstractmethod
+    def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        """One score per trial (float array shaped like ``canary_in``)."""
+
+    @abc.abstractmethod
+    def without_noise(self) -> "AuditTarget":
+        """The same target with the DP noise removed (everything else unchanged)."""
+
+    def describe(self) -> dict:
+        """Public configuration for audit.json: ``task``, ``dataset``, ``config``, ``canary_info``."""
+        return {"task": None, "dataset": None, "config": {}, "canary_info": {}}
+
+    def prepare(self) -> None:
+        """Build expensive public state (features, data) once; called before trials run."""
+
+
+# ------------------------------------------------------------------------ bring your own mechanism
+
+Mechanism = Callable[[bool, np.random.Generator], Any]
+Score = Callable[[Any], float]
+
+
+@dataclass
+class CallableTarget(AuditTarget):
+    """Audit any Python mechanism: ``mechanism(include_canary, rng) -> release``, ``score(release)``.
+
+    ``rng`` is a fresh :class:`numpy.random.Generator` per trial, drawn from the audit's private
+    noise source: the mechanism must take *all* its randomness (noise, sampling) from it, else
+    the trials are not independent and the bound is not valid. ``noiseless_mechanism``, if given,
+    is used for the no-noise control. Trials run one by one (no batching); pass ``workers=2``
+    to :func:`~dpaudit.audits.engine.run_audit` with picklable (module-level) callables to use
+    two processes.
+    """
+
+    mechanism_fn: Mechanism
+    score_fn: Score
+    claimed_epsilon: float | None
+    delta: float
+    mechanism: str = "custom"
+    canary: str = "custom"
+    adjacency: str = "add-remove-record"
+    noiseless_mechanism: Mechanism | None = None
+    noise: bool = True
+    default_chunk_size: int = 64
+    info: dict = field(default_factory=dict)
+
+    def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        fn = self.mechanism_fn if self.noise else self.noiseless_mechanism
+        out = np.empty(len(canary_in), dtype=float)
+        seeds = noise.numpy.integers(0, 2**63 - 1, size=len(canary_in))
+        for i, (c, s) in enumerate(zip(canary_in, seeds)):
+            out[i] = float(self.score_fn(fn(bool(c), np.random.default_rng(int(s)))))
+        return out
+
+    def without_noise(self) -> "CallableTarget":
+        if self.noiseless_mechanism is None:
+            raise UsageError("noiseless_mechanism must be given for the no-noise control, got None.")
+        return dataclasses.replace(self, noise=False)
+
+    def describe(self) -> dict:
+        name = getattr(self.mechanism_fn, "__qualname__", repr(self.mechanism_fn))
+        return {"task": None, "dataset": None, "config": {"callable": name, **self.info}, "canary_info": {"kind": self.canary}}

@@ -1,0 +1,142 @@
+"""`dpaudit audit MECHANISM --canary ...`: canary audits with Clopper–Pearson bounds. Parsing only."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import options
+from .common import console, emit_json, note
+
+
+def _default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("audit")
+    def audit(
+        mechanism: str = typer.Argument(..., help="gaussian, mixmin (alias dp-mixmin), dp-rvfl, dp-elm-sgd, frozen-dense-matched, "
+                                                   "logistic-raw, logistic-projected, dp-elm."),
+        canary: Optional[str] = typer.Option(None, "--canary", help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).",
+                                             show_default=False),
+        runs: int = typer.Option(1000, "--runs", help="Trials R (half with the canary, half without)."),
+        epsilon: Optional[float] = typer.Option(None, "--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).",
+                                                show_default=False),
+        delta: float = options.delta(),
+        task: Optional[str] = typer.Option(None, "--task", help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix.", show_default=False),
+        target: Optional[str] = typer.Option(None, "--target", help="mixmin target within the task (default: the task's first).", show_default=False),
+        dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset for trained models (default: embedded digits).", show_default=False),
+        data_dir: options.OptionalPath = options.data_dir(),
+        no_noise: bool = typer.Option(False, "--no-noise", help="Audit the mechanism with its DP noise removed (must find large leakage)."),
+        confidence: float = typer.Option(0.95, "--confidence", help="Joint confidence of the FPR and FNR bounds."),
+        release: options.OptionalPath = typer.Option(None, "--release", help="Audit the configuration recorded in this release.json (or its folder).",
+                                                     show_default=False),
+        out: options.OptionalPath = typer.Option(None, "--out", help="Output directory for audit.json and scores.npz (default: audits/MECHANISM-CANARY).",
+                                                 show_default=False),
+        seed: int = typer.Option(42, "--seed", help="Public seed: model features, canary choice, worlds and SELECT/EVAL split."),
+        reproducible_noise: bool = options.reproducible_noise(),
+        controls: bool = typer.Option(True, "--controls/--no-controls", help="Also run the no-noise and null controls."),
+        control_runs: Optional[int] = typer.Option(None, "--control-runs", help="Trials per control (default: --runs).", show_default=False),
+        workers: int = typer.Option(_default_workers(), "--workers", help="Worker processes for the trials."),
+        chunk_size: Optional[int] = typer.Option(None, "--chunk-size", help="Trials per batched call (speed only).", show_default=False),
+        width: int = typer.Option(10, "--width", help="dp-elm hidden width L."),
+        epochs: Optional[int] = typer.Option(None, "--epochs", help="Frozen-feature models: epochs (default: the paper's protocol).", show_default=False),
+        rho: float = typer.Option(0.1, "--rho", help="mixmin: fraction of private training records used for mixture learning."),
+        broken_noise_factor: float = typer.Option(1.0, "--broken-noise-factor", hidden=True,
+                                                  help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism)."),
+        json_out: bool = options.json_out(),
+    ):
+        """Empirical privacy audit (Jagielski et al. 2020): eps_LB with Clopper–Pearson bounds, ceiling, ROC, GDP estimate, controls."""
+        from ..audits.build import build_target, target_from_release
+        from ..audits.build import DEFAULT_EPSILON
+        from ..audits.build import family as family_of
+        from ..audits.engine import CONTROLS, run_audit
+
+        release_id = release_path = None
+        if release is not None:
+            from ..records import read_release
+
+            rel = read_release(release)
+            release_id, release_path = rel.id, str(Path(release).resolve())
+            t = target_from_release(release, canary=canary, data_dir=data_dir, no_noise=no_noise, mechanism=mechanism)
+        else:
+            t = build_target(mechanism, canary=canary, epsilon=epsilon, delta=delta, task=task, target=target, dataset=dataset,
+                             data_dir=data_dir, seed=seed, no_noise=no_noise, width=width, epochs=epochs, rho=rho,
+                             broken_noise_factor=broken_noise_factor)
+            if not json_out and task is None and dataset is None and mechanism != "gaussian":
+                note(f"no --task/--dataset given: auditing {mechanism} on the embedded {t.describe().get('dataset')}.")
+        if out is None:
+            out = Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if no_noise else ''}"
+        cmd = ["dpaudit", "audit", mechanism, "--canary", t.canary, "--runs", str(runs), "--confidence", repr(confidence), "--seed", str(seed)]
+        if release is not None:
+            cmd += ["--release", str(release)]
+        else:
+            eps_used = epsilon if epsilon is not None else DEFAULT_EPSILON.get(family_of(mechanism), 2.0)
+            cmd += ["--eps", repr(float(eps_used)), "--delta", repr(delta)]
+            for flag, value in (("--task", task), ("--target", target), ("--dataset", dataset), ("--epochs", epochs)):
+                if value is not None:
+                    cmd += [flag, str(value)]
+            if family_of(mechanism) == "dp-elm":
+                cmd += ["--width", str(width)]
+            if family_of(mechanism) == "dp-mixmin":
+                cmd += ["--rho", repr(rho)]
+            if broken_noise_factor != 1.0:
+                cmd += ["--broken-noise-factor", repr(broken_noise_factor)]
+        if data_dir is not None:
+            cmd += ["--data-dir", str(data_dir)]
+        if no_noise:
+            cmd.append("--no-noise")
+        if not controls:
+            cmd.append("--no-controls")
+        elif control_runs is not None:
+            cmd += ["--control-runs", str(control_runs)]
+        if reproducible_noise:
+            cmd.append("--reproducible-noise")
+        cmd += ["--out", str(out)]
+        result = run_audit(t, runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
+                           control_runs=control_runs, workers=workers, chunk_size=chunk_size, out_dir=out,
+                           reproducible_noise=reproducible_noise, progress=True, command=shlex.join(cmd),
+                           release_id=release_id, release_path=release_path)
+        if json_out:
+            d = result.to_dict()
+            d["audit_dir"] = str(Path(out))
+            emit_json(d)
+            return
+        _render(result, Path(out))
+
+
+def _fmt(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _render(result, out: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence",
+                  caption="GDP est.: Gaussian-DP estimate of epsilon with its interval; an estimate, not a bound.")
+    for col in ("run", "eps_LB", "claim", "ceiling", "GDP est.", "AUC", "tp/fp/tn/fn"):
+        table.add_column(col, no_wrap=col != "GDP est.")
+    rows = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
+    for name, r in rows:
+        g = r.gdp_estimate
+        c = r.counts
+        if g.get("saturated"):
+            gdp = "saturated (AUC = 1)"
+        else:
+            lo, hi = g["epsilon_interval"]
+            gdp = f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}]"
+        table.add_row(name, _fmt(r.epsilon_lower_bound), _fmt(r.claimed_epsilon), _fmt(r.ceiling), gdp, f"{r.auc:.3f}",
+                      f"{c['tp']}/{c['fp']}/{c['tn']}/{c['fn']}")
+    console.print(table)
+    if result.violated:
+        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {result.claimed_epsilon:.3f}")
+    elif result.noise:
+        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(result.claimed_epsilon)}")
+    if result.underpowered:
+        console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
+    console.print(f"wrote {out / 'audit.json'} and {out / 'scores.npz'}", soft_wrap=True)

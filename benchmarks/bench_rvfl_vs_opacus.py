@@ -160,6 +160,7 @@ def main(argv=None) -> int:
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import public_rng
 
+    load0 = os.getloadavg()
     data = _load(args.data_dir)
     sched, sigma = _protocol(data)
     print(f"MNIST DP-RVFL eps=2: N0={len(data.y_train)} q={sched.sample_rate} T={sched.steps} m0={sched.normalizer} sigma={sigma:.6f} threads={args.threads}", flush=True)
@@ -200,7 +201,8 @@ def main(argv=None) -> int:
         print(f"speed-up dpaudit-batched vs opacus: cpu {cmed['opacus'] / r['cpu_per_model']:.1f}x, wall {med['opacus'] / r['per_model']:.1f}x per model")
         if "opacus-cached" in med:
             print(f"speed-up dpaudit-batched vs opacus-cached: cpu {cmed['opacus-cached'] / r['cpu_per_model']:.1f}x, wall {med['opacus-cached'] / r['per_model']:.1f}x per model")
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, os.cpu_count() {os.cpu_count()}")
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, os.cpu_count() {os.cpu_count()}, "
+          f"load average at start {load0[0]:.2f}, at end {os.getloadavg()[0]:.2f} (1-min; other processes share the machine)")
     return 0
 
 

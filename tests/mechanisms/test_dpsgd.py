@@ -279,3 +279,55 @@ def test_z_with_bias_column_is_the_same_training():
     np.testing.assert_array_equal(plain, pre)
     with pytest.raises(UsageError, match="column of ones"):
         train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), z_has_bias_column=True)
+
+
+def test_poisson_flat_runs_are_independent_bernoulli_blocks():
+    """All runs in one draw: run r's mask is block r of one Bernoulli(q) sequence, so the masks are
+    independent across runs, also at the block boundaries (index n-1 of run r, index 0 of run r+1)."""
+    rng = np.random.default_rng(8)
+    runs, n, q = 40000, 6, 0.3
+    flat, offsets = dpsgd.poisson_flat(rng, runs, n, q)
+    assert offsets.shape == (runs + 1,) and offsets[0] == 0 and offsets[-1] == flat.size
+    mask = np.zeros((runs, n), dtype=bool)
+    run_of = np.repeat(np.arange(runs), np.diff(offsets))
+    mask[run_of, flat] = True
+    assert mask.sum() == flat.size  # no index twice in a run
+    se = np.sqrt(q * (1 - q) / runs)
+    assert np.all(np.abs(mask.mean(0) - q) < 5 * se)
+    both_boundary = np.mean(mask[:-1, n - 1] & mask[1:, 0])
+    both_same_index = np.mean(mask[:-1, 2] & mask[1:, 2])
+    for p in (both_boundary, both_same_index):
+        assert abs(p - q * q) < 5 * np.sqrt(q * q * (1 - q * q) / runs)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_head_adam_equals_torch_adam_float64(fused):
+    """The head trainers' Adam (torch's fused kernel or the NumPy fallback) == torch.optim.Adam."""
+    rng = np.random.default_rng(12)
+    cfg = DPSGDConfig(sample_rate=0.1, steps=5, normalizer=3, noise_multiplier=1.0, lr=0.01)
+    w0 = rng.normal(size=(3, 4))
+    w = w0.copy()
+    adam = dpsgd._HeadAdam(w, cfg)
+    if not fused:
+        adam.fused = None
+    p = torch.nn.Parameter(torch.tensor(w0))
+    opt = torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
+    for t in range(1, 40):
+        g = rng.normal(size=(3, 4)) * 10.0 ** rng.integers(-6, 1)
+        adam.step(g.copy(), t)
+        p.grad = torch.tensor(g)
+        opt.step()
+    np.testing.assert_allclose(w, p.detach().numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_gap_extension_keeps_bernoulli_rates():
+    """When the first block of gaps falls short (forced here: one gap), further gaps continue the
+    same Bernoulli(q) sequence."""
+    rng = np.random.default_rng(13)
+    n, q, trials = 40, 0.2, 20000
+    counts = np.zeros(n)
+    for _ in range(trials):
+        ix = dpsgd._extend_gaps(rng, np.cumsum(rng.geometric(q, size=1)), n, q)
+        assert np.all(np.diff(ix) > 0) and (ix.size == 0 or (ix[0] >= 0 and ix[-1] < n))
+        counts[ix] += 1
+    assert np.all(np.abs(counts / trials - q) < 5 * np.sqrt(q * (1 - q) / trials))

@@ -4,14 +4,15 @@ Each run is exactly the protocol of :func:`dpaudit.mechanisms.dpsgd.train_linear
 Poisson sample at every step (independent across runs and steps), per-example clipping in
 closed form, its own Gaussian noise N(0, (sigma C)^2 I) on the clipped sum, division by m0 and
 its own Adam state. What is shared: the feature matrix (built once), and the per-step sampling,
-noise draw and Adam update, which are single tensor operations over all R runs. The clipped sums
-are computed run by run, each from a cache-resident gather of that run's rows (the two matrix
-products are memory-bound; one padded tensor for all runs was measured slower).
+noise draw and Adam update, which are single array operations over all R runs. The clipped sums
+are computed run by run, each from a cache-resident gather of that run's rows into a reused
+workspace (one padded tensor for all runs was measured slower: it falls out of cache).
 
 Poisson sampling here draws the *gaps* between included records (i.i.d. Geometric(q) for a
 Bernoulli(q) sequence), which gives exactly the same distribution as an (n,)-mask of Bernoulli
-draws at O(q n) cost per run instead of O(n). All of it comes from the private
-:class:`~dpaudit.noise.NoiseSource`.
+draws at O(q n) cost per run instead of O(n); the R runs' masks are consecutive blocks of one
+Bernoulli sequence of length R n, hence independent. All of it comes from the private
+:class:`~dpaudit.noise.NoiseSource` (a cryptographic source through its methods).
 
 Canaries (for membership audits), :class:`HeadCanary`:
 - ``kind="record"``: an extra example (``z``, ``y``) that belongs to the training set of every
@@ -31,7 +32,8 @@ import torch
 from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import one_of, positive_int
-from .dpsgd import AdamState, DPSGDConfig, Progress, adam_update, blas_threads, head_clipped_sum, head_outputs, poisson_sample
+from .dpsgd import (DPSGDConfig, HeadWorkspace, Progress, _HeadAdam, _clipped_sum_kernel, _numpy_backed, blas_threads, gaussian_filler,
+                    head_outputs, poisson_flat)
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,31 +69,46 @@ def batched_head_clipped_sum(
     *,
     binary_logit: bool = False,
     clip: bool = True,
-    buf: np.ndarray | None = None,
+    buf: HeadWorkspace | None = None,
     out: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, HeadWorkspace]:
     """Per run r, the clipped sum of head gradients over rows ``idx_list[r]`` of ``z1`` at ``w[r]``.
 
-    The closed form of :func:`~dpaudit.mechanisms.dpsgd.head_clipped_sum`, run by run: each run's
-    sampled rows (about q n of them, ~1 MB for MNIST) are gathered into a reused buffer and both
-    matrix products read them from cache. (Measured: one padded (R, b, d+1) tensor for all runs
-    falls out of cache and is slower.) ``buf`` is returned, possibly grown; ``out`` (R, K, d+1),
-    if given, receives the sums. Returns ((R, K, d+1) sums, buf).
+    The closed form of :func:`~dpaudit.mechanisms.dpsgd.head_clipped_sum` (the same kernel), run
+    by run: each run's sampled rows (about q n of them, ~1 MB for MNIST) are gathered into a reused
+    buffer and both matrix products read them from cache. (Measured: one padded (R, b, d+1)
+    tensor for all runs falls out of cache and is slower.) ``buf``, a workspace, is returned,
+    possibly grown; ``out`` (R, K, d+1), if given, receives the sums. Returns (sums, buf).
     """
     runs, k, d1 = w.shape
+    dtype = np.result_type(w.dtype, z1.dtype)
+    z1 = np.require(z1, dtype=dtype, requirements=["C"])
+    w = np.require(w, dtype=dtype, requirements=["C", "W"])
+    z1_norm = np.asarray(z1_norm).astype(dtype, copy=False)
+    y = np.asarray(y).astype(np.int64, copy=False)
     if out is None:
-        out = np.zeros((runs, k, d1), dtype=w.dtype)
+        out = np.zeros((runs, k, d1), dtype=dtype)
     bmax = max((ix.size for ix in idx_list), default=0)
-    if buf is None or bmax > buf.shape[0] or buf.dtype != z1.dtype:
-        buf = np.empty((max(bmax, 1), d1), dtype=z1.dtype)
+    if buf is None or buf.dtype != dtype or buf.k != k or buf.d1 != d1:
+        buf = HeadWorkspace(k, d1, dtype, rows=bmax)
+    buf.ensure(bmax)
+    w_t, out_t = torch.from_numpy(w), torch.from_numpy(out)
     for r, ix in enumerate(idx_list):
-        if ix.size == 0:
-            out[r] = 0.0  # Algorithm 1, step 6: an empty batch has a zero clipped sum
-            continue
-        # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
-        zb = np.take(z1, ix, axis=0, out=buf[: ix.size], mode="clip")
-        out[r] = head_clipped_sum(w[r], zb, z1_norm[ix], y[ix], clipping_norm, binary_logit=binary_logit, clip=clip)
+        _run_sum(buf, z1, z1_norm, y, ix, w_t[r], out_t[r], clipping_norm, binary_logit, clip)
     return out, buf
+
+
+def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, clip, zn=None, yb=None) -> None:
+    """One run's clipped sum over rows ``ix`` into ``out_t`` (zero for an empty batch)."""
+    b = ix.size
+    if b == 0:
+        out_t.zero_()  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+        return
+    ws.ensure(b)
+    # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
+    np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
+    _clipped_sum_kernel(ws, w_t, b, z1_norm[ix] if zn is None else zn, y[ix] if yb is None else yb,
+                        clipping_norm, binary_logit, clip, out_t=out_t)
 
 
 @dataclass(frozen=True)
@@ -196,38 +213,54 @@ def train_linear_heads_batched(
 
 
 def _train_group(z1, z1_norm, y, n, k, config, *, noise, w0, dtype, canary, canary_in, grad_canary, progress):
-    """The DP-SGD loop for one group of runs (see :func:`train_linear_heads_batched`)."""
+    """The DP-SGD loop for one group of runs (see :func:`train_linear_heads_batched`).
+
+    Per step: one Poisson draw for all runs (:func:`~dpaudit.mechanisms.dpsgd.poisson_flat`, the
+    runs' masks being disjoint blocks of one Bernoulli sequence), the canary draws, each run's
+    clipped sum, one Gaussian draw of shape (R, K, d+1), and one Adam update over all runs.
+    """
     runs = w0.shape[0]
     d1 = z1.shape[1]
-    w = torch.tensor(np.array(w0), dtype=dtype)
-    wn = w.numpy()  # shared memory: Adam updates w in place, the clipped sums read wn
-    state = AdamState.zeros_like([w])
+    np_dtype = z1.dtype
+    w = np.array(w0, dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
+    w_t = torch.from_numpy(w)  # shared memory: Adam updates w in place, the clipped sums read w_t
+    adam = _HeadAdam(w, config)
+    draw_noise = gaussian_filler(noise, np.empty_like(w), config.noise_std)
     std = config.noise_std
     clip = not config.non_private
     q = config.sample_rate
+    fast = _numpy_backed(noise)
     counts = np.zeros(runs, dtype=np.int64) if canary is not None else None
-    # One reused gather buffer (a fresh array per step costs page faults).
-    buf = np.empty((int(n * q + 8.0 * np.sqrt(n * q) + 16) + 1, d1), dtype=z1.dtype)
-    sums = np.empty((runs, k, d1), dtype=wn.dtype)  # reused every step (in-place noise and m0)
+    ws = HeadWorkspace(k, d1, np_dtype, rows=int(n * q + 8.0 * np.sqrt(n * q) + 16) + 1)
+    sums = np.empty((runs, k, d1), dtype=np_dtype)  # reused every step (in-place noise and m0)
+    sums_t = torch.from_numpy(sums)
+    w_rows, sum_rows = list(w_t.unbind(0)), list(sums_t.unbind(0))  # per-run views, made once
     report_every = max(1, config.steps // 200)
     steps_done = 0
-    for _ in range(config.steps):
-        idx_list = poisson_sample(noise, n, q, runs)
+    for t in range(1, config.steps + 1):
+        if fast:
+            flat, offsets = poisson_flat(noise.numpy, runs, n, q)
+        else:  # cryptographic or custom source: through its poisson_mask
+            parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
+            offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])])
+            flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        zn_f, y_f = z1_norm[flat], y[flat]
         if canary is not None:
             hit = _bernoulli(noise, runs, q) & canary_in
             counts += hit
-            if canary.kind == "record":
-                idx_list = [np.append(ix, n) if hit[r] else ix for r, ix in enumerate(idx_list)]
-        s, buf = batched_head_clipped_sum(wn, z1, z1_norm, y, idx_list, config.clipping_norm,
-                                          binary_logit=k == 1, clip=clip, buf=buf, out=sums)
+        for r in range(runs):
+            lo, hi = offsets[r], offsets[r + 1]
+            ix, zn, yb = flat[lo:hi], zn_f[lo:hi], y_f[lo:hi]
+            if canary is not None and canary.kind == "record" and hit[r]:
+                ix, zn, yb = np.append(ix, n), None, None  # the canary is row n of z1
+            _run_sum(ws, z1, z1_norm, y, ix, w_rows[r], sum_rows[r], config.clipping_norm, k == 1, clip, zn=zn, yb=yb)
         if grad_canary is not None:
-            s += hit.astype(s.dtype)[:, None, None] * grad_canary
-        st = torch.from_numpy(s)
+            sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
         if std > 0.0:
-            st += noise.gaussian_torch(tuple(st.shape), std, dtype=dtype)
-        st /= config.normalizer
-        adam_update([w], [st], state, config)
+            sums += draw_noise()
+        sums /= config.normalizer
+        adam.step(sums, t)  # exactly torch.optim.Adam, every run at once
         steps_done += 1
         if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
             progress(steps_done, config.steps)
-    return w.numpy().astype(np.float64), steps_done, counts
+    return w.astype(np.float64), steps_done, counts

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -48,7 +48,7 @@ from ..errors import DataError, UsageError
 from ..noise import public_rng
 from ..records import Release, check_accounting
 from ..validation import one_of, open_unit, positive_finite, positive_int
-from .dpsgd import DPSGDConfig, head_outputs, head_probabilities, init_head, train_linear_head, train_module_dp_sgd
+from .dpsgd import DPSGDConfig, HeadResult, head_outputs, head_probabilities, init_head, train_linear_head, train_module_dp_sgd
 from .features import build_features
 
 ADJACENCY = "add-remove-record"
@@ -153,7 +153,8 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
     return cb, bar.stop
 
 
-def _command_line(model, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, out_dir, epochs, batch_size, profile, split_seed) -> str:
+def _command_line(model, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, out_dir, epochs, batch_size, profile, split_seed,
+                  extra: tuple[str, ...] = ()) -> str:
     parts = ["dpaudit", "train", model, "--dataset", dataset]
     if data_dir is not None:
         parts += ["--data-dir", str(data_dir)]
@@ -174,6 +175,7 @@ def _command_line(model, *, dataset, data_dir, epsilon, delta, seed, non_private
         parts += ["--profile", profile]
     if split_seed is not None:
         parts += ["--split-seed", str(split_seed)]
+    parts += list(extra)  # the privacy unit's own flags (user level: --privacy-unit user ...)
     return shlex.join(parts)
 
 
@@ -224,6 +226,78 @@ def train_and_release(
             record=record, prepared=prepared)
     if user_ids is not None or records_per_user is not None:  # never ignore a request for user-level privacy
         raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
+
+    def load():
+        if prepared is not None:
+            return prepared
+        from ..data import load_dataset
+
+        return load_dataset(dataset, data_dir=data_dir, split_seed=split_seed, profile=profile)
+
+    def record_unit(data) -> _UnitPlan:
+        # N0, the size of the training partition, is the public reference size (section 3.2).
+        return _UnitPlan(name="record", adjacency=ADJACENCY, reference_size=int(data.y_train.shape[0]),
+                         train_head=train_linear_head, train_module=train_module_dp_sgd)
+
+    return _train_and_release_unit(
+        model, load=load, unit_of=record_unit, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
+        reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir, ledger_path=ledger_path, epochs=epochs,
+        batch_size=batch_size, profile=profile, split_seed=split_seed, progress=progress, record=record)
+
+
+@dataclass(frozen=True)
+class _UnitPlan:
+    """What the privacy unit changes in a DP-SGD release; everything else is shared.
+
+    ``reference_size`` is the public size the schedule is built from (N0 records, or n_users);
+    ``train_head(z, y, n_classes, config, *, noise, init, progress, binary_logit,
+    z_has_bias_column)`` and ``train_module(module, x, y, config, *, noise, loss, progress)`` are
+    the unit's trainers; ``config`` holds extra ``Release.config`` keys (placed after
+    ``"schedule"``), ``command_args`` extra CLI flags, ``run_tag`` goes into the default out_dir.
+    """
+
+    name: str  # Release.privacy_unit
+    adjacency: str
+    reference_size: int
+    train_head: Callable[..., HeadResult]
+    train_module: Callable[..., int]
+    run_tag: str = ""
+    config: dict = field(default_factory=dict)
+    batch_size_unit: str | None = None
+    command_args: tuple[str, ...] = ()
+
+
+def _train_and_release_unit(
+    model: str,
+    *,
+    load: Callable[[], object],
+    unit_of: Callable[[object], _UnitPlan],
+    data_dir,
+    epsilon: float,
+    delta: float,
+    seed: int,
+    non_private: bool,
+    reproducible_noise: bool,
+    noise_source: str,
+    out_dir,
+    ledger_path,
+    epochs: int | None,
+    batch_size: int | None,
+    profile: str | None,
+    split_seed: int | None,
+    progress,
+    record: bool,
+) -> Release:
+    """The one DP-SGD release pipeline behind :func:`train_and_release` (records) and
+    :func:`dpaudit.mechanisms.user_level.train_and_release_user_level` (users).
+
+    ``load()`` returns the prepared dataset (after the unit's own data checks); ``unit_of(data)``
+    the unit's plan. Privacy contract (either unit): sigma is calibrated with the RDP accountant
+    for ``SubsampledGaussian(sigma, q, T)`` with q, T from the unit's public reference size; the
+    budget preflight runs before any training; after training executed steps must equal
+    accounted steps and the recomputed epsilon (under the unit's adjacency) must not exceed the
+    target, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing is published.
+    """
     one_of("model", model, MODEL_NAMES)
     spec = MODELS[model]
     if not non_private:
@@ -231,19 +305,14 @@ def train_and_release(
     delta = open_unit("delta", delta)
     seed = int(seed)
     t_setup = time.perf_counter()
-    if prepared is None:
-        from ..data import load_dataset
-
-        kwargs = {"data_dir": data_dir, "split_seed": split_seed, "profile": profile}
-        prepared = load_dataset(dataset, **kwargs)
-    data = prepared
+    data = load()
     if data.y_train.size == 0:
         raise DataError(f"dataset {data.name} has an empty training partition.")
+    unit = unit_of(data)
     default_epochs, default_batch = default_protocol(data.name, data.kind)
     epochs = positive_int("epochs", epochs) if epochs is not None else default_epochs
     batch_size = positive_int("batch_size", batch_size) if batch_size is not None else default_batch
-    n0 = int(data.y_train.shape[0])  # public reference size N0 of the training partition
-    schedule = dp_sgd_schedule(n0, batch_size, epochs)
+    schedule = dp_sgd_schedule(unit.reference_size, batch_size, epochs)
 
     if non_private:
         sigma, event, calib_eps = 0.0, None, float("inf")
@@ -257,7 +326,7 @@ def train_and_release(
     # dataset refuses it here.
     from ..releasing import preflight
 
-    preflight(dataset=data.name, partition="train", event=event, adjacency=ADJACENCY, ledger_path=ledger_path)
+    preflight(dataset=data.name, partition="train", event=event, adjacency=unit.adjacency, ledger_path=ledger_path)
 
     config = DPSGDConfig(sample_rate=schedule.sample_rate, steps=schedule.steps, normalizer=schedule.normalizer,
                          noise_multiplier=sigma, non_private=non_private)
@@ -284,8 +353,8 @@ def train_and_release(
         cb, close = _progress_callable(progress, schedule.steps, eps_of)
         t_train = time.perf_counter()
         try:
-            head = train_linear_head(z_train, data.y_train, n_classes, config, noise=noise, init=init, progress=cb, binary_logit=binary,
-                                     z_has_bias_column=True)
+            head = unit.train_head(z_train, data.y_train, n_classes, config, noise=noise, init=init, progress=cb, binary_logit=binary,
+                                   z_has_bias_column=True)
         finally:
             close()
         train_seconds = time.perf_counter() - t_train
@@ -311,7 +380,7 @@ def train_and_release(
         cb, close = _progress_callable(progress, schedule.steps, eps_of)
         t_train = time.perf_counter()
         try:
-            steps_executed = train_module_dp_sgd(module, x_train, y_train, config, noise=noise, loss=loss, progress=cb)
+            steps_executed = unit.train_module(module, x_train, y_train, config, noise=noise, loss=loss, progress=cb)
         finally:
             close()
         train_seconds = time.perf_counter() - t_train
@@ -332,18 +401,18 @@ def train_and_release(
         guarantee = {"type": "non-private"}
     else:
         # Recompute the claim from the event itself rather than trusting the calibration value.
-        claimed = compute_epsilon(event, delta=delta, accountant=ACCOUNTANT, adjacency=ADJACENCY).epsilon
+        claimed = compute_epsilon(event, delta=delta, accountant=ACCOUNTANT, adjacency=unit.adjacency).epsilon
         check_accounting(steps_executed=steps_executed, steps_accounted=schedule.steps, epsilon=claimed, target_epsilon=epsilon)
         epsilons = {"rdp": claimed}
         try:
-            epsilons["prv"] = compute_epsilon(event, delta=delta, accountant="prv", adjacency=ADJACENCY).epsilon
+            epsilons["prv"] = compute_epsilon(event, delta=delta, accountant="prv", adjacency=unit.adjacency).epsilon
         except Exception as e:  # noqa: BLE001 -- a comparison value only; the claim is rdp
             epsilons["prv"] = f"unavailable: {type(e).__name__}"
         guarantee = event.to_dict()
 
     metrics = classification_metrics(data.y_test, proba)
     if out_dir is None:
-        out_dir = Path("runs") / f"{model}-{data.name}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}"
+        out_dir = Path("runs") / f"{model}-{data.name}{unit.run_tag}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if arrays is not None:
@@ -354,7 +423,7 @@ def train_and_release(
     release = Release(
         mechanism=model,
         dataset=data.identity(),
-        adjacency=ADJACENCY,
+        adjacency=unit.adjacency,
         accountant=ACCOUNTANT,
         epsilon=claimed,
         delta=delta,
@@ -369,16 +438,18 @@ def train_and_release(
         clipping_norm=config.clipping_norm,
         normalizer=schedule.normalizer,
         partition="train",
-        privacy_unit="record",
+        privacy_unit=unit.name,
         non_private=non_private,
         epsilons=epsilons,
         config={
             **model_config,
             "dp_sgd": config.to_dict(),
             "schedule": schedule.to_dict(),
+            **unit.config,
             "epochs": epochs,
             "batch_size": batch_size,
-            "reference_size": n0,
+            **({"batch_size_unit": unit.batch_size_unit} if unit.batch_size_unit is not None else {}),
+            "reference_size": unit.reference_size,
             "calibrated_epsilon": calib_eps,
             "seeds": {"model_seed": seed, "split_seed": data.split_seed},
             "profile": data.profile,
@@ -391,7 +462,7 @@ def train_and_release(
         command=_command_line(model, dataset=data.name, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
                               reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir,
                               epochs=None if epochs == default_epochs else epochs, batch_size=None if batch_size == default_batch else batch_size,
-                              profile=profile, split_seed=split_seed),
+                              profile=profile, split_seed=split_seed, extra=unit.command_args),
     )
     from ..releasing import publish
 

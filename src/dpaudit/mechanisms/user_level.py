@@ -40,21 +40,18 @@ user contributes more than one record; the record-level ghost-clipping shortcut 
 from __future__ import annotations
 
 import os
-import shlex
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
 from ..data.users import UserIndex, attach_user_ids, check_user_split, index_users, load_user_ids
-from ..errors import DataError, UsageError
-from ..noise import NoiseSource, public_rng
-from ..records import Release, check_accounting
-from ..validation import one_of, open_unit, positive_finite, positive_int
+from ..errors import UsageError
+from ..noise import NoiseSource
+from ..records import Release
+from ..validation import one_of, positive_int
 from . import dpsgd
-from .dpsgd import DPSGDConfig, HeadResult, Progress, head_outputs, init_head, residuals_numpy
+from .dpsgd import DPSGDConfig, HeadResult, Progress, residuals_numpy
 
 ADJACENCY = "add-remove-user"
 PRIVACY_UNIT = "user"
@@ -339,16 +336,6 @@ def train_user_module_dp_sgd(
 # ---------------------------------------------------------------- release
 
 
-def _command_line(model, *, user_ids_path, records_per_user, **kw) -> str:
-    from .rvfl import _command_line as record_command
-
-    parts = shlex.split(record_command(model, **kw))
-    parts += ["--privacy-unit", "user", "--records-per-user", str(records_per_user)]
-    if user_ids_path is not None:
-        parts += ["--user-ids", str(user_ids_path)]
-    return shlex.join(parts)
-
-
 def train_and_release_user_level(
     model: str,
     *,
@@ -387,189 +374,52 @@ def train_and_release_user_level(
     accountant. As for record-level releases, executed steps must equal accounted steps and
     the recomputed epsilon must not exceed the target, else nothing is published.
     """
-    from .features import build_features
-    from .rvfl import DEFAULT_DATASET, MODEL_NAMES, MODELS, TAG_HEAD, _progress_callable, classification_metrics, default_protocol, epsilon_curve
+    from .rvfl import DEFAULT_DATASET, MODEL_NAMES, _train_and_release_unit, _UnitPlan
 
-    one_of("model", model, MODEL_NAMES)
-    spec = MODELS[model]
+    one_of("model", model, MODEL_NAMES)  # before records_per_user: the refusal order of the CLI
     g = positive_int("records_per_user", records_per_user)
-    if not non_private:
-        epsilon = positive_finite("epsilon", epsilon)
-    delta = open_unit("delta", delta)
-    seed = int(seed)
-    t_setup = time.perf_counter()
-    user_ids_path = None
-    if isinstance(user_ids, (str, os.PathLike)):
-        user_ids_path = Path(user_ids)
-        user_ids = load_user_ids(user_ids_path)
-    if user_ids is None and getattr(prepared, "user_ids", None) is None:
-        raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
-    if prepared is None:
-        from ..data import load_dataset
+    user_ids_path = Path(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
 
-        prepared = load_dataset(dataset or DEFAULT_DATASET, data_dir=data_dir, split_seed=split_seed, profile=profile)
-        data = attach_user_ids(prepared, user_ids)
-    elif user_ids is not None:
-        data = attach_user_ids(prepared, user_ids, split_seed=split_seed)
-    else:
-        data = prepared
-    check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
-    if data.y_train.size == 0:
-        raise DataError(f"dataset {data.name} has an empty training partition.")
-    users = index_users(data.user_ids["train"])
+    def load():
+        ids = load_user_ids(user_ids_path) if user_ids_path is not None else user_ids
+        if ids is None and getattr(prepared, "user_ids", None) is None:
+            raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
+        if prepared is None:
+            from ..data import load_dataset
 
-    default_epochs, default_batch = default_protocol(data.name, data.kind)
-    epochs = positive_int("epochs", epochs) if epochs is not None else default_epochs
-    batch_size = positive_int("batch_size", batch_size) if batch_size is not None else default_batch
-    n_users = users.n_users  # public reference size: users, not records
-    schedule = dp_sgd_schedule(n_users, batch_size, epochs)
-
-    if non_private:
-        sigma, event, calib_eps = 0.0, None, float("inf")
-    else:
-        calib = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=schedule.sample_rate, steps=schedule.steps, accountant=ACCOUNTANT)
-        sigma = calib.noise_multiplier
-        event = SubsampledGaussian(sigma, schedule.sample_rate, schedule.steps)
-        calib_eps = calib.epsilon
-    from ..releasing import make_noise_source, preflight, publish
-
-    preflight(dataset=data.name, partition="train", event=event, adjacency=ADJACENCY, ledger_path=ledger_path)
-    config = DPSGDConfig(sample_rate=schedule.sample_rate, steps=schedule.steps, normalizer=schedule.normalizer,
-                         noise_multiplier=sigma, non_private=non_private)
-    noise = make_noise_source(seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source)
-    eps_of = epsilon_curve(sigma, schedule.sample_rate, delta) if (not non_private and progress not in (None, False)) else None
-    n_classes = int(data.n_classes)
-    binary = n_classes == 2
-    model_config: dict = {"model": model, "family": spec.family, "description": spec.description}
-
-    if spec.family == "head":
-        feats = build_features(spec.features, data.n_features, seed)
-        t_feat = time.perf_counter()
-        z_train = feats.transform(data.x_train, bias_column=True)  # [z, 1]: the head's input, as record level
-        feature_seconds = time.perf_counter() - t_feat
-        k_out = head_outputs(n_classes, binary_logit=binary)
-        init = init_head(feats.output_dim, k_out, public_rng(seed, TAG_HEAD))
-        model_config.update({"features": feats.describe(), "head_outputs": k_out,
-                             "head_init": "U(-1/sqrt(d), 1/sqrt(d)) (torch nn.Linear default)",
-                             "loss": "sigmoid cross-entropy (K=1)" if k_out == 1 else "softmax cross-entropy",
-                             "trainable_parameters": k_out * (feats.output_dim + 1)})
-        setup_seconds = time.perf_counter() - t_setup
-        cb, close = _progress_callable(progress, schedule.steps, eps_of)
-        t_train = time.perf_counter()
-        try:
-            head = train_user_linear_head(z_train, data.y_train, users, n_classes, config, records_per_user=g, noise=noise,
-                                          init=init, progress=cb, binary_logit=binary, z_has_bias_column=True)
-        finally:
-            close()
-        train_seconds = time.perf_counter() - t_train
-        steps_executed = head.steps_executed
-        from .dpsgd import head_probabilities
-
-        proba = head_probabilities(head.weight, feats.transform(data.x_test))
-        arrays = {"head_weight": head.weight.astype(np.float32)}
-        for name, a in (("projection", feats.projection), ("hidden_weight", feats.weight), ("hidden_bias", feats.bias)):
-            if a is not None:
-                arrays[name] = a.astype(np.float32)
-        weights_name = "weights.npz"
-    else:
-        from .models import build_module
-
-        module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape, seed=seed)
-        loss = "bce" if binary else "cross_entropy"
-        x_train = torch.as_tensor(np.asarray(data.x_train, dtype=np.float32))
-        y_train = torch.as_tensor(np.asarray(data.y_train, dtype=np.int64))
-        feature_seconds = 0.0
-        model_config.update({"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy",
-                             "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
-                             "init": "torch defaults from a generator seeded by the public seed"})
-        setup_seconds = time.perf_counter() - t_setup
-        cb, close = _progress_callable(progress, schedule.steps, eps_of)
-        t_train = time.perf_counter()
-        try:
-            steps_executed = train_user_module_dp_sgd(module, x_train, y_train, users, config, records_per_user=g, noise=noise, loss=loss, progress=cb)
-        finally:
-            close()
-        train_seconds = time.perf_counter() - t_train
-        module.eval()
-        with torch.no_grad():
-            out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
-        if binary:
-            p1 = torch.sigmoid(out.reshape(-1)).numpy()
-            proba = np.stack([1.0 - p1, p1], axis=1)
+            data = attach_user_ids(load_dataset(dataset or DEFAULT_DATASET, data_dir=data_dir, split_seed=split_seed, profile=profile), ids)
+        elif ids is not None:
+            data = attach_user_ids(prepared, ids, split_seed=split_seed)
         else:
-            proba = torch.softmax(out, dim=1).numpy()
-        arrays = None
-        weights_name = "model.pt"
+            data = prepared
+        check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
+        return data
 
-    if non_private:
-        claimed, epsilons, guarantee = float("inf"), {}, {"type": "non-private"}
-    else:
-        claimed = compute_epsilon(event, delta=delta, accountant=ACCOUNTANT, adjacency=ADJACENCY).epsilon
-        check_accounting(steps_executed=steps_executed, steps_accounted=schedule.steps, epsilon=claimed, target_epsilon=epsilon)
-        epsilons = {"rdp": claimed}
-        try:
-            epsilons["prv"] = compute_epsilon(event, delta=delta, accountant="prv", adjacency=ADJACENCY).epsilon
-        except Exception as e:  # noqa: BLE001 -- a comparison value only; the claim is rdp
-            epsilons["prv"] = f"unavailable: {type(e).__name__}"
-        guarantee = event.to_dict()
+    def user_unit(data) -> _UnitPlan:
+        users = index_users(data.user_ids["train"])
+        n_users = users.n_users  # public reference size: users, not records
 
-    metrics = classification_metrics(data.y_test, proba)
-    if out_dir is None:
-        out_dir = Path("runs") / f"{model}-{data.name}-user-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if arrays is not None:
-        np.savez(out_dir / weights_name, **arrays)
-    else:
-        torch.save(module.state_dict(), out_dir / weights_name)
+        def train_head(z, y, n_classes, config, **kw):
+            return train_user_linear_head(z, y, users, n_classes, config, records_per_user=g, **kw)
 
-    release = Release(
-        mechanism=model,
-        dataset=data.identity(),
-        adjacency=ADJACENCY,
-        accountant=ACCOUNTANT,
-        epsilon=claimed,
-        delta=delta,
-        guarantee=guarantee,
-        seed=seed,
-        noise_source=noise.spec.to_dict(),
-        target_epsilon=None if non_private else epsilon,
-        noise_multiplier=sigma,
-        sample_rate=schedule.sample_rate,
-        steps=schedule.steps,
-        steps_executed=steps_executed,
-        clipping_norm=config.clipping_norm,
-        normalizer=schedule.normalizer,
-        partition="train",
-        privacy_unit=PRIVACY_UNIT,
-        non_private=non_private,
-        epsilons=epsilons,
-        config={
-            **model_config,
-            "dp_sgd": config.to_dict(),
-            "schedule": schedule.to_dict(),
-            "privacy_unit": PRIVACY_UNIT,
-            "records_per_user": g,
-            "n_users": n_users,
-            "users": users.describe(),
-            "user_sampling": "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)",
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "batch_size_unit": "users",
-            "reference_size": n_users,
-            "calibrated_epsilon": calib_eps,
-            "seeds": {"model_seed": seed, "split_seed": data.split_seed},
-            "profile": data.profile,
-            "validation_used": False,
-        },
-        metrics=metrics,
-        timings={"setup_seconds": setup_seconds, "train_seconds": train_seconds, "feature_seconds": feature_seconds,
-                 "torch_threads": torch.get_num_threads()},
-        artefacts={"weights": weights_name},
-        command=_command_line(model, user_ids_path=user_ids_path, records_per_user=g, dataset=data.name, data_dir=data_dir, epsilon=epsilon,
-                              delta=delta, seed=seed, non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source,
-                              out_dir=out_dir, epochs=None if epochs == default_epochs else epochs,
-                              batch_size=None if batch_size == default_batch else batch_size, profile=profile, split_seed=split_seed),
-    )
-    publish(release, out_dir, ledger_path=ledger_path, record=record)
-    return release
+        def train_module(module, x, y, config, **kw):
+            return train_user_module_dp_sgd(module, x, y, users, config, records_per_user=g, **kw)
+
+        command_args = ("--privacy-unit", "user", "--records-per-user", str(g))
+        if user_ids_path is not None:
+            command_args += ("--user-ids", str(user_ids_path))
+        return _UnitPlan(
+            name=PRIVACY_UNIT, adjacency=ADJACENCY, reference_size=n_users, train_head=train_head, train_module=train_module, run_tag="-user",
+            config={
+                "privacy_unit": PRIVACY_UNIT,
+                "records_per_user": g,
+                "n_users": n_users,
+                "users": users.describe(),
+                "user_sampling": "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)",
+            },
+            batch_size_unit="users", command_args=command_args)
+
+    return _train_and_release_unit(
+        model, load=load, unit_of=user_unit, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
+        reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir, ledger_path=ledger_path, epochs=epochs,
+        batch_size=batch_size, profile=profile, split_seed=split_seed, progress=progress, record=record)

@@ -11,8 +11,8 @@ Dask workers alike.
   so the ledger shows what the whole sweep spent: every task is a separate release on the same
   training partition, and they compose (the composed epsilon of a sweep is far above any single
   run's epsilon; the ledger report says so).
-- ``selftest``: a synthetic Gaussian-mechanism estimate of a mean (no data files, no ledger),
-  used to check executors and clusters end to end. Its extra settings (``sleep``,
+- ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger,
+  no privacy claim), used to check executors and clusters end to end. Its extra settings (``sleep``,
   ``fail_seeds``, ``exit_once_marker``) exist to test failure handling.
 """
 
@@ -61,6 +61,14 @@ def validate_block(runner: str, models: list[str], datasets: list[str], settings
     for m in models:
         if m not in allowed_models:
             raise UsageError(f"{where} model must be one of {', '.join(allowed_models)}, got {m!r}.")
+    if runner == "train":
+        from ..data import DATASET_NAMES
+
+        for d in datasets:
+            if d not in DATASET_NAMES:
+                raise UsageError(f"{where} dataset must be one of {', '.join(DATASET_NAMES)}, got {d!r}.")
+    elif any(d != "synthetic" for d in datasets):
+        raise UsageError(f"{where} dataset must be synthetic for the selftest runner, got {', '.join(datasets)}.")
     unknown = sorted(set(settings) - set(allowed_settings))
     if unknown:
         raise UsageError(f"{where} settings must be among {', '.join(allowed_settings)}, got {', '.join(unknown)}.")
@@ -93,17 +101,29 @@ def execute_task(payload: tuple[dict, dict]) -> dict:
 # --------------------------------------------------------------------------------------------
 
 def _run_train(config: dict, context: RunContext, key: str) -> dict:
+    """Train, write release.json tagged with the sweep, and return it for the coordinator to record.
+
+    The trainer runs its own per-release budget preflight against ``context.ledger_path``
+    (refusing over-cap work before training); the release itself is recorded in the ledger by
+    the coordinating process (:func:`dpaudit.sweeps.runner.run_sweep`), the single writer, so a
+    remote worker never needs the ledger file to be writable.
+    """
+    import dataclasses
+
     from ..mechanisms.rvfl import train_and_release
+    from ..records import write_release
 
     s = config["settings"]
     out = task_dir(context.out_dir, config, key)
-    kwargs = dict(
+    non_private = bool(s.get("non_private", False)) or config["epsilon"] is None
+    release = train_and_release(
+        config["model"],
         dataset=config["dataset"],
         data_dir=context.data_dir,
-        epsilon=config["epsilon"] if config["epsilon"] is not None else 2.0,
+        epsilon=config["epsilon"] if not non_private else 1.0,  # ignored when non-private
         delta=float(s.get("delta", 1e-5)),
         seed=int(config["seed"]),
-        non_private=bool(s.get("non_private", False)),
+        non_private=non_private,
         reproducible_noise=bool(s.get("reproducible_noise", False)),
         noise_source=str(s.get("noise_source", "os-entropy")),
         out_dir=str(out),
@@ -111,26 +131,39 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
         epochs=s.get("epochs"),
         batch_size=s.get("batch_size"),
         progress=False,
+        record=False,
     )
-    extra = _ledger_tag_kwargs(train_and_release, context, key)
-    release = train_and_release(config["model"], **kwargs, **extra)
-    return release_result(release, out)
+    # The sweep tag: which sweep and task made this release (the ledger shows it per release).
+    tagged = dataclasses.replace(release, config={**release.config, "sweep": {"name": context.sweep, "task": key}})
+    write_release(tagged, out)
+    result = release_result(tagged, out)
+    result["release"] = tagged.to_dict()
+    return result
 
 
-def _ledger_tag_kwargs(fn, context: RunContext, key: str) -> dict:
-    """Pass the sweep tag (and the do-not-record switch) if the trainer accepts them."""
-    import inspect
+def planned_event(config: dict):
+    """(dataset, partition, adjacency, event) a ``train`` task will spend, computed *before* it runs.
 
-    params = inspect.signature(fn).parameters
-    extra: dict = {}
-    tag = {"sweep": context.sweep, "sweep_task": key}
-    if "tags" in params:
-        extra["tags"] = tag
-    elif "extra_config" in params:
-        extra["extra_config"] = tag
-    if "record" in params:
-        extra["record"] = context.record
-    return extra
+    Mirrors :func:`dpaudit.mechanisms.rvfl.train_and_release`: the public schedule of the
+    dataset's training partition (paper Table 2) and the RDP-calibrated noise multiplier for the
+    target epsilon. ``event`` is None for a non-private task (unbounded cost). Returns None for
+    runners that touch no real data.
+    """
+    if config["runner"] != "train":
+        return None
+    from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
+    from ..data import dataset_info
+    from ..mechanisms.rvfl import ACCOUNTANT, ADJACENCY, default_protocol
+
+    s = config["settings"]
+    info = dataset_info(config["dataset"])
+    if s.get("non_private") or config["epsilon"] is None:
+        return info.name, "train", ADJACENCY, None
+    epochs, batch = default_protocol(info.name, info.kind)
+    sched = dp_sgd_schedule(int(info.split_sizes["train"]), int(s.get("batch_size") or batch), int(s.get("epochs") or epochs))
+    cal = calibrate_noise_multiplier(target_epsilon=float(config["epsilon"]), delta=float(s.get("delta", 1e-5)),
+                                     sample_rate=sched.sample_rate, steps=sched.steps, accountant=ACCOUNTANT)
+    return info.name, "train", ADJACENCY, SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps)
 
 
 def release_result(release, out: Path) -> dict:
@@ -165,10 +198,12 @@ def release_result(release, out: Path) -> dict:
 def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     """Release a statistic of synthetic data in [0, 1] with the Gaussian mechanism.
 
-    Data: ``n`` public draws from Beta(2, 5) seeded by the task seed. Sensitivity of the mean
-    under add/remove-one with values in [0, 1] is bounded by 1/(n-1); the classic Gaussian
-    mechanism sigma = sqrt(2 ln(1.25/delta)) * sensitivity / epsilon (Dwork & Roth, Thm 3.22) is
-    used only as a synthetic workload: this runner touches no real data and records no release.
+    Data: ``n`` public draws from Beta(2, 5) seeded by the task seed. The noise scale is
+    sqrt(2 ln(1.25/delta)) / ((n - 1) epsilon), the classic Gaussian-mechanism formula (Dwork &
+    Roth, Thm 3.22; its guarantee holds for epsilon < 1 only), used here just to give the
+    workload an epsilon-dependent noise level: this runner makes **no privacy claim**, touches
+    no real data, writes no release and records nothing in the ledger. The noise still comes
+    from a NoiseSource (reproducible only on request), like every mechanism's.
     The ``median`` model is the noisy mean of the lower half (a second, correlated workload).
     """
     import numpy as np
@@ -206,7 +241,7 @@ def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
         "mechanism": f"selftest-{config['model']}",
         "epsilon": config["epsilon"],
         "delta": float(s.get("delta", 1e-5)),
-        "noise_multiplier": sigma,
+        "noise_scale": sigma,
         "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
         "timings": {"train_seconds": time.perf_counter() - t0},
     }

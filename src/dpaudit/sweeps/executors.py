@@ -1,0 +1,390 @@
+"""Executors: run many independent pieces of work (sweep tasks, audit trial chunks) somewhere.
+
+Two back ends behind one small interface, so sweeps and audits share a code path:
+
+- :class:`LocalExecutor` (``local``, default): a process pool on this machine (``forkserver``
+  start method with torch preloaded, ``spawn`` where unavailable; one torch thread per worker); ``workers=1`` runs in-process, with no pool at all.
+- :class:`DaskExecutor` (``dask``): ``dask.distributed``. Connects to an existing scheduler
+  (``scheduler="tcp://HOST:8786"``) or starts a ``LocalCluster`` of ``workers`` processes bound to
+  127.0.0.1 only (never a public interface).
+
+Interface (both)::
+
+    with make_executor("dask", workers=2) as ex:
+        for out in ex.imap_unordered(fn, items):   # Outcome per item, as they finish
+            ...
+        results = ex.map_chunks(fn, chunks)          # ordered list; raises if any chunk failed
+
+``fn`` must be a module-level function (picklable; with a remote scheduler it must also be
+importable on the workers, i.e. dpaudit installed there). Exceptions raised by ``fn`` are caught
+on the worker and come back as ``Outcome(ok=False, error=...)``; they never kill the loop.
+
+Worker death: the local pool is rebuilt and the items that were in flight are resubmitted; Dask
+reschedules them itself. An item in flight during ``max_worker_deaths`` deaths is reported as
+failed (``"worker died ..."``). Results already yielded are never affected.
+
+Privacy: the executor changes where work runs, never what it computes (DESIGN.md habit 4).
+With reproducible noise the results are identical across executors; with secret noise
+(the default) every task draws fresh OS entropy on whichever worker runs it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from ..errors import DPAuditError, UsageError
+from ..validation import one_of, positive_int
+
+EXECUTORS = ("local", "dask")
+
+
+class ChunkFailedError(DPAuditError):
+    """A chunk of work submitted through :meth:`Executor.map_chunks` raised or lost its worker."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one item: ``value`` when ``ok``, else ``error`` (one line + traceback tail)."""
+
+    index: int
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    seconds: float = 0.0
+    worker: str = ""
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _set_threads(threads: int) -> None:
+    """One torch/OpenMP thread per worker slot: set it now if torch is loaded, else through the
+    environment read when torch is first imported (no torch import just for this)."""
+    import sys
+
+    if threads <= 0:  # in-process runs leave the caller's settings alone
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["MKL_NUM_THREADS"] = str(threads)
+
+
+_NO_SHARED = object()
+_WORKER_SHARED: Any = _NO_SHARED  # set by the local pool's initializer when a call has shared data
+
+
+def _guarded(fn: Callable, index: int, item: Any, threads: int, shared: Any = _NO_SHARED) -> Outcome:
+    """Run ``fn(item)`` (or ``fn(shared, item)``) on a worker; an exception becomes a failed Outcome."""
+    _set_threads(threads)
+    t0 = time.perf_counter()
+    try:
+        value = fn(item) if shared is _NO_SHARED else fn(shared, item)
+    except Exception as e:  # noqa: BLE001 - a failed task is data, recorded with its error
+        tail = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:]).strip()
+        msg = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+        return Outcome(index, False, None, f"{msg}\n{tail}", time.perf_counter() - t0, _worker_id())
+    return Outcome(index, True, value, None, time.perf_counter() - t0, _worker_id())
+
+
+_PRELOAD = ["dpaudit.sweeps.tasks", "dpaudit.noise", "numpy", "torch"]
+
+
+def _mp_context():
+    """``forkserver`` where available: workers fork from a server that has imported torch and
+    dpaudit once (a pool rebuilt after a worker death starts in milliseconds), without forking
+    the coordinator's own threads; ``spawn`` elsewhere."""
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(_PRELOAD)
+        return ctx
+    return mp.get_context("spawn")
+
+
+def _init_local_worker(threads: int, shared: Any = _NO_SHARED) -> None:
+    global _WORKER_SHARED
+    _set_threads(threads)
+    _WORKER_SHARED = shared
+
+
+def _guarded_pool_shared(fn: Callable, index: int, item: Any, threads: int) -> Outcome:
+    return _guarded(fn, index, item, threads, _WORKER_SHARED)
+
+
+class Executor:
+    """Base class: subclasses implement :meth:`imap_unordered`."""
+
+    kind = "base"
+    max_worker_deaths = 3
+
+    def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:  # pragma: no cover
+        """Yield one :class:`Outcome` per item as items finish (``Outcome.index`` = item position).
+
+        ``shared``: an object every call needs (e.g. an audit target with its data), sent once
+        per worker instead of once per item; then ``fn(shared, item)`` is called.
+        """
+        raise NotImplementedError
+
+    def map_chunks(self, fn: Callable, chunks: Sequence, *, shared: Any = _NO_SHARED,
+                   on_done: Callable[[Outcome], None] | None = None) -> list:
+        """Run ``fn`` on every chunk and return the values in chunk order.
+
+        Meant for audits: split the trials into chunks (each chunk with its own child noise
+        source / seed), submit them here, concatenate the returned scores. With ``shared``,
+        ``fn(shared, chunk)`` is called and ``shared`` travels once per worker. Raises
+        :class:`ChunkFailedError` naming the first failed chunk once all chunks have finished.
+        ``on_done`` is called with each Outcome as it finishes (for a progress bar and
+        per-chunk checkpoints).
+        """
+        chunks = list(chunks)
+        values: list = [None] * len(chunks)
+        failed: list[Outcome] = []
+        for out in self.imap_unordered(fn, chunks, shared=shared):
+            if on_done is not None:
+                on_done(out)
+            if out.ok:
+                values[out.index] = out.value
+            else:
+                failed.append(out)
+        if failed:
+            first = min(failed, key=lambda o: o.index)
+            raise ChunkFailedError(
+                f"{len(failed)} of {len(chunks)} chunks failed; chunk {first.index}: {(first.error or '').splitlines()[0]}"
+            )
+        return values
+
+    def describe(self) -> dict:
+        return {"executor": self.kind}
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class LocalExecutor(Executor):
+    """Process pool on this machine. ``workers=None`` uses ``os.cpu_count()``; 1 runs in-process."""
+
+    kind = "local"
+
+    def __init__(self, workers: int | None = None, *, threads_per_worker: int = 1):
+        self.workers = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
+        self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _new_pool(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=_mp_context(),
+            initializer=_init_local_worker, initargs=(self.threads_per_worker,),
+        )
+
+    def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
+        items = list(items)
+        if self.workers == 1:
+            # Embedded path: no pool, no pickling; a crash here is a crash of the caller.
+            import sys
+
+            torch = sys.modules.get("torch")
+            saved = torch.get_num_threads() if torch is not None else None
+            if torch is not None:
+                torch.set_num_threads(self.threads_per_worker)
+            try:
+                for i, item in enumerate(items):
+                    yield _guarded(fn, i, item, 0, shared)
+            finally:
+                if saved is not None:
+                    torch.set_num_threads(saved)
+            return
+        if shared is not _NO_SHARED:
+            # A pool of its own whose workers receive `shared` once, in their initializer.
+            sub = _SharedPool(self.workers, self.threads_per_worker, shared)
+            try:
+                yield from sub.run(fn, items, self.max_worker_deaths)
+            finally:
+                sub.close()
+            return
+        yield from self._run(fn, items, _guarded)
+
+    def _run(self, fn: Callable, items: list, call: Callable) -> Iterator[Outcome]:
+        # At most `workers` items are submitted at a time, so the items hit by a pool break are
+        # exactly the ones that were running (queued items would otherwise be blamed too).
+        deaths = [0] * len(items)
+        queue = deque(range(len(items)))
+        inflight: dict[cf.Future, int] = {}
+        while queue or inflight:
+            if self._pool is None:
+                self._pool = self._new_pool()
+            while queue and len(inflight) < self.workers:
+                i = queue.popleft()
+                inflight[self._pool.submit(call, fn, i, items[i], self.threads_per_worker)] = i
+            done, _ = cf.wait(list(inflight), return_when=cf.FIRST_COMPLETED)
+            if any(isinstance(f.exception(), cf.process.BrokenProcessPool) for f in done):
+                done, _ = cf.wait(list(inflight))  # the others fail (or finish) promptly
+            broken = False
+            for fut in sorted(done, key=lambda f: inflight[f]):
+                i = inflight.pop(fut)
+                exc = fut.exception()
+                if isinstance(exc, cf.process.BrokenProcessPool):
+                    broken = True
+                    deaths[i] += 1
+                    if deaths[i] >= self.max_worker_deaths:
+                        yield Outcome(i, False, None, f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).", 0.0, "")
+                    else:
+                        queue.append(i)  # to the back, so it runs next to other items
+                    continue
+                if exc is not None:  # e.g. an unpicklable item or result
+                    yield Outcome(i, False, None, f"{type(exc).__name__}: {exc}".splitlines()[0], 0.0, "")
+                    continue
+                yield fut.result()
+            if broken:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+
+    def describe(self) -> dict:
+        return {"executor": "local", "workers": self.workers, "threads_per_worker": self.threads_per_worker}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class _SharedPool(LocalExecutor):
+    """A local pool whose initializer hands every worker the same ``shared`` object."""
+
+    def __init__(self, workers: int, threads_per_worker: int, shared: Any):
+        super().__init__(workers, threads_per_worker=threads_per_worker)
+        self._shared = shared
+
+    def _new_pool(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers, mp_context=_mp_context(),
+            initializer=_init_local_worker, initargs=(self.threads_per_worker, self._shared),
+        )
+
+    def run(self, fn: Callable, items: list, max_worker_deaths: int) -> Iterator[Outcome]:
+        self.max_worker_deaths = max_worker_deaths
+        yield from self._run(fn, items, _guarded_pool_shared)
+
+
+class DaskExecutor(Executor):
+    """``dask.distributed``: an existing scheduler, or a loopback-only ``LocalCluster``.
+
+    ``scheduler``: address of a running scheduler (``tcp://HOST:8786``); the cluster's workers
+    must have dpaudit installed and see the same data directory (and ``--out``/ledger paths if the
+    task writes there). ``workers``: start a ``LocalCluster`` with that many worker processes on
+    127.0.0.1 (no dashboard), torn down on :meth:`close`.
+    """
+
+    kind = "dask"
+
+    def __init__(self, *, scheduler: str | None = None, workers: int | None = None, threads_per_worker: int = 1):
+        if scheduler is not None and workers is not None:
+            raise UsageError(f"workers must be omitted when a scheduler address is given, got workers={workers} and scheduler={scheduler!r}.")
+        self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
+        from distributed import Client, LocalCluster
+
+        self._cluster = None
+        self.scheduler = scheduler
+        if scheduler is None:
+            n = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
+            self.workers = n
+            # Bound to loopback only: a LocalCluster is never reachable from another machine.
+            self._cluster = LocalCluster(
+                n_workers=n, threads_per_worker=self.threads_per_worker, processes=True,
+                host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
+            )
+            self.client = Client(self._cluster)
+        else:
+            try:
+                self.client = Client(scheduler, timeout="20s")
+            except (OSError, TimeoutError) as e:
+                raise UsageError(f"scheduler must be a reachable dask scheduler address, got {scheduler!r} ({e}).") from None
+            self.workers = len(self.client.scheduler_info().get("workers", {}))
+
+    def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
+        from distributed import as_completed
+
+        items = list(items)
+        tag = uuid.uuid4().hex[:8]
+        extra: tuple = ()
+        if shared is not _NO_SHARED:
+            # Sent to every worker once; the future is replaced by the object on the worker.
+            extra = (self.client.scatter(shared, broadcast=True, hash=False),)
+        futures = [
+            self.client.submit(_guarded, fn, i, item, self.threads_per_worker, *extra, key=f"dpaudit-{tag}-{i}", pure=False)
+            for i, item in enumerate(items)
+        ]
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for fut, value in as_completed(futures, with_results=True, raise_errors=False):
+                i = index[fut.key]
+                if fut.status == "error":
+                    # e.g. KilledWorker once the task's workers died too often, or an item that
+                    # could not be unpickled on the worker; `value` is (type, exception, traceback).
+                    exc = value[1] if isinstance(value, tuple) and len(value) == 3 else value
+                    yield Outcome(i, False, None, f"{type(exc).__name__}: {exc}".splitlines()[0], 0.0, "")
+                elif isinstance(value, Outcome):
+                    yield value
+                else:  # pragma: no cover - _guarded always returns an Outcome
+                    yield Outcome(i, False, None, f"unexpected result type {type(value).__name__}", 0.0, "")
+                fut.release()
+        finally:
+            for f in futures:
+                if not f.done():
+                    f.cancel()
+
+    def worker_addresses(self) -> list[str]:
+        return sorted(self.client.scheduler_info().get("workers", {}))
+
+    def describe(self) -> dict:
+        return {
+            "executor": "dask", "scheduler": self.scheduler or self.client.scheduler.address,
+            "local_cluster": self._cluster is not None, "workers": self.workers,
+            "threads_per_worker": self.threads_per_worker,
+        }
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            if self._cluster is not None:
+                self._cluster.close()
+                self._cluster = None
+
+
+def make_executor(kind: str = "local", *, scheduler: str | None = None, workers: int | None = None,
+                  threads_per_worker: int = 1) -> Executor:
+    """Build an executor from CLI-style arguments (see the module docstring)."""
+    one_of("executor", kind, EXECUTORS)
+    if kind == "local":
+        if scheduler is not None:
+            raise UsageError(f"executor must be dask when a scheduler address is given, got executor={kind!r}.")
+        return LocalExecutor(workers, threads_per_worker=threads_per_worker)
+    return DaskExecutor(scheduler=scheduler, workers=workers, threads_per_worker=threads_per_worker)
+
+
+def run_all(fn: Callable, items: Iterable, *, executor: Executor | None = None) -> list[Outcome]:
+    """Convenience: every Outcome in item order (in-process when no executor is given)."""
+    items = list(items)
+    ex = executor or LocalExecutor(1)
+    outs = sorted(ex.imap_unordered(fn, items), key=lambda o: o.index)
+    return outs

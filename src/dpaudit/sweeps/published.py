@@ -1,0 +1,41 @@
+"""Published values the sweeps are compared against (data only, with their source).
+
+TABLE3: "Table 3. Private test accuracy (%) at eps = 2 and delta = 1e-5 in the primary suite,
+mean +/- SD over five seeds" of the DP-RVFL paper (``shared/papers/001_5ae1aa25002ee196.txt``,
+section 4.3). Every row is a Gaussian-gradient-mechanism model; seeds 42-46; suite 1.
+The attention control is not in Table 3 (it is reported separately, with three seeds).
+Values are (mean, SD) in percent, transcribed verbatim from the paper's table.
+"""
+
+from __future__ import annotations
+
+TABLE3_CITATION = (
+    "DP-RVFL paper (shared/papers/001_5ae1aa25002ee196.txt), Table 3: private test accuracy (%) "
+    "at eps = 2, delta = 1e-5, primary suite, mean +/- SD over five seeds (42-46)."
+)
+TABLE3_EPSILON = 2.0
+TABLE3_DELTA = 1e-5
+
+#: dpaudit model name -> the paper's row label.
+TABLE3_ROW_LABELS = {
+    "dp-dense": "Dense",
+    "dp-cnn": "CNN",
+    "dp-rvfl": "RVFL",
+    "dp-elm-sgd": "ELM-SGD",
+    "frozen-dense-matched": "FrozenDenseMatched",
+    "logistic-projected": "LogisticProjected",
+    "logistic-raw": "LogisticRaw",
+}
+#: dpaudit dataset name -> the paper's column label.
+TABLE3_COLUMN_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cardio": "Cardio", "heart": "Heart"}
+
+#: TABLE3[model][dataset] = (mean %, SD %)
+TABLE3: dict[str, dict[str, tuple[float, float]]] = {
+    "dp-dense": {"mnist": (90.69, 0.17), "cifar10": (37.93, 0.34), "cardio": (73.14, 0.04), "heart": (46.52, 4.76)},
+    "dp-cnn": {"mnist": (91.80, 0.33), "cifar10": (39.13, 0.89), "cardio": (68.73, 0.18), "heart": (50.43, 8.75)},
+    "dp-rvfl": {"mnist": (90.30, 0.16), "cifar10": (38.61, 0.24), "cardio": (72.99, 0.20), "heart": (63.48, 12.43)},
+    "dp-elm-sgd": {"mnist": (87.43, 0.29), "cifar10": (33.72, 0.65), "cardio": (72.92, 0.16), "heart": (62.17, 8.64)},
+    "frozen-dense-matched": {"mnist": (91.96, 0.11), "cifar10": (38.83, 0.45), "cardio": (72.96, 0.19), "heart": (69.13, 11.02)},
+    "logistic-projected": {"mnist": (90.04, 0.12), "cifar10": (36.93, 0.35), "cardio": (70.93, 0.19), "heart": (66.09, 6.26)},
+    "logistic-raw": {"mnist": (90.06, 0.08), "cifar10": (37.06, 0.39), "cardio": (70.98, 0.19), "heart": (65.65, 7.28)},
+}

@@ -1,0 +1,295 @@
+"""Seed-level statistics of a sweep, as specified in section 4.2 of the DP-RVFL paper (001).
+
+- Per cell (dataset x budget x model): mean +/- *sample* SD over seeds (ddof = 1) and the 95 %
+  Student-t interval mean +/- t_{0.975, n-1} SD / sqrt(n) (four degrees of freedom for five
+  seeds). The interval describes training-seed variability on a fixed public test partition,
+  not uncertainty about a population.
+- Paired contrasts: within each dataset-budget condition, the reference model's per-seed metric
+  minus a comparator's, aligned by seed (only seeds both have). Exact two-sided sign-flip test:
+  all 2^n sign assignments of the n differences, p = #{|sum s_i d_i| >= |sum d_i|} / 2^n. With
+  n = 5 the smallest attainable p is 2/32 = 0.0625, so this design cannot reach p < 0.05 even
+  before multiplicity correction (the paper says so; the tables say so too).
+- Holm adjustment across the whole reported family of contrasts (statsmodels ``multipletests``),
+  and win/tie/loss counts: per contrast over seeds, and per comparator over conditions (by mean).
+  Counts are descriptive; no significance is implied and absence of significance is not
+  evidence of equivalence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import UsageError
+
+#: The four primary metrics of the paper's contrast family (section 4.2: accuracy, F1, AUROC, AUPRC).
+PRIMARY_METRICS = ("accuracy", "f1_macro", "auroc", "auprc")
+#: Largest n for which the exact sign-flip test enumerates all 2^n assignments.
+MAX_EXACT_N = 24
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    n: int
+    mean: float
+    sd: float  # sample SD (ddof = 1); nan when n < 2
+    ci_low: float  # Student-t interval; nan when n < 2
+    ci_high: float
+    confidence: float = 0.95
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(values: Sequence[float], *, confidence: float = 0.95) -> CellSummary:
+    """Mean, sample SD and the two-sided Student-t interval at ``confidence`` over seeds."""
+    from scipy import stats
+
+    x = np.asarray(list(values), dtype=float)
+    if x.size == 0:
+        raise UsageError("values must be non-empty, got [].")
+    if not (0.0 < confidence < 1.0):
+        raise UsageError(f"confidence must be in (0, 1), got {confidence!r}.")
+    mean = float(x.mean())
+    if x.size < 2:
+        return CellSummary(1, mean, math.nan, math.nan, math.nan, confidence)
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, df=x.size - 1)) * sd / math.sqrt(x.size)
+    return CellSummary(int(x.size), mean, sd, mean - half, mean + half, confidence)
+
+
+def sign_flip_pvalue(differences: Sequence[float]) -> float:
+    """Exact two-sided sign-flip (randomisation) test of paired differences.
+
+    Enumerates all 2^n sign vectors s and returns the fraction with |sum s_i d_i| >= |sum d_i|
+    (the observed assignment included, so p >= 2 / 2^n unless every difference is zero, p = 1).
+    Comparisons allow a relative tolerance of 1e-12 so that floating-point rounding of equal
+    sums never makes p smaller than it is.
+    """
+    d = np.asarray(list(differences), dtype=float)
+    n = d.size
+    if n == 0:
+        raise UsageError("differences must be non-empty, got [].")
+    if not np.all(np.isfinite(d)):
+        raise UsageError(f"differences must be finite, got {d.tolist()!r}.")
+    if n > MAX_EXACT_N:
+        raise UsageError(f"number of paired differences must be at most {MAX_EXACT_N} for the exact test, got {n}.")
+    observed = abs(float(d.sum()))
+    tol = 1e-12 * max(float(np.abs(d).sum()), 1e-300)
+    # Row r of the sign matrix: bit j of r set -> sign -1 for difference j.
+    count = 0
+    total = 1 << n
+    block = 1 << min(n, 16)
+    bits = (np.arange(block)[:, None] >> np.arange(min(n, 16))[None, :]) & 1
+    low_signs = 1.0 - 2.0 * bits  # (block, min(n,16))
+    low_sums = low_signs @ d[: min(n, 16)]
+    rest = d[16:]
+    for hi in range(total // block):
+        hi_sign = 1.0 - 2.0 * ((hi >> np.arange(rest.size)) & 1) if rest.size else np.zeros(0)
+        sums = low_sums + float(hi_sign @ rest) if rest.size else low_sums
+        count += int(np.count_nonzero(np.abs(sums) >= observed - tol))
+    return count / total
+
+
+def holm_adjust(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values across one family (statsmodels ``multipletests``)."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(list(pvalues), dtype=float)
+    if p.size == 0:
+        return []
+    if np.any((p < 0) | (p > 1)) or not np.all(np.isfinite(p)):
+        raise UsageError(f"p-values must lie in [0, 1], got {p.tolist()!r}.")
+    return [float(v) for v in multipletests(p, method="holm")[1]]
+
+
+def min_attainable_pvalue(n: int) -> float:
+    """Smallest two-sided p-value of the exact sign-flip test with n non-zero differences."""
+    return 2.0 / (1 << n) if n >= 1 else 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Records: one dict per finished task {model, dataset, epsilon, seed, metrics}
+# --------------------------------------------------------------------------------------------
+
+def records_from_rows(rows: Iterable) -> list[dict]:
+    """Flatten finished store rows (:class:`~dpaudit.sweeps.store.TaskRow`) into records."""
+    out = []
+    for r in rows:
+        if r.status != "done" or not r.result:
+            continue
+        c = r.config
+        out.append({
+            "model": c["model"], "dataset": c["dataset"], "epsilon": c["epsilon"], "seed": int(c["seed"]),
+            "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds,
+            "epsilon_achieved": r.result.get("epsilon"),
+        })
+    return out
+
+
+def _metric(rec: dict, metric: str) -> float | None:
+    v = rec.get("metrics", {}).get(metric)
+    if v is None:
+        return None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _eps_key(e):
+    return (e is not None, e if e is not None else 0.0)
+
+
+@dataclass(frozen=True)
+class Cell:
+    dataset: str
+    epsilon: float | None
+    model: str
+    metric: str
+    seeds: tuple[int, ...]
+    values: tuple[float, ...]
+    summary: CellSummary
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["summary"] = self.summary.to_dict()
+        return d
+
+
+def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: float = 0.95) -> list[Cell]:
+    """Per (dataset, epsilon, model) summaries of ``metric`` over seeds, sorted."""
+    groups: dict[tuple, dict[int, float]] = defaultdict(dict)
+    for r in records:
+        v = _metric(r, metric)
+        if v is not None:
+            groups[(r["dataset"], r["epsilon"], r["model"])][int(r["seed"])] = v
+    out = []
+    for (ds, eps, model), by_seed in sorted(groups.items(), key=lambda kv: (kv[0][0], _eps_key(kv[0][1]), kv[0][2])):
+        seeds = tuple(sorted(by_seed))
+        vals = tuple(by_seed[s] for s in seeds)
+        out.append(Cell(ds, eps, model, metric, seeds, vals, summarize(vals, confidence=confidence)))
+    return out
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """Reference minus comparator on one metric in one dataset-budget condition, paired by seed."""
+
+    dataset: str
+    epsilon: float | None
+    metric: str
+    reference: str
+    comparator: str
+    seeds: tuple[int, ...]
+    differences: tuple[float, ...]
+    mean_difference: float
+    sd_difference: float
+    p_value: float  # exact two-sided sign-flip
+    p_holm: float = math.nan  # Holm-adjusted across the reported family
+    wins: int = 0  # seeds where reference > comparator
+    ties: int = 0
+    losses: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["n"] = self.n
+        return d
+
+
+def paired_contrasts(
+    records: Iterable[dict],
+    *,
+    reference: str = "dp-rvfl",
+    comparators: Sequence[str] | None = None,
+    metrics: Sequence[str] = PRIMARY_METRICS,
+    tie_tolerance: float = 0.0,
+    min_pairs: int = 2,
+) -> list[Contrast]:
+    """All reference-vs-comparator contrasts the records support, Holm-adjusted as one family.
+
+    A contrast exists for every (dataset, epsilon, metric, comparator) where the reference and
+    the comparator share at least ``min_pairs`` seeds; the family for Holm's adjustment is
+    exactly the returned list (report all of it: adjusting a subset would understate
+    multiplicity). Seed-level ties are |difference| <= ``tie_tolerance``.
+    """
+    records = list(records)
+    by_cond: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for metric in metrics:
+        for r in records:
+            v = _metric(r, metric)
+            if v is not None:
+                by_cond[(r["dataset"], r["epsilon"], metric)][r["model"]][int(r["seed"])] = v
+    out: list[Contrast] = []
+    metric_order = {m: i for i, m in enumerate(metrics)}
+    for (ds, eps, metric) in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]])):
+        models = by_cond[(ds, eps, metric)]
+        if reference not in models:
+            continue
+        ref = models[reference]
+        comps = [m for m in (comparators if comparators is not None else sorted(models)) if m != reference and m in models]
+        for comp in comps:
+            seeds = tuple(sorted(set(ref) & set(models[comp])))
+            if len(seeds) < min_pairs:
+                continue
+            diffs = tuple(ref[s] - models[comp][s] for s in seeds)
+            dd = np.asarray(diffs)
+            out.append(Contrast(
+                dataset=ds, epsilon=eps, metric=metric, reference=reference, comparator=comp, seeds=seeds,
+                differences=diffs, mean_difference=float(dd.mean()),
+                sd_difference=float(dd.std(ddof=1)) if dd.size > 1 else math.nan,
+                p_value=sign_flip_pvalue(diffs),
+                wins=int(np.sum(dd > tie_tolerance)), ties=int(np.sum(np.abs(dd) <= tie_tolerance)),
+                losses=int(np.sum(dd < -tie_tolerance)),
+            ))
+    adjusted = holm_adjust([c.p_value for c in out])
+    return [Contrast(**{**_fields(c), "p_holm": a}) for c, a in zip(out, adjusted)]
+
+
+def _fields(c: Contrast) -> dict:
+    return {k: getattr(c, k) for k in c.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class WinTieLoss:
+    """Condition-level counts for one comparator and metric: reference mean above/equal/below."""
+
+    reference: str
+    comparator: str
+    metric: str
+    wins: int
+    ties: int
+    losses: int
+    conditions: int = field(default=0)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def win_tie_loss(contrasts: Iterable[Contrast], *, tie_tolerance: float = 0.0) -> list[WinTieLoss]:
+    """Across conditions, how often the reference's mean beats, ties or trails each comparator.
+
+    This is the paper's "higher mean accuracy in 20 of the 24 conditions" count (section 4.3);
+    it is descriptive only.
+    """
+    agg: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
+    ref_name = {}
+    for c in contrasts:
+        k = (c.comparator, c.metric)
+        ref_name[k] = c.reference
+        if c.mean_difference > tie_tolerance:
+            agg[k][0] += 1
+        elif c.mean_difference < -tie_tolerance:
+            agg[k][2] += 1
+        else:
+            agg[k][1] += 1
+    return [WinTieLoss(ref_name[k], k[0], k[1], w, t, l, w + t + l) for k, (w, t, l) in sorted(agg.items())]

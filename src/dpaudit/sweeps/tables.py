@@ -1,0 +1,234 @@
+"""Tables of a finished (or partly finished) sweep: JSON first, Markdown and HTML rendered from it.
+
+``sweep_tables(records)`` builds one JSON-able dict:
+
+- ``cells``: per dataset x epsilon x model, mean +/- sample SD and 95 % Student-t interval over
+  seeds, for every metric in ``metrics``;
+- ``contrasts``: reference (DP-RVFL by default) minus each comparator, paired by seed, exact
+  sign-flip p and Holm-adjusted p over the whole family (all datasets, budgets, comparators and
+  metrics present), with seed-level win/tie/loss;
+- ``win_tie_loss``: condition-level counts by mean, per comparator and metric;
+- ``table3``: the eps = 2 accuracy slice in percent next to the published Table 3 values
+  (:mod:`dpaudit.sweeps.published`), with the difference and how many seeds we have.
+
+Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show
+accuracy in percent like the paper. Nothing here claims significance: the notes say what a
+five-seed design can and cannot show.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Iterable, Sequence
+
+from .published import TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS
+from .stats import PRIMARY_METRICS, Contrast, cells, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
+
+NOTES = (
+    "Mean +/- sample SD over training seeds; 95% Student-t intervals (n-1 degrees of freedom) describe "
+    "seed variability on a fixed public test partition, not population uncertainty.",
+    "Paired contrasts align seeds within each dataset-budget condition; exact two-sided sign-flip tests over "
+    "all 2^n sign assignments (n = 5 seeds: smallest attainable p = 0.0625, so p < 0.05 is impossible); "
+    "Holm adjustment across the whole reported family.",
+    "Win/tie/loss counts are descriptive; absence of significance is not evidence of equivalence.",
+    "Each task is a separate private release on the same training partition: the sweep's composed privacy "
+    "cost is far above any single run's epsilon (see `dpaudit ledger summary`).",
+)
+
+
+def _eps_label(e) -> str:
+    return "non-private" if e is None else f"{e:g}"
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _pm(mean: float, sd: float, digits: int = 2) -> str:
+    return f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}" if not math.isnan(sd) else f"{_fmt(mean, digits)} (n=1)"
+
+
+def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) -> dict:
+    """The eps = 2 accuracy slice (percent) beside the published Table 3 values."""
+    recs = [r for r in records if r["epsilon"] is not None and math.isclose(r["epsilon"], epsilon)]
+    by = {}
+    for r in recs:
+        acc = r.get("metrics", {}).get("accuracy")
+        if acc is not None and math.isfinite(float(acc)):
+            by.setdefault((r["model"], r["dataset"]), {})[int(r["seed"])] = 100.0 * float(acc)
+    # Only the datasets the sweep has results for at this budget (all published models shown for them).
+    present = {d for _, d in by}
+    models = list(TABLE3_ROW_LABELS) + sorted({m for m, _ in by} - set(TABLE3_ROW_LABELS))
+    datasets = [d for d in TABLE3_COLUMN_LABELS if d in present] + sorted(present - set(TABLE3_COLUMN_LABELS))
+    rows = []
+    for m in models:
+        for d in datasets:
+            pub = TABLE3.get(m, {}).get(d)
+            ours = by.get((m, d))
+            if pub is None and ours is None:
+                continue
+            row = {
+                "model": m, "label": TABLE3_ROW_LABELS.get(m, m), "dataset": d,
+                "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None,
+                "mean": None, "sd": None, "n": 0, "seeds": [], "difference": None,
+            }
+            if ours:
+                s = summarize(list(ours.values()))
+                row.update(mean=s.mean, sd=s.sd, n=s.n, seeds=sorted(ours), ci_low=s.ci_low, ci_high=s.ci_high)
+                if pub:
+                    row["difference"] = s.mean - pub[0]
+            rows.append(row)
+    return {"epsilon": epsilon, "metric": "accuracy (%)", "citation": TABLE3_CITATION, "rows": rows}
+
+
+def sweep_tables(
+    records: Iterable[dict],
+    *,
+    metrics: Sequence[str] = PRIMARY_METRICS,
+    reference: str = "dp-rvfl",
+    name: str | None = None,
+) -> dict:
+    """All tables of a sweep as one JSON-able dict (see the module docstring)."""
+    records = list(records)
+    models = sorted({r["model"] for r in records})
+    if reference not in models and models:
+        reference = models[0]  # e.g. a selftest sweep: contrast against its first model
+    present = sorted({k for r in records for k in r.get("metrics", {})})
+    use_metrics = [m for m in metrics if m in present]
+    cell_rows = [c.to_dict() for m in use_metrics for c in cells(records, m)]
+    contrasts = paired_contrasts(records, reference=reference, metrics=use_metrics)
+    ns = sorted({c.n for c in contrasts})
+    return {
+        "sweep": name,
+        "tasks_with_results": len(records),
+        "metrics": use_metrics,
+        "reference": reference,
+        "cells": cell_rows,
+        "contrasts": [c.to_dict() for c in contrasts],
+        "contrast_family_size": len(contrasts),
+        "min_attainable_p": {str(n): min_attainable_pvalue(n) for n in ns},
+        "win_tie_loss": [w.to_dict() for w in win_tie_loss(contrasts)],
+        "table3": table3_slice(records),
+        "notes": list(NOTES),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def table3_markdown(t3: dict) -> str:
+    rows = []
+    for r in t3["rows"]:
+        ours = "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan)
+        pub = "not in Table 3" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
+        diff = "" if r["difference"] is None else f"{r['difference']:+.2f}"
+        rows.append([r["label"], TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]), ours, str(r["n"]), pub, diff])
+    head = f"Accuracy (%) at eps = {t3['epsilon']:g}, mean ± SD over seeds, next to the published values.\n\nSource: {t3['citation']}\n\n"
+    return head + _md_table(["model", "dataset", "dpaudit", "seeds", "published", "difference"], rows)
+
+
+def cells_markdown(cell_rows: list[dict], metric: str) -> str:
+    rows = [c for c in cell_rows if c["metric"] == metric]
+    if not rows:
+        return f"(no results for {metric})"
+    scale = 100.0 if metric == "accuracy" else 1.0
+    digits = 2 if metric == "accuracy" else 3
+    epsilons = sorted({c["epsilon"] for c in rows}, key=lambda e: (e is not None, e or 0.0))
+    keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in rows}
+    lines = []
+    for ds in sorted({c["dataset"] for c in rows}):
+        for model in sorted({c["model"] for c in rows if c["dataset"] == ds}):
+            line = [ds, model]
+            for e in epsilons:
+                c = keyed.get((ds, model, e))
+                if c is None:
+                    line.append("")
+                else:
+                    s = c["summary"]
+                    line.append(_pm(scale * s["mean"], scale * s["sd"], digits) + f" (n={s['n']})")
+            lines.append(line)
+    unit = " (%)" if metric == "accuracy" else ""
+    return _md_table(["dataset", "model"] + [f"eps={_eps_label(e)}" for e in epsilons], lines).replace(
+        "| dataset |", f"| dataset ({metric}{unit}) |", 1)
+
+
+def contrasts_markdown(contrast_rows: list[dict], *, limit: int | None = None) -> str:
+    rows = []
+    for c in contrast_rows[: limit if limit is not None else len(contrast_rows)]:
+        rows.append([
+            c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}",
+            str(c["n"]), f"{c['mean_difference']:+.4f}", f"{c['p_value']:.4f}", f"{c['p_holm']:.4f}",
+            f"{c['wins']}/{c['ties']}/{c['losses']}",
+        ])
+    return _md_table(["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows)
+
+
+def win_tie_loss_markdown(wtl: list[dict]) -> str:
+    rows = [[w["reference"], w["comparator"], w["metric"], str(w["wins"]), str(w["ties"]), str(w["losses"]), str(w["conditions"])] for w in wtl]
+    return _md_table(["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"], rows)
+
+
+def render_markdown(tables: dict) -> str:
+    """The whole sweep report in Markdown (rendered from the JSON of :func:`sweep_tables`)."""
+    parts = [f"# Sweep {tables.get('sweep') or ''}".rstrip(), "",
+             f"{tables['tasks_with_results']} finished tasks.", ""]
+    parts += ["## Table 3 slice", "", table3_markdown(tables["table3"]), ""]
+    for m in tables["metrics"]:
+        parts += [f"## {m} per cell", "", cells_markdown(tables["cells"], m), ""]
+    if tables["contrasts"]:
+        parts += [f"## Paired contrasts ({tables['contrast_family_size']} in the Holm family)", "",
+                  contrasts_markdown(tables["contrasts"]), ""]
+        parts += ["## Win/tie/loss across conditions (by mean)", "", win_tie_loss_markdown(tables["win_tie_loss"]), ""]
+    parts += ["## Notes", ""] + [f"- {n}" for n in tables["notes"]]
+    return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# HTML fragment (for the reviewer report; no scripts, no external resources)
+# --------------------------------------------------------------------------------------------
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(tables: dict) -> str:
+    """An HTML fragment (tables only) that a report can embed; all text is escaped."""
+    e = html.escape
+    t3 = tables["table3"]
+    t3_rows = []
+    for r in t3["rows"]:
+        t3_rows.append([
+            r["label"], TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]),
+            "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan),
+            str(r["n"]), "—" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"]),
+            "" if r["difference"] is None else f"{r['difference']:+.2f}",
+        ])
+    parts = [f"<section class='sweep'><h2>Sweep {e(str(tables.get('sweep') or ''))}</h2>",
+             f"<h3>Accuracy (%) at eps = {t3['epsilon']:g} next to Table 3</h3><p>{e(t3['citation'])}</p>",
+             _html_table(["model", "dataset", "dpaudit", "seeds", "published", "difference"], t3_rows)]
+    if tables["contrasts"]:
+        rows = [[c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", str(c["n"]),
+                 f"{c['mean_difference']:+.4f}", f"{c['p_value']:.4f}", f"{c['p_holm']:.4f}", f"{c['wins']}/{c['ties']}/{c['losses']}"]
+                for c in tables["contrasts"]]
+        parts += [f"<h3>Paired contrasts (Holm family of {tables['contrast_family_size']})</h3>",
+                  _html_table(["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows)]
+    parts += ["<ul>" + "".join(f"<li>{e(n)}</li>" for n in tables["notes"]) + "</ul></section>"]
+    return "\n".join(parts)
+
+
+def contrast_from_dict(d: dict) -> Contrast:  # for readers of the JSON
+    keep = {k: d[k] for k in Contrast.__dataclass_fields__ if k in d}
+    keep["seeds"] = tuple(keep.get("seeds", ()))
+    keep["differences"] = tuple(keep.get("differences", ()))
+    return Contrast(**keep)

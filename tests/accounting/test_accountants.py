@@ -184,3 +184,24 @@ def test_adjacency_is_carried_and_mismatch_names_both():
         convert(1.0, 1e-5, "replace-record", "add-remove-user")
     with pytest.raises(UsageError, match="adjacency must be one of"):
         Adjacency.parse("neighbours")
+
+
+def test_merging_identical_mechanisms_is_exact():
+    from dpaudit.accounting.accountants import merge_leaves
+
+    a, b = SubsampledGaussian(1.0, 0.01, 100), SubsampledGaussian(0.8, 0.02, 50)
+    merged = merge_leaves([a, b, a, PureEpsilon(0.5), a, PureEpsilon(0.5, 2)])
+    assert set(merged) == {SubsampledGaussian(1.0, 0.01, 300), b, PureEpsilon(0.5, 3)}
+    # a ledger-sized composition: 400 releases of 4 distinct mechanisms equals 4 merged events
+    many = Composed(tuple([a, b, SubsampledGaussian(2.0, 0.005, 2000), SubsampledGaussian(3.0, 0.005, 2000)] * 100))
+    merged4 = Composed((SubsampledGaussian(1.0, 0.01, 10000), SubsampledGaussian(0.8, 0.02, 5000),
+                        SubsampledGaussian(2.0, 0.005, 200000), SubsampledGaussian(3.0, 0.005, 200000)))
+    assert compute_epsilon(many, delta=1e-5).epsilon == compute_epsilon(merged4, delta=1e-5).epsilon
+    small = Composed(tuple([SubsampledGaussian(1.0, 0.01, 10), SubsampledGaussian(0.8, 0.02, 5)] * 100))
+    merged2 = Composed((SubsampledGaussian(1.0, 0.01, 1000), SubsampledGaussian(0.8, 0.02, 500)))
+    assert compute_epsilon(small, delta=1e-5, accountant="prv").epsilon == compute_epsilon(merged2, delta=1e-5, accountant="prv").epsilon
+
+
+def test_prv_declines_huge_compositions_instead_of_hanging():
+    with pytest.raises(UnsupportedEventError, match="use rdp"):
+        compute_epsilon(SubsampledGaussian(1.0, 0.005, 1_000_000), delta=1e-5, accountant="prv")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
 from .. import __version__
@@ -26,19 +24,10 @@ def _root(
 
 
 # Each command family lives in its own module and registers itself on `app`.
-_COMMAND_MODULES = ("accounting",)
-_OPTIONAL_MODULES = ("train", "ledger", "audit", "report", "sweep", "mixmin")
+from . import accounting, audit, ledger, mixmin, report, sweep, train  # noqa: E402
 
-for _name in _COMMAND_MODULES:
-    importlib.import_module(f"{__name__}.{_name}").register(app)
-for _name in _OPTIONAL_MODULES:
-    try:
-        _mod = importlib.import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as _e:  # a command family not built yet
-        if _e.name != f"{__name__}.{_name}":
-            raise
-        continue
-    _mod.register(app)
+for _module in (accounting, train, ledger, audit, report, sweep, mixmin):
+    _module.register(app)
 
 
 def main() -> None:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import linprog
 
-from ..errors import DataError, UsageError
+from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from .canaries import check_canary
-from .targets import AuditTarget
+from .targets import AuditTarget, load_target_data
 
 
 def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -78,13 +78,7 @@ class ElmTarget(AuditTarget):
             return
         from ..mechanisms.dp_elm import elm_features, elm_sufficient_statistics, privacy_analyses
 
-        data = self.prepared
-        if data is None:
-            from ..data import load_dataset
-
-            data = load_dataset(self.dataset, data_dir=self.data_dir, split_seed=self.split_seed, profile=self.profile)
-        if self.expected_sha256 is not None and data.sha256 != self.expected_sha256:
-            raise DataError(f"dataset sha256 must equal the release's {self.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+        data = load_target_data(self)
         self._n_classes = int(data.n_classes)
         self._feats = elm_features(data.n_features, self.width, self.seed)
         stat = lambda x, y: elm_sufficient_statistics(np.asarray(x), np.asarray(y, dtype=np.int64), self.width, self.seed,  # noqa: E731

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DataError, UsageError
+from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from .canaries import check_canary
-from .targets import AuditTarget
+from .targets import AuditTarget, load_target_data
 
 HEAD_MODELS = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected")
 NO_NOISE_MULTIPLIER = 1e-12
@@ -76,13 +76,7 @@ class HeadTarget(AuditTarget):
         from ..mechanisms.features import build_features
         from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
 
-        data = self.prepared
-        if data is None:
-            from ..data import load_dataset
-
-            data = load_dataset(self.dataset, data_dir=self.data_dir, split_seed=self.split_seed, profile=self.profile)
-        if self.expected_sha256 is not None and data.sha256 != self.expected_sha256:
-            raise DataError(f"dataset sha256 must equal the release's {self.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+        data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         if self.max_train is not None and self.max_train < len(y):
             keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))

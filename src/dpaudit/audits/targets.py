@@ -23,8 +23,21 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import DataError, UsageError
 from ..noise import NoiseSource
+
+
+def load_target_data(target):
+    """The prepared dataset of a trained-model target: ``target.prepared`` or a fresh load, checked
+    against the release's data checksum (``target.expected_sha256``) when the audit comes from one."""
+    data = target.prepared
+    if data is None:
+        from ..data import load_dataset
+
+        data = load_dataset(target.dataset, data_dir=target.data_dir, split_seed=target.split_seed, profile=target.profile)
+    if target.expected_sha256 is not None and data.sha256 != target.expected_sha256:
+        raise DataError(f"dataset sha256 must equal the release's {target.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+    return data
 
 
 class AuditTarget(abc.ABC):

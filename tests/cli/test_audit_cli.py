@@ -72,6 +72,10 @@ def test_audit_of_a_release(tmp_path):
     (["audit", "gaussian", "--runs", "2"], "runs must be"),
     (["audit", "gaussian", "--confidence", "1.5"], "confidence must be"),
     (["audit", "dp-rvfl", "--release", "/nonexistent/release.json"], "not found"),
+    (["audit", "gaussian", "--executor", "spark"], "executor must be one of"),
+    (["audit", "gaussian", "--scheduler", "tcp://127.0.0.1:8786"], "executor must be dask when --scheduler"),
+    (["audit", "gaussian", "--executor", "dask", "--scheduler", "tcp://127.0.0.1:8786", "--workers", "2"], "workers must be omitted"),
+    (["audit", "gaussian", "--workers", "0"], "workers must be"),
 ])
 def test_bad_input_one_line_exit_2(args, needle, tmp_path):
     r = runner.invoke(app, args + ["--out", str(tmp_path)])

@@ -46,6 +46,10 @@ def test_local_cluster_is_loopback_only_and_small(cluster):
     assert info["local_cluster"] and info["workers"] == 2
     assert info["scheduler"].startswith("tcp://127.0.0.1:")
     assert all(a.startswith("tcp://127.0.0.1:") for a in cluster.worker_addresses())
+    # the scheduler's HTTP server (health/metrics routes) listens on loopback too
+    http = cluster._cluster.scheduler.http_server
+    hosts = {sock.getsockname()[0] for sock in http._sockets.values()}  # tornado's listening sockets
+    assert hosts == {"127.0.0.1"}
 
 
 def test_dask_results_equal_local_results(cluster, tmp_path):
@@ -114,3 +118,41 @@ def test_a_task_that_always_kills_its_worker_is_reported_not_hung(cluster):
     finally:
         cluster.client.run_on_scheduler(set_allowed, before)
     assert not out.ok and "KilledWorker" in out.error
+
+
+def test_audit_trials_on_dask_equal_the_built_in_pool(cluster, tmp_path):
+    """The same audit chunks on the cluster: identical scores (reproducible noise), same eps_LB."""
+    import numpy as np
+
+    from dpaudit.audits.engine import run_audit
+    from dpaudit.audits.gaussian import GaussianTarget
+
+    t = GaussianTarget.for_epsilon(1.0, 1e-5)
+    kw = dict(runs=400, seed=3, chunk_size=50, controls=("null",), reproducible_noise=True)
+    a = run_audit(t, workers=1, out_dir=tmp_path / "a", **kw)
+    b = run_audit(t, executor=cluster, out_dir=tmp_path / "b", **kw)
+    sa, sb = np.load(tmp_path / "a" / "scores.npz"), np.load(tmp_path / "b" / "scores.npz")
+    assert np.array_equal(sa["main_score"], sb["main_score"]) and np.array_equal(sa["null_score"], sb["null_score"])
+    assert a.epsilon_lower_bound == b.epsilon_lower_bound
+    assert b.timings["executor"]["executor"] == "dask" and a.timings["executor"] == "built-in"
+
+
+def test_audit_cli_runs_on_a_dask_local_cluster(tmp_path):
+    """`dpaudit audit ... --executor dask --workers 2` starts a loopback LocalCluster and gives the
+    same audit as the local executor."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+
+    runner = CliRunner()
+    base = ["audit", "gaussian", "--runs", "200", "--reproducible-noise", "--no-controls", "--json", "--chunk-size", "50"]
+    loc = runner.invoke(app, base + ["--out", str(tmp_path / "local"), "--executor", "local", "--workers", "1"])
+    dk = runner.invoke(app, base + ["--out", str(tmp_path / "dask"), "--executor", "dask", "--workers", "2"])
+    assert loc.exit_code == 0, loc.output
+    assert dk.exit_code == 0, dk.output
+    a, b = json.loads(loc.stdout), json.loads(dk.stdout)
+    assert a["counts"] == b["counts"] and a["epsilon_lower_bound"] == b["epsilon_lower_bound"]
+    assert b["timings"]["executor"]["executor"] == "dask" and b["timings"]["executor"]["local_cluster"]
+    assert b["timings"]["executor"]["scheduler"].startswith("tcp://127.0.0.1:")

@@ -63,3 +63,71 @@ def test_a_sweep_over_the_cap_is_refused_before_any_task_runs(tmp_path):
         assert st.counts() == {"pending": 4, "done": 0, "failed": 0}
     with open_ledger(ledger_path) as led:
         assert led.entries(dataset="digits", kind="release") == []
+
+
+def test_ledger_groups_releases_by_sweep(tmp_path):
+    """`ledger list/summary --sweep NAME` show what one sweep spent; other releases are left out."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+    from dpaudit.records import Release, read_release
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    s = run_sweep(parse_spec(SPEC), out=tmp_path, ledger_path=ledger_path)
+    assert s.done == 2
+    with open_store(tmp_path / "digits-tiny", create=False) as st:
+        rows = st.rows(status="done")
+    # One more release on the same data, not made by the sweep.
+    other = read_release(Path(rows[0].result["release_dir"]) / "release.json")
+    config = {k: v for k, v in other.config.items() if k != "sweep"}
+    outside = dataclasses.replace(other, id="outside-the-sweep", config=config)
+    with open_ledger(ledger_path) as led:
+        led.record(outside)
+        assert led.sweeps() == {"digits-tiny": 2}
+        tags = {e.id: e.payload.get("sweep") for e in led.entries(kind="release")}
+        whole = next(r for r in led.summary("digits") if r["partition"] == "*")
+        swept = next(r for r in led.summary("digits", sweep="digits-tiny") if r["partition"] == "*")
+    assert tags["outside-the-sweep"] is None
+    assert {tags[r.result["release_id"]]["task"] for r in rows} == {r.key for r in rows}
+    assert (whole["releases_subtree"], swept["releases_subtree"]) == (3, 2)
+    assert 2.0 < swept["epsilon"] < whole["epsilon"]
+    assert swept["remaining"] is None
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["ledger", "list", "--sweep", "digits-tiny", "--ledger", str(ledger_path), "--json"])
+    assert res.exit_code == 0, res.output
+    listed = json.loads(res.stdout)["entries"]
+    assert sorted(e["id"] for e in listed) == sorted(r.result["release_id"] for r in rows)
+    res = runner.invoke(app, ["ledger", "summary", "--sweep", "digits-tiny", "--ledger", str(ledger_path), "--json"])
+    assert res.exit_code == 0, res.output
+    total = next(r for r in json.loads(res.stdout)["rows"] if r["partition"] == "*")
+    assert total["epsilon"] == pytest.approx(swept["epsilon"])
+    res = runner.invoke(app, ["ledger", "summary", "--sweep", "no-such-sweep", "--ledger", str(ledger_path)])
+    assert res.exit_code == 2 and "no-such-sweep" in res.output and "digits-tiny" in res.output
+    res = runner.invoke(app, ["ledger", "list", "--ledger", str(ledger_path)])
+    assert res.exit_code == 0 and "sweep digits-tiny" in res.output
+
+
+def test_a_release_recorded_before_sweep_tags_is_still_recognised(tmp_path):
+    """Recording the same release again after upgrading is a no-op, not a conflict."""
+    from dpaudit.accounting import ledger as ledger_mod
+    from dpaudit.records import read_release
+
+    s = run_sweep(parse_spec(SPEC.replace('"logistic-raw"', "")), out=tmp_path, ledger_path=tmp_path / "l0.sqlite")
+    assert s.done == 1
+    with open_store(tmp_path / "digits-tiny", create=False) as st:
+        (row,) = st.rows(status="done")
+    rel = read_release(Path(row.result["release_dir"]) / "release.json")
+    path = tmp_path / "old.sqlite"
+    saved = ledger_mod._sweep_tag
+    ledger_mod._sweep_tag = lambda config: None  # the ledger as it was before sweep tags
+    try:
+        with open_ledger(path) as led:
+            led.record(rel)
+    finally:
+        ledger_mod._sweep_tag = saved
+    with open_ledger(path) as led:
+        assert led.record(rel) == rel.id
+        assert len(led.entries(kind="release")) == 1

@@ -98,6 +98,14 @@ def canonical_json(obj) -> str:
     return json.dumps(_json_safe(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
+def _sweep_tag(config: object) -> dict | None:
+    """``{"name", "task"}`` from a release's ``config["sweep"]`` (written by dpaudit.sweeps), else None."""
+    tag = config.get("sweep") if isinstance(config, dict) else None
+    if not isinstance(tag, dict) or not isinstance(tag.get("name"), str):
+        return None
+    return {"name": tag["name"], "task": tag.get("task")}
+
+
 def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str) -> str:
     """sha256 over the previous hash and every stored column of the entry (seq excluded:
     an entry's place in the chain is fixed by ``prev_hash``)."""
@@ -421,9 +429,28 @@ class Ledger:
             raise LedgerError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return self._entries_from_rows([r for r in rows if dataset is None or r[4] == dataset])
 
-    def _states(self, dataset: str | None = None) -> dict[str, lc.DatasetState]:
+    def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
-        return lc.replay(self._intact_entries(dataset))
+        es = self._intact_entries(dataset)
+        if sweep is not None:  # only that sweep's releases (caps, partitions and voids stay)
+            es = [e for e in es if e.kind != "release" or (e.payload.get("sweep") or {}).get("name") == sweep]
+        return lc.replay(es)
+
+    def require_sweep(self, sweep: str) -> None:
+        """Raise a UsageError naming the known sweeps unless ``sweep`` has releases here."""
+        known = self.sweeps()
+        if sweep not in known:
+            allowed = ", ".join(sorted(known)) or "none recorded"
+            raise UsageError(f"sweep must be one recorded in ledger {self.path} ({allowed}), got {sweep!r}.")
+
+    def sweeps(self) -> dict[str, int]:
+        """Sweep name -> number of releases recorded under it (see :func:`_sweep_tag`)."""
+        out: dict[str, int] = {}
+        for e in self.entries(kind="release"):
+            name = (e.payload.get("sweep") or {}).get("name")
+            if name is not None:
+                out[name] = out.get(name, 0) + 1
+        return out
 
     # -- writing
     def record(self, release: Release, *, artefact_path: str | None = None) -> str:
@@ -463,11 +490,19 @@ class Ledger:
             "release_created_at": release.created_at,
             "dpaudit_version": release.dpaudit_version,
         }
+        sweep = _sweep_tag(release.config)
+        if sweep is not None:
+            # Which sweep (and task) made this release, so `ledger list --sweep NAME` can show
+            # what a whole sweep spent. Absent for releases not made by a sweep.
+            payload["sweep"] = sweep
         with self._write():
             existing = self._rows("WHERE id = ?", (release.id,))
             if existing:
                 if existing[0][5] == canonical_json(payload):
                     return release.id
+                old = json.loads(existing[0][5])
+                if "sweep" not in old and {k: v for k, v in payload.items() if k != "sweep"} == old:
+                    return release.id  # recorded before ledgers kept the sweep tag: same release
                 raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
             state = self._states(name).get(name)
             current = state.adjacency() if state else None
@@ -565,7 +600,7 @@ class Ledger:
             f"epsilon={_fmt(r['total'])} > cap epsilon={_fmt(c['epsilon'])} at delta={c['delta']:g}; refused before training."
         )
 
-    def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv")) -> list[dict]:
+    def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None) -> list[dict]:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition.
 
         Each row: releases (directly on it / in its subtree), composed epsilon bounds at the
@@ -573,12 +608,19 @@ class Ledger:
         pure sum; ``epsilon`` = the smallest of those bounds; the naive sum of the releases'
         own claims; the cap; ``remaining`` = cap epsilon minus the *dataset* total (the budget a
         new release can still use, whatever partition it touches).
+
+        ``sweep``: compose only the releases recorded under that sweep (what the sweep alone
+        spent); ``remaining`` is then None, since it is a property of the whole dataset.
         """
         if dataset is not None:
             _check_name("dataset", dataset)
-        states = self._states(dataset)
+        if sweep is not None:
+            self.require_sweep(sweep)
+        states = self._states(dataset, sweep)
+        if sweep is not None:
+            states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
-            raise UsageError(f"dataset must be one recorded in ledger {self.path}, got {dataset!r}.")
+            raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
         rows: list[dict] = []
         for name in sorted(states):
             st = states[name]
@@ -587,7 +629,7 @@ class Ledger:
             total = lc.dataset_total(st)
             tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants)
             cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
-            remaining = (st.cap[0] - tb["epsilon"]) if st.cap else None
+            remaining = (st.cap[0] - tb["epsilon"]) if st.cap and sweep is None else None
             nodes = [(lc.DATASET_SCOPE, total, tb)]
             for p in st.tree_order():
                 nt = lc.node_total(st, p)

@@ -33,7 +33,8 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   secret}}, task, dataset, config, canary_info, scores_file, timings {seconds (wall, all roles),
   trials_per_second, chunk_size, workers, compute_seconds (wall inside batched calls),
   cpu_seconds (CPU time inside batched calls, summed over workers; chunks resumed from a
-  checkpoint are not counted)}, controls {"no-noise": {...}, "null": {...}} (the
+  checkpoint are not counted), executor ("built-in" pool, or the external executor's
+  describe(), e.g. {executor: dask, scheduler, workers, ...})}, controls {"no-noise": {...}, "null": {...}} (the
   same keys, without "controls"), command (re-creates the audit), release_id, release_path (the
   audited release, if any), id, created_at, dpaudit_version, git_commit.
 ``violated`` is derived, never stored: role == "main" and noise and claimed_epsilon is not
@@ -302,6 +303,11 @@ def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, f
     return _worker_run(role, chunk, inserted, noise_seed)
 
 
+def _describe_executor(executor) -> dict | str:
+    describe = getattr(executor, "describe", None)
+    return describe() if callable(describe) else type(executor).__name__
+
+
 def _fingerprint(target: AuditTarget, role: str, runs: int, seed: int, select_fraction: float, chunk_size: int, noise_seed: int | None) -> str:
     d = target.describe()
     payload = {"mechanism": target.mechanism, "canary": target.canary, "claimed_epsilon": target.claimed_epsilon,
@@ -508,7 +514,8 @@ def run_audit(
             task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
             canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if root is not None else None,
             timings={"seconds": seconds, "trials_per_second": total_trials / max(seconds, 1e-9), "chunk_size": chunk_size,
-                     "workers": workers, "compute_seconds": busy, "cpu_seconds": cpu},
+                     "workers": workers if executor is None else getattr(executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
+                     "executor": "built-in" if executor is None else _describe_executor(executor)},
             git_commit=git_commit(), command=command, release_id=release_id, release_path=release_path, **ev,
         )
     main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})

@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from . import options
+from ..errors import UsageError
 from .common import console, emit_json, note
 
 
@@ -42,7 +43,12 @@ def register(app: typer.Typer) -> None:
         reproducible_noise: bool = options.reproducible_noise(),
         controls: bool = typer.Option(True, "--controls/--no-controls", help="Also run the no-noise and null controls."),
         control_runs: Optional[int] = typer.Option(None, "--control-runs", help="Trials per control (default: --runs).", show_default=False),
-        workers: int = typer.Option(_default_workers(), "--workers", help="Worker processes for the trials."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes for the trials (local: default min(2, CPUs); "
+                                                                     "dask without --scheduler: a LocalCluster of N workers on 127.0.0.1).",
+                                              show_default=False),
+        executor: str = typer.Option("local", "--executor", help="local (processes on this machine) or dask (the trial chunks go to a Dask cluster)."),
+        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).",
+                                                show_default=False),
         chunk_size: Optional[int] = typer.Option(None, "--chunk-size", help="Trials per batched call (speed only).", show_default=False),
         width: int = typer.Option(10, "--width", help="dp-elm hidden width L."),
         epochs: Optional[int] = typer.Option(None, "--epochs", help="Frozen-feature models: epochs (default: the paper's protocol).", show_default=False),
@@ -56,6 +62,17 @@ def register(app: typer.Typer) -> None:
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of
         from ..audits.engine import CONTROLS, run_audit
+        from ..sweeps.executors import EXECUTORS
+        from ..validation import one_of, positive_int
+
+        # Checked before any data is loaded or a cluster is started.
+        one_of("executor", executor, EXECUTORS)
+        if workers is not None:
+            positive_int("workers", workers)
+        if scheduler is not None and executor != "dask":
+            raise UsageError(f"executor must be dask when --scheduler is given, got {executor!r}.")
+        if scheduler is not None and workers is not None:
+            raise UsageError(f"workers must be omitted when --scheduler is given (the cluster has its own), got --workers {workers}.")
 
         release_id = release_path = None
         if release is not None:
@@ -98,10 +115,20 @@ def register(app: typer.Typer) -> None:
         if reproducible_noise:
             cmd.append("--reproducible-noise")
         cmd += ["--out", str(out)]
-        result = run_audit(t, runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
-                           control_runs=control_runs, workers=workers, chunk_size=chunk_size, out_dir=out,
-                           reproducible_noise=reproducible_noise, progress=True, command=shlex.join(cmd),
-                           release_id=release_id, release_path=release_path)
+        kwargs = dict(runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
+                      control_runs=control_runs, chunk_size=chunk_size, out_dir=out,
+                      reproducible_noise=reproducible_noise, progress=True, command=shlex.join(cmd),
+                      release_id=release_id, release_path=release_path)
+        if executor == "dask":
+            # The executor changes where chunks run, never what they compute: same chunks, same noise.
+            from ..sweeps.executors import make_executor
+
+            if not json_out:
+                note("executor dask: " + (f"scheduler {scheduler}" if scheduler else f"LocalCluster of {workers or _default_workers()} workers on 127.0.0.1"))
+            with make_executor("dask", scheduler=scheduler, workers=None if scheduler else (workers or _default_workers())) as ex:
+                result = run_audit(t, executor=ex, **kwargs)
+        else:
+            result = run_audit(t, workers=workers or _default_workers(), **kwargs)
         if json_out:
             d = result.to_dict()
             d["audit_dir"] = str(Path(out))

@@ -33,7 +33,9 @@ def _entry_brief(e) -> str:
     if e.kind == "release":
         g = p.get("guarantee") or {}
         what = "non-private (unbounded)" if p.get("non_private") else f"eps={_num(p.get('epsilon'))} delta={p.get('delta'):g} [{g.get('type', '?')}]"
-        return f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}" + (f"  VOIDED by {e.voided_by}" if e.voided_by else "")
+        tag = (p.get("sweep") or {}).get("name")
+        return (f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}" + (f"  sweep {tag}" if tag else "")
+                + (f"  VOIDED by {e.voided_by}" if e.voided_by else ""))
     if e.kind == "void":
         return f"voids {p.get('target')}: {p.get('reason')}"
     if e.kind == "cap":
@@ -47,20 +49,21 @@ def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
         dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
+        sweep: Optional[str] = typer.Option(None, "--sweep", help="Compose only the releases recorded under this sweep.", show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
         with open_ledger(ledger) as led:
-            rows = led.summary(dataset)
+            rows = led.summary(dataset, sweep=sweep)
             path = str(led.path)
         if json_out:
-            emit_json({"ledger": path, "rows": rows})
+            emit_json({"ledger": path, "sweep": sweep, "rows": rows})
             return
         if not rows:
             console.print(f"ledger {path}: no releases recorded.")
             return
-        t = Table(title=f"privacy budget spent ({path})")
+        t = Table(title=f"privacy budget spent ({path})" if sweep is None else f"privacy budget spent by sweep {sweep} ({path})")
         for col in ("partition", "rel.", "epsilon", "rdp", "prv", "naive", "delta", "cap", "left"):
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=col == "partition")
         for r in rows:
@@ -86,6 +89,7 @@ def register(app: typer.Typer) -> None:
     @ledger_app.command("list")
     def list_(
         dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
+        sweep: Optional[str] = typer.Option(None, "--sweep", help="Only the releases recorded under this sweep.", show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -93,6 +97,9 @@ def register(app: typer.Typer) -> None:
         with open_ledger(ledger) as led:
             es = led.entries(dataset=dataset)
             path = str(led.path)
+            if sweep is not None:
+                led.require_sweep(sweep)
+                es = [e for e in es if e.kind == "release" and (e.payload.get("sweep") or {}).get("name") == sweep]
         if json_out:
             emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
             return

@@ -308,9 +308,11 @@ class DaskExecutor(Executor):
             n = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
             self.workers = n
             # Bound to loopback only: a LocalCluster is never reachable from another machine.
+            # The scheduler always runs a small HTTP server (health/metrics routes); pin it to
+            # loopback on a free port too (the default, 8787, collides with a second cluster).
             self._cluster = LocalCluster(
                 n_workers=n, threads_per_worker=self.threads_per_worker, processes=True,
-                host="127.0.0.1", dashboard_address=None, silence_logs=logging.ERROR,
+                host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
             )
             self.client = Client(self._cluster)
         else:

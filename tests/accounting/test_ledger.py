@@ -438,3 +438,26 @@ def test_an_accountant_that_fails_is_skipped_with_its_reason_and_never_lowers_th
     monkeypatch.setattr(ledger_compose, "_CACHE", ledger_compose.OrderedDict())
     with pytest.raises(UnsupportedEventError, match="no accountant could bound"):
         ledger.summary()
+
+
+def test_composition_order_is_canonical_and_failures_are_cached(monkeypatch):
+    """A dataset total and its only partition hold the same releases in a different order: one
+    canonical event, so one accountant call; a failing accountant is not re-run either."""
+    from dpaudit.accounting import ledger_compose as lc
+
+    a, b = SubsampledGaussian(2.0, 0.01, 100), SubsampledGaussian(1.0, 0.02, 50)
+    assert lc._seq([a, b]) == lc._seq([b, Composed((a,))]) == lc._seq([Composed((b, a))])
+    assert lc._seq([a, a]) == lc._seq([SubsampledGaussian(2.0, 0.01, 200)])  # merged: steps add
+
+    calls = []
+
+    def failing(event, **kw):
+        calls.append(kw["accountant"])
+        raise UnsupportedEventError("prv says no")
+
+    monkeypatch.setattr(lc, "compute_epsilon", failing)
+    monkeypatch.setattr(lc, "_CACHE", lc.OrderedDict())
+    for _ in range(3):
+        with pytest.raises(UnsupportedEventError, match="prv says no"):
+            lc._cached_epsilon(lc._seq([a, b]), 1e-5, "prv", "add-remove-record")
+    assert calls == ["prv"]

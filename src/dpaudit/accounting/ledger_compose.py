@@ -267,8 +267,10 @@ def _seq(events) -> Event | None:
             gauss[key] = gauss.get(key, 0) + leaf.steps
         else:
             pure[leaf.epsilon] = pure.get(leaf.epsilon, 0) + leaf.count
-    out: list = [SubsampledGaussian(s, q, t) for (s, q), t in gauss.items() if t > 0]
-    out += [PureEpsilon(e, c) for e, c in pure.items() if c > 0]
+    # Sorted: composition is commutative, and one canonical order lets a dataset total and a
+    # partition with the same releases share one (cached) accountant call.
+    out: list = [SubsampledGaussian(s, q, t) for (s, q), t in sorted(gauss.items()) if t > 0]
+    out += [PureEpsilon(e, c) for e, c in sorted(pure.items()) if c > 0]
     out += others
     if not out:
         return None
@@ -355,11 +357,17 @@ def _cached_epsilon(event: Event, delta: float, accountant: str, adjacency: str)
     key = (event, delta, accountant, adjacency)
     if key in _CACHE:
         _CACHE.move_to_end(key)
-        return _CACHE[key]
-    res = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
-    _CACHE[key] = res
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+        res = _CACHE[key]
+    else:
+        try:
+            res = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
+        except Exception as e:  # noqa: BLE001 - a failure is remembered too (a dataset total and its
+            res = e             # only partition are the same event; prv may take seconds to fail)
+        _CACHE[key] = res
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    if isinstance(res, Exception):
+        raise res
     return res
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.sweeps.published import TABLE3, TABLE3_COLUMN_LABELS, TABLE3_ROW_LABELS
+from dpaudit.sweeps.published import TABLE3, TABLE3_COLUMN_LABELS, TABLE3_ROW_LABELS, TABLE9_ATTENTION
 from dpaudit.sweeps.tables import render_html, render_markdown, sweep_tables, table3_slice
 
 PAPER = Path(__file__).resolve().parents[3] / "shared" / "papers" / "001_5ae1aa25002ee196.txt"
@@ -28,6 +28,18 @@ def test_table3_transcription_matches_the_paper_text():
         assert [TABLE3[model][d] for d in TABLE3_COLUMN_LABELS] == rows[label], model
 
 
+def test_table9_attention_transcription_matches_the_paper_text():
+    if not PAPER.exists():
+        pytest.skip(f"paper text not found at {PAPER}")
+    block = PAPER.read_text().split("Table 9. Compact attention-control results", 1)[1]
+    found = {}
+    for line in block.splitlines()[:12]:
+        m = re.match(r"(MNIST|CIFAR-10)\tAttention\t[\d.]+ ± [\d.]+\t([\d.]+) ± ([\d.]+)$", line.strip())
+        if m:
+            found[{"MNIST": "mnist", "CIFAR-10": "cifar10"}[m.group(1)]] = (float(m.group(2)), float(m.group(3)))
+    assert found == TABLE9_ATTENTION
+
+
 def _rec(model, dataset, seed, acc, eps=2.0):
     return {"model": model, "dataset": dataset, "epsilon": eps, "seed": seed, "metrics": {"accuracy": acc}}
 
@@ -43,6 +55,11 @@ def test_eps2_slice_is_in_percent_next_to_published_values():
     assert rv["difference"] == pytest.approx(65.0 - 63.48)
     assert by[("dp-cnn", "heart")]["mean"] is None and by[("dp-cnn", "heart")]["published_mean"] == 50.43
     assert by[("dp-attention", "heart")]["published_mean"] is None  # not in Table 3
+    att = table3_slice([_rec("dp-attention", "mnist", s, 0.3) for s in (42, 43)])["rows"]
+    (row,) = [r for r in att if r["model"] == "dp-attention"]
+    assert (row["published_mean"], row["published_source"]) == (29.12, "Table 9, attention stage, 3 seeds")
+    assert row["difference"] == pytest.approx(30.0 - 29.12)
+    assert all(r["published_source"] == "Table 3" for r in att if r["model"] != "dp-attention")
 
 
 def test_rendered_tables_come_from_the_json():

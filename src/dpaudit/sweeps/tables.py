@@ -22,7 +22,8 @@ import html
 import math
 from typing import Iterable, Sequence
 
-from .published import TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS
+from .published import (TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS, TABLE9_ATTENTION,
+                        TABLE9_NOTE)
 from .stats import PRIMARY_METRICS, Contrast, cells, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
 
 NOTES = (
@@ -65,12 +66,16 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     for m in models:
         for d in datasets:
             pub = TABLE3.get(m, {}).get(d)
+            source = "Table 3" if pub else None
+            if pub is None and m == "dp-attention" and math.isclose(epsilon, TABLE3_EPSILON):
+                pub = TABLE9_ATTENTION.get(d)  # the attention control is published in Table 9 only
+                source = TABLE9_NOTE if pub else None
             ours = by.get((m, d))
             if pub is None and ours is None:
                 continue
             row = {
                 "model": m, "label": TABLE3_ROW_LABELS.get(m, m), "dataset": d,
-                "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None,
+                "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None, "published_source": source,
                 "mean": None, "sd": None, "n": 0, "seeds": [], "difference": None,
             }
             if ours:
@@ -129,6 +134,8 @@ def table3_markdown(t3: dict) -> str:
     for r in t3["rows"]:
         ours = "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan)
         pub = "not in Table 3" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
+        if r.get("published_source") not in (None, "Table 3"):
+            pub += f" ({r['published_source']})"
         diff = "" if r["difference"] is None else f"{r['difference']:+.2f}"
         rows.append([r["label"], TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]), ours, str(r["n"]), pub, diff])
     head = f"Accuracy (%) at eps = {t3['epsilon']:g}, mean ± SD over seeds, next to the published values.\n\nSource: {t3['citation']}\n\n"
@@ -211,7 +218,8 @@ def render_html(tables: dict) -> str:
         t3_rows.append([
             r["label"], TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]),
             "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan),
-            str(r["n"]), "—" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"]),
+            str(r["n"]), "—" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
+            + ("" if r.get("published_source") in (None, "Table 3") else f" ({r['published_source']})"),
             "" if r["difference"] is None else f"{r['difference']:+.2f}",
         ])
     parts = [f"<section class='sweep'><h2>Sweep {e(str(tables.get('sweep') or ''))}</h2>",

@@ -205,3 +205,43 @@ def test_merging_identical_mechanisms_is_exact():
 def test_prv_declines_huge_compositions_instead_of_hanging():
     with pytest.raises(UnsupportedEventError, match="use rdp"):
         compute_epsilon(SubsampledGaussian(1.0, 0.005, 1_000_000), delta=1e-5, accountant="prv")
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.1, 0.01, 1), (0.9, 0.25, 120), (13.625, 1 / 188, 5640)])
+def test_cached_one_step_rdp_equals_opacus_with_steps(sigma, q, steps):
+    """rdp_curve scales a cached one-step curve; Opacus's compute_rdp(steps=T) is the reference."""
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    want = np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float)
+    for _ in range(2):  # the second call is served from the cache
+        got = rdp_curve([SubsampledGaussian(sigma, q, steps)])
+        assert np.array_equal(got, want, equal_nan=True)  # Opacus gives NaN at a few huge orders; its conversion skips them
+    # the cache hands out a read-only curve: a caller cannot corrupt it
+    from dpaudit.accounting.accountants import _one_step_rdp
+
+    with pytest.raises(ValueError):
+        _one_step_rdp(float(q), float(sigma), tuple(float(o) for o in RDP_ORDERS))[0] = 0.0
+
+
+def test_prv_numerical_failure_is_an_unsupported_event(monkeypatch):
+    """prv-accountant's own RuntimeError (e.g. its discretisation check) becomes a DPAudit error,
+    so the ledger and reports fall back on rdp instead of crashing."""
+    import prv_accountant as pa
+
+    def broken(*a, **k):
+        raise RuntimeError("Discrete mean differs from continuous mean significantly.")
+
+    monkeypatch.setattr(pa, "PRVAccountant", broken)
+    with pytest.raises(UnsupportedEventError, match="Discrete mean differs"):
+        compute_epsilon(SubsampledGaussian(1.0, 0.01, 100), delta=1e-5, accountant="prv")
+
+
+def test_ledger_bounds_skip_prv_far_in_the_tails():
+    from dpaudit.accounting import ledger_compose as lc
+
+    far = SubsampledGaussian(0.5, 0.25, 3000)  # rdp eps in the hundreds
+    b = lc.bounds(far, delta=1e-5, adjacency="add-remove-record")
+    assert b["epsilon_rdp"] > lc.PRV_SKIP_ABOVE_RDP_EPSILON and b["epsilon"] == b["epsilon_rdp"]
+    assert b["epsilon_prv"] is None and "not attempted" in b["accountant_errors"]["prv"]
+    near = lc.bounds(SubsampledGaussian(1.0, 0.01, 1000), delta=1e-5, adjacency="add-remove-record")
+    assert near["epsilon_prv"] is not None and near["epsilon"] <= near["epsilon_rdp"]

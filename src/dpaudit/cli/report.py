@@ -26,7 +26,7 @@ _EXT = {"html": ".html", "md": ".md", "json": ".json"}
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
-        paths: List[Path] = typer.Argument(..., help="Release and audit directories (or folders holding many; searched recursively)."),
+        paths: List[Path] = typer.Argument(..., help="Release, audit and sweep directories (or folders holding many; searched recursively). A sweep folder (or its sweep.sqlite) is summarised in one Sweep section."),
         fmt: ReportFormat = typer.Option(ReportFormat.html, "--format", help="html (self-contained), md (PNGs beside it) or json (the source of truth)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Output file (default: report.html / report.md; json goes to stdout).", show_default=False),
         ledger_path: Optional[Path] = ledger(),
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         fail_on_violation: bool = typer.Option(False, "--fail-on-violation", help="Exit 1 when any verdict is VIOLATION or ACCOUNTING MISMATCH."),
         as_json: bool = json_out(),
     ):
-        """Write a reviewer report: verdict, claim card, provenance, budget, utility, audit, reproduce."""
+        """Write a reviewer report: verdict, claim card, provenance, budget, (sweep,) utility, audit, reproduce."""
         from ..reports import build_report, report_json, write_report
 
         command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None

@@ -128,7 +128,10 @@ def claim_blocks(report: dict) -> list[Block]:
             ])
         out.append(Block("table", caption=f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
                          headers=["accountant", "epsilon (recomputed)", "lower", "estimate", "stored in release", "note"], rows=rows))
-    if not out:
+    if not out and report["sections"].get("sweep"):
+        out.append(Block("p", text="The releases of the sweep(s) are summarised in the Sweep section (every one accounting-checked), "
+                                   "not carded one by one."))
+    elif not out:
         out.append(Block("p", text="No release among the inputs: the verdict rests on the audits' own claimed epsilon."))
     return out
 
@@ -198,9 +201,12 @@ def budget_blocks(report: dict) -> list[Block]:
             out.append(Block("table", caption="Ledger summary for the datasets in this report: partition * is the whole dataset "
                                               "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
                              headers=[SUMMARY_LABELS.get(c, c) for c in cols], rows=table))
-        if b["entries"]:
-            cols, table = _table_of(b["entries"], ENTRY_COLUMNS, only_preferred=True)
+        entries, folded = _fold_sweep_entries(report, b["entries"])
+        if entries:
+            cols, table = _table_of(entries, ENTRY_COLUMNS, only_preferred=True)
             out.append(Block("table", caption="Ledger entries of these datasets (append-only)", headers=cols, rows=table))
+        for name, k in folded.items():
+            out.append(Block("p", text=f"{k} ledger entries of sweep {name} are summarised in the Sweep section (all are in the JSON report)."))
     comp = b.get("composition") or []
     if comp:
         out.append(Block("table", caption="Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
@@ -212,10 +218,188 @@ def budget_blocks(report: dict) -> list[Block]:
     return out
 
 
+def _fold_sweep_entries(report: dict, entries: list[dict]) -> tuple[list[dict], dict[str, int]]:
+    """Ledger entries minus those of the sweeps in this report (hundreds of rows a reviewer reads
+    as one summary), and how many were folded per sweep."""
+    sweeps = report["sections"].get("sweep") or []
+    if not sweeps:
+        return entries, {}
+    by_id = {rid: sw["name"] for sw in sweeps for rid in sw.get("release_ids") or []}
+    names = {sw["name"] for sw in sweeps}
+    kept, folded = [], {}
+    for e in entries:
+        tag = e.get("sweep")
+        tag = tag.get("name") if isinstance(tag, dict) else tag
+        name = by_id.get(str(e.get("release_id") or e.get("id"))) or (tag if tag in names else None)
+        if name is not None and e.get("kind", "release") == "release":
+            folded[name] = folded.get(name, 0) + 1
+        else:
+            kept.append(e)
+    return kept, folded
+
+
+def _pct(x: Any, scale: float) -> str:
+    v = num(x)
+    return DASH if v is None or math.isnan(v) else f"{scale * v:.{2 if scale == 100.0 else 3}f}"
+
+
+def _eps_label(e: Any) -> str:
+    return "non-private" if e is None else g(e)
+
+
+def _cell_text(c: dict, scale: float) -> str:
+    s = c["summary"]
+    if s.get("n", 0) < 2 or num(s.get("sd")) is None or math.isnan(num(s["sd"])):
+        return f"{_pct(s['mean'], scale)} (n={s.get('n')})"
+    return f"{_pct(s['mean'], scale)} ± {_pct(s['sd'], scale)} [{_pct(s['ci_low'], scale)}, {_pct(s['ci_high'], scale)}] (n={s['n']})"
+
+
+def _p(x: Any) -> str:
+    v = num(x)
+    return DASH if v is None or math.isnan(v) else f"{v:.4f}"
+
+
+def _signed(x: Any, digits: int = 4) -> str:
+    v = num(x)
+    return DASH if v is None or math.isnan(v) else f"{v:+.{digits}f}"
+
+
+def _sweep_table_blocks(t: dict) -> list[Block]:
+    """Table 3 comparison, cells per metric, paired contrasts and win/tie/loss of one sweep."""
+    out: list[Block] = []
+    t3 = t.get("table3") or {}
+    rows = []
+    for r in t3.get("rows") or []:
+        ours = "not run" if r.get("mean") is None else (
+            f"{f(r['mean'], 2)} ± {f(r['sd'], 2)}" if num(r.get("sd")) is not None and not math.isnan(num(r["sd"])) else f"{f(r['mean'], 2)}")
+        ci = f"[{f(r.get('ci_low'), 2)}, {f(r.get('ci_high'), 2)}]" if num(r.get("ci_low")) is not None and not math.isnan(num(r["ci_low"])) else DASH
+        pub = "not in Table 3" if r.get("published_mean") is None else f"{f(r['published_mean'], 2)} ± {f(r['published_sd'], 2)}"
+        rows.append([str(r.get("label")), str(r.get("dataset")), ours, ci, _val(r.get("n")), pub, _signed(r.get("difference"), 2)])
+    if rows:
+        out.append(Block("table", caption=f"Table 3 comparison: accuracy (%) at eps = {g(t3.get('epsilon'))}, mean ± SD over seeds, "
+                                          f"95 % t-interval, next to the published values. Source: {t3.get('citation')}",
+                         headers=["model", "dataset", "dpaudit", "95 % t-interval", "seeds", "published", "difference"], rows=rows))
+    else:
+        out.append(Block("p", text=f"Table 3 comparison: no finished task at eps = {g(t3.get('epsilon'))}."))
+    for metric in t.get("metrics") or []:
+        cells = [c for c in t.get("cells") or [] if c.get("metric") == metric]
+        if not cells:
+            continue
+        scale = 100.0 if metric == "accuracy" else 1.0
+        eps = sorted({c["epsilon"] for c in cells}, key=lambda e: (e is not None, num(e) or 0.0))
+        keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in cells}
+        rows = []
+        for ds in sorted({c["dataset"] for c in cells}):
+            for model in sorted({c["model"] for c in cells if c["dataset"] == ds}):
+                rows.append([ds, model] + [_cell_text(keyed[(ds, model, e)], scale) if (ds, model, e) in keyed else "" for e in eps])
+        unit = " (%)" if scale == 100.0 else ""
+        out.append(Block("table", caption=f"{metric}{unit} per cell: mean ± sample SD [95 % Student-t interval] (n seeds)",
+                         headers=["dataset", "model"] + [f"eps = {_eps_label(e)}" for e in eps], rows=rows))
+    cons = t.get("contrasts") or []
+    if cons:
+        rows = [[c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", _val(c.get("n")),
+                 _signed(c.get("mean_difference")), _p(c.get("p_value")), _p(c.get("p_holm")), f"{c['wins']}/{c['ties']}/{c['losses']}"]
+                for c in cons]
+        mins = t.get("min_attainable_p") or {}
+        floor = "; ".join(f"n = {n}: smallest attainable p = {_p(v)}" for n, v in mins.items())
+        out.append(Block("table", caption=f"Paired contrasts (reference minus comparator, paired by seed): exact sign-flip p and Holm-adjusted p "
+                                          f"over the whole family of {t.get('contrast_family_size')}; W/T/L = seeds won/tied/lost"
+                                          + (f" ({floor})" if floor else ""),
+                         headers=["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows=rows))
+        wtl = t.get("win_tie_loss") or []
+        if wtl:
+            out.append(Block("table", caption="Win/tie/loss across conditions by mean (descriptive only)",
+                             headers=["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"],
+                             rows=[[w["reference"], w["comparator"], w["metric"], _val(w["wins"]), _val(w["ties"]), _val(w["losses"]),
+                                    _val(w["conditions"])] for w in wtl]))
+    else:
+        out.append(Block("p", text="No paired contrast: no comparator shares at least two seeds with the reference in any condition."))
+    for n in t.get("notes") or []:
+        out.append(Block("p", text=str(n)))
+    return out
+
+
+def _declined(error: Any) -> str:
+    """Why an accountant gave no number: it declined the event, or its numerics failed."""
+    if not error:
+        return DASH
+    return "failed" if "failed" in str(error) else "declined"
+
+
+def sweep_blocks(report: dict) -> list[Block]:
+    out: list[Block] = []
+    for sw in report["sections"].get("sweep") or []:
+        c = sw.get("counts") or {}
+        acc = sw.get("accounting") or {}
+        out.append(Block("h3", text=f"Sweep {sw['name']}"))
+        spec = sw.get("spec") if isinstance(sw.get("spec"), dict) else {}
+        pairs = [
+            ("folder / store", f"{sw['path']} / {sw['store']}"),
+            ("tasks done / failed / pending (total)", f"{_val(c.get('done'))} / {_val(c.get('failed'))} / {_val(c.get('pending'))} ({_val(c.get('total'))})"),
+            ("releases found below the folder", _val(sw.get("releases"))),
+            ("accounting check", f"{str(acc.get('status', 'n/a')).upper()}: {acc.get('line', '')}"),
+            ("tables", "recomputed from the store" + {"matches": " (tables.json agrees)", "differs": " (tables.json differs: see notes)",
+                                                      "unreadable": " (tables.json unreadable)"}.get(str(sw.get("tables_json")), "")),
+        ]
+        if spec.get("description"):
+            pairs.append(("spec", str(spec["description"])))
+        if spec.get("source"):
+            pairs.append(("spec source", str(spec["source"])))
+        out.append(Block("kv", caption=f"Sweep {sw['name']}", pairs=pairs))
+        if sw.get("error"):
+            out.append(Block("p", text=f"The sweep store could not be read ({sw['error']}): no tables; its releases are still checked and composed."))
+        bud = sw.get("budget") or []
+        if bud:
+            out.append(Block("table", caption="Budget of this sweep: every task is a separate release on the same partition, so they compose "
+                                              "(recomputed from the releases' stored events)",
+                             headers=["dataset", "partition", "adjacency", "releases", "largest single eps", "naive sum of eps",
+                                      "composed eps (rdp)", "composed eps (prv)", "at delta"],
+                             rows=[[b["dataset"], b["partition"], b["adjacency"], _val(b["releases"]), f(b.get("max_single_epsilon")),
+                                    f(b.get("naive_sum")), f(b.get("rdp")),
+                                    f(b.get("prv")) if b.get("prv") is not None else _declined((b.get("errors") or {}).get("prv")),
+                                    g(b.get("delta"))] for b in bud]))
+            for b in bud:
+                out.append(Block("p", text=b["sentence"]))
+        else:
+            out.append(Block("p", text="No release below this sweep's folder (e.g. a selftest sweep): nothing to account."))
+        led = sw.get("ledger")
+        if isinstance(led, dict) and not led.get("error"):
+            total = sw.get("releases") or 0
+            out.append(Block("p", text=f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total + len(sw.get('missing_releases') or [])} "
+                                       f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided."))
+            comp = led.get("composition") or []
+            if comp:
+                out.append(Block("table", caption="What the ledger recorded for this sweep (its stored events, composed)",
+                                 headers=["dataset", "partition", "releases", "naive sum of eps", "composed eps (rdp)", "at delta"],
+                                 rows=[[r["dataset"], r["partition"], _val(r["releases"]), f(r["naive_sum"]), f(r["rdp"]), g(r["delta"])] for r in comp]))
+            summ = [r for r in led.get("summary") or [] if r.get("partition") != "*"] if led.get("summary") else []
+            if summ:
+                out.append(Block("table", caption="The ledger's own summary of this sweep (ledger summary --sweep)",
+                                 headers=["dataset", "partition", "releases", "composed eps", "bound by", "naive sum of eps", "delta"],
+                                 rows=[[str(r.get("dataset")), str(r.get("partition")), _val(r.get("releases_subtree")), f(r.get("epsilon")),
+                                        _val(r.get("bound_by")), f(r.get("naive_epsilon")), g(r.get("delta"))] for r in summ]))
+        mm = acc.get("mismatches") or []
+        if mm:
+            out.append(Block("table", caption="Releases of this sweep whose accounting does NOT check out",
+                             headers=["release", "mechanism", "claimed eps", "problem", "directory"],
+                             rows=[[str(m["release_id"])[:12], str(m["mechanism"]), f(m.get("epsilon"), 4), str(m["message"]), str(m["path"])] for m in mm]))
+        fails = sw.get("failures") or []
+        if fails:
+            out.append(Block("table", caption=f"Failed tasks ({len(fails)}; retried only with --retry-failed)",
+                             headers=["model", "dataset", "eps", "seed", "error"],
+                             rows=[[str(x["model"]), str(x["dataset"]), _eps_label(x.get("epsilon")), _val(x.get("seed")), str(x.get("error"))]
+                                   for x in fails[:50]]))
+        if sw.get("tables"):
+            out.extend(_sweep_table_blocks(sw["tables"]))
+    return out
+
+
 def utility_blocks(report: dict) -> list[Block]:
     u = report["sections"]["utility"]
     rows = u["rows"]
     if not rows:
+        if report["sections"].get("sweep"):
+            return [Block("p", text="The utility of the sweep(s) is in their tables (Sweep section).")]
         return [Block("p", text="No release among the inputs: no utility to report.")]
     names: list[str] = []
     for r in rows:
@@ -299,10 +483,10 @@ def _method_ref(method: Any, methods: list[str]) -> str:
 def reproduce_blocks(report: dict) -> list[Block]:
     out = []
     for r in report["sections"]["reproduce"]:
-        what = {"release": "Release", "audit": "Audit", "report": "This report"}.get(r["kind"], r["kind"])
+        what = {"release": "Release", "audit": "Audit", "sweep": "Sweep", "report": "This report"}.get(r["kind"], r["kind"])
         head = f"{what}: {r['mechanism']}" if r.get("mechanism") else what
         if r.get("id"):
-            head += f" ({str(r['id'])[:12]})"
+            head += f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})"
         meta = []
         if r.get("path"):
             meta.append(f"directory {r['path']}")
@@ -334,14 +518,25 @@ def reproduce_blocks(report: dict) -> list[Block]:
 
 BUILDERS = {
     "verdict": verdict_blocks, "claim": claim_blocks, "provenance": provenance_blocks, "budget": budget_blocks,
-    "utility": utility_blocks, "audit": audit_blocks, "reproduce": reproduce_blocks,
+    "sweep": sweep_blocks, "utility": utility_blocks, "audit": audit_blocks, "reproduce": reproduce_blocks,
 }
 
 
+def sections_of(report: dict) -> list[tuple[str, str]]:
+    """(key, heading) of the report's sections: the seven, plus "Sweep" after "Budget" (and
+    renumbered) when the report covers a sweep."""
+    if not report["sections"].get("sweep"):
+        return list(SECTIONS)
+    keys = [(k, h.split(". ", 1)[-1]) for k, h in SECTIONS]
+    at = [k for k, _ in keys].index("budget") + 1
+    keys.insert(at, ("sweep", "Sweep"))
+    return [(k, f"{i}. {h}") for i, (k, h) in enumerate(keys, 1)]
+
+
 def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
-    """(section key, heading, blocks) for the seven sections, notes first in each."""
+    """(section key, heading, blocks) for every section, notes first in each."""
     out = []
-    for key, heading in SECTIONS:
+    for key, heading in sections_of(report):
         blocks = []
         nb = _notes_for(report, key)
         if key == "verdict":

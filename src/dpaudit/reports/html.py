@@ -107,6 +107,11 @@ def _block(b: Block, figures: list[Figure]) -> str:
     raise ValueError(f"unknown block kind {b.kind!r}")
 
 
+def _sweeps_meta(report: dict) -> str:
+    sw = report["inputs"].get("sweeps") or []
+    return f" and {len(sw)} sweep(s) of {sum(int(x.get('releases') or 0) for x in sw)} releases" if sw else ""
+
+
 def render_html(report: dict, figures: list[Figure] | None = None) -> str:
     """One self-contained HTML document (string) for the report model (``figures``: pre-drawn)."""
     figures = all_figures(report) if figures is None else figures
@@ -119,7 +124,8 @@ def render_html(report: dict, figures: list[Figure] | None = None) -> str:
         body.append("</section>")
     meta = (f"generated {_e(report['generated_at'])} by dpaudit {_e(report['dpaudit_version'])}"
             + (f" (commit {_e(str(report['git_commit'])[:12])})" if report.get("git_commit") else "")
-            + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)")
+            + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)"
+            + _sweeps_meta(report))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -1,4 +1,9 @@
-"""Finding and reading the inputs of a report: releases, audits, raw audit scores.
+"""Finding and reading the inputs of a report: releases, audits, sweeps, raw audit scores.
+
+A sweep folder (one holding ``sweep.sqlite``) or a ``sweep.sqlite`` file is a *sweep input*:
+the releases below it are summarised by the report's sweep section (:mod:`.sweep`) instead of
+becoming one claim card each, and are never also read as ordinary releases. A folder searched
+recursively may hold sweep folders next to ordinary releases; each is treated as what it is.
 
 Every reader here is tolerant by design: a truncated or malformed file becomes a *note* in the
 report (never a traceback, never silently dropped), and an audit record that lacks a key the
@@ -63,6 +68,7 @@ class Inputs:
     audits: list[LoadedAudit] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    sweeps: list = field(default_factory=list)  # dpaudit.reports.sweep.LoadedSweep
 
 
 def num(value: Any) -> float | None:
@@ -107,22 +113,60 @@ def _audit_file_name() -> str:
 def discover(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path]]:
     """(release files, audit files, given paths) found under ``paths`` (files or folders, recursive).
 
-    A path that does not exist is a :class:`UsageError` (the user mistyped it); a folder with
-    nothing in it is reported by the caller.
+    Releases below a sweep folder are left out (see :func:`discover_inputs`, which returns them
+    with their sweep). A path that does not exist is a :class:`UsageError` (the user mistyped
+    it); a folder with nothing in it is reported by the caller.
     """
+    releases, audits, given, _sweeps = discover_inputs(paths)
+    return releases, audits, given
+
+
+def _under(f: Path, root: Path) -> bool:
+    try:
+        f.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
+    """(release files, audit files, given paths, sweeps) found under ``paths``.
+
+    ``sweeps``: one :class:`~dpaudit.reports.sweep.LoadedSweep` (not yet loaded) per sweep store
+    at or below a given path, holding the release files below its folder; those release files
+    are not returned as ordinary releases (a reviewer reads a sweep's summary, not hundreds of
+    claim cards), even when one of them is also given explicitly.
+    """
+    from .sweep import LoadedSweep, find_sweeps
+
     audit_name = _audit_file_name()
     names = {RELEASE_FILE, audit_name, AUDIT_FILE}
-    releases: list[Path] = []
-    audits: list[Path] = []
+    paths = list(paths)
     given: list[Path] = []
-    seen: set[Path] = set()
     for raw in paths:
         p = Path(raw).expanduser()
         if not p.exists():
-            raise UsageError(f"report input must be an existing release/audit directory or file, got {str(raw)!r}.")
+            raise UsageError(f"report input must be an existing release/audit/sweep directory or file, got {str(raw)!r}.")
         given.append(p)
+    # sweeps first: every release below a sweep folder belongs to that sweep (the innermost one)
+    sweeps: dict[Path, LoadedSweep] = {}
+    for p in given:
+        for store in find_sweeps(p):
+            root = store.parent.resolve()
+            if root not in sweeps:
+                sweeps[root] = LoadedSweep(path=store.parent, store=store)
+    roots = sorted(sweeps, key=lambda r: len(r.parts), reverse=True)
+
+    def sweep_of(f: Path) -> Path | None:
+        r = f.resolve()
+        return next((root for root in roots if _under(r, root)), None)
+
+    releases: list[Path] = []
+    audits: list[Path] = []
+    seen: set[Path] = set()
+    for p in given:
         if p.is_file():
-            files = [p]
+            files = [p] if sweep_store_name() != p.name else []
         else:
             files = sorted(f for f in p.rglob("*.json") if f.name in names and not any(part.startswith(".") for part in f.relative_to(p).parts[:-1]))
         for f in files:
@@ -130,14 +174,34 @@ def discover(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path]
             if r in seen:
                 continue
             seen.add(r)
-            if f.name == RELEASE_FILE:
+            is_release = f.name == RELEASE_FILE or (f.name not in (audit_name, AUDIT_FILE) and "audit" not in f.name)
+            root = sweep_of(f) if is_release else None
+            if root is not None:
+                sweeps[root].release_files.append(f)
+            elif f.name == RELEASE_FILE:
                 releases.append(f)
             elif f.name in (audit_name, AUDIT_FILE):
                 audits.append(f)
             else:
                 # a file given explicitly under another name: its name says what it is
                 (audits if "audit" in f.name else releases).append(f)
-    return releases, audits, given
+    # every release below a sweep's folder, also when the sweep was given as its store file
+    for root, sw in sweeps.items():
+        for f in sorted(sw.path.rglob(RELEASE_FILE)):
+            if _visible(f, sw.path) and sweep_of(f) == root and f.resolve() not in seen:
+                seen.add(f.resolve())
+                sw.release_files.append(f)
+    return releases, audits, given, list(sweeps.values())
+
+
+def sweep_store_name() -> str:
+    from .sweep import _store_file_name
+
+    return _store_file_name()
+
+
+def _visible(f: Path, root: Path) -> bool:
+    return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
 
 
 # ------------------------------------------------------------------ audits
@@ -396,12 +460,15 @@ def check_release_types(rel: Release, where: Path) -> None:
 
 
 def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
-    """Read every release and audit under ``paths``; unreadable files become error notes."""
+    """Read every release, audit and sweep under ``paths``; unreadable files become error notes."""
     paths = list(paths)
     if not paths:
-        raise UsageError("report inputs must be at least one release or audit path, got none.")
-    release_files, audit_files, given = discover(paths)
+        raise UsageError("report inputs must be at least one release, audit or sweep path, got none.")
+    release_files, audit_files, given, sweeps = discover_inputs(paths)
     out = Inputs(paths=[str(p) for p in given])
+    from .sweep import load_sweep
+
+    out.sweeps = [load_sweep(sw) for sw in sweeps]
     for f in release_files:
         try:
             rel = Release.from_dict(read_json(f, "release"))
@@ -421,7 +488,7 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
             continue
         view = normalise_audit(rec)
         out.audits.append(LoadedAudit(f.parent, rec, view))
-    if not out.releases and not out.audits:
+    if not out.releases and not out.audits and not out.sweeps:
         if release_files or audit_files:
             msgs = "; ".join(n.message for n in out.notes[:3])
             raise DataError(f"no readable release or audit under the given paths ({msgs}).")

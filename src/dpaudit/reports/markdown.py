@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from .blocks import Block, layout
+from .html import _sweeps_meta
 from .plots import Figure, all_figures
 
 _BADGE = {
@@ -59,7 +60,7 @@ def render_markdown(report: dict, out_file: str | os.PathLike, figures: list[Fig
             (assets / f"{fig.name}.png").write_bytes(fig.png)
     parts = [f"# {report['title']}", "",
              f"_generated {report['generated_at']} by dpaudit {report['dpaudit_version']} from "
-             f"{len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)_", ""]
+             f"{len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s){_sweeps_meta(report)}_", ""]
     for _key, heading, blocks in layout(report):
         parts += [f"## {heading}", ""]
         for b in blocks:

@@ -1,6 +1,7 @@
 """The report model: one JSON-serialisable dict, the source of truth every renderer reads.
 
-:func:`build_report` turns releases, audits and the ledger into seven sections:
+:func:`build_report` turns releases, audits, sweeps and the ledger into seven sections (eight
+when the inputs include a sweep):
 
 1. ``verdict`` — one line per mechanism. Rules (fail closed, never guess):
 
@@ -23,14 +24,22 @@
 5. ``utility`` — metrics as mean +/- SD over seeds, privacy-utility curves, non-private reference.
 6. ``audit`` — the Table-16-shaped table (DP-MixMin paper, Table 16), per-audit detail, ROC,
    in/out score histograms and eps_LB-vs-claimed points.
-7. ``reproduce`` — the recorded command of every release and audit.
+7. ``reproduce`` — the recorded command of every release and audit (and of every sweep).
+8. ``sweep`` (only when a sweep folder or ``sweep.sqlite`` is among the inputs; rendered after
+   ``budget``) — one summary per sweep instead of one claim card per release: task counts, the
+   sweep's tables recomputed from its store, an accounting check of every release, and the
+   composed budget of its releases (:mod:`dpaudit.reports.sweep`). Each sweep also gets one
+   verdict line: ``ACCOUNTING MISMATCH`` when any of its releases fails the claim-card check
+   (fail closed), ``INCONCLUSIVE`` when its store cannot be read, else ``NOT AUDITED`` (a sweep
+   is not audited as a whole) with the accounting tally and its largest composed epsilon.
 
 Notes (error / warning / info) carry everything the reader must know about bad inputs.
 
 JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings "inf"/"nan"):
 
 - ``title``, ``generated_at``, ``dpaudit_version``, ``git_commit``;
-- ``inputs``: ``paths``, ``releases`` / ``audits`` ([{id, mechanism, path}]), ``ledger``;
+- ``inputs``: ``paths``, ``releases`` / ``audits`` ([{id, mechanism, path}]), ``sweeps``
+  ([{name, path, store, releases}]), ``ledger``;
 - ``notes``: [{level: error|warning|info, section, message}];
 - ``sections.verdict``: [{mechanism, key, status (violation | accounting-mismatch |
   inconclusive | not-audited | no-evidence | no-claim), flags, line,
@@ -49,8 +58,29 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
 - ``sections.audit``: {table16: {canaries, rows, max}, audits: [one entry per audit record
   with status, compared_claim, recomputed_epsilon_lower_bound, ceiling (+ source), controls,
   roc, histogram, ...], eps_points};
-- ``sections.reproduce``: [{kind: release | audit | report, mechanism, id, path, command,
-  seed, noise, parameters?}].
+- ``sections.reproduce``: [{kind: release | audit | sweep | report, mechanism, id, path, command,
+  seed, noise, parameters?}];
+- ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep with
+  ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error`` (unreadable store, else null),
+  ``counts`` {done, failed, pending, total}, ``failures`` [{key, model, dataset, epsilon, seed,
+  error}], ``spec`` (as stored), ``releases`` (release files read below the folder) and
+  ``release_ids``, ``missing_releases`` (named by the store, no readable file) and
+  ``orphan_releases`` (on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables`
+  recomputed from the store: cells {dataset, epsilon, model, metric, seeds, values, summary {n,
+  mean, sd, ci_low, ci_high, confidence}}, contrasts {..., mean_difference, p_value, p_holm,
+  wins, ties, losses, n}, win_tie_loss, table3 {epsilon, citation, rows}, notes),
+  ``tables_json`` (matches | differs | unreadable | absent: the saved tables.json against the
+  recomputed ones), ``accounting`` {status: ok | mismatch | unverified | no-claim, line,
+  checked, ok, mismatch, unverified, non_private, reproducible_noise, mismatches [{release_id,
+  mechanism, path, epsilon, message}], unverified_releases}, ``budget`` [per (dataset,
+  partition, adjacency): releases, private_releases, non_private_releases, unknown_releases,
+  from_store, largest_single {epsilon, release_id, mechanism, target_epsilon},
+  max_single_epsilon, naive_sum, delta, rdp, prv (composed at delta; inf when a non-private
+  release is among them), errors {accountant: why it declined}, unbounded, lower_bound_only,
+  sentence], ``ledger`` (with a ledger: {ledger, recorded (this sweep's releases found by id),
+  tagged (entries whose payload carries this sweep's name), tagged_elsewhere, voided, missing,
+  missing_ids, composition [the ledger's stored events of the sweep, composed with rdp],
+  summary (``Ledger.summary(sweep=...)`` when the ledger knows the sweep), error}, else null).
 """
 
 from __future__ import annotations
@@ -67,6 +97,7 @@ from .. import __version__
 from ..errors import DPAuditError, UsageError
 from ..records import Release, _json_safe, git_commit, now_utc
 from . import stats
+from .sweep import sweep_reproduce, sweep_section, sweep_verdict
 from .inputs import Inputs, LoadedAudit, LoadedRelease, Note, canonical_mechanism, integer, load_inputs, num, read_scores, scores_file
 
 SCHEMA = "dpaudit-report/1"
@@ -184,7 +215,6 @@ def _noise_label(ns: Any) -> tuple[str, bool | None]:
 #: process-wide cache serves every report built in this process.
 _EPS_RESULTS: dict[str, dict] = {}
 
-
 class _EpsCache:
     """Recomputed epsilons, keyed by (guarantee, delta, accountant, adjacency)."""
 
@@ -197,16 +227,30 @@ class _EpsCache:
         key = json.dumps([guarantee, delta, accountant, adjacency], sort_keys=True, default=str)
         if key not in self._c:
             try:
-                r = compute_epsilon(event_from_dict(guarantee), delta=delta, accountant=accountant, adjacency=adjacency)
+                event = event_from_dict(guarantee)
+                # (the rdp accountant caches each mechanism's one-step curve: a sweep's hundreds of
+                # releases share a handful of mechanisms)
+                r = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
                 self._c[key] = {"epsilon": r.epsilon, "lower": r.epsilon_lower, "estimate": r.epsilon_estimate, "error": None}
             except DPAuditError as e:
                 self._c[key] = {"epsilon": None, "lower": None, "estimate": None, "error": str(e)}
             except (KeyError, TypeError, ValueError) as e:
                 self._c[key] = {"epsilon": None, "lower": None, "estimate": None, "error": f"malformed guarantee ({type(e).__name__}: {e})"}
+            except (RuntimeError, ArithmeticError, MemoryError) as e:
+                # a numerical failure inside an accountant library (e.g. prv-accountant's
+                # discretisation check): no number, never a guessed one
+                self._c[key] = {"epsilon": None, "lower": None, "estimate": None,
+                                "error": f"{accountant} accountant failed ({type(e).__name__}: {e})"}
         return self._c[key]
 
 
-def _claim_card(lr: LoadedRelease, cache: _EpsCache, notes: list[Note]) -> dict:
+#: Accountants a report can recompute (a claim made with any other is "unverified").
+RECOMPUTABLE = SIDE_BY_SIDE + ("pure",)
+
+
+def _claim_card(lr: LoadedRelease, cache: _EpsCache, notes: list[Note], *, only_claimed: bool = False) -> dict:
+    """One claim card; ``only_claimed`` recomputes just the release's own accountant (enough for
+    the accounting check; used for the hundreds of releases of a sweep)."""
     r = lr.release
     label, secure = _noise_label(r.noise_source)
     delta = num(r.delta)
@@ -214,6 +258,8 @@ def _claim_card(lr: LoadedRelease, cache: _EpsCache, notes: list[Note]) -> dict:
     accountants = list(SIDE_BY_SIDE)
     if r.accountant not in accountants and r.accountant == "pure":
         accountants.insert(0, "pure")
+    if only_claimed:
+        accountants = [a for a in accountants if a == r.accountant]
     stored = r.epsilons if isinstance(r.epsilons, dict) else {}
     rows = []
     check = {"status": "unverified", "message": ""}
@@ -239,7 +285,7 @@ def _claim_card(lr: LoadedRelease, cache: _EpsCache, notes: list[Note]) -> dict:
                          "message": f"recomputed {acc} epsilon {res['epsilon']:.4f} > claimed {claimed:.4f}"}
             else:
                 check = {"status": "ok", "message": f"recomputed {acc} epsilon {res['epsilon']:.4f} <= claimed {claimed:.4f}"}
-    if not r.non_private and r.accountant not in accountants:
+    if not r.non_private and r.accountant not in RECOMPUTABLE:
         check = {"status": "unverified", "message": f"accountant {r.accountant!r} cannot be recomputed by this report"}
     target = num(r.target_epsilon)
     if not r.non_private and target is not None and claimed is not None and claimed > target * (1 + RECOMPUTE_RTOL) + 1e-9:
@@ -368,8 +414,10 @@ def _ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datase
         with open_ledger(path) as ledger:
             for name in datasets or [None]:
                 try:
-                    summary.extend(_rows_of(ledger.summary(dataset=name)))
-                    entries.extend(_rows_of(ledger.entries(dataset=name)) if name is not None else _rows_of(ledger.entries()))
+                    ds_entries = ledger.entries(dataset=name) if name is not None else ledger.entries()
+                    rows = ledger.summary(dataset=name)
+                    summary.extend(_rows_of(rows))
+                    entries.extend(_rows_of(ds_entries))
                 except UsageError:
                     notes.append(Note("warning", "budget", f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
                                                            "accounted there."))
@@ -434,6 +482,24 @@ def _sequential(guarantees: Iterable[dict]) -> dict:
     return events[0].to_dict() if len(events) == 1 else Composed(tuple(events)).to_dict()
 
 
+def compose_side_by_side(cache: _EpsCache, tree: dict, delta: float, adjacency: str) -> dict[str, dict]:
+    """rdp and prv of one composed tree (accountant -> cache entry), with the ledger's rule: prv is
+    not attempted where the rdp bound is already above
+    :data:`dpaudit.accounting.ledger_compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
+    seconds and GBs; leaving out a bound never lowers the reported minimum)."""
+    from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON
+
+    out: dict[str, dict] = {}
+    for acc in SIDE_BY_SIDE:
+        rdp = out.get("rdp", {}).get("epsilon")
+        if acc == "prv" and rdp is not None and rdp > PRV_SKIP_ABOVE_RDP_EPSILON:
+            out[acc] = {"epsilon": None, "lower": None, "estimate": None,
+                        "error": f"not attempted: the rdp bound {rdp:.1f} exceeds {PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable"}
+            continue
+        out[acc] = cache.get(tree, delta, acc, adjacency)
+    return out
+
+
 def _release_composition(releases: list[LoadedRelease], cache: _EpsCache, notes: list[Note]) -> list[dict]:
     """Sequential composition per (dataset, partition); parallel (max) over partitions."""
     groups: "OrderedDict[tuple, list[Release]]" = OrderedDict()
@@ -450,8 +516,7 @@ def _release_composition(releases: list[LoadedRelease], cache: _EpsCache, notes:
                "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels), "delta": delta, "rdp": None, "prv": None}
         if delta is not None and 0 < delta < 1:
             tree = _sequential(r.guarantee for r in rels)
-            for acc in SIDE_BY_SIDE:
-                res = cache.get(tree, delta, acc, adj)
+            for acc, res in compose_side_by_side(cache, tree, delta, adj).items():
                 row[acc] = res["epsilon"]
                 if res["error"]:
                     notes.append(Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}"))
@@ -813,7 +878,7 @@ def _verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease
     return verdicts, entries
 
 
-def _reproduce(inputs: Inputs, report_command: str | None, notes: list[Note]) -> list[dict]:
+def _reproduce(inputs: Inputs, report_command: str | None, notes: list[Note], extra: list[dict] | None = None) -> list[dict]:
     out = []
     for lr in inputs.releases:
         cmd = _command_str(lr.release.command)
@@ -832,6 +897,7 @@ def _reproduce(inputs: Inputs, report_command: str | None, notes: list[Note]) ->
                                                                   "task", "dataset") if k in la.record} | ({"config": cfg} if cfg else {})})
         if cmd is None:
             notes.append(Note("warning", "reproduce", f"audit {la.path} records no command; its recorded parameters are listed instead."))
+    out.extend(extra or [])
     if report_command:
         out.append({"kind": "report", "mechanism": None, "id": None, "path": None, "command": report_command, "seed": None,
                     "noise": None, "dpaudit_version": __version__, "git_commit": None})
@@ -863,17 +929,33 @@ def build_report(
     claims = [_claim_card(lr, cache, notes) for lr in inputs.releases]
     links = _link_audits(inputs, notes)
     verdicts, audit_entries = _verdicts(inputs, claims, links, notes, with_scores)
+    # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
+    # provenance and in the composition of everything this report covers.
+    sweep_releases = [lr for sw in inputs.sweeps for lr in sw.releases]
     datasets = []
-    for lr in inputs.releases:
+    for lr in inputs.releases + sweep_releases:
         n = _dataset_name(lr.release.dataset)
         if n not in datasets:
             datasets.append(n)
     ledger = _ledger_budget(ledger_path, ledger_path is not None, datasets,
                             [lr.release.id for lr in inputs.releases], notes)
-    budget = {**ledger, "composition": _release_composition(inputs.releases, cache, notes), "datasets": datasets}
+    budget = {**ledger, "composition": _release_composition(inputs.releases + sweep_releases, cache, notes), "datasets": datasets}
+    sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]
+    verdicts = verdicts + [sweep_verdict(e) for e in sweeps]
     points = [{"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
                "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
                "ceiling": e["ceiling"], "status": e["status"]} for e in audit_entries]
+    sections = {
+        "verdict": verdicts,
+        "claim": claims,
+        "provenance": _provenance(inputs.releases + sweep_releases, inputs.audits, notes),
+        "budget": budget,
+        "utility": _utility(inputs.releases, notes),
+        "audit": {"table16": _table16(audit_entries), "audits": audit_entries, "eps_points": points},
+        "reproduce": _reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
+    }
+    if sweeps:
+        sections["sweep"] = sweeps
     report = {
         "schema": SCHEMA,
         "title": title or "dpaudit reviewer report",
@@ -884,17 +966,10 @@ def build_report(
             "paths": inputs.paths,
             "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
             "audits": [{"id": la.view["id"], "mechanism": la.view["mechanism"], "path": str(la.path)} for la in inputs.audits],
+            "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
             "ledger": budget["ledger"],
         },
-        "sections": {
-            "verdict": verdicts,
-            "claim": claims,
-            "provenance": _provenance(inputs.releases, inputs.audits, notes),
-            "budget": budget,
-            "utility": _utility(inputs.releases, notes),
-            "audit": {"table16": _table16(audit_entries), "audits": audit_entries, "eps_points": points},
-            "reproduce": _reproduce(inputs, command, notes),
-        },
+        "sections": sections,
         "notes": [n.to_dict() for n in notes],
     }
     return _json_safe(report)

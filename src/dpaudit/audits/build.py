@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from ..errors import DataError, UsageError
-from ..validation import one_of, open_unit, positive_finite
+from ..validation import one_of, open_unit, positive_finite, positive_int
 from .canaries import SUPPORTED, check_canary
 from .heads import HEAD_MODELS
 from .targets import AuditTarget
@@ -20,6 +20,8 @@ ALIASES = {"mixmin": "dp-mixmin", "dp-mixmin": "dp-mixmin", "gaussian": "gaussia
 MECHANISMS = tuple(ALIASES)
 DEFAULT_EPSILON = {"dp-mixmin": 1.0, "gaussian": 1.0, "dp-elm": 2.0}
 DEFAULT_TASK = "digits-mix"
+#: Privacy units ``dpaudit audit --privacy-unit`` accepts (user: the DP-SGD head models only).
+PRIVACY_UNITS = ("record", "user")
 
 
 def family(mechanism: str) -> str:
@@ -29,6 +31,24 @@ def family(mechanism: str) -> str:
 
 def default_canary(mechanism: str) -> str:
     return SUPPORTED[family(one_of("mechanism", mechanism, MECHANISMS))][0]
+
+
+def check_privacy_unit(mechanism: str, privacy_unit: str, records_per_user: int | None, user_ids=None) -> int | None:
+    """Validate the privacy unit request before anything is loaded; returns G (None for records).
+
+    ``user`` needs a DP-SGD head model and ``records_per_user`` G >= 1; ``record`` refuses G and
+    user ids (a request for user-level privacy is never silently ignored).
+    """
+    one_of("privacy_unit", privacy_unit, PRIVACY_UNITS)
+    if privacy_unit == "record":
+        if records_per_user is not None or user_ids is not None:
+            raise UsageError(f"privacy_unit must be user when records_per_user or user ids are given, got {privacy_unit!r}.")
+        return None
+    if family(one_of("mechanism", mechanism, MECHANISMS)) != "head":
+        raise UsageError(f"mechanism must be a DP-SGD head model ({', '.join(HEAD_MODELS)}) for privacy_unit user, got {mechanism!r}.")
+    if records_per_user is None:
+        raise UsageError("records_per_user must be given for privacy_unit user (G >= 1), got None.")
+    return positive_int("records_per_user", records_per_user)
 
 
 def build_target(
@@ -47,6 +67,9 @@ def build_target(
     epochs: int | None = None,
     rho: float = 0.1,
     broken_noise_factor: float = 1.0,
+    privacy_unit: str = "record",
+    records_per_user: int | None = None,
+    user_ids=None,
 ) -> AuditTarget:
     """The audit target for ``mechanism`` with its noise calibrated to (``epsilon``, ``delta``).
 
@@ -55,8 +78,14 @@ def build_target(
     ``digits``); ``gaussian`` is synthetic with an exact epsilon. ``no_noise`` returns the
     noiseless variant (the no-noise control as the main audit). ``broken_noise_factor`` (gaussian
     only) divides the noise while the claim stays: a deliberately broken mechanism.
+
+    ``privacy_unit="user"`` (head models): user-level DP-SGD audited with one whole canary user
+    of ``records_per_user`` G records, adjacency ``add-remove-user``
+    (:class:`~dpaudit.audits.user_level.UserHeadTarget`); ``user_ids`` (one per row before
+    splitting, array or ``.npy`` path) default to a public grouping of the rows into users of G.
     """
     one_of("mechanism", mechanism, MECHANISMS)
+    g = check_privacy_unit(mechanism, privacy_unit, records_per_user, user_ids)
     fam = family(mechanism)
     canary = check_canary(fam, canary or SUPPORTED[fam][0])
     eps = positive_finite("epsilon", epsilon if epsilon is not None else DEFAULT_EPSILON.get(fam, 2.0))
@@ -82,6 +111,13 @@ def build_target(
             raise UsageError(f"task must not be given for {mechanism} (use --dataset), got {task!r}.")
         from .heads import HeadTarget
 
+        if g is not None:
+            from .user_level import UserHeadTarget
+
+            t = UserHeadTarget(model=ALIASES[mechanism], records_per_user=g, dataset=dataset or "digits", data_dir=data_dir, epsilon=eps,
+                               delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs, user_ids=user_ids)
+            t.prepare()
+            return t.without_noise() if no_noise else t
         t = HeadTarget(model=ALIASES[mechanism], dataset=dataset or "digits", data_dir=data_dir, epsilon=eps,
                        delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs)
     t.prepare()
@@ -89,10 +125,17 @@ def build_target(
 
 
 def target_from_release(release, *, canary: str | None = None, data_dir: str | os.PathLike | None = None,
-                        no_noise: bool = False, mechanism: str | None = None) -> AuditTarget:
+                        no_noise: bool = False, mechanism: str | None = None, user_ids=None) -> AuditTarget:
     """The audit target reproducing the configuration recorded in a release (``Release`` or path).
 
     ``mechanism``, when given (the CLI's MECHANISM), must name the release's mechanism.
+
+    A user-level head release (``privacy_unit`` user) gives a
+    :class:`~dpaudit.audits.user_level.UserHeadTarget` (a canary user of the release's G records,
+    adjacency ``add-remove-user``). Its users come from ``user_ids`` (array or ``.npy`` path), else
+    from the ``--user-ids`` file named in the release's command, else from the public grouping of
+    :func:`~dpaudit.audits.user_level.synthetic_user_ids`; whichever is used must match the
+    release's user-id checksum, else :class:`~dpaudit.errors.DataError`.
 
     The noise multiplier, sampling and steps are taken from the release (not re-calibrated), the
     public seed and dataset identity too; the claim audited is the release's epsilon (under its
@@ -113,7 +156,27 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     canary = check_canary(fam, canary or SUPPORTED[fam][0])
     ds = rel.dataset or {}
     cfg = rel.config or {}
-    if fam == "head":
+    if fam == "head" and rel.privacy_unit == "user":
+        from .user_level import UserHeadTarget
+
+        if rel.adjacency != "add-remove-user":
+            raise DataError(f"a user-level release must have adjacency add-remove-user, got {rel.adjacency!r}.")
+        g = cfg.get("records_per_user")
+        if g is None:
+            raise DataError("release must record records_per_user for a user-level audit, got none.")
+        if user_ids is None:
+            user_ids = _release_user_ids_path(rel)
+        t = UserHeadTarget(model=mech, records_per_user=int(g), dataset=ds.get("name"), data_dir=data_dir,
+                           epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta), canary=canary, seed=int(rel.seed),
+                           user_ids=user_ids, noise_multiplier=float(rel.noise_multiplier), epochs=cfg.get("epochs"), batch_size=cfg.get("batch_size"),
+                           schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"),
+                           split_seed=ds.get("split_seed"), claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"),
+                           expected_user_ids_sha256=ds.get("user_ids_sha256"), expected_n_users=cfg.get("n_users"))
+    elif user_ids is not None:
+        raise UsageError(f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {mech}.")
+    elif rel.privacy_unit != "record" and fam == "head":
+        raise UsageError(f"release privacy unit must be record or user, got {rel.privacy_unit!r}.")
+    elif fam == "head":
         from .heads import HeadTarget
 
         t = HeadTarget(model=mech, dataset=ds.get("name"), data_dir=data_dir, epsilon=float(rel.target_epsilon or rel.epsilon),
@@ -153,3 +216,19 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         raise UsageError(f"release mechanism must be a trained model, got {mech!r}.")
     t.prepare()
     return t.without_noise() if no_noise else t
+
+
+def _release_user_ids_path(rel) -> str | None:
+    """The ``--user-ids`` file named in a release's command line (None when there is none)."""
+    import shlex
+
+    try:
+        argv = shlex.split(rel.command or "")
+    except ValueError:
+        return None
+    for i, a in enumerate(argv):
+        if a == "--user-ids" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--user-ids="):
+            return a.split("=", 1)[1]
+    return None

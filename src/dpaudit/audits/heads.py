@@ -32,6 +32,38 @@ HEAD_MODELS = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", 
 NO_NOISE_MULTIPLIER = 1e-12
 
 
+def label_log_prob(w: np.ndarray, z: np.ndarray, label: int) -> np.ndarray:
+    """Log-probability of ``label`` for record features ``z`` under each run's head ``w`` (R, K, d+1):
+    one sigmoid logit for class 1 when K = 1, else a softmax over K classes."""
+    logits = w[:, :, :-1] @ z + w[:, :, -1]  # (R, K)
+    if logits.shape[1] == 1:
+        s = logits[:, 0]
+        return -np.logaddexp(0.0, -s) if label == 1 else -np.logaddexp(0.0, s)
+    m = logits.max(axis=1, keepdims=True)
+    logp = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
+    return logp[:, label]
+
+
+def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
+    """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
+    moves — an input feature that is zero in every training record, so the data never move it."""
+    dead = np.flatnonzero(np.abs(z).max(axis=0) == 0)
+    if dead.size:
+        return int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)", int(dead.size)
+    j = int(np.argmin(np.abs(z).mean(axis=0)))
+    return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
+
+
+def noiseless_copy(target):
+    """The no-noise control of a head target: the same public set-up (features, canary, schedule)
+    with the noise multiplier set to NO_NOISE_MULTIPLIER."""
+    t = dataclasses.replace(target, noise=False)
+    if target._ready:  # reuse the public set-up; only the noise multiplier changes
+        t.__dict__.update({k: v for k, v in target.__dict__.items() if k.startswith("_")})
+        t._config = dataclasses.replace(target._config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    return t
+
+
 @dataclass
 class HeadTarget(AuditTarget):
     """Audit of one frozen-feature model's DP-SGD head (see module docstring)."""
@@ -120,18 +152,12 @@ class HeadTarget(AuditTarget):
 
         d = self._z.shape[1]
         if self.canary == "max-clip":
-            activity = np.abs(self._z).max(axis=0)
-            dead = np.flatnonzero(activity == 0)
-            if dead.size:
-                j, why = int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)"
-            else:
-                j = int(np.argmin(np.abs(self._z).mean(axis=0)))
-                why = f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)"
+            j, why, n_dead = canary_coordinate(self._z)
             direction = np.zeros((self._k, d + 1))
             direction[0, j] = 1.0
             self._canary = HeadCanary(kind="gradient", direction=direction)
             self._coord = j
-            self._canary_info = {"kind": "max-clip", "coordinate": [0, j], "why": why, "dead_features": int(dead.size),
+            self._canary_info = {"kind": "max-clip", "coordinate": [0, j], "why": why, "dead_features": n_dead,
                                  "norm": self._config.clipping_norm}
         else:
             rng = public_rng(self.seed, 0xCA7A)
@@ -160,20 +186,10 @@ class HeadTarget(AuditTarget):
         w = res.weights  # (R, K, d+1)
         if self.canary == "max-clip":
             return w[:, 0, self._coord]
-        logits = w[:, :, :-1] @ self._zc + w[:, :, -1]  # (R, K)
-        if self._k == 1:  # one sigmoid logit for class 1
-            s = logits[:, 0]
-            return -np.logaddexp(0.0, -s) if self._yc == 1 else -np.logaddexp(0.0, s)
-        m = logits.max(axis=1, keepdims=True)
-        logp = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
-        return logp[:, self._yc]
+        return label_log_prob(w, self._zc, self._yc)
 
     def without_noise(self) -> "HeadTarget":
-        t = dataclasses.replace(self, noise=False)
-        if self._ready:  # reuse the public set-up; only the noise multiplier changes
-            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
-            t._config = dataclasses.replace(self._config, noise_multiplier=NO_NOISE_MULTIPLIER)
-        return t
+        return noiseless_copy(self)
 
     def describe(self) -> dict:
         self.prepare()

@@ -53,12 +53,19 @@ def register(app: typer.Typer) -> None:
         width: int = typer.Option(10, "--width", help="dp-elm hidden width L."),
         epochs: Optional[int] = typer.Option(None, "--epochs", help="Frozen-feature models: epochs (default: the paper's protocol).", show_default=False),
         rho: float = typer.Option(0.1, "--rho", help="mixmin: fraction of private training records used for mixture learning."),
+        privacy_unit: str = typer.Option("record", "--privacy-unit", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
+                                                                          "canary user, adjacency add-remove-user (needs --records-per-user)."),
+        records_per_user: Optional[int] = typer.Option(None, "--records-per-user", help="G: records of the canary user and records per sampled user "
+                                                                                        "and step (--privacy-unit user).", show_default=False),
+        user_ids: options.OptionalPath = typer.Option(None, "--user-ids", help="FILE.npy: one user id per row before splitting (--privacy-unit user; "
+                                                                              "default: rows grouped into users of G by the public seed).",
+                                                      show_default=False),
         broken_noise_factor: float = typer.Option(1.0, "--broken-noise-factor", hidden=True,
                                                   help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism)."),
         json_out: bool = options.json_out(),
     ):
         """Empirical privacy audit (Jagielski et al. 2020): eps_LB with Clopper–Pearson bounds, ceiling, ROC, GDP estimate, controls."""
-        from ..audits.build import build_target, target_from_release
+        from ..audits.build import build_target, check_privacy_unit, target_from_release
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of
         from ..audits.engine import CONTROLS, run_audit
@@ -79,16 +86,28 @@ def register(app: typer.Typer) -> None:
             from ..records import read_release
 
             rel = read_release(release)
+            # The release decides the privacy unit; flags that say otherwise are refused, not ignored.
+            if privacy_unit != "record" or records_per_user is not None:
+                unit = one_of("privacy_unit", privacy_unit, ("record", "user"))
+                g_rel = (rel.config or {}).get("records_per_user")
+                if unit != rel.privacy_unit or (records_per_user is not None and records_per_user != g_rel):
+                    raise UsageError(f"privacy_unit and records_per_user must match the release ({rel.privacy_unit}"
+                                     f"{f', G={g_rel}' if g_rel is not None else ''}) or be omitted, got {unit}"
+                                     f"{f', G={records_per_user}' if records_per_user is not None else ''}.")
             release_id, release_path = rel.id, str(Path(release).resolve())
-            t = target_from_release(release, canary=canary, data_dir=data_dir, no_noise=no_noise, mechanism=mechanism)
+            t = target_from_release(release, canary=canary, data_dir=data_dir, no_noise=no_noise, mechanism=mechanism,
+                                    user_ids=user_ids)
         else:
+            check_privacy_unit(mechanism, privacy_unit, records_per_user, user_ids)  # before any data is loaded
             t = build_target(mechanism, canary=canary, epsilon=epsilon, delta=delta, task=task, target=target, dataset=dataset,
                              data_dir=data_dir, seed=seed, no_noise=no_noise, width=width, epochs=epochs, rho=rho,
-                             broken_noise_factor=broken_noise_factor)
+                             broken_noise_factor=broken_noise_factor, privacy_unit=privacy_unit, records_per_user=records_per_user,
+                             user_ids=user_ids)
             if not json_out and task is None and dataset is None and mechanism != "gaussian":
                 note(f"no --task/--dataset given: auditing {mechanism} on the embedded {t.describe().get('dataset')}.")
+        user_level = t.adjacency == "add-remove-user"
         if out is None:
-            out = Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if no_noise else ''}"
+            out = Path("audits") / f"{t.mechanism}-{t.canary}{'-user' if user_level else ''}{'-no-noise' if no_noise else ''}"
         cmd = ["dpaudit", "audit", mechanism, "--canary", t.canary, "--runs", str(runs), "--confidence", repr(confidence), "--seed", str(seed)]
         if release is not None:
             cmd += ["--release", str(release)]
@@ -104,6 +123,10 @@ def register(app: typer.Typer) -> None:
                 cmd += ["--rho", repr(rho)]
             if broken_noise_factor != 1.0:
                 cmd += ["--broken-noise-factor", repr(broken_noise_factor)]
+            if privacy_unit == "user":
+                cmd += ["--privacy-unit", "user", "--records-per-user", str(records_per_user)]
+        if user_ids is not None:
+            cmd += ["--user-ids", str(user_ids)]
         if data_dir is not None:
             cmd += ["--data-dir", str(data_dir)]
         if no_noise:

@@ -144,13 +144,16 @@ def user_head_clipped_sum(
     *,
     binary_logit: bool = False,
     clip: bool = True,
+    user_norms=None,
 ) -> np.ndarray:
     """Sum over sampled users of their clipped, averaged head gradients, in closed form.
 
     g_u = (1/k_u) sum_{i in S_u} outer(r_i, z1_i); the sum of clip(g_u) is ``(a * R)^T Z1`` over
     the selected rows with a_i = min(1, C / ||g_u||) / k_u for row i of user u: one matrix
     product. Returns (K, d+1). With only singleton users this *is*
-    :func:`dpaudit.mechanisms.dpsgd.head_clipped_sum` (called directly).
+    :func:`dpaudit.mechanisms.dpsgd.head_clipped_sum` (called directly). ``user_norms``: an
+    alternative ``(r, zr, zr_norm, seg, k) -> ||g_u||`` with the same result (the audits use a
+    Gram-matrix version that is faster for many small users); default :func:`_head_user_norms`.
     """
     if np.all(k == 1):
         return dpsgd.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
@@ -158,7 +161,7 @@ def user_head_clipped_sum(
     r = residuals_numpy(zr @ w.T, y[rows], binary_logit)
     kd = k.astype(r.dtype)
     if clip:
-        norms = _head_user_norms(r, zr, z1_norm[rows], seg, k)
+        norms = (user_norms or _head_user_norms)(r, zr, z1_norm[rows], seg, k)
         coef = np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-30)).astype(r.dtype, copy=False)
         weight = coef / kd
     else:

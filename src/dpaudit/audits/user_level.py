@@ -1,0 +1,504 @@
+"""Audit target for *user-level* DP-SGD heads: one whole canary user, adjacency ``add-remove-user``.
+
+The mechanism audited is :mod:`dpaudit.mechanisms.user_level` (DP-MixMin paper, appendix A.9,
+Algorithm 2, on the DP-SGD engine of the DP-RVFL paper, section 3.2 / Algorithm 1) applied to
+the frozen-feature heads of :mod:`dpaudit.audits.heads` (``dp-rvfl``, ``logistic-raw``, ...):
+at every step each *user* is Poisson-sampled at the user rate q, a sampled user u contributes
+g_u = (1/k_u) sum_{i in S_u} grad l_i over k_u = min(G, |D_u|) of its records, g_u is clipped
+to L2 norm C, N(0, sigma^2 C^2 I) is added to the sum and the result is divided by the fixed
+normaliser. The clipped per-user sums are computed by the mechanism's own functions
+(:func:`~dpaudit.mechanisms.user_level.sample_user_records` and
+:func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`), with the canary user as one more
+user of the same index: it is Poisson-sampled at the same rate q and clipped by the same code.
+
+**Privacy contract audited.** The release claims (epsilon, delta)-DP under ``add-remove-user``
+adjacency for ``SubsampledGaussian(sigma, q_user, T)`` (RDP accountant), sigma calibrated for
+the target epsilon from the *user* schedule (n_users, expected users per step, epochs) exactly
+as :func:`~dpaudit.mechanisms.user_level.train_and_release_user_level` does. One trial is one
+training run on the base users, plus the canary user in the "in" world: neighbouring inputs
+differ by one whole user (G records), so a sound mechanism must keep the audit's eps_LB at or
+below the claim whatever G is.
+
+Canary users (public, chosen from the seed, recorded in audit.json):
+  - ``max-clip``: a user of G records whose gradients are all C e_j, where e_j is the unit
+    vector of one head weight W[0, j] on an input feature that is zero in every training record
+    (e.g. a border pixel on the direct link), so the data never move that weight. The user's
+    averaged gradient is C e_j and its joint clipped contribution exactly C e_j (clipping
+    leaves it at the largest size allowed). Score: W[0, j]. A mechanism that clipped each
+    record instead of the user would move that weight by G C.
+  - ``mislabeled``: a user of G distinct held-out test records of one class, all relabelled to
+    the same wrong class (a user who mislabels, say, every 3 as a 4), trained on like any user.
+    Score: the mean log-probability of the wrong labels. ``natural``: the same records with
+    their true labels.
+With G = 1 and one record per user these are the record-level canaries of
+:class:`~dpaudit.audits.heads.HeadTarget` (same feature, same test record) and the trials are
+bit-identical to it under reproducible noise (pinned by a test).
+
+Users: a release's user ids (``user_ids``, e.g. the ``--user-ids`` file it was trained with), or,
+for datasets without users (the embedded ``digits``), a public, seeded grouping of all rows
+into users of exactly G records (:func:`synthetic_user_ids`); either way the data are split 70 /
+15 / 15 *by users* (:mod:`dpaudit.data.users`), as a user-level release splits them.
+
+Trials are batched as in :func:`~dpaudit.mechanisms.batched.train_linear_heads_batched`: per
+step one Poisson draw of users for all runs, one canary draw, each run's per-user clipped sum,
+one Gaussian draw of shape (R, K, d+1) and one Adam update of all runs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import DataError, UsageError
+from ..mechanisms.user_level import sample_user_records, user_head_clipped_sum
+from ..noise import NoiseSource, public_rng
+from ..validation import one_of, positive_int
+from .canaries import check_canary
+from .heads import HEAD_MODELS, NO_NOISE_MULTIPLIER, canary_coordinate, label_log_prob, noiseless_copy
+from .targets import AuditTarget
+
+ADJACENCY = "add-remove-user"
+#: Public tag of the synthetic grouping of rows into users.
+TAG_USERS = 0x05E25
+#: Public tag of the canary record choice (the record-level head target's, so G = 1 picks the same record).
+TAG_CANARY = 0xCA7A
+
+
+# ------------------------------------------------------------------------------------- users
+
+
+def synthetic_user_ids(n_rows: int, records_per_user: int, seed: int) -> np.ndarray:
+    """Public grouping of ``n_rows`` rows (loader order) into users of ``records_per_user`` rows.
+
+    A seeded permutation of the rows (``public_rng(seed, TAG_USERS)``) is cut into consecutive
+    blocks of G; block b is user b (the last user has n_rows mod G rows when G does not divide
+    n_rows). For datasets that have no users of their own; public randomness only.
+    """
+    n = positive_int("n_rows", n_rows)
+    g = positive_int("records_per_user", records_per_user)
+    perm = public_rng(int(seed), TAG_USERS).permutation(n)
+    ids = np.empty(n, dtype=np.int64)
+    ids[perm] = np.arange(n, dtype=np.int64) // g
+    return ids
+
+
+def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.ndarray:
+    """One user's contribution from its records' gradients: clip((1/k) sum_i g_i) to norm C.
+
+    The arithmetic of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` for gradients
+    given explicitly (a gradient canary has no input record): average over the user's k
+    records (Algorithm 2, line 10), then scale by min(1, C / ||mean||) (line 11). Float64.
+    Pinned against ``user_head_clipped_sum`` by a test on real records.
+    """
+    g = np.asarray(record_grads, dtype=np.float64)
+    if g.ndim < 2 or g.shape[0] < 1:
+        raise UsageError(f"record_grads must have shape (k, ...) with k >= 1, got {g.shape}.")
+    mean = g.sum(axis=0) / g.shape[0]
+    norm = float(np.sqrt(np.sum(mean * mean)))
+    return mean * min(1.0, float(clipping_norm) / max(norm, 1e-30))
+
+
+def gram_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """||g_u||_F of the averaged per-user head gradients from Gram matrices (a speed device for
+    the audit's many small runs; a drop-in for ``mechanisms.user_level._head_user_norms``).
+
+    ||g_u||_F^2 = (1/k_u^2) sum_{i, j in S_u} (r_i . r_j)(z1_i . z1_j): two batched (U, G, G)
+    products on the rows padded per user, instead of the mechanism's per-logit segment sums
+    (about 10x faster at digits size; G^2 memory per user, so only for small users). Singleton
+    users: ||r_i|| ||z1_i||, as the mechanism. Pinned against the mechanism by a test.
+    """
+    first = np.cumsum(k) - k
+    norms = np.empty(k.size, dtype=r.dtype)
+    single = k == 1
+    if single.any():
+        fr = first[single]
+        norms[single] = np.sqrt(np.einsum("ij,ij->i", r[fr], r[fr])) * zr_norm[fr]
+    multi = ~single
+    if multi.any():
+        mrows = multi[seg]
+        km = k[multi]
+        u = np.cumsum(multi) - 1  # position of each multi-record user among them
+        pos = np.arange(r.shape[0]) - first[seg]
+        zp = np.zeros((km.size, int(km.max()), zr.shape[1]))
+        rp = np.zeros((km.size, int(km.max()), r.shape[1]))
+        zp[u[seg[mrows]], pos[mrows]] = zr[mrows]
+        rp[u[seg[mrows]], pos[mrows]] = r[mrows]
+        sq = np.einsum("ugh,ugh->u", zp @ zp.transpose(0, 2, 1), rp @ rp.transpose(0, 2, 1))
+        norms[multi] = (np.sqrt(np.maximum(sq, 0.0)) / km).astype(r.dtype)
+    return norms
+
+
+def user_head_clipped_sum_gram(w, z1, z1_norm, y, rows, seg, k, clipping_norm, *, binary_logit: bool = False, clip: bool = True) -> np.ndarray:
+    """:func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` with :func:`gram_user_norms`
+    (same arguments; everything but the norms is the mechanism's own arithmetic)."""
+    return user_head_clipped_sum(w, z1, z1_norm, y, rows, seg, k, clipping_norm, binary_logit=binary_logit, clip=clip,
+                                 user_norms=gram_user_norms)
+
+
+@dataclass(frozen=True, eq=False)
+class UserCanary:
+    """A canary user for :func:`train_user_heads_batched`.
+
+    ``kind="gradient"``: ``grads`` (G, K, d+1), the gradients of its G records (independent of
+    the model, a Dirac canary); its contribution at each step it is sampled is
+    ``clip_user(grads, C)``. ``kind="records"``: G input records ``z`` (G, d) with labels ``y``
+    (G,), one more user of the index, sampled and clipped like every user.
+    """
+
+    kind: str
+    grads: np.ndarray | None = None
+    z: np.ndarray | None = None
+    y: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        one_of("canary user kind", self.kind, ("gradient", "records"))
+        if self.kind == "gradient" and (self.grads is None or np.ndim(self.grads) != 3 or not np.all(np.isfinite(self.grads))):
+            raise UsageError("a gradient canary user must have finite grads of shape (G, K, d+1), got an invalid array.")
+        if self.kind == "records" and (self.z is None or self.y is None or np.ndim(self.z) != 2 or np.shape(self.y) != (np.shape(self.z)[0],)):
+            raise UsageError("a records canary user must have z (G, d) and y (G,), got an invalid pair.")
+
+    @property
+    def size(self) -> int:
+        return int(np.shape(self.grads if self.kind == "gradient" else self.z)[0])
+
+
+def _with_canary_user(index, first_row: int, size: int):
+    """``index`` with one more user (number ``index.n_users``) owning rows first_row..first_row+size-1."""
+    from ..data.users import UserIndex
+
+    return UserIndex(ids=np.arange(index.n_users + 1, dtype=np.int64),
+                     order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
+                     offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64))
+
+
+# ----------------------------------------------------------------------------- batched trainer
+
+
+def train_user_heads_batched(
+    z: np.ndarray,
+    y: np.ndarray,
+    users,
+    n_classes: int,
+    config,
+    *,
+    records_per_user: int,
+    noise: NoiseSource,
+    runs: int,
+    canary: UserCanary | None = None,
+    canary_in: np.ndarray | None = None,
+    init: np.ndarray | None = None,
+    binary_logit: bool = False,
+    dtype: torch.dtype = torch.float32,
+    user_sum=None,
+    clip_user=None,
+):
+    """Train ``runs`` independent user-level DP-SGD linear heads at once (for audits).
+
+    Each run is the protocol of :func:`dpaudit.mechanisms.user_level.train_user_linear_head`:
+    its own Poisson sample of users (rate ``config.sample_rate``) at every step, min(G, |D_u|)
+    records per sampled user, per-user averaged gradients clipped jointly at C by
+    :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, its own N(0, (sigma C)^2 I), the
+    fixed normaliser and its own Adam state. ``users``: a user id per row of ``z`` or a
+    ``UserIndex``. ``canary_in`` (R,) booleans: runs whose input holds the canary user, which is
+    Poisson-sampled at the same rate q (one more unit).
+
+    ``user_sum`` (same signature as ``user_head_clipped_sum``) defaults to
+    :func:`user_head_clipped_sum_gram`, the mechanism's clipped sum with faster norms (equal to
+    it, pinned by a test; pass ``user_head_clipped_sum`` itself to run the mechanism's code);
+    ``clip_user`` to :func:`user_clipped_gradient`. A test plugs in a deliberately broken
+    clipping here to check that the audit catches it.
+
+    Returns a :class:`~dpaudit.mechanisms.batched.BatchedHeadResult`.
+    """
+    from ..data.users import UserIndex, index_users
+    from ..mechanisms.batched import BatchedHeadResult, _bernoulli
+    from ..mechanisms.dpsgd import _HeadAdam, _numpy_backed, blas_threads, gaussian_filler, head_outputs, poisson_flat
+
+    user_sum = user_head_clipped_sum_gram if user_sum is None else user_sum
+    clip_user = user_clipped_gradient if clip_user is None else clip_user
+    runs = positive_int("runs", runs)
+    g = positive_int("records_per_user", records_per_user)
+    z = np.asarray(z)
+    y = np.asarray(y)
+    if z.ndim != 2 or y.shape != (z.shape[0],):
+        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
+    n, d = z.shape
+    index = users if isinstance(users, UserIndex) else index_users(users)
+    if index.n_records != n:
+        raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
+    k = head_outputs(n_classes, binary_logit)
+    if y.size and (y.min() < 0 or y.max() >= n_classes):
+        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
+    if canary is not None:
+        if canary_in is None or np.shape(canary_in) != (runs,):
+            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {None if canary_in is None else np.shape(canary_in)}.")
+        canary_in = np.asarray(canary_in, dtype=bool)
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    n_users = index.n_users
+    parts, labels = [z], y.astype(np.int64)
+    if canary is not None and canary.kind == "records":
+        # The canary user's records are rows n..n+G-1 of z1 and user n_users of the index: the
+        # ordinary Poisson draw over range(n_users) never samples it, its own draw does.
+        cz = np.asarray(canary.z, dtype=np.float64)
+        cy = np.asarray(canary.y, dtype=np.int64)
+        if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
+            raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
+        parts.append(cz)
+        labels = np.concatenate([labels, cy])
+        index = _with_canary_user(index, n, cz.shape[0])
+    z1 = np.empty((sum(len(p) for p in parts), d + 1), dtype=np_dtype)
+    start = 0
+    for p in parts:  # the batched head trainer's construction (same dtype path, bit for bit)
+        z1[start:start + len(p), :d] = p
+        start += len(p)
+    z1[:, d] = 1.0
+    z1_norm = np.sqrt(np.einsum("ij,ij->i", z1, z1))
+    grad_canary = None
+    if canary is not None and canary.kind == "gradient":
+        grads = np.asarray(canary.grads, dtype=np.float64)
+        if grads.shape[1:] != (k, d + 1):
+            raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
+        grad_canary = np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64).astype(np_dtype)
+    if init is None:
+        w = np.zeros((runs, k, d + 1), dtype=np_dtype)
+    else:
+        init = np.asarray(init)
+        if init.shape == (k, d + 1):
+            init = np.broadcast_to(init, (runs, k, d + 1))
+        if init.shape != (runs, k, d + 1):
+            raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
+        w = np.array(init, dtype=np_dtype, order="C")
+    adam = _HeadAdam(w, config)
+    draw_noise = gaussian_filler(noise, np.empty_like(w), config.noise_std)
+    std = config.noise_std
+    clip = not config.non_private
+    q = config.sample_rate
+    fast = _numpy_backed(noise)
+    counts = np.zeros(runs, dtype=np.int64) if canary is not None else None
+    sums = np.empty_like(w)
+    extra = np.array([n_users], dtype=np.int64)
+    steps_done = 0
+    with blas_threads():
+        for t in range(1, config.steps + 1):
+            if fast:
+                flat, offsets = poisson_flat(noise.numpy, runs, n_users, q)
+            else:  # cryptographic or custom source: through its poisson_mask
+                masks = [np.flatnonzero(noise.poisson_mask(n_users, q)) for _ in range(runs)]
+                offsets = np.concatenate([[0], np.cumsum([m.size for m in masks])])
+                flat = np.concatenate(masks) if masks else np.zeros(0, dtype=np.int64)
+            if canary is not None:
+                hit = _bernoulli(noise, runs, q) & canary_in
+                counts += hit
+            for r in range(runs):
+                sampled = flat[offsets[r]:offsets[r + 1]]
+                if grad_canary is None and canary is not None and hit[r]:
+                    sampled = np.concatenate([sampled, extra])  # the canary user, last (users stay ascending)
+                if sampled.size == 0:
+                    sums[r] = 0.0  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+                    continue
+                rows, seg, kk = sample_user_records(index, sampled, g, noise)
+                sums[r] = user_sum(w[r], z1, z1_norm, labels, rows, seg, kk, config.clipping_norm, binary_logit=k == 1, clip=clip)
+            if grad_canary is not None:
+                sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
+            if std > 0.0:
+                sums += draw_noise()
+            sums /= config.normalizer
+            adam.step(sums, t)  # exactly torch.optim.Adam, every run at once
+            steps_done += 1
+    return BatchedHeadResult(weights=w.astype(np.float64), steps_executed=steps_done, canary_samples=counts)
+
+
+# -------------------------------------------------------------------------------------- target
+
+
+@dataclass
+class UserHeadTarget(AuditTarget):
+    """User-level audit of one frozen-feature model's DP-SGD head (see module docstring).
+
+    ``records_per_user`` is G (records per canary user, and the mechanism's per-step records
+    per sampled user). ``user_ids``: one id per row of the dataset before splitting (array or
+    ``.npy`` path), default :func:`synthetic_user_ids`. ``batch_size`` is the expected number of
+    *users* per step and ``epochs`` counts passes over users (the release's meaning).
+    """
+
+    model: str = "dp-rvfl"
+    records_per_user: int = 1
+    dataset: str | None = "digits"
+    data_dir: str | None = None
+    epsilon: float = 2.0  # target epsilon the noise is calibrated for (RDP accountant, user level)
+    delta: float = 1e-5
+    canary: str = "max-clip"
+    seed: int = 42  # public seed: features, head initialisation, synthetic users, canary
+    user_ids: object | None = field(default=None, repr=False)
+    epochs: int | None = None
+    batch_size: int | None = None
+    profile: str | None = None
+    split_seed: int | None = None
+    noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
+    schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
+    claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
+    expected_sha256: str | None = None  # the release's dataset identity (after the user split)
+    expected_user_ids_sha256: str | None = None  # the release's users
+    expected_n_users: int | None = None
+    noise: bool = True
+    adjacency: str = ADJACENCY
+    default_chunk_size: int = 64
+    prepared: object | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.model not in HEAD_MODELS:
+            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
+        positive_int("records_per_user", self.records_per_user)
+        check_canary("head", self.canary)
+        one_of("adjacency", self.adjacency, (ADJACENCY,))
+        self._ready = False
+
+    @property
+    def mechanism(self) -> str:  # type: ignore[override]
+        return self.model
+
+    # ------------------------------------------------------------------ public set-up (once)
+    def _load(self):
+        """The dataset split by users, checked against the release's identity when given."""
+        from ..data.users import attach_user_ids, check_user_split, load_user_ids, n_rows
+
+        data = self.prepared
+        if data is None:
+            from ..data import load_dataset
+
+            data = load_dataset(self.dataset, data_dir=self.data_dir, split_seed=self.split_seed, profile=self.profile)
+        if data.user_ids is None:
+            ids = self.user_ids
+            if isinstance(ids, (str, os.PathLike)):
+                ids = load_user_ids(ids)
+            if ids is None:
+                ids = synthetic_user_ids(n_rows(data), self.records_per_user, self.seed)
+                self._users_from = f"synthetic: all rows grouped into users of {self.records_per_user} (public seed {self.seed})"
+            else:
+                self._users_from = "given user ids"
+            data = attach_user_ids(data, ids)
+        else:
+            self._users_from = "user ids of the prepared dataset"
+        check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
+        ident = data.identity()
+        if self.expected_user_ids_sha256 is not None and ident.get("user_ids_sha256") != self.expected_user_ids_sha256:
+            raise DataError(f"user ids sha256 must equal the release's {self.expected_user_ids_sha256[:12]}..., "
+                            f"got {str(ident.get('user_ids_sha256'))[:12]}... (pass the release's --user-ids file).")
+        if self.expected_sha256 is not None and data.sha256 != self.expected_sha256:
+            raise DataError(f"dataset sha256 must equal the release's {self.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+        return data
+
+    def prepare(self) -> None:
+        if self._ready:
+            return
+        from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+        from ..accounting.schedule import Schedule
+        from ..data.users import index_users
+        from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
+        from ..mechanisms.features import build_features
+        from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
+
+        data = self._load()
+        x, y = np.asarray(data.x_train), np.asarray(data.y_train)
+        users = index_users(data.user_ids["train"])
+        if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
+            raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
+        e0, b0 = default_protocol(data.name, data.kind)
+        epochs = self.epochs or e0
+        batch = self.batch_size or b0
+        # The schedule counts users (public reference size n_users), as the user-level release does.
+        sched = dp_sgd_schedule(users.n_users, batch, epochs)
+        if self.schedule is not None:
+            q, steps, m0 = self.schedule
+            sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
+        if self.noise_multiplier is None:
+            sigma = calibrate_noise_multiplier(target_epsilon=self.epsilon, delta=self.delta, sample_rate=sched.sample_rate,
+                                               steps=sched.steps, accountant="rdp").noise_multiplier
+        else:
+            sigma = float(self.noise_multiplier)
+        event = SubsampledGaussian(sigma, sched.sample_rate, sched.steps)
+        self._rdp_epsilon = compute_epsilon(event, delta=self.delta, accountant="rdp", adjacency=ADJACENCY).epsilon
+        self._claimed = self._rdp_epsilon if self.claimed is None else float(self.claimed)
+        self._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
+                                   noise_multiplier=sigma if self.noise else NO_NOISE_MULTIPLIER)
+        feats = build_features(MODELS[self.model].features, data.n_features, self.seed)
+        self._n_classes = int(data.n_classes)
+        self._binary = self._n_classes == 2
+        self._z = feats.transform(x)
+        self._y = y.astype(np.int64)
+        self._users = users
+        k = head_outputs(self._n_classes, binary_logit=self._binary)
+        self._init = init_head(feats.output_dim, k, public_rng(self.seed, TAG_HEAD))
+        self._k = k
+        self._dataset_name = data.name
+        self._build_canary(data, feats)
+        self._info = {"model": self.model, "features": feats.describe(), "privacy_unit": "user", "records_per_user": self.records_per_user,
+                      "n_users": users.n_users, "users": users.describe(), "users_from": self._users_from, "n_train": int(len(y)),
+                      "epochs": epochs, "batch_size": batch, "batch_size_unit": "users", **self._config.to_dict(), "noise_multiplier": sigma,
+                      "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon, "accountant": "rdp", "seed": self.seed}
+        self._ready = True
+
+    def _build_canary(self, data, feats) -> None:
+        g = self.records_per_user
+        d = self._z.shape[1]
+        if self.canary == "max-clip":
+            j, why, n_dead = canary_coordinate(self._z)
+            grad = np.zeros((self._k, d + 1))
+            grad[0, j] = self._config.clipping_norm  # each record's gradient: norm exactly C on W[0, j]
+            self._canary = UserCanary(kind="gradient", grads=np.broadcast_to(grad, (g,) + grad.shape).copy())
+            self._coord = j
+            self._canary_info = {"kind": "max-clip", "unit": "user", "records": g, "coordinate": [0, j], "why": why,
+                                 "dead_features": n_dead, "norm": self._config.clipping_norm,
+                                 "user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"}
+            return
+        rng = public_rng(self.seed, TAG_CANARY)
+        y_test = np.asarray(data.y_test)
+        if y_test.size == 0:
+            raise DataError(f"dataset {data.name} has no held-out test records for a {self.canary} canary user.")
+        i = int(rng.integers(len(y_test)))  # the record-level head target's draw: G = 1 picks the same record
+        y_true = int(y_test[i])
+        same = np.flatnonzero(y_test == y_true)
+        others = same[same != i]
+        picks = [i] + [int(v) for v in rng.permutation(others)[: g - 1]]
+        copies = g - len(picks)
+        picks += [picks[m % len(picks)] for m in range(copies)]  # too few distinct records of that class: repeat
+        y_c = (y_true + 1) % self._n_classes if self.canary == "mislabeled" else y_true
+        self._zc = feats.transform(np.asarray(data.x_test)[picks]).astype(np.float64)
+        self._yc = y_c
+        self._canary = UserCanary(kind="records", z=self._zc, y=np.full(g, y_c, dtype=np.int64))
+        self._canary_info = {"kind": self.canary, "unit": "user", "records": g, "test_indices": picks, "true_label": y_true, "label": y_c,
+                             "repeated_records": copies}
+
+    # -------------------------------------------------------------------------------- trials
+    @property
+    def claimed_epsilon(self) -> float:  # type: ignore[override]
+        self.prepare()
+        return self._claimed
+
+    def _train(self, canary_in: np.ndarray, noise: NoiseSource):
+        """The batched user-level runs (a hook a test may override with a broken mechanism)."""
+        return train_user_heads_batched(self._z, self._y, self._users, self._n_classes, self._config, records_per_user=self.records_per_user,
+                                        noise=noise, runs=canary_in.size, canary=self._canary, canary_in=canary_in, init=self._init,
+                                        binary_logit=self._binary)
+
+    def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        self.prepare()
+        c = np.asarray(canary_in, dtype=bool)
+        w = self._train(c, noise).weights  # (R, K, d+1)
+        if self.canary == "max-clip":
+            return w[:, 0, self._coord]
+        # the record-level score per canary record, averaged over the canary user's records
+        return sum(label_log_prob(w, zc, self._yc) for zc in self._zc) / len(self._zc)
+
+    def without_noise(self) -> "UserHeadTarget":
+        return noiseless_copy(self)
+
+    def describe(self) -> dict:
+        self.prepare()
+        cfg = dict(self._info)
+        if not self.noise:
+            cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
+        return {"task": None, "dataset": self._dataset_name, "config": cfg, "canary_info": self._canary_info}

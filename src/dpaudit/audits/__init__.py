@@ -15,7 +15,10 @@ Bring your own mechanism::
 Modules: :mod:`.stats` (Clopper–Pearson, eps_LB, ceiling, threshold selection, ROC, GDP estimate),
 :mod:`.engine` (trials, SELECT/EVAL, controls, checkpoints, audit.json schema), :mod:`.canaries`,
 :mod:`.gaussian` (exact-epsilon calibration target), :mod:`.mixmin`, :mod:`.heads` (DP-RVFL and the
-frozen-feature models), :mod:`.elm` (Laplace DP-ELM), :mod:`.build` (targets from names / releases).
+frozen-feature models), :mod:`.user_level` (the same heads trained at user level, audited with a
+whole canary user), :mod:`.elm` (Laplace DP-ELM), :mod:`.build` (targets from names / releases).
+Trials run on the built-in process pool or on any executor of :mod:`dpaudit.sweeps.executors`
+(``run_audit(..., executor=...)``, e.g. a Dask cluster).
 """
 
 from .engine import (AUDIT_FILE, CONTROLS, SCORES_FILE, AuditResult, audit_callable, audit_scores, evaluate_scores, plan_trials,

@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def sweep(
         spec: Optional[Path] = typer.Argument(None, help="TOML sweep spec (grid of models x datasets x eps x seeds).", show_default=False),
-        builtin: Optional[str] = typer.Option(None, "--builtin", help="A built-in spec: dp-rvfl-primary, selftest.", show_default=False),
+        builtin: Optional[str] = typer.Option(None, "--builtin", help="A built-in spec: dp-rvfl-primary (the issue's 650-task grid), dp-rvfl-primary-full (the paper's 1,540-task primary suite, for a cluster), selftest.", show_default=False),
         executor: ExecutorChoice = typer.Option(ExecutorChoice.local, "--executor", help="local (process pool here) or dask."),
         scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).", show_default=False),
         workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (local pool, or a Dask LocalCluster on 127.0.0.1). Default: CPU count.", show_default=False),

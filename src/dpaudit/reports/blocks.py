@@ -274,6 +274,8 @@ def _sweep_table_blocks(t: dict) -> list[Block]:
             f"{f(r['mean'], 2)} ± {f(r['sd'], 2)}" if num(r.get("sd")) is not None and not math.isnan(num(r["sd"])) else f"{f(r['mean'], 2)}")
         ci = f"[{f(r.get('ci_low'), 2)}, {f(r.get('ci_high'), 2)}]" if num(r.get("ci_low")) is not None and not math.isnan(num(r["ci_low"])) else DASH
         pub = "not in Table 3" if r.get("published_mean") is None else f"{f(r['published_mean'], 2)} ± {f(r['published_sd'], 2)}"
+        if r.get("published_mean") is not None and r.get("published_source") not in (None, "Table 3"):
+            pub += f" ({r['published_source']})"  # e.g. attention (Table 9) or DP-ELM widths (Table 5)
         rows.append([str(r.get("label")), str(r.get("dataset")), ours, ci, _val(r.get("n")), pub, _signed(r.get("difference"), 2)])
     if rows:
         out.append(Block("table", caption=f"Table 3 comparison: accuracy (%) at eps = {g(t3.get('epsilon'))}, mean ± SD over seeds, "
@@ -296,16 +298,19 @@ def _sweep_table_blocks(t: dict) -> list[Block]:
         out.append(Block("table", caption=f"{metric}{unit} per cell: mean ± sample SD [95 % Student-t interval] (n seeds)",
                          headers=["dataset", "model"] + [f"eps = {_eps_label(e)}" for e in eps], rows=rows))
     cons = t.get("contrasts") or []
-    if cons:
+    mins = t.get("min_attainable_p") or {}
+    floor = "; ".join(f"n = {n}: smallest attainable p = {_p(v)}" for n, v in mins.items())
+
+    def contrast_table(family: list[dict], what: str, size) -> Block:
         rows = [[c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", _val(c.get("n")),
                  _signed(c.get("mean_difference")), _p(c.get("p_value")), _p(c.get("p_holm")), f"{c['wins']}/{c['ties']}/{c['losses']}"]
-                for c in cons]
-        mins = t.get("min_attainable_p") or {}
-        floor = "; ".join(f"n = {n}: smallest attainable p = {_p(v)}" for n, v in mins.items())
-        out.append(Block("table", caption=f"Paired contrasts (reference minus comparator, paired by seed): exact sign-flip p and Holm-adjusted p "
-                                          f"over the whole family of {t.get('contrast_family_size')}; W/T/L = seeds won/tied/lost"
-                                          + (f" ({floor})" if floor else ""),
-                         headers=["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows=rows))
+                for c in family]
+        return Block("table", caption=f"Paired contrasts{what} (reference minus comparator, paired by seed): exact sign-flip p and Holm-adjusted p "
+                                      f"over the whole family of {size}; W/T/L = seeds won/tied/lost" + (f" ({floor})" if floor else ""),
+                     headers=["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows=rows)
+
+    if cons:
+        out.append(contrast_table(cons, "", t.get("contrast_family_size")))
         wtl = t.get("win_tie_loss") or []
         if wtl:
             out.append(Block("table", caption="Win/tie/loss across conditions by mean (descriptive only)",
@@ -314,6 +319,9 @@ def _sweep_table_blocks(t: dict) -> list[Block]:
                                     _val(w["conditions"])] for w in wtl]))
     else:
         out.append(Block("p", text="No paired contrast: no comparator shares at least two seeds with the reference in any condition."))
+    np_cons = t.get("non_private_contrasts") or []
+    if np_cons:
+        out.append(contrast_table(np_cons, ", non-private conditions (a separate Holm family)", t.get("non_private_family_size")))
     for n in t.get("notes") or []:
         out.append(Block("p", text=str(n)))
     return out

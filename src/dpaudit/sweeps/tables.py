@@ -5,11 +5,19 @@
 - ``cells``: per dataset x epsilon x model, mean +/- sample SD and 95 % Student-t interval over
   seeds, for every metric in ``metrics``;
 - ``contrasts``: reference (DP-RVFL by default) minus each comparator, paired by seed, exact
-  sign-flip p and Holm-adjusted p over the whole family (all datasets, budgets, comparators and
-  metrics present), with seed-level win/tie/loss;
-- ``win_tie_loss``: condition-level counts by mean, per comparator and metric;
+  sign-flip p and Holm-adjusted p over the whole family of *private* dataset-budget conditions
+  (all datasets, budgets, comparators and metrics present), with seed-level win/tie/loss. This
+  is the paper's family (section 4.2: "960 reported primary contrasts ... four datasets, six
+  budgets, ten comparators and four metrics", the ten comparators being the six other gradient
+  models and the four DP-ELM widths). Non-private conditions are a different experiment
+  (section 4.3), so their contrasts form a separate family, ``non_private_contrasts``, with its
+  own Holm adjustment; they never enlarge or shrink the private family;
+- ``win_tie_loss``: condition-level counts by mean, per comparator and metric (private family);
 - ``table3``: the eps = 2 accuracy slice in percent next to the published Table 3 values
-  (:mod:`dpaudit.sweeps.published`), with the difference and how many seeds we have.
+  (:mod:`dpaudit.sweeps.published`), with the difference and how many seeds we have; DP-ELM
+  widths (when the sweep ran any) are shown next to Table 5, and every row carries
+  ``published_source`` (Table 3, Table 5 or Table 9), since those values are not
+  equal-guarantee comparisons.
 
 Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show
 accuracy in percent like the paper. Nothing here claims significance: the notes say what a
@@ -22,8 +30,8 @@ import html
 import math
 from typing import Iterable, Sequence
 
-from .published import (TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS, TABLE9_ATTENTION,
-                        TABLE9_NOTE)
+from .published import (TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS, TABLE5_CITATION,
+                        TABLE5_DP_ELM, TABLE5_EPSILON, TABLE5_NOTE, TABLE5_ROW_LABELS, TABLE9_ATTENTION, TABLE9_NOTE)
 from .stats import PRIMARY_METRICS, Contrast, cells, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
 
 NOTES = (
@@ -33,6 +41,10 @@ NOTES = (
     "all 2^n sign assignments (n = 5 seeds: smallest attainable p = 0.0625, so p < 0.05 is impossible); "
     "Holm adjustment across the whole reported family.",
     "Win/tie/loss counts are descriptive; absence of significance is not evidence of equivalence.",
+    "The Holm family covers private conditions only; non-private references (no clipping, no noise) are "
+    "contrasted in a separate family.",
+    "DP-ELM (dp-elm-L*) is the closed-form Laplace mechanism with a pure-DP guarantee (delta = 0): "
+    "not an equal-guarantee, equal-width or equal-loss comparison with the DP-SGD models (paper, Table 5).",
     "Each task is a separate private release on the same training partition: the sweep's composed privacy "
     "cost is far above any single run's epsilon (see `dpaudit ledger summary`).",
 )
@@ -51,7 +63,12 @@ def _pm(mean: float, sd: float, digits: int = 2) -> str:
 
 
 def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) -> dict:
-    """The eps = 2 accuracy slice (percent) beside the published Table 3 values."""
+    """The eps = 2 accuracy slice (percent) beside the published Table 3 values.
+
+    Every Table 3 model is listed for each dataset the slice has results for (``not run`` where
+    missing); the DP-ELM widths are listed next to Table 5 when the sweep has any DP-ELM result
+    at this budget; other models (e.g. the attention control, Table 9) only where they ran.
+    """
     recs = [r for r in records if r["epsilon"] is not None and math.isclose(r["epsilon"], epsilon)]
     by = {}
     for r in recs:
@@ -60,7 +77,9 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
             by.setdefault((r["model"], r["dataset"]), {})[int(r["seed"])] = 100.0 * float(acc)
     # Only the datasets the sweep has results for at this budget (all published models shown for them).
     present = {d for _, d in by}
-    models = list(TABLE3_ROW_LABELS) + sorted({m for m, _ in by} - set(TABLE3_ROW_LABELS))
+    ran = {m for m, _ in by}
+    elm = list(TABLE5_ROW_LABELS) if ran & set(TABLE5_ROW_LABELS) else []
+    models = list(TABLE3_ROW_LABELS) + elm + sorted(ran - set(TABLE3_ROW_LABELS) - set(elm))
     datasets = [d for d in TABLE3_COLUMN_LABELS if d in present] + sorted(present - set(TABLE3_COLUMN_LABELS))
     rows = []
     for m in models:
@@ -70,11 +89,14 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
             if pub is None and m == "dp-attention" and math.isclose(epsilon, TABLE3_EPSILON):
                 pub = TABLE9_ATTENTION.get(d)  # the attention control is published in Table 9 only
                 source = TABLE9_NOTE if pub else None
+            if pub is None and m in TABLE5_ROW_LABELS and math.isclose(epsilon, TABLE5_EPSILON):
+                pub = TABLE5_DP_ELM[int(m.rsplit("L", 1)[1])].get(d)  # pure DP, delta = 0: its own table
+                source = TABLE5_NOTE if pub else None
             ours = by.get((m, d))
             if pub is None and ours is None:
                 continue
             row = {
-                "model": m, "label": TABLE3_ROW_LABELS.get(m, m), "dataset": d,
+                "model": m, "label": TABLE3_ROW_LABELS.get(m) or TABLE5_ROW_LABELS.get(m, m), "dataset": d,
                 "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None, "published_source": source,
                 "mean": None, "sd": None, "n": 0, "seeds": [], "difference": None,
             }
@@ -84,7 +106,10 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
                 if pub:
                     row["difference"] = s.mean - pub[0]
             rows.append(row)
-    return {"epsilon": epsilon, "metric": "accuracy (%)", "citation": TABLE3_CITATION, "rows": rows}
+    citation = TABLE3_CITATION
+    if any(r["published_source"] == TABLE5_NOTE for r in rows):
+        citation += " " + TABLE5_CITATION
+    return {"epsilon": epsilon, "metric": "accuracy (%)", "citation": citation, "rows": rows}
 
 
 def sweep_tables(
@@ -102,8 +127,11 @@ def sweep_tables(
     present = sorted({k for r in records for k in r.get("metrics", {})})
     use_metrics = [m for m in metrics if m in present]
     cell_rows = [c.to_dict() for m in use_metrics for c in cells(records, m)]
-    contrasts = paired_contrasts(records, reference=reference, metrics=use_metrics)
-    ns = sorted({c.n for c in contrasts})
+    # Two Holm families: private conditions (the paper's primary family) and non-private ones.
+    contrasts = paired_contrasts([r for r in records if r["epsilon"] is not None], reference=reference, metrics=use_metrics)
+    non_private = [r for r in records if r["epsilon"] is None]
+    np_contrasts = paired_contrasts(non_private, reference=reference, metrics=use_metrics) if non_private else []
+    ns = sorted({c.n for c in contrasts} | {c.n for c in np_contrasts})
     return {
         "sweep": name,
         "tasks_with_results": len(records),
@@ -114,6 +142,8 @@ def sweep_tables(
         "contrast_family_size": len(contrasts),
         "min_attainable_p": {str(n): min_attainable_pvalue(n) for n in ns},
         "win_tie_loss": [w.to_dict() for w in win_tie_loss(contrasts)],
+        "non_private_contrasts": [c.to_dict() for c in np_contrasts],
+        "non_private_family_size": len(np_contrasts),
         "table3": table3_slice(records),
         "notes": list(NOTES),
     }
@@ -194,6 +224,9 @@ def render_markdown(tables: dict) -> str:
         parts += [f"## Paired contrasts ({tables['contrast_family_size']} in the Holm family)", "",
                   contrasts_markdown(tables["contrasts"]), ""]
         parts += ["## Win/tie/loss across conditions (by mean)", "", win_tie_loss_markdown(tables["win_tie_loss"]), ""]
+    if tables.get("non_private_contrasts"):
+        parts += [f"## Non-private paired contrasts ({tables['non_private_family_size']} in their own Holm family)", "",
+                  contrasts_markdown(tables["non_private_contrasts"]), ""]
     parts += ["## Notes", ""] + [f"- {n}" for n in tables["notes"]]
     return "\n".join(parts) + "\n"
 
@@ -225,11 +258,15 @@ def render_html(tables: dict) -> str:
     parts = [f"<section class='sweep'><h2>Sweep {e(str(tables.get('sweep') or ''))}</h2>",
              f"<h3>Accuracy (%) at eps = {t3['epsilon']:g} next to Table 3</h3><p>{e(t3['citation'])}</p>",
              _html_table(["model", "dataset", "dpaudit", "seeds", "published", "difference"], t3_rows)]
-    if tables["contrasts"]:
+    families = [("contrasts", f"Paired contrasts (Holm family of {tables['contrast_family_size']})"),
+                ("non_private_contrasts", f"Non-private paired contrasts (own Holm family of {tables.get('non_private_family_size', 0)})")]
+    for key, title in families:
+        if not tables.get(key):
+            continue
         rows = [[c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", str(c["n"]),
                  f"{c['mean_difference']:+.4f}", f"{c['p_value']:.4f}", f"{c['p_holm']:.4f}", f"{c['wins']}/{c['ties']}/{c['losses']}"]
-                for c in tables["contrasts"]]
-        parts += [f"<h3>Paired contrasts (Holm family of {tables['contrast_family_size']})</h3>",
+                for c in tables[key]]
+        parts += [f"<h3>{e(title)}</h3>",
                   _html_table(["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows)]
     parts += ["<ul>" + "".join(f"<li>{e(n)}</li>" for n in tables["notes"]) + "</ul></section>"]
     return "\n".join(parts)

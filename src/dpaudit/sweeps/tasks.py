@@ -6,7 +6,12 @@ result dict. Runners are plain module-level functions so they pickle to worker p
 Dask workers alike.
 
 - ``train``: one private (or non-private) training run through
-  :func:`dpaudit.mechanisms.rvfl.train_and_release`; the release is written under the sweep's
+  :func:`dpaudit.mechanisms.rvfl.train_and_release` (the seven DP-SGD models and the attention
+  control) or, for the model names ``dp-elm-L1``, ``dp-elm-L3``, ``dp-elm-L5`` and ``dp-elm-L10``,
+  one closed-form Laplace DP-ELM of that width through
+  :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm` (pure epsilon-DP, delta = 0, event
+  ``PureEpsilon(epsilon)``, adjacency add-remove-record like DP-SGD so the ledger composes both
+  kinds on one training partition; DP-RVFL paper section 3.5). The release is written under the sweep's
   output folder and recorded in the ledger, tagged with the sweep's name (``config["sweep"]``),
   so the ledger shows what the whole sweep spent: every task is a separate release on the same
   training partition, and they compose (the composed epsilon of a sweep is far above any single
@@ -26,11 +31,20 @@ from pathlib import Path
 
 from ..errors import UsageError
 
-#: Models the ``train`` runner accepts (DP-RVFL family, paper 001 sections 3.3-3.6).
-TRAIN_MODELS = (
+#: DP-SGD-trained models of the ``train`` runner (DP-RVFL family, paper 001 sections 3.3-3.6).
+GRADIENT_MODELS = (
     "dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected",
     "dp-dense", "dp-cnn", "dp-attention",
 )
+#: Closed-form Laplace DP-ELM widths L of the primary design (paper 001, section 3.5; equal to
+#: ``dpaudit.mechanisms.dp_elm.ELM_WIDTHS``, kept literal so reading a spec imports no mechanism).
+DP_ELM_WIDTHS = (1, 3, 5, 10)
+#: Sweep model names of the DP-ELM widths: ``dp-elm-L{width}``.
+DP_ELM_MODELS = tuple(f"dp-elm-L{w}" for w in DP_ELM_WIDTHS)
+#: Models the ``train`` runner accepts.
+TRAIN_MODELS = GRADIENT_MODELS + DP_ELM_MODELS
+#: ``delta``, ``epochs`` and ``batch_size`` concern the DP-SGD models only; a DP-ELM task of a
+#: mixed block ignores them (its release claims delta = 0 and makes one closed-form pass).
 TRAIN_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "epochs", "batch_size")
 SELFTEST_MODELS = ("mean", "median")
 SELFTEST_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "n", "sleep", "fail_seeds", "exit_once_marker")
@@ -78,6 +92,11 @@ def validate_block(runner: str, models: list[str], datasets: list[str], settings
         open_unit("delta", settings["delta"])
 
 
+def dp_elm_width(model: str) -> int | None:
+    """The width L of a ``dp-elm-L{L}`` sweep model name, None for any other model."""
+    return DP_ELM_WIDTHS[DP_ELM_MODELS.index(model)] if model in DP_ELM_MODELS else None
+
+
 def task_dir(out_dir: str | os.PathLike, config: dict, key: str) -> Path:
     """A readable, unique folder for one task's artefacts."""
     eps = "nonprivate" if config["epsilon"] is None else f"eps{config['epsilon']:g}"
@@ -110,29 +129,16 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
     """
     import dataclasses
 
-    from ..mechanisms.rvfl import train_and_release
     from ..records import write_release
 
     s = config["settings"]
     out = task_dir(context.out_dir, config, key)
     non_private = bool(s.get("non_private", False)) or config["epsilon"] is None
-    release = train_and_release(
-        config["model"],
-        dataset=config["dataset"],
-        data_dir=context.data_dir,
-        epsilon=config["epsilon"] if not non_private else 1.0,  # ignored when non-private
-        delta=float(s.get("delta", 1e-5)),
-        seed=int(config["seed"]),
-        non_private=non_private,
-        reproducible_noise=bool(s.get("reproducible_noise", False)),
-        noise_source=str(s.get("noise_source", "os-entropy")),
-        out_dir=str(out),
-        ledger_path=context.ledger_path,
-        epochs=s.get("epochs"),
-        batch_size=s.get("batch_size"),
-        progress=False,
-        record=False,
-    )
+    width = dp_elm_width(config["model"])
+    if width is not None:
+        release = _train_dp_elm(config, context, out, width, non_private)
+    else:
+        release = _train_gradient(config, context, out, non_private)
     # The sweep tag: which sweep and task made this release (the ledger shows it per release).
     tagged = dataclasses.replace(release, config={**release.config, "sweep": {"name": context.sweep, "task": key}})
     write_release(tagged, out)
@@ -141,22 +147,72 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
     return result
 
 
+def _common_kwargs(config: dict, context: RunContext, out: Path, non_private: bool) -> dict:
+    """What every trainer of the ``train`` runner takes from a task (its release is not recorded here:
+    the coordinator records it)."""
+    s = config["settings"]
+    return dict(
+        dataset=config["dataset"],
+        data_dir=context.data_dir,
+        epsilon=config["epsilon"] if not non_private else 1.0,  # ignored when non-private
+        seed=int(config["seed"]),
+        non_private=non_private,
+        reproducible_noise=bool(s.get("reproducible_noise", False)),
+        noise_source=str(s.get("noise_source", "os-entropy")),
+        out_dir=str(out),
+        ledger_path=context.ledger_path,
+        record=False,
+    )
+
+
+def _train_gradient(config: dict, context: RunContext, out: Path, non_private: bool):
+    """One DP-SGD (or non-private) run of a gradient-trained model."""
+    from ..mechanisms.rvfl import train_and_release
+
+    s = config["settings"]
+    return train_and_release(config["model"], delta=float(s.get("delta", 1e-5)), epochs=s.get("epochs"), batch_size=s.get("batch_size"),
+                             progress=False, **_common_kwargs(config, context, out, non_private))
+
+
+def _train_dp_elm(config: dict, context: RunContext, out: Path, width: int, non_private: bool):
+    """One closed-form Laplace DP-ELM of ``width`` (pure epsilon-DP; section 3.5).
+
+    The trainer runs its own preflight of ``PureEpsilon(epsilon)`` against the ledger before the
+    statistics are touched; adjacency stays at its default, add-remove-record (the relation of
+    the DP-SGD releases, so the ledger composes both on the training partition). ``delta``,
+    ``epochs`` and ``batch_size`` do not apply to this mechanism and are not passed.
+    """
+    from ..mechanisms.dp_elm import train_and_release_dp_elm
+
+    return train_and_release_dp_elm(width=width, **_common_kwargs(config, context, out, non_private))
+
+
 def planned_event(config: dict):
     """(dataset, partition, adjacency, event) a ``train`` task will spend, computed *before* it runs.
 
     Mirrors :func:`dpaudit.mechanisms.rvfl.train_and_release`: the public schedule of the
     dataset's training partition (paper Table 2) and the RDP-calibrated noise multiplier for the
-    target epsilon. ``event`` is None for a non-private task (unbounded cost). Returns None for
-    runners that touch no real data.
+    target epsilon. A DP-ELM task (``dp-elm-L*``) spends ``PureEpsilon(epsilon)`` (pure DP,
+    delta = 0) under add-remove-record, exactly what
+    :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm` records, so the sweep's up-front
+    cap check composes it with the Gaussian events of the same partition. ``event`` is None for
+    a non-private task (unbounded cost). Returns None for runners that touch no real data.
     """
     if config["runner"] != "train":
         return None
-    from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
+    from ..accounting import PureEpsilon, SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
     from ..data import dataset_info
     from ..mechanisms.rvfl import ACCOUNTANT, ADJACENCY, default_protocol
 
     s = config["settings"]
     info = dataset_info(config["dataset"])
+    width = dp_elm_width(config["model"])
+    if width is not None:
+        from ..mechanisms.dp_elm import DEFAULT_ADJACENCY
+
+        if s.get("non_private") or config["epsilon"] is None:
+            return info.name, "train", DEFAULT_ADJACENCY, None
+        return info.name, "train", DEFAULT_ADJACENCY, PureEpsilon(float(config["epsilon"]))
     if s.get("non_private") or config["epsilon"] is None:
         return info.name, "train", ADJACENCY, None
     epochs, batch = default_protocol(info.name, info.kind)
@@ -169,7 +225,7 @@ def planned_event(config: dict):
 def release_result(release, out: Path) -> dict:
     """The part of a release a sweep table needs (the full release stays in release.json)."""
     d = release.to_dict() if hasattr(release, "to_dict") else dict(release)
-    return {
+    out_ = {
         "release_id": d.get("id"),
         "mechanism": d.get("mechanism"),
         "epsilon": d.get("epsilon"),
@@ -189,6 +245,10 @@ def release_result(release, out: Path) -> dict:
         "timings": d.get("timings", {}),
         "release_dir": str(out.resolve()),
     }
+    cfg = d.get("config") or {}
+    if d.get("mechanism") == "dp-elm":  # closed-form DP-ELM: its width and Laplace scale L(L+2)/epsilon
+        out_.update(width=cfg.get("width"), noise_scale=cfg.get("noise_scale"), sampler=cfg.get("sampler"))
+    return out_
 
 
 # --------------------------------------------------------------------------------------------

@@ -212,3 +212,29 @@ def test_several_sweeps_each_get_a_section_and_a_verdict(sweep, tmp_path):
     assert by["st"]["counts"]["done"] == 4 and by["st"]["tables"]["contrast_family_size"] == 1  # mean − median, accuracy
     verdicts = {v["key"]: v["status"] for v in rep["sections"]["verdict"]}
     assert verdicts == {"sweep:tiny-report": "not-audited", "sweep:st": "no-claim"}
+
+
+def test_failed_tasks_say_whether_the_current_spec_still_has_them(sweep, tmp_path):
+    """A failure left from an earlier version of the spec is labelled, not shown as a hole in the grid."""
+    from dpaudit.sweeps.spec import Task
+    from dpaudit.sweeps.store import open_store
+
+    copy = tmp_path / "tiny-report"
+    shutil.copytree(sweep["dir"], copy)
+    current = parse_spec(SPEC).tasks()[0]
+    gone = Task(current.runner, "dp-rvfl", "digits", 8.0, 42, current.settings)  # eps 8 is not in the spec
+    with open_store(copy, create=False) as st:
+        st.add_tasks([gone])
+        st.mark_failed(gone.key, "UsageError: something went wrong.")
+    rep = build_report([copy])
+    (sw,) = rep["sections"]["sweep"]
+    (fl,) = sw["failures"]
+    assert fl["key"] == gone.key and fl["in_current_spec"] is False
+    assert any("not in the sweep's current spec" in n["message"] for n in rep["notes"])
+    # the spec is widened to eps 8 (as a later `dpaudit sweep` of the new spec would record it)
+    with open_store(copy, create=False) as st:
+        st.set_spec(parse_spec(SPEC.replace("epsilons = [2.0]", "epsilons = [2.0, 8.0]")).to_dict())
+    rep = build_report([copy])
+    (fl,) = rep["sections"]["sweep"][0]["failures"]
+    assert fl["in_current_spec"] is True
+    assert not any("not in the sweep's current spec" in n["message"] for n in rep["notes"])

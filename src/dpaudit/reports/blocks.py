@@ -394,8 +394,9 @@ def sweep_blocks(report: dict) -> list[Block]:
         fails = sw.get("failures") or []
         if fails:
             out.append(Block("table", caption=f"Failed tasks ({len(fails)}; retried only with --retry-failed)",
-                             headers=["model", "dataset", "eps", "seed", "error"],
-                             rows=[[str(x["model"]), str(x["dataset"]), _eps_label(x.get("epsilon")), _val(x.get("seed")), str(x.get("error"))]
+                             headers=["model", "dataset", "eps", "seed", "in current spec", "error"],
+                             rows=[[str(x["model"]), str(x["dataset"]), _eps_label(x.get("epsilon")), _val(x.get("seed")),
+                                    {True: "yes", False: "no (earlier spec)"}.get(x.get("in_current_spec"), DASH), str(x.get("error"))]
                                    for x in fails[:50]]))
         if sw.get("tables"):
             out.extend(_sweep_table_blocks(sw["tables"]))

@@ -123,6 +123,7 @@ def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
             sweep.spec = json.loads(meta["spec"]) if "spec" in meta else None
         except ValueError:
             sweep.spec = None
+        _mark_stale_failures(sweep)
     except DPAuditError as e:
         sweep.error = str(e)
         sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: {e} Its releases are still checked and composed."))
@@ -145,6 +146,22 @@ def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
             continue
         sweep.releases.append(LoadedRelease(f.parent, rel))
     return sweep
+
+
+def _mark_stale_failures(sweep: LoadedSweep) -> None:
+    """Tag each failed task with whether the sweep's current spec (the one last run, kept in the
+    store) still contains it: a failure left from an earlier version of the spec is reported as
+    such instead of looking like a hole in the grid. Unknown (None) when the spec cannot be read."""
+    keys = None
+    if isinstance(sweep.spec, dict):
+        try:
+            from ..sweeps.spec import spec_from_dict
+
+            keys = {t.key for t in spec_from_dict({k: v for k, v in sweep.spec.items() if k != "source"}).tasks()}
+        except Exception:  # noqa: BLE001 - an old or foreign spec: say nothing rather than guess
+            keys = None
+    for fl in sweep.failures:
+        fl["in_current_spec"] = None if keys is None else fl["key"] in keys
 
 
 # ------------------------------------------------------------------ the sweep section
@@ -436,8 +453,11 @@ def sweep_section(sweep: LoadedSweep, cache, notes: list[Note], *, ledger_path: 
     c = entry["counts"]
     if c["failed"]:
         first = sweep.failures[0]
+        stale = sum(1 for fl in sweep.failures if fl.get("in_current_spec") is False)
+        why = (f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
+               if stale else "")
         notes.append(Note("warning", "sweep", f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
-                                              f"eps={first['epsilon']} seed={first['seed']}: {first['error']})."))
+                                              f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."))
     if c["pending"]:
         notes.append(Note("info", "sweep", f"sweep {name}: {c['pending']} task(s) still pending: the tables cover finished tasks only."))
     if not sweep.error:

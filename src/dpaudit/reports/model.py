@@ -63,7 +63,8 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
 - ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep with
   ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error`` (unreadable store, else null),
   ``counts`` {done, failed, pending, total}, ``failures`` [{key, model, dataset, epsilon, seed,
-  error}], ``spec`` (as stored), ``releases`` (release files read below the folder) and
+  error, in_current_spec (false: left from an earlier version of the spec; null: unknown)}],
+  ``spec`` (as stored), ``releases`` (release files read below the folder) and
   ``release_ids``, ``missing_releases`` (named by the store, no readable file) and
   ``orphan_releases`` (on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables`
   recomputed from the store: cells {dataset, epsilon, model, metric, seeds, values, summary {n,

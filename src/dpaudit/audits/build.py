@@ -51,6 +51,19 @@ def check_privacy_unit(mechanism: str, privacy_unit: str, records_per_user: int 
     return positive_int("records_per_user", records_per_user)
 
 
+def check_release_unit(release, privacy_unit: str | None, records_per_user: int | None) -> None:
+    """An audit of a release takes its privacy unit from the release: a requested unit or G that
+    says otherwise is refused (never silently ignored). ``privacy_unit=None``: not requested."""
+    if privacy_unit in (None, "record") and records_per_user is None:
+        return
+    unit = one_of("privacy_unit", privacy_unit or "record", PRIVACY_UNITS)
+    g_rel = (release.config or {}).get("records_per_user")
+    if unit != release.privacy_unit or (records_per_user is not None and records_per_user != g_rel):
+        raise UsageError(f"privacy_unit and records_per_user must match the release ({release.privacy_unit}"
+                         f"{f', G={g_rel}' if g_rel is not None else ''}) or be omitted, got {unit}"
+                         f"{f', G={records_per_user}' if records_per_user is not None else ''}.")
+
+
 def build_target(
     mechanism: str,
     *,

@@ -9,8 +9,8 @@ from typing import Optional
 
 import typer
 
-from . import options
 from ..errors import UsageError
+from . import options
 from .common import console, emit_json, note
 
 
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Empirical privacy audit (Jagielski et al. 2020): eps_LB with Clopper–Pearson bounds, ceiling, ROC, GDP estimate, controls."""
-        from ..audits.build import build_target, check_privacy_unit, target_from_release
+        from ..audits.build import build_target, check_privacy_unit, check_release_unit, target_from_release
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of
         from ..audits.engine import CONTROLS, run_audit
@@ -86,14 +86,7 @@ def register(app: typer.Typer) -> None:
             from ..records import read_release
 
             rel = read_release(release)
-            # The release decides the privacy unit; flags that say otherwise are refused, not ignored.
-            if privacy_unit != "record" or records_per_user is not None:
-                unit = one_of("privacy_unit", privacy_unit, ("record", "user"))
-                g_rel = (rel.config or {}).get("records_per_user")
-                if unit != rel.privacy_unit or (records_per_user is not None and records_per_user != g_rel):
-                    raise UsageError(f"privacy_unit and records_per_user must match the release ({rel.privacy_unit}"
-                                     f"{f', G={g_rel}' if g_rel is not None else ''}) or be omitted, got {unit}"
-                                     f"{f', G={records_per_user}' if records_per_user is not None else ''}.")
+            check_release_unit(rel, privacy_unit, records_per_user)  # the release decides the privacy unit
             release_id, release_path = rel.id, str(Path(release).resolve())
             t = target_from_release(release, canary=canary, data_dir=data_dir, no_noise=no_noise, mechanism=mechanism,
                                     user_ids=user_ids)

@@ -44,6 +44,49 @@ def label_log_prob(w: np.ndarray, z: np.ndarray, label: int) -> np.ndarray:
     return logp[:, label]
 
 
+def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: int, adjacency: str = "add-remove-record"):
+    """The public set-up every head audit target shares (record or user level): the paper's
+    schedule over ``reference_size`` units (records, or users), the RDP-calibrated noise
+    multiplier (or the target's given one), the claim to audit, the DP-SGD config (noise
+    multiplier NO_NOISE_MULTIPLIER for the no-noise control), the frozen features of the training
+    rows and the public head initialisation. Sets the target's ``_rdp_epsilon``, ``_claimed``,
+    ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
+    returns (epochs, batch size, noise multiplier, features)."""
+    from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+    from ..accounting.schedule import Schedule
+    from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
+    from ..mechanisms.features import build_features
+    from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
+
+    e0, b0 = default_protocol(data.name, data.kind)
+    epochs = target.epochs or e0
+    batch = target.batch_size or b0
+    sched = dp_sgd_schedule(reference_size, batch, epochs)
+    if target.schedule is not None:
+        q, steps, m0 = target.schedule
+        sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
+    if target.noise_multiplier is None:
+        sigma = calibrate_noise_multiplier(target_epsilon=target.epsilon, delta=target.delta, sample_rate=sched.sample_rate,
+                                           steps=sched.steps, accountant="rdp").noise_multiplier
+    else:
+        sigma = float(target.noise_multiplier)
+    event = SubsampledGaussian(sigma, sched.sample_rate, sched.steps)
+    target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
+    # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
+    target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
+    target._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
+                                 noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER)
+    feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
+    target._n_classes = int(data.n_classes)
+    target._binary = target._n_classes == 2
+    target._z = feats.transform(x)
+    target._y = y.astype(np.int64)
+    target._k = head_outputs(target._n_classes, binary_logit=target._binary)
+    target._init = init_head(feats.output_dim, target._k, public_rng(target.seed, TAG_HEAD))
+    target._dataset_name = data.name
+    return epochs, batch, sigma, feats
+
+
 def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
     """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
     moves — an input feature that is zero in every training record, so the data never move it."""
@@ -103,44 +146,12 @@ class HeadTarget(AuditTarget):
     def prepare(self) -> None:
         if self._ready:
             return
-        from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
-        from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
-        from ..mechanisms.features import build_features
-        from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
-
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         if self.max_train is not None and self.max_train < len(y):
             keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))
             x, y = x[keep], y[keep]
-        e0, b0 = default_protocol(data.name, data.kind)
-        epochs = self.epochs or e0
-        batch = self.batch_size or b0
-        sched = dp_sgd_schedule(len(y), batch, epochs)
-        if self.schedule is not None:
-            from ..accounting.schedule import Schedule
-
-            q, steps, m0 = self.schedule
-            sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
-        if self.noise_multiplier is None:
-            sigma = calibrate_noise_multiplier(target_epsilon=self.epsilon, delta=self.delta, sample_rate=sched.sample_rate,
-                                               steps=sched.steps, accountant="rdp").noise_multiplier
-        else:
-            sigma = float(self.noise_multiplier)
-        self._rdp_epsilon = compute_epsilon(SubsampledGaussian(sigma, sched.sample_rate, sched.steps), delta=self.delta, accountant="rdp").epsilon
-        # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
-        self._claimed = self._rdp_epsilon if self.claimed is None else float(self.claimed)
-        self._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                                   noise_multiplier=sigma if self.noise else NO_NOISE_MULTIPLIER)
-        feats = build_features(MODELS[self.model].features, data.n_features, self.seed)
-        self._n_classes = int(data.n_classes)
-        self._binary = self._n_classes == 2
-        self._z = feats.transform(x)
-        self._y = y.astype(np.int64)
-        k = head_outputs(self._n_classes, binary_logit=self._binary)
-        self._init = init_head(feats.output_dim, k, public_rng(self.seed, TAG_HEAD))
-        self._k = k
-        self._dataset_name = data.name
+        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=len(y))
         self._build_canary(data, feats)
         self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "epochs": epochs, "batch_size": batch,
                       **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon,

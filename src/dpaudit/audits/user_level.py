@@ -57,7 +57,7 @@ from ..mechanisms.user_level import sample_user_records, user_head_clipped_sum
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
-from .heads import HEAD_MODELS, NO_NOISE_MULTIPLIER, canary_coordinate, label_log_prob, noiseless_copy
+from .heads import HEAD_MODELS, NO_NOISE_MULTIPLIER, canary_coordinate, label_log_prob, noiseless_copy, setup_head
 from .targets import AuditTarget
 
 ADJACENCY = "add-remove-user"
@@ -394,46 +394,16 @@ class UserHeadTarget(AuditTarget):
     def prepare(self) -> None:
         if self._ready:
             return
-        from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
-        from ..accounting.schedule import Schedule
         from ..data.users import index_users
-        from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
-        from ..mechanisms.features import build_features
-        from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
 
         data = self._load()
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         users = index_users(data.user_ids["train"])
         if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
             raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
-        e0, b0 = default_protocol(data.name, data.kind)
-        epochs = self.epochs or e0
-        batch = self.batch_size or b0
         # The schedule counts users (public reference size n_users), as the user-level release does.
-        sched = dp_sgd_schedule(users.n_users, batch, epochs)
-        if self.schedule is not None:
-            q, steps, m0 = self.schedule
-            sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
-        if self.noise_multiplier is None:
-            sigma = calibrate_noise_multiplier(target_epsilon=self.epsilon, delta=self.delta, sample_rate=sched.sample_rate,
-                                               steps=sched.steps, accountant="rdp").noise_multiplier
-        else:
-            sigma = float(self.noise_multiplier)
-        event = SubsampledGaussian(sigma, sched.sample_rate, sched.steps)
-        self._rdp_epsilon = compute_epsilon(event, delta=self.delta, accountant="rdp", adjacency=ADJACENCY).epsilon
-        self._claimed = self._rdp_epsilon if self.claimed is None else float(self.claimed)
-        self._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                                   noise_multiplier=sigma if self.noise else NO_NOISE_MULTIPLIER)
-        feats = build_features(MODELS[self.model].features, data.n_features, self.seed)
-        self._n_classes = int(data.n_classes)
-        self._binary = self._n_classes == 2
-        self._z = feats.transform(x)
-        self._y = y.astype(np.int64)
+        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=users.n_users, adjacency=ADJACENCY)
         self._users = users
-        k = head_outputs(self._n_classes, binary_logit=self._binary)
-        self._init = init_head(feats.output_dim, k, public_rng(self.seed, TAG_HEAD))
-        self._k = k
-        self._dataset_name = data.name
         self._build_canary(data, feats)
         self._info = {"model": self.model, "features": feats.describe(), "privacy_unit": "user", "records_per_user": self.records_per_user,
                       "n_users": users.n_users, "users": users.describe(), "users_from": self._users_from, "n_train": int(len(y)),

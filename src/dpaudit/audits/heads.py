@@ -87,6 +87,16 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     return epochs, batch, sigma, feats
 
 
+def describe_head(target) -> dict:
+    """A head audit target's describe(): its recorded set-up, and the noise multiplier actually
+    used when it is the no-noise control."""
+    target.prepare()
+    cfg = dict(target._info)
+    if not target.noise:
+        cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
+    return {"task": None, "dataset": target._dataset_name, "config": cfg, "canary_info": target._canary_info}
+
+
 def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
     """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
     moves — an input feature that is zero in every training record, so the data never move it."""
@@ -203,8 +213,4 @@ class HeadTarget(AuditTarget):
         return noiseless_copy(self)
 
     def describe(self) -> dict:
-        self.prepare()
-        cfg = dict(self._info)
-        if not self.noise:
-            cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
-        return {"task": None, "dataset": self._dataset_name, "config": cfg, "canary_info": self._canary_info}
+        return describe_head(self)

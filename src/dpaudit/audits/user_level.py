@@ -57,7 +57,7 @@ from ..mechanisms.user_level import sample_user_records, user_head_clipped_sum
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
-from .heads import HEAD_MODELS, NO_NOISE_MULTIPLIER, canary_coordinate, label_log_prob, noiseless_copy, setup_head
+from .heads import HEAD_MODELS, canary_coordinate, describe_head, label_log_prob, noiseless_copy, setup_head
 from .targets import AuditTarget
 
 ADJACENCY = "add-remove-user"
@@ -214,28 +214,19 @@ def train_user_heads_batched(
     Returns a :class:`~dpaudit.mechanisms.batched.BatchedHeadResult`.
     """
     from ..data.users import UserIndex, index_users
-    from ..mechanisms.batched import BatchedHeadResult, _bernoulli
-    from ..mechanisms.dpsgd import _HeadAdam, _numpy_backed, blas_threads, gaussian_filler, head_outputs, poisson_flat
+    from ..mechanisms.batched import (BatchedHeadResult, _bernoulli, augmented_features, check_batched_inputs, initial_heads,
+                                      poisson_runs)
+    from ..mechanisms.dpsgd import _HeadAdam, _numpy_backed, blas_threads, gaussian_filler
 
     user_sum = user_head_clipped_sum_gram if user_sum is None else user_sum
     clip_user = user_clipped_gradient if clip_user is None else clip_user
     runs = positive_int("runs", runs)
     g = positive_int("records_per_user", records_per_user)
-    z = np.asarray(z)
-    y = np.asarray(y)
-    if z.ndim != 2 or y.shape != (z.shape[0],):
-        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
+    z, y, k, canary_in = check_batched_inputs(z, y, n_classes, binary_logit, runs, canary, canary_in)
     n, d = z.shape
     index = users if isinstance(users, UserIndex) else index_users(users)
     if index.n_records != n:
         raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
-    k = head_outputs(n_classes, binary_logit)
-    if y.size and (y.min() < 0 or y.max() >= n_classes):
-        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
-    if canary is not None:
-        if canary_in is None or np.shape(canary_in) != (runs,):
-            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {None if canary_in is None else np.shape(canary_in)}.")
-        canary_in = np.asarray(canary_in, dtype=bool)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     n_users = index.n_users
     parts, labels = [z], y.astype(np.int64)
@@ -249,28 +240,14 @@ def train_user_heads_batched(
         parts.append(cz)
         labels = np.concatenate([labels, cy])
         index = _with_canary_user(index, n, cz.shape[0])
-    z1 = np.empty((sum(len(p) for p in parts), d + 1), dtype=np_dtype)
-    start = 0
-    for p in parts:  # the batched head trainer's construction (same dtype path, bit for bit)
-        z1[start:start + len(p), :d] = p
-        start += len(p)
-    z1[:, d] = 1.0
-    z1_norm = np.sqrt(np.einsum("ij,ij->i", z1, z1))
+    z1, z1_norm = augmented_features(parts, d, np_dtype)  # the record-level batched trainer's construction
     grad_canary = None
     if canary is not None and canary.kind == "gradient":
         grads = np.asarray(canary.grads, dtype=np.float64)
         if grads.shape[1:] != (k, d + 1):
             raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
         grad_canary = np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64).astype(np_dtype)
-    if init is None:
-        w = np.zeros((runs, k, d + 1), dtype=np_dtype)
-    else:
-        init = np.asarray(init)
-        if init.shape == (k, d + 1):
-            init = np.broadcast_to(init, (runs, k, d + 1))
-        if init.shape != (runs, k, d + 1):
-            raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
-        w = np.array(init, dtype=np_dtype, order="C")
+    w = np.array(initial_heads(init, runs, k, d), dtype=np_dtype, order="C")
     adam = _HeadAdam(w, config)
     draw_noise = gaussian_filler(noise, np.empty_like(w), config.noise_std)
     std = config.noise_std
@@ -283,12 +260,7 @@ def train_user_heads_batched(
     steps_done = 0
     with blas_threads():
         for t in range(1, config.steps + 1):
-            if fast:
-                flat, offsets = poisson_flat(noise.numpy, runs, n_users, q)
-            else:  # cryptographic or custom source: through its poisson_mask
-                masks = [np.flatnonzero(noise.poisson_mask(n_users, q)) for _ in range(runs)]
-                offsets = np.concatenate([[0], np.cumsum([m.size for m in masks])])
-                flat = np.concatenate(masks) if masks else np.zeros(0, dtype=np.int64)
+            flat, offsets = poisson_runs(noise, fast, runs, n_users, q)
             if canary is not None:
                 hit = _bernoulli(noise, runs, q) & canary_in
                 counts += hit
@@ -467,8 +439,4 @@ class UserHeadTarget(AuditTarget):
         return noiseless_copy(self)
 
     def describe(self) -> dict:
-        self.prepare()
-        cfg = dict(self._info)
-        if not self.noise:
-            cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
-        return {"task": None, "dataset": self._dataset_name, "config": cfg, "canary_info": self._canary_info}
+        return describe_head(self)

@@ -32,8 +32,8 @@ import torch
 from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import one_of, positive_int
-from .dpsgd import (DPSGDConfig, HeadWorkspace, Progress, _HeadAdam, _clipped_sum_kernel, _numpy_backed, blas_threads, gaussian_filler,
-                    head_outputs, poisson_flat)
+from .dpsgd import (DPSGDConfig, HeadWorkspace, Progress, _HeadAdam, _clipped_sum_kernel, _numpy_backed, blas_threads, check_head_inputs,
+                    gaussian_filler, poisson_flat)
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,6 +121,50 @@ class BatchedHeadResult:
     canary_samples: np.ndarray | None = None
 
 
+def check_batched_inputs(z, y, n_classes: int, binary_logit: bool, runs: int, canary, canary_in):
+    """Validate the inputs every batched head trainer takes; returns (z, y, K, canary_in)."""
+    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
+    if canary is not None:
+        if canary_in is None or np.shape(canary_in) != (runs,):
+            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {None if canary_in is None else np.shape(canary_in)}.")
+        canary_in = np.asarray(canary_in, dtype=bool)
+    return z, y, k, canary_in
+
+
+def augmented_features(parts: list, d: int, np_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(z1, ||z1 rows||): the feature blocks stacked with a bias column of ones, written in place
+    (no second copy of the feature matrix)."""
+    z1 = np.empty((sum(len(p) for p in parts), d + 1), dtype=np_dtype)
+    start = 0
+    for part in parts:
+        z1[start:start + len(part), :d] = part
+        start += len(part)
+    z1[:, d] = 1.0
+    return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1))
+
+
+def initial_heads(init, runs: int, k: int, d: int) -> np.ndarray:
+    """Every run's starting head (R, K, d+1): zeros, one (K, d+1) head shared (a broadcast view), or one per run."""
+    if init is None:
+        return np.zeros((runs, k, d + 1))
+    init = np.asarray(init)
+    if init.shape == (k, d + 1):
+        init = np.broadcast_to(init, (runs, k, d + 1))
+    if init.shape != (runs, k, d + 1):
+        raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
+    return init
+
+
+def poisson_runs(noise: NoiseSource, fast: bool, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """One step's Poisson samples of range(n) for every run: (flat indices, offsets of each run)."""
+    if fast:
+        return poisson_flat(noise.numpy, runs, n, q)
+    # cryptographic or custom source: through its poisson_mask
+    parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
+    offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])])
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), offsets
+
+
 def train_linear_heads_batched(
     z: np.ndarray,
     y: np.ndarray,
@@ -151,18 +195,8 @@ def train_linear_heads_batched(
     runs = positive_int("runs", runs)
     if chunk_runs is not None:
         chunk_runs = positive_int("chunk_runs", chunk_runs)
-    z = np.asarray(z)
-    y = np.asarray(y)
-    if z.ndim != 2 or y.shape != (z.shape[0],):
-        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
+    z, y, k, canary_in = check_batched_inputs(z, y, n_classes, binary_logit, runs, canary, canary_in)
     n, d = z.shape
-    k = head_outputs(n_classes, binary_logit)
-    if y.size and (y.min() < 0 or y.max() >= n_classes):
-        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
-    if canary is not None:
-        if canary_in is None or np.shape(canary_in) != (runs,):
-            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {None if canary_in is None else np.shape(canary_in)}.")
-        canary_in = np.asarray(canary_in, dtype=bool)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     rows = [z]
     labels = y.astype(np.int64)
@@ -174,28 +208,14 @@ def train_linear_heads_batched(
             raise UsageError(f"record canary must have {d} features and a label in [0, {n_classes}), got {cz.shape[1]} and {canary.y}.")
         rows.append(cz)
         labels = np.append(labels, int(canary.y))
-    z1 = np.empty((sum(len(r) for r in rows), d + 1), dtype=np_dtype)
-    start = 0
-    for part in rows:  # written in place: no second copy of the feature matrix
-        z1[start:start + len(part), :d] = part
-        start += len(part)
-    z1[:, d] = 1.0
-    z1_norm = np.sqrt(np.einsum("ij,ij->i", z1, z1))
+    z1, z1_norm = augmented_features(rows, d, np_dtype)
     grad_canary = None
     if canary is not None and canary.kind == "gradient":
         direction = np.asarray(canary.direction, dtype=np.float64)
         if direction.shape != (k, d + 1):
             raise UsageError(f"gradient canary direction must have shape {(k, d + 1)}, got {direction.shape}.")
         grad_canary = (direction * (config.clipping_norm / np.linalg.norm(direction))).astype(np_dtype)
-    if init is None:
-        w0 = np.zeros((runs, k, d + 1))
-    else:
-        init = np.asarray(init)
-        if init.shape == (k, d + 1):
-            init = np.broadcast_to(init, (runs, k, d + 1))
-        if init.shape != (runs, k, d + 1):
-            raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
-        w0 = init
+    w0 = initial_heads(init, runs, k, d)
     step = chunk_runs or runs
     weights, canary_counts, executed = [], [], []
     with blas_threads():
@@ -238,12 +258,7 @@ def _train_group(z1, z1_norm, y, n, k, config, *, noise, w0, dtype, canary, cana
     report_every = max(1, config.steps // 200)
     steps_done = 0
     for t in range(1, config.steps + 1):
-        if fast:
-            flat, offsets = poisson_flat(noise.numpy, runs, n, q)
-        else:  # cryptographic or custom source: through its poisson_mask
-            parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
-            offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])])
-            flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        flat, offsets = poisson_runs(noise, fast, runs, n, q)
         zn_f, y_f = z1_norm[flat], y[flat]
         if canary is not None:
             hit = _bernoulli(noise, runs, q) & canary_in

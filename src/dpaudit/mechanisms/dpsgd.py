@@ -447,6 +447,18 @@ def head_clipped_sum(
     return out.copy()
 
 
+def check_head_inputs(z, y, n_classes: int, binary_logit: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Features (n, d) with one label in [0, n_classes) per row; returns (z, y, K logits)."""
+    z = np.asarray(z)
+    y = np.asarray(y)
+    if z.ndim != 2 or y.shape != (z.shape[0],):
+        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
+    k = head_outputs(n_classes, binary_logit)
+    if y.size and (y.min() < 0 or y.max() >= n_classes):
+        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
+    return z, y, k
+
+
 def train_linear_head(
     z: np.ndarray,
     y: np.ndarray,
@@ -473,13 +485,7 @@ def train_linear_head(
     ``units(z1, z1_norm, y, binary_logit=..., clip=...)`` returns ``(n_units, unit_sum)``; the loop
     then Poisson-samples range(n_units) and uses ``unit_sum(w, idx)`` as the clipped sum.
     """
-    z = np.asarray(z)
-    y = np.asarray(y)
-    if z.ndim != 2 or y.shape != (z.shape[0],):
-        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
-    k = head_outputs(n_classes, binary_logit)
-    if y.size and (y.min() < 0 or y.max() >= n_classes):
-        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
+    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     if z_has_bias_column:
         if z.shape[1] < 1 or not np.all(z[:, -1] == 1):

@@ -9,7 +9,6 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from torchvision import transforms
 
@@ -152,7 +151,7 @@ def test_malformed_mnist_idx(tmp_path):
 
 
 def test_sha256sums_mismatch_is_refused(tmp_path):
-    folder = _fake_mnist_dir(tmp_path)
+    _fake_mnist_dir(tmp_path)
     (tmp_path / "SHA256SUMS").write_text("0" * 64 + "  mnist/train-labels-idx1-ubyte.gz\n")
     with pytest.raises(DataError) as e:
         load_dataset("mnist", data_dir=tmp_path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dpaudit.accounting import Composed, PureEpsilon, Parallel, SubsampledGaussian, compute_epsilon, event_from_dict
+from dpaudit.accounting import Composed, compute_epsilon, event_from_dict
 from dpaudit.cli import app
 from dpaudit.reports import build_report, write_report
 from dpaudit.sweeps import load_records, parse_spec, sweep_tables

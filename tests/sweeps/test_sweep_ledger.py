@@ -72,7 +72,7 @@ def test_ledger_groups_releases_by_sweep(tmp_path):
     from typer.testing import CliRunner
 
     from dpaudit.cli import app
-    from dpaudit.records import Release, read_release
+    from dpaudit.records import read_release
 
     ledger_path = tmp_path / "ledger.sqlite"
     s = run_sweep(parse_spec(SPEC), out=tmp_path, ledger_path=ledger_path)

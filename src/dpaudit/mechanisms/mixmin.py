@@ -458,8 +458,7 @@ def run_mixmin_batched(
     y = torch.as_tensor(yn, dtype=dtype)
     Ft = F.T.contiguous()
     fnorm = F.norm(dim=1)
-    C, q, B, eta = config.clipping_norm, config.sample_rate, config.expected_batch_size, config.step_size
-    std = config.noise_multiplier * C
+    C = config.clipping_norm
 
     can_f = can_dir = None
     can_y = 0.0

@@ -446,8 +446,8 @@ def test_composition_order_is_canonical_and_failures_are_cached(monkeypatch):
     from dpaudit.accounting import ledger_compose as lc
 
     a, b = SubsampledGaussian(2.0, 0.01, 100), SubsampledGaussian(1.0, 0.02, 50)
-    assert lc._seq([a, b]) == lc._seq([b, Composed((a,))]) == lc._seq([Composed((b, a))])
-    assert lc._seq([a, a]) == lc._seq([SubsampledGaussian(2.0, 0.01, 200)])  # merged: steps add
+    assert lc.sequential([a, b]) == lc.sequential([b, Composed((a,))]) == lc.sequential([Composed((b, a))])
+    assert lc.sequential([a, a]) == lc.sequential([SubsampledGaussian(2.0, 0.01, 200)])  # merged: steps add
 
     calls = []
 
@@ -459,5 +459,5 @@ def test_composition_order_is_canonical_and_failures_are_cached(monkeypatch):
     monkeypatch.setattr(lc, "_CACHE", lc.OrderedDict())
     for _ in range(3):
         with pytest.raises(UnsupportedEventError, match="prv says no"):
-            lc._cached_epsilon(lc._seq([a, b]), 1e-5, "prv", "add-remove-record")
+            lc._cached_epsilon(lc.sequential([a, b]), 1e-5, "prv", "add-remove-record")
     assert calls == ["prv"]

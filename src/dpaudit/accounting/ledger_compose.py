@@ -29,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError
-from .accountants import compute_epsilon
+from .accountants import compute_epsilon, merge_leaves
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
 
@@ -243,8 +243,10 @@ def replay(entries) -> dict[str, DatasetState]:
 # ---------------------------------------------------------------- event trees
 
 
-def _seq(events) -> Event | None:
-    """Sequential composition, flattened, with identical leaves merged (exact: steps add)."""
+def sequential(events) -> Event | None:
+    """Sequential composition, flattened, with identical leaves merged (exact: steps add; see
+    :func:`~dpaudit.accounting.accountants.merge_leaves`). Parallel nodes are kept as they are.
+    None when nothing is spent."""
     leaves: list = []
     others: list = []
     for ev in events:
@@ -259,18 +261,12 @@ def _seq(events) -> Event | None:
                 leaves.append(x)
             else:
                 others.append(x)
-    gauss: "OrderedDict[tuple, int]" = OrderedDict()
-    pure: "OrderedDict[float, int]" = OrderedDict()
-    for leaf in leaves:
-        if isinstance(leaf, SubsampledGaussian):
-            key = (leaf.noise_multiplier, leaf.sample_rate)
-            gauss[key] = gauss.get(key, 0) + leaf.steps
-        else:
-            pure[leaf.epsilon] = pure.get(leaf.epsilon, 0) + leaf.count
+    merged = merge_leaves(leaves)
     # Sorted: composition is commutative, and one canonical order lets a dataset total and a
     # partition with the same releases share one (cached) accountant call.
-    out: list = [SubsampledGaussian(s, q, t) for (s, q), t in sorted(gauss.items()) if t > 0]
-    out += [PureEpsilon(e, c) for e, c in sorted(pure.items()) if c > 0]
+    out: list = sorted((x for x in merged if isinstance(x, SubsampledGaussian) and x.steps > 0),
+                       key=lambda x: (x.noise_multiplier, x.sample_rate))
+    out += sorted((x for x in merged if isinstance(x, PureEpsilon) and x.count > 0), key=lambda x: x.epsilon)
     out += others
     if not out:
         return None
@@ -311,7 +307,7 @@ def node_total(state: DatasetState, partition: str, _seen: frozenset = frozenset
     kids = [node_total(state, c, seen) for c in state.children.get(partition, ())]
     unbounded = any(r.non_private for r in own) or any(k.unbounded for k in subs + kids)
     own_eps = [r.event for r in own if not r.non_private]
-    event = _seq(own_eps + [k.event for k in subs] + [_par([k.event for k in kids])])
+    event = sequential(own_eps + [k.event for k in subs] + [_par([k.event for k in kids])])
     naive_e = sum(_claim(r.epsilon, r.non_private) for r in own) + sum(k.naive_epsilon for k in subs) \
         + max([k.naive_epsilon for k in kids], default=0.0)
     naive_d = sum(_claim(r.delta, r.non_private, 0.0) for r in own) + sum(k.naive_delta for k in subs) \
@@ -337,7 +333,7 @@ def dataset_total(state: DatasetState) -> NodeTotal:
     """All root partitions composed *sequentially*: undeclared partitions may overlap."""
     kids = [node_total(state, r) for r in state.roots()]
     return NodeTotal(
-        event=_seq([k.event for k in kids]),
+        event=sequential([k.event for k in kids]),
         unbounded=any(k.unbounded for k in kids),
         releases=0,
         releases_subtree=sum(k.releases_subtree for k in kids),

@@ -459,28 +459,19 @@ def _sequential(guarantees: Iterable[dict]) -> dict:
     """Sequential composition of stored guarantees as one event dict.
 
     Identical leaves are merged (k runs of the same subsampled Gaussian = one run with the
-    summed steps; pure-epsilon counts add), which is exact and keeps the accountants fast.
-    A tree holding a parallel node is composed as is.
+    summed steps; pure-epsilon counts add), which is exact and keeps the accountants fast;
+    parallel nodes are kept (:func:`dpaudit.accounting.ledger_compose.sequential`). Guarantees
+    that do not parse are composed as they are (the accountant then reports the error).
     """
-    from ..accounting.events import Composed, PureEpsilon, SubsampledGaussian, event_from_dict, flatten
+    from ..accounting.events import Composed, event_from_dict
+    from ..accounting.ledger_compose import sequential
 
     gs = list(guarantees)
     try:
-        leaves = [leaf for g in gs for leaf in flatten(event_from_dict(g))]
+        event = sequential([event_from_dict(g) for g in gs])  # the ledger's own composition
     except (DPAuditError, KeyError, TypeError, ValueError):
         return {"type": "composed", "events": gs} if len(gs) != 1 else gs[0]
-    merged: "OrderedDict[tuple, Any]" = OrderedDict()
-    for leaf in leaves:
-        if isinstance(leaf, SubsampledGaussian):
-            key = ("sg", leaf.noise_multiplier, leaf.sample_rate)
-            prev = merged.get(key)
-            merged[key] = leaf if prev is None else SubsampledGaussian(leaf.noise_multiplier, leaf.sample_rate, prev.steps + leaf.steps)
-        elif isinstance(leaf, PureEpsilon):
-            key = ("pure", leaf.epsilon)
-            prev = merged.get(key)
-            merged[key] = leaf if prev is None else PureEpsilon(leaf.epsilon, prev.count + leaf.count)
-    events = list(merged.values())
-    return events[0].to_dict() if len(events) == 1 else Composed(tuple(events)).to_dict()
+    return (event or Composed(())).to_dict()
 
 
 def compose_side_by_side(cache: _EpsCache, tree: dict, delta: float, adjacency: str) -> dict[str, dict]:

@@ -9,7 +9,6 @@ from typing import Optional
 
 import typer
 
-from ..errors import UsageError
 from . import options
 from .common import console, emit_json, note
 
@@ -69,17 +68,9 @@ def register(app: typer.Typer) -> None:
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of
         from ..audits.engine import CONTROLS, run_audit
-        from ..sweeps.executors import EXECUTORS
-        from ..validation import one_of, positive_int
+        from ..sweeps.executors import check_executor_args
 
-        # Checked before any data is loaded or a cluster is started.
-        one_of("executor", executor, EXECUTORS)
-        if workers is not None:
-            positive_int("workers", workers)
-        if scheduler is not None and executor != "dask":
-            raise UsageError(f"executor must be dask when --scheduler is given, got {executor!r}.")
-        if scheduler is not None and workers is not None:
-            raise UsageError(f"workers must be omitted when --scheduler is given (the cluster has its own), got --workers {workers}.")
+        check_executor_args(executor, scheduler, workers)  # before any data is loaded or a cluster is started
 
         release_id = release_path = None
         if release is not None:

@@ -83,6 +83,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Run a resumable sweep (finished tasks are skipped), or print its tables with --table."""
         from ..sweeps import TaskFilter, load_records, make_executor, plan, run_sweep, sweep_dir
+        from ..sweeps.executors import check_executor_args
         from ..sweeps.store import open_store
         from ..sweeps.tables import render_markdown, sweep_tables, table3_markdown
         from ..validation import positive_int
@@ -100,12 +101,9 @@ def register(app: typer.Typer) -> None:
             return
 
         s = _spec_from_args(spec, builtin)
-        if workers is not None:
-            positive_int("workers", workers)
         if max_tasks is not None:
             positive_int("max_tasks", max_tasks)
-        if scheduler is not None and executor is not ExecutorChoice.dask:
-            raise UsageError(f"executor must be dask when --scheduler is given, got {executor.value!r}.")
+        check_executor_args(executor.value, scheduler, workers)
         filt = TaskFilter(models=tuple(model or ()), datasets=tuple(dataset or ()), epsilons=tuple(eps or ()), seeds=tuple(seed or ()))
 
         if plan_only:

@@ -373,13 +373,23 @@ class DaskExecutor(Executor):
                 self._cluster = None
 
 
+def check_executor_args(kind: str, scheduler: str | None, workers: int | None) -> None:
+    """The executor choice is consistent (checked before any data is loaded or cluster started):
+    a known kind, ``scheduler`` only with dask, and not both a scheduler and ``workers``."""
+    one_of("executor", kind, EXECUTORS)
+    if workers is not None:
+        positive_int("workers", workers)
+    if scheduler is not None and kind != "dask":
+        raise UsageError(f"executor must be dask when --scheduler is given, got {kind!r}.")
+    if scheduler is not None and workers is not None:
+        raise UsageError(f"workers must be omitted when --scheduler is given (the cluster has its own), got --workers {workers}.")
+
+
 def make_executor(kind: str = "local", *, scheduler: str | None = None, workers: int | None = None,
                   threads_per_worker: int = 1) -> Executor:
     """Build an executor from CLI-style arguments (see the module docstring)."""
-    one_of("executor", kind, EXECUTORS)
+    check_executor_args(kind, scheduler, workers)
     if kind == "local":
-        if scheduler is not None:
-            raise UsageError(f"executor must be dask when a scheduler address is given, got executor={kind!r}.")
         return LocalExecutor(workers, threads_per_worker=threads_per_worker)
     return DaskExecutor(scheduler=scheduler, workers=workers, threads_per_worker=threads_per_worker)
 

@@ -361,13 +361,11 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
                 except DPAuditError:
                     continue
             summary = None
-            if hasattr(ledger, "sweeps") and name:
-                try:
-                    known = ledger.sweeps()
-                    if name in known:
-                        summary = [dict(r) for r in ledger.summary(sweep=name)]
-                except (TypeError, DPAuditError):
-                    summary = None
+            try:  # what the ledger says this sweep spent, when its entries carry the sweep tag
+                if name and name in ledger.sweeps():
+                    summary = [dict(r) for r in ledger.summary(sweep=name)]
+            except DPAuditError:  # e.g. a ledger failing verification: the entries above still match by id
+                summary = None
             out["summary"] = summary
     except DPAuditError as e:
         out["error"] = str(e)

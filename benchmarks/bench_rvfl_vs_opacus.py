@@ -122,6 +122,27 @@ def run_dpaudit(data, sched, sigma, seed, feats, head_init):
     return secs, cpu, acc
 
 
+def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
+    """``run_dpaudit`` with the noise step as it was before issue 13 (float32 ``torch.randn``,
+    truncated at 5.77 sigma): measures what the documented sampler costs, same process."""
+    from dpaudit.mechanisms import dpsgd
+
+    def old_filler(noise, out, std):
+        out_t, gen, shape = torch.from_numpy(out), noise.torch, tuple(out.shape)
+
+        def fill():
+            torch.randn(shape, generator=gen, dtype=out_t.dtype, out=out_t)
+            return np.multiply(out, std, out=out)
+        return fill
+
+    new_filler = dpsgd.gaussian_filler
+    dpsgd.gaussian_filler = old_filler
+    try:
+        return run_dpaudit(data, sched, sigma, seed, feats, head_init)
+    finally:
+        dpsgd.gaussian_filler = new_filler
+
+
 def _batched_child(data_dir, runs, threads, chunk, q):
     torch.set_num_threads(threads)
     from dpaudit.mechanisms.batched import train_linear_heads_batched
@@ -154,6 +175,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-batched", action="store_true")
     ap.add_argument("--skip-cached", action="store_true")
+    ap.add_argument("--old-sampler-too", action="store_true",
+                    help="also time dpaudit with the pre-issue-13 noise step (torch.randn float32), interleaved")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from dpaudit.mechanisms.dpsgd import init_head
@@ -164,7 +187,7 @@ def main(argv=None) -> int:
     data = _load(args.data_dir)
     sched, sigma = _protocol(data)
     print(f"MNIST DP-RVFL eps=2: N0={len(data.y_train)} q={sched.sample_rate} T={sched.steps} m0={sched.normalizer} sigma={sigma:.6f} threads={args.threads}", flush=True)
-    times = {"opacus": [], "opacus-cached": [], "dpaudit": []}
+    times = {"opacus": [], "opacus-cached": [], "dpaudit": [], **({"dpaudit-randn": []} if args.old_sampler_too else {})}
     cpus = {k: [] for k in times}
     accs = {k: [] for k in times}
 
@@ -178,6 +201,8 @@ def main(argv=None) -> int:
         head_init = init_head(feats.output_dim, 10, public_rng(seed, 0x48454144))
         record("opacus", *run_opacus(data, sched, sigma, seed, False, feats, head_init), rep)
         record("dpaudit", *run_dpaudit(data, sched, sigma, seed, feats, head_init), rep)
+        if args.old_sampler_too:
+            record("dpaudit-randn", *run_dpaudit_randn(data, sched, sigma, seed, feats, head_init), rep)
         if not args.skip_cached:
             record("opacus-cached", *run_opacus(data, sched, sigma, seed, True, feats, head_init), rep)
     med = {k: statistics.median(v) for k, v in times.items() if v}
@@ -186,6 +211,9 @@ def main(argv=None) -> int:
     for k in med:
         print(f"{k:16s} median wall {med[k]:8.2f} s/model, cpu {cmed[k]:8.2f} s/model (mean acc {np.mean(accs[k]):.4f})")
     print(f"speed-up dpaudit vs opacus (frozen layer in forward): cpu {cmed['opacus'] / cmed['dpaudit']:.1f}x, wall {med['opacus'] / med['dpaudit']:.1f}x")
+    if "dpaudit-randn" in cmed:
+        print(f"  same, pre-issue-13 noise step (torch.randn f32): cpu {cmed['opacus'] / cmed['dpaudit-randn']:.1f}x; "
+              f"documented sampler / torch.randn CPU time: {cmed['dpaudit'] / cmed['dpaudit-randn']:.3f}")
     if "opacus-cached" in med:
         print(f"speed-up dpaudit vs opacus-cached (precomputed features): cpu {cmed['opacus-cached'] / cmed['dpaudit']:.1f}x, wall {med['opacus-cached'] / med['dpaudit']:.1f}x")
     if not args.skip_batched:

@@ -37,7 +37,7 @@ def cosine_part(task, probs, seeds, epsilon=1.0, rho=0.1):
         star = solve_mixmin(probs, y, settings.loss, steps=5000)
         cos = []
         for s in seeds:
-            mix, _ = mixture_split(len(y), rho, s)
+            mix, _ = mixture_split(task.train_record_ids, rho, s)
             res, cfg, cal = learn_mixture(probs[mix], y[mix], epsilon=epsilon, delta=1e-5, settings=settings,
                                           noise=NoiseSource("reproducible", seed=s))
             cos.append(cosine_similarity(res.weights, star))

@@ -56,10 +56,10 @@ def main(argv=None) -> int:
                                     out_dir=os.path.join(work, f"{ds}-{model}-{non_private}-{seed}"), progress=False,
                                     ledger_path=os.path.join(work, "ledger.sqlite"))
             accs.append(100.0 * rel.metrics["accuracy"])
-            secs.append(rel.timings["train_seconds"])
+            secs.append(rel.exact_timings["train_seconds"])  # exact, local (release.json has them rounded)
             runs.append({"dataset": ds, "model": model, "non_private": non_private, "seed": seed, "accuracy": rel.metrics["accuracy"],
                          "epsilon": rel.epsilon, "noise_multiplier": rel.noise_multiplier, "steps": rel.steps_executed,
-                         "train_seconds": rel.timings["train_seconds"], "metrics": rel.metrics})
+                         "train_seconds": rel.exact_timings["train_seconds"], "metrics": rel.metrics})
             print(f"  {ds:6s} {model:13s} {'non-private' if non_private else 'eps=2':11s} seed {seed}: acc {accs[-1]:.2f}%  "
                   f"eps {rel.epsilon if not non_private else float('inf'):.4f}  sigma {rel.noise_multiplier:.4f}  train {secs[-1]:.2f}s", flush=True)
         mean, sd = statistics.mean(accs), statistics.stdev(accs) if len(accs) > 1 else 0.0

@@ -27,6 +27,10 @@ class BudgetExceededError(DPAuditError):
     """A planned release would push a dataset's composed budget over its cap."""
 
 
+class DatasetIdentityError(DPAuditError):
+    """A release's data differ from what its dataset name meant in the ledger (undeclared version)."""
+
+
 class DataError(DPAuditError):
     """A dataset file is missing, corrupt or malformed."""
 

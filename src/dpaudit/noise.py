@@ -12,7 +12,9 @@ Three sources (``NOISE_SOURCES``):
 - ``os-entropy`` (default): numpy PCG64 and torch MT19937 generators seeded with 128 bits from
   :func:`secrets.randbits` (OS entropy). Fast, unpredictable from the seed, but PCG64 and
   MT19937 are not cryptographically secure generators: an adversary who saw enough raw output
-  could predict the rest. Opacus calls this mode "not secure".
+  could predict the rest. Opacus calls this mode "not secure". (The Gaussian noise's uniforms
+  come from AES-256-CTR keyed from the same 128 bits; the Poisson masks and Laplace draws from
+  PCG64.)
 - ``reproducible``: the same generators derived from ``seed`` (explicit opt-in, marked in the
   release as not secret).
 - ``cryptographic``: every draw made through the methods of :class:`NoiseSource`
@@ -22,20 +24,74 @@ Three sources (``NOISE_SOURCES``):
   keystream (OpenSSL, through the ``cryptography`` package) keyed with 256 bits from
   :func:`os.urandom`, re-keyed from ``os.urandom`` every 2^34 bytes. This replaces Opacus's
   ``secure_mode`` (which needs torchcsprng, not installable with current torch). Gaussian draws
-  use the Box–Muller transform on 53-bit uniforms (so |z| <= sqrt(2 * 53 ln 2) ~ 8.57: a
-  truncation of mass ~1e-17); the ``.numpy`` and ``.torch`` attributes of a cryptographic
-  source are *auxiliary* generators seeded from the keystream (for randomness outside the
+  use the sampler below, its AES-256-CTR uniforms keyed from this keystream (also a CSPRNG); the
+  ``.numpy`` and ``.torch`` attributes of a cryptographic source are *auxiliary* generators seeded from the keystream (for randomness outside the
   privacy analysis, e.g. dropout seeds) and are **not** cryptographic: DP noise and sampling
   masks must be drawn through the methods.
 
-Floating-point caveat (all sources): Gaussian and textbook Laplace samples are doubles computed
-by transcendental functions of uniforms; the set of attainable outputs is not shift-invariant,
-so their low bits can leak (Mironov 2012). For Laplace noise use the exact discrete sampler of
-:mod:`dpaudit.mechanisms.laplace`, which draws only integers from :meth:`random_bytes`.
+The Gaussian sampler (every source, every DP path: :data:`GAUSSIAN_SAMPLER`). torch's own
+``torch.randn`` is not used for DP noise: on CPU its float32 draws (tensors of 16 or more
+elements) are Box–Muller on 24-bit uniforms, so every pair has radius at most
+sqrt(48 ln 2) = 5.768 sigma. Truncated noise makes some outputs of a shifted sum impossible
+under the neighbour, a floor under delta that issue 13 estimated at 4.2e-5 for the MNIST DP-RVFL
+release (claimed delta 1e-5). Instead, every Gaussian value is
+Box–Muller (:func:`box_muller`) on uniforms drawn by this module:
+
+- u1 in (0, 1] from 53 bits: u1 = 1 - k 2^-53 with k uniform on {0, ..., 2^53 - 1}; the
+  lowest cell (u1 = 2^-53, probability 2^-53) is refined once with another 53 bits,
+  u1 = (1 - k' 2^-53) 2^-53 (:func:`refine_lowest_cell`). So u1 is the uniform on (0, 1]
+  rounded up to a grid whose smallest point is :data:`U1_MIN` = 2^-106, and the radius
+  r = sqrt(-2 ln u1), always computed in float64, is at most
+  :data:`MAX_RADIUS` = sqrt(212 ln 2) = 12.13.
+- the angle 2 pi u2: u2 = k 2^-53 and float64 trigonometry for float64 outputs; u2 = k 2^-24
+  and float32 trigonometry for float32 (and narrower) outputs, which are then rounded.
+- z = (r cos, r sin), both used, scaled by sigma; the result is rounded to the output dtype.
+
+Uniforms come from an AES-256-CTR keystream (:class:`_AesCtrStream`, a CSPRNG and the fastest
+generator available here) keyed, per source, from the source's own entropy: the public seed for
+``reproducible`` (so reproducible noise stays reproducible from the seed), the 128 secret bits
+for ``os-entropy``, the ChaCha20 keystream for ``cryptographic`` (secret noise stays secret;
+the key derivation uses its own branch, so these uniforms are independent of the Poisson masks'
+generator and buffered Gaussian draws never change which records are sampled). float32 draws are
+computed in chunks of :data:`_CHUNK_PAIRS` pairs and handed out in order (one buffer per
+source): the values a run receives depend only on the seed and the sequence of requests.
+
+Tail delta (:func:`noise_tail_delta`). Idealise the uniforms as continuous (rounding them to
+their grids is caveat (1) below). u1 is then uniform on (0, 1] and the pair is exactly N(0, I_2);
+the sampler differs from that only on the lowest u1 cell (0, 2^-106], which it maps to radius
+R = :data:`MAX_RADIUS`: the event "r > R", of probability exp(-R^2 / 2) = 2^-106 =: tau1 per
+pair. A run draws a fixed, public number N of values (steps x noised coordinates, independent
+of the data; every pair it uses holds at least one drawn value, so at most N pairs). Let B be
+the event that none of its pairs falls in the lowest cell: 1 - P(B) =: p <= tau = N tau1 (union
+bound), and B is independent of the data and of the sampling masks. Write M for the ideal
+mechanism, assumed (eps, delta)-DP, M_B for M with its noise conditioned on B, and M~ for the
+real one: M~(D) = (1 - p) M_B(D) + p A(D) for some distribution A(D) (whatever happens when a
+pair hits the lowest cell). For every output set S:
+M_B(D)(S) <= M(D)(S) / (1 - p) <= (e^eps M(D')(S) + delta) / (1 - p) and
+M(D')(S) <= (1 - p) M_B(D')(S) + p, so (1 - p) M_B(D)(S) <= e^eps (1 - p) M_B(D')(S) + delta + e^eps p,
+hence M~(D)(S) <= (1 - p) M_B(D)(S) + p <= e^eps M~(D')(S) + delta + (e^eps + 1) p. The real
+mechanism is (eps, delta + tail)-DP with tail = (e^eps + 1) tau. The same argument applies to a
+composition of releases (eps and delta those of the composition, tau the sum of their tail
+masses); since e^eps + 1 >= 1 each release's tail delta bounds its tail mass, which is how the
+ledger composes them (:func:`dpaudit.accounting.ledger_compose.bounds`). For the built-in
+configurations the tail is below 1e-19 even at eps = 8 (BENCHMARKS.md); releases refuse a configuration whose
+tail exceeds 1 % of delta (:func:`check_noise_tail`), before training.
+
+What this does *not* cover (documented caveats): (1) the uniforms are not continuous. Every
+output is a deterministic rounding of the ideal conditioned draw (u1 and u2 to their grids,
+then float64/float32 arithmetic and the rounding of the noisy sum); the set of attainable
+outputs is not shift-invariant, so low bits can leak (Mironov 2012). This is not bounded here;
+for Laplace noise use the exact discrete sampler of :mod:`dpaudit.mechanisms.laplace`, which
+draws only integers from :meth:`random_bytes`. (2) The numpy/torch generators of the
+``os-entropy`` and ``reproducible`` sources are not cryptographically secure (see above).
+(3) Releases made before this sampler (float32 ``torch.randn``) carry no tail statement and
+their recorded delta does not include their tail (issue 13 estimated a floor of about 4.2e-5
+under the MNIST DP-RVFL headline run's claimed 1e-5); the ledger counts them as 0.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -43,6 +99,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .errors import UsageError
 from .validation import one_of
 
 NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic")
@@ -52,14 +109,130 @@ NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic")
 _NOISE_STREAM_TAG = 0x6E6F697365  # "noise"
 
 _GENERATORS = {
-    "os-entropy": "numpy PCG64 + torch MT19937 seeded with 128 bits of OS entropy (not a CSPRNG)",
-    "reproducible": "numpy PCG64 + torch MT19937 derived from the public seed (not secret)",
-    "cryptographic": "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits from os.urandom",
+    "os-entropy": "numpy PCG64 + torch MT19937 seeded with 128 bits of OS entropy (not a CSPRNG); Gaussian uniforms: "
+                  "AES-256-CTR keyed from the same entropy",
+    "reproducible": "numpy PCG64 + torch MT19937 derived from the public seed (not secret); Gaussian uniforms: "
+                    "AES-256-CTR keyed from the seed",
+    "cryptographic": "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits from os.urandom; Gaussian "
+                     "uniforms: AES-256-CTR keyed from the ChaCha20 keystream",
 }
 
 _TWO_POW_M53 = 2.0 ** -53
 _REKEY_BYTES = 2**34  # well below the 2^32-block (256 GiB) ChaCha20 counter space
 _CHUNK_BYTES = 1 << 20
+# A fixed, public tag for the generator of the Gaussian uniforms (os-entropy / reproducible):
+# its stream is independent of the masks' generator, so buffered Gaussian draws never change
+# which records a Poisson mask selects.
+_GAUSS_STREAM_TAG = 0x6761757373  # "gauss"
+#: float32 Gaussian draws are computed this many pairs at a time (1 MiB of float32 values per
+#: source) and handed out in order: fewer, larger chunks measured fastest on the benchmark machine
+#: (per-call overheads dominate below 64k pairs; 128k and 256k measured equal).
+_CHUNK_PAIRS = 131072
+
+#: Short public name of the Gaussian sampler of every DP path (recorded in releases).
+GAUSSIAN_SAMPLER = "box-muller-u106"
+#: Smallest attainable u1: the lowest 2^-53 cell is refined once more (module docstring).
+U1_MIN = 2.0**-106
+#: Largest attainable radius sqrt(-2 ln U1_MIN) = sqrt(212 ln 2) of a pair, hence of |z|.
+MAX_RADIUS = math.sqrt(-2.0 * math.log(U1_MIN))
+#: Ideal Gaussian mass beyond MAX_RADIUS, per pair: exp(-MAX_RADIUS^2 / 2) = 2^-106.
+TAIL_MASS_PER_PAIR = U1_MIN
+#: The public description written into each release (``noise_sampler``).
+GAUSSIAN_SAMPLER_DESCRIPTION = (
+    "box-muller-u106: float64 radius from 53-bit uniforms, lowest cell refined (|z| <= 12.13 sigma, tail mass "
+    "<= 2^-106 per value); angle 53-bit (float64) / 24-bit (float32); AES-256-CTR uniforms keyed by the noise "
+    "source; tails in noise_tail_delta, floating-point rounding not covered (dpaudit.noise)"
+)
+
+
+def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *, scratch: bool = False,
+               work: np.ndarray | None = None) -> np.ndarray:
+    """The Gaussian sampler as a pure function of its uniforms: an array (2, P) holding
+    ``r cos(2 pi u2)`` (row 0) and ``r sin(2 pi u2)`` (row 1), r = sqrt(-2 ln u1).
+
+    ``u1``: float64 in (0, 1] (the radius is always computed in float64, so its tails are the
+    same for every output dtype). ``u2``: in [0, 1), float64 (angle and output in float64) or
+    float32 (angle, trigonometry and output in float32, the radius rounded to float32 once).
+    Both of shape (P,). ``out``: an optional C-contiguous (2, P) array of u2's dtype to write
+    into. ``scratch=True`` lets the function overwrite ``u1`` and ``u2`` (contiguous arrays of
+    exactly these dtypes; the samplers' own buffers) instead of allocating temporaries, and
+    ``work`` (float32, shape (P,)) holds the float32 radius.
+    |z| <= sqrt(-2 ln min(u1)): 12.13 for the smallest u1 this module draws (:data:`U1_MIN`).
+    """
+    dt = np.float32 if np.asarray(u2).dtype == np.float32 else np.float64
+    if not scratch:
+        u1 = np.array(u1, dtype=np.float64)
+        u2 = np.array(u2, dtype=dt)
+    if out is None:
+        out = np.empty((2,) + u1.shape, dtype=dt)
+    lg = torch.from_numpy(u1)
+    torch.log(lg, out=lg)  # torch's vectorised float64 log (numpy's is several times slower)
+    if dt == np.float64:
+        r = np.sqrt(np.multiply(u1, -2.0, out=u1), out=u1)
+    else:
+        r = np.empty(u1.shape, dtype=np.float32) if work is None else work
+        np.sqrt(np.multiply(u1, -2.0, out=r, casting="same_kind"), out=r)
+    np.multiply(u2, dt(2.0 * math.pi), out=u2)
+    th, o = torch.from_numpy(u2), torch.from_numpy(out)
+    torch.cos(th, out=o[0])
+    torch.sin(th, out=o[1])
+    np.multiply(out, r, out=out)
+    return out
+
+
+def refine_lowest_cell(u1: np.ndarray, fine) -> np.ndarray:
+    """Refine, in place, every ``u1`` in the lowest cell (== 2^-53) with ``fine(m)`` (m uniforms
+    k 2^-53 in [0, 1)): u1 = (1 - k 2^-53) 2^-53 >= 2^-106. Returns ``u1``."""
+    low = np.flatnonzero(u1 == _TWO_POW_M53)
+    if low.size:
+        u1[low] = (1.0 - np.asarray(fine(low.size), dtype=np.float64)) * _TWO_POW_M53
+    return u1
+
+
+def noise_tail_mass(n_values: int) -> float:
+    """Upper bound on the probability that a run drawing ``n_values`` Gaussian values touches a
+    pair beyond :data:`MAX_RADIUS` (union bound, one pair per value; module docstring)."""
+    n = int(n_values)
+    if n < 0:
+        raise ValueError(f"n_values must be >= 0, got {n_values}.")
+    return min(1.0, n * TAIL_MASS_PER_PAIR)
+
+
+def noise_tail_delta(n_values: int, epsilon: float, delta: float) -> float:
+    """The delta that the sampler's truncated tails add to an (epsilon, delta) claim over a run
+    drawing ``n_values`` Gaussian values: (e^eps + 1) tau with tau = n 2^-106 (module docstring;
+    ``delta`` is accepted for the callers' clarity, the bound does not depend on it).
+
+    0 for a run without Gaussian noise; inf when tau = 1 or e^eps overflows (no claim)."""
+    tau = noise_tail_mass(n_values)
+    if tau == 0.0:
+        return 0.0
+    if tau >= 1.0 or not math.isfinite(epsilon) or epsilon > 700:
+        return math.inf
+    return (math.exp(epsilon) + 1.0) * tau
+
+
+#: A release whose tail delta exceeds this fraction of its delta is refused.
+MAX_TAIL_FRACTION = 0.01
+
+
+def gaussian_run_tail(steps: int, values_per_step: int, epsilon: float, delta: float, *, what: str = "release") -> float:
+    """The checked ``noise_tail_delta`` of a Gaussian run that draws ``values_per_step`` noise
+    values at each of ``steps`` steps (both public: every step is noised, empty Poisson batches
+    included): :func:`noise_tail_delta`, refused above 1 % of ``delta`` (:func:`check_noise_tail`).
+    Call it with the target epsilon before training (the tail grows with epsilon) and with the
+    claimed epsilon for the release."""
+    return check_noise_tail(noise_tail_delta(int(steps) * int(values_per_step), epsilon, delta), delta, what=what)
+
+
+def check_noise_tail(tail_delta: float, delta: float, *, what: str = "release") -> float:
+    """Refuse (UsageError) a tail delta above 1 % of the claimed delta; returns ``tail_delta``."""
+    if not tail_delta <= MAX_TAIL_FRACTION * delta:
+        raise UsageError(
+            f"noise tail delta must be at most {MAX_TAIL_FRACTION:.0%} of delta={delta:g}, got {tail_delta:.3g} for this {what} "
+            f"(sampler {GAUSSIAN_SAMPLER}: 2^-106 per value; fewer steps/coordinates or a smaller epsilon)."
+        )
+    return tail_delta
 
 
 @dataclass(frozen=True)
@@ -118,6 +291,39 @@ class _ChaCha20Stream:
         return np.frombuffer(self.read(8 * count), dtype="<u8").astype(np.uint64, copy=False)
 
 
+class _AesCtrStream:
+    """The Gaussian sampler's uniforms: an AES-256-CTR keystream (OpenSSL, AES-NI) under a
+    32-byte key; counter blocks from 0. A CSPRNG and, on the benchmark machine, about 3x faster
+    per byte than numpy's SFC64 and 4x faster than ChaCha20 (BENCHMARKS.md), which is what
+    keeps 53-bit Box-Muller as cheap as torch's 24-bit ``randn``."""
+
+    def __init__(self, key: bytes):
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+        self._enc = Cipher(algorithms.AES(bytes(key)), modes.CTR(bytes(16))).encryptor()
+        self._zeros = memoryview(b"")
+
+    def read_into(self, buf: np.ndarray) -> np.ndarray:
+        """Overwrite the C-contiguous array ``buf`` with keystream bytes; returns ``buf``."""
+        n = buf.nbytes
+        if len(self._zeros) < n + 16:  # update_into wants room for one more block
+            self._zeros = memoryview(bytes(max(n + 16, 2 * len(self._zeros))))
+        # a memoryview slice, not a bytes slice: no copy (a copy costs as much as the cipher)
+        done = self._enc.update_into(self._zeros[:n], memoryview(buf).cast("B"))
+        if done != n:  # CTR is a stream mode: it never buffers
+            raise RuntimeError(f"AES-CTR returned {done} bytes, expected {n}.")
+        return buf
+
+    def uint64(self, count: int) -> np.ndarray:
+        return self.read_into(np.empty(count, dtype=np.uint64))
+
+
+def _gauss_key(entropy) -> bytes:
+    """The 32-byte AES key of the Gaussian uniforms, derived from a source's entropy (its own
+    SeedSequence branch, so independent of the source's numpy/torch streams)."""
+    return np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,)).generate_state(8, np.uint32).astype("<u4").tobytes()
+
+
 def _shape_size(shape) -> tuple[tuple[int, ...], int]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
@@ -153,6 +359,16 @@ class NoiseSource:
         self.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
         self.torch = torch.Generator()
         self.torch.manual_seed(int(self.numpy.integers(0, 2**63 - 1)))
+        self._init_gaussian(entropy)
+
+    def _init_gaussian(self, entropy) -> None:
+        """The Gaussian sampler's state: its uniforms' keystream, keyed from ``entropy`` (a
+        cryptographic source keys it from its ChaCha20 keystream instead), and an empty
+        float32 buffer."""
+        key = self._stream.read(32) if self._stream is not None else _gauss_key(entropy)
+        self._gauss = _AesCtrStream(key)
+        self._buf32 = np.empty(0, dtype=np.float32)
+        self._pos32 = 0
 
     @classmethod
     def _cryptographic_with_key(cls, key: bytes) -> "NoiseSource":
@@ -163,6 +379,7 @@ class NoiseSource:
         c.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
         c.torch = torch.Generator()
         c.torch.manual_seed(int(c.numpy.integers(0, 2**63 - 1)))
+        c._init_gaussian(entropy)
         return c
 
     @property
@@ -183,6 +400,7 @@ class NoiseSource:
             c.numpy = np.random.default_rng(int(child_seed))
             c.torch = torch.Generator()
             c.torch.manual_seed(int(c.numpy.integers(0, 2**63 - 1)))
+            c._init_gaussian(int(child_seed))
             children.append(c)
         return children
 
@@ -212,29 +430,85 @@ class NoiseSource:
         return self.uniform(n) < sample_rate
 
     # ------------------------------------------------------------------ continuous noise
-    def _box_muller(self, size: int) -> np.ndarray:
+    def _u53(self, n: int) -> np.ndarray:
+        """``n`` uniforms k 2^-53 in [0, 1) (k = the top 53 bits of a keystream word)."""
+        return (self._gauss.uint64(n) >> np.uint64(11)).astype(np.float64) * _TWO_POW_M53
+
+    def _u1(self, n: int, out: np.ndarray | None = None, words: np.ndarray | None = None) -> np.ndarray:
+        """``n`` radius uniforms u1 = 1 - k 2^-53, the lowest cell refined (module docstring),
+        into ``out`` if given (``words``: a uint64 (n,) scratch array)."""
+        k = self._gauss.read_into(np.empty(n, dtype=np.uint64) if words is None else words)
+        np.right_shift(k, np.uint64(11), out=k)
+        lowest = k.max(initial=0) == 2**53 - 1  # u1 = 2^-53, the lowest cell: rare (2^-53)
+        u1 = np.multiply(k.view(np.int64), -_TWO_POW_M53, out=out, casting="unsafe")  # exact: k < 2^53
+        np.add(u1, 1.0, out=u1)
+        return refine_lowest_cell(u1, self._u53) if lowest else u1
+
+    def _u24_into(self, out: np.ndarray, words: np.ndarray | None = None) -> None:
+        """Fill float32 ``out`` with uniforms k 2^-24 in [0, 1) (k = the top 24 bits of a 32-bit
+        keystream word): the float32 angle's uniform (``words``: a uint32 scratch array)."""
+        k = self._gauss.read_into(np.empty(out.size, dtype=np.uint32) if words is None else words)
+        np.right_shift(k, np.uint32(8), out=k)
+        np.multiply(k.view(np.int32), np.float32(2.0**-24), out=out, casting="unsafe")
+
+    def _standard64(self, size: int) -> np.ndarray:
+        """``size`` N(0, 1) float64 values (53-bit angle, float64 arithmetic)."""
         pairs = (size + 1) // 2
-        k = self._stream.uint64(2 * pairs) >> np.uint64(11)
-        u1 = (k[:pairs].astype(np.float64) + 1.0) * _TWO_POW_M53  # (0, 1]: log is finite
-        u2 = k[pairs:].astype(np.float64) * _TWO_POW_M53  # [0, 1)
-        r = np.sqrt(-2.0 * np.log(u1))
-        theta = 2.0 * np.pi * u2
-        return np.concatenate([r * np.cos(theta), r * np.sin(theta)])[:size]
+        u1 = self._u1(pairs)
+        return box_muller(u1, self._u53(pairs), scratch=True).reshape(-1)[:size]
+
+    def _refill32(self) -> None:
+        p = _CHUNK_PAIRS
+        if self._buf32.size != 2 * p:  # allocated once per source: fresh pages cost as much as the math
+            self._buf32 = np.empty(2 * p, dtype=np.float32)
+            self._work = (np.empty(p), np.empty(p, dtype=np.float32), np.empty(p, dtype=np.float32), np.empty(p, dtype=np.uint64))
+        u1, u2, r, words = self._work
+        self._u1(p, out=u1, words=words)
+        self._u24_into(u2, words=words[: (p + 1) // 2].view(np.uint32)[:p])
+        box_muller(u1, u2, out=self._buf32.reshape(2, p), scratch=True, work=r)
+        self._pos32 = 0
+
+    def _fill32(self, out: np.ndarray, std: float) -> np.ndarray:
+        """Write ``std`` x the next ``out.size`` float32 N(0, 1) values into float32 ``out``
+        (C-contiguous), from the chunked buffer. Returns ``out``."""
+        flat = out.reshape(-1)
+        n, pos = flat.size, 0
+        scale = np.float32(std)
+        while pos < n:
+            if self._pos32 >= self._buf32.size:
+                self._refill32()
+            take = min(n - pos, self._buf32.size - self._pos32)
+            np.multiply(self._buf32[self._pos32:self._pos32 + take], scale, out=flat[pos:pos + take])
+            self._pos32 += take
+            pos += take
+        return out
+
+    def gaussian_into(self, out: np.ndarray, std: float) -> np.ndarray:
+        """Fill the C-contiguous float32 or float64 array ``out`` with N(0, std^2) in place (the
+        trainers' reusable buffers); the same draws as :meth:`gaussian_torch` of that shape and
+        dtype. Returns ``out``."""
+        if not out.flags.c_contiguous:
+            raise UsageError("out must be a C-contiguous array, got a strided view.")
+        if out.dtype == np.float32:
+            return self._fill32(out, std)
+        if out.dtype == np.float64:
+            np.multiply(self._standard64(out.size).reshape(out.shape), std, out=out)
+            return out
+        raise UsageError(f"out must be a float32 or float64 array, got {out.dtype}.")
 
     def gaussian_numpy(self, shape, std: float) -> np.ndarray:
-        """N(0, std^2) doubles of ``shape`` (float64)."""
-        if self._stream is not None:
-            shape, size = _shape_size(shape)
-            return (self._box_muller(size) * std).reshape(shape)
-        return self.numpy.normal(0.0, std, size=shape)
+        """N(0, std^2) doubles of ``shape`` (float64), from :data:`GAUSSIAN_SAMPLER`."""
+        shape, size = _shape_size(shape)
+        return (self._standard64(size) * std).reshape(shape)
 
     def gaussian_torch(self, shape, std: float, dtype=torch.float32) -> torch.Tensor:
-        """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU)."""
-        if self._stream is not None:
-            shape, size = _shape_size(shape)
-            z = self._box_muller(size).reshape(shape) * std
-            return torch.from_numpy(np.asarray(z)).to(dtype)
-        return torch.randn(shape, generator=self.torch, dtype=dtype) * std
+        """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU), from :data:`GAUSSIAN_SAMPLER`:
+        float64 arithmetic for float64, float32 for every other dtype (then rounded)."""
+        shape, size = _shape_size(shape)
+        if dtype == torch.float64:
+            return torch.from_numpy(self.gaussian_numpy(shape, std))
+        z = self._fill32(np.empty(shape, dtype=np.float32), std)
+        return torch.from_numpy(z).to(dtype)
 
     def laplace(self, shape, scale: float) -> np.ndarray:
         """Textbook inverse-CDF Laplace(0, ``scale``) doubles: ``-scale sgn(V) ln(1 - 2|V|)``.

@@ -2,6 +2,13 @@
 
 A :class:`Release` is frozen and written as ``release.json``. Readers get a one-line
 :class:`~dpaudit.errors.DataError` for a missing, truncated or malformed file.
+
+``release.json`` is meant to be published. It therefore holds no function of the private data
+other than the mechanism's output and what the guarantee assumes public (see :class:`Release`).
+What the operator needs locally but must not publish stays off it: the unkeyed digest of the
+prepared data lives only in memory (:attr:`Release.data_digest`, which the ledger turns into a
+keyed fingerprint) and the exact timings go to ``local.json`` beside the release
+(:data:`LOCAL_FILE`, documented as not for publication).
 """
 
 from __future__ import annotations
@@ -20,6 +27,16 @@ from . import __version__
 from .errors import AccountingMismatchError, DataError
 
 RELEASE_FILE = "release.json"
+#: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for
+#: publication; ``dpaudit report`` never reads it.
+LOCAL_FILE = "local.json"
+#: Release fields kept in memory (and in the ledger's keyed form) but never written to
+#: ``release.json``: each is a function of the private data that the guarantee does not cover.
+LOCAL_FIELDS = ("data_digest", "exact_timings")
+#: Published timings are rounded to this many significant figures ...
+TIMING_SIGNIFICANT_FIGURES = 2
+#: ... and never finer than this many decimals of a second (0.1 s).
+TIMING_DECIMALS = 1
 
 
 def git_commit() -> str | None:
@@ -43,6 +60,33 @@ class Release:
     ``guarantee`` is the event tree as data (see :mod:`dpaudit.accounting.events`), so any
     accountant can recompute it. ``epsilon`` is the claim made with ``accountant`` under
     ``adjacency`` at ``delta``; ``epsilons`` holds other accountants' values for comparison.
+
+    **What a release publishes** (``to_dict`` / ``release.json``). A deterministic function of
+    the private records (a hash of the prepared data, of the source files or of the user ids)
+    would tell neighbouring datasets apart exactly, so none is written. The published fields are:
+
+    - the mechanism's output (weights files, ``metrics["weights"]`` of DP-MixMin) and hashes or
+      post-processing of it;
+    - public configuration: seeds, split seed, profile, schedule, hyper-parameters, command;
+    - sizes the guarantee assumes public: the size of the partition the sampling rate is built
+      from (N0 records or n_users; q = batch / N0 and T are published in ``sample_rate`` /
+      ``steps``, so N0 is published with them), the dataset's schema (``n_features``,
+      ``n_classes``) and the sizes of the val/test partitions (see next point);
+    - ``metrics`` on the *test* (and, where stated, validation) partition: these are
+      evaluation data outside the training partition the DP claim covers. Their records are
+      NOT protected by this release's guarantee: the metrics are exact functions of them;
+    - ``timings`` rounded to :data:`TIMING_SIGNIFICANT_FIGURES` significant figures and never
+      finer than 0.1 s (:func:`round_timings`). Running time depends on realised Poisson batch
+      sizes, hence on the data; rounding bounds the resolution of this side channel but does not
+      make it DP (a neighbour changes the expected work by about 1/N0 of the total, so it moves
+      a published value only when the exact time lies within that margin of a rounding
+      boundary, and machine jitter, typically larger than both, decides it). Timings are
+      outside the DP claim; the exact ones are written to ``local.json`` only.
+
+    Local-only fields (:data:`LOCAL_FIELDS`, never in ``release.json``): ``data_digest``, the
+    unkeyed SHA-256 of the prepared private data, which the ledger stores only as a keyed
+    (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings (``local.json``).
+    Old releases that published ``dataset["sha256"]`` still load.
     """
 
     mechanism: str
@@ -70,13 +114,36 @@ class Release:
     timings: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     command: str | None = None
+    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION for
+    #: Gaussian mechanisms); None for releases made before it was recorded.
+    noise_sampler: str | None = None
+    #: Delta added by the sampler's truncated tails over the whole run (dpaudit.noise module
+    #: docstring): the release is (epsilon, delta + noise_tail_delta)-DP; releases refuse a value
+    #: above 1 % of delta, and the ledger composes it into every total. None: not recorded (old
+    #: releases, made with torch.randn float32 noise truncated at 5.77 sigma).
+    noise_tail_delta: float | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: str = field(default_factory=now_utc)
     dpaudit_version: str = __version__
     git_commit: str | None = field(default_factory=git_commit)
+    #: Local only (never in release.json): unkeyed SHA-256 of the prepared private data, for
+    #: the ledger's keyed fingerprint. None for releases read back from disk.
+    data_digest: str | None = None
+    #: Local only (written to local.json, not release.json): the unrounded timings.
+    exact_timings: dict | None = None
 
-    def to_dict(self) -> dict:
-        return _json_safe(asdict(self))
+    def to_dict(self, *, local: bool = False) -> dict:
+        """The published form (``release.json``): local-only fields dropped, timings rounded.
+
+        ``local=True`` keeps them, for handing a release between processes of one operator
+        (e.g. a sweep worker to the ledger writer); never write that form to a file.
+        """
+        d = asdict(self)
+        if not local:
+            for name in LOCAL_FIELDS:
+                d.pop(name, None)
+            d["timings"] = round_timings(d["timings"])  # a guard: mechanisms already round them
+        return _json_safe(d)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Release":
@@ -86,6 +153,28 @@ class Release:
         if absent:
             raise DataError(f"release is missing required keys: {', '.join(absent)}.")
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def round_seconds(seconds: float) -> float:
+    """A duration as published: 2 significant figures, never finer than 0.1 s (idempotent)."""
+    if not math.isfinite(seconds) or seconds == 0:
+        return seconds
+    return round(float(f"{seconds:.{TIMING_SIGNIFICANT_FIGURES}g}"), TIMING_DECIMALS)
+
+
+def round_timings(timings):
+    """``timings`` with every float rounded by :func:`round_seconds` (recursively).
+
+    Every float in a release's timings is a duration or derived from one; integers (thread
+    counts) and strings are not functions of the data and are kept.
+    """
+    if isinstance(timings, dict):
+        return {k: round_timings(v) for k, v in timings.items()}
+    if isinstance(timings, (list, tuple)):
+        return [round_timings(v) for v in timings]
+    if isinstance(timings, float):
+        return round_seconds(timings)
+    return timings
 
 
 def _json_safe(obj):
@@ -130,7 +219,56 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
 
 
 def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
-    return write_json_atomic(Path(out_dir) / RELEASE_FILE, release.to_dict())
+    """Write ``release.json`` (the published form) and, when the release carries exact timings,
+    ``local.json`` beside it (local only, not for publication)."""
+    path = write_json_atomic(Path(out_dir) / RELEASE_FILE, release.to_dict())
+    if release.exact_timings:
+        write_json_atomic(Path(out_dir) / LOCAL_FILE, {
+            "release_id": release.id,
+            "not_for_publication": "local facts of this run; they depend on the private data and are outside the DP guarantee",
+            "timings": release.exact_timings,
+        })
+    return path
+
+
+def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
+    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found.
+
+    Called by every release function before any calibration, budget reservation or training,
+    so a bad ``--out`` costs nothing (and leaves no spent budget behind). A real write is the
+    test (permission bits say nothing about /proc, read-only mounts or root): the missing
+    directories are created, a probe file is written and removed, and the directories created
+    here are removed again, so a run refused later (e.g. over its budget) leaves no trace.
+    Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason.
+    """
+    from .errors import UsageError
+
+    path = Path(out_dir).expanduser()
+    rule = "a directory dpaudit can create and write"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{name} must be {rule}, got {str(path)!r} (it exists and is not a directory).")
+    missing = []  # the directories this check creates, outermost first
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    missing.reverse()
+    step = "cannot create it"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        step = "cannot write in it"
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".dpaudit-write-check.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageError(f"{name} must be {rule}, got {str(path)!r} ({step}: {e.strerror or type(e).__name__}).") from None
+    finally:
+        for d in reversed(missing):  # innermost first; only empty directories made here
+            try:
+                d.rmdir()
+            except OSError:
+                break
+    return path
 
 
 def read_release(path: str | os.PathLike) -> Release:

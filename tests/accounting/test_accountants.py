@@ -245,3 +245,158 @@ def test_ledger_bounds_skip_prv_far_in_the_tails():
     assert b["epsilon_prv"] is None and "not attempted" in b["accountant_errors"]["prv"]
     near = lc.bounds(SubsampledGaussian(1.0, 0.01, 1000), delta=1e-5, adjacency="add-remove-record")
     assert near["epsilon_prv"] is not None and near["epsilon"] <= near["epsilon_rdp"]
+
+
+# ------------------------------------------------------------------ adjacency is an input (issue 13, point 4)
+
+from pathlib import Path  # noqa: E402
+
+_PROFILE = None
+
+
+def _profile():
+    global _PROFILE
+    if _PROFILE is None:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("privacy_profile", Path(__file__).with_name("privacy_profile.py"))
+        _PROFILE = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_PROFILE)
+    return _PROFILE
+
+
+ADJ = ("add-remove-record", "replace-record")
+# (sigma, q, T): sigma in {0.8794, 1, 2}, q in {0.005, 0.01}, T in {1, 100, 2000}
+SUBSAMPLED = [(0.8794, 0.005, 2000), (1.0, 0.005, 2000), (2.0, 0.005, 2000), (1.0, 0.01, 1), (2.0, 0.005, 1),
+              (0.8794, 0.01, 100), (2.0, 0.01, 100), (1.0, 0.01, 2000)]
+
+
+@pytest.mark.parametrize("sigma,q,steps", SUBSAMPLED)
+@pytest.mark.parametrize("adjacency", ADJ)
+def test_pld_matches_an_independent_privacy_profile(sigma, q, steps, adjacency):
+    ref = _profile().subsampled_gaussian_epsilon(sigma, q, steps, 1e-5, replace=adjacency == "replace-record")
+    r = compute_epsilon(SubsampledGaussian(sigma, q, steps), delta=1e-5, accountant="pld", adjacency=adjacency)
+    assert r.adjacency == adjacency and r.accountant == "pld"
+    # pld is pessimistic (an upper bound); the reference is a rounded-to-nearest estimate
+    assert ref - 0.003 <= r.epsilon <= ref * 1.01 + 0.003
+
+
+@pytest.mark.parametrize("sigma,q,steps", SUBSAMPLED[:4])
+def test_rdp_and_prv_add_remove_bound_the_independent_profile(sigma, q, steps):
+    ref = _profile().subsampled_gaussian_epsilon(sigma, q, steps, 1e-5, replace=False)
+    ev = SubsampledGaussian(sigma, q, steps)
+    assert compute_epsilon(ev, delta=1e-5, accountant="rdp").epsilon >= ref - 0.003  # RDP is loose, never below
+    prv = compute_epsilon(ev, delta=1e-5, accountant="prv")
+    assert prv.epsilon_lower - 0.003 <= ref <= prv.epsilon + 0.003
+
+
+@pytest.mark.parametrize("sigma,steps", [(0.8794, 1), (1.0, 10), (2.0, 100), (20.0, 2000)])
+@pytest.mark.parametrize("adjacency", ADJ)
+def test_no_subsampling_matches_the_gaussian_closed_form(sigma, steps, adjacency):
+    """q = 1: T Gaussian steps are N(0,1) vs N(mu,1) with mu = sqrt(T) Delta / sigma, Delta = 1
+    (add/remove) or 2 (replace-one: the clipped sum moves by up to 2C). Every accountant supports
+    it under both adjacencies (rdp / prv by the exact conversion to sigma / 2)."""
+    delta_sens = 2.0 if adjacency == "replace-record" else 1.0
+    exact = _profile().gaussian_closed_form_epsilon(math.sqrt(steps) * delta_sens / sigma, 1e-5)
+    ev = SubsampledGaussian(sigma, 1.0, steps)
+    pld = compute_epsilon(ev, delta=1e-5, accountant="pld", adjacency=adjacency).epsilon
+    assert exact * (1 - 1e-9) <= pld <= exact * 1.01 + 1e-3
+    rdp = compute_epsilon(ev, delta=1e-5, accountant="rdp", adjacency=adjacency).epsilon
+    assert rdp >= exact * (1 - 1e-9)
+    try:
+        prv = compute_epsilon(ev, delta=1e-5, accountant="prv", adjacency=adjacency)
+    except UnsupportedEventError:
+        assert exact > 40  # prv may decline only far in the tails (grid > 5e6 points, or its own check)
+        return
+    assert prv.epsilon >= exact - 1e-6 and prv.epsilon_lower <= exact + 1e-6
+
+
+def test_the_reference_itself_matches_the_closed_form():
+    p = _profile()
+    for steps, replace in ((1, False), (10, True)):
+        exact = p.gaussian_closed_form_epsilon(math.sqrt(steps) * (2.0 if replace else 1.0) / 2.0, 1e-5)
+        assert p.subsampled_gaussian_epsilon(2.0, 1.0, steps, 1e-5, replace=replace) == pytest.approx(exact, abs=2e-3)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_rdp_and_prv_refuse_subsampled_replace_one_and_name_pld(accountant):
+    ev = SubsampledGaussian(1.0, 0.005, 2000)
+    with pytest.raises(UnsupportedEventError, match=r"replace-record.*use the pld accountant") as e:
+        compute_epsilon(ev, delta=1e-5, accountant=accountant, adjacency="replace-record")
+    assert len(str(e.value).splitlines()) == 1
+    # inside a composition or a parallel branch too: never the add/remove number relabelled
+    tree = Composed((PureEpsilon(0.1), Parallel((SubsampledGaussian(2.0, 1.0, 3), ev))))
+    with pytest.raises(UnsupportedEventError, match="use the pld accountant"):
+        compute_epsilon(tree, delta=1e-5, accountant=accountant, adjacency="replace-record")
+
+
+def test_replace_one_is_larger_than_add_remove_where_the_issue_measured_it():
+    """Issue 13: (sigma 1, q 0.005, T 2000) printed 1.458 (rdp) / 1.218 (prv) as replace-record."""
+    for sigma, want in ((1.0, 1.93), (0.8794, 2.37)):
+        ev = SubsampledGaussian(sigma, 0.005, 2000)
+        rep = compute_epsilon(ev, delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
+        assert rep == pytest.approx(want, abs=0.01)
+        assert rep > compute_epsilon(ev, delta=1e-5, accountant="rdp").epsilon
+
+
+def test_support_table():
+    from dpaudit.accounting.accountants import ACCOUNTANTS, accountants_supporting, support_error, supports
+
+    assert ACCOUNTANTS == ("rdp", "prv", "pld", "pure")
+    sub, full, pure = SubsampledGaussian(1.0, 0.01, 10), SubsampledGaussian(1.0, 1.0, 10), PureEpsilon(0.5, 2)
+    assert accountants_supporting(sub, "add-remove-record") == ("rdp", "prv", "pld")
+    assert accountants_supporting(sub, "add-remove-user") == ("rdp", "prv", "pld")
+    assert accountants_supporting(sub, "replace-record") == ("pld",)
+    assert accountants_supporting(full, "replace-record") == ("rdp", "prv", "pld")
+    for adj in ("add-remove-record", "replace-record", "add-remove-user"):
+        assert accountants_supporting(pure, adj) == ACCOUNTANTS  # a claim made under that adjacency
+        assert supports("pure", SubsampledGaussian(1.0, 0.01, 0), adj)  # nothing spent
+    assert "pure-epsilon" in support_error("pure", sub, "add-remove-record")
+    assert not supports("prv", SubsampledGaussian(1.0, 0.01, 200_000), "add-remove-record")
+    with pytest.raises(UsageError, match="accountant must be one of rdp, prv, pld, pure"):
+        support_error("moments", sub)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv", "pld"])
+def test_add_remove_user_is_add_remove_at_the_user_level(accountant):
+    ev = SubsampledGaussian(1.0, 0.02, 300)
+    user = compute_epsilon(ev, delta=1e-5, accountant=accountant, adjacency="add-remove-user")
+    rec = compute_epsilon(ev, delta=1e-5, accountant=accountant, adjacency="add-remove-record")
+    assert user.epsilon == rec.epsilon and user.adjacency == "add-remove-user"
+
+
+def test_pld_composes_sequentially_and_in_parallel():
+    a, b = SubsampledGaussian(1.0, 0.01, 300), SubsampledGaussian(0.8, 0.01, 400)
+    for adj in ADJ:
+        two = compute_epsilon(Composed((a, a)), delta=1e-5, accountant="pld", adjacency=adj).epsilon
+        doubled = compute_epsilon(SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="pld", adjacency=adj).epsilon
+        assert two == pytest.approx(doubled, abs=2e-3)
+        par = compute_epsilon(Parallel((a, b)), delta=1e-5, accountant="pld", adjacency=adj).epsilon
+        assert par == max(compute_epsilon(x, delta=1e-5, accountant="pld", adjacency=adj).epsilon for x in (a, b))
+    # pure epsilon: never above the sum; a mixed tree is above each part alone
+    assert 1.9 < compute_epsilon(PureEpsilon(0.5, 4), delta=1e-5, accountant="pld", adjacency="replace-record").epsilon <= 2.0 + 1e-9
+    mixed = compute_epsilon(Composed((a, PureEpsilon(0.5))), delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
+    assert mixed > compute_epsilon(a, delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
+
+
+def test_prv_declines_a_grid_that_would_exhaust_memory():
+    """sigma 0.3, q 0.5, T 3000 made `dpaudit account` get killed for memory (a ~1e8-point grid)."""
+    import time
+
+    t = time.perf_counter()
+    with _profile().memory_cap(), pytest.raises(UnsupportedEventError, match="grid points"):
+        compute_epsilon(SubsampledGaussian(0.3, 0.5, 3000), delta=1e-5, accountant="prv")
+    assert time.perf_counter() - t < 30.0  # declined before allocating
+
+
+def test_ledger_bounds_use_pld_for_subsampled_replace_one():
+    from dpaudit.accounting import ledger_compose as lc
+
+    ev = SubsampledGaussian(1.0, 0.005, 2000)
+    b = lc.bounds(ev, delta=1e-5, adjacency="replace-record")
+    want = compute_epsilon(ev, delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
+    assert b["epsilon"] == want and b["bound_by"] == "pld"
+    assert b["epsilon_rdp"] is None and "pld" in b["accountant_errors"]["rdp"]
+    # pure-only replace-record trees (DP-ELM) keep their pure / rdp bounds
+    p = lc.bounds(PureEpsilon(0.5, 2), delta=1e-5, adjacency="replace-record")
+    assert p["epsilon"] <= 1.0 and p["epsilon_rdp"] is not None

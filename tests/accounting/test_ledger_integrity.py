@@ -127,7 +127,7 @@ def test_an_intact_ledger_verifies_after_every_kind_of_entry(tmp_path):
         led.declare_partition("toy", "train", ["train/a", "train/b"], "test")
         led.void(a, "test")
         rep = led.verify()
-    assert rep.ok and rep.entries == 4 and rep.schema_version == 1
+    assert rep.ok and rep.entries == 4 and rep.schema_version == ledger_mod.latest_schema_version()
     assert "intact" in str(rep)
 
 
@@ -135,7 +135,7 @@ def test_an_empty_file_becomes_a_new_ledger(tmp_path):
     path = tmp_path / "ledger.sqlite"
     path.touch()
     with open_ledger(path) as led:
-        assert led.schema_version == 1 and led.entries() == []
+        assert led.schema_version == ledger_mod.latest_schema_version() and led.entries() == []
 
 
 @pytest.mark.parametrize("content", [b"hello, this is not a database\n" * 10, b"SQLite", os.urandom(4096)])
@@ -218,24 +218,27 @@ def test_a_read_only_ledger_file_is_refused_and_left_untouched(filled):
 def test_migration_path_upgrades_an_older_ledger_in_place(filled, monkeypatch):
     path, ids = filled
 
-    def to_2(conn):
+    latest = ledger_mod.latest_schema_version()
+    nxt = latest + 1
+
+    def to_next(conn):
         conn.execute("CREATE TABLE release_tags (release_id TEXT NOT NULL, tag TEXT NOT NULL)")
 
-    monkeypatch.setitem(ledger_mod.MIGRATIONS, 2, to_2)
+    monkeypatch.setitem(ledger_mod.MIGRATIONS, nxt, to_next)
     with open_ledger(path) as led:
-        assert led.schema_version == 2
+        assert led.schema_version == nxt
         assert [e.id for e in led.entries()] == ids
         assert led.verify().ok
         led.cap("toy", 2.0, 1e-5)
     conn = sqlite3.connect(path)
     versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
-    assert versions == [1, 2]
+    assert versions == list(range(1, nxt + 1))
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == nxt
     conn.close()
-    # The same ledger is now too new for a dpaudit that knows only version 1.
-    monkeypatch.delitem(ledger_mod.MIGRATIONS, 2)
-    with pytest.raises(LedgerError, match="schema version 2, newer"):
+    # The same ledger is now too new for a dpaudit that knows only the versions before it.
+    monkeypatch.delitem(ledger_mod.MIGRATIONS, nxt)
+    with pytest.raises(LedgerError, match=f"schema version {nxt}, newer"):
         open_ledger(path)
 
 
@@ -246,12 +249,13 @@ def test_a_failing_migration_leaves_the_old_ledger_intact(filled, monkeypatch):
         conn.execute("CREATE TABLE half_done (x INTEGER)")
         raise sqlite3.OperationalError("disk on fire")
 
-    monkeypatch.setitem(ledger_mod.MIGRATIONS, 2, broken)
+    latest = ledger_mod.latest_schema_version()
+    monkeypatch.setitem(ledger_mod.MIGRATIONS, latest + 1, broken)
     with pytest.raises(LedgerError, match="disk on fire"):
         open_ledger(path)
-    monkeypatch.delitem(ledger_mod.MIGRATIONS, 2)
+    monkeypatch.delitem(ledger_mod.MIGRATIONS, latest + 1)
     with open_ledger(path) as led:
-        assert led.schema_version == 1 and [e.id for e in led.entries()] == ids and led.verify().ok
+        assert led.schema_version == latest and [e.id for e in led.entries()] == ids and led.verify().ok
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
     conn.close()

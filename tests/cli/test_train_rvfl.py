@@ -38,7 +38,11 @@ def test_default_dataset_json_release(tmp_path):
     from dpaudit.accounting.ledger import open_ledger
 
     with open_ledger(tmp_path / "l.sqlite") as ledger:
-        assert [e.id for e in ledger.entries(dataset="digits")] == [data["id"]]
+        assert [e.id for e in ledger.entries(dataset="digits", kind="release")] == [data["id"]]
+        entry = ledger.get(data["id"])
+    # the summary shows the ledger's keyed fingerprint of the data, never a plain digest
+    assert "dataset_sha256" not in data and data["dataset_fingerprint"] == entry.payload["dataset_fingerprint"]
+    assert "sha256" not in on_disk["dataset"]
 
 
 def test_arguments_are_forwarded(monkeypatch, tmp_path):

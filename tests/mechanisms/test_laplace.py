@@ -151,13 +151,16 @@ def test_textbook_sampler_ks(kind):
 
 def test_textbook_outputs_are_not_shift_invariant():
     # Why the textbook sampler is only for comparison (Mironov 2012). For an output y in
-    # [-1, 0.5] released on input 0, input 1 could only produce it as 1 + z' with z' in
-    # [-2, -0.5], where the addition is exact (Sterbenz), so y must be a multiple of 2^-53.
+    # [-0.25, 0.25] released on input 0, input 1 could only produce it as 1 + z' with z' in
+    # [-1.25, -0.75], where the addition is exact (Sterbenz), so y must be a multiple of 2^-53.
     # Most small textbook outputs carry finer bits: they identify input 0 with certainty.
+    # (Over all of [-1, 0.5] the fraction is only about one half, since outputs with |y| >= 0.5
+    # have no finer bits; the window is kept where the argument bites. Measured 0.81-0.83 over
+    # seeds 0-4.)
     z = NoiseSource("reproducible", seed=3).laplace(20_000, 1.0)
-    y = z[(z >= -1.0) & (z <= 0.5)]
+    y = z[(z >= -0.25) & (z <= 0.25)]
     unreachable_from_1 = np.ldexp(y, 53) != np.floor(np.ldexp(y, 53))
-    assert unreachable_from_1.mean() > 0.5
+    assert unreachable_from_1.mean() > 0.75
 
 
 def test_the_pmf_test_has_power_against_a_wrong_scale():

@@ -106,7 +106,11 @@ def test_proxy_predictions_file(tmp_path):
     np.savez(f, probs=probs, labels=labels, source_names=np.array(["web", "code", "math"]))
     r = train_and_release_mixmin(proxy_predictions=f, epsilon=4.0, out_dir=tmp_path / "pp", mixture=MixtureSettings(steps=50, batch_size=1000, clipping_norm=5.0))
     assert list(r.metrics["weights"]) == ["web", "code", "math"]
-    assert r.dataset["name"] == "proxy-predictions-pp" and r.partition == "train"
+    # Named by content (the keyed fingerprint of the arrays), not by the file name.
+    from dpaudit.accounting.ledger import open_ledger
+
+    with open_ledger() as led:
+        assert r.dataset["name"] == "proxy-predictions-" + led.get(r.id).payload["dataset_fingerprint"][:12] and r.partition == "train"
     assert r.config["n_mix_records"] == 400 and r.sample_rate == 1.0 and r.normalizer == 400
     with pytest.raises(UsageError, match="stage must be mixture"):
         train_and_release_mixmin(proxy_predictions=f, stage="pipeline", out_dir=tmp_path / "q")

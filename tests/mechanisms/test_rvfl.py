@@ -141,7 +141,7 @@ def test_every_model_releases_on_synthetic_data(model, tmp_path):
     assert (tmp_path / "r" / rel.artefacts["weights"]).exists()
     assert read_release(tmp_path / "r").id == rel.id
     with open_ledger(None) as ledger:
-        assert [e.id for e in ledger.entries(dataset="synthetic")] == [rel.id]
+        assert [e.id for e in ledger.entries(dataset="synthetic", kind="release")] == [rel.id]
     if private:
         event = SubsampledGaussian(rel.noise_multiplier, 0.2, 10)
         assert rel.epsilon <= 4.0 and rel.guarantee == event.to_dict() and rel.target_epsilon == 4.0

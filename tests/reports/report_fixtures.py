@@ -17,11 +17,14 @@ import numpy as np
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.records import Release, write_json_atomic, write_release
 
+#: The public dataset identity a current release publishes (no hash of the private data).
 DATASET = {
-    "name": "digits", "kind": "image", "sha256": "ab" * 32, "profile": "default", "split_seed": 0,
+    "name": "digits", "kind": "image", "profile": "default", "split_seed": 0,
     "split_sizes": {"train": 1000, "val": 200, "test": 597}, "n_features": 64, "n_classes": 10,
-    "source_files": {"digits.csv": "cd" * 32},
+    "source_files": ["digits.csv"],
 }
+#: What older dpaudit versions published: unkeyed hashes of the prepared data and the source files.
+OLD_DATASET = {**DATASET, "sha256": "ab" * 32, "source_files": {"digits.csv": "cd" * 32}}
 
 _EPS_CACHE: dict = {}
 

@@ -302,12 +302,14 @@ def test_report_json_round_trips_and_has_seven_sections(tmp_path):
     assert not any(isinstance(x, float) and math.isnan(x) for x in e["roc"]["fpr"])
 
 
-def test_provenance_lists_checksums_and_splits(tmp_path):
+def test_provenance_lists_public_identity_and_splits(tmp_path):
     make_release(tmp_path / "r1")
-    prov = build_report([tmp_path])["sections"]["provenance"]
-    assert prov[0]["sha256"] == DATASET["sha256"]
+    rep = build_report([tmp_path])
+    prov = rep["sections"]["provenance"]
+    assert "sha256" not in prov[0] and prov[0]["fingerprints"] == []  # no ledger given: no keyed fingerprint to show
     assert prov[0]["source_files"] == DATASET["source_files"]
     assert prov[0]["split_sizes"] == DATASET["split_sizes"] and prov[0]["split_seeds"] == [0]
+    assert not [n for n in rep["notes"] if n["section"] == "provenance"]
 
 
 def test_audit_of_other_mechanism_in_separate_folders(tmp_path):

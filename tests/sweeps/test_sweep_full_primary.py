@@ -20,7 +20,7 @@ from dpaudit.data import DATASETS
 from dpaudit.errors import BudgetExceededError, UsageError
 from dpaudit.sweeps import TaskFilter, builtin_spec, open_store, parse_spec, plan, run_sweep
 from dpaudit.sweeps.published import TABLE5_DP_ELM
-from dpaudit.sweeps.runner import budget_preflight
+from dpaudit.sweeps.runner import _close_reservations, budget_reserve
 from dpaudit.sweeps.tables import render_html, render_markdown, sweep_tables
 from dpaudit.sweeps.tasks import DP_ELM_MODELS, DP_ELM_WIDTHS, TRAIN_MODELS, planned_event, validate_block
 
@@ -175,16 +175,22 @@ def test_cap_preflight_composes_pure_dp_elm_with_gaussian_tasks(tmp_path):
     ledger = tmp_path / "ledger.sqlite"
     with open_ledger(ledger) as led:
         led.cap("digits", cap, 1e-5)
-    budget_preflight([gauss], ledger)
-    budget_preflight([elm], ledger)
+    held = budget_reserve([gauss], ledger, "s")
+    assert len(held) == 1
+    with pytest.raises(BudgetExceededError, match="exceeded"):  # the held sweep budget counts
+        budget_reserve([elm], ledger, "t")
+    _close_reservations(held, ledger, "s")
+    _close_reservations(budget_reserve([elm], ledger, "t"), ledger, "t")
     with pytest.raises(BudgetExceededError, match="exceeded"):
-        budget_preflight([gauss, elm], ledger)
+        budget_reserve([gauss, elm], ledger, "u")
+    with open_ledger(ledger) as led:  # a refused sweep holds nothing
+        assert led.open_reservations() == []
     # three pure eps = 2 DP-ELM tasks alone are far over a cap of 4
     elms = [t for t in parse_spec(SPEC.replace("seeds = [42]", "seeds = [42, 43, 44]")).tasks() if t.model == "dp-elm-L3" and t.epsilon]
     with open_ledger(tmp_path / "l2.sqlite") as led:
         led.cap("digits", 4.0, 1e-5)
     with pytest.raises(BudgetExceededError, match="exceeded"):
-        budget_preflight(elms, tmp_path / "l2.sqlite")
+        budget_reserve(elms, tmp_path / "l2.sqlite", "s")
 
 
 def test_a_sweep_with_dp_elm_over_the_cap_is_refused_before_anything_runs(tmp_path):

@@ -131,3 +131,38 @@ def test_a_release_recorded_before_sweep_tags_is_still_recognised(tmp_path):
     with open_ledger(path) as led:
         assert led.record(rel) == rel.id
         assert len(led.entries(kind="release")) == 1
+
+
+def test_a_sweep_holds_its_budget_while_it_runs_and_its_own_tasks_are_not_refused_by_it(tmp_path):
+    # Cap just above what the sweep's two releases need together: the sweep must complete (its
+    # tasks' own pre-checks leave the sweep's reservation out), while a release started by
+    # someone else during the sweep is refused (the sweep's budget is held, not merely checked).
+    from dpaudit.accounting import Composed, compute_epsilon
+    from dpaudit.sweeps.spec import parse_spec as parse
+    from dpaudit.sweeps.tasks import planned_event
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    spec = parse(SPEC)
+    events = [planned_event(t.config())[3] for t in spec.tasks()]
+    both = compute_epsilon(Composed(tuple(events)), delta=1e-5, accountant="rdp").epsilon
+    with open_ledger(ledger_path) as led:
+        led.cap("digits", both * 1.05, 1e-5)
+    seen = {}
+
+    def during(task, outcome):
+        if "refused" in seen:
+            return
+        with open_ledger(ledger_path) as led:
+            seen["open"] = [e.payload["mechanism"] for e in led.open_reservations("digits")]
+            try:
+                led.preflight(dataset="digits", partition="train", event=events[0], adjacency="add-remove-record")
+                seen["refused"] = False
+            except BudgetExceededError:
+                seen["refused"] = True
+
+    s = run_sweep(spec, out=tmp_path, ledger_path=ledger_path, on_outcome=during)
+    assert (s.done, s.failed) == (2, 0), s.failures
+    assert seen == {"open": ["sweep:digits-tiny"], "refused": True}
+    with open_ledger(ledger_path) as led:
+        assert led.open_reservations() == []  # closed when the sweep ended
+        assert len(led.entries(dataset="digits", kind="release")) == 2

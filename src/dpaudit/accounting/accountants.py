@@ -1,15 +1,35 @@
-"""Accountants: turn a stored event into (epsilon, delta).
+"""Accountants: turn a stored event into (epsilon, delta) under a declared adjacency.
 
 - ``rdp``: Rényi DP of the Poisson-subsampled Gaussian via Opacus's analysis
   (Mironov, Talwar & Zhang 2019), converted with Balle et al. 2020 (Opacus's conversion),
   over the fixed order set :data:`RDP_ORDERS`.
 - ``prv``: numerical composition of privacy random variables (Gopi, Lee & Wutschitz 2021)
   via ``prv-accountant``; reports lower / estimate / upper, and the claim uses the upper bound.
+- ``pld``: privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022,
+  "connect the dots") via Google's ``dp-accounting``, pessimistic discretisation, for both
+  add/remove (``ADD_OR_REMOVE_ONE``) and replace-one (``REPLACE_ONE``) neighbours.
 - ``pure``: pure epsilon-DP, delta = 0, composition by summation.
 
-Sequential composition is exact inside each accountant (RDP curves add; PRVs convolve).
-Parallel composition (events on disjoint records) takes the worst case over which part
-holds the differing record: every "branch" of the event tree is composed sequentially and
+**Adjacency is an input, never a label.** Each accountant declares which (event, adjacency)
+pairs it can account for (:func:`support_error` / :func:`supports`, in the spirit of
+dp_accounting's ``PrivacyAccountant.supports``); :func:`compute_epsilon` refuses every other pair
+with a one-line :class:`~dpaudit.errors.UnsupportedEventError` naming an accountant that does
+support it. The conventions every accountant uses for a ``SubsampledGaussian`` event (DP-SGD):
+each record's (or, at user level, each user's) clipped contribution to the noisy *sum* has L2
+norm at most C, the noise std is ``noise_multiplier * C``, and each record (user) is in a step's
+batch independently with probability ``sample_rate``. Then, per step and conditioned on the rest
+of the batch, the output pair of a neighbouring dataset pair is dominated by (units of C):
+
+- add/remove (record or user): ``(1-q) N(0, s^2) + q N(1, s^2)`` vs ``N(0, s^2)``, both
+  orders (the removed unit's contribution is present or absent);
+- replace-one: ``(1-q) N(0, s^2) + q N(1, s^2)`` vs ``(1-q) N(0, s^2) + q N(-1, s^2)`` (the old
+  unit's contribution is replaced by the new one's, pointing the opposite way: the sum moves
+  by up to 2C). At q = 1 this is ``N(1)`` vs ``N(-1)``: the Gaussian mechanism with
+  sensitivity 2C, i.e. add/remove with noise multiplier ``s / 2``.
+
+Sequential composition is exact inside each accountant (RDP curves add; PRVs and PLDs
+convolve). Parallel composition (events on disjoint records) takes the worst case over which
+part holds the differing record: every "branch" of the event tree is composed sequentially and
 the largest epsilon is reported.
 """
 
@@ -20,6 +40,7 @@ import itertools
 import math
 import warnings
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -28,7 +49,8 @@ from ..validation import open_unit
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 
-ACCOUNTANTS = ("rdp", "prv", "pure")
+#: Every accountant :func:`compute_epsilon` knows, in the order tools list them.
+ACCOUNTANTS = ("rdp", "prv", "pld", "pure")
 
 #: The RDP orders: {1.1, ..., 10.9} U {12, ..., 255} U {256, 512, ..., 16384}.
 RDP_ORDERS: tuple[float, ...] = tuple(
@@ -45,6 +67,18 @@ PRV_DELTA_ERROR_FRACTION = 1e-3
 #: minutes and gigabytes; the prv accountant then declines with an error (the ledger falls back on
 #: the RDP bound, which is always valid) rather than hanging.
 PRV_MAX_COMPOSITIONS = 100_000
+#: prv-accountant discretises the privacy loss on [-L, L] (L from an RDP bound, about epsilon + 3)
+#: with mesh ``eps_error / sqrt(N/2 ln(12/delta_error))``; memory grows with the number of grid
+#: points (measured: 3.6e6 points took 1.3 GB and 36 s; sigma 0.3, q 0.5, T 3000 asks for ~1e8
+#: points and was killed for memory). Above this many points prv declines before allocating.
+PRV_MAX_GRID_POINTS = 5_000_000
+#: integer RDP orders for the quick estimate of prv-accountant's grid size.
+_PRV_GRID_ORDERS: tuple[float, ...] = (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0, 512.0, 1024.0)
+#: pld discretisation of the privacy loss. The PLD is pessimistic (rounded up, truncated mass
+#: counted as infinite loss), so the reported epsilon is an upper bound at any interval; 1e-3
+#: costs < 0.005 in epsilon against 1e-4 at 1/10 of the time (measured: sigma 1, q 0.005,
+#: T 2000, replace-one: 1.9284 vs 1.9269).
+PLD_VALUE_DISCRETIZATION = 1e-3
 _MAX_BRANCHES = 4096
 
 
@@ -102,6 +136,88 @@ def merge_leaves(leaves: list) -> list:
     return [SubsampledGaussian(s, q, t) for (s, q), t in steps.items()] + [PureEpsilon(e, c) for e, c in counts.items()]
 
 
+# ---------------------------------------------------------------- which (event, adjacency) pairs
+
+
+def _replace_gaussian_noise(leaf: SubsampledGaussian, adjacency: Adjacency) -> float:
+    """Noise multiplier of the add/remove Gaussian that is *exactly* this leaf's mechanism under
+    ``adjacency``: unchanged for add/remove (record or user); halved for replace-one without
+    subsampling (the clipped sum moves by up to 2C: N(C) vs N(-C) is N(0) vs N(2C) with the
+    same std, i.e. sensitivity C at half the noise multiplier). Callers reject replace-one with
+    q < 1 before (:func:`_leaf_error`)."""
+    if adjacency is Adjacency.REPLACE_RECORD:
+        return leaf.noise_multiplier / 2.0
+    return leaf.noise_multiplier
+
+
+def _leaf_error(accountant: str, leaf, adjacency: Adjacency) -> str | None:
+    """Why ``accountant`` cannot account for one leaf under ``adjacency`` (None: it can).
+
+    - add-remove-user: a user-level event is the same mechanism with the user as the unit
+      (user-level clipping bounds a whole user's contribution by C and users are Poisson
+      sampled), so it is supported exactly where add-remove-record is.
+    - PureEpsilon: the stored epsilon is a claim *under the release's own adjacency*; the ledger
+      only composes releases that share one adjacency, and eps-DP of a neighbouring pair
+      implies the RDP / PRV / PLD bounds of that same pair, so every accountant supports it
+      under the adjacency it was made under (which is the one it is asked about).
+    - SubsampledGaussian, replace-record: rdp (Opacus's analysis of Mironov, Talwar & Zhang
+      2019) and prv (prv-accountant's PoissonSubsampledGaussianMechanism) are analyses of the
+      add/remove pair; they support replace-one only without subsampling (q = 1), where the
+      exact conversion to noise multiplier / 2 applies (:func:`_replace_gaussian_noise`).
+      Relabelling the add/remove epsilon would under-report (sigma 1, q 0.005, T 2000:
+      1.21 add/remove vs 1.93 replace-one) and the generic group-privacy conversion is loose,
+      so they refuse and point to pld, which analyses the replace-one pair directly.
+    - pure accepts only pure-epsilon leaves (and no-op Gaussian leaves with 0 steps).
+    """
+    if isinstance(leaf, PureEpsilon):
+        return None
+    if not isinstance(leaf, SubsampledGaussian):
+        return f"the {accountant} accountant cannot account for {leaf!r}."
+    if leaf.steps == 0:
+        return None  # nothing happened: epsilon 0 under every adjacency
+    if accountant == "pure":
+        return (f"the pure accountant only accounts for pure-epsilon events, got {leaf.to_dict()['type']}; "
+                f"use rdp, prv or pld.")
+    if accountant in ("rdp", "prv") and adjacency is Adjacency.REPLACE_RECORD and leaf.sample_rate < 1.0:
+        analysis = "Opacus's subsampled-Gaussian RDP analysis" if accountant == "rdp" else "prv-accountant's subsampled-Gaussian PRV"
+        return (f"the {accountant} accountant does not support subsampled-gaussian events with sample_rate < 1 "
+                f"under {adjacency.value} adjacency ({analysis} is for add/remove neighbours); use the pld accountant.")
+    return None
+
+
+def support_error(accountant: str, event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> str | None:
+    """Why ``accountant`` declines ``event`` under ``adjacency`` (a one-line reason), or None.
+
+    Structural only: an accountant may still decline a supported pair at compute time for a
+    numerical reason (prv far in the tails), always with :class:`UnsupportedEventError`.
+    """
+    if accountant not in ACCOUNTANTS:
+        raise UsageError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}.")
+    adj = Adjacency.parse(adjacency)
+    for leaves in branches(event):
+        merged = merge_leaves(leaves)
+        for leaf in merged:
+            reason = _leaf_error(accountant, leaf, adj)
+            if reason is not None:
+                return reason
+        if accountant == "prv":
+            n = sum(leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count for leaf in merged)
+            if n > PRV_MAX_COMPOSITIONS:
+                return (f"the prv accountant supports at most {PRV_MAX_COMPOSITIONS} compositions per branch, "
+                        f"got {n}; use rdp or pld.")
+    return None
+
+
+def supports(accountant: str, event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> bool:
+    """True when ``accountant`` can account for ``event`` under ``adjacency`` (see :func:`support_error`)."""
+    return support_error(accountant, event, adjacency) is None
+
+
+def accountants_supporting(event: Event, adjacency: "str | Adjacency") -> tuple[str, ...]:
+    """The accountants that support ``(event, adjacency)``, in :data:`ACCOUNTANTS` order."""
+    return tuple(a for a in ACCOUNTANTS if supports(a, event, adjacency))
+
+
 # ---------------------------------------------------------------- RDP
 
 
@@ -115,7 +231,7 @@ def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[flo
     return curve
 
 
-def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS) -> np.ndarray:
+def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> np.ndarray:
     """Sum of the RDP curves of sequentially composed leaves at ``orders``.
 
     T steps of one subsampled Gaussian have T times its one-step RDP (RDP composes additively;
@@ -123,21 +239,24 @@ def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS) -> np.ndarra
     curve is computed once per (sample_rate, noise_multiplier) and scaled: the same arithmetic,
     and a ledger of hundreds of releases sharing a few mechanisms costs a few curve evaluations.
     """
+    adj = Adjacency.parse(adjacency)
     orders = tuple(float(o) for o in orders)
     orders_arr = np.asarray(orders, dtype=float)
     total = np.zeros_like(orders_arr)
     for leaf in leaves:
+        reason = _leaf_error("rdp", leaf, adj)
+        if reason is not None:
+            raise UnsupportedEventError(reason)
         if isinstance(leaf, SubsampledGaussian):
             if leaf.steps == 0:
                 continue
-            total = total + _one_step_rdp(float(leaf.sample_rate), float(leaf.noise_multiplier), orders) * leaf.steps
-        elif isinstance(leaf, PureEpsilon):
+            sigma = _replace_gaussian_noise(leaf, adj)
+            total = total + _one_step_rdp(float(leaf.sample_rate), float(sigma), orders) * leaf.steps
+        else:  # PureEpsilon
             # eps-DP implies (alpha, eps)-RDP (Mironov 2017, Prop. 3) and (alpha, alpha eps^2 / 2)-RDP
             # (Bun & Steinke 2016, Prop. 3.3); both hold, so take the smaller.
             e = leaf.epsilon
             total = total + leaf.count * np.minimum(e, orders_arr * e * e / 2.0)
-        else:
-            raise UnsupportedEventError(f"the rdp accountant cannot account for {leaf!r}.")
     return total
 
 
@@ -153,37 +272,40 @@ def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = 
     return max(0.0, float(eps)), float(order)
 
 
-def _rdp(event: Event, delta: float, adjacency: str) -> AccountantResult:
+def _rdp(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
     best_eps, best_order = 0.0, None
     for leaves in branches(event):
-        eps, order = rdp_to_epsilon(rdp_curve(merge_leaves(leaves)), delta)
+        eps, order = rdp_to_epsilon(rdp_curve(merge_leaves(leaves), adjacency=adjacency), delta)
         if best_order is None or eps > best_eps:
             best_eps, best_order = eps, order
-    return AccountantResult("rdp", best_eps, delta, adjacency, optimal_order=best_order)
+    return AccountantResult("rdp", best_eps, delta, adjacency.value, optimal_order=best_order)
 
 
 # ---------------------------------------------------------------- PRV
 
 
-def _prv_leaf(leaf):
+def _prv_leaf(leaf, adjacency: Adjacency = Adjacency.ADD_REMOVE_RECORD):
     import prv_accountant as pa
 
+    reason = _leaf_error("prv", leaf, adjacency)
+    if reason is not None:
+        raise UnsupportedEventError(reason)
     if isinstance(leaf, SubsampledGaussian):
+        sigma = _replace_gaussian_noise(leaf, adjacency)
         if leaf.sample_rate >= 1.0:
-            return pa.GaussianMechanism(noise_multiplier=leaf.noise_multiplier), leaf.steps
-        return pa.PoissonSubsampledGaussianMechanism(sampling_probability=leaf.sample_rate, noise_multiplier=leaf.noise_multiplier), leaf.steps
-    if isinstance(leaf, PureEpsilon):
-        return pa.PureDPMechanism(eps=leaf.epsilon), leaf.count
-    raise UnsupportedEventError(f"the prv accountant cannot account for {leaf!r}.")
+            return pa.GaussianMechanism(noise_multiplier=sigma), leaf.steps
+        return pa.PoissonSubsampledGaussianMechanism(sampling_probability=leaf.sample_rate, noise_multiplier=sigma), leaf.steps
+    return pa.PureDPMechanism(eps=leaf.epsilon), leaf.count
 
 
-def prv_epsilon_bounds(leaves: list, delta: float) -> tuple[float, float, float]:
+def prv_epsilon_bounds(leaves: list, delta: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> tuple[float, float, float]:
     """(lower, estimate, upper) epsilon of sequentially composed leaves."""
     import prv_accountant as pa
 
+    adj = Adjacency.parse(adjacency)
     prvs, counts = [], []
     for leaf in leaves:
-        prv, count = _prv_leaf(leaf)
+        prv, count = _prv_leaf(leaf, adj)
         if count > 0:
             prvs.append(prv)
             counts.append(int(count))
@@ -191,19 +313,33 @@ def prv_epsilon_bounds(leaves: list, delta: float) -> tuple[float, float, float]
         return 0.0, 0.0, 0.0
     if sum(counts) > PRV_MAX_COMPOSITIONS:
         raise UnsupportedEventError(
-            f"the prv accountant supports at most {PRV_MAX_COMPOSITIONS} compositions per branch, got {sum(counts)}; use rdp."
+            f"the prv accountant supports at most {PRV_MAX_COMPOSITIONS} compositions per branch, got {sum(counts)}; use rdp or pld."
         )
+    delta_error = delta * PRV_DELTA_ERROR_FRACTION
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
+            # The grid PRVAccountant is about to allocate: half-width L = (RDP epsilon at
+            # delta_error / 4) + 3 and its mesh (Gopi et al. 2021, Thm. 5.5 / Remark 5.6). L is
+            # estimated from RDP at a few integer orders (fast; any order gives a valid RDP bound,
+            # so the estimate is >= the library's L and the check never lets a larger grid
+            # through); prv-accountant's own RDP pass costs seconds. Decline before allocating.
+            half_width = rdp_to_epsilon(rdp_curve(leaves, orders=_PRV_GRID_ORDERS, adjacency=adj), delta_error / 4.0, orders=_PRV_GRID_ORDERS)[0] + 3.0
+            mesh = PRV_EPS_ERROR / math.sqrt(sum(counts) / 2.0 * math.log(12.0 / delta_error))
+            points = 2.0 * half_width / mesh
+            if not math.isfinite(points) or points > PRV_MAX_GRID_POINTS:
+                raise UnsupportedEventError(
+                    f"the prv accountant declines: its discretisation would need {points:.3g} grid points "
+                    f"(privacy loss up to {half_width:.4g}; at most {PRV_MAX_GRID_POINTS:.3g}); use rdp or pld."
+                )
             acc = pa.PRVAccountant(
                 prvs=prvs,
                 max_self_compositions=counts,
                 eps_error=PRV_EPS_ERROR,
-                delta_error=delta * PRV_DELTA_ERROR_FRACTION,
+                delta_error=delta_error,
             )
             lo, est, hi = acc.compute_epsilon(delta=delta, num_self_compositions=counts)
-        except (RuntimeError, ValueError, FloatingPointError) as e:
+        except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
             # e.g. "Discrete mean differs from continuous mean significantly" far out in the
             # tails (composed eps ~ 80): prv gives no bound here; callers fall back on rdp.
             raise UnsupportedEventError(f"prv-accountant could not bound these events ({str(e).splitlines()[0] if str(e) else type(e).__name__}); use rdp.") from None
@@ -212,34 +348,133 @@ def prv_epsilon_bounds(leaves: list, delta: float) -> tuple[float, float, float]
     return float(max(lo, 0.0)), float(max(est, 0.0)), float(max(hi, 0.0))
 
 
-def _prv(event: Event, delta: float, adjacency: str) -> AccountantResult:
+def _prv(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
     best = None
     for leaves in branches(event):
-        b = prv_epsilon_bounds(merge_leaves(leaves), delta)
+        b = prv_epsilon_bounds(merge_leaves(leaves), delta, adjacency)
         if best is None or b[2] > best[2]:
             best = b
     lo, est, hi = best  # type: ignore[misc]
-    return AccountantResult("prv", hi, delta, adjacency, epsilon_lower=lo, epsilon_estimate=est)
+    return AccountantResult("prv", hi, delta, adjacency.value, epsilon_lower=lo, epsilon_estimate=est)
+
+
+# ---------------------------------------------------------------- PLD (dp-accounting)
+
+
+def _pld_relation(adjacency: Adjacency):
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    # add-remove-user is add/remove with the user as the unit (see _leaf_error).
+    return NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+def _pld_leaf(leaf, adjacency: Adjacency):
+    """Pessimistic PLD of one merged leaf, or None when it spends nothing.
+
+    SubsampledGaussian: ``from_gaussian_mechanism(std = noise_multiplier, sensitivity = 1,
+    sampling_prob = q)`` in units of the clipping norm C. dp-accounting's REPLACE_ONE pair is
+    ``q N(-1) + (1-q) N(0)`` vs ``q N(1) + (1-q) N(0)`` (its privacy_loss_mechanism
+    AdditiveNoisePrivacyLoss docstring), i.e. our replace-one convention with ``sensitivity`` =
+    the bound C on one record's contribution, not on the change of the sum (2C); its
+    ADD_OR_REMOVE_ONE PLD keeps both the add and the remove pair and reports the worse.
+    Without subsampling T Gaussian steps are exactly one Gaussian with noise multiplier
+    s / sqrt(T) (as dp-accounting's own PLDAccountant composes GaussianDpEvent).
+    PureEpsilon: ``from_privacy_parameters(eps, 0)``, the pessimistic PLD dominating every
+    eps-DP pair (dp-accounting's docstring; Kairouz et al. 2015), valid under any adjacency.
+    """
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    reason = _leaf_error("pld", leaf, adjacency)
+    if reason is not None:
+        raise UnsupportedEventError(reason)
+    if isinstance(leaf, SubsampledGaussian):
+        if leaf.steps == 0:
+            return None
+        relation = _pld_relation(adjacency)
+        if leaf.sample_rate >= 1.0:
+            return pld_lib.from_gaussian_mechanism(
+                standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), sensitivity=1.0,
+                value_discretization_interval=PLD_VALUE_DISCRETIZATION, neighboring_relation=relation,
+            )
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=float(leaf.noise_multiplier), sensitivity=1.0, sampling_prob=float(leaf.sample_rate),
+            value_discretization_interval=PLD_VALUE_DISCRETIZATION, neighboring_relation=relation,
+        ).self_compose(int(leaf.steps))
+    if leaf.count == 0:
+        return None
+    return pld_lib.from_privacy_parameters(
+        common.DifferentialPrivacyParameters(float(leaf.epsilon), 0.0), value_discretization_interval=PLD_VALUE_DISCRETIZATION,
+    ).self_compose(int(leaf.count))
+
+
+def pld_epsilon(leaves: list, delta: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> float:
+    """Epsilon (an upper bound: pessimistic PLD) of sequentially composed leaves at ``delta``."""
+    adj = Adjacency.parse(adjacency)
+    total = None
+    try:
+        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for leaf in leaves:
+                pld = _pld_leaf(leaf, adj)
+                if pld is not None:
+                    total = pld if total is None else total.compose(pld)
+            if total is None:
+                return 0.0
+            eps = float(total.get_epsilon_for_delta(delta))
+    except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
+        raise UnsupportedEventError(f"dp-accounting's PLD could not bound these events ({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+    if math.isnan(eps):
+        raise UnsupportedEventError("dp-accounting's PLD returned NaN for these events.")
+    return max(0.0, eps)  # +inf is a valid (if useless) upper bound: delta below the infinite-loss mass
+
+
+def _pld(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
+    worst = 0.0
+    for leaves in branches(event):
+        worst = max(worst, pld_epsilon(merge_leaves(leaves), delta, adjacency))
+    return AccountantResult("pld", worst, delta, adjacency.value)
 
 
 # ---------------------------------------------------------------- pure
 
 
-def _pure(event: Event, adjacency: str) -> AccountantResult:
+def _pure(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
     worst = 0.0
     for leaves in branches(event):
         total = 0.0
         for leaf in leaves:
             if isinstance(leaf, PureEpsilon):
                 total += leaf.epsilon * leaf.count
-            elif isinstance(leaf, SubsampledGaussian) and leaf.steps == 0:
-                continue
-            else:
-                raise UnsupportedEventError(
-                    f"the pure accountant only accounts for pure-epsilon events, got {leaf.to_dict()['type']}; use rdp or prv."
-                )
         worst = max(worst, total)
-    return AccountantResult("pure", worst, 0.0, adjacency)
+    return AccountantResult("pure", worst, 0.0, adjacency.value)
+
+
+# ---------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class Accountant:
+    """One accountant: its name, whether it uses delta, and its computation.
+
+    ``compute(event, delta, adjacency)`` is only called on pairs :func:`support_error` accepts.
+    """
+
+    name: str
+    uses_delta: bool
+    compute: Callable[[Event, float, Adjacency], AccountantResult]
+
+    def supports(self, event: Event, adjacency: "str | Adjacency") -> bool:
+        return supports(self.name, event, adjacency)
+
+
+REGISTRY: dict[str, Accountant] = {
+    "rdp": Accountant("rdp", True, _rdp),
+    "prv": Accountant("prv", True, _prv),
+    "pld": Accountant("pld", True, _pld),
+    "pure": Accountant("pure", False, _pure),
+}
+assert tuple(REGISTRY) == ACCOUNTANTS
 
 
 def compute_epsilon(
@@ -249,13 +484,20 @@ def compute_epsilon(
     accountant: str = "rdp",
     adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
 ) -> AccountantResult:
-    """Epsilon of ``event`` at ``delta`` with the named accountant (``delta`` ignored for pure)."""
-    adj = Adjacency.parse(adjacency).value
-    if accountant == "pure":
-        return _pure(event, adj)
-    if accountant not in ("rdp", "prv"):
+    """Epsilon of ``event`` at ``delta`` under ``adjacency`` with the named accountant
+    (``delta`` ignored for pure).
+
+    Raises :class:`UnsupportedEventError` (one line, naming an accountant that supports the pair)
+    when the accountant does not support ``(event, adjacency)``: the result is always computed
+    under the adjacency it is labelled with, never relabelled.
+    """
+    adj = Adjacency.parse(adjacency)
+    acc = REGISTRY.get(accountant)
+    if acc is None:
         raise UsageError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}.")
-    open_unit("delta", delta)
-    if accountant == "rdp":
-        return _rdp(event, delta, adj)
-    return _prv(event, delta, adj)
+    if acc.uses_delta:
+        open_unit("delta", delta)
+    reason = support_error(accountant, event, adj)
+    if reason is not None:
+        raise UnsupportedEventError(reason)
+    return acc.compute(event, delta, adj)

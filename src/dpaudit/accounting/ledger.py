@@ -1,16 +1,36 @@
 """The privacy budget ledger: a durable, append-only record of every release of every dataset.
 
 One SQLite file (standard library ``sqlite3``; default ``./.dpaudit/ledger.sqlite``, or
-``$DPAUDIT_LEDGER``, or ``--ledger PATH``), in WAL mode with ``synchronous=FULL``:
+``$DPAUDIT_LEDGER``, or ``--ledger PATH``), in WAL mode with ``synchronous=FULL``, or a team
+ledger on PostgreSQL (``--ledger postgresql://USER@HOST/DB``). The storage layers
+(:mod:`~dpaudit.accounting.ledger_sqlite`, :mod:`~dpaudit.accounting.ledger_pg`) keep the rows,
+the transactions and the append-only rules; everything below is written once, for both:
 
 - Every write is one ``BEGIN IMMEDIATE`` transaction, so an entry is either fully there or
   absent, even if the writing process is killed (SIGKILL) half-way; concurrent writers queue
   on the lock (busy timeout) instead of failing or interleaving.
-- Entries are append-only (``release``, ``void``, ``cap``, ``partition``). Triggers refuse
-  UPDATE and DELETE; a release withdrawn by mistake gets a ``void`` entry referencing it.
+- Entries are append-only (``release``, ``void``, ``cap``, ``partition``, ``reservation``,
+  ``settle``, ``cancel``, ``version``). Triggers refuse UPDATE and DELETE; a release withdrawn
+  by mistake gets a ``void`` entry referencing it.
+- Budget is reserved before training (:meth:`Ledger.reserve`: the cap check and the
+  ``reservation`` entry in one ``BEGIN IMMEDIATE`` transaction, so concurrent runs cannot all
+  pass the check), and the reservation is closed when the run ends: ``settle`` (its releases
+  are recorded in the same transaction) or ``cancel`` (nothing was released). An open
+  reservation counts like a release; a run killed before closing it leaves it spent until an
+  operator voids it.
+- A dataset name means one set of records: every release and reservation stores the keyed
+  fingerprint of its data (:mod:`dpaudit.accounting.fingerprint`; the key lives in
+  ``<ledger>.key``, never in a release). A different fingerprint under a known name is refused
+  (:class:`~dpaudit.errors.DatasetIdentityError`) unless declared with :meth:`Ledger.declare_version`;
+  versions then compose sequentially.
 - Each entry stores ``hash = sha256(prev_hash, id, kind, created_at, dataset, payload)``; the
   table ``chain_head`` holds the last hash and the entry count. :meth:`Ledger.verify` names
   the entry that was edited, deleted or reordered.
+- Entries are signed (Ed25519, :mod:`~dpaudit.accounting.signing`) once the writer's key is
+  registered (``key`` entries; the first is the owner's); a signed entry's hash covers its
+  signature. :meth:`Ledger.verify` checks every signature, so a ledger whose triggers were
+  dropped, a release edited and the hashes recomputed fails; ``require_signatures`` (a
+  ``policy`` entry) refuses unsigned writes from then on.
 - The schema has a version table and an ordered list of migrations (:data:`MIGRATIONS`). A
   ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
   with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
@@ -22,71 +42,36 @@ the same records, parallel (worst child) over declared disjoint partitions, and 
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
 import math
 import os
 import re
-import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from .. import __version__
-from ..errors import BudgetExceededError, LedgerError, UsageError
+from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
 from ..records import Release, _json_safe
 from ..validation import open_unit, positive_finite
 from . import ledger_compose as lc
 from .adjacency import Adjacency, require_same
 from .events import Event
-from .ledger_paths import resolve_ledger_path
+from . import signing as sg
+from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
+from .ledger_paths import LedgerLocation, resolve_ledger
+# Storage lives in ledger_sqlite / ledger_pg; re-exported here (tests patch MIGRATIONS in place).
+from .ledger_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
-#: PRAGMA application_id of a dpaudit ledger ("dpal").
-APPLICATION_ID = 0x6470616C
 #: Hash that precedes the first entry.
 GENESIS_HASH = "0" * 64
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
-ENTRY_KINDS = ("release", "void", "cap", "partition")
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version") + sg.LEDGER_KINDS
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
-
-
-def _migrate_to_1(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        """CREATE TABLE entries (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            kind TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            dataset TEXT NOT NULL,
-            payload TEXT NOT NULL,
-            prev_hash TEXT NOT NULL,
-            hash TEXT NOT NULL
-        )"""
-    )
-    conn.execute("CREATE INDEX entries_dataset ON entries(dataset)")
-    conn.execute(
-        "CREATE TABLE chain_head (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL, "
-        "count INTEGER NOT NULL, hash TEXT NOT NULL)"
-    )
-    conn.execute("INSERT INTO chain_head (one, seq, count, hash) VALUES (1, 0, 0, ?)", (GENESIS_HASH,))
-    conn.execute("CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
-    conn.execute("CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
-
-
-#: Ordered migrations: ``MIGRATIONS[v]`` turns a schema of version ``v - 1`` into version ``v``.
-#: Version 0 is an empty database. A future schema change appends ``MIGRATIONS[2] = ...``;
-#: opening an older ledger applies the missing steps in one transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_to_1}
-_REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
-
-
-def latest_schema_version() -> int:
-    return max(MIGRATIONS)
 
 
 def _now() -> str:
@@ -106,11 +91,39 @@ def _sweep_tag(config: object) -> dict | None:
     return {"name": tag["name"], "task": tag.get("task")}
 
 
-def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str) -> str:
+def uncertified_reason(release: Release) -> str | None:
+    """Why ``release``'s guarantee is not certified, else None.
+
+    A mechanism records its noise sampler's finite-precision guarantee in
+    ``config["sampler_guarantee"]`` (see :mod:`dpaudit.mechanisms.laplace`); ``certified: false``
+    (the textbook floating-point Laplace sampler of DP-ELM) means the stated epsilon holds only in
+    ideal arithmetic, so the ledger must not count it as that epsilon (Mironov 2012)."""
+    if getattr(release, "non_private", False):
+        return None
+    g = release.config.get("sampler_guarantee") if isinstance(release.config, dict) else None
+    if isinstance(g, dict) and g.get("certified") is False:
+        return sampler_uncertified_reason(str(g.get("sampler") or "unknown"))
+    return None
+
+
+def sampler_uncertified_reason(sampler: str) -> str:
+    """The one wording of an uncertified sampler, shared by reservations and releases."""
+    if sampler == "textbook":
+        return "uncertified: textbook floating-point Laplace sampler (ideal-arithmetic guarantee only)"
+    return f"uncertified: {sampler} sampler (no finite-precision guarantee)"
+
+
+def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str,
+               signer: str | None = None, signature: str | None = None) -> str:
     """sha256 over the previous hash and every stored column of the entry (seq excluded:
-    an entry's place in the chain is fixed by ``prev_hash``)."""
-    material = json.dumps(["dpaudit-ledger-v1", prev_hash, entry_id, kind, created_at, dataset, payload_text], separators=(",", ":"))
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+    an entry's place in the chain is fixed by ``prev_hash``). A signed entry's hash covers its
+    signer and signature too (so the next entry's signature covers them); an unsigned entry
+    keeps the original material, so ledgers written before signatures verify unchanged."""
+    if signer is None and signature is None:
+        material = ["dpaudit-ledger-v1", prev_hash, entry_id, kind, created_at, dataset, payload_text]
+    else:
+        material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
+    return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def _check_name(what: str, value: object) -> str:
@@ -135,14 +148,31 @@ class Entry:
     prev_hash: str
     hash: str
     voided_by: str | None = None
+    #: key id of the entry's signer (None: unsigned)
+    signer: str | None = None
+    #: reservations only: the settle / cancel / void entry that closed it (None: still open, spent).
+    closed_by: str | None = None
+    closed_as: str | None = None  # "settled", "cancelled" or "voided"
+
+    @property
+    def status(self) -> str | None:
+        """A reservation's state: ``open`` (spent), ``settled``, ``cancelled`` or ``voided``."""
+        if self.kind != "reservation":
+            return None
+        return "open" if self.closed_by is None else self.closed_as
 
     def to_dict(self) -> dict:
         d = {
             "seq": self.seq, "id": self.id, "kind": self.kind, "created_at": self.created_at,
             "dataset": self.dataset, **self.payload, "prev_hash": self.prev_hash, "hash": self.hash,
         }
+        if self.signer is not None:
+            d["signer"] = self.signer
         if self.kind == "release":
             d["voided_by"] = self.voided_by
+        if self.kind == "reservation":
+            d["closed_by"] = self.closed_by
+            d["status"] = self.status
         return d
 
 
@@ -150,7 +180,7 @@ class Entry:
 class Problem:
     """One integrity finding of :meth:`Ledger.verify`."""
 
-    kind: str  # edited | deleted | reordered | unreadable | schema | integrity
+    kind: str  # edited | deleted | reordered | unreadable | schema | integrity | signature | anchor
     message: str
     seq: int | None = None
     id: str | None = None
@@ -168,6 +198,10 @@ class VerifyReport:
     head_hash: str
     schema_version: int
     problems: tuple = field(default_factory=tuple)
+    #: registered keys, owner, signed / unsigned counts (see signing.KeyRing.to_dict)
+    signatures: dict = field(default_factory=dict)
+    anchor: str | None = None
+    backend: str = "sqlite"
 
     @property
     def ok(self) -> bool:
@@ -175,65 +209,62 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {
-            "ledger": self.path, "ok": self.ok, "entries": self.entries, "head_hash": self.head_hash,
-            "schema_version": self.schema_version, "problems": [p.to_dict() for p in self.problems],
+            "ledger": self.path, "backend": self.backend, "ok": self.ok, "entries": self.entries, "head_hash": self.head_hash,
+            "schema_version": self.schema_version, "signatures": self.signatures, "anchor": self.anchor,
+            "problems": [p.to_dict() for p in self.problems],
         }
 
     def __str__(self) -> str:
         if self.ok:
-            return f"ledger {self.path}: {self.entries} entries, hash chain intact (head {self.head_hash[:16]})."
+            sig = self.signatures or {}
+            signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
+            anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
+            return f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor} (head {self.head_hash[:16]})."
         return "\n".join(p.message for p in self.problems)
 
 
 # ---------------------------------------------------------------- opening
 
 
-def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S) -> "Ledger":
-    """Open (creating if absent) the ledger at ``path`` (see :func:`resolve_ledger_path`)."""
-    return Ledger(resolve_ledger_path(path), busy_timeout=busy_timeout)
-
-
-def _describe_sqlite_error(path: Path, e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    low = text.lower()
-    if "readonly" in low or "read-only" in low:
-        return f"ledger {path} is read-only ({text}); dpaudit needs write access to the file and its directory."
-    if "locked" in low or "busy" in low:
-        return f"ledger {path} is busy: another process held its lock for too long ({text})."
-    if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return f"ledger {path} is corrupt or not an SQLite database ({text}); it was left untouched."
-    if "unable to open" in low:
-        return f"cannot open ledger {path} ({text}); check that its directory exists and is writable."
-    return f"ledger {path}: {text}."
-
-
-@contextlib.contextmanager
-def _sqlite_errors(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as e:
-        raise LedgerError(_describe_sqlite_error(path, e)) from None
+def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
+                signing_key: "sg.SigningKey | str | None" = None) -> "Ledger":
+    """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
+    (see :func:`~dpaudit.accounting.ledger_paths.resolve_ledger`; any other scheme is refused)."""
+    loc = resolve_ledger(path)
+    return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key)
 
 
 class Ledger:
-    """An open ledger. Use as a context manager; every method is safe across processes."""
+    """An open ledger. Use as a context manager; every method is safe across processes (and, on
+    PostgreSQL, across machines).
 
-    def __init__(self, path: str | os.PathLike, *, busy_timeout: float = BUSY_TIMEOUT_S) -> None:
-        self.path = Path(path)
+    Storage is a :class:`~dpaudit.accounting.ledger_sqlite.SqliteStore` (a path) or a
+    :class:`~dpaudit.accounting.ledger_pg.PostgresStore` (a :class:`LedgerLocation` of a
+    ``postgresql://`` URL); every semantic below is the same on both.
+
+    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.accounting.signing.SigningKey`,
+    a key name or path; default ``$DPAUDIT_SIGNING_KEY`` or the ``default`` key if it exists).
+    Entries are signed with it once it is registered in this ledger (see :meth:`register_key`)."""
+
+    def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
+                 signing_key: "sg.SigningKey | str | None" = None) -> None:
         self._busy_timeout = float(busy_timeout)
-        self._conn: sqlite3.Connection | None = None
-        self._precheck_location()
-        conn = None
+        self._key_bytes: bytes | None = None
+        self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
+        if isinstance(path, LedgerLocation) and path.backend == "postgresql":
+            from .ledger_pg import PostgresStore
+
+            self._store = PostgresStore(path, busy_timeout=self._busy_timeout)
+            self.path = path.display
+        else:
+            p = path.path if isinstance(path, LedgerLocation) else path
+            self._store = SqliteStore(Path(p), busy_timeout=self._busy_timeout)
+            self.path = Path(p)
+        self.backend = self._store.backend
         try:
-            with _sqlite_errors(self.path):
-                conn = sqlite3.connect(str(self.path), timeout=self._busy_timeout, isolation_level=None)
-                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-                self._conn = conn
-                self._open_schema()
+            self._signing_key = signing_key if isinstance(signing_key, sg.SigningKey) else sg.load_signing_key(signing_key)
         except BaseException:
-            if conn is not None:
-                conn.close()
-            self._conn = None
+            self.close()
             raise
 
     # -- context manager
@@ -244,164 +275,198 @@ class Ledger:
         self.close()
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._store.close()
 
     @property
-    def conn(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.path} is closed.")
-        return self._conn
-
-    # -- opening checks (nothing is written before they pass)
-    def _precheck_location(self) -> None:
-        p = self.path
-        if p.exists():
-            if p.is_dir():
-                raise LedgerError(f"ledger path {p} is a directory; give a file path.")
-            try:
-                with open(p, "rb") as f:
-                    head = f.read(len(_SQLITE_MAGIC))
-            except OSError as e:
-                raise LedgerError(f"cannot read ledger {p}: {e.strerror}.") from None
-            if head and head != _SQLITE_MAGIC:
-                raise LedgerError(f"ledger {p} is not an SQLite database (corrupt or another kind of file); it was left untouched.")
-            if not os.access(p, os.R_OK | os.W_OK) or not os.access(p.parent, os.W_OK):
-                raise LedgerError(f"ledger {p} is read-only; dpaudit needs write access to the file and its directory (WAL mode).")
-            return
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise LedgerError(f"cannot create the ledger directory {p.parent}: {e.strerror or e}.") from None
-        if not os.access(p.parent, os.W_OK):
-            raise LedgerError(f"cannot create ledger {p}: directory {p.parent} is read-only.")
-
-    def _open_schema(self) -> None:
-        conn = self.conn
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables and app_id in (0, APPLICATION_ID):
-            self._initialise()
-            return
-        if app_id != APPLICATION_ID or "schema_version" not in tables:
-            raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
-        version = self._schema_version()
-        latest = latest_schema_version()
-        if version > latest:
-            raise LedgerError(
-                f"ledger {self.path} has schema version {version}, newer than this dpaudit ({__version__}) supports "
-                f"({latest}); upgrade dpaudit. The ledger was left untouched."
-            )
-        self._set_pragmas()
-        if version < latest:
-            self._migrate()
-
-    def _schema_version(self) -> int:
-        row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return int(row[0] or 0)
-
-    def _set_pragmas(self) -> None:
-        mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise LedgerError(f"ledger {self.path} cannot use write-ahead logging (journal mode {mode}); use a local file system.")
-        # FULL: a committed entry survives power loss too, not only a killed process.
-        self.conn.execute("PRAGMA synchronous = FULL")
-
-    def _initialise(self) -> None:
-        self._set_pragmas()
-        with self._write():
-            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "schema_version" in tables:  # another process initialised it while we waited
-                return
-            if tables:
-                raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
-            self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)")
-            self._apply_migrations(0)
-
-    def _migrate(self) -> None:
-        with self._write():
-            self._apply_migrations(self._schema_version())
-
-    def _apply_migrations(self, current: int) -> None:
-        latest = latest_schema_version()
-        for v in range(current + 1, latest + 1):
-            MIGRATIONS[v](self.conn)
-            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, _now(), __version__))
-        self.conn.execute(f"PRAGMA user_version = {latest}")
+    def store(self):
+        """The storage layer (SqliteStore or PostgresStore)."""
+        return self._store
 
     @property
     def schema_version(self) -> int:
-        with _sqlite_errors(self.path):
-            return self._schema_version()
+        return self._store.schema_version()
 
     # -- transactions
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction: all of it commits, or none of it."""
-        conn = self.conn
-        with _sqlite_errors(self.path):
-            conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        with _sqlite_errors(self.path):
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise
+    def _write(self):
+        """One write transaction holding the ledger's lock: all of it commits, or none of it."""
+        return self._store.write()
 
     def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
-        """Append one entry inside the caller's write transaction and advance the chain head."""
-        conn = self.conn
+        """Append one entry inside the caller's write transaction and advance the chain head.
+
+        Signed with this ledger's signing key when that key is registered; refused unsigned when
+        the ledger requires signatures (a ``policy`` entry)."""
+        st = self._store
         entry_id = entry_id or uuid.uuid4().hex
-        with _sqlite_errors(self.path):
-            head = conn.execute("SELECT seq, count, hash FROM chain_head WHERE one = 1").fetchone()
-            if head is None:
-                raise LedgerError(f"ledger {self.path} has no chain head; run `dpaudit ledger verify`.")
-            last = conn.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-            if (last[1] if last else GENESIS_HASH) != head[2]:
-                # Appending after a broken chain would bury the break; refuse instead.
-                raise LedgerError(f"ledger {self.path} fails its integrity check (last entry does not match the chain head); run `dpaudit ledger verify`.")
-            created_at = _now()
-            text = canonical_json(payload)
-            h = entry_hash(head[2], entry_id, kind, created_at, dataset, text)
-            cur = conn.execute(
-                "INSERT INTO entries (id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (entry_id, kind, created_at, dataset, text, head[2], h),
-            )
-            conn.execute("UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1", (cur.lastrowid, h))
+        head = st.head()
+        if head is None:
+            raise LedgerError(f"ledger {self.path} has no chain head; run `dpaudit ledger verify`.")
+        last = st.last()
+        if (last[1] if last else GENESIS_HASH) != head[2]:
+            # Appending after a broken chain would bury the break; refuse instead.
+            raise LedgerError(f"ledger {self.path} fails its integrity check (last entry does not match the chain head); run `dpaudit ledger verify`.")
+        created_at = _now()
+        text = canonical_json(payload)
+        signer = signature = None
+        key = self._signer_for(kind, payload)
+        if key is not None:
+            signer = key.key_id
+            signature = key.sign(sg.signing_material(head[2], entry_id, kind, created_at, dataset, text, signer))
+        h = entry_hash(head[2], entry_id, kind, created_at, dataset, text, signer, signature)
+        st.insert(entry_id, kind, created_at, dataset, text, head[2], h, signer, signature)
         return entry_id
 
+    # -- signatures
+    def key_ring(self) -> sg.KeyRing:
+        """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
+        ring, _ = sg.check_signatures(self._signed_rows(self._store.rows()), verify=False)
+        return ring
+
+    @staticmethod
+    def _signed_rows(rows) -> list[sg.SignedRow]:
+        return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
+
+    def _signer_for(self, kind: str, payload: dict) -> "sg.SigningKey | None":
+        key = self._signing_key
+        ring = self.key_ring()
+        if kind == sg.KEY_KIND and not ring.keys and key is not None and payload.get("key_id") == key.key_id:
+            return key  # the owner's self-signed registration
+        if key is not None and key.key_id in ring.keys:
+            return key
+        if ring.required_since is not None:
+            why = "no signing key (create one with `dpaudit ledger keygen`)" if key is None else \
+                f"signing key {key.key_id} is not registered in it"
+            raise LedgerError(f"ledger {self.path} requires signed entries (since entry #{ring.required_since}), but {why}; "
+                              "nothing was written.")
+        if kind in sg.LEDGER_KINDS:
+            raise UsageError(f"a {kind} entry must be signed by a registered key, got "
+                             + ("no signing key." if key is None else f"unregistered key {key.key_id}."))
+        return None
+
+    def register_key(self, public_key: str | None = None, name: str = "") -> str:
+        """Register a public key (``ed25519:BASE64`` or a .pub file) so entries it signs verify.
+
+        The first registration makes the ledger's *owner*: it registers this ledger's own signing
+        key and is signed by it (``public_key`` None or that key). Every later one is signed by
+        the signing key, which must already be registered. Registering a known key returns its entry."""
+        key = self._signing_key
+        if key is None:
+            raise UsageError("signing key must exist to register keys, got none (create one with `dpaudit ledger keygen`).")
+        raw = key.public_raw if public_key is None else sg.parse_public_key(public_key)
+        with self._write():
+            ring = self.key_ring()
+            kid = sg.key_id(raw)
+            if kid in ring.keys:
+                return ring.keys[kid].entry_id
+            if not ring.keys and kid != key.key_id:
+                raise UsageError(f"the first key registered must be your own (the owner's, {key.key_id}), got {kid}; "
+                                 "run `dpaudit ledger register-key` without --public-key first.")
+            role = "owner" if not ring.keys else "member"
+            label = name or (key.name if kid == key.key_id else kid[:12])
+            return self._append(sg.KEY_KIND, sg.LEDGER_SCOPE, sg.key_payload(raw, label, role))
+
+    def require_signatures(self) -> str:
+        """From now on every entry must be signed by a registered key (a signed ``policy`` entry;
+        it cannot be undone). Returns the policy entry's id (the existing one if already set)."""
+        with self._write():
+            ring = self.key_ring()
+            if ring.required_since is not None:
+                return next(r[1] for r in self._store.rows() if r[0] == ring.required_since)
+            return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
+
+    def head(self) -> dict:
+        """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
+        with self._store.read():
+            h = self._store.head()
+        return {"ledger": str(self.path), "hash": h[2], "seq": int(h[0]), "entries": int(h[1])}
+
     # -- reading
-    def _rows(self, where: str = "", params: tuple = ()) -> list[tuple]:
-        with _sqlite_errors(self.path):
-            return self.conn.execute(
-                f"SELECT seq, id, kind, created_at, dataset, payload, prev_hash, hash FROM entries {where} ORDER BY seq", params
-            ).fetchall()
+    def _rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
+        return self._store.rows(dataset=dataset, entry_id=entry_id)
 
     def _entries_from_rows(self, rows) -> list[Entry]:
         out = []
-        for seq, eid, kind, created_at, dataset, text, prev, h in rows:
+        for seq, eid, kind, created_at, dataset, text, prev, h, *sig in rows:
             try:
                 payload = json.loads(text)
                 if not isinstance(payload, dict):
                     raise ValueError("payload is not an object")
             except ValueError as e:
                 raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`.") from None
-            out.append(Entry(seq, eid, kind, created_at, dataset, payload, prev, h))
-        voids = {e.payload.get("target"): e.id for e in out if e.kind == "void"}
-        return [Entry(**{**e.__dict__, "voided_by": voids.get(e.id)}) if e.kind == "release" else e for e in out]
+            out.append(Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h,
+                             signer=sig[0] if sig else None))
+        closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
+        as_ = {"settle": "settled", "cancel": "cancelled", "void": "voided"}
+        res = []
+        for e in out:
+            c = closers.get(e.id)
+            if e.kind == "release" and c is not None and c.kind == "void":
+                e = dataclasses.replace(e, voided_by=c.id)
+            elif e.kind == "reservation" and c is not None:
+                e = dataclasses.replace(e, closed_by=c.id, closed_as=as_[c.kind])
+            res.append(e)
+        return res
+
+    def _public_payload(self, payload: dict) -> dict:
+        """The payload as shown and composed: the plain ``dataset_sha256`` of entries written
+        before keyed fingerprints becomes its keyed ``dataset_fingerprint`` (the stored text, which
+        the hash chain covers, is unchanged), so no listing or report shows a raw digest."""
+        sha = payload.get("dataset_sha256")
+        if "dataset_sha256" not in payload:
+            return payload
+        out = {k: v for k, v in payload.items() if k != "dataset_sha256"}
+        if isinstance(sha, str) and sha and not payload.get("dataset_fingerprint"):
+            out["dataset_fingerprint"] = self.fingerprint(sha)
+        else:
+            out.setdefault("dataset_fingerprint", None)
+        return out
+
+    # -- dataset identity
+    @property
+    def key_path(self) -> Path | None:
+        """The secret beside an SQLite ledger (``<ledger>.key``) that keys the dataset fingerprints
+        (None on PostgreSQL, where the key is kept in the database, shared by the team)."""
+        return key_path(self.path) if self.backend == "sqlite" else None
+
+    def _key(self) -> bytes:
+        if self._key_bytes is None:
+            create = True
+            if self.backend == "sqlite" and not self.key_path.exists():
+                # A missing key with keyed entries present means it was lost or not copied along:
+                # a fresh key would silently make every known dataset look like new data.
+                create = self._store.count_keyed() == 0
+            self._key_bytes = self._store.fingerprint_key(create=create)
+        return self._key_bytes
+
+    def fingerprint(self, digest: str) -> str:
+        """The keyed fingerprint (HMAC-SHA256 under this ledger's key) of a plain data digest."""
+        return keyed_fingerprint(self._key(), digest)
+
+    def _identity_error(self, name: str, state: lc.DatasetState, fp: str, data_info: dict | None, *, planned: bool) -> DatasetIdentityError:
+        known = sorted(state.fingerprints)
+        shown = ", ".join(k[:12] for k in known)
+        recorded = [e.payload for e in self.entries(dataset=name) if e.kind in ("release", "reservation")]
+        hint = "other records: other data, another public/private division or other preprocessing"
+        info = data_info or {}
+        for key, label in (("split_seed", "the split differs: split_seed"), ("profile", "the preprocessing differs: profile")):
+            seen = sorted({str(p.get(key)) for p in recorded if p.get(key) is not None})
+            if info.get(key) is not None and seen and str(info[key]) not in seen:
+                hint = f"{label} {info[key]} here, {', '.join(seen)} in the recorded releases"
+                break
+        when = "before training" if planned else "not recorded"
+        return DatasetIdentityError(
+            f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but its releases used {shown} "
+            f"({hint}); refused {when}. If this is a new version of {name}, declare it: "
+            f"dpaudit ledger declare-version {name} --fingerprint {fp} --reason TEXT (the versions then compose sequentially)."
+        )
+
+    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str, data_info: dict | None, *, planned: bool) -> None:
+        if fp and state is not None and not state.known_identity(fp):
+            raise self._identity_error(name, state, fp, data_info, planned=planned)
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
         """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
-        es = self._entries_from_rows(self._rows("WHERE dataset = ?", (dataset,)) if dataset else self._rows())
+        es = self._entries_from_rows(self._rows(dataset=dataset) if dataset else self._rows())
         return [e for e in es if kind is None or e.kind == kind]
 
     def get(self, entry_id: str) -> Entry:
@@ -420,11 +485,10 @@ class Ledger:
         raise UsageError(f"entry id must be an id in ledger {self.path}, got {entry_id!r}.")
 
     def _intact_entries(self, dataset: str | None = None) -> list[Entry]:
-        """Entries, after checking the whole hash chain: budgets are never computed from a
-        ledger that was edited, truncated or reordered (fail closed)."""
-        with _sqlite_errors(self.path):
-            head, rows = self._head_and_rows()
-        problems = chain_problems(head, rows)
+        """Entries, after checking the whole hash chain and every signature: budgets are never
+        computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
+        head, rows = self._head_and_rows()
+        problems = chain_problems(head, rows) or self._signature_problems(rows, cached=True)
         if problems:
             raise LedgerError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return self._entries_from_rows([r for r in rows if dataset is None or r[4] == dataset])
@@ -432,8 +496,10 @@ class Ledger:
     def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
         es = self._intact_entries(dataset)
-        if sweep is not None:  # only that sweep's releases (caps, partitions and voids stay)
-            es = [e for e in es if e.kind != "release" or (e.payload.get("sweep") or {}).get("name") == sweep]
+        if sweep is not None:  # only that sweep's releases (caps, partitions, versions stay)
+            es = [e for e in es if e.kind not in ("release", "reservation") or (e.payload.get("sweep") or {}).get("name") == sweep]
+            kept = {e.id for e in es if e.kind in ("release", "reservation")}
+            es = [e for e in es if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in kept]
         return lc.replay(es)
 
     def require_sweep(self, sweep: str) -> None:
@@ -459,21 +525,32 @@ class Ledger:
         The guarantee must parse as an event unless the release is non-private (then the
         dataset's budget becomes unbounded). A release whose adjacency differs from the
         releases already recorded on its dataset is refused (AdjacencyMismatchError), since
-        the two could never be composed. Recording the identical release twice is a no-op.
+        the two could never be composed; so is one whose data fingerprint differs from the
+        dataset's recorded versions (DatasetIdentityError; see :meth:`declare_version`).
+        Recording the identical release twice is a no-op. A release whose guarantee is not
+        certified (e.g. DP-ELM with the textbook Laplace sampler) is recorded as such and makes
+        the dataset's budget unbounded until voided.
         The cap is *not* enforced here: by now the model exists, and an unrecorded release is
-        worse than an over-cap one; :meth:`preflight` is where over-cap work is refused.
+        worse than an over-cap one; :meth:`reserve` / :meth:`preflight` is where over-cap work
+        is refused.
         """
+        with self._write():
+            return self._record(release, artefact_path)
+
+    def _release_payload(self, release: Release, artefact_path: str | None) -> tuple[str, dict]:
         ds = release.dataset if isinstance(release.dataset, dict) else {}
         name = _check_name("dataset name", ds.get("name"))
         partition = _check_name("partition", release.partition)
         adjacency = Adjacency.parse(release.adjacency).value
         if not release.non_private:
             lc.parse_event(release.guarantee, f"guarantee of release {release.id}")
+        digest = getattr(release, "data_digest", None) or ds.get("sha256")
         payload = {
             "release_id": release.id,
             "mechanism": release.mechanism,
             "dataset_name": name,
-            "dataset_sha256": ds.get("sha256"),
+            # keyed: the plain digest of the private data is never stored (see fingerprint.py)
+            "dataset_fingerprint": self.fingerprint(digest) if isinstance(digest, str) and digest else None,
             "partition": partition,
             "adjacency": adjacency,
             "privacy_unit": getattr(release, "privacy_unit", None),
@@ -495,20 +572,41 @@ class Ledger:
             # Which sweep (and task) made this release, so `ledger list --sweep NAME` can show
             # what a whole sweep spent. Absent for releases not made by a sweep.
             payload["sweep"] = sweep
-        with self._write():
-            existing = self._rows("WHERE id = ?", (release.id,))
-            if existing:
-                if existing[0][5] == canonical_json(payload):
-                    return release.id
-                old = json.loads(existing[0][5])
-                if "sweep" not in old and {k: v for k, v in payload.items() if k != "sweep"} == old:
-                    return release.id  # recorded before ledgers kept the sweep tag: same release
-                raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
-            state = self._states(name).get(name)
-            current = state.adjacency() if state else None
-            if current is not None:
-                require_same(current, adjacency, f"releases on dataset {name!r}")
-            return self._append("release", name, payload, entry_id=release.id)
+        for key in ("split_seed", "profile"):  # public; they name the cause of a fingerprint change
+            if ds.get(key) is not None:
+                payload[key] = ds[key]
+        why = uncertified_reason(release)
+        if why is not None:
+            payload["uncertified"] = why
+        tail = getattr(release, "noise_tail_delta", None)
+        if tail is not None:
+            # delta added by the noise sampler's truncated tails (dpaudit.noise); every composed
+            # total accounts for it (ledger_compose.bounds). Absent for releases that predate it.
+            payload["noise_tail_delta"] = float(tail)
+        return name, payload
+
+    def _record(self, release: Release, artefact_path: str | None) -> str:
+        """:meth:`record` inside the caller's write transaction."""
+        name, payload = self._release_payload(release, artefact_path)
+        adjacency = payload["adjacency"]
+        existing = self._rows(entry_id=release.id)
+        if existing:
+            if existing[0][5] == canonical_json(payload):
+                return release.id
+            # Recorded by an older dpaudit (no sweep tag, plain sha256 instead of the keyed
+            # fingerprint, no split_seed / profile / uncertified keys): the same release.
+            old = self._public_payload(json.loads(existing[0][5]))
+            newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta")
+            if {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
+                    and all(k not in old or old[k] == payload.get(k) for k in newer):
+                return release.id
+            raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
+        state = self._states(name).get(name)
+        current = state.adjacency() if state else None
+        if current is not None:
+            require_same(current, adjacency, f"releases on dataset {name!r}")
+        self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
+        return self._append("release", name, payload, entry_id=release.id)
 
     def cap(self, dataset: str, epsilon: float, delta: float) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``."""
@@ -543,62 +641,176 @@ class Ledger:
             return self._append("partition", dataset, payload)
 
     def void(self, entry_id: str, reason: str) -> str:
-        """Withdraw a release recorded by mistake: appends a ``void`` entry referencing it.
-        Voided releases no longer count towards the budget; the original entry stays."""
+        """Withdraw a release recorded by mistake, or the open reservation of a run that was
+        killed: appends a ``void`` entry referencing it. Voided entries no longer count towards
+        the budget; the original entry stays."""
         if not isinstance(reason, str) or not reason.strip():
             raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
         with self._write():
             target = self.get(entry_id)
-            if target.kind != "release":
-                raise UsageError(f"entry to void must be a release, got a {target.kind} entry ({target.id}).")
+            if target.kind not in ("release", "reservation"):
+                raise UsageError(f"entry to void must be a release or an open reservation, got a {target.kind} entry ({target.id}).")
             if target.voided_by:
                 raise UsageError(f"release to void must not be voided already, got {target.id} (voided by {target.voided_by}).")
+            if target.kind == "reservation" and target.closed_by:
+                raise UsageError(f"reservation to void must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
             return self._append("void", target.dataset, {"target": target.id, "reason": reason.strip()})
 
     # -- budget
     def _delta_for(self, state: lc.DatasetState | None) -> float:
         return state.cap[1] if state and state.cap else lc.DEFAULT_DELTA
 
-    def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str) -> dict:
-        """What spending ``event`` on ``dataset:partition`` would do to the budget (no write)."""
+    def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
+              data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=()) -> dict:
+        """What spending ``event`` on ``dataset:partition`` would do to the budget (no write).
+
+        Open reservations count like releases. ``data_digest`` (the plain digest of the
+        private data the release will use) is checked against the dataset's recorded versions:
+        a different one raises :class:`DatasetIdentityError` (``data_info`` may hold the public
+        ``split_seed`` / ``profile`` to name the cause). ``uncertified`` (a reason) marks a
+        release whose guarantee cannot be certified: it counts as unbounded.
+        ``exclude_reservations``: open reservations that already hold this planned release (a
+        sweep's, checked by one of its tasks); they are left out of what was spent."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
+        fp = self.fingerprint(data_digest) if data_digest else ""
         state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+        if exclude_reservations:
+            held = set(exclude_reservations)
+            state = dataclasses.replace(state, releases=[r for r in state.releases if not (r.kind == "reservation" and r.id in held)])
         current = state.adjacency()
         if current is not None:
             require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
-        planned = lc.ReleaseView("planned", dataset, partition, adj, None, None, event, event is None)
-        result = {"dataset": dataset, "partition": partition, "adjacency": adj, "cap": None, "allowed": True}
+        self._check_identity(dataset, state, fp, data_info, planned=True)
+        planned = lc.ReleaseView("planned", dataset, partition, adj, None, None, event, event is None, fingerprint=fp,
+                                 uncertified=uncertified)
+        result = {"dataset": dataset, "partition": partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
         if state.cap is None:
             return result
         cap_eps, cap_delta = state.cap
         before = lc.dataset_total(state)
         after = lc.dataset_total(state.with_release(planned))
-        b_spent = lc.bounds(before.event, delta=cap_delta, adjacency=adj, unbounded=before.unbounded)
-        b_alone = lc.bounds(event, delta=cap_delta, adjacency=adj, unbounded=event is None)
-        b_after = lc.bounds(after.event, delta=cap_delta, adjacency=adj, unbounded=after.unbounded)
+        b_spent = lc.bounds(before.event, delta=cap_delta, adjacency=adj, unbounded=before.unbounded, noise_tail=before.noise_tail)
+        alone = lc.dataset_total(lc.DatasetState(dataset, releases=[planned]))
+        b_alone = lc.bounds(alone.event, delta=cap_delta, adjacency=adj, unbounded=alone.unbounded, noise_tail=alone.noise_tail)
+        b_after = lc.bounds(after.event, delta=cap_delta, adjacency=adj, unbounded=after.unbounded, noise_tail=after.noise_tail)
         result.update(
             cap={"epsilon": cap_eps, "delta": cap_delta}, spent=b_spent["epsilon"], needs=b_alone["epsilon"],
-            total=b_after["epsilon"], releases=before.releases_subtree, allowed=b_after["epsilon"] <= cap_eps,
+            total=b_after["epsilon"], releases=before.releases_subtree, reservations=before.reservations,
+            allowed=b_after["epsilon"] <= cap_eps,
         )
         return result
 
-    def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str) -> None:
-        """Refuse (BudgetExceededError) a planned release that would push ``dataset`` over its cap.
+    def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
+                  data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=()) -> dict:
+        """Refuse (BudgetExceededError) a planned release that would push ``dataset`` over its cap,
+        and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
 
-        Called *before* any training. The composed total follows the partition tree (see
-        :mod:`~dpaudit.accounting.ledger_compose`); no cap means no limit.
+        Called *before* any training; writes nothing (:meth:`reserve` also holds the budget).
+        The composed total follows the partition tree (see
+        :mod:`~dpaudit.accounting.ledger_compose`); no cap means no limit. Returns :meth:`check`'s dict.
         """
-        r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency)
+        r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
+                       data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations)
         if r["allowed"]:
-            return
+            return r
         c = r["cap"]
+        held = f" and {r['reservations']} open reservation(s)" if r.get("reservations") else ""
+        why = f" ({uncertified})" if uncertified else ""
         raise BudgetExceededError(
-            f"budget of dataset {dataset!r} exceeded: {r['releases']} release(s) already spent epsilon={_fmt(r['spent'])}, "
-            f"this release on {dataset}:{partition} needs epsilon={_fmt(r['needs'])} alone, composed total would be "
+            f"budget of dataset {dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={_fmt(r['spent'])}, "
+            f"this release on {dataset}:{partition} needs epsilon={_fmt(r['needs'])}{why} alone, composed total would be "
             f"epsilon={_fmt(r['total'])} > cap epsilon={_fmt(c['epsilon'])} at delta={c['delta']:g}; refused before training."
         )
+
+    def reserve(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
+                data_info: dict | None = None, uncertified: str | None = None, mechanism: str = "") -> str:
+        """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
+        entry in one write transaction; returns the reservation id.
+
+        Privacy contract: the check and the write happen under SQLite's write lock (``BEGIN
+        IMMEDIATE``), so runs started at the same time see each other's reservations and together
+        never exceed a cap. The reservation counts like a release until it is closed by
+        :meth:`settle` (the run's releases are recorded in the same transaction), :meth:`cancel`
+        (the run ended without releasing anything) or :meth:`void` (an operator withdraws the
+        reservation of a run that was killed). A run that dies without closing it leaves the
+        budget spent: fail closed."""
+        with self._write():
+            self.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
+                           data_info=data_info, uncertified=uncertified)
+            payload = {
+                "dataset_name": dataset,
+                "partition": partition,
+                "adjacency": Adjacency.parse(adjacency).value,
+                "guarantee": None if event is None else event.to_dict(),
+                "non_private": event is None,
+                "dataset_fingerprint": self.fingerprint(data_digest) if data_digest else None,
+                "mechanism": str(mechanism or ""),
+                "pid": os.getpid(),
+                "host": _hostname(),
+                "dpaudit_version": __version__,
+            }
+            for key in ("split_seed", "profile"):
+                if data_info and data_info.get(key) is not None:
+                    payload[key] = data_info[key]
+            if uncertified:
+                payload["uncertified"] = str(uncertified)
+            return self._append("reservation", dataset, payload)
+
+    def _open_reservation(self, reservation_id: str) -> Entry:
+        target = self.get(reservation_id)
+        if target.kind != "reservation":
+            raise UsageError(f"reservation id must name a reservation, got a {target.kind} entry ({target.id}).")
+        if target.closed_by is not None:
+            raise UsageError(f"reservation must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
+        return target
+
+    def settle(self, reservation_id: str, releases) -> list[str]:
+        """Record the run's ``releases`` (``(Release, artefact_path)`` pairs) and close the
+        reservation, in one transaction; returns the release ids. Either all of it is in the
+        ledger afterwards, or none of it (and the reservation stays open, spent)."""
+        items = [(r, None) if isinstance(r, Release) else tuple(r) for r in releases]
+        with self._write():
+            target = self._open_reservation(reservation_id)
+            ids = [self._record(rel, art) for rel, art in items]
+            self._append("settle", target.dataset, {"target": target.id, "releases": ids})
+        return ids
+
+    def cancel(self, reservation_id: str, reason: str) -> str:
+        """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        with self._write():
+            target = self._open_reservation(reservation_id)
+            return self._append("cancel", target.dataset, {"target": target.id, "reason": reason.strip()})
+
+    def open_reservations(self, dataset: str | None = None) -> list[Entry]:
+        """Reservations not yet settled, cancelled or voided (their budget is spent)."""
+        return [e for e in self.entries(dataset=dataset, kind="reservation") if e.closed_by is None]
+
+    def declare_version(self, dataset: str, fingerprint: str, reason: str) -> str:
+        """Accept data with keyed ``fingerprint`` as a new version of ``dataset``.
+
+        Privacy contract: nothing is assumed about how the versions' records relate (they may
+        share any of them), so the releases of each version compose on their own tree and the
+        versions compose *sequentially* in every total (never in parallel). ``fingerprint`` is the
+        64-hex keyed fingerprint printed by the refusal. Declaring an already declared version
+        returns its entry id."""
+        _check_name("dataset", dataset)
+        fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
+        if not is_fingerprint(fp):
+            raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
+        if not isinstance(reason, str) or not reason.strip():
+            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        with self._write():
+            state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+            if fp in state.versions:
+                return state.versions[fp]
+            if fp in state.fingerprints:
+                raise UsageError(f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, which its releases already use.")
+            payload = {"dataset": dataset, "fingerprint": fp, "reason": reason.strip(), "previous": sorted(state.fingerprints)}
+            return self._append("version", dataset, payload)
 
     def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None) -> list[dict]:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition.
@@ -627,14 +839,19 @@ class Ledger:
             adj = st.adjacency()
             delta = self._delta_for(st)
             total = lc.dataset_total(st)
-            tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants)
+            tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
             cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
             remaining = (st.cap[0] - tb["epsilon"]) if st.cap and sweep is None else None
             nodes = [(lc.DATASET_SCOPE, total, tb)]
             for p in st.tree_order():
                 nt = lc.node_total(st, p)
-                nodes.append((p, nt, lc.bounds(nt.event, delta=delta, adjacency=adj, unbounded=nt.unbounded, accountants=accountants)))
+                nodes.append((p, nt, lc.bounds(nt.event, delta=delta, adjacency=adj, unbounded=nt.unbounded, accountants=accountants,
+                                                    noise_tail=nt.noise_tail)))
             for p, nt, b in nodes:
+                if nt.unbounded and nt.unbounded_reasons:
+                    # Say why the bound is infinite: a non-private or an uncertified release.
+                    # ("non-private release", "uncertified release", "uncertified reservation", ...)
+                    b = {**b, "bound_by": " ".join(nt.unbounded_reasons[0].split(" ")[:2])}
                 rows.append({
                     "dataset": name,
                     "partition": p,
@@ -654,53 +871,112 @@ class Ledger:
                     "cap": cap,
                     "remaining": remaining,
                     "voided_releases": len(st.voided) if p == lc.DATASET_SCOPE else None,
-                    "dataset_sha256": sorted(st.sha256),
+                    "uncertified_releases": nt.uncertified,
+                    "unbounded_reasons": list(nt.unbounded_reasons),
+                    "open_reservations": nt.reservations,
+                    "open_reservation_ids": [r.id for r in st.open_reservations()] if p == lc.DATASET_SCOPE else None,
+                    # keyed fingerprints only (see fingerprint.py); several = declared versions
+                    "dataset_fingerprints": sorted(st.fingerprints),
                 })
         return rows
 
     # -- integrity
-    def verify(self) -> VerifyReport:
+    def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
         """Check the hash chain; each problem names the entry (seq and id) that was edited,
-        deleted or reordered. Also runs SQLite's integrity check, checks the append-only
-        triggers and parses every entry (an unreadable guarantee is a problem, never 0)."""
+        deleted or reordered. Also runs the store's own checks (SQLite's integrity check; the
+        append-only triggers on both backends), parses every entry (an unreadable guarantee is a
+        problem, never 0) and checks every signature against the keys registered before it
+        (naming the entry and the reason).
+
+        ``anchor``: a head hash published earlier (``ledger head``); the chain must still contain
+        it, else the ledger was truncated or rewritten since. ``owner``: the key id the ledger's
+        first registered key (its owner) must have."""
         problems: list[Problem] = []
-        with _sqlite_errors(self.path):
-            integrity = [r[0] for r in self.conn.execute("PRAGMA integrity_check").fetchall()]
-            if integrity != ["ok"]:
-                problems.append(Problem("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
-            triggers = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        with self._store.read():
+            problems.extend(Problem(k, m) for k, m in self._store.health())
             head, rows = self._head_and_rows()
-            version = self._schema_version()
-        missing = [t for t in _REQUIRED_TRIGGERS if t not in triggers]
-        if missing:
-            problems.append(Problem("schema", f"append-only triggers {', '.join(missing)} are missing: the ledger was altered outside dpaudit."))
+            version = self._store.schema_version()
         problems.extend(chain_problems(head, rows))
-        for seq, eid, kind, _c, _d, text, _p, _h in rows:
+        for seq, eid, kind, _c, _d, text, _p, _h, *_sig in rows:
             try:
                 payload = json.loads(text)
                 if kind not in ENTRY_KINDS:
                     raise ValueError(f"unknown kind {kind!r}")
-                if kind == "release" and not payload.get("non_private"):
+                if kind in ("release", "reservation") and not payload.get("non_private"):
                     lc.parse_event(payload.get("guarantee"))
             except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
                 msg = str(e).splitlines()[0] if str(e) else type(e).__name__
                 problems.append(Problem("unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid))
+        ring, found = sg.check_signatures(self._signed_rows(rows), owner=owner)
+        problems.extend(Problem("signature", f.message, f.seq or None, f.id or None) for f in found)
+        if anchor is not None:
+            a = anchor.strip().lower()
+            if not is_fingerprint(a):
+                raise UsageError(f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}.")
+            if a != GENESIS_HASH and a not in {r[7] for r in rows}:
+                problems.append(Problem("anchor", f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
+                                                  "since that head was published."))
         last_hash = rows[-1][7] if rows else GENESIS_HASH
-        return VerifyReport(str(self.path), len(rows), last_hash, version, tuple(problems))
+        return VerifyReport(str(self.path), len(rows), last_hash, version, tuple(problems), ring.to_dict(), anchor, self.backend)
+
+    def _signature_problems(self, rows, *, cached: bool = False) -> list[Problem]:
+        """Signature findings; with ``cached``, rows already verified by this object are trusted
+        (an Ed25519 check per entry per write would make large ledgers slow)."""
+        srows = self._signed_rows(rows)
+        done = {r[1] for r in rows if (r[1], r[7]) in self._verified} if cached else set()
+        _, found = sg.check_signatures(srows, verified=done)  # Ed25519 only for rows not yet checked
+        if not found:
+            self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
+        return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
 
     def _head_and_rows(self):
         # One read transaction, so the head and the rows are from the same snapshot.
-        conn = self.conn
-        own = not conn.in_transaction
-        if own:
-            conn.execute("BEGIN")
-        try:
-            head = conn.execute("SELECT seq, count, hash FROM chain_head WHERE one = 1").fetchone()
-            rows = self._rows()
-        finally:
-            if own:
-                conn.execute("COMMIT")
+        with self._store.read():
+            head = self._store.head()
+            rows = self._store.rows()
         return head, rows
+
+    # -- moving a ledger between backends
+    def export_rows(self) -> dict:
+        """Everything needed to rebuild this ledger elsewhere: every stored row verbatim (hashes
+        and signatures included) and the fingerprint key. Refused if the ledger fails verification."""
+        rep = self.verify()
+        if not rep.ok:
+            raise LedgerError(f"ledger {self.path} fails verification ({rep.problems[0].message.rstrip('.')}); it was not exported.")
+        head, rows = self._head_and_rows()
+        import base64
+
+        return {
+            "format": "dpaudit-ledger-export-v1", "schema_version": self._store.schema_version(), "head_hash": head[2],
+            "fingerprint_key": base64.b64encode(self._key()).decode("ascii"),
+            "columns": ["seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature"],
+            "rows": [list(r) for r in rows],
+        }
+
+    def import_rows(self, dump: dict) -> int:
+        """Append the rows of :meth:`export_rows` verbatim into this *empty* ledger (one transaction);
+        the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
+        import base64
+
+        if not isinstance(dump, dict) or dump.get("format") != "dpaudit-ledger-export-v1":
+            raise UsageError(f"import must be a dpaudit ledger export (format dpaudit-ledger-export-v1), got {str(dump)[:60]!r}.")
+        rows = dump.get("rows") or []
+        key = base64.b64decode(dump.get("fingerprint_key") or "")
+        with self._write():
+            if self._store.rows():
+                raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
+            prev = GENESIS_HASH
+            for i, r in enumerate(rows, 1):
+                seq, eid, kind, created_at, dataset, text, prev_hash, h, signer, signature = r
+                if seq != i or prev_hash != prev or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h:
+                    raise LedgerError(f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported.")
+                self._store.insert(eid, kind, created_at, dataset, text, prev_hash, h, signer, signature)
+                prev = h
+            if dump.get("head_hash") != prev:
+                raise LedgerError("import: the export's head hash does not match its last entry; nothing was imported.")
+            self._store.set_fingerprint_key(key)
+        self._key_bytes = None
+        return len(rows)
 
 
 def chain_problems(head, rows) -> list[Problem]:
@@ -709,9 +985,10 @@ def chain_problems(head, rows) -> list[Problem]:
     by_hash = {r[7]: r for r in rows}
     prev_row = None
     for r in rows:
-        seq, eid, kind, created_at, dataset, text, prev, h = r
+        seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
+        signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
         label = f"entry #{seq} ({kind} {eid})"
-        if entry_hash(prev, eid, kind, created_at, dataset, text) != h:
+        if entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
             problems.append(Problem("edited", f"{label} was edited: its content no longer matches its hash.", seq, eid))
         expected_prev = prev_row[7] if prev_row else GENESIS_HASH
         if prev != expected_prev:
@@ -770,6 +1047,15 @@ def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
     if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
         return [Problem("deleted", f"the chain head records {head_count} entries but the ledger holds {len(rows)}.")]
     return []
+
+
+def _hostname() -> str:
+    import socket
+
+    try:
+        return socket.gethostname()
+    except OSError:
+        return ""
 
 
 def _fmt(x: float) -> str:

@@ -20,11 +20,20 @@ Privacy contract (DESIGN.md, "the guarantee is data"; DP-MixMin paper, Sec. 1 an
   are unbounded (epsilon = inf). It is never counted as 0.
 - Every reported epsilon is an upper bound; the headline ``epsilon`` is the smallest of the
   valid upper bounds available (rdp, prv upper bound, and the pure sum for pure-only trees).
+- Noise tails (issue 13, point 3): a release made with a truncated sampler records its
+  ``noise_tail_delta`` (dpaudit.noise). Every total sums them (tau, an upper bound on the total
+  tail mass) and evaluates its epsilon at a delta reduced so that the truncated composition is
+  (epsilon, delta)-DP at the reported delta (:func:`bounds`); naive delta sums add them too.
+  Entries without the key (older releases) count 0: their sampler was not recorded. A planned
+  release's own tail is not known to the pre-check; it enters when the release is recorded
+  (at most 1 % of its delta by construction, below 1e-19 for every built-in configuration).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -37,6 +46,16 @@ from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, 
 DEFAULT_DELTA = 1e-5
 #: the summary row that stands for the whole dataset (all root partitions).
 DATASET_SCOPE = "*"
+#: Partition declarations that are not honoured as disjoint: the DP-MixMin split written by
+#: dpaudit before the keyed split rule (declared by "dp-mixmin" on a parent named
+#: ``train/mixmin[-user]-rho<rho>-seed<seed>``): a seeded permutation of n records, unstable
+#: under add/remove (see :func:`replay`). Today's split partitions name their rule.
+_UNSTABLE_SPLIT = re.compile(r"^train/mixmin(-user)?-rho[^/]*-seed-?\d+$")
+
+
+def unstable_declaration(parent: str, declared_by: str) -> bool:
+    """True for a partition declaration whose disjointness no longer holds (see :data:`_UNSTABLE_SPLIT`)."""
+    return declared_by == "dp-mixmin" and bool(_UNSTABLE_SPLIT.match(parent))
 
 
 def parse_event(data: object, what: str = "guarantee") -> Event:
@@ -65,7 +84,15 @@ class ReleaseView:
     event: Event | None  # None only for a non-private release
     non_private: bool
     mechanism: str = ""
-    sha256: str = ""
+    #: the dataset identity the release was made on: the keyed fingerprint (or, for entries
+    #: written before keyed fingerprints, the key applied to their stored sha256); "" unknown.
+    fingerprint: str = ""
+    #: "release", or "reservation" for budget held by a run that has not released yet.
+    kind: str = "release"
+    #: why the release's guarantee cannot be certified (it then counts as unbounded), else None.
+    uncertified: str | None = None
+    #: delta added by the noise sampler's truncated tails (dpaudit.noise); 0 when not recorded.
+    noise_tail_delta: float = 0.0
 
 
 @dataclass
@@ -79,7 +106,9 @@ class DatasetState:
     children: dict = field(default_factory=dict)  # parent -> tuple of children
     parent_of: dict = field(default_factory=dict)  # child -> parent
     declared_by: dict = field(default_factory=dict)  # parent -> who declared the split
-    sha256: set = field(default_factory=set)
+    fingerprints: set = field(default_factory=set)  # every data identity recorded under the name
+    versions: dict = field(default_factory=dict)  # declared extra identity -> declare-version entry id
+    closed: dict = field(default_factory=dict)  # reservation id -> settle / cancel / void entry id
 
     def partitions(self) -> list[str]:
         """Every partition named by a release or a declaration, plus its path ancestors."""
@@ -122,8 +151,29 @@ class DatasetState:
 
     def with_release(self, release: "ReleaseView") -> "DatasetState":
         """A copy with one more (planned) release; the budget pre-check composes this."""
-        return DatasetState(self.name, self.releases + [release], dict(self.voided), self.cap, dict(self.children),
-                            dict(self.parent_of), dict(self.declared_by), set(self.sha256))
+        return dataclasses.replace(self, releases=self.releases + [release])
+
+    def open_reservations(self) -> list["ReleaseView"]:
+        return [r for r in self.releases if r.kind == "reservation"]
+
+    def known_identity(self, fingerprint: str) -> bool:
+        """True when releases on ``fingerprint`` may be recorded under this name: nothing with an
+        identity is recorded yet, or ``fingerprint`` is a recorded or declared version."""
+        return not self.fingerprints or fingerprint in self.fingerprints
+
+    def version_groups(self) -> list["DatasetState"]:
+        """One state per data identity (keyed fingerprint; unknown identity is a group of its own).
+
+        Releases on two versions of a dataset (declared with ``ledger declare-version``) may
+        share records in any way, so each version's tree is composed on its own and the versions
+        then compose *sequentially* (never in parallel: a disjoint split of one version says
+        nothing about the records of the other)."""
+        groups: dict[str, list] = {}
+        for r in self.releases:
+            groups.setdefault(r.fingerprint, []).append(r)
+        if len(groups) <= 1:
+            return [self]
+        return [dataclasses.replace(self, releases=rs) for rs in groups.values()]
 
     def adjacency(self) -> str | None:
         """The one adjacency all releases share; two different ones is an error naming both."""
@@ -171,13 +221,33 @@ class DatasetState:
         self.declared_by[parent] = declared_by
 
 
-def release_view(entry_id: str, dataset: str, payload: dict) -> ReleaseView:
-    """Decode a stored release payload (see ``Ledger.record``); fail closed on anything odd."""
+def entry_identity(payload: dict, identify=None) -> str:
+    """The data identity of a release or reservation payload: its keyed ``dataset_fingerprint``;
+    for entries written before keyed fingerprints, ``identify(dataset_sha256)`` (the same key
+    applied to the stored plain digest, so old and new entries on the same data agree), or the
+    plain digest itself when no ``identify`` is given; "" when unknown."""
+    fp = payload.get("dataset_fingerprint")
+    if isinstance(fp, str) and fp:
+        return fp
+    sha = payload.get("dataset_sha256")
+    if isinstance(sha, str) and sha:
+        return identify(sha) if identify is not None else sha
+    return ""
+
+
+def release_view(entry_id: str, dataset: str, payload: dict, identify=None, kind: str = "release") -> ReleaseView:
+    """Decode a stored release (or reservation) payload (see ``Ledger.record`` and
+    ``Ledger.reserve``); fail closed on anything odd."""
     non_private = bool(payload.get("non_private", False))
     event = None
     if not non_private:
-        event = parse_event(payload.get("guarantee"), f"guarantee of release {entry_id}")
+        event = parse_event(payload.get("guarantee"), f"guarantee of {kind} {entry_id}")
+    uncertified = payload.get("uncertified")
     eps = payload.get("epsilon")
+    tail = payload.get("noise_tail_delta")
+    tail = 0.0 if tail is None else _float_or_none(tail)
+    if tail is None or not tail >= 0.0:  # unreadable or negative: no bound on the tails (fail closed)
+        tail = math.inf
     return ReleaseView(
         id=entry_id,
         dataset=dataset,
@@ -188,7 +258,10 @@ def release_view(entry_id: str, dataset: str, payload: dict) -> ReleaseView:
         event=event,
         non_private=non_private,
         mechanism=str(payload.get("mechanism", "")),
-        sha256=str(payload.get("dataset_sha256", "")),
+        fingerprint=entry_identity(payload, identify),
+        kind=kind,
+        uncertified=str(uncertified) if uncertified else None,
+        noise_tail_delta=tail,
     )
 
 
@@ -201,8 +274,16 @@ def _float_or_none(v) -> float | None:
         return None
 
 
-def replay(entries) -> dict[str, DatasetState]:
-    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order."""
+#: Entries that close an open reservation (the run released, failed, or the operator voided it).
+CLOSING_KINDS = ("settle", "cancel", "void")
+
+
+def replay(entries, identify=None) -> dict[str, DatasetState]:
+    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order.
+
+    ``identify(sha256) -> fingerprint`` keys the plain digests of entries written before keyed
+    fingerprints (see :func:`entry_identity`). An open reservation counts like a release; a
+    ``settle``, ``cancel`` or ``void`` entry referencing it closes it."""
     states: dict[str, DatasetState] = {}
     by_id: dict[str, ReleaseView] = {}
 
@@ -214,25 +295,42 @@ def replay(entries) -> dict[str, DatasetState]:
     for e in entries:
         p = e.payload
         try:
-            if e.kind == "release":
-                r = release_view(e.id, e.dataset, p)
+            if e.kind in ("release", "reservation"):
+                r = release_view(e.id, e.dataset, p, identify, e.kind)
                 st = state(e.dataset)
                 st.releases.append(r)
-                if r.sha256:
-                    st.sha256.add(r.sha256)
+                if r.fingerprint:
+                    st.fingerprints.add(r.fingerprint)
                 by_id[e.id] = r
-            elif e.kind == "void":
+            elif e.kind in CLOSING_KINDS:
                 target = p["target"]
                 r = by_id.get(target)
                 if r is None:
-                    raise LedgerError(f"void entry {e.id} references unknown release {target}; run `dpaudit ledger verify`.")
+                    raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; run `dpaudit ledger verify`.")
+                if e.kind != "void" and r.kind != "reservation":
+                    raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; run `dpaudit ledger verify`.")
                 st = state(r.dataset)
                 st.releases = [x for x in st.releases if x.id != target]
-                st.voided[target] = e.id
+                if r.kind == "reservation":
+                    st.closed[target] = e.id
+                else:
+                    st.voided[target] = e.id
+            elif e.kind == "version":
+                st = state(e.dataset)
+                st.versions[str(p["fingerprint"])] = e.id
+                st.fingerprints.add(str(p["fingerprint"]))
             elif e.kind == "cap":
                 state(e.dataset).cap = (float(p["epsilon"]), float(p["delta"]))
             elif e.kind == "partition":
+                if unstable_declaration(str(p["parent"]), str(p.get("declared_by", ""))):
+                    # Declared by dpaudit before the keyed split (issue 13, point 1): that split was
+                    # a permutation of n records, so a neighbouring dataset moves other records
+                    # between the two sides and the parallel claim does not hold. Ignoring the
+                    # declaration leaves the children as undeclared subsets: sequential (sound).
+                    continue
                 state(e.dataset).add_partition(str(p["parent"]), tuple(p["children"]), str(p.get("declared_by", "")))
+            elif e.kind in ("key", "policy"):
+                continue  # ledger-wide (signing keys, signature policy): no budget of any dataset
             else:
                 raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a newer dpaudit or edited.")
         except (KeyError, TypeError, ValueError) as ex:
@@ -294,24 +392,69 @@ class NodeTotal:
     non_private: int  # non-private releases in the subtree
     naive_epsilon: float  # own claims summed + worst child's naive total
     naive_delta: float
+    reservations: int = 0  # open reservations in the subtree (they count like releases)
+    uncertified: int = 0  # releases whose guarantee is not certified (they make it unbounded)
+    unbounded_reasons: tuple = ()  # one line per release that makes the subtree unbounded
+    #: sum of the noise tail deltas in the subtree (parallel children summed too: every draw of
+    #: every release is in the truncation event); :func:`bounds` composes it soundly.
+    noise_tail: float = 0.0
 
 
-def node_total(state: DatasetState, partition: str, _seen: frozenset = frozenset()) -> NodeTotal:
+def _sequential_totals(totals: list[NodeTotal]) -> NodeTotal:
+    """Totals of versions of one dataset, composed sequentially (see DatasetState.version_groups)."""
+    return NodeTotal(
+        event=sequential([t.event for t in totals]),
+        unbounded=any(t.unbounded for t in totals),
+        releases=sum(t.releases for t in totals),
+        releases_subtree=sum(t.releases_subtree for t in totals),
+        non_private=sum(t.non_private for t in totals),
+        naive_epsilon=sum(t.naive_epsilon for t in totals),
+        naive_delta=sum(t.naive_delta for t in totals),
+        reservations=sum(t.reservations for t in totals),
+        uncertified=sum(t.uncertified for t in totals),
+        unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
+        noise_tail=sum(t.noise_tail for t in totals),
+    )
+
+
+def _unbounded_reason(r: ReleaseView) -> str | None:
+    what = "reservation" if r.kind == "reservation" else "release"
+    if r.non_private:
+        return f"non-private {what} {r.id}"
+    if r.uncertified:
+        return f"uncertified {what} {r.id}: {r.uncertified}"
+    return None
+
+
+def node_total(state: DatasetState, partition: str) -> NodeTotal:
     """Composed guarantee of everything that touched ``partition`` (see module docstring):
-    its own releases and its undeclared subsets sequentially, then the worst declared child."""
+    its own releases and its undeclared subsets sequentially, then the worst declared child.
+    Releases on different versions of the dataset compose sequentially (one tree per version)."""
+    groups = state.version_groups()
+    if len(groups) == 1:
+        return _node_total(state, partition)
+    return _sequential_totals([_node_total(g, partition) for g in groups])
+
+
+def _node_total(state: DatasetState, partition: str, _seen: frozenset = frozenset()) -> NodeTotal:
     if partition in _seen:  # cannot happen with validated declarations; fail closed anyway
         raise LedgerError(f"partition tree of dataset {state.name!r} has a cycle at {partition!r}.")
-    own = [r for r in state.releases if r.partition == partition]
+    everything = [r for r in state.releases if r.partition == partition]
+    own = [r for r in everything if r.kind == "release"]  # the naive sum and counts: releases only
     seen = _seen | {partition}
-    subs = [node_total(state, c, seen) for c in state.subsets(partition)]
-    kids = [node_total(state, c, seen) for c in state.children.get(partition, ())]
-    unbounded = any(r.non_private for r in own) or any(k.unbounded for k in subs + kids)
-    own_eps = [r.event for r in own if not r.non_private]
+    subs = [_node_total(state, c, seen) for c in state.subsets(partition)]
+    kids = [_node_total(state, c, seen) for c in state.children.get(partition, ())]
+    # An uncertified guarantee is no guarantee: like a non-private release, it makes the subtree
+    # unbounded (fail closed) until the operator voids it.
+    reasons = tuple(x for x in (_unbounded_reason(r) for r in everything) if x) + tuple(x for k in subs + kids for x in k.unbounded_reasons)
+    unbounded = bool(reasons) or any(k.unbounded for k in subs + kids)
+    own_eps = [r.event for r in everything if not r.non_private]
     event = sequential(own_eps + [k.event for k in subs] + [_par([k.event for k in kids])])
     naive_e = sum(_claim(r.epsilon, r.non_private) for r in own) + sum(k.naive_epsilon for k in subs) \
         + max([k.naive_epsilon for k in kids], default=0.0)
-    naive_d = sum(_claim(r.delta, r.non_private, 0.0) for r in own) + sum(k.naive_delta for k in subs) \
+    naive_d = sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own) + sum(k.naive_delta for k in subs) \
         + max([k.naive_delta for k in kids], default=0.0)
+    tail = sum(r.noise_tail_delta for r in everything if not r.non_private) + sum(k.noise_tail for k in subs + kids)
     return NodeTotal(
         event=event,
         unbounded=unbounded,
@@ -320,6 +463,10 @@ def node_total(state: DatasetState, partition: str, _seen: frozenset = frozenset
         non_private=sum(1 for r in own if r.non_private) + sum(k.non_private for k in subs + kids),
         naive_epsilon=naive_e,
         naive_delta=naive_d,
+        reservations=len(everything) - len(own) + sum(k.reservations for k in subs + kids),
+        uncertified=sum(1 for r in own if r.uncertified and not r.non_private) + sum(k.uncertified for k in subs + kids),
+        unbounded_reasons=reasons,
+        noise_tail=tail,
     )
 
 
@@ -330,17 +477,10 @@ def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> flo
 
 
 def dataset_total(state: DatasetState) -> NodeTotal:
-    """All root partitions composed *sequentially*: undeclared partitions may overlap."""
-    kids = [node_total(state, r) for r in state.roots()]
-    return NodeTotal(
-        event=sequential([k.event for k in kids]),
-        unbounded=any(k.unbounded for k in kids),
-        releases=0,
-        releases_subtree=sum(k.releases_subtree for k in kids),
-        non_private=sum(k.non_private for k in kids),
-        naive_epsilon=sum(k.naive_epsilon for k in kids),
-        naive_delta=sum(k.naive_delta for k in kids),
-    )
+    """All root partitions composed *sequentially*: undeclared partitions may overlap. With
+    several versions of the dataset, each version's total, then the versions sequentially."""
+    totals = _sequential_totals([_sequential_totals([_node_total(g, r) for r in g.roots()]) for g in state.version_groups()])
+    return dataclasses.replace(totals, releases=0)
 
 
 # ---------------------------------------------------------------- epsilon bounds
@@ -379,14 +519,30 @@ def _pure_only(event: Event) -> bool:
 PRV_SKIP_ABOVE_RDP_EPSILON = 40.0
 
 
-def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounded: bool = False, accountants=("rdp", "prv")) -> dict:
+#: Fractions of the delta budget tried, in order, for the noise tails (see :func:`bounds`).
+TAIL_MARGINS = (1e-9, 1e-3, 0.1, 0.5)
+
+
+def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounded: bool = False, accountants=("rdp", "prv"),
+           noise_tail: float = 0.0) -> dict:
     """Upper bounds on epsilon at ``delta`` for ``event``; ``epsilon`` is the smallest of them.
+
+    ``noise_tail``: the sum tau of the releases' noise tail deltas (each bounds its release's
+    tail mass, since e^eps + 1 >= 1). The real, truncated-noise composition differs from the
+    ideal one only on an event of probability <= tau (dpaudit.noise), so if the ideal
+    composition is (eps, d1)-DP the real one is (eps, d1 + (e^eps + 1) tau)-DP. The bounds are
+    therefore evaluated at d1 = delta (1 - m) for the first margin m of :data:`TAIL_MARGINS`
+    with (e^eps + 1) tau <= m delta: the real composition is then (eps, delta)-DP.
+    ``delta_evaluated`` says which d1 was used; when no margin works the bound is infinite
+    (``bound_by`` says why). With tau = 0 (no tails recorded) nothing changes.
 
     Each accountant's answer is a valid upper bound, so their minimum is one too. An
     accountant that fails on the event is skipped with its reason in ``accountant_errors``
     (skipping a bound can only raise the minimum); if none succeeds, the error propagates
     (never epsilon 0).
     """
+    if noise_tail > 0.0 and not unbounded and event is not None:
+        return _bounds_with_tail(event, delta=delta, adjacency=adjacency, accountants=accountants, tau=noise_tail)
     adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
     out: dict = {"delta": delta, "epsilon_rdp": None, "epsilon_prv": None, "epsilon_prv_lower": None,
                  "epsilon_prv_estimate": None, "epsilon_pure": None, "accountant_errors": {}}
@@ -422,6 +578,16 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
         res = _cached_epsilon(event, delta, "pure", adj)
         out["epsilon_pure"] = res.epsilon
         candidates["pure"] = res.epsilon
+    if not candidates and "pld" not in accountants:
+        # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
+        # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
+        try:
+            res = _cached_epsilon(event, delta, "pld", adj)
+            out["epsilon_pld"] = res.epsilon
+            candidates["pld"] = res.epsilon
+        except Exception as e:  # noqa: BLE001 - reported below with the others
+            out["accountant_errors"]["pld"] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            last_error = e
     if not candidates:
         if isinstance(last_error, UnsupportedEventError):
             raise last_error
@@ -430,4 +596,19 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
     best = min(candidates, key=lambda k: candidates[k])
     out["epsilon"] = candidates[best]
     out["bound_by"] = best
+    return out
+
+
+def _bounds_with_tail(event: Event, *, delta: float, adjacency: str | None, accountants, tau: float) -> dict:
+    """:func:`bounds` of the truncated-noise composition at ``delta`` (see there)."""
+    if math.isfinite(tau) and tau < 1.0:
+        for m in TAIL_MARGINS:
+            d1 = delta * (1.0 - m)
+            b = bounds(event, delta=d1, adjacency=adjacency, accountants=accountants)
+            eps = b["epsilon"]
+            if math.isfinite(eps) and eps < 700 and (math.exp(eps) + 1.0) * tau <= m * delta:
+                b.update(delta=delta, delta_evaluated=d1, noise_tail=tau)
+                return b
+    out = bounds(event, delta=delta, adjacency=adjacency, unbounded=True, accountants=accountants)
+    out.update(bound_by=f"noise tails: tail delta {tau:.3g} cannot be covered at delta={delta:g}", noise_tail=tau)
     return out

@@ -78,13 +78,17 @@ def build_target(
     no_noise: bool = False,
     width: int = 10,
     epochs: int | None = None,
-    rho: float = 0.1,
+    rho: float | None = None,
     broken_noise_factor: float = 1.0,
     privacy_unit: str = "record",
     records_per_user: int | None = None,
     user_ids=None,
+    profile: str | None = None,
 ) -> AuditTarget:
     """The audit target for ``mechanism`` with its noise calibrated to (``epsilon``, ``delta``).
+
+    ``profile``: the dataset's preprocessing profile (None = its default; e.g. ``authors``),
+    for the frozen-feature models and ``dp-elm`` only.
 
     ``mixmin``/``dp-mixmin`` uses ``task`` (default the embedded ``digits-mix``) and its
     ``target``; the frozen-feature models and ``dp-elm`` use ``dataset`` (default the embedded
@@ -104,6 +108,8 @@ def build_target(
     eps = positive_finite("epsilon", epsilon if epsilon is not None else DEFAULT_EPSILON.get(fam, 2.0))
     if broken_noise_factor != 1.0 and fam != "gaussian":
         raise UsageError(f"broken_noise_factor must be 1 for {mechanism} (a gaussian-only test switch), got {broken_noise_factor!r}.")
+    if profile is not None and fam in ("dp-mixmin", "gaussian"):
+        raise UsageError(f"profile must not be given for {mechanism} (it takes no --dataset), got {profile!r}.")
     if fam == "dp-mixmin":
         if dataset is not None:
             raise UsageError(f"dataset must not be given for mixmin (use --task), got {dataset!r}.")
@@ -118,7 +124,7 @@ def build_target(
     elif fam == "dp-elm":
         from .elm import ElmTarget
 
-        t = ElmTarget(dataset=dataset or "digits", data_dir=data_dir, width=width, epsilon=eps, canary=canary, seed=seed)
+        t = ElmTarget(dataset=dataset or "digits", data_dir=data_dir, width=width, epsilon=eps, canary=canary, seed=seed, profile=profile)
     else:
         if task is not None:
             raise UsageError(f"task must not be given for {mechanism} (use --dataset), got {task!r}.")
@@ -128,11 +134,11 @@ def build_target(
             from .user_level import UserHeadTarget
 
             t = UserHeadTarget(model=ALIASES[mechanism], records_per_user=g, dataset=dataset or "digits", data_dir=data_dir, epsilon=eps,
-                               delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs, user_ids=user_ids)
+                               delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs, user_ids=user_ids, profile=profile)
             t.prepare()
             return t.without_noise() if no_noise else t
         t = HeadTarget(model=ALIASES[mechanism], dataset=dataset or "digits", data_dir=data_dir, epsilon=eps,
-                       delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs)
+                       delta=open_unit("delta", delta), canary=canary, seed=seed, epochs=epochs, profile=profile)
     t.prepare()
     return t.without_noise() if no_noise else t
 
@@ -147,13 +153,17 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     :class:`~dpaudit.audits.user_level.UserHeadTarget` (a canary user of the release's G records,
     adjacency ``add-remove-user``). Its users come from ``user_ids`` (array or ``.npy`` path), else
     from the ``--user-ids`` file named in the release's command, else from the public grouping of
-    :func:`~dpaudit.audits.user_level.synthetic_user_ids`; whichever is used must match the
-    release's user-id checksum, else :class:`~dpaudit.errors.DataError`.
+    :func:`~dpaudit.audits.user_level.synthetic_user_ids`; whichever is used must give the
+    release's users per partition (and, for an old release that published one, its user-id
+    checksum), else :class:`~dpaudit.errors.DataError`.
 
     The noise multiplier, sampling and steps are taken from the release (not re-calibrated), the
     public seed and dataset identity too; the claim audited is the release's epsilon (under its
-    own accountant). A rebuilt configuration that differs from the recorded one (another dataset
-    size, another schedule) is an error.
+    own accountant). Data whose public identity (name, kind, profile, split seed, split sizes,
+    schema, users) differs from the release's are refused
+    (:func:`~dpaudit.audits.targets.check_release_identity`); old releases that published the
+    data's sha256 are also checked against it. A rebuilt configuration that differs from the
+    recorded one (another dataset size, another schedule) is an error.
     """
     from ..records import Release, read_release
 
@@ -184,7 +194,8 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
                            user_ids=user_ids, noise_multiplier=float(rel.noise_multiplier), epochs=cfg.get("epochs"), batch_size=cfg.get("batch_size"),
                            schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"),
                            split_seed=ds.get("split_seed"), claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"),
-                           expected_user_ids_sha256=ds.get("user_ids_sha256"), expected_n_users=cfg.get("n_users"))
+                           expected_user_ids_sha256=ds.get("user_ids_sha256"), expected_n_users=cfg.get("n_users"),
+                           expected_identity=ds)
     elif user_ids is not None:
         raise UsageError(f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {mech}.")
     elif rel.privacy_unit != "record" and fam == "head":
@@ -196,13 +207,14 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
                        delta=float(rel.delta), canary=canary, seed=int(rel.seed), noise_multiplier=float(rel.noise_multiplier),
                        schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)),
                        profile=ds.get("profile"), split_seed=ds.get("split_seed"), claimed=float(rel.epsilon),
-                       expected_sha256=ds.get("sha256"))
+                       expected_sha256=ds.get("sha256"), expected_identity=ds)
     elif fam == "dp-elm":
         from .elm import ElmTarget
 
         t = ElmTarget(dataset=ds.get("name"), data_dir=data_dir, width=int(cfg.get("width", 10)), epsilon=float(rel.epsilon), canary=canary,
                       seed=int(rel.seed), sampler=cfg.get("sampler", "discrete-laplace"), adjacency=rel.adjacency,
-                      profile=ds.get("profile"), split_seed=ds.get("split_seed"), expected_sha256=ds.get("sha256"))
+                      profile=ds.get("profile"), split_seed=ds.get("split_seed"), expected_sha256=ds.get("sha256"),
+                      expected_identity=ds)
     elif fam == "dp-mixmin":
         from ..mechanisms.mixmin_pipeline import MixtureSettings
         from .mixmin import mixmin_task_target
@@ -212,6 +224,16 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
             raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
         if rel.privacy_unit != "record":
             raise UsageError(f"release privacy unit must be record for the batched audit runner, got {rel.privacy_unit!r}.")
+        whole_train = cfg.get("stage") == "pipeline" and cfg.get("composition") == "sequential"
+        if not whole_train:
+            # The audit rebuilds D_mix with today's keyed split; a release whose D_mix came from
+            # another rule (an old permutation split, a caller-supplied split) would be audited on
+            # other records than it was trained on, so refuse rather than audit the wrong thing.
+            from ..mechanisms.mixmin_tasks import SPLIT_RULE
+
+            rule = (cfg.get("split") or {}).get("rule")
+            if rule != SPLIT_RULE:
+                raise DataError(f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}.")
         mc = cfg.get("mixmin_config") or {}
         settings = MixtureSettings(steps=int(mc.get("steps", rel.steps)), batch_size=int(round(float(mc.get("expected_batch_size", rel.normalizer)))),
                                    clipping_norm=float(mc.get("clipping_norm", rel.clipping_norm)),
@@ -219,7 +241,7 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         t = mixmin_task_target(task, cfg.get("target"), epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
                                rho=float(cfg.get("rho", 0.1)), canary=canary, seed=int(rel.seed), data_dir=data_dir,
                                settings=settings, noise_multiplier=float(rel.noise_multiplier), proxy_mode=cfg.get("proxy_mode") or "joint",
-                               whole_train=cfg.get("stage") == "pipeline" and cfg.get("composition") == "sequential")
+                               whole_train=whole_train)
         for name in ("sample_rate", "steps"):
             got, want = getattr(t.config, name), getattr(rel, name)
             if want is not None and abs(float(got) - float(want)) > 1e-12:

@@ -60,7 +60,8 @@ class ElmTarget(AuditTarget):
     mechanism: str = "dp-elm"
     delta: float = 0.0
     default_chunk_size: int = 250
-    expected_sha256: str | None = None  # the release's dataset identity; a different dataset is refused
+    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
+    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
     prepared: object | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -136,7 +136,8 @@ class HeadTarget(AuditTarget):
     noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
     schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
     claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
-    expected_sha256: str | None = None  # the release's dataset identity; a different dataset is refused
+    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
+    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
     noise: bool = True
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 64

@@ -131,7 +131,7 @@ def mixmin_task_target(
     *,
     epsilon: float = 1.0,
     delta: float = 1e-5,
-    rho: float = 0.1,
+    rho: float | None = None,
     canary: str = "max-clip",
     seed: int = 42,
     data_dir=None,
@@ -145,22 +145,26 @@ def mixmin_task_target(
 
     Mirrors the pipeline's mixture stage: proxies trained on public data only, proxy
     predictions on the private training records, the seeded ``rho`` split into D_mix / D_ft,
-    sigma calibrated with RDP for (epsilon, delta) at q = B / |D_mix| (paper A.3.1 settings
-    unless ``settings`` is given). Canary records for ``natural`` / ``mislabeled`` come from the
+    sigma calibrated with RDP for (epsilon, delta) at q = B / |D_mix| (``rho`` and ``settings``
+    default to the training defaults of the task: :func:`~dpaudit.mechanisms.mixmin_pipeline.default_rho`, ``default_mixture``). Canary records for ``natural`` / ``mislabeled`` come from the
     task's private test rows (never in D_mix). ``whole_train``: D_mix is every private training
     record (the pipeline's sequential composition) instead of the ``rho`` split.
     """
     from ..accounting import SubsampledGaussian
-    from ..mechanisms.mixmin_pipeline import MixtureSettings
+    from ..mechanisms.mixmin_pipeline import default_mixture, default_rho
     from ..mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
 
-    settings = settings or MixtureSettings()
+    # The same public defaults as `dpaudit train mixmin` (the embedded task has its own), so the
+    # audit tests the mechanism a default release runs.
+    settings = settings or default_mixture(task)
+    rho = default_rho(task) if rho is None else rho
     t = load_task(task, seed=seed, data_dir=data_dir)
     tname, y_all = t.target_labels(target)
     proxies = train_proxies(t, mode=proxy_mode)
     tr = t.train_idx
     probs_tr = proxies.predict(t.private_x[tr])
-    mix = np.arange(len(tr)) if whole_train else mixture_split(len(tr), rho, seed)[0]
+    # The same keyed split of the task's stable record ids as the release path (rule keyed-bernoulli-v1).
+    mix = np.arange(len(tr)) if whole_train else mixture_split(t.train_record_ids, rho, seed)[0]
     probs, labels = probs_tr[mix], np.asarray(y_all[tr][mix], dtype=np.float64)
     b = min(settings.batch_size, len(mix))
     q = b / len(mix)

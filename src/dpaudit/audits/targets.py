@@ -27,16 +27,46 @@ from ..errors import DataError, UsageError
 from ..noise import NoiseSource
 
 
+#: The public identity fields an audit compares with its release (a new ``release.json`` carries
+#: no hash of the private data; see :meth:`dpaudit.data.base.PreparedDataset.identity`).
+IDENTITY_KEYS = ("name", "kind", "profile", "split_seed", "n_users", "split_sizes", "n_features", "n_classes")  # users first: the
+#: likelier cause of a user-level mismatch (another --user-ids file) and the clearer message
+
+
+def check_release_identity(data, expected: dict | None, *, expected_sha256: str | None = None) -> None:
+    """Refuse data whose public identity differs from the release's (``expected``, the release's
+    ``dataset`` dict): name, kind, profile, split seed, split sizes, schema, users per partition.
+
+    Content changes that keep every public field (one record replaced by another) pass this
+    check: new releases publish nothing that could tell them apart, by design. Old releases
+    that published the unkeyed digest (``dataset["sha256"]``, or ``expected_sha256``) are
+    still checked against it exactly.
+    """
+    if expected:
+        ident = data.identity()
+        for key in IDENTITY_KEYS:
+            want = expected.get(key)
+            if want is None or key not in ident:
+                continue  # not recorded by this release (older versions) or not applicable
+            got = ident[key]
+            if got != want:
+                hint = "pass the release's --user-ids file" if key == "n_users" else "other data, split or profile"
+                raise DataError(f"dataset {key} must equal the release's {want!r}, got {got!r} ({hint}).")
+        expected_sha256 = expected_sha256 or expected.get("sha256")
+    if expected_sha256 is not None and data.sha256 != expected_sha256:
+        raise DataError(f"dataset sha256 must equal the release's {expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+
+
 def load_target_data(target):
     """The prepared dataset of a trained-model target: ``target.prepared`` or a fresh load, checked
-    against the release's data checksum (``target.expected_sha256``) when the audit comes from one."""
+    against the release's public dataset identity (``target.expected_identity``) and, for old
+    releases that published one, its data checksum (``target.expected_sha256``)."""
     data = target.prepared
     if data is None:
         from ..data import load_dataset
 
         data = load_dataset(target.dataset, data_dir=target.data_dir, split_seed=target.split_seed, profile=target.profile)
-    if target.expected_sha256 is not None and data.sha256 != target.expected_sha256:
-        raise DataError(f"dataset sha256 must equal the release's {target.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+    check_release_identity(data, getattr(target, "expected_identity", None), expected_sha256=target.expected_sha256)
     return data
 
 

@@ -58,7 +58,7 @@ from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
 from .heads import HEAD_MODELS, canary_coordinate, describe_head, label_log_prob, noiseless_copy, setup_head
-from .targets import AuditTarget
+from .targets import AuditTarget, check_release_identity
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.
@@ -312,8 +312,9 @@ class UserHeadTarget(AuditTarget):
     noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
     schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
     claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
-    expected_sha256: str | None = None  # the release's dataset identity (after the user split)
-    expected_user_ids_sha256: str | None = None  # the release's users
+    expected_sha256: str | None = None  # an old release's data checksum (after the user split)
+    expected_user_ids_sha256: str | None = None  # an old release's user-id checksum
+    expected_identity: dict | None = None  # the release's public dataset identity (n_users per partition included)
     expected_n_users: int | None = None
     noise: bool = True
     adjacency: str = ADJACENCY
@@ -355,12 +356,12 @@ class UserHeadTarget(AuditTarget):
         else:
             self._users_from = "user ids of the prepared dataset"
         check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
-        ident = data.identity()
-        if self.expected_user_ids_sha256 is not None and ident.get("user_ids_sha256") != self.expected_user_ids_sha256:
+        # Old releases published unkeyed checksums of the user ids and of the data: still checked
+        # exactly. New ones publish only the public identity (users per partition, sizes, ...).
+        if self.expected_user_ids_sha256 is not None and data.user_ids_sha256 != self.expected_user_ids_sha256:
             raise DataError(f"user ids sha256 must equal the release's {self.expected_user_ids_sha256[:12]}..., "
-                            f"got {str(ident.get('user_ids_sha256'))[:12]}... (pass the release's --user-ids file).")
-        if self.expected_sha256 is not None and data.sha256 != self.expected_sha256:
-            raise DataError(f"dataset sha256 must equal the release's {self.expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+                            f"got {str(data.user_ids_sha256)[:12]}... (pass the release's --user-ids file).")
+        check_release_identity(data, self.expected_identity, expected_sha256=self.expected_sha256)
         return data
 
     def prepare(self) -> None:

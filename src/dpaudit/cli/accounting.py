@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Optional
 
 import typer
 from rich.table import Table
 
 from ..accounting import Adjacency, SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+from ..accounting.accountants import supports
+from ..errors import UnsupportedEventError
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json
 
@@ -15,12 +18,20 @@ from .common import console, emit_json
 class AccountantChoice(str, Enum):
     rdp = "rdp"
     prv = "prv"
+    pld = "pld"
     all = "all"
 
 
 class CalibrationAccountant(str, Enum):
     rdp = "rdp"
     prv = "prv"
+    pld = "pld"
+
+
+def _all_accountants(adjacency: Adjacency) -> list[str]:
+    """`--accountant all`: rdp and prv side by side; under replace-record also pld, the one of
+    them that analyses the replace-one pair of a subsampled Gaussian (rdp / prv decline it)."""
+    return ["rdp", "prv", "pld"] if adjacency is Adjacency.REPLACE_RECORD else ["rdp", "prv"]
 
 
 class AdjacencyChoice(str, Enum):
@@ -46,17 +57,38 @@ def register(app: typer.Typer) -> None:
         positive_int("steps", steps)
         open_unit("delta", delta)
         event = SubsampledGaussian(noise_multiplier, sample_rate, steps)
-        names = ["rdp", "prv"] if accountant is AccountantChoice.all else [accountant.value]
-        results = [compute_epsilon(event, delta=delta, accountant=n, adjacency=adjacency.value).to_dict() for n in names]
-        for r in results:
+        adj = Adjacency.parse(adjacency.value)
+        names = _all_accountants(adj) if accountant is AccountantChoice.all else [accountant.value]
+        results, skipped = [], {}
+        for n in names:
+            try:
+                r = compute_epsilon(event, delta=delta, accountant=n, adjacency=adj).to_dict()
+            except UnsupportedEventError as e:
+                if len(names) == 1:
+                    raise  # one line, exit 2 (DPAuditGroup)
+                # `all`: an accountant that declines this (event, adjacency) is a skipped column with
+                # its reason, never a crash and never a number computed under another adjacency.
+                skipped[n] = str(e).splitlines()[0] if str(e) else type(e).__name__
+                r = {"accountant": n, "epsilon": None, "delta": delta, "adjacency": adj.value, "epsilon_lower": None,
+                     "epsilon_estimate": None, "optimal_order": None, "skipped": skipped[n]}
             r.update(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+            results.append(r)
+        ok = [r for r in results if r["epsilon"] is not None]
+        if not ok:
+            raise UnsupportedEventError("no accountant could bound this run: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in skipped.items()) + ".")
         if json_out:
-            emit_json(results[0] if len(results) == 1 else {**results[0], "results": results})
+            out = ok[0] if len(results) == 1 else {**ok[0], "results": results}
+            if skipped:
+                out["skipped"] = skipped
+            emit_json(out)
             return
-        t = Table(title=f"epsilon at delta={delta:g} ({adjacency.value})")
+        t = Table(title=f"epsilon at delta={delta:g} ({adj.value})")
         for col in ("accountant", "epsilon", "lower", "estimate", "order"):
             t.add_column(col)
         for r in results:
+            if r["epsilon"] is None:
+                t.add_row(r["accountant"], "skipped", "", "", "")
+                continue
             t.add_row(
                 r["accountant"], f"{r['epsilon']:.6f}",
                 "" if r["epsilon_lower"] is None else f"{r['epsilon_lower']:.6f}",
@@ -64,6 +96,8 @@ def register(app: typer.Typer) -> None:
                 "" if r["optimal_order"] is None else f"{r['optimal_order']:g}",
             )
         console.print(t)
+        for name, reason in skipped.items():
+            console.print(f"{name} skipped: {reason}", highlight=False, soft_wrap=True)
 
     @app.command()
     def calibrate(
@@ -71,23 +105,31 @@ def register(app: typer.Typer) -> None:
         delta: float = typer.Option(1e-5, help="Target delta in (0, 1)."),
         sample_rate: float = typer.Option(..., help="Poisson sampling rate q in (0, 1]."),
         steps: int = typer.Option(..., help="Number of DP-SGD steps T."),
-        accountant: CalibrationAccountant = typer.Option(CalibrationAccountant.rdp, help="Accountant to calibrate with."),
+        accountant: Optional[CalibrationAccountant] = typer.Option(
+            None, help="Accountant to calibrate with (default: rdp, or pld where rdp does not support the adjacency)."),
+        adjacency: AdjacencyChoice = typer.Option(AdjacencyChoice.add_remove_record, help="Adjacency the calibrated claim is made under."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Ignore the on-disk calibration cache."),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Smallest noise multiplier whose epsilon does not exceed the target."""
+        adj = Adjacency.parse(adjacency.value)
+        if accountant is not None:
+            name = accountant.value
+        else:
+            half_open_unit("sample_rate", sample_rate)
+            name = "rdp" if supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj) else "pld"
         c = calibrate_noise_multiplier(
             target_epsilon=eps, delta=delta, sample_rate=sample_rate, steps=steps,
-            accountant=accountant.value, use_cache=not no_cache,
+            accountant=name, adjacency=adj, use_cache=not no_cache,
         )
         d = c.to_dict()
-        d["adjacency"] = Adjacency.ADD_REMOVE_RECORD.value
+        d["adjacency"] = adj.value
         if json_out:
             emit_json(d)
             return
         console.print(
             f"noise_multiplier = [bold]{c.noise_multiplier:.6f}[/]  achieves epsilon = {c.epsilon:.6f} "
-            f"<= target {c.target_epsilon:g} at delta = {c.delta:g} ({c.accountant}, q = {c.sample_rate:g}, "
+            f"<= target {c.target_epsilon:g} at delta = {c.delta:g} ({c.accountant}, {adj.value}, q = {c.sample_rate:g}, "
             f"T = {c.steps}{', cached' if c.cached else ''})"
         )
 

@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
         target: Optional[str] = typer.Option(None, "--target", help="mixmin target within the task (default: the task's first).", show_default=False),
         dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset for trained models (default: embedded digits).", show_default=False),
         data_dir: options.OptionalPath = options.data_dir(),
+        profile: Optional[str] = options.profile(),
         no_noise: bool = typer.Option(False, "--no-noise", help="Audit the mechanism with its DP noise removed (must find large leakage)."),
         confidence: float = typer.Option(0.95, "--confidence", help="Joint confidence of the FPR and FNR bounds."),
         release: options.OptionalPath = typer.Option(None, "--release", help="Audit the configuration recorded in this release.json (or its folder).",
@@ -51,7 +52,9 @@ def register(app: typer.Typer) -> None:
         chunk_size: Optional[int] = typer.Option(None, "--chunk-size", help="Trials per batched call (speed only).", show_default=False),
         width: int = typer.Option(10, "--width", help="dp-elm hidden width L."),
         epochs: Optional[int] = typer.Option(None, "--epochs", help="Frozen-feature models: epochs (default: the paper's protocol).", show_default=False),
-        rho: float = typer.Option(0.1, "--rho", help="mixmin: fraction of private training records used for mixture learning."),
+        rho: Optional[float] = typer.Option(None, "--rho", help="mixmin: fraction of private training records used for mixture learning "
+                                                                 "(default: the task's training default, 0.5 for digits-mix, 0.1 otherwise).",
+                                            show_default=False),
         privacy_unit: str = typer.Option("record", "--privacy-unit", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
                                                                           "canary user, adjacency add-remove-user (needs --records-per-user)."),
         records_per_user: Optional[int] = typer.Option(None, "--records-per-user", help="G: records of the canary user and records per sampled user "
@@ -76,6 +79,10 @@ def register(app: typer.Typer) -> None:
         if release is not None:
             from ..records import read_release
 
+            if profile is not None:  # the release records the profile its data were prepared with
+                from ..errors import UsageError
+
+                raise UsageError(f"profile must not be given with --release (the release records its own), got {profile!r}.")
             rel = read_release(release)
             check_release_unit(rel, privacy_unit, records_per_user)  # the release decides the privacy unit
             release_id, release_path = rel.id, str(Path(release).resolve())
@@ -86,7 +93,7 @@ def register(app: typer.Typer) -> None:
             t = build_target(mechanism, canary=canary, epsilon=epsilon, delta=delta, task=task, target=target, dataset=dataset,
                              data_dir=data_dir, seed=seed, no_noise=no_noise, width=width, epochs=epochs, rho=rho,
                              broken_noise_factor=broken_noise_factor, privacy_unit=privacy_unit, records_per_user=records_per_user,
-                             user_ids=user_ids)
+                             user_ids=user_ids, profile=profile)
             if not json_out and task is None and dataset is None and mechanism != "gaussian":
                 note(f"no --task/--dataset given: auditing {mechanism} on the embedded {t.describe().get('dataset')}.")
         user_level = t.adjacency == "add-remove-user"
@@ -98,12 +105,12 @@ def register(app: typer.Typer) -> None:
         else:
             eps_used = epsilon if epsilon is not None else DEFAULT_EPSILON.get(family_of(mechanism), 2.0)
             cmd += ["--eps", repr(float(eps_used)), "--delta", repr(delta)]
-            for flag, value in (("--task", task), ("--target", target), ("--dataset", dataset), ("--epochs", epochs)):
+            for flag, value in (("--task", task), ("--target", target), ("--dataset", dataset), ("--profile", profile), ("--epochs", epochs)):
                 if value is not None:
                     cmd += [flag, str(value)]
             if family_of(mechanism) == "dp-elm":
                 cmd += ["--width", str(width)]
-            if family_of(mechanism) == "dp-mixmin":
+            if family_of(mechanism) == "dp-mixmin" and rho is not None:
                 cmd += ["--rho", repr(rho)]
             if broken_noise_factor != 1.0:
                 cmd += ["--broken-noise-factor", repr(broken_noise_factor)]

@@ -34,12 +34,31 @@ def _entry_brief(e) -> str:
         g = p.get("guarantee") or {}
         what = "non-private (unbounded)" if p.get("non_private") else f"eps={_num(p.get('epsilon'))} delta={p.get('delta'):g} [{g.get('type', '?')}]"
         tag = (p.get("sweep") or {}).get("name")
+        if p.get("uncertified"):
+            what += f"  {p['uncertified']} (counts as unbounded)"
         return (f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}" + (f"  sweep {tag}" if tag else "")
                 + (f"  VOIDED by {e.voided_by}" if e.voided_by else ""))
+    if e.kind == "reservation":
+        g = p.get("guarantee") or {}
+        what = "non-private (unbounded)" if p.get("non_private") else f"[{g.get('type', '?')}]"
+        if p.get("uncertified"):
+            what += f" {p['uncertified']}"
+        state = {"open": "OPEN: budget held (void it if the run was killed)", None: ""}.get(e.status, f"{e.status} by {e.closed_by}")
+        return f"{p.get('mechanism') or 'run'} (pid {p.get('pid')}) reserves {e.dataset}:{p.get('partition')} {what}  {state}"
+    if e.kind == "settle":
+        return f"settles reservation {p.get('target')}: releases " + ", ".join(p.get("releases") or [])
+    if e.kind == "cancel":
+        return f"cancels reservation {p.get('target')}: {p.get('reason')}"
+    if e.kind == "version":
+        return f"new version of {e.dataset}: data fingerprint {str(p.get('fingerprint'))[:12]} ({p.get('reason')}); versions compose sequentially"
     if e.kind == "void":
         return f"voids {p.get('target')}: {p.get('reason')}"
     if e.kind == "cap":
         return f"cap {e.dataset}: eps={_num(p.get('epsilon'))} at delta={p.get('delta'):g}"
+    if e.kind == "key":
+        return f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}" + (f", signed by {e.signer}" if e.signer else "")
+    if e.kind == "policy":
+        return "signatures required from here on" if p.get("require_signatures") else "policy"
     if e.kind == "partition":
         return f"{e.dataset}:{p.get('parent')} = " + " + ".join(f"{e.dataset}:{c}" for c in p.get("children", [])) + f"  (declared by {p.get('declared_by')})"
     return ""
@@ -79,6 +98,17 @@ def register(app: typer.Typer) -> None:
                 _num(r["remaining"], 3) if r["partition"] == "*" else "",
             )
         console.print(t)
+        for r in rows:
+            if r["partition"] != "*":
+                continue
+            for why in r.get("unbounded_reasons") or []:
+                console.print(f"{escape(r['dataset'])} is unbounded: {escape(why)} (void it to exclude it).", highlight=False, soft_wrap=True)
+            if r.get("open_reservation_ids"):
+                console.print(f"{escape(r['dataset'])}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
+                              + ", ".join(i[:12] for i in r["open_reservation_ids"]), highlight=False, soft_wrap=True)
+            if len(r.get("dataset_fingerprints") or []) > 1:
+                console.print(f"{escape(r['dataset'])}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.",
+                              highlight=False)
         console.print(
             "rel.: releases direct/in subtree. epsilon: smallest valid bound (rdp, prv upper, pure sum) at delta; "
             "naive: sum of the releases' own claims; cap and left (cap minus the dataset total) in epsilon at delta. "
@@ -93,7 +123,7 @@ def register(app: typer.Typer) -> None:
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Every entry in append order (releases, voids, caps, partition declarations)."""
+        """Every entry in append order (releases, voids, caps, partitions, reservations, data versions)."""
         with open_ledger(ledger) as led:
             es = led.entries(dataset=dataset)
             path = str(led.path)
@@ -147,12 +177,14 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("verify")
     def verify(
+        anchor: Optional[str] = typer.Option(None, "--anchor", help="A head hash published earlier (`ledger head`): the chain must still contain it.", show_default=False),
+        owner: Optional[str] = typer.Option(None, "--owner", help="Key id the ledger's owner key must have (pins who created the ledger).", show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Check the hash chain; names each edited, deleted or reordered entry. Exit 1 if any."""
+        """Check the hash chain and every signature; names each edited, deleted, reordered or forged entry. Exit 1 if any."""
         with open_ledger(ledger) as led:
-            rep = led.verify()
+            rep = led.verify(anchor=anchor, owner=owner)
         if json_out:
             emit_json(rep.to_dict())
         elif rep.ok:
@@ -166,19 +198,39 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("void")
     def void(
-        entry_id: str = typer.Argument(..., metavar="ID", help="Release entry to withdraw."),
-        reason: str = typer.Option(..., "--reason", help="Why the release is withdrawn (recorded)."),
+        entry_id: str = typer.Argument(..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."),
+        reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Withdraw a release recorded by mistake (appends a void entry; nothing is deleted)."""
+        """Withdraw a release recorded by mistake, or free the budget an interrupted run still holds
+        (appends a void entry; nothing is deleted)."""
         with open_ledger(ledger) as led:
             vid = led.void(entry_id, reason)
             target = led.get(vid).payload["target"]
+            kind = led.get(target).kind
         if json_out:
-            emit_json({"id": vid, "target": target, "reason": reason})
+            emit_json({"id": vid, "target": target, "kind": kind, "reason": reason})
             return
-        console.print(f"release {target} voided (entry {vid}).")
+        console.print(f"{kind} {target} voided (entry {vid}).")
+
+    @ledger_app.command("declare-version")
+    def declare_version(
+        dataset: str = typer.Argument(..., metavar="DATASET", help="Dataset name (as in release.json)."),
+        fingerprint: str = typer.Option(..., "--fingerprint", help="The new data's keyed fingerprint, as printed by the refusal (64 hex)."),
+        reason: str = typer.Option(..., "--reason", help="Why the data changed (recorded), e.g. 'new split seed 7'."),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """Accept other data under DATASET as a new version; releases on the versions compose sequentially."""
+        with open_ledger(ledger) as led:
+            eid = led.declare_version(dataset, fingerprint, reason)
+            previous = led.get(eid).payload.get("previous", [])
+        if json_out:
+            emit_json({"id": eid, "dataset": dataset, "fingerprint": fingerprint.strip().lower(), "previous": previous, "reason": reason})
+            return
+        console.print(f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
+                      "its releases compose sequentially with the earlier versions'.", highlight=False)
 
     @ledger_app.command("declare-partition")
     def declare_partition(
@@ -212,5 +264,133 @@ def register(app: typer.Typer) -> None:
             emit_json({"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition})
             return
         console.print(f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
+
+    @ledger_app.command("keygen")
+    def keygen(
+        name: str = typer.Option("default", "--name", help="Key name: the private key becomes NAME.key in the key directory."),
+        json_out: bool = options.json_out(),
+    ):
+        """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
+        from ..accounting.signing import keygen as make_key
+
+        k = make_key(name)
+        if json_out:
+            emit_json({"name": k.name, "key_id": k.key_id, "public_key": k.public_text, "private_key_path": str(k.path)})
+            return
+        console.print(f"signing key {k.name} created: {k.path} (mode 0600; keep it private).", highlight=False)
+        console.print(f"key id {k.key_id}; public key (give it to the ledger's owner to register):", highlight=False)
+        console.print(k.public_text, highlight=False, soft_wrap=True)
+
+    @ledger_app.command("head")
+    def head(
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """Print the current head hash to publish (check it later with `ledger verify --anchor HASH`)."""
+        with open_ledger(ledger) as led:
+            h = led.head()
+        if json_out:
+            emit_json(h)
+            return
+        console.print(h["hash"], highlight=False)
+
+    @ledger_app.command("register-key")
+    def register_key(
+        public_key: Optional[str] = typer.Option(None, "--public-key", help="ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).", show_default=False),
+        name: str = typer.Option("", "--name", help="Who the key belongs to (recorded)."),
+        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default').", show_default=False),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """Register a public key in the ledger, in an entry signed by your (already registered) key."""
+        with open_ledger(ledger, signing_key=key) as led:
+            eid = led.register_key(public_key, name)
+            ring = led.key_ring()
+        k = next(k for k in ring.keys.values() if k.entry_id == eid)
+        if json_out:
+            emit_json({"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by})
+            return
+        console.print(f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).", highlight=False)
+
+    @ledger_app.command("require-signatures")
+    def require_signatures(
+        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (name or path).", show_default=False),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
+        with open_ledger(ledger, signing_key=key) as led:
+            eid = led.require_signatures()
+        if json_out:
+            emit_json({"id": eid, "require_signatures": True})
+            return
+        console.print(f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
+
+    @ledger_app.command("grant")
+    def grant(
+        role: str = typer.Option(..., "--role", help="PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only."),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """PostgreSQL ledgers: let ROLE append and read (run as the ledger's owner role)."""
+        from ..accounting.ledger_pg import grant_writer_sql
+        from ..errors import UsageError
+
+        with open_ledger(ledger) as led:
+            if led.backend != "postgresql":
+                raise UsageError(f"ledger must be a postgresql:// ledger for grant, got {led.path}.")
+            stmts = grant_writer_sql(led.store.schema, role)
+            for stmt in stmts:
+                led.store.execute(stmt)
+        if json_out:
+            emit_json({"role": role, "granted": stmts})
+            return
+        console.print(f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).", highlight=False)
+
+    @ledger_app.command("export")
+    def export(
+        out: Path = typer.Option(..., "--out", help="JSON file to write (every entry verbatim, hashes, signatures, fingerprint key: keep it private)."),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
+        import json
+        import os
+
+        with open_ledger(ledger) as led:
+            dump = led.export_rows()
+            src = str(led.path)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the fingerprint key
+        with os.fdopen(fd, "w") as f:
+            json.dump(dump, f)
+        if json_out:
+            emit_json({"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"]})
+            return
+        console.print(f"exported {len(dump['rows'])} entries of {src} to {out} (head {dump['head_hash'][:16]}).", highlight=False)
+
+    @ledger_app.command("import")
+    def import_(
+        source: Path = typer.Option(..., "--from", help="A file written by `ledger export`."),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """Rebuild an exported ledger in an empty ledger (either backend); entries, hashes and signatures stay identical."""
+        import json
+
+        from ..errors import UsageError
+
+        try:
+            dump = json.loads(Path(source).read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--from must be a file written by `dpaudit ledger export`, got {str(source)!r} ({e}).") from None
+        with open_ledger(ledger) as led:
+            n = led.import_rows(dump)
+            rep = led.verify()
+        if json_out:
+            emit_json({"ledger": rep.path, "entries": n, "head_hash": rep.head_hash, "ok": rep.ok})
+        else:
+            console.print(f"imported {n} entries into {rep.path}; verify: {'ok' if rep.ok else 'FAILED'} (head {rep.head_hash[:16]}).", highlight=False)
+        if not rep.ok:
+            raise typer.Exit(1)
 
     app.add_typer(ledger_app, name="ledger")

@@ -47,6 +47,15 @@ def noise_source() -> typer.models.OptionInfo:
     return typer.Option("os-entropy", "--noise-source", help="os-entropy (default), cryptographic; --reproducible-noise overrides.")
 
 
+PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
+                "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
+                "unless --split-seed is given (docs/data-profiles.md).")
+
+
+def profile() -> typer.models.OptionInfo:
+    return typer.Option(None, "--profile", help=PROFILE_HELP, show_default=False)
+
+
 def non_private() -> typer.models.OptionInfo:
     return typer.Option(False, "--non-private", help="Train without clipping or noise (no privacy claim).")
 

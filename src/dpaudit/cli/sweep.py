@@ -34,14 +34,16 @@ class TableFormat(str, Enum):
     json = "json"
 
 
-def _spec_from_args(spec_path: Optional[Path], builtin: Optional[str]):
+def _spec_from_args(spec_path: Optional[Path], builtin: Optional[str], profile: Optional[str] = None):
     from ..sweeps import builtin_spec, load_spec
+    from ..sweeps.spec import with_profile
 
     if spec_path is not None and builtin is not None:
         raise UsageError(f"a sweep must come from SPEC or --builtin, not both, got {str(spec_path)!r} and {builtin!r}.")
     if spec_path is None and builtin is None:
         raise UsageError("a sweep must be given as SPEC.toml or --builtin NAME, got neither.")
-    return builtin_spec(builtin) if builtin is not None else load_spec(spec_path)
+    # --profile P (not default) moves every block to P and names the sweep NAME-P.
+    return with_profile(builtin_spec(builtin) if builtin is not None else load_spec(spec_path), profile)
 
 
 def write_tables(sweep_folder: Path, name: str | None, records: list[dict]) -> tuple[dict, Path, Path]:
@@ -68,6 +70,9 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (local pool, or a Dask LocalCluster on 127.0.0.1). Default: CPU count.", show_default=False),
         out: Path = typer.Option(Path("runs/sweeps"), "--out", help="Parent folder; the sweep lives in OUT/NAME/ (sweep.sqlite, releases, tables)."),
         data_dir: Optional[Path] = options.data_dir(),
+        profile: Optional[str] = typer.Option(None, "--profile", help="Preprocessing profile for the whole grid, e.g. authors (the DP-RVFL "
+                                              "authors' pipeline): the sweep becomes NAME-PROFILE. default or absent: the spec as written.",
+                                              show_default=False),
         ledger: Optional[Path] = options.ledger(),
         retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run tasks recorded as failed."),
         model: Optional[List[str]] = typer.Option(None, "--model", help="Only this model (repeatable).", show_default=False),
@@ -90,7 +95,7 @@ def register(app: typer.Typer) -> None:
 
         if table:
             if store is None:
-                s = _spec_from_args(spec, builtin)
+                s = _spec_from_args(spec, builtin, profile)
                 store = sweep_dir(out, s.name)
             name, records = load_records(store)
             tables = sweep_tables(records, name=name)
@@ -100,7 +105,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(render_markdown(tables), nl=False)  # plain text: Markdown must not be re-wrapped
             return
 
-        s = _spec_from_args(spec, builtin)
+        s = _spec_from_args(spec, builtin, profile)
         if max_tasks is not None:
             positive_int("max_tasks", max_tasks)
         check_executor_args(executor.value, scheduler, workers)

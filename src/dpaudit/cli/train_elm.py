@@ -38,6 +38,7 @@ def register(train_app: typer.Typer) -> None:
         data_dir: options.OptionalPath = options.data_dir(),
         seed: int = options.seed(),
         split_seed: Optional[int] = typer.Option(None, "--split-seed", help="Seed of the public split (default: the dataset's).", show_default=False),
+        profile: Optional[str] = options.profile(),
         sampler: SamplerChoice = typer.Option(SamplerChoice.discrete_laplace, "--sampler",
                                               help="discrete-laplace: exact, certified in finite precision (default). textbook: inverse-CDF doubles, leaky (comparison only)."),
         adjacency: ElmAdjacencyChoice = typer.Option(ElmAdjacencyChoice.add_remove_record, "--adjacency", help="Adjacency the claim is made under (the scale covers both)."),
@@ -65,7 +66,7 @@ def register(train_app: typer.Typer) -> None:
         release = train_and_release_dp_elm(
             dataset=dataset, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed, sampler=sampler.value,
             adjacency=adjacency.value, reproducible_noise=reproducible_noise, noise_source=noise_source.value,
-            out_dir=out, ledger_path=ledger, split_seed=split_seed, non_private=non_private,
+            out_dir=out, ledger_path=ledger, split_seed=split_seed, profile=profile, non_private=non_private,
         )
         cfg = release.config
         summary = {

@@ -58,7 +58,7 @@ def register(train_app: typer.Typer) -> None:
         target: Optional[str] = typer.Option(None, "--target", help="Private target (digit tasks: digit-3, loops-0689, small-0to4, ink-heavy; heart: cleveland).", show_default=False),
         epsilon: float = options.eps(1.0),
         delta: float = options.delta(),
-        rho: float = typer.Option(0.1, "--rho", help="Fraction of the private training records used to learn the mixture."),
+        rho: Optional[float] = typer.Option(None, "--rho", help="Fraction of the private training records used to learn the mixture (default: 0.5 on the embedded digits-mix, 0.1 otherwise).", show_default=False),
         stage: StageChoice = typer.Option(StageChoice.mixture, "--stage", help="mixture: release lambda. pipeline: also pretrain and DP fine-tune."),
         privacy_unit: UnitChoice = typer.Option(UnitChoice.record, "--privacy-unit", help="record (Algorithm 1) or user (Algorithm 2)."),
         records_per_user: Optional[int] = typer.Option(None, "--records-per-user", help="G: records used per sampled user (built-in tasks group records into users of this size; default 4).", show_default=False),
@@ -67,10 +67,10 @@ def register(train_app: typer.Typer) -> None:
         composition: CompositionChoice = typer.Option(CompositionChoice.parallel, "--composition", help="parallel: disjoint D_mix / D_ft (max). sequential: all data, eps split rho / 1 - rho."),
         pretrain_objective: PretrainChoice = typer.Option(PretrainChoice.weighted_targets, "--pretrain-objective", help="pipeline pretraining: mixture-weighted targets sum_c lambda_c y_c, or sampling sources with probability lambda."),
         loss: LossChoice = typer.Option(LossChoice.bce, "--loss", help="bce (mixture probabilities), nll (mixture densities) or mse."),
-        steps: int = typer.Option(200, "--steps", help="Mirror-descent steps n."),
-        batch_size: int = typer.Option(1000, "--batch-size", help="Expected batch size B (q = B / |D_mix|, capped at 1)."),
-        clipping_norm: float = typer.Option(13.0, "--clipping-norm", help="Per-example (per-user) clipping norm C."),
-        step_size: float = typer.Option(0.5, "--step-size", help="Mirror-descent step size eta."),
+        steps: Optional[int] = typer.Option(None, "--steps", help="Mirror-descent steps n (default 200).", show_default=False),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000).", show_default=False),
+        clipping_norm: Optional[float] = typer.Option(None, "--clipping-norm", help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).", show_default=False),
+        step_size: Optional[float] = typer.Option(None, "--step-size", help="Mirror-descent step size eta (default 0.5).", show_default=False),
         seed: int = options.seed(),
         reproducible_noise: bool = options.reproducible_noise(),
         noise_source: str = options.noise_source(),
@@ -80,10 +80,15 @@ def register(train_app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """DP-MixMin (Algorithms 1 and 2): learn public-data mixture weights privately; optionally the full pipeline."""
-        from ..mechanisms.mixmin_pipeline import MixtureSettings, train_and_release_mixmin
+        from ..mechanisms.mixmin_pipeline import default_mixture, default_rho, replace, train_and_release_mixmin
 
-        mixture = MixtureSettings(steps=steps, batch_size=batch_size, clipping_norm=clipping_norm, step_size=step_size, loss=loss.value)
-        note(f"DP-MixMin {stage.value} on {'proxy predictions ' + str(proxy_predictions) if proxy_predictions else task.value}: eps={epsilon:g}, delta={delta:g}, rho={rho:g}")
+        # Unset options take the task's public defaults (the embedded digits-mix has its own,
+        # see mixmin_pipeline.EMBEDDED_MIXTURE); set ones override them.
+        task_name = None if proxy_predictions else task.value
+        given = {"steps": steps, "batch_size": batch_size, "clipping_norm": clipping_norm, "step_size": step_size}
+        mixture = replace(default_mixture(task_name), loss=loss.value, **{k: v for k, v in given.items() if v is not None})
+        rho = default_rho(task_name) if rho is None else rho
+        note(f"DP-MixMin {stage.value} on {'proxy predictions ' + str(proxy_predictions) if proxy_predictions else task.value}: eps={epsilon:g}, delta={delta:g}, rho={rho:g}, C={mixture.clipping_norm:g}")
         with err_console.status("DP-MixMin: preparing") as status:
             release = _run(
                 status, train_and_release_mixmin,
@@ -112,7 +117,20 @@ def register(train_app: typer.Typer) -> None:
             console.print(f"test AUC: pretrained {a['pretrained']:.4f}, fine-tuned {a['finetuned']:.4f}; "
                           f"end-to-end ({release.metrics['end_to_end']['composition']}) epsilon "
                           f"{release.metrics['end_to_end']['epsilon']['rdp']:.4f}")
+        if not proxy_predictions and weights:
+            _print_test_utility(task.value, release, list(weights.values()), seed=seed, data_dir=data_dir, proxy_mode=proxy_mode.value)
         console.print(f"release written to {out}")
+
+
+def _print_test_utility(task: str, release, weights, **kwargs) -> None:
+    """The mixture's loss on the private TEST partition: console only, never in the release."""
+    from ..mechanisms.mixmin_pipeline import utility_on_test_partition
+
+    u = utility_on_test_partition(task, release.config.get("target"), weights, loss=release.config.get("loss", "bce"), **kwargs)
+    b = u["best_single_source"]
+    console.print(f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss "
+                  f"of lambda {u['mixture']:.4f} (lower is better); uniform mixture {u['uniform']:.4f}; "
+                  f"best single source {b['source']} {b['loss']:.4f}")
 
 
 def _run(status, fn, **kwargs):

@@ -16,15 +16,31 @@ from .common import console, emit_json, note
 _DATASET_HELP = "Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files)."
 
 
-def _summary(release) -> dict:
+def _summary(release, ledger=None) -> dict:
+    """The published fields of ``release`` (rounded timings, no hash of the data) and the keyed
+    dataset fingerprint the ledger stored for it (None when the ledger has none)."""
     d = release.to_dict()
     keys = ["id", "mechanism", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "epsilons", "noise_multiplier",
             "sample_rate", "steps", "steps_executed", "clipping_norm", "normalizer", "seed", "non_private", "noise_source",
             "metrics", "timings", "artefacts", "command", "privacy_unit"]
     out = {k: d.get(k) for k in keys}
     out["dataset"] = d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
-    out["dataset_sha256"] = d["dataset"].get("sha256") if isinstance(d.get("dataset"), dict) else None
+    out["dataset_fingerprint"] = _ledger_fingerprint(d.get("id"), ledger)
     return out
+
+
+def _ledger_fingerprint(release_id, ledger) -> str | None:
+    """The keyed ``dataset_fingerprint`` of a recorded release (HMAC under the ledger's key), read
+    from its ledger entry; None when there is no entry or the ledger stores none (old ledgers)."""
+    if not release_id:
+        return None
+    try:
+        from ..accounting.ledger import open_ledger
+
+        with open_ledger(ledger) as led:
+            return led.get(str(release_id)).payload.get("dataset_fingerprint")
+    except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
+        return None
 
 
 def _make_command(model: str, description: str):
@@ -41,7 +57,7 @@ def _make_command(model: str, description: str):
         noise_source: str = options.noise_source(),
         epochs: Optional[int] = typer.Option(None, "--epochs", help="Override the epochs (default: 10 images, 30 tabular).", show_default=False),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).", show_default=False),
-        profile: Optional[str] = typer.Option(None, "--profile", help="Image profile: raw01 (default), centered, half-resolution.", show_default=False),
+        profile: Optional[str] = options.profile(),
         split_seed: Optional[int] = typer.Option(None, "--split-seed", help="Public split seed (default: the dataset's documented default).", show_default=False),
         threads: Optional[int] = typer.Option(None, "--threads", help="Torch intra-op threads (a speed setting; default: torch's choice).", show_default=False),
         privacy_unit: str = typer.Option("record", "--privacy-unit", help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user)."),
@@ -67,7 +83,7 @@ def _make_command(model: str, description: str):
             epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, progress=True,
             privacy_unit=privacy_unit, user_ids=user_ids, records_per_user=records_per_user,
         )
-        summary = _summary(release)
+        summary = _summary(release, ledger)
         if json_out:
             emit_json(summary)
             return
@@ -80,7 +96,8 @@ def _make_command(model: str, description: str):
         if release.privacy_unit == "user":
             console.print(f"  privacy unit: user ({release.config['n_users']} training users, records_per_user G={release.config['records_per_user']})")
         console.print("  test " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()))
-        console.print(f"  train {release.timings['train_seconds']:.2f}s, setup {release.timings['setup_seconds']:.2f}s; release id {release.id}")
+        console.print(f"  train {release.timings['train_seconds']:g}s, setup {release.timings['setup_seconds']:g}s (rounded as published); "
+                      f"release id {release.id}")
 
     command.__doc__ = f"{description}. Writes release.json + weights and records the release in the ledger."
     return command

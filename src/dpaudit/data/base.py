@@ -78,22 +78,46 @@ class PreparedDataset:
 
     @property
     def sha256(self) -> str:
-        """Identity of the prepared data (all three splits) for releases and the ledger."""
+        """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells
+        neighbouring datasets apart exactly, so it is never published; releases carry it as
+        ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""
         return array_sha256(self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test)
 
+    @property
+    def user_ids_sha256(self) -> str | None:
+        """Unkeyed digest of the user ids of the three partitions (LOCAL ONLY, like :attr:`sha256`);
+        None when the data are not split by users."""
+        if self.user_ids is None:
+            return None
+        return array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
+
     def identity(self) -> dict:
+        """The dataset's *public* identity, as published in ``release.json``.
+
+        Every field is public configuration or a size/schema the guarantee assumes public:
+
+        - ``name``, ``kind``, ``profile``, ``split_seed``: public choices of the operator;
+        - ``n_features``, ``n_classes``: the schema, fixed before any record is seen;
+        - ``split_sizes``: N0 (train) is public by assumption, since the sampling rate
+          q = batch / N0 and the step count are published with the guarantee; val / test are
+          evaluation partitions outside the DP claim (their metrics are published too);
+        - ``n_users`` (user-split data): the training count is the public reference size of
+          user-level sampling (q = batch / n_users), the others as above;
+        - ``source_files``: the file names read (public paths of the registry), not their hashes.
+
+        Deliberately absent: any hash of the records, of the source files or of the user ids
+        (each one distinguishes neighbouring datasets exactly). Use :attr:`sha256` locally.
+        """
         out = {
             "name": self.name,
             "kind": self.kind,
-            "sha256": self.sha256,
             "profile": self.profile,
             "split_seed": self.split_seed,
             "split_sizes": self.split_sizes,
             "n_features": self.n_features,
             "n_classes": self.n_classes,
-            "source_files": dict(self.source_files),
+            "source_files": sorted(self.source_files),
         }
-        if self.user_ids is not None:  # user-split data: who the users are is part of its identity
-            out["user_ids_sha256"] = array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
+        if self.user_ids is not None:  # user-split data: how many users each partition holds
             out["n_users"] = {p: int(np.unique(self.user_ids[p]).size) for p in ("train", "val", "test")}
         return out

@@ -3,10 +3,10 @@
 ==============  =======  =====  ==========================  ==========  =====  ========================
 name            kind     files  split (train / val / test)  features    class  profiles
 ==============  =======  =====  ==========================  ==========  =====  ========================
-mnist           image    yes    51,000 / 9,000 / 10,000     1x28x28     10     raw01, centered, half-res
-cifar10         image    yes    42,500 / 7,500 / 10,000     3x32x32     10     raw01, centered, half-res
-cardio          tabular  yes    48,025 / 10,291 / 10,292    32          2      default
-heart           tabular  yes    212 / 45 / 46               47          2      default
+mnist           image    yes    51,000 / 9,000 / 10,000     1x28x28     10     raw01, centered, half-res, authors
+cifar10         image    yes    42,500 / 7,500 / 10,000     3x32x32     10     raw01, centered, half-res, authors
+cardio          tabular  yes    48,025 / 10,291 / 10,292    32          2      default, authors
+heart           tabular  yes    212 / 45 / 46               47          2      default, authors
 digits          image    no     1,257 / 269 / 271           1x8x8       10     raw01, centered, half-res
 breast-cancer   tabular  no     398 / 85 / 86               30          2      default
 ==============  =======  =====  ==========================  ==========  =====  ========================
@@ -21,6 +21,11 @@ breast-cancer   tabular  no     398 / 85 / 86               30          2      d
   antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
 - Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular`
   (every bound is documented there).
+- Profile ``authors`` (MNIST, CIFAR-10, Cardio, Heart): the DP-RVFL authors' published pipeline
+  instead of dpaudit's own (:mod:`dpaudit.data.authors`): their split generator
+  (``numpy.random.default_rng(2026)``) and float ``int()`` cut points, their bounds and column
+  order, and for Heart the Kaggle-format file with duplicates removed (302 rows: 211 / 45 / 46).
+  Its sizes and files come from :func:`profile_split_sizes` and :func:`profile_files`.
 
 Privacy contract: everything here is public, fixed preprocessing and a public split; no
 statistic is fitted on records. The DP guarantee of a training run covers the training partition
@@ -40,6 +45,8 @@ from .files import sums_note
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 
 TABULAR_PROFILES = ("default",)
+#: The DP-RVFL authors' pipeline (dpaudit.data.authors); offered for the paper's four datasets.
+AUTHORS_PROFILE = "authors"
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ DATASETS: dict[str, DatasetInfo] = {
         tuple(f"mnist/{n}" for n in (
             "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
-        (1, 28, 28), _IMAGE_PROFILES, "raw01",
+        (1, 28, 28), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01",
     ),
     "cifar10": DatasetInfo(
         "cifar10", "image", True, _sizes(42_500, 7_500, 10_000), 3072, 10,
@@ -97,19 +104,19 @@ DATASETS: dict[str, DatasetInfo] = {
         tuple(f"cifar10/cifar-10-batches-py/{n}" for n in (
             "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
             "test_batch", "batches.meta")),
-        (3, 32, 32), _IMAGE_PROFILES, "raw01",
+        (3, 32, 32), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01",
     ),
     "cardio": DatasetInfo(
         "cardio", "tabular", True, _sizes(48_025, 10_291, 10_292), 32, 2,
         "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; "
         "fixed bounds to [-1, 1]; split 70/15/15.",
-        ("cardio/cardio_train.csv",), None, TABULAR_PROFILES, "default",
+        ("cardio/cardio_train.csv",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default",
     ),
     "heart": DatasetInfo(
         "heart", "tabular", True, _sizes(212, 45, 46), 47, 2,
         "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to "
         "[-1, 1]; split 70/15/15.",
-        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES, "default",
+        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default",
     ),
     "digits": DatasetInfo(
         "digits", "image", False, _sizes(1_257, 269, 271), 64, 10,
@@ -151,12 +158,41 @@ def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
     return non_negative_int("split_seed", split_seed)
 
 
+def check_profile(name: str, profile: str | None) -> str:
+    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default);
+    an unknown dataset or a profile the dataset does not offer is a :class:`UsageError`."""
+    return _check_profile(dataset_info(name), profile)
+
+
+def profile_files(name: str, profile: str | None = None) -> tuple[str, ...]:
+    """Files (relative to the data directory) that ``name`` needs under ``profile``."""
+    info = dataset_info(name)
+    if _check_profile(info, profile) == AUTHORS_PROFILE:
+        from .authors import FILES
+
+        return FILES.get(name, info.files)
+    return info.files
+
+
+def profile_split_sizes(name: str, profile: str | None = None) -> dict:
+    """Partition sizes of ``name`` under ``profile`` for the full, original files (public)."""
+    info = dataset_info(name)
+    if _check_profile(info, profile) == AUTHORS_PROFILE:
+        from .authors import split_sizes
+
+        return split_sizes(name)
+    return dict(info.split_sizes)
+
+
 def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> PreparedDataset:
     """Load ``name`` with its fixed preprocessing and its seeded public split.
 
     ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular
-    data); images accept ``raw01``, ``centered``, ``half-resolution``; tabular data accept only
-    ``default``. ``split_seed``: None means the documented default (2026). ``data_dir``: the
+    data); images accept ``raw01``, ``centered``, ``half-resolution``; tabular data accept
+    ``default``; MNIST, CIFAR-10, Cardio and Heart also accept ``authors`` (the DP-RVFL authors'
+    split and encoding, :mod:`dpaudit.data.authors`; there ``split_seed`` seeds
+    ``numpy.random.default_rng`` directly). ``split_seed``: None means the documented default
+    (2026, also the authors' seed). ``data_dir``: the
     argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer).
     Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or
     corrupt files (one line naming the expected files and the folder searched).
@@ -164,6 +200,10 @@ def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, pro
     info = dataset_info(name)
     profile = _check_profile(info, profile)
     seed = _check_split_seed(info, split_seed)
+    if profile == AUTHORS_PROFILE:
+        from . import authors
+
+        return authors.load(info, data_dir, seed)[0]
     if name == "mnist":
         return _load_official_image(info, "mnist", data_dir, seed, profile)
     if name == "cifar10":

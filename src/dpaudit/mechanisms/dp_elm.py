@@ -41,6 +41,7 @@ comes from the private :class:`~dpaudit.noise.NoiseSource`.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import time
@@ -53,7 +54,8 @@ from ..accounting import PureEpsilon, compute_epsilon
 from ..accounting.adjacency import Adjacency
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
-from ..records import Release, check_accounting
+from ..records import Release, check_accounting, check_out_dir, round_timings
+from ..releasing import budget_session
 from ..validation import one_of, positive_finite, positive_int
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
 
@@ -277,6 +279,27 @@ def solve_output_weights(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarra
         return np.linalg.pinv(gram) @ cross, "pinv"
 
 
+def _noise_tail_fields(sampler: str, non_private: bool, epsilon: float, n_values: int) -> dict:
+    """``noise_sampler`` / ``noise_tail_delta`` of a DP-ELM release (see dpaudit.noise).
+
+    ``discrete-laplace`` is exact: integers drawn by unbounded rejection loops from uniform bits,
+    with no truncated tail, so its tail delta is 0 (a pure epsilon claim stays pure).
+    ``textbook`` inverse-CDF doubles use U in [2^-53, 1 - 2^-53], so |noise| <= b 52 ln 2: mass
+    2^-52 per value is missing and, by the argument of the dpaudit.noise module docstring, the
+    release is at best (epsilon, (e^eps + 1) tau)-DP, tau = n 2^-52. That value is reported, not
+    refused: the textbook sampler is uncertified anyway (the ledger counts its releases as
+    unbounded) and kept only for comparison."""
+    if non_private:
+        return {"noise_sampler": "none (non-private)", "noise_tail_delta": 0.0}
+    if sampler == "discrete-laplace":
+        return {"noise_sampler": "discrete-laplace: exact (Canonne, Kamath & Steinke 2020), unbounded support, no truncated tail",
+                "noise_tail_delta": 0.0}
+    tau = min(1.0, n_values * 2.0**-52)
+    tail = math.inf if tau >= 1.0 or epsilon > 700 else (math.exp(epsilon) + 1.0) * tau
+    return {"noise_sampler": "textbook: inverse-CDF Laplace doubles, |noise| <= 52 ln 2 b (uncertified; Mironov 2012)",
+            "noise_tail_delta": tail}
+
+
 def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSource, *, sampler: str = DEFAULT_SAMPLER) -> tuple[np.ndarray, np.ndarray]:
     """Noised (H^T H, H^T Y) as float64: Laplace scale L(L+2)/epsilon on every entry.
 
@@ -352,7 +375,7 @@ def fit_dp_elm(
 
 
 def _command_line(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency, reproducible_noise, noise_source, out_dir, split_seed,
-                  non_private=False) -> str:
+                  non_private=False, profile=None) -> str:
     parts = ["dpaudit", "train", "dp-elm", "--dataset", dataset, "--width", str(width), "--seed", str(seed)]
     parts += ["--non-private"] if non_private else ["--eps", repr(float(epsilon))]
     if data_dir is not None:
@@ -363,6 +386,8 @@ def _command_line(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency
         parts += ["--adjacency", adjacency]
     if split_seed is not None:
         parts += ["--split-seed", str(split_seed)]
+    if profile is not None:  # the preprocessing profile decides the data (e.g. --profile authors)
+        parts += ["--profile", profile]
     if reproducible_noise:
         parts.append("--reproducible-noise")
     elif noise_source != "os-entropy":
@@ -371,6 +396,7 @@ def _command_line(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency
     return shlex.join(parts)
 
 
+@budget_session  # the budget reserved below is settled by publish() or cancelled if the fit fails
 def train_and_release_dp_elm(
     *,
     dataset: str = DEFAULT_DATASET,
@@ -406,6 +432,8 @@ def train_and_release_dp_elm(
     one_of("sampler", sampler, SAMPLERS)
     one_of("adjacency", adjacency, ADJACENCIES)
     seed = int(seed)
+    # A bad --out must fail before anything is loaded, reserved or computed.
+    out_dir = check_out_dir(out_dir) if out_dir is not None else None
     t0 = time.perf_counter()
     if prepared is None:
         from ..data import load_dataset
@@ -414,11 +442,18 @@ def train_and_release_dp_elm(
     data = prepared
     if data.y_train.size == 0:
         raise DataError(f"dataset {data.name} has an empty training partition.")
-    from ..releasing import make_noise_source, preflight
+    if out_dir is None:
+        out_dir = check_out_dir(Path("runs") / f"dp-elm-{data.name}-L{width}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}")
+    from ..accounting.ledger import sampler_uncertified_reason
+    from ..releasing import make_noise_source, reserve
 
     event = None if non_private else PureEpsilon(epsilon)
-    if event is not None:  # check, then commit: refuse an over-cap release before touching the data
-        preflight(dataset=data.name, partition="train", event=event, adjacency=adjacency, ledger_path=ledger_path)
+    # Check, then commit: reserve the budget before touching the data. A non-private release
+    # (event None) and one with an uncertified sampler (textbook Laplace) count as unbounded.
+    uncertified = None if non_private or sampler_guarantee(sampler).certified else sampler_uncertified_reason(sampler)
+    reserve(dataset=data.name, partition="train", event=event, adjacency=adjacency, ledger_path=ledger_path, record=record,
+            data_digest=data.sha256, data_info={"split_seed": data.split_seed, "profile": data.profile},
+            uncertified=uncertified, mechanism=MECHANISM)
     noise = make_noise_source(seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source)
     n_classes = int(data.n_classes)
     feats = elm_features(data.n_features, width, seed)
@@ -449,16 +484,15 @@ def train_and_release_dp_elm(
     t3 = time.perf_counter()
     metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
     eval_seconds = time.perf_counter() - t3
-    if out_dir is None:
-        out_dir = Path("runs") / f"dp-elm-{data.name}-L{width}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)  # checked writable before the data were touched
+    timings = {"setup_seconds": setup_seconds, "train_seconds": train_seconds, "statistics_seconds": stats_seconds,
+               "noise_and_solve_seconds": fit_seconds, "eval_seconds": eval_seconds}
     np.savez(out_dir / "weights.npz", hidden_weight=feats.weight, hidden_bias=feats.bias, beta=result.beta,
              noisy_gram=result.noisy_gram, noisy_cross=result.noisy_cross)
     guarantee = None if non_private else sampler_guarantee(sampler).to_dict()
     release = Release(
         mechanism=MECHANISM,
-        dataset=data.identity(),
+        dataset=data.identity(),  # public identity only; the digest stays local (data_digest)
         adjacency=adjacency,
         accountant=ACCOUNTANT,
         epsilon=claimed,
@@ -495,13 +529,15 @@ def train_and_release_dp_elm(
             "profile": data.profile,
             "validation_used": False,
         },
-        metrics=metrics,
-        timings={"setup_seconds": setup_seconds, "train_seconds": train_seconds, "statistics_seconds": stats_seconds,
-                 "noise_and_solve_seconds": fit_seconds, "eval_seconds": eval_seconds},
+        metrics=metrics,  # on the test partition: evaluation data outside the DP claim (Release docstring)
+        timings=round_timings(timings),  # published rounded; exact ones in local.json only
+        exact_timings=timings,
+        data_digest=data.sha256,  # never published; the ledger keeps a keyed fingerprint of it
         artefacts={"weights": "weights.npz", "out_dir": str(out_dir)},
         command=_command_line(dataset=data.name, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed, sampler=sampler, adjacency=adjacency,
                               reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir, split_seed=split_seed,
-                              non_private=non_private),
+                              non_private=non_private, profile=profile),
+        **_noise_tail_fields(sampler, non_private, claimed, result.noisy_gram.size + result.noisy_cross.size),
     )
     from ..releasing import publish
 

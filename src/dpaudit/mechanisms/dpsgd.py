@@ -223,7 +223,7 @@ def poisson_sample(noise: NoiseSource, n: int, q: float, runs: int = 1) -> list[
 
 def gaussian_into(noise: NoiseSource, out: np.ndarray, std: float) -> np.ndarray:
     """Fill ``out`` with N(0, std^2) from ``noise``: the draw of ``noise.gaussian_torch(out.shape,
-    std)``, written into a reused buffer when the source's torch generator is its private one."""
+    std)``, written into a reused buffer."""
     return gaussian_filler(noise, out, std)()
 
 
@@ -231,17 +231,17 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
     """A function that refills ``out`` with fresh N(0, std^2) draws from ``noise`` at each call
     (:func:`gaussian_into` with the per-call checks done once, for the trainers' loops).
 
-    numpy-backed sources: ``torch.randn`` on ``noise.torch`` into ``out`` (the same stream as
-    ``noise.gaussian_torch``); any other source (cryptographic, custom): its ``gaussian_torch``.
+    Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
+    (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
+    truncated at 5.77 sigma) written straight into ``out``, the same draws as
+    ``noise.gaussian_torch``; a source that overrides ``gaussian_torch``: that method.
     """
     out_t = torch.from_numpy(out)
     shape, dtype = tuple(out.shape), out_t.dtype
-    if _numpy_backed(noise) and type(noise).gaussian_torch is NoiseSource.gaussian_torch:
-        gen = noise.torch
-
+    if type(noise).gaussian_torch is NoiseSource.gaussian_torch and out.dtype in (np.float32, np.float64) \
+            and out.flags.c_contiguous:
         def fill() -> np.ndarray:
-            torch.randn(shape, generator=gen, dtype=dtype, out=out_t)
-            return np.multiply(out, std, out=out)
+            return noise.gaussian_into(out, std)
     else:
         def fill() -> np.ndarray:
             out[...] = noise.gaussian_torch(shape, std, dtype=dtype).numpy()

@@ -489,8 +489,9 @@ def _batched_loop(F, Ft, y, fnorm, config, noise, runs, canary_in, canary, can_f
     std = config.noise_multiplier * C
     cap = C / fnorm  # inf for an all-zero proxy row, whose gradient is zero anyway
     # Private randomness: Poisson masks from noise.numpy (exact geometric sampler), canary
-    # inclusion and Gaussian noise from noise.torch. For a "cryptographic" source these are its
-    # auxiliary generators: the batched runner serves audits, not releases (run_mixmin does).
+    # inclusion from noise.torch (for a "cryptographic" source these are its auxiliary
+    # generators: the batched runner serves audits, not releases; run_mixmin does), Gaussian
+    # noise from the source's sampler (dpaudit.noise.GAUSSIAN_SAMPLER, as every DP path).
     gen = noise.torch
     out = np.empty((runs, k), dtype=np.float64)
     chunk = max(1, min(runs, max_elements // max(n, 1)))
@@ -521,7 +522,7 @@ def _batched_loop(F, Ft, y, fnorm, config, noise, runs, canary_in, canary, can_f
                 else:
                     gsum = gsum + hit.to(dtype)[:, None] * can_dir[None, :]
             if std > 0:
-                gsum = gsum + torch.randn((R, k), generator=gen, dtype=dtype) * std
+                gsum = gsum + noise.gaussian_torch((R, k), std, dtype=dtype)
             log_w = torch.log_softmax(log_w - eta * (gsum / B), dim=1)
         out[start:start + R] = log_w.double().exp().numpy()
         if progress is not None:

@@ -12,7 +12,10 @@ Proxies are trained on public data only and never see private records (that is w
 mixture stage's privacy cost exactly that of Algorithm 1). Shared-input tasks use one multi-class
 proxy whose coordinates serve as the k source proxies (the paper's cost-saving trick) or, with
 ``proxy_mode="per-source"``, one binary proxy per source. All public randomness (splits, proxy
-initialisation and batches) comes from ``public_rng(seed, ...)``.
+initialisation and batches) comes from ``public_rng(seed, ...)``, except what decides which
+records are private: each task's public / private division is fixed by a constant of the task
+(:data:`TASK_DIVISION_KEYS`), so a task name always means the same private records, and the
+D_mix / D_ft split keys on stable record ids (:func:`mixture_split`, :data:`SPLIT_RULE`).
 
 Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k),
 ``labels`` (n,), optional ``user_ids`` (n,) and ``source_names`` (k,).
@@ -41,6 +44,23 @@ HEART_TARGETS = ("cleveland",)
 PROXY_MODES = ("joint", "per-source")
 _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 
+#: The public key that fixes each task's public / private division (which source rows are
+#: public sources, which are private train / val / test). It is a constant of the task, NOT the
+#: run's ``--seed``: a dataset name must mean one set of private records, otherwise a record
+#: private under one seed is public source data under another while the ledger still counts both
+#: releases against the same name. Changing a key defines a different dataset: give it a new task
+#: name. (42 reproduces the division the tasks had under the former default seed 42.)
+TASK_DIVISION_KEYS = {"digits-mix": 42, "mnist-mix": 42, "heart-mix": 42}
+
+#: Public name of the D_mix / D_ft split rule of :func:`mixture_split` (recorded in releases and
+#: ledger declarations). Each record (each user) is in D_mix independently with probability rho,
+#: decided by a keyed PRF of its stable identifier, so adding or removing one record (user)
+#: changes that record's (user's) side only: the two stages see disjoint records under
+#: add/remove adjacency and compose in parallel.
+SPLIT_RULE = "keyed-bernoulli-v1"
+#: Split rules with that stability property; any other split must compose sequentially.
+STABLE_SPLIT_RULES = (SPLIT_RULE,)
+
 
 @dataclass(frozen=True)
 class MixMinTask:
@@ -51,6 +71,13 @@ class MixMinTask:
     by every source (shared input space). Private: ``private_x`` (n, d), ``private_records``
     (n,) the underlying record label (e.g. the digit), ``targets`` name -> (n,) {0, 1}, and the
     public split of the private rows into ``train`` / ``val`` / ``test`` index arrays.
+
+    ``record_ids`` (n,): a stable identifier of each private row, its row in the task's source
+    data (independent of which other rows exist), used to split D_mix / D_ft per record;
+    ``public_record_ids``: the same for the public rows where they come from the same source
+    (None when the public rows come from other files). ``division_key``: the task constant
+    (:data:`TASK_DIVISION_KEYS`) that fixed the public / private division; ``seed`` only drives
+    public randomness that never changes which records are private (proxies, pretraining).
     """
 
     name: str
@@ -69,10 +96,20 @@ class MixMinTask:
     target_kinds: dict = field(default_factory=dict)
     image: bool = False
     notes: str = ""
+    record_ids: np.ndarray | None = None
+    public_record_ids: np.ndarray | None = None
+    division_key: int | None = None
 
     @property
     def k(self) -> int:
         return len(self.source_names)
+
+    @property
+    def train_record_ids(self) -> np.ndarray:
+        """Stable identifiers of the private training records (what :func:`mixture_split` keys on)."""
+        if self.record_ids is None:
+            raise UsageError(f"record_ids must be set on task {self.name!r} to split it stably, got None.")
+        return np.asarray(self.record_ids)[self.train_idx]
 
     @property
     def shared_inputs(self) -> bool:
@@ -84,14 +121,24 @@ class MixMinTask:
             raise UsageError(f"target must be one of {', '.join(self.targets)}, got {name!r}.")
         return name, self.targets[name]
 
+    def data_digest(self) -> str:
+        """Unkeyed SHA-256 of the private training records. LOCAL ONLY (``Release.data_digest``):
+        it tells neighbouring datasets apart, so it is never published; the ledger keeps a keyed
+        fingerprint of it."""
+        tr = self.train_idx
+        return array_sha256(self.private_x[tr], self.private_records[tr])
+
     def dataset_identity(self) -> dict:
-        """The private training records (all targets share them, so they share one budget)."""
+        """The public identity of the private training records (all targets share them, so they
+        share one budget). No hash of the records (see :meth:`data_digest`); the sizes are public
+        as in :meth:`dpaudit.data.base.PreparedDataset.identity`."""
         tr = self.train_idx
         return {
             "name": self.name,
             "kind": "image" if self.image else "tabular",
-            "sha256": array_sha256(self.private_x[tr], self.private_records[tr]),
-            "split_seed": self.seed,
+            # The train/val/test and public/private division is fixed by the task constant, not
+            # by the run's --seed (which only drives proxies and pretraining).
+            "split_seed": self.division_key if self.division_key is not None else self.seed,
             "split_sizes": {"train": int(len(tr)), "val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
             "n_features": int(self.private_x.shape[1]),
             "public_sources": list(self.source_names),
@@ -123,7 +170,8 @@ def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) ->
     }
 
 
-def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed: int, notes: str) -> MixMinTask:
+def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed: int, notes: str, *,
+                record_ids, public_record_ids) -> MixMinTask:
     # The ink threshold is a public quantity (median ink mass of the public images).
     thr = float(np.median(x_pub.sum(axis=1)))
     targets = _digit_targets(d_priv, x_priv.sum(axis=1), thr)
@@ -134,33 +182,45 @@ def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed:
         private_x=x_priv, private_records=d_priv, targets=targets,
         train_idx=train, val_idx=val, test_idx=test, seed=seed,
         target_kinds=dict(DIGIT_TARGET_KINDS), image=True, notes=notes,
+        record_ids=np.asarray(record_ids, dtype=np.int64), public_record_ids=np.asarray(public_record_ids, dtype=np.int64),
+        division_key=TASK_DIVISION_KEYS[name],
     )
 
 
 def load_digits_task(seed: int = 42) -> MixMinTask:
-    """scikit-learn's bundled 8x8 digits (1,797 images): public half / private half (60/20/20)."""
+    """scikit-learn's bundled 8x8 digits (1,797 images): public half / private half (60/20/20).
+
+    The division is fixed by the task (:data:`TASK_DIVISION_KEYS`), whatever ``seed``; record
+    ids are the rows of ``sklearn.datasets.load_digits()``."""
     from sklearn.datasets import load_digits
 
     ds = load_digits()
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
-    rng = public_rng(seed, _TAG_SPLIT)
+    rng = public_rng(TASK_DIVISION_KEYS["digits-mix"], _TAG_SPLIT)
     perm = rng.permutation(len(y))
     pub, priv = np.sort(perm[: len(y) // 2]), np.sort(perm[len(y) // 2:])
     train, val, test = _split_three(len(priv), rng)
     return _digit_task("digits-mix", x[pub], y[pub], x[priv], y[priv], train, val, test, seed,
-                       "scikit-learn digits; public half = sources, private half split 60/20/20 (seeded).")
+                       "scikit-learn digits; public half = sources, private half split 60/20/20 (fixed by the task).",
+                       record_ids=priv, public_record_ids=pub)
+
+
+#: Record ids of MNIST's official test images start here (training-file rows are 0..59,999).
+MNIST_TEST_ID_OFFSET = 60_000
 
 
 def load_mnist_task(seed: int = 42, data_dir=None) -> MixMinTask:
     """MNIST: public half of the 60,000 training images; private = the other half (train) and
-    the official test set split 50/50 into validation and test (seeded)."""
+    the official test set split 50/50 into validation and test. The division is fixed by the
+    task (:data:`TASK_DIVISION_KEYS`), whatever ``seed``; record ids are training-file rows, and
+    60,000 + row for the official test file."""
     from ..data import load_mnist_raw
 
     x_tr, y_tr, x_te, y_te = load_mnist_raw(data_dir)
     x_tr = x_tr.reshape(len(x_tr), -1).astype(np.float32) / 255.0
     x_te = x_te.reshape(len(x_te), -1).astype(np.float32) / 255.0
-    rng = public_rng(seed, _TAG_SPLIT)
+    rng = public_rng(TASK_DIVISION_KEYS["mnist-mix"], _TAG_SPLIT)
     perm = rng.permutation(len(y_tr))
     pub, priv_tr = np.sort(perm[: len(y_tr) // 2]), np.sort(perm[len(y_tr) // 2:])
     te_perm = rng.permutation(len(y_te))
@@ -170,12 +230,17 @@ def load_mnist_task(seed: int = 42, data_dir=None) -> MixMinTask:
     train = np.arange(n_tr)
     val = np.sort(n_tr + te_perm[: len(y_te) // 2])
     test = np.sort(n_tr + te_perm[len(y_te) // 2:])
+    ids = np.concatenate([priv_tr, MNIST_TEST_ID_OFFSET + np.arange(len(y_te))])
     return _digit_task("mnist-mix", x_tr[pub], y_tr[pub], x_priv, d_priv, train, val, test, seed,
-                       "MNIST; public = half of train (seeded), private train = other half, val/test = official test split 50/50.")
+                       "MNIST; public = half of train, private train = other half, val/test = official test split 50/50 "
+                       "(fixed by the task).", record_ids=ids, public_record_ids=pub)
 
 
 def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
-    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private (60/20/20)."""
+    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private (60/20/20).
+
+    The train / val / test division of Cleveland is fixed by the task (:data:`TASK_DIVISION_KEYS`),
+    whatever ``seed``; record ids are the rows of the Cleveland file."""
     from ..data import load_heart_centre
 
     xs, ys, src = [], [], []
@@ -190,7 +255,7 @@ def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
     y_pub = np.full((len(source), len(names)), np.nan, dtype=np.float32)
     y_pub[np.arange(len(source)), source] = np.concatenate(ys)
     x_priv, y_priv = load_heart_centre("cleveland", data_dir)
-    rng = public_rng(seed, _TAG_SPLIT)
+    rng = public_rng(TASK_DIVISION_KEYS["heart-mix"], _TAG_SPLIT)
     train, val, test = _split_three(len(y_priv), rng)
     return MixMinTask(
         name="heart-mix", source_names=names, public_x=x_pub, public_y=y_pub, public_source=source,
@@ -199,6 +264,7 @@ def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
         seed=seed, target_kinds={"cleveland": "partial"},
         notes="UCI Heart processed files; the public centres differ in covariates (the paper's "
               "no-covariate-shift assumption does not hold here, see its conclusion).",
+        record_ids=np.arange(len(y_priv), dtype=np.int64), public_record_ids=None, division_key=TASK_DIVISION_KEYS["heart-mix"],
     )
 
 
@@ -349,33 +415,83 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
 
 
 def synthetic_user_ids(n: int, records_per_user: int, seed: int) -> np.ndarray:
-    """Public grouping of records into users of ``records_per_user`` records (tasks without users)."""
+    """Public grouping of records into users of ``records_per_user`` records (tasks without users).
+
+    The grouping defines who the users are, so the pipeline passes the task's constant
+    ``division_key`` (not the run's seed): every release on a task then refers to the same users."""
     perm = public_rng(seed, _TAG_USERS).permutation(n)
     uid = np.empty(n, dtype=np.int64)
     uid[perm] = np.arange(n) // max(1, records_per_user)
     return uid
 
 
-def mixture_split(n: int, rho: float, seed: int, user_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint (D_mix, D_ft) index arrays, fraction ``rho`` for mixing; along user boundaries when
-    ``user_ids`` are given (every user's records land on one side). Public randomness only."""
+def _id_bytes(value) -> bytes:
+    """Canonical bytes of one identifier: integers and strings never collide with each other."""
+    if isinstance(value, (str, np.str_)):
+        return b"s:" + str(value).encode("utf-8")
+    if isinstance(value, (bytes, np.bytes_)):
+        return b"b:" + bytes(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return b"i:" + str(int(value)).encode("ascii")
+    raise UsageError(f"record and user identifiers must be integers or strings, got {value!r} ({type(value).__name__}).")
+
+
+def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.ndarray:
+    """Boolean (len(ids),): is each identifier in D_mix under :data:`SPLIT_RULE`?
+
+    Membership of identifier i is ``blake2b(key, unit || i) / 2**64 < rho``, with the key
+    derived from the rule name and the public ``seed``: a keyed pseudo-random function, so the
+    memberships behave as independent Bernoulli(rho) draws, and each depends on that one
+    identifier only (never on n or on the other identifiers). That is the property parallel
+    composition of the two stages needs under add/remove adjacency. The seed is public (it is in
+    the release); the split needs no secret, only independence from the other records.
+    """
+    import hashlib
+
     if not (0.0 < rho < 1.0):
         raise UsageError(f"rho must be in the open interval (0, 1), got {rho!r}.")
-    rng = public_rng(seed, _TAG_SPLIT, 7)
+    key = f"dpaudit/mixmin-split/{SPLIT_RULE}/seed={int(seed)}".encode("ascii")
+    # rho * 2**64 rounded down: P(h < threshold) = threshold / 2**64, within 2**-64 of rho.
+    threshold = int(rho * 2.0**64)
+    prefix = unit.encode("ascii") + b"|"
+    out = np.empty(len(ids), dtype=bool)
+    for j, v in enumerate(np.asarray(ids).tolist()):
+        h = hashlib.blake2b(prefix + _id_bytes(v), key=key, digest_size=8).digest()
+        out[j] = int.from_bytes(h, "big") < threshold
+    return out
+
+
+def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint (D_mix, D_ft) position arrays under :data:`SPLIT_RULE` (public randomness only).
+
+    ``record_ids``: a stable identifier per record (its row in the task's source data), or an int
+    n as shorthand for ids 0..n-1 (stable only if positions are, e.g. records are only appended).
+    Each record is in D_mix independently with probability ``rho`` (:func:`keyed_membership`);
+    with ``user_ids`` each *user* is, and all its records follow it. Adding or removing one record
+    (user) therefore changes that record's (user's) membership only. The sizes are Binomial, not
+    exactly rho * n: forcing a size would make membership depend on the other records. An empty
+    side is a :class:`UsageError` (never fixed up by moving a record, for the same reason).
+    """
+    ids = np.arange(int(record_ids)) if np.ndim(record_ids) == 0 else np.asarray(record_ids)
+    n = len(ids)
     if user_ids is None:
-        perm = rng.permutation(n)
-        m = max(1, int(round(rho * n)))
-        if m >= n:
-            raise UsageError(f"rho must leave records for fine-tuning, got {rho!r} with n = {n}.")
-        return np.sort(perm[:m]), np.sort(perm[m:])
-    users = np.unique(user_ids)
-    uperm = rng.permutation(users)
-    m = max(1, int(round(rho * len(users))))
-    if m >= len(users):
-        raise UsageError(f"rho must leave users for fine-tuning, got {rho!r} with {len(users)} users.")
-    mix_users = uperm[:m]
-    in_mix = np.isin(user_ids, mix_users)
-    return np.flatnonzero(in_mix), np.flatnonzero(~in_mix)
+        if len(np.unique(ids)) != n:
+            raise UsageError(f"record_ids must be distinct, got {n - len(np.unique(ids))} duplicate(s).")
+        in_mix = keyed_membership(ids, rho, seed, unit="record")
+        unit = "records"
+    else:
+        user_ids = np.asarray(user_ids)
+        if user_ids.shape != (n,):
+            raise UsageError(f"user_ids must have one entry per record ({n}), got shape {user_ids.shape}.")
+        users, inverse = np.unique(user_ids, return_inverse=True)
+        in_mix = keyed_membership(users, rho, seed, unit="user")[inverse]
+        unit = "users"
+    mix, ft = np.flatnonzero(in_mix), np.flatnonzero(~in_mix)
+    if len(mix) == 0:
+        raise UsageError(f"D_mix must not be empty, got no {unit} of {n} records in D_mix with rho={rho!r}, seed={seed}: use a larger rho or another seed.")
+    if len(ft) == 0:
+        raise UsageError(f"D_ft must not be empty, got every one of the {unit} of {n} records in D_mix with rho={rho!r}, seed={seed}: use a smaller rho or another seed.")
+    return mix, ft
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +542,12 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
         source_names = tuple(str(s) for s in names)
         if len(set(source_names)) != k:
             raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
-    sha = array_sha256(probs, labels, *( [user_ids] if user_ids is not None else []))
+    # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed
+    # fingerprint, so a renamed copy of the file shares the budget). Taken over the arrays as
+    # the mechanism uses them (float64), so re-saving the same values in another float dtype
+    # does not escape the budget either.
+    sha = array_sha256(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64),
+                       *([user_ids] if user_ids is not None else []))
     return ProxyPredictions(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64), user_ids, source_names, str(p), sha)
 
 

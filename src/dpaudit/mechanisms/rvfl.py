@@ -45,8 +45,9 @@ import torch
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
 from ..accounting.accountants import rdp_curve, rdp_to_epsilon
 from ..errors import DataError, UsageError
-from ..noise import public_rng
-from ..records import Release, check_accounting
+from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
+from ..records import Release, check_accounting, check_out_dir, round_timings
+from ..releasing import budget_session
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .dpsgd import DPSGDConfig, HeadResult, head_outputs, head_probabilities, init_head, train_linear_head, train_module_dp_sgd
 from .features import build_features
@@ -267,6 +268,7 @@ class _UnitPlan:
     command_args: tuple[str, ...] = ()
 
 
+@budget_session  # the budget reserved below is settled by publish() or cancelled if training fails
 def _train_and_release_unit(
     model: str,
     *,
@@ -304,11 +306,15 @@ def _train_and_release_unit(
         epsilon = positive_finite("epsilon", epsilon)
     delta = open_unit("delta", delta)
     seed = int(seed)
+    # A bad --out must fail before anything is loaded, calibrated, reserved or trained.
+    out_dir = check_out_dir(out_dir) if out_dir is not None else None
     t_setup = time.perf_counter()
     data = load()
     if data.y_train.size == 0:
         raise DataError(f"dataset {data.name} has an empty training partition.")
     unit = unit_of(data)
+    if out_dir is None:
+        out_dir = check_out_dir(Path("runs") / f"{model}-{data.name}{unit.run_tag}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}")
     default_epochs, default_batch = default_protocol(data.name, data.kind)
     epochs = positive_int("epochs", epochs) if epochs is not None else default_epochs
     batch_size = positive_int("batch_size", batch_size) if batch_size is not None else default_batch
@@ -323,10 +329,12 @@ def _train_and_release_unit(
         calib_eps = calib.epsilon
     # Check, then commit: refuse an over-cap release before any computation on the data. A
     # non-private release (event None) makes the dataset's budget unbounded, so a capped
-    # dataset refuses it here.
-    from ..releasing import preflight
+    # dataset refuses it here. The budget is reserved atomically (concurrent runs see it), and the
+    # data's digest must match the dataset's recorded version.
+    from ..releasing import reserve
 
-    preflight(dataset=data.name, partition="train", event=event, adjacency=unit.adjacency, ledger_path=ledger_path)
+    reserve(dataset=data.name, partition="train", event=event, adjacency=unit.adjacency, ledger_path=ledger_path, record=record,
+            data_digest=data.sha256, data_info={"split_seed": data.split_seed, "profile": data.profile}, mechanism=model)
 
     config = DPSGDConfig(sample_rate=schedule.sample_rate, steps=schedule.steps, normalizer=schedule.normalizer,
                          noise_multiplier=sigma, non_private=non_private)
@@ -339,6 +347,13 @@ def _train_and_release_unit(
     binary = n_classes == 2
     model_config: dict = {"model": model, "family": spec.family, "description": spec.description}
 
+    def noise_tail_check(eps: float | None = None) -> float:
+        # Every step adds N(0, (sigma C)^2) to every trainable parameter (empty batches included).
+        if non_private:
+            return 0.0
+        return gaussian_run_tail(schedule.steps, model_config["trainable_parameters"], epsilon if eps is None else eps, delta,
+                                 what=f"{model} run ({schedule.steps} steps x {model_config['trainable_parameters']} noised parameters)")
+
     if spec.family == "head":
         feats = build_features(spec.features, data.n_features, seed)
         t_feat = time.perf_counter()
@@ -349,6 +364,7 @@ def _train_and_release_unit(
         model_config.update({"features": feats.describe(), "head_outputs": k, "head_init": "U(-1/sqrt(d), 1/sqrt(d)) (torch nn.Linear default)",
                              "loss": "sigmoid cross-entropy (K=1)" if k == 1 else "softmax cross-entropy",
                              "trainable_parameters": k * (feats.output_dim + 1)})
+        noise_tail_check()  # public dimensions: refuse truncated-noise runs before training
         setup_seconds = time.perf_counter() - t_setup
         cb, close = _progress_callable(progress, schedule.steps, eps_of)
         t_train = time.perf_counter()
@@ -376,6 +392,7 @@ def _train_and_release_unit(
         model_config.update({"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy",
                              "trainable_parameters": sum(p.numel() for p in module.parameters() if p.requires_grad),
                              "init": "torch defaults from a generator seeded by the public seed"})
+        noise_tail_check()  # public dimensions: refuse truncated-noise runs before training
         setup_seconds = time.perf_counter() - t_setup
         cb, close = _progress_callable(progress, schedule.steps, eps_of)
         t_train = time.perf_counter()
@@ -411,10 +428,9 @@ def _train_and_release_unit(
         guarantee = event.to_dict()
 
     metrics = classification_metrics(data.y_test, proba)
-    if out_dir is None:
-        out_dir = Path("runs") / f"{model}-{data.name}{unit.run_tag}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}"
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    timings = {"setup_seconds": setup_seconds, "train_seconds": train_seconds, "feature_seconds": feature_seconds,
+               "torch_threads": torch.get_num_threads()}
+    out_dir.mkdir(parents=True, exist_ok=True)  # checked creatable and writable before training (the check leaves none behind)
     if arrays is not None:
         np.savez(out_dir / weights_name, **arrays)
     else:
@@ -422,7 +438,7 @@ def _train_and_release_unit(
 
     release = Release(
         mechanism=model,
-        dataset=data.identity(),
+        dataset=data.identity(),  # public identity only; the digest stays local (data_digest)
         adjacency=unit.adjacency,
         accountant=ACCOUNTANT,
         epsilon=claimed,
@@ -455,14 +471,17 @@ def _train_and_release_unit(
             "profile": data.profile,
             "validation_used": False,
         },
-        metrics=metrics,
-        timings={"setup_seconds": setup_seconds, "train_seconds": train_seconds, "feature_seconds": feature_seconds,
-                 "torch_threads": torch.get_num_threads()},
+        metrics=metrics,  # on the test partition: evaluation data outside the DP claim (Release docstring)
+        timings=round_timings(timings),  # published rounded (data-dependent via Poisson batch sizes)
+        exact_timings=timings,  # local.json only
+        data_digest=data.sha256,  # never published; the ledger keeps a keyed fingerprint of it
         artefacts={"weights": weights_name},
         command=_command_line(model, dataset=data.name, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
                               reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir,
                               epochs=None if epochs == default_epochs else epochs, batch_size=None if batch_size == default_batch else batch_size,
                               profile=profile, split_seed=split_seed, extra=unit.command_args),
+        noise_sampler="none (non-private)" if non_private else GAUSSIAN_SAMPLER_DESCRIPTION,
+        noise_tail_delta=noise_tail_check(claimed),
     )
     from ..releasing import publish
 

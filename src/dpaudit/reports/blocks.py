@@ -141,8 +141,9 @@ def provenance_blocks(report: dict) -> list[Block]:
     for d in report["sections"]["provenance"]:
         sizes = d.get("split_sizes")
         sizes_s = ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else _val(sizes)
+        fps = d.get("fingerprints") or []
         out.append(Block("kv", caption=f"Dataset {d['name']}", pairs=[
-            ("prepared-data sha256", str(d.get("sha256") or DASH)),
+            ("dataset fingerprint (keyed, from the ledger)", ", ".join(map(str, fps)) or DASH),
             ("kind / features / classes", f"{_val(d.get('kind'))} / {_val(d.get('n_features'))} / {_val(d.get('n_classes'))}"),
             ("preprocessing profile", _val(d.get("profile"))),
             ("split sizes", sizes_s or DASH),
@@ -150,12 +151,16 @@ def provenance_blocks(report: dict) -> list[Block]:
             ("partitions used", ", ".join(map(str, d.get("partitions") or [])) or DASH),
             ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
         ]))
-        files = d.get("source_files") or {}
+        files = d.get("source_files") or []
         if files:
-            out.append(Block("table", caption=f"Source files of {d['name']}", headers=["file", "sha256"],
-                             rows=[[k, str(v)] for k, v in files.items()]))
+            out.append(Block("p", text=f"Source files of {d['name']}: {', '.join(map(str, files))}."))
         else:
-            out.append(Block("p", text=f"{d['name']}: no source-file checksums recorded (embedded or synthetic data)."))
+            out.append(Block("p", text=f"{d['name']}: no source files recorded (embedded or synthetic data)."))
+    if out:
+        out.append(Block("p", text="Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
+                                   "the dataset fingerprint above is an HMAC under the ledger's secret key, comparable only "
+                                   "within that ledger. Sizes are shown because the guarantee treats them as public "
+                                   "(the sampling rate q = batch / N is published)."))
     if not out:
         out.append(Block("p", text="No dataset identity recorded in the inputs."))
     return out

@@ -18,7 +18,8 @@ when the inputs include a sweep):
      ceiling (the largest eps_LB its EVAL trials can certify) is below the claim — such an
      audit could not have seen a violation of that size.
 2. ``claim`` — claim cards, with every accountant's epsilon recomputed from the stored events.
-3. ``provenance`` — dataset identity, checksums, profile, splits and seeds.
+3. ``provenance`` — public dataset identity, profile, splits and seeds, and the keyed dataset
+   fingerprint the ledger stored (never an unkeyed hash of the private data).
 4. ``budget`` — the ledger's summary for the datasets involved, and the releases' own
    composition as a cross-check.
 5. ``utility`` — metrics as mean +/- SD over seeds, privacy-utility curves, non-private reference.
@@ -48,8 +49,10 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   ``epsilons``: [{accountant, epsilon (recomputed), lower, estimate, stored, error}],
   ``accounting_check`` {status: ok | mismatch | unverified | no-claim, message},
   ``noise_source_label``, ``noise_secure``, ``sampler``);
-- ``sections.provenance``: per dataset {name, sha256, profile, split_sizes, split_seeds,
-  source_files, partitions, releases, audits, ...};
+- ``sections.provenance``: per dataset {name, kind, profile, split_sizes, split_seeds,
+  source_files (names), fingerprints (keyed ``dataset_fingerprint`` values from the ledger's
+  entries for these releases; empty without a ledger or for an old ledger), partitions,
+  releases, audits, ...};
 - ``sections.budget``: {ledger, available, summary (Ledger.summary rows), entries, verify,
   composition (the releases' own composition: dataset, partition, releases, naive_sum, rdp,
   prv, delta), datasets};
@@ -327,42 +330,69 @@ def _claim_card(lr: LoadedRelease, cache: _EpsCache, notes: list[Note], *, only_
 # ------------------------------------------------------------------ provenance
 
 
-def _provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note]) -> list[dict]:
+def _source_file_names(files: Any) -> list[str]:
+    """The names of a dataset's source files: new releases publish a list of names, old ones a
+    {name: sha256} dict whose hashes the report does not repeat (they fingerprint the data)."""
+    if isinstance(files, dict):
+        return sorted(str(k) for k in files)
+    if isinstance(files, list):
+        return [str(f) for f in files]
+    return []
+
+
+def _provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note],
+                fingerprints: dict[str, str] | None = None) -> list[dict]:
+    """Per dataset: its public identity, and the keyed ``dataset_fingerprint`` the ledger stored
+    for its releases (``fingerprints``: release id -> fingerprint, only when a ledger was read).
+
+    Never an unkeyed digest of the private data: an old release's ``dataset["sha256"]`` (or its
+    source files' hashes) is not repeated here, and such a release gets a warning instead.
+    """
+    fingerprints = fingerprints or {}
     by: "OrderedDict[str, dict]" = OrderedDict()
     for lr in releases:
         ds = lr.release.dataset if isinstance(lr.release.dataset, dict) else {"name": str(lr.release.dataset)}
-        key = str(ds.get("sha256") or ds.get("name"))
+        key = json.dumps([ds.get("name"), ds.get("profile")], default=str)
         e = by.setdefault(key, {
-            "name": ds.get("name"), "sha256": ds.get("sha256"), "kind": ds.get("kind"), "profile": ds.get("profile"),
+            "name": ds.get("name"), "kind": ds.get("kind"), "profile": ds.get("profile"),
             "split_sizes": ds.get("split_sizes"), "n_features": ds.get("n_features"), "n_classes": ds.get("n_classes"),
-            "source_files": ds.get("source_files") if isinstance(ds.get("source_files"), dict) else {},
-            "split_seeds": [], "partitions": [], "releases": [], "audits": [],
+            "source_files": _source_file_names(ds.get("source_files")),
+            "fingerprints": [], "split_seeds": [], "partitions": [], "releases": [], "audits": [],
         })
-        for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition)):
+        for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition),
+                     ("fingerprints", fingerprints.get(lr.release.id))):
             if v is not None and v not in e[k]:
                 e[k].append(v)
+        for f in _source_file_names(ds.get("source_files")):
+            if f not in e["source_files"]:
+                e["source_files"].append(f)
         e["releases"].append(lr.release.id)
-        if not ds.get("sha256"):
-            notes.append(Note("warning", "provenance", f"release {lr.release.id[:12]} records no dataset checksum."))
+        if ds.get("sha256") or ds.get("user_ids_sha256") or (isinstance(ds.get("source_files"), dict) and ds["source_files"]):
+            notes.append(Note("warning", "provenance", f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
+                                                       "hashes of its private data in release.json, which tell neighbouring datasets apart; "
+                                                       "this report does not repeat them; do not republish that file."))
+    for e in by.values():
+        if len(e["fingerprints"]) > 1:
+            notes.append(Note("warning", "provenance", f"dataset {e['name']}: the ledger holds {len(e['fingerprints'])} different keyed "
+                                                       "fingerprints for its releases (different private data under one name)."))
     for la in audits:
         rec_ds = la.record.get("dataset")
         name = la.view["dataset"]
-        sha = rec_ds.get("sha256") if isinstance(rec_ds, dict) else None
-        key = str(sha or name)
-        match = next((k for k, v in by.items() if (sha and v["sha256"] == sha) or (not sha and name and v["name"] == name)), None)
+        match = next((k for k, v in by.items() if name and v["name"] == name), None)
         if match is None:
             if name is None:
                 continue
-            by[key] = {
-                "name": name, "sha256": sha, "kind": rec_ds.get("kind") if isinstance(rec_ds, dict) else None,
+            match = json.dumps([name, rec_ds.get("profile") if isinstance(rec_ds, dict) else None], default=str)
+            by[match] = {
+                "name": name, "kind": rec_ds.get("kind") if isinstance(rec_ds, dict) else None,
                 "profile": rec_ds.get("profile") if isinstance(rec_ds, dict) else None,
                 "split_sizes": rec_ds.get("split_sizes") if isinstance(rec_ds, dict) else None,
                 "n_features": None, "n_classes": None,
-                "source_files": rec_ds.get("source_files") if isinstance(rec_ds, dict) and isinstance(rec_ds.get("source_files"), dict) else {},
+                "source_files": _source_file_names(rec_ds.get("source_files")) if isinstance(rec_ds, dict) else [],
+                "fingerprints": [],
                 "split_seeds": [rec_ds["split_seed"]] if isinstance(rec_ds, dict) and rec_ds.get("split_seed") is not None else [],
                 "partitions": [], "releases": [], "audits": [],
             }
-            match = key
         by[match]["audits"].append(la.view["id"] or str(la.path))
     return list(by.values())
 
@@ -392,11 +422,13 @@ LEDGER_ENTRY_DROP = ("prev_hash", "hash", "guarantee", "payload", "artefact_path
 def _ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str],
                    notes: list[Note]) -> dict:
     """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
-    from ..accounting.ledger_paths import resolve_ledger_path
+    from ..accounting.ledger_paths import resolve_ledger
 
-    path = resolve_ledger_path(ledger_path)
-    out: dict = {"ledger": str(path), "summary": [], "entries": [], "available": False, "verify": None}
-    if not path.exists():
+    loc = resolve_ledger(ledger_path)
+    # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
+    path = loc.path if loc.backend == "sqlite" else loc
+    out: dict = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
+    if loc.backend == "sqlite" and not path.exists():
         if explicit:
             raise UsageError(f"ledger must be an existing ledger database, got {str(ledger_path)!r}.")
         if datasets:
@@ -439,6 +471,10 @@ def _ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datase
         if ok is False:
             msgs = "; ".join(str(p.get("message", p)) for p in ver.get("problems", [])[:3] if isinstance(p, dict))
             notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs or 'see ledger verify'}."))
+    # The keyed dataset fingerprint of each recorded release (HMAC with the ledger's secret key):
+    # what the provenance shows. Old ledgers have none; their raw dataset_sha256 is dropped.
+    out["dataset_fingerprints"] = {str(e.get("release_id") or e.get("id")): str(e["dataset_fingerprint"])
+                                   for e in entries if e.get("kind", "release") == "release" and e.get("dataset_fingerprint")}
     for e in entries:
         for k in LEDGER_ENTRY_DROP:
             e.pop(k, None)
@@ -931,6 +967,7 @@ def build_report(
             datasets.append(n)
     ledger = _ledger_budget(ledger_path, ledger_path is not None, datasets,
                             [lr.release.id for lr in inputs.releases], notes)
+    fingerprints = ledger.pop("dataset_fingerprints", {})
     budget = {**ledger, "composition": _release_composition(inputs.releases + sweep_releases, cache, notes), "datasets": datasets}
     sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]
     verdicts = verdicts + [sweep_verdict(e) for e in sweeps]
@@ -940,7 +977,7 @@ def build_report(
     sections = {
         "verdict": verdicts,
         "claim": claims,
-        "provenance": _provenance(inputs.releases + sweep_releases, inputs.audits, notes),
+        "provenance": _provenance(inputs.releases + sweep_releases, inputs.audits, notes, fingerprints),
         "budget": budget,
         "utility": _utility(inputs.releases, notes),
         "audit": {"table16": _table16(audit_entries), "audits": audit_entries, "eps_points": points},

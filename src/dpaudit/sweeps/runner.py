@@ -13,6 +13,7 @@ partition spends far more than eps = 2 of that partition's budget).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -39,19 +40,20 @@ def resolve_optional_data_dir(data_dir: str | os.PathLike | None) -> Path | None
     return Path(data_dir).expanduser().resolve() if data_dir else None
 
 
-def dataset_available(name: str, data_dir: Path | None) -> bool:
-    """Whether a dataset's files are present, per the data registry (embedded datasets always
-    are; unknown names count as present so the trainer, not the sweep, reports what is wrong)."""
+def dataset_available(name: str, data_dir: Path | None, profile: str | None = None) -> bool:
+    """Whether a dataset's files (under ``profile``) are present, per the data registry (embedded
+    datasets always are; unknown names count as present so the trainer, not the sweep, reports
+    what is wrong)."""
     if name in SYNTHETIC_DATASETS:
         return True
-    from ..data import DATASETS
+    from ..data import DATASETS, profile_files
 
     info = DATASETS.get(name)
     if info is None or not info.needs_files:
         return True
     if data_dir is None:
         return False
-    return all((data_dir / f).exists() for f in info.files)
+    return all((data_dir / f).exists() for f in profile_files(name, profile))
 
 
 def sweep_dir(out: str | os.PathLike, name: str) -> Path:
@@ -84,10 +86,21 @@ def plan(spec: SweepSpec, *, data_dir=None, task_filter: TaskFilter | None = Non
     """The tasks to consider (after availability and filters) and the skipped datasets with why."""
     dd = resolve_optional_data_dir(data_dir)
     skipped = {}
-    for ds in spec.datasets:
-        if not dataset_available(ds, dd):
-            skipped[ds] = f"files not found under {dd}" if dd else "no data directory (--data-dir or $DPAUDIT_DATA_DIR)"
-    tasks = [t for t in spec.tasks() if t.dataset not in skipped and (task_filter is None or task_filter(t))]
+    all_tasks = spec.tasks()
+
+    def label(t: Task) -> str:  # a non-default profile may need other files (authors' Heart)
+        prof = dict(t.settings).get("profile")
+        return t.dataset if prof is None else f"{t.dataset} (profile {prof})"
+
+    checked: set[str] = set()
+    for t in all_tasks:
+        lab = label(t)
+        if lab in checked:
+            continue
+        checked.add(lab)
+        if not dataset_available(t.dataset, dd, dict(t.settings).get("profile")):
+            skipped[lab] = f"files not found under {dd}" if dd else "no data directory (--data-dir or $DPAUDIT_DATA_DIR)"
+    tasks = [t for t in all_tasks if label(t) not in skipped and (task_filter is None or task_filter(t))]
     return tasks, skipped
 
 
@@ -112,7 +125,7 @@ def run_sweep(
     ``max_tasks``: run at most this many of the unfinished tasks (the rest stay pending).
     ``on_outcome``: called in the coordinating process after each outcome has been stored.
     """
-    from ..accounting.ledger_paths import resolve_ledger_path
+    from ..accounting.ledger_paths import resolve_ledger
 
     t0 = time.perf_counter()
     tasks, skipped = plan(spec, data_dir=data_dir, task_filter=task_filter)
@@ -124,7 +137,7 @@ def run_sweep(
     dd = resolve_optional_data_dir(data_dir)
     context = RunContext(
         sweep=spec.name, out_dir=str(root.resolve()), data_dir=str(dd) if dd else None,
-        ledger_path=str(resolve_ledger_path(ledger_path).expanduser().resolve()), record=record,
+        ledger_path=resolve_ledger(ledger_path).target, record=record,  # absolute path or full URL
     )
     executor = executor or LocalExecutor(1)
     with _exclusive(root), open_store(root / STORE_FILE, name=spec.name) as store:
@@ -136,8 +149,10 @@ def run_sweep(
             todo = todo[: max(0, int(max_tasks))]
         by_key = {t.key: t for t in tasks}
         run_tasks = [by_key[k] for k in todo]
+        held: list[str] = []
         if record:
-            budget_preflight(run_tasks, context.ledger_path)
+            held = budget_reserve(run_tasks, context.ledger_path, spec.name)
+            context = dataclasses.replace(context, reservations=tuple(held))
         summary = SweepSummary(
             name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(),
             tasks=len(tasks), done=0, failed=0, pending=0, skipped_finished=len(tasks) - len(todo),
@@ -172,6 +187,7 @@ def run_sweep(
         finally:
             if bar is not None:
                 bar[0].stop()
+            _close_reservations(held, context.ledger_path, spec.name)
             c = store.counts(keys)
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
@@ -210,16 +226,22 @@ def _record_release(value: dict, context: RunContext) -> dict:
 
         with open_ledger(context.ledger_path) as ledger:
             ledger.record(Release.from_dict(release_dict), artefact_path=value.get("release_dir"))
-        value["ledger"] = context.ledger_path
+            value["ledger"] = str(ledger.path)  # a URL without its password
     return value
 
 
-def budget_preflight(tasks: list[Task], ledger_path: str | os.PathLike | None) -> None:
-    """Refuse, before anything runs, a sweep whose releases together would exceed a ledger cap.
+def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> list[str]:
+    """Reserve, before anything runs, the budget of every release the sweep will make on a capped
+    dataset; refuse the sweep (nothing reserved) if they would together exceed a cap.
 
-    Each trainer also checks its own release, but tasks running in parallel cannot see each
-    other's not-yet-recorded releases; composing the whole remaining sweep up front closes that
-    gap (fail closed). Only datasets with a cap are checked (the calibration is cached).
+    Tasks running in parallel cannot see each other's not-yet-recorded releases, and neither can
+    a ``dpaudit train`` started by someone else meanwhile: one reservation per (dataset, partition)
+    holding the composition of all the sweep's planned releases closes both gaps (each
+    reservation is the cap check and its entry in one ledger transaction). The tasks' own
+    pre-checks leave these reservations out (:func:`dpaudit.releasing.held_by_caller`). While the
+    sweep runs, its recorded releases *and* its reservations count (conservative); the
+    reservations are cancelled when the sweep ends (:func:`_close_reservations`), and a killed
+    sweep leaves them spent until an operator voids them. Only datasets with a cap are reserved.
     """
     from ..accounting import Composed
     from ..accounting.ledger import open_ledger
@@ -227,25 +249,39 @@ def budget_preflight(tasks: list[Task], ledger_path: str | os.PathLike | None) -
 
     train = [t for t in tasks if t.runner == "train"]
     if not train:
-        return
+        return []
+    held: list[str] = []
     with open_ledger(ledger_path) as ledger:
         capped = {t.dataset for t in train if ledger.entries(dataset=t.dataset, kind="cap")}
         if not capped:
-            return
+            return []
         groups: dict[tuple, list] = {}
-        unbounded: set[tuple] = set()
         for t in train:
             if t.dataset not in capped:
                 continue
             ds, part, adj, event = planned_event(t.config())
-            if event is None:
-                unbounded.add((ds, part, adj))
-            else:
-                groups.setdefault((ds, part, adj), []).append(event)
-        for k in unbounded:
-            ledger.preflight(dataset=k[0], partition=k[1], event=None, adjacency=k[2])
-        for (ds, part, adj), events in groups.items():
-            ledger.preflight(dataset=ds, partition=part, event=Composed(tuple(events)), adjacency=adj)
+            groups.setdefault((ds, part, adj), []).append(event)
+        try:
+            for (ds, part, adj), events in groups.items():
+                # A non-private task makes its partition unbounded: reserve it as such (event None).
+                event = None if any(e is None for e in events) else Composed(tuple(events))
+                held.append(ledger.reserve(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}"))
+        except BaseException:
+            for rid in held:  # all or nothing: a refused sweep holds no budget
+                ledger.cancel(rid, f"sweep {sweep} refused before running")
+            raise
+    return held
+
+
+def _close_reservations(held: list[str], ledger_path: str | os.PathLike | None, sweep: str) -> None:
+    """Cancel the sweep's reservations: its releases are in the ledger individually by now."""
+    if not held:
+        return
+    from ..accounting.ledger import open_ledger
+
+    with open_ledger(ledger_path) as ledger:
+        for rid in held:
+            ledger.cancel(rid, f"sweep {sweep} ended; its releases are recorded individually")
 
 
 def _progress(enabled: bool, total: int, name: str):

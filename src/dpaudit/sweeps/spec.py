@@ -8,6 +8,7 @@ A spec is read with the standard library's :mod:`tomllib`. Two layouts are accep
     datasets = ["heart"]                     # alias: dataset
     epsilons = [2.0]                         # alias: eps
     seeds = [42, 43, 44, 45, 46]             # alias: seed
+    profiles = ["default", "authors"]        # alias: profile; optional (default: ["default"])
     [settings]                               # alias: fixed; applied to every task
     delta = 1e-5
     reproducible_noise = true
@@ -35,6 +36,14 @@ directory and the executor are not part of it (DESIGN.md habit 4: speed settings
 privacy-relevant field), so the same task run on a laptop or a cluster has the same key and a
 resumed sweep skips it. Unknown setting names are refused rather than ignored: a typo in a
 privacy setting must never silently fall back to a default.
+
+Preprocessing profiles are a grid axis (``profiles``, train runner only): ``"default"`` is each
+dataset's own default profile and adds nothing to a task (so the keys of every grid written
+before the axis existed are unchanged); any other profile (e.g. ``"authors"``, the DP-RVFL
+authors' pipeline, :mod:`dpaudit.data.authors`) is stored as the task setting ``profile`` and
+so gives a different key. :func:`with_profile` moves a whole spec (e.g. a built-in grid) to one
+profile: ``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs the sweep
+``dp-rvfl-primary-authors``.
 """
 
 from __future__ import annotations
@@ -58,7 +67,10 @@ _ALIASES = {
     "datasets": ("datasets", "dataset"),
     "epsilons": ("epsilons", "eps", "epsilon"),
     "seeds": ("seeds", "seed"),
+    "profiles": ("profiles", "profile"),
 }
+#: A profiles-axis value meaning "each dataset's own default profile" (no task setting).
+DEFAULT_PROFILE = "default"
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,8 @@ class GridBlock:
     epsilons: tuple[float | None, ...]
     seeds: tuple[int, ...]
     settings: tuple = ()
+    #: Profiles axis: None = the dataset's default profile (no task setting); else a profile name.
+    profiles: tuple[str | None, ...] = (None,)
 
 
 @dataclass(frozen=True)
@@ -130,18 +144,24 @@ class SweepSpec:
     source: str = ""  # where the spec came from (file path or "builtin:NAME")
 
     def tasks(self) -> list[Task]:
+        from .tasks import profile_setting
+
         seen: set[str] = set()
         out: list[Task] = []
         for b in self.blocks:
             for dataset in b.datasets:
-                for model in b.models:
-                    for eps in b.epsilons:
-                        for seed in b.seeds:
-                            t = Task(self.runner, model, dataset, eps, seed, b.settings)
-                            k = t.key
-                            if k not in seen:
-                                seen.add(k)
-                                out.append(t)
+                for profile in b.profiles:
+                    # The dataset's own default adds no setting, so such a task keeps its key.
+                    prof = profile_setting(dataset, profile) if self.runner == "train" else None
+                    settings = b.settings if prof is None else _settings_tuple({**dict(b.settings), "profile": prof})
+                    for model in b.models:
+                        for eps in b.epsilons:
+                            for seed in b.seeds:
+                                t = Task(self.runner, model, dataset, eps, seed, settings)
+                                k = t.key
+                                if k not in seen:
+                                    seen.add(k)
+                                    out.append(t)
         return out
 
     @property
@@ -162,6 +182,8 @@ class SweepSpec:
                 {
                     "models": list(b.models), "datasets": list(b.datasets),
                     "epsilons": list(b.epsilons), "seeds": list(b.seeds), "settings": dict(b.settings),
+                    # only a grid with a profiles axis says so (older specs read back unchanged)
+                    **({} if b.profiles == (None,) else {"profiles": [p or DEFAULT_PROFILE for p in b.profiles]}),
                 }
                 for b in self.blocks
             ],
@@ -231,10 +253,11 @@ def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlo
     datasets = _pick(table, "datasets", where)
     epsilons = _pick(table, "epsilons", where)
     seeds = _pick(table, "seeds", where)
+    profiles = _pick(table, "profiles", where)
     settings = {**base_settings, **_settings(table.get("settings"), where)}
     extra = set(table) - {a for names in _ALIASES.values() for a in names} - {"settings"}
     if extra:
-        raise UsageError(f"{where} keys must be among models, datasets, epsilons, seeds, settings, got {', '.join(sorted(extra))}.")
+        raise UsageError(f"{where} keys must be among models, datasets, epsilons, seeds, profiles, settings, got {', '.join(sorted(extra))}.")
     if models is None or datasets is None or seeds is None:
         raise UsageError(f"{where} must list models, datasets and seeds, got keys {', '.join(sorted(table)) or 'none'}.")
     models_l = [str(m) for m in _as_list(models)]
@@ -253,11 +276,53 @@ def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlo
         if not values:
             raise UsageError(f"{where} {name} must not be empty, got [].")
     validate_block(runner, models_l, datasets_l, settings, where)
+    profiles_l = _profiles(runner, datasets_l, profiles, where)
     return GridBlock(
         models=tuple(dict.fromkeys(models_l)), datasets=tuple(dict.fromkeys(datasets_l)),
         epsilons=tuple(dict.fromkeys(eps_l)), seeds=tuple(dict.fromkeys(seeds_l)),
-        settings=_settings_tuple(settings),
+        settings=_settings_tuple(settings), profiles=tuple(dict.fromkeys(profiles_l)),
     )
+
+
+def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[str | None]:
+    """The profiles axis of a block: None for ``"default"``; every other name must be offered by
+    every dataset of the block (checked now, before anything runs)."""
+    from .tasks import profile_setting
+
+    if profiles is None:
+        return [None]
+    values = _as_list(profiles)
+    if not values or not all(isinstance(p, str) for p in values):
+        raise UsageError(f"{where} profiles must be a non-empty list of profile names, got {profiles!r}.")
+    out = [None if p == DEFAULT_PROFILE else p for p in values]
+    if runner != "train" and any(p is not None for p in out):
+        raise UsageError(f"{where} profiles must be [\"default\"] for the {runner} runner (it reads no dataset), got {values!r}.")
+    for p in out:
+        if p is not None:
+            for d in datasets:
+                profile_setting(d, p, where)
+    return out
+
+
+def with_profile(spec: SweepSpec, profile: str | None) -> SweepSpec:
+    """``spec`` with every block's profiles axis replaced by the single ``profile``.
+
+    ``None`` or ``"default"`` returns ``spec`` unchanged (its task keys stay those of the spec).
+    Another profile renames the sweep ``NAME-PROFILE`` (its own store folder and ledger tag) and
+    must be offered by every dataset of the spec, else a :class:`UsageError`.
+    """
+    if profile is None or profile == DEFAULT_PROFILE:
+        return spec
+    if not isinstance(profile, str) or not _NAME_RE.match(profile):
+        raise UsageError(f"profile must be a profile name such as authors, got {profile!r}.")
+    blocks = tuple(
+        GridBlock(b.models, b.datasets, b.epsilons, b.seeds, b.settings,
+                  profiles=tuple(_profiles(spec.runner, list(b.datasets), [profile], f"grid block {i + 1}")))
+        for i, b in enumerate(spec.blocks)
+    )
+    return SweepSpec(name=validate_name(f"{spec.name}-{profile}"), runner=spec.runner, blocks=blocks,
+                     description=f"{spec.description} Preprocessing profile: {profile}.".strip(),
+                     source=f"{spec.source} --profile {profile}".strip())
 
 
 def _settings_tuple(settings: dict) -> tuple:

@@ -123,11 +123,15 @@ def records_from_rows(rows: Iterable) -> list[dict]:
         if r.status != "done" or not r.result:
             continue
         c = r.config
-        out.append({
+        rec = {
             "model": c["model"], "dataset": c["dataset"], "epsilon": c["epsilon"], "seed": int(c["seed"]),
             "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds,
             "epsilon_achieved": r.result.get("epsilon"),
-        })
+        }
+        profile = (c.get("settings") or {}).get("profile")
+        if profile is not None:  # a non-default preprocessing profile (the sweep tables keep it apart)
+            rec["profile"] = profile
+        out.append(rec)
     return out
 
 

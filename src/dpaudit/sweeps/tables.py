@@ -19,6 +19,10 @@
   ``published_source`` (Table 3, Table 5 or Table 9), since those values are not
   equal-guarantee comparisons.
 
+Tasks with a non-default preprocessing profile (a record's ``profile``, e.g. ``authors``) are
+kept apart: in ``cells`` and ``contrasts`` their dataset reads ``"cardio (authors)"``, and
+``table3`` rows carry ``profile`` (the published values are the paper's, whichever profile ran).
+
 Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show
 accuracy in percent like the paper. Nothing here claims significance: the notes say what a
 five-seed design can and cannot show.
@@ -62,6 +66,20 @@ def _pm(mean: float, sd: float, digits: int = 2) -> str:
     return f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}" if not math.isnan(sd) else f"{_fmt(mean, digits)} (n=1)"
 
 
+def dataset_label(dataset: str, profile: str | None) -> str:
+    """The dataset of a cell: its name, plus the profile when it is not the default one."""
+    return dataset if profile is None else f"{dataset} ({profile})"
+
+
+def _column_label(dataset: str, profile: str | None) -> str:
+    return dataset_label(TABLE3_COLUMN_LABELS.get(dataset, dataset), profile)
+
+
+def _by_profile(records: Iterable[dict]) -> list[dict]:
+    """Records whose dataset names the profile, so cells and contrasts never mix two profiles."""
+    return [r if r.get("profile") is None else {**r, "dataset": dataset_label(r["dataset"], r["profile"])} for r in records]
+
+
 def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) -> dict:
     """The eps = 2 accuracy slice (percent) beside the published Table 3 values.
 
@@ -74,16 +92,18 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     for r in recs:
         acc = r.get("metrics", {}).get("accuracy")
         if acc is not None and math.isfinite(float(acc)):
-            by.setdefault((r["model"], r["dataset"]), {})[int(r["seed"])] = 100.0 * float(acc)
-    # Only the datasets the sweep has results for at this budget (all published models shown for them).
+            by.setdefault((r["model"], (r["dataset"], r.get("profile"))), {})[int(r["seed"])] = 100.0 * float(acc)
+    # Only the datasets (and profiles) the sweep has results for at this budget (all published models shown for them).
     present = {d for _, d in by}
     ran = {m for m, _ in by}
     elm = list(TABLE5_ROW_LABELS) if ran & set(TABLE5_ROW_LABELS) else []
     models = list(TABLE3_ROW_LABELS) + elm + sorted(ran - set(TABLE3_ROW_LABELS) - set(elm))
-    datasets = [d for d in TABLE3_COLUMN_LABELS if d in present] + sorted(present - set(TABLE3_COLUMN_LABELS))
+    order = {d: i for i, d in enumerate(TABLE3_COLUMN_LABELS)}
+    datasets = sorted(present, key=lambda dp: (order.get(dp[0], len(order)), dp[0], dp[1] is not None, dp[1] or ""))
     rows = []
     for m in models:
-        for d in datasets:
+        for dp in datasets:
+            d, profile = dp
             pub = TABLE3.get(m, {}).get(d)
             source = "Table 3" if pub else None
             if pub is None and m == "dp-attention" and math.isclose(epsilon, TABLE3_EPSILON):
@@ -92,11 +112,12 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
             if pub is None and m in TABLE5_ROW_LABELS and math.isclose(epsilon, TABLE5_EPSILON):
                 pub = TABLE5_DP_ELM[int(m.rsplit("L", 1)[1])].get(d)  # pure DP, delta = 0: its own table
                 source = TABLE5_NOTE if pub else None
-            ours = by.get((m, d))
+            ours = by.get((m, dp))
             if pub is None and ours is None:
                 continue
             row = {
                 "model": m, "label": TABLE3_ROW_LABELS.get(m) or TABLE5_ROW_LABELS.get(m, m), "dataset": d,
+                **({} if profile is None else {"profile": profile}),
                 "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None, "published_source": source,
                 "mean": None, "sd": None, "n": 0, "seeds": [], "difference": None,
             }
@@ -120,7 +141,8 @@ def sweep_tables(
     name: str | None = None,
 ) -> dict:
     """All tables of a sweep as one JSON-able dict (see the module docstring)."""
-    records = list(records)
+    original = list(records)
+    records = _by_profile(original)
     models = sorted({r["model"] for r in records})
     if reference not in models and models:
         reference = models[0]  # e.g. a selftest sweep: contrast against its first model
@@ -144,7 +166,7 @@ def sweep_tables(
         "win_tie_loss": [w.to_dict() for w in win_tie_loss(contrasts)],
         "non_private_contrasts": [c.to_dict() for c in np_contrasts],
         "non_private_family_size": len(np_contrasts),
-        "table3": table3_slice(records),
+        "table3": table3_slice(original),
         "notes": list(NOTES),
     }
 
@@ -167,7 +189,7 @@ def table3_markdown(t3: dict) -> str:
         if r.get("published_source") not in (None, "Table 3"):
             pub += f" ({r['published_source']})"
         diff = "" if r["difference"] is None else f"{r['difference']:+.2f}"
-        rows.append([r["label"], TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]), ours, str(r["n"]), pub, diff])
+        rows.append([r["label"], _column_label(r["dataset"], r.get("profile")), ours, str(r["n"]), pub, diff])
     head = f"Accuracy (%) at eps = {t3['epsilon']:g}, mean ± SD over seeds, next to the published values.\n\nSource: {t3['citation']}\n\n"
     return head + _md_table(["model", "dataset", "dpaudit", "seeds", "published", "difference"], rows)
 
@@ -249,7 +271,7 @@ def render_html(tables: dict) -> str:
     t3_rows = []
     for r in t3["rows"]:
         t3_rows.append([
-            r["label"], TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]),
+            r["label"], _column_label(r["dataset"], r.get("profile")),
             "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan),
             str(r["n"]), "—" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
             + ("" if r.get("published_source") in (None, "Table 3") else f" ({r['published_source']})"),

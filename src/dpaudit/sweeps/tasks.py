@@ -15,7 +15,9 @@ Dask workers alike.
   output folder and recorded in the ledger, tagged with the sweep's name (``config["sweep"]``),
   so the ledger shows what the whole sweep spent: every task is a separate release on the same
   training partition, and they compose (the composed epsilon of a sweep is far above any single
-  run's epsilon; the ledger report says so).
+  run's epsilon; the ledger report says so). A task's ``profile`` setting (from the spec's
+  profiles axis; absent = the dataset's default) is the preprocessing profile the data are
+  loaded with, e.g. ``authors`` (:mod:`dpaudit.data.authors`).
 - ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger,
   no privacy claim), used to check executors and clusters end to end. Its extra settings (``sleep``,
   ``fail_seeds``, ``exit_once_marker``) exist to test failure handling.
@@ -59,6 +61,9 @@ class RunContext:
     data_dir: str | None = None
     ledger_path: str | None = None
     record: bool = True  # record releases in the ledger
+    #: the coordinator's open ledger reservations holding the sweep's budget (the tasks' own
+    #: pre-checks leave them out: their releases are inside them; see releasing.held_by_caller)
+    reservations: tuple = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,6 +97,25 @@ def validate_block(runner: str, models: list[str], datasets: list[str], settings
         open_unit("delta", settings["delta"])
 
 
+def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> str | None:
+    """The ``profile`` task setting for ``dataset`` under a profiles-axis value.
+
+    None for ``None``, ``"default"`` and the dataset's own default profile (such a task has no
+    profile setting, so its key is that of a grid without the axis); else the profile name,
+    which the dataset must offer (:class:`UsageError` naming the allowed ones otherwise).
+    """
+    from ..data import dataset_info
+
+    if profile is None or profile == "default":
+        return None
+    info = dataset_info(dataset)
+    if profile == info.default_profile:
+        return None
+    if profile not in info.profiles:
+        raise UsageError(f"{where} profile for dataset {dataset} must be one of default, {', '.join(info.profiles)}, got {profile!r}.")
+    return profile
+
+
 def dp_elm_width(model: str) -> int | None:
     """The width L of a ``dp-elm-L{L}`` sweep model name, None for any other model."""
     return DP_ELM_WIDTHS[DP_ELM_MODELS.index(model)] if model in DP_ELM_MODELS else None
@@ -100,7 +124,9 @@ def dp_elm_width(model: str) -> int | None:
 def task_dir(out_dir: str | os.PathLike, config: dict, key: str) -> Path:
     """A readable, unique folder for one task's artefacts."""
     eps = "nonprivate" if config["epsilon"] is None else f"eps{config['epsilon']:g}"
-    return Path(out_dir) / "releases" / config["model"] / config["dataset"] / eps / f"seed{config['seed']}-{key[:12]}"
+    profile = (config.get("settings") or {}).get("profile")
+    dataset = config["dataset"] if profile is None else f"{config['dataset']}-{profile}"
+    return Path(out_dir) / "releases" / config["model"] / dataset / eps / f"seed{config['seed']}-{key[:12]}"
 
 
 def execute_task(payload: tuple[dict, dict]) -> dict:
@@ -135,15 +161,20 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
     out = task_dir(context.out_dir, config, key)
     non_private = bool(s.get("non_private", False)) or config["epsilon"] is None
     width = dp_elm_width(config["model"])
-    if width is not None:
-        release = _train_dp_elm(config, context, out, width, non_private)
-    else:
-        release = _train_gradient(config, context, out, non_private)
+    from ..releasing import held_by_caller
+
+    with held_by_caller(context.reservations):
+        if width is not None:
+            release = _train_dp_elm(config, context, out, width, non_private)
+        else:
+            release = _train_gradient(config, context, out, non_private)
     # The sweep tag: which sweep and task made this release (the ledger shows it per release).
     tagged = dataclasses.replace(release, config={**release.config, "sweep": {"name": context.sweep, "task": key}})
     write_release(tagged, out)
     result = release_result(tagged, out)
-    result["release"] = tagged.to_dict()
+    # Handed to the coordinator (the ledger writer) with its local-only data digest, so the
+    # ledger can store the keyed fingerprint; the coordinator pops it before storing the result.
+    result["release"] = tagged.to_dict(local=True)
     return result
 
 
@@ -162,6 +193,7 @@ def _common_kwargs(config: dict, context: RunContext, out: Path, non_private: bo
         out_dir=str(out),
         ledger_path=context.ledger_path,
         record=False,
+        profile=s.get("profile"),  # None: the dataset's default preprocessing
     )
 
 
@@ -204,6 +236,8 @@ def planned_event(config: dict):
     from ..data import dataset_info
     from ..mechanisms.rvfl import ACCOUNTANT, ADJACENCY, default_protocol
 
+    from ..data import profile_split_sizes
+
     s = config["settings"]
     info = dataset_info(config["dataset"])
     width = dp_elm_width(config["model"])
@@ -216,7 +250,9 @@ def planned_event(config: dict):
     if s.get("non_private") or config["epsilon"] is None:
         return info.name, "train", ADJACENCY, None
     epochs, batch = default_protocol(info.name, info.kind)
-    sched = dp_sgd_schedule(int(info.split_sizes["train"]), int(s.get("batch_size") or batch), int(s.get("epochs") or epochs))
+    # The profile decides the training partition's size (e.g. authors' Heart: 211, not 212).
+    n_train = int(profile_split_sizes(info.name, s.get("profile"))["train"])
+    sched = dp_sgd_schedule(n_train, int(s.get("batch_size") or batch), int(s.get("epochs") or epochs))
     cal = calibrate_noise_multiplier(target_epsilon=float(config["epsilon"]), delta=float(s.get("delta", 1e-5)),
                                      sample_rate=sched.sample_rate, steps=sched.steps, accountant=ACCOUNTANT)
     return info.name, "train", ADJACENCY, SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps)

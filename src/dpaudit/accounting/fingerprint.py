@@ -1,0 +1,102 @@
+"""Keyed dataset fingerprints: how the ledger names a dataset's records without publishing a hash of them.
+
+Why keyed. A plain SHA-256 of the prepared private data is a deterministic function of the
+data: published in a release, it tells neighbouring datasets apart exactly (one record more or
+less gives another hash), which no DP guarantee allows. The ledger still needs to know whether
+two releases used the same records. It therefore stores ``HMAC-SHA256(key, digest)``, where
+``digest`` is the plain SHA-256 the mechanism computed (never stored) and ``key`` is a 32-byte
+secret kept in a file beside the ledger (``<ledger>.key``, mode 0600, created with
+``os.urandom`` on first use). Without the key the fingerprint is a random-looking string that
+reveals nothing about the data; with it, the same data always maps to the same fingerprint, so
+the ledger can refuse a release whose data differ from what a dataset name meant before.
+
+The key never enters a release. Losing it does not lose budget: the ledger keeps every entry,
+and new releases simply cannot be matched to old fingerprints (they are refused until the
+operator declares the new version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+from pathlib import Path
+
+from ..errors import LedgerError, UsageError
+
+#: Length of the secret in bytes.
+KEY_BYTES = 32
+#: Suffix of the key file next to the ledger file.
+KEY_SUFFIX = ".key"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def keyed_fingerprint(key: bytes, digest: str) -> str:
+    """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters.
+
+    ``digest`` is the plain (unkeyed) identity of the data, e.g. the SHA-256 hex of the
+    prepared arrays; it is hashed as its ASCII text, so the same digest always gives the same
+    fingerprint under one key."""
+    if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
+        raise UsageError(f"key must be {KEY_BYTES} bytes, got {type(key).__name__} of length {len(key) if hasattr(key, '__len__') else '?'}.")
+    if not isinstance(digest, str) or not digest:
+        raise UsageError(f"digest must be a non-empty string, got {digest!r}.")
+    return hmac.new(bytes(key), digest.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def is_fingerprint(value: object) -> bool:
+    """True for 64 lower-case hex characters (the form of a keyed fingerprint and of a SHA-256)."""
+    return isinstance(value, str) and bool(_HEX64.match(value))
+
+
+def key_path(ledger_path: str | os.PathLike) -> Path:
+    """Where the secret of the ledger at ``ledger_path`` lives: ``<ledger>.key``."""
+    p = Path(ledger_path)
+    return p.with_name(p.name + KEY_SUFFIX)
+
+
+def ledger_key(ledger_path: str | os.PathLike, *, create: bool = True) -> bytes:
+    """The 32-byte secret of the ledger at ``ledger_path``, created on first use if ``create``.
+
+    Creation is race-free across processes: the key is written to a private temporary file and
+    hard-linked into place, which fails if another process got there first (then its key is
+    read). The file is created with mode 0600. A key file of the wrong size is an error, never
+    replaced (replacing it would silently change every fingerprint)."""
+    path = key_path(ledger_path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if not create:
+            raise LedgerError(f"ledger key {path} is missing; restore it from a backup (fingerprints of new releases "
+                              "cannot be matched to the recorded ones without it).") from None
+        data = _create_key(path)
+    except OSError as e:
+        raise LedgerError(f"cannot read ledger key {path}: {e.strerror or e}.") from None
+    if len(data) != KEY_BYTES:
+        raise LedgerError(f"ledger key {path} must hold exactly {KEY_BYTES} bytes, got {len(data)}; restore it from a backup.")
+    return data
+
+
+def _create_key(path: Path) -> bytes:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(KEY_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # atomic, and fails if another process created the key first
+            except FileExistsError:
+                pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return path.read_bytes()
+    except OSError as e:
+        raise LedgerError(f"cannot create ledger key {path}: {e.strerror or e}.") from None
+

@@ -1,0 +1,434 @@
+"""PostgreSQL storage for the team ledger: one budget shared by many analysts on many machines.
+
+The ledger's semantics (entries, hash chain, composition, caps, partitions, voids, reservations,
+versions, signatures) live in :mod:`dpaudit.accounting.ledger` and do not depend on where the
+rows are kept. This module is the storage layer for ``--ledger postgresql://USER@HOST/DB``: the
+same tables as the SQLite file (``schema_version``, ``entries``, ``chain_head``) in one schema
+(default ``dpaudit``; ``?schema=NAME`` in the URL), plus ``secret`` (the key of the dataset
+fingerprints, which the SQLite ledger keeps in ``<ledger>.key``).
+
+Enforced in the database, not only in dpaudit:
+
+- Append-only: triggers refuse UPDATE, DELETE and TRUNCATE on ``entries``; the writer role
+  (:func:`grant_writer_sql`) holds INSERT and SELECT only.
+- The chain head is advanced by a trigger on every insert (``SECURITY DEFINER``, so a writer
+  needs no UPDATE right on ``chain_head``); the trigger also refuses an entry whose
+  ``prev_hash`` is not the current head, numbers the entry (``seq`` = head + 1: gapless, which
+  a sequence is not after a rollback), and ``chain_head`` refuses any change made outside it.
+- Writes are serialised by one transaction-level advisory lock per ledger
+  (``pg_advisory_xact_lock``), taken first in every write transaction: the budget check and the
+  reservation entry happen while no other machine can append, exactly like SQLite's
+  ``BEGIN IMMEDIATE``. A per-dataset lock would not help: every entry extends the one chain. The
+  transaction stays READ COMMITTED on purpose: each statement after the lock sees every commit
+  made before the lock was granted (a REPEATABLE READ / SERIALIZABLE snapshot would be taken at
+  the lock statement itself, *before* the wait, and miss the previous holder's entry).
+- Faults: the server's transaction is the unit of atomicity, so a server restart or a dropped
+  connection mid-write leaves no half-written entry; the caller gets one :class:`LedgerError`
+  line. A lost connection is re-opened at the start of the next transaction (never inside one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import os
+from typing import Iterator
+
+from .. import __version__
+from ..errors import LedgerError, UsageError
+from .ledger_paths import LedgerLocation
+
+GENESIS_HASH = "0" * 64
+#: Every column of an entry, in the order the ledger's rows use.
+ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
+#: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
+REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
+                     "chain_head_guard", "chain_head_no_truncate")
+CONNECT_TIMEOUT_S = 10
+
+
+def _q(schema: str) -> str:
+    # The schema name was validated by ledger_paths (lower-case SQL name), so quoting is exact.
+    return '"' + schema + '"'
+
+
+def _migrate_to_1(s: str) -> list[str]:
+    """The tables of SQLite schema 1, with the append-only rules enforced by the server."""
+    return [
+        f"""CREATE TABLE {s}.entries (
+            seq bigint PRIMARY KEY,  -- set by advance_head: gapless, unlike a sequence
+            id text NOT NULL UNIQUE,
+            kind text NOT NULL,
+            created_at text NOT NULL,
+            dataset text NOT NULL,
+            payload text NOT NULL,
+            prev_hash text NOT NULL,
+            hash text NOT NULL
+        )""",
+        f"CREATE INDEX entries_dataset ON {s}.entries (dataset)",
+        f"CREATE TABLE {s}.chain_head (one integer PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL, count bigint NOT NULL, hash text NOT NULL)",
+        f"INSERT INTO {s}.chain_head (one, seq, count, hash) VALUES (1, 0, 0, '{GENESIS_HASH}')",
+        f"CREATE TABLE {s}.secret (one integer PRIMARY KEY CHECK (one = 1), fingerprint_key bytea NOT NULL CHECK (length(fingerprint_key) = 32))",
+        f"""CREATE FUNCTION {s}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN RAISE EXCEPTION 'ledger entries are append-only' USING ERRCODE = 'integrity_constraint_violation'; END $$""",
+        f"CREATE TRIGGER entries_no_update BEFORE UPDATE ON {s}.entries FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change()",
+        f"CREATE TRIGGER entries_no_delete BEFORE DELETE ON {s}.entries FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change()",
+        f"CREATE TRIGGER entries_no_truncate BEFORE TRUNCATE ON {s}.entries FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change()",
+        f"CREATE TRIGGER chain_head_no_truncate BEFORE TRUNCATE ON {s}.chain_head FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change()",
+        # The chain head moves only with an insert, checked against the entry's prev_hash.
+        f"""CREATE FUNCTION {s}.advance_head() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp AS $$
+            DECLARE h record;
+            BEGIN
+              SELECT seq, count, hash INTO h FROM {s}.chain_head WHERE one = 1 FOR UPDATE;
+              IF NOT FOUND THEN
+                RAISE EXCEPTION 'ledger chain head is missing' USING ERRCODE = 'integrity_constraint_violation';
+              END IF;
+              IF NEW.prev_hash <> h.hash THEN
+                RAISE EXCEPTION 'entry % does not follow the chain head (its prev_hash %, head %)',
+                  NEW.id, left(NEW.prev_hash, 16), left(h.hash, 16) USING ERRCODE = 'integrity_constraint_violation';
+              END IF;
+              -- The next number, under the head's row lock: gapless even when a transaction
+              -- rolls back (a sequence would leave a gap that verify must read as a deletion).
+              NEW.seq := h.seq + 1;
+              UPDATE {s}.chain_head SET seq = NEW.seq, count = h.count + 1, hash = NEW.hash WHERE one = 1;
+              RETURN NEW;
+            END $$""",
+        f"CREATE TRIGGER entries_chain BEFORE INSERT ON {s}.entries FOR EACH ROW EXECUTE FUNCTION {s}.advance_head()",
+        f"""CREATE FUNCTION {s}.guard_head() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF TG_OP = 'UPDATE' AND pg_trigger_depth() > 1 THEN RETURN NEW; END IF;  -- from advance_head only
+              RAISE EXCEPTION 'the ledger chain head moves only with an appended entry' USING ERRCODE = 'integrity_constraint_violation';
+            END $$""",
+        f"CREATE TRIGGER chain_head_guard BEFORE UPDATE OR DELETE OR INSERT ON {s}.chain_head FOR EACH ROW EXECUTE FUNCTION {s}.guard_head()",
+    ]
+
+
+def _migrate_to_2(s: str) -> list[str]:
+    """Signed entries: the signer's key id and the Ed25519 signature (NULL for unsigned entries)."""
+    return [
+        f"ALTER TABLE {s}.entries ADD COLUMN signer text",
+        f"ALTER TABLE {s}.entries ADD COLUMN signature text",
+    ]
+
+
+#: ``PG_MIGRATIONS[v]`` turns schema ``v - 1`` into ``v`` (the same numbering as the SQLite ledger's).
+PG_MIGRATIONS = {1: _migrate_to_1, 2: _migrate_to_2}
+
+
+def latest_schema_version() -> int:
+    return max(PG_MIGRATIONS)
+
+
+def grant_writer_sql(schema: str, role: str) -> list[str]:
+    """What the ledger's owner runs to let ``role`` (an analyst, or a group role) write: read
+    everything, append entries, nothing else (no UPDATE, DELETE, TRUNCATE or DDL)."""
+    import re
+
+    if not re.match(r"^[a-z_][a-z0-9_]{0,62}$", role or ""):
+        raise UsageError(f"role must be a lower-case SQL name (letters, digits, '_'), got {role!r}.")
+    s, r = _q(schema), '"' + role + '"'
+    return [
+        f"GRANT USAGE ON SCHEMA {s} TO {r}",
+        f"GRANT SELECT ON {s}.schema_version, {s}.entries, {s}.chain_head, {s}.secret TO {r}",
+        f"GRANT INSERT ON {s}.entries TO {r}",
+    ]
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def describe_pg_error(where: str, e: BaseException) -> str:
+    """One line naming the ledger and what went wrong, for every psycopg error."""
+    import psycopg
+
+    msg = _first_line(e)
+    low = msg.lower()
+    if isinstance(e, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown)) or "terminating connection" in low \
+            or "server closed the connection" in low or "connection is lost" in low or "consuming input failed" in low \
+            or "the connection is closed" in low or "connection already closed" in low:
+        return (f"ledger {where}: the connection to the PostgreSQL server was lost ({msg}); the transaction in flight "
+                "was rolled back by the server, so no entry is half-written. Run again; `dpaudit ledger verify` checks the ledger.")
+    if isinstance(e, psycopg.errors.InsufficientPrivilege):
+        return f"ledger {where}: permission denied ({msg}); writers hold INSERT and SELECT only (the owner grants them: ledger_pg.grant_writer_sql)."
+    if isinstance(e, psycopg.errors.LockNotAvailable) or "lock timeout" in low:
+        return f"ledger {where} is busy: another writer held its lock for too long ({msg})."
+    if isinstance(e, psycopg.OperationalError):
+        return f"cannot reach ledger {where}: {msg}."
+    return f"ledger {where}: {msg}."
+
+
+class PostgresStore:
+    """The rows of one ledger in a PostgreSQL schema. Not thread-safe (one per process/thread)."""
+
+    backend = "postgresql"
+
+    def __init__(self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True) -> None:
+        if location.backend != "postgresql":
+            raise UsageError(f"location must be a postgresql:// ledger, got {location.display!r}.")
+        self.location = location
+        self.display = location.display
+        self.schema = location.schema or "dpaudit"
+        self.s = _q(self.schema)
+        self._busy_timeout = float(busy_timeout)
+        # The advisory lock of this ledger: one 64-bit key from its schema name.
+        self._lock_key = int.from_bytes(hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()[:8], "big", signed=True)
+        self._conn = None
+        self._connect()
+        try:
+            self._open_schema(initialise)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection
+    def _connect(self) -> None:
+        import psycopg
+
+        try:
+            self._conn = psycopg.connect(self.location.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                                         application_name="dpaudit")
+        except psycopg.Error as e:
+            raise LedgerError(describe_pg_error(self.display, e)) from None
+
+    @property
+    def conn(self):
+        if self._conn is None:
+            raise LedgerError(f"ledger {self.display} is closed.")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def _ensure_connection(self) -> None:
+        """Re-open a connection the server dropped (restart, network) -- only between transactions."""
+        if self._conn is None:
+            raise LedgerError(f"ledger {self.display} is closed.")
+        if self._conn.closed or self._conn.broken:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._connect()
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as e:
+            raise LedgerError(describe_pg_error(self.display, e)) from None
+
+    def _in_transaction(self) -> bool:
+        import psycopg
+
+        return self._conn is not None and not self._conn.closed and \
+            self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: tuple | list | None = None):
+        with self.errors():
+            if not self._in_transaction():  # a statement of its own: safe to reconnect first
+                self._ensure_connection()
+            return self.conn.execute(sql, params)
+
+    # -- transactions
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        """One write transaction holding the ledger's advisory lock: all of it commits, or none."""
+        import psycopg
+
+        if self._in_transaction():
+            raise LedgerError(f"ledger {self.display}: nested write transaction (a dpaudit bug).")
+        with self.errors():
+            self._ensure_connection()
+            conn = self.conn
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            try:
+                conn.execute(f"SET LOCAL lock_timeout = {int(self._busy_timeout * 1000)}")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+            except BaseException:
+                self._rollback()
+                raise
+        try:
+            yield
+        except psycopg.Error as e:
+            self._rollback()
+            raise LedgerError(describe_pg_error(self.display, e)) from None
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except psycopg.Error as e:
+            self._rollback()
+            if self.conn.broken or self.conn.closed:
+                raise LedgerError(
+                    f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({_first_line(e)}); "
+                    "the last write may or may not be recorded -- check with `dpaudit ledger list` before running again."
+                ) from None
+            raise LedgerError(describe_pg_error(self.display, e)) from None
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._conn is not None and not self._conn.closed and not self._conn.broken:
+                self._conn.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        """One snapshot for several reads (a no-op inside a write transaction, which is already consistent)."""
+        if self._in_transaction():
+            yield
+            return
+        with self.errors():
+            self._ensure_connection()
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            yield
+        finally:
+            with self.errors():
+                if not self.conn.closed and not self.conn.broken:
+                    self.conn.execute("COMMIT")
+
+    # -- schema
+    def _tables(self) -> set[str]:
+        rows = self.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,)).fetchall()
+        return {r[0] for r in rows}
+
+    def _open_schema(self, initialise: bool) -> None:
+        tables = self._tables()
+        if not tables:
+            if not initialise:
+                raise LedgerError(f"ledger {self.display} does not exist (no tables in schema {self.schema}).")
+            self._initialise()
+            return
+        if "schema_version" not in tables or "entries" not in tables:
+            raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a dpaudit ledger; it was left untouched.")
+        version = self.schema_version()
+        latest = latest_schema_version()
+        if version > latest:
+            raise LedgerError(
+                f"ledger {self.display} has schema version {version}, newer than this dpaudit ({__version__}) supports "
+                f"({latest}); upgrade dpaudit. The ledger was left untouched."
+            )
+        if version < latest:
+            with self.write():
+                self._apply_migrations(self.schema_version())
+
+    def _initialise(self) -> None:
+        try:
+            with self.write():
+                # Re-check under the lock: another machine may have created it while we waited.
+                if self._tables():
+                    tables = self._tables()
+                    if "schema_version" in tables:
+                        return
+                    raise LedgerError(f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched.")
+                self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.s}")
+                self.conn.execute(f"REVOKE ALL ON SCHEMA {self.s} FROM PUBLIC")
+                self.conn.execute(f"CREATE TABLE {self.s}.schema_version (version integer NOT NULL, applied_at text NOT NULL, "
+                                  "dpaudit_version text NOT NULL)")
+                self._apply_migrations(0)
+                self.conn.execute(f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (os.urandom(32),))
+        except LedgerError as e:
+            if "permission denied" in str(e):
+                raise LedgerError(
+                    f"cannot create ledger {self.display}: the role may not create schema {self.schema} in this database; "
+                    "the ledger's owner creates it once (open it with an owner role), then grants writers access."
+                ) from None
+            raise
+
+    def _apply_migrations(self, current: int, upto: int | None = None) -> None:
+        latest = latest_schema_version() if upto is None else upto
+        for v in range(current + 1, latest + 1):
+            for stmt in PG_MIGRATIONS[v](self.s):
+                self.conn.execute(stmt)
+            self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",
+                              (v, _now(), __version__))
+
+    def schema_version(self) -> int:
+        row = self.execute(f"SELECT MAX(version) FROM {self.s}.schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def _columns(self) -> set[str]:
+        rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
+                            (self.schema,)).fetchall()
+        return {r[0] for r in rows}
+
+    # -- rows
+    def head(self) -> tuple[int, int, str] | None:
+        row = self.execute(f"SELECT seq, count, hash FROM {self.s}.chain_head WHERE one = 1").fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), row[2])
+
+    def last(self) -> tuple[int, str] | None:
+        row = self.execute(f"SELECT seq, hash FROM {self.s}.entries ORDER BY seq DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), row[1])
+
+    def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
+               signer: str | None = None, signature: str | None = None) -> int:
+        """Append one row inside :meth:`write`; the server's trigger checks ``prev_hash`` and moves the head."""
+        if not self._in_transaction():
+            raise LedgerError(f"ledger {self.display}: insert outside a write transaction (a dpaudit bug).")
+        row = self.execute(
+            f"INSERT INTO {self.s}.entries (id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq",
+            (entry_id, kind, created_at, dataset, payload_text, prev_hash, hash_, signer, signature),
+        ).fetchone()
+        return int(row[0])
+
+    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
+        """Rows as ``ENTRY_COLUMNS`` tuples in append (seq) order."""
+        where, params = "", ()
+        if dataset is not None:
+            where, params = "WHERE dataset = %s", (dataset,)
+        elif entry_id is not None:
+            where, params = "WHERE id = %s", (entry_id,)
+        rows = self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {self.s}.entries {where} ORDER BY seq", params).fetchall()
+        return [(int(r[0]),) + tuple(r[1:]) for r in rows]
+
+    def count_keyed(self) -> int:
+        """Entries that carry a keyed fingerprint (or declare a version)."""
+        return int(self.execute(
+            f"SELECT count(*) FROM {self.s}.entries WHERE kind = 'version' OR payload LIKE '%%\"dataset_fingerprint\":\"%%'"
+        ).fetchone()[0])
+
+    def fingerprint_key(self, *, create: bool = True) -> bytes:
+        """The 32-byte key of the dataset fingerprints, kept in the database (shared by the team)."""
+        row = self.execute(f"SELECT fingerprint_key FROM {self.s}.secret WHERE one = 1").fetchone()
+        if row is None:
+            raise LedgerError(f"ledger {self.display} has lost its fingerprint key (table secret is empty); restore it from a backup.")
+        return bytes(row[0])
+
+    def set_fingerprint_key(self, key: bytes) -> None:
+        """Import: adopt the key of the ledger being imported (only into an empty ledger)."""
+        if len(key) != 32:
+            raise UsageError(f"fingerprint key must be 32 bytes, got {len(key)}.")
+        with self.errors():
+            self.conn.execute(f"DELETE FROM {self.s}.secret WHERE one = 1")
+            self.conn.execute(f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (bytes(key),))
+
+    # -- integrity
+    def health(self) -> list[tuple[str, str]]:
+        """``(kind, message)`` for each missing or disabled append-only trigger."""
+        rows = self.execute(
+            "SELECT t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND NOT t.tgisinternal",
+            (self.schema,),
+        ).fetchall()
+        present = {r[0]: r[1] for r in rows}
+        out = []
+        missing = [t for t in REQUIRED_TRIGGERS if t not in present]
+        disabled = [t for t in REQUIRED_TRIGGERS if present.get(t) == "D"]
+        if missing:
+            out.append(("schema", f"append-only triggers {', '.join(missing)} are missing: the ledger was altered outside dpaudit."))
+        if disabled:
+            out.append(("schema", f"append-only triggers {', '.join(disabled)} are disabled: the ledger was altered outside dpaudit."))
+        return out

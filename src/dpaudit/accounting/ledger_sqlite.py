@@ -1,0 +1,333 @@
+"""SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``).
+
+The ledger's semantics live in :mod:`dpaudit.accounting.ledger`; this module keeps its rows, with
+the same interface as :class:`dpaudit.accounting.ledger_pg.PostgresStore` (``write``, ``read``,
+``head``, ``last``, ``insert``, ``rows``, ``count_keyed``, ``fingerprint_key``,
+``schema_version``, ``health``, ``close``):
+
+- WAL mode with ``synchronous=FULL``; every write is one ``BEGIN IMMEDIATE`` transaction (an
+  entry is fully there or absent, even if the process is killed half-way; concurrent writers
+  queue on the lock instead of interleaving).
+- Triggers refuse UPDATE and DELETE on ``entries``; ``chain_head`` holds the last hash and the
+  entry count, advanced by :meth:`SqliteStore.insert` in the same transaction.
+- ``PRAGMA application_id`` marks a dpaudit ledger; the schema has a version table and ordered
+  migrations (:data:`MIGRATIONS`). A newer schema, a corrupt or non-SQLite file or a read-only
+  location is refused with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
+- The key of the dataset fingerprints is the file ``<ledger>.key`` beside it
+  (:mod:`dpaudit.accounting.fingerprint`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import sqlite3
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .. import __version__
+from ..errors import LedgerError
+from .fingerprint import ledger_key
+
+#: PRAGMA application_id of a dpaudit ledger ("dpal").
+APPLICATION_ID = 0x6470616C
+GENESIS_HASH = "0" * 64
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Every column of an entry, in the order the ledger's rows use (the same as ledger_pg's).
+ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
+REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
+
+
+def _migrate_to_1(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        """CREATE TABLE entries (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            dataset TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX entries_dataset ON entries(dataset)")
+    conn.execute(
+        "CREATE TABLE chain_head (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL, "
+        "count INTEGER NOT NULL, hash TEXT NOT NULL)"
+    )
+    conn.execute("INSERT INTO chain_head (one, seq, count, hash) VALUES (1, 0, 0, ?)", (GENESIS_HASH,))
+    conn.execute("CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
+    conn.execute("CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
+
+
+def _migrate_to_2(conn: sqlite3.Connection) -> None:
+    """Signed entries: the signer's key id and the Ed25519 signature (NULL for unsigned entries).
+    ADD COLUMN rewrites no row, so the append-only triggers do not fire and old hashes stay valid."""
+    conn.execute("ALTER TABLE entries ADD COLUMN signer TEXT")
+    conn.execute("ALTER TABLE entries ADD COLUMN signature TEXT")
+
+
+#: Ordered migrations: ``MIGRATIONS[v]`` turns a schema of version ``v - 1`` into version ``v``.
+#: Version 0 is an empty database; opening an older ledger applies the missing steps in one transaction.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_to_1, 2: _migrate_to_2}
+
+
+def latest_schema_version() -> int:
+    return max(MIGRATIONS)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def describe_sqlite_error(path: Path, e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    low = text.lower()
+    if "readonly" in low or "read-only" in low:
+        return f"ledger {path} is read-only ({text}); dpaudit needs write access to the file and its directory."
+    if "locked" in low or "busy" in low:
+        return f"ledger {path} is busy: another process held its lock for too long ({text})."
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return f"ledger {path} is corrupt or not an SQLite database ({text}); it was left untouched."
+    if "unable to open" in low:
+        return f"cannot open ledger {path} ({text}); check that its directory exists and is writable."
+    return f"ledger {path}: {text}."
+
+
+@contextlib.contextmanager
+def sqlite_errors(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as e:
+        raise LedgerError(describe_sqlite_error(path, e)) from None
+
+
+class SqliteStore:
+    """The rows of one ledger file."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str | os.PathLike, *, busy_timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self.display = str(self.path)
+        self._busy_timeout = float(busy_timeout)
+        self._conn: sqlite3.Connection | None = None
+        self._precheck_location()
+        conn = None
+        try:
+            with self.errors():
+                conn = sqlite3.connect(str(self.path), timeout=self._busy_timeout, isolation_level=None)
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                self._conn = conn
+                self._open_schema()
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            self._conn = None
+            raise
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise LedgerError(f"ledger {self.path} is closed.")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def errors(self):
+        return sqlite_errors(self.path)
+
+    def execute(self, sql: str, params: tuple = ()):
+        with self.errors():
+            return self.conn.execute(sql, params)
+
+    # -- opening checks (nothing is written before they pass)
+    def _precheck_location(self) -> None:
+        p = self.path
+        if p.exists():
+            if p.is_dir():
+                raise LedgerError(f"ledger path {p} is a directory; give a file path.")
+            try:
+                with open(p, "rb") as f:
+                    head = f.read(len(_SQLITE_MAGIC))
+            except OSError as e:
+                raise LedgerError(f"cannot read ledger {p}: {e.strerror}.") from None
+            if head and head != _SQLITE_MAGIC:
+                raise LedgerError(f"ledger {p} is not an SQLite database (corrupt or another kind of file); it was left untouched.")
+            if not os.access(p, os.R_OK | os.W_OK) or not os.access(p.parent, os.W_OK):
+                raise LedgerError(f"ledger {p} is read-only; dpaudit needs write access to the file and its directory (WAL mode).")
+            return
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LedgerError(f"cannot create the ledger directory {p.parent}: {e.strerror or e}.") from None
+        if not os.access(p.parent, os.W_OK):
+            raise LedgerError(f"cannot create ledger {p}: directory {p.parent} is read-only.")
+
+    def _open_schema(self) -> None:
+        conn = self.conn
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables and app_id in (0, APPLICATION_ID):
+            self._initialise()
+            return
+        if app_id != APPLICATION_ID or "schema_version" not in tables:
+            raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
+        version = self.schema_version()
+        latest = latest_schema_version()
+        if version > latest:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {version}, newer than this dpaudit ({__version__}) supports "
+                f"({latest}); upgrade dpaudit. The ledger was left untouched."
+            )
+        self._set_pragmas()
+        if version < latest:
+            with self.write():
+                self._apply_migrations(self.schema_version())
+
+    def _set_pragmas(self) -> None:
+        mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"ledger {self.path} cannot use write-ahead logging (journal mode {mode}); use a local file system.")
+        # FULL: a committed entry survives power loss too, not only a killed process.
+        self.conn.execute("PRAGMA synchronous = FULL")
+
+    def _initialise(self) -> None:
+        self._set_pragmas()
+        with self.write():
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "schema_version" in tables:  # another process initialised it while we waited
+                return
+            if tables:
+                raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
+            self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)")
+            self._apply_migrations(0)
+
+    def _apply_migrations(self, current: int) -> None:
+        latest = latest_schema_version()
+        for v in range(current + 1, latest + 1):
+            MIGRATIONS[v](self.conn)
+            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, _now(), __version__))
+        self.conn.execute(f"PRAGMA user_version = {latest}")
+
+    def schema_version(self) -> int:
+        row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def _columns(self) -> set[str]:
+        return {r[1] for r in self.execute("PRAGMA table_info(entries)").fetchall()}
+
+    # -- transactions
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction: all of it commits, or none of it."""
+        conn = self.conn
+        with self.errors():
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise LedgerError(describe_sqlite_error(self.path, e)) from None
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        with self.errors():
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        """One read snapshot for several reads (a no-op inside a transaction)."""
+        conn = self.conn
+        own = not conn.in_transaction
+        if own:
+            with self.errors():
+                conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if own:
+                with self.errors():
+                    conn.execute("COMMIT")
+
+    # -- rows
+    def head(self) -> tuple[int, int, str] | None:
+        return self.execute("SELECT seq, count, hash FROM chain_head WHERE one = 1").fetchone()
+
+    def last(self) -> tuple[int, str] | None:
+        return self.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+
+    def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
+               signer: str | None = None, signature: str | None = None) -> int:
+        """Append one row inside :meth:`write` and advance the chain head."""
+        if not self.conn.in_transaction:
+            raise LedgerError(f"ledger {self.path}: insert outside a write transaction (a dpaudit bug).")
+        with self.errors():
+            cur = self.conn.execute(
+                "INSERT INTO entries (id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry_id, kind, created_at, dataset, payload_text, prev_hash, hash_, signer, signature),
+            )
+            self.conn.execute("UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1", (cur.lastrowid, hash_))
+        return int(cur.lastrowid)
+
+    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
+        """Rows as ``ENTRY_COLUMNS`` tuples in append (seq) order."""
+        where, params = "", ()
+        if dataset is not None:
+            where, params = "WHERE dataset = ?", (dataset,)
+        elif entry_id is not None:
+            where, params = "WHERE id = ?", (entry_id,)
+        return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries {where} ORDER BY seq", params).fetchall()
+
+    def count_keyed(self) -> int:
+        """Entries that carry a keyed fingerprint (or declare a version)."""
+        return int(self.execute(
+            "SELECT count(*) FROM entries WHERE kind = 'version' OR payload LIKE '%\"dataset_fingerprint\":\"%'"
+        ).fetchone()[0])
+
+    def fingerprint_key(self, *, create: bool = True) -> bytes:
+        """The 32-byte key of the dataset fingerprints: ``<ledger>.key`` beside the file."""
+        return ledger_key(self.path, create=create)
+
+    def set_fingerprint_key(self, key: bytes) -> None:
+        """Import: adopt the key of the ledger being imported (the file must not exist yet)."""
+        from .fingerprint import key_path
+
+        p = key_path(self.path)
+        try:
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            if p.read_bytes() == bytes(key):
+                return
+            raise LedgerError(f"ledger key {p} exists with another key; import into a new ledger.") from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(bytes(key))
+            f.flush()
+            os.fsync(f.fileno())
+
+    # -- integrity
+    def health(self) -> list[tuple[str, str]]:
+        """``(kind, message)`` for SQLite's integrity check and each missing append-only trigger."""
+        out = []
+        integrity = [r[0] for r in self.execute("PRAGMA integrity_check").fetchall()]
+        if integrity != ["ok"]:
+            out.append(("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
+        triggers = {r[0] for r in self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        missing = [t for t in REQUIRED_TRIGGERS if t not in triggers]
+        if missing:
+            out.append(("schema", f"append-only triggers {', '.join(missing)} are missing: the ledger was altered outside dpaudit."))
+        return out

@@ -1,0 +1,363 @@
+"""Signed ledger entries (Ed25519): who wrote each entry, and proof that nobody changed it since.
+
+Why. The hash chain of :mod:`dpaudit.accounting.ledger` detects careless edits only: whoever can
+write the database can drop the append-only triggers, edit a release (say, double its noise
+multiplier), recompute every hash and pass the chain check. A signature cannot be recomputed
+without the signer's private key, which never leaves the analyst's machine.
+
+What is signed. Every entry is signed over its canonical content *and the previous entry's
+hash* (:func:`signing_material`): editing, deleting or reordering any entry before a signed
+entry breaks that entry's signature, so signatures chain like the hashes but cannot be forged.
+
+Who may sign. Public keys are registered in the ledger itself by ``key`` entries. The first
+``key`` entry registers the ledger's *owner* and is signed by that same key; every later one
+must be signed by a key registered before it (:class:`KeyRing`). An entry signed by a key that
+is not registered before it, or whose signature does not verify, is a verification problem.
+A ``policy`` entry (signed) with ``require_signatures: true`` makes every later unsigned entry
+a problem, and the ledger refuses unsigned writes from then on.
+
+What signatures do not detect: a complete rewrite of the ledger by someone who also replaces
+the owner's key, or a truncated tail. Publish the head (``dpaudit ledger head``) and check it
+later with ``dpaudit ledger verify --anchor HASH``; pin the owner with ``--owner KEY_ID``.
+
+Key files. ``dpaudit ledger keygen`` writes the private key (PKCS#8 PEM, unencrypted, mode 0600,
+directory 0700) to ``$XDG_CONFIG_HOME/dpaudit/keys/NAME.key`` (default ``~/.config``) and the
+public key to ``NAME.pub``; ``$DPAUDIT_SIGNING_KEY`` (a path or a key name) picks the key used to
+sign, else the key named ``default`` when it exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ..errors import LedgerError, UsageError
+
+SIGNING_KEY_ENV = "DPAUDIT_SIGNING_KEY"
+DEFAULT_KEY_NAME = "default"
+#: Prefix of the public-key text that analysts exchange (``ed25519:`` + base64 of the 32 raw bytes).
+PUBLIC_PREFIX = "ed25519:"
+SIG_DOMAIN = "dpaudit-ledger-sig-v1"
+KEY_KIND = "key"
+POLICY_KIND = "policy"
+#: Entry kinds that belong to the ledger as a whole, not to a dataset.
+LEDGER_KINDS = (KEY_KIND, POLICY_KIND)
+#: The ``dataset`` column of ledger-wide entries (no dataset name can be empty).
+LEDGER_SCOPE = ""
+_KEY_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_KEY_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def key_dir() -> Path:
+    """``$XDG_CONFIG_HOME/dpaudit/keys`` (default ``~/.config/dpaudit/keys``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "dpaudit" / "keys"
+
+
+def key_id(public_raw: bytes) -> str:
+    """The id a key is known by in the ledger: the first 128 bits of SHA-256 of the raw public key, hex."""
+    return hashlib.sha256(bytes(public_raw)).hexdigest()[:32]
+
+
+def public_text(public_raw: bytes) -> str:
+    return PUBLIC_PREFIX + base64.b64encode(bytes(public_raw)).decode("ascii")
+
+
+def parse_public_key(text: str) -> bytes:
+    """The 32 raw bytes of an Ed25519 public key given as ``ed25519:BASE64`` (what keygen prints)
+    or as a PEM ``PUBLIC KEY`` block, or the path of a ``.pub`` file holding either."""
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError(f"public key must be 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text!r}.")
+    s = text.strip()
+    if not s.startswith(PUBLIC_PREFIX) and "BEGIN" not in s:
+        with contextlib.suppress(OSError, ValueError):
+            if Path(s).expanduser().is_file():
+                s = Path(s).expanduser().read_text().strip()
+    try:
+        if s.startswith(PUBLIC_PREFIX):
+            raw = base64.b64decode(s[len(PUBLIC_PREFIX):], validate=True)
+            Ed25519PublicKey.from_public_bytes(raw)
+            return raw
+        if "BEGIN PUBLIC KEY" in s:
+            pk = serialization.load_pem_public_key(s.encode("ascii"))
+            if isinstance(pk, Ed25519PublicKey):
+                return pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    except (ValueError, binascii.Error, TypeError):
+        pass
+    raise UsageError(f"public key must be an Ed25519 key as 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text[:80]!r}.")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """An analyst's private key, loaded from its file (``path``)."""
+
+    name: str
+    path: Path
+    private: Ed25519PrivateKey = field(repr=False)
+
+    @property
+    def public_raw(self) -> bytes:
+        return self.private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    @property
+    def key_id(self) -> str:
+        return key_id(self.public_raw)
+
+    @property
+    def public_text(self) -> str:
+        return public_text(self.public_raw)
+
+    def sign(self, material: bytes) -> str:
+        return self.private.sign(material).hex()
+
+
+def _check_key_name(name: str) -> str:
+    if not isinstance(name, str) or not _KEY_NAME_RE.match(name):
+        raise UsageError(f"key name must be 1-64 letters, digits, '_', '-' or '.', got {name!r}.")
+    return name
+
+
+def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None = None) -> SigningKey:
+    """Create a new key pair ``NAME.key`` (0600) / ``NAME.pub`` in ``directory`` (default :func:`key_dir`).
+
+    Never overwrites: an existing key may already be registered in a ledger, and replacing it
+    would make every entry it signed unverifiable by its owner's machine."""
+    _check_key_name(name)
+    d = Path(directory).expanduser() if directory is not None else key_dir()
+    path = d / f"{name}.key"
+    if path.exists():
+        raise UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; choose another --name).")
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(OSError):
+            d.chmod(0o700)
+        private = Ed25519PrivateKey.generate()
+        pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        # O_EXCL + 0600 at creation: the secret is never readable by others, not even briefly.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+            f.flush()
+            os.fsync(f.fileno())
+        key = SigningKey(name, path, private)
+        (d / f"{name}.pub").write_text(key.public_text + "\n")
+    except FileExistsError:
+        raise UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; choose another --name).") from None
+    except OSError as e:
+        raise LedgerError(f"cannot write signing key {path}: {e.strerror or e}.") from None
+    return key
+
+
+def load_signing_key(which: str | os.PathLike | None = None, *, required: bool = False) -> SigningKey | None:
+    """The private key named or located by ``which``, else ``$DPAUDIT_SIGNING_KEY``, else the
+    ``default`` key in :func:`key_dir` if it exists (None otherwise, unless ``required``).
+
+    A key file readable by other users is refused: whoever can read it can sign as its owner."""
+    explicit = which is not None or bool(os.environ.get(SIGNING_KEY_ENV))
+    which = which if which is not None else (os.environ.get(SIGNING_KEY_ENV) or DEFAULT_KEY_NAME)
+    text = os.fspath(which)
+    if os.sep in text or text.endswith(".key") or text.startswith("~"):
+        path = Path(text).expanduser()
+        name = path.stem
+    else:
+        name = _check_key_name(text)
+        path = key_dir() / f"{name}.key"
+    if not path.exists():
+        if explicit or required:
+            raise UsageError(f"signing key must be an existing key file or name, got {text!r} ({path} does not exist; "
+                             "create one with `dpaudit ledger keygen`).")
+        return None
+    try:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise LedgerError(f"signing key {path} is readable by other users (mode {mode:o}); run `chmod 600 {path}`.")
+        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except OSError as e:
+        raise LedgerError(f"cannot read signing key {path}: {e.strerror or e}.") from None
+    except (ValueError, TypeError) as e:
+        raise LedgerError(f"signing key {path} is not an unencrypted PEM private key ({e}).") from None
+    if not isinstance(private, Ed25519PrivateKey):
+        raise LedgerError(f"signing key {path} must be an Ed25519 key, got {type(private).__name__}.")
+    return SigningKey(name, path, private)
+
+
+def signing_material(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, signer: str) -> bytes:
+    """The bytes an entry's signature covers: its canonical content, the previous hash and the signer."""
+    return json.dumps([SIG_DOMAIN, prev_hash, entry_id, kind, created_at, dataset, payload_text, signer],
+                      separators=(",", ":"), ensure_ascii=True).encode("utf-8")
+
+
+def signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
+    return _signature_ok(public_raw, signature_hex, material)
+
+
+def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes.fromhex(signature_hex), material)
+        return True
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+
+
+def key_payload(public_raw: bytes, name: str, role: str) -> dict:
+    """The payload of a ``key`` (registration) entry."""
+    return {"key_id": key_id(public_raw), "public_key": public_text(public_raw), "name": str(name), "role": role}
+
+
+class SignedRow(NamedTuple):
+    """The stored columns of one entry that signature checking needs."""
+
+    seq: int
+    id: str
+    kind: str
+    created_at: str
+    dataset: str
+    payload_text: str
+    prev_hash: str
+    signer: str | None
+    signature: str | None
+
+
+@dataclass(frozen=True)
+class RegisteredKey:
+    key_id: str
+    public_raw: bytes = field(repr=False)
+    name: str
+    role: str  # owner | member
+    entry_id: str
+    seq: int
+    registered_by: str  # key id of the signer (the owner's own id for the first key)
+
+
+@dataclass(frozen=True)
+class SignatureFinding:
+    """One signature problem, naming the entry."""
+
+    seq: int
+    id: str
+    kind: str
+    message: str
+
+
+@dataclass
+class KeyRing:
+    """Registered keys and the signature policy, replayed from the entries in append order."""
+
+    keys: dict[str, RegisteredKey] = field(default_factory=dict)
+    owner: str | None = None
+    #: seq of the policy entry from which every entry must be signed (None: signatures optional).
+    required_since: int | None = None
+    signed: int = 0
+    unsigned: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "owner": self.owner, "required_since": self.required_since, "signed": self.signed, "unsigned": self.unsigned,
+            "keys": [{"key_id": k.key_id, "name": k.name, "role": k.role, "entry": k.entry_id, "seq": k.seq,
+                      "registered_by": k.registered_by} for k in self.keys.values()],
+        }
+
+
+def _label(r: SignedRow) -> str:
+    return f"entry #{r.seq} ({r.kind} {r.id})"
+
+
+def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
+                     verified: "set[str] | frozenset[str]" = frozenset()) -> tuple[KeyRing, list[SignatureFinding]]:
+    """Replay ``rows`` (append order): register keys, apply the policy, and check every signature.
+
+    ``owner``: the key id the verifier expects as the ledger's owner (pinned from outside the
+    ledger); a different first key is a finding. ``verify=False`` skips the Ed25519 checks
+    themselves, ``verified`` skips them for the rows with those ids (rows already verified with
+    the same hash by the caller); who signed what and the policy are checked either way.
+    Returns the key ring and the findings, each naming its entry and the reason."""
+    ring = KeyRing()
+    out: list[SignatureFinding] = []
+
+    current: list[str] = [""]
+
+    def signature_ok(raw: bytes, sig: str, material: bytes) -> bool:
+        if not verify or current[0] in verified:
+            return True
+        return _signature_ok(raw, sig, material)
+
+    def bad(r: SignedRow, why: str) -> None:
+        out.append(SignatureFinding(r.seq, r.id, r.kind, f"{_label(r)} {why}"))
+
+    for r in rows:
+        current[0] = r.id
+        payload = None
+        if r.kind in LEDGER_KINDS:
+            try:
+                payload = json.loads(r.payload_text)
+            except ValueError:
+                payload = None
+            if not isinstance(payload, dict):
+                bad(r, "is unreadable: its payload is not a JSON object.")
+                continue
+        if not r.signer:
+            ring.unsigned += 1
+            if r.signature:
+                bad(r, "has a signature but no signer.")
+            elif ring.required_since is not None:
+                bad(r, f"is unsigned, but the ledger requires signatures since entry #{ring.required_since}.")
+            elif r.kind in LEDGER_KINDS:
+                bad(r, f"is unsigned: a {r.kind} entry must be signed by a registered key.")
+            continue
+        ring.signed += 1
+        material = signing_material(r.prev_hash, r.id, r.kind, r.created_at, r.dataset, r.payload_text, r.signer)
+        signer = ring.keys.get(r.signer)
+        if signer is None:
+            if r.kind == KEY_KIND and not ring.keys:
+                # The first registration: the owner's key signs its own entry.
+                try:
+                    raw = parse_public_key(str(payload.get("public_key")))
+                except UsageError:
+                    bad(r, "registers a public key that cannot be read.")
+                    continue
+                if key_id(raw) != r.signer or payload.get("key_id") != r.signer:
+                    bad(r, f"registers the first key but is signed by another key ({r.signer}); the owner's key must sign its own registration.")
+                    continue
+                if not signature_ok(raw, r.signature or "", material):
+                    bad(r, f"has an invalid signature by key {r.signer}: its content or the previous hash changed since it was signed.")
+                    continue
+                if owner is not None and r.signer != owner:
+                    bad(r, f"registers owner key {r.signer}, not the expected owner {owner}: the ledger was re-created or rewritten.")
+                    continue
+                ring.keys[r.signer] = RegisteredKey(r.signer, raw, str(payload.get("name", "")), "owner", r.id, r.seq, r.signer)
+                ring.owner = r.signer
+                continue
+            bad(r, f"is signed by key {r.signer}, which is not registered before it.")
+            continue
+        if not signature_ok(signer.public_raw, r.signature or "", material):
+            bad(r, f"has an invalid signature by key {r.signer} ({signer.name}): its content or the previous hash changed since it was signed.")
+            continue
+        if r.kind == KEY_KIND:
+            try:
+                raw = parse_public_key(str(payload.get("public_key")))
+            except UsageError:
+                bad(r, "registers a public key that cannot be read.")
+                continue
+            kid = key_id(raw)
+            if payload.get("key_id") != kid:
+                bad(r, f"registers key {payload.get('key_id')!r} but its public key has id {kid}.")
+                continue
+            if kid not in ring.keys:
+                ring.keys[kid] = RegisteredKey(kid, raw, str(payload.get("name", "")), "member", r.id, r.seq, r.signer)
+        elif r.kind == POLICY_KIND and payload.get("require_signatures") is True and ring.required_since is None:
+            ring.required_since = r.seq
+    if owner is not None and ring.owner is None:
+        out.append(SignatureFinding(0, "", "", f"the ledger registers no owner key, but owner {owner} was expected."))
+    return ring, out

@@ -1,0 +1,383 @@
+"""The DP-RVFL authors' data pipeline as the preprocessing profile ``authors``.
+
+The DP-RVFL paper (paper 001, section 4.1) states its preprocessing in words but leaves out two
+things a reproduction needs: the split rule (which generator, which cut points) and Table S2
+(the bounds and categorical sets). The authors' public code states both. This module
+implements those stated rules (written here from the rules, not from the authors' code) for
+MNIST, CIFAR-10, Cardio and Heart, so a run can use the authors' exact partition and encoding
+(``load_dataset(name, profile="authors")``, ``--profile authors``). dpaudit's own profile
+(``default`` for tabular data, ``raw01`` for images) is unchanged; ``docs/data-profiles.md``
+says how the two differ and why both exist.
+
+Split (``split_seed`` default 2026, the authors' seed)
+------------------------------------------------------
+One generator ``numpy.random.default_rng(split_seed)`` (NumPy's PCG64 seeded directly, *not*
+dpaudit's tagged :func:`dpaudit.noise.public_rng`), and its first call ``permutation(n)`` of
+the cleaned rows in file order. Cut points are ``int(fraction * n)`` in floating point (the
+product is truncated), which is what the rule says; for the sizes used here it agrees with
+dpaudit's exact integer cut points except where the float product is just below an integer.
+
+- Tabular (Cardio, Heart): ``perm[:int(0.70 n)]`` train, ``perm[int(0.70 n):int(0.85 n)]``
+  validation, ``perm[int(0.85 n):]`` test. Cardio (n = 68,608): 48,025 / 10,291 / 10,292.
+  Heart (n = 302 after de-duplication): 211 / 45 / 46.
+- Images: the permutation is of the official *training* set (60,000 MNIST / 50,000 CIFAR-10
+  images): ``perm[:int(0.85 n)]`` train, the rest validation; the test partition is the
+  official test set, in the order of the same generator's second call
+  ``permutation(n_test)`` (accuracy does not depend on the order; it is kept for fidelity).
+
+Each partition keeps the permutation's order (records are not re-sorted).
+``--split-seed S`` keeps the rule and replaces the seed (``default_rng(S)``).
+
+Encoding (record-wise, nothing fitted)
+--------------------------------------
+- Numerical field with bounds [lo, hi]: a missing value becomes (lo + hi) / 2, then the value
+  is clipped to [lo, hi] and mapped to ``2 (x - lo) / (hi - lo) - 1``; a 0/1 missing indicator
+  column follows it. A non-finite value (``inf``) counts as missing too (no such value occurs in
+  the files; the rule is silent about it, and clipping an infinity is no better).
+- Categorical field: one 0/1 column per listed level, then one ``unknown`` column that is 1 for
+  any value not listed (a missing value included).
+- Column order: every numerical field (value, missing) in the listed order, then every
+  categorical field in the listed order. Labels are int64 {0, 1}.
+
+Cardio (``cardio/cardio_train.csv``): ``age_years = age / 365.25``, ``bmi = weight /
+(height / 100)^2``. Rows kept (inclusive): height 120-220, weight 30-200, ap_hi 80-250,
+ap_lo 40-150, ap_hi >= ap_lo, target present; a missing value in a filtered field fails the
+filter. No duplicate removal. 68,608 rows, 32 features.
+
+==========  ============  ==============================
+field       bounds        categorical levels
+==========  ============  ==============================
+age_years   [0, 120]      gender {1, 2}
+height      [100, 250]    cholesterol {1, 2, 3}
+weight      [20, 300]     gluc {1, 2, 3}
+ap_hi       [40, 300]     smoke {0, 1}
+ap_lo       [20, 200]     alco {0, 1}
+bmi         [5, 100]      active {0, 1}
+==========  ============  ==============================
+
+Heart (``heart/heart_kaggle.csv``, the Kaggle-format ``heart.csv`` with a header and a
+``target`` column; *not* the UCI Cleveland file of the default profile): exact duplicate rows
+are dropped, keeping the first (302 of 303 rows remain), then ``y = 1 if target > 0``. In this
+file ``target = 1`` marks the *absence* of disease relative to the UCI coding (see
+``shared/data/heart/SOURCE.md``); the rule takes the column as it is. 47 features.
+
+==========  ============  ==============================
+field       bounds        categorical levels
+==========  ============  ==============================
+age         [0, 120]      cp {0, 1, 2, 3, 4}
+trestbps    [40, 300]     restecg {0, 1, 2}
+chol        [0, 700]      slope {0, 1, 2, 3}
+thalach     [30, 250]     ca {0, 1, 2, 3, 4}
+oldpeak     [0, 10]       thal {0, 1, 2, 3, 6, 7}
+==========  ============  ==============================
+
+then the categorical fields sex {0, 1}, fbs {0, 1}, exang {0, 1}, in that order.
+
+Images: ``ToTensor`` only (uint8 / 255, the ``raw01`` arithmetic), pixels in [0, 1].
+
+Privacy contract: as for every profile, all of this is public, fixed, record-wise
+preprocessing and a public split chosen before training; nothing is fitted to records (the
+de-duplication and cohort filters are public cleaning, outside the training guarantee, paper
+section 3.1). The guarantee of a run covers the training partition it receives. The ledger
+accounts per dataset *name* and partition, so releases on ``heart`` under both profiles compose
+(the two Heart files hold the same patients).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+from ..validation import non_negative_int
+from .tabular import CategoricalField, Field, NumericField, encode, feature_names, read_table
+
+AUTHORS_PROFILE = "authors"
+#: The authors' split seed: ``numpy.random.default_rng(2026)``.
+AUTHORS_SPLIT_SEED = 2026
+#: Datasets the authors' pipeline covers.
+AUTHORS_DATASETS = ("mnist", "cifar10", "cardio", "heart")
+
+TABULAR_TRAIN_FRACTION = 0.70
+TABULAR_TRAIN_VAL_FRACTION = 0.85
+IMAGE_TRAIN_FRACTION = 0.85
+
+
+def cut_point(n: int, fraction: float) -> int:
+    """``int(fraction * n)``: the float product, truncated (the rule as stated, not exact integer arithmetic)."""
+    return int(fraction * int(n))
+
+
+@dataclass(frozen=True)
+class SplitIndices:
+    """Record indices of each partition, in the order the partition holds them (int64).
+
+    Tabular data: indices into the cleaned rows (file order). Images: ``train``/``val`` index
+    the official training set, ``test`` the official test set.
+    """
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": int(self.train.size), "val": int(self.val.size), "test": int(self.test.size)}
+
+    def sha256(self) -> dict[str, str]:
+        """SHA-256 of each partition's *sorted* int64 indices (the set, independent of order)."""
+        return {p: sorted_index_sha256(getattr(self, p)) for p in ("train", "val", "test")}
+
+
+def sorted_index_sha256(indices: np.ndarray) -> str:
+    return hashlib.sha256(np.sort(np.asarray(indices, dtype=np.int64)).astype("<i8").tobytes()).hexdigest()
+
+
+def tabular_split(n: int, split_seed: int = AUTHORS_SPLIT_SEED) -> SplitIndices:
+    """The authors' 70 / 15 / 15 rule over ``n`` cleaned rows."""
+    n = non_negative_int("n", n)
+    perm = np.random.default_rng(non_negative_int("split_seed", split_seed)).permutation(n).astype(np.int64)
+    a, b = cut_point(n, TABULAR_TRAIN_FRACTION), cut_point(n, TABULAR_TRAIN_VAL_FRACTION)
+    return SplitIndices(perm[:a], perm[a:b], perm[b:])
+
+
+def image_split(n_train: int, n_test: int, split_seed: int = AUTHORS_SPLIT_SEED) -> SplitIndices:
+    """The authors' 85 / 15 rule over the official training set; test = the official test set
+    in the order of the generator's second permutation."""
+    n_train, n_test = non_negative_int("n_train", n_train), non_negative_int("n_test", n_test)
+    rng = np.random.default_rng(non_negative_int("split_seed", split_seed))
+    perm = rng.permutation(n_train).astype(np.int64)
+    test = rng.permutation(n_test).astype(np.int64)
+    a = cut_point(n_train, IMAGE_TRAIN_FRACTION)
+    return SplitIndices(perm[:a], perm[a:], test)
+
+
+def _sizes(split: tuple[int, int, int]) -> dict[str, int]:
+    return {"train": split[0], "val": split[1], "test": split[2]}
+
+
+def split_sizes(name: str) -> dict[str, int]:
+    """Partition sizes of the authors' rule on the full, original files (public, computed from the row counts)."""
+    if name in ("mnist", "cifar10"):
+        n_train, n_test = (60_000, 10_000) if name == "mnist" else (50_000, 10_000)
+        a = cut_point(n_train, IMAGE_TRAIN_FRACTION)
+        return _sizes((a, n_train - a, n_test))
+    n = {"cardio": CARDIO_N_ROWS, "heart": HEART_N_ROWS}[name]
+    a, b = cut_point(n, TABULAR_TRAIN_FRACTION), cut_point(n, TABULAR_TRAIN_VAL_FRACTION)
+    return _sizes((a, b - a, n - b))
+
+
+# --------------------------------------------------------------------------- Cardio
+
+CARDIO_FILE = "cardio_train.csv"
+CARDIO_COLUMNS = (
+    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo",
+    "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
+)
+DAYS_PER_YEAR = 365.25
+#: Rows kept (inclusive); plus ap_hi >= ap_lo and a present target.
+CARDIO_FILTERS = {"height": (120.0, 220.0), "weight": (30.0, 200.0), "ap_hi": (80.0, 250.0), "ap_lo": (40.0, 150.0)}
+CARDIO_SCHEMA: tuple[Field, ...] = (
+    NumericField("age_years", 0.0, 120.0, "years"),
+    NumericField("height", 100.0, 250.0, "cm"),
+    NumericField("weight", 20.0, 300.0, "kg"),
+    NumericField("ap_hi", 40.0, 300.0, "mmHg"),
+    NumericField("ap_lo", 20.0, 200.0, "mmHg"),
+    NumericField("bmi", 5.0, 100.0, "kg/m^2"),
+    CategoricalField("gender", (1.0, 2.0)),
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),
+    CategoricalField("gluc", (1.0, 2.0, 3.0)),
+    CategoricalField("smoke", (0.0, 1.0)),
+    CategoricalField("alco", (0.0, 1.0)),
+    CategoricalField("active", (0.0, 1.0)),
+)
+CARDIO_N_ROWS = 68_608
+
+
+def cardio_keep_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows the authors keep (a missing value fails every comparison, so such a row is dropped)."""
+    keep = np.isfinite(cols["cardio"])
+    with np.errstate(invalid="ignore"):
+        for name, (lo, hi) in CARDIO_FILTERS.items():
+            keep &= (cols[name] >= lo) & (cols[name] <= hi)
+        keep &= cols["ap_hi"] >= cols["ap_lo"]
+    return keep
+
+
+def encode_cardio(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Filter, derive and encode raw Cardio columns (NaN = missing): ``(x float32 (n, 32), y int64)``."""
+    keep = cardio_keep_mask(cols)
+    cols = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in cols.items()}
+    y = cols["cardio"]
+    bad = ~np.isin(y, (0.0, 1.0))
+    if bad.any():
+        raise DataError(f"Cardio column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}.")
+    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
+    return encode(cols, CARDIO_SCHEMA), y.astype(np.int64)
+
+
+def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    return encode_cardio(read_table(path, ";", CARDIO_COLUMNS, header=True))
+
+
+# --------------------------------------------------------------------------- Heart (Kaggle format)
+
+HEART_FILE = "heart_kaggle.csv"
+HEART_COLUMNS = (
+    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg",
+    "thalach", "exang", "oldpeak", "slope", "ca", "thal", "target",
+)
+HEART_SCHEMA: tuple[Field, ...] = (
+    NumericField("age", 0.0, 120.0, "years"),
+    NumericField("trestbps", 40.0, 300.0, "mmHg"),
+    NumericField("chol", 0.0, 700.0, "mg/dl"),
+    NumericField("thalach", 30.0, 250.0, "bpm"),
+    NumericField("oldpeak", 0.0, 10.0, "mm"),
+    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    CategoricalField("restecg", (0.0, 1.0, 2.0)),
+    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
+    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
+    CategoricalField("sex", (0.0, 1.0)),
+    CategoricalField("fbs", (0.0, 1.0)),
+    CategoricalField("exang", (0.0, 1.0)),
+)
+HEART_N_ROWS = 302  # 303 rows in the file, one exact duplicate
+
+
+def first_occurrence_mask(rows: np.ndarray) -> np.ndarray:
+    """True for the first of each group of exactly equal rows (missing values equal each other)."""
+    keep = np.zeros(len(rows), dtype=bool)
+    seen: set[tuple] = set()
+    for i, row in enumerate(np.asarray(rows, dtype=np.float64)):
+        key = tuple("nan" if math.isnan(v) else float(v) for v in row)
+        if key not in seen:
+            seen.add(key)
+            keep[i] = True
+    return keep
+
+
+def encode_heart(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """De-duplicate and encode raw Kaggle-format Heart columns: ``(x float32 (n, 47), y int64)``."""
+    table = np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in HEART_COLUMNS])
+    keep = first_occurrence_mask(table)
+    cols = {c: table[keep, j] for j, c in enumerate(HEART_COLUMNS)}
+    target = cols["target"]
+    if not np.all(np.isfinite(target)):
+        raise DataError("Heart column target must be present in every row, got a missing value.")
+    return encode(cols, HEART_SCHEMA), (target > 0).astype(np.int64)
+
+
+def prepare_heart(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    return encode_heart(read_table(path, ",", HEART_COLUMNS, header=True))
+
+
+#: Files each dataset needs under the authors' profile (relative to the data directory).
+FILES = {
+    "cardio": (f"cardio/{CARDIO_FILE}",),
+    "heart": (f"heart/{HEART_FILE}",),
+}
+
+CARDIO_FEATURES = feature_names(CARDIO_SCHEMA)
+HEART_FEATURES = feature_names(HEART_SCHEMA)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class AuthorsRows:
+    """The cleaned, encoded records before the split, in file order.
+
+    Tabular: ``x``/``y`` are all cleaned rows and ``x_test``/``y_test`` are None. Images:
+    ``x``/``y`` are the official training set, ``x_test``/``y_test`` the official test set.
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    x_test: np.ndarray | None
+    y_test: np.ndarray | None
+    image_shape: tuple[int, int, int] | None
+    feature_names: tuple[str, ...] | None
+    source_files: dict[str, str]
+    notes: str
+
+
+def load_rows(name: str, data_dir=None) -> AuthorsRows:
+    """Read and encode ``name`` (mnist, cifar10, cardio, heart) under the authors' rules, unsplit."""
+    from .base import resolve_data_dir
+    from .files import hash_and_verify, require_files, sums_note
+
+    root = resolve_data_dir(data_dir)
+    if name in ("cardio", "heart"):
+        folder = root / name
+        fname = CARDIO_FILE if name == "cardio" else HEART_FILE
+        what = "Cardio" if name == "cardio" else "Heart (Kaggle format)"
+        require_files(folder, (fname,), what)
+        src = hash_and_verify(root, folder, (fname,), what)
+        if name == "cardio":
+            x, y = prepare_cardio(folder / fname)
+            expected, names, kept = CARDIO_N_ROWS, CARDIO_FEATURES, "cohort filters kept"
+        else:
+            x, y = prepare_heart(folder / fname)
+            expected, names, kept = HEART_N_ROWS, HEART_FEATURES, "exact-duplicate removal kept"
+        note = f"authors' pipeline: {kept} {len(y)} rows"
+        if len(y) != expected:
+            note += f" (the original file gives {expected}: this file differs from the published one)"
+        return AuthorsRows(x, y, None, None, None, names, dict(src), note + "; " + sums_note(root, folder, (fname,)))
+    if name not in ("mnist", "cifar10"):
+        raise DataError(f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}.")
+    from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+
+    if name == "mnist":
+        x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
+        note = "authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; " + sums_note(root, root / "mnist", tuple(src))
+    else:
+        x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
+        note = ("authors' pipeline: official CIFAR-10 test batch, ToTensor pixels in [0, 1]; "
+                + ("files match the official md5 list" if official else "files are NOT the official CIFAR-10 batches (md5 differs)")
+                + "; " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)))
+    # The images stay uint8 here; load() converts each partition once (ToTensor = raw01 arithmetic).
+    _, shape = apply_profile(x_tr[:1], "raw01")
+    return AuthorsRows(x_tr, y_tr, x_te, y_te, shape, None, dict(src), note)
+
+
+def load(info, data_dir=None, split_seed: int | None = None):
+    """``(PreparedDataset, SplitIndices)`` for registry entry ``info`` under the authors' profile.
+
+    The returned indices are the ones used to cut the partitions (see :class:`SplitIndices`);
+    their sorted-set SHA-256 is also written into the dataset's ``notes``.
+    """
+    from .base import PreparedDataset
+    from .images import apply_profile
+
+    seed = AUTHORS_SPLIT_SEED if split_seed is None else non_negative_int("split_seed", split_seed)
+    rows = load_rows(info.name, data_dir)
+    if info.kind == "tabular":
+        idx = tabular_split(len(rows.y), seed)
+        parts = {p: (rows.x[getattr(idx, p)], rows.y[getattr(idx, p)]) for p in ("train", "val", "test")}
+        n_classes = 2
+    else:
+        idx = image_split(len(rows.y), len(rows.y_test), seed)
+        parts = {
+            "train": (apply_profile(rows.x[idx.train], "raw01")[0], rows.y[idx.train]),
+            "val": (apply_profile(rows.x[idx.val], "raw01")[0], rows.y[idx.val]),
+            "test": (apply_profile(rows.x_test[idx.test], "raw01")[0], rows.y_test[idx.test]),
+        }
+        n_classes = 10
+    hashes = idx.sha256()
+    notes = (rows.notes + f"; split numpy default_rng({seed}).permutation, int() cut points; sorted-index sha256 "
+             + ", ".join(f"{p} {hashes[p]}" for p in ("train", "val", "test")) + ".")
+    data = PreparedDataset(
+        name=info.name, kind=info.kind,
+        x_train=parts["train"][0], y_train=parts["train"][1], x_val=parts["val"][0], y_val=parts["val"][1],
+        x_test=parts["test"][0], y_test=parts["test"][1],
+        n_classes=n_classes, split_seed=seed, profile=AUTHORS_PROFILE, image_shape=rows.image_shape,
+        feature_names=rows.feature_names, source_files=rows.source_files, notes=notes,
+    )
+    return data, idx

@@ -1,0 +1,75 @@
+"""--ledger / $DPAUDIT_LEDGER: a path is SQLite, postgresql:// is PostgreSQL, any other scheme is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dpaudit.accounting.ledger_paths import DEFAULT_LEDGER, resolve_ledger, resolve_ledger_path
+from dpaudit.cli import app
+from dpaudit.errors import UsageError
+
+
+def test_a_path_stays_sqlite_and_the_default_is_unchanged(tmp_path, monkeypatch):
+    monkeypatch.delenv("DPAUDIT_LEDGER")
+    assert resolve_ledger().backend == "sqlite" and resolve_ledger().path == DEFAULT_LEDGER
+    loc = resolve_ledger(tmp_path / "l.sqlite")
+    assert (loc.backend, loc.path) == ("sqlite", tmp_path / "l.sqlite")
+    assert resolve_ledger_path(str(tmp_path / "x")) == tmp_path / "x"
+    # A Windows drive letter or a colon later in the name is still a path.
+    assert resolve_ledger("C:/ledgers/l.sqlite").backend == "sqlite"
+    assert resolve_ledger("runs/a:b/l.sqlite").backend == "sqlite"
+
+
+@pytest.mark.parametrize("text", [
+    "postgresql://alice@db.example/budget", "postgres://alice@db.example/budget",
+])
+def test_postgresql_urls_select_postgresql(text):
+    loc = resolve_ledger(text)
+    assert loc.backend == "postgresql" and loc.path is None
+    assert loc.url == "postgresql://alice@db.example/budget" and loc.schema == "dpaudit"
+
+
+def test_the_url_survives_pathlib_and_the_environment(monkeypatch):
+    # The CLI's --ledger is a Path: pathlib collapses "//" to "/"; the URL must come back whole.
+    url = "postgresql://alice:s3cret@127.0.0.1:5432/budget?sslmode=disable&schema=team_a"
+    for value in (url, Path(url)):
+        loc = resolve_ledger(value)
+        assert loc.backend == "postgresql"
+        assert loc.url == "postgresql://alice:s3cret@127.0.0.1:5432/budget?sslmode=disable"
+        assert loc.schema == "team_a"
+        assert "s3cret" not in loc.display and "***" in loc.display and "team_a" in loc.display
+        assert resolve_ledger(loc.target) == loc
+    monkeypatch.setenv("DPAUDIT_LEDGER", url)
+    assert resolve_ledger().url == loc.url
+
+
+@pytest.mark.parametrize("text", ["foo://x/y", "sqlite://l.sqlite", "mysql://root@127.0.0.1/db", "file:///tmp/l.sqlite", "http://h/x"])
+def test_an_unknown_scheme_is_refused_naming_it(text):
+    with pytest.raises(UsageError, match="unknown scheme") as ei:
+        resolve_ledger(text)
+    assert repr(text.split(":")[0]) in str(ei.value)
+    with pytest.raises(UsageError):
+        resolve_ledger(Path(text))
+
+
+@pytest.mark.parametrize("text,what", [
+    ("postgresql://alice@h/", "must name a database"),
+    ("postgresql://alice@h/db?schema=Bad-Name", "schema must be"),
+])
+def test_a_malformed_postgresql_url_is_refused(text, what):
+    with pytest.raises(UsageError, match=what):
+        resolve_ledger(text)
+
+
+@pytest.mark.parametrize("value", ["foo://x/y", "postgresql://nobody@127.0.0.1:1/nothing"])
+def test_the_cli_never_turns_a_url_into_a_file(tmp_path, monkeypatch, value):
+    """Before: `--ledger postgresql://...` created ./postgresql:/.../ledger as an SQLite file."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", value])
+    assert r.exit_code == 2, r.output
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())
+    if value.startswith("foo"):
+        assert "unknown scheme 'foo'" in r.output

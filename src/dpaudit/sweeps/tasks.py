@@ -275,7 +275,7 @@ def release_result(release, out: Path) -> dict:
         "steps_executed": d.get("steps_executed"),
         "non_private": d.get("non_private"),
         "noise_source": d.get("noise_source"),
-        "dataset": {k: (d.get("dataset") or {}).get(k) for k in ("name", "sha256", "profile")},
+        "dataset": {k: (d.get("dataset") or {}).get(k) for k in ("name", "profile")},
         "partition": d.get("partition"),
         "metrics": d.get("metrics", {}),
         "timings": d.get("timings", {}),

@@ -94,7 +94,8 @@ import numpy as np
 
 from ..errors import DataError
 from ..validation import non_negative_int
-from .tabular import CategoricalField, Field, NumericField, encode, feature_names, read_table
+from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CARDIO_FILTERS, DAYS_PER_YEAR, CategoricalField, Field, NumericField, encode,
+                      feature_names, read_table)
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.
@@ -172,14 +173,8 @@ def split_sizes(name: str) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- Cardio
 
-CARDIO_FILE = "cardio_train.csv"
-CARDIO_COLUMNS = (
-    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo",
-    "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
-)
-DAYS_PER_YEAR = 365.25
-#: Rows kept (inclusive); plus ap_hi >= ap_lo and a present target.
-CARDIO_FILTERS = {"height": (120.0, 220.0), "weight": (30.0, 200.0), "ap_hi": (80.0, 250.0), "ap_lo": (40.0, 150.0)}
+# The file, its columns, the day-to-year factor and the kept-row ranges (inclusive; plus ap_hi >=
+# ap_lo and a present target) are the same as dpaudit's own Cardio profile: shared from tabular.
 CARDIO_SCHEMA: tuple[Field, ...] = (
     NumericField("age_years", 0.0, 120.0, "years"),
     NumericField("height", 100.0, 250.0, "cm"),

@@ -6,6 +6,7 @@ Targets of the audit issue (2 cores):
 
 Usage (from the repository root):
   .venv/bin/python benchmarks/bench_audits.py mixmin [--runs 2000] [--workers 1 2]
+  .venv/bin/python benchmarks/bench_audits.py mixmin-task --data-dir ../shared/data   # mnist-mix: set-up costs, 500 trials
   .venv/bin/python benchmarks/bench_audits.py rvfl --data-dir ../shared/data [--runs 1000] [--workers 2]
   .venv/bin/python benchmarks/bench_audits.py rvfl --data-dir ../shared/data --runs 128   # a quick extrapolation
 
@@ -47,6 +48,39 @@ def bench_mixmin(runs: int, workers: list[int]) -> None:
               f"(claim {r.claimed_epsilon:.3f}), GDP estimate {r.gdp_estimate['epsilon']:.3f}")
 
 
+def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
+    """Where the time of `dpaudit audit mixmin --task mnist-mix` goes: start-up pieces, task build,
+    and one 500-trial chunk (CPU seconds: robust to a shared machine)."""
+    import resource
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    c0 = cpu()
+    import torchvision.datasets  # noqa: F401  (what dpaudit.data.images uses to read the MNIST files)
+
+    print(f"import torchvision.datasets: {cpu() - c0:.2f} CPU-s (torch already imported)")
+    from dpaudit.audits.mixmin import mixmin_task_target
+    from dpaudit.mechanisms.mixmin_tasks import load_task, train_proxies
+    from dpaudit.noise import NoiseSource
+
+    c0 = cpu()
+    task = load_task("mnist-mix", data_dir=data_dir)
+    c1 = cpu()
+    train_proxies(task)
+    c2 = cpu()
+    t = mixmin_task_target("mnist-mix", canary="max-clip", data_dir=data_dir)  # proxies cached in memory now
+    c3 = cpu()
+    print(f"load_task {c1 - c0:.2f}, train_proxies {c2 - c1:.2f}, rest of the target build {c3 - c2:.2f} CPU-s "
+          f"(n_mix={t.probs.shape[0]}, k={t.probs.shape[1]}, q={t.config.sample_rate:.4f}, sigma={t.config.noise_multiplier:.4f})")
+    inserted = np.random.default_rng(0).random(500) < 0.5
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        t.scores(inserted, NoiseSource("reproducible", seed=1))
+        print(f"  500 trials: {time.perf_counter() - w0:.2f} s wall, {time.process_time() - c0:.2f} CPU-s")
+
+
 def bench_rvfl(runs: int, workers: list[int], data_dir: str | None, chunk: int) -> None:
     from dpaudit.audits.engine import run_audit
     from dpaudit.audits.heads import HeadTarget
@@ -70,7 +104,7 @@ def bench_rvfl(runs: int, workers: list[int], data_dir: str | None, chunk: int) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["mixmin", "rvfl"])
+    ap.add_argument("what", choices=["mixmin", "mixmin-task", "rvfl"])
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--data-dir", default=os.environ.get("DPAUDIT_DATA_DIR"))
@@ -79,6 +113,8 @@ def main() -> None:
     print(f"cpu_count={os.cpu_count()}, torch threads per process={torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
     if a.what == "mixmin":
         bench_mixmin(a.runs or 2000, a.workers)
+    elif a.what == "mixmin-task":
+        bench_mixmin_task(a.data_dir)
     else:
         bench_rvfl(a.runs or 1000, a.workers, a.data_dir, a.chunk)
 

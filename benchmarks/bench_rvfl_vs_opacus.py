@@ -10,9 +10,11 @@ loading, calibration or privacy-engine construction), as in the paper's section 
   trainable ``nn.Linear`` head; Adam(1e-3); mean loss with expected batch size m0.
 - ``opacus-cached``: the same, on precomputed features z (isolates the per-example-gradient
   engine from the feature computation).
-- ``dpaudit``: :func:`dpaudit.mechanisms.dpsgd.train_linear_head` (closed-form clipped sums),
-  including the one-off feature computation in the timed part.
-- ``dpaudit-batched``: :func:`dpaudit.mechanisms.batched.train_linear_heads_batched`, R runs at once;
+- ``dpaudit``: :func:`dpaudit.mechanisms.dpsgd.train_linear_head` (closed-form clipped sums; one
+  run of the head engine :func:`dpaudit.mechanisms.engine.train_heads`), including the one-off
+  feature computation in the timed part.
+- ``dpaudit-batched``: :func:`dpaudit.mechanisms.batched.train_linear_heads_batched`, R runs at once
+  (the same engine, as the audits run it);
   per-model time = total / R. Peak memory of a child process that loads MNIST and trains the R
   runs is reported (ru_maxrss).
 
@@ -22,6 +24,9 @@ recorded: on a shared machine wall time mostly measures the neighbours, so the r
 time (with one thread, CPU time is what the wall time would be on an idle machine).
 
     python benchmarks/bench_rvfl_vs_opacus.py --data-dir ../shared/data [--repeats 3] [--runs 64] [--threads 1]
+
+``--profile-single``: instead, time one dpaudit single run by parts (feature transform, then the
+training loop under cProfile; the top functions by own time) -- where the time goes.
 """
 
 from __future__ import annotations
@@ -166,6 +171,37 @@ def _batched_child(data_dir, runs, threads, chunk, q):
            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "rss_before_gib": rss0 / 2**20})
 
 
+def profile_single(data_dir) -> int:
+    """One dpaudit single run, timed by parts: feature transform (CPU s), then the head engine's
+    loop under cProfile (top 12 functions by own time)."""
+    import cProfile
+    import pstats
+
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, init_head, train_linear_head
+    from dpaudit.mechanisms.features import build_features
+    from dpaudit.noise import NoiseSource, public_rng
+
+    data = _load(data_dir)
+    sched, sigma = _protocol(data)
+    cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
+    feats = build_features("rvfl", data.n_features, 42)
+    head_init = init_head(feats.output_dim, 10, public_rng(42, 0x48454144))
+    load0 = os.getloadavg()[0]
+    c = time.process_time()
+    z = feats.transform(data.x_train, bias_column=True)
+    c_feat = time.process_time() - c
+    prof = cProfile.Profile()
+    c = time.process_time()
+    prof.enable()
+    train_linear_head(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
+    prof.disable()
+    c_train = time.process_time() - c
+    print(f"features {z.shape}: {c_feat:.2f} CPU s; training loop ({sched.steps} steps, cProfile on): {c_train:.2f} CPU s; "
+          f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=os.environ.get("DPAUDIT_DATA_DIR"))
@@ -177,8 +213,11 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-cached", action="store_true")
     ap.add_argument("--old-sampler-too", action="store_true",
                     help="also time dpaudit with the pre-issue-13 noise step (torch.randn float32), interleaved")
+    ap.add_argument("--profile-single", action="store_true", help="profile one dpaudit single run (no Opacus) and exit")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.profile_single:
+        return profile_single(args.data_dir)
     from dpaudit.mechanisms.dpsgd import init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import public_rng

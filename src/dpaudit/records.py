@@ -114,6 +114,11 @@ class Release:
     timings: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     command: str | None = None
+    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`): public
+    #: by construction; ``command`` is derived from it and the audit of this release rebuilds its
+    #: target from it. None for releases made before it was recorded (they still load; the audit
+    #: then rebuilds the request from the recorded fields).
+    request: dict | None = None
     #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION for
     #: Gaussian mechanisms); None for releases made before it was recorded.
     noise_sampler: str | None = None
@@ -280,12 +285,14 @@ def read_release(path: str | os.PathLike) -> Release:
 
 
 def check_accounting(*, steps_executed: int, steps_accounted: int, epsilon: float, target_epsilon: float | None) -> None:
-    """Fail loudly when a run did not do what was accounted for."""
-    if steps_executed != steps_accounted:
-        raise AccountingMismatchError(
-            f"steps executed ({steps_executed}) differ from steps accounted ({steps_accounted}); the release is withheld."
-        )
-    if target_epsilon is not None and epsilon > target_epsilon:
-        raise AccountingMismatchError(
-            f"achieved epsilon {epsilon} exceeds the target {target_epsilon}; the release is withheld."
-        )
+    """Fail loudly when a run did not do what was accounted for (before anything is published).
+
+    The thin primitive the release paths call: the steps and target rules of
+    :func:`dpaudit.claims.verify_claim` (which a report or the ledger applies to a written
+    release), raised as :class:`~dpaudit.errors.AccountingMismatchError` instead of returned.
+    """
+    from .claims import steps_problem, target_problem
+
+    problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(epsilon, target_epsilon)
+    if problem is not None:
+        raise AccountingMismatchError(f"{problem}; the release is withheld.")

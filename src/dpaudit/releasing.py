@@ -1,6 +1,6 @@
 """The common tail of every training command: noise source, budget reservation, publish.
 
-Order matters (DESIGN.md, "check, then commit; fail closed"):
+Order matters ("check, then commit; fail closed", docs/architecture.md):
 
 1. :func:`reserve` checks the planned release against the ledger (budget cap, dataset identity)
    *before* any training and, in the same write transaction, holds its budget with a
@@ -11,7 +11,9 @@ Order matters (DESIGN.md, "check, then commit; fail closed"):
    interrupted before publishing anything). A run killed before that leaves its reservation
    open: the budget stays spent until an operator voids it (``dpaudit ledger void ID``).
 
-Steps 1-3 share one :func:`release_session` (a context manager; :func:`budget_session` is the
+:func:`release` is the one skeleton every mechanism's release runs through (the contract:
+:mod:`dpaudit.mechanisms.contract`; the flow: ``docs/architecture.md``). Steps 1-3 share one
+:func:`release_session` (a context manager; :func:`budget_session` is the
 same as a function decorator), used by every release path: DP-SGD (record and user level),
 DP-ELM and DP-MixMin (whose two releases settle one combined reservation).
 """
@@ -199,6 +201,238 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
         with open_ledger(ledger_path) as ledger:
             ledger.record(release, artefact_path=artefact)
     return path
+
+
+# ---------------------------------------------------------------- the one release skeleton
+
+
+def resolve_mechanism(mechanism):
+    """A mechanism object from itself or from its catalogue name (:mod:`dpaudit.catalogue`)."""
+    if isinstance(mechanism, str):
+        from .catalogue import lookup
+
+        return lookup(mechanism).mechanism()
+    return mechanism
+
+
+def release(
+    mechanism,
+    request,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    ledger_path: str | os.PathLike | None = None,
+    record: bool = True,
+    progress=None,
+    prepared=None,
+):
+    """Make one release of ``mechanism`` (a :class:`~dpaudit.mechanisms.contract.Mechanism` or
+    its catalogue name) for ``request``: the one order every release follows.
+
+    1. validate the request (``mechanism.validate``), and an explicit ``out_dir`` (a bad one
+       fails before anything is loaded, reserved or computed);
+    2. load the data (``mechanism.load``; ``prepared``: already loaded data handed to it);
+    3. plan from public facts only (``mechanism.plan``): event, calibrated noise, config;
+    4. refuse a Gaussian run whose sampler tails exceed 1 % of delta (``plan.noise_values``);
+    5. reserve the budget of ``plan.event`` in the ledger (check, then commit:
+       :func:`reserve`; ``record=False`` only checks);
+    6. make the noise source (secret unless the request asks for reproducible noise);
+    7. run (``mechanism.run``) on the private data;
+    8. verify the claim: epsilon recomputed from ``plan.event`` with ``plan.accountant`` under
+       ``plan.adjacency`` must not exceed ``plan.target_epsilon`` and the executed steps must
+       equal ``plan.steps``, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing
+       is published (the reservation is cancelled);
+    9. build the :class:`~dpaudit.records.Release` (with the request) and :func:`publish` it.
+
+    A multi-release plan (``plan.parts``, e.g. DP-MixMin's mixture weights then its fine-tuned
+    head) reserves its combined ``plan.event`` once; ``run`` returns one output per part
+    (``RunOutput.parts``); each part's claim is verified against its own event and target; the
+    plan's partition declarations are made (recorded runs only), then every part is published
+    under ``out_dir / part.out_subdir`` and all are settled with the one reservation.
+
+    Returns the Release (the last part's for a multi-release plan).
+    """
+    mech = resolve_mechanism(mechanism)
+    with release_session():
+        return _release_in_session(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress,
+                                   prepared=prepared)
+
+
+def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
+    import time
+
+    from .mechanisms.contract import DataInfo
+    from .records import check_out_dir
+
+    validate = getattr(mech, "validate", None)
+    if validate is not None:
+        request = validate(request)
+    out_dir = check_out_dir(out_dir) if out_dir is not None else None
+    t0 = time.perf_counter()
+    load_kw = {"ledger_path": ledger_path} if getattr(mech, "load_uses_ledger", False) else {}
+    data = mech.load(request, **load_kw) if prepared is None else mech.load(request, prepared=prepared, **load_kw)
+    info_of = getattr(mech, "data_info", None)
+    info = info_of(request, data) if info_of is not None else DataInfo.from_prepared(data)
+    plan = mech.plan(request, info)
+    if out_dir is None:
+        default = getattr(mech, "default_out_dir", None)
+        out_dir = check_out_dir(default(plan) if default is not None else _default_out_dir(plan))
+    parts = plan.parts or (plan,)  # a multi-release plan: one Release per part, one reservation
+    for part in parts:
+        if part.event is not None and part.noise_values is not None:
+            _noise_tail(part, part.noise_values, part.target_epsilon)  # public sizes: refuse before any work
+    # Check, then commit: the budget is checked and held before the private data are used.
+    # A multi-release plan reserves its combined event (plan.event) once, for all its parts.
+    reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
+            ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
+            data_info={"split_seed": info.split_seed, "profile": info.profile}, uncertified=plan.uncertified, mechanism=plan.mechanism)
+    noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
+                              noise_source=getattr(request, "noise_source", "os-entropy"))
+    setup_seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    output = mech.run(plan, data, noise, progress=progress)
+    run_seconds = time.perf_counter() - t1
+    outputs = output.parts if plan.parts else (output,)
+    if len(outputs) != len(parts):
+        from .errors import AccountingMismatchError
+
+        raise AccountingMismatchError(f"run outputs must match the plan's {len(parts)} release(s), got {len(outputs)}.")
+    timings = {"setup_seconds": setup_seconds, "train_seconds": run_seconds}
+    # Every part's claim is verified (build_release) before anything is written or declared.
+    releases = [build_release(mech, part, out, noise=noise, out_dir=Path(out_dir) / part.out_subdir, data=data,
+                              timings=timings if part.time_run else None) for part, out in zip(parts, outputs)]
+    link = getattr(mech, "link_releases", None)
+    if link is not None and plan.parts:
+        releases = list(link(plan, releases))
+    for part, out in zip(parts, outputs):
+        write_artefacts(out, Path(out_dir) / part.out_subdir)
+    if record:
+        for d in plan.declarations:
+            declare_partition(d, ledger_path)
+    for part, rel in zip(parts, releases):
+        publish(rel, Path(out_dir) / part.out_subdir, ledger_path=ledger_path, record=record)
+    after = getattr(mech, "after_publish", None)
+    if after is not None and plan.parts:
+        after(plan, releases, out_dir)
+    return releases[-1]
+
+
+def declare_partition(declaration, ledger_path=None) -> None:
+    """Declare ``declaration`` (:class:`~dpaudit.mechanisms.contract.PartitionDeclaration`):
+    its parent splits into disjoint children in the ledger."""
+    from .accounting.ledger import open_ledger
+
+    with open_ledger(ledger_path) as ledger:
+        ledger.declare_partition(declaration.dataset, declaration.parent, tuple(declaration.children), declaration.declared_by)
+
+
+def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
+    """(claimed epsilon, epsilons by accountant) of ``plan``, recomputed from its event.
+
+    Raises :class:`~dpaudit.errors.AccountingMismatchError` when ``steps_executed`` differs from
+    ``plan.steps`` or the recomputed epsilon exceeds ``plan.target_epsilon``. A non-private plan
+    (event None) claims nothing: ``(inf, {})``.
+    """
+    from .accounting import compute_epsilon
+    from .records import check_accounting
+
+    if plan.event is None:
+        return float("inf"), {}
+    claimed = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency).epsilon
+    check_accounting(steps_executed=int(steps_executed), steps_accounted=int(plan.steps), epsilon=claimed, target_epsilon=plan.target_epsilon)
+    epsilons = {plan.accountant: claimed}
+    for other in plan.compare_accountants:
+        try:
+            epsilons[other] = compute_epsilon(plan.event, delta=plan.delta, accountant=other, adjacency=plan.adjacency).epsilon
+        except Exception as e:  # noqa: BLE001 -- a comparison value only; the claim is plan.accountant's
+            epsilons[other] = f"unavailable: {type(e).__name__}"
+    return claimed, epsilons
+
+
+def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dict | None = None) -> Release:
+    """The :class:`Release` of a verified run (:func:`verify_planned_claim` runs here: an unverified claim
+    never becomes a Release)."""
+    from .records import round_timings
+
+    claimed, epsilons = verify_planned_claim(plan, output.steps_executed)
+    times = {**(timings or {}), **output.timings}
+    fields = {**plan.release_fields, **output.release_fields}
+    values = output.noise_values if output.noise_values is not None else plan.noise_values
+    if values is not None:  # a Gaussian mechanism: its sampler's tail delta (none drawn when non-private)
+        fields["noise_tail_delta"] = 0.0 if plan.event is None else _noise_tail(plan, values, claimed, what=output.noise_what)
+    request = plan.request
+    command_of = getattr(mech, "command_line", None)
+    if command_of is not None:
+        command = command_of(plan, out_dir)
+    elif hasattr(request, "command"):
+        command = request.command(out=out_dir)  # derived from the request, never parsed back
+    else:
+        command = None
+    extra = {}
+    if hasattr(request, "to_dict") and "request" in {f.name for f in _release_fields()}:
+        extra["request"] = request.to_dict()
+    artefacts = dict(output.artefacts)
+    if (output.arrays is not None or output.save is not None) and output.weights_name:
+        artefacts.setdefault("weights", output.weights_name)
+    for key, rel_path in output.artefact_paths.items():  # written by save(); recorded resolved
+        artefacts[key] = str((Path(out_dir) / rel_path).resolve())
+    if getattr(mech, "record_out_dir", False):  # releases of this mechanism have always named their folder
+        artefacts["out_dir"] = str(out_dir)
+    return Release(
+        mechanism=plan.mechanism,
+        dataset=plan.dataset,  # public identity only; the digest stays local (data_digest)
+        adjacency=plan.adjacency,
+        accountant=plan.accountant,
+        epsilon=claimed,
+        delta=plan.delta,
+        guarantee={"type": "non-private"} if plan.event is None else plan.event.to_dict(),
+        seed=int(plan.seed),
+        noise_source=noise.spec.to_dict(),
+        target_epsilon=None if plan.event is None else plan.target_epsilon,
+        steps=int(plan.steps),
+        steps_executed=int(output.steps_executed),
+        partition=plan.partition,
+        privacy_unit=plan.privacy_unit,
+        non_private=plan.event is None,
+        epsilons=epsilons,
+        config={**plan.config, **output.config},
+        metrics=output.metrics,  # evaluation data outside the DP claim (Release docstring)
+        timings=round_timings(times),  # published rounded (data-dependent); exact ones in local.json
+        exact_timings=times,
+        data_digest=getattr(data, "sha256", None),  # never published; the ledger keeps a keyed fingerprint
+        artefacts=artefacts,
+        command=command,
+        **fields,
+        **extra,
+    )
+
+
+def write_artefacts(output, out_dir) -> None:
+    """Write a run's artefacts under ``out_dir`` (checked writable before the run)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if output.save is not None:
+        output.save(out)
+    elif output.arrays is not None:
+        import numpy as np
+
+        np.savez(out / output.weights_name, **output.arrays)
+
+
+def _release_fields():
+    from dataclasses import fields as dc_fields
+
+    return dc_fields(Release)
+
+
+def _noise_tail(plan, values: int, epsilon, *, what: str | None = None) -> float:
+    from .noise import gaussian_run_tail
+
+    return gaussian_run_tail(1, int(values), float(epsilon), plan.delta, what=what or plan.noise_what)
+
+
+def _default_out_dir(plan) -> Path:
+    eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
+    return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
 
 
 def _first_line(e: BaseException) -> str:

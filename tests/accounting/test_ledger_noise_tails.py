@@ -127,12 +127,12 @@ def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
 
 
 def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monkeypatch):
-    from dpaudit.mechanisms import rvfl
+    from dpaudit.mechanisms import dpsgd_release, rvfl
 
     def trained(*a, **k):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(rvfl, "train_linear_head", trained)
+    monkeypatch.setattr(dpsgd_release, "train_linear_head", trained)  # the DP-SGD release's trainer
     with pytest.raises(UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got .* for this dp-rvfl run"):
         rvfl.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
                                progress=False, ledger_path=tmp_path / "l.sqlite")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -156,3 +158,91 @@ def test_target_from_mixmin_release(tmp_path):
     assert t.task.startswith("digits-mix/")
     with pytest.raises(UsageError, match="must match"):
         target_from_release(tmp_path, mechanism="dp-elm")
+
+
+# ---------------------------------------------------------------- releases -> requests -> targets
+
+OLD = Path(__file__).parent / "old_releases"  # release.json files written by the code before requests
+
+
+@pytest.mark.parametrize("name, cls", [("rvfl", HeadTarget), ("elm", ElmTarget), ("mixmin", MixMinTarget)])
+def test_old_release_without_request_still_audits(name, cls, tmp_path):
+    from dpaudit.audits.build import release_request
+    from dpaudit.records import read_release
+
+    rel = read_release(OLD / f"{name}.json")
+    assert rel.request is None  # written before releases recorded their request
+    req = release_request(rel)  # rebuilt from the recorded fields, never from the command
+    assert req.seed == rel.seed and req.epsilon == rel.target_epsilon
+    t = target_from_release(rel)
+    assert isinstance(t, cls) and t.claimed_epsilon == pytest.approx(rel.epsilon)
+    if name == "elm":
+        assert t.width == rel.config["width"] == req.width == 5
+    else:
+        cfg = t._config if name == "rvfl" else t.config
+        assert cfg.noise_multiplier == pytest.approx(rel.noise_multiplier) and cfg.steps == rel.steps
+
+
+def test_old_user_level_release_names_its_user_ids_only_in_the_command(tmp_path):
+    # The old audit parsed `--user-ids PATH` out of the command line; it is never parsed now: the
+    # auditor passes the file, or the audit is refused with a message that says how.
+    from dpaudit.audits.user_level import UserHeadTarget
+    from dpaudit.records import read_release
+
+    with pytest.raises(UsageError, match=r"user ids must be given \(--user-ids FILE.npy\)"):
+        target_from_release(OLD / "rvfl-user.json")
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(1797) // 4)  # the file the release was made with (digits: 1797 rows, users of 4)
+    t = target_from_release(OLD / "rvfl-user.json", user_ids=ids)
+    rel = read_release(OLD / "rvfl-user.json")
+    assert isinstance(t, UserHeadTarget) and t._config.steps == rel.steps and t.claimed_epsilon == pytest.approx(rel.epsilon)
+
+
+def test_release_records_its_request_and_the_command_comes_from_it(tmp_path):
+    import shlex
+
+    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.records import read_release
+    from dpaudit.requests import DPELMRequest
+
+    train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, sampler="textbook", out_dir=tmp_path, record=False)
+    rel = read_release(tmp_path)
+    req = DPELMRequest.from_dict(rel.request)
+    assert req == DPELMRequest(width=3, epsilon=1.5, seed=7, sampler="textbook")
+    assert shlex.split(rel.command) == req.to_argv(out=tmp_path)
+
+
+def test_user_level_audit_takes_user_ids_from_the_request_not_the_command(tmp_path):
+    import json
+
+    from dpaudit.audits.user_level import UserHeadTarget
+    from dpaudit.mechanisms.rvfl import train_and_release
+
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(1797) // 3)
+    out = tmp_path / "rel"
+    train_and_release("dp-rvfl", epsilon=2.0, epochs=1, privacy_unit="user", records_per_user=2, user_ids=ids, out_dir=out, record=False, progress=False)
+    d = json.loads((out / "release.json").read_text())
+    assert d["request"]["user_ids"] == str(ids) and d["request"]["records_per_user"] == 2
+    d["command"] = "dpaudit train dp-rvfl"  # the command is informative only: nothing reads it back
+    (out / "release.json").write_text(json.dumps(d))
+    t = target_from_release(out)
+    assert isinstance(t, UserHeadTarget) and t.user_ids == str(ids)
+
+
+def test_release_whose_request_disagrees_with_it_is_refused(tmp_path):
+    import json
+
+    from dpaudit.errors import DataError
+    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+
+    train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, out_dir=tmp_path, record=False)
+    d = json.loads((tmp_path / "release.json").read_text())
+    bad = {**d, "request": {**d["request"], "width": 5}}
+    (tmp_path / "release.json").write_text(json.dumps(bad))
+    with pytest.raises(DataError, match="release request width must match the release's 3, got 5"):
+        target_from_release(tmp_path)
+    bad = {**d, "request": {**d["request"], "secret_switch": True}}
+    (tmp_path / "release.json").write_text(json.dumps(bad))
+    with pytest.raises(DataError, match="request keys must be among"):
+        target_from_release(tmp_path)

@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.cli import app
-from dpaudit.mechanisms import rvfl
 from dpaudit.mechanisms.rvfl import MODEL_NAMES
 
 try:  # click >= 8.2 keeps stderr apart by default; older versions need mix_stderr=False
@@ -57,19 +56,26 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
         def to_dict(self):
             return {"mechanism": "dp-cnn", "dataset": {"name": "heart"}, "metrics": self.metrics, "timings": self.timings}
 
-    def fake(model, **kw):
-        seen["model"] = model
+    def fake(request, **kw):
+        seen["request"] = request
         seen.update(kw)
         return _Rel()
 
-    monkeypatch.setattr(rvfl, "train_and_release", fake)
-    res = runner.invoke(app, ["train", "dp-cnn", "--dataset", "heart", "--data-dir", str(tmp_path), "--eps", "0.5", "--delta", "1e-6",
-                              "--seed", "44", "--non-private", "--out", str(tmp_path / "o"), "--reproducible-noise", "--epochs", "3",
-                              "--batch-size", "32", "--split-seed", "2027", "--threads", "1", "--json"])
+    from dpaudit.mechanisms import dpsgd_release
+    from dpaudit.requests import DPSGDRequest
+
+    monkeypatch.setattr(dpsgd_release, "release_dpsgd", fake)
+    argv = ["train", "dp-cnn", "--dataset", "heart", "--data-dir", str(tmp_path), "--eps", "0.5", "--delta", "1e-06",
+            "--seed", "44", "--non-private", "--out", str(tmp_path / "o"), "--reproducible-noise", "--epochs", "3",
+            "--batch-size", "32", "--split-seed", "2027", "--threads", "1", "--json"]
+    res = runner.invoke(app, argv)
     assert res.exit_code == 0, res.stderr
-    assert seen["model"] == "dp-cnn" and seen["dataset"] == "heart" and str(seen["data_dir"]) == str(tmp_path)
-    assert seen["epsilon"] == 0.5 and seen["delta"] == 1e-6 and seen["seed"] == 44 and seen["non_private"] is True
-    assert seen["reproducible_noise"] is True and seen["epochs"] == 3 and seen["batch_size"] == 32 and seen["split_seed"] == 2027
+    # The command parses into the request the library releases (and the release records).
+    assert seen["request"] == DPSGDRequest(model="dp-cnn", dataset="heart", data_dir=str(tmp_path), epsilon=0.5, delta=1e-6, seed=44,
+                                           non_private=True, reproducible_noise=True, epochs=3, batch_size=32, split_seed=2027)
+    assert str(seen["out_dir"]) == str(tmp_path / "o")
+    # ... and the request's argv is the command it was parsed from (less the run-only flags)
+    assert sorted(seen["request"].to_argv(out=tmp_path / "o")[1:]) == sorted(a for a in argv if a not in ("--threads", "1", "--json"))
     assert "no --dataset" not in res.stderr
     assert json.loads(res.stdout)["mechanism"] == "dp-cnn"
 

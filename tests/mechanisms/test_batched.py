@@ -117,3 +117,20 @@ def test_validation():
         HeadCanary(kind="user")
     with pytest.raises(UsageError, match="runs must be"):
         train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=0)
+
+
+def test_engine_canary_hook_validation():
+    from dpaudit.mechanisms.engine import CanaryHook, train_heads
+
+    z, y, _ = _data()
+    cfg = DPSGDConfig(sample_rate=0.5, steps=2, normalizer=3, noise_multiplier=1.0)
+    with pytest.raises(UsageError, match="either rows"):
+        CanaryHook(included=np.ones(2, bool))
+    with pytest.raises(UsageError, match="either rows"):
+        CanaryHook(included=np.ones(2, bool), z=np.ones((1, 4)), y=np.array([0]), gradient=np.ones((3, 5)))
+    with pytest.raises(UsageError, match=r"canary rows must have 4 features and labels in \[0, 3\)"):
+        train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=2, canary=CanaryHook(np.ones(2, bool), z=np.ones((1, 4)), y=np.array([3])))
+    with pytest.raises(UsageError, match="a record canary must be one record"):
+        train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=2, canary=CanaryHook(np.ones(2, bool), z=np.ones((2, 4)), y=np.array([0, 1])))
+    with pytest.raises(UsageError, match=r"canary gradient must be a finite array of shape \(3, 5\)"):
+        train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=2, canary=CanaryHook(np.ones(2, bool), gradient=np.ones((3, 4))))

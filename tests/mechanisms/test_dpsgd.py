@@ -175,13 +175,13 @@ def test_engine_normalizer_noise_and_empty_batches(monkeypatch):
     noise = _ScriptedNoise(masks, noise_value=0.25)
     cfg = DPSGDConfig(sample_rate=0.3, steps=4, normalizer=7, noise_multiplier=2.0, clipping_norm=0.5)
     seen_grads, seen_idx = [], []
-    real_update = dpsgd.adam_update
+    real_step = dpsgd.Adam.step
 
-    def spy(params, grads, state, config):
+    def spy(self, grads, t):  # the sanitised gradient Adam receives (shared step of every trainer)
         seen_grads.append(grads[0].clone())
-        real_update(params, grads, state, config)
+        real_step(self, grads, t)
 
-    monkeypatch.setattr(dpsgd, "adam_update", spy)
+    monkeypatch.setattr(dpsgd.Adam, "step", spy)
 
     def clipped_sum(params, idx):
         seen_idx.append(idx.tolist())
@@ -331,3 +331,37 @@ def test_gap_extension_keeps_bernoulli_rates():
         assert np.all(np.diff(ix) > 0) and (ix.size == 0 or (ix[0] >= 0 and ix[-1] < n))
         counts[ix] += 1
     assert np.all(np.abs(counts / trials - q) < 5 * np.sqrt(q * (1 - q) / trials))
+
+
+@pytest.mark.parametrize("source,runs", [("reproducible", 1), ("reproducible", 5), ("cryptographic", 3)])
+def test_poisson_batch_is_poisson_sample_flattened(source, runs):
+    """The one sampler of every trainer draws exactly what poisson_sample draws (same order)."""
+    seed = 21 if source == "reproducible" else None
+    a = NoiseSource(source, seed=seed)
+    b = a if source == "cryptographic" else NoiseSource(source, seed=seed)
+    for _ in range(3):
+        flat, offsets = dpsgd.poisson_batch(a, runs, 500, 0.03)
+        assert offsets.shape == (runs + 1,) and offsets[-1] == flat.size
+        if source == "reproducible":
+            want = dpsgd.poisson_sample(b, 500, 0.03, runs=runs)
+            for r in range(runs):
+                np.testing.assert_array_equal(flat[offsets[r]:offsets[r + 1]], want[r])
+        else:
+            assert all(np.all(np.diff(flat[offsets[r]:offsets[r + 1]]) > 0) for r in range(runs))
+
+
+def test_noisy_adam_step_is_noise_then_normaliser_then_adam():
+    """The shared step: sum + N(0, (sigma C)^2) from the source, / m0, torch.optim.Adam."""
+    cfg = DPSGDConfig(sample_rate=0.1, steps=3, normalizer=7, noise_multiplier=1.5, clipping_norm=0.4, lr=0.02)
+    w = torch.tensor([[0.3, -0.2], [0.1, 0.5]], dtype=torch.float64)
+    ref = torch.nn.Parameter(w.clone())
+    opt = torch.optim.Adam([ref], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
+    step = dpsgd.NoisyAdamStep([w], cfg, noise=NoiseSource("reproducible", seed=2))
+    twin = NoiseSource("reproducible", seed=2)
+    for t in range(1, 4):
+        s = torch.full((2, 2), 0.1 * t, dtype=torch.float64)
+        step.sums[0].copy_(s)
+        step.apply(t)
+        ref.grad = (s + twin.gaussian_torch((2, 2), 1.5 * 0.4, dtype=torch.float64)) / 7
+        opt.step()
+    np.testing.assert_allclose(w.numpy(), ref.detach().numpy(), rtol=1e-12, atol=1e-15)

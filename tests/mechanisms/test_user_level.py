@@ -42,14 +42,14 @@ def _cfg(**kw):
 def _record_masks(monkeypatch):
     """Record every Poisson sample the engine draws."""
     seen = []
-    real = dpsgd.poisson_sample
+    real = dpsgd.poisson_batch
 
     def spy(*a, **kw):
-        out = real(*a, **kw)
-        seen.append(out[0].copy())
-        return out
+        flat, offsets = real(*a, **kw)
+        seen.append(flat[offsets[0]:offsets[1]].copy())
+        return flat, offsets
 
-    monkeypatch.setattr(dpsgd, "poisson_sample", spy)
+    monkeypatch.setattr(dpsgd, "poisson_batch", spy)
     return seen
 
 

@@ -10,15 +10,25 @@
   add/remove (``ADD_OR_REMOVE_ONE``) and replace-one (``REPLACE_ONE``) neighbours.
 - ``pure``: pure epsilon-DP, delta = 0, composition by summation.
 
+**Accountants behind one protocol.** Every accountant is an object satisfying
+:class:`Accountant` (in the spirit of dp_accounting's ``PrivacyAccountant``): a ``name``,
+``supports`` / ``support_error`` for an (event, adjacency) pair, ``epsilon(event, delta,
+adjacency)`` and, where the backend can, ``delta(event, epsilon, adjacency)``. The built-ins
+(rdp, prv, pld, pure) and any user accountant live in one registry (:func:`register_accountant`,
+:func:`get_accountant`, :func:`accountants_supporting`); :func:`compute_epsilon` is a thin wrapper
+over it that many callers use.
+
 **Adjacency is an input, never a label.** Each accountant declares which (event, adjacency)
 pairs it can account for (:func:`support_error` / :func:`supports`, in the spirit of
 dp_accounting's ``PrivacyAccountant.supports``); :func:`compute_epsilon` refuses every other pair
-with a one-line :class:`~dpaudit.errors.UnsupportedEventError` naming an accountant that does
-support it. The conventions every accountant uses for a ``SubsampledGaussian`` event (DP-SGD):
-each record's (or, at user level, each user's) clipped contribution to the noisy *sum* has L2
-norm at most C, the noise std is ``noise_multiplier * C``, and each record (user) is in a step's
-batch independently with probability ``sample_rate``. Then, per step and conditioned on the rest
-of the batch, the output pair of a neighbouring dataset pair is dominated by (units of C):
+with a one-line :class:`~dpaudit.errors.UnsupportedEventError` naming the accountant, the event
+and the adjacency (and, for the built-ins, an accountant that does support it); and it refuses
+an answer labelled with another adjacency or accountant than the one asked. The conventions
+every accountant uses for a ``SubsampledGaussian`` event (DP-SGD): each record's (or, at user
+level, each user's) clipped contribution to the noisy *sum* has L2 norm at most C, the noise std
+is ``noise_multiplier * C``, and each record (user) is in a step's batch independently with
+probability ``sample_rate``. Then, per step and conditioned on the rest of the batch, the output
+pair of a neighbouring dataset pair is dominated by (units of C):
 
 - add/remove (record or user): ``(1-q) N(0, s^2) + q N(1, s^2)`` vs ``N(0, s^2)``, both
   orders (the removed unit's contribution is present or absent);
@@ -40,12 +50,13 @@ import itertools
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Callable
+from types import MappingProxyType
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import UnsupportedEventError, UsageError
-from ..validation import open_unit
+from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 
@@ -172,12 +183,12 @@ def _leaf_error(accountant: str, leaf, adjacency: Adjacency) -> str | None:
     if isinstance(leaf, PureEpsilon):
         return None
     if not isinstance(leaf, SubsampledGaussian):
-        return f"the {accountant} accountant cannot account for {leaf!r}."
+        return f"the {accountant} accountant does not support {event_kind(leaf)} events under {adjacency.value} adjacency."
     if leaf.steps == 0:
         return None  # nothing happened: epsilon 0 under every adjacency
     if accountant == "pure":
-        return (f"the pure accountant only accounts for pure-epsilon events, got {leaf.to_dict()['type']}; "
-                f"use rdp, prv or pld.")
+        return (f"the pure accountant does not support subsampled-gaussian events under {adjacency.value} adjacency "
+                f"(it only accounts for pure-epsilon events); use rdp, prv or pld.")
     if accountant in ("rdp", "prv") and adjacency is Adjacency.REPLACE_RECORD and leaf.sample_rate < 1.0:
         analysis = "Opacus's subsampled-Gaussian RDP analysis" if accountant == "rdp" else "prv-accountant's subsampled-Gaussian PRV"
         return (f"the {accountant} accountant does not support subsampled-gaussian events with sample_rate < 1 "
@@ -185,17 +196,33 @@ def _leaf_error(accountant: str, leaf, adjacency: Adjacency) -> str | None:
     return None
 
 
-def support_error(accountant: str, event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> str | None:
-    """Why ``accountant`` declines ``event`` under ``adjacency`` (a one-line reason), or None.
+def event_kind(event) -> str:
+    """The type name an event serialises under (``subsampled-gaussian``, ...), for messages."""
+    to_dict = getattr(event, "to_dict", None)
+    if callable(to_dict):
+        try:
+            kind = to_dict().get("type")
+            if isinstance(kind, str):
+                return kind
+        except Exception:  # noqa: BLE001 - only a message is at stake
+            pass
+    return type(event).__name__
 
-    Structural only: an accountant may still decline a supported pair at compute time for a
-    numerical reason (prv far in the tails), always with :class:`UnsupportedEventError`.
-    """
-    if accountant not in ACCOUNTANTS:
-        raise UsageError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}.")
-    adj = Adjacency.parse(adjacency)
-    for leaves in branches(event):
-        merged = merge_leaves(leaves)
+
+def _builtin_support_error(accountant: str, event: Event, adj: Adjacency) -> str | None:
+    """:meth:`Accountant.support_error` of the built-ins: every leaf of every parallel branch
+    (merged as the computation merges them) must be supported under ``adj``."""
+    try:
+        trees = branches(event)
+    except UnsupportedEventError as e:
+        # an event type no accountant understands, or too many branches: a refusal, not a crash
+        detail = str(e).splitlines()[0].rstrip(".") if str(e) else type(e).__name__
+        return f"the {accountant} accountant does not support {event_kind(event)} events under {adj.value} adjacency ({detail})."
+    for leaves in trees:
+        try:
+            merged = merge_leaves(leaves)
+        except UnsupportedEventError:
+            merged = leaves  # _leaf_error names the leaf it cannot handle
         for leaf in merged:
             reason = _leaf_error(accountant, leaf, adj)
             if reason is not None:
@@ -204,18 +231,31 @@ def support_error(accountant: str, event: Event, adjacency: "str | Adjacency" = 
             n = sum(leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count for leaf in merged)
             if n > PRV_MAX_COMPOSITIONS:
                 return (f"the prv accountant supports at most {PRV_MAX_COMPOSITIONS} compositions per branch, "
-                        f"got {n}; use rdp or pld.")
+                        f"got {n} ({event_kind(event)} events under {adj.value} adjacency); use rdp or pld.")
     return None
 
 
-def supports(accountant: str, event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> bool:
+def support_error(accountant: "str | Accountant", event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> str | None:
+    """Why ``accountant`` (a registered name or an :class:`Accountant`) declines ``event`` under
+    ``adjacency`` (a one-line reason), or None.
+
+    Structural only: an accountant may still decline a supported pair at compute time for a
+    numerical reason (prv far in the tails), always with :class:`UnsupportedEventError`.
+    """
+    acc = get_accountant(accountant)
+    return acc.support_error(event, Adjacency.parse(adjacency))
+
+
+def supports(accountant: "str | Accountant", event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> bool:
     """True when ``accountant`` can account for ``event`` under ``adjacency`` (see :func:`support_error`)."""
     return support_error(accountant, event, adjacency) is None
 
 
 def accountants_supporting(event: Event, adjacency: "str | Adjacency") -> tuple[str, ...]:
-    """The accountants that support ``(event, adjacency)``, in :data:`ACCOUNTANTS` order."""
-    return tuple(a for a in ACCOUNTANTS if supports(a, event, adjacency))
+    """Names of the registered accountants that support ``(event, adjacency)``, in registration
+    order (the built-ins first, in :data:`ACCOUNTANTS` order)."""
+    adj = Adjacency.parse(adjacency)
+    return tuple(name for name, acc in _REGISTRY.items() if acc.support_error(event, adj) is None)
 
 
 # ---------------------------------------------------------------- RDP
@@ -224,7 +264,7 @@ def accountants_supporting(event: Event, adjacency: "str | Adjacency") -> tuple[
 @functools.lru_cache(maxsize=4096)
 def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[float, ...]) -> np.ndarray:
     """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis), read-only."""
-    from opacus.accountants.analysis.rdp import compute_rdp
+    from .opacus_rdp import compute_rdp  # Opacus's analysis without importing torch (opacus_rdp.py)
 
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float)
     curve.setflags(write=False)
@@ -262,7 +302,7 @@ def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "
 
 def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = RDP_ORDERS) -> tuple[float, float]:
     """(epsilon, optimal order) via Opacus's conversion (Balle et al. 2020, Thm. 21)."""
-    from opacus.accountants.analysis.rdp import get_privacy_spent
+    from .opacus_rdp import get_privacy_spent
 
     if not np.any(curve):
         return 0.0, float(orders[0])
@@ -408,8 +448,9 @@ def _pld_leaf(leaf, adjacency: Adjacency):
     ).self_compose(int(leaf.count))
 
 
-def pld_epsilon(leaves: list, delta: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> float:
-    """Epsilon (an upper bound: pessimistic PLD) of sequentially composed leaves at ``delta``."""
+def _pld_query(leaves: list, adjacency: "str | Adjacency", query: Callable, what: str) -> float:
+    """``query(composed PLD)`` of sequentially composed leaves, 0.0 when nothing is spent; a
+    library failure is an :class:`UnsupportedEventError`, never a number."""
     adj = Adjacency.parse(adjacency)
     total = None
     try:
@@ -421,12 +462,23 @@ def pld_epsilon(leaves: list, delta: float, adjacency: "str | Adjacency" = Adjac
                     total = pld if total is None else total.compose(pld)
             if total is None:
                 return 0.0
-            eps = float(total.get_epsilon_for_delta(delta))
+            value = float(query(total))
     except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
         raise UnsupportedEventError(f"dp-accounting's PLD could not bound these events ({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
-    if math.isnan(eps):
-        raise UnsupportedEventError("dp-accounting's PLD returned NaN for these events.")
+    if math.isnan(value):
+        raise UnsupportedEventError(f"dp-accounting's PLD returned NaN {what} for these events.")
+    return value
+
+
+def pld_epsilon(leaves: list, delta: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> float:
+    """Epsilon (an upper bound: pessimistic PLD) of sequentially composed leaves at ``delta``."""
+    eps = _pld_query(leaves, adjacency, lambda pld: pld.get_epsilon_for_delta(delta), "epsilon")
     return max(0.0, eps)  # +inf is a valid (if useless) upper bound: delta below the infinite-loss mass
+
+
+def pld_delta(leaves: list, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> float:
+    """Delta (an upper bound: pessimistic PLD) of sequentially composed leaves at ``epsilon``."""
+    return min(1.0, max(0.0, _pld_query(leaves, adjacency, lambda pld: pld.get_delta_for_epsilon(epsilon), "delta")))
 
 
 def _pld(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
@@ -450,54 +502,306 @@ def _pure(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
     return AccountantResult("pure", worst, 0.0, adjacency.value)
 
 
-# ---------------------------------------------------------------- registry
+# ---------------------------------------------------------------- the protocol and the registry
+
+#: What an accountant's ``epsilon`` returns (dp_accounting's name for the same idea).
+EpsilonResult = AccountantResult
 
 
 @dataclass(frozen=True)
-class Accountant:
-    """One accountant: its name, whether it uses delta, and its computation.
+class DeltaResult:
+    """What an accountant says about delta at a given epsilon, under a declared adjacency."""
 
-    ``compute(event, delta, adjacency)`` is only called on pairs :func:`support_error` accepts.
+    accountant: str
+    delta: float  # an upper bound on delta at ``epsilon``
+    epsilon: float
+    adjacency: str
+    optimal_order: float | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@runtime_checkable
+class Accountant(Protocol):
+    """An accountant: turns an event into (epsilon, delta) under a declared adjacency.
+
+    Privacy contract of every implementation (built-in or registered by a user):
+
+    - ``epsilon(event, delta, adjacency)`` returns an :data:`EpsilonResult` whose ``epsilon`` is
+      an *upper bound* on the privacy loss of ``event`` at ``delta`` for every pair of datasets
+      that neighbour under ``adjacency``: computed for that relation and labelled with it
+      (``result.adjacency == adjacency.value``), never a bound for another relation relabelled.
+    - ``support_error(event, adjacency)`` is None exactly for the pairs it can bound, else a
+      one-line reason naming the accountant, the event and the adjacency; ``epsilon`` refuses
+      the other pairs with :class:`~dpaudit.errors.UnsupportedEventError` (never 0, never a guess).
+      ``supports`` is ``support_error(...) is None``.
+    - ``uses_delta``: False when the bound holds at delta 0 (pure DP); the delta argument is then
+      not validated and is ignored.
+    - optionally ``delta(event, epsilon, adjacency) -> DeltaResult``: an upper bound on delta at
+      ``epsilon`` (the built-ins rdp, pld and pure have it; see :func:`compute_delta`).
     """
 
     name: str
     uses_delta: bool
-    compute: Callable[[Event, float, Adjacency], AccountantResult]
 
-    def supports(self, event: Event, adjacency: "str | Adjacency") -> bool:
-        return supports(self.name, event, adjacency)
+    def support_error(self, event: Event, adjacency: Adjacency) -> str | None: ...
+
+    def supports(self, event: Event, adjacency: Adjacency) -> bool: ...
+
+    def epsilon(self, event: Event, delta: float, adjacency: Adjacency) -> AccountantResult: ...
 
 
-REGISTRY: dict[str, Accountant] = {
-    "rdp": Accountant("rdp", True, _rdp),
-    "prv": Accountant("prv", True, _prv),
-    "pld": Accountant("pld", True, _pld),
-    "pure": Accountant("pure", False, _pure),
-}
-assert tuple(REGISTRY) == ACCOUNTANTS
+class _BuiltinAccountant:
+    """Shared behaviour of the built-ins: the support table of :func:`_leaf_error` and a refusal of
+    every pair outside it, also when ``epsilon`` / ``delta`` are called directly."""
+
+    name: str = ""
+    uses_delta: bool = True
+
+    def support_error(self, event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> str | None:
+        return _builtin_support_error(self.name, event, Adjacency.parse(adjacency))
+
+    def supports(self, event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> bool:
+        return self.support_error(event, adjacency) is None
+
+    def _checked(self, event: Event, adjacency: "str | Adjacency") -> Adjacency:
+        adj = Adjacency.parse(adjacency)
+        reason = self.support_error(event, adj)
+        if reason is not None:
+            raise UnsupportedEventError(reason)
+        return adj
+
+    def epsilon(self, event: Event, delta: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> AccountantResult:
+        if self.uses_delta:
+            open_unit("delta", delta)
+        return self._epsilon(event, delta, self._checked(event, adjacency))
+
+    def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{self.name} accountant>"
+
+
+def rdp_to_delta(curve: np.ndarray, epsilon: float, orders: tuple[float, ...] = RDP_ORDERS) -> tuple[float, float]:
+    """(delta, optimal order) at ``epsilon``: the conversion of :func:`rdp_to_epsilon` (Balle et
+    al. 2020, Thm. 21: eps = rdp + log((a-1)/a) - (log delta + log a)/(a-1)) solved for delta at
+    each order, minimised over the orders and capped at 1. At the epsilon rdp_to_epsilon returns
+    for a delta, this gives that delta back (the optimal order is the same)."""
+    if not np.any(curve):
+        return 0.0, float(orders[0])
+    a = np.asarray(orders, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        log_delta = (a - 1.0) * (np.asarray(curve, dtype=float) - epsilon + np.log((a - 1.0) / a)) - np.log(a)
+    if np.isnan(log_delta).all():
+        return 1.0, float("nan")
+    i = int(np.nanargmin(log_delta))
+    return float(math.exp(min(0.0, float(log_delta[i])))), float(a[i])
+
+
+class RdpAccountant(_BuiltinAccountant):
+    """Rényi DP (Opacus's subsampled-Gaussian analysis) over :data:`RDP_ORDERS`."""
+
+    name = "rdp"
+
+    def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
+        return _rdp(event, delta, adj)
+
+    def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
+        eps = non_negative_finite("epsilon", epsilon)
+        adj = self._checked(event, adjacency)
+        worst, order = 0.0, None
+        for leaves in branches(event):  # parallel: the worst branch
+            d, o = rdp_to_delta(rdp_curve(merge_leaves(leaves), adjacency=adj), eps)
+            if order is None or d > worst:
+                worst, order = d, o
+        return DeltaResult(self.name, worst, eps, adj.value, optimal_order=order)
+
+
+class PrvAccountant(_BuiltinAccountant):
+    """Privacy random variables (prv-accountant); the claim is the upper bound. No ``delta``:
+    prv-accountant's error control is set relative to a target delta."""
+
+    name = "prv"
+
+    def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
+        return _prv(event, delta, adj)
+
+
+class PldAccountant(_BuiltinAccountant):
+    """Pessimistic privacy loss distributions (dp-accounting), add/remove and replace-one."""
+
+    name = "pld"
+
+    def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
+        return _pld(event, delta, adj)
+
+    def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
+        eps = non_negative_finite("epsilon", epsilon)
+        adj = self._checked(event, adjacency)
+        worst = max(pld_delta(merge_leaves(leaves), eps, adj) for leaves in branches(event))
+        return DeltaResult(self.name, worst, eps, adj.value)
+
+
+class PureAccountant(_BuiltinAccountant):
+    """Pure epsilon-DP: delta 0, composition by summation."""
+
+    name = "pure"
+    uses_delta = False
+
+    def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
+        return _pure(event, delta, adj)
+
+    def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
+        """0 at epsilon >= the composed pure epsilon; below it summation gives no delta (refused)."""
+        eps = non_negative_finite("epsilon", epsilon)
+        adj = self._checked(event, adjacency)
+        total = _pure(event, 0.0, adj).epsilon
+        if eps < total:
+            raise UnsupportedEventError(f"the pure accountant bounds delta only at epsilon >= {total:g} (where it is 0), "
+                                        f"got {eps:g}; use the pld accountant.")
+        return DeltaResult(self.name, 0.0, eps, adj.value)
+
+
+_REGISTRY: dict[str, Accountant] = {}
+#: Read-only view of the registry, name -> accountant, in registration order.
+REGISTRY = MappingProxyType(_REGISTRY)
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
+#: Names the CLI gives another meaning (``--accountant all``).
+_RESERVED_NAMES = frozenset({"all"})
+
+
+def register_accountant(accountant: Accountant, *, replace: bool = False) -> Accountant:
+    """Add ``accountant`` to the registry (then :func:`get_accountant`, :func:`compute_epsilon`,
+    :func:`accountants_supporting` and ``dpaudit account --accountant all`` see it).
+
+    The built-ins cannot be replaced: ledgers and releases record an accountant by name, and
+    "rdp" must always mean the same computation. Another user accountant of the same name is
+    replaced only with ``replace=True``.
+    """
+    if not isinstance(accountant, Accountant):
+        raise UsageError("accountant must implement the Accountant protocol (name, uses_delta, supports, support_error, "
+                         f"epsilon), got {accountant!r}.")
+    name = accountant.name
+    if not (isinstance(name, str) and name and set(name) <= _NAME_CHARS) or name in _RESERVED_NAMES:
+        raise UsageError(f"accountant name must be a non-empty string of a-z, 0-9, '-', '_' other than 'all', got {name!r}.")
+    if name in ACCOUNTANTS and name in _REGISTRY:
+        raise UsageError(f"accountant name must not be a built-in ({', '.join(ACCOUNTANTS)}), got {name!r}.")
+    if name in _REGISTRY and not replace:
+        raise UsageError(f"accountant name must be new (or pass replace=True), got {name!r}, which is already registered.")
+    _REGISTRY[name] = accountant
+    return accountant
+
+
+def unregister_accountant(name: str) -> None:
+    """Remove a user accountant from the registry (the built-ins stay)."""
+    if name in ACCOUNTANTS:
+        raise UsageError(f"accountant must be a user-registered one, got the built-in {name!r}.")
+    if name not in _REGISTRY:
+        raise UsageError(f"accountant must be one of the registered {', '.join(_REGISTRY)}, got {name!r}.")
+    del _REGISTRY[name]
+
+
+def accountant_names() -> tuple[str, ...]:
+    """Names of the registered accountants, built-ins first."""
+    return tuple(_REGISTRY)
+
+
+def get_accountant(accountant: "str | Accountant") -> Accountant:
+    """The registered accountant called ``accountant``; an :class:`Accountant` object is returned
+    as it is (so unregistered accountants can be used directly)."""
+    if isinstance(accountant, str):
+        acc = _REGISTRY.get(accountant)
+        if acc is None:
+            raise UsageError(f"accountant must be one of {', '.join(_REGISTRY)}, got {accountant!r}.")
+        return acc
+    if isinstance(accountant, Accountant):
+        return accountant
+    raise UsageError(f"accountant must be one of {', '.join(_REGISTRY)} or an Accountant, got {accountant!r}.")
+
+
+for _builtin in (RdpAccountant(), PrvAccountant(), PldAccountant(), PureAccountant()):
+    register_accountant(_builtin)
+del _builtin
+assert tuple(_REGISTRY) == ACCOUNTANTS
+
+
+def _refusal(acc: Accountant, event: Event, adj: Adjacency, reason: str) -> str:
+    """One line naming the accountant, the event and the adjacency: the accountant's own reason
+    when it already names the accountant and the adjacency (the built-ins' do), else with them."""
+    line = (str(reason).splitlines()[0].strip() if str(reason).strip() else "") or "no reason given"
+    if acc.name in line and adj.value in line:
+        return line
+    return f"the {acc.name} accountant does not support {event_kind(event)} events under {adj.value} adjacency: {line}"
+
+
+def _checked_result(acc: Accountant, result, adj: Adjacency, field: str, asked: float):
+    """An accountant's answer as it may be reported: the result type callers read, labelled with
+    the accountant and with the adjacency it was asked about (a bound for another relation is
+    refused, never relabelled), a number >= 0 (not NaN), and at the other parameter it was asked
+    at or a stronger one (``asked``: the delta of an epsilon question, the epsilon of a delta one)."""
+    kind = AccountantResult if field == "epsilon" else DeltaResult
+    if not isinstance(result, kind):
+        raise UnsupportedEventError(f"the {acc.name} accountant returned {type(result).__name__}, not a {kind.__name__}; "
+                                    "its result is refused.")
+    if result.accountant != acc.name:
+        raise UnsupportedEventError(f"the {acc.name} accountant labelled its result {result.accountant!r}; its result is refused.")
+    label = getattr(result, "adjacency", None)
+    if label != adj.value:
+        raise UnsupportedEventError(f"the {acc.name} accountant answered for {label!r} adjacency when asked about "
+                                    f"{adj.value}; its result is refused.")
+    value = getattr(result, field, None)
+    if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise UnsupportedEventError(f"the {acc.name} accountant returned {field} {value!r}; a bound must be a number >= 0.")
+    other = "delta" if field == "epsilon" else "epsilon"
+    if (field == "delta" or getattr(acc, "uses_delta", True)) and not getattr(result, other) <= asked:
+        raise UnsupportedEventError(f"the {acc.name} accountant answered at {other} {getattr(result, other)!r} when asked at "
+                                    f"{asked!r}; its result is refused.")
+    return result
 
 
 def compute_epsilon(
     event: Event,
     *,
     delta: float,
-    accountant: str = "rdp",
+    accountant: "str | Accountant" = "rdp",
     adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
 ) -> AccountantResult:
-    """Epsilon of ``event`` at ``delta`` under ``adjacency`` with the named accountant
-    (``delta`` ignored for pure).
+    """Epsilon of ``event`` at ``delta`` under ``adjacency`` with ``accountant`` (a registered
+    name or an :class:`Accountant`; ``delta`` ignored for accountants that do not use it).
 
-    Raises :class:`UnsupportedEventError` (one line, naming an accountant that supports the pair)
-    when the accountant does not support ``(event, adjacency)``: the result is always computed
-    under the adjacency it is labelled with, never relabelled.
+    A thin wrapper over the registry. Raises :class:`UnsupportedEventError` (one line naming the
+    accountant, the event and the adjacency; for the built-ins also an accountant that supports
+    the pair) when the accountant does not support ``(event, adjacency)``: the result is always
+    computed under the adjacency it is labelled with, never relabelled.
     """
     adj = Adjacency.parse(adjacency)
-    acc = REGISTRY.get(accountant)
-    if acc is None:
-        raise UsageError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}.")
-    if acc.uses_delta:
+    acc = get_accountant(accountant)
+    if getattr(acc, "uses_delta", True):
         open_unit("delta", delta)
-    reason = support_error(accountant, event, adj)
+    reason = acc.support_error(event, adj)
     if reason is not None:
-        raise UnsupportedEventError(reason)
-    return acc.compute(event, delta, adj)
+        raise UnsupportedEventError(_refusal(acc, event, adj, reason))
+    return _checked_result(acc, acc.epsilon(event, delta, adj), adj, "epsilon", delta)
+
+
+def compute_delta(
+    event: Event,
+    *,
+    epsilon: float,
+    accountant: "str | Accountant" = "rdp",
+    adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
+) -> DeltaResult:
+    """An upper bound on the delta of ``event`` at ``epsilon`` under ``adjacency``, for
+    accountants with a ``delta`` method (rdp, pld, pure; prv has none)."""
+    adj = Adjacency.parse(adjacency)
+    acc = get_accountant(accountant)
+    eps = non_negative_finite("epsilon", epsilon)
+    if not callable(getattr(acc, "delta", None)):
+        able = [n for n, a in _REGISTRY.items() if callable(getattr(a, "delta", None))]
+        raise UnsupportedEventError(f"the {acc.name} accountant cannot compute delta at a given epsilon; use {' or '.join(able)}.")
+    reason = acc.support_error(event, adj)
+    if reason is not None:
+        raise UnsupportedEventError(_refusal(acc, event, adj, reason))
+    return _checked_result(acc, acc.delta(event, eps, adj), adj, "delta", eps)

@@ -1,10 +1,22 @@
-"""Noise calibration: the smallest noise multiplier whose epsilon does not exceed a target.
+"""Noise calibration: the smallest noise parameter whose epsilon does not exceed a target.
 
-Bisection on the noise multiplier with an epsilon tolerance of 1e-4: the returned multiplier
-always has epsilon <= target (never overshoots) and epsilon >= target - 1e-4 unless the
-bisection ran out of resolution, in which case the conservative (larger) noise is returned.
-Results are cached on disk per public configuration; a cached value is re-verified with the
-accountant before it is returned, so a stale or edited cache can never under-report epsilon.
+:func:`calibrate` is generic, in the spirit of dp_accounting's ``calibrate_dp_mechanism``: given
+``make_event(p)`` (the event of the mechanism run with noise parameter p: a noise multiplier, a
+Laplace scale, ...), an accountant and an adjacency, it finds the smallest p in ``[lo, hi]`` with
+``epsilon(make_event(p)) <= target``, assuming epsilon does not increase with p (more noise,
+less privacy loss). :func:`calibrate_noise_multiplier` is that search for a Poisson-subsampled
+Gaussian run (DP-SGD), with an on-disk cache.
+
+Search: from ``start`` (1.0 by default) the parameter doubles until the target is met (at most up
+to ``hi``), or halves while it is still met (at most down to ``lo``); then bisection with an
+epsilon tolerance of 1e-4 (:data:`EPSILON_TOLERANCE`). The returned parameter always has epsilon
+<= target (never overshoots: the returned epsilon is the accountant's own value at the returned
+parameter, never an interpolation) and epsilon >= target - tolerance unless the bisection ran out
+of resolution (the conservative, larger noise is then returned) or ``lo`` itself meets the target
+(``lo`` is returned). When even ``hi`` cannot meet the target, :class:`CalibrationError` says so.
+Results of :func:`calibrate_noise_multiplier` are cached on disk per public configuration; a
+cached value is re-verified with the accountant before it is returned, so a stale or edited cache
+can never under-report epsilon.
 
 Calibration is made under a declared adjacency with an accountant that supports it
 (:func:`~dpaudit.accounting.accountants.support_error`): e.g. replace-record with sample_rate < 1
@@ -23,19 +35,30 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..errors import CalibrationError, UnsupportedEventError, UsageError
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .accountants import PLD_VALUE_DISCRETIZATION, RDP_ORDERS, compute_epsilon, support_error
+from .accountants import (
+    ACCOUNTANTS,
+    PLD_VALUE_DISCRETIZATION,
+    RDP_ORDERS,
+    Accountant,
+    _refusal,
+    accountants_supporting,
+    compute_epsilon,
+    get_accountant,
+)
 from .adjacency import Adjacency
-from .events import SubsampledGaussian
+from .events import Event, SubsampledGaussian
 
 EPSILON_TOLERANCE = 1e-4
 MAX_NOISE_MULTIPLIER = 1e6
 MIN_NOISE_MULTIPLIER = 1e-3
 CACHE_ENV = "DPAUDIT_CACHE_DIR"
 _CACHE_VERSION = 1
-#: Accountants that can calibrate a Poisson-subsampled Gaussian (pure cannot: it has no delta).
+#: Built-in accountants that can calibrate a Poisson-subsampled Gaussian (pure cannot: it accounts
+#: only for pure-epsilon events). Any registered accountant that supports the run can be used too.
 CALIBRATION_ACCOUNTANTS = ("rdp", "prv", "pld")
 
 
@@ -98,35 +121,157 @@ def _store_cache(key: str, value: float) -> None:
         pass  # a cache that cannot be written only costs time
 
 
+@dataclass(frozen=True)
+class CalibrationResult:
+    """What :func:`calibrate` found: the smallest noise ``parameter`` it certified and the
+    accountant's epsilon there (<= ``target_epsilon``), under ``adjacency``."""
+
+    parameter: float
+    epsilon: float  # the accountant's value at ``parameter``, <= target_epsilon
+    target_epsilon: float
+    delta: float
+    accountant: str
+    adjacency: str
+    evaluations: int  # accountant calls made (distinct parameters)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class _Search:
-    """Epsilon evaluations of one calibration, remembering the accountant's declines."""
+    """Epsilon evaluations of one calibration (memoised), remembering the accountant's declines."""
 
-    def __init__(self, q: float, steps: int, delta: float, accountant: str, adjacency: Adjacency) -> None:
-        self.q, self.steps, self.delta, self.accountant, self.adjacency = q, steps, delta, accountant, adjacency
-        self.declined: dict[float, str] = {}  # noise multiplier -> the accountant's reason
+    def __init__(self, make_event: Callable[[float], Event], accountant: Accountant, delta: float, adjacency: Adjacency,
+                 parameter_name: str) -> None:
+        self.make_event, self.accountant, self.delta, self.adjacency = make_event, accountant, delta, adjacency
+        self.parameter_name = parameter_name
+        self.declined: dict[float, str] = {}  # parameter -> the accountant's reason
+        self.values: dict[float, float] = {}
 
-    def epsilon(self, sigma: float) -> float:
+    def epsilon(self, p: float) -> float:
+        if p in self.values:
+            return self.values[p]
+        event = self.make_event(p)  # outside the try: a broken make_event is the caller's error, not "infinite epsilon"
         try:
-            return compute_epsilon(SubsampledGaussian(sigma, self.q, self.steps), delta=self.delta,
-                                   accountant=self.accountant, adjacency=self.adjacency).epsilon
+            eps = compute_epsilon(event, delta=self.delta, accountant=self.accountant, adjacency=self.adjacency).epsilon
         except UnsupportedEventError as e:
             # The accountant gives no bound at this noise level (prv far in the tails): infinite
             # epsilon is the conservative reading; remembered so a result next to a decline is
-            # refused rather than returned loose (see calibrate_noise_multiplier).
-            self.declined[sigma] = str(e).splitlines()[0] if str(e) else type(e).__name__
-            return float("inf")
+            # refused rather than returned loose (see calibrate).
+            self.declined[p] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            eps = float("inf")
         except (MemoryError, OverflowError, FloatingPointError, ValueError):
             # an accountant library failing on the huge privacy loss of a tiny noise multiplier;
             # treating it as infinite epsilon is the conservative reading during the search.
-            return float("inf")
+            eps = float("inf")
+        self.values[p] = eps
+        return eps
 
-    def refusal(self, sigma: float, what: str) -> UnsupportedEventError:
-        reason = self.declined[sigma]
-        alternatives = [a for a in CALIBRATION_ACCOUNTANTS if a != self.accountant
-                        and support_error(a, SubsampledGaussian(1.0, self.q, self.steps), self.adjacency) is None]
+    def refusal(self, p: float, what: str) -> UnsupportedEventError:
+        reason = self.declined[p]
+        name = self.accountant.name
+        alternatives = [a for a in accountants_supporting(self.make_event(p), self.adjacency) if a != name]
         hint = f"; calibrate with {' or '.join(alternatives)}" if alternatives else ""
-        return UnsupportedEventError(f"the {self.accountant} accountant cannot calibrate this run: {what} it declines noise multiplier "
-                                     f"{sigma:.6g} ({reason.rstrip('.')}){hint}.")
+        return UnsupportedEventError(f"the {name} accountant cannot calibrate this run: {what} it declines {self.parameter_name} "
+                                     f"{p:.6g} ({reason.rstrip('.')}){hint}.")
+
+
+def calibrate(
+    make_event: Callable[[float], Event],
+    accountant: "str | Accountant" = "rdp",
+    *,
+    target_epsilon: float,
+    delta: float,
+    adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
+    lo: float = MIN_NOISE_MULTIPLIER,
+    hi: float = MAX_NOISE_MULTIPLIER,
+    start: float | None = None,
+    epsilon_tolerance: float = EPSILON_TOLERANCE,
+    parameter_name: str = "noise parameter",
+) -> CalibrationResult:
+    """The smallest noise parameter p in ``[lo, hi]`` with ``epsilon(make_event(p)) <= target``.
+
+    Privacy contract: the returned ``epsilon`` is the accountant's own value for
+    ``make_event(parameter)`` at ``delta`` under ``adjacency`` and never exceeds
+    ``target_epsilon``, whatever ``make_event`` does. Optimality (epsilon within
+    ``epsilon_tolerance`` below the target, or ``parameter == lo``) assumes epsilon does not
+    increase with p; the search is a doubling / halving bracket from ``start`` (1.0 when it lies
+    in ``[lo, hi]``, else the geometric mean) followed by bisection (see the module docstring).
+
+    ``accountant`` is a registered name or an :class:`~dpaudit.accounting.accountants.Accountant`.
+    Raises :class:`UnsupportedEventError` when the accountant does not support the event under
+    ``adjacency`` (checked at ``start``), or declines the parameters it would need to certify a
+    result within the tolerance; :class:`CalibrationError` when even ``hi`` misses the target.
+    """
+    target = positive_finite("target_epsilon", target_epsilon)
+    acc = get_accountant(accountant)
+    if getattr(acc, "uses_delta", True):
+        delta = open_unit("delta", delta)
+    adj = Adjacency.parse(adjacency)
+    lo = positive_finite("lo", lo)
+    hi = positive_finite("hi", hi)
+    if not lo < hi:
+        raise UsageError(f"lo must be < hi, got lo={lo!r} and hi={hi!r}.")
+    tol = positive_finite("epsilon_tolerance", epsilon_tolerance)
+    if start is None:
+        start = 1.0 if lo <= 1.0 <= hi else (lo * hi) ** 0.5
+    start = positive_finite("start", start)
+    if not lo <= start <= hi:
+        raise UsageError(f"start must be in [lo, hi] = [{lo:g}, {hi:g}], got {start!r}.")
+    if not callable(make_event):
+        raise UsageError(f"make_event must be a callable from the noise parameter to an event, got {make_event!r}.")
+
+    # Structural support does not depend on the noise level for the built-ins: refuse before searching.
+    reason = acc.support_error(make_event(start), adj)
+    if reason is not None:
+        raise UnsupportedEventError(_refusal(acc, make_event(start), adj, reason))
+    search = _Search(make_event, acc, delta, adj, parameter_name)
+    eps_of = search.epsilon
+
+    def done(p: float, eps: float) -> CalibrationResult:
+        if not eps <= target:  # the contract; an explicit check, not an assert (python -O)
+            raise CalibrationError(f"internal error: calibrated epsilon {eps!r} exceeds the target {target!r}.")
+        return CalibrationResult(float(p), float(eps), target, float(delta), acc.name, adj.value, len(search.values))
+
+    # Bracket: up from start until the target is met ...
+    up, eps_up = start, eps_of(start)
+    down = None  # largest parameter known to miss the target
+    while eps_up > target:
+        if up >= hi:
+            if search.declined:
+                raise search.refusal(max(search.declined), f"up to the largest {parameter_name} tried,")
+            raise CalibrationError(
+                f"epsilon target {target:g} at delta {delta:g} under {adj.value} adjacency ({acc.name} accountant) "
+                f"needs a {parameter_name} above {hi:g}; choose a larger epsilon or less privacy loss per {parameter_name}."
+            )
+        down, up = up, min(2.0 * up, hi)
+        eps_up = eps_of(up)
+    # ... or down from it while the target is still met. Invariant: eps(down) > target >= eps(up).
+    if down is None:
+        down = max(up / 2.0, lo)
+        while eps_of(down) <= target:
+            up, eps_up = down, eps_of(down)
+            if up <= lo:
+                return done(up, eps_up)  # lo itself meets the target: the smallest allowed
+            down = max(up / 2.0, lo)
+    for _ in range(200):
+        if target - eps_up <= tol:
+            break
+        mid = 0.5 * (down + up)
+        if mid <= down or mid >= up:
+            break  # floating-point resolution reached; up is the conservative answer
+        if down in search.declined and (up - down) <= 1e-4 * up:
+            break  # the gap is the accountant's, not the bisection's (checked below)
+        eps_mid = eps_of(mid)
+        if eps_mid <= target:
+            up, eps_up = mid, eps_mid
+        else:
+            down = mid
+    if target - eps_up > tol and down in search.declined:
+        # epsilon(up) is certified but far below the target, and the accountant gives no bound just
+        # below up: returning up would silently over-noise; say why instead.
+        raise search.refusal(down, f"the certified epsilon {eps_up:.6g} stays below the target {target:g} because")
+    return done(up, eps_up)
 
 
 def calibrate_noise_multiplier(
@@ -135,12 +280,15 @@ def calibrate_noise_multiplier(
     delta: float,
     sample_rate: float,
     steps: int,
-    accountant: str = "rdp",
+    accountant: "str | Accountant" = "rdp",
     adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
     use_cache: bool = True,
 ) -> Calibration:
     """Noise multiplier for a Poisson-subsampled Gaussian run meeting (target_epsilon, delta)
-    under ``adjacency`` (add/remove of a record or, at user level, of a user; or replace-one).
+    under ``adjacency`` (add/remove of a record or, at user level, of a user; or replace-one):
+    :func:`calibrate` of ``lambda s: SubsampledGaussian(s, sample_rate, steps)`` on
+    ``[MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER]`` from 1.0, plus an on-disk cache (built-in
+    accountants only: a user accountant's name is not a stable cache key).
 
     Raises :class:`UnsupportedEventError` (one line, naming an accountant that supports the
     pair) when ``accountant`` does not support the run under ``adjacency``, and when it declines
@@ -151,62 +299,35 @@ def calibrate_noise_multiplier(
     q = half_open_unit("sample_rate", sample_rate)
     steps = positive_int("steps", steps)
     adj = Adjacency.parse(adjacency)
-    if accountant not in CALIBRATION_ACCOUNTANTS:
-        raise UsageError(f"accountant must be one of {', '.join(CALIBRATION_ACCOUNTANTS)}, got {accountant!r}.")
-    # Structural support does not depend on the noise multiplier: refuse before searching.
-    reason = support_error(accountant, SubsampledGaussian(1.0, q, steps), adj)
-    if reason is not None:
-        raise UnsupportedEventError(reason)
-    search = _Search(q, steps, delta, accountant, adj)
-    eps_of = search.epsilon
+    acc = get_accountant(accountant)
 
-    key = _cache_key(accountant, target, delta, q, steps, adj)
-    if use_cache:
+    def make_event(sigma: float) -> SubsampledGaussian:
+        return SubsampledGaussian(sigma, q, steps)
+
+    # Structural support does not depend on the noise multiplier: refuse before anything else.
+    reason = acc.support_error(make_event(1.0), adj)
+    if reason is not None:
+        raise UnsupportedEventError(_refusal(acc, make_event(1.0), adj, reason))
+
+    cacheable = use_cache and isinstance(accountant, str) and accountant in ACCOUNTANTS
+    key = _cache_key(acc.name, target, delta, q, steps, adj) if cacheable else None
+    if key is not None:
         cached = _load_cache().get(key)
         if isinstance(cached, (int, float)) and cached > 0:
-            eps = eps_of(float(cached))
+            try:
+                eps = compute_epsilon(make_event(float(cached)), delta=delta, accountant=acc, adjacency=adj).epsilon
+            except (UnsupportedEventError, MemoryError, OverflowError, FloatingPointError, ValueError):
+                eps = float("inf")  # unverifiable: recalibrate
             if eps <= target:
-                return Calibration(float(cached), eps, target, delta, q, steps, accountant, cached=True)
-
-    hi = 1.0
-    eps_hi = eps_of(hi)
-    while eps_hi > target:
-        hi *= 2.0
-        if hi > MAX_NOISE_MULTIPLIER:
-            if search.declined:
-                raise search.refusal(max(search.declined), "up to the largest noise multiplier tried,")
-            raise CalibrationError(
-                f"epsilon target {target} at delta {delta} with sample_rate {q} and {steps} steps "
-                f"needs a noise multiplier above {MAX_NOISE_MULTIPLIER:g}; choose a larger epsilon or fewer steps."
-            )
-        eps_hi = eps_of(hi)
-    lo = hi / 2.0
-    # Invariant: epsilon(lo) > target, epsilon(hi) <= target. When 1.0 already meets the
-    # target, walk down until the lower end exceeds it.
-    while eps_of(lo) <= target:
-        hi = lo
-        eps_hi = eps_of(hi)
-        lo = hi / 2.0
-        if lo < MIN_NOISE_MULTIPLIER:
-            break
-    for _ in range(200):
-        if target - eps_hi <= EPSILON_TOLERANCE:
-            break
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break  # floating-point resolution reached; hi is the conservative answer
-        if lo in search.declined and (hi - lo) <= 1e-4 * hi:
-            break  # the gap is the accountant's, not the bisection's (checked below)
-        eps_mid = eps_of(mid)
-        if eps_mid <= target:
-            hi, eps_hi = mid, eps_mid
-        else:
-            lo = mid
-    assert eps_hi <= target  # the contract of this function
-    if target - eps_hi > EPSILON_TOLERANCE and lo in search.declined:
-        # epsilon(hi) is certified but far below the target, and the accountant gives no bound just
-        # below hi: returning hi would silently over-noise; say why instead.
-        raise search.refusal(lo, f"the certified epsilon {eps_hi:.6g} stays below the target {target:g} because")
-    if use_cache:
-        _store_cache(key, hi)
-    return Calibration(hi, eps_hi, target, delta, q, steps, accountant)
+                return Calibration(float(cached), eps, target, delta, q, steps, acc.name, cached=True)
+    try:
+        r = calibrate(make_event, acc, target_epsilon=target, delta=delta, adjacency=adj, lo=MIN_NOISE_MULTIPLIER,
+                      hi=MAX_NOISE_MULTIPLIER, start=1.0, parameter_name="noise multiplier")
+    except CalibrationError:
+        raise CalibrationError(
+            f"epsilon target {target} at delta {delta} with sample_rate {q} and {steps} steps "
+            f"needs a noise multiplier above {MAX_NOISE_MULTIPLIER:g}; choose a larger epsilon or fewer steps."
+        ) from None
+    if key is not None:
+        _store_cache(key, r.parameter)
+    return Calibration(r.parameter, r.epsilon, target, delta, q, steps, acc.name)

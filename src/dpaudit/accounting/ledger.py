@@ -97,9 +97,19 @@ def uncertified_reason(release: Release) -> str | None:
     A mechanism records its noise sampler's finite-precision guarantee in
     ``config["sampler_guarantee"]`` (see :mod:`dpaudit.mechanisms.laplace`); ``certified: false``
     (the textbook floating-point Laplace sampler of DP-ELM) means the stated epsilon holds only in
-    ideal arithmetic, so the ledger must not count it as that epsilon (Mironov 2012)."""
+    ideal arithmetic, so the ledger must not count it as that epsilon (Mironov 2012).
+
+    A release whose executed steps differ from the steps its guarantee accounts for (rule 2 of
+    :mod:`dpaudit.claims`) is uncertified too: its stored events do not describe what ran, so
+    nothing composed from them bounds its cost (a release path withholds such a release; this
+    catches a release.json written or edited elsewhere)."""
+    from ..claims import integer, steps_accounted, steps_problem
+
     if getattr(release, "non_private", False):
         return None
+    steps = steps_problem(integer(release.steps_executed), steps_accounted(release))
+    if steps is not None:
+        return f"uncertified: {steps} (its stored guarantee does not describe what ran)"
     g = release.config.get("sampler_guarantee") if isinstance(release.config, dict) else None
     if isinstance(g, dict) and g.get("certified") is False:
         return sampler_uncertified_reason(str(g.get("sampler") or "unknown"))

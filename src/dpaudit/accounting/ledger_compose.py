@@ -1,6 +1,6 @@
 """Budget composition over the ledger's partition tree (pure functions, no I/O).
 
-Privacy contract (DESIGN.md, "the guarantee is data"; DP-MixMin paper, Sec. 1 and Fig. 1):
+Privacy contract (docs/architecture.md, "the guarantee is data"; DP-MixMin paper, Sec. 1 and Fig. 1):
 
 - Releases on the *same* partition compose sequentially. Their stored events are recomposed
   exactly by the accountants (RDP curves add; PRVs convolve; pure epsilons add).

@@ -8,25 +8,32 @@ from __future__ import annotations
 
 import os
 
+from ..catalogue import ALIASES as CATALOGUE_ALIASES
+from ..catalogue import CATALOGUE, lookup
 from ..errors import DataError, UsageError
 from ..validation import one_of, open_unit, positive_finite, positive_int
-from .canaries import SUPPORTED, check_canary
+from .canaries import SUPPORTED, audit_family, check_canary
 from .heads import HEAD_MODELS
 from .targets import AuditTarget
 
-#: MECHANISM names the CLI accepts (aliases map to the release's mechanism name).
-ALIASES = {"mixmin": "dp-mixmin", "dp-mixmin": "dp-mixmin", "gaussian": "gaussian", "dp-elm": "dp-elm",
-           **{m: m for m in HEAD_MODELS}}
+#: MECHANISM names the CLI accepts (aliases map to the release's mechanism name): the auditable
+#: catalogue entries (those with canaries) and their aliases.
+ALIASES = {a: n for a, n in CATALOGUE_ALIASES.items() if CATALOGUE[n].canaries}
 MECHANISMS = tuple(ALIASES)
-DEFAULT_EPSILON = {"dp-mixmin": 1.0, "gaussian": 1.0, "dp-elm": 2.0}
+#: Epsilon an audit without ``--eps`` calibrates for, per audit family (:func:`family`).
+DEFAULT_EPSILON = {audit_family(e): e.default_epsilon for e in CATALOGUE.values() if e.canaries}
 DEFAULT_TASK = "digits-mix"
 #: Privacy units ``dpaudit audit --privacy-unit`` accepts (user: the DP-SGD head models only).
 PRIVACY_UNITS = ("record", "user")
+#: Catalogue families whose targets are built here; any other auditable entry is audited through
+#: its mechanism's ``audit_target(plan, canary)`` (:func:`generic_target`).
+BUILTIN_FAMILIES = ("dp-sgd-head", "dp-elm", "dp-mixmin", "gaussian")
 
 
 def family(mechanism: str) -> str:
-    m = ALIASES[mechanism]
-    return "head" if m in HEAD_MODELS else m
+    """The audit family of an auditable mechanism name: ``head`` for the DP-SGD head models,
+    else the canonical mechanism name (:func:`dpaudit.audits.canaries.audit_family`)."""
+    return audit_family(CATALOGUE[ALIASES[mechanism]])
 
 
 def default_canary(mechanism: str) -> str:
@@ -102,6 +109,22 @@ def build_target(
     splitting, array or ``.npy`` path) default to a public grouping of the rows into users of G.
     """
     one_of("mechanism", mechanism, MECHANISMS)
+    entry = lookup(mechanism)
+    if entry.family not in BUILTIN_FAMILIES:  # a catalogue mechanism audited through its own contract
+        given = dict(epsilon=epsilon, delta=delta, task=task, target=target, dataset=dataset, data_dir=data_dir, seed=seed, width=width,
+                     epochs=epochs, rho=rho, records_per_user=records_per_user, user_ids=user_ids, profile=profile)
+        defaults = dict(delta=1e-5, seed=42, width=10)
+        if privacy_unit != "record" or broken_noise_factor != 1.0:
+            raise UsageError(f"privacy_unit and broken_noise_factor must be left at record and 1 for {mechanism}, got {privacy_unit!r}, {broken_noise_factor!r}.")
+        import dataclasses
+
+        rtype = entry.request_type()
+        names = {f.name for f in dataclasses.fields(rtype)}
+        bad = sorted(k for k, v in given.items() if k not in names and v is not None and v != defaults.get(k))
+        if bad:
+            raise UsageError(f"{bad[0]} must not be given for {mechanism} (its request has {', '.join(sorted(names))}), got {given[bad[0]]!r}.")
+        kw = {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in given.items() if k in names and v is not None}
+        return generic_target(entry.name, rtype(**kw), canary=canary, no_noise=no_noise)
     g = check_privacy_unit(mechanism, privacy_unit, records_per_user, user_ids)
     fam = family(mechanism)
     canary = check_canary(fam, canary or SUPPORTED[fam][0])
@@ -143,19 +166,112 @@ def build_target(
     return t.without_noise() if no_noise else t
 
 
+def generic_target(mechanism: str, request, *, canary: str | None = None, no_noise: bool = False) -> AuditTarget:
+    """The audit target of ``request`` for a catalogue mechanism audited through its contract:
+    the mechanism's own plan (public quantities: the same code path as its release) and its
+    ``audit_target(plan, canary)``; ``canary`` defaults to the entry's first."""
+    entry = lookup(mechanism)
+    if not entry.canaries:
+        raise UsageError(f"mechanism must be auditable (a catalogue entry with canaries), got {mechanism!r}.")
+    canary = canary or entry.canaries[0]
+    one_of("canary", canary, entry.canaries)
+    mech = entry.mechanism()
+    plan = _plan(mech, request)
+    t = mech.audit_target(plan, canary)
+    t.prepare()
+    return t.without_noise() if no_noise else t
+
+
+def _plan(mech, request):
+    """``mech``'s plan of ``request``: validate, load (public facts of the data), plan."""
+    from ..mechanisms.contract import DataInfo
+
+    validate = getattr(mech, "validate", None)
+    if validate is not None:
+        request = validate(request)
+    data = mech.load(request)
+    info_of = getattr(mech, "data_info", None)
+    info = info_of(request, data) if info_of is not None else DataInfo.from_prepared(data)
+    return mech.plan(request, info)
+
+
+def release_request(release):
+    """The :class:`~dpaudit.requests.Request` a release was made for.
+
+    A release that records its request (``Release.request``) gives it back through its
+    catalogue entry's request type (:meth:`~dpaudit.requests.Request.from_dict`). An older
+    release (no ``request``) gets one rebuilt from its recorded fields (dataset identity, seed,
+    target epsilon, config); its ``command`` is never parsed, so a ``--user-ids`` file named only
+    there is not recovered (:func:`target_from_release` then asks for it).
+    """
+    entry = lookup(release.mechanism)
+    rtype = entry.request_type()
+    if release.request is not None:
+        req = rtype.from_dict(release.request)
+        if req.command_name() not in (entry.name, *entry.aliases):
+            raise DataError(f"release request must name the release's mechanism {entry.name!r}, got {req.command_name()!r}.")
+        return req
+    if entry.family not in BUILTIN_FAMILIES:
+        raise DataError(f"release of {entry.name} must record its request to be rebuilt, got none.")
+    return _request_from_old_release(release, entry, rtype)
+
+
+def _request_from_old_release(rel, entry, rtype):
+    """Compatibility reader: the request of a release made before releases recorded one, from its
+    recorded public fields (never from its command line)."""
+    ds = rel.dataset or {}
+    cfg = rel.config or {}
+    eps = rel.target_epsilon if rel.target_epsilon is not None else rel.epsilon
+    common = dict(seed=int(rel.seed), non_private=bool(rel.non_private))
+    if not rel.non_private:
+        common["epsilon"] = float(eps)
+    if entry.family in ("dp-sgd-head", "dp-sgd-module"):
+        g = cfg.get("records_per_user")
+        return rtype(model=entry.name, dataset=ds.get("name") or "digits", delta=float(rel.delta), epochs=cfg.get("epochs"),
+                     batch_size=cfg.get("batch_size"), profile=ds.get("profile"), split_seed=ds.get("split_seed"),
+                     privacy_unit=rel.privacy_unit, records_per_user=None if g is None else int(g), **common)
+    if entry.family == "dp-elm":
+        return rtype(dataset=ds.get("name") or "digits", width=int(cfg.get("width", 10)), sampler=cfg.get("sampler") or "discrete-laplace",
+                     adjacency=rel.adjacency, split_seed=ds.get("split_seed"), profile=ds.get("profile"), **common)
+    if entry.family == "dp-mixmin":
+        mc = cfg.get("mixmin_config") or {}
+        fields = dict(target=cfg.get("target"), delta=float(rel.delta), rho=cfg.get("rho"), stage=cfg.get("stage") or "mixture",
+                      privacy_unit=rel.privacy_unit,
+                      records_per_user=cfg.get("records_per_user") if rel.privacy_unit == "user" else None, proxy_mode=cfg.get("proxy_mode") or "joint", composition=cfg.get("composition") or "parallel",
+                      loss=mc.get("loss", cfg.get("loss", "bce")), seed=int(rel.seed))
+        if not rel.non_private:
+            fields["epsilon"] = float(eps)
+        return rtype(task=cfg.get("task"), **fields)
+    raise UsageError(f"release mechanism must be a trained model, got {rel.mechanism!r}.")
+
+
+def _check_request_matches(req, rel, **pairs) -> None:
+    """A request and the release fields it must agree with (a release whose request says one
+    thing and whose recorded configuration another is refused, never guessed between)."""
+    for name, (got, want) in pairs.items():
+        if want is not None and got is not None and got != want:
+            raise DataError(f"release request {name} must match the release's {want!r}, got {got!r}.")
+
+
 def target_from_release(release, *, canary: str | None = None, data_dir: str | os.PathLike | None = None,
                         no_noise: bool = False, mechanism: str | None = None, user_ids=None) -> AuditTarget:
     """The audit target reproducing the configuration recorded in a release (``Release`` or path).
 
-    ``mechanism``, when given (the CLI's MECHANISM), must name the release's mechanism.
+    A catalogue look-up of the release's mechanism and its request
+    (:func:`release_request`: ``Release.request`` through the entry's request type, or the
+    compatibility reader for older releases). ``mechanism``, when given (the CLI's MECHANISM),
+    must name the release's mechanism. A mechanism outside the built-in audit families is
+    audited through its own contract: the plan rebuilt from the request must have the release's
+    guarantee, and its ``audit_target(plan, canary)`` is returned.
 
     A user-level head release (``privacy_unit`` user) gives a
     :class:`~dpaudit.audits.user_level.UserHeadTarget` (a canary user of the release's G records,
     adjacency ``add-remove-user``). Its users come from ``user_ids`` (array or ``.npy`` path), else
-    from the ``--user-ids`` file named in the release's command, else from the public grouping of
+    from the request's ``user_ids`` file, else from the public grouping of
     :func:`~dpaudit.audits.user_level.synthetic_user_ids`; whichever is used must give the
     release's users per partition (and, for an old release that published one, its user-id
-    checksum), else :class:`~dpaudit.errors.DataError`.
+    checksum), else :class:`~dpaudit.errors.DataError`. An old release (no recorded request)
+    whose user-ids file is named only in its command line is refused unless ``user_ids`` is given.
 
     The noise multiplier, sampling and steps are taken from the release (not re-calibrated), the
     public seed and dataset identity too; the claim audited is the release's epsilon (under its
@@ -175,10 +291,21 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         raise UsageError(f"release mechanism must be one of {', '.join(sorted(set(ALIASES.values())))}, got {mech!r}.")
     if rel.non_private:
         raise UsageError("release must carry a privacy claim to be audited, got a non-private release.")
+    entry = lookup(mech)
+    if entry.audit_only:  # gaussian releases are not produced by dpaudit train
+        raise UsageError(f"release mechanism must be a trained model, got {mech!r}.")
+    req = release_request(rel)
+    if entry.family not in BUILTIN_FAMILIES:
+        if user_ids is not None:
+            raise UsageError(f"user ids must only be given for a user-level release, got a release of {mech}.")
+        return _generic_from_release(entry, req, rel, canary=canary, data_dir=data_dir, no_noise=no_noise)
     fam = family(mech)
     canary = check_canary(fam, canary or SUPPORTED[fam][0])
     ds = rel.dataset or {}
     cfg = rel.config or {}
+    if fam == "head":
+        _check_request_matches(req, rel, model=(req.model, mech), dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
+                               privacy_unit=(req.privacy_unit, rel.privacy_unit), records_per_user=(req.records_per_user, cfg.get("records_per_user")))
     if fam == "head" and rel.privacy_unit == "user":
         from .user_level import UserHeadTarget
 
@@ -188,9 +315,12 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         if g is None:
             raise DataError("release must record records_per_user for a user-level audit, got none.")
         if user_ids is None:
-            user_ids = _release_user_ids_path(rel)
-        t = UserHeadTarget(model=mech, records_per_user=int(g), dataset=ds.get("name"), data_dir=data_dir,
-                           epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta), canary=canary, seed=int(rel.seed),
+            user_ids = req.user_ids
+        if user_ids is None and rel.request is None and "--user-ids" in (rel.command or "").split():
+            raise UsageError("user ids must be given (--user-ids FILE.npy) to audit this release: it predates recorded requests and names "
+                             "its user-ids file only in its command line, which is never parsed; got none.")
+        t = UserHeadTarget(model=req.model, records_per_user=int(g), dataset=ds.get("name"), data_dir=data_dir,
+                           epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta), canary=canary, seed=int(req.seed),
                            user_ids=user_ids, noise_multiplier=float(rel.noise_multiplier), epochs=cfg.get("epochs"), batch_size=cfg.get("batch_size"),
                            schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"),
                            split_seed=ds.get("split_seed"), claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"),
@@ -203,16 +333,19 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     elif fam == "head":
         from .heads import HeadTarget
 
-        t = HeadTarget(model=mech, dataset=ds.get("name"), data_dir=data_dir, epsilon=float(rel.target_epsilon or rel.epsilon),
-                       delta=float(rel.delta), canary=canary, seed=int(rel.seed), noise_multiplier=float(rel.noise_multiplier),
+        t = HeadTarget(model=req.model, dataset=ds.get("name"), data_dir=data_dir, epsilon=float(rel.target_epsilon or rel.epsilon),
+                       delta=float(rel.delta), canary=canary, seed=int(req.seed), noise_multiplier=float(rel.noise_multiplier),
                        schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)),
                        profile=ds.get("profile"), split_seed=ds.get("split_seed"), claimed=float(rel.epsilon),
                        expected_sha256=ds.get("sha256"), expected_identity=ds)
     elif fam == "dp-elm":
         from .elm import ElmTarget
 
-        t = ElmTarget(dataset=ds.get("name"), data_dir=data_dir, width=int(cfg.get("width", 10)), epsilon=float(rel.epsilon), canary=canary,
-                      seed=int(rel.seed), sampler=cfg.get("sampler", "discrete-laplace"), adjacency=rel.adjacency,
+        _check_request_matches(req, rel, dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
+                               width=(req.width, cfg.get("width")), adjacency=(req.adjacency, rel.adjacency),
+                               sampler=(req.sampler, cfg.get("sampler")))
+        t = ElmTarget(dataset=ds.get("name"), data_dir=data_dir, width=int(req.width), epsilon=float(rel.epsilon), canary=canary,
+                      seed=int(req.seed), sampler=req.sampler, adjacency=req.adjacency,
                       profile=ds.get("profile"), split_seed=ds.get("split_seed"), expected_sha256=ds.get("sha256"),
                       expected_identity=ds)
     elif fam == "dp-mixmin":
@@ -220,11 +353,13 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         from .mixmin import mixmin_task_target
 
         task = cfg.get("task")
-        if not task:
+        if not task or getattr(req, "proxy_predictions", None):
             raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
+        _check_request_matches(req, rel, task=(req.task, task), seed=(req.seed, int(rel.seed)), stage=(req.stage, cfg.get("stage")),
+                               composition=(req.composition, cfg.get("composition")), privacy_unit=(req.privacy_unit, rel.privacy_unit))
         if rel.privacy_unit != "record":
             raise UsageError(f"release privacy unit must be record for the batched audit runner, got {rel.privacy_unit!r}.")
-        whole_train = cfg.get("stage") == "pipeline" and cfg.get("composition") == "sequential"
+        whole_train = req.stage == "pipeline" and req.composition == "sequential"
         if not whole_train:
             # The audit rebuilds D_mix with today's keyed split; a release whose D_mix came from
             # another rule (an old permutation split, a caller-supplied split) would be audited on
@@ -234,36 +369,44 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
             rule = (cfg.get("split") or {}).get("rule")
             if rule != SPLIT_RULE:
                 raise DataError(f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}.")
+        # The resolved settings (task defaults filled in) are the release's own record of them.
         mc = cfg.get("mixmin_config") or {}
         settings = MixtureSettings(steps=int(mc.get("steps", rel.steps)), batch_size=int(round(float(mc.get("expected_batch_size", rel.normalizer)))),
                                    clipping_norm=float(mc.get("clipping_norm", rel.clipping_norm)),
                                    step_size=float(mc.get("step_size", cfg.get("step_size", 0.5))), loss=mc.get("loss", cfg.get("loss", "bce")))
-        t = mixmin_task_target(task, cfg.get("target"), epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
-                               rho=float(cfg.get("rho", 0.1)), canary=canary, seed=int(rel.seed), data_dir=data_dir,
-                               settings=settings, noise_multiplier=float(rel.noise_multiplier), proxy_mode=cfg.get("proxy_mode") or "joint",
+        t = mixmin_task_target(task, cfg.get("target") or req.target, epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
+                               rho=float(cfg.get("rho", 0.1)), canary=canary, seed=int(req.seed), data_dir=data_dir,
+                               settings=settings, noise_multiplier=float(rel.noise_multiplier), proxy_mode=req.proxy_mode or "joint",
                                whole_train=whole_train)
         for name in ("sample_rate", "steps"):
             got, want = getattr(t.config, name), getattr(rel, name)
             if want is not None and abs(float(got) - float(want)) > 1e-12:
                 raise DataError(f"rebuilt {name} must equal the release's {want}, got {got}.")
         t.claimed_epsilon = float(rel.epsilon)  # the release's claim, under its own accountant
-    else:  # gaussian releases are not produced by dpaudit train
+    else:
         raise UsageError(f"release mechanism must be a trained model, got {mech!r}.")
     t.prepare()
     return t.without_noise() if no_noise else t
 
 
-def _release_user_ids_path(rel) -> str | None:
-    """The ``--user-ids`` file named in a release's command line (None when there is none)."""
-    import shlex
+def _generic_from_release(entry, req, rel, *, canary, data_dir, no_noise) -> AuditTarget:
+    """A contract mechanism's audit target for its release: the plan rebuilt from the recorded
+    request must carry the release's guarantee (else the audit would test another mechanism)."""
+    import dataclasses
 
-    try:
-        argv = shlex.split(rel.command or "")
-    except ValueError:
-        return None
-    for i, a in enumerate(argv):
-        if a == "--user-ids" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--user-ids="):
-            return a.split("=", 1)[1]
-    return None
+    if data_dir is not None and "data_dir" in {f.name for f in dataclasses.fields(req)}:
+        req = dataclasses.replace(req, data_dir=os.fspath(data_dir))  # where the auditor keeps the data
+    canary = canary or entry.canaries[0]
+    one_of("canary", canary, entry.canaries)
+    mech = entry.mechanism()
+    plan = _plan(mech, req)
+    rebuilt = {"type": "non-private"} if plan.event is None else plan.event.to_dict()
+    if rebuilt != rel.guarantee:
+        raise DataError(f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}.")
+    for key in ("name", "split_seed", "profile"):
+        want, got = (rel.dataset or {}).get(key), (plan.dataset or {}).get(key)
+        if want is not None and got != want:
+            raise DataError(f"rebuilt dataset {key} must equal the release's {want!r}, got {got!r}.")
+    t = mech.audit_target(plan, canary)
+    t.prepare()
+    return t.without_noise() if no_noise else t

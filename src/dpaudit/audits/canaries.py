@@ -21,17 +21,21 @@ Canaries are public: chosen from the public seed and recorded in audit.json (``c
 
 from __future__ import annotations
 
+from ..catalogue import CATALOGUE
 from ..errors import UsageError
 
 CANARY_KINDS = ("natural", "max-clip", "mislabeled", "worst-case")
 
-#: Canaries each mechanism family supports (first = default).
-SUPPORTED: dict[str, tuple[str, ...]] = {
-    "gaussian": ("max-clip", "natural"),
-    "dp-mixmin": ("max-clip", "natural", "mislabeled"),
-    "head": ("max-clip", "mislabeled", "natural"),
-    "dp-elm": ("worst-case", "natural", "mislabeled"),
-}
+
+def audit_family(entry) -> str:
+    """The audit family of a catalogue entry: ``head`` for the DP-SGD head models (one audit
+    target serves them all), the mechanism's own name otherwise."""
+    return "head" if entry.family == "dp-sgd-head" else entry.name
+
+
+#: Canaries each audit family supports (first = default), from the catalogue's entries
+#: (:func:`audit_family`: ``head`` for the DP-SGD head models, else the mechanism name).
+SUPPORTED: dict[str, tuple[str, ...]] = {audit_family(e): e.canaries for e in CATALOGUE.values() if e.canaries}
 
 
 def check_canary(family: str, canary: str) -> str:

@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from .canaries import check_canary
 from .targets import AuditTarget, load_target_data
 
-HEAD_MODELS = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected")
+#: The frozen-feature head models (catalogue family dp-sgd-head).
+HEAD_MODELS = catalogue_names(family="dp-sgd-head")
 NO_NOISE_MULTIPLIER = 1e-12
 
 
@@ -52,25 +54,18 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     rows and the public head initialisation. Sets the target's ``_rdp_epsilon``, ``_claimed``,
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
-    from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
-    from ..accounting.schedule import Schedule
+    from ..accounting import compute_epsilon
     from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
+    from ..mechanisms.dpsgd_release import plan_schedule
     from ..mechanisms.features import build_features
-    from ..mechanisms.rvfl import MODELS, TAG_HEAD, default_protocol
+    from ..mechanisms.rvfl import MODELS, TAG_HEAD
 
-    e0, b0 = default_protocol(data.name, data.kind)
-    epochs = target.epochs or e0
-    batch = target.batch_size or b0
-    sched = dp_sgd_schedule(reference_size, batch, epochs)
-    if target.schedule is not None:
-        q, steps, m0 = target.schedule
-        sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
-    if target.noise_multiplier is None:
-        sigma = calibrate_noise_multiplier(target_epsilon=target.epsilon, delta=target.delta, sample_rate=sched.sample_rate,
-                                           steps=sched.steps, accountant="rdp").noise_multiplier
-    else:
-        sigma = float(target.noise_multiplier)
-    event = SubsampledGaussian(sigma, sched.sample_rate, sched.steps)
+    # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too);
+    # a release's recorded schedule and noise multiplier replace the computed ones.
+    setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=reference_size, epsilon=target.epsilon, delta=target.delta,
+                          epochs=target.epochs or None, batch_size=target.batch_size or None, adjacency=adjacency,
+                          schedule=target.schedule, noise_multiplier=target.noise_multiplier)
+    epochs, batch, sched, sigma, event = setup.epochs, setup.batch_size, setup.schedule, setup.noise_multiplier, setup.event
     target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)

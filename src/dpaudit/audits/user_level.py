@@ -39,9 +39,10 @@ for datasets without users (the embedded ``digits``), a public, seeded grouping 
 into users of exactly G records (:func:`synthetic_user_ids`); either way the data are split 70 /
 15 / 15 *by users* (:mod:`dpaudit.data.users`), as a user-level release splits them.
 
-Trials are batched as in :func:`~dpaudit.mechanisms.batched.train_linear_heads_batched`: per
-step one Poisson draw of users for all runs, one canary draw, each run's per-user clipped sum,
-one Gaussian draw of shape (R, K, d+1) and one Adam update of all runs.
+Trials run on the head engine that trains user-level releases,
+:func:`dpaudit.mechanisms.engine.train_heads` with user units, R runs at once: per step one
+Poisson draw of users for all runs, one canary draw, each run's per-user clipped sum, one
+Gaussian draw of shape (R, K, d+1) and one Adam update of all runs.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ import numpy as np
 import torch
 
 from ..errors import DataError, UsageError
-from ..mechanisms.user_level import sample_user_records, user_head_clipped_sum
+from ..mechanisms.user_level import user_head_clipped_sum
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
@@ -165,15 +166,6 @@ class UserCanary:
         return int(np.shape(self.grads if self.kind == "gradient" else self.z)[0])
 
 
-def _with_canary_user(index, first_row: int, size: int):
-    """``index`` with one more user (number ``index.n_users``) owning rows first_row..first_row+size-1."""
-    from ..data.users import UserIndex
-
-    return UserIndex(ids=np.arange(index.n_users + 1, dtype=np.int64),
-                     order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
-                     offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64))
-
-
 # ----------------------------------------------------------------------------- batched trainer
 
 
@@ -214,9 +206,8 @@ def train_user_heads_batched(
     Returns a :class:`~dpaudit.mechanisms.batched.BatchedHeadResult`.
     """
     from ..data.users import UserIndex, index_users
-    from ..mechanisms.batched import (BatchedHeadResult, _bernoulli, augmented_features, check_batched_inputs, initial_heads,
-                                      poisson_runs)
-    from ..mechanisms.dpsgd import _HeadAdam, _numpy_backed, blas_threads, gaussian_filler
+    from ..mechanisms.batched import check_batched_inputs
+    from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
 
     user_sum = user_head_clipped_sum_gram if user_sum is None else user_sum
     clip_user = user_clipped_gradient if clip_user is None else clip_user
@@ -227,60 +218,23 @@ def train_user_heads_batched(
     index = users if isinstance(users, UserIndex) else index_users(users)
     if index.n_records != n:
         raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    n_users = index.n_users
-    parts, labels = [z], y.astype(np.int64)
+    hook = None
     if canary is not None and canary.kind == "records":
-        # The canary user's records are rows n..n+G-1 of z1 and user n_users of the index: the
-        # ordinary Poisson draw over range(n_users) never samples it, its own draw does.
+        # The canary user's records become rows n..n+G-1 of the engine's features and user
+        # n_users of its index: the ordinary Poisson draw over range(n_users) never samples it,
+        # the engine's canary draw does.
         cz = np.asarray(canary.z, dtype=np.float64)
         cy = np.asarray(canary.y, dtype=np.int64)
         if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
             raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
-        parts.append(cz)
-        labels = np.concatenate([labels, cy])
-        index = _with_canary_user(index, n, cz.shape[0])
-    z1, z1_norm = augmented_features(parts, d, np_dtype)  # the record-level batched trainer's construction
-    grad_canary = None
-    if canary is not None and canary.kind == "gradient":
+        hook = CanaryHook(included=canary_in, z=cz, y=cy)
+    elif canary is not None:
         grads = np.asarray(canary.grads, dtype=np.float64)
         if grads.shape[1:] != (k, d + 1):
             raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
-        grad_canary = np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64).astype(np_dtype)
-    w = np.array(initial_heads(init, runs, k, d), dtype=np_dtype, order="C")
-    adam = _HeadAdam(w, config)
-    draw_noise = gaussian_filler(noise, np.empty_like(w), config.noise_std)
-    std = config.noise_std
-    clip = not config.non_private
-    q = config.sample_rate
-    fast = _numpy_backed(noise)
-    counts = np.zeros(runs, dtype=np.int64) if canary is not None else None
-    sums = np.empty_like(w)
-    extra = np.array([n_users], dtype=np.int64)
-    steps_done = 0
-    with blas_threads():
-        for t in range(1, config.steps + 1):
-            flat, offsets = poisson_runs(noise, fast, runs, n_users, q)
-            if canary is not None:
-                hit = _bernoulli(noise, runs, q) & canary_in
-                counts += hit
-            for r in range(runs):
-                sampled = flat[offsets[r]:offsets[r + 1]]
-                if grad_canary is None and canary is not None and hit[r]:
-                    sampled = np.concatenate([sampled, extra])  # the canary user, last (users stay ascending)
-                if sampled.size == 0:
-                    sums[r] = 0.0  # Algorithm 1, step 6: an empty batch has a zero clipped sum
-                    continue
-                rows, seg, kk = sample_user_records(index, sampled, g, noise)
-                sums[r] = user_sum(w[r], z1, z1_norm, labels, rows, seg, kk, config.clipping_norm, binary_logit=k == 1, clip=clip)
-            if grad_canary is not None:
-                sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
-            if std > 0.0:
-                sums += draw_noise()
-            sums /= config.normalizer
-            adam.step(sums, t)  # exactly torch.optim.Adam, every run at once
-            steps_done += 1
-    return BatchedHeadResult(weights=w.astype(np.float64), steps_executed=steps_done, canary_samples=counts)
+        hook = CanaryHook(included=canary_in, gradient=np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64))
+    return train_heads(z, y, n_classes, config, noise=noise, runs=runs, init=init, users=UserSampling(index, g, user_sum=user_sum),
+                       canary=hook, binary_logit=binary_logit, dtype=dtype)
 
 
 # -------------------------------------------------------------------------------------- target

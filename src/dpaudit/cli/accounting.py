@@ -6,10 +6,9 @@ from enum import Enum
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from ..accounting import Adjacency, SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
-from ..accounting.accountants import supports
+# The accountants (numpy, scipy, Opacus's analysis, prv-accountant) load inside the commands, so
+# `dpaudit --help` and the other commands start without them.
 from ..errors import UnsupportedEventError
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json
@@ -30,8 +29,13 @@ class CalibrationAccountant(str, Enum):
 
 def _all_accountants(adjacency: Adjacency) -> list[str]:
     """`--accountant all`: rdp and prv side by side; under replace-record also pld, the one of
-    them that analyses the replace-one pair of a subsampled Gaussian (rdp / prv decline it)."""
-    return ["rdp", "prv", "pld"] if adjacency is Adjacency.REPLACE_RECORD else ["rdp", "prv"]
+    them that analyses the replace-one pair of a subsampled Gaussian (rdp / prv decline it); then
+    every accountant registered with `register_accountant` (a skipped column where it declines)."""
+    from ..accounting.accountants import ACCOUNTANTS, accountant_names
+    from ..accounting.adjacency import Adjacency
+
+    builtin = ["rdp", "prv", "pld"] if adjacency is Adjacency.REPLACE_RECORD else ["rdp", "prv"]
+    return builtin + [name for name in accountant_names() if name not in ACCOUNTANTS]
 
 
 class AdjacencyChoice(str, Enum):
@@ -52,6 +56,10 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
+        from rich.table import Table
+
+        from ..accounting import Adjacency, SubsampledGaussian, compute_epsilon
+
         positive_finite("noise_multiplier", noise_multiplier)
         half_open_unit("sample_rate", sample_rate)
         positive_int("steps", steps)
@@ -112,6 +120,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Smallest noise multiplier whose epsilon does not exceed the target."""
+        from ..accounting import Adjacency, SubsampledGaussian, calibrate_noise_multiplier
+        from ..accounting.accountants import supports
+
         adj = Adjacency.parse(adjacency.value)
         if accountant is not None:
             name = accountant.value
@@ -141,6 +152,10 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """DP-SGD schedule from public quantities: J = ceil(N0/B), q = 1/J, T = E*J, m0 = floor(q N0)."""
+        from rich.table import Table
+
+        from ..accounting.schedule import dp_sgd_schedule
+
         s = dp_sgd_schedule(n, batch_size, epochs)
         if json_out:
             emit_json(s.to_dict())

@@ -18,10 +18,18 @@ def _default_workers() -> int:
 
 
 def register(app: typer.Typer) -> None:
+    from . import generic
+
+    # `dpaudit audit NAME` of catalogue entries without a bespoke target goes to its generic command.
+    generic.register_audit(app)
+    from ..catalogue import CATALOGUE, names
+
+    # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
+    mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
+
     @app.command("audit")
     def audit(
-        mechanism: str = typer.Argument(..., help="gaussian, mixmin (alias dp-mixmin), dp-rvfl, dp-elm-sgd, frozen-dense-matched, "
-                                                   "logistic-raw, logistic-projected, dp-elm."),
+        mechanism: str = typer.Argument(..., help=f"{mechanisms}."),
         canary: Optional[str] = typer.Option(None, "--canary", help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).",
                                              show_default=False),
         runs: int = typer.Option(1000, "--runs", help="Trials R (half with the canary, half without)."),

@@ -7,20 +7,27 @@ import sys
 from typing import Any
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
+# The consoles live below the CLI so library modules can print progress without importing it.
+from ..console import console, err_console  # noqa: F401  (re-exported: commands import them from here)
 from ..errors import DPAuditError
 from ..records import _json_safe
 
-#: People read rich output on stdout; with --json, stdout holds exactly one JSON object.
-console = Console()
-#: Progress bars, notes and errors go to stderr so they never mix with --json output.
-err_console = Console(stderr=True)
+
+#: (command, first argument) -> factory of the click command that handles ``dpaudit COMMAND ARG
+#: ...`` instead of COMMAND: the generic ``dpaudit audit NAME`` of catalogue entries without a
+#: bespoke audit target (:func:`dpaudit.cli.generic.register_audit`).
+ROUTES: dict[tuple[str, str], Any] = {}
 
 
 class DPAuditGroup(TyperGroup):
     """Turns every domain error raised below into one line on stderr and exit code 2."""
+
+    def resolve_command(self, ctx, args):
+        if len(args) >= 2 and (args[0], args[1]) in ROUTES:
+            return f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):  # noqa: D401
         try:

@@ -10,12 +10,19 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..accounting.ledger import open_ledger
 from ..records import read_release
 from . import options
-from .common import console, emit_json, new_app
+from .common import console, emit_json, err_console, new_app
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
+
+
+def open_ledger(*args, **kwargs):
+    """:func:`dpaudit.accounting.ledger.open_ledger`, imported when a command runs: the ledger loads
+    the accountants (numpy) and cryptography, which `dpaudit --help` and the other commands do not need."""
+    from ..accounting.ledger import open_ledger as _open_ledger
+
+    return _open_ledger(*args, **kwargs)
 
 
 def _num(x, digits: int = 4) -> str:
@@ -255,11 +262,27 @@ def register(app: typer.Typer) -> None:
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Append an existing release.json to the ledger (training commands do this themselves)."""
+        """Append an existing release.json to the ledger (training commands do this themselves).
+
+        Its claim is re-checked first (dpaudit.claims.verify_claim, the check `dpaudit report`
+        shows): a claim that does not check out is named on stderr. The release is recorded all
+        the same (it exists, so it spent budget); the ledger composes its stored events, not its
+        claimed epsilon, and one whose steps differ from its accounted steps is recorded as
+        uncertified (its dataset's budget is unbounded until the entry is voided)."""
+        from ..claims import verify_claim
+
         rel = read_release(release_path)
         art = release_path if release_path.is_dir() else release_path.parent
+        check = verify_claim(rel)
         with open_ledger(ledger) as led:
             eid = led.record(rel, artefact_path=str(art.resolve()))
+        if check.status == "mismatch":
+            then = ("recorded as uncertified: its dataset's budget is unbounded until the entry is voided" if check.steps_reason
+                    else "recorded: the ledger composes its stored events, not its claimed epsilon")
+            err_console.print(escape(f"warning: release {rel.id}: ACCOUNTING MISMATCH: {check.reason}; {then}."),
+                              highlight=False, soft_wrap=True)
+        elif check.status == "unverified":
+            err_console.print(escape(f"warning: release {rel.id}: claim not verified: {check.reason}."), highlight=False, soft_wrap=True)
         if json_out:
             emit_json({"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition})
             return

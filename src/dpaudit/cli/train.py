@@ -1,4 +1,5 @@
-"""`dpaudit train MODEL ...`: one sub-app; each mechanism family registers its commands."""
+"""`dpaudit train MODEL ...`: one sub-app; each mechanism family registers its commands, and every
+catalogue entry without one gets the generic command of :mod:`dpaudit.cli.generic`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ train_app = new_app("Train a DP model, write release.json and record the release
 
 
 def register(app: typer.Typer) -> None:
-    from . import train_elm, train_mixmin, train_rvfl
+    from . import generic, train_elm, train_mixmin, train_rvfl
 
     for module in (train_rvfl, train_elm, train_mixmin):
         module.register(train_app)
+    # Every other catalogue entry: `train NAME` built from its Request's fields (cli/generic.py).
+    generic.register_train(train_app)
     app.add_typer(train_app, name="train")

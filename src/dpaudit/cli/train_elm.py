@@ -63,11 +63,13 @@ def register(train_app: typer.Typer) -> None:
                  "the release is marked certified: false.")
         if not json_out and not non_private:
             note(f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={width}, eps={epsilon:g})")
-        release = train_and_release_dp_elm(
-            dataset=dataset, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed, sampler=sampler.value,
-            adjacency=adjacency.value, reproducible_noise=reproducible_noise, noise_source=noise_source.value,
-            out_dir=out, ledger_path=ledger, split_seed=split_seed, profile=profile, non_private=non_private,
-        )
+        from ..requests import DPELMRequest
+
+        # Parse into the request (recorded in release.json; the release's command is derived from it).
+        request = DPELMRequest(dataset=dataset, data_dir=None if data_dir is None else str(data_dir), width=width, epsilon=epsilon, seed=seed,
+                               sampler=sampler.value, adjacency=adjacency.value, split_seed=split_seed, profile=profile,
+                               non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source.value)
+        release = train_and_release_dp_elm(**request.to_dict(), out_dir=out, ledger_path=ledger)
         cfg = release.config
         summary = {
             "mechanism": release.mechanism,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -81,7 +80,16 @@ def register(train_app: typer.Typer) -> None:
     ):
         """DP-MixMin (Algorithms 1 and 2): learn public-data mixture weights privately; optionally the full pipeline."""
         from ..mechanisms.mixmin_pipeline import default_mixture, default_rho, replace, train_and_release_mixmin
+        from ..requests import MixMinRequest
 
+        # Parse into the request (recorded in both releases; their command is derived from it).
+        request = MixMinRequest(
+            task=task.value, target=target, epsilon=epsilon, delta=delta, rho=rho, stage=stage.value, privacy_unit=privacy_unit.value,
+            records_per_user=records_per_user, proxy_predictions=None if proxy_predictions is None else str(proxy_predictions),
+            proxy_mode=proxy_mode.value, composition=composition.value, pretrain_objective=pretrain_objective.value, loss=loss.value,
+            steps=steps, batch_size=batch_size, clipping_norm=clipping_norm, step_size=step_size, seed=seed,
+            reproducible_noise=reproducible_noise, noise_source=noise_source, data_dir=None if data_dir is None else str(data_dir),
+        )
         # Unset options take the task's public defaults (the embedded digits-mix has its own,
         # see mixmin_pipeline.EMBEDDED_MIXTURE); set ones override them.
         task_name = None if proxy_predictions else task.value
@@ -97,7 +105,7 @@ def register(train_app: typer.Typer) -> None:
                 seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out,
                 ledger_path=ledger, data_dir=data_dir, proxy_mode=proxy_mode.value, mixture=mixture,
                 records_per_user=records_per_user, pretrain_objective=pretrain_objective.value,
-                command=" ".join(["dpaudit", *sys.argv[1:]]),
+                command=request.command(out=out), request=request.to_dict(),
             )
         if json_out:
             emit_json(release.to_dict())

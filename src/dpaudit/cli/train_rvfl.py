@@ -65,7 +65,9 @@ def _make_command(model: str, description: str):
         user_ids: options.OptionalPath = typer.Option(None, "--user-ids", help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.", show_default=False),
         json_out: bool = options.json_out(),
     ) -> None:
-        from ..mechanisms.rvfl import DEFAULT_DATASET, train_and_release
+        from ..mechanisms.dpsgd_release import release_dpsgd
+        from ..mechanisms.rvfl import DEFAULT_DATASET
+        from ..requests import DPSGDRequest
 
         if threads is not None:
             import torch
@@ -77,12 +79,14 @@ def _make_command(model: str, description: str):
         if dataset is None:
             dataset = DEFAULT_DATASET
             note(f"no --dataset given: using the embedded '{DEFAULT_DATASET}' dataset.")
-        release = train_and_release(
-            model, dataset=dataset, data_dir=data_dir, epsilon=eps, delta=delta, seed=seed, non_private=non_private,
-            reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out, ledger_path=ledger,
-            epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, progress=True,
-            privacy_unit=privacy_unit, user_ids=user_ids, records_per_user=records_per_user,
+        # Parse into the request (recorded in release.json; the release's command is derived from it).
+        request = DPSGDRequest(
+            model=model, dataset=dataset, data_dir=None if data_dir is None else str(data_dir), epsilon=eps, delta=delta, seed=seed,
+            non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
+            profile=profile, split_seed=split_seed, privacy_unit=privacy_unit, records_per_user=records_per_user,
+            user_ids=None if user_ids is None else str(user_ids),
         )
+        release = release_dpsgd(request, out_dir=out, ledger_path=ledger, progress=True)
         summary = _summary(release, ledger)
         if json_out:
             emit_json(summary)
@@ -104,7 +108,10 @@ def _make_command(model: str, description: str):
 
 
 def register(train_app: typer.Typer) -> None:
-    from ..mechanisms.rvfl import MODELS
+    # Names and descriptions from the torch-free catalogue (the table rvfl.MODELS lists), so that
+    # registering the commands does not import torch; the mechanism loads when a command runs.
+    from ..catalogue import CATALOGUE, names
 
-    for name, spec in MODELS.items():
-        train_app.command(name, help=f"{spec.description[:1].upper()}{spec.description[1:]} (DP-RVFL paper protocol).")(_make_command(name, spec.description))
+    for name in names(family=("dp-sgd-head", "dp-sgd-module")):
+        description = CATALOGUE[name].description
+        train_app.command(name, help=f"{description[:1].upper()}{description[1:]} (DP-RVFL paper protocol).")(_make_command(name, description))

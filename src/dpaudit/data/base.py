@@ -6,10 +6,12 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import DataError
+
+if TYPE_CHECKING:  # numpy loads in the functions that use it: the CLI reads DATA_DIR_ENV at start-up
+    import numpy as np
 
 DATA_DIR_ENV = "DPAUDIT_DATA_DIR"
 
@@ -31,6 +33,8 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
 
 def array_sha256(*arrays: np.ndarray) -> str:
     """SHA-256 over the bytes, dtypes and shapes of prepared arrays (the dataset's identity)."""
+    import numpy as np
+
     h = hashlib.sha256()
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -89,6 +93,8 @@ class PreparedDataset:
         None when the data are not split by users."""
         if self.user_ids is None:
             return None
+        import numpy as np
+
         return array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
 
     def identity(self) -> dict:
@@ -119,5 +125,7 @@ class PreparedDataset:
             "source_files": sorted(self.source_files),
         }
         if self.user_ids is not None:  # user-split data: how many users each partition holds
+            import numpy as np
+
             out["n_users"] = {p: int(np.unique(self.user_ids[p]).size) for p in ("train", "val", "test")}
         return out

@@ -43,23 +43,22 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..accounting import PureEpsilon, compute_epsilon
+from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
-from ..records import Release, check_accounting, check_out_dir, round_timings
-from ..releasing import budget_session
+from ..records import Release
+from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
 
-MECHANISM = "dp-elm"
+NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
 ACCOUNTANT = "pure"
 DEFAULT_ADJACENCY = "add-remove-record"
 ADJACENCIES = ("add-remove-record", "replace-record")
@@ -374,29 +373,17 @@ def fit_dp_elm(
     return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
 
 
-def _command_line(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency, reproducible_noise, noise_source, out_dir, split_seed,
-                  non_private=False, profile=None) -> str:
-    parts = ["dpaudit", "train", "dp-elm", "--dataset", dataset, "--width", str(width), "--seed", str(seed)]
-    parts += ["--non-private"] if non_private else ["--eps", repr(float(epsilon))]
-    if data_dir is not None:
-        parts += ["--data-dir", str(data_dir)]
-    if sampler != DEFAULT_SAMPLER:
-        parts += ["--sampler", sampler]
-    if adjacency != DEFAULT_ADJACENCY:
-        parts += ["--adjacency", adjacency]
-    if split_seed is not None:
-        parts += ["--split-seed", str(split_seed)]
-    if profile is not None:  # the preprocessing profile decides the data (e.g. --profile authors)
-        parts += ["--profile", profile]
-    if reproducible_noise:
-        parts.append("--reproducible-noise")
-    elif noise_source != "os-entropy":
-        parts += ["--noise-source", noise_source]
-    parts += ["--out", str(out_dir)]
-    return shlex.join(parts)
+def _request(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency, reproducible_noise, noise_source, split_seed,
+             non_private=False, profile=None):
+    """The :class:`~dpaudit.requests.DPELMRequest` of a release (recorded as ``Release.request``;
+    its ``to_argv`` gives the recorded command)."""
+    from ..requests import DPELMRequest
+
+    return DPELMRequest(dataset=dataset, data_dir=None if data_dir is None else os.fspath(data_dir), width=int(width), epsilon=float(epsilon),
+                        seed=int(seed), sampler=sampler, adjacency=adjacency, split_seed=split_seed, profile=profile,
+                        non_private=bool(non_private), reproducible_noise=bool(reproducible_noise), noise_source=noise_source)
 
 
-@budget_session  # the budget reserved below is settled by publish() or cancelled if the fit fails
 def train_and_release_dp_elm(
     *,
     dataset: str = DEFAULT_DATASET,
@@ -426,120 +413,119 @@ def train_and_release_dp_elm(
     still runs). ``non_private=True`` fits the closed-form ELM without noise and makes no claim
     (``epsilon = inf``; the ledger then treats the dataset's budget as spent without bound).
     """
-    width = positive_int("width", width)
-    if not non_private:
-        epsilon = positive_finite("epsilon", epsilon)
-    one_of("sampler", sampler, SAMPLERS)
-    one_of("adjacency", adjacency, ADJACENCIES)
-    seed = int(seed)
-    # A bad --out must fail before anything is loaded, reserved or computed.
-    out_dir = check_out_dir(out_dir) if out_dir is not None else None
-    t0 = time.perf_counter()
-    if prepared is None:
-        from ..data import load_dataset
+    request = _request(dataset=prepared.name if prepared is not None else dataset, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed,
+                       sampler=sampler, adjacency=adjacency, reproducible_noise=reproducible_noise, noise_source=noise_source,
+                       split_seed=split_seed, non_private=non_private, profile=profile)
+    from ..releasing import release
 
-        prepared = load_dataset(dataset, data_dir=data_dir, split_seed=split_seed, profile=profile)
-    data = prepared
-    if data.y_train.size == 0:
-        raise DataError(f"dataset {data.name} has an empty training partition.")
-    if out_dir is None:
-        out_dir = check_out_dir(Path("runs") / f"dp-elm-{data.name}-L{width}-seed{seed}-{'nonprivate' if non_private else f'eps{epsilon:g}'}")
-    from ..accounting.ledger import sampler_uncertified_reason
-    from ..releasing import make_noise_source, reserve
+    return release(MECHANISM, request, out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
 
-    event = None if non_private else PureEpsilon(epsilon)
-    # Check, then commit: reserve the budget before touching the data. A non-private release
-    # (event None) and one with an uncertified sampler (textbook Laplace) count as unbounded.
-    uncertified = None if non_private or sampler_guarantee(sampler).certified else sampler_uncertified_reason(sampler)
-    reserve(dataset=data.name, partition="train", event=event, adjacency=adjacency, ledger_path=ledger_path, record=record,
-            data_digest=data.sha256, data_info={"split_seed": data.split_seed, "profile": data.profile},
-            uncertified=uncertified, mechanism=MECHANISM)
-    noise = make_noise_source(seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source)
-    n_classes = int(data.n_classes)
-    feats = elm_features(data.n_features, width, seed)
-    setup_seconds = time.perf_counter() - t0
 
-    t1 = time.perf_counter()
-    stats = elm_sufficient_statistics(data.x_train, data.y_train, width, seed, n_classes=n_classes,
-                                      sampler="textbook" if non_private else sampler, features=feats)
-    stats_seconds = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    result = fit_from_statistics(stats, feats, None if non_private else epsilon, noise=noise, sampler=sampler)
-    fit_seconds = time.perf_counter() - t2
-    train_seconds = time.perf_counter() - t1
+class DPELMMechanism:
+    """Laplace DP-ELM on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy
+    contract: module docstring). Run by :func:`dpaudit.releasing.release`: the budget of
+    ``PureEpsilon(epsilon)`` is reserved before the private statistics are touched, and the
+    claim is recomputed from the event (accountant ``pure``, delta 0) after the fit."""
 
-    if non_private:
-        claimed, analyses, epsilons, guarantee_dict = float("inf"), None, {}, {"type": "non-private"}
-    else:
-        # Recompute the claim from the event rather than trusting the input, and check it.
-        claimed = compute_epsilon(event, delta=0.0, accountant=ACCOUNTANT, adjacency=adjacency).epsilon
-        analyses = privacy_analyses(width, epsilon)
-        if analyses[adjacency]["epsilon"] > claimed * (1 + 1e-12):  # the scale must cover the claim
-            raise UsageError(f"noise scale must cover epsilon {claimed} under {adjacency}, got {analyses[adjacency]['epsilon']}.")
-        check_accounting(steps_executed=1, steps_accounted=1, epsilon=claimed, target_epsilon=epsilon)
-        epsilons, guarantee_dict = {"pure": claimed}, event.to_dict()
+    name = NAME
+    request_type = DPELMRequest
+    record_out_dir = True  # artefacts["out_dir"], read by `dpaudit train dp-elm`
 
-    from .rvfl import classification_metrics
+    def validate(self, r):
+        positive_int("width", r.width)
+        if not r.non_private:
+            positive_finite("epsilon", r.epsilon)
+        one_of("sampler", r.sampler, SAMPLERS)
+        one_of("adjacency", r.adjacency, ADJACENCIES)
+        return r
 
-    t3 = time.perf_counter()
-    metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
-    eval_seconds = time.perf_counter() - t3
-    out_dir.mkdir(parents=True, exist_ok=True)  # checked writable before the data were touched
-    timings = {"setup_seconds": setup_seconds, "train_seconds": train_seconds, "statistics_seconds": stats_seconds,
-               "noise_and_solve_seconds": fit_seconds, "eval_seconds": eval_seconds}
-    np.savez(out_dir / "weights.npz", hidden_weight=feats.weight, hidden_bias=feats.bias, beta=result.beta,
-             noisy_gram=result.noisy_gram, noisy_cross=result.noisy_cross)
-    guarantee = None if non_private else sampler_guarantee(sampler).to_dict()
-    release = Release(
-        mechanism=MECHANISM,
-        dataset=data.identity(),  # public identity only; the digest stays local (data_digest)
-        adjacency=adjacency,
-        accountant=ACCOUNTANT,
-        epsilon=claimed,
-        delta=0.0,
-        guarantee=guarantee_dict,
-        seed=seed,
-        noise_source=noise.spec.to_dict(),
-        target_epsilon=None if non_private else epsilon,
-        steps=1,
-        steps_executed=1,
-        partition="train",
-        privacy_unit="record",
-        non_private=bool(non_private),
-        epsilons=epsilons,
-        config={
-            "model": MECHANISM,
-            "width": width,
-            "noise_scale": result.noise_scale,
-            "noise_scale_formula": "L (L + 2) / epsilon on every entry of H^T H and H^T Y",
-            "sampler": None if non_private else sampler,
-            "sampler_guarantee": guarantee,
-            "claim_adjacency": adjacency,
-            "analyses": analyses,
-            "features": {"activation": "sigmoid", "init": "N(0, 1) weights and biases", "seed": seed, "tag": TAG_ELM,
-                         "grid_bits": stats.grid_bits},
-            "targets": "one-hot",
-            "n_classes": n_classes,
-            "chunk": CHUNK,
-            "dtype": "float64" if stats.grid_bits is None else "int64 exact on grid, float64 solve",
-            "symmetrised": False,
-            "ridge": 0.0,
-            "solver": result.solver,
-            "seeds": {"model_seed": seed, "split_seed": data.split_seed},
-            "profile": data.profile,
-            "validation_used": False,
-        },
-        metrics=metrics,  # on the test partition: evaluation data outside the DP claim (Release docstring)
-        timings=round_timings(timings),  # published rounded; exact ones in local.json only
-        exact_timings=timings,
-        data_digest=data.sha256,  # never published; the ledger keeps a keyed fingerprint of it
-        artefacts={"weights": "weights.npz", "out_dir": str(out_dir)},
-        command=_command_line(dataset=data.name, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed, sampler=sampler, adjacency=adjacency,
-                              reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir, split_seed=split_seed,
-                              non_private=non_private, profile=profile),
-        **_noise_tail_fields(sampler, non_private, claimed, result.noisy_gram.size + result.noisy_cross.size),
-    )
-    from ..releasing import publish
+    def load(self, r, prepared=None):
+        if prepared is None:
+            from ..data import load_dataset
 
-    publish(release, out_dir, ledger_path=ledger_path, record=record)
-    return release
+            prepared = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
+        if prepared.y_train.size == 0:
+            raise DataError(f"dataset {prepared.name} has an empty training partition.")
+        return prepared
+
+    def plan(self, r, info):
+        """Public quantities only: the event, the noise scale and the analyses of ``width``."""
+        from ..accounting.ledger import sampler_uncertified_reason
+        from .contract import ReleasePlan
+
+        width, non_private, sampler, adjacency = int(r.width), bool(r.non_private), r.sampler, r.adjacency
+        epsilon = None if non_private else float(r.epsilon)
+        event = None if non_private else PureEpsilon(epsilon)
+        analyses = None
+        if not non_private:
+            analyses = privacy_analyses(width, epsilon)
+            if analyses[adjacency]["epsilon"] > epsilon * (1 + 1e-12):  # the scale must cover the claim
+                raise UsageError(f"noise scale must cover epsilon {epsilon} under {adjacency}, got {analyses[adjacency]['epsilon']}.")
+        # A non-private release (event None) and one with an uncertified sampler (textbook
+        # Laplace) count as unbounded in the ledger.
+        uncertified = None if non_private or sampler_guarantee(sampler).certified else sampler_uncertified_reason(sampler)
+        n_values = width * width + width * int(info.n_classes)  # entries of H^T H and H^T Y (public sizes)
+        return ReleasePlan(
+            mechanism=NAME, request=r, dataset=info.identity or {"name": info.name}, partition="train", adjacency=adjacency,
+            accountant=ACCOUNTANT, event=event, target_epsilon=epsilon, delta=0.0, steps=1, seed=int(r.seed), data_name=info.name,
+            uncertified=uncertified,
+            config={
+                "model": NAME, "width": width, "noise_scale": None if non_private else noise_scale(width, epsilon),
+                "noise_scale_formula": "L (L + 2) / epsilon on every entry of H^T H and H^T Y",
+                "sampler": None if non_private else sampler,
+                "sampler_guarantee": None if non_private else sampler_guarantee(sampler).to_dict(),
+                "claim_adjacency": adjacency, "analyses": analyses, "targets": "one-hot", "n_classes": int(info.n_classes), "chunk": CHUNK,
+                "symmetrised": False, "ridge": 0.0, "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
+                "profile": info.profile, "validation_used": False,
+            },
+            release_fields=_noise_tail_fields(sampler, non_private, epsilon if epsilon is not None else math.inf, n_values))
+
+    def run(self, plan, data, noise, *, progress=None):
+        from .contract import RunOutput
+        from .rvfl import classification_metrics
+
+        r = plan.request
+        width, seed, sampler = int(r.width), int(r.seed), r.sampler
+        private = plan.event is not None
+        feats = elm_features(data.n_features, width, seed)
+        t1 = time.perf_counter()
+        stats = elm_sufficient_statistics(data.x_train, data.y_train, width, seed, n_classes=int(data.n_classes),
+                                          sampler=sampler if private else "textbook", features=feats)
+        stats_seconds = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        result = fit_from_statistics(stats, feats, plan.target_epsilon if private else None, noise=noise, sampler=sampler)
+        fit_seconds = time.perf_counter() - t2
+        train_seconds = time.perf_counter() - t1
+        t3 = time.perf_counter()
+        metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
+        eval_seconds = time.perf_counter() - t3
+        return RunOutput(
+            steps_executed=1, metrics=metrics,  # on the test partition: outside the DP claim (Release docstring)
+            arrays={"hidden_weight": feats.weight, "hidden_bias": feats.bias, "beta": result.beta, "noisy_gram": result.noisy_gram,
+                    "noisy_cross": result.noisy_cross},
+            config={"features": {"activation": "sigmoid", "init": "N(0, 1) weights and biases", "seed": seed, "tag": TAG_ELM,
+                                 "grid_bits": stats.grid_bits},
+                    "dtype": "float64" if stats.grid_bits is None else "int64 exact on grid, float64 solve", "solver": result.solver},
+            timings={"train_seconds": train_seconds, "statistics_seconds": stats_seconds, "noise_and_solve_seconds": fit_seconds,
+                     "eval_seconds": eval_seconds})
+
+    def default_out_dir(self, plan):
+        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
+        return Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
+
+    def audit_target(self, plan, canary: str, **opts):
+        """The DP-ELM audit target of this plan (:class:`~dpaudit.audits.elm.ElmTarget`): its width,
+        epsilon, sampler, adjacency, seed and dataset; ``opts`` go to the target."""
+        from ..audits.elm import ElmTarget
+
+        if plan.event is None:
+            raise UsageError("release must be private to be audited, got a non-private dp-elm release.")
+        r = plan.request
+        kw = dict(dataset=plan.data_name, data_dir=r.data_dir, width=int(r.width), epsilon=float(plan.target_epsilon), canary=canary,
+                  seed=plan.seed, sampler=r.sampler, adjacency=r.adjacency, profile=plan.dataset.get("profile", r.profile),
+                  split_seed=plan.dataset.get("split_seed", r.split_seed))
+        kw.update(opts)
+        return ElmTarget(**kw)
+
+
+MECHANISM = DPELMMechanism()

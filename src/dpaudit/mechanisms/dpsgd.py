@@ -22,10 +22,13 @@ function as an argument (:func:`run_dp_sgd`), so a per-user (group) gradient fun
 in without touching the loop. Frozen parts of a model (random features, projections) must be
 built from public randomness only.
 
-Two gradient back-ends:
-- linear heads on frozen features (:func:`train_linear_head`): per-example gradients in closed form,
-  ``g_i = outer(p_i - y_i, [z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped
-  sum is one matrix product and no per-example gradient is ever materialised;
+Steps 1 and 3-5 are shared by every trainer: :func:`poisson_batch` (sampling), :class:`NoisyAdamStep`
+(noise, normaliser, :class:`Adam`). Two gradient back-ends:
+- linear heads on frozen features (:func:`train_linear_head`, one run of the head engine
+  :mod:`dpaudit.mechanisms.engine`, which also runs every audit of a head, R runs at once):
+  per-example gradients in closed form, ``g_i = outer(p_i - y_i, [z_i, 1])`` with
+  ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix product and no
+  per-example gradient is ever materialised;
 - trainable representations (:func:`train_module_dp_sgd`): per-sample gradients with ``torch.func``
   (``vmap(grad(...))``), joint norm over all parameters, clipped sum by a weighted reduction.
 """
@@ -144,6 +147,69 @@ def blas_threads():
     return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
 
 
+class Adam:
+    """Adam on a list of tensors (updated in place), the arithmetic of ``torch.optim.Adam`` with
+    no weight decay and no amsgrad (paper eq. 6). Shared by every DP-SGD trainer.
+
+    Uses the kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a
+    dozen array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
+        self.params, self.config = list(params), config
+        self.state = AdamState.zeros_like(self.params)
+        self.fused = getattr(torch, "_fused_adam_", None)
+        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+
+    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
+        """Adam step number ``t`` (1, 2, ...) with gradients ``grads``."""
+        if self.fused is None:
+            self.state.t = t - 1
+            adam_update(self.params, grads, self.state, self.config)
+            return
+        c = self.config
+        for s in self.steps:
+            s.fill_(t)
+        self.fused(self.params, list(grads), self.state.m, self.state.v, [], self.steps, amsgrad=False, lr=c.lr,
+                   beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
+
+
+class _HeadAdam(Adam):
+    """:class:`Adam` on one NumPy array ``w`` (zero-copy views), gradients given as NumPy arrays."""
+
+    def __init__(self, w: np.ndarray, config: DPSGDConfig):
+        super().__init__([torch.from_numpy(w)], config)
+
+    def step(self, g: np.ndarray, t: int) -> None:  # type: ignore[override]
+        super().step([torch.from_numpy(g)], t)
+
+
+class NoisyAdamStep:
+    """Steps 6-8 of Algorithm 1, shared by every DP-SGD trainer (heads and modules).
+
+    The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
+    like the parameters); :meth:`apply` adds N(0, (sigma C)^2 I) drawn from the private source
+    (:func:`gaussian_filler`, one draw per buffer, in order), divides by the fixed normaliser m0
+    -- never the realised batch size -- and takes one :class:`Adam` step from this sanitised
+    gradient only.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
+        self.config = config
+        self.sums = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
+        self._arrays = [s.numpy() for s in self.sums]
+        std = config.noise_std
+        self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
+        self.adam = Adam(params, config)
+
+    def apply(self, t: int) -> None:
+        for a, fill in zip(self._arrays, self._fills):
+            a += fill()
+        for a in self._arrays:
+            a /= self.config.normalizer
+        self.adam.step(self.sums, t)
+
+
 # ---------------------------------------------------------------- Poisson sampling
 
 
@@ -221,6 +287,25 @@ def poisson_sample(noise: NoiseSource, n: int, q: float, runs: int = 1) -> list[
     return [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
 
 
+def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """One step's private Poisson samples of range(n) for ``runs`` independent runs, as (flat
+    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending. The
+    sampler of every DP-SGD trainer (heads and modules, one run or many).
+
+    The draws of :func:`poisson_sample` with the same arguments: numpy-backed sources by gap
+    sampling (one draw for all runs, :func:`poisson_flat`; a single run through the lighter
+    :func:`poisson_indices`, the same draws); other sources through ``poisson_mask``, run by run.
+    """
+    if _numpy_backed(noise):
+        if runs == 1:
+            ix = poisson_indices(noise.numpy, 1, n, q)[0]
+            return ix, np.array([0, ix.size])
+        return poisson_flat(noise.numpy, runs, n, q)
+    parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
+    offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), offsets
+
+
 def gaussian_into(noise: NoiseSource, out: np.ndarray, std: float) -> np.ndarray:
     """Fill ``out`` with N(0, std^2) from ``noise``: the draw of ``noise.gaussian_torch(out.shape,
     std)``, written into a reused buffer."""
@@ -269,26 +354,23 @@ def run_dp_sgd(
 
     The unit is whatever ``clipped_sum`` says it is: a record (the functions in this module) or,
     for user-level DP, a user whose records' summed gradient is clipped as one contribution; the
-    sampling, noise, normaliser and Adam steps here do not change. Linear heads use a NumPy
-    specialisation of this loop with the same steps and draws (:func:`train_linear_head`).
+    sampling (:func:`poisson_batch`), noise, normaliser and Adam (:class:`NoisyAdamStep`) are those
+    of the linear-head engine (:mod:`dpaudit.mechanisms.engine`), which runs the same steps and
+    draws on many heads at once.
     """
     n_units = positive_int("n_units", n_units)
-    state = AdamState.zeros_like(params)
-    std = config.noise_std
+    sanitise = NoisyAdamStep(params, config, noise=noise)  # noise, m0 and Adam: the head engine's step
     steps_done = 0
     report_every = max(1, config.steps // 200)
-    for _ in range(config.steps):
-        idx = poisson_sample(noise, n_units, config.sample_rate)[0]
+    for t in range(1, config.steps + 1):
+        idx, _ = poisson_batch(noise, 1, n_units, config.sample_rate)
         if idx.size:
-            sums = clipped_sum(params, idx)
+            for buf, part in zip(sanitise.sums, clipped_sum(params, idx)):
+                buf.copy_(part)
         else:
-            sums = [torch.zeros_like(p) for p in params]  # Algorithm 1, step 6
-        grads = []
-        for s in sums:
-            if std > 0.0:
-                s = s + noise.gaussian_torch(tuple(s.shape), std, dtype=s.dtype)
-            grads.append(s / config.normalizer)
-        adam_update(params, grads, state, config)
+            for buf in sanitise.sums:
+                buf.zero_()  # Algorithm 1, step 6
+        sanitise.apply(t)
         steps_done += 1  # Algorithm 1, step 8: one accountant step, empty batches included
         if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
             progress(steps_done, config.steps)
@@ -351,6 +433,11 @@ def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np
     return logits
 
 
+#: TEST-ONLY: a deliberate fault in the clipped sums, set by :func:`dpaudit.mechanisms.engine.planted_bug`
+#: (None: no fault; never set by the library).
+_PLANTED_BUG: str | None = None
+
+
 class HeadWorkspace:
     """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only).
 
@@ -409,6 +496,8 @@ def _clipped_sum_kernel(ws: HeadWorkspace, w_t: torch.Tensor, b: int, zn: np.nda
         c *= zn
         np.maximum(c, clipping_norm, out=c)
         np.divide(clipping_norm, c, out=c)
+        if _PLANTED_BUG == "skip-clip":  # TEST-ONLY fault (engine.planted_bug): last unit unclipped
+            c[b - 1] = 1.0
         r *= c
     if out_t is not None:
         torch.mm(r_t, zb_t, out=out_t)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
@@ -471,9 +560,10 @@ def train_linear_head(
     binary_logit: bool = False,
     dtype: torch.dtype = torch.float32,
     z_has_bias_column: bool = False,
-    units: Callable | None = None,
+    users=None,
 ) -> HeadResult:
-    """DP-SGD (Adam) on a linear softmax head over frozen features ``z`` (n, d).
+    """DP-SGD (Adam) on a linear softmax head over frozen features ``z`` (n, d): one run of the
+    head engine :func:`dpaudit.mechanisms.engine.train_heads` -- the engine the audits run.
 
     Loss: softmax cross-entropy over ``n_classes`` logits; with ``binary_logit=True`` and two
     classes, one logit with sigmoid binary cross-entropy (the paper's K = 1, section 3.5).
@@ -481,123 +571,18 @@ def train_linear_head(
     ``init`` (K, d+1) must come from public randomness; zeros when omitted.
     ``z_has_bias_column=True``: ``z`` is already [z, 1] (its last column all ones, e.g. from
     ``FrozenFeatures.transform(..., bias_column=True)``) and is used without a copy.
-    ``units``: optional privacy-unit hook (user-level DP-SGD, :mod:`dpaudit.mechanisms.user_level`):
-    ``units(z1, z1_norm, y, binary_logit=..., clip=...)`` returns ``(n_units, unit_sum)``; the loop
-    then Poisson-samples range(n_units) and uses ``unit_sum(w, idx)`` as the clipped sum.
+    ``users``: an :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD
+    (:func:`dpaudit.mechanisms.user_level.train_user_linear_head`); records when omitted.
     """
+    from .engine import train_heads
+
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    if z_has_bias_column:
-        if z.shape[1] < 1 or not np.all(z[:, -1] == 1):
-            raise UsageError("z must end with a column of ones when z_has_bias_column is set, got another last column.")
-        z1 = np.ascontiguousarray(z, dtype=np_dtype)
-    else:
-        z1 = with_bias_column(z, dtype).numpy()
-    d = z1.shape[1] - 1
-    z1_norm = np.sqrt(np.einsum("ij,ij->i", z1, z1))
-    yt = y.astype(np.int64)
-    if init is None:
-        w = torch.zeros(k, d + 1, dtype=dtype)
-    else:
-        init = np.asarray(init)
-        if init.shape != (k, d + 1):
-            raise UsageError(f"init must have shape {(k, d + 1)}, got {init.shape}.")
-        w = torch.tensor(init, dtype=dtype)
-    clip = not config.non_private
-    n_units, unit_sum = units(z1, z1_norm, yt, binary_logit=k == 1, clip=clip) if units is not None else (None, None)
-
-    with blas_threads():
-        steps = _run_head_loop(w.numpy(), z1, z1_norm, yt, config, noise=noise, progress=progress, binary_logit=k == 1, clip=clip, dtype=dtype,
-                               n_units=n_units, unit_sum=unit_sum)
-    return HeadResult(weight=w.numpy().astype(np.float64), steps_executed=steps, binary_logit=k == 1, config=config)
-
-
-def _adam_numpy(w, g, m, v, tmp, t: int, config: DPSGDConfig) -> None:
-    """One in-place Adam step on NumPy arrays, the arithmetic of ``torch.optim.Adam``'s
-    single-tensor path (no weight decay, no amsgrad): m, v moments; bias-corrected step."""
-    b1, b2 = config.betas
-    m *= b1
-    np.multiply(g, 1.0 - b1, out=tmp)
-    m += tmp
-    v *= b2
-    np.multiply(g, g, out=tmp)
-    tmp *= 1.0 - b2
-    v += tmp
-    bc1 = 1.0 - b1**t
-    bc2_sqrt = math.sqrt(1.0 - b2**t)
-    np.sqrt(v, out=tmp)
-    tmp /= bc2_sqrt
-    tmp += config.adam_eps
-    np.divide(m, tmp, out=tmp)
-    tmp *= config.lr / bc1
-    w -= tmp
-
-
-class _HeadAdam:
-    """Adam state for NumPy head weights ``w`` (updated in place), as ``torch.optim.Adam``.
-
-    Uses the kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a
-    dozen array operations) on zero-copy views when this torch has it, else :func:`_adam_numpy`.
-    Either way: no weight decay, no amsgrad, bias-corrected moments (paper eq. 6).
-    """
-
-    def __init__(self, w: np.ndarray, config: DPSGDConfig):
-        self.w, self.config = w, config
-        self.m, self.v, self.tmp = np.zeros_like(w), np.zeros_like(w), np.empty_like(w)
-        self.fused = getattr(torch, "_fused_adam_", None)
-        self.w_t, self.m_t, self.v_t = (torch.from_numpy(a) for a in (w, self.m, self.v))
-        self.step_t = torch.zeros((), dtype=torch.float32)
-
-    def step(self, g: np.ndarray, t: int) -> None:
-        if self.fused is None:
-            _adam_numpy(self.w, g, self.m, self.v, self.tmp, t, self.config)
-            return
-        c = self.config
-        self.step_t.fill_(t)
-        self.fused([self.w_t], [torch.from_numpy(g)], [self.m_t], [self.v_t], [], [self.step_t], amsgrad=False, lr=c.lr,
-                   beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
-
-
-def _run_head_loop(w, z1, z1_norm, y, config: DPSGDConfig, *, noise: NoiseSource, progress, binary_logit, clip, dtype, n_units=None, unit_sum=None) -> int:
-    """:func:`run_dp_sgd` specialised to one linear head, in NumPy with preallocated buffers.
-
-    Step for step the same protocol and the same private draws in the same order (one
-    :func:`poisson_sample`, then one ``noise.gaussian_torch`` of the head's shape): sum of clipped
-    closed-form gradients (zero for an empty batch), plus N(0, (sigma C)^2), divided by m0, then
-    the ``torch.optim.Adam`` update written out in place. The generic loop costs a few torch
-    dispatches per step that dominate at this size. Updates ``w`` in place; returns executed steps.
-    With ``unit_sum`` the units sampled are range(n_units) and the clipped sum is ``unit_sum(w, idx)``.
-    """
-    n = z1.shape[0] if n_units is None else int(n_units)
-    std = config.noise_std
-    adam = _HeadAdam(w, config)
-    zero = np.zeros_like(w)
-    draw_noise = gaussian_filler(noise, np.empty_like(w), std)
-    k, d1 = w.shape
-    ws = HeadWorkspace(k, d1, z1.dtype, rows=int(n * config.sample_rate + 8.0 * math.sqrt(n * config.sample_rate) + 16) + 1)
-    w_t = torch.from_numpy(w)
-    report_every = max(1, config.steps // 200)
-    steps_done = 0
-    for t in range(1, config.steps + 1):
-        idx = poisson_sample(noise, n, config.sample_rate)[0]
-        b = idx.size
-        if b and unit_sum is not None:
-            g = unit_sum(w, idx)
-        elif b:
-            ws.ensure(b)
-            np.take(z1, idx, axis=0, out=ws.batch[:b], mode="clip")  # in range; "clip" skips a defensive copy
-            g = _clipped_sum_kernel(ws, w_t, b, z1_norm[idx], y[idx], config.clipping_norm, binary_logit, clip)
-        else:
-            g = zero  # Algorithm 1, step 6
-            g[...] = 0.0
-        if std > 0.0:
-            g += draw_noise()
-        g /= config.normalizer
-        adam.step(g, t)  # exactly torch.optim.Adam (no weight decay, no amsgrad)
-        steps_done += 1  # one accountant step, empty batches included
-        if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
-            progress(steps_done, config.steps)
-    return steps_done
+    d = z.shape[1] - 1 if z_has_bias_column else z.shape[1]
+    if init is not None and np.shape(init) != (k, d + 1):
+        raise UsageError(f"init must have shape {(k, d + 1)}, got {np.shape(init)}.")
+    res = train_heads(z, y, n_classes, config, noise=noise, runs=1, init=init, users=users, binary_logit=binary_logit, dtype=dtype,
+                      z_has_bias_column=z_has_bias_column, progress=progress)
+    return HeadResult(weight=res.weights[0], steps_executed=res.steps_executed, binary_logit=k == 1, config=config)
 
 
 def head_logits(weight: np.ndarray, z: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -39,13 +40,16 @@ import torch
 from ..accounting import calibrate_noise_multiplier, dp_sgd_schedule
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
-from ..releasing import budget_session
+from ..requests import MixMinRequest
 from ..validation import one_of
+from .contract import DataInfo, ReleasePlan, RunOutput
 from .mixmin import MixMinConfig, run_mixmin, solve_mixmin
 from .mixmin_tasks import MixMinTask, fit, new_mlp
 
 COMPOSITIONS = ("parallel", "sequential")
 PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")
+#: Accountants a DP-MixMin claim can be made under (both are recorded in ``epsilons``).
+ACCOUNTANTS = ("rdp", "prv")
 METHODS = ("dp-mixmin", "uniform", "random-search", "random-init", "non-private-mixmin")
 _TAG_PRETRAIN, _TAG_RS, _TAG_HEAD = 0x9E7, 0x9E8, 0x9E9
 
@@ -91,9 +95,14 @@ class DownstreamSettings:
 
 def default_downstream(task: MixMinTask) -> DownstreamSettings:
     """Per-task defaults: small data needs more pretraining epochs and smaller fine-tuning batches."""
-    if task.name == "mnist-mix":
+    return default_downstream_for(task.name, task.image)
+
+
+def default_downstream_for(name: str | None, image: bool) -> DownstreamSettings:
+    """:func:`default_downstream` from the task's public name and kind (what a plan knows)."""
+    if name == "mnist-mix":
         return DownstreamSettings()
-    if task.image:
+    if image:
         return DownstreamSettings(pretrain_checkpoints=(20, 40, 60), finetune_epochs=10, finetune_batch_size=64)
     return DownstreamSettings(hidden=16, pretrain_checkpoints=(50, 100, 200), pretrain_batch_size=64,
                               finetune_epochs=20, finetune_batch_size=32)
@@ -362,7 +371,7 @@ def replace(settings, **changes):
 
 
 STAGES = ("mixture", "pipeline")
-MECHANISM = "dp-mixmin"
+NAME = "dp-mixmin"  # the mechanism name (MECHANISM is the contract object, below)
 FINETUNE_MECHANISM = "dp-mixmin-finetune"
 
 
@@ -401,7 +410,468 @@ def _epsilons(event, delta: float, adjacency: str) -> dict:
     return out
 
 
-@budget_session  # the reservation below is settled with both releases, or cancelled if a stage fails
+# ---------------------------------------------------------------------------------------------
+# The mechanism (dpaudit.mechanisms.contract): plan, run and audit target of a release
+
+
+@dataclass(frozen=True, eq=False)
+class MixMinJob:
+    """One DP-MixMin release as the library runs it: a :class:`~dpaudit.requests.MixMinRequest`'s
+    choices resolved to settings (:meth:`from_request`), or the arguments of
+    :func:`train_and_release_mixmin`, which also reach settings the CLI does not expose
+    (``downstream``, a caller-supplied ``split``, ``accountant``).
+
+    Public by construction (no private data). ``recorded_request`` / ``command`` are what the
+    releases record, as given (None when not given); ``argv_request``, when set, is the request
+    whose ``dpaudit train`` command line is recorded (derived at the release folder, never
+    parsed). ``started``: when the job was made (the fine-tuning release's ``total_s``).
+    ``None`` for ``rho`` / ``mixture``: the task's public defaults (:meth:`validated`).
+    """
+
+    task: str | None = "digits-mix"
+    target: str | None = None
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    rho: float | None = None
+    stage: str = "mixture"
+    privacy_unit: str = "record"
+    proxy_predictions: object = None
+    composition: str = "parallel"
+    seed: int = 42
+    reproducible_noise: bool = False
+    noise_source: str = "os-entropy"
+    data_dir: object = None
+    proxy_mode: str = "joint"
+    mixture: MixtureSettings | None = None
+    downstream: DownstreamSettings | None = None
+    records_per_user: int | None = None
+    pretrain_objective: str | None = None
+    accountant: str = "rdp"
+    split: object = None
+    recorded_request: dict | None = None
+    command: str | None = None
+    argv_request: object = None
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+
+    @classmethod
+    def from_request(cls, request) -> "MixMinJob":
+        """The job of a :class:`~dpaudit.requests.MixMinRequest`: unset mixture options take the
+        task's public defaults (:func:`default_mixture`), set ones override them."""
+        task_name = None if request.proxy_predictions else request.task
+        given = {"steps": request.steps, "batch_size": request.batch_size, "clipping_norm": request.clipping_norm,
+                 "step_size": request.step_size}
+        mixture = replace(default_mixture(task_name), loss=request.loss, **{k: v for k, v in given.items() if v is not None})
+        return cls(task=request.task, target=request.target, epsilon=request.epsilon, delta=request.delta, rho=request.rho,
+                   stage=request.stage, privacy_unit=request.privacy_unit, proxy_predictions=request.proxy_predictions,
+                   composition=request.composition, seed=request.seed, reproducible_noise=request.reproducible_noise,
+                   noise_source=request.noise_source, data_dir=request.data_dir, proxy_mode=request.proxy_mode, mixture=mixture,
+                   records_per_user=request.records_per_user, pretrain_objective=request.pretrain_objective,
+                   recorded_request=request.to_dict(), argv_request=request)
+
+    @property
+    def task_name(self) -> str | None:
+        return None if self.proxy_predictions is not None else self.task
+
+    def to_dict(self) -> dict | None:
+        """What ``Release.request`` records: the request as given (None when none was)."""
+        return self.recorded_request
+
+    def validated(self) -> "MixMinJob":
+        """Checked before anything is loaded; defaults filled in (UsageError on bad input)."""
+        from ..validation import open_unit, positive_finite
+        from .mixmin_tasks import TASKS
+
+        epsilon = positive_finite("epsilon", self.epsilon)
+        delta = open_unit("delta", self.delta)
+        rho = open_unit("rho", default_rho(self.task_name) if self.rho is None else self.rho)
+        one_of("stage", self.stage, STAGES)
+        one_of("privacy_unit", self.privacy_unit, ("record", "user"))
+        one_of("composition", self.composition, COMPOSITIONS)
+        one_of("accountant", self.accountant, ACCOUNTANTS)
+        mixture = default_mixture(self.task_name) if self.mixture is None else self.mixture
+        if self.proxy_predictions is not None and self.stage == "pipeline":
+            raise UsageError("stage must be mixture with --proxy-predictions (the pipeline needs the task's public data), got 'pipeline'.")
+        if self.privacy_unit == "user" and self.stage == "pipeline":
+            raise UsageError("privacy_unit must be record for stage pipeline (the DP-SGD fine-tuning engine clips per record), got 'user'.")
+        if self.proxy_predictions is None:
+            one_of("task", self.task, TASKS)
+        if self.split is not None and self.proxy_predictions is not None:
+            raise UsageError("split must be None with --proxy-predictions (every record of the file is D_mix), got a split.")
+        if self.split is not None and self.stage == "pipeline" and self.composition == "parallel":
+            raise UsageError("composition must be sequential for a caller-supplied split (only the keyed split rule is "
+                             "stable under add/remove adjacency, so only it composes in parallel), got 'parallel'.")
+        return dataclasses.replace(self, epsilon=epsilon, delta=delta, rho=rho, mixture=mixture)
+
+
+@dataclass(eq=False)
+class MixMinData:
+    """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and the
+    public identity. ``probs``: the proxy predictions (a bring-your-own file's; for a task they
+    are computed in :meth:`DPMixMin.run`, after the budget is reserved). ``sha256``: the content
+    digest (local only; the ledger keeps a keyed fingerprint)."""
+
+    dataset: dict
+    sha256: str
+    labels: np.ndarray
+    source_names: tuple
+    user_ids: np.ndarray | None
+    mix_idx: np.ndarray
+    ft_idx: np.ndarray | None
+    partition: str
+    split_partition: str | None
+    split_rule: str
+    target_name: str
+    task: MixMinTask | None = None
+    probs: np.ndarray | None = None
+    y_all: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class MixMinInfo(DataInfo):
+    """:class:`~dpaudit.mechanisms.contract.DataInfo` plus the sizes DP-MixMin's plan uses:
+    |D_mix| in records and units (q = B / |D_mix| is published), |D_ft|, the sources, the split's
+    partitions and rule, the target's name, and the task (name, image or not) whose public
+    downstream defaults apply."""
+
+    n_mix_records: int = 0
+    n_mix_units: int = 0
+    n_ft_records: int = 0
+    source_names: tuple = ()
+    partition: str = "train"
+    split_partition: str | None = None
+    split_rule: str = "all-records"
+    target_name: str = ""
+    task: str | None = None
+    task_image: bool = False
+
+
+class DPMixMin:
+    """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`).
+
+    A multi-release plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two
+    (lambda, then the DP fine-tuned head on D_ft) whose combined event (``Parallel`` on the
+    declared split, or ``Composed`` on ``train``) is reserved once and settled with both
+    releases (:func:`dpaudit.releasing.release`). Requests: a
+    :class:`~dpaudit.requests.MixMinRequest` or a :class:`MixMinJob`."""
+
+    name = NAME
+    request_type = MixMinRequest
+    load_uses_ledger = True  # a proxy file is named by its keyed fingerprint (the ledger's key)
+
+    def validate(self, request) -> MixMinJob:
+        if isinstance(request, MixMinRequest):
+            request = MixMinJob.from_request(request)
+        if not isinstance(request, MixMinJob):
+            raise UsageError(f"request must be a MixMinRequest, got {type(request).__name__}.")
+        return request.validated()
+
+    def load(self, job: MixMinJob, ledger_path=None, prepared=None) -> MixMinData:
+        """The labels, split and identity (no trained component touches private data here)."""
+        from .mixmin_tasks import STABLE_SPLIT_RULES, load_proxy_predictions, load_task, mixture_split, synthetic_user_ids
+
+        job = self.validate(job)
+        if prepared is not None:  # its data are a task or a proxy file, never a prepared dataset
+            raise UsageError(f"prepared must be None for {NAME} (it loads its task or proxy predictions file), got {type(prepared).__name__}.")
+        if job.proxy_predictions is not None:
+            pp = load_proxy_predictions(job.proxy_predictions, loss=job.mixture.loss)
+            # Budgeted by content, not by file name: the name is the start of the keyed fingerprint of
+            # the file's arrays, so a renamed copy shares the budget and the cap (issue 13, point 6).
+            from pathlib import Path
+
+            from ..accounting.ledger import open_ledger
+
+            with open_ledger(ledger_path) as led:
+                content_fp = led.fingerprint(pp.sha256)
+            # Public identity only (n is public: q = B / n is published); the content digest stays local.
+            dataset = {"name": f"proxy-predictions-{content_fp[:12]}", "kind": "proxy-predictions",
+                       "path": str(Path(pp.path).resolve()), "n": int(pp.probs.shape[0]), "k": int(pp.probs.shape[1])}
+            user_ids = None
+            if job.privacy_unit == "user":
+                if pp.user_ids is None:
+                    raise UsageError("user_ids must be in the proxy predictions file for privacy_unit user, got none.")
+                user_ids = pp.user_ids
+            # No split: every record of the file is D_mix.
+            return MixMinData(dataset=dataset, sha256=pp.sha256, labels=pp.labels, source_names=tuple(pp.source_names),
+                              user_ids=user_ids, mix_idx=np.arange(pp.probs.shape[0]), ft_idx=None, partition="train",
+                              split_partition=None, split_rule="all-records", target_name=job.target or "labels", probs=pp.probs)
+        task_obj = load_task(job.task, seed=job.seed, data_dir=job.data_dir)
+        target_name, y_all = task_obj.target_labels(job.target)
+        tr = task_obj.train_idx
+        user_ids = None
+        if job.privacy_unit == "user":
+            # Who the users are is part of the task (its constant key), not of the run's seed.
+            user_ids = synthetic_user_ids(len(tr), _records_per_user(job), task_obj.division_key)
+        split_partition = None
+        if job.split is not None:
+            # Caller-supplied: nothing says it is stable under add/remove, so no disjointness is
+            # declared; both stages are recorded on ``train`` and compose sequentially.
+            mix_idx, ft_idx = _check_split(job.split, len(tr))
+            partition, split_rule = "train", "caller-supplied"
+        elif job.composition == "sequential" and job.stage == "pipeline":
+            mix_idx = ft_idx = np.arange(len(tr))
+            partition, split_rule = "train", "all-records"
+        else:
+            from .mixmin_tasks import SPLIT_RULE
+
+            mix_idx, ft_idx = mixture_split(task_obj.train_record_ids, job.rho, job.seed, user_ids)
+            split_partition = _split_partition(job.rho, job.seed, job.privacy_unit)
+            partition, split_rule = split_partition + "/mix", SPLIT_RULE
+        if job.stage == "pipeline" and job.composition == "parallel" and split_rule not in STABLE_SPLIT_RULES:
+            raise UsageError(f"composition must be sequential for split rule {split_rule!r} (not stable under add/remove), got 'parallel'.")
+        return MixMinData(dataset=task_obj.dataset_identity(), sha256=task_obj.data_digest(), labels=y_all[tr].astype(np.float64),
+                          source_names=tuple(task_obj.source_names), user_ids=user_ids, mix_idx=mix_idx, ft_idx=ft_idx,
+                          partition=partition, split_partition=split_partition, split_rule=split_rule, target_name=target_name,
+                          task=task_obj, y_all=y_all)
+
+    def data_info(self, job: MixMinJob, data: MixMinData) -> MixMinInfo:
+        ds = data.dataset
+        n_units = len(np.unique(data.user_ids[data.mix_idx])) if data.user_ids is not None else len(data.mix_idx)
+        return MixMinInfo(name=ds["name"], kind=ds.get("kind", ""), n_train=int(len(data.labels)), n_features=int(ds.get("n_features", 0) or 0),
+                          n_classes=2, profile=ds.get("profile"), split_seed=ds.get("split_seed"), identity=dict(ds),
+                          n_mix_records=int(len(data.mix_idx)), n_mix_units=int(n_units),
+                          n_ft_records=0 if data.ft_idx is None else int(len(data.ft_idx)), source_names=tuple(data.source_names),
+                          partition=data.partition, split_partition=data.split_partition, split_rule=data.split_rule,
+                          target_name=data.target_name, task=None if data.task is None else data.task.name,
+                          task_image=bool(data.task is not None and data.task.image))
+
+    def plan(self, job: MixMinJob, info: MixMinInfo) -> ReleasePlan:
+        """Public quantities only (the request, the task's public defaults, |D_mix|, |D_ft|, k):
+        both stages' calibrated noise and events, the combined event reserved, the partitions."""
+        from ..accounting import SubsampledGaussian
+        from ..accounting.events import Composed, Parallel
+        from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
+        from .contract import PartitionDeclaration
+        from .dpsgd import DPSGDConfig
+        from .mixmin_tasks import SPLIT_RULE
+
+        job = self.validate(job)
+        stage, composition, rho, delta = job.stage, job.composition, float(job.rho), float(job.delta)
+        adjacency = "add-remove-user" if job.privacy_unit == "user" else "add-remove-record"
+        eps_mix = rho * job.epsilon if (stage == "pipeline" and composition == "sequential") else job.epsilon
+        eps_ft = (1 - rho) * job.epsilon if composition == "sequential" else job.epsilon
+        mixture = job.mixture
+        if job.proxy_predictions is None and job.privacy_unit == "user":
+            mixture = replace(mixture, records_per_user=_records_per_user(job))
+        n_units = info.n_mix_units
+        b = min(mixture.batch_size, n_units)
+        cal = calibrate_noise_multiplier(target_epsilon=eps_mix, delta=delta, sample_rate=b / n_units, steps=mixture.steps, accountant=job.accountant)
+        cfg = mixture.config(k=len(info.source_names), n_units=n_units, noise_multiplier=cal.noise_multiplier, privacy_unit=job.privacy_unit)
+        ev_mix = cfg.event()
+        split = _split_info(info.split_rule, rho=rho, seed=job.seed, privacy_unit=job.privacy_unit, composition=composition,
+                            parallel=info.split_partition is not None)
+        common = dict(request=job, dataset=info.identity, adjacency=adjacency, accountant=job.accountant, delta=delta, seed=int(job.seed),
+                      data_name=info.name, privacy_unit=job.privacy_unit, time_run=False,
+                      compare_accountants=tuple(a for a in ACCOUNTANTS if a != job.accountant))
+        mix_config = {
+            "task": info.task, "target": info.target_name, "stage": stage, "rho": rho, "composition": composition, "loss": cfg.loss,
+            "step_size": cfg.step_size, "expected_batch_size": cfg.expected_batch_size, "records_per_user": cfg.records_per_user,
+            "k": cfg.k, "source_names": list(info.source_names), "n_mix_records": info.n_mix_records, "n_mix_units": int(n_units),
+            "proxy_mode": None if info.task is None else job.proxy_mode,
+            "proxies": "bring-your-own predictions file" if info.task is None else "trained on public data only",
+            "mixmin_config": cfg.to_dict(), "calibration": cal.to_dict(), "split": split,
+        }
+        # Stage 1 noises the k mixture coordinates at every step (noise tails: dpaudit.noise).
+        mix_plan = ReleasePlan(
+            mechanism=NAME, partition=info.partition, event=ev_mix, target_epsilon=eps_mix, config=mix_config, steps=cfg.steps,
+            release_fields={"noise_multiplier": cfg.noise_multiplier, "sample_rate": cfg.sample_rate, "clipping_norm": cfg.clipping_norm,
+                            "normalizer": int(round(cfg.expected_batch_size)), "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION},
+            noise_values=cfg.steps * cfg.k, noise_what=f"mixture ({cfg.steps} steps x {cfg.k} weights)",
+            out_subdir="" if stage == "mixture" else "mixture", **common)
+        parts = (mix_plan,)
+        sp = info.split_partition
+        if stage == "pipeline":
+            downstream = default_downstream_for(info.task, info.task_image) if job.downstream is None else job.downstream
+            if job.pretrain_objective is not None:
+                downstream = replace(downstream, pretrain_objective=one_of("pretrain_objective", job.pretrain_objective, PRETRAIN_OBJECTIVES))
+            n_ft = info.n_ft_records
+            sched = dp_sgd_schedule(n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs)
+            ft_cal = calibrate_noise_multiplier(target_epsilon=eps_ft, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
+                                                accountant=job.accountant)
+            fcfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=ft_cal.noise_multiplier,
+                               clipping_norm=downstream.finetune_clipping_norm, lr=downstream.finetune_lr)
+            ev_ft = SubsampledGaussian(ft_cal.noise_multiplier, sched.sample_rate, sched.steps)
+            # Stage 2 noises the (1, hidden + 1) head at every step.
+            ft_plan = ReleasePlan(
+                mechanism=FINETUNE_MECHANISM, partition="train" if composition == "sequential" else sp + "/ft", event=ev_ft,
+                target_epsilon=eps_ft, steps=fcfg.steps,
+                config={"task": info.task, "target": info.target_name, "stage": stage, "rho": rho, "composition": composition,
+                        "downstream": downstream.to_dict(), "dpsgd_config": fcfg.to_dict(), "calibration": ft_cal.to_dict(),
+                        "n_finetune_records": n_ft, "source_names": list(info.source_names), "split": split},
+                release_fields={"noise_multiplier": fcfg.noise_multiplier, "sample_rate": fcfg.sample_rate, "clipping_norm": fcfg.clipping_norm,
+                                "normalizer": fcfg.normalizer, "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION},
+                noise_values=sched.steps * (downstream.hidden + 1),
+                noise_what=f"fine-tuning ({sched.steps} steps x {downstream.hidden + 1} head weights)", out_subdir="finetune", **common)
+            parts = (mix_plan, ft_plan)
+        # The budget of the whole plan (both releases), reserved once before any private computation.
+        if stage == "pipeline" and composition == "parallel":
+            event, partition = Parallel((ev_mix, ev_ft)), sp
+        elif stage == "pipeline":
+            event, partition = Composed((ev_mix, ev_ft)), "train"
+        else:
+            event, partition = ev_mix, sp or info.partition
+        # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
+        declarations = () if sp is None else (PartitionDeclaration(info.name, sp, (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"),)
+        return ReleasePlan(mechanism=NAME, partition=partition, event=event, target_epsilon=float(job.epsilon), parts=parts,
+                           declarations=declarations, config={"stage": stage, "composition": composition, "rho": rho}, **common)
+
+    def run(self, plan: ReleasePlan, data: MixMinData, noise: NoiseSource, *, progress=None) -> RunOutput:
+        from ..records import write_json_atomic
+        from .mixmin_tasks import train_proxies
+
+        def say(message: str) -> None:  # ``progress(message)``: stage updates for a progress display
+            if progress is not None:
+                progress(message)
+
+        job, mix_plan = plan.request, plan.parts[0]
+        timings = {}
+        probs = data.probs
+        task_obj = data.task
+        if task_obj is not None:
+            t = time.perf_counter()
+            say("training proxies on public data")
+            proxies = train_proxies(task_obj, mode=job.proxy_mode)  # public data only
+            probs = proxies.predict(task_obj.private_x[task_obj.train_idx])
+            timings["proxies_s"] = time.perf_counter() - t
+
+        # ---- stage 1: lambda on D_mix
+        cfg = MixMinConfig(**mix_plan.config["mixmin_config"])
+        mix_idx, user_ids = data.mix_idx, data.user_ids
+        t = time.perf_counter()
+        say("learning the mixture (Algorithm 1/2)")
+        res = run_mixmin(probs[mix_idx], data.labels[mix_idx], cfg, noise=noise, user_ids=None if user_ids is None else user_ids[mix_idx])
+        timings["mixture_s"] = time.perf_counter() - t
+        weights = {str(s): float(w) for s, w in zip(data.source_names, res.weights)}
+        if job.stage == "mixture":
+            def save(folder) -> None:
+                write_json_atomic(folder / "weights.json", {"source_names": list(data.source_names), "weights": res.weights.tolist()})
+
+            mix_out = RunOutput(steps_executed=res.steps_executed, metrics={"weights": weights}, timings=dict(timings), save=save,
+                                weights_name=None, artefact_paths={"weights": "weights.json"})
+            return RunOutput(steps_executed=res.steps_executed, parts=(mix_out,))
+        mix_timings = dict(timings)
+
+        # ---- stage 2: pretrain on public data with lambda, DP fine-tune on D_ft
+        from .dpsgd import DPSGDConfig, train_linear_head
+
+        ft_plan = plan.parts[1]
+        d = ft_plan.config["downstream"]
+        downstream = DownstreamSettings(**{**d, "pretrain_checkpoints": tuple(d["pretrain_checkpoints"])})
+        tr, y_all, ft_idx = task_obj.train_idx, data.y_all, data.ft_idx
+        x_tr, y_tr = task_obj.private_x[tr], data.labels.astype(np.int64)
+        x_val, y_val = task_obj.private_x[task_obj.val_idx], y_all[task_obj.val_idx]
+        x_te, y_te = task_obj.private_x[task_obj.test_idx], y_all[task_obj.test_idx]
+        t = time.perf_counter()
+        say("pretraining on public data with the mixture")
+        model, pinfo = pretrain(task_obj, res.weights, seed=job.seed, settings=downstream, x_val=x_val, y_val=y_val)
+        timings["pretrain_s"] = time.perf_counter() - t
+        auc_pre = auc(y_te, model_scores(model, x_te))
+        t = time.perf_counter()
+        say("DP fine-tuning on D_ft")
+        dc = ft_plan.config["dpsgd_config"]
+        fcfg = DPSGDConfig(sample_rate=dc["sample_rate"], steps=dc["steps"], normalizer=dc["normalizer"], noise_multiplier=dc["noise_multiplier"],
+                           clipping_norm=dc["clipping_norm"], lr=dc["lr"])
+        head = train_linear_head(features(model, x_tr[ft_idx]).astype(np.float32), y_tr[ft_idx], 2, fcfg, noise=noise,
+                                 init=head_init(model), binary_logit=True)
+        timings["finetune_s"] = time.perf_counter() - t
+        auc_ft = auc(y_te, head_scores(model, head.weight, x_te))
+        stage_metrics = {
+            "weights": weights,
+            "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
+            "pretrain": pinfo,
+            "mixture_release_id": None,  # the mixture release's id (link_releases)
+            "end_to_end": {"composition": job.composition, "event": plan.event.to_dict(), "epsilon": _epsilons(plan.event, plan.delta, plan.adjacency),
+                           "delta": plan.delta},
+            "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
+        }
+
+        def save_ft(folder) -> None:
+            np.save(folder / "head.npy", head.weight)
+            torch.save(model.state_dict(), folder / "pretrained.pt")
+
+        total_s = time.perf_counter() - job.started
+        mix_out = RunOutput(steps_executed=res.steps_executed, metrics={"weights": weights, "auc": {"pretrained": auc_pre}}, timings=mix_timings)
+        ft_out = RunOutput(steps_executed=head.steps_executed, metrics=stage_metrics, timings={**timings, "total_s": total_s}, save=save_ft,
+                           weights_name=None,
+                           artefact_paths={"head": "head.npy", "pretrained": "pretrained.pt", "mixture_release": "../mixture/release.json"})
+        return RunOutput(steps_executed=head.steps_executed, parts=(mix_out, ft_out))
+
+    def link_releases(self, plan: ReleasePlan, releases: list) -> list:
+        """The fine-tuning release names the mixture release it was pretrained from."""
+        if len(releases) != 2:
+            return releases
+        mix, ft = releases
+        metrics = {k: (mix.id if k == "mixture_release_id" else v) for k, v in ft.metrics.items()}
+        return [mix, dataclasses.replace(ft, metrics=metrics)]
+
+    def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
+        """``pipeline.json`` beside the two releases: both, and the end-to-end guarantee."""
+        from pathlib import Path
+
+        from ..records import write_json_atomic
+
+        if len(releases) == 2:
+            mix, ft = releases
+            write_json_atomic(Path(out_dir) / "pipeline.json", {"mixture": mix.to_dict(), "finetune": ft.to_dict(),
+                                                               "end_to_end": ft.metrics["end_to_end"]})
+
+    def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
+        """The command recorded: as given, else derived from the request at the release folder."""
+        from pathlib import Path
+
+        job = plan.request
+        if job.command is not None or job.argv_request is None:
+            return job.command
+        root = Path(out_dir)
+        for _ in Path(plan.out_subdir).parts:
+            root = root.parent
+        return job.argv_request.command(out=root)
+
+    def default_out_dir(self, plan: ReleasePlan):
+        from pathlib import Path
+
+        return Path("runs/mixmin")
+
+    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
+        """The audit target of this plan's mixture release (Algorithm 1 on the task's D_mix, the
+        plan's sigma, q and steps): :func:`dpaudit.audits.mixmin.mixmin_task_target`.
+
+        ``opts``: ``data_dir`` (where the auditor keeps the data; default the request's). Refused
+        for plans the batched runner cannot rebuild: bring-your-own proxy predictions, a
+        caller-supplied split, user-level privacy."""
+        from ..accounting import compute_epsilon
+        from ..audits.mixmin import mixmin_task_target
+        from ..errors import DataError
+
+        unknown = sorted(set(opts) - {"data_dir"})
+        if unknown:
+            raise UsageError(f"dp-mixmin audit options must be among data_dir, got {', '.join(unknown)}.")
+        job, mix = plan.request, plan.parts[0]
+        if job.proxy_predictions is not None:
+            raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
+        if job.split is not None:
+            raise DataError("release's mixture split must be rebuildable to audit it, got a caller-supplied split.")
+        if job.privacy_unit != "record":
+            raise UsageError(f"release privacy unit must be record for the batched audit runner, got {job.privacy_unit!r}.")
+        t = mixmin_task_target(job.task, job.target, epsilon=float(mix.target_epsilon), delta=plan.delta, rho=float(job.rho), canary=canary,
+                               seed=int(job.seed), data_dir=opts.get("data_dir", job.data_dir), settings=job.mixture,
+                               noise_multiplier=float(mix.release_fields["noise_multiplier"]), proxy_mode=job.proxy_mode,
+                               whole_train=job.stage == "pipeline" and job.composition == "sequential")
+        for name, want in (("sample_rate", mix.release_fields["sample_rate"]), ("steps", mix.steps)):
+            got = getattr(t.config, name)
+            if abs(float(got) - float(want)) > 1e-12:
+                raise DataError(f"rebuilt {name} must equal the plan's {want}, got {got}.")
+        t.claimed_epsilon = compute_epsilon(mix.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency).epsilon
+        return t
+
+
+def _records_per_user(job: MixMinJob) -> int:
+    """G for the built-in tasks' synthetic users (default 4)."""
+    return 4 if job.records_per_user is None else int(job.records_per_user)
+
+
+MECHANISM = DPMixMin()
+
+
 def train_and_release_mixmin(
     *,
     task: str = "digits-mix",
@@ -429,12 +899,16 @@ def train_and_release_mixmin(
     command: str | None = None,
     progress=None,
     split=None,
+    request: dict | None = None,
 ):
     """Learn lambda privately (and, for ``stage="pipeline"``, pretrain and DP fine-tune); publish.
 
-    Order (DESIGN.md): validate everything, calibrate sigma with
-    :func:`~dpaudit.accounting.calibrate_noise_multiplier`, pre-check the ledger for the whole
-    plan, only then touch private data; publish ``release.json`` and ledger entries at the end.
+    A thin wrapper: :func:`dpaudit.releasing.release` of :data:`MECHANISM` for the
+    :class:`MixMinJob` of these arguments. Order (docs/architecture.md, "check, then commit"):
+    validate everything, calibrate sigma with
+    :func:`~dpaudit.accounting.calibrate_noise_multiplier`, reserve the whole plan's budget
+    (both releases, one reservation), only then touch private data; publish ``release.json``
+    and ledger entries at the end.
     ``stage="mixture"``: one release of lambda on D_mix (fraction ``rho`` of the private training
     records; with ``proxy_predictions`` every record of the file is D_mix). ``stage="pipeline"``:
     two releases, lambda on D_mix and the fine-tuned head on D_ft, on disjoint children of a
@@ -449,252 +923,17 @@ def train_and_release_mixmin(
     training records) carries no such guarantee: both releases are recorded on ``train`` and
     compose sequentially, so it requires ``composition="sequential"`` for the pipeline.
     ``rho`` / ``mixture`` default to the task's public defaults (:func:`default_rho`,
-    :func:`default_mixture`).
+    :func:`default_mixture`). ``request`` (a :meth:`dpaudit.requests.MixMinRequest.to_dict`) and
+    ``command`` (its ``to_argv``) are recorded in both releases as given.
     """
-    import time
-    from pathlib import Path
+    from ..releasing import release
 
-    from ..accounting.events import Composed, Parallel
-    from ..records import Release, check_accounting, check_out_dir, round_timings, write_json_atomic
-    from ..releasing import make_noise_source, publish, reserve
-    from ..validation import open_unit, positive_finite
-    from .mixmin_tasks import SPLIT_RULE, STABLE_SPLIT_RULES, TASKS, load_proxy_predictions, load_task, mixture_split, synthetic_user_ids, train_proxies
-
-    t0 = time.perf_counter()
-
-    def say(message: str) -> None:  # ``progress(message)``: stage updates for a progress display
-        if progress is not None:
-            progress(message)
-
-    epsilon = positive_finite("epsilon", epsilon)
-    delta = open_unit("delta", delta)
-    task_name = None if proxy_predictions is not None else task
-    rho = open_unit("rho", default_rho(task_name) if rho is None else rho)
-    one_of("stage", stage, STAGES)
-    one_of("privacy_unit", privacy_unit, ("record", "user"))
-    one_of("composition", composition, COMPOSITIONS)
-    mixture = default_mixture(task_name) if mixture is None else mixture
-    adjacency = "add-remove-user" if privacy_unit == "user" else "add-remove-record"
-    if proxy_predictions is not None and stage == "pipeline":
-        raise UsageError("stage must be mixture with --proxy-predictions (the pipeline needs the task's public data), got 'pipeline'.")
-    if privacy_unit == "user" and stage == "pipeline":
-        raise UsageError("privacy_unit must be record for stage pipeline (the DP-SGD fine-tuning engine clips per record), got 'user'.")
-    if proxy_predictions is None:
-        one_of("task", task, TASKS)
-    if split is not None and proxy_predictions is not None:
-        raise UsageError("split must be None with --proxy-predictions (every record of the file is D_mix), got a split.")
-    if split is not None and stage == "pipeline" and composition == "parallel":
-        raise UsageError("composition must be sequential for a caller-supplied split (only the keyed split rule is "
-                         "stable under add/remove adjacency, so only it composes in parallel), got 'parallel'.")
-
-    # A bad out_dir must fail before anything is loaded, calibrated, reserved or trained.
-    out_dir = check_out_dir(out_dir)
-
-    # ---- public preparation (no private data touched by any trained component)
-    user_ids = None
-    if proxy_predictions is not None:
-        pp = load_proxy_predictions(proxy_predictions, loss=mixture.loss)
-        probs, labels, source_names = pp.probs, pp.labels, pp.source_names
-        # Budgeted by content, not by file name: the name is the start of the keyed fingerprint of
-        # the file's arrays, so a renamed copy shares the budget and the cap (issue 13, point 6).
-        from ..accounting.ledger import open_ledger
-
-        with open_ledger(ledger_path) as _led:
-            content_fp = _led.fingerprint(pp.sha256)
-        # Public identity only (n is public: q = B / n is published); the content digest stays local.
-        dataset = {"name": f"proxy-predictions-{content_fp[:12]}", "kind": "proxy-predictions",
-                   "path": str(Path(pp.path).resolve()), "n": int(probs.shape[0]), "k": int(probs.shape[1])}
-        data_digest = pp.sha256
-        target_name = target or "labels"
-        if privacy_unit == "user":
-            if pp.user_ids is None:
-                raise UsageError("user_ids must be in the proxy predictions file for privacy_unit user, got none.")
-            user_ids = pp.user_ids
-        mix_idx = np.arange(probs.shape[0])
-        ft_idx = None
-        partition = "train"
-        split_partition = None
-        split_rule = "all-records"  # no split: every record of the file is D_mix
-        task_obj = None
-    else:
-        task_obj = load_task(task, seed=seed, data_dir=data_dir)
-        target_name, y_all = task_obj.target_labels(target)
-        tr = task_obj.train_idx
-        labels = y_all[tr].astype(np.float64)
-        source_names = task_obj.source_names
-        dataset = task_obj.dataset_identity()
-        data_digest = task_obj.data_digest()
-        if privacy_unit == "user":
-            rpu = 4 if records_per_user is None else int(records_per_user)
-            # Who the users are is part of the task (its constant key), not of the run's seed.
-            user_ids = synthetic_user_ids(len(tr), rpu, task_obj.division_key)
-            mixture = replace(mixture, records_per_user=rpu)
-        if split is not None:
-            # Caller-supplied: nothing says it is stable under add/remove, so no disjointness is
-            # declared; both stages are recorded on ``train`` and compose sequentially.
-            mix_idx, ft_idx = _check_split(split, len(tr))
-            partition = "train"
-            split_partition = None
-            split_rule = "caller-supplied"
-        elif composition == "sequential" and stage == "pipeline":
-            mix_idx = ft_idx = np.arange(len(tr))
-            partition = "train"
-            split_partition = None
-            split_rule = "all-records"
-        else:
-            mix_idx, ft_idx = mixture_split(task_obj.train_record_ids, rho, seed, user_ids)
-            split_partition = _split_partition(rho, seed, privacy_unit)
-            partition = split_partition + "/mix"
-            split_rule = SPLIT_RULE
-        if stage == "pipeline" and composition == "parallel" and split_rule not in STABLE_SPLIT_RULES:
-            raise UsageError(f"composition must be sequential for split rule {split_rule!r} (not stable under add/remove), got 'parallel'.")
-        probs = None  # computed after the budget pre-check
-
-    eps_mix = rho * epsilon if (stage == "pipeline" and composition == "sequential") else epsilon
-    eps_ft = (1 - rho) * epsilon if composition == "sequential" else epsilon
-    n_units = len(np.unique(user_ids[mix_idx])) if user_ids is not None else len(mix_idx)
-    b = min(mixture.batch_size, n_units)
-    cal = calibrate_noise_multiplier(target_epsilon=eps_mix, delta=delta, sample_rate=b / n_units, steps=mixture.steps, accountant=accountant)
-    cfg = mixture.config(k=len(source_names), n_units=n_units, noise_multiplier=cal.noise_multiplier, privacy_unit=privacy_unit)
-    ev_mix = cfg.event()
-    ev_ft = ft_cal = ft_sched = None
-    if stage == "pipeline":
-        downstream = default_downstream(task_obj) if downstream is None else downstream
-        if pretrain_objective is not None:
-            downstream = replace(downstream, pretrain_objective=one_of("pretrain_objective", pretrain_objective, PRETRAIN_OBJECTIVES))
-        ft_sched = dp_sgd_schedule(len(ft_idx), min(downstream.finetune_batch_size, len(ft_idx)), downstream.finetune_epochs)
-        ft_cal = calibrate_noise_multiplier(target_epsilon=eps_ft, delta=delta, sample_rate=ft_sched.sample_rate, steps=ft_sched.steps, accountant=accountant)
-        from ..accounting import SubsampledGaussian
-
-        ev_ft = SubsampledGaussian(ft_cal.noise_multiplier, ft_sched.sample_rate, ft_sched.steps)
-    # Noise tails (dpaudit.noise): public dimensions, so refused here, before any budget or data.
-    # Stage 1 noises the k mixture coordinates at every step; stage 2 the (1, hidden + 1) head.
-    from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail
-
-    mix_tail = lambda eps: gaussian_run_tail(cfg.steps, cfg.k, eps, delta, what=f"mixture ({cfg.steps} steps x {cfg.k} weights)")  # noqa: E731
-    mix_tail(eps_mix)
-    if stage == "pipeline":
-        ft_tail = lambda eps: gaussian_run_tail(ft_sched.steps, downstream.hidden + 1, eps, delta,  # noqa: E731
-                                                what=f"fine-tuning ({ft_sched.steps} steps x {downstream.hidden + 1} head weights)")
-        ft_tail(eps_ft)
-
-    # ---- budget reservation of the whole plan (both releases), before any private computation
-    name = dataset["name"]
-    if record:
-        budget = dict(adjacency=adjacency, ledger_path=ledger_path, data_digest=data_digest, mechanism=MECHANISM,
-                      data_info={k: dataset.get(k) for k in ("split_seed", "profile")})
-        if stage == "pipeline" and composition == "parallel":
-            reserve(dataset=name, partition=split_partition, event=Parallel((ev_mix, ev_ft)), **budget)
-        elif stage == "pipeline":
-            reserve(dataset=name, partition="train", event=Composed((ev_mix, ev_ft)), **budget)
-        else:
-            reserve(dataset=name, partition=split_partition or partition, event=ev_mix, **budget)
-
-    noise = make_noise_source(seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source)
-    timings = {}
-    if task_obj is not None:
-        t = time.perf_counter()
-        say("training proxies on public data")
-        proxies = train_proxies(task_obj, mode=proxy_mode)  # public data only
-        probs = proxies.predict(task_obj.private_x[task_obj.train_idx])
-        timings["proxies_s"] = time.perf_counter() - t
-
-    # ---- stage 1: lambda on D_mix
-    t = time.perf_counter()
-    say("learning the mixture (Algorithm 1/2)")
-    res = run_mixmin(probs[mix_idx], labels[mix_idx], cfg, noise=noise, user_ids=None if user_ids is None else user_ids[mix_idx])
-    timings["mixture_s"] = time.perf_counter() - t
-    eps_claim = _epsilons(ev_mix, delta, adjacency)
-    check_accounting(steps_executed=res.steps_executed, steps_accounted=cfg.steps, epsilon=eps_claim[accountant], target_epsilon=eps_mix)
-    weights = {str(s): float(w) for s, w in zip(source_names, res.weights)}
-    common = dict(dataset=dataset, data_digest=data_digest, adjacency=adjacency, accountant=accountant, delta=delta, seed=int(seed),
-                  noise_source=noise.spec.to_dict(), privacy_unit=privacy_unit, command=command)
-    mix_config = {
-        "task": None if task_obj is None else task_obj.name, "target": target_name, "stage": stage, "rho": rho,
-        "composition": composition, "loss": cfg.loss, "step_size": cfg.step_size, "expected_batch_size": cfg.expected_batch_size,
-        "records_per_user": cfg.records_per_user, "k": cfg.k, "source_names": list(source_names),
-        "n_mix_records": int(len(mix_idx)), "n_mix_units": int(n_units), "proxy_mode": None if task_obj is None else proxy_mode,
-        "proxies": "bring-your-own predictions file" if task_obj is None else "trained on public data only",
-        "mixmin_config": cfg.to_dict(), "calibration": cal.to_dict(),
-        "split": _split_info(split_rule, rho=rho, seed=seed, privacy_unit=privacy_unit, composition=composition,
-                             parallel=split_partition is not None),
-    }
-    mix_release = Release(
-        mechanism=MECHANISM, epsilon=float(eps_claim[accountant]), guarantee=ev_mix.to_dict(), target_epsilon=eps_mix,
-        noise_multiplier=cfg.noise_multiplier, sample_rate=cfg.sample_rate, steps=cfg.steps, steps_executed=res.steps_executed,
-        clipping_norm=cfg.clipping_norm, normalizer=int(round(cfg.expected_batch_size)), partition=partition,
-        epsilons=eps_claim, config=mix_config, metrics={"weights": weights}, timings=round_timings(timings),
-        exact_timings=dict(timings), noise_sampler=GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta=mix_tail(float(eps_claim[accountant])),
-        **common,
-    )
-    out = Path(out_dir)
-    if stage == "mixture":
-        if record and split_partition is not None:
-            _declare(name, split_partition, ledger_path)
-        write_json_atomic(out / "weights.json", {"source_names": list(source_names), "weights": res.weights.tolist()})
-        mix_release = dataclasses.replace(mix_release, artefacts={"weights": str((out / "weights.json").resolve())})
-        publish(mix_release, out, ledger_path=ledger_path, record=record)
-        return mix_release
-
-    # ---- stage 2: pretrain on public data with lambda, DP fine-tune on D_ft
-    tr = task_obj.train_idx
-    x_tr, y_tr = task_obj.private_x[tr], labels.astype(np.int64)
-    x_val, y_val = task_obj.private_x[task_obj.val_idx], y_all[task_obj.val_idx]
-    x_te, y_te = task_obj.private_x[task_obj.test_idx], y_all[task_obj.test_idx]
-    t = time.perf_counter()
-    say("pretraining on public data with the mixture")
-    model, pinfo = pretrain(task_obj, res.weights, seed=seed, settings=downstream, x_val=x_val, y_val=y_val)
-    timings["pretrain_s"] = time.perf_counter() - t
-    auc_pre = auc(y_te, model_scores(model, x_te))
-    t = time.perf_counter()
-    say("DP fine-tuning on D_ft")
-    from .dpsgd import DPSGDConfig, train_linear_head
-
-    fcfg = DPSGDConfig(sample_rate=ft_sched.sample_rate, steps=ft_sched.steps, normalizer=ft_sched.normalizer,
-                       noise_multiplier=ft_cal.noise_multiplier, clipping_norm=downstream.finetune_clipping_norm, lr=downstream.finetune_lr)
-    head = train_linear_head(features(model, x_tr[ft_idx]).astype(np.float32), y_tr[ft_idx], 2, fcfg, noise=noise,
-                             init=head_init(model), binary_logit=True)
-    timings["finetune_s"] = time.perf_counter() - t
-    ft_claim = _epsilons(ev_ft, delta, adjacency)
-    check_accounting(steps_executed=head.steps_executed, steps_accounted=ft_sched.steps, epsilon=ft_claim[accountant], target_epsilon=eps_ft)
-    auc_ft = auc(y_te, head_scores(model, head.weight, x_te))
-    end_event = Parallel((ev_mix, ev_ft)) if composition == "parallel" else Composed((ev_mix, ev_ft))
-    end_eps = _epsilons(end_event, delta, adjacency)
-    stage_metrics = {
-        "weights": weights,
-        "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
-        "pretrain": pinfo,
-        "mixture_release_id": mix_release.id,
-        "end_to_end": {"composition": composition, "event": end_event.to_dict(), "epsilon": end_eps, "delta": delta},
-        "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
-    }
-    mix_release = dataclasses.replace(mix_release, metrics={"weights": weights, "auc": {"pretrained": auc_pre}})
-    ft_partition = "train" if composition == "sequential" else split_partition + "/ft"
-    head_path = out / "finetune" / "head.npy"
-    head_path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(head_path, head.weight)
-    torch.save(model.state_dict(), out / "finetune" / "pretrained.pt")
-    total_s = time.perf_counter() - t0
-    ft_release = Release(
-        mechanism=FINETUNE_MECHANISM, epsilon=float(ft_claim[accountant]), guarantee=ev_ft.to_dict(), target_epsilon=eps_ft,
-        noise_multiplier=fcfg.noise_multiplier, sample_rate=fcfg.sample_rate, steps=fcfg.steps, steps_executed=head.steps_executed,
-        clipping_norm=fcfg.clipping_norm, normalizer=fcfg.normalizer, partition=ft_partition, epsilons=ft_claim,
-        config={"task": task_obj.name, "target": target_name, "stage": stage, "rho": rho, "composition": composition,
-                "downstream": downstream.to_dict(), "dpsgd_config": fcfg.to_dict(), "calibration": ft_cal.to_dict(),
-                "n_finetune_records": int(len(ft_idx)), "source_names": list(source_names), "split": mix_config["split"]},
-        metrics=stage_metrics, timings=round_timings({**timings, "total_s": total_s}), exact_timings={**timings, "total_s": total_s},
-        artefacts={"head": str(head_path.resolve()), "pretrained": str((out / "finetune" / "pretrained.pt").resolve()),
-                   "mixture_release": str((out / "mixture" / "release.json").resolve())},
-        noise_sampler=GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta=ft_tail(float(ft_claim[accountant])),
-        **common,
-    )
-    if record and composition == "parallel":
-        _declare(name, split_partition, ledger_path)
-    publish(mix_release, out / "mixture", ledger_path=ledger_path, record=record)
-    publish(ft_release, out / "finetune", ledger_path=ledger_path, record=record)
-    write_json_atomic(out / "pipeline.json", {"mixture": mix_release.to_dict(), "finetune": ft_release.to_dict(),
-                                             "end_to_end": stage_metrics["end_to_end"]})
-    return ft_release
+    job = MixMinJob(task=task, target=target, epsilon=epsilon, delta=delta, rho=rho, stage=stage, privacy_unit=privacy_unit,
+                    proxy_predictions=proxy_predictions, composition=composition, seed=seed, reproducible_noise=reproducible_noise,
+                    noise_source=noise_source, data_dir=data_dir, proxy_mode=proxy_mode, mixture=mixture, downstream=downstream,
+                    records_per_user=records_per_user, pretrain_objective=pretrain_objective, accountant=accountant, split=split,
+                    recorded_request=request, command=command)
+    return release(MECHANISM, job, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress)
 
 
 def _check_split(split, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -711,17 +950,3 @@ def _check_split(split, n: int) -> tuple[np.ndarray, np.ndarray]:
     if np.intersect1d(mix, ft).size:
         raise UsageError(f"split D_mix and D_ft must be disjoint, got {np.intersect1d(mix, ft).size} shared position(s).")
     return np.sort(mix), np.sort(ft)
-
-
-def _declare(dataset: str, split_partition: str, ledger_path) -> None:
-    """Declare D_mix / D_ft as disjoint children of the split.
-
-    Only for the keyed split rule (:data:`~.mixmin_tasks.SPLIT_RULE`): the two sides are disjoint
-    and stay so under add/remove adjacency (a neighbour changes one side only), which is what
-    makes parallel composition sound. ``declared_by`` names the rule so the ledger says why."""
-    from ..accounting.ledger import open_ledger
-    from .mixmin_tasks import SPLIT_RULE
-
-    with open_ledger(ledger_path) as ledger:
-        ledger.declare_partition(dataset, split_partition, (split_partition + "/mix", split_partition + "/ft"),
-                                 f"{MECHANISM} (split rule {SPLIT_RULE})")

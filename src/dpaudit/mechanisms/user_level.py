@@ -22,8 +22,9 @@ the *user* sampling rate, and the RDP accountant's (epsilon, delta) is a user-le
 The number of users n_users is treated as public (as N0 is for record-level DP-SGD, paper 001
 section 3.2); frozen features, initialisation and the user split are public randomness.
 
-The trainers are the record-level ones of :mod:`dpaudit.mechanisms.dpsgd` run with users as
-their units (their ``units`` hook): same loop, Poisson sampler, noise draws, normaliser and Adam;
+The trainers are the record-level ones run with users as their units (the head engine
+:mod:`dpaudit.mechanisms.engine`, which also runs the audits; the module trainer's ``units``
+hook): same loop, Poisson sampler, noise draws, normaliser and Adam;
 only the clipped sum differs. So with one record per user (and any G >= 1) a run is
 bit-identical to record-level DP-SGD on the same noise stream: users are numbered by first
 appearance (user u is record u), the user Poisson mask is the record mask, no within-user
@@ -40,12 +41,11 @@ user contributes more than one record; the record-level ghost-clipping shortcut 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..data.users import UserIndex, attach_user_ids, check_user_split, index_users, load_user_ids
+from ..data.users import UserIndex, index_users
 from ..errors import UsageError
 from ..noise import NoiseSource
 from ..records import Release
@@ -163,6 +163,9 @@ def user_head_clipped_sum(
     if clip:
         norms = (user_norms or _head_user_norms)(r, zr, z1_norm[rows], seg, k)
         coef = np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-30)).astype(r.dtype, copy=False)
+        if dpsgd._PLANTED_BUG == "skip-clip":  # TEST-ONLY fault (engine.planted_bug): last user unclipped
+            coef = coef.copy()
+            coef[-1] = 1.0
         weight = coef / kd
     else:
         weight = 1.0 / kd
@@ -196,23 +199,17 @@ def train_user_linear_head(
 
     ``users``: a user id per row of ``z`` (or a :class:`~dpaudit.data.users.UserIndex`).
     ``config.sample_rate`` is the user sampling rate and ``config.normalizer`` the expected
-    number of sampled users. The record-level trainer
-    :func:`dpaudit.mechanisms.dpsgd.train_linear_head` runs with users as its units (its
-    ``units`` hook): same preparation, loop, noise draws and Adam. Privacy contract: module
-    docstring.
+    number of sampled users. The head engine (:func:`dpaudit.mechanisms.engine.train_heads`, which
+    also trains record-level releases and every audit) runs with users as its units
+    (:class:`~dpaudit.mechanisms.engine.UserUnits`): same preparation, loop, noise draws and
+    Adam. Privacy contract: module docstring.
     """
+    from .engine import UserSampling
+
     g = positive_int("records_per_user", records_per_user)
     index = _check_users(users, int(np.shape(z)[0]))
-
-    def units(z1, z1_norm, yt, *, binary_logit, clip):
-        def unit_sum(w, sampled):
-            rows, seg, k = sample_user_records(index, sampled, g, noise)
-            return user_head_clipped_sum(w, z1, z1_norm, yt, rows, seg, k, config.clipping_norm, binary_logit=binary_logit, clip=clip)
-
-        return index.n_users, unit_sum
-
     return dpsgd.train_linear_head(z, y, n_classes, config, noise=noise, init=init, progress=progress, binary_logit=binary_logit,
-                                   dtype=dtype, z_has_bias_column=z_has_bias_column, units=units)
+                                   dtype=dtype, z_has_bias_column=z_has_bias_column, users=UserSampling(index, g))
 
 
 # ---------------------------------------------------------------- trainable modules
@@ -377,52 +374,13 @@ def train_and_release_user_level(
     accountant. As for record-level releases, executed steps must equal accounted steps and
     the recomputed epsilon must not exceed the target, else nothing is published.
     """
-    from .rvfl import DEFAULT_DATASET, MODEL_NAMES, _train_and_release_unit, _UnitPlan
+    from ..catalogue import names
+    from .dpsgd_release import dpsgd_request, release_dpsgd
 
-    one_of("model", model, MODEL_NAMES)  # before records_per_user: the refusal order of the CLI
-    g = positive_int("records_per_user", records_per_user)
-    user_ids_path = Path(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
-
-    def load():
-        ids = load_user_ids(user_ids_path) if user_ids_path is not None else user_ids
-        if ids is None and getattr(prepared, "user_ids", None) is None:
-            raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
-        if prepared is None:
-            from ..data import load_dataset
-
-            data = attach_user_ids(load_dataset(dataset or DEFAULT_DATASET, data_dir=data_dir, split_seed=split_seed, profile=profile), ids)
-        elif ids is not None:
-            data = attach_user_ids(prepared, ids, split_seed=split_seed)
-        else:
-            data = prepared
-        check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
-        return data
-
-    def user_unit(data) -> _UnitPlan:
-        users = index_users(data.user_ids["train"])
-        n_users = users.n_users  # public reference size: users, not records
-
-        def train_head(z, y, n_classes, config, **kw):
-            return train_user_linear_head(z, y, users, n_classes, config, records_per_user=g, **kw)
-
-        def train_module(module, x, y, config, **kw):
-            return train_user_module_dp_sgd(module, x, y, users, config, records_per_user=g, **kw)
-
-        command_args = ("--privacy-unit", "user", "--records-per-user", str(g))
-        if user_ids_path is not None:
-            command_args += ("--user-ids", str(user_ids_path))
-        return _UnitPlan(
-            name=PRIVACY_UNIT, adjacency=ADJACENCY, reference_size=n_users, train_head=train_head, train_module=train_module, run_tag="-user",
-            config={
-                "privacy_unit": PRIVACY_UNIT,
-                "records_per_user": g,
-                "n_users": n_users,
-                "users": users.describe(),
-                "user_sampling": "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)",
-            },
-            batch_size_unit="users", command_args=command_args)
-
-    return _train_and_release_unit(
-        model, load=load, unit_of=user_unit, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
-        reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out_dir, ledger_path=ledger_path, epochs=epochs,
-        batch_size=batch_size, profile=profile, split_seed=split_seed, progress=progress, record=record)
+    one_of("model", model, names(family=("dp-sgd-head", "dp-sgd-module")))  # before records_per_user: the refusal order of the CLI
+    positive_int("records_per_user", records_per_user)
+    request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
+                                 reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
+                                 profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit="user", user_ids=user_ids,
+                                 records_per_user=records_per_user)
+    return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)

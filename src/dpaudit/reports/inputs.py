@@ -1,5 +1,13 @@
 """Finding and reading the inputs of a report: releases, audits, sweeps, raw audit scores.
 
+The loader layer of :mod:`dpaudit.reports`: every file a report reads is read here (release.json,
+audit.json, raw scores, a sweep's store and the releases below it), and nothing here imports
+another module of the package. Imports run one way: loaders (this module) -> the shared
+recomputation (:mod:`.recompute`) -> sections (:mod:`.claim`, :mod:`.provenance`, :mod:`.budget`,
+:mod:`.utility`, :mod:`.audit`, :mod:`.verdict`, :mod:`.reproduce`, :mod:`.sweep`) -> the model
+(:mod:`.model`) -> renderers (:mod:`.blocks`, :mod:`.plots`, :mod:`.html`, :mod:`.markdown`);
+``tests/reports/test_report_layering.py`` keeps that graph acyclic.
+
 A sweep folder (one holding ``sweep.sqlite``) or a ``sweep.sqlite`` file is a *sweep input*:
 the releases below it are summarised by the report's sweep section (:mod:`.sweep`) instead of
 becoming one claim card each, and are never also read as ordinary releases. A folder searched
@@ -13,14 +21,16 @@ Only an input list that yields nothing readable at all is an error (one line).
 
 from __future__ import annotations
 
-import math
+import json
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
+from ..claims import integer, number as num
 from ..errors import DataError, DPAuditError, UsageError
 from ..records import RELEASE_FILE, Release, read_json
 
@@ -68,28 +78,27 @@ class Inputs:
     audits: list[LoadedAudit] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
-    sweeps: list = field(default_factory=list)  # dpaudit.reports.sweep.LoadedSweep
+    sweeps: list["LoadedSweep"] = field(default_factory=list)
 
 
-def num(value: Any) -> float | None:
-    """A float from a JSON value (numbers or the strings "inf"/"nan" records use), else None."""
-    if isinstance(value, bool) or value is None:
+# ``num`` (a float from a JSON value, else None) and ``integer`` are dpaudit.claims' readers, so
+# the report and the claim check read recorded numbers the same way.
+
+
+def dataset_name(ds: Any) -> str:
+    """The name of a release's dataset (its ``dataset`` object or a bare name)."""
+    if isinstance(ds, dict):
+        return str(ds.get("name") or "unknown")
+    return str(ds or "unknown")
+
+
+def command_str(cmd: Any) -> str | None:
+    """A recorded command as one shell line (a list is quoted and joined)."""
+    if cmd is None:
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
-def integer(value: Any) -> int | None:
-    v = num(value)
-    if v is None or not math.isfinite(v):
-        return None
-    return int(v)
+    if isinstance(cmd, (list, tuple)):
+        return shlex.join(str(c) for c in cmd)
+    return str(cmd)
 
 
 def canonical_mechanism(name: Any) -> str:
@@ -132,13 +141,11 @@ def _under(f: Path, root: Path) -> bool:
 def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
     """(release files, audit files, given paths, sweeps) found under ``paths``.
 
-    ``sweeps``: one :class:`~dpaudit.reports.sweep.LoadedSweep` (not yet loaded) per sweep store
+    ``sweeps``: one :class:`LoadedSweep` (not yet loaded) per sweep store
     at or below a given path, holding the release files below its folder; those release files
     are not returned as ordinary releases (a reviewer reads a sweep's summary, not hundreds of
     claim cards), even when one of them is also given explicitly.
     """
-    from .sweep import LoadedSweep, find_sweeps
-
     audit_name = _audit_file_name()
     names = {RELEASE_FILE, audit_name, AUDIT_FILE}
     paths = list(paths)
@@ -195,13 +202,130 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
 
 
 def sweep_store_name() -> str:
-    from .sweep import _store_file_name
-
     return _store_file_name()
 
 
 def _visible(f: Path, root: Path) -> bool:
     return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
+
+
+# ------------------------------------------------------------------ sweeps
+
+#: File name of a sweep's results store (kept in sync with :data:`dpaudit.sweeps.store.STORE_FILE`).
+STORE_FILE = "sweep.sqlite"
+
+
+def _store_file_name() -> str:
+    try:
+        from ..sweeps.store import STORE_FILE as name
+
+        return str(name)
+    except Exception:  # pragma: no cover - the sweeps package failing to import must not stop a report
+        return STORE_FILE
+
+
+def sweep_store_of(path: Path) -> Path | None:
+    """The store file when ``path`` is a sweep input (a folder holding sweep.sqlite, or that file)."""
+    name = _store_file_name()
+    if path.is_file():
+        return path if path.name == name else None
+    if path.is_dir() and (path / name).is_file():
+        return path / name
+    return None
+
+
+def find_sweeps(path: Path) -> list[Path]:
+    """Store files of every sweep at or below ``path`` (hidden folders skipped)."""
+    own = sweep_store_of(path)
+    if path.is_file():
+        return [own] if own is not None else []
+    found = [f for f in path.rglob(_store_file_name()) if f.is_file() and _visible(f, path)]
+    return sorted(set(found), key=lambda f: str(f))
+
+
+@dataclass
+class LoadedSweep:
+    """A sweep input: its folder, its store, and the releases found below it."""
+
+    path: Path  # the sweep folder
+    store: Path  # its sweep.sqlite
+    release_files: list[Path] = field(default_factory=list)
+    name: str | None = None
+    records: list[dict] = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+    failures: list[dict] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)  # done rows' results (release ids, parameters)
+    spec: dict | None = None
+    releases: list[LoadedRelease] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    error: str | None = None  # the store could not be read
+    unreadable: int = 0  # release files that could not be read (error notes)
+
+
+def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
+    """Read the store (records, counts, failures) and the release files of ``sweep`` in place.
+
+    Problems become notes (section ``sweep``); an unreadable store sets ``error``.
+    """
+    from ..sweeps import load_records
+    from ..sweeps.store import open_store
+
+    where = str(sweep.path)
+    try:
+        sweep.name, sweep.records = load_records(sweep.store)
+        with open_store(sweep.store, create=False) as st:
+            sweep.counts = st.counts()
+            meta = st.meta()
+            sweep.failures = [{"key": r.key, "model": r.config.get("model"), "dataset": r.config.get("dataset"),
+                               "epsilon": r.config.get("epsilon"), "seed": r.config.get("seed"),
+                               "error": (r.error or "").strip().splitlines()[-1:] or [""]}
+                              for r in st.rows(status="failed")]
+            sweep.results = [dict(r.result, _key=r.key) for r in st.rows(status="done") if isinstance(r.result, dict)]
+        for fl in sweep.failures:
+            fl["error"] = fl["error"][0][:300]
+        try:
+            sweep.spec = json.loads(meta["spec"]) if "spec" in meta else None
+        except ValueError:
+            sweep.spec = None
+        _mark_stale_failures(sweep)
+    except DPAuditError as e:
+        sweep.error = str(e)
+        sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: {e} Its releases are still checked and composed."))
+    except Exception as e:  # sqlite / json errors of a damaged store: a note, never a traceback
+        sweep.error = f"{type(e).__name__}: {e}"
+        sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
+                                                  "its releases are still checked and composed."))
+    # the releases are read even when the store is not: a release that exists spent budget
+    for f in sweep.release_files:
+        try:
+            rel = Release.from_dict(read_json(f, "release"))
+            check_release_types(rel, f)
+        except DPAuditError as e:
+            sweep.unreadable += 1
+            sweep.notes.append(Note("error", "sweep", f"sweep {sweep.name or where}: release skipped: {e}"))
+            continue
+        except (TypeError, ValueError) as e:
+            sweep.unreadable += 1
+            sweep.notes.append(Note("error", "sweep", f"sweep {sweep.name or where}: release {f} skipped: malformed fields ({e})."))
+            continue
+        sweep.releases.append(LoadedRelease(f.parent, rel))
+    return sweep
+
+
+def _mark_stale_failures(sweep: LoadedSweep) -> None:
+    """Tag each failed task with whether the sweep's current spec (the one last run, kept in the
+    store) still contains it: a failure left from an earlier version of the spec is reported as
+    such instead of looking like a hole in the grid. Unknown (None) when the spec cannot be read."""
+    keys = None
+    if isinstance(sweep.spec, dict):
+        try:
+            from ..sweeps.spec import spec_from_dict
+
+            keys = {t.key for t in spec_from_dict({k: v for k, v in sweep.spec.items() if k != "source"}).tasks()}
+        except Exception:  # noqa: BLE001 - an old or foreign spec: say nothing rather than guess
+            keys = None
+    for fl in sweep.failures:
+        fl["in_current_spec"] = None if keys is None else fl["key"] in keys
 
 
 # ------------------------------------------------------------------ audits
@@ -466,8 +590,6 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
         raise UsageError("report inputs must be at least one release, audit or sweep path, got none.")
     release_files, audit_files, given, sweeps = discover_inputs(paths)
     out = Inputs(paths=[str(p) for p in given])
-    from .sweep import load_sweep
-
     out.sweeps = [load_sweep(sw) for sw in sweeps]
     for f in release_files:
         try:

@@ -5,7 +5,7 @@ counts and scores an audit stored (Clopper–Pearson bounds, the ceiling, ROC po
 so that a reviewer sees them even when an audit record omits them, and so that a stored
 number that disagrees with its own counts is flagged rather than trusted silently.
 
-Audit bound (DESIGN.md, "Audit statistics"; Jagielski et al. 2020; Nasr et al. 2021): with
+Audit bound (docs/architecture.md, "Audit statistics"; Jagielski et al. 2020; Nasr et al. 2021): with
 one-sided Clopper–Pearson upper bounds FPR_hi, FNR_hi at total confidence ``1 - a`` (``a``
 split evenly across the two bounds),
 

@@ -9,9 +9,9 @@ claim cards. The report therefore treats a sweep as one input and summarises it:
   mean, SD, 95 % t-interval and n; paired contrasts with the exact sign-flip p, Holm-adjusted p
   and seed-level win/tie/loss; the Table 3 comparison of the DP-RVFL paper, section 4.3);
 - an accounting check over *every* release of the sweep: each release's stored guarantee is
-  recomputed with its own accountant and must not exceed its claimed epsilon (the same rule as a
-  claim card, :func:`dpaudit.reports.model._claim_card`); any mismatch makes the sweep's verdict
-  ACCOUNTING MISMATCH (fail closed);
+  checked by :func:`dpaudit.claims.verify_claim` (the check of a claim card: its stored guarantee
+  recomputed with its own accountant must not exceed its claimed epsilon, steps and target
+  agree); any mismatch makes the sweep's verdict ACCOUNTING MISMATCH (fail closed);
 - the budget: per (dataset, partition) the number of the sweep's releases, the largest single
   claim, the naive sum and the composed epsilon of all of them (rdp, and prv where it does not
   decline) at the releases' delta. Every task of a sweep is a separate release on the same
@@ -33,135 +33,19 @@ import json
 import math
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from ..claims import verify_claim
 from ..errors import DPAuditError
-from ..records import Release, read_json
-from .inputs import LoadedRelease, Note, check_release_types, num
+from ..records import read_json
+from .claim import noise_label
+from .inputs import (  # noqa: F401  (LoadedSweep, find_sweeps, load_sweep, sweep_store_of: re-exported, they lived here)
+    STORE_FILE, LoadedSweep, Note, dataset_name, find_sweeps, load_sweep, num, sweep_store_of,
+)
+from .recompute import EpsCache, compose_sequential, compose_side_by_side
 
-#: File name of a sweep's results store (kept in sync with :data:`dpaudit.sweeps.store.STORE_FILE`).
-STORE_FILE = "sweep.sqlite"
 #: At most this many mismatching releases are named one by one (the rest are counted).
 MAX_LISTED = 20
-
-
-def _store_file_name() -> str:
-    try:
-        from ..sweeps.store import STORE_FILE as name
-
-        return str(name)
-    except Exception:  # pragma: no cover - the sweeps package failing to import must not stop a report
-        return STORE_FILE
-
-
-def sweep_store_of(path: Path) -> Path | None:
-    """The store file when ``path`` is a sweep input (a folder holding sweep.sqlite, or that file)."""
-    name = _store_file_name()
-    if path.is_file():
-        return path if path.name == name else None
-    if path.is_dir() and (path / name).is_file():
-        return path / name
-    return None
-
-
-def _visible(f: Path, root: Path) -> bool:
-    return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
-
-
-def find_sweeps(path: Path) -> list[Path]:
-    """Store files of every sweep at or below ``path`` (hidden folders skipped)."""
-    own = sweep_store_of(path)
-    if path.is_file():
-        return [own] if own is not None else []
-    found = [f for f in path.rglob(_store_file_name()) if f.is_file() and _visible(f, path)]
-    return sorted(set(found), key=lambda f: str(f))
-
-
-@dataclass
-class LoadedSweep:
-    """A sweep input: its folder, its store, and the releases found below it."""
-
-    path: Path  # the sweep folder
-    store: Path  # its sweep.sqlite
-    release_files: list[Path] = field(default_factory=list)
-    name: str | None = None
-    records: list[dict] = field(default_factory=list)
-    counts: dict = field(default_factory=dict)
-    failures: list[dict] = field(default_factory=list)
-    results: list[dict] = field(default_factory=list)  # done rows' results (release ids, parameters)
-    spec: dict | None = None
-    releases: list[LoadedRelease] = field(default_factory=list)
-    notes: list[Note] = field(default_factory=list)
-    error: str | None = None  # the store could not be read
-    unreadable: int = 0  # release files that could not be read (error notes)
-
-
-def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
-    """Read the store (records, counts, failures) and the release files of ``sweep`` in place.
-
-    Problems become notes (section ``sweep``); an unreadable store sets ``error``.
-    """
-    from ..sweeps import load_records
-    from ..sweeps.store import open_store
-
-    where = str(sweep.path)
-    try:
-        sweep.name, sweep.records = load_records(sweep.store)
-        with open_store(sweep.store, create=False) as st:
-            sweep.counts = st.counts()
-            meta = st.meta()
-            sweep.failures = [{"key": r.key, "model": r.config.get("model"), "dataset": r.config.get("dataset"),
-                               "epsilon": r.config.get("epsilon"), "seed": r.config.get("seed"),
-                               "error": (r.error or "").strip().splitlines()[-1:] or [""]}
-                              for r in st.rows(status="failed")]
-            sweep.results = [dict(r.result, _key=r.key) for r in st.rows(status="done") if isinstance(r.result, dict)]
-        for fl in sweep.failures:
-            fl["error"] = fl["error"][0][:300]
-        try:
-            sweep.spec = json.loads(meta["spec"]) if "spec" in meta else None
-        except ValueError:
-            sweep.spec = None
-        _mark_stale_failures(sweep)
-    except DPAuditError as e:
-        sweep.error = str(e)
-        sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: {e} Its releases are still checked and composed."))
-    except Exception as e:  # sqlite / json errors of a damaged store: a note, never a traceback
-        sweep.error = f"{type(e).__name__}: {e}"
-        sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
-                                                  "its releases are still checked and composed."))
-    # the releases are read even when the store is not: a release that exists spent budget
-    for f in sweep.release_files:
-        try:
-            rel = Release.from_dict(read_json(f, "release"))
-            check_release_types(rel, f)
-        except DPAuditError as e:
-            sweep.unreadable += 1
-            sweep.notes.append(Note("error", "sweep", f"sweep {sweep.name or where}: release skipped: {e}"))
-            continue
-        except (TypeError, ValueError) as e:
-            sweep.unreadable += 1
-            sweep.notes.append(Note("error", "sweep", f"sweep {sweep.name or where}: release {f} skipped: malformed fields ({e})."))
-            continue
-        sweep.releases.append(LoadedRelease(f.parent, rel))
-    return sweep
-
-
-def _mark_stale_failures(sweep: LoadedSweep) -> None:
-    """Tag each failed task with whether the sweep's current spec (the one last run, kept in the
-    store) still contains it: a failure left from an earlier version of the spec is reported as
-    such instead of looking like a hole in the grid. Unknown (None) when the spec cannot be read."""
-    keys = None
-    if isinstance(sweep.spec, dict):
-        try:
-            from ..sweeps.spec import spec_from_dict
-
-            keys = {t.key for t in spec_from_dict({k: v for k, v in sweep.spec.items() if k != "source"}).tasks()}
-        except Exception:  # noqa: BLE001 - an old or foreign spec: say nothing rather than guess
-            keys = None
-    for fl in sweep.failures:
-        fl["in_current_spec"] = None if keys is None else fl["key"] in keys
 
 
 # ------------------------------------------------------------------ the sweep section
@@ -183,19 +67,15 @@ def _store_guarantee(result: dict) -> dict | None:
     return {"type": "subsampled-gaussian", "noise_multiplier": nm, "sample_rate": q, "steps": int(steps)}
 
 
-def _accounting(sweep: LoadedSweep, cache, notes: list[Note]) -> dict:
-    """Recompute every release's claim with its own accountant (the claim-card rule)."""
-    from .model import _claim_card
-
+def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
+    """Check every release's claim with :func:`dpaudit.claims.verify_claim` (the claim-card check)."""
     ok = mismatch = unverified = no_claim = reproducible = 0
     problems: list[dict] = []
     unverified_list: list[dict] = []
     for lr in sweep.releases:
-        scratch: list[Note] = []
-        card = _claim_card(lr, cache, scratch, only_claimed=True)
-        status = card["accounting_check"]["status"]
-        msg = card["accounting_check"]["message"]
-        if card["noise_secure"] is False and not card["non_private"]:
+        check = verify_claim(lr.release)
+        status, msg = check.status, check.reason
+        if noise_label(lr.release.noise_source)[1] is False and not lr.release.non_private:
             reproducible += 1
         if status == "ok":
             ok += 1
@@ -241,20 +121,12 @@ def _accounting(sweep: LoadedSweep, cache, notes: list[Note]) -> dict:
             "non_private": no_claim, "reproducible_noise": reproducible, "mismatches": problems, "unverified_releases": unverified_list}
 
 
-def _dataset_name(ds: Any) -> str:
-    if isinstance(ds, dict):
-        return str(ds.get("name") or "unknown")
-    return str(ds or "unknown")
-
-
-def _budget(sweep: LoadedSweep, extra: list[dict], cache, notes: list[Note]) -> list[dict]:
+def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[Note]) -> list[dict]:
     """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon.
 
     ``extra``: releases the store names but whose file is missing, as {dataset, partition,
     adjacency, epsilon, delta, guarantee (or None), non_private}.
     """
-    from .model import _sequential, compose_side_by_side
-
     groups: "OrderedDict[tuple, dict]" = OrderedDict()
 
     def group(ds: str, part: str, adj: str) -> dict:
@@ -263,7 +135,7 @@ def _budget(sweep: LoadedSweep, extra: list[dict], cache, notes: list[Note]) -> 
 
     for lr in sweep.releases:
         r = lr.release
-        g = group(_dataset_name(r.dataset), str(r.partition), str(r.adjacency))
+        g = group(dataset_name(r.dataset), str(r.partition), str(r.adjacency))
         if r.non_private:
             g["non_private"] += 1
             continue
@@ -300,7 +172,7 @@ def _budget(sweep: LoadedSweep, extra: list[dict], cache, notes: list[Note]) -> 
             # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
             row["rdp"] = row["prv"] = math.inf
         elif n_private and delta is not None and 0 < delta < 1:
-            tree = _sequential(g["guarantees"])
+            tree = compose_sequential(g["guarantees"])
             for acc, res in compose_side_by_side(cache, tree, delta, adj).items():
                 row[acc] = res["epsilon"]
                 if res["error"]:
@@ -340,19 +212,18 @@ def _budget_sentence(row: dict) -> str:
     return s + "."
 
 
-def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache, notes: list[Note]) -> dict | None:
+def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache: EpsCache,
+                  notes: list[Note]) -> dict | None:
     """What the ledger recorded for this sweep: by release id and by the entries' ``sweep`` tag."""
     if not ledger_path:
         return None
-    from .model import _sequential
-
     name = sweep.name
     out: dict = {"ledger": ledger_path, "recorded": 0, "tagged": 0, "tagged_elsewhere": 0, "voided": 0, "missing": 0,
                  "missing_ids": [], "composition": [], "summary": None, "error": None}
     try:
         from ..accounting.ledger import open_ledger
 
-        datasets = sorted({_dataset_name(lr.release.dataset) for lr in sweep.releases})
+        datasets = sorted({dataset_name(lr.release.dataset) for lr in sweep.releases})
         with open_ledger(ledger_path) as ledger:
             entries = []
             for ds in datasets:
@@ -409,7 +280,7 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
         if len(private) < len(es):
             row["rdp"] = math.inf
         elif private and delta is not None and 0 < delta < 1:
-            row["rdp"] = cache.get(_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
+            row["rdp"] = cache.get(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
         out["composition"].append(row)
     return out
 
@@ -437,7 +308,7 @@ def _tables_note(sweep: LoadedSweep, tables: dict, notes: list[Note]) -> str:
     return "differs"
 
 
-def sweep_section(sweep: LoadedSweep, cache, notes: list[Note], *, ledger_path: str | None = None) -> dict:
+def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, ledger_path: str | None = None) -> dict:
     """The ``sections.sweep`` entry of one sweep (see the report model's docstring)."""
     from ..sweeps import sweep_tables
 
@@ -472,7 +343,7 @@ def sweep_section(sweep: LoadedSweep, cache, notes: list[Note], *, ledger_path: 
     for r in missing:
         ds = r.get("dataset")
         g = _store_guarantee(r)
-        extra.append({"dataset": _dataset_name(ds), "partition": str(r.get("partition") or "train"),
+        extra.append({"dataset": dataset_name(ds), "partition": str(r.get("partition") or "train"),
                       "adjacency": str(r.get("adjacency") or "add-remove-record"), "epsilon": num(r.get("epsilon")),
                       "delta": num(r.get("delta")), "guarantee": g if g is None or g.get("type") != "non-private" else None,
                       "non_private": bool(r.get("non_private"))})
@@ -486,7 +357,7 @@ def sweep_section(sweep: LoadedSweep, cache, notes: list[Note], *, ledger_path: 
                                               "composed and checked with the rest."))
     entry["missing_releases"] = [str(r["release_id"]) for r in missing]
     entry["orphan_releases"] = sorted(orphans) if store_ids else []
-    entry["accounting"] = _accounting(sweep, cache, notes)
+    entry["accounting"] = _accounting(sweep, notes)
     entry["budget"] = _budget(sweep, extra, cache, notes)
     entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, cache, notes)
     return entry

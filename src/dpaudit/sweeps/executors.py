@@ -23,7 +23,7 @@ Worker death: the local pool is rebuilt and the items that were in flight are re
 reschedules them itself. An item in flight during ``max_worker_deaths`` deaths is reported as
 failed (``"worker died ..."``). Results already yielded are never affected.
 
-Privacy: the executor changes where work runs, never what it computes (DESIGN.md habit 4).
+Privacy: the executor changes where work runs, never what it computes (docs/architecture.md, rule 4).
 With reproducible noise the results are identical across executors; with secret noise
 (the default) every task draws fresh OS entropy on whichever worker runs it.
 """

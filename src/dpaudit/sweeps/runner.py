@@ -289,7 +289,7 @@ def _progress(enabled: bool, total: int, name: str):
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from ..cli.common import err_console
+    from ..console import err_console
 
     p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                  TimeRemainingColumn(), console=err_console, transient=False)

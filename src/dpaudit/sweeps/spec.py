@@ -32,7 +32,7 @@ A spec is read with the standard library's :mod:`tomllib`. Two layouts are accep
 
 A task's identity is the SHA-256 of its full *public* configuration (runner, model, dataset,
 epsilon, seed and every fixed setting, canonical JSON); where the results are written, the data
-directory and the executor are not part of it (DESIGN.md habit 4: speed settings never change a
+directory and the executor are not part of it (docs/architecture.md, rule 4: speed settings never change a
 privacy-relevant field), so the same task run on a laptop or a cluster has the same key and a
 resumed sweep skips it. Unknown setting names are refused rather than ignored: a typo in a
 privacy setting must never silently fall back to a default.

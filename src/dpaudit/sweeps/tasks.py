@@ -31,13 +31,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 
 #: DP-SGD-trained models of the ``train`` runner (DP-RVFL family, paper 001 sections 3.3-3.6).
-GRADIENT_MODELS = (
-    "dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected",
-    "dp-dense", "dp-cnn", "dp-attention",
-)
+GRADIENT_MODELS = catalogue_names(family=("dp-sgd-head", "dp-sgd-module"))
 #: Closed-form Laplace DP-ELM widths L of the primary design (paper 001, section 3.5; equal to
 #: ``dpaudit.mechanisms.dp_elm.ELM_WIDTHS``, kept literal so reading a spec imports no mechanism).
 DP_ELM_WIDTHS = (1, 3, 5, 10)
@@ -222,40 +220,46 @@ def _train_dp_elm(config: dict, context: RunContext, out: Path, width: int, non_
 def planned_event(config: dict):
     """(dataset, partition, adjacency, event) a ``train`` task will spend, computed *before* it runs.
 
-    Mirrors :func:`dpaudit.mechanisms.rvfl.train_and_release`: the public schedule of the
-    dataset's training partition (paper Table 2) and the RDP-calibrated noise multiplier for the
-    target epsilon. A DP-ELM task (``dp-elm-L*``) spends ``PureEpsilon(epsilon)`` (pure DP,
-    delta = 0) under add-remove-record, exactly what
-    :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm` records, so the sweep's up-front
-    cap check composes it with the Gaussian events of the same partition. ``event`` is None for
-    a non-private task (unbounded cost). Returns None for runners that touch no real data.
+    The DP-SGD models' event is their mechanism's own plan
+    (:meth:`dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.plan`, the one the release runs):
+    the public schedule of the dataset's training partition under the task's profile (paper
+    Table 2) and the RDP-calibrated noise multiplier for the target epsilon. A DP-ELM task
+    (``dp-elm-L*``) spends ``PureEpsilon(epsilon)`` (pure DP, delta = 0) under add-remove-record,
+    exactly what :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm` records, so the
+    sweep's up-front cap check composes it with the Gaussian events of the same partition.
+    ``event`` is None for a non-private task (unbounded cost). Returns None for runners that
+    touch no real data.
     """
     if config["runner"] != "train":
         return None
-    from ..accounting import PureEpsilon, SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
     from ..data import dataset_info
-    from ..mechanisms.rvfl import ACCOUNTANT, ADJACENCY, default_protocol
-
-    from ..data import profile_split_sizes
 
     s = config["settings"]
     info = dataset_info(config["dataset"])
     width = dp_elm_width(config["model"])
+    from ..mechanisms.contract import DataInfo
+
     if width is not None:
         from ..mechanisms.dp_elm import DEFAULT_ADJACENCY
+        from ..mechanisms.dp_elm import MECHANISM as DP_ELM
+        from ..requests import DPELMRequest
 
         if s.get("non_private") or config["epsilon"] is None:
             return info.name, "train", DEFAULT_ADJACENCY, None
-        return info.name, "train", DEFAULT_ADJACENCY, PureEpsilon(float(config["epsilon"]))
+        plan = DP_ELM.plan(DPELMRequest(dataset=info.name, width=width, epsilon=float(config["epsilon"]), profile=s.get("profile")),
+                           DataInfo.from_registry(info.name, s.get("profile")))
+        return plan.data_name, plan.partition, plan.adjacency, plan.event
+    from ..mechanisms.dpsgd_release import MECHANISM, RECORD_ADJACENCY
+    from ..requests import DPSGDRequest
+
     if s.get("non_private") or config["epsilon"] is None:
-        return info.name, "train", ADJACENCY, None
-    epochs, batch = default_protocol(info.name, info.kind)
+        return info.name, "train", RECORD_ADJACENCY, None
+    request = DPSGDRequest(model=config["model"], dataset=info.name, epsilon=float(config["epsilon"]), delta=float(s.get("delta", 1e-5)),
+                           epochs=int(s["epochs"]) if s.get("epochs") else None, batch_size=int(s["batch_size"]) if s.get("batch_size") else None,
+                           profile=s.get("profile"))
     # The profile decides the training partition's size (e.g. authors' Heart: 211, not 212).
-    n_train = int(profile_split_sizes(info.name, s.get("profile"))["train"])
-    sched = dp_sgd_schedule(n_train, int(s.get("batch_size") or batch), int(s.get("epochs") or epochs))
-    cal = calibrate_noise_multiplier(target_epsilon=float(config["epsilon"]), delta=float(s.get("delta", 1e-5)),
-                                     sample_rate=sched.sample_rate, steps=sched.steps, accountant=ACCOUNTANT)
-    return info.name, "train", ADJACENCY, SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps)
+    plan = MECHANISM.plan(request, DataInfo.from_registry(info.name, s.get("profile")))
+    return plan.data_name, plan.partition, plan.adjacency, plan.event
 
 
 def release_result(release, out: Path) -> dict:

@@ -1,0 +1,108 @@
+"""The catalogue: the one table of mechanism names dpaudit knows (train, audit, sweep, report).
+
+One :class:`CatalogueEntry` per mechanism name. Every other list of mechanism names in dpaudit
+(the DP-RVFL model table, the audit aliases and default epsilons, the head models of the
+audits, the supported canaries, the sweep's DP-SGD models, the ``dpaudit train`` commands) is
+derived from :data:`CATALOGUE`, so adding a mechanism is one module plus one line here
+(docs/architecture.md, "How to add a mechanism").
+
+The entry names the module that implements the mechanism; it is imported only when the
+mechanism is used (:meth:`CatalogueEntry.mechanism`), so this module stays torch-free: it
+imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.validation` only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+#: Families: how a mechanism releases (the audits and sweeps group mechanisms by it).
+FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin", "gaussian", "other")
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """One mechanism name.
+
+    ``module`` is imported lazily and exposes ``MECHANISM`` (the mechanism contract,
+    :mod:`dpaudit.mechanisms.contract`); ``canaries`` are the canary kinds its audit supports,
+    the first being the default (empty: not auditable); ``default_epsilon`` is the epsilon an
+    audit without ``--eps`` calibrates for; ``audit_only`` marks a calibration target that
+    ``dpaudit train`` does not release (the synthetic Gaussian mechanism of the audits).
+    """
+
+    name: str
+    module: str
+    family: str
+    canaries: tuple[str, ...] = ()
+    default_epsilon: float = 2.0
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    audit_only: bool = False
+
+    def mechanism(self):
+        """The mechanism object (``module.MECHANISM``), imported on first use."""
+        return importlib.import_module(self.module).MECHANISM
+
+    def request_type(self) -> type:
+        """The :class:`~dpaudit.requests.Request` subclass this mechanism is asked with.
+
+        Built-in families have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
+        import needed); any other mechanism declares ``request_type`` on its ``MECHANISM``.
+        """
+        from .requests import REQUEST_TYPES
+
+        if self.family in REQUEST_TYPES:
+            return REQUEST_TYPES[self.family]
+        return self.mechanism().request_type
+
+
+_HEAD_CANARIES = ("max-clip", "mislabeled", "natural")
+_RVFL = "dpaudit.mechanisms.rvfl"
+
+#: The one table of mechanism names; one line per mechanism.
+CATALOGUE: dict[str, CatalogueEntry] = {e.name: e for e in (
+    CatalogueEntry("dp-rvfl", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="RVFL: direct link + 200 random tanh features, private head"),
+    CatalogueEntry("dp-elm-sgd", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="RVFL without the direct link (z = h)"),
+    CatalogueEntry("frozen-dense-matched", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="frozen tanh layer of width d'+200, no link"),
+    CatalogueEntry("logistic-raw", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="affine classifier on the full prepared input"),
+    CatalogueEntry("logistic-projected", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="affine classifier on the projected input"),
+    CatalogueEntry("dp-dense", _RVFL, "dp-sgd-module", description="fully connected baseline, all weights private"),
+    CatalogueEntry("dp-cnn", _RVFL, "dp-sgd-module", description="CNN baseline (2-D images, 1-D tabular), all weights private"),
+    CatalogueEntry("dp-attention", _RVFL, "dp-sgd-module", description="compact attention control (images)"),
+    CatalogueEntry("dp-elm", "dpaudit.mechanisms.dp_elm", "dp-elm", ("worst-case", "natural", "mislabeled"),
+                   description="Laplace DP-ELM: noise L(L+2)/eps on H^T H and H^T Y (pure epsilon-DP)"),
+    CatalogueEntry("dp-mixmin", "dpaudit.mechanisms.mixmin_pipeline", "dp-mixmin", ("max-clip", "natural", "mislabeled"), 1.0,
+                   aliases=("mixmin",), description="DP-MixMin: public-data mixture weights learned privately"),
+    CatalogueEntry("noisy-sum", "dpaudit.mechanisms.noisy_sum", "other", ("max-clip", "natural"), 1.0, description="clipped sum of a dataset's rows + Gaussian noise (docs/architecture.md example)"),
+    CatalogueEntry("gaussian", "dpaudit.audits.gaussian", "gaussian", ("max-clip", "natural"), 1.0, audit_only=True,
+                   description="synthetic Gaussian sum query with an exact epsilon (audit calibration target only)"),
+)}
+
+#: Alias -> canonical name (every canonical name maps to itself).
+ALIASES: dict[str, str] = {**{e.name: e.name for e in CATALOGUE.values()}, **{a: e.name for e in CATALOGUE.values() for a in e.aliases}}
+
+
+def names(*, family: str | tuple[str, ...] | None = None, trainable: bool | None = None, auditable: bool | None = None) -> tuple[str, ...]:
+    """Canonical names in catalogue order, optionally only those of ``family`` (one or several),
+    those ``dpaudit train`` releases (``trainable``) or those with an audit (``auditable``)."""
+    fams = (family,) if isinstance(family, str) else family
+    out = []
+    for e in CATALOGUE.values():
+        if fams is not None and e.family not in fams:
+            continue
+        if trainable is not None and (not e.audit_only) != trainable:
+            continue
+        if auditable is not None and bool(e.canaries) != auditable:
+            continue
+        out.append(e.name)
+    return tuple(out)
+
+
+def lookup(name: str) -> CatalogueEntry:
+    """The entry of ``name`` (a canonical name or an alias); UsageError naming the allowed names."""
+    if not isinstance(name, str) or name not in ALIASES:
+        raise UsageError(f"mechanism must be one of {', '.join(ALIASES)}, got {name!r}.")
+    return CATALOGUE[ALIASES[name]]

@@ -1,0 +1,257 @@
+"""Checking a release's privacy claim: the one place that decides whether a claim holds up.
+
+A release claims ``epsilon`` at ``delta`` under its ``accountant`` and ``adjacency``, for the
+event tree stored in its ``guarantee``. :func:`verify_claim` re-derives that claim from the
+stored data and says whether it holds (:class:`ClaimCheck`). It is used by
+
+- the reviewer report (:mod:`dpaudit.reports`): the claim card's accounting check and the
+  accounting check of every release of a sweep;
+- ``dpaudit ledger record``, which re-checks an existing ``release.json`` before recording it;
+- the release paths, through :func:`dpaudit.records.check_accounting`, the thin primitive the
+  training code calls before publishing: it applies the same two rules on steps and on the
+  target (:func:`steps_problem`, :func:`target_problem`) and raises instead of returning.
+
+The rules, in the order of their precedence (the first that applies decides the status):
+
+1. a non-private release makes no claim (``no-claim``);
+2. steps executed must equal steps accounted (when both are recorded), else ``mismatch``: the
+   stored guarantee does not describe what ran, so no epsilon computed from it is a bound;
+3. the achieved (recorded) epsilon must not exceed the release's target epsilon, exactly (no
+   tolerance: both are recorded numbers, and a release path withholds such a release), else
+   ``mismatch``;
+4. the epsilon recomputed from the stored guarantee with the release's own accountant, under
+   its own adjacency, at its own delta, must not exceed the recorded epsilon by more than
+   :data:`CLAIM_RTOL` (relative), else ``mismatch`` (an under-reported claim);
+5. when the recomputation is impossible (an unknown accountant, an invalid delta, an event the
+   accountant does not support, a malformed guarantee, a numerical failure) the claim is
+   ``unverified``: never ``ok`` and never a guessed number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import DPAuditError
+
+if TYPE_CHECKING:  # records imports this module; the check itself only reads attributes
+    from .records import Release
+
+#: Relative tolerance of rule 4: a recomputed epsilon may exceed the recorded one by this
+#: fraction (plus :data:`CLAIM_ATOL`) before the claim is an under-report. It exists because a
+#: release written by another dpaudit version (another RDP order grid, another prv-accountant
+#: discretisation) recomputes to a slightly different number; 1e-3 is far below any
+#: difference that matters for a claim and far above floating-point noise (same-version
+#: recomputations agree to ~1e-12). It is the only tolerance of a claim check: steps and the
+#: target are compared exactly.
+CLAIM_RTOL = 1e-3
+#: Absolute floor of the same rule, only relevant for claims near 0.
+CLAIM_ATOL = 1e-9
+
+#: Statuses of a :class:`ClaimCheck`.
+STATUSES = ("ok", "mismatch", "unverified", "no-claim")
+
+
+def number(value: Any) -> float | None:
+    """A float from a JSON value (numbers or the strings "inf"/"nan" records use), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def integer(value: Any) -> int | None:
+    """An int from a finite JSON number, else None."""
+    v = number(value)
+    if v is None or not math.isfinite(v):
+        return None
+    return int(v)
+
+
+def steps_accounted(release: "Release") -> int | None:
+    """The number of steps the release's guarantee accounts for: ``steps``, else the steps of a
+    top-level subsampled-Gaussian guarantee, else None (not recorded)."""
+    if release.steps is not None:
+        return integer(release.steps)
+    g = release.guarantee if isinstance(release.guarantee, dict) else {}
+    if g.get("type") == "subsampled-gaussian":
+        return integer(g.get("steps"))
+    return None
+
+
+def steps_problem(steps_executed: int | None, steps_accounted: int | None, *, missing_ok: bool = True) -> str | None:
+    """Rule 2: why executed and accounted steps disagree, else None.
+
+    ``missing_ok``: a step count that was not recorded (None; releases written before
+    ``steps_executed`` existed) is no problem. The release paths pass False: a run that
+    cannot say how many steps it executed is withheld."""
+    if steps_executed == steps_accounted or (missing_ok and (steps_executed is None or steps_accounted is None)):
+        return None
+    return f"steps executed ({steps_executed}) differ from steps accounted ({steps_accounted})"
+
+
+def target_problem(epsilon: float, target_epsilon: float | None) -> str | None:
+    """Rule 3: why the achieved epsilon exceeds the target (compared exactly), else None."""
+    if target_epsilon is None or not epsilon > target_epsilon:
+        return None
+    return f"achieved epsilon {epsilon} exceeds the target {target_epsilon}"
+
+
+def exceeds_claim(recomputed: float, claimed: float) -> bool:
+    """Rule 4: True when ``recomputed`` is above ``claimed`` beyond :data:`CLAIM_RTOL`."""
+    return recomputed > claimed * (1 + CLAIM_RTOL) + CLAIM_ATOL
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """Epsilon of a stored guarantee recomputed by one accountant; ``error`` says why not."""
+
+    epsilon: float | None
+    lower: float | None = None
+    estimate: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"epsilon": self.epsilon, "lower": self.lower, "estimate": self.estimate, "error": self.error}
+
+
+#: Recomputed epsilons are a pure function of (guarantee, delta, accountant, adjacency): one
+#: process-wide cache serves every check and report made in this process (a sweep's hundreds
+#: of releases share a handful of events).
+_RECOMPUTED: dict[str, Recomputed] = {}
+
+
+def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adjacency: str) -> Recomputed:
+    """The epsilon of the stored ``guarantee`` at ``delta`` with ``accountant`` under ``adjacency``.
+
+    Never raises for bad stored data: an unsupported event, a malformed guarantee or a numerical
+    failure of an accountant library is returned as ``error`` with no number (fail closed)."""
+    from .accounting import compute_epsilon, event_from_dict
+
+    key = json.dumps([guarantee, delta, accountant, adjacency], sort_keys=True, default=str)
+    hit = _RECOMPUTED.get(key)
+    if hit is not None:
+        return hit
+    try:
+        r = compute_epsilon(event_from_dict(guarantee), delta=delta, accountant=accountant, adjacency=adjacency)
+        out = Recomputed(r.epsilon, r.epsilon_lower, r.epsilon_estimate)
+    except DPAuditError as e:
+        out = Recomputed(None, error=str(e))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        out = Recomputed(None, error=f"malformed guarantee ({type(e).__name__}: {e})")
+    except (RuntimeError, ArithmeticError, MemoryError) as e:
+        # e.g. prv-accountant's discretisation check: no number, never a guessed one
+        out = Recomputed(None, error=f"{accountant} accountant failed ({type(e).__name__}: {e})")
+    _RECOMPUTED[key] = out
+    return out
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """The verdict on one release's claim (see the module docstring for the rules).
+
+    ``status``: ok | mismatch | unverified | no-claim; ``reason``: one line saying why (the
+    report shows it as the claim card's accounting message). ``ok`` is True only when nothing
+    is wrong with a claim that could be checked (status ok) or there is no claim (no-claim);
+    an unverified claim is not ok. ``epsilon_status`` / ``epsilon_reason``: the verdict of
+    rules 3-5 alone (before the steps rule), so a caller can tell the two problems apart.
+    """
+
+    status: str
+    reason: str
+    release_id: str
+    accountant: str
+    adjacency: str
+    delta: float | None
+    recorded_epsilon: float | None
+    recomputed_epsilon: float | None
+    target_epsilon: float | None
+    steps_executed: int | None
+    steps_accounted: int | None
+    epsilon_status: str
+    epsilon_reason: str
+    tolerance: float = CLAIM_RTOL
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "no-claim")
+
+    @property
+    def steps_reason(self) -> str | None:
+        """Rule 2 alone: why executed and accounted steps differ, else None."""
+        if self.status == "no-claim":
+            return None
+        return steps_problem(self.steps_executed, self.steps_accounted)
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok, "status": self.status, "reason": self.reason, "release_id": self.release_id,
+            "accountant": self.accountant, "adjacency": self.adjacency, "delta": self.delta,
+            "recorded_epsilon": self.recorded_epsilon, "recomputed_epsilon": self.recomputed_epsilon,
+            "target_epsilon": self.target_epsilon, "steps_executed": self.steps_executed,
+            "steps_accounted": self.steps_accounted, "epsilon_status": self.epsilon_status,
+            "epsilon_reason": self.epsilon_reason, "tolerance": self.tolerance,
+        }
+
+
+def _epsilon_verdict(release: "Release", claimed: float | None, delta: float | None,
+                     target: float | None) -> tuple[str, str, float | None]:
+    """Rules 3-5: (status, reason, recomputed epsilon)."""
+    from .accounting import ACCOUNTANTS
+
+    acc = release.accountant
+    recomputed = None
+    if not isinstance(acc, str) or acc not in ACCOUNTANTS:
+        status, reason = "unverified", f"accountant {acc!r} cannot be recomputed (known: {', '.join(ACCOUNTANTS)})"
+    elif claimed is None:
+        status, reason = "mismatch", "the release states no numeric epsilon"
+    elif acc != "pure" and (delta is None or not 0 < delta < 1):
+        status, reason = "unverified", f"cannot recompute the {acc} epsilon: delta must be in (0, 1), got {release.delta!r}"
+    else:
+        res = recompute_epsilon(release.guarantee, delta, acc, str(release.adjacency))
+        recomputed = res.epsilon
+        if recomputed is None:
+            status, reason = "unverified", f"cannot recompute the {acc} epsilon: {res.error}"
+        elif exceeds_claim(recomputed, claimed):
+            status, reason = "mismatch", f"recomputed {acc} epsilon {recomputed:.4f} > claimed {claimed:.4f}"
+        else:
+            status, reason = "ok", f"recomputed {acc} epsilon {recomputed:.4f} <= claimed {claimed:.4f}"
+    over = target_problem(claimed, target) if claimed is not None else None
+    if over is not None:
+        status, reason = "mismatch", over
+    return status, reason, recomputed
+
+
+def verify_claim(release: "Release") -> ClaimCheck:
+    """Check ``release``'s claim against its own stored guarantee, steps and target.
+
+    Privacy contract: a release whose stored data give a larger epsilon than it claims, whose
+    executed steps differ from the accounted ones, or whose achieved epsilon is above its
+    target never gets status ``ok``; one that cannot be recomputed is ``unverified``.
+    """
+    claimed = number(release.epsilon)
+    delta = number(release.delta)
+    target = number(release.target_epsilon)
+    s_exec = integer(release.steps_executed)
+    s_acc = steps_accounted(release)
+    common = dict(release_id=str(release.id), accountant=str(release.accountant), adjacency=str(release.adjacency),
+                  delta=delta, recorded_epsilon=claimed, target_epsilon=target, steps_executed=s_exec, steps_accounted=s_acc)
+    if release.non_private:
+        why = "non-private release: no privacy claim"
+        return ClaimCheck(status="no-claim", reason=why, recomputed_epsilon=None, epsilon_status="no-claim",
+                          epsilon_reason=why, **common)
+    eps_status, eps_reason, recomputed = _epsilon_verdict(release, claimed, delta, target)
+    status, reason = eps_status, eps_reason
+    steps = steps_problem(s_exec, s_acc)
+    if steps is not None:
+        status, reason = "mismatch", steps
+    return ClaimCheck(status=status, reason=reason, recomputed_epsilon=recomputed, epsilon_status=eps_status,
+                      epsilon_reason=eps_reason, **common)

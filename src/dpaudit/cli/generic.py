@@ -1,0 +1,269 @@
+"""Generic ``dpaudit train NAME`` and ``dpaudit audit NAME`` commands for catalogue entries.
+
+A mechanism added to :data:`dpaudit.catalogue.CATALOGUE` without a bespoke command gets both
+commands from its :class:`~dpaudit.requests.Request` dataclass: every field becomes an option
+(type from the annotation, flag and help from the field's metadata, ``choices`` as a choice
+list, booleans as flags), the options are parsed into the Request and handed to the library
+(:func:`dpaudit.releasing.release` for ``train``; the mechanism's ``audit_target(plan, canary)``
+and :func:`dpaudit.audits.engine.run_audit` for ``audit``). Nothing here decides anything about
+privacy: parsing only.
+
+Families with bespoke commands (the DP-RVFL models, ``dp-elm``, ``mixmin``, and the audit's
+built-in targets) keep them (:data:`BESPOKE_TRAIN_FAMILIES`, :data:`BESPOKE_AUDIT_FAMILIES`);
+those commands also parse into their Request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import shlex
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import options
+from .common import console, emit_json
+
+#: Families whose ``dpaudit train`` commands are written by hand (cli/train_rvfl, train_elm, train_mixmin).
+BESPOKE_TRAIN_FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin")
+#: Families the bespoke ``dpaudit audit MECHANISM`` command builds targets for (audits/build.py).
+BESPOKE_AUDIT_FAMILIES = ("dp-sgd-head", "dp-elm", "dp-mixmin", "gaussian")
+
+
+def generic_train_names() -> tuple[str, ...]:
+    """Catalogue names that get the generic ``train NAME`` command."""
+    from ..catalogue import CATALOGUE
+
+    return tuple(n for n, e in CATALOGUE.items() if not e.audit_only and e.family not in BESPOKE_TRAIN_FAMILIES)
+
+
+def generic_audit_names() -> tuple[str, ...]:
+    """Catalogue names that get the generic ``audit NAME`` command (auditable, no bespoke target)."""
+    from ..catalogue import CATALOGUE
+
+    return tuple(n for n, e in CATALOGUE.items() if e.canaries and e.family not in BESPOKE_AUDIT_FAMILIES)
+
+
+# ---------------------------------------------------------------- Request fields -> typer options
+
+
+def _choice_enum(owner: str, name: str, choices: tuple[str, ...]) -> type[Enum]:
+    return Enum(f"{owner}_{name}", {c: c for c in choices}, type=str)  # type: ignore[return-value]
+
+
+def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """One keyword parameter per field of the Request type ``rtype`` (positional fields and
+    ``skip`` left out), each with its typer Option: the signature a generic command exposes."""
+    types = rtype.field_types()
+    params = []
+    for f in dataclasses.fields(rtype):
+        if f.metadata.get("positional") or f.name in skip:
+            continue
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help") or ""
+        hidden = bool(f.metadata.get("hidden"))
+        default = None if f.default is dataclasses.MISSING else f.default
+        tp = types[f.name]
+        choices = f.metadata.get("choices")
+        if choices:
+            enum = _choice_enum(rtype.__name__, f.name, choices)
+            annotation = Optional[enum] if default is None else enum
+            opt = typer.Option(None if default is None else enum(default), flag, help=help_text, hidden=hidden,
+                               show_default=default is not None)
+        elif tp is bool:
+            decl = flag if not default else f"{flag}/--no-{flag[2:]}"
+            annotation, opt = bool, typer.Option(bool(default), decl, help=help_text, hidden=hidden)
+        else:
+            annotation = Optional[tp] if default is None else tp
+            opt = typer.Option(default, flag, help=help_text, hidden=hidden, show_default=default is not None)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=annotation))
+    return params
+
+
+def request_from_options(rtype, values: dict, **fixed):
+    """The Request of ``rtype`` from parsed option ``values`` (enums to their strings, paths to
+    strings) and ``fixed`` field values (a positional model name)."""
+    names = {f.name for f in dataclasses.fields(rtype)}
+    kwargs = {}
+    for k, v in values.items():
+        if k not in names:
+            continue
+        if isinstance(v, Enum):
+            v = v.value
+        elif isinstance(v, os.PathLike):
+            v = os.fspath(v)
+        kwargs[k] = v
+    return rtype(**kwargs, **fixed)
+
+
+def _command(func, params: list[inspect.Parameter], name: str, doc: str):
+    """``func(**kwargs)`` with the explicit signature typer reads."""
+    func.__signature__ = inspect.Signature(params)
+    func.__annotations__ = {p.name: p.annotation for p in params}
+    func.__name__ = name.replace("-", "_")
+    func.__doc__ = doc
+    return func
+
+
+# ---------------------------------------------------------------- train NAME
+
+_RUN_OPTIONS = ("out", "ledger", "json_out")
+
+
+def _run_parameters(name: str) -> list[inspect.Parameter]:
+    return [
+        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
+                          default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/{name}-DATASET-seedS-epsE).",
+                                               show_default=False)),
+        inspect.Parameter("ledger", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.ledger()),
+        inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=options.json_out()),
+    ]
+
+
+def make_train_command(entry):
+    """The ``dpaudit train NAME`` command of catalogue ``entry`` (parse -> Request -> release)."""
+    rtype = entry.request_type()
+    params = request_parameters(rtype) + [p for p in _run_parameters(entry.name) if p.name not in {f.name for f in dataclasses.fields(rtype)}]
+
+    def command(**kwargs):
+        from ..releasing import release
+
+        out, ledger, json_out = (kwargs.pop(k, None) for k in _RUN_OPTIONS)
+        request = request_from_options(rtype, kwargs)
+        rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
+        if json_out:
+            emit_json(rel.to_dict())
+            return
+        claim = "no privacy claim (non-private)" if rel.non_private else (
+            f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
+        console.print(f"[bold]{rel.mechanism}[/] on {(rel.dataset or {}).get('name')}: {claim}")
+        if rel.metrics:
+            console.print("  " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
+        console.print(f"  release id {rel.id}; command: {rel.command}", soft_wrap=True)
+
+    doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
+    return _command(command, params, f"train_{entry.name}", doc)
+
+
+def register_train(train_app: typer.Typer) -> None:
+    """Register ``train NAME`` for every catalogue entry without a bespoke command."""
+    from ..catalogue import CATALOGUE
+
+    for name in generic_train_names():
+        entry = CATALOGUE[name]
+        train_app.command(name, help=make_train_command(entry).__doc__)(make_train_command(entry))
+
+
+# ---------------------------------------------------------------- audit NAME
+
+
+def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
+    canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
+    kw = inspect.Parameter.KEYWORD_ONLY
+    ps = [
+        inspect.Parameter("canary", kw, annotation=Optional[canary_enum],
+                          default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False)),
+        inspect.Parameter("runs", kw, annotation=int, default=typer.Option(1000, "--runs", help="Trials R (half with the canary, half without).")),
+        inspect.Parameter("confidence", kw, annotation=float, default=typer.Option(0.95, "--confidence", help="Joint confidence of the FPR and FNR bounds.")),
+        inspect.Parameter("release", kw, annotation=Optional[Path],
+                          default=typer.Option(None, "--release", help="Audit the configuration recorded in this release.json (or its folder).", show_default=False)),
+        inspect.Parameter("out", kw, annotation=Optional[Path],
+                          default=typer.Option(None, "--out", help=f"Output directory for audit.json and scores.npz (default: audits/{entry.name}-CANARY).", show_default=False)),
+        inspect.Parameter("no_noise", kw, annotation=bool, default=typer.Option(False, "--no-noise", help="Audit the mechanism with its DP noise removed (must find large leakage).")),
+        inspect.Parameter("controls", kw, annotation=bool, default=typer.Option(True, "--controls/--no-controls", help="Also run the no-noise and null controls.")),
+        inspect.Parameter("control_runs", kw, annotation=Optional[int], default=typer.Option(None, "--control-runs", help="Trials per control (default: --runs).", show_default=False)),
+        inspect.Parameter("workers", kw, annotation=Optional[int], default=typer.Option(None, "--workers", help="Worker processes for the trials (default min(2, CPUs)).", show_default=False)),
+        inspect.Parameter("chunk_size", kw, annotation=Optional[int], default=typer.Option(None, "--chunk-size", help="Trials per batched call (speed only).", show_default=False)),
+        inspect.Parameter("seed", kw, annotation=int, default=options.seed()),
+        inspect.Parameter("reproducible_noise", kw, annotation=bool, default=options.reproducible_noise()),
+        inspect.Parameter("data_dir", kw, annotation=Optional[Path], default=options.data_dir()),
+        inspect.Parameter("json_out", kw, annotation=bool, default=options.json_out()),
+    ]
+    return [p for p in ps if p.name not in taken]
+
+
+def make_audit_command(entry):
+    """The ``dpaudit audit NAME`` command of catalogue ``entry``: the request's options build the
+    plan (or ``--release`` gives it), the mechanism's ``audit_target(plan, canary)`` is audited."""
+    rtype = entry.request_type()
+    field_names = {f.name for f in dataclasses.fields(rtype)}
+    params = request_parameters(rtype) + _audit_parameters(entry, field_names)
+
+    def command(**kwargs):
+        from ..audits.build import generic_target, target_from_release
+        from ..audits.engine import CONTROLS, run_audit
+
+        audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
+        canary = audit["canary"].value if audit.get("canary") is not None else None
+        request = request_from_options(rtype, kwargs)
+        seed = int(getattr(request, "seed", audit.get("seed", 42)))
+        data_dir = kwargs.get("data_dir", audit.get("data_dir"))
+        release_id = release_path = None
+        argv = ["dpaudit", "audit", entry.name]
+        if audit["release"] is not None:
+            from ..errors import UsageError
+            from ..records import read_release
+
+            given = [f"{f.metadata.get('flag') or '--' + f.name.replace('_', '-')}" for f in dataclasses.fields(rtype)
+                     if f.name not in ("seed", "data_dir", "reproducible_noise") and getattr(request, f.name) != f.default]
+            if given:  # the release records its own request: a second one would be silently ignored
+                raise UsageError(f"{given[0]} must not be given with --release (the release records its own request), got {getattr(request, given[0][2:].replace('-', '_'), None)!r}.")
+            rel = read_release(audit["release"])
+            release_id, release_path = rel.id, str(Path(audit["release"]).resolve())
+            t = target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
+            argv += ["--release", str(audit["release"])]
+            if data_dir is not None:
+                argv += ["--data-dir", str(data_dir)]
+        else:
+            t = generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
+            argv += request.to_argv()[3:]
+        out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
+        argv += ["--canary", t.canary, "--runs", str(audit["runs"]), "--confidence", repr(audit["confidence"])]
+        if audit["no_noise"]:
+            argv.append("--no-noise")
+        if not audit["controls"]:
+            argv.append("--no-controls")
+        elif audit["control_runs"] is not None:
+            argv += ["--control-runs", str(audit["control_runs"])]
+        reproducible = bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False)))
+        if reproducible and "reproducible_noise" not in field_names:
+            argv.append("--reproducible-noise")
+        argv += ["--out", str(out)]
+        result = run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=CONTROLS if audit["controls"] else (),
+                           control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
+                           reproducible_noise=reproducible, progress=not audit["json_out"], command=shlex.join(argv),
+                           release_id=release_id, release_path=release_path, workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)))
+        if audit["json_out"]:
+            d = result.to_dict()
+            d["audit_dir"] = str(out)
+            emit_json(d)
+            return
+        from .audit import _render
+
+        _render(result, Path(out))
+
+    doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
+    return _command(command, params, f"audit_{entry.name}", doc)
+
+
+def audit_click_command(name: str):
+    """The click command of ``dpaudit audit NAME`` (built on first use)."""
+    from ..catalogue import lookup
+    from .common import new_app
+
+    sub = new_app(f"audit {name}")
+    sub.command(name)(make_audit_command(lookup(name)))
+    return typer.main.get_command(sub)
+
+
+def register_audit(app: typer.Typer) -> None:
+    """Route ``dpaudit audit NAME ...`` to the generic command of every auditable catalogue entry
+    without a bespoke audit target (the bespoke ``audit MECHANISM`` command keeps the others)."""
+    from .common import ROUTES
+
+    for name in generic_audit_names():
+        ROUTES[("audit", name)] = lambda name=name: audit_click_command(name)

@@ -1,0 +1,218 @@
+"""The mechanism contract: what every releasing mechanism provides to the one release skeleton.
+
+See ``docs/architecture.md`` (request -> plan -> preflight -> run -> release -> ledger -> audit
+-> report). A mechanism is a module exposing ``MECHANISM``, an object with:
+
+- ``name`` and ``request_type`` (its :class:`dpaudit.requests.Request` subclass);
+- ``load(request)``: the private data (usually a :class:`~dpaudit.data.base.PreparedDataset`);
+- ``plan(request, info)``: a :class:`ReleasePlan` computed from the request and the dataset's
+  *public* facts (:class:`DataInfo`) only: schedule, calibrated noise, privacy event, config;
+- ``run(plan, data, noise, *, progress)``: the computation on the private data, returning a
+  :class:`RunOutput` (steps executed, arrays, metrics, config extras);
+- ``audit_target(plan, canary, **opts)``: the audit target of the same plan, so the code that
+  is released is the code that is audited.
+
+:func:`dpaudit.releasing.release` runs them in the one order every release follows (validate ->
+load -> plan -> check the out dir -> reserve the budget -> noise source -> run -> verify the
+claim -> build the Release -> publish).
+
+**Privacy contract of a plan.** Everything in a :class:`ReleasePlan` is public: it is a
+function of the request and of :class:`DataInfo` (public sizes and schema that the guarantee
+assumes public), never of the records. That is what lets a sweep coordinator reserve budgets
+from plans before any task runs (:func:`dpaudit.sweeps.tasks.planned_event`) and an audit rebuild
+the exact noise and schedule of a release (:func:`dpaudit.audits.heads.setup_head`). The claim
+the release makes is recomputed by the skeleton from ``plan.event`` with ``plan.accountant``
+under ``plan.adjacency`` after the run; it must not exceed ``plan.target_epsilon`` and the steps
+the run executed must equal ``plan.steps``, else nothing is published.
+
+This module is torch-free (only dataclasses and typing), so catalogues and CLIs can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
+    from ..accounting.events import Event
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """The public facts about a dataset that :meth:`Mechanism.plan` may use.
+
+    ``n_train``: size of the training partition (N0, public by assumption: q = B / N0 is
+    published); ``n_users``: users in the training partition for user-split data (the public
+    reference size of user-level sampling), else None. ``identity``: the public identity dict a
+    release publishes (:meth:`~dpaudit.data.base.PreparedDataset.identity`); empty when the plan
+    is made before loading (a sweep's budget check).
+    """
+
+    name: str
+    kind: str
+    n_train: int
+    n_features: int
+    n_classes: int
+    profile: str | None = None
+    split_seed: int | None = None
+    n_users: int | None = None
+    identity: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_prepared(cls, data) -> "DataInfo":
+        """Public facts of a loaded :class:`~dpaudit.data.base.PreparedDataset`."""
+        n_users = None
+        if getattr(data, "user_ids", None) is not None:
+            import numpy as np
+
+            n_users = int(np.unique(np.asarray(data.user_ids["train"])).size)
+        return cls(name=data.name, kind=data.kind, n_train=int(data.y_train.shape[0]), n_features=int(data.n_features),
+                   n_classes=int(data.n_classes), profile=data.profile, split_seed=data.split_seed, n_users=n_users,
+                   identity=data.identity())
+
+    @classmethod
+    def from_identity(cls, identity: dict) -> "DataInfo":
+        """Public facts recorded in a release (``Release.dataset``): what an audit of the release
+        plans from, without reading the private data."""
+        sizes = identity.get("split_sizes") or {}
+        users = identity.get("n_users") or {}
+        return cls(name=identity.get("name", ""), kind=identity.get("kind", ""), n_train=int(sizes.get("train", 0)),
+                   n_features=int(identity.get("n_features", 0)), n_classes=int(identity.get("n_classes", 0)),
+                   profile=identity.get("profile"), split_seed=identity.get("split_seed"),
+                   n_users=int(users["train"]) if "train" in users else None, identity=dict(identity))
+
+    @classmethod
+    def from_registry(cls, name: str, profile: str | None = None) -> "DataInfo":
+        """Public facts of a registered dataset *before* loading it (from the registry's sizes
+        under ``profile``): what a sweep coordinator knows when it reserves budgets."""
+        from ..data import dataset_info, profile_split_sizes
+
+        info = dataset_info(name)
+        return cls(name=info.name, kind=info.kind, n_train=int(profile_split_sizes(info.name, profile)["train"]),
+                   n_features=int(info.n_features), n_classes=int(info.n_classes), profile=profile)
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """Everything a release will be, fixed before the private data are touched (public only).
+
+    ``event`` None: a non-private release (no claim, ``epsilon = inf``; the ledger counts the
+    dataset's budget as unbounded). ``steps``: the accounted number of steps, compared with
+    :attr:`RunOutput.steps_executed`. ``config``: what ``release.json`` records under
+    ``config`` (calibrated noise, schedule, ...). ``release_fields``: further
+    :class:`~dpaudit.records.Release` fields fixed by the plan (``noise_multiplier``,
+    ``sample_rate``, ``clipping_norm``, ``normalizer``, ``noise_sampler``, ...).
+    ``noise_values``: the number of Gaussian noise values the whole run draws when it is known
+    from public quantities (the skeleton then checks the sampler's tail delta before the run and
+    publishes ``noise_tail_delta``); None for non-Gaussian mechanisms. ``uncertified``: a reason
+    the guarantee cannot be certified (the ledger then counts it as unbounded).
+    ``compare_accountants``: accountants whose epsilon is recorded beside the claim
+    (``Release.epsilons``; comparison values only).
+    """
+
+    mechanism: str
+    request: Any
+    dataset: dict
+    partition: str
+    adjacency: str
+    accountant: str
+    event: "Event | None"
+    target_epsilon: float | None
+    delta: float
+    config: dict = field(default_factory=dict)
+    steps: int = 1
+    privacy_unit: str = "record"
+    seed: int = 0
+    data_name: str = ""
+    release_fields: dict = field(default_factory=dict)
+    noise_values: int | None = None
+    noise_what: str = "release"
+    uncertified: str | None = None
+    compare_accountants: tuple[str, ...] = ()
+    #: Multi-release plans (e.g. DP-MixMin's mixture weights, then its DP fine-tuning): one
+    #: sub-plan per Release, in publishing order. The skeleton then reserves THIS plan's
+    #: ``event`` on its ``partition`` once (the combined event: ``Parallel`` / ``Composed``),
+    #: verifies each part's claim against the part's own event and target, and settles all the
+    #: parts' releases with that one reservation. Empty: this plan is itself the one release.
+    parts: tuple["ReleasePlan", ...] = ()
+    #: Where a part is published, relative to the release folder ("" = the folder itself).
+    out_subdir: str = ""
+    #: Disjoint partitions the skeleton declares to the ledger after a successful run, before
+    #: publishing (only when the release is recorded): :class:`PartitionDeclaration`.
+    declarations: tuple["PartitionDeclaration", ...] = ()
+    #: False: the release's timings are the run's own (:attr:`RunOutput.timings`) only, without
+    #: the skeleton's ``setup_seconds`` / ``train_seconds``.
+    time_run: bool = True
+
+    @property
+    def non_private(self) -> bool:
+        return self.event is None
+
+    def with_config(self, **extra) -> "ReleasePlan":
+        return replace(self, config={**self.config, **extra})
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What :meth:`Mechanism.run` returns: facts of the run on the private data.
+
+    ``arrays`` (name -> numpy array) are written to ``weights_name`` (``.npz``) unless ``save``
+    is given: ``save(out_dir)`` writes the artefacts itself (e.g. a torch ``state_dict``).
+    ``config`` extends ``plan.config`` (e.g. solver used); ``release_fields`` adds Release fields
+    only the run knows; ``noise_values`` overrides ``plan.noise_values`` when the count is only
+    known once the model is built (it is still a public quantity).
+    """
+
+    steps_executed: int
+    metrics: dict = field(default_factory=dict)
+    arrays: dict | None = None
+    weights_name: str | None = "weights.npz"  # None: no "weights" artefact is recorded
+    save: Callable[[Any], None] | None = None
+    config: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    release_fields: dict = field(default_factory=dict)
+    artefacts: dict = field(default_factory=dict)
+    noise_values: int | None = None
+    noise_what: str | None = None  # names the run in a refused tail's message (default plan.noise_what)
+    #: Artefacts written by ``save``, as paths relative to the part's folder: the release records
+    #: them resolved (absolute), e.g. ``{"head": "head.npy"}``.
+    artefact_paths: dict = field(default_factory=dict)
+    #: One RunOutput per :attr:`ReleasePlan.parts` (same order) for a multi-release plan.
+    parts: tuple["RunOutput", ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionDeclaration:
+    """``parent`` of ``dataset`` splits into the disjoint ``children`` (ledger
+    ``declare_partition``); ``declared_by`` says on what basis (e.g. the split rule)."""
+
+    dataset: str
+    parent: str
+    children: tuple[str, ...]
+    declared_by: str
+
+
+@runtime_checkable
+class Mechanism(Protocol):
+    """The contract (module docstring). Optional extras the skeleton uses when present:
+    ``validate(request) -> request`` (checks before anything is loaded; default: none),
+    ``data_info(request, data) -> DataInfo`` (default :meth:`DataInfo.from_prepared`),
+    ``default_out_dir(plan) -> path`` (default ``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``),
+    ``command_line(plan, out_dir) -> str`` (default from the request's ``to_argv``),
+    ``record_out_dir`` (True: ``artefacts["out_dir"]`` names the release folder, as DP-ELM
+    releases always have), ``load_uses_ledger`` (True: ``load(request, ledger_path=...)`` gets
+    the ledger, e.g. for a keyed fingerprint that names the dataset), and for multi-release
+    plans (:attr:`ReleasePlan.parts`) ``link_releases(plan, releases) -> releases`` (before
+    publishing: e.g. one release naming another's id) and ``after_publish(plan, releases,
+    out_dir)`` (e.g. a summary file beside the releases)."""
+
+    name: str
+    request_type: type
+
+    def load(self, request) -> Any: ...
+
+    def plan(self, request, info: DataInfo) -> ReleasePlan: ...
+
+    def run(self, plan: ReleasePlan, data, noise, *, progress) -> RunOutput: ...
+
+    def audit_target(self, plan: ReleasePlan, canary: str, **opts): ...

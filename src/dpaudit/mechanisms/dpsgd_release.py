@@ -1,0 +1,383 @@
+"""The DP-SGD release of the DP-RVFL family on the mechanism contract (record and user level).
+
+One :class:`DPSGDMechanism` (``dpaudit.mechanisms.rvfl.MECHANISM``) serves every model of
+:data:`dpaudit.mechanisms.rvfl.MODELS` (frozen-feature heads and trainable modules) at either
+privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-RVFL paper's
+(section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.rvfl`), at user level the one of
+:mod:`dpaudit.mechanisms.user_level`.
+
+:func:`plan_schedule` is the one "schedule -> calibrated sigma -> event" of DP-SGD: the release's
+:meth:`DPSGDMechanism.plan`, a sweep's budget (:func:`dpaudit.sweeps.tasks.planned_event`, via
+``plan``) and the head audits (:func:`dpaudit.audits.heads.setup_head`) all use it.
+
+**Privacy contract.** A release is (epsilon, delta)-DP for ``SubsampledGaussian(sigma, q, T)``
+under add/remove of one record (``privacy_unit`` record) or of one user's records (user) on the
+training partition; q, T and the normaliser come from the public reference size (N0 records or
+n_users), sigma is calibrated with the RDP accountant. Frozen features, projections,
+initialisation and the split come from public seeds; validation data are never read. The
+skeleton recomputes the claim from the event after training and withholds the release when the
+executed steps differ from T or the claim exceeds the target. ``non_private`` trains without
+clipping or noise and claims nothing (``epsilon = inf``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, UsageError
+from ..requests import DPSGDRequest
+from ..validation import one_of, open_unit, positive_finite, positive_int
+from .contract import DataInfo, ReleasePlan, RunOutput
+# The record-level trainers, looked up here at run time (tests substitute them on this module).
+from .dpsgd import train_linear_head, train_module_dp_sgd
+from .rvfl import (
+    ACCOUNTANT,
+    DEFAULT_DATASET,
+    MODEL_NAMES,
+    MODELS,
+    TAG_HEAD,
+    _progress_callable,
+    classification_metrics,
+    default_protocol,
+    epsilon_curve,
+)
+
+RECORD_ADJACENCY = "add-remove-record"
+USER_ADJACENCY = "add-remove-user"
+USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
+
+
+@dataclass(frozen=True)
+class DPSGDSetup:
+    """The public DP-SGD set-up of a run: :func:`plan_schedule`'s result."""
+
+    epochs: int
+    batch_size: int
+    default_epochs: int
+    default_batch_size: int
+    schedule: object  # dpaudit.accounting.schedule.Schedule
+    noise_multiplier: float  # 0.0 for a non-private run
+    event: object  # SubsampledGaussian, None for a non-private run
+    calibrated_epsilon: float  # the calibration's epsilon (inf: non-private; None: sigma given)
+
+
+def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon: float | None, delta: float,
+                  epochs: int | None = None, batch_size: int | None = None, non_private: bool = False,
+                  adjacency: str = RECORD_ADJACENCY, schedule: tuple | None = None,
+                  noise_multiplier: float | None = None) -> DPSGDSetup:
+    """Schedule -> calibrated sigma -> event, from public quantities only.
+
+    The paper's protocol (:func:`~dpaudit.mechanisms.rvfl.default_protocol`) unless ``epochs`` /
+    ``batch_size`` are given; q, T, m0 from ``reference_size`` units (N0 records or n_users);
+    sigma the smallest noise multiplier whose RDP epsilon at ``delta`` under ``adjacency`` does
+    not exceed ``epsilon``. A release's recorded values (``schedule`` = (q, T, m0),
+    ``noise_multiplier``) replace the computed ones: an audit of a release uses exactly them.
+    """
+    from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
+    from ..accounting.schedule import Schedule
+
+    e0, b0 = default_protocol(dataset_name, kind)
+    epochs = positive_int("epochs", epochs) if epochs is not None else e0
+    batch = positive_int("batch_size", batch_size) if batch_size is not None else b0
+    if schedule is not None:
+        q, steps, m0 = schedule
+        sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
+    else:
+        sched = dp_sgd_schedule(int(reference_size), batch, epochs)
+    if non_private:
+        return DPSGDSetup(epochs, batch, e0, b0, sched, 0.0, None, float("inf"))
+    calibrated = None
+    if noise_multiplier is None:
+        cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
+                                         accountant=ACCOUNTANT, adjacency=adjacency)
+        noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
+    sigma = float(noise_multiplier)
+    return DPSGDSetup(epochs, batch, e0, b0, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
+
+
+class DPSGDMechanism:
+    """The DP-SGD family's mechanism (module docstring). ``user_ids``: in-memory user ids (an
+    array per row before splitting, or a ``{"train", "val", "test"}`` mapping for an already
+    split dataset) for library callers; a request names a ``.npy`` file instead."""
+
+    name = "dp-sgd"
+    request_type = DPSGDRequest
+
+    def __init__(self, user_ids=None) -> None:
+        self.user_ids = user_ids
+
+    # ------------------------------------------------------------------ contract
+    def validate(self, r: DPSGDRequest) -> DPSGDRequest:
+        one_of("privacy_unit", r.privacy_unit, ("record", "user"))
+        user_given = r.user_ids is not None or self.user_ids is not None
+        if r.privacy_unit == "record" and (user_given or r.records_per_user is not None):
+            # never ignore a request for user-level privacy
+            raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
+        one_of("model", r.model, MODEL_NAMES)
+        if r.privacy_unit == "user":
+            positive_int("records_per_user", r.records_per_user)
+        if not r.non_private:
+            positive_finite("epsilon", r.epsilon)
+        open_unit("delta", r.delta)
+        return r
+
+    def load(self, r: DPSGDRequest, prepared=None):
+        if r.privacy_unit == "user":
+            data = self._load_users(r, prepared)
+        elif prepared is not None:
+            data = prepared
+        else:
+            from ..data import load_dataset
+
+            data = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
+        if data.y_train.size == 0:
+            raise DataError(f"dataset {data.name} has an empty training partition.")
+        return data
+
+    def _load_users(self, r: DPSGDRequest, prepared):
+        from ..data.users import attach_user_ids, check_user_split, load_user_ids
+
+        ids = load_user_ids(Path(r.user_ids)) if r.user_ids is not None else self.user_ids
+        if ids is None and getattr(prepared, "user_ids", None) is None:
+            raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
+        if prepared is None:
+            from ..data import load_dataset
+
+            data = attach_user_ids(load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile), ids)
+        elif ids is not None:
+            data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
+        else:
+            data = prepared
+        check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
+        return data
+
+    def plan(self, r: DPSGDRequest, info: DataInfo) -> ReleasePlan:
+        """Public quantities only: the schedule of the unit's reference size, sigma, the event."""
+        from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
+        from .dpsgd import DPSGDConfig
+
+        spec = MODELS[r.model]
+        user = r.privacy_unit == "user"
+        if user and info.n_users is None:
+            raise DataError(f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids.")
+        reference_size = int(info.n_users if user else info.n_train)
+        adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
+        setup = plan_schedule(dataset_name=info.name, kind=info.kind, reference_size=reference_size, epsilon=r.epsilon, delta=r.delta,
+                              epochs=r.epochs, batch_size=r.batch_size, non_private=r.non_private, adjacency=adjacency)
+        sched = setup.schedule
+        dp = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
+                         noise_multiplier=setup.noise_multiplier, non_private=r.non_private)
+        unit_config = {"privacy_unit": "user", "records_per_user": int(r.records_per_user), "n_users": reference_size,
+                       "user_sampling": USER_SAMPLING} if user else {}
+        config = {
+            "model": r.model, "family": spec.family, "description": spec.description,
+            "dp_sgd": dp.to_dict(),
+            "schedule": sched.to_dict(),
+            **unit_config,
+            "epochs": setup.epochs,
+            "batch_size": setup.batch_size,
+            **({"batch_size_unit": "users"} if user else {}),
+            "reference_size": reference_size,
+            "calibrated_epsilon": setup.calibrated_epsilon,
+            "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
+            "profile": info.profile,
+            "validation_used": False,
+        }
+        return ReleasePlan(
+            mechanism=r.model, request=r, dataset=info.identity or {"name": info.name}, partition="train", adjacency=adjacency,
+            accountant=ACCOUNTANT, event=setup.event, target_epsilon=None if r.non_private else float(r.epsilon), delta=float(r.delta),
+            config=config, steps=int(sched.steps), privacy_unit="user" if user else "record", seed=int(r.seed), data_name=info.name,
+            release_fields={"noise_multiplier": setup.noise_multiplier, "sample_rate": sched.sample_rate, "normalizer": sched.normalizer,
+                            "clipping_norm": dp.clipping_norm,
+                            "noise_sampler": "none (non-private)" if r.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
+            noise_what=f"{r.model} run", compare_accountants=("prv",))
+
+    def dpsgd_config(self, plan: ReleasePlan):
+        from .dpsgd import DPSGDConfig
+
+        f = plan.release_fields
+        return DPSGDConfig(sample_rate=f["sample_rate"], steps=plan.steps, normalizer=f["normalizer"], noise_multiplier=f["noise_multiplier"],
+                           non_private=plan.event is None)
+
+    def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
+        """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
+        :mod:`dpaudit.mechanisms.user_level`) and evaluate on the test partition."""
+        import torch
+
+        from ..noise import gaussian_run_tail, public_rng
+        from .dpsgd import head_outputs, head_probabilities, init_head
+        from .features import build_features
+
+        r: DPSGDRequest = plan.request
+        spec = MODELS[r.model]
+        config = self.dpsgd_config(plan)
+        steps = plan.steps
+        private = plan.event is not None
+        extra: dict = {}
+        train_head, train_module = train_linear_head, train_module_dp_sgd
+        if plan.privacy_unit == "user":
+            from ..data.users import index_users
+            from .user_level import train_user_linear_head, train_user_module_dp_sgd
+
+            users = index_users(data.user_ids["train"])
+            if users.n_users != plan.config["reference_size"]:  # the plan's public size must be the data's
+                raise DataError(f"training users must number {plan.config['reference_size']} (the plan's), got {users.n_users}.")
+            g = int(r.records_per_user)
+            extra["users"] = users.describe()
+
+            def train_head(z, y, n_classes, cfg, **kw):
+                return train_user_linear_head(z, y, users, n_classes, cfg, records_per_user=g, **kw)
+
+            def train_module(module, x, y, cfg, **kw):
+                return train_user_module_dp_sgd(module, x, y, users, cfg, records_per_user=g, **kw)
+
+        # The spent-epsilon curve costs one RDP evaluation: only build it when progress is shown.
+        eps_of = epsilon_curve(config.noise_multiplier, config.sample_rate, plan.delta) if (private and progress not in (None, False)) else None
+        n_classes = int(data.n_classes)
+        binary = n_classes == 2
+
+        def tail_check(params: int) -> None:
+            # Every step adds N(0, (sigma C)^2) to every trainable parameter (empty batches included):
+            # public dimensions, so truncated-noise runs are refused before training.
+            if private:
+                gaussian_run_tail(steps, params, plan.target_epsilon, plan.delta,
+                                  what=f"{r.model} run ({steps} steps x {params} noised parameters)")
+
+        save = None
+        arrays = None
+        if spec.family == "head":
+            feats = build_features(spec.features, data.n_features, plan.seed)
+            t_feat = time.perf_counter()
+            z_train = feats.transform(data.x_train, bias_column=True)  # [z, 1]: the head's input
+            feature_seconds = time.perf_counter() - t_feat
+            k = head_outputs(n_classes, binary_logit=binary)
+            init = init_head(feats.output_dim, k, public_rng(plan.seed, TAG_HEAD))
+            params = k * (feats.output_dim + 1)
+            model_config = {"features": feats.describe(), "head_outputs": k, "head_init": "U(-1/sqrt(d), 1/sqrt(d)) (torch nn.Linear default)",
+                            "loss": "sigmoid cross-entropy (K=1)" if k == 1 else "softmax cross-entropy", "trainable_parameters": params}
+            tail_check(params)
+            cb, close = _progress_callable(progress, steps, eps_of)
+            t_train = time.perf_counter()
+            try:
+                head = train_head(z_train, data.y_train, n_classes, config, noise=noise, init=init, progress=cb, binary_logit=binary,
+                                  z_has_bias_column=True)
+            finally:
+                close()
+            train_seconds = time.perf_counter() - t_train
+            steps_executed = head.steps_executed
+            proba = head_probabilities(head.weight, feats.transform(data.x_test))
+            arrays = {"head_weight": head.weight.astype(np.float32)}
+            for name, a in (("projection", feats.projection), ("hidden_weight", feats.weight), ("hidden_bias", feats.bias)):
+                if a is not None:
+                    arrays[name] = a.astype(np.float32)
+            weights_name = "weights.npz"
+        else:
+            from .models import build_module
+
+            module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
+                                  seed=plan.seed)
+            loss = "bce" if binary else "cross_entropy"
+            x_train = torch.as_tensor(np.asarray(data.x_train, dtype=np.float32))
+            y_train = torch.as_tensor(np.asarray(data.y_train, dtype=np.int64))
+            feature_seconds = 0.0
+            params = sum(p.numel() for p in module.parameters() if p.requires_grad)
+            model_config = {"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy", "trainable_parameters": params,
+                            "init": "torch defaults from a generator seeded by the public seed"}
+            tail_check(params)
+            cb, close = _progress_callable(progress, steps, eps_of)
+            t_train = time.perf_counter()
+            try:
+                steps_executed = train_module(module, x_train, y_train, config, noise=noise, loss=loss, progress=cb)
+            finally:
+                close()
+            train_seconds = time.perf_counter() - t_train
+            module.eval()
+            with torch.no_grad():
+                out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
+            if binary:
+                p1 = torch.sigmoid(out.reshape(-1)).numpy()
+                proba = np.stack([1.0 - p1, p1], axis=1)
+            else:
+                proba = torch.softmax(out, dim=1).numpy()
+            weights_name = "model.pt"
+            state = module.state_dict()
+
+            def save(out_dir) -> None:
+                torch.save(state, Path(out_dir) / weights_name)
+
+        return RunOutput(
+            steps_executed=int(steps_executed), metrics=classification_metrics(data.y_test, proba), arrays=arrays, save=save,
+            weights_name=weights_name, config={**model_config, **extra},
+            timings={"train_seconds": train_seconds, "feature_seconds": feature_seconds,
+                     "torch_threads": torch.get_num_threads()},
+            noise_values=int(steps) * int(params), noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)")
+
+    def default_out_dir(self, plan: ReleasePlan) -> Path:
+        tag = "-user" if plan.privacy_unit == "user" else ""
+        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
+        return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
+
+    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
+        """The head audit target of this plan (frozen-feature models): the plan's sigma and
+        schedule, its public seed and dataset. ``opts`` go to the target (``claimed``,
+        ``expected_identity``, ``data_dir``, ``prepared``, ``user_ids``, ...)."""
+        r: DPSGDRequest = plan.request
+        if MODELS[r.model].family != "head":
+            raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
+        if plan.event is None:
+            raise UsageError(f"release must be private to be audited, got a non-private {r.model} release.")
+        f = plan.release_fields
+        kw = dict(model=r.model, dataset=plan.data_name, data_dir=r.data_dir, epsilon=float(plan.target_epsilon), delta=plan.delta,
+                  canary=canary, seed=plan.seed, noise_multiplier=float(f["noise_multiplier"]),
+                  schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])), epochs=plan.config["epochs"],
+                  batch_size=plan.config["batch_size"], profile=plan.dataset.get("profile", r.profile),
+                  split_seed=plan.dataset.get("split_seed", r.split_seed))
+        kw.update(opts)
+        if plan.privacy_unit == "user":
+            from ..audits.user_level import UserHeadTarget
+
+            kw.setdefault("user_ids", r.user_ids)
+            return UserHeadTarget(records_per_user=int(r.records_per_user), **kw)
+        from ..audits.heads import HeadTarget
+
+        return HeadTarget(**kw)
+
+
+MECHANISM = DPSGDMechanism()
+
+
+def dpsgd_request(model: str, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, epochs, batch_size,
+                  profile, split_seed, prepared, privacy_unit, user_ids, records_per_user):
+    """(request, in-memory user ids) for the library arguments of :func:`train_and_release`.
+
+    A user-ids *path* goes into the request (it is public and recorded); ids given as an array
+    or mapping stay in memory (the request then names none, as a release made from them must be
+    audited with ``--user-ids``). With ``prepared`` data the request names the prepared dataset.
+    """
+    path = os.fspath(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
+    ids = None if path is not None else user_ids
+    request = DPSGDRequest(
+        model=model, dataset=prepared.name if prepared is not None else (dataset or DEFAULT_DATASET),
+        data_dir=None if data_dir is None else os.fspath(data_dir), epsilon=float(epsilon) if _number(epsilon) else epsilon,
+        delta=float(delta) if _number(delta) else delta, seed=int(seed), non_private=bool(non_private), reproducible_noise=bool(reproducible_noise),
+        noise_source=noise_source, epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, privacy_unit=privacy_unit,
+        records_per_user=records_per_user, user_ids=path)
+    return request, ids
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_path=None, record: bool = True, progress=True, prepared=None):
+    """Release ``request`` through :func:`dpaudit.releasing.release` (``user_ids``: in-memory ids,
+    see :class:`DPSGDMechanism`)."""
+    from ..releasing import release
+
+    mech = MECHANISM if user_ids is None else DPSGDMechanism(user_ids=user_ids)
+    return release(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)

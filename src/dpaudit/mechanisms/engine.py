@@ -1,0 +1,366 @@
+"""The one DP-SGD engine for linear heads on frozen features: R independent runs at once.
+
+R = 1 is a release (:func:`dpaudit.mechanisms.dpsgd.train_linear_head`, record level, and
+:func:`dpaudit.mechanisms.user_level.train_user_linear_head`, user level); R = trials is an audit
+(:func:`dpaudit.mechanisms.batched.train_linear_heads_batched` behind
+:class:`~dpaudit.audits.heads.HeadTarget`, and
+:func:`dpaudit.audits.user_level.train_user_heads_batched` behind
+:class:`~dpaudit.audits.user_level.UserHeadTarget`). Because releases and audits run this same loop
+and the same clipped sums, a bug in the released mechanism is a bug in what is audited (pinned by
+``tests/audits/test_release_engine_is_audited.py`` through :func:`planted_bug`).
+
+Protocol per run (DP-RVFL paper, section 3.2 / Algorithm 1; user level: DP-MixMin paper,
+appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
+
+1. every unit is included independently with probability q (Poisson sampling from the private
+   :class:`~dpaudit.noise.NoiseSource`; the R runs' masks are independent,
+   :func:`~dpaudit.mechanisms.dpsgd.poisson_batch`);
+2. the sampled units' gradients are clipped to joint L2 norm C and summed (:class:`RecordUnits`:
+   a unit is a record, closed-form gradients; :class:`UserUnits`: a unit is a user, whose
+   min(G, |D_u|) records drawn without replacement are averaged and clipped as one
+   contribution); an empty sample gives a zero sum;
+3. N(0, (sigma C)^2 I) is added to each run's sum, the result is divided by the fixed normaliser
+   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd.NoisyAdamStep`, the
+   step shared with the module trainer :func:`~dpaudit.mechanisms.dpsgd.run_dp_sgd`).
+
+Private draws, in this order per step: the R Poisson samples; the canary draw (only with a
+:class:`CanaryHook`); within-user record samples (user units, run by run); the Gaussian noise of
+shape (R, K, d+1). With R = 1 and no canary these are exactly the draws of the single-run release
+trainer as it was before this engine existed, so a ``--reproducible-noise`` release is unchanged.
+
+**Privacy contract.** Each run is ``SubsampledGaussian(noise_multiplier, q, steps)`` under
+add/remove-one-unit adjacency: the clipped sum has sensitivity C conditional on earlier outputs.
+The canary hook is an audit instrument only: it adds one more unit (or a fixed contribution) to
+the runs it marks, as a neighbouring input would.
+
+**Canary hook.** Mechanisms know nothing about canaries except :class:`CanaryHook`: in runs marked
+``included`` the canary is Poisson-sampled with rate q at every step; when sampled, either its
+rows (one record, or one user made of those records) join that run's sample as one more unit,
+clipped by the same code as every unit, or a fixed ``gradient`` is added to the clipped sum (a
+Dirac canary). The audit-side canary classes (``HeadCanary``, ``UserCanary``) translate to it.
+
+**Planted bugs (tests only).** :func:`planted_bug` switches on a deliberate fault in the shared
+clipped sums for the duration of a ``with`` block, so a test can show that a fault in the release
+path reaches the audits. Off by default; nothing in the library turns it on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..noise import NoiseSource
+from ..validation import positive_int
+from . import dpsgd
+from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyAdamStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
+
+#: Planted bugs :func:`planted_bug` knows: "skip-clip" leaves the last unit of every sampled batch
+#: unclipped (an off-by-one in the clipping loop).
+PLANTED_BUGS = ("skip-clip",)
+
+
+@contextlib.contextmanager
+def planted_bug(name: str):
+    """TEST-ONLY: plant a known fault in the shared clipped sums inside this ``with`` block.
+
+    ``"skip-clip"``: the last unit of each sampled batch (a record, or a user) keeps its full
+    gradient instead of being clipped to C -- the sensitivity bound, hence the privacy claim,
+    no longer holds. Used to check that a bug in the release path reaches the audits (both run
+    this engine). Never enable it outside a test.
+    """
+    if name not in PLANTED_BUGS:
+        raise UsageError(f"planted bug must be one of {', '.join(PLANTED_BUGS)}, got {name!r}.")
+    previous = dpsgd._PLANTED_BUG
+    dpsgd._PLANTED_BUG = name
+    try:
+        yield
+    finally:
+        dpsgd._PLANTED_BUG = previous
+
+
+# ---------------------------------------------------------------- the canary hook
+
+
+@dataclass(frozen=True, eq=False)
+class CanaryHook:
+    """Where an audit's canary enters the clipped sums (see module docstring).
+
+    ``included`` (R,): runs whose input holds the canary. Exactly one of:
+    ``z`` (G, d) with labels ``y`` (G,): canary rows, one more unit (G = 1 for record units);
+    ``gradient`` (K, d+1): a fixed contribution, added whenever the canary is sampled (the audit
+    sizes it, normally to norm C; the engine does not rescale it).
+    """
+
+    included: np.ndarray
+    z: np.ndarray | None = None
+    y: np.ndarray | None = None
+    gradient: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if (self.z is None) == (self.gradient is None) or (self.z is None) != (self.y is None):
+            raise UsageError("a canary hook must have either rows (z and y) or a gradient, got neither or both.")
+
+
+def canary_draw(noise: NoiseSource, runs: int, q: float) -> np.ndarray:
+    """One step's canary inclusion, independent Bernoulli(q) per run, from the private source."""
+    return np.asarray(noise.poisson_mask(runs, q), dtype=bool)
+
+
+# ---------------------------------------------------------------- units
+
+
+@dataclass(frozen=True)
+class UserSampling:
+    """User-level units for :func:`train_heads`: ``index`` (a UserIndex over the training rows),
+    ``records_per_user`` G, and optionally ``user_sum``, a replacement with the signature and
+    result of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` (the audits pass a
+    faster equal one)."""
+
+    index: object
+    records_per_user: int
+    user_sum: Callable | None = None
+
+
+class RecordUnits:
+    """Records as units: the closed-form clipped sum of head gradients over sampled rows.
+
+    Unit i is row i of ``z1`` (rows n.. hold canary records, never drawn by the ordinary sample).
+    Each run's rows are gathered into a reused workspace and both matrix products read them there.
+    """
+
+    def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, *, canary_rows: int = 0):
+        if canary_rows > 1:
+            raise UsageError(f"a record canary must be one record, got {canary_rows} rows.")
+        self.z1, self.z1_norm, self.y, self.n_units = z1, z1_norm, y, n
+        self.canary_unit = n if canary_rows else None
+        self.clipping_norm, self.clip, self.binary = config.clipping_norm, not config.non_private, k == 1
+        q = config.sample_rate
+        self.ws = HeadWorkspace(k, z1.shape[1], z1.dtype, rows=int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1)
+
+    def step(self, flat: np.ndarray, offsets: np.ndarray, hit, w_rows, sum_rows) -> None:
+        zn_f, y_f = self.z1_norm[flat], self.y[flat]  # one fancy index for all runs
+        for r in range(len(w_rows)):
+            lo, hi = offsets[r], offsets[r + 1]
+            ix, zn, yb = flat[lo:hi], zn_f[lo:hi], y_f[lo:hi]
+            if hit is not None and hit[r]:
+                ix, zn, yb = np.append(ix, self.canary_unit), None, None  # the canary record: one more unit, last
+            _run_sum(self.ws, self.z1, self.z1_norm, self.y, ix, w_rows[r], sum_rows[r], self.clipping_norm, self.binary, self.clip, zn=zn, yb=yb)
+
+
+def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, clip, zn=None, yb=None) -> None:
+    """One run's clipped sum over rows ``ix`` of ``z1`` at head ``w_t`` into ``out_t`` (zero for an
+    empty batch). ``zn``, ``yb``: the rows' norms and labels when already gathered."""
+    b = ix.size
+    if b == 0:
+        out_t.zero_()  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+        return
+    ws.ensure(b)
+    # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
+    np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
+    _clipped_sum_kernel(ws, w_t, b, z1_norm[ix] if zn is None else zn, y[ix] if yb is None else yb, clipping_norm, binary_logit, clip,
+                        out_t=out_t)
+
+
+class UserUnits:
+    """Users as units: Poisson over users, min(G, |D_u|) records per sampled user (private,
+    :func:`~dpaudit.mechanisms.user_level.sample_user_records`), per-user averaged gradient
+    clipped jointly (``user_sum``, default
+    :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`). Canary rows form user
+    ``n_users`` (one more user of the index)."""
+
+    def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
+        from .user_level import sample_user_records, user_head_clipped_sum
+
+        index = users.index
+        if index.n_records != n:
+            raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
+        self.n_units = index.n_users
+        self.canary_unit = None
+        if canary_rows:
+            index = _with_extra_user(index, n, canary_rows)
+            self.canary_unit = self.n_units
+        self.index, self.g, self.noise = index, positive_int("records_per_user", users.records_per_user), noise
+        self.sample, self.user_sum = sample_user_records, users.user_sum or user_head_clipped_sum
+        self.z1, self.z1_norm, self.y = z1, z1_norm, y
+        self.clipping_norm, self.clip, self.binary = config.clipping_norm, not config.non_private, k == 1
+
+    def step(self, flat, offsets, hit, w_rows, sum_rows) -> None:
+        for r in range(len(w_rows)):
+            sampled = flat[offsets[r]:offsets[r + 1]]
+            if hit is not None and hit[r]:
+                sampled = np.append(sampled, self.canary_unit)  # the canary user, last (users stay ascending)
+            if sampled.size == 0:
+                sum_rows[r].zero_()  # Algorithm 1, step 6
+                continue
+            rows, seg, kk = self.sample(self.index, sampled, self.g, self.noise)
+            sum_rows[r].numpy()[...] = self.user_sum(w_rows[r].numpy(), self.z1, self.z1_norm, self.y, rows, seg, kk, self.clipping_norm,
+                                                     binary_logit=self.binary, clip=self.clip)
+
+
+def _with_extra_user(index, first_row: int, size: int):
+    """``index`` with one more user (number ``index.n_users``) owning rows first_row..first_row+size-1."""
+    from ..data.users import UserIndex
+
+    return UserIndex(ids=np.arange(index.n_users + 1, dtype=np.int64),
+                     order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
+                     offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64))
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class BatchedHeadResult:
+    """``weights`` (R, K, d+1), last column the bias; ``canary_samples[r]`` counts the steps at which
+    the canary was sampled in run r (0 for runs without it; None without a canary)."""
+
+    weights: np.ndarray
+    steps_executed: int
+    canary_samples: np.ndarray | None = None
+
+
+def augmented_features(parts: list, d: int, np_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(z1, ||z1 rows||): the feature blocks stacked with a bias column of ones, written in place
+    (no second copy of the feature matrix)."""
+    z1 = np.empty((sum(len(p) for p in parts), d + 1), dtype=np_dtype)
+    start = 0
+    for part in parts:
+        z1[start:start + len(part), :d] = part
+        start += len(part)
+    z1[:, d] = 1.0
+    return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1))
+
+
+def initial_heads(init, runs: int, k: int, d: int) -> np.ndarray:
+    """Every run's starting head (R, K, d+1): zeros, one (K, d+1) head shared (a broadcast view), or one per run."""
+    if init is None:
+        return np.zeros((runs, k, d + 1))
+    init = np.asarray(init)
+    if init.shape == (k, d + 1):
+        init = np.broadcast_to(init, (runs, k, d + 1))
+    if init.shape != (runs, k, d + 1):
+        raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
+    return init
+
+
+def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_bias_column: bool):
+    """(z1, ||z1 rows||, labels, d): the training rows with a bias column, canary rows (if any) last."""
+    labels = y.astype(np.int64)
+    parts = [z[:, :-1] if z_has_bias_column else z]
+    if z_has_bias_column and (z.shape[1] < 1 or not np.all(z[:, -1] == 1)):
+        raise UsageError("z must end with a column of ones when z_has_bias_column is set, got another last column.")
+    d = parts[0].shape[1]
+    if canary is not None and canary.z is not None:
+        cz = np.asarray(canary.z, dtype=np.float64)
+        cz = cz[None] if cz.ndim == 1 else cz  # one record given as (d,)
+        cy = np.asarray(canary.y, dtype=np.int64).reshape(-1)
+        if cz.ndim != 2 or cz.shape[1] != d or cy.shape != (cz.shape[0],) or cy.min() < 0 or cy.max() >= n_classes:
+            raise UsageError(f"canary rows must have {d} features and labels in [0, {n_classes}), got shape {np.shape(canary.z)} and {cy.tolist()}.")
+        parts.append(cz)
+        labels = np.concatenate([labels, cy])
+    elif z_has_bias_column:  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
+        z1 = np.ascontiguousarray(z, dtype=np_dtype)
+        return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1)), labels, d
+    z1, z1_norm = augmented_features(parts, d, np_dtype)
+    return z1, z1_norm, labels, d
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def train_heads(
+    z: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    config: DPSGDConfig,
+    *,
+    noise: NoiseSource,
+    runs: int = 1,
+    init: np.ndarray | None = None,
+    users: UserSampling | None = None,
+    canary: CanaryHook | None = None,
+    binary_logit: bool = False,
+    dtype: torch.dtype = torch.float32,
+    z_has_bias_column: bool = False,
+    progress: Progress | None = None,
+    chunk_runs: int | None = None,
+) -> BatchedHeadResult:
+    """Train ``runs`` independent DP-SGD linear heads on frozen features ``z`` (n, d) at once.
+
+    Units: records (default) or users (``users``). ``init``: (K, d+1) shared by all runs or
+    (R, K, d+1), from public randomness; zeros when omitted. ``canary``: an audit's
+    :class:`CanaryHook`. ``chunk_runs`` (speed/memory only): runs are trained in groups of this
+    many, one group after another; ``progress(steps_done, steps)`` is reported per group.
+    Privacy contract: module docstring.
+    """
+    runs = positive_int("runs", runs)
+    if chunk_runs is not None:
+        chunk_runs = positive_int("chunk_runs", chunk_runs)
+    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
+    included = None
+    if canary is not None:
+        included = np.asarray(canary.included, dtype=bool)
+        if included.shape != (runs,):
+            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {included.shape}.")
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    n = z.shape[0]
+    z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
+    grad_canary = None
+    if canary is not None and canary.gradient is not None:
+        grad_canary = np.asarray(canary.gradient, dtype=np.float64)
+        if grad_canary.shape != (k, d + 1) or not np.all(np.isfinite(grad_canary)):
+            raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad_canary.shape}.")
+        grad_canary = grad_canary.astype(np_dtype)
+    canary_rows = z1.shape[0] - n
+    if users is None:
+        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows)
+    else:
+        units = UserUnits(z1, z1_norm, labels, n, k, config, users, noise, canary_rows=canary_rows)
+    w0 = initial_heads(init, runs, k, d)
+    step = chunk_runs or runs
+    weights, counts, executed = [], [], []
+    with blas_threads():
+        for start in range(0, runs, step):
+            stop = min(runs, start + step)
+            w, steps_done, c = _loop(units, config, noise=noise, w0=w0[start:stop], np_dtype=np_dtype,
+                                     included=None if included is None else included[start:stop], grad_canary=grad_canary, progress=progress)
+            weights.append(w)
+            counts.append(c)
+            executed.append(steps_done)
+    return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
+                             canary_samples=None if canary is None else np.concatenate(counts))
+
+
+def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_canary, progress):
+    """The DP-SGD loop for one group of runs (module docstring: protocol and order of draws)."""
+    runs = w0.shape[0]
+    w = np.array(w0, dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
+    w_t = torch.from_numpy(w)  # shared memory: Adam updates w in place, the clipped sums read w_t
+    sanitise = NoisyAdamStep([w_t], config, noise=noise)
+    sums_t = sanitise.sums[0]  # (R, K, d+1), filled by the units, then noised, normalised, applied
+    sums = sums_t.numpy()
+    w_rows, sum_rows = list(w_t.unbind(0)), list(sums_t.unbind(0))  # per-run views, made once
+    q = config.sample_rate
+    counts = np.zeros(runs, dtype=np.int64) if included is not None else None
+    report_every = max(1, config.steps // 200)
+    steps_done = 0
+    for t in range(1, config.steps + 1):
+        flat, offsets = dpsgd.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
+        hit = None
+        if included is not None:
+            hit = canary_draw(noise, runs, q) & included
+            counts += hit
+        units.step(flat, offsets, hit if grad_canary is None else None, w_rows, sum_rows)
+        if grad_canary is not None:
+            sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
+        sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, Adam: exactly torch.optim.Adam, every run at once
+        steps_done += 1  # one accountant step, empty batches included
+        if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
+            progress(steps_done, config.steps)
+    return w.astype(np.float64), steps_done, counts

@@ -1,0 +1,156 @@
+"""``noisy-sum``: the Gaussian sum query, released from a real dataset (the worked example of
+docs/architecture.md, "How to add a mechanism").
+
+Mechanism: the training rows x_j of a dataset, each clipped to L2 norm <= C (so adding or
+removing one record moves the sum by at most C in L2); release = sum_j clip(x_j) +
+N(0, (sigma C)^2 I_d), d the number of features. The noise multiplier sigma is calibrated with
+the generic accountant (``--accountant``, default ``pld``, tight for one Gaussian) for the event
+``SubsampledGaussian(sigma, 1, 1)`` (one Gaussian release, no subsampling) at (epsilon, delta).
+
+**Privacy contract.** The release is (epsilon, delta)-DP under add/remove-one-record adjacency on
+the training partition, epsilon recomputed by the release skeleton from the event after the run
+(:func:`dpaudit.releasing.release`); ``noise_tail_delta`` adds the Gaussian sampler's tail
+(d values). Public: the dataset's identity, N0 and d, the clipping norm, the seed. The test
+partition is read only for the published utility metric (outside the claim, as for every
+release). ``non_private`` releases the exact clipped sum and claims nothing.
+
+Its audit is the plain Gaussian mechanism of :mod:`dpaudit.audits.gaussian` with the plan's
+sigma, C and d (canaries ``max-clip`` and ``natural``): the code that is released is the code
+that is audited, and the exact (analytic Gaussian) epsilon of sigma is the claim the audit checks
+(it never exceeds the release's accountant bound).
+
+Files a new mechanism touches (this one is the example): this module, one line in
+:data:`dpaudit.catalogue.CATALOGUE`, and its tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import DataError, UsageError
+from ..requests import NOISE_SOURCES, Request, option
+from ..validation import one_of, open_unit, positive_finite
+from .contract import DataInfo, ReleasePlan, RunOutput
+
+NAME = "noisy-sum"
+ADJACENCY = "add-remove-record"
+ACCOUNTANTS = ("pld", "rdp", "prv")
+
+
+@dataclass(frozen=True)
+class NoisySumRequest(Request):
+    """``dpaudit train noisy-sum``: the clipped sum of a dataset's training rows plus Gaussian noise."""
+
+    COMMAND: ClassVar[str] = NAME
+
+    dataset: str = option("digits", help="Dataset (digits, breast-cancer embedded; others need --data-dir).")
+    data_dir: str | None = option(None, help="Directory with real data (default: $DPAUDIT_DATA_DIR).")
+    epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    clipping_norm: float = option(1.0, help="L2 norm C every row is clipped to (the sum's sensitivity).")
+    accountant: str = option("pld", choices=ACCOUNTANTS, help="Accountant calibrating sigma and making the claim (pld: tight).")
+    seed: int = option(42, help="Public seed (recorded; the audit's public randomness).")
+    non_private: bool = option(False, help="Release the exact clipped sum (no privacy claim).")
+    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
+    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help="os-entropy (default), cryptographic.")
+    profile: str | None = option(None, help="Preprocessing profile (default: the dataset's).")
+    split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
+
+
+def clipped_rows(x: "np.ndarray", clipping_norm: float) -> "np.ndarray":
+    """Rows of ``x`` (float64) scaled to L2 norm at most ``clipping_norm`` (zero rows stay zero)."""
+    import numpy as np  # here, not at import: `dpaudit --help` lists this mechanism without numpy
+
+    x = np.asarray(x, dtype=np.float64)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x * np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-300))
+
+
+class NoisySum:
+    """The ``noisy-sum`` mechanism (module docstring): the contract of
+    :mod:`dpaudit.mechanisms.contract`."""
+
+    name = NAME
+    request_type = NoisySumRequest
+
+    def validate(self, request: NoisySumRequest) -> NoisySumRequest:
+        if not isinstance(request, NoisySumRequest):
+            raise UsageError(f"request must be a NoisySumRequest, got {type(request).__name__}.")
+        if not request.non_private:
+            positive_finite("epsilon", request.epsilon)
+        open_unit("delta", request.delta)
+        positive_finite("clipping_norm", request.clipping_norm)
+        one_of("accountant", request.accountant, ACCOUNTANTS)
+        one_of("noise_source", request.noise_source, NOISE_SOURCES)
+        return request
+
+    def load(self, request: NoisySumRequest, prepared=None):
+        if prepared is None:
+            from ..data import load_dataset
+
+            prepared = load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
+        if prepared.y_train.size == 0:
+            raise DataError(f"dataset {prepared.name} has an empty training partition.")
+        return prepared
+
+    def plan(self, request: NoisySumRequest, info: DataInfo) -> ReleasePlan:
+        """Public quantities only: sigma from (epsilon, delta) and the accountant; d from the schema."""
+        from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
+
+        d = int(info.n_features)
+        c = float(request.clipping_norm)
+        if request.non_private:
+            sigma, event, calibrated = 0.0, None, float("inf")
+        else:
+            from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
+
+            cal = calibrate_noise_multiplier(target_epsilon=request.epsilon, delta=request.delta, sample_rate=1.0, steps=1,
+                                             accountant=request.accountant, adjacency=ADJACENCY)
+            sigma, calibrated = cal.noise_multiplier, cal.epsilon
+            event = SubsampledGaussian(sigma, 1.0, 1)
+        return ReleasePlan(
+            mechanism=NAME, request=request, dataset=info.identity or {"name": info.name}, partition="train", adjacency=ADJACENCY,
+            accountant=request.accountant, event=event, target_epsilon=None if request.non_private else float(request.epsilon),
+            delta=float(request.delta), steps=1, seed=int(request.seed), data_name=info.name,
+            config={"model": NAME, "query": "sum of the training rows, each clipped to L2 norm C", "noise": "N(0, (sigma C)^2 I_d)",
+                    "clipping_norm": c, "dimension": d, "n_train": int(info.n_train), "noise_multiplier": sigma,
+                    "calibrated_epsilon": calibrated, "seeds": {"model_seed": int(request.seed), "split_seed": info.split_seed},
+                    "profile": info.profile, "validation_used": False},
+            release_fields={"noise_multiplier": sigma, "sample_rate": 1.0, "clipping_norm": c,
+                            "noise_sampler": "none (non-private)" if request.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
+            noise_values=d, noise_what=f"noisy-sum release ({d} noised values)",
+            compare_accountants=tuple(a for a in ("rdp", "pld") if a != request.accountant))
+
+    def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
+        import numpy as np
+
+        c = plan.config["clipping_norm"]
+        total = clipped_rows(data.x_train, c).sum(axis=0)
+        if plan.event is not None:
+            total = total + noise.gaussian_numpy(total.shape, plan.event.noise_multiplier * c)
+        # Utility on the test partition (evaluation data, outside the claim): distance of the
+        # released mean (sum / public N0) to the test rows' clipped mean.
+        test_mean = clipped_rows(data.x_test, c).mean(axis=0) if len(data.x_test) else np.zeros_like(total)
+        metrics = {"mean_l2_distance_to_test": float(np.linalg.norm(total / plan.config["n_train"] - test_mean))}
+        return RunOutput(steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz")
+
+    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
+        """The Gaussian audit target of this plan: sigma, C and d of the release (module docstring).
+
+        ``opts``: ``n_records`` (public records of the synthetic base, default the plan's N0) and
+        ``seed`` (default the plan's seed)."""
+        from ..audits.gaussian import GaussianTarget
+
+        if plan.event is None:
+            raise UsageError("release must be private to be audited (a noisy-sum claim), got a non-private release.")
+        unknown = sorted(set(opts) - {"n_records", "seed"})
+        if unknown:
+            raise UsageError(f"noisy-sum audit options must be among n_records, seed, got {', '.join(unknown)}.")
+        return GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,
+                              clipping_norm=float(plan.config["clipping_norm"]), dimension=int(plan.config["dimension"]),
+                              n_records=int(opts.get("n_records") or max(1, plan.config["n_train"])), seed=int(opts.get("seed", plan.seed)),
+                              mechanism=NAME)
+
+
+MECHANISM = NoisySum()

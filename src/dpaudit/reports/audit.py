@@ -1,0 +1,162 @@
+"""Section ``audit``: one entry per audit record (its own verdict, recomputed bound and ceiling,
+ROC and score histogram), the Table-16-shaped table (DP-MixMin paper, Table 16) and the links
+between audits and the releases they belong to."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from pathlib import Path
+
+from ..errors import DPAuditError
+from ..records import Release
+from . import stats
+from .inputs import Inputs, LoadedAudit, LoadedRelease, Note, canonical_mechanism, command_str, integer, num, read_scores, scores_file
+
+
+def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | None]:
+    """Release each audit explicitly belongs to (release_id / release_path / same directory)."""
+    by_id = {lr.release.id: lr for lr in inputs.releases}
+    by_dir = {lr.path.resolve(): lr for lr in inputs.releases}
+    links: dict[int, LoadedRelease | None] = {}
+    for i, la in enumerate(inputs.audits):
+        v = la.view
+        lr = None
+        if v["release_id"] and str(v["release_id"]) in by_id:
+            lr = by_id[str(v["release_id"])]
+        elif v["release_path"]:
+            p = Path(v["release_path"])
+            p = p if p.is_absolute() else la.path / p
+            p = p.parent if p.name.endswith(".json") else p
+            lr = by_dir.get(p.resolve())
+        if lr is None:
+            lr = by_dir.get(la.path.resolve())
+        links[i] = lr
+        if lr is not None and v["mechanism"] is not None and canonical_mechanism(v["mechanism"]) != canonical_mechanism(lr.release.mechanism):
+            notes.append(Note("error", "audit", (
+                f"audit {la.path} is of mechanism {v['mechanism']!r} but belongs to release {lr.release.id[:12]} of mechanism "
+                f"{lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict.")))
+    return links
+
+
+def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note], with_scores: bool) -> dict:
+    v = dict(la.view)
+    label = f"audit {la.path}"
+    entry = {k: v[k] for k in ("id", "mechanism", "canary", "task", "dataset", "trials", "eval_trials", "claimed_epsilon", "delta",
+                                "epsilon_lower_bound", "confidence", "method", "threshold", "counts", "ceiling", "ceiling_source",
+                                "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing")}
+    entry["index"] = i
+    entry["path"] = str(la.path)
+    entry["label"] = la.path.name or str(la.path)
+    entry["command"] = command_str(v["command"])
+    entry["covers_releases"] = [r.id for r in covered]
+    claims = [c for c in [v["claimed_epsilon"]] + [num(r.epsilon) for r in covered] if c is not None]
+    entry["compared_claim"] = min(claims) if claims else None
+    if v["missing"]:
+        notes.append(Note("info", "audit", f"{label} lacks keys: {', '.join(v['missing'])}."))
+    # recompute the bound and the ceiling from the EVAL counts (independent cross-check)
+    counts = v["counts"] or {}
+    c = {k: integer(counts.get(k)) for k in ("tp", "fp", "tn", "fn")}
+    entry["recomputed_epsilon_lower_bound"] = None
+    delta = v["delta"]
+    conf = v["confidence"]
+    if all(x is not None for x in c.values()) and delta is not None and conf is not None and 0 < conf < 1:
+        rec = stats.epsilon_lower_bound(tp=c["tp"], fp=c["fp"], tn=c["tn"], fn=c["fn"], delta=delta, confidence=conf)
+        entry["recomputed_epsilon_lower_bound"] = rec
+        if entry["ceiling"] is None:
+            entry["ceiling"] = stats.ceiling(n_in=c["tp"] + c["fn"], n_out=c["fp"] + c["tn"], delta=delta, confidence=conf)
+            entry["ceiling_source"] = "computed by the report from the EVAL counts"
+        stored = v["epsilon_lower_bound"]
+        if stored is not None and abs(stored - rec) > 0.01 + 1e-3 * abs(rec):
+            notes.append(Note("warning", "audit", f"{label}: stored eps_LB {stored:.4f} differs from the Clopper-Pearson bound "
+                                                  f"{rec:.4f} recomputed from its counts (two-sided split of significance)."))
+    elif entry["ceiling"] is None:
+        notes.append(Note("warning", "audit", f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown."))
+    # the verdict of this one audit
+    lb, claim = v["epsilon_lower_bound"], entry["compared_claim"]
+    rec = entry["recomputed_epsilon_lower_bound"]
+    entry["role"] = v["role"]
+    if v["role"] != "main" or not v["noise"] or not v["canary_inserted"]:
+        status = "control"
+        notes.append(Note("info", "verdict", f"{label} is a control run (role {v['role']}, noise {'on' if v['noise'] else 'off'}, "
+                                             f"canary {'inserted' if v['canary_inserted'] else 'not inserted'}); no privacy claim applies to it."))
+    elif lb is None or claim is None or (isinstance(lb, float) and math.isnan(lb)):
+        status = "incomplete"
+        why = "no eps_LB" if lb is None or math.isnan(lb) else "no claimed epsilon"
+        notes.append(Note("error", "verdict", f"{label}: {why}; the verdict for {v['mechanism']} is INCONCLUSIVE."))
+    elif lb > claim:
+        status = "violation"
+    elif rec is not None and rec > claim:
+        status = "incomplete"
+        notes.append(Note("error", "verdict", f"{label}: stored eps_LB {lb:.4f} <= claim {claim:.4f} but its own counts give {rec:.4f} > claim; INCONCLUSIVE."))
+    elif v["mechanism"] is None:
+        status = "incomplete"  # no mechanism: no claim it could support (a violation above is still shown)
+    else:
+        status = "no-evidence"
+    entry["status"] = status
+    ceil = entry["ceiling"]
+    entry["underpowered"] = bool(ceil is not None and claim is not None and ceil < claim)
+    nn = v["no_noise"]
+    if nn is not None and nn.get("epsilon_lower_bound") is not None and nn["epsilon_lower_bound"] < 0.1:
+        notes.append(Note("warning", "audit", f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
+                                              "the attack may be too weak to detect a violation."))
+    elif nn is None:
+        notes.append(Note("info", "audit", f"{label}: no no-noise control recorded."))
+    # plot data: the audit's own ROC (on EVAL trials) when stored, else one from the raw EVAL
+    # scores; the in/out histogram from the raw scores of all trials.
+    entry["direction"] = v["direction"]
+    entry["roc"] = v["roc"]
+    entry["histogram"] = None
+    entry["roc_source"] = "audit record (EVAL trials)" if v["roc"] else None
+    if with_scores:
+        sf = scores_file(la.path, la.record)
+        if sf is None:
+            notes.append(Note("info", "audit", f"{label}: no raw scores file; no score histogram."))
+        else:
+            try:
+                raw = read_scores(sf)
+                entry["histogram"] = stats.histograms(raw["scores"], raw["worlds"])
+                if entry["roc"] is None:
+                    ev = ~raw["select"] if raw["select"] is not None else slice(None)
+                    sign = -1.0 if v["direction"] == "less" else 1.0
+                    entry["roc"] = stats.roc_points(sign * raw["scores"][ev], raw["worlds"][ev])
+                    entry["roc_source"] = f"raw scores ({sf.name})" + (", EVAL trials" if raw["select"] is not None else ", all trials")
+                if entry["auc"] is None and entry["roc"] is not None:
+                    entry["auc"] = entry["roc"].get("auc")
+            except DPAuditError as e:
+                notes.append(Note("error", "audit", f"{label}: {e}"))
+    return entry
+
+
+def table16(entries: list[dict]) -> dict:
+    """Rows per (mechanism, task), one column group per canary: private / no-noise eps_LB, ceiling."""
+    canaries: list[str] = []
+    rows: "OrderedDict[tuple, dict]" = OrderedDict()
+    for e in entries:
+        can = e["canary"] or "unnamed canary"
+        if can not in canaries:
+            canaries.append(can)
+        task = e["task"] or e["dataset"] or "-"
+        key = (e["mechanism"] or "unknown", task, e["compared_claim"])
+        n = 1
+        while key in rows and can in rows[key]["cells"]:  # a second audit of the same cell gets its own row
+            n += 1
+            key = (e["mechanism"] or "unknown", f"{task} [{e['label']}]", e["compared_claim"], n)
+        row = rows.setdefault(key, {"mechanism": key[0], "task": key[1], "claimed_epsilon": e["compared_claim"], "cells": {}})
+        nn = e["no_noise"] or {}
+        row["cells"][can] = {
+            "private": e["epsilon_lower_bound"], "no_noise": nn.get("epsilon_lower_bound"), "ceiling": e["ceiling"],
+            "confidence": e["confidence"], "trials": e["trials"], "status": e["status"],
+        }
+    out_rows = list(rows.values())
+    max_row: dict = {"mechanism": "max over tasks", "task": "", "claimed_epsilon": None, "cells": {}}
+    for can in canaries:
+        cells = [r["cells"][can] for r in out_rows if can in r["cells"]]
+
+        def _mx(k: str) -> float | None:
+            vals = [c[k] for c in cells if c[k] is not None]
+            return max(vals) if vals else None
+
+        max_row["cells"][can] = {"private": _mx("private"), "no_noise": _mx("no_noise"), "ceiling": _mx("ceiling"),
+                                 "confidence": None, "trials": None, "status": None}
+    return {"canaries": canaries, "rows": out_rows, "max": max_row if len(out_rows) > 1 else None}

@@ -1,0 +1,149 @@
+"""Section ``claim``: one claim card per release (Release fields a reviewer checks, every
+accountant's epsilon recomputed from the stored events, and the accounting check).
+
+The accounting check is :func:`dpaudit.claims.verify_claim`, the one claim check dpaudit has
+(also used by ``dpaudit ledger record`` and, through :func:`dpaudit.records.check_accounting`,
+by the release paths); this module only turns its verdict into the card and the notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from ..claims import CLAIM_RTOL, verify_claim
+from .inputs import LoadedRelease, Note, dataset_name, num
+from .recompute import SIDE_BY_SIDE, EpsCache
+
+#: Kept for code that imported it from the report model: the claim check's tolerance.
+RECOMPUTE_RTOL = CLAIM_RTOL
+
+
+class AccountingCheck(TypedDict):
+    status: str  # ok | mismatch | unverified | no-claim
+    message: str
+
+
+class EpsilonRow(TypedDict, total=False):
+    accountant: str
+    epsilon: float | None  # recomputed from the stored guarantee
+    stored: float | None  # what the release itself recorded for this accountant
+    lower: float | None
+    estimate: float | None
+    error: str | None
+    claimed_with: bool  # absent when the row could not be computed (invalid delta)
+
+
+class ClaimCard(TypedDict):
+    release_id: str
+    path: str
+    mechanism: str
+    non_private: bool
+    privacy_unit: str
+    adjacency: str
+    accountant: str
+    target_epsilon: float | None
+    epsilon: float | None
+    delta: float | None
+    epsilons: list[EpsilonRow]
+    noise_multiplier: float | None
+    sample_rate: float | None
+    steps_accounted: int | None
+    steps_executed: int | None
+    clipping_norm: float | None
+    normalizer: Any
+    noise_source: dict | None
+    noise_source_label: str
+    noise_secure: bool | None
+    sampler: str
+    dataset: str
+    partition: str
+    seed: Any
+    dpaudit_version: str
+    git_commit: str | None
+    created_at: str
+    accounting_check: AccountingCheck
+
+
+def _find_key(obj: Any, key: str, depth: int = 4) -> Any:
+    """First value stored under ``key`` in nested dicts (breadth-first, bounded depth)."""
+    level = [obj]
+    for _ in range(depth):
+        nxt = []
+        for d in level:
+            if isinstance(d, dict):
+                if d.get(key) is not None:
+                    return d[key]
+                nxt.extend(v for v in d.values() if isinstance(v, dict))
+        level = nxt
+    return None
+
+
+def noise_label(ns: Any) -> tuple[str, bool | None]:
+    """(label, secure?) of a release's noise source."""
+    if not isinstance(ns, dict):
+        return "not recorded", None
+    source = str(ns.get("source") or "unknown")
+    secret = ns.get("secret")
+    if secret is None:
+        secret = source != "reproducible"
+    if source == "reproducible" or not secret:
+        seed = ns.get("seed")
+        return f"REPRODUCIBLE ({source}, derived from seed {seed}; not secret: for testing only)", False
+    return f"secure ({source}, secret)", True
+
+
+
+def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> ClaimCard:
+    """One claim card: the accounting check of :func:`dpaudit.claims.verify_claim` and, side by
+    side, the epsilon of the stored events under rdp and prv (and the claimed accountant)."""
+    from ..accounting import ACCOUNTANTS
+
+    r = lr.release
+    label, secure = noise_label(r.noise_source)
+    delta = num(r.delta)
+    check = verify_claim(r)
+    accountants = list(SIDE_BY_SIDE)
+    if r.accountant not in accountants and r.accountant in ACCOUNTANTS:
+        accountants.insert(0, r.accountant)  # the claimed accountant always gets its row
+    stored = r.epsilons if isinstance(r.epsilons, dict) else {}
+    rows: list[EpsilonRow] = []
+    for acc in accountants if not r.non_private else []:
+        if delta is None or not (0 < delta < 1) and acc != "pure":
+            rows.append({"accountant": acc, "epsilon": None, "stored": num(stored.get(acc)), "lower": None, "estimate": None,
+                         "error": f"delta must be in (0, 1), got {r.delta!r}"})
+            continue
+        res = cache.get(r.guarantee, delta, acc, r.adjacency)
+        st = stored.get(acc)
+        st = num(st.get("epsilon")) if isinstance(st, dict) else num(st)
+        rows.append({"accountant": acc, "epsilon": res["epsilon"], "stored": st, "lower": res["lower"],
+                     "estimate": res["estimate"], "error": res["error"], "claimed_with": acc == r.accountant})
+    # notes in the order a reader needs them: the epsilon verdict, then the steps rule
+    if check.epsilon_status == "mismatch":
+        notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): ACCOUNTING MISMATCH: {check.epsilon_reason}."))
+    elif check.epsilon_status == "unverified":
+        notes.append(Note("warning", "claim", f"release {r.id[:12]} ({r.mechanism}): claim not verified: {check.epsilon_reason}."))
+    steps = check.steps_reason
+    if steps is not None:
+        notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): {steps}."))
+    if secure is False and not r.non_private:
+        notes.append(Note("warning", "claim", f"release {r.id[:12]} ({r.mechanism}) used reproducible noise derived from a public seed; its DP guarantee assumes secret noise."))
+    config = r.config if isinstance(r.config, dict) else {}
+    sampler = _find_key(config, "sampler")
+    q = num(r.sample_rate)
+    if sampler is None and q is not None:
+        sampler = ("full batch (q = 1)" if q >= 1.0 else
+                   f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})")
+    elif sampler is None:
+        sampler = "not recorded"
+    return {
+        "release_id": r.id, "path": str(lr.path), "mechanism": r.mechanism, "non_private": bool(r.non_private),
+        "privacy_unit": r.privacy_unit, "adjacency": r.adjacency, "accountant": r.accountant,
+        "target_epsilon": check.target_epsilon, "epsilon": check.recorded_epsilon, "delta": delta, "epsilons": rows,
+        "noise_multiplier": num(r.noise_multiplier), "sample_rate": num(r.sample_rate),
+        "steps_accounted": check.steps_accounted, "steps_executed": check.steps_executed, "clipping_norm": num(r.clipping_norm),
+        "normalizer": r.normalizer, "noise_source": r.noise_source if isinstance(r.noise_source, dict) else None,
+        "noise_source_label": label, "noise_secure": secure, "sampler": sampler,
+        "dataset": dataset_name(r.dataset), "partition": r.partition, "seed": r.seed,
+        "dpaudit_version": r.dpaudit_version, "git_commit": r.git_commit, "created_at": r.created_at,
+        "accounting_check": {"status": check.status, "message": check.reason},
+    }

@@ -1,0 +1,77 @@
+"""Section ``provenance``: per dataset, its public identity, splits and seeds, and the keyed
+dataset fingerprint the ledger stored (never an unkeyed hash of the private data)."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from .inputs import LoadedAudit, LoadedRelease, Note
+
+
+def _source_file_names(files: Any) -> list[str]:
+    """The names of a dataset's source files: new releases publish a list of names, old ones a
+    {name: sha256} dict whose hashes the report does not repeat (they fingerprint the data)."""
+    if isinstance(files, dict):
+        return sorted(str(k) for k in files)
+    if isinstance(files, list):
+        return [str(f) for f in files]
+    return []
+
+
+def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note],
+                fingerprints: dict[str, str] | None = None) -> list[dict]:
+    """Per dataset: its public identity, and the keyed ``dataset_fingerprint`` the ledger stored
+    for its releases (``fingerprints``: release id -> fingerprint, only when a ledger was read).
+
+    Never an unkeyed digest of the private data: an old release's ``dataset["sha256"]`` (or its
+    source files' hashes) is not repeated here, and such a release gets a warning instead.
+    """
+    fingerprints = fingerprints or {}
+    by: "OrderedDict[str, dict]" = OrderedDict()
+    for lr in releases:
+        ds = lr.release.dataset if isinstance(lr.release.dataset, dict) else {"name": str(lr.release.dataset)}
+        key = json.dumps([ds.get("name"), ds.get("profile")], default=str)
+        e = by.setdefault(key, {
+            "name": ds.get("name"), "kind": ds.get("kind"), "profile": ds.get("profile"),
+            "split_sizes": ds.get("split_sizes"), "n_features": ds.get("n_features"), "n_classes": ds.get("n_classes"),
+            "source_files": _source_file_names(ds.get("source_files")),
+            "fingerprints": [], "split_seeds": [], "partitions": [], "releases": [], "audits": [],
+        })
+        for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition),
+                     ("fingerprints", fingerprints.get(lr.release.id))):
+            if v is not None and v not in e[k]:
+                e[k].append(v)
+        for f in _source_file_names(ds.get("source_files")):
+            if f not in e["source_files"]:
+                e["source_files"].append(f)
+        e["releases"].append(lr.release.id)
+        if ds.get("sha256") or ds.get("user_ids_sha256") or (isinstance(ds.get("source_files"), dict) and ds["source_files"]):
+            notes.append(Note("warning", "provenance", f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
+                                                       "hashes of its private data in release.json, which tell neighbouring datasets apart; "
+                                                       "this report does not repeat them; do not republish that file."))
+    for e in by.values():
+        if len(e["fingerprints"]) > 1:
+            notes.append(Note("warning", "provenance", f"dataset {e['name']}: the ledger holds {len(e['fingerprints'])} different keyed "
+                                                       "fingerprints for its releases (different private data under one name)."))
+    for la in audits:
+        rec_ds = la.record.get("dataset")
+        name = la.view["dataset"]
+        match = next((k for k, v in by.items() if name and v["name"] == name), None)
+        if match is None:
+            if name is None:
+                continue
+            match = json.dumps([name, rec_ds.get("profile") if isinstance(rec_ds, dict) else None], default=str)
+            by[match] = {
+                "name": name, "kind": rec_ds.get("kind") if isinstance(rec_ds, dict) else None,
+                "profile": rec_ds.get("profile") if isinstance(rec_ds, dict) else None,
+                "split_sizes": rec_ds.get("split_sizes") if isinstance(rec_ds, dict) else None,
+                "n_features": None, "n_classes": None,
+                "source_files": _source_file_names(rec_ds.get("source_files")) if isinstance(rec_ds, dict) else [],
+                "fingerprints": [],
+                "split_seeds": [rec_ds["split_seed"]] if isinstance(rec_ds, dict) and rec_ds.get("split_seed") is not None else [],
+                "partitions": [], "releases": [], "audits": [],
+            }
+        by[match]["audits"].append(la.view["id"] or str(la.path))
+    return list(by.values())

@@ -1,0 +1,65 @@
+"""Epsilons the report recomputes from stored events, shared by the claim, budget and sweep sections.
+
+Every recomputation goes through :func:`dpaudit.claims.recompute_epsilon` (one process-wide
+cache, the same one :func:`dpaudit.claims.verify_claim` uses), so a claim card's rows, its
+accounting check and the compositions never compute one epsilon twice or two ways.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..claims import recompute_epsilon
+from ..errors import DPAuditError
+
+#: Accountants recomputed side by side on every claim card.
+SIDE_BY_SIDE = ("rdp", "prv")
+#: Accountants of the side-by-side rows plus pure (a claim made with any other accountant still
+#: gets a row of its own when dpaudit knows it; see :mod:`.claim`).
+RECOMPUTABLE = SIDE_BY_SIDE + ("pure",)
+
+
+class EpsCache:
+    """Recomputed epsilons as the report's dicts {epsilon, lower, estimate, error}, keyed by
+    (guarantee, delta, accountant, adjacency) in :func:`dpaudit.claims.recompute_epsilon`."""
+
+    def get(self, guarantee: Any, delta: float | None, accountant: str, adjacency: str) -> dict:
+        return recompute_epsilon(guarantee, delta, accountant, str(adjacency)).to_dict()
+
+
+def compose_sequential(guarantees: Iterable[dict]) -> dict:
+    """Sequential composition of stored guarantees as one event dict.
+
+    Identical leaves are merged (k runs of the same subsampled Gaussian = one run with the
+    summed steps; pure-epsilon counts add), which is exact and keeps the accountants fast;
+    parallel nodes are kept (:func:`dpaudit.accounting.ledger_compose.sequential`). Guarantees
+    that do not parse are composed as they are (the accountant then reports the error).
+    """
+    from ..accounting.events import Composed, event_from_dict
+    from ..accounting.ledger_compose import sequential
+
+    gs = list(guarantees)
+    try:
+        event = sequential([event_from_dict(g) for g in gs])  # the ledger's own composition
+    except (DPAuditError, KeyError, TypeError, ValueError):
+        return {"type": "composed", "events": gs} if len(gs) != 1 else gs[0]
+    return (event or Composed(())).to_dict()
+
+
+def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: str) -> dict[str, dict]:
+    """rdp and prv of one composed tree (accountant -> cache entry), with the ledger's rule: prv is
+    not attempted where the rdp bound is already above
+    :data:`dpaudit.accounting.ledger_compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
+    seconds and GBs; leaving out a bound never lowers the reported minimum)."""
+    from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON
+
+    out: dict[str, dict] = {}
+    for acc in SIDE_BY_SIDE:
+        rdp = out.get("rdp", {}).get("epsilon")
+        if acc == "prv" and rdp is not None and rdp > PRV_SKIP_ABOVE_RDP_EPSILON:
+            out[acc] = {"epsilon": None, "lower": None, "estimate": None,
+                        "error": f"not attempted: the rdp bound {rdp:.1f} exceeds {PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable"}
+            continue
+        out[acc] = cache.get(tree, delta, acc, adjacency)
+    return out
+

@@ -1,0 +1,103 @@
+"""Section ``utility``: metrics as mean +/- SD over seeds, privacy-utility curves, and the
+non-private reference."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+from ..claims import steps_accounted
+from ..records import Release
+from . import stats
+from .inputs import LoadedRelease, Note, canonical_mechanism, dataset_name, num
+
+#: Config keys that may differ between releases on one privacy-utility curve.
+EPS_ONLY_KEYS = frozenset({
+    "eps", "epsilon", "target_epsilon", "seed", "seeds", "noise_multiplier", "sigma", "out", "out_dir",
+    "ledger", "json", "json_out", "data_dir", "reproducible_noise", "noise_source", "workers", "threads",
+    "device", "dtype", "batch_size_eval", "progress", "calibrated_epsilon", "model_seed", "timings",
+})
+
+
+def _strip_eps(obj: Any) -> Any:
+    """``obj`` without the keys that may differ along a privacy-utility curve (recursively)."""
+    if isinstance(obj, dict):
+        return {k: _strip_eps(v) for k, v in obj.items() if k not in EPS_ONLY_KEYS}
+    if isinstance(obj, list):
+        return [_strip_eps(v) for v in obj]
+    return obj
+
+
+#: Metrics shown first, in this order (the rest follow alphabetically).
+METRIC_ORDER = ("accuracy", "precision_macro", "recall_macro", "f1_macro", "auroc", "auprc")
+
+
+def _release_eps_key(release: Release) -> float | None:
+    t = num(release.target_epsilon)
+    e = t if t is not None else num(release.epsilon)
+    return None if e is None else float(f"{e:.4g}")
+
+
+def _curve_key(r: Release) -> str:
+    cfg = r.config if isinstance(r.config, dict) else {}
+    rest = _strip_eps(cfg)
+    ds = r.dataset if isinstance(r.dataset, dict) else {}
+    return json.dumps({
+        "mechanism": canonical_mechanism(r.mechanism), "dataset": dataset_name(r.dataset), "profile": ds.get("profile"),
+        "partition": r.partition, "delta": num(r.delta), "adjacency": r.adjacency,
+        "sample_rate": num(r.sample_rate), "steps": steps_accounted(r), "clipping_norm": num(r.clipping_norm),
+        "config": rest,
+    }, sort_keys=True, default=str)
+
+
+def _metric_stats(rels: list[Release]) -> dict:
+    names: list[str] = []
+    for r in rels:
+        for k, v in (r.metrics or {}).items():
+            if num(v) is not None and k not in names:
+                names.append(k)
+    names.sort(key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
+    out = {}
+    for k in names:
+        m, sd, n = stats.mean_sd([num((r.metrics or {}).get(k)) for r in rels if num((r.metrics or {}).get(k)) is not None])
+        out[k] = {"mean": m, "sd": sd, "n": n}
+    return out
+
+
+def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
+    private: "OrderedDict[str, dict[float | None, list[Release]]]" = OrderedDict()
+    reference: "OrderedDict[tuple, list[Release]]" = OrderedDict()
+    for lr in releases:
+        r = lr.release
+        if r.non_private:
+            reference.setdefault((canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []).append(r)
+        else:
+            private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
+    rows, curves = [], []
+    for key, by_eps in private.items():
+        k = json.loads(key)
+        ref_rels = reference.get((k["mechanism"], k["dataset"]), [])
+        ref = _metric_stats(ref_rels) if ref_rels else None
+        points = []
+        for eps in sorted(by_eps, key=lambda e: (e is None, e or 0.0)):
+            rels = by_eps[eps]
+            ms = _metric_stats(rels)
+            seeds = sorted({r.seed for r in rels}, key=str)
+            if len(seeds) < len(rels):
+                notes.append(Note("info", "utility", f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds."))
+            row = {"mechanism": rels[0].mechanism, "dataset": k["dataset"], "epsilon": eps, "delta": k["delta"],
+                   "non_private": False, "n": len(rels), "seeds": seeds, "metrics": ms}
+            rows.append(row)
+            points.append({"epsilon": eps, "n": len(rels), "metrics": ms})
+        if len([p for p in points if p["epsilon"] is not None]) >= 2:
+            curves.append({"mechanism": by_eps[next(iter(by_eps))][0].mechanism, "dataset": k["dataset"], "delta": k["delta"],
+                           "points": [p for p in points if p["epsilon"] is not None], "reference": ref})
+    for (mech, ds), rels in reference.items():
+        rows.append({"mechanism": rels[0].mechanism, "dataset": ds, "epsilon": None, "delta": None, "non_private": True,
+                     "n": len(rels), "seeds": sorted({r.seed for r in rels}, key=str), "metrics": _metric_stats(rels)})
+    if private and not reference:
+        notes.append(Note("info", "utility", "no non-private reference release among the inputs (train one with --non-private)."))
+    if any(not r["metrics"] for r in rows):
+        notes.append(Note("warning", "utility", "some releases record no numeric metrics."))
+    return {"rows": rows, "curves": curves}

@@ -1,0 +1,145 @@
+"""Section ``verdict``: one line per mechanism (the rules are in :mod:`dpaudit.reports.model`'s
+docstring), from the claim cards and the audit entries."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+from .audit import audit_entry
+from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, num
+
+#: Relative tolerance when matching an audit's claimed epsilon to a release's epsilon (an audit
+#: that names no release covers the releases of its mechanism at this epsilon).
+CLAIM_MATCH_RTOL = 0.02
+
+
+def _close(a: float | None, b: float | None, rtol: float) -> bool:
+    if a is None or b is None:
+        return False
+    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.3f}")
+
+
+def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note],
+              with_scores: bool) -> tuple[list[dict], list[dict]]:
+    groups: "OrderedDict[str, dict]" = OrderedDict()
+
+    def group(name: Any) -> dict:
+        key = canonical_mechanism(name)
+        return groups.setdefault(key, {"key": key, "names": [], "releases": [], "non_private": [], "audits": []})
+
+    for lr in inputs.releases:
+        g = group(lr.release.mechanism)
+        if lr.release.mechanism not in g["names"]:
+            g["names"].append(lr.release.mechanism)
+        (g["non_private"] if lr.release.non_private else g["releases"]).append(lr.release)
+    for i, la in enumerate(inputs.audits):
+        mech = la.view["mechanism"]
+        if mech is None:
+            notes.append(Note("error", "verdict", f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict."))
+        g = group(mech if mech is not None else "unknown")
+        if mech is not None and mech not in g["names"]:
+            g["names"].append(mech)
+        g["audits"].append(i)
+
+    claim_by_id = {c["release_id"]: c for c in claims}
+    entries: list[dict] = []
+    verdicts: list[dict] = []
+    for key, g in groups.items():
+        name = " / ".join(g["names"]) or key
+        g_entries = []
+        covered_ids: set[str] = set()
+        for i in g["audits"]:
+            la = inputs.audits[i]
+            link = links.get(i)
+            if link is not None and canonical_mechanism(link.release.mechanism) == key:
+                covered = [link.release]
+            else:
+                covered = [r for r in g["releases"] if _close(la.view["claimed_epsilon"], num(r.epsilon), CLAIM_MATCH_RTOL)
+                           or _close(la.view["claimed_epsilon"], num(r.target_epsilon), CLAIM_MATCH_RTOL)]
+                if covered:
+                    notes.append(Note("info", "audit", f"audit {la.path} is matched to {len(covered)} release(s) by mechanism and epsilon only "
+                                                       "(it records no release id): check that it audited the same configuration."))
+            covered_ids.update(r.id for r in covered)
+            for r in covered:
+                ad, rd = la.view["delta"], num(r.delta)
+                if ad is not None and rd is not None and not _close(ad, rd, 1e-9):
+                    notes.append(Note("warning", "audit", f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
+                                                          f"delta={rd:g}; the comparison is only exact at equal delta."))
+                aa = la.view.get("adjacency")
+                if aa and str(aa) != str(r.adjacency):
+                    notes.append(Note("warning", "audit", f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
+                                                          f"{r.adjacency}; the comparison is not like for like."))
+            e = audit_entry(i, la, covered, notes, with_scores)
+            g_entries.append(e)
+        entries.extend(g_entries)
+        if g["audits"] and not g["releases"] and (g["non_private"] or inputs.releases):
+            if key != "unknown":
+                notes.append(Note("warning", "verdict", f"audit(s) of {name} match no private release of {name} among the inputs; "
+                                                        "the verdict uses the audits' own claimed epsilon."))
+        uncovered = [r for r in g["releases"] if r.id not in covered_ids]
+        for r in uncovered:
+            notes.append(Note("warning", "verdict", f"release {r.id[:12]} ({r.mechanism}, eps={_fmt(num(r.epsilon))}) has no audit "
+                                                    "among the inputs (none of its mechanism at its epsilon)."))
+        mismatched = [claim_by_id[r.id] for r in g["releases"] if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"]
+        parts: list[str] = []
+        flags: list[str] = []
+        violations = [e for e in g_entries if e["status"] == "violation"]
+        incomplete = [e for e in g_entries if e["status"] == "incomplete"]
+        ok = [e for e in g_entries if e["status"] == "no-evidence"]
+        controls_only = bool(g_entries) and all(e["status"] == "control" for e in g_entries)
+        if mismatched:
+            flags.append("accounting-mismatch")
+            parts.append("ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in mismatched))
+        if violations:
+            worst = max(violations, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
+            status = "violation"
+            where = ", ".join(x for x in (f"canary {worst['canary']}" if worst["canary"] else "", f"task {worst['task']}" if worst["task"] else "") if x)
+            parts.append(f"VIOLATION: eps_LB {_fmt(worst['epsilon_lower_bound'])} > claimed {_fmt(worst['compared_claim'])}"
+                         + (f" ({where})" if where else "")
+                         + (f"; {len(violations)} of {len(g_entries)} audits exceed their claim" if len(g_entries) > 1 else ""))
+        elif incomplete:
+            status = "inconclusive"
+            parts.append(f"INCONCLUSIVE: {len(incomplete)} of {len(g_entries)} audit record(s) cannot be judged (see notes)")
+        elif ok:
+            status = "no-evidence"
+            best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
+            parts.append(f"no evidence of a violation (max eps_LB {_fmt(best['epsilon_lower_bound'])} <= claimed {_fmt(best['compared_claim'])})")
+        elif g["releases"] or controls_only:
+            status = "not-audited"
+            parts.append("NOT AUDITED: only control runs of this mechanism among the inputs" if controls_only
+                         else "NOT AUDITED: no audit of this mechanism among the inputs")
+        else:
+            status = "no-claim"
+            parts.append("non-private reference only (no privacy claim)")
+        if status == "no-evidence":
+            weak = [e for e in ok if e["underpowered"]]
+            if weak:
+                w = min(weak, key=lambda e: e["ceiling"])
+                parts.append(f"audit underpowered: ceiling {_fmt(w['ceiling'])} < claimed {_fmt(w['compared_claim'])}")
+                flags.append("underpowered")
+            unknown = [e for e in ok if e["ceiling"] is None]
+            if unknown:
+                parts.append(f"ceiling unknown for {len(unknown)} audit(s)")
+                flags.append("ceiling-unknown")
+        if uncovered and g_entries:
+            parts.append(f"{len(uncovered)} release(s) not audited at their epsilon")
+            flags.append("releases-not-audited")
+        if mismatched and status in ("no-evidence", "not-audited", "no-claim"):
+            status = "accounting-mismatch"
+        lbs = [e["epsilon_lower_bound"] for e in g_entries if e["epsilon_lower_bound"] is not None]
+        verdicts.append({
+            "mechanism": name, "key": key, "status": status, "flags": flags,
+            "line": f"{name}: " + "; ".join(parts),
+            "max_epsilon_lower_bound": max(lbs) if lbs else None,
+            "claimed_epsilons": sorted({e["compared_claim"] for e in g_entries if e["compared_claim"] is not None}
+                                       | {num(r.epsilon) for r in g["releases"] if num(r.epsilon) is not None}),
+            "releases": [r.id for r in g["releases"]], "non_private_releases": [r.id for r in g["non_private"]],
+            "audits": [e["path"] for e in g_entries],
+        })
+    return verdicts, entries

@@ -1,0 +1,290 @@
+"""Requests: what a user asked a mechanism to release, as one frozen dataclass per mechanism.
+
+A request is the parsed form of ``dpaudit train NAME ...`` (and of the matching library call).
+It is public by construction (names, seeds, targets, hyper-parameters, paths the operator typed),
+so a release stores it whole (``Release.request``) and the audit of a release rebuilds its
+target from it (:func:`dpaudit.audits.build.target_from_release`), never from a parsed command
+line: the recorded ``command`` is *derived* from the request (:meth:`Request.to_argv`), not the
+other way round.
+
+Every field carries its command-line spelling in its metadata (:func:`option`), so
+:meth:`Request.to_argv`, :meth:`Request.to_dict`, :meth:`Request.from_dict` and the generic
+``dpaudit train NAME`` command (:mod:`dpaudit.cli.generic`) are written once for every request
+type. A new mechanism defines its request type in its own module, subclassing :class:`Request`.
+
+This module is torch-free (stdlib and :mod:`dpaudit.errors` only): the CLI and the catalogue
+import it without loading any numerical library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from .errors import DataError
+
+_MISSING = dataclasses.MISSING
+
+
+def option(default: Any = _MISSING, *, flag: str | None = None, help: str = "", choices: tuple[str, ...] | None = None,
+           positional: bool = False, hidden: bool = False):
+    """A request field with its command-line spelling.
+
+    ``flag`` (default ``--field-name``) is the option's name; ``choices`` the allowed strings
+    (the generic CLI refuses others); ``positional`` marks the argument right after
+    ``dpaudit train`` (the model name of a family that registers one command per model);
+    ``hidden`` keeps a test-only switch out of ``--help``.
+    """
+    meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden}
+    if default is _MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of a request field (``--field-name`` unless its metadata says otherwise)."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _base_type(tp) -> type:
+    """``int`` for ``int``, ``Optional[int]`` and ``int | None`` (the scalar type of a field)."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if args:
+        return args[0]
+    return tp
+
+
+@dataclass(frozen=True)
+class Request:
+    """Base of every request type (a frozen dataclass of public, JSON-able scalars).
+
+    Subclasses set ``COMMAND`` (the name after ``dpaudit train``; None when a positional field
+    names it, as :class:`DPSGDRequest`'s ``model``) and declare their fields with :func:`option`.
+    Field values are ``str``, ``int``, ``float``, ``bool`` or None; paths are kept as strings.
+    """
+
+    COMMAND: ClassVar[str | None] = None
+
+    # ---------------------------------------------------------------- field reflection
+    @classmethod
+    def field_types(cls) -> dict[str, type]:
+        """Each field's scalar type (``Optional[X]`` -> ``X``), resolved from the annotations."""
+        import sys
+
+        module = sys.modules.get(cls.__module__)
+        hints = typing.get_type_hints(cls, globalns=vars(module) if module else None)
+        return {f.name: _base_type(hints[f.name]) for f in fields(cls)}
+
+    def command_name(self) -> str:
+        """The name after ``dpaudit train``: ``COMMAND`` or the positional field's value."""
+        pos = [f for f in fields(self) if f.metadata.get("positional")]
+        if pos:
+            return str(getattr(self, pos[0].name))
+        if self.COMMAND is None:
+            raise TypeError(f"{type(self).__name__} must set COMMAND or declare a positional field.")
+        return self.COMMAND
+
+    # ---------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict:
+        """Every field by name (paths as strings): the form ``release.json`` stores."""
+        return {f.name: (os.fspath(v) if isinstance(v, os.PathLike) else v) for f in fields(self) for v in (getattr(self, f.name),)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Request":
+        """The request recorded in ``data`` (a :meth:`to_dict` result, e.g. ``Release.request``).
+
+        A key this version does not know is refused (:class:`~dpaudit.errors.DataError`): a
+        newer option could change what was released, and guessing would audit something else.
+        Absent keys take their defaults (requests recorded before a field existed).
+        """
+        if not isinstance(data, dict):
+            raise DataError(f"request must be a JSON object, got {type(data).__name__}.")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DataError(f"request keys must be among {', '.join(sorted(known))} for {cls.__name__}, got {', '.join(unknown)}.")
+        types = cls.field_types()
+        kwargs = {}
+        for name, value in data.items():
+            kwargs[name] = _coerce(name, value, types[name])
+        missing = [f.name for f in fields(cls) if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs]
+        if missing:
+            raise DataError(f"request is missing required keys: {', '.join(missing)}.")
+        return cls(**kwargs)
+
+    def to_argv(self, *, out: str | os.PathLike | None = None) -> list[str]:
+        """The ``dpaudit train NAME ...`` argument list that makes this request.
+
+        Written once for every request type from the fields' metadata: fields equal to their
+        default are omitted, booleans are bare flags (``--no-x`` for a False whose default is
+        True), floats are written with ``repr`` (exact round trip). ``out`` appends the output
+        directory (``--out``), which is where a release goes, not what it is.
+        """
+        argv = ["dpaudit", "train", self.command_name()]
+        for f in fields(self):
+            if f.metadata.get("positional"):
+                continue
+            value = getattr(self, f.name)
+            if f.default is not _MISSING and _same(value, f.default):
+                continue
+            flag = flag_of(f)
+            if isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+                else:
+                    argv.append("--no-" + flag[2:])
+            elif value is None:
+                # A None whose default is not None cannot be spelled on the command line.
+                raise ValueError(f"{f.name} must not be None in a request whose default is {f.default!r}.")
+            elif isinstance(value, float):
+                argv += [flag, repr(value)]
+            else:
+                argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
+        if out is not None:
+            argv += ["--out", os.fspath(out)]
+        return argv
+
+    def command(self, *, out: str | os.PathLike | None = None) -> str:
+        """:meth:`to_argv` as one shell-quoted string (``Release.command``)."""
+        import shlex
+
+        return shlex.join(self.to_argv(out=out))
+
+    def replace(self, **changes) -> "Request":
+        return dataclasses.replace(self, **changes)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def _coerce(name: str, value, tp):
+    """A recorded JSON value as the field's type (JSON writes 2.0 as 2; paths are strings)."""
+    if value is None:
+        return None
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise DataError(f"request {name} must be true or false, got {value!r}.")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DataError(f"request {name} must be a number, got {value!r}.")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DataError(f"request {name} must be an integer, got {value!r}.")
+        return int(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise DataError(f"request {name} must be a string, got {value!r}.")
+        return value
+    return value
+
+
+# ---------------------------------------------------------------------------- existing mechanisms
+
+NOISE_SOURCES = ("os-entropy", "cryptographic")
+_NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrides."
+_REPRO_HELP = "Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
+_SEED_HELP = "Public seed: data split, random features, initialisation."
+_DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
+_PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
+                 "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
+                 "unless --split-seed is given (docs/data-profiles.md).")
+
+
+@dataclass(frozen=True)
+class DPSGDRequest(Request):
+    """A DP-SGD release of a DP-RVFL-family model (frozen-feature heads and trainable modules),
+    at record or user level (:func:`dpaudit.mechanisms.rvfl.train_and_release`)."""
+
+    model: str = option(positional=True, help="Model name (a catalogue entry of family dp-sgd-head or dp-sgd-module).")
+    dataset: str = option("digits", help="Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files).")
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+    epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    seed: int = option(42, help=_SEED_HELP)
+    non_private: bool = option(False, help="Train without clipping or noise (no privacy claim).")
+    reproducible_noise: bool = option(False, help=_REPRO_HELP)
+    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
+    epochs: int | None = option(None, help="Override the epochs (default: 10 images, 30 tabular).")
+    batch_size: int | None = option(None, help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).")
+    profile: str | None = option(None, help=_PROFILE_HELP)
+    split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
+    privacy_unit: str = option("record", choices=("record", "user"),
+                               help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
+    records_per_user: int | None = option(None, help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.")
+    user_ids: str | None = option(None, help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.")
+
+
+@dataclass(frozen=True)
+class DPELMRequest(Request):
+    """A Laplace DP-ELM release (pure epsilon-DP; :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm`)."""
+
+    COMMAND: ClassVar[str] = "dp-elm"
+
+    dataset: str = option("digits", help="Dataset name (digits, breast-cancer, mnist, cardio, heart, ...).")
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+    width: int = option(10, help="Hidden width L (the paper reports 1, 3, 5 and 10).")
+    epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
+    seed: int = option(42, help=_SEED_HELP)
+    sampler: str = option("discrete-laplace", choices=("discrete-laplace", "textbook"),
+                          help="discrete-laplace: exact, certified in finite precision (default). textbook: inverse-CDF doubles, leaky (comparison only).")
+    adjacency: str = option("add-remove-record", choices=("add-remove-record", "replace-record"),
+                            help="Adjacency the claim is made under (the scale covers both).")
+    split_seed: int | None = option(None, help="Seed of the public split (default: the dataset's).")
+    profile: str | None = option(None, help=_PROFILE_HELP)
+    non_private: bool = option(False, help="Fit without noise (no privacy claim).")
+    reproducible_noise: bool = option(False, help=_REPRO_HELP)
+    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
+
+
+@dataclass(frozen=True)
+class MixMinRequest(Request):
+    """A DP-MixMin release: mixture weights, or the full pipeline
+    (:func:`dpaudit.mechanisms.mixmin_pipeline.train_and_release_mixmin`). None = the task's
+    public default (:func:`~dpaudit.mechanisms.mixmin_pipeline.default_mixture`, ``default_rho``)."""
+
+    COMMAND: ClassVar[str] = "mixmin"
+
+    task: str = option("digits-mix", choices=("digits-mix", "mnist-mix", "heart-mix"),
+                       help="digits-mix (embedded), mnist-mix or heart-mix (need --data-dir).")
+    target: str | None = option(None, help="Private target (digit tasks: digit-3, loops-0689, small-0to4, ink-heavy; heart: cleveland).")
+    epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    rho: float | None = option(None, help="Fraction of the private training records used to learn the mixture (default: 0.5 on the embedded digits-mix, 0.1 otherwise).")
+    stage: str = option("mixture", choices=("mixture", "pipeline"), help="mixture: release lambda. pipeline: also pretrain and DP fine-tune.")
+    privacy_unit: str = option("record", choices=("record", "user"), help="record (Algorithm 1) or user (Algorithm 2).")
+    records_per_user: int | None = option(None, help="G: records used per sampled user (built-in tasks group records into users of this size; default 4).")
+    proxy_predictions: str | None = option(None, help="FILE.npz with probs (n, k), labels (n,), optional user_ids, source_names.")
+    proxy_mode: str = option("joint", choices=("joint", "per-source"), help="joint: one multi-class proxy for all sources; per-source: one proxy each.")
+    composition: str = option("parallel", choices=("parallel", "sequential"),
+                              help="parallel: disjoint D_mix / D_ft (max). sequential: all data, eps split rho / 1 - rho.")
+    pretrain_objective: str = option("weighted-targets", choices=("weighted-targets", "source-sampling"),
+                                     help="pipeline pretraining: mixture-weighted targets sum_c lambda_c y_c, or sampling sources with probability lambda.")
+    loss: str = option("bce", choices=("bce", "nll", "mse"), help="bce (mixture probabilities), nll (mixture densities) or mse.")
+    steps: int | None = option(None, help="Mirror-descent steps n (default 200).")
+    batch_size: int | None = option(None, help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000).")
+    clipping_norm: float | None = option(None, help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).")
+    step_size: float | None = option(None, help="Mirror-descent step size eta (default 0.5).")
+    seed: int = option(42, help=_SEED_HELP)
+    reproducible_noise: bool = option(False, help=_REPRO_HELP)
+    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+
+
+#: The request type of each built-in family (a new mechanism's type comes from its MECHANISM).
+REQUEST_TYPES: dict[str, type[Request]] = {
+    "dp-sgd-head": DPSGDRequest,
+    "dp-sgd-module": DPSGDRequest,
+    "dp-elm": DPELMRequest,
+    "dp-mixmin": MixMinRequest,
+}

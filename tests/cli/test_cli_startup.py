@@ -1,0 +1,113 @@
+"""Start-up: the light commands never import torch (or the other heavy stacks).
+
+Importing torch alone costs seconds, so `dpaudit --help`, `--version`, `account`, `calibrate`,
+`schedule` and `ledger summary` must not load it (nor torchvision, Opacus's package, scikit-learn,
+matplotlib, Dask, psycopg): the CLI imports mechanisms inside the commands that train or audit,
+the package ``__init__``s load heavy names on first use, and the rdp accountant runs Opacus's
+analysis file without the ``opacus`` package (:mod:`dpaudit.accounting.opacus_rdp`). The commands
+that compute nothing numerical must not even load numpy.
+
+Each command runs in a fresh interpreter (this test process has torch loaded already, by
+conftest) through a tiny wrapper that runs the typer app and then reports ``sys.modules``. Not
+timed here (timings: benchmarks/bench_cli_startup.py, BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from dpaudit.accounting import SubsampledGaussian
+from dpaudit.cli import app
+from dpaudit.records import Release, write_release
+
+#: Stacks none of the light commands may load.
+HEAVY = ("torch", "torchvision", "opacus", "sklearn", "matplotlib", "dask", "distributed", "psycopg", "statsmodels")
+#: Loaded only by commands that compute numbers.
+NUMERIC = ("numpy", "scipy")
+
+MARK = "@@dpaudit-modules@@"
+WRAPPER = f"""
+import json, sys
+from dpaudit.cli import app
+try:
+    app(args=sys.argv[1:], prog_name="dpaudit")
+    code = 0
+except SystemExit as e:
+    code = e.code or 0
+sys.stderr.write("\\n{MARK}" + json.dumps({{"code": code, "modules": sorted(sys.modules)}}) + "\\n")
+"""
+
+
+def _run(args: list[str]) -> tuple[int, set[str], str]:
+    proc = subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert MARK in proc.stderr, proc.stderr[-2000:]
+    report = json.loads(proc.stderr.rsplit(MARK, 1)[1])
+    return report["code"], set(report["modules"]), proc.stdout
+
+
+def _top(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+NO_NUMBERS = {
+    "help": ["--help"],
+    "version": ["--version"],
+    "schedule": ["schedule", "--n", "60000", "--batch-size", "256", "--epochs", "10"],
+}
+NUMBERS = {
+    "account-rdp": ["account", "--noise-multiplier", "1.1", "--sample-rate", "0.01", "--steps", "100", "--accountant", "rdp", "--json"],
+    "account-all": ["account", "--noise-multiplier", "2.0", "--sample-rate", "1.0", "--steps", "4"],  # rdp and prv
+    "calibrate": ["calibrate", "--eps", "2", "--sample-rate", "0.01", "--steps", "100", "--json"],
+}
+
+
+@pytest.mark.parametrize("args", list({**NO_NUMBERS, **NUMBERS}.values()), ids=list({**NO_NUMBERS, **NUMBERS}))
+def test_light_commands_do_not_import_torch(args):
+    code, modules, stdout = _run(args)
+    assert code == 0, stdout
+    assert stdout.strip()
+    loaded = _top(modules)
+    assert not loaded & set(HEAVY), f"dpaudit {' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
+
+
+@pytest.mark.parametrize("args", list(NO_NUMBERS.values()), ids=list(NO_NUMBERS))
+def test_commands_without_numbers_do_not_import_numpy(args):
+    code, modules, stdout = _run(args)
+    assert code == 0, stdout
+    loaded = _top(modules)
+    assert not loaded & set(NUMERIC), f"dpaudit {' '.join(args)} imported {sorted(loaded & set(NUMERIC))}"
+
+
+def test_rdp_account_matches_in_process(tmp_path):
+    """The number from the torch-free process equals the one computed where opacus is imported."""
+    args = ["account", "--noise-multiplier", "1.1", "--sample-rate", "0.01", "--steps", "100", "--accountant", "rdp", "--json"]
+    code, modules, stdout = _run(args)
+    assert code == 0 and "torch" not in _top(modules)
+    import opacus.accountants.analysis.rdp  # noqa: F401  (in this process the package is loaded: its own module is used)
+
+    here = CliRunner().invoke(app, args)
+    assert here.exit_code == 0, here.output
+    assert json.loads(stdout) == json.loads(here.stdout)
+
+
+def test_ledger_summary_does_not_import_torch(tmp_path):
+    ledger = tmp_path / "ledger.sqlite"
+    for i, event in enumerate((SubsampledGaussian(2.0, 1.0, 4), SubsampledGaussian(3.0, 1.0, 9))):
+        rel = Release(mechanism="dp-rvfl", dataset={"name": "mnist", "sha256": "cd" * 32}, adjacency="add-remove-record",
+                      accountant="rdp", epsilon=1.5, delta=1e-5, guarantee=event.to_dict(), seed=3,
+                      noise_source={"kind": "os-entropy"}, partition="train", git_commit=None)
+        write_release(rel, tmp_path / f"r{i}")
+        res = CliRunner().invoke(app, ["ledger", "record", str(tmp_path / f"r{i}"), "--ledger", str(ledger)])
+        assert res.exit_code == 0, res.output
+    for extra in ([], ["--json"]):
+        code, modules, stdout = _run(["ledger", "summary", "--ledger", str(ledger), *extra])
+        assert code == 0, stdout
+        assert "mnist" in stdout
+        loaded = _top(modules)
+        assert not loaded & set(HEAVY), f"dpaudit ledger summary imported {sorted(loaded & set(HEAVY))}"

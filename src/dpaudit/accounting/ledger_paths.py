@@ -16,7 +16,8 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from .. import __version__
+from ..errors import LedgerError, UsageError
 
 LEDGER_ENV = "DPAUDIT_LEDGER"
 DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"
@@ -126,3 +127,13 @@ def resolve_ledger_path(path: str | os.PathLike | None = None) -> Path:
     if loc.backend != "sqlite":
         raise UsageError(f"ledger must be a file path here, got the {loc.backend} ledger {loc.display!r}.")
     return loc.path
+
+
+def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:
+    """Both stores refuse a ledger written by a newer dpaudit (its schema may mean more than this
+    code can check) before reading or migrating anything."""
+    if version > latest:
+        raise LedgerError(
+            f"ledger {ledger} has schema version {version}, newer than this dpaudit ({__version__}) supports "
+            f"({latest}); upgrade dpaudit. The ledger was left untouched."
+        )

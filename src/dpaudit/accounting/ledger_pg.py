@@ -37,7 +37,7 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .ledger_paths import LedgerLocation
+from .ledger_paths import LedgerLocation, refuse_newer_schema
 
 GENESIS_HASH = "0" * 64
 #: Every column of an entry, in the order the ledger's rows use.
@@ -314,11 +314,7 @@ class PostgresStore:
             raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a dpaudit ledger; it was left untouched.")
         version = self.schema_version()
         latest = latest_schema_version()
-        if version > latest:
-            raise LedgerError(
-                f"ledger {self.display} has schema version {version}, newer than this dpaudit ({__version__}) supports "
-                f"({latest}); upgrade dpaudit. The ledger was left untouched."
-            )
+        refuse_newer_schema(str(self.display), version, latest)
         if version < latest:
             with self.write():
                 self._apply_migrations(self.schema_version())

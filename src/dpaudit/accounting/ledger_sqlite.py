@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..errors import LedgerError
 from .fingerprint import ledger_key
+from .ledger_paths import refuse_newer_schema
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
@@ -180,11 +181,7 @@ class SqliteStore:
             raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
         version = self.schema_version()
         latest = latest_schema_version()
-        if version > latest:
-            raise LedgerError(
-                f"ledger {self.path} has schema version {version}, newer than this dpaudit ({__version__}) supports "
-                f"({latest}); upgrade dpaudit. The ledger was left untouched."
-            )
+        refuse_newer_schema(str(self.path), version, latest)
         self._set_pragmas()
         if version < latest:
             with self.write():

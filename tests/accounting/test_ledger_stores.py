@@ -87,3 +87,16 @@ def test_reads_in_one_snapshot_and_inside_a_write(open_store):
         st.insert("a", "cap", "t", "ds", "{}", G, H1)
         with st.read():  # nested: the write's own view
             assert [r[1] for r in st.rows()] == ["a"]
+
+
+def test_a_ledger_from_a_newer_dpaudit_is_refused_untouched(open_store):
+    st = open_store()
+    newer = ledger_sqlite.latest_schema_version() + 1
+    if isinstance(st, ledger_sqlite.SqliteStore):
+        with st.conn:
+            st.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, 't', '9.9')", (newer,))
+    else:
+        st.execute(f"INSERT INTO {st.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, 't', '9.9')", (newer,))
+    st.close()
+    with pytest.raises(LedgerError, match=f"schema version {newer}, newer than this dpaudit .* upgrade dpaudit. The ledger was left untouched"):
+        open_store()

@@ -209,13 +209,18 @@ def test_prv_declines_huge_compositions_instead_of_hanging():
 
 @pytest.mark.parametrize("sigma,q,steps", [(1.1, 0.01, 1), (0.9, 0.25, 120), (13.625, 1 / 188, 5640)])
 def test_cached_one_step_rdp_equals_opacus_with_steps(sigma, q, steps):
-    """rdp_curve scales a cached one-step curve; Opacus's compute_rdp(steps=T) is the reference."""
+    """rdp_curve scales a cached one-step curve: exactly compute_rdp(steps=T) of the numpy-only
+    analysis (rdp_sgm.py), and Opacus's compute_rdp(steps=T) to rounding (tests/accounting/test_rdp_sgm.py)."""
     from opacus.accountants.analysis.rdp import compute_rdp
 
-    want = np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float)
+    from dpaudit.accounting import rdp_sgm
+
+    want = np.asarray(rdp_sgm.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float)
+    opacus = np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float)
+    np.testing.assert_allclose(want, opacus, rtol=1e-11, atol=0, equal_nan=True)  # Opacus gives NaN at a few huge orders; its conversion skips them
     for _ in range(2):  # the second call is served from the cache
         got = rdp_curve([SubsampledGaussian(sigma, q, steps)])
-        assert np.array_equal(got, want, equal_nan=True)  # Opacus gives NaN at a few huge orders; its conversion skips them
+        assert np.array_equal(got, want, equal_nan=True)
     # the cache hands out a read-only curve: a caller cannot corrupt it
     from dpaudit.accounting.accountants import _one_step_rdp
 

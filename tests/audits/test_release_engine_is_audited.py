@@ -38,7 +38,7 @@ def test_planted_bug_is_off_by_default_and_scoped():
     with engine.planted_bug("skip-clip"):
         assert dpsgd._PLANTED_BUG == "skip-clip"
     assert dpsgd._PLANTED_BUG is None
-    with pytest.raises(UsageError, match="planted bug must be one of skip-clip, got 'typo'"):
+    with pytest.raises(UsageError, match="planted bug must be one of skip-clip, half-noise, got 'typo'"):
         with engine.planted_bug("typo"):
             pass
 
@@ -98,3 +98,21 @@ def test_audit_of_the_release_mechanism_sees_the_planted_bug():
     clean, buggy = audit(False), audit(True)
     assert clean < 0.5
     assert buggy > 1.0 and buggy > clean + 0.8
+
+
+def test_half_noise_plant_halves_the_step_noise_and_nothing_else():
+    """The "half-noise" plant (used by benchmarks/bench_planted_bugs.py: DP-RVFL with the noise
+    multiplier halved must be caught) halves the standard deviation of every DP-SGD step's noise."""
+    cfg = DPSGDConfig(sample_rate=0.5, steps=1, normalizer=1, noise_multiplier=2.0, clipping_norm=1.0)
+    draws = {}
+    for plant in (None, "half-noise"):
+        p = torch.zeros(20000, dtype=torch.float32)
+        with engine.planted_bug(plant) if plant else contextlib.nullcontext():
+            step = dpsgd.NoisyAdamStep([p], cfg, noise=NoiseSource("reproducible", seed=7))
+        step.sums[0].zero_()
+        a = step._arrays[0]
+        for fill in step._fills:
+            a += fill()
+        draws[plant] = a.copy()
+    np.testing.assert_allclose(draws["half-noise"], draws[None] / 2.0, rtol=1e-6)  # same draws, half the scale
+    assert abs(float(np.std(draws[None])) - 2.0) < 0.05

@@ -42,7 +42,8 @@ def test_no_noise_flag_and_confidence(tmp_path):
     d = _json(runner.invoke(app, ["audit", "gaussian", "--runs", "200", "--no-noise", "--confidence", "0.9", "--out", str(tmp_path),
                                   "--json", "--workers", "1"]))
     assert d["noise"] is False and d["confidence"] == 0.9
-    assert d["epsilon_lower_bound"] == pytest.approx(d["ceiling"])
+    assert d["clopper_pearson_epsilon"] == pytest.approx(d["ceiling"])  # the CP test reaches its ceiling
+    assert d["statistic"] == "claimed-curve" and d["epsilon_lower_bound"] > d["claimed_epsilon"]  # the claim is evaluated anyway
     assert set(d["controls"]) == {"null"}
 
 

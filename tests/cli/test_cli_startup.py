@@ -111,3 +111,92 @@ def test_ledger_summary_does_not_import_torch(tmp_path):
         assert "mnist" in stdout
         loaded = _top(modules)
         assert not loaded & set(HEAVY), f"dpaudit ledger summary imported {sorted(loaded & set(HEAVY))}"
+
+
+# ---------------------------------------------------------------- issue 14: <= 0.5 s start-up
+# (timings: benchmarks/bench_cli_startup.py and BENCHMARKS.md; here what makes them possible)
+
+#: What the rdp accountant, `calibrate` and a warm `ledger summary` no longer load.
+SLOW_NUMERIC = ("scipy", "prv_accountant", "dp_accounting")
+
+
+@pytest.mark.parametrize("name", ["account-rdp", "calibrate"])
+def test_rdp_commands_do_not_import_scipy(name):
+    """Opacus's RDP analysis is computed with numpy alone (accounting/rdp_sgm.py)."""
+    code, modules, stdout = _run(NUMBERS[name])
+    assert code == 0, stdout
+    loaded = _top(modules)
+    assert not loaded & set(SLOW_NUMERIC), f"dpaudit {name} imported {sorted(loaded & set(SLOW_NUMERIC))}"
+
+
+def _ledger_of_two(tmp_path):
+    ledger = tmp_path / "ledger.sqlite"
+    for i, event in enumerate((SubsampledGaussian(2.0, 0.01, 400), SubsampledGaussian(3.0, 1.0, 9))):
+        rel = Release(mechanism="dp-rvfl", dataset={"name": "mnist", "sha256": "cd" * 32}, adjacency="add-remove-record",
+                      accountant="rdp", epsilon=9.5, delta=1e-5, guarantee=event.to_dict(), seed=3,
+                      noise_source={"kind": "os-entropy"}, partition="train", git_commit=None)
+        write_release(rel, tmp_path / f"r{i}")
+        res = CliRunner().invoke(app, ["ledger", "record", str(tmp_path / f"r{i}"), "--ledger", str(ledger)])
+        assert res.exit_code == 0, res.output
+    return ledger
+
+
+def test_warm_ledger_summary_does_not_import_prv_and_reports_the_same(tmp_path, monkeypatch):
+    """The first summary computes the prv bounds and keeps them (accounting/result_cache.py); the
+    next one reads them without importing prv-accountant (or scipy), and prints the same numbers."""
+    ledger = _ledger_of_two(tmp_path)
+    monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["ledger", "summary", "--ledger", str(ledger), "--json"]
+    code, cold_modules, cold = _run(args)
+    assert code == 0, cold
+    assert "prv_accountant" in _top(cold_modules)  # the cold run computes prv
+    code, modules, warm = _run(args)
+    assert code == 0, warm
+    assert not _top(modules) & set(SLOW_NUMERIC + HEAVY), sorted(_top(modules) & set(SLOW_NUMERIC + HEAVY))
+    assert json.loads(warm) == json.loads(cold)
+    rows = json.loads(warm)["rows"]
+    assert rows[0]["epsilon_prv"] is not None and rows[0]["epsilon"] == min(rows[0]["epsilon_rdp"], rows[0]["epsilon_prv"])
+
+
+def test_version_loads_no_command_family():
+    """The root app registers and converts a command family only when the command line names it."""
+    code, modules, stdout = _run(["--version"])
+    assert code == 0 and stdout.startswith("dpaudit ")
+    families = {m for m in modules if m.startswith("dpaudit.cli.") and m != "dpaudit.cli.common"}
+    assert not families, sorted(families)
+    code, modules, stdout = _run(NO_NUMBERS["schedule"])
+    assert code == 0
+    assert {m for m in modules if m.startswith("dpaudit.cli.")} == {"dpaudit.cli.common", "dpaudit.cli.accounting"}
+
+
+def test_lazy_root_lists_what_the_families_register():
+    """COMMAND_FAMILIES (the lazy root's table) names every top-level command, in typer's order,
+    with the family that registers it; the lazy and the eager app are the same commands."""
+    import typer
+
+    import dpaudit.cli as cli
+
+    eager = typer.main.get_command(app)  # registers every family, the eager way
+    assert list(eager.commands) == list(cli.COMMAND_FAMILIES)
+    assert app.registered_by == cli.COMMAND_FAMILIES
+    assert set(cli.FAMILY_ORDER) == set(cli.COMMAND_FAMILIES.values())
+    lazy = app.lazy_command()
+    assert list(lazy.commands) == list(eager.commands)
+    for name in eager.commands:
+        assert type(lazy.commands[name]) is type(eager.commands[name])
+        assert lazy.commands[name].help == eager.commands[name].help
+
+
+LAZY_CALL = "import sys\nfrom dpaudit.cli import app\ntry:\n    app(args=sys.argv[1:], prog_name='dpaudit')\nexcept SystemExit as e:\n    print('exit', e.code)"
+EAGER_CALL = ("import sys, typer\nfrom dpaudit.cli import app\ntry:\n    typer.main.get_command(app)(args=sys.argv[1:], prog_name='dpaudit')\n"
+              "except SystemExit as e:\n    print('exit', e.code)")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["ledger", "--help"], ["ledger", "summary", "--help"], ["audit", "noisy-sum", "--help"],
+                                  ["nosuch"], ["schedule", "--n", "x"]], ids=lambda a: "-".join(a))
+def test_lazy_app_prints_what_the_eager_app_prints(args):
+    env = dict(os.environ, COLUMNS="100")
+    lazy, eager = (subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
+                   for code in (LAZY_CALL, EAGER_CALL))
+    assert (lazy.stdout, lazy.stderr) == (eager.stdout, eager.stderr)
+    assert lazy.stdout.strip() or lazy.stderr.strip()

@@ -13,6 +13,7 @@ from PIL import Image
 from torchvision import transforms
 
 from dpaudit.data import load_dataset
+from dpaudit.data import images
 from dpaudit.data.images import CIFAR_TRAIN_FILES, MNIST_FILES, apply_profile, load_cifar10_raw
 from dpaudit.data.splits import train_val_indices
 from dpaudit.errors import DataError
@@ -179,3 +180,55 @@ def test_stale_mnist_cache_without_marker_is_replaced(tmp_path, monkeypatch):
     assert root2 == root and (root / "MNIST" / "raw" / "COMPLETE").is_file()
     assert not (root / "MNIST" / "raw" / "junk").exists()
     assert folder.is_dir()
+
+
+def _idx_bytes(arr: np.ndarray) -> bytes:
+    head = bytes([0, 0, 0x08, arr.ndim]) + np.asarray(arr.shape, dtype=">i4").tobytes()
+    return head + np.ascontiguousarray(arr, dtype=np.uint8).tobytes()
+
+
+def test_read_idx_round_trip_and_refusals(tmp_path):
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 256, size=(5, 28, 28), dtype=np.uint8)
+    p = tmp_path / "x-idx3-ubyte"
+    p.write_bytes(_idx_bytes(arr))
+    out = images.read_idx(p, 3)
+    np.testing.assert_array_equal(out, arr)
+    assert out.flags.writeable  # a copy, not a view of the file's bytes
+    with pytest.raises(DataError, match="magic 0x00000801"):
+        images.read_idx(p, 1)  # wrong number of dimensions
+    p.write_bytes(_idx_bytes(arr)[:-1])
+    with pytest.raises(DataError, match="must hold"):
+        images.read_idx(p, 3)  # truncated data
+    p.write_bytes(b"\x00\x00\x08\x03\x00")
+    with pytest.raises(DataError, match="truncated"):
+        images.read_idx(p, 3)
+    p.write_bytes(b"")
+    with pytest.raises(DataError, match="empty file"):
+        images.read_idx(p, 3)
+
+
+def test_mnist_load_does_not_import_torchvision(tmp_path):
+    """Reading MNIST no longer costs torchvision's import (seconds: it pulls in torch._dynamo)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    import gzip
+
+    for prefix, n in (("train", 60_000), ("t10k", 10_000)):
+        x = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, size=n, dtype=np.uint8)
+        with gzip.open(folder / f"{prefix}-images-idx3-ubyte.gz", "wb", compresslevel=1) as f:
+            f.write(_idx_bytes(x))
+        with gzip.open(folder / f"{prefix}-labels-idx1-ubyte.gz", "wb", compresslevel=1) as f:
+            f.write(_idx_bytes(y))
+    code = ("import sys; from dpaudit.data.images import load_mnist_raw; "
+            f"x = load_mnist_raw({str(tmp_path)!r}); assert x[0].shape == (60000, 28, 28); "
+            "print('torchvision' in sys.modules)")
+    env = {**__import__('os').environ, "DPAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dpaudit.data import HEART_CENTRES, load_dataset, load_heart_centre, load_mnist_raw
+from dpaudit.data import images
 from dpaudit.data.files import file_sha256, read_sha256sums
 
 _LOADED: dict = {}
@@ -123,3 +124,17 @@ def test_mnist_cache_is_built_once_and_reused(mnist, monkeypatch):
     x_tr, _, _, _ = load_mnist_raw(d)
     assert x_tr.shape == (60_000, 28, 28) and marker.stat().st_mtime_ns == stamp
     assert not list((cache_dir() / "data").glob(".mnist-tmp-*"))
+
+
+def test_numpy_idx_reader_equals_torchvision_mnist(mnist):
+    """load_mnist_raw reads the IDX files with numpy; torchvision's MNIST class gives the same arrays."""
+    from torchvision.datasets import MNIST
+
+    d, _ = mnist
+    root, _ = images._mnist_torchvision_root(d)
+    x_tr, y_tr, x_te, y_te = load_mnist_raw(d)
+    for train, x, y in ((True, x_tr, y_tr), (False, x_te, y_te)):
+        ds = MNIST(str(root), train=train, download=False)
+        np.testing.assert_array_equal(x, ds.data.numpy())
+        np.testing.assert_array_equal(y, ds.targets.numpy())
+        assert y.dtype == np.int64 and x.dtype == np.uint8

@@ -264,7 +264,9 @@ def accountants_supporting(event: Event, adjacency: "str | Adjacency") -> tuple[
 @functools.lru_cache(maxsize=4096)
 def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[float, ...]) -> np.ndarray:
     """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis), read-only."""
-    from .opacus_rdp import compute_rdp  # Opacus's analysis without importing torch (opacus_rdp.py)
+    # Opacus's analysis, computed with numpy alone (rdp_sgm.py: no scipy import, all orders in one
+    # pass; equal to opacus.accountants.analysis.rdp to rounding, tests/accounting/test_rdp_sgm.py)
+    from .rdp_sgm import compute_rdp
 
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float)
     curve.setflags(write=False)
@@ -302,7 +304,7 @@ def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "
 
 def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = RDP_ORDERS) -> tuple[float, float]:
     """(epsilon, optimal order) via Opacus's conversion (Balle et al. 2020, Thm. 21)."""
-    from .opacus_rdp import get_privacy_spent
+    from .rdp_sgm import get_privacy_spent  # Opacus's expression, without importing scipy
 
     if not np.any(curve):
         return 0.0, float(orders[0])

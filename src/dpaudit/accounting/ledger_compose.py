@@ -38,6 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError
+from . import result_cache
 from .accountants import compute_epsilon, merge_leaves
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
@@ -495,10 +496,15 @@ def _cached_epsilon(event: Event, delta: float, accountant: str, adjacency: str)
         _CACHE.move_to_end(key)
         res = _CACHE[key]
     else:
-        try:
-            res = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
-        except Exception as e:  # noqa: BLE001 - a failure is remembered too (a dataset total and its
-            res = e             # only partition are the same event; prv may take seconds to fail)
+        # prv answers are also kept on disk (result_cache.py: exact key incl. the code, checked
+        # entries), so a summary of an unchanged ledger does not import prv-accountant (~1.3 s).
+        res = result_cache.lookup(event, delta, accountant, adjacency)
+        if res is None:
+            try:
+                res = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
+            except Exception as e:  # noqa: BLE001 - a failure is remembered too (a dataset total and its
+                res = e             # only partition are the same event; prv may take seconds to fail)
+            result_cache.store(event, delta, accountant, adjacency, res)
         _CACHE[key] = res
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

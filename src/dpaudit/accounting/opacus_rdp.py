@@ -11,6 +11,11 @@ here, so the privacy numbers are exactly those of ``opacus.accountants.analysis.
 (tests/accounting/test_opacus_rdp.py compares them bit for bit).
 
 When Opacus is already imported (a training run), its module is used directly.
+
+Since the start-up work of issue 14 the rdp accountant computes these numbers with numpy alone
+(:mod:`dpaudit.accounting.rdp_sgm`, equal to this module's to floating-point rounding); this
+module is its reference, and computes the inputs that one hands back (extreme parameters,
+orders next to the binomial overflow, large fractional orders).
 """
 
 from __future__ import annotations

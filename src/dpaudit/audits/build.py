@@ -275,7 +275,8 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
 
     The noise multiplier, sampling and steps are taken from the release (not re-calibrated), the
     public seed and dataset identity too; the claim audited is the release's epsilon (under its
-    own accountant). Data whose public identity (name, kind, profile, split seed, split sizes,
+    own accountant) and its recorded event (``claimed_event``, the trade-off curve the audit
+    tests; the mixture step's event for dp-mixmin), with the release's ``accountant``. Data whose public identity (name, kind, profile, split seed, split sizes,
     schema, users) differs from the release's are refused
     (:func:`~dpaudit.audits.targets.check_release_identity`); old releases that published the
     data's sha256 are also checked against it. A rebuilt configuration that differs from the
@@ -325,7 +326,7 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
                            schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"),
                            split_seed=ds.get("split_seed"), claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"),
                            expected_user_ids_sha256=ds.get("user_ids_sha256"), expected_n_users=cfg.get("n_users"),
-                           expected_identity=ds)
+                           expected_identity=ds, event=_release_event(rel), accountant=rel.accountant)
     elif user_ids is not None:
         raise UsageError(f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {mech}.")
     elif rel.privacy_unit != "record" and fam == "head":
@@ -337,7 +338,7 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
                        delta=float(rel.delta), canary=canary, seed=int(req.seed), noise_multiplier=float(rel.noise_multiplier),
                        schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)),
                        profile=ds.get("profile"), split_seed=ds.get("split_seed"), claimed=float(rel.epsilon),
-                       expected_sha256=ds.get("sha256"), expected_identity=ds)
+                       expected_sha256=ds.get("sha256"), expected_identity=ds, event=_release_event(rel), accountant=rel.accountant)
     elif fam == "dp-elm":
         from .elm import ElmTarget
 
@@ -347,7 +348,9 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         t = ElmTarget(dataset=ds.get("name"), data_dir=data_dir, width=int(req.width), epsilon=float(rel.epsilon), canary=canary,
                       seed=int(req.seed), sampler=req.sampler, adjacency=req.adjacency,
                       profile=ds.get("profile"), split_seed=ds.get("split_seed"), expected_sha256=ds.get("sha256"),
-                      expected_identity=ds)
+                      expected_identity=ds, accountant=rel.accountant)
+        if t.claimed_event.to_dict() != rel.guarantee:  # the claim audited must be the release's own
+            raise DataError(f"release guarantee must be {t.claimed_event.to_dict()} for a dp-elm release of epsilon {rel.epsilon}, got {rel.guarantee}.")
     elif fam == "dp-mixmin":
         from ..mechanisms.mixmin_pipeline import MixtureSettings
         from .mixmin import mixmin_task_target
@@ -383,10 +386,21 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
             if want is not None and abs(float(got) - float(want)) > 1e-12:
                 raise DataError(f"rebuilt {name} must equal the release's {want}, got {got}.")
         t.claimed_epsilon = float(rel.epsilon)  # the release's claim, under its own accountant
+        # The claimed curve is the mixture step's event (the release's sigma, q, T, checked above);
+        # its epsilon under the release's accountant is at most the release's claim (the whole
+        # pipeline's, composed), so "eps_LB > claimed_epsilon" never overstates a violation.
+        t.accountant = rel.accountant
     else:
         raise UsageError(f"release mechanism must be a trained model, got {mech!r}.")
     t.prepare()
     return t.without_noise() if no_noise else t
+
+
+def _release_event(rel):
+    """The event a release records as its guarantee (:func:`dpaudit.accounting.events.event_from_dict`)."""
+    from ..accounting.events import event_from_dict
+
+    return event_from_dict(rel.guarantee)
 
 
 def _generic_from_release(entry, req, rel, *, canary, data_dir, no_noise) -> AuditTarget:

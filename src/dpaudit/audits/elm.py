@@ -59,6 +59,7 @@ class ElmTarget(AuditTarget):
     noise: bool = True
     mechanism: str = "dp-elm"
     delta: float = 0.0
+    accountant: str = "pure"  # the release's accountant: epsilon of PureEpsilon(epsilon) is epsilon
     default_chunk_size: int = 250
     expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
     expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
@@ -73,6 +74,13 @@ class ElmTarget(AuditTarget):
     @property
     def claimed_epsilon(self) -> float:  # type: ignore[override]
         return float(self.epsilon)
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The release's event: one pure epsilon-DP Laplace release, ``PureEpsilon(epsilon)``."""
+        from ..accounting.events import PureEpsilon
+
+        return PureEpsilon(float(self.epsilon))
 
     def prepare(self) -> None:
         if self._ready:

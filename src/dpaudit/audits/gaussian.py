@@ -60,6 +60,10 @@ class GaussianTarget(AuditTarget):
     mechanism: str = "gaussian"
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 4096
+    # The claim is the exact (analytic Gaussian) epsilon; the PLD accountant reproduces it for one
+    # Gaussian (to ~1e-12), so the claimed-curve eps_LB is stated on the same scale. RDP would be
+    # looser (1.09 for a claim of 1) and could put eps_LB above the exact claim without evidence.
+    accountant: str = "pld"
 
     def __post_init__(self) -> None:
         positive_finite("noise_multiplier", self.noise_multiplier)
@@ -87,6 +91,14 @@ class GaussianTarget(AuditTarget):
     def claimed_epsilon(self) -> float:  # type: ignore[override]
         """The exact epsilon of the *correct* mechanism (the broken variant claims the same)."""
         return exact_epsilon(self.noise_multiplier, self.delta)
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """One Gaussian release with the *correct* noise multiplier (the broken variant and the
+        no-noise control claim the same): ``SubsampledGaussian(noise_multiplier, 1.0, 1)``."""
+        from ..accounting.events import SubsampledGaussian
+
+        return SubsampledGaussian(float(self.noise_multiplier), 1.0, 1)
 
     @classmethod
     def for_epsilon(cls, epsilon: float, delta: float = 1e-5, **kw) -> "GaussianTarget":

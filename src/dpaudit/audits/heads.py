@@ -14,6 +14,13 @@ Canaries and scores (the adversary sees the released head W (K, d+1)):
     on like any record (Poisson-sampled, clipped). Score: log-probability of that label.
 The no-noise control keeps clipping and sampling and sets the noise multiplier to 1e-12
 (DPSGDConfig refuses 0 without ``non_private``, which would also switch clipping off).
+
+Threat models (``threat_model``): ``final-model`` (default) scores the released head only;
+``trajectory`` (max-clip canary only) lets the adversary see every iterate, as the accountant's
+guarantee allows: the engine records the privatised sum x_t at the canary's coordinate at every
+step (clipped sum + noise, before /m0 and Adam; the data gradient there is zero), and the score
+is the exact Neyman-Pearson statistic of the subsampled Gaussian, the log-likelihood ratio
+sum_t log(1 - q + q exp((x_t C - C^2/2) / (sigma C)^2)) (:func:`trajectory_log_lr`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,23 @@ from .targets import AuditTarget, load_target_data
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
 NO_NOISE_MULTIPLIER = 1e-12
+#: What the adversary sees: the released head, or every iterate (the privatised sums).
+THREAT_MODELS = ("final-model", "trajectory")
+
+
+def trajectory_log_lr(x: np.ndarray, *, sample_rate: float, noise_multiplier: float, clipping_norm: float) -> np.ndarray:
+    """The log-likelihood ratio "canary in" vs "canary out" of privatised sums ``x`` (R, T) at a
+    coordinate whose data gradient is zero: out, x_t ~ N(0, s^2) with s = sigma C; in, the canary
+    (+C there) is sampled w.p. q at each step independently, x_t ~ (1 - q) N(0, s^2) + q N(C, s^2).
+    Per step the ratio is 1 - q + q exp((x_t C - C^2/2) / s^2); the steps are independent, so the
+    sum of logs over t is the exact Neyman-Pearson statistic. Computed as a log-sum-exp (finite for
+    the no-noise control's tiny sigma)."""
+    x = np.asarray(x, dtype=np.float64)
+    c, s2 = float(clipping_norm), (float(noise_multiplier) * float(clipping_norm)) ** 2
+    a = (x * c - 0.5 * c * c) / s2
+    q = float(sample_rate)
+    per_step = a if q >= 1.0 else np.logaddexp(np.log1p(-q), np.log(q) + a)
+    return per_step.sum(axis=-1)
 
 
 def label_log_prob(w: np.ndarray, z: np.ndarray, label: int) -> np.ndarray:
@@ -51,7 +75,7 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     schedule over ``reference_size`` units (records, or users), the RDP-calibrated noise
     multiplier (or the target's given one), the claim to audit, the DP-SGD config (noise
     multiplier NO_NOISE_MULTIPLIER for the no-noise control), the frozen features of the training
-    rows and the public head initialisation. Sets the target's ``_rdp_epsilon``, ``_claimed``,
+    rows and the public head initialisation. Sets the target's ``_event``, ``_rdp_epsilon``, ``_claimed``,
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
     from ..accounting import compute_epsilon
@@ -66,6 +90,7 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
                           epochs=target.epochs or None, batch_size=target.batch_size or None, adjacency=adjacency,
                           schedule=target.schedule, noise_multiplier=target.noise_multiplier)
     epochs, batch, sched, sigma, event = setup.epochs, setup.batch_size, setup.schedule, setup.noise_multiplier, setup.event
+    target._event = event  # the plan's event: the claim the audit's trade-off curve is built from (unless a release gives its own)
     target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
@@ -82,6 +107,14 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     return epochs, batch, sigma, feats
 
 
+def claimed_event_of(target):
+    """A head target's claimed event: the release's recorded one, else the plan's (set up once)."""
+    if target.event is not None:
+        return target.event
+    target.prepare()
+    return target._event
+
+
 def describe_head(target) -> dict:
     """A head audit target's describe(): its recorded set-up, and the noise multiplier actually
     used when it is the no-noise control."""
@@ -89,6 +122,7 @@ def describe_head(target) -> dict:
     cfg = dict(target._info)
     if not target.noise:
         cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
+    cfg["threat_model"] = getattr(target, "threat_model", "final-model")  # user-level head targets: final model only
     return {"task": None, "dataset": target._dataset_name, "config": cfg, "canary_info": target._canary_info}
 
 
@@ -131,17 +165,24 @@ class HeadTarget(AuditTarget):
     noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
     schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
     claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
+    event: object | None = None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q, T))
+    accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
     expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
     expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
     noise: bool = True
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
+    threat_model: str = "final-model"  # "trajectory": score every iterate (module docstring)
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:
             raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
         check_canary("head", self.canary)
+        if self.threat_model not in THREAT_MODELS:
+            raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {self.threat_model!r}.")
+        if self.threat_model == "trajectory" and self.canary != "max-clip":
+            raise UsageError(f"canary must be max-clip with the trajectory threat model (its coordinate's per-step likelihood ratio), got {self.canary!r}.")
         self._ready = False
 
     @property
@@ -193,17 +234,46 @@ class HeadTarget(AuditTarget):
         self.prepare()
         return self._claimed
 
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The claim as an event: the release's (``event``) or the plan's SubsampledGaussian(sigma, q, T)."""
+        return claimed_event_of(self)
+
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         from ..mechanisms.batched import train_linear_heads_batched
 
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
+        if self.threat_model == "trajectory":
+            return self._trajectory_scores(c, noise)
         res = train_linear_heads_batched(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=self._canary,
                                          canary_in=c, init=self._init, binary_logit=self._binary)
         w = res.weights  # (R, K, d+1)
         if self.canary == "max-clip":
             return w[:, 0, self._coord]
         return label_log_prob(w, self._zc, self._yc)
+
+    def _trajectory_scores(self, c: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        """Every iterate seen: the exact log-likelihood ratio of the privatised sums at the canary's
+        coordinate (module docstring), from the same engine run as a final-model trial."""
+        from ..mechanisms.engine import CanaryHook, train_heads
+
+        cfg = self._config
+        # The max-clip canary of the final-model audit (HeadCanary "gradient"): norm exactly C at W[0, j].
+        grad = np.zeros((self._k, self._z.shape[1] + 1))
+        grad[0, self._coord] = cfg.clipping_norm
+        res = train_heads(self._z, self._y, self._n_classes, cfg, noise=noise, runs=c.size, init=self._init,
+                          canary=CanaryHook(included=c, gradient=grad), binary_logit=self._binary, chunk_runs=64,
+                          record=[(0, self._coord)])
+        return trajectory_log_lr(res.recorded[:, :, 0], sample_rate=cfg.sample_rate, noise_multiplier=cfg.noise_multiplier,
+                                 clipping_norm=cfg.clipping_norm)
+
+    def with_threat_model(self, threat_model: str) -> "HeadTarget":
+        """The same audit (public set-up reused when prepared) under another threat model."""
+        t = dataclasses.replace(self, threat_model=threat_model)
+        if self._ready:
+            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
+        return t
 
     def without_noise(self) -> "HeadTarget":
         return noiseless_copy(self)

@@ -55,6 +55,7 @@ class MixMinTarget(AuditTarget):
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 500
     info: dict = field(default_factory=dict)
+    accountant: str = "rdp"  # the accountant of claimed_epsilon (a release's own, when audited from one)
 
     def __post_init__(self) -> None:
         check_canary("dp-mixmin", self.canary)
@@ -85,6 +86,16 @@ class MixMinTarget(AuditTarget):
                 d = max_clip_direction(self._reference)
             self._canary_info = {"kind": self.canary, "holdout_index": i, "label": y, "probs": f.tolist()}
         self._u = d / np.linalg.norm(d)
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The mixture step's event, SubsampledGaussian(sigma, q, steps) of ``config`` (the no-noise
+        control claims it too): the claim about every record of D_mix, where the canary goes."""
+        from ..accounting.events import SubsampledGaussian
+
+        if self.claimed_epsilon is None or not float(self.config.noise_multiplier) > 0:
+            return None  # a configuration without noise claims nothing
+        return SubsampledGaussian(float(self.config.noise_multiplier), float(self.config.sample_rate), int(self.config.steps))
 
     def _top_names(self) -> list:
         order = np.argsort(-self._reference, kind="stable")[: self.top]

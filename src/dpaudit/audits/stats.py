@@ -288,3 +288,197 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
         "saturated": auc >= clip,  # perfect separation: mu (and eps) only bounded by the trial count
         "trials": n_pos + n_neg,
     }
+
+
+# ---------------------------------------------------------------- comparison statistics (issue 15)
+#
+# The statistics reviewers compare across auditing tools, computed from the same per-trial scores
+# as the deciding statistic. Only cp_bonferroni is a bound (it holds at ``confidence`` without a
+# SELECT/EVAL split); TPR at fixed FPR, AUROC and the GDP estimate are descriptive.
+
+TAG_AUROC_BOOTSTRAP = 0xA0C0B7  # public_rng tag of the AUROC bootstrap resamples
+TPR_AT_FPR_TARGETS = (0.001, 0.01)
+AUROC_BOOTSTRAP = 1000
+
+
+def _rule_counts(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Candidate thresholds (midpoints of distinct scores and +-inf) and, for the rule
+    "in iff score >= t", the true-positive and false-positive counts at each, from cumulative counts."""
+    u = np.unique(s)
+    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]])
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
+    tp_ge = n_pos - np.searchsorted(np.sort(s[y]), cands, side="left")
+    fp_ge = n_neg - np.searchsorted(np.sort(s[~y]), cands, side="left")
+    return cands, tp_ge, fp_ge, u.size
+
+
+def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> dict:
+    """Clopper–Pearson eps_LB over ALL threshold rules on ALL trials, Bonferroni-corrected.
+
+    Privacy contract: with probability >= ``confidence`` the returned ``epsilon_lower_bound`` does
+    not exceed the epsilon of any (epsilon, ``delta``)-DP mechanism that produced the scores, with
+    no SELECT/EVAL split. Every rule "in iff score >= t" / "<= t" (t = midpoints of distinct scores
+    and +-inf, both directions: 2 (U + 1) rules for U distinct scores) gets one-sided CP upper
+    bounds on FPR and FNR, each at significance (1 - confidence) / (2 m).
+
+    Why this is simultaneously valid although the thresholds depend on the data: for one direction
+    the FP count takes n_neg + 1 values; for each value k the largest true FPR of any threshold with
+    k false positives exceeds CP_upper(k) with probability <= a (it is "at most k of n_neg draws
+    fall at or above a fixed quantile"), for any score law, ties included. The union therefore runs
+    over 2 (n_neg + 1) + 2 (n_pos + 1) = 2 (n + 2) events, so m = max(2 (U + 1), n + 2): equal to
+    the number of rules when the scores are distinct, larger (more conservative) under heavy ties.
+    """
+    confidence = _check_confidence(confidence)
+    delta = _check_delta(delta)
+    s, y = _check_scores(scores, labels)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    cands, tp_ge, fp_ge, n_unique = _rule_counts(s, y)
+    rules = 2 * cands.size
+    m = max(rules, s.size + 2)
+    split = 2 * m  # two one-sided bounds per rule
+    best: tuple | None = None
+    for direction in DIRECTIONS:
+        tp, fp = (tp_ge, fp_ge) if direction == "greater" else (n_pos - tp_ge, n_neg - fp_ge)
+        fn = n_pos - tp
+        fpr_hi = cp_upper(fp, np.full(fp.shape, n_neg), confidence, split=split)
+        fnr_hi = cp_upper(fn, np.full(fn.shape, n_pos), confidence, split=split)
+        eps = np.asarray(epsilon_from_rates(fpr_hi, fnr_hi, delta), dtype=float)
+        youden = np.abs(tp / n_pos - fp / n_neg)
+        i = int(np.lexsort((youden, eps))[-1])  # largest eps, ties (e.g. all 0) by Youden
+        key = (float(eps[i]), float(youden[i]))
+        if best is None or key > best[0]:
+            best = (key, direction, i, fpr_hi, fnr_hi, tp, fp, fn)
+    assert best is not None
+    (eps_best, _), direction, i, fpr_hi, fnr_hi, tp, fp, fn = best
+    return {
+        "epsilon_lower_bound": eps_best,
+        "thresholds_tested": int(rules),
+        "bonferroni_m": int(m),
+        "per_bound_significance": (1.0 - confidence) / split,
+        "threshold": float(cands[i]),
+        "direction": direction,
+        "fpr_upper": float(fpr_hi[i]),
+        "fnr_upper": float(fnr_hi[i]),
+        "counts": {"tp": int(tp[i]), "fp": int(fp[i]), "tn": n_neg - int(fp[i]), "fn": int(fn[i])},
+        "trials": int(s.size),
+        "delta": delta,
+        "confidence": confidence,
+        "method": (
+            "Clopper-Pearson upper bounds on FPR and FNR of every threshold rule (both directions) on all "
+            "trials, no SELECT/EVAL split; Bonferroni: each of the 2m one-sided bounds at significance "
+            "(1 - confidence)/(2m), m = max(rules tested, trials + 2); eps_LB = max over rules of "
+            "max(ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi), 0)"
+        ),
+    }
+
+
+def _two_sided_cp(k: int, n: int, confidence: float) -> list[float]:
+    lo, hi = proportion_confint(k, n, alpha=1.0 - confidence, method="beta")
+    lo = 0.0 if k == 0 or not np.isfinite(lo) else float(lo)  # some statsmodels versions give nan at the ends
+    hi = 1.0 if k == n or not np.isfinite(hi) else float(hi)
+    return [lo, hi]
+
+
+def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, confidence: float = 0.95) -> list[dict]:
+    """Largest TPR among rules "in iff oriented score >= t" whose empirical FPR is <= each target.
+
+    Descriptive, not a bound: the rule is chosen on the same trials, so the two-sided
+    Clopper–Pearson interval on the TPR (at ``confidence``) is optimistic. The trivial rule
+    (nothing predicted in) always qualifies, so TPR is 0 when no other rule does.
+    """
+    confidence = _check_confidence(confidence)
+    s, y = _check_scores(scores, labels)
+    if direction not in DIRECTIONS:
+        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    o = s if direction == "greater" else -s
+    _, tp, fp, _ = _rule_counts(o, y)
+    out = []
+    for target in targets:
+        target = open_unit("fpr target", target)
+        ok = fp / n_neg <= target  # the +inf rule (fp = 0) always qualifies
+        k = int(tp[ok].max())
+        j = int(np.flatnonzero(ok & (tp == k))[0])
+        out.append({"fpr": float(target), "tpr": k / n_pos, "tpr_interval": _two_sided_cp(k, n_pos, confidence),
+                    "fpr_achieved": float(fp[j]) / n_neg, "positives": n_pos, "negatives": n_neg})
+    return out
+
+
+def _auc_from_codes(pos_w: np.ndarray, neg_w: np.ndarray) -> np.ndarray:
+    """Mann–Whitney AUC (ties 1/2) from weights per distinct score (last axis, ascending order)."""
+    below = np.cumsum(neg_w, axis=-1) - neg_w  # negative weight strictly below each distinct score
+    twice = np.sum(pos_w * (2 * below + neg_w), axis=-1)  # integer weights stay exact in int64
+    return twice / (2.0 * pos_w.sum(axis=-1) * neg_w.sum(axis=-1))
+
+
+def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95, resamples: int = AUROC_BOOTSTRAP,
+                    seed: int = 0) -> dict:
+    """Mann–Whitney AUC of the oriented score with a percentile bootstrap interval (descriptive).
+
+    Resamples are stratified by world (n_pos draws from the canary-in trials, n_neg from the others,
+    with replacement) from the public stream ``public_rng(seed, TAG_AUROC_BOOTSTRAP)``. Vectorised:
+    each resample is a weight vector over the distinct scores, and the AUC is a cumulative sum.
+    """
+    from ..noise import public_rng
+
+    confidence = _check_confidence(confidence)
+    s, y = _check_scores(scores, labels)
+    if direction not in DIRECTIONS:
+        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
+        raise UsageError(f"resamples must be an integer >= 1, got {resamples!r}.")
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    o = s if direction == "greater" else -s
+    u, codes = np.unique(o, return_inverse=True)
+    codes = codes.ravel()
+    n_u = u.size
+    pos_codes, neg_codes = codes[y], codes[~y]
+    auc = float(_auc_from_codes(np.bincount(pos_codes, minlength=n_u), np.bincount(neg_codes, minlength=n_u)))
+    rng = public_rng(seed, TAG_AUROC_BOOTSTRAP)
+    b = int(resamples)
+    offs = (np.arange(b) * n_u)[:, None]
+
+    def weights(c: np.ndarray, n: int) -> np.ndarray:
+        draw = c[rng.integers(0, n, size=(b, n))] + offs
+        return np.bincount(draw.ravel(), minlength=b * n_u).reshape(b, n_u)
+
+    boot = _auc_from_codes(weights(pos_codes, n_pos), weights(neg_codes, n_neg))
+    lo, hi = np.quantile(boot, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
+    return {"auc": auc, "interval": [float(lo), float(hi)], "bootstrap": b, "confidence": confidence,
+            "method": "Mann-Whitney AUC (ties 1/2) on EVAL; percentile bootstrap stratified by world (descriptive)"}
+
+
+def comparison_statistics(scores, world, select, direction: str, *, delta: float, confidence: float = 0.95,
+                          seed: int = 0) -> dict:
+    """The statistics reviewers compare across tools, from one audit's scores (audit.json "comparison").
+
+    - cp_bonferroni: a BOUND at ``confidence`` on ALL trials (see :func:`cp_bonferroni`);
+    - tpr_at_fpr (0.1 %, 1 %) and auroc on the EVAL trials (``select`` False), oriented by
+      ``direction`` (chosen on SELECT): descriptive, not privacy guarantees;
+    - gdp_estimate: :func:`gdp_estimate` on all trials, an ESTIMATE under a Gaussian-shift model.
+    """
+    confidence = _check_confidence(confidence)
+    delta = _check_delta(delta)
+    if direction not in DIRECTIONS:
+        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    s, w = _check_scores(scores, world)
+    sel = np.asarray(select, dtype=bool).ravel()
+    if sel.shape != s.shape:
+        raise UsageError(f"select must have one entry per trial, got {sel.size} for {s.size} trials.")
+    ev = ~sel
+    e_pos, e_neg = int(np.sum(w & ev)), int(np.sum(~w & ev))
+    if e_pos < 1 or e_neg < 1:
+        raise UsageError(f"EVAL trials per world must be >= 1, got {e_pos} with and {e_neg} without the canary.")
+    return {
+        "cp_bonferroni": cp_bonferroni(s, w, delta=delta, confidence=confidence),
+        "tpr_at_fpr": tpr_at_fpr(s[ev], w[ev], direction, confidence=confidence),
+        "auroc": auroc_bootstrap(s[ev], w[ev], direction, confidence=confidence, seed=seed),
+        "gdp_estimate": gdp_estimate(s, w, direction, delta=delta, confidence=confidence),
+    }

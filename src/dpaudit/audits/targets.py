@@ -81,6 +81,15 @@ class AuditTarget(abc.ABC):
     claimed_epsilon: float | None
     delta: float
     adjacency: str
+    #: the claim as a DP event (:mod:`dpaudit.accounting.events`): the audit tests its whole
+    #: trade-off curve (:func:`dpaudit.audits.curves.curve_test`, the deciding statistic). None:
+    #: only the (claimed_epsilon, delta) point is known and the Clopper–Pearson eps_LB decides.
+    #: The no-noise control and a deliberately broken variant keep the claim of the correct
+    #: mechanism (a planted bug must be judged against what is claimed).
+    claimed_event: Any = None
+    #: the accountant that turns the event into ``claimed_epsilon``; the claimed-curve eps_LB is
+    #: computed with the same one, so that "eps_LB > claimed_epsilon" compares like with like
+    accountant: str = "rdp"
     #: False for the no-noise control (the mechanism without its DP noise; no claim applies)
     noise: bool = True
     #: trials per batch (memory / speed trade-off only; never changes what a trial is)
@@ -115,7 +124,8 @@ class CallableTarget(AuditTarget):
     ``rng`` is a fresh :class:`numpy.random.Generator` per trial, drawn from the audit's private
     noise source: the mechanism must take *all* its randomness (noise, sampling) from it, else
     the trials are not independent and the bound is not valid. ``noiseless_mechanism``, if given,
-    is used for the no-noise control. Trials run one by one (no batching); pass ``workers=2``
+    is used for the no-noise control. ``claimed_event`` (with its ``accountant``), if given, is
+    the claim whose trade-off curve the audit tests. Trials run one by one (no batching); pass ``workers=2``
     to :func:`~dpaudit.audits.engine.run_audit` with picklable (module-level) callables to use
     two processes.
     """
@@ -131,6 +141,8 @@ class CallableTarget(AuditTarget):
     noise: bool = True
     default_chunk_size: int = 64
     info: dict = field(default_factory=dict)
+    claimed_event: Any = None  # the claim as an event (e.g. SubsampledGaussian(sigma, 1.0, 1)); None: CP statistic only
+    accountant: str = "rdp"  # the accountant of claimed_epsilon (and of the claimed-curve eps_LB)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         fn = self.mechanism_fn if self.noise else self.noiseless_mechanism

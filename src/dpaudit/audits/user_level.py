@@ -58,7 +58,7 @@ from ..mechanisms.user_level import user_head_clipped_sum
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
-from .heads import HEAD_MODELS, canary_coordinate, describe_head, label_log_prob, noiseless_copy, setup_head
+from .heads import HEAD_MODELS, canary_coordinate, claimed_event_of, describe_head, label_log_prob, noiseless_copy, setup_head
 from .targets import AuditTarget, check_release_identity
 
 ADJACENCY = "add-remove-user"
@@ -266,6 +266,8 @@ class UserHeadTarget(AuditTarget):
     noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
     schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
     claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
+    event: object | None = None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q_user, T))
+    accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
     expected_sha256: str | None = None  # an old release's data checksum (after the user split)
     expected_user_ids_sha256: str | None = None  # an old release's user-id checksum
     expected_identity: dict | None = None  # the release's public dataset identity (n_users per partition included)
@@ -374,6 +376,12 @@ class UserHeadTarget(AuditTarget):
     def claimed_epsilon(self) -> float:  # type: ignore[override]
         self.prepare()
         return self._claimed
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The claim as an event: the release's (``event``) or the plan's SubsampledGaussian(sigma, q_user, T),
+        under ``add-remove-user`` adjacency (the privacy unit is the user)."""
+        return claimed_event_of(self)
 
     def _train(self, canary_in: np.ndarray, noise: NoiseSource):
         """The batched user-level runs (a hook a test may override with a broken mechanism)."""

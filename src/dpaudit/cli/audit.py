@@ -1,4 +1,5 @@
-"""`dpaudit audit MECHANISM --canary ...`: canary audits with Clopper–Pearson bounds. Parsing only."""
+"""`dpaudit audit MECHANISM --canary ...`: canary audits (claimed-curve test of the release's event, or
+Clopper–Pearson bounds without one). Parsing and rendering only."""
 
 from __future__ import annotations
 
@@ -72,9 +73,20 @@ def register(app: typer.Typer) -> None:
                                                       show_default=False),
         broken_noise_factor: float = typer.Option(1.0, "--broken-noise-factor", hidden=True,
                                                   help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism)."),
+        one_run: bool = typer.Option(False, "--one-run", help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): "
+                                                              "train ONCE with --canaries independent canaries; DP-SGD head models and "
+                                                              "dp-dense, dp-cnn, dp-attention. Writes one_run.json."),
+        canaries: Optional[int] = typer.Option(None, "--canaries", help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run).",
+                                               show_default=False),
+        one_run_kind: str = typer.Option("gradient", "--one-run-kind", help="One-run canaries: gradient (Dirac gradient canaries) or "
+                                                                          "input-mislabeled (needs --one-run)."),
+        threat_model: str = typer.Option("final-model", "--threat-model", help="final-model (the adversary sees the released model) or trajectory "
+                                                                             "(every iterate: DP-SGD head models, max-clip canary, scored by the "
+                                                                             "per-step likelihood ratio of its coordinate; the final-model audit "
+                                                                             "also runs, into OUT/final-model)."),
         json_out: bool = options.json_out(),
     ):
-        """Empirical privacy audit (Jagielski et al. 2020): eps_LB with Clopper–Pearson bounds, ceiling, ROC, GDP estimate, controls."""
+        """Empirical privacy audit: the claimed event's trade-off curve tested (eps_LB in the claim's own family), Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
         from ..audits.build import build_target, check_privacy_unit, check_release_unit, target_from_release
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of
@@ -82,6 +94,12 @@ def register(app: typer.Typer) -> None:
         from ..sweeps.executors import check_executor_args
 
         check_executor_args(executor, scheduler, workers)  # before any data is loaded or a cluster is started
+        _check_threat_model(mechanism, threat_model, privacy_unit=privacy_unit, one_run=one_run or canaries is not None)
+        if one_run or canaries is not None:
+            _one_run(mechanism, one_run=one_run, canaries=canaries, kind=one_run_kind, release=release, epsilon=epsilon, delta=delta,
+                     dataset=dataset, data_dir=data_dir, profile=profile, epochs=epochs, seed=seed, no_noise=no_noise,
+                     confidence=confidence, reproducible_noise=reproducible_noise, out=out, json_out=json_out)
+            return
 
         release_id = release_path = None
         if release is not None:
@@ -104,9 +122,12 @@ def register(app: typer.Typer) -> None:
                              user_ids=user_ids, profile=profile)
             if not json_out and task is None and dataset is None and mechanism != "gaussian":
                 note(f"no --task/--dataset given: auditing {mechanism} on the embedded {t.describe().get('dataset')}.")
+        if threat_model != "final-model":
+            t = _with_threat_model(t, mechanism, threat_model)
         user_level = t.adjacency == "add-remove-user"
         if out is None:
-            out = Path("audits") / f"{t.mechanism}-{t.canary}{'-user' if user_level else ''}{'-no-noise' if no_noise else ''}"
+            out = Path("audits") / (f"{t.mechanism}-{t.canary}{'-user' if user_level else ''}{'-no-noise' if no_noise else ''}"
+                                    f"{'-' + threat_model if threat_model != 'final-model' else ''}")
         cmd = ["dpaudit", "audit", mechanism, "--canary", t.canary, "--runs", str(runs), "--confidence", repr(confidence), "--seed", str(seed)]
         if release is not None:
             cmd += ["--release", str(release)]
@@ -136,11 +157,21 @@ def register(app: typer.Typer) -> None:
             cmd += ["--control-runs", str(control_runs)]
         if reproducible_noise:
             cmd.append("--reproducible-noise")
+        if threat_model != "final-model":
+            cmd += ["--threat-model", threat_model]
         cmd += ["--out", str(out)]
         kwargs = dict(runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
                       control_runs=control_runs, chunk_size=chunk_size, out_dir=out,
                       reproducible_noise=reproducible_noise, progress=True, command=shlex.join(cmd),
                       release_id=release_id, release_path=release_path)
+        # Trajectory: also the final-model audit of the same configuration and seed, side by side
+        # (stored in OUT/final-model; its command is this one without --threat-model).
+        final_dir = Path(out) / "final-model"
+        final_cmd = cmd[:-4] + ["--out", str(final_dir)] if threat_model != "final-model" else cmd  # cmd ends: --threat-model X --out OUT
+        audits = [(t, kwargs)]
+        if threat_model != "final-model":
+            audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
+        results = []
         if executor == "dask":
             # The executor changes where chunks run, never what they compute: same chunks, same noise.
             from ..sweeps.executors import make_executor
@@ -148,44 +179,226 @@ def register(app: typer.Typer) -> None:
             if not json_out:
                 note("executor dask: " + (f"scheduler {scheduler}" if scheduler else f"LocalCluster of {workers or _default_workers()} workers on 127.0.0.1"))
             with make_executor("dask", scheduler=scheduler, workers=None if scheduler else (workers or _default_workers())) as ex:
-                result = run_audit(t, executor=ex, **kwargs)
+                results = [run_audit(a, executor=ex, **kw) for a, kw in audits]
         else:
-            result = run_audit(t, workers=workers or _default_workers(), **kwargs)
+            results = [run_audit(a, workers=workers or _default_workers(), **kw) for a, kw in audits]
+        result = results[0]
         if json_out:
             d = result.to_dict()
             d["audit_dir"] = str(Path(out))
+            if len(results) > 1:
+                d["final_model"] = {"audit_dir": str(final_dir), "epsilon_lower_bound": results[1].epsilon_lower_bound,
+                                    "statistic": getattr(results[1], "statistic", "clopper-pearson")}
             emit_json(d)
             return
         _render(result, Path(out))
+        if len(results) > 1:
+            _render_threat_models(results[0], results[1], final_dir)
+        for r, kw in zip(results, (kw for _, kw in audits)):
+            write_figure(r, Path(kw["out_dir"]))
+
+
+def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dataset, data_dir, profile, epochs, seed, no_noise,
+             confidence, reproducible_noise, out, json_out) -> None:
+    """``--one-run``: one training run with M canaries (audits/one_run_audit.py), one_run.json."""
+    from ..errors import UsageError
+
+    if not one_run:
+        raise UsageError(f"canaries must only be given with --one-run, got --canaries {canaries}.")
+    if canaries is None:
+        raise UsageError("canaries must be given with --one-run (--canaries M, M >= 2), got none.")
+    from ..audits.one_run_audit import run_one_run
+
+    if out is None:
+        out = Path("audits") / f"{mechanism}-one-run{'-no-noise' if no_noise else ''}"
+    cmd = ["dpaudit", "audit", mechanism, "--one-run", "--canaries", str(canaries), "--one-run-kind", kind, "--confidence", repr(confidence),
+           "--seed", str(seed)]
+    if release is not None:
+        cmd += ["--release", str(release)]
+    else:
+        for flag, value in (("--eps", epsilon), ("--delta", delta), ("--dataset", dataset), ("--profile", profile), ("--epochs", epochs)):
+            if value is not None:
+                cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
+    if data_dir is not None:
+        cmd += ["--data-dir", str(data_dir)]
+    if no_noise:
+        cmd.append("--no-noise")
+    if reproducible_noise:
+        cmd.append("--reproducible-noise")
+    cmd += ["--out", str(out)]
+    result = run_one_run(mechanism, canaries=canaries, release=release, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir,
+                         profile=profile, epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, confidence=confidence,
+                         reproducible_noise=reproducible_noise, out_dir=out, command=shlex.join(cmd))
+    if json_out:
+        d = result.to_dict()
+        d["audit_dir"] = str(Path(out))
+        emit_json(d)
+        return
+    _render_one_run(result, Path(out))
+    from ..reports.tradeoff import one_run_figure, png_bytes
+
+    png = Path(out) / ONE_RUN_FIGURE
+    png.write_bytes(png_bytes(one_run_figure(result.to_dict())))
+    console.print(f"wrote {png}", soft_wrap=True)
+
+
+#: The pictures written next to audit.json / one_run.json (issue 15, part 4).
+ONE_RUN_FIGURE = "one_run.png"
+
+
+def write_figure(result, out: Path) -> Path | None:
+    """The reviewer's picture next to ``out/audit.json``: the claimed trade-off curve with the audit's
+    empirical points and confidence box (reports/tradeoff.py); nothing without a claimed event."""
+    from ..reports.tradeoff import write_tradeoff_png
+
+    path = write_tradeoff_png(result.to_dict(), out)
+    if path is not None:
+        console.print(f"wrote {path}", soft_wrap=True)
+    return path
+
+
+def _render_one_run(result, out: Path) -> None:
+    from rich.table import Table
+
+    b = result.bounds
+    table = Table(title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
+                        f"{b['confidence']:.0%} confidence")
+    for col in ("analysis", "eps_LB", "claim", "ceiling", "guesses", "correct"):
+        table.add_column(col)
+    st, fdp = b["steinke"], b.get("fdp")
+    name = "steinke (eps, delta)" + ("" if result.noise else ", no noise")
+    table.add_row(name, _fmt(st["epsilon_lower_bound"]), _fmt(b.get("claimed_epsilon")), _fmt(st["ceiling"]), str(st["guesses"]), str(st["correct"]))
+    if fdp and fdp.get("epsilon_lower_bound") is not None:
+        table.add_row("f-DP (claimed curve)" + ("" if result.noise else ", no noise"), _fmt(fdp["epsilon_lower_bound"]),
+                      _fmt(b.get("claimed_epsilon")), _fmt(fdp.get("ceiling")), "", "")
+    console.print(table)
+    console.print(f"deciding statistic: {result.statistic}" + ("" if fdp else " (no claimed event: the (eps, delta) analysis decides)"))
+    if fdp and fdp.get("unavailable"):
+        console.print(f"f-DP analysis not computed: {fdp['unavailable']}.")
+    if result.violated:
+        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}")
+    elif result.noise:
+        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}")
+    console.print(f"wrote {out / 'one_run.json'}", soft_wrap=True)
+
+
+def _check_threat_model(mechanism: str, threat_model: str, *, privacy_unit: str, one_run: bool) -> None:
+    """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads."""
+    from ..audits.build import family as family_of
+    from ..audits.heads import THREAT_MODELS
+    from ..errors import UsageError
+
+    if threat_model not in THREAT_MODELS:
+        raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {threat_model!r}.")
+    if threat_model == "final-model":
+        return
+    try:
+        head = family_of(mechanism) == "head"
+    except KeyError:  # an unknown mechanism: the build step names the allowed ones
+        head = True
+    if not head or privacy_unit != "record" or one_run:
+        what = "--one-run" if one_run else (f"--privacy-unit {privacy_unit}" if head else mechanism)
+        raise UsageError(f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}.")
+
+
+def _with_threat_model(t, mechanism: str, threat_model: str):
+    """The built target under ``threat_model`` (trajectory: :class:`~dpaudit.audits.heads.HeadTarget` only)."""
+    from ..audits.heads import HeadTarget
+    from ..errors import UsageError
+
+    if not isinstance(t, HeadTarget):
+        raise UsageError(f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}.")
+    return t.with_threat_model(threat_model)
+
+
+def _render_threat_models(trajectory, final, final_dir: Path) -> None:
+    """Both threat models' eps_LB, side by side (issue 15 part 3)."""
+    for name, r in (("trajectory", trajectory), ("final-model", final)):
+        verdict = "[bold red]VIOLATION[/] " if r.violated else ""
+        op = ">" if r.violated else "<="
+        console.print(f"{name}: {verdict}eps_LB {r.epsilon_lower_bound:.3f} {op} claimed {_fmt(r.claimed_epsilon)} "
+                      f"({getattr(r, 'statistic', 'clopper-pearson')})", soft_wrap=True)
+    console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}", soft_wrap=True)
 
 
 def _fmt(x) -> str:
     return "—" if x is None else f"{x:.3f}"
 
 
+def _statistic_line(result) -> str:
+    """Which statistic decided, in the claim's own units (audit.json ``statistic``, ``claimed_curve``)."""
+    cc = result.claimed_curve
+    if result.statistic != "claimed-curve" or not cc:
+        return "statistic: clopper-pearson (no claimed event): eps_LB from Clopper–Pearson bounds at one threshold (SELECT/EVAL)"
+    fam = cc.get("family") or {}
+    param, claimed, lb = fam.get("parameter", "scale"), fam.get("claimed"), fam.get("lower_bound")
+    # More noise (larger noise multiplier / scale) or a smaller pure epsilon is a stronger claim;
+    # the evidence rules out that member and every stronger one.
+    op = "<=" if param == "epsilon" else ">="
+    acc = cc.get("accountant", "")
+    if lb is None:
+        what = f"no {param} ruled out (claimed {float(claimed):.4g})"
+    else:
+        what = f"{param} {op} {float(lb):.4g} ruled out (claimed {float(claimed):.4g})"
+    return f"statistic: claimed-curve ({what}; eps_LB {float(cc['epsilon_lower_bound']):.3f}, {acc} accountant)"
+
+
+def _comparison_cells(r) -> tuple[str, str, str]:
+    """TPR at FPR 0.1 % and 1 %, AUROC [interval] of audit.json ``comparison`` (— in older files)."""
+    comp = r.comparison or {}
+    tprs = {round(float(t["fpr"]), 6): t for t in comp.get("tpr_at_fpr") or []}
+
+    def tpr(f: float) -> str:
+        t = tprs.get(f)
+        return "—" if t is None else f"{float(t['tpr']):.3f}"
+
+    a = comp.get("auroc")
+    auroc = "—" if not a else f"{float(a['auc']):.2f} [{float(a['interval'][0]):.2f}, {float(a['interval'][1]):.2f}]"
+    return tpr(0.001), tpr(0.01), auroc
+
+
+def _gdp_cell(r) -> str:
+    g = r.gdp_estimate
+    if g.get("saturated"):
+        return "saturated (AUC = 1)"
+    lo, hi = g["epsilon_interval"]
+    return f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
 def _render(result, out: Path) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
+    # One column per run (audit and its controls), one row per statistic: fits 80 columns.
+    runs = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
     table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence",
-                  caption="GDP est.: Gaussian-DP estimate of epsilon with its interval; an estimate, not a bound.")
-    for col in ("run", "eps_LB", "claim", "ceiling", "GDP est.", "AUC", "tp/fp/tn/fn"):
-        table.add_column(col, no_wrap=col != "GDP est.")
-    rows = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
-    for name, r in rows:
-        g = r.gdp_estimate
-        c = r.counts
-        if g.get("saturated"):
-            gdp = "saturated (AUC = 1)"
-        else:
-            lo, hi = g["epsilon_interval"]
-            gdp = f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}]"
-        table.add_row(name, _fmt(r.epsilon_lower_bound), _fmt(r.claimed_epsilon), _fmt(r.ceiling), gdp, f"{r.auc:.3f}",
-                      f"{c['tp']}/{c['fp']}/{c['tn']}/{c['fn']}")
+                  caption=escape(f"eps_LB: the deciding statistic, {result.statistic} (below); CP: Clopper–Pearson eps_LB "
+                                 "(SELECT/EVAL). TPR and AUROC [bootstrap interval]: EVAL trials, descriptive. GDP: an estimate, "
+                                 "not a bound."))
+    table.add_column("statistic", no_wrap=True)
+    for name, _ in runs:
+        table.add_column(name)
+    cells = [(r, _comparison_cells(r)) for _, r in runs]
+    rows = [("eps_LB", [_fmt(r.epsilon_lower_bound) for r, _ in cells]),
+            ("CP eps_LB", [_fmt(r.clopper_pearson_epsilon) for r, _ in cells]),
+            ("claim", [_fmt(r.claimed_epsilon) for r, _ in cells]),
+            ("CP ceiling", [_fmt(r.ceiling) for r, _ in cells]),
+            ("TPR@FPR 0.1%", [c[0] for _, c in cells]),
+            ("TPR@FPR 1%", [c[1] for _, c in cells]),
+            ("AUROC [CI]", [escape(c[2]) for _, c in cells]),
+            ("GDP est. [CI]", [escape(_gdp_cell(r)) for r, _ in cells])]
+    for label, values in rows:
+        table.add_row(label, *values)
     console.print(table)
+    console.print(_statistic_line(result), soft_wrap=True)
+    cc = result.claimed_curve or {}
     if result.violated:
-        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {result.claimed_epsilon:.3f}")
+        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {result.claimed_epsilon:.3f} ({result.statistic})")
     elif result.noise:
-        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(result.claimed_epsilon)}")
+        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(result.claimed_epsilon)} ({result.statistic})")
+        if cc.get("violated") and result.canary_inserted:
+            console.print("[yellow]note:[/] the claimed event itself is ruled out, but its eps_LB does not exceed the claimed epsilon "
+                          "(a claim larger than its event's epsilon, e.g. a composed release's).")
     if result.underpowered:
         console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
     console.print(f"wrote {out / 'audit.json'} and {out / 'scores.npz'}", soft_wrap=True)

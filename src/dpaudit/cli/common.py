@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
-from typing import Any
+import types
+from collections.abc import MutableMapping
+from typing import Any, Callable, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -21,10 +24,61 @@ from ..records import _json_safe
 ROUTES: dict[tuple[str, str], Any] = {}
 
 
+class LazyCommands(MutableMapping):
+    """A group's ``commands`` mapping whose click commands are built on first look-up (start-up:
+    see :mod:`dpaudit.cli`). Iterating yields the names, in order, without building anything;
+    ``missing`` (optional) supplies builders for names outside the table, asked on a miss."""
+
+    def __init__(self, builders: dict[str, Callable[[], Any]], missing: Optional[Callable[[], dict]] = None) -> None:
+        self._builders = dict(builders)
+        self._built: dict[str, Any] = {}
+        self._missing = missing
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in self._builders and self._missing is not None:
+                extra, self._missing = self._missing(), None
+                for n, b in extra.items():
+                    self._builders.setdefault(n, b)
+            builder = self._builders.get(name)
+            if builder is None:
+                raise KeyError(name)
+            self._built[name] = builder()
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._builders.setdefault(name, None)
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._builders[name]
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        if name in self._builders:
+            return True  # without building it
+        try:
+            self[name]  # type: ignore[index]  # a name outside the table: ask ``missing``
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self):
+        return iter(list(self._builders))
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
 class DPAuditGroup(TyperGroup):
     """Turns every domain error raised below into one line on stderr and exit code 2."""
 
+    def list_commands(self, ctx):
+        return list(self.commands)  # names only: a lazy group builds a command when it is looked up
+
     def resolve_command(self, ctx, args):
+        if len(args) >= 2 and isinstance(self.commands, LazyCommands):
+            self.commands.get(args[0])  # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
         if len(args) >= 2 and (args[0], args[1]) in ROUTES:
             return f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
         return super().resolve_command(ctx, args)
@@ -38,8 +92,56 @@ class DPAuditGroup(TyperGroup):
             raise typer.Exit(2) from None
 
 
-def new_app(help: str) -> typer.Typer:
-    return typer.Typer(
+class _Deferred(type):
+    """Metaclass of a stand-in class: class attributes come from the real class, imported then."""
+
+    def __getattr__(cls, attr):
+        return getattr(cls._real(), attr)
+
+
+def _stand_in(module: str, name: str) -> type:
+    def _real(module=module, name=name):
+        return getattr(importlib.import_module(module), name)
+
+    def __new__(cls, *args, **kwargs):  # noqa: N807
+        return _real()(*args, **kwargs)
+
+    return _Deferred(name, (), {"__new__": __new__, "_real": staticmethod(_real), "__module__": module})
+
+
+def light_rich_help() -> None:
+    """Import typer's rich help renderer without ``rich.markdown`` and ``rich.traceback``.
+
+    ``typer.rich_utils`` imports both at the top (markdown_it, pygments and attrs behind them:
+    ~0.25 s, half of ``dpaudit --help``) but uses them only for ``rich_markup_mode="markdown"``
+    and for pretty tracebacks, neither of which dpaudit uses. While it is imported, those two
+    modules are stand-ins whose classes import the real module when first used; afterwards they
+    are removed from ``sys.modules``, so any later ``import rich.markdown`` gets the real one.
+    If typer ever needs more from them, the normal import runs instead (nothing is lost).
+    """
+    if "typer.rich_utils" in sys.modules:
+        return
+    stubs = {}
+    for module, name in (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")):
+        if module not in sys.modules:
+            stub = types.ModuleType(module)
+            setattr(stub, name, _stand_in(module, name))
+            stubs[module] = stub
+    sys.modules.update(stubs)
+    try:
+        importlib.import_module("typer.rich_utils")
+    except ImportError:
+        sys.modules.pop("typer.rich_utils", None)
+    finally:
+        for module, stub in stubs.items():
+            if sys.modules.get(module) is stub:
+                del sys.modules[module]
+    if "typer.rich_utils" not in sys.modules:
+        importlib.import_module("typer.rich_utils")
+
+
+def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
+    return root(
         cls=DPAuditGroup,
         help=help,
         no_args_is_help=True,

@@ -242,9 +242,10 @@ def make_audit_command(entry):
             d["audit_dir"] = str(out)
             emit_json(d)
             return
-        from .audit import _render
+        from .audit import _render, write_figure
 
         _render(result, Path(out))
+        write_figure(result, Path(out))
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
     return _command(command, params, f"audit_{entry.name}", doc)

@@ -80,7 +80,10 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
-        with open_ledger(ledger) as led:
+        from ..accounting import result_cache
+
+        # prv answers of unchanged totals come from the on-disk cache (accounting/result_cache.py)
+        with open_ledger(ledger) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)
             path = str(led.path)
         if json_out:

@@ -1,4 +1,4 @@
-"""MNIST and CIFAR-10 through torchvision's dataset classes, and the fixed image profiles.
+"""MNIST (IDX files, read with numpy) and CIFAR-10 (torchvision's dataset class), and the fixed image profiles.
 
 Paper 001, sections 3.6 and 4.1, Table 1 and Table 7.
 
@@ -7,7 +7,9 @@ Files (read-only; nothing is downloaded, ``download=False`` always):
 - MNIST: ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
 - CIFAR-10: ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
 
-MNIST: ``torchvision.datasets.MNIST`` reads decompressed IDX files from ``<root>/MNIST/raw``.
+MNIST: the decompressed IDX files in ``<root>/MNIST/raw`` (torchvision's layout) are read with
+:func:`read_idx`, which gives the arrays ``torchvision.datasets.MNIST`` gives (tested) without its
+import.
 The data folder is read-only and holds the ``.gz`` originals, so each ``.gz`` is hashed
 (sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
 once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary
@@ -179,30 +181,50 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     return root, hashes
 
 
+def read_idx(path: Path, ndim: int) -> np.ndarray:
+    """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions.
+
+    The same format check and the same array as torchvision's MNIST reader (magic 0x0000 08 nd,
+    big-endian int32 sizes, then the bytes), without importing torchvision: its import pulls in
+    torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers.
+    """
+    raw = Path(path).read_bytes()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
+        raise DataError(f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
+                        f"got {raw[:4].hex() or 'an empty file'}.")
+    head = 4 + 4 * ndim
+    if len(raw) < head:
+        raise DataError(f"IDX file {path} is truncated: {len(raw)} bytes, the header alone needs {head}.")
+    shape = tuple(int(v) for v in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
+    size = int(np.prod(shape, dtype=np.int64))
+    if len(raw) != head + size:
+        raise DataError(f"IDX file {path} must hold {head + size} bytes for shape {shape}, got {len(raw)}.")
+    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape).copy()
+
+
 def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
     """The official MNIST split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
 
-    ``x_*`` uint8 (n, 28, 28), ``y_*`` int64. Read through ``torchvision.datasets.MNIST``
-    (``download=False``) from the verified, decompressed cache. With ``with_sources=True`` a fifth
-    element maps each ``.gz`` file name to its sha256.
+    ``x_*`` uint8 (n, 28, 28), ``y_*`` int64. Read from the verified, decompressed cache with
+    :func:`read_idx` (arrays equal to ``torchvision.datasets.MNIST(download=False)``'s; tested).
+    With ``with_sources=True`` a fifth element maps each ``.gz`` file name to its sha256.
     """
-    from torchvision.datasets import MNIST
-
     from .base import resolve_data_dir
 
     data_dir = resolve_data_dir(data_dir)
     root, hashes = _mnist_torchvision_root(data_dir)
+    raw = root / "MNIST" / "raw"
     out = []
     for train, size in ((True, MNIST_TRAIN_SIZE), (False, MNIST_TEST_SIZE)):
+        prefix = "train" if train else "t10k"
         try:
-            ds = MNIST(str(root), train=train, download=False)
-        except Exception as exc:  # torchvision raises RuntimeError / ValueError / AssertionError
+            x = read_idx(raw / f"{prefix}-images-idx3-ubyte", 3)
+            y = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1).astype(np.int64)
+        except (DataError, OSError) as exc:
             raise DataError(
-                f"MNIST files in {data_dir / 'mnist'} are malformed ({type(exc).__name__}: {exc}); "
+                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); "
                 f"expected the IDX files {', '.join(MNIST_FILES)}."
             ) from None
-        x = ds.data.numpy().astype(np.uint8, copy=False)
-        y = ds.targets.numpy().astype(np.int64)
         if x.shape != (size, 28, 28) or y.shape != (size,) or y.min() < 0 or y.max() > 9:
             raise DataError(
                 f"MNIST {'training' if train else 'test'} set in {data_dir / 'mnist'} must have "

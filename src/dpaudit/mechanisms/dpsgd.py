@@ -51,6 +51,8 @@ Progress = Callable[[int, int], None]
 #: Clipped-sum function: ``(params, unit_indices) -> list of tensors shaped like params``; each
 #: unit's contribution must have joint L2 norm <= clipping_norm (the sensitivity of the sum).
 ClippedSum = Callable[[list, np.ndarray], list]
+#: Audit hook: ``hook(step, sums)`` may add canary gradients to the clipped sums before the noise.
+CanaryHook = Callable[[int, list], None]
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,8 @@ class NoisyAdamStep:
         self.sums = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
         self._arrays = [s.numpy() for s in self.sums]
         std = config.noise_std
+        if _PLANTED_BUG == "half-noise":  # TEST-ONLY fault (engine.planted_bug): the noise multiplier halved
+            std = std / 2.0
         self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
         self.adam = Adam(params, config)
 
@@ -345,6 +349,7 @@ def run_dp_sgd(
     *,
     noise: NoiseSource,
     progress: Progress | None = None,
+    canary_hook: CanaryHook | None = None,
 ) -> int:
     """Algorithm 1, steps 5-8, on ``params`` (updated in place). Returns the executed step count.
 
@@ -357,6 +362,12 @@ def run_dp_sgd(
     sampling (:func:`poisson_batch`), noise, normaliser and Adam (:class:`NoisyAdamStep`) are those
     of the linear-head engine (:mod:`dpaudit.mechanisms.engine`), which runs the same steps and
     draws on many heads at once.
+
+    ``canary_hook(t, sums)`` (audits only, e.g. :mod:`dpaudit.audits.one_run_modules`): called at
+    step ``t`` after the clipped sum is written into ``sums`` (one tensor per parameter) and before
+    the noise is added, so it may add canary gradients of norm <= ``clipping_norm`` in place. It
+    draws from a generator of its own (seeded before training), never from ``noise`` inside the
+    loop. Without a hook (every release) the loop and its draws are exactly as before.
     """
     n_units = positive_int("n_units", n_units)
     sanitise = NoisyAdamStep(params, config, noise=noise)  # noise, m0 and Adam: the head engine's step
@@ -370,6 +381,8 @@ def run_dp_sgd(
         else:
             for buf in sanitise.sums:
                 buf.zero_()  # Algorithm 1, step 6
+        if canary_hook is not None:
+            canary_hook(t, sanitise.sums)
         sanitise.apply(t)
         steps_done += 1  # Algorithm 1, step 8: one accountant step, empty batches included
         if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
@@ -732,6 +745,7 @@ def train_module_dp_sgd(
     progress: Progress | None = None,
     max_chunk: int = 1024,
     units: Callable | None = None,
+    canary_hook: CanaryHook | None = None,
 ) -> int:
     """DP-SGD (Adam) on every trainable parameter of ``module`` (in place). Returns executed steps.
 
@@ -746,6 +760,7 @@ def train_module_dp_sgd(
     ``units``: optional privacy-unit hook (user-level DP-SGD): ``units(record_sum)`` returns
     ``(n_units, unit_sum)``, where ``record_sum(params, rows)`` is this function's per-record
     clipped sum; the engine then Poisson-samples range(n_units) and calls ``unit_sum``.
+    ``canary_hook``: one-run audits only (:func:`run_dp_sgd`); None for releases.
     """
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
@@ -778,5 +793,5 @@ def train_module_dp_sgd(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(noise.aux_seed() if hasattr(noise, "aux_seed") else int(noise.numpy.integers(0, 2**63 - 1)))
         n_units, engine_sum = units(clipped_sum) if units is not None else (int(xt.shape[0]), clipped_sum)
-        steps = run_dp_sgd(params, engine_sum, n_units, config, noise=noise, progress=progress)
+        steps = run_dp_sgd(params, engine_sum, n_units, config, noise=noise, progress=progress, canary_hook=canary_hook)
     return steps

@@ -38,6 +38,16 @@ the runs it marks, as a neighbouring input would.
 rows (one record, or one user made of those records) join that run's sample as one more unit,
 clipped by the same code as every unit, or a fixed ``gradient`` is added to the clipped sum (a
 Dirac canary). The audit-side canary classes (``HeadCanary``, ``UserCanary``) translate to it.
+*Many canaries* (one-run audits): ``included`` (R, M) marks which of M canaries each run holds
+(the caller's private draw); every included canary is Poisson-sampled independently with rate q
+at every step (one Bernoulli(q) draw per run and canary, row-major, so M = 1 is exactly the
+single-canary draw) and, when sampled, its own gradient (``gradient`` (M, K, d+1)) is added to
+the clipped sum, or its record (``z`` (M, d), record units only) joins the sample as one more unit.
+
+**Recording the trajectory** (``record``, an audit instrument for the trajectory threat model):
+the privatised sum -- clipped sum plus Gaussian noise, before division by m0 and Adam -- at given
+parameter coordinates, for every run and step; exactly the values the sanitised step then used.
+Recording reads the private outputs only, it draws nothing and changes no update.
 
 **Planted bugs (tests only).** :func:`planted_bug` switches on a deliberate fault in the shared
 clipped sums for the duration of a ``with`` block, so a test can show that a fault in the release
@@ -61,8 +71,8 @@ from . import dpsgd
 from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyAdamStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
 
 #: Planted bugs :func:`planted_bug` knows: "skip-clip" leaves the last unit of every sampled batch
-#: unclipped (an off-by-one in the clipping loop).
-PLANTED_BUGS = ("skip-clip",)
+#: unclipped (an off-by-one in the clipping loop); "half-noise" halves the DP noise of every step.
+PLANTED_BUGS = ("skip-clip", "half-noise")
 
 
 @contextlib.contextmanager
@@ -71,7 +81,9 @@ def planted_bug(name: str):
 
     ``"skip-clip"``: the last unit of each sampled batch (a record, or a user) keeps its full
     gradient instead of being clipped to C -- the sensitivity bound, hence the privacy claim,
-    no longer holds. Used to check that a bug in the release path reaches the audits (both run
+    no longer holds. ``"half-noise"``: every DP-SGD step (heads and modules: the shared
+    :class:`~dpaudit.mechanisms.dpsgd.NoisyAdamStep`) adds noise of half the calibrated standard
+    deviation, while the release still records (and claims) the calibrated noise multiplier. Used to check that a bug in the release path reaches the audits (both run
     this engine). Never enable it outside a test.
     """
     if name not in PLANTED_BUGS:
@@ -89,12 +101,17 @@ def planted_bug(name: str):
 
 @dataclass(frozen=True, eq=False)
 class CanaryHook:
-    """Where an audit's canary enters the clipped sums (see module docstring).
+    """Where an audit's canary (or canaries) enters the clipped sums (see module docstring).
 
-    ``included`` (R,): runs whose input holds the canary. Exactly one of:
+    One canary: ``included`` (R,), the runs whose input holds it. Exactly one of:
     ``z`` (G, d) with labels ``y`` (G,): canary rows, one more unit (G = 1 for record units);
     ``gradient`` (K, d+1): a fixed contribution, added whenever the canary is sampled (the audit
     sizes it, normally to norm C; the engine does not rescale it).
+
+    M canaries (one-run audits): ``included`` (R, M), canary j in run r iff ``included[r, j]``
+    (a private draw made by the caller), and either ``gradient`` (M, K, d+1), one fixed
+    contribution per canary (or a SciPy sparse (M, K(d+1)) matrix of the flattened rows), or ``z`` (M, d) with ``y`` (M,), one record unit per canary (record
+    units only). Each included canary is Poisson-sampled independently at every step.
     """
 
     included: np.ndarray
@@ -105,6 +122,13 @@ class CanaryHook:
     def __post_init__(self) -> None:
         if (self.z is None) == (self.gradient is None) or (self.z is None) != (self.y is None):
             raise UsageError("a canary hook must have either rows (z and y) or a gradient, got neither or both.")
+        if np.ndim(self.included) not in (1, 2):
+            raise UsageError(f"canary included must have shape (runs,) or (runs, canaries), got {np.shape(self.included)}.")
+
+    @property
+    def many(self) -> bool:
+        """True for M canaries (``included`` (R, M)), False for one (``included`` (R,))."""
+        return np.ndim(self.included) == 2
 
 
 def canary_draw(noise: NoiseSource, runs: int, q: float) -> np.ndarray:
@@ -130,12 +154,13 @@ class UserSampling:
 class RecordUnits:
     """Records as units: the closed-form clipped sum of head gradients over sampled rows.
 
-    Unit i is row i of ``z1`` (rows n.. hold canary records, never drawn by the ordinary sample).
+    Unit i is row i of ``z1`` (rows n.. hold canary records, never drawn by the ordinary sample:
+    one canary record, or with ``many`` one record per canary, canary j at row n + j).
     Each run's rows are gathered into a reused workspace and both matrix products read them there.
     """
 
-    def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, *, canary_rows: int = 0):
-        if canary_rows > 1:
+    def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, *, canary_rows: int = 0, many: bool = False):
+        if canary_rows > 1 and not many:
             raise UsageError(f"a record canary must be one record, got {canary_rows} rows.")
         self.z1, self.z1_norm, self.y, self.n_units = z1, z1_norm, y, n
         self.canary_unit = n if canary_rows else None
@@ -148,7 +173,11 @@ class RecordUnits:
         for r in range(len(w_rows)):
             lo, hi = offsets[r], offsets[r + 1]
             ix, zn, yb = flat[lo:hi], zn_f[lo:hi], y_f[lo:hi]
-            if hit is not None and hit[r]:
+            if hit is not None and hit.ndim == 2:
+                extra = np.flatnonzero(hit[r])
+                if extra.size:  # the sampled canary records: more units, last, in canary order
+                    ix, zn, yb = np.concatenate([ix, self.canary_unit + extra]), None, None
+            elif hit is not None and hit[r]:
                 ix, zn, yb = np.append(ix, self.canary_unit), None, None  # the canary record: one more unit, last
             _run_sum(self.ws, self.z1, self.z1_norm, self.y, ix, w_rows[r], sum_rows[r], self.clipping_norm, self.binary, self.clip, zn=zn, yb=yb)
 
@@ -218,11 +247,14 @@ def _with_extra_user(index, first_row: int, size: int):
 @dataclass(frozen=True)
 class BatchedHeadResult:
     """``weights`` (R, K, d+1), last column the bias; ``canary_samples[r]`` counts the steps at which
-    the canary was sampled in run r (0 for runs without it; None without a canary)."""
+    the canary was sampled in run r (0 for runs without it; None without a canary; (R, M) for M
+    canaries); ``recorded`` (R, T, P) (float32 by default): the privatised sums at the ``record``
+    coordinates (None unless asked for)."""
 
     weights: np.ndarray
     steps_executed: int
     canary_samples: np.ndarray | None = None
+    recorded: np.ndarray | None = None
 
 
 def augmented_features(parts: list, d: int, np_dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +290,7 @@ def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_b
     d = parts[0].shape[1]
     if canary is not None and canary.z is not None:
         cz = np.asarray(canary.z, dtype=np.float64)
-        cz = cz[None] if cz.ndim == 1 else cz  # one record given as (d,)
+        cz = cz[None] if cz.ndim == 1 and not canary.many else cz  # one record given as (d,)
         cy = np.asarray(canary.y, dtype=np.int64).reshape(-1)
         if cz.ndim != 2 or cz.shape[1] != d or cy.shape != (cz.shape[0],) or cy.min() < 0 or cy.max() >= n_classes:
             raise UsageError(f"canary rows must have {d} features and labels in [0, {n_classes}), got shape {np.shape(canary.z)} and {cy.tolist()}.")
@@ -290,13 +322,17 @@ def train_heads(
     z_has_bias_column: bool = False,
     progress: Progress | None = None,
     chunk_runs: int | None = None,
+    record=None,
 ) -> BatchedHeadResult:
     """Train ``runs`` independent DP-SGD linear heads on frozen features ``z`` (n, d) at once.
 
     Units: records (default) or users (``users``). ``init``: (K, d+1) shared by all runs or
     (R, K, d+1), from public randomness; zeros when omitted. ``canary``: an audit's
-    :class:`CanaryHook`. ``chunk_runs`` (speed/memory only): runs are trained in groups of this
-    many, one group after another; ``progress(steps_done, steps)`` is reported per group.
+    :class:`CanaryHook` (one canary or M). ``chunk_runs`` (speed/memory only): runs are trained in
+    groups of this many, one group after another; ``progress(steps_done, steps)`` is reported
+    per group. ``record``: parameter coordinates (P, 2) as (row k, column j), j = d the bias;
+    the result's ``recorded`` (R, T, P) (in ``dtype``, float32 by default) then holds, per run
+    and step, the privatised sum (clipped sum + noise, before /m0 and Adam) at those coordinates.
     Privacy contract: module docstring.
     """
     runs = positive_int("runs", runs)
@@ -306,38 +342,118 @@ def train_heads(
     included = None
     if canary is not None:
         included = np.asarray(canary.included, dtype=bool)
-        if included.shape != (runs,):
-            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {included.shape}.")
+        if included.shape[0] != runs or (canary.many and included.shape[1] < 1):
+            want = f"({runs},)" if not canary.many else f"({runs}, canaries >= 1)"
+            raise UsageError(f"canary_in must be a boolean array of shape {want}, got {included.shape}.")
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     n = z.shape[0]
     z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
     grad_canary = None
-    if canary is not None and canary.gradient is not None:
+    if canary is not None and canary.gradient is not None and canary.many:
+        grad_canary = _SparseCanaries(canary.gradient, (included.shape[1], k, d + 1), np_dtype)
+    elif canary is not None and canary.gradient is not None:
         grad_canary = np.asarray(canary.gradient, dtype=np.float64)
         if grad_canary.shape != (k, d + 1) or not np.all(np.isfinite(grad_canary)):
             raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad_canary.shape}.")
         grad_canary = grad_canary.astype(np_dtype)
     canary_rows = z1.shape[0] - n
+    if canary is not None and canary.many and canary.z is not None and canary_rows != included.shape[1]:
+        raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")
+    if users is not None and canary is not None and canary.many:
+        raise UsageError(f"a user-level canary must be one user (included of shape ({runs},)), got {included.shape}.")
     if users is None:
-        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows)
+        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=canary is not None and canary.many)
     else:
         units = UserUnits(z1, z1_norm, labels, n, k, config, users, noise, canary_rows=canary_rows)
+    coords = None if record is None else _record_coordinates(record, k, d)
     w0 = initial_heads(init, runs, k, d)
     step = chunk_runs or runs
-    weights, counts, executed = [], [], []
+    weights, counts, executed, recorded = [], [], [], []
     with blas_threads():
         for start in range(0, runs, step):
             stop = min(runs, start + step)
-            w, steps_done, c = _loop(units, config, noise=noise, w0=w0[start:stop], np_dtype=np_dtype,
-                                     included=None if included is None else included[start:stop], grad_canary=grad_canary, progress=progress)
+            w, steps_done, c, rec = _loop(units, config, noise=noise, w0=w0[start:stop], np_dtype=np_dtype,
+                                          included=None if included is None else included[start:stop], grad_canary=grad_canary,
+                                          progress=progress, coords=coords)
             weights.append(w)
             counts.append(c)
             executed.append(steps_done)
+            recorded.append(rec)
     return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
-                             canary_samples=None if canary is None else np.concatenate(counts))
+                             canary_samples=None if canary is None else np.concatenate(counts),
+                             recorded=None if coords is None else np.concatenate(recorded))
 
 
-def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_canary, progress):
+def _record_coordinates(record, k: int, d: int) -> np.ndarray:
+    """``record`` as flat indices into a (K, d+1) head, checked."""
+    rc = np.asarray(record)
+    if rc.ndim != 2 or rc.shape[1] != 2 or rc.shape[0] < 1 or not np.issubdtype(rc.dtype, np.integer) \
+            or rc[:, 0].min() < 0 or rc[:, 0].max() >= k or rc[:, 1].min() < 0 or rc[:, 1].max() > d:
+        raise UsageError(f"record must be integer (row, column) pairs with rows in [0, {k}) and columns in [0, {d}], got {rc.tolist()}.")
+    return (rc[:, 0] * (d + 1) + rc[:, 1]).astype(np.int64)
+
+
+class _SparseCanaries:
+    """M fixed canary gradients, given as an array (M, K, d+1) or a SciPy sparse matrix
+    (M, K(d+1)) (row j: canary j's gradient flattened), kept sparse: one-run Dirac canaries have
+    one non-zero each, so adding the sampled ones costs O(R nnz) per step instead of O(R M K d)."""
+
+    def __init__(self, gradients, shape: tuple[int, int, int], np_dtype):
+        from scipy import sparse
+
+        m, k, d1 = shape
+        if sparse.issparse(gradients):
+            g = sparse.csr_matrix(gradients, dtype=np.float64)
+            ok = g.shape == (m, k * d1) and bool(np.all(np.isfinite(g.data)))
+            got = g.shape
+        else:
+            a = np.asarray(gradients, dtype=np.float64)
+            ok, got = a.shape == shape and bool(np.all(np.isfinite(a))), a.shape
+            g = sparse.csr_matrix(a.reshape(m, -1)) if ok else None
+        if not ok:
+            raise UsageError(f"canary gradients must be finite, shaped {shape} (or sparse {(m, k * d1)}), got {got}.")
+        g.eliminate_zeros()
+        self.matrix_t = g.astype(np_dtype).T.tocsr()  # (K(d+1), M)
+        self.touched = np.unique(self.matrix_t.nonzero()[0])
+        self.sub_t = self.matrix_t[self.touched]  # only the touched coordinates: (U, M)
+
+    def add_to(self, sums: np.ndarray, hit: np.ndarray) -> None:
+        """sums (R, K, d+1) += sum_j hit[:, j] * gradient[j], only at the touched coordinates."""
+        flat = sums.reshape(sums.shape[0], -1)
+        flat[:, self.touched] += (self.sub_t @ hit.T.astype(sums.dtype)).T.astype(sums.dtype, copy=False)
+
+
+class _Recorder:
+    """Records the privatised sum at flat coordinates ``coords`` of every run, step by step.
+
+    The sanitiser adds its noise as ``sums += fill()``; the recorder wraps that filler (the noise
+    draw itself is untouched) and stores ``sums[coords] + noise[coords]`` -- the same
+    floating-point additions, hence bit for bit the values the step then divides by m0 and hands
+    to Adam. Without noise (``non_private``) it stores the clipped sum itself.
+    """
+
+    def __init__(self, sanitise: NoisyAdamStep, sums: np.ndarray, coords: np.ndarray, steps: int):
+        runs = sums.shape[0]
+        self.flat, self.coords, self.t = sums.reshape(runs, -1), coords, 0
+        self.values = np.zeros((runs, steps, coords.size), dtype=sums.dtype)
+        self.noised = bool(sanitise._fills)
+        if self.noised:
+            fill = sanitise._fills[0]  # the one (R, K, d+1) buffer of the heads' sanitiser
+
+            def observed_fill() -> np.ndarray:
+                drawn = fill()
+                self.values[:, self.t] = self.flat[:, self.coords] + drawn.reshape(runs, -1)[:, self.coords]
+                return drawn
+
+            sanitise._fills[0] = observed_fill
+
+    def before_apply(self, t: int) -> None:
+        self.t = t
+        if not self.noised:
+            self.values[:, t] = self.flat[:, self.coords]
+
+
+def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_canary, progress, coords=None):
     """The DP-SGD loop for one group of runs (module docstring: protocol and order of draws)."""
     runs = w0.shape[0]
     w = np.array(w0, dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
@@ -347,20 +463,30 @@ def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_can
     sums = sums_t.numpy()
     w_rows, sum_rows = list(w_t.unbind(0)), list(sums_t.unbind(0))  # per-run views, made once
     q = config.sample_rate
-    counts = np.zeros(runs, dtype=np.int64) if included is not None else None
+    many = included is not None and included.ndim == 2
+    counts = np.zeros(included.shape, dtype=np.int64) if included is not None else None
+    recorder = None if coords is None else _Recorder(sanitise, sums, coords, config.steps)
     report_every = max(1, config.steps // 200)
     steps_done = 0
     for t in range(1, config.steps + 1):
         flat, offsets = dpsgd.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
         hit = None
         if included is not None:
-            hit = canary_draw(noise, runs, q) & included
+            if many:  # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)
+                hit = canary_draw(noise, included.size, q).reshape(included.shape) & included
+            else:
+                hit = canary_draw(noise, runs, q) & included
             counts += hit
         units.step(flat, offsets, hit if grad_canary is None else None, w_rows, sum_rows)
         if grad_canary is not None:
-            sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
+            if many:
+                grad_canary.add_to(sums, hit)
+            else:
+                sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
+        if recorder is not None:
+            recorder.before_apply(t - 1)
         sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, Adam: exactly torch.optim.Adam, every run at once
         steps_done += 1  # one accountant step, empty batches included
         if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
             progress(steps_done, config.steps)
-    return w.astype(np.float64), steps_done, counts
+    return w.astype(np.float64), steps_done, counts, None if recorder is None else recorder.values

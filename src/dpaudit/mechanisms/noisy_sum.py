@@ -137,6 +137,8 @@ class NoisySum:
 
     def audit_target(self, plan: ReleasePlan, canary: str, **opts):
         """The Gaussian audit target of this plan: sigma, C and d of the release (module docstring).
+        Its ``claimed_event`` is the plan's event, SubsampledGaussian(sigma, 1, 1), stated with the
+        PLD accountant (exact for one Gaussian: the exact epsilon the audit checks).
 
         ``opts``: ``n_records`` (public records of the synthetic base, default the plan's N0) and
         ``seed`` (default the plan's seed)."""
@@ -147,10 +149,13 @@ class NoisySum:
         unknown = sorted(set(opts) - {"n_records", "seed"})
         if unknown:
             raise UsageError(f"noisy-sum audit options must be among n_records, seed, got {', '.join(unknown)}.")
-        return GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,
-                              clipping_norm=float(plan.config["clipping_norm"]), dimension=int(plan.config["dimension"]),
-                              n_records=int(opts.get("n_records") or max(1, plan.config["n_train"])), seed=int(opts.get("seed", plan.seed)),
-                              mechanism=NAME)
+        target = GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,
+                                clipping_norm=float(plan.config["clipping_norm"]), dimension=int(plan.config["dimension"]),
+                                n_records=int(opts.get("n_records") or max(1, plan.config["n_train"])), seed=int(opts.get("seed", plan.seed)),
+                                mechanism=NAME)
+        if target.claimed_event != plan.event:  # the claim audited must be the plan's own event
+            raise DataError(f"audit target event must equal the plan's {plan.event.to_dict()}, got {target.claimed_event.to_dict()}.")
+        return target
 
 
 MECHANISM = NoisySum()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ..errors import DPAuditError
 from ..records import Release
-from . import stats
-from .inputs import Inputs, LoadedAudit, LoadedRelease, Note, canonical_mechanism, command_str, integer, num, read_scores, scores_file
+from . import evidence, stats
+from .inputs import (Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, integer, num, read_scores,
+                     scores_file)
 
 
 def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | None]:
@@ -54,6 +55,7 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     entry["compared_claim"] = min(claims) if claims else None
     if v["missing"]:
         notes.append(Note("info", "audit", f"{label} lacks keys: {', '.join(v['missing'])}."))
+    _evidence(entry, la, v, label, notes)
     # recompute the bound and the ceiling from the EVAL counts (independent cross-check)
     counts = v["counts"] or {}
     c = {k: integer(counts.get(k)) for k in ("tp", "fp", "tn", "fn")}
@@ -66,7 +68,9 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
         if entry["ceiling"] is None:
             entry["ceiling"] = stats.ceiling(n_in=c["tp"] + c["fn"], n_out=c["fp"] + c["tn"], delta=delta, confidence=conf)
             entry["ceiling_source"] = "computed by the report from the EVAL counts"
-        stored = v["epsilon_lower_bound"]
+        # the counts are the Clopper-Pearson test's: compare with the CP bound, which is the
+        # top-level eps_LB only when Clopper-Pearson decided the audit
+        stored = entry["clopper_pearson_epsilon"]
         if stored is not None and abs(stored - rec) > 0.01 + 1e-3 * abs(rec):
             notes.append(Note("warning", "audit", f"{label}: stored eps_LB {stored:.4f} differs from the Clopper-Pearson bound "
                                                   f"{rec:.4f} recomputed from its counts (two-sided split of significance)."))
@@ -89,6 +93,16 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     elif rec is not None and rec > claim:
         status = "incomplete"
         notes.append(Note("error", "verdict", f"{label}: stored eps_LB {lb:.4f} <= claim {claim:.4f} but its own counts give {rec:.4f} > claim; INCONCLUSIVE."))
+    elif entry["statistic"] == "claimed-curve" and entry["claimed_curve"] is not None and entry["claimed_curve"]["violated"]:
+        # the curve test falsified the claimed event, yet its eps_LB does not exceed the claim:
+        # a record at odds with itself must not read as "no evidence" (fail closed)
+        status = "incomplete"
+        notes.append(Note("error", "verdict", f"{label}: its claimed-curve test says the claimed event is violated but its eps_LB {lb:.4f} "
+                                              f"<= claim {claim:.4f}; INCONCLUSIVE."))
+    elif entry["statistic"] not in evidence.STATISTICS:
+        status = "incomplete"
+        notes.append(Note("error", "verdict", f"{label}: eps_LB comes from statistic {entry['statistic']!r}, which this report does not know; "
+                                              "INCONCLUSIVE."))
     elif v["mechanism"] is None:
         status = "incomplete"  # no mechanism: no claim it could support (a violation above is still shown)
     else:
@@ -126,6 +140,84 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
             except DPAuditError as e:
                 notes.append(Note("error", "audit", f"{label}: {e}"))
     return entry
+
+
+def _evidence(entry: dict, la: LoadedAudit, v: dict, label: str, notes: list[Note]) -> None:
+    """The issue-15 blocks of an audit record: which statistic decided its eps_LB, the
+    Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
+    the cross-tool comparison statistics. An audit.json from before these existed has none of
+    them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
+    rec = la.record
+    entry["statistic"] = evidence.statistic_of(rec)
+    cp = num(rec.get("clopper_pearson_epsilon"))
+    entry["clopper_pearson_epsilon"] = cp if cp is not None else (v["epsilon_lower_bound"] if entry["statistic"] == "clopper-pearson" else None)
+    entry["threat_model"] = rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
+    entry["comparison"] = evidence.comparison_view(rec.get("comparison"))
+    cv = evidence.curve_view(rec.get("claimed_curve"))
+    entry["claimed_curve"] = cv
+    if rec.get("claimed_curve") is not None and cv is None:
+        notes.append(Note("warning", "audit", f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
+                                              "in [0, 1], and violated); no trade-off figure."))
+    if entry["statistic"] == "claimed-curve":
+        if cv is None:
+            notes.append(Note("warning", "audit", f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
+                                                  "no readable claimed_curve block to check it against."))
+        elif cv["epsilon_lower_bound"] is not None and v["epsilon_lower_bound"] is not None and \
+                abs(cv["epsilon_lower_bound"] - v["epsilon_lower_bound"]) > 1e-9 + 1e-6 * abs(cv["epsilon_lower_bound"]):
+            notes.append(Note("warning", "audit", f"{label}: top-level eps_LB {v['epsilon_lower_bound']:.4f} differs from its claimed-curve "
+                                                  f"block's {cv['epsilon_lower_bound']:.4f}."))
+
+
+#: The analyses of a one-run record (its ``statistic`` field) and their names in the report.
+ONE_RUN_STATISTICS = {"f-dp": "one-run f-DP", "steinke": "one-run (eps, delta)"}
+
+
+def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
+    """One one-run audit (one_run.json): its bounds, and its own verdict against its claim.
+
+    The record's deciding analysis (f-DP when a claimed event was tested, else Steinke et al.)
+    decides: its bound above the claim is a VIOLATION; an f-DP ``violated`` flag its eps_LB does
+    not back, or a missing claim, is INCONCLUSIVE (fail closed). A no-noise run is a control.
+    """
+    label = f"one-run record {lo.path}"
+    view = evidence.one_run_view(lo.record)
+    if view is None:
+        notes.append(Note("error", "audit", f"{label} skipped: it has neither a steinke nor an fdp block."))
+        return None
+    rec = lo.record
+    e = dict(view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path))
+    claim = view["claimed_epsilon"]
+    st_lb = (view["steinke"] or {}).get("epsilon_lower_bound")
+    fd_lb = (view["fdp"] or {}).get("epsilon_lower_bound")
+    # One analysis decides, fixed before looking (the record's rule: f-DP when a claimed event
+    # was tested, else Steinke et al.); taking the larger of the two would test twice at the
+    # stated confidence. The other is shown beside it, never used for the verdict.
+    stat = rec.get("statistic") if rec.get("statistic") in ONE_RUN_STATISTICS else ("f-dp" if fd_lb is not None else "steinke")
+    lb = fd_lb if stat == "f-dp" else st_lb
+    e["statistic"] = ONE_RUN_STATISTICS[stat]
+    e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
+    other, other_lb = ("steinke", st_lb) if stat == "f-dp" else ("f-dp", fd_lb)
+    control = rec.get("noise") is False or rec.get("role") not in (None, "main") or rec.get("canary_inserted") is False
+    fdp_flag = (view["fdp"] or {}).get("violated") if stat == "f-dp" else None
+    if control:
+        status = "control"
+        notes.append(Note("info", "verdict", f"{label} is a control run (no noise or no canary); no privacy claim applies to it."))
+    elif claim is None or e["epsilon_lower_bound"] is None:
+        status = "incomplete"
+        notes.append(Note("error", "verdict", f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE."))
+    elif e["epsilon_lower_bound"] > claim:
+        status = "violation"
+    elif fdp_flag:
+        status = "incomplete"
+        notes.append(Note("error", "verdict", f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
+                                              f"{e['epsilon_lower_bound']:.4f} <= claim {claim:.4f}; INCONCLUSIVE."))
+    else:
+        status = "no-evidence"
+    if not control and claim is not None and other_lb is not None and other_lb > claim and status != "violation":
+        notes.append(Note("warning", "verdict", f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
+                                                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."))
+    e["status"] = status
+    return e
 
 
 def table16(entries: list[dict]) -> dict:

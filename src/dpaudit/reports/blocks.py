@@ -85,7 +85,10 @@ def verdict_blocks(report: dict) -> list[Block]:
         out.append(Block("p", text="No mechanism found among the inputs."))
     out.append(Block("p", text=(
         "A VIOLATION means an audit certified (at its stated confidence) a lower bound on epsilon above the claim. "
-        "“No evidence of a violation” is not a proof of privacy: it is bounded by the audit's ceiling and attack strength.")))
+        "“No evidence of a violation” is not a proof of privacy: it is bounded by the audit's ceiling and attack strength. "
+        "Each line names the statistic that decided it: claimed-curve (the audit's confidence box tested against the claim's whole "
+        "trade-off curve, reported as the strongest member of the claim's family it rules out) or clopper-pearson (one (eps, delta) "
+        "point, the statistic of audits without a claimed event and of older audit records).")))
     return out
 
 
@@ -436,7 +439,8 @@ def audit_blocks(report: dict) -> list[Block]:
     a = report["sections"]["audit"]
     entries = a["audits"]
     if not entries:
-        return [Block("p", text="No audit among the inputs.")]
+        return [Block("p", text="No audit among the inputs." if not a.get("one_run") else "No trial-based audit among the inputs.")] \
+            + _one_run_blocks(a.get("one_run") or [])
     t = a["table16"]
     headers = ["mechanism", "task / target", "claimed eps"]
     for c in t["canaries"]:
@@ -480,8 +484,89 @@ def audit_blocks(report: dict) -> list[Block]:
                               "trials", "EVAL trials", "TP/FP/TN/FN", "threshold", "ceiling", "GDP est.", "AUC", "method", "status"], rows=det))
     for k, m in enumerate(methods, 1):
         out.append(Block("p", text=f"Method [{k}]: {m}"))
+    out.extend(_statistic_blocks(entries))
     out.append(Block("figures", figures=["eps_lb_vs_claimed", "roc", "hist"]))
+    out.extend(_one_run_blocks(a.get("one_run") or []))
     return out
+
+
+def _with_interval(x: Any, iv: Any, digits: int = 3) -> str:
+    if num(x) is None:
+        return DASH
+    if isinstance(iv, list) and len(iv) == 2 and all(num(v) is not None for v in iv):
+        return f"{f(x, digits)} [{f(iv[0], digits)}, {f(iv[1], digits)}]"
+    return f(x, digits)
+
+
+def _statistic_blocks(entries: list[dict]) -> list[Block]:
+    """Which statistic decided each audit, the claimed-curve test beside today's Clopper-Pearson
+    bound, the statistics reviewers compare across tools, and the trade-off figures. Shown only
+    when some audit records them (an audit.json from before claimed-curve audits has none)."""
+    if not any(e.get("claimed_curve") or e.get("comparison") or e.get("statistic") == "claimed-curve" for e in entries):
+        return []
+    rows = []
+    for e in entries:
+        cv = e.get("claimed_curve") or {}
+        cmp_ = e.get("comparison") or {}
+        fam = cv.get("family") or {}
+        tprs = {round(num(t["fpr"]), 6): t for t in cmp_.get("tpr_at_fpr") or [] if num(t.get("fpr")) is not None}
+        t01, t1 = tprs.get(0.001) or {}, tprs.get(0.01) or {}
+        au = cmp_.get("auroc") or {}
+        gd = cmp_.get("gdp_estimate") or {}
+        cpb = cmp_.get("cp_bonferroni") or {}
+        fam_s = DASH
+        if fam.get("parameter"):
+            rel = "<=" if fam["parameter"] == "epsilon" else ">="
+            fam_s = (f"{fam['parameter']} {rel} {f(fam.get('lower_bound'), 4)} ruled out (claimed {f(fam.get('claimed'), 4)})"
+                     if fam.get("lower_bound") is not None else f"nothing ruled out (claimed {fam['parameter']} {f(fam.get('claimed'), 4)})")
+        rows.append([
+            str(e.get("label") or DASH), str(e.get("statistic") or DASH), f(e.get("epsilon_lower_bound")), f(e.get("compared_claim")),
+            f(cv.get("epsilon_lower_bound")) if cv else DASH, fam_s,
+            ("VIOLATED" if cv.get("violated") else "not violated") if cv else DASH,
+            f(e.get("clopper_pearson_epsilon")),
+            (f"{f(cpb.get('epsilon_lower_bound'))} ({_val(cpb.get('thresholds_tested'))} thresholds)" if cpb else DASH),
+            _with_interval(t01.get("tpr"), t01.get("tpr_interval")), _with_interval(t1.get("tpr"), t1.get("tpr_interval")),
+            _with_interval(au.get("auc"), au.get("interval")),
+            (_with_interval(gd.get("epsilon"), gd.get("epsilon_interval")) + " (estimate)") if gd else DASH,
+            str(e.get("threat_model") or DASH),
+        ])
+    out = [Block("table", caption="Statistic that decided each audit, and the statistics reviewers compare across tools "
+                                  "(claimed-curve: the confidence box of one test chosen on SELECT against the claimed trade-off curve; "
+                                  "Clopper-Pearson: today's SELECT/EVAL eps_LB; the GDP value is an estimate, not a bound)",
+                 headers=["audit", "statistic (decides)", "eps_LB", "claim", "claimed-curve eps_LB", "claim's family", "claimed curve",
+                          "CP eps_LB (SELECT/EVAL)", "CP eps_LB (Bonferroni)", "TPR at FPR 0.1 % [CI]", "TPR at FPR 1 % [CI]",
+                          "AUROC [bootstrap CI]", "GDP eps (estimate)", "threat model"], rows=rows)]
+    if any(e.get("claimed_curve") for e in entries):
+        out.append(Block("p", text="Trade-off figures: the claimed curve (FNR against FPR) with the audit's EVAL points and the "
+                                   "chosen test's confidence box [0, FPR_hi] x [0, FNR_hi]; a box wholly below the claimed curve "
+                                   "falsifies the claim at the audit's confidence and is drawn in red."))
+        out.append(Block("figures", figures=["tradeoff"]))
+    return out
+
+
+def _one_run_blocks(entries: list[dict]) -> list[Block]:
+    """One-run audits (one_run.json): both analyses' bounds against the claim."""
+    if not entries:
+        return []
+    rows = []
+    for e in entries:
+        st = e.get("steinke") or {}
+        fd = e.get("fdp") or {}
+        rows.append([
+            str(e.get("label") or DASH), str(e.get("mechanism") or DASH), str(e.get("kind") or DASH), f(e.get("canaries")),
+            f(e.get("included")), f(e.get("claimed_epsilon")), g(e.get("delta")), g(e.get("confidence")),
+            f"{f(st.get('correct'))} / {f(st.get('guesses'))}" if st else DASH,
+            f(st.get("epsilon_lower_bound")) if st else DASH, f(st.get("ceiling"), 2) if st else DASH,
+            f(fd.get("epsilon_lower_bound")) if fd else "not computed",
+            (("VIOLATED" if fd.get("violated") else "not violated") if fd.get("violated") is not None else DASH) if fd else DASH,
+            str(e.get("statistic") or DASH), str(e.get("status", "")).upper(),
+        ])
+    return [Block("table", caption="One-run audits (Steinke, Nasr & Jagielski 2023; f-DP analysis: Mahloujifar et al. 2024): "
+                                   "m canaries each included with probability 1/2, one training run",
+                  headers=["record", "mechanism", "canary kind", "m", "included", "claim", "delta", "confidence", "correct / guesses",
+                           "eps_LB (eps, delta)", "ceiling", "eps_LB (f-DP)", "claimed curve (f-DP)", "statistic (decides)", "status"],
+                  rows=rows),
+            Block("figures", figures=["onerun"])]
 
 
 def _method_ref(method: Any, methods: list[str]) -> str:

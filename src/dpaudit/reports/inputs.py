@@ -79,6 +79,13 @@ class Inputs:
     notes: list[Note] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     sweeps: list["LoadedSweep"] = field(default_factory=list)
+    one_runs: list["LoadedOneRun"] = field(default_factory=list)
+
+
+@dataclass
+class LoadedOneRun:
+    path: Path  # the file one_run.json
+    record: dict
 
 
 # ``num`` (a float from a JSON value, else None) and ``integer`` are dpaudit.claims' readers, so
@@ -173,7 +180,7 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
     seen: set[Path] = set()
     for p in given:
         if p.is_file():
-            files = [p] if sweep_store_name() != p.name else []
+            files = [p] if p.name not in (sweep_store_name(), ONE_RUN_FILE) else []  # one-run records: find_one_runs
         else:
             files = sorted(f for f in p.rglob("*.json") if f.name in names and not any(part.startswith(".") for part in f.relative_to(p).parts[:-1]))
         for f in files:
@@ -583,6 +590,26 @@ def check_release_types(rel: Release, where: Path) -> None:
 # ------------------------------------------------------------------ loading
 
 
+#: File name of a one-run audit record (the one-run analysis writes it where audit.json would go).
+ONE_RUN_FILE = "one_run.json"
+
+
+def find_one_runs(paths: Iterable[Path]) -> list[Path]:
+    """Every ``one_run.json`` at or below ``paths`` (files or folders; hidden folders skipped)."""
+    out: list[Path] = []
+    seen: set[Path] = set()
+    for p in paths:
+        if p.is_file():
+            found = [p] if p.name == ONE_RUN_FILE else []
+        else:
+            found = sorted(f for f in p.rglob(ONE_RUN_FILE) if f.is_file() and _visible(f, p))
+        for f in found:
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                out.append(f)
+    return out
+
+
 def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     """Read every release, audit and sweep under ``paths``; unreadable files become error notes."""
     paths = list(paths)
@@ -602,16 +629,18 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
             out.notes.append(Note("error", "inputs", f"release {f} skipped: malformed fields ({e})."))
             continue
         out.releases.append(LoadedRelease(f.parent, rel))
-    for f in audit_files:
-        try:
-            rec = read_json(f, "audit")
-        except DPAuditError as e:
-            out.notes.append(Note("error", "inputs", f"audit skipped: {e}"))
-            continue
-        view = normalise_audit(rec)
-        out.audits.append(LoadedAudit(f.parent, rec, view))
-    if not out.releases and not out.audits and not out.sweeps:
-        if release_files or audit_files:
+    one_run_files = find_one_runs(given)
+    for what, files, add in (("audit", audit_files, lambda f, rec: out.audits.append(LoadedAudit(f.parent, rec, normalise_audit(rec)))),
+                             ("one-run record", one_run_files, lambda f, rec: out.one_runs.append(LoadedOneRun(f, rec)))):
+        for f in files:
+            try:
+                rec = read_json(f, what)
+            except DPAuditError as e:
+                out.notes.append(Note("error", "inputs", f"{what} skipped: {e}"))
+                continue
+            add(f, rec)
+    if not out.releases and not out.audits and not out.sweeps and not out.one_runs:
+        if release_files or audit_files or one_run_files:
             msgs = "; ".join(n.message for n in out.notes[:3])
             raise DataError(f"no readable release or audit under the given paths ({msgs}).")
         raise DataError(

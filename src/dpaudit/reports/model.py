@@ -68,7 +68,14 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   metrics: {name: {mean, sd, n}}}], curves: [{mechanism, dataset, delta, points, reference}]};
 - ``sections.audit``: {table16: {canaries, rows, max}, audits: [one entry per audit record
   with status, compared_claim, recomputed_epsilon_lower_bound, ceiling (+ source), controls,
-  roc, histogram, ...], eps_points};
+  roc, histogram, statistic (claimed-curve | clopper-pearson: what decided its eps_LB; an old
+  audit.json means clopper-pearson), clopper_pearson_epsilon, threat_model, claimed_curve (the
+  validated audit.json block, drawn as the trade-off figure; null without one), comparison
+  (cp_bonferroni, tpr_at_fpr, auroc, gdp_estimate; null without one), ...], eps_points,
+  one_run: [one entry per one_run.json: mechanism, kind, canaries, claimed_epsilon, delta,
+  confidence, steinke, fdp, epsilon_lower_bound, statistic, status]};
+- ``sections.verdict`` entries also carry ``decided_by`` and ``statistics`` (the statistics
+  behind the line); a one-run record with a claim gets a verdict line of its own;
 - ``sections.reproduce``: [{kind: release | audit | sweep | report, mechanism, id, path, command,
   seed, noise, parameters?}];
 - ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep with
@@ -158,7 +165,8 @@ def build_report(
     budget_section = {**ledger, "composition": budget.release_composition(inputs.releases + sweep_releases, cache, notes),
                       "datasets": datasets}
     sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]
-    verdicts = verdicts + [sweep_verdict(e) for e in sweeps]
+    one_runs = [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
+    verdicts = verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps]
     points = [{"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
                "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
                "ceiling": e["ceiling"], "status": e["status"]} for e in audit_entries]
@@ -168,7 +176,7 @@ def build_report(
         "provenance": provenance.provenance(inputs.releases + sweep_releases, inputs.audits, notes, fingerprints),
         "budget": budget_section,
         "utility": utility.utility(inputs.releases, notes),
-        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": points},
+        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": points, "one_run": one_runs},
         "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
     }
     if sweeps:
@@ -183,6 +191,7 @@ def build_report(
             "paths": inputs.paths,
             "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
             "audits": [{"id": la.view["id"], "mechanism": la.view["mechanism"], "path": str(la.path)} for la in inputs.audits],
+            "one_runs": [str(lo.path) for lo in inputs.one_runs],
             "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
             "ledger": budget_section["ledger"],
         },

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 
 from .inputs import num
+from .figstyle import new_figure, png_bytes, style_axes
+from .tradeoff import one_run_figure, tradeoff_figure
 
 PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6d4c41", "#546e7a")
 IN_COLOR, OUT_COLOR = "#c0392b", "#1f4e79"
@@ -31,28 +33,15 @@ class Figure:
 
 
 def _new_figure(figsize=FIGSIZE):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure as MplFigure
-
-    fig = MplFigure(figsize=figsize, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+    return new_figure(figsize)
 
 
 def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=11)
-    ax.set_xlabel(xlabel, fontsize=10)
-    ax.set_ylabel(ylabel, fontsize=10)
-    ax.tick_params(labelsize=9)
-    ax.grid(True, which="major", alpha=0.3, linewidth=0.6)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    style_axes(ax, title, xlabel, ylabel, size=11)
 
 
 def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def _label(e: dict) -> str:
@@ -212,5 +201,35 @@ def utility_figures(report: dict) -> list[Figure]:
     return out
 
 
+def tradeoff_figures(report: dict) -> list[Figure]:
+    """One trade-off figure per audit with a claimed_curve block (:mod:`.tradeoff`)."""
+    out = []
+    for e in report["sections"]["audit"]["audits"]:
+        cv = e.get("claimed_curve")
+        if not cv:
+            continue
+        fig = tradeoff_figure({"mechanism": e.get("mechanism"), "canary": e.get("canary"), "claimed_epsilon": e.get("compared_claim"),
+                               "delta": e.get("delta"), "confidence": e.get("confidence"), "claimed_curve": cv})
+        verdict = "VIOLATION: the box is below the claimed curve" if cv.get("violated") else "the box reaches the claimed curve"
+        out.append(Figure(f"tradeoff_{e['index']}", "audit", f"Trade-off ({_label(e)})",
+                          f"Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL points (grey) and the "
+                          f"chosen test's confidence box; {verdict}. Left linear, right log-log.", png_bytes(fig)))
+    return out
+
+
+def one_run_figures(report: dict) -> list[Figure]:
+    """One bar figure per one-run record: both analyses' eps_LB, the ceiling and the claim."""
+    out = []
+    for e in report["sections"]["audit"].get("one_run") or []:
+        rec = {"mechanism": e.get("mechanism"), "kind": e.get("kind"), "canaries": e.get("canaries"),
+               "claimed_epsilon": e.get("claimed_epsilon"), "steinke": e.get("steinke"), "fdp": e.get("fdp"),
+               "statistic": "f-dp" if e.get("statistic") == "one-run f-DP" else "steinke"}
+        out.append(Figure(f"onerun_{e['index']}", "audit", f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})",
+                          "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); red: above the claim.",
+                          png_bytes(one_run_figure(rec))))
+    return out
+
+
 def all_figures(report: dict) -> list[Figure]:
-    return utility_figures(report) + eps_figure(report) + roc_figures(report) + histogram_figures(report)
+    return (utility_figures(report) + eps_figure(report) + roc_figures(report) + histogram_figures(report)
+            + tradeoff_figures(report) + one_run_figures(report))

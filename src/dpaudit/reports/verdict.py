@@ -25,6 +25,50 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.3f}")
 
 
+def _statistics(entries: list[dict]) -> list[str]:
+    """The statistics behind ``entries``' eps_LB, in first-seen order."""
+    out: list[str] = []
+    for e in entries:
+        if e.get("statistic") and e["statistic"] not in out:
+            out.append(e["statistic"])
+    return out
+
+
+def _tally(entries: list[dict]) -> str:
+    """"claimed-curve" or, for a mix, "claimed-curve (2 audits), clopper-pearson (1)"."""
+    names = _statistics(entries)
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
+
+
+def one_run_verdicts(entries: list[dict]) -> list[dict]:
+    """One verdict line per one-run audit (one_run.json) with a claim: a one-run bound is a
+    lower bound on its own, so a bound above the claim is a VIOLATION, stated with the analysis
+    that found it (Steinke et al. 2023 (eps, delta) or the f-DP analysis)."""
+    out = []
+    for e in entries:
+        if e["status"] == "control":
+            continue
+        m = e["canaries"]
+        name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
+        lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
+        if e["status"] == "violation":
+            line = f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(claim)}, decided by the {e['statistic']} statistic"
+        elif e["status"] == "no-evidence":
+            line = f"no evidence of a violation (eps_LB {_fmt(lb)} <= claimed {_fmt(claim)}; statistic: {e['statistic']})"
+        else:
+            line = "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
+        out.append({
+            "mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
+            "flags": ["one-run"], "line": f"{name}: {line}", "max_epsilon_lower_bound": lb,
+            "decided_by": [e["statistic"]] if e["statistic"] and e["status"] in ("violation", "no-evidence") else [],
+            "statistics": [e["statistic"]] if e["statistic"] else [],
+            "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]],
+        })
+    return out
+
+
 def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note],
               with_scores: bool) -> tuple[list[dict], list[dict]]:
     groups: "OrderedDict[str, dict]" = OrderedDict()
@@ -96,12 +140,15 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
         if mismatched:
             flags.append("accounting-mismatch")
             parts.append("ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in mismatched))
+        decided_by: list[str] = []
         if violations:
             worst = max(violations, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
             status = "violation"
+            decided_by = [worst["statistic"]]
             where = ", ".join(x for x in (f"canary {worst['canary']}" if worst["canary"] else "", f"task {worst['task']}" if worst["task"] else "") if x)
             parts.append(f"VIOLATION: eps_LB {_fmt(worst['epsilon_lower_bound'])} > claimed {_fmt(worst['compared_claim'])}"
                          + (f" ({where})" if where else "")
+                         + f", decided by the {worst['statistic']} statistic"
                          + (f"; {len(violations)} of {len(g_entries)} audits exceed their claim" if len(g_entries) > 1 else ""))
         elif incomplete:
             status = "inconclusive"
@@ -109,7 +156,9 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
         elif ok:
             status = "no-evidence"
             best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
-            parts.append(f"no evidence of a violation (max eps_LB {_fmt(best['epsilon_lower_bound'])} <= claimed {_fmt(best['compared_claim'])})")
+            decided_by = _statistics(ok)
+            parts.append(f"no evidence of a violation (max eps_LB {_fmt(best['epsilon_lower_bound'])} <= claimed {_fmt(best['compared_claim'])}; "
+                         f"statistic: {_tally(ok)})")
         elif g["releases"] or controls_only:
             status = "not-audited"
             parts.append("NOT AUDITED: only control runs of this mechanism among the inputs" if controls_only
@@ -137,6 +186,8 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
             "mechanism": name, "key": key, "status": status, "flags": flags,
             "line": f"{name}: " + "; ".join(parts),
             "max_epsilon_lower_bound": max(lbs) if lbs else None,
+            "decided_by": decided_by,
+            "statistics": _statistics([e for e in g_entries if e["status"] != "control"]),
             "claimed_epsilons": sorted({e["compared_claim"] for e in g_entries if e["compared_claim"] is not None}
                                        | {num(r.epsilon) for r in g["releases"] if num(r.epsilon) is not None}),
             "releases": [r.id for r in g["releases"]], "non_private_releases": [r.id for r in g["non_private"]],

@@ -1,0 +1,84 @@
+"""Audit an Opacus-trained MNIST CNN in ONE training run with dpaudit's canaries.
+
+    DPAUDIT_DATA_DIR=/work/shared/data python examples/opacus_one_run_mnist.py --epochs 1 --canaries 1000
+
+MNIST is read from $DPAUDIT_DATA_DIR/mnist (the four standard .gz files; never downloaded).
+The training loop below is an ordinary Opacus loop; the only dpaudit lines are marked "dpaudit".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from opacus import PrivacyEngine
+from torch import nn
+
+from dpaudit.audits.one_run import one_run_bounds  # dpaudit
+from dpaudit.data import load_dataset
+from dpaudit.integrations.opacus import OpacusCanaries  # dpaudit
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.conv1(x.reshape(-1, 1, 28, 28))), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--canaries", type=int, default=1000)
+    p.add_argument("--epsilon", type=float, default=8.0)
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--max-train", type=int, default=None, help="use only the first N training records (a quick smoke run)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    torch.manual_seed(a.seed)
+    data = load_dataset("mnist")  # $DPAUDIT_DATA_DIR/mnist; raises a clear error when the files are missing
+    x, y = data.x_train, data.y_train
+    if a.max_train:
+        x, y = x[: a.max_train], y[: a.max_train]
+    train = torch.utils.data.TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y))
+    loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size)
+    model = SmallCNN()
+    # dpaudit: canaries chosen and theta_0 recorded BEFORE training, at coordinates of fc1.weight.
+    canaries = OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    engine = PrivacyEngine(accountant="rdp")
+    model, optimizer, loader = engine.make_private_with_epsilon(module=model, optimizer=optimizer, data_loader=loader, epochs=a.epochs,
+                                                                target_epsilon=a.epsilon, target_delta=a.delta, max_grad_norm=1.0)
+    canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
+    t = time.perf_counter()
+    for _ in range(a.epochs):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(xb), yb).backward()
+            optimizer.step()
+    seconds = time.perf_counter() - t
+    model.eval()
+    with torch.no_grad():
+        acc = float((model(torch.as_tensor(data.x_test)).argmax(1).numpy() == data.y_test).mean())
+    bounds = one_run_bounds(canaries.scores(model), delta=a.delta, claim=canaries.claim())  # dpaudit
+    print(json.dumps({"train_seconds": round(seconds, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
+                      "noise_multiplier": optimizer.noise_multiplier, "steps": canaries.steps,
+                      "steinke_epsilon_lower_bound": bounds["steinke"]["epsilon_lower_bound"],
+                      "fdp_epsilon_lower_bound": (bounds["fdp"] or {}).get("epsilon_lower_bound"),
+                      "claimed_epsilon": bounds["claimed_epsilon"]}, indent=1))
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=4)
+    main()

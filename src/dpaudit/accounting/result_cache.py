@@ -1,0 +1,163 @@
+"""On-disk cache of the prv accountant's answers for ledger totals (``dpaudit ledger summary``).
+
+``import prv_accountant`` alone takes ~1.3 s (it imports scipy.signal, stats, integrate and
+optimize) and its composition more; a ledger summary asks it about the same composed events every
+time until a release is recorded. So, inside :func:`enabled` (the ``ledger summary`` command),
+:func:`dpaudit.accounting.ledger_compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
+directory of the calibration cache: ``$DPAUDIT_CACHE_DIR``, else ``~/.cache/dpaudit``).
+
+Privacy contract:
+
+- An entry is used only for exactly the computation it records: the key is a hash of the event
+  (its serialised form), delta (``repr``), the adjacency, the accountant, the dpaudit version,
+  the source of :mod:`dpaudit.accounting.accountants` (which sets the prv error budget and the
+  guards around the library) and the source of the installed prv-accountant package. Any change
+  to one of them is a miss, and the number is recomputed.
+- Each entry carries a hash of its key and its values; a damaged or half-written entry (or file)
+  is ignored, never read as a number. Writes are atomic (rename), so readers see an old or a new
+  file, never a mix.
+- The rdp bound of every total is always recomputed (it is cheap), and the ledger reports the
+  smaller of the bounds, as before. The cache is trusted as the calibration cache and the
+  installed code are: it lives in the user's own cache directory; the ledger's hash chain and
+  signatures protect its entries, not this local memo of a computation.
+- A cached refusal only drops the prv bound (the total can only go up); a failure that is not a
+  refusal (:class:`~dpaudit.errors.UnsupportedEventError`) is never cached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .. import __version__
+
+#: Accountants whose answers are cached (rdp is recomputed: numpy only, milliseconds).
+CACHED_ACCOUNTANTS = frozenset({"prv"})
+_FILE = "prv_results.json"
+_FORMAT = 1
+#: Entries kept (oldest dropped first); each is ~300 bytes.
+MAX_ENTRIES = 4096
+
+_fingerprint: str | None = None
+#: Off unless a command turns it on (:func:`enabled`): library callers and tests that replace an
+#: accountant (monkeypatch) must see their own computation, never a remembered one.
+_enabled = 0
+
+
+@contextlib.contextmanager
+def enabled():
+    """Use the on-disk cache inside this block (``dpaudit ledger summary`` does)."""
+    global _enabled
+    _enabled += 1
+    try:
+        yield
+    finally:
+        _enabled -= 1
+
+
+def _cache_path() -> Path:
+    env = os.environ.get("DPAUDIT_CACHE_DIR")  # as calibration.cache_dir(), without importing it
+    return (Path(env) if env else Path.home() / ".cache" / "dpaudit") / _FILE
+
+
+def _code_fingerprint() -> str:
+    """Hash of the code that computes a prv answer: accountants.py and prv-accountant's sources."""
+    global _fingerprint
+    if _fingerprint is None:
+        h = hashlib.sha256(f"dpaudit {__version__}\n".encode())
+        h.update(Path(__file__).with_name("accountants.py").read_bytes())
+        spec = importlib.util.find_spec("prv_accountant")  # locates the package without importing it
+        roots = list(spec.submodule_search_locations or []) if spec is not None else []
+        for root in roots:
+            for path in sorted(Path(root).rglob("*.py")):
+                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        if not roots:
+            h.update(b"prv-accountant not installed")
+        _fingerprint = h.hexdigest()
+    return _fingerprint
+
+
+def _key(event, delta: float, accountant: str, adjacency: str) -> str:
+    fields = [_FORMAT, _code_fingerprint(), accountant, adjacency, repr(float(delta)), event.to_dict()]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _check(key: str, value: dict) -> str:
+    return hashlib.sha256((key + json.dumps(value, sort_keys=True)).encode()).hexdigest()
+
+
+def _load() -> dict:
+    try:
+        with open(_cache_path()) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("entries"), dict) else {}
+
+
+def lookup(event, delta: float, accountant: str, adjacency: str):
+    """The cached answer: an :class:`~dpaudit.accounting.accountants.AccountantResult`, an
+    :class:`~dpaudit.errors.UnsupportedEventError` (the accountant's refusal) or None (no valid entry)."""
+    if not _enabled or accountant not in CACHED_ACCOUNTANTS:
+        return None
+    try:
+        key = _key(event, delta, accountant, adjacency)
+    except (OSError, TypeError, ValueError, AttributeError):
+        return None
+    entry = _load().get("entries", {}).get(key)
+    if not isinstance(entry, dict) or not isinstance(entry.get("value"), dict) or entry.get("check") != _check(key, entry["value"]):
+        return None
+    value = entry["value"]
+    if "refusal" in value:
+        from ..errors import UnsupportedEventError
+
+        return UnsupportedEventError(str(value["refusal"]))
+    from .accountants import AccountantResult
+
+    try:
+        nums = [value[k] for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]
+    except KeyError:
+        return None
+    if not all(isinstance(x, float) for x in nums) or not nums[0] >= 0.0:
+        return None
+    return AccountantResult(accountant, nums[0], float(delta), adjacency, epsilon_lower=nums[1], epsilon_estimate=nums[2])
+
+
+def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
+    """Remember ``result`` (an AccountantResult or an UnsupportedEventError); failures to write only cost time."""
+    from ..errors import UnsupportedEventError
+
+    if not _enabled or accountant not in CACHED_ACCOUNTANTS:
+        return
+    if isinstance(result, UnsupportedEventError):
+        value = {"refusal": str(result)}
+    elif isinstance(result, BaseException):
+        return
+    else:
+        value = {"epsilon": float(result.epsilon), "epsilon_lower": result.epsilon_lower, "epsilon_estimate": result.epsilon_estimate}
+        if not all(isinstance(v, float) for v in value.values()):
+            return
+    path = _cache_path()
+    try:
+        key = _key(event, delta, accountant, adjacency)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = _load().get("entries", {})
+        entries.pop(key, None)
+        entries[key] = {"value": value, "check": _check(key, value)}
+        while len(entries) > MAX_ENTRIES:
+            entries.pop(next(iter(entries)))
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".prv_results.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": _FORMAT, "entries": entries}, f)
+            os.replace(tmp, path)  # atomic: readers see the old or the new file
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except (OSError, TypeError, ValueError, AttributeError):
+        pass

@@ -1,0 +1,603 @@
+"""Claimed-curve audits: test the whole trade-off curve a DP claim makes, not one (eps, delta) point.
+
+**The claim as a curve.** A release records a DP event (Gaussian, subsampled Gaussian, pure
+epsilon, compositions, parallel parts) and an adjacency. Every such event makes a claim much
+stronger than one (eps, delta) pair: for every neighbouring pair (D, D') and every test of
+"D or D'?", the test's (FPR, FNR) lies on or above the event's trade-off function
+T(alpha) (Dong, Roth & Su 2019). :func:`claimed_curve` returns a *valid lower bound* f <= T,
+symmetric (it holds for both orderings of the pair):
+
+- Gaussian (sample rate 1, T steps, and compositions of such leaves): f(a) = Phi(Phi^-1(1 - a)
+  - mu), mu = sqrt(sum_i T_i / sigma_i^2) in units of the clipping norm, with the sensitivity of a
+  sum doubled under replace-one (the accountants' convention: N(C) vs N(-C)), i.e. exactly mu-GDP.
+- Pure epsilon, applied once: f(a) = max(0, 1 - e^eps a, e^-eps (1 - a)) (Wasserman & Zhou 2010;
+  Kairouz, Oh & Viswanath 2015) -- exact.
+- Anything else (a subsampled Gaussian, several different leaves, a pure epsilon applied more than
+  once): from the pessimistic privacy profile delta(eps) of dp-accounting's privacy loss
+  distribution (Koskela et al.; Doroshenko et al. 2022, "connect the dots"), the same PLD
+  conventions as :mod:`dpaudit.accounting.accountants`. Its add/remove PLD keeps both the remove
+  and the add pair and its delta is the larger, and its replace-one pair is symmetric, so delta(eps)
+  bounds the hockey-stick divergence of both orderings, and (eps, delta(eps))-DP of both orderings
+  gives, for every test, FNR >= 1 - delta(eps) - e^eps FPR and FNR >= e^-eps (1 - delta(eps) - FPR).
+  Each such line is a valid lower bound, so is their maximum over any finite eps grid:
+  f(a) = max_eps max(0, 1 - delta(eps) - e^eps a, e^-eps (1 - delta(eps) - a)). The PLD is
+  pessimistic (its delta is an upper bound at every eps, truncated mass counted as infinite
+  loss), so the discretisation only lowers f. The delta grid carries a slack of
+  :data:`PROFILE_DELTA_SLACK` for float rounding in its suffix sums.
+- Parallel parts (disjoint records): the differing record lies in one part, so the claim is the
+  minimum of the branches' curves.
+
+**The test** (:func:`curve_test`). Threshold and direction are chosen on the SELECT trials only;
+on the disjoint EVAL trials the chosen rule's false-positive and false-negative rates get
+one-sided Clopper–Pearson upper bounds, each at significance (1 - confidence) / 2. The box
+[0, FPR_hi] x [0, FNR_hi] is *below* a curve f iff FNR_hi < f(FPR_hi) (f is non-increasing, so
+the whole box is then below it).
+
+Soundness argument. Given the SELECT trials, the rule is fixed and the EVAL trials are fresh
+independent draws, so by the union bound the true (FPR, FNR) of that rule lies in the box with
+probability >= confidence. If the claim is correct, the true point is on or above the claimed
+trade-off function, which is on or above our lower bound f; then the box cannot be strictly
+below f. So "violated" (the box is below the curve of the claimed event) is reported for a
+correct claim with probability <= 1 - confidence. The family search over the scale s (below)
+asks the same question of every member of the family about the *same single box*: the one event
+"the true point lies in the box" (probability >= confidence) makes every answer correct at once,
+so the search needs no further correction. Reported values are always members the box was
+verified to be below (the search never reports an unverified s), so rounding in the search only
+makes the result weaker.
+
+**The family and the statistic.** :func:`scale_event` multiplies every noise multiplier by s
+and divides every pure epsilon by s: a larger s is more noise and a higher (more private)
+curve. The evidence rules out every s >= s_LB, where ``scale_lower_bound`` = s_LB is (up to a
+relative 1e-3, rounded towards "not ruled out") the smallest s whose curve the box is below;
+``epsilon_lower_bound`` = epsilon of scale_event(event, s_LB) at ``delta`` under the release's own
+accountant -- the claim in its own units: the strongest member of the claim's family the audit
+rules out. 0.0 when the box is not even below FNR = 1 - FPR (the s -> infinity limit, "no
+privacy loss"): then no member is ruled out. ``violated`` = the claimed event itself (s = 1) is
+ruled out, which is the same as s_LB <= 1.
+
+**SELECT criterion.** For closed-form families the SELECT rule maximises the statistic itself:
+for Gaussian claims the statistic is an increasing function of the Gaussian-DP mu of the box
+corner, Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi); for a single pure epsilon it is the pure epsilon of
+the corner, max(ln((1 - FNR_hi)/FPR_hi), ln((1 - FPR_hi)/FNR_hi)). For profile-based families
+(no closed form) the Gaussian-DP mu of the corner is used as a cheap monotone proxy. The bounds on
+SELECT are Clopper–Pearson upper bounds at the same confidence, which penalises rules that rest
+on few trials.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, special
+
+from ..accounting.accountants import branches, compute_epsilon, get_accountant, merge_leaves
+from ..accounting.adjacency import Adjacency
+from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
+from ..errors import DataError, UnsupportedEventError, UsageError
+from ..validation import non_negative_finite, open_unit, positive_finite
+from . import stats
+
+#: pld discretisation of the privacy loss (the accountants' default). For noise multipliers below
+#: 0.5 (the family search goes down to s = 1/16) the Gaussian losses grow like 1/sigma^2, so the
+#: interval grows the same way (capped at :data:`PLD_MAX_DISCRETIZATION`) to keep the PLD's size
+#: and time flat; a coarser pessimistic PLD is still valid, only less tight (measured: sigma 0.44,
+#: q 0.005, T 2000: eps 15.841 at 1e-3 vs 15.845 at 4e-3, at 1/3 of the time).
+PLD_DISCRETIZATION = 1e-3
+PLD_MAX_DISCRETIZATION = 0.25
+#: Added to every delta of a privacy profile: the suffix sums behind delta(eps) round at ~1e-16
+#: per term (at most ~1e6 terms), and a curve a hair too high could flag a correct claim.
+PROFILE_DELTA_SLACK = 1e-9
+#: A box is below a curve only when FNR_hi < f(FPR_hi) - CURVE_MARGIN (float rounding of f).
+CURVE_MARGIN = 1e-12
+#: The eps grid of a privacy profile: spacing (the tangent lines it misses cost O(spacing^2) in
+#: f; measured < 1e-5 against the Gaussian closed form) and the most points.
+PROFILE_EPS_STEP = 0.005
+PROFILE_MAX_POINTS = 6000
+#: The family search: relative tolerance in s, and the range of s it looks in. Profile families
+#: stop at 1/16 (below that the PLD's losses explode; an s_LB that small is reported as 1/16,
+#: which the box was verified to be below, so it is still a valid, weaker, result).
+SCALE_TOLERANCE = 1e-3
+SCALE_RANGE_CLOSED = (1e-6, 1e6)
+SCALE_RANGE_PROFILE = (1.0 / 16.0, 64.0)
+#: The FPR grid of the reported curves.
+CURVE_GRID = np.logspace(-6, 0, 200)
+MAX_POINTS = 256
+
+
+# --------------------------------------------------------------------------- the claimed curve
+
+
+def scale_event(event: Event, s: float) -> Event:
+    """The claim's family: every noise multiplier times ``s``, every pure epsilon divided by ``s``.
+
+    s = 1 is the event itself; a larger s is more noise (a more private claim, a higher curve).
+    """
+    s = positive_finite("s", s)
+    if isinstance(event, SubsampledGaussian):
+        return SubsampledGaussian(event.noise_multiplier * s, event.sample_rate, event.steps)
+    if isinstance(event, PureEpsilon):
+        return PureEpsilon(event.epsilon / s, event.count)
+    if isinstance(event, Composed):
+        return Composed(tuple(scale_event(e, s) for e in event.events))
+    if isinstance(event, Parallel):
+        return Parallel(tuple(scale_event(e, s) for e in event.events))
+    raise UnsupportedEventError(f"event must be a subsampled-gaussian, pure-epsilon, composed or parallel event, got {event!r}.")
+
+
+def gaussian_fnr(fpr, mu: float) -> np.ndarray:
+    """Trade-off function of mu-GDP: Phi(Phi^-1(1 - a) - mu), written -ndtri(a) so tiny a keep precision."""
+    a = np.asarray(fpr, dtype=float)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return special.ndtr(-special.ndtri(a) - mu)
+
+
+def pure_fnr(fpr, epsilon: float) -> np.ndarray:
+    """Trade-off function of one eps-DP mechanism: max(0, 1 - e^eps a, e^-eps (1 - a))."""
+    a = np.asarray(fpr, dtype=float)
+    return np.maximum(0.0, np.maximum(1.0 - math.exp(epsilon) * a, math.exp(-epsilon) * (1.0 - a)))
+
+
+def _active(leaves) -> list:
+    return [leaf for leaf in merge_leaves(list(leaves))
+            if (leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count) > 0]
+
+
+def _branch_form(leaves: tuple, adjacency: Adjacency) -> tuple[str, float | None]:
+    """("gaussian", mu), ("pure", eps) or ("profile", None) for one sequential branch."""
+    act = _active(leaves)
+    if all(isinstance(leaf, SubsampledGaussian) and leaf.sample_rate >= 1.0 for leaf in act):
+        # Gaussians compose exactly: mu^2 adds. Replace-one moves the sum by 2C (sensitivity 2).
+        factor = 2.0 if adjacency is Adjacency.REPLACE_RECORD else 1.0
+        return "gaussian", factor * math.sqrt(sum(leaf.steps / leaf.noise_multiplier ** 2 for leaf in act))
+    if len(act) == 1 and isinstance(act[0], PureEpsilon) and act[0].count == 1:
+        return "pure", float(act[0].epsilon)
+    return "profile", None
+
+
+def _pld_discretization(leaves: tuple) -> float:
+    """PLD_DISCRETIZATION, coarsened like 1/sigma^2 below a noise multiplier of 0.5, where the
+    Gaussian privacy losses (range ~ 1/sigma^2) would make the PLD large and slow (see
+    :data:`PLD_DISCRETIZATION`). Pure-epsilon losses are bounded by the epsilons: never coarsened."""
+    worst = 1.0
+    for leaf in leaves:
+        if isinstance(leaf, SubsampledGaussian):
+            worst = max(worst, 0.5 / leaf.noise_multiplier)
+    return min(PLD_MAX_DISCRETIZATION, PLD_DISCRETIZATION * worst * worst)
+
+
+def _leaf_pld(leaf, adjacency: Adjacency, discretization: float):
+    """Pessimistic PLD of one merged, active leaf (the conventions of accountants._pld_leaf)."""
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    relation = NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
+    if isinstance(leaf, SubsampledGaussian):
+        if leaf.sample_rate >= 1.0:  # T Gaussian steps = one Gaussian with noise sigma / sqrt(T)
+            return pld_lib.from_gaussian_mechanism(
+                standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), sensitivity=1.0,
+                value_discretization_interval=discretization, neighboring_relation=relation)
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=float(leaf.noise_multiplier), sensitivity=1.0, sampling_prob=float(leaf.sample_rate),
+            value_discretization_interval=discretization, neighboring_relation=relation).self_compose(int(leaf.steps))
+    return pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(float(leaf.epsilon), 0.0),
+                                           value_discretization_interval=discretization).self_compose(int(leaf.count))
+
+
+def _pmf_arrays(pmf) -> tuple[np.ndarray, np.ndarray, float]:
+    """(losses, probabilities, infinity mass) of a dp-accounting PLD pmf (dense form)."""
+    dense = pmf.to_dense_pmf()
+    probs = np.asarray(dense._probs, dtype=float)  # noqa: SLF001 - dp-accounting 0.6 has no public accessor
+    losses = (np.arange(probs.size) + dense._lower_loss) * dense._discretization  # noqa: SLF001
+    return losses, probs, float(dense._infinity_mass)  # noqa: SLF001
+
+
+def hockey_stick(losses: np.ndarray, probs: np.ndarray, infinity_mass: float, eps: np.ndarray) -> np.ndarray:
+    """delta(eps) = inf_mass + sum_{l_i > eps} p_i (1 - e^(eps - l_i)) at every eps (vectorised).
+
+    The same sum dp-accounting's ``get_delta_for_epsilon`` computes in a Python loop, here with
+    suffix sums: sum_{l_i > eps} p_i - e^eps sum_{l_i > eps} p_i e^-l_i (only losses > 0 matter
+    for eps >= 0, so e^-l never overflows).
+    """
+    eps = np.asarray(eps, dtype=float)
+    keep = losses > 0.0
+    l, p = losses[keep], probs[keep]
+    upper = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
+    lower = np.concatenate([np.cumsum((p * np.exp(-l))[::-1])[::-1], [0.0]])
+    k = np.searchsorted(l, eps, side="right")  # first loss > eps
+    return infinity_mass + np.maximum(upper[k] - np.exp(eps) * lower[k], 0.0)
+
+
+@functools.lru_cache(maxsize=512)
+def _branch_profile(leaves: tuple, adjacency: Adjacency) -> tuple[np.ndarray, np.ndarray]:
+    """(eps grid, delta grid) of one sequential branch from its pessimistic PLD; cached, read-only.
+
+    delta is the larger of the two orderings' (add and remove PLD; replace-one is symmetric)
+    plus :data:`PROFILE_DELTA_SLACK`, capped at 1.
+    """
+    act = _active(leaves)
+    if not act:
+        eps, delta = np.zeros(1), np.zeros(1)
+    else:
+        disc = _pld_discretization(tuple(act))
+        try:
+            with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pld = None
+                for leaf in act:
+                    part = _leaf_pld(leaf, adjacency, disc)
+                    pld = part if pld is None else pld.compose(part)
+                pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]  # noqa: SLF001
+                arrays = [_pmf_arrays(pmf) for pmf in pmfs]
+        except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
+            raise UnsupportedEventError(f"dp-accounting's PLD could not bound these events "
+                                        f"({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+        top = max((float(l[p > 0].max()) if np.any(p > 0) else 0.0) for l, p, _ in arrays)
+        top = max(top, 0.0)
+        step = max(PROFILE_EPS_STEP, top / PROFILE_MAX_POINTS)
+        eps = np.append(np.arange(0.0, top, step), top)
+        delta = np.max([hockey_stick(l, p, m, eps) for l, p, m in arrays], axis=0)
+    delta = np.minimum(delta + PROFILE_DELTA_SLACK, 1.0)
+    eps.setflags(write=False)
+    delta.setflags(write=False)
+    return eps, delta
+
+
+def profile_fnr(fpr, eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """max over the grid of max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)) (vectorised in a)."""
+    a = np.asarray(fpr, dtype=float)
+    flat = a.reshape(-1)
+    e = np.exp(eps)[None, :]
+    one = 1.0 - delta[None, :]
+    out = np.empty(flat.shape)
+    block = max(1, 2**20 // max(eps.size, 1))  # ~8 MB of lines at a time
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(0, flat.size, block):
+            x = flat[i:i + block, None]
+            out[i:i + block] = np.maximum(one - e * x, (one - x) / e).max(axis=1)
+    return np.maximum(out, 0.0).reshape(a.shape)
+
+
+def _branch_fnr(leaves: tuple, adjacency: Adjacency, fpr) -> np.ndarray:
+    form, value = _branch_form(leaves, adjacency)
+    if form == "gaussian":
+        return gaussian_fnr(fpr, value)
+    if form == "pure":
+        return pure_fnr(fpr, value)
+    eps, delta = _branch_profile(leaves, adjacency)
+    return profile_fnr(fpr, eps, delta)
+
+
+@dataclass(frozen=True)
+class ClaimedCurve:
+    """A symmetric lower bound f on the trade-off function of ``event`` under ``adjacency``.
+
+    Privacy contract: for every pair of datasets neighbouring under ``adjacency``, either order,
+    and every test, the test's (FPR, FNR) satisfies FNR >= f(FPR) if the event's claim holds. So a
+    point known (at some confidence) to lie strictly below f falsifies the claim (at that
+    confidence). Closed forms for Gaussian and single pure-epsilon branches, else the pessimistic
+    PLD profile (see the module docstring); parallel parts: the minimum over branches.
+    """
+
+    event: Event
+    adjacency: str = Adjacency.ADD_REMOVE_RECORD.value
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adjacency", Adjacency.parse(self.adjacency).value)
+        self._branches()  # an unsupported event is refused at construction, not at first use
+
+    def _branches(self) -> list[tuple]:
+        return [tuple(b) for b in branches(self.event)]
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """The form of each branch: "gaussian", "pure" or "profile"."""
+        adj = Adjacency.parse(self.adjacency)
+        return tuple(_branch_form(b, adj)[0] for b in self._branches())
+
+    @property
+    def closed_form(self) -> str | None:
+        """"gaussian" / "pure" when every branch has that closed form, else None (profile-based)."""
+        forms = set(self.forms)
+        return forms.pop() if len(forms) == 1 and forms <= {"gaussian", "pure"} else None
+
+    def fnr(self, fpr) -> np.ndarray:
+        """f(FPR): vectorised, non-increasing, in [0, 1]. FPR must lie in [0, 1]."""
+        a = np.asarray(fpr, dtype=float)
+        if a.size and not (np.all(np.isfinite(a)) and a.min() >= 0.0 and a.max() <= 1.0):
+            raise UsageError(f"fpr must be in [0, 1], got values from {float(np.nanmin(a))!r} to {float(np.nanmax(a))!r}.")
+        adj = Adjacency.parse(self.adjacency)
+        out = np.min([_branch_fnr(b, adj, a) for b in self._branches()], axis=0)
+        return np.clip(out, 0.0, 1.0)
+
+    def violated_by(self, fpr_upper, fnr_upper) -> np.ndarray:
+        """True where the box [0, fpr_upper] x [0, fnr_upper] lies strictly below the curve
+        (fnr_upper < f(fpr_upper) by more than float rounding, :data:`CURVE_MARGIN`)."""
+        a = np.asarray(fpr_upper, dtype=float)
+        b = np.asarray(fnr_upper, dtype=float)
+        if b.size and not (np.all(np.isfinite(b)) and b.min() >= 0.0 and b.max() <= 1.0):
+            raise UsageError(f"fnr_upper must be in [0, 1], got values from {float(np.nanmin(b))!r} to {float(np.nanmax(b))!r}.")
+        return np.asarray(b < self.fnr(a) - CURVE_MARGIN)
+
+
+def claimed_curve(event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> ClaimedCurve:
+    """The claimed trade-off curve of ``event`` under ``adjacency`` (see :class:`ClaimedCurve`)."""
+    return ClaimedCurve(event, Adjacency.parse(adjacency).value)
+
+
+# ------------------------------------------------------------------------------ the test
+
+
+@dataclass(frozen=True)
+class Box:
+    """The chosen rule and its EVAL confidence box."""
+
+    threshold: float
+    direction: str
+    fpr: float
+    fnr: float
+    fpr_upper: float
+    fnr_upper: float
+    n_in: int
+    n_out: int
+
+
+def _gdp_mu(fpr_hi, fnr_hi) -> np.ndarray:
+    """Gaussian-DP mu of a box corner, Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi) (may be negative)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return -special.ndtri(np.asarray(fpr_hi, float)) - special.ndtri(np.asarray(fnr_hi, float))
+
+
+def _pure_eps(fpr_hi, fnr_hi) -> np.ndarray:
+    """Pure epsilon of a box corner, max(ln((1 - FNR_hi)/FPR_hi), ln((1 - FPR_hi)/FNR_hi))."""
+    a, b = np.asarray(fpr_hi, float), np.asarray(fnr_hi, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.fmax(np.log1p(-b) - np.log(a), np.log1p(-a) - np.log(b))
+
+
+def _check_inputs(scores, world, select) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    s = np.asarray(scores, dtype=float).ravel()
+    w = np.asarray(world).ravel()
+    sel = np.asarray(select).ravel()
+    if w.dtype != bool or sel.dtype != bool:
+        raise UsageError(f"world and select must be boolean arrays, got {w.dtype} and {sel.dtype}.")
+    if not (s.size == w.size == sel.size):
+        raise UsageError(f"scores, world and select must have the same length, got {s.size}, {w.size} and {sel.size}.")
+    bad = int(np.sum(~np.isfinite(s)))
+    if bad:
+        raise DataError(f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken).")
+    for name, part in (("SELECT", sel), ("EVAL", ~sel)):
+        n_in, n_out = int(np.sum(w & part)), int(np.sum(~w & part))
+        if n_in < 1 or n_out < 1:
+            raise UsageError(f"{name} trials per world must be >= 1, got {n_in} with and {n_out} without the canary.")
+    return s, w, sel
+
+
+def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> tuple[float, str]:
+    """(threshold, direction) maximising ``criterion`` ("gdp-mu" or "pure-epsilon") of the
+    Clopper–Pearson box corner on these (SELECT) trials. Candidates: midpoints between distinct
+    scores and +-inf, both directions; ties broken by |TPR - FPR|, then closeness to the median."""
+    s = np.asarray(scores, float)
+    y = np.asarray(labels, bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    u = np.unique(s)
+    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]]) if u.size > 1 else np.array([-np.inf, np.inf])
+    s_pos, s_neg = np.sort(s[y]), np.sort(s[~y])
+    pos_ge = n_pos - np.searchsorted(s_pos, cands, side="left")
+    neg_ge = n_neg - np.searchsorted(s_neg, cands, side="left")
+    med = float(np.median(s))
+    closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
+    score_of = _gdp_mu if criterion == "gdp-mu" else _pure_eps
+    # Clopper–Pearson upper bounds for every possible error count, once per world (k = 0..n),
+    # then looked up: the same numbers as bounding each candidate, at a fraction of the time.
+    fpr_table = np.atleast_1d(stats.cp_upper(np.arange(n_neg + 1), np.full(n_neg + 1, n_neg), confidence, split=2))
+    fnr_table = np.atleast_1d(stats.cp_upper(np.arange(n_pos + 1), np.full(n_pos + 1, n_pos), confidence, split=2))
+    best = None
+    for direction in stats.DIRECTIONS:
+        tp, fp = (pos_ge, neg_ge) if direction == "greater" else (n_pos - pos_ge, n_neg - neg_ge)
+        fpr_hi = fpr_table[fp]
+        fnr_hi = fnr_table[n_pos - tp]
+        crit = np.nan_to_num(score_of(fpr_hi, fnr_hi), nan=-np.inf, posinf=np.inf)
+        youden = np.abs(tp / n_pos - fp / n_neg)
+        i = int(np.lexsort((closeness, youden, crit))[-1])
+        key = (float(crit[i]), float(youden[i]), float(closeness[i]))
+        if best is None or key > best[0]:
+            best = (key, float(cands[i]), direction)
+    assert best is not None
+    return best[1], best[2]
+
+
+def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95) -> Box:
+    """Choose the rule on SELECT (:func:`select_rule`), bound its FPR and FNR on EVAL (one-sided
+    Clopper–Pearson, significance split in two: jointly at ``confidence``)."""
+    s, w, sel = _check_inputs(scores, world, select)
+    threshold, direction = select_rule(s[sel], w[sel], criterion=criterion, confidence=confidence)
+    ev = ~sel
+    tp, fp, tn, fn = stats.confusion(s[ev], w[ev], threshold, direction)
+    n_in, n_out = tp + fn, tn + fp
+    return Box(threshold=threshold, direction=direction, fpr=fp / n_out, fnr=fn / n_in,
+               fpr_upper=float(stats.cp_upper(fp, n_out, confidence, split=2)),
+               fnr_upper=float(stats.cp_upper(fn, n_in, confidence, split=2)), n_in=n_in, n_out=n_out)
+
+
+def _criterion(curve: ClaimedCurve) -> str:
+    return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
+
+
+class _Family:
+    """Curves of scale_event(event, s), cached per s, and the box test against them."""
+
+    def __init__(self, event: Event, adjacency: str, box: Box):
+        self.event, self.adjacency, self.box = event, adjacency, box
+        self.base = claimed_curve(event, adjacency)
+        self.profile = self.base.closed_form is None
+        self._curves: dict[float, ClaimedCurve] = {}
+
+    def curve(self, s: float) -> ClaimedCurve:
+        if s not in self._curves:
+            self._curves[s] = self.base if s == 1.0 else claimed_curve(scale_event(self.event, s), self.adjacency)
+        return self._curves[s]
+
+    def gap(self, x: float) -> float:
+        """f_s(FPR_hi) - FNR_hi - margin at s = e^x: > 0 iff the box is below the curve of s."""
+        s = math.exp(x)
+        return float(self.curve(s).fnr(self.box.fpr_upper)) - self.box.fnr_upper - CURVE_MARGIN
+
+
+def _search(fam: _Family) -> float | None:
+    """The smallest s (relative tolerance :data:`SCALE_TOLERANCE`) whose curve the box is below,
+    rounded up to one the box was verified to be below; None when none in the search range is.
+
+    Starts at s = 1, then at the Gaussian-DP guess s = mu_1 / mu_box (exact for Gaussian claims)
+    to bracket, then Brent's method; every evaluated x moves the bracket [lo (not ruled out),
+    hi (ruled out)], and bisection finishes if Brent stops early.
+    """
+    box = fam.box
+    if not box.fnr_upper < 1.0 - box.fpr_upper - CURVE_MARGIN:
+        return None  # not below the s -> infinity limit: no member can be ruled out
+    s_min, s_max = SCALE_RANGE_PROFILE if fam.profile else SCALE_RANGE_CLOSED
+    x_min, x_max = math.log(s_min), math.log(s_max)
+    tol = math.log1p(SCALE_TOLERANCE)
+    lo, hi = -math.inf, math.inf
+    memo: dict[float, float] = {}
+
+    def g(x: float) -> float:
+        nonlocal lo, hi
+        if x not in memo:
+            memo[x] = fam.gap(x)
+            if memo[x] > 0:
+                hi = min(hi, x)
+            else:
+                lo = max(lo, x)
+        return memo[x]
+
+    g(0.0)
+    # Gaussian-DP guess: f_1(a) read as mu-GDP, the box as mu_box, mu scaling like 1/s.
+    mu_box = float(_gdp_mu(box.fpr_upper, box.fnr_upper))
+    f1 = float(fam.base.fnr(box.fpr_upper))
+    mu_1 = float(_gdp_mu(box.fpr_upper, f1)) if 0.0 < f1 < 1.0 else float("nan")
+    if mu_box > 0 and math.isfinite(mu_1) and mu_1 > 0:
+        guess = min(max(math.log(mu_1 / mu_box), x_min), x_max)
+        if abs(guess) > tol:
+            g(guess)
+    # Bracket: walk away from the ruled-out / not-ruled-out side with a doubling step.
+    step = 0.05
+    while not (math.isfinite(lo) and math.isfinite(hi)):
+        if math.isfinite(hi):  # everything tried is ruled out: go down
+            if hi <= x_min:
+                return math.exp(hi)  # ruled out even at the bottom of the range: report that (verified) s
+            g(max(hi - step, x_min))
+        else:  # nothing tried is ruled out: go up
+            if lo >= x_max:
+                return None
+            g(min(lo + step, x_max))
+        step *= 2.0
+    if hi - lo > tol and memo[lo] < 0:
+        try:
+            optimize.brentq(g, lo, hi, xtol=tol / 4.0, maxiter=60)
+        except RuntimeError:  # not converged in maxiter: the bracket is kept by g, bisection finishes
+            pass
+    while hi - lo > tol:
+        g((lo + hi) / 2.0)
+    return math.exp(hi)
+
+
+def _num(x):
+    """A float for JSON: infinities as the strings "inf" / "-inf"."""
+    if x is None:
+        return None
+    x = float(x)
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _curve_dict(curve: ClaimedCurve) -> dict:
+    return {"fpr": [float(v) for v in CURVE_GRID], "fnr": [float(v) for v in curve.fnr(CURVE_GRID)]}
+
+
+def _eval_points(s: np.ndarray, w: np.ndarray, direction: str) -> dict:
+    """Empirical (FPR, FNR) of every threshold rule in ``direction`` on these trials, thinned."""
+    o = s if direction == "greater" else -s
+    t = np.concatenate([[-np.inf], np.unique(o), [np.inf]])
+    pos, neg = np.sort(o[w]), np.sort(o[~w])
+    fpr = (neg.size - np.searchsorted(neg, t, side="left")) / neg.size  # predicted in iff o >= t
+    fnr = np.searchsorted(pos, t, side="left") / pos.size
+    if fpr.size > MAX_POINTS:
+        idx = np.unique(np.linspace(0, fpr.size - 1, MAX_POINTS).round().astype(int))
+        fpr, fnr = fpr[idx], fnr[idx]
+    return {"fpr": [float(v) for v in fpr], "fnr": [float(v) for v in fnr]}
+
+
+def _family_parameter(event: Event, s: float | None) -> dict:
+    if isinstance(event, SubsampledGaussian):
+        return {"parameter": "noise_multiplier", "claimed": float(event.noise_multiplier),
+                "lower_bound": None if s is None else float(event.noise_multiplier * s)}
+    if isinstance(event, PureEpsilon):
+        return {"parameter": "epsilon", "claimed": float(event.epsilon), "lower_bound": None if s is None else float(event.epsilon / s)}
+    return {"parameter": "noise_scale", "claimed": 1.0, "lower_bound": None if s is None else float(s)}
+
+
+def curve_test(scores, world, select, *, event: Event, delta: float, confidence: float = 0.95, accountant="rdp",
+               adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> dict:
+    """The claimed-curve audit of per-trial ``scores`` (``world``: canary-in trial; ``select``:
+    SELECT trial, the rest is EVAL) against ``event`` under ``adjacency``: the audit.json
+    "claimed_curve" block (see the module docstring for the statistic and its soundness).
+
+    Privacy contract: if ``event`` is a correct claim for the mechanism that produced the scores,
+    ``violated`` is True with probability at most 1 - ``confidence`` (over the trials), and so is
+    ``epsilon_lower_bound`` > epsilon of the event (``accountant``, ``delta``).
+    """
+    confidence = open_unit("confidence", confidence)
+    delta = non_negative_finite("delta", delta)
+    if delta >= 1.0:
+        raise UsageError(f"delta must be in [0, 1), got {delta!r}.")
+    adj = Adjacency.parse(adjacency)
+    acc = get_accountant(accountant)
+    if getattr(acc, "uses_delta", True):
+        open_unit("delta", delta)  # checked now, not after the search
+    reason = acc.support_error(event, adj)
+    if reason is not None:
+        raise UnsupportedEventError(reason)
+    curve = claimed_curve(event, adj)
+    s, w, sel = _check_inputs(scores, world, select)
+    criterion = _criterion(curve)
+    box = eval_box(s, w, sel, criterion=criterion, confidence=confidence)
+    fam = _Family(event, adj.value, box)
+    s_lb = _search(fam)
+    eps_lb = 0.0 if s_lb is None else float(compute_epsilon(scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj).epsilon)
+    violated = s_lb is not None and s_lb <= 1.0
+    if fam.profile:
+        selection = ("threshold and direction chosen on SELECT trials by the Gaussian-DP mu of the Clopper-Pearson box corner "
+                     "(a monotone proxy; the curve is the pessimistic PLD privacy profile)")
+    else:
+        selection = "threshold and direction chosen on SELECT trials to maximise the statistic itself (closed-form curve)"
+    method = (f"{selection}; one-sided Clopper-Pearson upper bounds on EVAL FPR and FNR, significance split in two; "
+              "the box is tested against the claimed trade-off curve and its family (noise multipliers x s, pure epsilons / s); "
+              "eps_LB is the epsilon of the smallest s ruled out.")
+    ev = ~sel
+    return {
+        "statistic": "claimed-curve",
+        "method": method,
+        "event": event.to_dict(),
+        "accountant": acc.name,
+        "adjacency": adj.value,
+        "delta": float(delta),
+        "confidence": float(confidence),
+        "family": _family_parameter(event, s_lb),
+        "scale_lower_bound": None if s_lb is None else float(s_lb),
+        "epsilon_lower_bound": _num(eps_lb),
+        "violated": bool(violated),
+        "threshold": _num(box.threshold),
+        "direction": box.direction,
+        "point": {"fpr": float(box.fpr), "fnr": float(box.fnr), "fpr_upper": float(box.fpr_upper), "fnr_upper": float(box.fnr_upper)},
+        "points": _eval_points(s[ev], w[ev], box.direction),
+        "curve": _curve_dict(curve),
+        "curve_at_lower_bound": None if s_lb is None else _curve_dict(fam.curve(s_lb)),
+        "select_size": int(sel.sum()),
+        "eval_size": int(ev.sum()),
+    }

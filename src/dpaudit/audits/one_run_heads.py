@@ -1,0 +1,156 @@
+"""One-run audits of the DP-SGD heads (``dp-rvfl`` and the other frozen-feature head models).
+
+Steinke, Nasr & Jagielski (2023): insert m canaries, each included independently with probability
+1/2 (a private coin), train the head ONCE with the release's protocol (the head engine
+:func:`dpaudit.mechanisms.engine.train_heads`, R = 1, the release's schedule and noise
+multiplier), score every canary from the released head, and hand the scores to
+:func:`dpaudit.audits.one_run.one_run_bounds`.
+
+Canary kinds (``kind``):
+
+``gradient``  m Dirac gradient canaries of norm exactly C, canary i on one head weight
+              W[k_i, j_i] whose data gradient is zero: j_i is an input feature that is zero in
+              every training record (:func:`~dpaudit.audits.heads.canary_coordinate`; every
+              output row k of such a feature is a free coordinate). When m exceeds the free
+              coordinates, m' all-zero feature columns are appended to the features for the
+              canaries only: their weights multiply a zero input, so the model's outputs on real
+              data are unchanged, and the released head simply carries those extra weights (the
+              audit scores them; their initial value is 0, public). Each step, each included
+              canary is Poisson-sampled with rate q (private) and C e_(k_i, j_i) is added to the
+              clipped sum before the noise. Adam is coordinate-wise and the data never move these
+              weights, so canary i's weight moves only with its own noise and its own sampled
+              gradient. Score: -(W_T - W_0)[k_i, j_i] (the canary's +C pushes the weight down, so
+              higher = more likely included).
+``input-mislabeled``  m held-out test records (chosen from the public seed) with a wrong label
+              (true label + 1 + U{0..K-2} mod K, public), each included w.p. 1/2 and then trained
+              on like any record (one more unit each: Poisson-sampled, clipped). Score: log-prob
+              of the wrong label under the final head minus the same under the initial head.
+
+**Privacy contract / soundness.** The inclusion coins and every per-step canary draw come from the
+private ``noise`` source and are never published (``included`` is returned to the analysis only);
+the scores are computed from the released head and the public initialisation; coordinates,
+records and labels are public (``seed``). Each canary is one add/remove unit of sensitivity C of
+the claimed ``SubsampledGaussian(sigma, q, T)``, so the one-run analysis bounds that claim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..errors import UsageError
+from ..noise import NoiseSource, public_rng
+from ..validation import one_of, positive_int
+from .heads import NO_NOISE_MULTIPLIER, HeadTarget
+
+HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
+_TAG_COORDS = 0x31484344  # public order of the free canary coordinates
+_TAG_RECORDS = 0x31484352  # public choice of the mislabeled test records and their labels
+
+
+def free_coordinates(z: np.ndarray, k: int) -> np.ndarray:
+    """(P, 2) head coordinates (row, feature) whose data gradient is zero: every output row of
+    every input feature that is zero in all training records of ``z``."""
+    dead = np.flatnonzero(np.abs(z).max(axis=0) == 0)
+    return np.array([(r, j) for j in dead for r in range(k)], dtype=np.int64).reshape(-1, 2)
+
+
+def with_zero_features(z: np.ndarray, init: np.ndarray, extra: int) -> tuple[np.ndarray, np.ndarray]:
+    """``z`` (n, d) with ``extra`` all-zero feature columns appended, and the head ``init``
+    (K, d+1) widened to match (zero initial weights on the new features; bias stays last). The
+    new weights multiply a zero input: outputs on the real data are unchanged."""
+    if extra == 0:
+        return z, init
+    n, d = z.shape
+    z2 = np.zeros((n, d + extra), dtype=z.dtype)
+    z2[:, :d] = z
+    init2 = np.zeros((init.shape[0], d + extra + 1), dtype=init.dtype)
+    init2[:, :d] = init[:, :d]
+    init2[:, -1] = init[:, -1]
+    return z2, init2
+
+
+def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
+    """Log-probabilities (m, n_classes) of records ``zc`` (m, d) under one head ``w`` (K, d+1);
+    K = 1 is the binary sigmoid head (class 1's logit)."""
+    logits = zc @ w[:, :-1].T + w[:, -1]
+    if w.shape[0] == 1:
+        s = logits[:, 0]
+        return np.stack([-np.logaddexp(0.0, s), -np.logaddexp(0.0, -s)], axis=1)
+    m = logits.max(axis=1, keepdims=True)
+    return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
+
+
+def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True):
+    """Train ``target``'s head once with ``canaries`` independent canaries; returns
+    :class:`~dpaudit.audits.one_run.OneRunScores` (module docstring: canaries, scores, contract).
+
+    ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
+    kept, noise multiplier NO_NOISE_MULTIPLIER.
+    """
+    from ..mechanisms.engine import CanaryHook, train_heads
+    from .one_run import OneRunScores
+
+    if not isinstance(target, HeadTarget):
+        raise UsageError(f"target must be a HeadTarget (a DP-SGD head model), got {type(target).__name__}.")
+    m = positive_int("canaries", canaries)
+    if m < 2:
+        raise UsageError(f"canaries must be an integer >= 2, got {canaries!r}.")
+    one_of("kind", kind, HEAD_ONE_RUN_KINDS)
+    target.prepare()
+    cfg = target._config
+    if not (noise_on and target.noise):
+        cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
+    k, c = target._k, cfg.clipping_norm
+    # The private coins: each canary in w.p. 1/2, independently (never published).
+    included = np.asarray(noise.poisson_mask(m, 0.5), dtype=bool)
+    info = {"model": target.model, "dataset": target._dataset_name, "n_train": int(target._z.shape[0]), "canaries": m,
+            "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": c,
+            "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
+    if kind == "gradient":
+        free = free_coordinates(target._z, k)
+        extra = max(0, math.ceil((m - len(free)) / k))
+        z, init = with_zero_features(target._z, target._init, extra)
+        d = target._z.shape[1]
+        added = np.array([(r, d + e) for e in range(extra) for r in range(k)], dtype=np.int64).reshape(-1, 2)
+        pool = np.concatenate([free, added])
+        coords = pool[np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])]  # public, distinct
+        from scipy import sparse
+
+        d1 = z.shape[1] + 1
+        grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
+        res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init,
+                          canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary)
+        moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
+        scores = -moved
+        info.update({"canary": "dirac gradient of norm C at head weights whose data gradient is zero",
+                     "free_coordinates": int(len(free)), "extra_zero_features": int(extra),
+                     "coordinates": coords.tolist(), "score": "-(W_T - W_0)[k, j]"})
+    else:
+        from ..mechanisms.features import build_features
+        from ..mechanisms.rvfl import MODELS
+        from .targets import load_target_data
+
+        data = load_target_data(target)
+        n_test = len(data.y_test)
+        if m > n_test:
+            raise UsageError(f"canaries must be at most {n_test} (held-out test records) for input-mislabeled, got {m}.")
+        rng = public_rng(seed, _TAG_RECORDS)
+        idx = np.sort(rng.choice(n_test, size=m, replace=False))
+        y_true = np.asarray(data.y_test)[idx].astype(np.int64)
+        n_classes = target._n_classes
+        y_wrong = (y_true + 1 + rng.integers(0, n_classes - 1, size=m)) % n_classes
+        feats = build_features(MODELS[target.model].features, data.n_features, target.seed)  # the target's public features
+        zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
+        res = train_heads(target._z, target._y, n_classes, cfg, noise=noise, runs=1, init=target._init,
+                          canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary)
+        rows = np.arange(m)
+        after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
+        before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]
+        scores = after - before
+        info.update({"canary": "held-out test record with a wrong label, one more record unit",
+                     "test_indices": idx.tolist(), "true_labels": y_true.tolist(), "labels": y_wrong.tolist(),
+                     "score": "log p(wrong label | W_T) - log p(wrong label | W_0)"})
+    return OneRunScores(scores=scores, included=included, kind=kind, info=info)

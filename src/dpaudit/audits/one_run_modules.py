@@ -1,0 +1,256 @@
+"""One-run audits of the trainable DP-SGD models ``dp-dense``, ``dp-cnn``, ``dp-attention``.
+
+Steinke, Nasr & Jagielski (2023), "Privacy auditing with one (1) training run": insert m canaries,
+each included independently with probability 1/2 (a private coin), train ONCE, score every canary
+from the released model, and let :func:`dpaudit.audits.one_run.one_run_bounds` turn the guesses
+into a lower bound on epsilon. One training run replaces the thousands an ordinary audit needs.
+
+Canary kinds (``kind``):
+
+``gradient``  m Dirac gradient canaries at m distinct parameter coordinates chosen uniformly
+              without replacement from the public seed in the tensors of
+              :data:`CANARY_TENSORS` (dense: ``fc1.weight``, the first layer, whose columns on
+              the always-blank image border get no data gradient; cnn: ``fc1.weight``;
+              attention: ``ff1.weight`` and ``ff2.weight``). At every step each included canary
+              is Poisson-sampled with the run's sample rate q (private draw) and, when sampled,
+              C * e_j is added to the clipped gradient sum before the Gaussian noise (through the
+              engine's ``canary_hook``): exactly one extra privacy unit of sensitivity C per
+              canary. Score: -(theta_T - theta_0)[j] (descent lowers the coordinate; higher =
+              more likely included).
+``input-mislabeled``  m held-out records (test, then validation partition; chosen from the public
+              seed) with a wrong label (true label + 1 + U{0..K-2}, mod K, public), the included
+              ones appended to the training data as ordinary records (Poisson-sampled,
+              clipped). Score: loss before training - loss after training on the canary.
+
+**Privacy contract / soundness.** The inclusion coins and the per-step canary sampling are drawn
+from a generator seeded by the private ``noise`` source and never published; the scores depend on
+the released parameters (and the public initialisation) only; the schedule (q, T, m0) and the
+noise multiplier are the release's. Under these conditions the one-run analysis is a valid lower
+bound for the claimed event of every included canary (each canary is one add/remove unit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..noise import NoiseSource, public_rng
+
+ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
+#: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
+CANARY_TENSORS: dict[str, tuple[str, ...]] = {"dense": ("fc1.weight",), "cnn": ("fc1.weight",), "attention": ("ff1.weight", "ff2.weight")}
+#: Noise multiplier of the no-noise control (as the head audits: DPSGDConfig refuses 0 unless
+#: non_private, which would also switch clipping off).
+NO_NOISE_MULTIPLIER = 1e-12
+_TAG_COORDS = 0x31524E43  # "1RNC": public choice of canary coordinates / records
+_TAG_LABELS = 0x314C4142  # "1LAB": public wrong labels
+
+
+def module_name(model: str) -> str:
+    """``dp-dense`` -> ``dense`` (also accepts the bare module names)."""
+    name = str(model).removeprefix("dp-")
+    if name not in CANARY_TENSORS:
+        raise UsageError(f"model must be one of dp-dense, dp-cnn, dp-attention, got {model!r}.")
+    return name
+
+
+def one_run_scores_type():
+    """:class:`dpaudit.audits.one_run.OneRunScores` (imported lazily: the analysis module)."""
+    from .one_run import OneRunScores
+
+    return OneRunScores
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientCanaries:
+    """m Dirac canaries: ``coords[i] = (tensor name, flat index)``, public."""
+
+    tensors: tuple[str, ...]
+    coords: tuple[tuple[str, int], ...]
+
+    def describe(self) -> dict:
+        return {"tensors": list(self.tensors), "coordinates": [[n, int(i)] for n, i in self.coords],
+                "choice": "uniform without replacement over the tensors' coordinates, public seed"}
+
+
+def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[str, ...], m: int, seed: int,
+                       quiet: np.ndarray | None = None) -> GradientCanaries:
+    """m distinct coordinates of ``tensors`` (flat indices into their concatenation, in the listed
+    order), uniformly from the public seed; taken first from ``quiet`` (coordinates no training
+    record moves) when given, the rest uniformly from the others."""
+    missing = [t for t in tensors if t not in named_shapes]
+    if missing:
+        raise UsageError(f"canary tensors must be trainable parameters of the model, got {missing!r}.")
+    sizes = [int(np.prod(named_shapes[t])) for t in tensors]
+    total = sum(sizes)
+    if not 1 <= m <= total:
+        raise UsageError(f"canaries must be an integer in [1, {total}] (coordinates of {', '.join(tensors)}), got {m!r}.")
+    rng = public_rng(seed, _TAG_COORDS)
+    quiet = np.zeros(0, dtype=np.int64) if quiet is None else np.unique(np.asarray(quiet, dtype=np.int64))
+    if quiet.size >= m:
+        flat = rng.choice(quiet, size=m, replace=False)
+    else:
+        rest = np.setdiff1d(np.arange(total), quiet)
+        flat = np.concatenate([quiet, rng.choice(rest, size=m - quiet.size, replace=False)])
+    starts = np.cumsum([0, *sizes])
+    which = np.searchsorted(starts, flat, side="right") - 1
+    coords = tuple((tensors[w], int(f - starts[w])) for w, f in zip(which, flat))
+    return GradientCanaries(tuple(tensors), coords)
+
+
+def dirac_hook(canaries: GradientCanaries, names: list[str], included: np.ndarray, sample_rate: float, clipping_norm: float,
+               rng: np.random.Generator) -> Callable[[int, list], None]:
+    """The engine hook (:func:`dpaudit.mechanisms.dpsgd.run_dp_sgd`): at each step, each included
+    canary is sampled w.p. ``sample_rate`` (``rng``, private) and adds C * e_j to the clipped sum."""
+    index = {n: i for i, n in enumerate(names)}
+    groups = []  # (parameter index, canary ids, flat coordinates) per tensor
+    for t in canaries.tensors:
+        ids = np.array([k for k, (n, _) in enumerate(canaries.coords) if n == t], dtype=np.int64)
+        if ids.size:
+            groups.append((index[t], ids, torch.as_tensor(np.array([canaries.coords[k][1] for k in ids], dtype=np.int64))))
+    inc = np.asarray(included, dtype=bool)
+    m = inc.size
+
+    def hook(step: int, sums: list) -> None:
+        active = inc & (rng.random(m) < sample_rate)
+        for p, ids, flat in groups:
+            on = active[ids]
+            if on.any():
+                sums[p].view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), float(clipping_norm), dtype=sums[p].dtype))
+
+    return hook
+
+
+def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray) -> np.ndarray:
+    """Flat coordinates (into the concatenation of ``tensors``) that no training record moves:
+    for the dense model, the first layer's weights on input features that are zero in every
+    training record (their per-example gradient is outer(g, x), zero in those columns). The
+    choice depends on the training data, as the head audits' max-clip canary does, but not on the
+    canary coins, so the one-run analysis stays valid; it only removes data gradients from the
+    canaries' coordinates (power, not soundness). Empty for the other models."""
+    if name != "dense" or "fc1.weight" not in tensors:
+        return np.zeros(0, dtype=np.int64)
+    start = sum(int(np.prod(shapes[t])) for t in tensors[: tensors.index("fc1.weight")])
+    rows, cols = shapes["fc1.weight"]
+    zero = np.flatnonzero(np.abs(x.reshape(x.shape[0], -1)).max(axis=0) == 0) if x.shape[0] else np.arange(cols)
+    return (start + (np.arange(rows)[:, None] * cols + zero[None, :]).reshape(-1)).astype(np.int64)
+
+
+def _data_parts(data):
+    """(dataset, x_pool, y_pool): a prepared dataset (loaded when a name is given) and its
+    held-out pool (test, then validation rows) for input canaries."""
+    if isinstance(data, str):
+        from ..data import load_dataset
+
+        data = load_dataset(data)
+    x_pool = np.concatenate([data.x_test, data.x_val]) if getattr(data, "x_val", None) is not None and len(data.x_val) else data.x_test
+    y_pool = np.concatenate([data.y_test, data.y_val]) if getattr(data, "y_val", None) is not None and len(data.y_val) else data.y_test
+    return data, x_pool, y_pool
+
+
+def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient",
+                    noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None):
+    """Train ``model`` (dp-dense / dp-cnn / dp-attention) ONCE with DP-SGD ``config`` on ``data``
+    (a :class:`~dpaudit.data.base.PreparedDataset` or a dataset name) with ``canaries`` canaries of
+    ``kind`` (module docstring), and return their :class:`~dpaudit.audits.one_run.OneRunScores`.
+
+    ``seed``: the public seed (model initialisation, canary coordinates / records). ``noise``: the
+    private source (DP noise, Poisson sampling, canary coins). ``noise_on=False``: the no-noise
+    control (noise multiplier 1e-12, clipping and sampling kept). ``tensors``: override
+    :data:`CANARY_TENSORS`.
+    """
+    from ..mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
+    from ..mechanisms.models import build_module
+    from ..validation import positive_int
+
+    name = module_name(model)
+    if kind not in ONE_RUN_MODULE_KINDS:
+        raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
+    m = positive_int("canaries", canaries)
+    if not isinstance(config, DPSGDConfig):
+        raise UsageError(f"config must be a DPSGDConfig, got {type(config).__name__}.")
+    if config.non_private:
+        raise UsageError("config must be private (clipping bounds each canary's contribution), got non_private=True.")
+    if not noise_on:
+        config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    data, x_pool, y_pool = _data_parts(data)
+    n_classes = int(data.n_classes)
+    binary = n_classes == 2
+    module = build_module(name, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape, seed=seed)
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    theta0 = {n: p.detach().clone() for n, p in module.named_parameters()}
+    # The canary coins and per-step draws: private, from a generator seeded by the private source
+    # (drawn before training; the source's later draws are the DP noise and data sampling).
+    crng = np.random.default_rng(noise.aux_seed())
+    included = crng.random(m) < 0.5
+    x = np.asarray(data.x_train, dtype=np.float32)
+    y = np.asarray(data.y_train, dtype=np.int64)
+    loss = "bce" if binary else "cross_entropy"
+    info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "kind": kind, "seed": int(seed),
+            "noise_on": bool(noise_on), "dp_sgd": config.to_dict(), "n_train": int(y.size)}
+    hook = None
+    if kind == "gradient":
+        shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
+        chosen = tuple(tensors or CANARY_TENSORS[name])
+        quiet = _quiet_coordinates(name, chosen, shapes, x)
+        gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
+        hook = dirac_hook(gc, names, included, config.sample_rate, config.clipping_norm, crng)
+        info.update(gc.describe(), score="-(theta_T - theta_0)[j]", quiet_coordinates=int(quiet.size),
+                    quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
+                               "(no data gradient); taken first, the rest uniform")
+    else:
+        if m > y_pool.size:
+            raise UsageError(f"canaries must be at most {y_pool.size} (held-out records) for input canaries, got {m}.")
+        rng = public_rng(seed, _TAG_COORDS)
+        rows = rng.choice(y_pool.size, size=m, replace=False)
+        xc = np.asarray(x_pool[rows], dtype=np.float32)
+        yc = (np.asarray(y_pool[rows], dtype=np.int64) + 1 + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)) % n_classes
+        x = np.concatenate([x, xc[included]])
+        y = np.concatenate([y, yc[included]])
+        loss_before = _record_losses(module, xc, yc, binary)
+        info.update(records="held-out (test, then validation) rows, public seed", rows=[int(r) for r in rows],
+                    labels=[int(v) for v in yc], score="loss(theta_0) - loss(theta_T) on the canary's wrong label")
+    steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
+                                canary_hook=hook)
+    info["steps_executed"], info["n_units"] = int(steps), int(y.size)  # units: training records plus included input canaries
+    if kind == "gradient":
+        params = dict(module.named_parameters())
+        scores = np.array([-(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in gc.coords])
+    else:
+        scores = loss_before - _record_losses(module, xc, yc, binary)
+    return one_run_scores_type()(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+
+
+def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary: bool) -> np.ndarray:
+    """Per-record loss of ``module`` (eval mode) on (x, y)."""
+    was = module.training
+    module.eval()
+    with torch.no_grad():
+        out = module(torch.as_tensor(x)).double()
+        yt = torch.as_tensor(y)
+        if binary:
+            v = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), yt.double(), reduction="none")
+        else:
+            v = torch.nn.functional.cross_entropy(out, yt, reduction="none")
+    module.train(was)
+    return v.numpy()
+
+
+def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int | None = None, batch_size: int | None = None):
+    """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
+    the paper's schedule over the training size (or the given epochs / batch size) and the
+    RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
+    from ..mechanisms.dpsgd import DPSGDConfig
+    from ..mechanisms.dpsgd_release import plan_schedule
+
+    module_name(model)
+    data, _, _ = _data_parts(data)
+    setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=int(len(data.y_train)), epsilon=epsilon, delta=delta,
+                          epochs=epochs, batch_size=batch_size)
+    s = setup.schedule
+    cfg = DPSGDConfig(sample_rate=s.sample_rate, steps=s.steps, normalizer=s.normalizer, noise_multiplier=setup.noise_multiplier)
+    return cfg, setup.event

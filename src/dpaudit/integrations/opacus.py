@@ -1,0 +1,201 @@
+"""One-run audit of a model trained with Opacus's ``PrivacyEngine`` (Steinke, Nasr & Jagielski 2023).
+
+Usage (the user's own training loop runs once, unchanged)::
+
+    from opacus import PrivacyEngine
+    from dpaudit.integrations.opacus import OpacusCanaries
+    from dpaudit.audits.one_run import one_run_bounds
+
+    canaries = OpacusCanaries(model, canaries=1000, seed=0, tensors=["fc1.weight"])  # before make_private
+    model, optimizer, loader = PrivacyEngine().make_private(module=model, optimizer=optimizer, data_loader=loader,
+                                                           noise_multiplier=1.1, max_grad_norm=1.0)
+    canaries.attach(optimizer, data_loader=loader)
+    ... train as usual ...
+    bounds = one_run_bounds(canaries.scores(model), delta=1e-5, claim=canaries.claim())
+
+How it works. ``canaries`` Dirac gradient canaries sit at distinct coordinates of the chosen
+parameter tensors (uniformly from the public ``seed``; default: every trainable parameter). Each is
+included independently with probability 1/2 (private coin). :meth:`OpacusCanaries.attach` wraps
+the ``DPOptimizer``'s ``add_noise`` -- called once per logical step, after ``clip_and_accumulate``
+has stored the clipped per-sample gradient sum in ``p.summed_grad`` and never on steps skipped for
+gradient accumulation -- so that, at every step, each included canary is Poisson-sampled with the
+data loader's sample rate (the rate Opacus accounts with: ``1 / len(data_loader)``) and, when
+sampled, ``max_grad_norm * e_j`` is added to ``p.summed_grad`` before Opacus's own ``add_noise``
+runs. Each canary is therefore one extra add/remove unit of sensitivity ``max_grad_norm``. Score
+of canary j: ``-(theta_T - theta_0)[j]`` (higher = more likely included).
+
+**What is not changed.** Opacus's noise (``optimizer.generator`` or the global torch generator;
+the canary draws come from a separate NumPy generator), its noise multiplier, clipping, scaling
+and its accountant hook (``step_hook``) are untouched. The canary coins and draws come from
+``noise_seed`` (None: OS entropy, not reproducible) and are private: publish only the scores and
+the result of the analysis, never :attr:`OpacusCanaries.included` before the audit is done.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..noise import public_rng
+from ..validation import positive_int
+
+_TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
+_WRAP_PREFIXES = ("_module.",)  # GradSampleModule (and DPDDP) wrap the user's module under _module
+
+
+def _plain_name(name: str) -> str:
+    while True:
+        for p in _WRAP_PREFIXES:
+            if name.startswith(p):
+                name = name[len(p):]
+                break
+        else:
+            return name
+
+
+class OpacusCanaries:
+    """m gradient canaries for one Opacus training run (module docstring).
+
+    ``model``: the user's module (before or after ``make_private``; names are matched without
+    Opacus's ``_module.`` prefix). ``canaries``: m. ``seed``: public seed of the coordinates.
+    ``tensors``: parameter names holding the canaries (default: all trainable parameters); pick
+    coordinates the data moves little (e.g. first-layer weights on always-blank image borders) for
+    power -- the choice never affects soundness. ``noise_seed``: seed of the private canary
+    generator (tests / reproducible audits only; None draws OS entropy).
+    """
+
+    def __init__(self, model: torch.nn.Module, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None,
+                 noise_seed: int | None = None):
+        m = positive_int("canaries", canaries)
+        named = {_plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
+        names = list(named) if tensors is None else [str(t) for t in tensors]
+        missing = [n for n in names if n not in named]
+        if missing or not names:
+            raise UsageError(f"tensors must name trainable parameters of the model ({', '.join(named)}), got {missing or names!r}.")
+        sizes = [named[n].numel() for n in names]
+        total = int(sum(sizes))
+        if m > total:
+            raise UsageError(f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}.")
+        flat = public_rng(int(seed), _TAG).choice(total, size=m, replace=False)
+        starts = np.cumsum([0, *sizes])
+        which = np.searchsorted(starts, flat, side="right") - 1
+        self.tensors = tuple(names)
+        self.coords = tuple((names[w], int(f - starts[w])) for w, f in zip(which, flat))
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
+        self.included = self._rng.random(m) < 0.5
+        self._groups = {}  # parameter name -> (canary ids, flat coordinate tensor)
+        for n in names:
+            ids = np.array([k for k, (t, _) in enumerate(self.coords) if t == n], dtype=np.int64)
+            if ids.size:
+                self._groups[n] = (ids, torch.as_tensor(np.array([self.coords[k][1] for k in ids], dtype=np.int64)))
+        self._theta0 = {n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()}
+        self._params = {n: named[n] for n in self._groups}
+        self.sample_rate: float | None = None
+        self.clipping_norm: float | None = None
+        self.noise_multiplier: float | None = None
+        self.steps = 0
+        self.sampled = np.zeros(m, dtype=np.int64)  # private: how often each canary was added
+        self._optimizer = None
+
+    @property
+    def m(self) -> int:
+        return len(self.coords)
+
+    # ------------------------------------------------------------------ the hook
+    def attach(self, optimizer, *, sample_rate: float | None = None, data_loader=None) -> "OpacusCanaries":
+        """Inject the canaries into ``optimizer`` (an Opacus ``DPOptimizer``). The per-step canary
+        sample rate: ``sample_rate``, else ``data_loader.sample_rate`` (Opacus's ``DPDataLoader``),
+        else ``1 / len(data_loader)`` -- the rate ``PrivacyEngine`` accounts with."""
+        from opacus.optimizers import DPOptimizer
+
+        if not isinstance(optimizer, DPOptimizer):
+            raise UsageError(f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}.")
+        if self._optimizer is not None:
+            raise UsageError("canaries must be attached to one optimizer, got a second attach().")
+        if sample_rate is None:
+            if data_loader is None:
+                raise UsageError("sample_rate or data_loader must be given, got neither.")
+            sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
+        q = float(sample_rate)
+        if not 0.0 < q <= 1.0:
+            raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
+        norm = optimizer.max_grad_norm
+        if not isinstance(norm, (int, float)) or not norm > 0:
+            raise UsageError(f"optimizer.max_grad_norm must be one positive number, got {norm!r}.")
+        by_param = {id(p): p for p in optimizer.params}
+        for n, p in self._params.items():
+            if id(p) not in by_param:
+                raise UsageError(f"tensors must be optimised by the DPOptimizer, got {n!r} outside its parameters.")
+        self.sample_rate, self.clipping_norm = q, float(norm)
+        self.noise_multiplier = float(optimizer.noise_multiplier)
+        original = optimizer.add_noise  # the bound method: Opacus's noise, unchanged
+
+        def add_noise():
+            self._inject()
+            original()
+
+        optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
+        self._optimizer, self._original = optimizer, original
+        return self
+
+    def detach(self) -> None:
+        """Remove the hook (the optimizer's own ``add_noise`` again)."""
+        if self._optimizer is not None:
+            del self._optimizer.add_noise
+            self._optimizer = None
+
+    def _inject(self) -> None:
+        active = self.included & (self._rng.random(self.m) < self.sample_rate)
+        self.sampled += active
+        self.steps += 1
+        for n, (ids, flat) in self._groups.items():
+            on = active[ids]
+            if not on.any():
+                continue
+            p = self._params[n]
+            sg = p.summed_grad
+            if sg is None:
+                raise UsageError(f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None.")
+            sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), self.clipping_norm, dtype=sg.dtype,
+                                                                             device=sg.device))
+
+    # ------------------------------------------------------------------ after training
+    def scores(self, model: torch.nn.Module | None = None):
+        """:class:`~dpaudit.audits.one_run.OneRunScores` of the trained model (default: the
+        parameters seen at construction): ``-(theta_T - theta_0)[j]``."""
+        from ..audits.one_run import OneRunScores
+
+        if model is None:
+            params = self._params
+        else:
+            named = {_plain_name(n): p for n, p in model.named_parameters()}
+            missing = [n for n in self._groups if n not in named]
+            if missing:
+                raise UsageError(f"model must have the canary tensors, got none named {missing!r}.")
+            params = {n: named[n] for n in self._groups}
+        s = np.zeros(self.m)
+        for n, (ids, flat) in self._groups.items():
+            now = params[n].detach().reshape(-1)[flat.to(params[n].device)].cpu()
+            s[ids] = -(now - self._theta0[n].cpu()).double().numpy()
+        return OneRunScores(scores=s, included=self.included.copy(), kind="gradient", info=self.describe())
+
+    def claim(self):
+        """The event Opacus's run claims: SubsampledGaussian(noise multiplier, sample rate, steps
+        seen by the hook)."""
+        from ..accounting.events import SubsampledGaussian
+
+        if self._optimizer is None and self.sample_rate is None:
+            raise UsageError("canaries must be attached and trained with before claim(), got no attached optimizer.")
+        return SubsampledGaussian(self.noise_multiplier, self.sample_rate, max(1, self.steps))
+
+    def describe(self) -> dict:
+        """Public description (no coins, no per-canary draws)."""
+        return {"integration": "opacus", "canaries": self.m, "seed": self.seed, "tensors": list(self.tensors),
+                "coordinates": [[n, i] for n, i in self.coords], "sample_rate": self.sample_rate, "max_grad_norm": self.clipping_norm,
+                "noise_multiplier": self.noise_multiplier, "steps": self.steps, "score": "-(theta_T - theta_0)[j]",
+                "injection": "max_grad_norm * e_j added to p.summed_grad before DPOptimizer.add_noise, each included canary "
+                             "Poisson-sampled per step at sample_rate"}

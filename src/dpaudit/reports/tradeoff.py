@@ -1,0 +1,257 @@
+"""The reviewer's picture of one audit: the claimed trade-off curve against the audit's evidence.
+
+A claim (the release's recorded DP event) is a whole trade-off curve f: for every test of
+"canary in" vs "canary out", FNR >= f(FPR). An audit falsifies the claim when the confidence
+box of its chosen test, [0, FPR_hi] x [0, FNR_hi] (one-sided Clopper-Pearson upper bounds on
+EVAL trials), lies wholly below that curve: with probability >= the audit's confidence the
+test's true (FPR, FNR) is inside the box, and every correct claim keeps it on or above f.
+The figure shows exactly that, so a reviewer can see *why* an audit says what it says:
+
+- the claimed curve (the claim's event at s = 1), and the member of the claim's family at the
+  certified lower bound (the strongest claim the evidence rules out), when there is one;
+- the EVAL empirical points (descriptive: all thresholds, so no confidence attaches to them);
+- the chosen test's empirical point, its one-sided error bars and the confidence box up to
+  its corner, coloured :data:`VIOLATION_COLOR` (red) and labelled when the audit's own test
+  says the box is below the claimed curve (``claimed_curve.violated``), else
+  :data:`CONSISTENT_COLOR`.
+
+Two panels: linear axes (the whole curve) and log-log axes (the low-FPR and low-FNR corners,
+where large epsilons live). Nothing here recomputes a bound: the colour is the stored test's
+verdict, the numbers are the stored block's (audit.json ``claimed_curve``, schema in
+:mod:`dpaudit.audits.curves`). Matplotlib's object API with the Agg canvas, never ``pyplot``,
+so drawing never touches a user's matplotlib state.
+
+Public API: :func:`tradeoff_figure` (audit dict -> matplotlib Figure), :func:`write_tradeoff_png`
+(what the audit engine calls to write ``tradeoff.png`` next to ``audit.json``) and
+:func:`one_run_figure` (one_run.json -> Figure). The blocks are read by :mod:`.evidence`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .evidence import curve_view, name_of as _name, num, one_run_view
+from .figstyle import DPI, new_figure, png_bytes, style_axes
+
+#: File name of the picture written next to audit.json.
+TRADEOFF_FILE = "tradeoff.png"
+VIOLATION_COLOR = "#c0392b"  # red: the box is below the claimed curve (the claim is falsified)
+CONSISTENT_COLOR = "#1f4e79"  # blue: the box reaches the curve (no evidence against the claim)
+CURVE_COLOR = "#1b1b1b"
+LOWER_BOUND_COLOR = "#d35400"
+POINTS_COLOR = "#7f8c8d"
+FIGSIZE = (11.0, 4.6)
+#: Smallest value drawn on the log axes (the claimed curve's grid starts at 1e-6).
+LOG_FLOOR = 1e-6
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "n/a"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
+
+
+# ------------------------------------------------------------------ drawing
+
+
+def _new_figure(figsize, layout: str | None = "constrained"):
+    return new_figure(figsize, layout)
+
+
+def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
+    style_axes(ax, title, xlabel, ylabel, size=10)
+
+
+def _family_label(cv: dict) -> str:
+    fam = cv["family"]
+    par = fam["parameter"] or "scale"
+    lb = fam["lower_bound"]
+    # the evidence rules out the claim's family members with at least this much noise (a
+    # larger noise multiplier / noise scale, or a smaller pure epsilon): they are too private
+    # to have produced a box this low
+    rel = "<=" if par == "epsilon" else ">="
+    return (f"curve at the lower bound: {par} {rel} {_fmt(lb)} ruled out" if lb is not None else "curve at the lower bound") + \
+        f" (eps_LB {_fmt(cv['epsilon_lower_bound'])})"
+
+
+def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
+    from matplotlib.patches import Rectangle
+
+    viol = cv["violated"]
+    color = VIOLATION_COLOR if viol else CONSISTENT_COLOR
+    lo = floor if log else 0.0
+
+    def keep(xs, ys):  # log axes cannot show zeros: clip them to the floor (drawn on the axis)
+        if not log:
+            return xs, ys
+        return [max(x, floor) for x in xs], [max(y, floor) for y in ys]
+
+    # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
+    gx = [floor * (10 ** (k / 50 * -math.log10(floor))) for k in range(51)] if log else [0.0, 1.0]
+    ax.plot(*keep(gx, [1.0 - x for x in gx]), color="#aaaaaa", linestyle=":", linewidth=1.0, label="no privacy (FNR = 1 - FPR)", gid="chance")
+    c = cv["curve"]
+    ax.plot(*keep(c["fpr"], c["fnr"]), color=CURVE_COLOR, linewidth=1.8, label="claimed curve (the release's event)", gid="claimed-curve")
+    if cv["curve_at_lower_bound"] is not None:
+        cl = cv["curve_at_lower_bound"]
+        ax.plot(*keep(cl["fpr"], cl["fnr"]), color=LOWER_BOUND_COLOR, linestyle="--", linewidth=1.4, label=_family_label(cv),
+                gid="lower-bound-curve")
+    if cv["points"] is not None:
+        pts = cv["points"]
+        xs, ys = pts["fpr"], pts["fnr"]
+        if log:
+            keep_i = [i for i, (x, y) in enumerate(zip(xs, ys)) if x > 0 and y > 0]
+            xs, ys = [xs[i] for i in keep_i], [ys[i] for i in keep_i]
+        ax.scatter(xs, ys, s=7, color=POINTS_COLOR, alpha=0.7, linewidths=0, label="EVAL empirical (FPR, FNR), all thresholds",
+                   gid="eval-points", zorder=2)
+    p = cv["point"]
+    fu, nu = p["fpr_upper"], p["fnr_upper"]
+    x0 = lo
+    w, h = max(fu, floor if log else 0.0) - x0, max(nu, floor if log else 0.0) - x0
+    box = Rectangle((x0, x0), w, h, facecolor=color, edgecolor=color, alpha=0.18 if viol else 0.12, linewidth=1.6,
+                    label=("confidence box BELOW the claimed curve: VIOLATION" if viol else "confidence box of the chosen test"), zorder=3)
+    box.set_gid("confidence-box")
+    ax.add_patch(box)
+    edge = Rectangle((x0, x0), w, h, facecolor="none", edgecolor=color, linewidth=1.6, zorder=4)
+    edge.set_gid("confidence-box-edge")
+    ax.add_patch(edge)
+    if p["fpr"] is not None and p["fnr"] is not None:
+        px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
+        ax.errorbar([px], [py], xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]], yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
+                    fmt="o", markersize=5, color=color, ecolor=color, elinewidth=1.2, capsize=3, zorder=5,
+                    label="chosen test: EVAL point, one-sided CP upper bounds", gid="chosen-point")
+    ax.scatter([max(fu, floor) if log else fu], [max(nu, floor) if log else nu], marker="X" if viol else "s", s=60, color=color,
+               edgecolors="white", linewidths=0.6, zorder=6, label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})", gid="box-corner")
+    if viol:
+        ax.annotate("VIOLATION", xy=(max(fu, floor) if log else fu, max(nu, floor) if log else nu), xytext=(8, -14),
+                    textcoords="offset points", color=VIOLATION_COLOR, fontsize=10, fontweight="bold", gid="violation-label", zorder=7)
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(floor, 1.3)
+        ax.set_ylim(floor, 1.3)
+        _style(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)")
+    else:
+        ax.set_xlim(0.0, 1.0)
+        ax.set_ylim(0.0, 1.0)
+        ax.set_aspect("equal")
+        _style(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)")
+
+
+def _log_floor(cv: dict) -> float:
+    """Lower limit of the log axes: a decade below the box corner and the smallest non-zero
+    empirical rate, never below :data:`LOG_FLOOR`, never above 1e-2."""
+    cands = [1e-2]
+    p = cv["point"]
+    cands += [v / 10 for v in (p["fpr_upper"], p["fnr_upper"]) if v is not None and v > 0]
+    if cv["points"] is not None:
+        nz = [v for v in cv["points"]["fpr"] + cv["points"]["fnr"] if v > 0]
+        if nz:
+            cands.append(min(nz) / 2)
+    return max(LOG_FLOOR, min(cands))
+
+
+def title_of(audit: dict, cv: dict) -> str:
+    mech = _name(audit.get("mechanism")) or "unknown mechanism"
+    can = _name(audit.get("canary"))
+    claim = num(audit.get("claimed_epsilon"))
+    conf = cv["confidence"] if cv["confidence"] is not None else num(audit.get("confidence"))
+    head = f"{mech}" + (f" · canary {can}" if can else "") + f" · statistic {cv['statistic']}"
+    tail = (f"eps_LB {_fmt(cv['epsilon_lower_bound'])} vs claimed eps {_fmt(claim)}"
+            + (f" (delta {num(audit.get('delta')):g})" if num(audit.get("delta")) is not None else "")
+            + (f", {100 * conf:g} % confidence" if conf is not None else "")
+            + (" — VIOLATION: the claim is falsified" if cv["violated"] else " — no evidence against the claim"))
+    return head + "\n" + tail
+
+
+def tradeoff_figure(audit: dict):
+    """The trade-off figure (a ``matplotlib.figure.Figure`` on an Agg canvas) of one audit.json dict.
+
+    Raises :class:`~dpaudit.errors.UsageError` when the audit has no drawable ``claimed_curve``
+    block (an audit without a claimed event, or an old audit.json). The box and its corner are
+    drawn in :data:`VIOLATION_COLOR` exactly when the block's own test says ``violated``.
+    """
+    if not isinstance(audit, dict):
+        raise UsageError(f"audit must be an audit.json dict, got {type(audit).__name__}.")
+    cv = curve_view(audit.get("claimed_curve"))
+    if cv is None:
+        raise UsageError("audit must carry a claimed_curve block with curve, point (fpr_upper, fnr_upper) and violated, "
+                         f"got {'none' if audit.get('claimed_curve') is None else 'a malformed one'}.")
+    # a fixed layout: the constrained one doubles the drawing time of these tick-heavy log axes
+    fig = _new_figure(FIGSIZE, layout=None)
+    ax_lin, ax_log = fig.subplots(1, 2, gridspec_kw={"left": 0.065, "right": 0.985, "top": 0.83, "bottom": 0.28, "wspace": 0.22})
+    _draw_panel(ax_lin, cv, log=False, floor=0.0)
+    _draw_panel(ax_log, cv, log=True, floor=_log_floor(cv))
+    fig.suptitle(title_of(audit, cv), fontsize=10.5, color=VIOLATION_COLOR if cv["violated"] else CURVE_COLOR)
+    handles, labels = ax_log.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7.5, frameon=False)
+    return fig
+
+
+def write_tradeoff_png(audit_dict: dict, path: str | os.PathLike) -> Path | None:
+    """Write the trade-off figure of ``audit_dict`` as a PNG at ``path`` (a file, or a folder:
+    then ``<folder>/tradeoff.png``); returns the path, or None (nothing written) when the audit
+    has no ``claimed_curve`` block — an audit without a claimed event has no curve to draw."""
+    if not isinstance(audit_dict, dict) or audit_dict.get("claimed_curve") is None:
+        return None
+    fig = tradeoff_figure(audit_dict)
+    out = Path(path)
+    if out.is_dir():
+        out = out / TRADEOFF_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(png_bytes(fig))
+    os.replace(tmp, out)  # never a half-written PNG beside audit.json
+    return out
+
+
+# ------------------------------------------------------------------ one-run results
+
+
+def one_run_figure(record: dict):
+    """Bars of a one-run audit (one_run.json): claimed epsilon, the (eps, delta) lower bound of
+    Steinke, Nasr & Jagielski 2023 and its all-correct ceiling for this m, and the f-DP lower
+    bound (Mahloujifar et al. 2024) when present. A bound above the claim is drawn in red."""
+    v = one_run_view(record)
+    if v is None:
+        raise UsageError("one-run record must carry a steinke or fdp block, got neither.")
+    claim = v["claimed_epsilon"]
+    rows: list[tuple[str, float, str, str]] = []
+    st, fd = v["steinke"], v["fdp"]
+    # the analysis fixed in advance to decide (the record's rule): f-DP when it was computed
+    fdp_decides = record.get("statistic") == "f-dp" or (record.get("statistic") is None and fd is not None
+                                                          and fd["epsilon_lower_bound"] is not None)
+    if st is not None and st["epsilon_lower_bound"] is not None:
+        lb = st["epsilon_lower_bound"]
+        bad = claim is not None and lb > claim
+        rows.append(("eps_LB (eps, delta)" + ("" if fdp_decides else " (decides)"), lb, VIOLATION_COLOR if bad else CONSISTENT_COLOR, "steinke"))
+    if fd is not None and fd["epsilon_lower_bound"] is not None:
+        lb = fd["epsilon_lower_bound"]
+        bad = bool(fd["violated"]) or (claim is not None and lb > claim)
+        rows.append(("eps_LB f-DP" + (" (decides)" if fdp_decides else ""), lb, VIOLATION_COLOR if bad else CONSISTENT_COLOR, "fdp"))
+    if st is not None and st["ceiling"] is not None:
+        rows.append(("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling"))
+    fig = _new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
+    ax = fig.add_subplot()
+    finite = [r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim is not None and math.isfinite(claim) else [])
+    top = max(finite + [0.1]) * 1.15
+    for i, (lab, val, col, gid) in enumerate(rows):
+        ax.barh([i], [min(val, top)], color=col, alpha=0.85, gid=f"bar-{gid}")
+        ax.text(min(val, top), i, f"  {_fmt(val)}", va="center", fontsize=8.5)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8.5)
+    ax.invert_yaxis()
+    if claim is not None and math.isfinite(claim):
+        ax.axvline(claim, color=CURVE_COLOR, linestyle="--", linewidth=1.2, label=f"claimed eps {_fmt(claim)}", gid="claim-line")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_xlim(0, top)
+    guesses = st["guesses"] if st is not None else None
+    correct = st["correct"] if st is not None else None
+    sub = (f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})"
+           + (f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct" if guesses is not None and correct is not None else ""))
+    _style(ax, f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{sub}", "epsilon (nats)", "")
+    return fig

@@ -63,7 +63,8 @@ def _module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir,
 def run_one_run(mechanism: str, *, canaries: int, release=None, epsilon: float | None = None, delta: float = 1e-5,
                 dataset: str | None = None, data_dir=None, profile: str | None = None, epochs: int | None = None, seed: int = 42,
                 no_noise: bool = False, kind: str = "gradient", confidence: float = 0.95, reproducible_noise: bool = False,
-                out_dir: str | os.PathLike | None = None, command: str | None = None) -> OneRunResult:
+                out_dir: str | os.PathLike | None = None, command: str | None = None, privacy_unit: str = "record",
+                records_per_user: int | None = None, user_ids=None) -> OneRunResult:
     """One-run audit of ``mechanism`` (a DP-SGD head model or dp-dense / dp-cnn / dp-attention)
     with ``canaries`` canaries of ``kind``; ``release`` (a Release or its path) audits the
     recorded configuration and claim. Returns the :class:`~dpaudit.audits.one_run.OneRunResult`
@@ -89,13 +90,17 @@ def run_one_run(mechanism: str, *, canaries: int, release=None, epsilon: float |
     if name in MODULE_MODELS:
         from .one_run_modules import modules_one_run
 
+        if privacy_unit != "record":
+            raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {privacy_unit!r}.")
+
         model, data, cfg, claim = _module_setup(name, release=rel, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir,
                                                 profile=profile, epochs=epochs)
         scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=seed if rel is None else int(rel.seed), kind=kind,
                                  noise_on=not no_noise)
     else:
         claim, scores = _heads(mechanism, rel, m=m, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir, profile=profile,
-                               epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, noise=noise)
+                               epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, noise=noise, privacy_unit=privacy_unit,
+                               records_per_user=records_per_user, user_ids=user_ids)
     t1 = time.perf_counter()
     bounds = one_run_bounds(scores, delta=claim["delta"], confidence=confidence, claim=claim["event"], accountant=claim["accountant"],
                             adjacency=claim["adjacency"], claimed_epsilon=claim["claimed_epsilon"])
@@ -107,19 +112,22 @@ def run_one_run(mechanism: str, *, canaries: int, release=None, epsilon: float |
     return result
 
 
-def _heads(mechanism, rel, *, m, epsilon, delta, dataset, data_dir, profile, epochs, seed, no_noise, kind, noise):
-    """(claim dict, OneRunScores) of a DP-SGD head model (built as the ordinary audit builds it)."""
+def _heads(mechanism, rel, *, m, epsilon, delta, dataset, data_dir, profile, epochs, seed, no_noise, kind, noise, privacy_unit="record",
+           records_per_user=None, user_ids=None):
+    """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
+    audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     from .build import build_target, target_from_release
     from .heads import HeadTarget
     from .one_run_heads import heads_one_run
+    from .user_level import UserHeadTarget
 
     if rel is not None:
-        target = target_from_release(rel, data_dir=data_dir, mechanism=mechanism)
+        target = target_from_release(rel, data_dir=data_dir, mechanism=mechanism, user_ids=user_ids)
         seed = int(rel.seed)
     else:
         target = build_target(mechanism, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir, seed=seed, epochs=epochs,
-                              profile=profile)
-    if not isinstance(target, HeadTarget):
+                              profile=profile, privacy_unit=privacy_unit, records_per_user=records_per_user, user_ids=user_ids)
+    if not isinstance(target, (HeadTarget, UserHeadTarget)):
         raise UsageError(f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
                          f"got {mechanism!r}.")
     scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=kind, noise_on=not no_noise)

@@ -93,20 +93,37 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     from ..mechanisms.engine import CanaryHook, train_heads
     from .one_run import OneRunScores
 
-    if not isinstance(target, HeadTarget):
-        raise UsageError(f"target must be a HeadTarget (a DP-SGD head model), got {type(target).__name__}.")
+    from .user_level import UserHeadTarget
+
+    user_level = isinstance(target, UserHeadTarget)
+    if not isinstance(target, HeadTarget) and not user_level:
+        raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")
     m = positive_int("canaries", canaries)
     if m < 2:
         raise UsageError(f"canaries must be an integer >= 2, got {canaries!r}.")
     one_of("kind", kind, HEAD_ONE_RUN_KINDS)
+    if user_level and kind != "gradient":
+        raise UsageError(f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
+                         f"contribution is C e_j), got {kind!r}.")
     target.prepare()
+    users = None
+    if user_level:
+        # Canary users: each canary is one more user, Poisson-sampled at the user rate q (the
+        # engine's canary draw), whose jointly clipped contribution is exactly C e_j.
+        from ..data.users import UserIndex, index_users
+        from ..mechanisms.engine import UserSampling
+        from .user_level import user_head_clipped_sum_gram
+
+        index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
+        users = UserSampling(index, target.records_per_user, user_sum=user_head_clipped_sum_gram)
     cfg = target._config
     if not (noise_on and target.noise):
         cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
     k, c = target._k, cfg.clipping_norm
     # The private coins: each canary in w.p. 1/2, independently (never published).
     included = np.asarray(noise.poisson_mask(m, 0.5), dtype=bool)
-    info = {"model": target.model, "dataset": target._dataset_name, "n_train": int(target._z.shape[0]), "canaries": m,
+    info = {"model": target.model, "dataset": getattr(target, "_dataset_name", None), "n_train": int(target._z.shape[0]), "canaries": m,
+            "unit": "user" if user_level else "record",
             "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": c,
             "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
     if kind == "gradient":
@@ -121,7 +138,7 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
 
         d1 = z.shape[1] + 1
         grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
-        res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init,
+        res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init, users=users,
                           canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary)
         moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
         scores = -moved

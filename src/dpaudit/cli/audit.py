@@ -98,7 +98,8 @@ def register(app: typer.Typer) -> None:
         if one_run or canaries is not None:
             _one_run(mechanism, one_run=one_run, canaries=canaries, kind=one_run_kind, release=release, epsilon=epsilon, delta=delta,
                      dataset=dataset, data_dir=data_dir, profile=profile, epochs=epochs, seed=seed, no_noise=no_noise,
-                     confidence=confidence, reproducible_noise=reproducible_noise, out=out, json_out=json_out)
+                     confidence=confidence, reproducible_noise=reproducible_noise, out=out, json_out=json_out,
+                     privacy_unit=privacy_unit, records_per_user=records_per_user, user_ids=user_ids)
             return
 
         release_id = release_path = None
@@ -199,7 +200,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dataset, data_dir, profile, epochs, seed, no_noise,
-             confidence, reproducible_noise, out, json_out) -> None:
+             confidence, reproducible_noise, out, json_out, privacy_unit="record", records_per_user=None, user_ids=None) -> None:
     """``--one-run``: one training run with M canaries (audits/one_run_audit.py), one_run.json."""
     from ..errors import UsageError
 
@@ -221,6 +222,12 @@ def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dat
                 cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
     if data_dir is not None:
         cmd += ["--data-dir", str(data_dir)]
+    if privacy_unit != "record":
+        cmd += ["--privacy-unit", privacy_unit]
+        if records_per_user is not None:
+            cmd += ["--records-per-user", str(records_per_user)]
+        if user_ids is not None:
+            cmd += ["--user-ids", str(user_ids)]
     if no_noise:
         cmd.append("--no-noise")
     if reproducible_noise:
@@ -228,7 +235,8 @@ def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dat
     cmd += ["--out", str(out)]
     result = run_one_run(mechanism, canaries=canaries, release=release, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir,
                          profile=profile, epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, confidence=confidence,
-                         reproducible_noise=reproducible_noise, out_dir=out, command=shlex.join(cmd))
+                         reproducible_noise=reproducible_noise, out_dir=out, command=shlex.join(cmd), privacy_unit=privacy_unit,
+                         records_per_user=records_per_user, user_ids=user_ids)
     if json_out:
         d = result.to_dict()
         d["audit_dir"] = str(Path(out))

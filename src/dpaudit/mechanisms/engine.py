@@ -359,8 +359,10 @@ def train_heads(
     canary_rows = z1.shape[0] - n
     if canary is not None and canary.many and canary.z is not None and canary_rows != included.shape[1]:
         raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")
-    if users is not None and canary is not None and canary.many:
-        raise UsageError(f"a user-level canary must be one user (included of shape ({runs},)), got {included.shape}.")
+    if users is not None and canary is not None and canary.many and canary.z is None:
+        pass  # many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient
+    elif users is not None and canary is not None and canary.many:
+        raise UsageError(f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}.")
     if users is None:
         units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=canary is not None and canary.many)
     else:

@@ -13,6 +13,8 @@ import argparse
 import json
 import time
 
+import numpy as np
+
 import torch
 
 from dpaudit.audits.one_run import one_run_bounds
@@ -61,13 +63,42 @@ def mnist_cnn(args):
                       "fdp_eps_lb": (b["fdp"] or {}).get("epsilon_lower_bound"), "claimed": b["claimed_epsilon"]}))
 
 
+def overhead(args):
+    """Side by side, interleaved: one plain dp-cnn training on MNIST vs the same training as a one-run
+    audit with m canaries (--steps of the eps-8 schedule; CPU seconds, one thread)."""
+    import dataclasses
+
+    from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
+    from dpaudit.mechanisms.models import build_module
+
+    data = load_dataset("mnist")
+    cfg, _ = module_config("dp-cnn", data, epsilon=8.0, delta=DELTA, epochs=args.epochs)
+    cfg = dataclasses.replace(cfg, steps=args.steps)
+    x = torch.as_tensor(np.asarray(data.x_train, dtype=np.float32))
+    y = torch.as_tensor(np.asarray(data.y_train, dtype=np.int64))
+    rows = []
+    for rep in range(args.repeats):
+        c = time.process_time()
+        module = build_module("cnn", kind=data.kind, n_features=data.n_features, n_classes=int(data.n_classes), image_shape=data.image_shape, seed=rep)
+        train_module_dp_sgd(module, x, y, cfg, noise=NoiseSource("os-entropy"), loss="cross_entropy")
+        plain = time.process_time() - c
+        c = time.process_time()
+        modules_one_run("dp-cnn", data, cfg, canaries=args.canaries, noise=NoiseSource("os-entropy"), seed=rep)
+        one = time.process_time() - c
+        rows.append((plain, one))
+        print(json.dumps({"what": "dp-cnn mnist plain vs one-run", "steps": cfg.steps, "m": args.canaries, "plain_cpu_s": plain,
+                          "one_run_cpu_s": one, "ratio": one / plain}), flush=True)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["control", "soundness", "mnist-cnn"])
+    p.add_argument("what", choices=["control", "soundness", "mnist-cnn", "overhead"])
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--canaries", type=int, default=500)
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--fdp", action="store_true")
     a = p.parse_args()
-    {"control": control, "soundness": soundness, "mnist-cnn": mnist_cnn}[a.what](a)
+    {"control": control, "soundness": soundness, "mnist-cnn": mnist_cnn, "overhead": overhead}[a.what](a)

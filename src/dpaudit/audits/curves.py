@@ -384,11 +384,7 @@ def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> 
     s = np.asarray(scores, float)
     y = np.asarray(labels, bool)
     n_pos, n_neg = int(y.sum()), int((~y).sum())
-    u = np.unique(s)
-    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]]) if u.size > 1 else np.array([-np.inf, np.inf])
-    s_pos, s_neg = np.sort(s[y]), np.sort(s[~y])
-    pos_ge = n_pos - np.searchsorted(s_pos, cands, side="left")
-    neg_ge = n_neg - np.searchsorted(s_neg, cands, side="left")
+    cands, pos_ge, neg_ge, _ = stats.rule_counts(s, y)
     med = float(np.median(s))
     closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
     score_of = _gdp_mu if criterion == "gdp-mu" else _pure_eps

@@ -126,10 +126,16 @@ def describe_head(target) -> dict:
     return {"task": None, "dataset": target._dataset_name, "config": cfg, "canary_info": target._canary_info}
 
 
+def dead_features(z: np.ndarray) -> np.ndarray:
+    """Indices of the input features (columns of ``z``, records in rows) that are zero in every
+    training record: weights on them get no data gradient, so a gradient canary there is alone."""
+    return np.flatnonzero(np.abs(z).max(axis=0) == 0)
+
+
 def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
     """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
     moves — an input feature that is zero in every training record, so the data never move it."""
-    dead = np.flatnonzero(np.abs(z).max(axis=0) == 0)
+    dead = dead_features(z)
     if dead.size:
         return int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)", int(dead.size)
     j = int(np.argmin(np.abs(z).mean(axis=0)))

@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
-from .heads import NO_NOISE_MULTIPLIER, HeadTarget
+from .heads import NO_NOISE_MULTIPLIER, HeadTarget, dead_features
 
 HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
 _TAG_COORDS = 0x31484344  # public order of the free canary coordinates
@@ -53,7 +53,7 @@ _TAG_RECORDS = 0x31484352  # public choice of the mislabeled test records and th
 def free_coordinates(z: np.ndarray, k: int) -> np.ndarray:
     """(P, 2) head coordinates (row, feature) whose data gradient is zero: every output row of
     every input feature that is zero in all training records of ``z``."""
-    dead = np.flatnonzero(np.abs(z).max(axis=0) == 0)
+    dead = dead_features(z)
     return np.array([(r, j) for j in dead for r in range(k)], dtype=np.int64).reshape(-1, 2)
 
 

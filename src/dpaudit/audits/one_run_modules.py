@@ -39,13 +39,11 @@ import torch
 
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
+from .heads import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
 CANARY_TENSORS: dict[str, tuple[str, ...]] = {"dense": ("fc1.weight",), "cnn": ("fc1.weight",), "attention": ("ff1.weight", "ff2.weight")}
-#: Noise multiplier of the no-noise control (as the head audits: DPSGDConfig refuses 0 unless
-#: non_private, which would also switch clipping off).
-NO_NOISE_MULTIPLIER = 1e-12
 _TAG_COORDS = 0x31524E43  # "1RNC": public choice of canary coordinates / records
 _TAG_LABELS = 0x314C4142  # "1LAB": public wrong labels
 
@@ -76,12 +74,22 @@ class GradientCanaries:
         return {"tensors": list(self.tensors), "coordinates": [[n, int(i)] for n, i in self.coords],
                 "choice": "uniform without replacement over the tensors' coordinates, public seed"}
 
+    def by_tensor(self) -> list[tuple[str, np.ndarray, torch.Tensor]]:
+        """(tensor name, canary ids, their flat coordinates as an index tensor) for each tensor
+        holding canaries: what a hook adds C * e_j through, one ``index_add_`` per tensor."""
+        out = []
+        for t in self.tensors:
+            ids = np.array([k for k, (n, _) in enumerate(self.coords) if n == t], dtype=np.int64)
+            if ids.size:
+                out.append((t, ids, torch.as_tensor(np.array([self.coords[k][1] for k in ids], dtype=np.int64))))
+        return out
+
 
 def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[str, ...], m: int, seed: int,
-                       quiet: np.ndarray | None = None) -> GradientCanaries:
+                       quiet: np.ndarray | None = None, *, tag: int = _TAG_COORDS) -> GradientCanaries:
     """m distinct coordinates of ``tensors`` (flat indices into their concatenation, in the listed
-    order), uniformly from the public seed; taken first from ``quiet`` (coordinates no training
-    record moves) when given, the rest uniformly from the others."""
+    order), uniformly from the public seed (``public_rng(seed, tag)``); taken first from ``quiet``
+    (coordinates no training record moves) when given, the rest uniformly from the others."""
     missing = [t for t in tensors if t not in named_shapes]
     if missing:
         raise UsageError(f"canary tensors must be trainable parameters of the model, got {missing!r}.")
@@ -89,7 +97,7 @@ def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[
     total = sum(sizes)
     if not 1 <= m <= total:
         raise UsageError(f"canaries must be an integer in [1, {total}] (coordinates of {', '.join(tensors)}), got {m!r}.")
-    rng = public_rng(seed, _TAG_COORDS)
+    rng = public_rng(seed, tag)
     quiet = np.zeros(0, dtype=np.int64) if quiet is None else np.unique(np.asarray(quiet, dtype=np.int64))
     if quiet.size >= m:
         flat = rng.choice(quiet, size=m, replace=False)
@@ -107,11 +115,7 @@ def dirac_hook(canaries: GradientCanaries, names: list[str], included: np.ndarra
     """The engine hook (:func:`dpaudit.mechanisms.dpsgd.run_dp_sgd`): at each step, each included
     canary is sampled w.p. ``sample_rate`` (``rng``, private) and adds C * e_j to the clipped sum."""
     index = {n: i for i, n in enumerate(names)}
-    groups = []  # (parameter index, canary ids, flat coordinates) per tensor
-    for t in canaries.tensors:
-        ids = np.array([k for k, (n, _) in enumerate(canaries.coords) if n == t], dtype=np.int64)
-        if ids.size:
-            groups.append((index[t], ids, torch.as_tensor(np.array([canaries.coords[k][1] for k in ids], dtype=np.int64))))
+    groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]  # (parameter index, canary ids, coordinates)
     inc = np.asarray(included, dtype=bool)
     m = inc.size
 
@@ -136,7 +140,7 @@ def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.
         return np.zeros(0, dtype=np.int64)
     start = sum(int(np.prod(shapes[t])) for t in tensors[: tensors.index("fc1.weight")])
     rows, cols = shapes["fc1.weight"]
-    zero = np.flatnonzero(np.abs(x.reshape(x.shape[0], -1)).max(axis=0) == 0) if x.shape[0] else np.arange(cols)
+    zero = dead_features(x.reshape(x.shape[0], -1)) if x.shape[0] else np.arange(cols)
     return (start + (np.arange(rows)[:, None] * cols + zero[None, :]).reshape(-1)).astype(np.int64)
 
 

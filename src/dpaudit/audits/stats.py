@@ -140,6 +140,18 @@ def confusion(scores, labels, threshold: float, direction: str) -> tuple[int, in
     return tp, fp, int(np.sum(~y)) - fp, int(np.sum(y)) - tp
 
 
+def rule_counts(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Candidate thresholds (midpoints of distinct scores and +-inf) and, for the rule
+    "in iff score >= t", the true-positive and false-positive counts at each, from cumulative counts."""
+    u = np.unique(s)
+    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]])
+    n_pos = int(y.sum())
+    n_neg = y.size - n_pos
+    tp_ge = n_pos - np.searchsorted(np.sort(s[y]), cands, side="left")
+    fp_ge = n_neg - np.searchsorted(np.sort(s[~y]), cands, side="left")
+    return cands, tp_ge, fp_ge, u.size
+
+
 @dataclass(frozen=True)
 class Threshold:
     threshold: float
@@ -158,12 +170,7 @@ def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) 
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos < 1 or n_neg < 1:
         raise UsageError(f"SELECT trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
-    u = np.unique(s)
-    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]]) if u.size > 1 else np.array([-np.inf, np.inf])
-    s_pos, s_neg = np.sort(s[y]), np.sort(s[~y])
-    # "greater": predicted in iff s >= t  ->  count of s >= t = n - searchsorted(left)
-    pos_ge = n_pos - np.searchsorted(s_pos, cands, side="left")
-    neg_ge = n_neg - np.searchsorted(s_neg, cands, side="left")
+    cands, pos_ge, neg_ge, _ = rule_counts(s, y)
     best: tuple | None = None
     for direction in DIRECTIONS:
         if direction == "greater":
@@ -301,18 +308,6 @@ TPR_AT_FPR_TARGETS = (0.001, 0.01)
 AUROC_BOOTSTRAP = 1000
 
 
-def _rule_counts(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Candidate thresholds (midpoints of distinct scores and +-inf) and, for the rule
-    "in iff score >= t", the true-positive and false-positive counts at each, from cumulative counts."""
-    u = np.unique(s)
-    cands = np.concatenate([[-np.inf], (u[:-1] + u[1:]) / 2.0, [np.inf]])
-    n_pos = int(y.sum())
-    n_neg = y.size - n_pos
-    tp_ge = n_pos - np.searchsorted(np.sort(s[y]), cands, side="left")
-    fp_ge = n_neg - np.searchsorted(np.sort(s[~y]), cands, side="left")
-    return cands, tp_ge, fp_ge, u.size
-
-
 def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> dict:
     """Clopper–Pearson eps_LB over ALL threshold rules on ALL trials, Bonferroni-corrected.
 
@@ -335,7 +330,7 @@ def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> 
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos < 1 or n_neg < 1:
         raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
-    cands, tp_ge, fp_ge, n_unique = _rule_counts(s, y)
+    cands, tp_ge, fp_ge, n_unique = rule_counts(s, y)
     rules = 2 * cands.size
     m = max(rules, s.size + 2)
     split = 2 * m  # two one-sided bounds per rule
@@ -397,7 +392,7 @@ def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, co
     if n_pos < 1 or n_neg < 1:
         raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
     o = s if direction == "greater" else -s
-    _, tp, fp, _ = _rule_counts(o, y)
+    _, tp, fp, _ = rule_counts(o, y)
     out = []
     for target in targets:
         target = open_unit("fpr target", target)

@@ -243,15 +243,9 @@ def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dat
         emit_json(d)
         return
     _render_one_run(result, Path(out))
-    from ..reports.tradeoff import one_run_figure, png_bytes
+    from ..reports.tradeoff import write_one_run_png
 
-    png = Path(out) / ONE_RUN_FIGURE
-    png.write_bytes(png_bytes(one_run_figure(result.to_dict())))
-    console.print(f"wrote {png}", soft_wrap=True)
-
-
-#: The pictures written next to audit.json / one_run.json (issue 15, part 4).
-ONE_RUN_FIGURE = "one_run.png"
+    console.print(f"wrote {write_one_run_png(result.to_dict(), Path(out))}", soft_wrap=True)
 
 
 def write_figure(result, out: Path) -> Path | None:

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..noise import public_rng
+from ..audits.one_run_modules import choose_coordinates
 from ..validation import positive_int
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
@@ -75,23 +75,16 @@ class OpacusCanaries:
         missing = [n for n in names if n not in named]
         if missing or not names:
             raise UsageError(f"tensors must name trainable parameters of the model ({', '.join(named)}), got {missing or names!r}.")
-        sizes = [named[n].numel() for n in names]
-        total = int(sum(sizes))
+        total = int(sum(named[n].numel() for n in names))
         if m > total:
             raise UsageError(f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}.")
-        flat = public_rng(int(seed), _TAG).choice(total, size=m, replace=False)
-        starts = np.cumsum([0, *sizes])
-        which = np.searchsorted(starts, flat, side="right") - 1
-        self.tensors = tuple(names)
-        self.coords = tuple((names[w], int(f - starts[w])) for w, f in zip(which, flat))
+        chosen = choose_coordinates({n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG)
+        self.tensors = chosen.tensors
+        self.coords = chosen.coords
         self.seed = int(seed)
         self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
         self.included = self._rng.random(m) < 0.5
-        self._groups = {}  # parameter name -> (canary ids, flat coordinate tensor)
-        for n in names:
-            ids = np.array([k for k, (t, _) in enumerate(self.coords) if t == n], dtype=np.int64)
-            if ids.size:
-                self._groups[n] = (ids, torch.as_tensor(np.array([self.coords[k][1] for k in ids], dtype=np.int64)))
+        self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}  # parameter name -> (canary ids, coordinates)
         self._theta0 = {n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()}
         self._params = {n: named[n] for n in self._groups}
         self.sample_rate: float | None = None

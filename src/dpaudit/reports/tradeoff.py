@@ -39,6 +39,7 @@ from .figstyle import DPI, new_figure, png_bytes, style_axes
 
 #: File name of the picture written next to audit.json.
 TRADEOFF_FILE = "tradeoff.png"
+ONE_RUN_FILE = "one_run.png"
 VIOLATION_COLOR = "#c0392b"  # red: the box is below the claimed curve (the claim is falsified)
 CONSISTENT_COLOR = "#1f4e79"  # blue: the box reaches the curve (no evidence against the claim)
 CURVE_COLOR = "#1b1b1b"
@@ -199,14 +200,23 @@ def write_tradeoff_png(audit_dict: dict, path: str | os.PathLike) -> Path | None
     has no ``claimed_curve`` block — an audit without a claimed event has no curve to draw."""
     if not isinstance(audit_dict, dict) or audit_dict.get("claimed_curve") is None:
         return None
-    fig = tradeoff_figure(audit_dict)
+    return _write_png(tradeoff_figure(audit_dict), path, TRADEOFF_FILE)
+
+
+def write_one_run_png(record: dict, path: str | os.PathLike) -> Path:
+    """Write :func:`one_run_figure` of a one-run record as a PNG at ``path`` (a file, or a folder:
+    then ``<folder>/one_run.png``); returns the path."""
+    return _write_png(one_run_figure(record), path, ONE_RUN_FILE)
+
+
+def _write_png(fig, path: str | os.PathLike, default_name: str) -> Path:
     out = Path(path)
     if out.is_dir():
-        out = out / TRADEOFF_FILE
+        out = out / default_name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(png_bytes(fig))
-    os.replace(tmp, out)  # never a half-written PNG beside audit.json
+    os.replace(tmp, out)  # never a half-written PNG beside the audit's record
     return out
 
 

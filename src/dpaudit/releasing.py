@@ -114,6 +114,7 @@ def reserve(
     data_info: dict | None = None,
     uncertified: str | None = None,
     mechanism: str = "",
+    noise_tail_delta: float = 0.0,
 ) -> str | None:
     """Check the planned release and hold its budget before training; returns the reservation id.
 
@@ -122,10 +123,11 @@ def reserve(
     recorded versions) and writes nothing then. ``event`` None is a non-private release;
     ``uncertified`` (a reason) one whose guarantee cannot be certified: both count as unbounded.
     ``record=False`` (the release will not be recorded here, e.g. a sweep worker whose
-    coordinator records it) only checks. Must run inside :func:`release_session`."""
+    coordinator records it) only checks. ``noise_tail_delta``: the planned run's sampler tail delta
+    (counted in the check and held with the budget). Must run inside :func:`release_session`."""
     if not record:
         preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, ledger_path=ledger_path,
-                  data_digest=data_digest, data_info=data_info, uncertified=uncertified)
+                  data_digest=data_digest, data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta)
         return None
     session = _SESSION.get()
     if session is None:
@@ -138,7 +140,7 @@ def reserve(
 
     with open_ledger(ledger_path) as ledger:
         rid = ledger.reserve(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                             data_info=data_info, uncertified=uncertified, mechanism=mechanism)
+                             data_info=data_info, uncertified=uncertified, mechanism=mechanism, noise_tail_delta=noise_tail_delta)
     session.ledger_path = ledger_path
     session.reservation_id = rid
     return rid
@@ -174,6 +176,7 @@ def preflight(
     data_digest: str | None = None,
     data_info: dict | None = None,
     uncertified: str | None = None,
+    noise_tail_delta: float = 0.0,
 ) -> None:
     """Raise if the planned release would exceed a cap or change the dataset's data (writes nothing;
     :func:`reserve` also holds the budget)."""
@@ -181,7 +184,8 @@ def preflight(
 
     with open_ledger(ledger_path) as ledger:
         ledger.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                         data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get())
+                         data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get(),
+                         noise_tail_delta=noise_tail_delta)
 
 
 def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | os.PathLike | None = None, record: bool = True) -> Path:
@@ -277,14 +281,16 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
         default = getattr(mech, "default_out_dir", None)
         out_dir = check_out_dir(default(plan) if default is not None else _default_out_dir(plan))
     parts = plan.parts or (plan,)  # a multi-release plan: one Release per part, one reservation
+    planned_tail = 0.0  # at the target epsilon: an upper bound on the releases' (the tail grows with epsilon)
     for part in parts:
         if part.event is not None and part.noise_values is not None:
-            _noise_tail(part, part.noise_values, part.target_epsilon)  # public sizes: refuse before any work
+            planned_tail += _noise_tail(part, part.noise_values, part.target_epsilon)  # public sizes: refuse before any work
     # Check, then commit: the budget is checked and held before the private data are used.
     # A multi-release plan reserves its combined event (plan.event) once, for all its parts.
     reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
             ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
-            data_info={"split_seed": info.split_seed, "profile": info.profile}, uncertified=plan.uncertified, mechanism=plan.mechanism)
+            data_info={"split_seed": info.split_seed, "profile": info.profile}, uncertified=plan.uncertified, mechanism=plan.mechanism,
+            noise_tail_delta=planned_tail)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                               noise_source=getattr(request, "noise_source", "os-entropy"))
     setup_seconds = time.perf_counter() - t0

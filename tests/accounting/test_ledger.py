@@ -475,3 +475,26 @@ def test_composition_order_is_canonical_and_failures_are_cached(monkeypatch):
         with pytest.raises(UnsupportedEventError, match="prv says no"):
             lc._cached_epsilon(lc.sequential([a, b]), 1e-5, "prv", "add-remove-record")
     assert calls == ["prv"]
+
+
+def test_planned_noise_tail_counts_in_the_check_and_is_held_by_the_reservation(ledger):
+    """The planned run's sampler tail delta (dpaudit.noise) enters the cap check and the
+    reservation, as the release's will once recorded: a cap that the event alone meets is
+    refused when the tail eats into its delta."""
+    ledger.cap("mnist", 10.0, 1e-5)
+    plain = ledger.check(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record")
+    with_tail = ledger.check(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record",
+                             noise_tail_delta=1e-9)
+    assert with_tail["total"] > plain["total"]  # epsilon at the delta left after the tail
+    ledger.cap("mnist", (plain["total"] + with_tail["total"]) / 2, 1e-5)
+    ledger.preflight(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record")
+    with pytest.raises(BudgetExceededError):
+        ledger.preflight(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record", noise_tail_delta=1e-9)
+    with pytest.raises(UsageError, match="noise_tail_delta"):
+        ledger.check(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record", noise_tail_delta=-1.0)
+    ledger.cap("mnist", 10.0, 1e-5)
+    ledger.reserve(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record", noise_tail_delta=1e-9)
+    after = ledger.check(dataset="mnist", partition="train", event=None, adjacency="add-remove-record")
+    entry = [e for e in ledger.entries(dataset="mnist") if e.kind == "reservation"][-1]
+    assert entry.payload["noise_tail_delta"] == 1e-9
+    assert after["spent"] == pytest.approx(with_tail["total"], rel=1e-12)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import urllib.parse
+
 import pytest
 from typer.testing import CliRunner
 
@@ -73,3 +75,17 @@ def test_the_cli_never_turns_a_url_into_a_file(tmp_path, monkeypatch, value):
     assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())
     if value.startswith("foo"):
         assert "unknown scheme 'foo'" in r.output
+
+
+@pytest.mark.parametrize("text", ["postgresql:///team", "postgresql:///team?host=/run/pg", "postgres:///team?schema=lab2",
+                                  "postgresql://:pw@/team"])
+def test_url_with_an_empty_host_keeps_its_slashes(text):
+    """postgresql:///DB (the local server's default socket) stays a URL with an empty host in
+    every form the ledger hands on (urlunsplit alone would give postgresql:/DB)."""
+    from dpaudit.accounting.ledger_paths import resolve_ledger
+
+    loc = resolve_ledger(text)
+    for form in (loc.url, loc.target, loc.display):
+        assert form.startswith("postgresql:///") or form.startswith("postgresql://:"), form
+    assert urllib.parse.urlsplit(loc.url).path == "/team"
+    assert "pw" not in loc.display

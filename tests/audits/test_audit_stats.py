@@ -164,3 +164,50 @@ def test_gdp_estimate_is_zero_on_reversed_scores_and_labelled():
     assert g["mu"] == 0.0 and g["epsilon"] == 0.0 and "not a bound" in g["kind"]
     g0 = stats.gdp_estimate(s, y, "less", delta=0.0)  # pure-DP claims are stated at a fallback delta
     assert g0["delta"] == stats.GDP_FALLBACK_DELTA and g0["epsilon"] > 5
+
+
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.999])
+def test_clopper_pearson_equals_statsmodels(confidence):
+    """cp_upper / the two-sided interval are statsmodels' proportion_confint(method="beta"),
+    computed without importing statsmodels (and pandas) at audit time."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    from dpaudit.audits.stats import _two_sided_cp
+
+    for n in (1, 2, 7, 100, 2000):
+        k = np.unique(np.r_[0, 1, n // 3, n - 1, n].clip(0, n))
+        a = (1.0 - confidence) / 2
+        _, hi = proportion_confint(k, n, alpha=2 * a, method="beta")
+        ours = stats.cp_upper(k, np.full(k.size, n), confidence)
+        np.testing.assert_array_equal(ours, np.where(k == n, 1.0, hi))
+        for kk in k:
+            lo2, hi2 = proportion_confint(int(kk), n, alpha=1 - confidence, method="beta")
+            lo2 = 0.0 if kk == 0 else float(lo2)
+            hi2 = 1.0 if kk == n else float(hi2)
+            assert _two_sided_cp(int(kk), n, confidence) == [lo2, hi2]
+
+
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=30), st.lists(st.integers(-3, 3), min_size=1, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_mann_whitney_u_equals_scipy(x, y):
+    """Ties (small integers) included: U counts tied pairs one half, as scipy.stats does."""
+    assert stats.mann_whitney_u(x, y) == pytest.approx(sps.mannwhitneyu(x, y).statistic, abs=1e-9)
+
+
+@given(st.lists(st.integers(-4, 4), min_size=2, max_size=60), st.integers(0, 2**31 - 1))
+@settings(max_examples=200, deadline=None)
+def test_roc_equals_scikit_learn(values, seed):
+    """stats.roc (numpy only, no sklearn import at audit time) gives scikit-learn's points and AUC."""
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    s = np.asarray(values, dtype=float)
+    y = np.random.default_rng(seed).random(s.size) < 0.5
+    if y.all() or (~y).all():
+        y[0] = not y[0]
+    for direction in ("greater", "less"):
+        r = stats.roc(s, y, direction, max_points=10_000)
+        o = s if direction == "greater" else -s
+        fpr, tpr, _ = roc_curve(y, o, drop_intermediate=True)
+        np.testing.assert_array_equal(r["fpr"], fpr)
+        np.testing.assert_array_equal(r["tpr"], tpr)
+        assert r["auc"] == pytest.approx(roc_auc_score(y, o), abs=1e-12)

@@ -671,7 +671,8 @@ class Ledger:
         return state.cap[1] if state and state.cap else lc.DEFAULT_DELTA
 
     def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-              data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=()) -> dict:
+              data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
+              noise_tail_delta: float = 0.0) -> dict:
         """What spending ``event`` on ``dataset:partition`` would do to the budget (no write).
 
         Open reservations count like releases. ``data_digest`` (the plain digest of the
@@ -680,7 +681,9 @@ class Ledger:
         ``split_seed`` / ``profile`` to name the cause). ``uncertified`` (a reason) marks a
         release whose guarantee cannot be certified: it counts as unbounded.
         ``exclude_reservations``: open reservations that already hold this planned release (a
-        sweep's, checked by one of its tasks); they are left out of what was spent."""
+        sweep's, checked by one of its tasks); they are left out of what was spent.
+        ``noise_tail_delta``: the planned run's Gaussian-sampler tail delta (dpaudit.noise), counted
+        in the composed total like a recorded release's."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -693,8 +696,11 @@ class Ledger:
         if current is not None:
             require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
         self._check_identity(dataset, state, fp, data_info, planned=True)
+        tail = float(noise_tail_delta)
+        if not tail >= 0.0:
+            raise UsageError(f"noise_tail_delta must be a number >= 0, got {noise_tail_delta!r}.")
         planned = lc.ReleaseView("planned", dataset, partition, adj, None, None, event, event is None, fingerprint=fp,
-                                 uncertified=uncertified)
+                                 uncertified=uncertified, noise_tail_delta=tail)
         result = {"dataset": dataset, "partition": partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
         if state.cap is None:
             return result
@@ -713,7 +719,8 @@ class Ledger:
         return result
 
     def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-                  data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=()) -> dict:
+                  data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
+                  noise_tail_delta: float = 0.0) -> dict:
         """Refuse (BudgetExceededError) a planned release that would push ``dataset`` over its cap,
         and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
 
@@ -722,7 +729,8 @@ class Ledger:
         :mod:`~dpaudit.accounting.ledger_compose`); no cap means no limit. Returns :meth:`check`'s dict.
         """
         r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                       data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations)
+                       data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations,
+                       noise_tail_delta=noise_tail_delta)
         if r["allowed"]:
             return r
         c = r["cap"]
@@ -735,7 +743,8 @@ class Ledger:
         )
 
     def reserve(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-                data_info: dict | None = None, uncertified: str | None = None, mechanism: str = "") -> str:
+                data_info: dict | None = None, uncertified: str | None = None, mechanism: str = "",
+                noise_tail_delta: float = 0.0) -> str:
         """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
         entry in one write transaction; returns the reservation id.
 
@@ -745,10 +754,11 @@ class Ledger:
         :meth:`settle` (the run's releases are recorded in the same transaction), :meth:`cancel`
         (the run ended without releasing anything) or :meth:`void` (an operator withdraws the
         reservation of a run that was killed). A run that dies without closing it leaves the
-        budget spent: fail closed."""
+        budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
+        from public sizes at the target epsilon, an upper bound on the release's) is held too."""
         with self._write():
             self.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                           data_info=data_info, uncertified=uncertified)
+                           data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta)
             payload = {
                 "dataset_name": dataset,
                 "partition": partition,
@@ -766,6 +776,8 @@ class Ledger:
                     payload[key] = data_info[key]
             if uncertified:
                 payload["uncertified"] = str(uncertified)
+            if noise_tail_delta:
+                payload["noise_tail_delta"] = float(noise_tail_delta)
             return self._append("reservation", dataset, payload)
 
     def _open_reservation(self, reservation_id: str) -> Entry:

@@ -62,6 +62,15 @@ class LedgerLocation:
         return self.display
 
 
+def _unsplit(parts: urllib.parse.SplitResult) -> str:
+    """``urlunsplit`` that keeps the ``//`` of an empty host (``postgresql:///db``: the local
+    server's default socket), which ``urlunsplit`` drops (giving ``postgresql:/db``)."""
+    url = urllib.parse.urlunsplit(parts)
+    if not parts.netloc and parts.scheme and not url.startswith(f"{parts.scheme}://"):
+        url = f"{parts.scheme}://" + url[len(parts.scheme) + 1:]
+    return url
+
+
 def redact_url(url: str) -> str:
     """``url`` with the password (if any) replaced by ``***``."""
     parts = urllib.parse.urlsplit(url)
@@ -69,7 +78,7 @@ def redact_url(url: str) -> str:
         return url
     netloc = parts.netloc.rsplit("@", 1)
     user = (parts.username or "") + ":***"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    return _unsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
 
 
 def with_schema(url: str, schema: str | None) -> str:
@@ -77,7 +86,7 @@ def with_schema(url: str, schema: str | None) -> str:
         return url
     parts = urllib.parse.urlsplit(url)
     q = urllib.parse.parse_qsl(parts.query, keep_blank_values=True) + [("schema", schema)]
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(q)))
+    return _unsplit(parts._replace(query=urllib.parse.urlencode(q)))
 
 
 def _from_url(text: str, scheme: str, rest: str) -> LedgerLocation:
@@ -101,7 +110,7 @@ def _from_url(text: str, scheme: str, rest: str) -> LedgerLocation:
         raise UsageError(f"ledger schema must be a lower-case SQL name (letters, digits, '_', at most 63), got {schema!r}.")
     if not parts.path.strip("/"):
         raise UsageError(f"ledger URL must name a database (postgresql://USER@HOST[:PORT]/DB), got {redact_url(text)!r}.")
-    url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(kept)))
+    url = _unsplit(parts._replace(query=urllib.parse.urlencode(kept)))
     return LedgerLocation("postgresql", url=url, schema=schema)
 
 

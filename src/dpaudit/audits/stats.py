@@ -29,8 +29,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special, stats
-from statsmodels.stats.proportion import proportion_confint
+from scipy import special  # scipy.stats / scipy.optimize are imported where used (start-up of `dpaudit audit`)
 
 from ..errors import DataError, UsageError
 from ..validation import non_negative_finite, open_unit, positive_finite
@@ -55,9 +54,10 @@ def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
 
     Each bound holds with probability >= 1 - (1 - confidence) / split, so ``split`` bounds hold
     jointly with probability >= confidence (union bound). For k errors in n trials the bound is the
-    (1 - a) quantile of Beta(k + 1, n - k), and 1 when k = n; computed with statsmodels'
-    ``proportion_confint(method="beta")``, whose two-sided interval at level 2a has that upper end.
-    Vectorised over arrays of ``errors`` / ``trials``.
+    (1 - a) quantile of Beta(k + 1, n - k), and 1 when k = n; computed as
+    ``scipy.special.betainccinv(k + 1, n - k, a)``, the very call behind statsmodels'
+    ``proportion_confint(method="beta")`` (tests compare the two). Vectorised over arrays of
+    ``errors`` / ``trials``.
     """
     confidence = _check_confidence(confidence)
     a = (1.0 - confidence) / split  # one-sided significance of each bound
@@ -65,8 +65,9 @@ def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
     n = np.asarray(trials, dtype=float)
     if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
         raise UsageError(f"errors must be in [0, trials] with trials >= 1, got errors={errors!r}, trials={trials!r}.")
-    _, upper = proportion_confint(k, n, alpha=2 * a, method="beta")
-    upper = np.where(k >= n, 1.0, upper)  # statsmodels may return nan at k = n on some versions
+    with np.errstate(invalid="ignore", divide="ignore"):
+        upper = special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
+    upper = np.where(k >= n, 1.0, upper)
     return float(upper) if np.ndim(upper) == 0 else np.asarray(upper, dtype=float)
 
 
@@ -199,17 +200,32 @@ def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) ->
     AUC is the Mann–Whitney statistic with ties counted 1/2. Points are the distinct-score
     vertices, thinned to at most ``max_points`` (the two ends always kept).
     """
-    from sklearn.metrics import roc_auc_score, roc_curve
-
     s, y = _check_scores(scores, labels)
     o = s if direction == "greater" else -s
     if y.all() or (~y).all():
         raise UsageError("ROC needs trials from both worlds.")
-    fpr, tpr, _ = roc_curve(y, o, drop_intermediate=True)
+    fpr, tpr = roc_vertices(o, y)
     if fpr.size > max_points:
         idx = np.unique(np.linspace(0, fpr.size - 1, max_points).round().astype(int))
         fpr, tpr = fpr[idx], tpr[idx]
-    return {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": float(roc_auc_score(y, o))}
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    return {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": mann_whitney_u(o[y], o[~y]) / (n_pos * n_neg)}
+
+
+def roc_vertices(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fpr, tpr) of the rules "score >= t" over the distinct scores t, highest first, starting at
+    (0, 0); points in the middle of a straight segment are left out (the corners and both ends
+    remain), which is what scikit-learn's ``roc_curve(drop_intermediate=True)`` returns."""
+    order = np.argsort(-scores, kind="mergesort")
+    s, y = scores[order], labels[order]
+    last = np.r_[np.flatnonzero(s[1:] != s[:-1]), s.size - 1]  # last index of each run of equal scores
+    tps = np.cumsum(y)[last].astype(float)
+    fps = (last + 1) - tps
+    if tps.size > 2:
+        corner = np.r_[True, (np.diff(fps, 2) != 0) | (np.diff(tps, 2) != 0), True]
+        tps, fps = tps[corner], fps[corner]
+    tps, fps = np.r_[0.0, tps], np.r_[0.0, fps]
+    return fps / fps[-1], tps / tps[-1]
 
 
 # ---------------------------------------------------------------- Gaussian differential privacy
@@ -238,7 +254,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = max(1.0, mu * mu)
     while gdp_delta(hi, mu) > delta:
         hi *= 2.0
-    return float(optimize.brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500))
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500))
 
 
 def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
@@ -248,7 +266,24 @@ def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
     lo, hi = 1e-8, 1.0
     while gdp_delta(epsilon, hi) < delta:
         hi *= 2.0
-    return float(optimize.brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500))
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500))
+
+
+def mann_whitney_u(x, y) -> float:
+    """Mann–Whitney U of ``x`` against ``y``: pairs with x > y, ties counting one half (the
+    statistic of ``scipy.stats.mannwhitneyu``, from mid-ranks; numpy only, no scipy.stats import)."""
+    x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    v = np.concatenate([x, y])
+    order = np.argsort(v, kind="mergesort")
+    sv = v[order]
+    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])  # first position of each run of equal values
+    ends = np.r_[starts[1:], sv.size]
+    mid = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
+    ranks = np.empty(v.size)
+    ranks[order] = np.repeat(mid, ends - starts)
+    return float(ranks[: x.size].sum() - x.size * (x.size + 1) / 2.0)
 
 
 def auc_variance(auc: float, n_pos: int, n_neg: int) -> float:
@@ -272,13 +307,13 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
         raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
     # A pure-DP claim (delta = 0) has no finite GDP epsilon; report it at a stated delta instead.
     delta_used = delta if delta > 0 else GDP_FALLBACK_DELTA
-    auc = float(stats.mannwhitneyu(o[y], o[~y]).statistic) / (n_pos * n_neg)
-    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    auc = mann_whitney_u(o[y], o[~y]) / (n_pos * n_neg)
+    z = float(special.ndtri(0.5 + confidence / 2.0))
     se = math.sqrt(auc_variance(auc, n_pos, n_neg))
     clip = 1.0 - 0.5 / max(n_pos * n_neg, 1)  # an AUC of exactly 1 would give mu = inf
 
     def mu_of(a: float) -> float:
-        return max(0.0, math.sqrt(2.0) * float(stats.norm.ppf(min(max(a, 0.5), clip))))
+        return max(0.0, math.sqrt(2.0) * float(special.ndtri(min(max(a, 0.5), clip))))
 
     mu, mu_lo, mu_hi = mu_of(auc), mu_of(auc - z * se), mu_of(auc + z * se)
     return {
@@ -371,9 +406,10 @@ def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> 
 
 
 def _two_sided_cp(k: int, n: int, confidence: float) -> list[float]:
-    lo, hi = proportion_confint(k, n, alpha=1.0 - confidence, method="beta")
-    lo = 0.0 if k == 0 or not np.isfinite(lo) else float(lo)  # some statsmodels versions give nan at the ends
-    hi = 1.0 if k == n or not np.isfinite(hi) else float(hi)
+    """Two-sided Clopper–Pearson interval at ``confidence`` (statsmodels' ``method="beta"``)."""
+    a = (1.0 - confidence) / 2.0
+    lo = 0.0 if k == 0 else float(special.betaincinv(k, n - k + 1.0, a))
+    hi = 1.0 if k == n else float(special.betainccinv(k + 1.0, n - k, a))
     return [lo, hi]
 
 

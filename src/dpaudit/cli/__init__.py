@@ -21,7 +21,7 @@ from typing import Any, Callable
 import typer
 
 from .. import __version__
-from .common import LazyCommands, light_rich_help, new_app
+from .common import LazyCommands, _fast_options, light_rich_help, new_app
 
 #: Top-level command name -> the module of :mod:`dpaudit.cli` whose ``register(app)`` adds it, in
 #: the order typer lists them (commands in registration order, then the groups). Every family
@@ -131,7 +131,7 @@ class _RootTyper(typer.Typer):
         shell = typer.Typer.__new__(typer.Typer)
         shell.__dict__.update(self.__dict__)
         shell.registered_commands, shell.registered_groups = [], []  # the callback (--version) and the group's settings only
-        group = typer.main.get_command(shell)
+        group = _fast_options(typer.main.get_command(shell))
         group.commands = LazyCommands({name: (lambda name=name: self._build(name)) for name in COMMAND_FAMILIES},
                                       missing=self._missing)
         return group

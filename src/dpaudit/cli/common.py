@@ -43,7 +43,7 @@ class LazyCommands(MutableMapping):
             builder = self._builders.get(name)
             if builder is None:
                 raise KeyError(name)
-            self._built[name] = builder()
+            self._built[name] = _fast_options(builder())
         return self._built[name]
 
     def __setitem__(self, name: str, command: Any) -> None:
@@ -68,6 +68,19 @@ class LazyCommands(MutableMapping):
 
     def __len__(self) -> int:
         return len(self._builders)
+
+
+def _fast_options(command: Any) -> Any:
+    """Plain options converted without pydantic (:mod:`dpaudit.cli.coercion`), this command and,
+    for a group built eagerly, its sub-commands."""
+    from .coercion import install
+
+    install(command)
+    subs = getattr(command, "commands", None)
+    if isinstance(subs, dict):
+        for sub in subs.values():
+            _fast_options(sub)
+    return command
 
 
 class DPAuditGroup(TyperGroup):

@@ -124,18 +124,23 @@ class AdamState:
 
 
 def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], state: AdamState, config: DPSGDConfig) -> None:
-    """One in-place Adam step (no weight decay, no amsgrad), identical to ``torch.optim.Adam``.
+    """One in-place Adam step (no weight decay, no amsgrad), bit for bit the CPU step of
+    ``torch.optim.Adam`` (its single-tensor path: the same operations in the same order).
 
-    The moments only ever see the sanitised gradient (paper, eq. 6).
+    The moments only ever see the sanitised gradient (paper, eq. 6). ``config`` needs ``lr``,
+    ``betas`` and ``adam_eps`` only (public training, e.g. the DP-MixMin proxies, passes those).
+    Calling this instead of ``torch.optim.Adam`` also spares the import of ``torch._dynamo`` that an
+    optimizer's first use triggers (~2 s).
     """
     b1, b2 = config.betas
     state.t += 1
-    bc1 = 1.0 - b1**state.t
-    bc2_sqrt = math.sqrt(1.0 - b2**state.t)
+    step = float(state.t)
+    bc1 = 1.0 - b1**step
+    bc2_sqrt = (1.0 - b2**step) ** 0.5
     step_size = config.lr / bc1
     with torch.no_grad():
         for p, g, m, v in zip(params, grads, state.m, state.v):
-            m.mul_(b1).add_(g, alpha=1.0 - b1)
+            m.lerp_(g, 1.0 - b1)
             v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
             denom = (v.sqrt() / bc2_sqrt).add_(config.adam_eps)
             p.addcdiv_(m, denom, value=-step_size)

@@ -27,6 +27,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -35,6 +36,7 @@ from ..data.base import array_sha256
 from ..errors import DataError, UsageError
 from ..noise import public_rng
 from ..validation import one_of
+from .dpsgd import AdamState, adam_update
 from .mixmin import check_inputs
 
 TASKS = ("digits-mix", "mnist-mix", "heart-mix")
@@ -330,7 +332,9 @@ def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int
     xt = torch.as_tensor(x, dtype=torch.float32)
     tt = torch.as_tensor(target, dtype=torch.int64 if loss == "softmax" else torch.float32)
     wt = None if weight is None else torch.as_tensor(weight, dtype=torch.float32)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    params = list(model.parameters())
+    state = AdamState.zeros_like([p.detach() for p in params])  # torch.optim.Adam(lr=lr), bit for bit
+    config = SimpleNamespace(lr=lr, betas=(0.9, 0.999), adam_eps=1e-8)
     n = xt.shape[0]
     for epoch in range(1, epochs + 1):
         model.train()
@@ -347,9 +351,10 @@ def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int
                 else:
                     w = wt[idx].reshape(out.shape)
                     lv = (torch.nn.functional.binary_cross_entropy_with_logits(out, t, reduction="none") * w).sum() / w.sum().clamp_min(1.0)
-            opt.zero_grad()
+            for p in params:
+                p.grad = None
             lv.backward()
-            opt.step()
+            adam_update(params, [p.grad for p in params], state, config)
         if callback is not None:
             callback(epoch, model)
     model.eval()

@@ -1,0 +1,133 @@
+"""Option values of plain types converted without pydantic (start-up of the light commands).
+
+typer 0.29 converts every option value through a pydantic ``TypeAdapter`` that it builds the first
+time the option is processed, defaults included: the first command with options then imports
+pydantic (~0.15 s of the 0.5 s budget of ``dpaudit calibrate`` / ``ledger summary``). The values
+these commands take are plain: numbers, strings, paths, enum choices. :func:`install` gives each
+such option of a click command a converter that handles the values whose result is certain -- a
+decimal integer, a decimal or exponent float, a string, a path string, an exact enum choice, or a
+value already of the option's type -- exactly as typer's adapter would, and hands everything else
+(errors, odd spellings such as ``1_000`` or ``" 2"``, lists, constrained numbers) to typer's own
+converter, built on first need. So every message and every accepted value stays typer's;
+tests/cli/test_cli_coercion.py compares both converters value for value.
+
+This reaches into typer's private coercion classes; if they are not there (another typer), nothing
+is installed and typer converts as usual.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+try:
+    from dataclasses import dataclass
+
+    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._param_types import coerce_cli_choice, coerce_cli_path
+    from typer.core import _TyperParameter
+except ImportError:  # pragma: no cover - a typer without these internals: keep its own conversion
+    RuntimeParam = None  # type: ignore[assignment,misc]
+
+_INT = re.compile(r"[+-]?[0-9]{1,18}")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NO_CONSTRAINTS = ("min", "max", "clamp", "parser")
+_PATH_FLAGS = ("exists", "resolve_path", "path_type", "writable", "readable")
+
+
+def _kind(annotation: Any, info: Any) -> str | None:
+    """Which fast rule applies to an option (None: typer's converter only)."""
+    if any(getattr(info, k, None) not in (None, False) for k in _NO_CONSTRAINTS):
+        return None
+    if annotation in (int, float, str, bool):
+        return annotation.__name__
+    if annotation is Path and not any(getattr(info, k, None) for k in _PATH_FLAGS[:3]):
+        return "path"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "enum"
+    return None
+
+
+def _fast(kind: str, annotation: Any, info: Any, value: Any, param: Any, ctx: Any) -> tuple[bool, Any]:
+    """(True, result) where typer's adapter is certain to give ``result``; else (False, None)."""
+    t = type(value)
+    if kind in ("int", "float", "str", "bool") and t is annotation:
+        return True, value
+    if kind == "enum":  # typer's adapter is this very function behind a pydantic "before" validator
+        try:
+            return True, coerce_cli_choice(value, choices=tuple(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
+        except ValueError:
+            return False, None  # typer's adapter words the error
+    if kind == "path" and isinstance(value, Path):  # likewise (a Path is taken as it is)
+        return True, coerce_cli_path(value, info, path_type=Path, param=param, ctx=ctx)
+    if t is not str:
+        return False, None
+    if kind == "int" and _INT.fullmatch(value):
+        return True, int(value)
+    if kind == "float" and _FLOAT.fullmatch(value):
+        return True, float(value)
+    if kind == "str":
+        return True, value
+    if kind == "path" and value and "\x00" not in value:  # pydantic's Path(str) is Path(str)
+        return True, coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+    return False, None
+
+
+if RuntimeParam is not None:
+
+    @dataclass(frozen=True)
+    class FastRuntimeParam(RuntimeParam):
+        """typer's runtime conversion of one option, with the fast rules of :func:`_fast` first."""
+
+        kind: str
+        descriptor: Any
+        slow: list  # typer's converter, built when a value needs it
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            ok, out = _fast(self.kind, self.annotation, self.parameter_info, value, param, ctx)
+            if ok:
+                return out
+            if not self.slow:
+                self.slow.append(build_runtime_param(self.descriptor))
+            return self.slow[0]._coerce_value(value, param=param, ctx=ctx)
+
+
+def fast_runtime_param(param: Any) -> Any:
+    """The fast converter of one typer parameter, or None where typer's own must be used."""
+    if RuntimeParam is None or not isinstance(param, _TyperParameter):
+        return None
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None or getattr(desc, "file_annotation", None) is not None:
+        return None
+    kind = _kind(desc.annotation, desc.parameter_info)
+    if kind is None:
+        return None
+    return FastRuntimeParam(parameter_info=desc.parameter_info, annotation=desc.annotation,
+                            kind=kind, descriptor=desc, slow=[])
+
+
+class _DefaultHelpNames:
+    """What click's ``get_help_option`` reads of a context: a root context's default names."""
+
+    help_option_names = ["--help"]
+
+
+def install(command: Any) -> Any:
+    """Give each plain option of ``command`` (not its sub-commands) the fast converter; returns it.
+
+    The ``--help`` option, which click creates on first parse, is created here (with click's
+    default name, the only one dpaudit uses) so that it gets one too."""
+    params = list(getattr(command, "params", ()))
+    if getattr(command, "_help_option", 0) is None and getattr(command, "context_settings", None) in (None, {}):
+        try:
+            params.append(command.get_help_option(_DefaultHelpNames()))
+        except Exception:  # pragma: no cover - another click: leave the help option to it
+            pass
+    for param in params:
+        if getattr(param, "_runtime_param", 0) is None:  # not yet built by typer
+            fast = fast_runtime_param(param)
+            if fast is not None:
+                param._runtime_param = fast
+    return command

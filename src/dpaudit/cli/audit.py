@@ -11,7 +11,11 @@ from typing import Optional
 import typer
 
 from . import options
-from .common import console, emit_json, note
+from .common import console, emit_json, note, recorded_argv
+
+#: Options that say how, where or in what format an audit runs, never what it computes: left out
+#: of the recorded command line.
+NOT_RECORDED = ("json_out", "workers", "executor", "scheduler")
 
 
 def _default_workers() -> int:
@@ -129,38 +133,13 @@ def register(app: typer.Typer) -> None:
         if out is None:
             out = Path("audits") / (f"{t.mechanism}-{t.canary}{'-user' if user_level else ''}{'-no-noise' if no_noise else ''}"
                                     f"{'-' + threat_model if threat_model != 'final-model' else ''}")
-        cmd = ["dpaudit", "audit", mechanism, "--canary", t.canary, "--runs", str(runs), "--confidence", repr(confidence), "--seed", str(seed)]
-        if release is not None:
-            cmd += ["--release", str(release)]
-        else:
-            eps_used = epsilon if epsilon is not None else DEFAULT_EPSILON.get(family_of(mechanism), 2.0)
-            cmd += ["--eps", repr(float(eps_used)), "--delta", repr(delta)]
-            for flag, value in (("--task", task), ("--target", target), ("--dataset", dataset), ("--profile", profile), ("--epochs", epochs)):
-                if value is not None:
-                    cmd += [flag, str(value)]
-            if family_of(mechanism) == "dp-elm":
-                cmd += ["--width", str(width)]
-            if family_of(mechanism) == "dp-mixmin" and rho is not None:
-                cmd += ["--rho", repr(rho)]
-            if broken_noise_factor != 1.0:
-                cmd += ["--broken-noise-factor", repr(broken_noise_factor)]
-            if privacy_unit == "user":
-                cmd += ["--privacy-unit", "user", "--records-per-user", str(records_per_user)]
-        if user_ids is not None:
-            cmd += ["--user-ids", str(user_ids)]
-        if data_dir is not None:
-            cmd += ["--data-dir", str(data_dir)]
-        if no_noise:
-            cmd.append("--no-noise")
-        if not controls:
-            cmd.append("--no-controls")
-        elif control_runs is not None:
-            cmd += ["--control-runs", str(control_runs)]
-        if reproducible_noise:
-            cmd.append("--reproducible-noise")
-        if threat_model != "final-model":
-            cmd += ["--threat-model", threat_model]
-        cmd += ["--out", str(out)]
+        # The recorded command: every parameter as parsed, the defaults this audit resolved
+        # (canary, epsilon) written out, so that it re-creates the audit under later defaults too.
+        resolved = {"canary": t.canary, "out": out,
+                    "epsilon": None if release is not None else (epsilon if epsilon is not None else DEFAULT_EPSILON.get(family_of(mechanism), 2.0))}
+        always = ("canary", "runs", "confidence", "seed") + (() if release is not None else ("epsilon", "delta")) \
+            + (("width",) if release is None and family_of(mechanism) == "dp-elm" else ())
+        cmd = recorded_argv(values=resolved, always=always, omit=NOT_RECORDED)
         kwargs = dict(runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
                       control_runs=control_runs, chunk_size=chunk_size, out_dir=out,
                       reproducible_noise=reproducible_noise, progress=True, command=shlex.join(cmd),
@@ -168,7 +147,7 @@ def register(app: typer.Typer) -> None:
         # Trajectory: also the final-model audit of the same configuration and seed, side by side
         # (stored in OUT/final-model; its command is this one without --threat-model).
         final_dir = Path(out) / "final-model"
-        final_cmd = cmd[:-4] + ["--out", str(final_dir)] if threat_model != "final-model" else cmd  # cmd ends: --threat-model X --out OUT
+        final_cmd = recorded_argv(values={**resolved, "threat_model": "final-model", "out": final_dir}, always=always, omit=NOT_RECORDED)
         audits = [(t, kwargs)]
         if threat_model != "final-model":
             audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
@@ -212,27 +191,7 @@ def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dat
 
     if out is None:
         out = Path("audits") / f"{mechanism}-one-run{'-no-noise' if no_noise else ''}"
-    cmd = ["dpaudit", "audit", mechanism, "--one-run", "--canaries", str(canaries), "--one-run-kind", kind, "--confidence", repr(confidence),
-           "--seed", str(seed)]
-    if release is not None:
-        cmd += ["--release", str(release)]
-    else:
-        for flag, value in (("--eps", epsilon), ("--delta", delta), ("--dataset", dataset), ("--profile", profile), ("--epochs", epochs)):
-            if value is not None:
-                cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
-    if data_dir is not None:
-        cmd += ["--data-dir", str(data_dir)]
-    if privacy_unit != "record":
-        cmd += ["--privacy-unit", privacy_unit]
-        if records_per_user is not None:
-            cmd += ["--records-per-user", str(records_per_user)]
-        if user_ids is not None:
-            cmd += ["--user-ids", str(user_ids)]
-    if no_noise:
-        cmd.append("--no-noise")
-    if reproducible_noise:
-        cmd.append("--reproducible-noise")
-    cmd += ["--out", str(out)]
+    cmd = recorded_argv(values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"), omit=NOT_RECORDED)
     result = run_one_run(mechanism, canaries=canaries, release=release, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir,
                          profile=profile, epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, confidence=confidence,
                          reproducible_noise=reproducible_noise, out_dir=out, command=shlex.join(cmd), privacy_unit=privacy_unit,

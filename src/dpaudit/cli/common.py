@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import types
 from collections.abc import MutableMapping
@@ -162,6 +163,52 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
         pretty_exceptions_enable=False,
         rich_markup_mode="rich",
     )
+
+
+def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), omit=(), last=("out",)) -> list[str]:
+    """The command line that re-creates what this command computes, from its *parsed* parameters
+    (written once for every command that records its command line, e.g. ``audit.json``).
+
+    ``dpaudit``, the command path, every argument, then each option whose value is not its
+    default (or is named in ``always``), in the order the command declares them; the options in
+    ``last`` come at the end. ``values`` replaces parsed values (a default resolved by the command,
+    e.g. the epsilon actually used); ``omit`` names options that say how or where the command runs
+    or prints (workers, output format), never what it computes. Flags are spelt ``--x`` /
+    ``--no-x``; floats with ``repr`` (exact round trip); ``ctx`` defaults to the current context.
+    """
+    from enum import Enum
+
+    if ctx is None:
+        from typer._click.globals import get_current_context
+
+        ctx = get_current_context()
+    names, c = [], ctx
+    while c.parent is not None:  # the root's own name is the program's: always ``dpaudit``
+        names.append(c.info_name)
+        c = c.parent
+    params = {**ctx.params, **(values or {})}
+    head, body, tail = ["dpaudit", *reversed(names)], [], []
+    for p in ctx.command.params:
+        if p.name in omit or p.name not in params:
+            continue
+        value = params[p.name]
+        if p.param_type_name == "argument":
+            head.append(str(value.value if isinstance(value, Enum) else value))
+            continue
+        if value is None or (p.name not in always and value == p.default):
+            continue
+        if getattr(p, "is_flag", False):
+            if value:
+                spelt = [p.opts[0]]
+            elif p.secondary_opts:
+                spelt = [p.secondary_opts[0]]
+            else:
+                raise ValueError(f"flag {p.opts[0]} has no off spelling, got {value!r}.")
+        else:
+            v = value.value if isinstance(value, Enum) else value
+            spelt = [p.opts[0], repr(v) if isinstance(v, float) else os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+        (tail if p.name in last else body).extend(spelt)
+    return head + body + tail
 
 
 def emit_json(obj: Any) -> None:

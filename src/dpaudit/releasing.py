@@ -281,10 +281,7 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
         default = getattr(mech, "default_out_dir", None)
         out_dir = check_out_dir(default(plan) if default is not None else _default_out_dir(plan))
     parts = plan.parts or (plan,)  # a multi-release plan: one Release per part, one reservation
-    planned_tail = 0.0  # at the target epsilon: an upper bound on the releases' (the tail grows with epsilon)
-    for part in parts:
-        if part.event is not None and part.noise_values is not None:
-            planned_tail += _noise_tail(part, part.noise_values, part.target_epsilon)  # public sizes: refuse before any work
+    planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
     # Check, then commit: the budget is checked and held before the private data are used.
     # A multi-release plan reserves its combined event (plan.event) once, for all its parts.
     reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
@@ -428,6 +425,18 @@ def _release_fields():
     from dataclasses import fields as dc_fields
 
     return dc_fields(Release)
+
+
+def planned_noise_tail(plan) -> float:
+    """The sampler tail delta (dpaudit.noise) the run of ``plan`` will add, from public sizes at
+    the target epsilon: an upper bound on its releases' (the tail grows with epsilon), held with
+    the budget by :func:`reserve`. Refuses (UsageError) a part whose tail is too large, before any
+    work; 0 for parts without Gaussian noise or without a claim."""
+    total = 0.0
+    for part in plan.parts or (plan,):
+        if part.event is not None and part.noise_values is not None:
+            total += _noise_tail(part, part.noise_values, part.target_epsilon)
+    return total
 
 
 def _noise_tail(plan, values: int, epsilon, *, what: str | None = None) -> float:

@@ -175,3 +175,14 @@ def test_cli_train_audit_and_report(tmp_path):
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert [v["mechanism"] for v in report["sections"]["verdict"]] == ["noisy-sum"]
+
+
+def test_the_reservation_held_the_planned_noise_tail(tmp_path, digits):
+    """releasing.release reserves the plan's sampler tail (at the target epsilon: >= the release's
+    own, recorded at the claimed epsilon) with the budget, before any private computation."""
+    from dpaudit.accounting.ledger import open_ledger
+
+    rel = release("noisy-sum", NoisySumRequest(), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", prepared=digits)
+    with open_ledger(tmp_path / "l.sqlite") as led:
+        (res,) = led.entries(kind="reservation")
+    assert res.payload["noise_tail_delta"] >= rel.noise_tail_delta > 0.0

@@ -308,3 +308,27 @@ def test_table5_transcription_matches_the_paper_text():
         found[int(width)] = dict(zip(("mnist", "cifar10", "cardio", "heart"),
                                      (tuple(float(v) for v in re.fullmatch(r"([\d.]+) ± ([\d.]+)", c.strip()).groups()) for c in cols)))
     assert found == TABLE5_DP_ELM
+
+
+def test_sweep_reservation_holds_the_tasks_noise_tails(tmp_path, monkeypatch):
+    """The sweep's up-front reservation holds the sum of its tasks' planned sampler tail deltas
+    with their events (planned_release; as a single run's reservation does). Today's sweep models
+    plan no tail (DP-ELM is pure DP; a DP-SGD model's noised-parameter count is known when its run
+    builds the model, which checks and records the tail then), so the plumbing is tested with
+    planned tails put in."""
+    import dpaudit.sweeps.tasks as tasks_mod
+
+    private = [t for t in parse_spec(SPEC).tasks() if t.epsilon is not None]
+    gauss = next(t for t in private if t.model == "dp-rvfl")
+    elm = next(t for t in private if t.model == "dp-elm-L3")
+    assert tasks_mod.planned_release(elm.config())[4] == 0.0
+    real = tasks_mod.planned_release
+    monkeypatch.setattr(tasks_mod, "planned_release", lambda config: real(config)[:4] + (3e-12 if config["model"] == "dp-rvfl" else 0.0,))
+    ledger = tmp_path / "ledger.sqlite"
+    with open_ledger(ledger) as led:
+        led.cap("digits", 100.0, 1e-5)
+    held = budget_reserve([gauss, gauss, elm], ledger, "s")
+    with open_ledger(ledger) as led:
+        (entry,) = [e for e in led.open_reservations("digits") if e.id in held]
+        assert entry.payload["noise_tail_delta"] == pytest.approx(6e-12, rel=1e-12)
+    _close_reservations(held, ledger, "s")

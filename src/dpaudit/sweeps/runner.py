@@ -245,7 +245,7 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
     """
     from ..accounting import Composed
     from ..accounting.ledger import open_ledger
-    from .tasks import planned_event
+    from .tasks import planned_release
 
     train = [t for t in tasks if t.runner == "train"]
     if not train:
@@ -259,13 +259,16 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
         for t in train:
             if t.dataset not in capped:
                 continue
-            ds, part, adj, event = planned_event(t.config())
-            groups.setdefault((ds, part, adj), []).append(event)
+            ds, part, adj, event, tail = planned_release(t.config())
+            groups.setdefault((ds, part, adj), []).append((event, tail))
         try:
-            for (ds, part, adj), events in groups.items():
+            for (ds, part, adj), planned in groups.items():
                 # A non-private task makes its partition unbounded: reserve it as such (event None).
+                events = [e for e, _ in planned]
                 event = None if any(e is None for e in events) else Composed(tuple(events))
-                held.append(ledger.reserve(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}"))
+                tail = sum(t for _, t in planned)  # the tasks' sampler tails, held with their events
+                held.append(ledger.reserve(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
+                                           noise_tail_delta=tail))
         except BaseException:
             for rid in held:  # all or nothing: a refused sweep holds no budget
                 ledger.cancel(rid, f"sweep {sweep} refused before running")

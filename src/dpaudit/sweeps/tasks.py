@@ -217,7 +217,7 @@ def _train_dp_elm(config: dict, context: RunContext, out: Path, width: int, non_
     return train_and_release_dp_elm(width=width, **_common_kwargs(config, context, out, non_private))
 
 
-def planned_event(config: dict):
+def planned_release(config: dict):
     """(dataset, partition, adjacency, event) a ``train`` task will spend, computed *before* it runs.
 
     The DP-SGD models' event is their mechanism's own plan
@@ -228,8 +228,12 @@ def planned_event(config: dict):
     exactly what :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm` records, so the
     sweep's up-front cap check composes it with the Gaussian events of the same partition.
     ``event`` is None for a non-private task (unbounded cost). Returns None for runners that
-    touch no real data.
+    touch no real data. Returns (dataset, partition, adjacency, event, noise_tail_delta): the last
+    is the plan's sampler tail delta (:func:`dpaudit.releasing.planned_noise_tail`, 0 without
+    Gaussian noise), which a sweep's up-front reservation holds with the event.
     """
+    from ..releasing import planned_noise_tail
+
     if config["runner"] != "train":
         return None
     from ..data import dataset_info
@@ -245,21 +249,27 @@ def planned_event(config: dict):
         from ..requests import DPELMRequest
 
         if s.get("non_private") or config["epsilon"] is None:
-            return info.name, "train", DEFAULT_ADJACENCY, None
+            return info.name, "train", DEFAULT_ADJACENCY, None, 0.0
         plan = DP_ELM.plan(DPELMRequest(dataset=info.name, width=width, epsilon=float(config["epsilon"]), profile=s.get("profile")),
                            DataInfo.from_registry(info.name, s.get("profile")))
-        return plan.data_name, plan.partition, plan.adjacency, plan.event
+        return plan.data_name, plan.partition, plan.adjacency, plan.event, planned_noise_tail(plan)
     from ..mechanisms.dpsgd_release import MECHANISM, RECORD_ADJACENCY
     from ..requests import DPSGDRequest
 
     if s.get("non_private") or config["epsilon"] is None:
-        return info.name, "train", RECORD_ADJACENCY, None
+        return info.name, "train", RECORD_ADJACENCY, None, 0.0
     request = DPSGDRequest(model=config["model"], dataset=info.name, epsilon=float(config["epsilon"]), delta=float(s.get("delta", 1e-5)),
                            epochs=int(s["epochs"]) if s.get("epochs") else None, batch_size=int(s["batch_size"]) if s.get("batch_size") else None,
                            profile=s.get("profile"))
     # The profile decides the training partition's size (e.g. authors' Heart: 211, not 212).
     plan = MECHANISM.plan(request, DataInfo.from_registry(info.name, s.get("profile")))
-    return plan.data_name, plan.partition, plan.adjacency, plan.event
+    return plan.data_name, plan.partition, plan.adjacency, plan.event, planned_noise_tail(plan)
+
+
+def planned_event(config: dict):
+    """(dataset, partition, adjacency, event) of :func:`planned_release` (None: no real data)."""
+    planned = planned_release(config)
+    return None if planned is None else planned[:4]
 
 
 def release_result(release, out: Path) -> dict:

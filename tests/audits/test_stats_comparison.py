@@ -184,15 +184,19 @@ def test_tpr_at_fpr_is_zero_when_only_the_trivial_rule_qualifies():
     assert r[0]["tpr_interval"][1] == pytest.approx(1 - 0.025 ** (1 / 100), rel=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(2, 400), st.sampled_from([0.001, 0.01, 0.2]), st.booleans())
-def test_tpr_at_fpr_matches_a_direct_computation(seed, n, target, ties):
+def _two_worlds(seed: int, n: int, shift: float, ties: bool):
+    """Scores N(shift * y, 1) of n trials (both worlds present), rounded to integers when ``ties``."""
     rng = np.random.default_rng(seed)
     y = rng.random(n) < 0.5
     y[:2] = [True, False]
-    s = rng.normal(size=n) + 1.5 * y
-    if ties:
-        s = np.round(s)
+    s = rng.normal(size=n) + shift * y
+    return (np.round(s) if ties else s), y
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 400), st.sampled_from([0.001, 0.01, 0.2]), st.booleans())
+def test_tpr_at_fpr_matches_a_direct_computation(seed, n, target, ties):
+    s, y = _two_worlds(seed, n, 1.5, ties)
     (r,) = stats.tpr_at_fpr(s, y, "greater", targets=(target,))
     assert r["tpr"] * y.sum() == pytest.approx(brute_force_tpr_at_fpr(s, y, target))
     assert r["fpr_achieved"] <= target
@@ -203,12 +207,7 @@ def test_tpr_at_fpr_matches_a_direct_computation(seed, n, target, ties):
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10_000), st.integers(2, 300), st.booleans(), st.sampled_from(["greater", "less"]))
 def test_auroc_equals_sklearn(seed, n, ties, direction):
-    rng = np.random.default_rng(seed)
-    y = rng.random(n) < 0.5
-    y[:2] = [True, False]
-    s = rng.normal(size=n) + 0.7 * y
-    if ties:
-        s = np.round(s, 0)
+    s, y = _two_worlds(seed, n, 0.7, ties)
     r = stats.auroc_bootstrap(s, y, direction, resamples=20, seed=seed)
     ref = roc_auc_score(y, s if direction == "greater" else -s)
     assert r["auc"] == pytest.approx(ref, rel=1e-12, abs=1e-15)

@@ -96,15 +96,21 @@ def test_rdp_account_matches_in_process(tmp_path):
     assert json.loads(stdout) == json.loads(here.stdout)
 
 
-def test_ledger_summary_does_not_import_torch(tmp_path):
+def _ledger_of(tmp_path, events, epsilon: float):
+    """A ledger with one recorded dp-rvfl release per event (``epsilon`` as each one's claim)."""
     ledger = tmp_path / "ledger.sqlite"
-    for i, event in enumerate((SubsampledGaussian(2.0, 1.0, 4), SubsampledGaussian(3.0, 1.0, 9))):
+    for i, event in enumerate(events):
         rel = Release(mechanism="dp-rvfl", dataset={"name": "mnist", "sha256": "cd" * 32}, adjacency="add-remove-record",
-                      accountant="rdp", epsilon=1.5, delta=1e-5, guarantee=event.to_dict(), seed=3,
+                      accountant="rdp", epsilon=epsilon, delta=1e-5, guarantee=event.to_dict(), seed=3,
                       noise_source={"kind": "os-entropy"}, partition="train", git_commit=None)
         write_release(rel, tmp_path / f"r{i}")
         res = CliRunner().invoke(app, ["ledger", "record", str(tmp_path / f"r{i}"), "--ledger", str(ledger)])
         assert res.exit_code == 0, res.output
+    return ledger
+
+
+def test_ledger_summary_does_not_import_torch(tmp_path):
+    ledger = _ledger_of(tmp_path, (SubsampledGaussian(2.0, 1.0, 4), SubsampledGaussian(3.0, 1.0, 9)), epsilon=1.5)
     for extra in ([], ["--json"]):
         code, modules, stdout = _run(["ledger", "summary", "--ledger", str(ledger), *extra])
         assert code == 0, stdout
@@ -130,15 +136,7 @@ def test_rdp_commands_do_not_import_scipy(name):
 
 
 def _ledger_of_two(tmp_path):
-    ledger = tmp_path / "ledger.sqlite"
-    for i, event in enumerate((SubsampledGaussian(2.0, 0.01, 400), SubsampledGaussian(3.0, 1.0, 9))):
-        rel = Release(mechanism="dp-rvfl", dataset={"name": "mnist", "sha256": "cd" * 32}, adjacency="add-remove-record",
-                      accountant="rdp", epsilon=9.5, delta=1e-5, guarantee=event.to_dict(), seed=3,
-                      noise_source={"kind": "os-entropy"}, partition="train", git_commit=None)
-        write_release(rel, tmp_path / f"r{i}")
-        res = CliRunner().invoke(app, ["ledger", "record", str(tmp_path / f"r{i}"), "--ledger", str(ledger)])
-        assert res.exit_code == 0, res.output
-    return ledger
+    return _ledger_of(tmp_path, (SubsampledGaussian(2.0, 0.01, 400), SubsampledGaussian(3.0, 1.0, 9)), epsilon=9.5)
 
 
 def test_warm_ledger_summary_does_not_import_prv_and_reports_the_same(tmp_path, monkeypatch):

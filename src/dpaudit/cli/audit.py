@@ -147,9 +147,9 @@ def register(app: typer.Typer) -> None:
         # Trajectory: also the final-model audit of the same configuration and seed, side by side
         # (stored in OUT/final-model; its command is this one without --threat-model).
         final_dir = Path(out) / "final-model"
-        final_cmd = recorded_argv(values={**resolved, "threat_model": "final-model", "out": final_dir}, always=always, omit=NOT_RECORDED)
         audits = [(t, kwargs)]
         if threat_model != "final-model":
+            final_cmd = recorded_argv(values={**resolved, "threat_model": "final-model", "out": final_dir}, always=always, omit=NOT_RECORDED)
             audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
         results = []
         if executor == "dask":

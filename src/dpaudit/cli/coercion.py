@@ -18,13 +18,12 @@ is installed and typer converts as usual.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 try:
-    from dataclasses import dataclass
-
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_choice, coerce_cli_path
     from typer.core import _TyperParameter
@@ -34,7 +33,8 @@ except ImportError:  # pragma: no cover - a typer without these internals: keep 
 _INT = re.compile(r"[+-]?[0-9]{1,18}")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _NO_CONSTRAINTS = ("min", "max", "clamp", "parser")
-_PATH_FLAGS = ("exists", "resolve_path", "path_type", "writable", "readable")
+#: Path options with any of these set go to typer's converter (the fast rule assumes a plain Path).
+_PATH_FLAGS = ("exists", "resolve_path", "path_type")
 
 
 def _kind(annotation: Any, info: Any) -> str | None:
@@ -43,7 +43,7 @@ def _kind(annotation: Any, info: Any) -> str | None:
         return None
     if annotation in (int, float, str, bool):
         return annotation.__name__
-    if annotation is Path and not any(getattr(info, k, None) for k in _PATH_FLAGS[:3]):
+    if annotation is Path and not any(getattr(info, k, None) for k in _PATH_FLAGS):
         return "path"
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return "enum"

@@ -129,7 +129,7 @@ def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch)
     calls = [
         lambda: rvfl.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
         lambda: rvfl.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
-                                       user_ids=np.arange(1797)),
+                                       user_ids=np.arange(1797), reference_size=1257),
         lambda: dp_elm.train_and_release_dp_elm(out_dir="/proc/x"),
         lambda: mixmin_pipeline.train_and_release_mixmin(out_dir="/proc/x"),
     ]
@@ -155,38 +155,43 @@ def _differing_paths(a: dict, b: dict) -> set[str]:
 
 
 #: Fields that may differ between releases on neighbouring datasets: the mechanism's output and
-#: evaluation on test data (metrics), rounded timings, per-run facts (id, time, paths), and what
-#: the guarantee assumes public: N0 and everything built from it (q = batch / N0, the schedule,
-#: the calibrated noise and the resulting epsilon).
+#: evaluation on test data (metrics), rounded timings and per-run facts (id, time, paths). Not
+#: the training count, nor anything built from it: the schedule (q, T, m0), the calibrated noise
+#: and the claim come from the declared reference size, identical for neighbours.
 PER_RUN = ("id", "created_at", "command", "artefacts.", "timings.", "metrics.")
-PUBLIC_N = ("dataset.split_sizes.train", "sample_rate", "normalizer", "steps", "steps_executed", "noise_multiplier", "epsilon",
-            "epsilons.", "guarantee.", "config.schedule.", "config.dp_sgd.", "config.reference_size", "config.calibrated_epsilon")
 
 
 def _allowed(path: str) -> bool:
-    return any(path == p or (p.endswith(".") and path.startswith(p)) for p in PER_RUN + PUBLIC_N)
+    return any(path == p or (p.endswith(".") and path.startswith(p)) for p in PER_RUN)
 
 
 def _minus_first_training_record(data):
     return dataclasses.replace(data, x_train=data.x_train[1:], y_train=data.y_train[1:])
 
 
-@pytest.mark.parametrize("mechanism", ["dp-elm", "dp-rvfl"])
-def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, tmp_path):
-    """digits and digits minus one training record, same seeds and reproducible noise: the two
-    release.json files differ only in allowed fields, and neither holds a digest of its data."""
+def _plus_one_training_record(data):
+    return dataclasses.replace(data, x_train=np.concatenate([data.x_train, data.x_test[:1]]), y_train=np.concatenate([data.y_train, data.y_test[:1]]))
+
+
+@pytest.mark.parametrize("mechanism,neighbour_of", [("dp-elm", _minus_first_training_record), ("dp-rvfl", _minus_first_training_record),
+                                                    ("dp-rvfl", _plus_one_training_record)])
+def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, neighbour_of, tmp_path):
+    """digits and digits with one training record removed (added), same seeds and reproducible
+    noise: the two release.json files differ only in the output and per-run fields (not in the
+    schedule, nor the training count), and neither holds a digest of its data."""
     from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
     from dpaudit.mechanisms.rvfl import train_and_release
 
     full = load_dataset("digits")
-    neighbour = _minus_first_training_record(full)
+    neighbour = neighbour_of(full)
     rels = {}
     for tag, data in (("full", full), ("neighbour", neighbour)):
         out = tmp_path / tag
         if mechanism == "dp-elm":  # private: pure epsilon, no calibration, so cheap
             rel = train_and_release_dp_elm(prepared=data, epsilon=1.0, width=5, seed=3, reproducible_noise=True, out_dir=out, record=False)
-        else:  # the DP-SGD release block; non-private keeps the test free of noise calibration
-            rel = train_and_release("dp-rvfl", prepared=data, non_private=True, epochs=1, seed=3, out_dir=out, progress=False, record=False)
+        else:  # the DP-SGD release block (batch 419: 1,258 records would give another q, T, m0); non-private: no calibration
+            rel = train_and_release("dp-rvfl", prepared=data, non_private=True, epochs=1, batch_size=419, seed=3, out_dir=out, progress=False,
+                                    record=False)
         text = (out / RELEASE_FILE).read_text()
         for digest in (full.sha256, neighbour.sha256):
             assert digest not in text
@@ -196,9 +201,11 @@ def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, 
         local = json.loads((out / LOCAL_FILE).read_text())
         assert on_disk["timings"] == round_timings(local["timings"]) and local["release_id"] == on_disk["id"]
         rels[tag] = on_disk
+    assert len(neighbour.y_train) != len(full.y_train)  # the neighbour really has another training count
     diff = _differing_paths(rels["full"], rels["neighbour"])
-    assert "dataset.split_sizes.train" in diff  # the neighbour really is one record smaller
     assert {p for p in diff if not _allowed(p)} == set()
+    if mechanism == "dp-rvfl":
+        assert rels["neighbour"]["config"]["reference_size"] == 1257 and rels["neighbour"]["normalizer"] == 419
 
 
 def test_user_split_identity_publishes_user_counts_not_user_id_hashes():
@@ -207,7 +214,7 @@ def test_user_split_identity_publishes_user_counts_not_user_id_hashes():
     data = attach_user_ids(load_dataset("digits"), np.arange(1797) // 3)
     ident = data.identity()
     assert not any("sha" in k for k in ident) and data.user_ids_sha256 not in json.dumps(ident)
-    assert ident["n_users"]["train"] == np.unique(data.user_ids["train"]).size
+    assert ident["n_users"] == {p: np.unique(data.user_ids[p]).size for p in ("val", "test")}  # the training count is private
 
 
 def test_mixmin_releases_publish_no_digest_of_the_private_records(tmp_path):

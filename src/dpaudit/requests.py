@@ -223,6 +223,8 @@ class DPSGDRequest(Request):
                                help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
     records_per_user: int | None = option(None, help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.")
     user_ids: str | None = option(None, help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.")
+    reference_size: int | None = option(None, help="Public size N0 the schedule (q, T, m0) is built from: training records (default: the "
+                                        "dataset definition's train size), or training users (privacy unit user: required).")
 
 
 @dataclass(frozen=True)

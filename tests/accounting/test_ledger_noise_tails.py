@@ -40,7 +40,7 @@ def _synthetic(n=300, d=8, n_classes=2, seed=0) -> PreparedDataset:
 
     (xt, yt), (xv, yv), (xs, ys) = part(n), part(60), part(100)
     return PreparedDataset(name="synthetic", kind="tabular", x_train=xt, y_train=yt, x_val=xv, y_val=yv, x_test=xs, y_test=ys,
-                           n_classes=n_classes, split_seed=0, profile="default")
+                           n_classes=n_classes, split_seed=0, profile="default", reference_size=n)  # declared N0
 
 
 # ------------------------------------------------------------------- composition

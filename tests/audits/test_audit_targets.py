@@ -222,7 +222,8 @@ def test_user_level_audit_takes_user_ids_from_the_request_not_the_command(tmp_pa
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)
     out = tmp_path / "rel"
-    train_and_release("dp-rvfl", epsilon=2.0, epochs=1, privacy_unit="user", records_per_user=2, user_ids=ids, out_dir=out, record=False, progress=False)
+    train_and_release("dp-rvfl", epsilon=2.0, epochs=1, privacy_unit="user", records_per_user=2, user_ids=ids, out_dir=out, record=False, progress=False,
+                      reference_size=419)
     d = json.loads((out / "release.json").read_text())
     assert d["request"]["user_ids"] == str(ids) and d["request"]["records_per_user"] == 2
     d["command"] = "dpaudit train dp-rvfl"  # the command is informative only: nothing reads it back

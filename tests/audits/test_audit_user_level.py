@@ -229,12 +229,12 @@ def test_target_from_a_user_level_release(tmp_path):
     ids = np.arange(n) // 3
     np.save(tmp_path / "ids.npy", ids)
     rel = train_and_release_user_level("dp-rvfl", user_ids=str(tmp_path / "ids.npy"), records_per_user=2, epsilon=3.0, epochs=1,
-                                       out_dir=tmp_path / "rel", progress=False, record=False)
+                                       out_dir=tmp_path / "rel", progress=False, record=False, reference_size=419)
     t = target_from_release(tmp_path / "rel", canary="max-clip")  # users from the --user-ids file in the release's command
     assert isinstance(t, UserHeadTarget) and t.records_per_user == 2 and t.adjacency == "add-remove-user"
     assert t.claimed_epsilon == pytest.approx(rel.epsilon) and t._config.noise_multiplier == rel.noise_multiplier
     assert (t._config.sample_rate, t._config.steps, t._config.normalizer) == (rel.sample_rate, rel.steps, rel.normalizer)
-    assert t.describe()["config"]["n_users"] == rel.config["n_users"]
+    assert t.describe()["config"]["n_users"] == rel.config["reference_size"] == 419 and "n_users" not in rel.config
     r = run_audit(t, runs=100, seed=0, controls=(), reproducible_noise=True)
     assert r.adjacency == "add-remove-user" and r.epsilon_lower_bound <= r.claimed_epsilon
     with pytest.raises(DataError, match="dataset n_users must equal the release's .*pass the release's --user-ids file"):

@@ -38,15 +38,15 @@ def _one_line_error(result, *fragments):
 
 def test_user_level_json_release_and_ledger(tmp_path):
     ids = _ids(tmp_path)
-    r = _run(tmp_path, "u", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(ids), "--reproducible-noise", "--json")
+    r = _run(tmp_path, "u", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(ids), "--reference-size", "419", "--reproducible-noise", "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["adjacency"] == "add-remove-user" and d["privacy_unit"] == "user"
     assert d["steps_executed"] == d["steps"] and d["epsilon"] <= 3.0
     rel = json.loads((tmp_path / "u" / "release.json").read_text())
     assert rel["privacy_unit"] == "user" and rel["config"]["records_per_user"] == 2
-    n_users = rel["config"]["n_users"]
-    assert n_users == rel["dataset"]["n_users"]["train"] == (70 * (N_DIGITS // 3)) // 100
+    n_users = rel["config"]["reference_size"]  # declared; the actual training users are never published
+    assert n_users == (70 * (N_DIGITS // 3)) // 100 and "train" not in rel["dataset"]["n_users"]
     assert rel["sample_rate"] == 1.0 / -(-n_users // 64)
     assert f"--user-ids {ids}" in rel["command"] and "--records-per-user 2" in rel["command"]
     led = runner.invoke(app, ["ledger", "list", "--ledger", str(tmp_path / "ledger.sqlite"), "--json"])
@@ -57,7 +57,7 @@ def test_user_level_json_release_and_ledger(tmp_path):
 def test_record_level_release_on_the_same_dataset_is_refused_by_the_ledger(tmp_path):
     """User-level and record-level guarantees on one dataset cannot compose: fail closed."""
     ids = _ids(tmp_path)
-    ok = _run(tmp_path, "u", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(ids), "--json")
+    ok = _run(tmp_path, "u", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(ids), "--reference-size", "419", "--json")
     assert ok.exit_code == 0, ok.output
     # --batch-size 180 on 1,257 training records: the same (q, T) as above (calibration cache)
     _one_line_error(_run(tmp_path, "r", "--batch-size", "180", "--json"), "add-remove-user", "add-remove-record")
@@ -65,12 +65,14 @@ def test_record_level_release_on_the_same_dataset_is_refused_by_the_ledger(tmp_p
 
 def test_refusals(tmp_path):
     ids = _ids(tmp_path)
-    _one_line_error(_run(tmp_path, "a", "--privacy-unit", "user", "--records-per-user", "2"), "user_ids must be given")
+    _one_line_error(_run(tmp_path, "a", "--privacy-unit", "user", "--records-per-user", "2", "--reference-size", "419"), "user_ids must be given")
     _one_line_error(_run(tmp_path, "b", "--privacy-unit", "user", "--user-ids", str(ids)), "records_per_user must be")
     _one_line_error(_run(tmp_path, "c", "--user-ids", str(ids)), "privacy_unit")
     _one_line_error(_run(tmp_path, "d", "--records-per-user", "2"), "privacy_unit")
     _one_line_error(_run(tmp_path, "e", "--privacy-unit", "group"), "privacy_unit must be one of record, user")
     short = _ids(tmp_path, np.arange(100), "short.npy")
-    _one_line_error(_run(tmp_path, "f", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(short)), "one id per row", "1797")
-    _one_line_error(_run(tmp_path, "g", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(tmp_path / "missing.npy")), "not found")
-    assert not any((tmp_path / n / "release.json").exists() for n in "abcdefg")
+    _one_line_error(_run(tmp_path, "f", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(short), "--reference-size", "419"), "one id per row", "1797")
+    _one_line_error(_run(tmp_path, "g", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(tmp_path / "missing.npy"), "--reference-size", "419"), "not found")
+    _one_line_error(_run(tmp_path, "h", "--privacy-unit", "user", "--records-per-user", "2", "--user-ids", str(ids)), "reference_size must be given")
+    _one_line_error(_run(tmp_path, "i", "--reference-size", "0"), "reference_size must be an integer >= 1, got 0.")
+    assert not any((tmp_path / n / "release.json").exists() for n in "abcdefghi")

@@ -67,11 +67,11 @@ def test_user_level_release_records_the_user_ids_file(tmp_path):
 
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)
-    rel = train_and_release_user_level("logistic-raw", records_per_user=2, user_ids=ids, epochs=1, reproducible_noise=True,
+    rel = train_and_release_user_level("logistic-raw", records_per_user=2, user_ids=ids, epochs=1, reproducible_noise=True, reference_size=419,
                                        out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", progress=False)
     assert rel.adjacency == "add-remove-user" and rel.privacy_unit == "user" and rel.epsilon <= 2.0
     assert rel.request["user_ids"] == str(ids) and rel.request["records_per_user"] == 2 and rel.request["privacy_unit"] == "user"
-    assert "--user-ids" in rel.command and rel.config["n_users"] == rel.config["reference_size"]
+    assert "--user-ids" in rel.command and rel.config["reference_size"] == rel.request["reference_size"] == 419
     with pytest.raises(UsageError, match="privacy_unit must be 'user' when user ids or records_per_user are given"):
         from dpaudit.mechanisms.rvfl import train_and_release
 

@@ -111,7 +111,7 @@ def _synthetic(kind="tabular", n_classes=2, n=300, d=8, seed=0, val_fill=None):
         xv = np.full_like(xv, val_fill)
     shape = (1, 4, d // 4) if kind == "image" else None
     return PreparedDataset(name="synthetic", kind=kind, x_train=xt, y_train=yt, x_val=xv, y_val=yv, x_test=xs, y_test=ys,
-                           n_classes=n_classes, split_seed=0, profile="default", image_shape=shape)
+                           n_classes=n_classes, split_seed=0, profile="default", image_shape=shape, reference_size=n)  # declared N0
 
 
 REQUIRED_KEYS = ["mechanism", "dataset", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "noise_multiplier",

@@ -305,12 +305,12 @@ def test_release_records_user_level_accounting(tmp_path):
 
     ds, ids = _digits_user_ids()
     rel = train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, dataset="digits", epsilon=3.0, delta=1e-5, epochs=2,
-                                       batch_size=64, reproducible_noise=True, out_dir=tmp_path / "run", progress=False)
-    n_users = rel.config["n_users"]
+                                       batch_size=64, reproducible_noise=True, out_dir=tmp_path / "run", progress=False, reference_size=419)
+    n_users = rel.config["reference_size"]  # the declared number of training users (1797 rows // 3 -> 599 users, 70 % of them)
     j = math.ceil(n_users / 64)
     assert rel.adjacency == "add-remove-user" and rel.privacy_unit == "user" and rel.accountant == "rdp"
     assert rel.config["records_per_user"] == 2 and rel.config["batch_size_unit"] == "users"
-    assert n_users == rel.dataset["n_users"]["train"] == int(0.7 * 599)  # 1797 rows // 3 -> 599 users, 70 % of them
+    assert n_users == int(0.7 * 599) and "train" not in rel.dataset["n_users"]  # the actual count is private: never published
     assert rel.sample_rate == 1.0 / j and rel.steps == 2 * j and rel.normalizer == n_users // j
     assert rel.steps_executed == rel.steps
     event = SubsampledGaussian(rel.noise_multiplier, rel.sample_rate, rel.steps)
@@ -336,23 +336,25 @@ def test_steps_mismatch_withholds_the_release(tmp_path, monkeypatch):
     monkeypatch.setattr(user_level, "train_user_linear_head", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
         train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, epsilon=3.0, epochs=2, batch_size=64, reproducible_noise=True,
-                                     out_dir=tmp_path / "run", progress=False, record=False)
+                                     out_dir=tmp_path / "run", progress=False, record=False, reference_size=419)
     assert not (tmp_path / "run" / "release.json").exists()
 
 
 def test_user_level_refusals(tmp_path):
     ds, ids = _digits_user_ids()
     with pytest.raises(UsageError, match="user_ids must be given"):
-        train_and_release_user_level("dp-rvfl", records_per_user=2, out_dir=tmp_path, progress=False)
+        train_and_release_user_level("dp-rvfl", records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
     with pytest.raises(UsageError, match="records_per_user must be an integer >= 1"):
         train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=0, out_dir=tmp_path, progress=False)
+    with pytest.raises(UsageError, match="reference_size must be given"):  # no definition declares a number of users
+        train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, out_dir=tmp_path, progress=False)
     n = len(ids)
     from dpaudit.data.splits import split_indices
 
     tr, va, te = split_indices(n, ds.split_seed, 70, 15)
     with pytest.raises(DataError, match="not by records"):
         train_and_release_user_level("dp-rvfl", prepared=ds, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
-                                     records_per_user=2, out_dir=tmp_path, progress=False)
+                                     records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
     with pytest.raises(UsageError, match="one id per training record"):
         train_user_linear_head(np.zeros((4, 2)), np.zeros(4, int), np.arange(3), 2, _cfg(), records_per_user=1, noise=NoiseSource("reproducible", seed=0))
 
@@ -364,7 +366,8 @@ def test_one_record_per_user_release_equals_record_level_release(tmp_path):
     common = dict(dataset="digits", epsilon=3.0, delta=1e-5, epochs=2, batch_size=180, seed=5, reproducible_noise=True, progress=False)
     rec = train_and_release("dp-rvfl", out_dir=tmp_path / "rec", ledger_path=tmp_path / "l1.sqlite", **common)
     ids = np.random.default_rng(0).permutation(10**5)[:1797]
-    usr = train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=3, out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite", **common)
+    usr = train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=3, out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite",
+                                       reference_size=1257, **common)
     assert rec.data_digest == usr.data_digest  # same prepared data (the digest is local only, never published)
     for key in ("sample_rate", "steps", "steps_executed", "normalizer", "noise_multiplier", "epsilon", "guarantee", "metrics"):
         assert getattr(rec, key) == getattr(usr, key), key

@@ -201,10 +201,15 @@ class HeadTarget(AuditTarget):
             return
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
+        from ..mechanisms.dpsgd_release import audit_reference_size
+
+        reference = None
         if self.max_train is not None and self.max_train < len(y):
             keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))
             x, y = x[keep], y[keep]
-        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=len(y))
+            reference = self.max_train  # a public subsample: its own size
+        reference = audit_reference_size(data, len(y)) if reference is None else reference
+        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=reference)
         self._build_canary(data, feats)
         self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "epochs": epochs, "batch_size": batch,
                       **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon,

@@ -246,15 +246,15 @@ def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary
 
 def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int | None = None, batch_size: int | None = None):
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
-    the paper's schedule over the training size (or the given epochs / batch size) and the
+    the paper's schedule over the declared training size (or the given epochs / batch size) and the
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
     from ..mechanisms.dpsgd import DPSGDConfig
-    from ..mechanisms.dpsgd_release import plan_schedule
+    from ..mechanisms.dpsgd_release import audit_reference_size, plan_schedule
 
     module_name(model)
     data, _, _ = _data_parts(data)
-    setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=int(len(data.y_train)), epsilon=epsilon, delta=delta,
-                          epochs=epochs, batch_size=batch_size)
+    setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=audit_reference_size(data, len(data.y_train)),
+                          epsilon=epsilon, delta=delta, epochs=epochs, batch_size=batch_size)
     s = setup.schedule
     cfg = DPSGDConfig(sample_rate=s.sample_rate, steps=s.steps, normalizer=s.normalizer, noise_multiplier=setup.noise_multiplier)
     return cfg, setup.event

@@ -328,9 +328,12 @@ class UserHeadTarget(AuditTarget):
         data = self._load()
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         users = index_users(data.user_ids["train"])
+        # Old releases recorded their actual training users (config n_users): still checked. New
+        # ones record only the declared reference size, and their schedule is replayed from it.
         if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
             raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
-        # The schedule counts users (public reference size n_users), as the user-level release does.
+        # A fresh audit's schedule counts its own base users (fixed in both worlds); a release's
+        # recorded schedule (self.schedule) replaces it.
         epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=users.n_users, adjacency=ADJACENCY)
         self._users = users
         self._build_canary(data, feats)

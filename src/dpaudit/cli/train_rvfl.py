@@ -63,6 +63,8 @@ def _make_command(model: str, description: str):
         privacy_unit: str = typer.Option("record", "--privacy-unit", help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user)."),
         records_per_user: Optional[int] = typer.Option(None, "--records-per-user", help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.", show_default=False),
         user_ids: options.OptionalPath = typer.Option(None, "--user-ids", help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.", show_default=False),
+        reference_size: Optional[int] = typer.Option(None, "--reference-size", help="Public size N0 the schedule (q, T, m0) is built from: training records "
+                                                     "(default: the dataset definition's train size) or training users (--privacy-unit user: required).", show_default=False),
         json_out: bool = options.json_out(),
     ) -> None:
         from ..mechanisms.dpsgd_release import release_dpsgd
@@ -84,7 +86,7 @@ def _make_command(model: str, description: str):
             model=model, dataset=dataset, data_dir=None if data_dir is None else str(data_dir), epsilon=eps, delta=delta, seed=seed,
             non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
             profile=profile, split_seed=split_seed, privacy_unit=privacy_unit, records_per_user=records_per_user,
-            user_ids=None if user_ids is None else str(user_ids),
+            user_ids=None if user_ids is None else str(user_ids), reference_size=reference_size,
         )
         release = release_dpsgd(request, out_dir=out, ledger_path=ledger, progress=True)
         summary = _summary(release, ledger)
@@ -98,7 +100,7 @@ def _make_command(model: str, description: str):
         if not release.non_private:
             console.print(f"  noise_multiplier={release.noise_multiplier:.4f} sample_rate={release.sample_rate:.6f} steps={release.steps_executed}/{release.steps} normalizer={release.normalizer}")
         if release.privacy_unit == "user":
-            console.print(f"  privacy unit: user ({release.config['n_users']} training users, records_per_user G={release.config['records_per_user']})")
+            console.print(f"  privacy unit: user (schedule for {release.config['reference_size']} training users, records_per_user G={release.config['records_per_user']})")
         console.print("  test " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()))
         console.print(f"  train {release.timings['train_seconds']:g}s, setup {release.timings['setup_seconds']:g}s (rounded as published); "
                       f"release id {release.id}")

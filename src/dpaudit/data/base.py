@@ -14,6 +14,9 @@ if TYPE_CHECKING:  # numpy loads in the functions that use it: the CLI reads DAT
     import numpy as np
 
 DATA_DIR_ENV = "DPAUDIT_DATA_DIR"
+#: Partitions whose sizes a release publishes: evaluation data outside the DP claim (the
+#: training partition's actual count is private; see PreparedDataset.identity).
+PUBLISHED_PARTITIONS = ("val", "test")
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
@@ -71,6 +74,11 @@ class PreparedDataset:
     #: Optional user id per record of each partition ({"train", "val", "test"} -> 1-D array),
     #: set only for data split along user boundaries (see :mod:`dpaudit.data.users`).
     user_ids: dict[str, np.ndarray] | None = None
+    #: The declared, public size of the training partition (the dataset definition's, e.g. the
+    #: registry's documented train size), NOT the count of ``x_train``: a record-level DP-SGD
+    #: schedule (q, T, m0) is built from it, so a neighbouring dataset (one record more or less)
+    #: runs the identical mechanism. None: not declared (the request must then give one).
+    reference_size: int | None = None
 
     @property
     def n_features(self) -> int:
@@ -104,11 +112,12 @@ class PreparedDataset:
 
         - ``name``, ``kind``, ``profile``, ``split_seed``: public choices of the operator;
         - ``n_features``, ``n_classes``: the schema, fixed before any record is seen;
-        - ``split_sizes``: N0 (train) is public by assumption, since the sampling rate
-          q = batch / N0 and the step count are published with the guarantee; val / test are
-          evaluation partitions outside the DP claim (their metrics are published too);
-        - ``n_users`` (user-split data): the training count is the public reference size of
-          user-level sampling (q = batch / n_users), the others as above;
+        - ``split_sizes``: the val / test sizes only: evaluation partitions outside the DP
+          claim (their metrics are published too). The training count is private (a neighbour
+          has one record more or less) and is never published: the schedule is built from the
+          declared :attr:`reference_size`, which the release records as a mechanism input;
+        - ``n_users`` (user-split data): users in the val / test partitions, as above (the
+          training users' count is private too; user-level schedules use a declared reference);
         - ``source_files``: the file names read (public paths of the registry), not their hashes.
 
         Deliberately absent: any hash of the records, of the source files or of the user ids
@@ -119,7 +128,7 @@ class PreparedDataset:
             "kind": self.kind,
             "profile": self.profile,
             "split_seed": self.split_seed,
-            "split_sizes": self.split_sizes,
+            "split_sizes": {p: n for p, n in self.split_sizes.items() if p in PUBLISHED_PARTITIONS},
             "n_features": self.n_features,
             "n_classes": self.n_classes,
             "source_files": sorted(self.source_files),
@@ -127,5 +136,5 @@ class PreparedDataset:
         if self.user_ids is not None:  # user-split data: how many users each partition holds
             import numpy as np
 
-            out["n_users"] = {p: int(np.unique(self.user_ids[p]).size) for p in ("train", "val", "test")}
+            out["n_users"] = {p: int(np.unique(self.user_ids[p]).size) for p in PUBLISHED_PARTITIONS}
         return out

@@ -34,6 +34,7 @@ it receives; cohort cleaning and file audits are outside it (paper section 3.1).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,10 +197,19 @@ def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, pro
     argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer).
     Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or
     corrupt files (one line naming the expected files and the folder searched).
+
+    The result declares ``reference_size``: the definition's train size under ``profile``
+    (:func:`profile_split_sizes`), whatever the files hold (a file with one row more or less
+    keeps the same DP-SGD schedule).
     """
     info = dataset_info(name)
     profile = _check_profile(info, profile)
     seed = _check_split_seed(info, split_seed)
+    data = _load(info, name, data_dir, seed, profile)
+    return dataclasses.replace(data, reference_size=int(profile_split_sizes(name, profile)["train"]))
+
+
+def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if profile == AUTHORS_PROFILE:
         from . import authors
 

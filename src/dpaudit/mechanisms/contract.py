@@ -41,9 +41,13 @@ if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-li
 class DataInfo:
     """The public facts about a dataset that :meth:`Mechanism.plan` may use.
 
-    ``n_train``: size of the training partition (N0, public by assumption: q = B / N0 is
-    published); ``n_users``: users in the training partition for user-split data (the public
-    reference size of user-level sampling), else None. ``identity``: the public identity dict a
+    ``reference_size``: the declared, public size of the training partition (the dataset
+    definition's; :attr:`~dpaudit.data.base.PreparedDataset.reference_size`), None when nothing
+    declares one: the only size a plan may build a schedule or normaliser from.
+    ``n_train`` / ``n_users``: the actual counts of training records / users (None: not split
+    by users). They are private under add/remove adjacency (a neighbour has one more or one
+    fewer): a plan may test them (e.g. "split by users at all") but never publish them or
+    build anything published from them. ``identity``: the public identity dict a
     release publishes (:meth:`~dpaudit.data.base.PreparedDataset.identity`); empty when the plan
     is made before loading (a sweep's budget check).
     """
@@ -57,6 +61,7 @@ class DataInfo:
     split_seed: int | None = None
     n_users: int | None = None
     identity: dict = field(default_factory=dict)
+    reference_size: int | None = None
 
     @classmethod
     def from_prepared(cls, data) -> "DataInfo":
@@ -68,18 +73,23 @@ class DataInfo:
             n_users = int(np.unique(np.asarray(data.user_ids["train"])).size)
         return cls(name=data.name, kind=data.kind, n_train=int(data.y_train.shape[0]), n_features=int(data.n_features),
                    n_classes=int(data.n_classes), profile=data.profile, split_seed=data.split_seed, n_users=n_users,
-                   identity=data.identity())
+                   identity=data.identity(), reference_size=getattr(data, "reference_size", None))
 
     @classmethod
-    def from_identity(cls, identity: dict) -> "DataInfo":
+    def from_identity(cls, identity: dict, reference_size: int | None = None) -> "DataInfo":
         """Public facts recorded in a release (``Release.dataset``): what an audit of the release
-        plans from, without reading the private data."""
+        plans from, without reading the private data. ``reference_size``: the release's recorded
+        one (``Release.config["reference_size"]``), passed by the caller; for old releases that
+        published the training count in ``split_sizes`` it defaults to that count (their
+        schedule was built from it)."""
         sizes = identity.get("split_sizes") or {}
         users = identity.get("n_users") or {}
+        reference_size = reference_size if reference_size is not None else sizes.get("train")
         return cls(name=identity.get("name", ""), kind=identity.get("kind", ""), n_train=int(sizes.get("train", 0)),
                    n_features=int(identity.get("n_features", 0)), n_classes=int(identity.get("n_classes", 0)),
                    profile=identity.get("profile"), split_seed=identity.get("split_seed"),
-                   n_users=int(users["train"]) if "train" in users else None, identity=dict(identity))
+                   n_users=int(users["train"]) if "train" in users else None, identity=dict(identity),
+                   reference_size=None if reference_size is None else int(reference_size))
 
     @classmethod
     def from_registry(cls, name: str, profile: str | None = None) -> "DataInfo":
@@ -88,8 +98,9 @@ class DataInfo:
         from ..data import dataset_info, profile_split_sizes
 
         info = dataset_info(name)
-        return cls(name=info.name, kind=info.kind, n_train=int(profile_split_sizes(info.name, profile)["train"]),
-                   n_features=int(info.n_features), n_classes=int(info.n_classes), profile=profile)
+        n0 = int(profile_split_sizes(info.name, profile)["train"])  # the definition's declared size
+        return cls(name=info.name, kind=info.kind, n_train=n0, n_features=int(info.n_features), n_classes=int(info.n_classes),
+                   profile=profile, reference_size=n0)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,12 @@ privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-
 
 **Privacy contract.** A release is (epsilon, delta)-DP for ``SubsampledGaussian(sigma, q, T)``
 under add/remove of one record (``privacy_unit`` record) or of one user's records (user) on the
-training partition; q, T and the normaliser come from the public reference size (N0 records or
-n_users), sigma is calibrated with the RDP accountant. Frozen features, projections,
-initialisation and the split come from public seeds; validation data are never read. The
+training partition; q, T and the normaliser come from the declared public reference size
+(:func:`planned_reference_size`: ``--reference-size``, else the dataset definition's train size;
+users: ``--reference-size``), never from the actual count, which a neighbour changes by one:
+the run uses the plan's (q, T, m0) whatever the data hold. Sigma is calibrated with the RDP
+accountant. Frozen features, projections, initialisation and the split come from public seeds;
+validation data are never read. The
 skeleton recomputes the claim from the event after training and withholds the release when the
 executed steps differ from T or the claim exceeds the target. ``non_private`` trains without
 clipping or noise and claims nothing (``epsilon = inf``).
@@ -100,6 +103,26 @@ def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon:
     return DPSGDSetup(epochs, batch, e0, b0, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
 
 
+def planned_reference_size(requested: int | None, declared: int | None, *, unit: str = "record") -> int:
+    """The public size N0 a DP-SGD schedule is built from: ``requested`` (``--reference-size``),
+    else ``declared`` (the dataset definition's train size; none for users). Never the actual
+    count of the private data: that would make q, T and m0 differ between neighbours."""
+    if requested is not None:
+        return positive_int("reference_size", requested)
+    if declared is None:
+        raise UsageError(f"reference_size must be given (--reference-size: the public number of training {unit}s the schedule is "
+                         f"built from) for data whose definition declares none, got None.")
+    return positive_int("reference_size", declared)
+
+
+def audit_reference_size(data, count: int) -> int:
+    """The reference size of an audit's own base data (no release schedule to replay): the
+    declared one, as a release of ``data`` plans, else ``count`` (the audit's fixed base, the
+    same in both of its worlds; e.g. a public subsample of the training rows)."""
+    declared = getattr(data, "reference_size", None)
+    return int(count) if declared is None else int(declared)
+
+
 class DPSGDMechanism:
     """The DP-SGD family's mechanism (module docstring). ``user_ids``: in-memory user ids (an
     array per row before splitting, or a ``{"train", "val", "test"}`` mapping for an already
@@ -121,6 +144,9 @@ class DPSGDMechanism:
         one_of("model", r.model, MODEL_NAMES)
         if r.privacy_unit == "user":
             positive_int("records_per_user", r.records_per_user)
+            planned_reference_size(r.reference_size, None, unit="user")  # no definition declares a user count
+        elif r.reference_size is not None:
+            positive_int("reference_size", r.reference_size)
         if not r.non_private:
             positive_finite("epsilon", r.epsilon)
         open_unit("delta", r.delta)
@@ -157,7 +183,8 @@ class DPSGDMechanism:
         return data
 
     def plan(self, r: DPSGDRequest, info: DataInfo) -> ReleasePlan:
-        """Public quantities only: the schedule of the unit's reference size, sigma, the event."""
+        """Public quantities only: the schedule of the unit's declared reference size (never
+        ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
         from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
         from .dpsgd import DPSGDConfig
 
@@ -165,15 +192,14 @@ class DPSGDMechanism:
         user = r.privacy_unit == "user"
         if user and info.n_users is None:
             raise DataError(f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids.")
-        reference_size = int(info.n_users if user else info.n_train)
+        reference_size = planned_reference_size(r.reference_size, None if user else info.reference_size, unit="user" if user else "record")
         adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
         setup = plan_schedule(dataset_name=info.name, kind=info.kind, reference_size=reference_size, epsilon=r.epsilon, delta=r.delta,
                               epochs=r.epochs, batch_size=r.batch_size, non_private=r.non_private, adjacency=adjacency)
         sched = setup.schedule
         dp = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
                          noise_multiplier=setup.noise_multiplier, non_private=r.non_private)
-        unit_config = {"privacy_unit": "user", "records_per_user": int(r.records_per_user), "n_users": reference_size,
-                       "user_sampling": USER_SAMPLING} if user else {}
+        unit_config = {"privacy_unit": "user", "records_per_user": int(r.records_per_user), "user_sampling": USER_SAMPLING} if user else {}
         config = {
             "model": r.model, "family": spec.family, "description": spec.description,
             "dp_sgd": dp.to_dict(),
@@ -182,7 +208,9 @@ class DPSGDMechanism:
             "epochs": setup.epochs,
             "batch_size": setup.batch_size,
             **({"batch_size_unit": "users"} if user else {}),
+            # A mechanism input (public): q, T and m0 are functions of it alone.
             "reference_size": reference_size,
+            "reference_size_from": "request" if r.reference_size is not None else "dataset definition",
             "calibrated_epsilon": setup.calibrated_epsilon,
             "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
             "profile": info.profile,
@@ -218,17 +246,14 @@ class DPSGDMechanism:
         config = self.dpsgd_config(plan)
         steps = plan.steps
         private = plan.event is not None
-        extra: dict = {}
         train_head, train_module = train_linear_head, train_module_dp_sgd
         if plan.privacy_unit == "user":
             from ..data.users import index_users
             from .user_level import train_user_linear_head, train_user_module_dp_sgd
 
+            # The plan's (q, T, m0) whatever the actual number of users (private: never published).
             users = index_users(data.user_ids["train"])
-            if users.n_users != plan.config["reference_size"]:  # the plan's public size must be the data's
-                raise DataError(f"training users must number {plan.config['reference_size']} (the plan's), got {users.n_users}.")
             g = int(r.records_per_user)
-            extra["users"] = users.describe()
 
             def train_head(z, y, n_classes, cfg, **kw):
                 return train_user_linear_head(z, y, users, n_classes, cfg, records_per_user=g, **kw)
@@ -312,7 +337,7 @@ class DPSGDMechanism:
 
         return RunOutput(
             steps_executed=int(steps_executed), metrics=classification_metrics(data.y_test, proba), arrays=arrays, save=save,
-            weights_name=weights_name, config={**model_config, **extra},
+            weights_name=weights_name, config=model_config,
             timings={"train_seconds": train_seconds, "feature_seconds": feature_seconds,
                      "torch_threads": torch.get_num_threads()},
             noise_values=int(steps) * int(params), noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)")
@@ -352,7 +377,7 @@ MECHANISM = DPSGDMechanism()
 
 
 def dpsgd_request(model: str, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, epochs, batch_size,
-                  profile, split_seed, prepared, privacy_unit, user_ids, records_per_user):
+                  profile, split_seed, prepared, privacy_unit, user_ids, records_per_user, reference_size=None):
     """(request, in-memory user ids) for the library arguments of :func:`train_and_release`.
 
     A user-ids *path* goes into the request (it is public and recorded); ids given as an array
@@ -366,7 +391,7 @@ def dpsgd_request(model: str, *, dataset, data_dir, epsilon, delta, seed, non_pr
         data_dir=None if data_dir is None else os.fspath(data_dir), epsilon=float(epsilon) if _number(epsilon) else epsilon,
         delta=float(delta) if _number(delta) else delta, seed=int(seed), non_private=bool(non_private), reproducible_noise=bool(reproducible_noise),
         noise_source=noise_source, epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, privacy_unit=privacy_unit,
-        records_per_user=records_per_user, user_ids=path)
+        records_per_user=records_per_user, user_ids=path, reference_size=reference_size)
     return request, ids
 
 

@@ -10,7 +10,9 @@ the generic accountant (``--accountant``, default ``pld``, tight for one Gaussia
 **Privacy contract.** The release is (epsilon, delta)-DP under add/remove-one-record adjacency on
 the training partition, epsilon recomputed by the release skeleton from the event after the run
 (:func:`dpaudit.releasing.release`); ``noise_tail_delta`` adds the Gaussian sampler's tail
-(d values). Public: the dataset's identity, N0 and d, the clipping norm, the seed. The test
+(d values). Public: the dataset's identity, its declared size N0 (never the actual count; the
+utility metric divides by it, and is omitted for data that declare none) and d, the clipping
+norm, the seed. The test
 partition is read only for the published utility metric (outside the claim, as for every
 release). ``non_private`` releases the exact clipped sum and claims nothing.
 
@@ -114,7 +116,7 @@ class NoisySum:
             accountant=request.accountant, event=event, target_epsilon=None if request.non_private else float(request.epsilon),
             delta=float(request.delta), steps=1, seed=int(request.seed), data_name=info.name,
             config={"model": NAME, "query": "sum of the training rows, each clipped to L2 norm C", "noise": "N(0, (sigma C)^2 I_d)",
-                    "clipping_norm": c, "dimension": d, "n_train": int(info.n_train), "noise_multiplier": sigma,
+                    "clipping_norm": c, "dimension": d, "reference_size": info.reference_size, "noise_multiplier": sigma,
                     "calibrated_epsilon": calibrated, "seeds": {"model_seed": int(request.seed), "split_seed": info.split_seed},
                     "profile": info.profile, "validation_used": False},
             release_fields={"noise_multiplier": sigma, "sample_rate": 1.0, "clipping_norm": c,
@@ -130,9 +132,11 @@ class NoisySum:
         if plan.event is not None:
             total = total + noise.gaussian_numpy(total.shape, plan.event.noise_multiplier * c)
         # Utility on the test partition (evaluation data, outside the claim): distance of the
-        # released mean (sum / public N0) to the test rows' clipped mean.
+        # released mean (sum / the declared public N0) to the test rows' clipped mean.
         test_mean = clipped_rows(data.x_test, c).mean(axis=0) if len(data.x_test) else np.zeros_like(total)
-        metrics = {"mean_l2_distance_to_test": float(np.linalg.norm(total / plan.config["n_train"] - test_mean))}
+        # Never the actual count (private): no mean, hence no metric, for data that declare no size.
+        n0 = plan.config["reference_size"]
+        metrics = {} if n0 is None else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
         return RunOutput(steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz")
 
     def audit_target(self, plan: ReleasePlan, canary: str, **opts):
@@ -151,7 +155,7 @@ class NoisySum:
             raise UsageError(f"noisy-sum audit options must be among n_records, seed, got {', '.join(unknown)}.")
         target = GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,
                                 clipping_norm=float(plan.config["clipping_norm"]), dimension=int(plan.config["dimension"]),
-                                n_records=int(opts.get("n_records") or max(1, plan.config["n_train"])), seed=int(opts.get("seed", plan.seed)),
+                                n_records=int(opts.get("n_records") or plan.config["reference_size"] or 1), seed=int(opts.get("seed", plan.seed)),
                                 mechanism=NAME)
         if target.claimed_event != plan.event:  # the claim audited must be the plan's own event
             raise DataError(f"audit target event must equal the plan's {plan.event.to_dict()}, got {target.claimed_event.to_dict()}.")

@@ -175,6 +175,7 @@ def train_and_release(
     privacy_unit: str = "record",
     user_ids=None,
     records_per_user: int | None = None,
+    reference_size: int | None = None,
 ) -> Release:
     """Load ``dataset``, train ``model`` with the paper's DP-SGD protocol, check, publish.
 
@@ -190,14 +191,16 @@ def train_and_release(
 
     ``privacy_unit="user"`` trains with user-level DP-SGD (adjacency ``add-remove-user``) given
     ``user_ids`` and ``records_per_user`` G: see
-    :func:`dpaudit.mechanisms.user_level.train_and_release_user_level`.
+    :func:`dpaudit.mechanisms.user_level.train_and_release_user_level`. ``reference_size``: the
+    public size N0 the schedule is built from (default: the dataset definition's train size,
+    ``prepared.reference_size``; users: required).
     """
     from .dpsgd_release import dpsgd_request, release_dpsgd
 
     request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
                                  reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
                                  profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit=privacy_unit, user_ids=user_ids,
-                                 records_per_user=records_per_user)
+                                 records_per_user=records_per_user, reference_size=reference_size)
     return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
 
 

@@ -358,6 +358,7 @@ def train_and_release_user_level(
     progress=True,
     record: bool = True,
     prepared=None,
+    reference_size: int | None = None,
 ) -> Release:
     """Train ``model`` (a :data:`dpaudit.mechanisms.rvfl.MODELS` name) with user-level DP-SGD.
 
@@ -368,6 +369,8 @@ def train_and_release_user_level(
     ``prepared`` already carries ``user_ids``. ``batch_size`` is the expected number of *users*
     per step and ``epochs`` counts passes over users (defaults: the paper's protocol,
     :func:`dpaudit.mechanisms.rvfl.default_protocol`). ``records_per_user`` is G.
+    ``reference_size``: the declared, public number of training users the schedule (q, T, m0)
+    is built from (required: the actual number is private, a neighbour has one user more or less).
 
     The claim: (epsilon, delta)-DP under ``add-remove-user`` adjacency on the training
     partition, for ``SubsampledGaussian(sigma, q_user, T)``, sigma calibrated with the RDP
@@ -382,5 +385,5 @@ def train_and_release_user_level(
     request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
                                  reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
                                  profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit="user", user_ids=user_ids,
-                                 records_per_user=records_per_user)
+                                 records_per_user=records_per_user, reference_size=reference_size)
     return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)

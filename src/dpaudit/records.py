@@ -68,10 +68,10 @@ class Release:
     - the mechanism's output (weights files, ``metrics["weights"]`` of DP-MixMin) and hashes or
       post-processing of it;
     - public configuration: seeds, split seed, profile, schedule, hyper-parameters, command;
-    - sizes the guarantee assumes public: the size of the partition the sampling rate is built
-      from (N0 records or n_users; q = batch / N0 and T are published in ``sample_rate`` /
-      ``steps``, so N0 is published with them), the dataset's schema (``n_features``,
-      ``n_classes``) and the sizes of the val/test partitions (see next point);
+    - sizes the guarantee assumes public: the declared reference size the sampling rate is
+      built from (``config["reference_size"]``, N0 records or users; q = batch / N0 and T are
+      published in ``sample_rate`` / ``steps``), never the actual training count, the dataset's
+      schema (``n_features``, ``n_classes``) and the sizes of the val/test partitions (see next point);
     - ``metrics`` on the *test* (and, where stated, validation) partition: these are
       evaluation data outside the training partition the DP claim covers. Their records are
       NOT protected by this release's guarantee: the metrics are exact functions of them;

@@ -71,6 +71,9 @@ class PreparedDataset:
     #: Optional user id per record of each partition ({"train", "val", "test"} -> 1-D array),
     #: set only for data split along user boundaries (see :mod:`dpaudit.data.users`).
     user_ids: dict[str, np.ndarray] | None = None
+    #: The source rows each partition reads (:mod:`dpaudit.data.rows`): the ledger budgets the
+    #: people behind them across dataset names. LOCAL ONLY (never in release.json); empty: unknown.
+    rows: tuple = ()
 
     @property
     def n_features(self) -> int:

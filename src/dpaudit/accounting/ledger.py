@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
+from ..errors import AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
 from ..records import Release, _json_safe
 from ..validation import open_unit, positive_finite
 from . import ledger_compose as lc
@@ -746,23 +746,9 @@ class Ledger:
         before = dict(states)
         states[dataset] = (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)
         index = index.with_planned(dataset, footprint)
-        result["people"] = []
-        for name, group in lr.caps_to_check(index, states, dataset, footprint):
-            cap_eps, cap_delta = states[name].cap
-            total = lr.people_total(states, group)
-            b = lc.bounds(total.event, delta=cap_delta, adjacency=lr.adjacency_of(states, group), unbounded=total.unbounded,
-                          noise_tail=total.noise_tail)
-            result["people"].append({"dataset": name, "composed_with": group, "total": b["epsilon"], "cap": cap_eps})
-            if b["epsilon"] > cap_eps and result["allowed"]:
-                spent = lr.people_total(before, [n for n in group if n in before])
-                b0 = lc.bounds(spent.event, delta=cap_delta, adjacency=lr.adjacency_of(before, group), unbounded=spent.unbounded,
-                               noise_tail=spent.noise_tail)
-                result["allowed"] = False
-                result["people_refusal"] = (
-                    f"budget of dataset {name!r} exceeded through shared people: the releases of {', '.join(group)} read rows "
-                    f"{name} holds private and compose to epsilon={_fmt(b0['epsilon'])}; with this release on {dataset}:{planned.partition} "
-                    f"the composed total would be epsilon={_fmt(b['epsilon'])} > cap epsilon={_fmt(cap_eps)} at delta={cap_delta:g}; "
-                    "refused before training.")
+        result["people"], refusal = lr.check_caps(index, before, states, dataset, planned.partition, footprint)
+        if refusal is not None and result["allowed"]:
+            result.update(allowed=False, people_refusal=refusal)
 
     def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
                   data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
@@ -969,11 +955,16 @@ class Ledger:
         out = {}
         for name in sorted(states):
             group = index.sharing(name)
-            if group:
+            if not group:
+                continue
+            try:
                 total = lr.people_total(states, [name] + group)
-                b = lc.bounds(total.event, delta=self._delta_for(states[name]), adjacency=lr.adjacency_of(states, [name] + group),
-                              unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
-                out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
+            except AdjacencyMismatchError:  # cannot be composed: no bound (a planned release is refused)
+                out[name] = {"shares_people_with": group, "epsilon_people": math.inf}
+                continue
+            b = lc.bounds(total.event, delta=self._delta_for(states[name]), adjacency=lr.adjacency_of(states, [name] + group),
+                          unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
+            out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
         return out
 
     # -- integrity

@@ -202,3 +202,28 @@ def caps_to_check(index: PeopleIndex, states: dict, dataset: str, planned: dict)
 
 def adjacency_of(states: dict, names) -> str | None:
     return next((states[n].adjacency() for n in names if n in states and states[n].adjacency()), None)
+
+
+def _epsilon(states: dict, names, delta: float) -> float:
+    total = people_total(states, [n for n in names if n in states])
+    return lc.bounds(total.event, delta=delta, adjacency=adjacency_of(states, names), unbounded=total.unbounded,
+                     noise_tail=total.noise_tail)["epsilon"]
+
+
+def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict) -> tuple[list, str | None]:
+    """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
+    the planned release (``after``: states with it): the checked caps, and the refusal of the
+    first cap exceeded (None if none is)."""
+    from .ledger import _fmt
+
+    checked, refusal = [], None
+    for name, group in caps_to_check(index, after, dataset, planned):
+        cap_eps, cap_delta = after[name].cap
+        total = _epsilon(after, group, cap_delta)
+        checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
+        if total > cap_eps and refusal is None:
+            refusal = (f"budget of dataset {name!r} exceeded through shared people: the releases of {', '.join(group)} read rows "
+                       f"{name} holds private and compose to epsilon={_fmt(_epsilon(before, group, cap_delta))}; with this release on "
+                       f"{dataset}:{partition} the composed total would be epsilon={_fmt(total)} > cap epsilon={_fmt(cap_eps)} "
+                       f"at delta={cap_delta:g}; refused before training.")
+    return checked, refusal

@@ -31,6 +31,10 @@ class DatasetIdentityError(DPAuditError):
     """A release's data differ from what its dataset name meant in the ledger (undeclared version)."""
 
 
+class RowRoleCollisionError(DatasetIdentityError):
+    """A release would read as public source rows the ledger holds as private (or the reverse)."""
+
+
 class DataError(DPAuditError):
     """A dataset file is missing, corrupt or malformed."""
 

@@ -115,6 +115,7 @@ def reserve(
     uncertified: str | None = None,
     mechanism: str = "",
     noise_tail_delta: float = 0.0,
+    data_rows=None,
 ) -> str | None:
     """Check the planned release and hold its budget before training; returns the reservation id.
 
@@ -124,10 +125,13 @@ def reserve(
     ``uncertified`` (a reason) one whose guarantee cannot be certified: both count as unbounded.
     ``record=False`` (the release will not be recorded here, e.g. a sweep worker whose
     coordinator records it) only checks. ``noise_tail_delta``: the planned run's sampler tail delta
-    (counted in the check and held with the budget). Must run inside :func:`release_session`."""
+    (counted in the check and held with the budget). ``data_rows``: the source rows the run reads
+    (dpaudit.data.rows; the ledger budgets their people under every name). Must run inside
+    :func:`release_session`."""
     if not record:
         preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, ledger_path=ledger_path,
-                  data_digest=data_digest, data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta)
+                  data_digest=data_digest, data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta,
+                  data_rows=data_rows)
         return None
     session = _SESSION.get()
     if session is None:
@@ -140,7 +144,8 @@ def reserve(
 
     with open_ledger(ledger_path) as ledger:
         rid = ledger.reserve(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                             data_info=data_info, uncertified=uncertified, mechanism=mechanism, noise_tail_delta=noise_tail_delta)
+                             data_info=data_info, uncertified=uncertified, mechanism=mechanism, noise_tail_delta=noise_tail_delta,
+                             data_rows=data_rows)
     session.ledger_path = ledger_path
     session.reservation_id = rid
     return rid
@@ -177,6 +182,7 @@ def preflight(
     data_info: dict | None = None,
     uncertified: str | None = None,
     noise_tail_delta: float = 0.0,
+    data_rows=None,
 ) -> None:
     """Raise if the planned release would exceed a cap or change the dataset's data (writes nothing;
     :func:`reserve` also holds the budget)."""
@@ -185,7 +191,7 @@ def preflight(
     with open_ledger(ledger_path) as ledger:
         ledger.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
                          data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get(),
-                         noise_tail_delta=noise_tail_delta)
+                         noise_tail_delta=noise_tail_delta, data_rows=data_rows)
 
 
 def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | os.PathLike | None = None, record: bool = True) -> Path:
@@ -287,7 +293,7 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
             ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
             data_info={"split_seed": info.split_seed, "profile": info.profile}, uncertified=plan.uncertified, mechanism=plan.mechanism,
-            noise_tail_delta=planned_tail)
+            noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                               noise_source=getattr(request, "noise_source", "os-entropy"))
     setup_seconds = time.perf_counter() - t0

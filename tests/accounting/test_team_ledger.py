@@ -387,8 +387,8 @@ def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_v
         # The server restarts while the settlement's transaction is open.
         real_record = led._record
 
-        def record_then_restart(rel, art):
-            out = real_record(rel, art)
+        def record_then_restart(rel, art, *rows):  # rows: the reservation's row sets (issue 23, point 1)
+            out = real_record(rel, art, *rows)
             helper.restart(root)
             return out
 

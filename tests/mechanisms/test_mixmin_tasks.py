@@ -96,11 +96,13 @@ def test_unreadable_proxy_file(tmp_path):
         load_proxy_predictions(tmp_path / "missing.npz")
 
 
-def test_mnist_task_halves(data_dir):
+def test_mnist_task_on_the_registry_split(data_dir):
+    # public sources = the registry mnist's 9,000 validation images, private = its 51,000
+    # training images (issue 23: the old public half held 25,000 images mnist trains on)
     t = load_mnist_task(seed=42, data_dir=data_dir)
-    assert t.public_x.shape == (30000, 784) and len(t.train_idx) == 30000
+    assert t.public_x.shape == (9000, 784) and len(t.train_idx) == 51000
     assert len(t.val_idx) == 5000 and len(t.test_idx) == 5000
-    # the public half and the private training half are disjoint sets of training images
+    # the public sources and the private training images are disjoint sets of training images
     pub = {hash(r.tobytes()) for r in (t.public_x[:2000] * 255).astype(np.uint8)}
     priv = {hash(r.tobytes()) for r in (t.private_x[t.train_idx][:2000] * 255).astype(np.uint8)}
     assert len(pub & priv) <= 5  # MNIST has a handful of duplicate images

@@ -54,10 +54,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
+from ..errors import AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
 from ..records import Release, _json_safe
 from ..validation import open_unit, positive_finite
 from . import ledger_compose as lc
+from . import ledger_rows as lr
 from .adjacency import Adjacency, require_same
 from .events import Event
 from . import signing as sg
@@ -70,7 +71,7 @@ from .ledger_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schem
 GENESIS_HASH = "0" * 64
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
-ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version") + sg.LEDGER_KINDS
+ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND) + sg.LEDGER_KINDS
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
@@ -403,6 +404,8 @@ class Ledger:
                     raise ValueError("payload is not an object")
             except ValueError as e:
                 raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`.") from None
+            if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
+                payload = {k: v for k, v in payload.items() if k != "hashes"}
             out.append(Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h,
                              signer=sig[0] if sig else None))
         closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
@@ -547,7 +550,7 @@ class Ledger:
         with self._write():
             return self._record(release, artefact_path)
 
-    def _release_payload(self, release: Release, artefact_path: str | None) -> tuple[str, dict]:
+    def _release_payload(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> tuple[str, dict]:
         ds = release.dataset if isinstance(release.dataset, dict) else {}
         name = _check_name("dataset name", ds.get("name"))
         partition = _check_name("partition", release.partition)
@@ -593,11 +596,13 @@ class Ledger:
             # delta added by the noise sampler's truncated tails (dpaudit.noise); every composed
             # total accounts for it (ledger_compose.bounds). Absent for releases that predate it.
             payload["noise_tail_delta"] = float(tail)
+        if rows is not None:  # set ids of the rows read (ledger_rows); from the run's reservation
+            payload["rows"] = rows
         return name, payload
 
-    def _record(self, release: Release, artefact_path: str | None) -> str:
-        """:meth:`record` inside the caller's write transaction."""
-        name, payload = self._release_payload(release, artefact_path)
+    def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
+        """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger_rows)."""
+        name, payload = self._release_payload(release, artefact_path, rows)
         adjacency = payload["adjacency"]
         existing = self._rows(entry_id=release.id)
         if existing:
@@ -606,9 +611,9 @@ class Ledger:
             # Recorded by an older dpaudit (no sweep tag, plain sha256 instead of the keyed
             # fingerprint, no split_seed / profile / uncertified keys): the same release.
             old = self._public_payload(json.loads(existing[0][5]))
-            newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta")
+            newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta", "rows")
             if {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
-                    and all(k not in old or old[k] == payload.get(k) for k in newer):
+                    and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer):
                 return release.id
             raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
         state = self._states(name).get(name)
@@ -672,7 +677,7 @@ class Ledger:
 
     def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
               data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
-              noise_tail_delta: float = 0.0) -> dict:
+              noise_tail_delta: float = 0.0, data_rows=None) -> dict:
         """What spending ``event`` on ``dataset:partition`` would do to the budget (no write).
 
         Open reservations count like releases. ``data_digest`` (the plain digest of the
@@ -683,7 +688,10 @@ class Ledger:
         ``exclude_reservations``: open reservations that already hold this planned release (a
         sweep's, checked by one of its tasks); they are left out of what was spent.
         ``noise_tail_delta``: the planned run's Gaussian-sampler tail delta (dpaudit.noise), counted
-        in the composed total like a recorded release's."""
+        in the composed total like a recorded release's. ``data_rows``: the source rows the release
+        reads (:class:`~dpaudit.data.rows.RowSet` s): a release reading as public rows another
+        holds private (or the reverse) raises :class:`~dpaudit.errors.RowRoleCollisionError`, and
+        every cap of a dataset sharing people with it is checked (:mod:`.ledger_rows`)."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -702,6 +710,8 @@ class Ledger:
         planned = lc.ReleaseView("planned", dataset, partition, adj, None, None, event, event is None, fingerprint=fp,
                                  uncertified=uncertified, noise_tail_delta=tail)
         result = {"dataset": dataset, "partition": partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
+        if data_rows is not None:
+            self._people_check(dataset, planned, data_rows, exclude_reservations, result)
         if state.cap is None:
             return result
         cap_eps, cap_delta = state.cap
@@ -714,13 +724,35 @@ class Ledger:
         result.update(
             cap={"epsilon": cap_eps, "delta": cap_delta}, spent=b_spent["epsilon"], needs=b_alone["epsilon"],
             total=b_after["epsilon"], releases=before.releases_subtree, reservations=before.reservations,
-            allowed=b_after["epsilon"] <= cap_eps,
+            allowed=result["allowed"] and b_after["epsilon"] <= cap_eps,
         )
         return result
 
+    def _footprint(self, data_rows) -> dict:
+        """Keyed row hashes of a planned release (computed once; a dict is already hashed)."""
+        return data_rows if isinstance(data_rows, dict) else lr.hash_rows(self._key(), data_rows)
+
+    def _people_check(self, dataset: str, planned: lc.ReleaseView, data_rows, held, result: dict) -> None:
+        """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
+        and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger_rows."""
+        footprint = self._footprint(data_rows)
+        entries = self._intact_entries()
+        states = lc.replay(entries)
+        if held:
+            states = {n: dataclasses.replace(st, releases=[r for r in st.releases if not (r.kind == "reservation" and r.id in set(held))])
+                      for n, st in states.items()}
+        index = lr.PeopleIndex.build(self._store.rows(), entries, states)
+        index.collisions(dataset, footprint)
+        before = dict(states)
+        states[dataset] = (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)
+        index = index.with_planned(dataset, footprint)
+        result["people"], refusal = lr.check_caps(index, before, states, dataset, planned.partition, footprint)
+        if refusal is not None and result["allowed"]:
+            result.update(allowed=False, people_refusal=refusal)
+
     def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
                   data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
-                  noise_tail_delta: float = 0.0) -> dict:
+                  noise_tail_delta: float = 0.0, data_rows=None) -> dict:
         """Refuse (BudgetExceededError) a planned release that would push ``dataset`` over its cap,
         and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
 
@@ -730,9 +762,11 @@ class Ledger:
         """
         r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
                        data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations,
-                       noise_tail_delta=noise_tail_delta)
+                       noise_tail_delta=noise_tail_delta, data_rows=data_rows)
         if r["allowed"]:
             return r
+        if r.get("people_refusal") and (r["cap"] is None or r["total"] <= r["cap"]["epsilon"]):
+            raise BudgetExceededError(r["people_refusal"])
         c = r["cap"]
         held = f" and {r['reservations']} open reservation(s)" if r.get("reservations") else ""
         why = f" ({uncertified})" if uncertified else ""
@@ -744,7 +778,7 @@ class Ledger:
 
     def reserve(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
                 data_info: dict | None = None, uncertified: str | None = None, mechanism: str = "",
-                noise_tail_delta: float = 0.0) -> str:
+                noise_tail_delta: float = 0.0, data_rows=None) -> str:
         """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
         entry in one write transaction; returns the reservation id.
 
@@ -755,10 +789,12 @@ class Ledger:
         (the run ended without releasing anything) or :meth:`void` (an operator withdraws the
         reservation of a run that was killed). A run that dies without closing it leaves the
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
-        from public sizes at the target epsilon, an upper bound on the release's) is held too."""
+        from public sizes at the target epsilon, an upper bound on the release's) is held too.
+        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger_rows)."""
+        footprint = None if data_rows is None else self._footprint(data_rows)
         with self._write():
             self.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                           data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta)
+                           data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta, data_rows=footprint)
             payload = {
                 "dataset_name": dataset,
                 "partition": partition,
@@ -778,6 +814,8 @@ class Ledger:
                 payload["uncertified"] = str(uncertified)
             if noise_tail_delta:
                 payload["noise_tail_delta"] = float(noise_tail_delta)
+            if footprint is not None:
+                payload["rows"] = lr.declare(self, footprint)
             return self._append("reservation", dataset, payload)
 
     def _open_reservation(self, reservation_id: str) -> Entry:
@@ -795,7 +833,7 @@ class Ledger:
         items = [(r, None) if isinstance(r, Release) else tuple(r) for r in releases]
         with self._write():
             target = self._open_reservation(reservation_id)
-            ids = [self._record(rel, art) for rel, art in items]
+            ids = [self._record(rel, art, target.payload.get("rows")) for rel, art in items]
             self._append("settle", target.dataset, {"target": target.id, "releases": ids})
         return ids
 
@@ -856,6 +894,7 @@ class Ledger:
         if dataset is not None and dataset not in states:
             raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
         rows: list[dict] = []
+        people = self._people_summary(accountants) if sweep is None else {}
         for name in sorted(states):
             st = states[name]
             adj = st.adjacency()
@@ -863,7 +902,9 @@ class Ledger:
             total = lc.dataset_total(st)
             tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
             cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
-            remaining = (st.cap[0] - tb["epsilon"]) if st.cap and sweep is None else None
+            shared = people.get(name)
+            spent = max(tb["epsilon"], shared["epsilon_people"]) if shared else tb["epsilon"]
+            remaining = (st.cap[0] - spent) if st.cap and sweep is None else None
             nodes = [(lc.DATASET_SCOPE, total, tb)]
             for p in st.tree_order():
                 nt = lc.node_total(st, p)
@@ -899,8 +940,32 @@ class Ledger:
                     "open_reservation_ids": [r.id for r in st.open_reservations()] if p == lc.DATASET_SCOPE else None,
                     # keyed fingerprints only (see fingerprint.py); several = declared versions
                     "dataset_fingerprints": sorted(st.fingerprints),
+                    # names whose releases read the same people, and everything composed with them
+                    **({"shares_people_with": shared["shares_people_with"], "epsilon_people": shared["epsilon_people"]}
+                       if shared and p == lc.DATASET_SCOPE else {}),
                 })
         return rows
+
+    def _people_summary(self, accountants) -> dict:
+        """Per dataset sharing people with others (ledger_rows): the other names and the epsilon of
+        all of them composed sequentially, at the dataset's delta."""
+        entries = self._intact_entries()
+        states = lc.replay(entries)
+        index = lr.PeopleIndex.build(self._store.rows(), entries, states)
+        out = {}
+        for name in sorted(states):
+            group = index.sharing(name)
+            if not group:
+                continue
+            try:
+                total = lr.people_total(states, [name] + group)
+            except AdjacencyMismatchError:  # cannot be composed: no bound (a planned release is refused)
+                out[name] = {"shares_people_with": group, "epsilon_people": math.inf}
+                continue
+            b = lc.bounds(total.event, delta=self._delta_for(states[name]), adjacency=lr.adjacency_of(states, [name] + group),
+                          unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
+            out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
+        return out
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:

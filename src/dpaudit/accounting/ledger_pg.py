@@ -391,9 +391,9 @@ class PostgresStore:
         return [(int(r[0]),) + tuple(r[1:]) for r in rows]
 
     def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version)."""
+        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
         return int(self.execute(
-            f"SELECT count(*) FROM {self.s}.entries WHERE kind = 'version' OR payload LIKE '%%\"dataset_fingerprint\":\"%%'"
+            f"SELECT count(*) FROM {self.s}.entries WHERE kind IN ('version', 'rows') OR payload LIKE '%%\"dataset_fingerprint\":\"%%'"
         ).fetchone()[0])
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:

@@ -291,9 +291,9 @@ class SqliteStore:
         return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries {where} ORDER BY seq", params).fetchall()
 
     def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version)."""
+        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
         return int(self.execute(
-            "SELECT count(*) FROM entries WHERE kind = 'version' OR payload LIKE '%\"dataset_fingerprint\":\"%'"
+            "SELECT count(*) FROM entries WHERE kind IN ('version', 'rows') OR payload LIKE '%\"dataset_fingerprint\":\"%'"
         ).fetchone()[0])
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:

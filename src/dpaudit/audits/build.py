@@ -380,7 +380,7 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
         t = mixmin_task_target(task, cfg.get("target") or req.target, epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
                                rho=float(cfg.get("rho", 0.1)), canary=canary, seed=int(req.seed), data_dir=data_dir,
                                settings=settings, noise_multiplier=float(rel.noise_multiplier), proxy_mode=req.proxy_mode or "joint",
-                               whole_train=whole_train)
+                               whole_train=whole_train, division=(rel.dataset or {}).get("split_seed"))
         for name in ("sample_rate", "steps"):
             got, want = getattr(t.config, name), getattr(rel, name)
             if want is not None and abs(float(got) - float(want)) > 1e-12:

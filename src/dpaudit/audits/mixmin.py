@@ -151,6 +151,7 @@ def mixmin_task_target(
     noise_multiplier: float | None = None,
     top: int = 1,
     whole_train: bool = False,
+    division: int | None = None,
 ) -> MixMinTarget:
     """A :class:`MixMinTarget` for a built-in task (``digits-mix`` embedded, ``mnist-mix``, ``heart-mix``).
 
@@ -159,7 +160,8 @@ def mixmin_task_target(
     sigma calibrated with RDP for (epsilon, delta) at q = B / |D_mix| (``rho`` and ``settings``
     default to the training defaults of the task: :func:`~dpaudit.mechanisms.mixmin_pipeline.default_rho`, ``default_mixture``). Canary records for ``natural`` / ``mislabeled`` come from the
     task's private test rows (never in D_mix). ``whole_train``: D_mix is every private training
-    record (the pipeline's sequential composition) instead of the ``rho`` split.
+    record (the pipeline's sequential composition) instead of the ``rho`` split. ``division``: the
+    task division a release was made on (its identity's ``split_seed``; None: today's).
     """
     from ..accounting import SubsampledGaussian
     from ..mechanisms.mixmin_pipeline import default_mixture, default_rho
@@ -169,7 +171,7 @@ def mixmin_task_target(
     # audit tests the mechanism a default release runs.
     settings = settings or default_mixture(task)
     rho = default_rho(task) if rho is None else rho
-    t = load_task(task, seed=seed, data_dir=data_dir)
+    t = load_task(task, seed=seed, data_dir=data_dir, division=division)
     tname, y_all = t.target_labels(target)
     proxies = train_proxies(t, mode=proxy_mode)
     tr = t.train_idx

@@ -66,6 +66,8 @@ def _entry_brief(e) -> str:
         return f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}" + (f", signed by {e.signer}" if e.signer else "")
     if e.kind == "policy":
         return "signatures required from here on" if p.get("require_signatures") else "policy"
+    if e.kind == "rows":
+        return f"row set {str(p.get('set'))[:12]} of source {p.get('source')}: {p.get('count')} rows (keyed hashes, for overlap tests)"
     if e.kind == "partition":
         return f"{e.dataset}:{p.get('parent')} = " + " + ".join(f"{e.dataset}:{c}" for c in p.get("children", [])) + f"  (declared by {p.get('declared_by')})"
     return ""
@@ -116,6 +118,9 @@ def register(app: typer.Typer) -> None:
             if r.get("open_reservation_ids"):
                 console.print(f"{escape(r['dataset'])}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
                               + ", ".join(i[:12] for i in r["open_reservation_ids"]), highlight=False, soft_wrap=True)
+            if r.get("shares_people_with"):
+                console.print(f"{escape(r['dataset'])} shares people with {escape(', '.join(r['shares_people_with']))}: all composed, "
+                              f"epsilon {_num(r['epsilon_people'], 3)} (left is the cap minus this).", highlight=False, soft_wrap=True)
             if len(r.get("dataset_fingerprints") or []) > 1:
                 console.print(f"{escape(r['dataset'])}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.",
                               highlight=False)

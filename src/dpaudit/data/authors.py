@@ -373,6 +373,17 @@ def load(info, data_dir=None, split_seed: int | None = None):
         x_train=parts["train"][0], y_train=parts["train"][1], x_val=parts["val"][0], y_val=parts["val"][1],
         x_test=parts["test"][0], y_test=parts["test"][1],
         n_classes=n_classes, split_seed=seed, profile=AUTHORS_PROFILE, image_shape=rows.image_shape,
-        feature_names=rows.feature_names, source_files=rows.source_files, notes=notes,
+        feature_names=rows.feature_names, source_files=rows.source_files, notes=notes, rows=_row_sets(info, idx),
     )
     return data, idx
+
+
+def _row_sets(info, idx: SplitIndices) -> tuple:
+    """Images: rows of the official files (exact). Tabular: the authors' files are filtered or
+    de-duplicated copies of the same people in another row order, so every row of the source
+    counts as read privately (fail closed, dpaudit.data.rows)."""
+    from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
+
+    if info.kind == "tabular":
+        return (RowSet(SOURCES[info.name], "private", None),)
+    return row_sets(SOURCES[info.name], {"train": idx.train, "val": idx.val, "test": TEST_OFFSET[info.name] + idx.test})

@@ -79,6 +79,9 @@ class PreparedDataset:
     #: schedule (q, T, m0) is built from it, so a neighbouring dataset (one record more or less)
     #: runs the identical mechanism. None: not declared (the request must then give one).
     reference_size: int | None = None
+    #: The source rows each partition reads (:mod:`dpaudit.data.rows`): the ledger budgets the
+    #: people behind them across dataset names. LOCAL ONLY (never in release.json); empty: unknown.
+    rows: tuple = ()
 
     @property
     def n_features(self) -> int:

@@ -43,6 +43,7 @@ from ..errors import UsageError
 from ..validation import non_negative_int
 from .base import PreparedDataset, resolve_data_dir
 from .files import sums_note
+from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 
 TABULAR_PROFILES = ("default",)
@@ -225,34 +226,35 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
 
         x, y = load_breast_cancer_encoded()
         return _tabular(info, x, y, seed, feature_names(BREAST_CANCER_SCHEMA), {},
-                        "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.")
+                        "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.", np.arange(len(y)))
     if name == "cardio":
         from .tabular import CARDIO_N_ROWS, CARDIO_SCHEMA, feature_names, load_cardio_raw
 
         root = resolve_data_dir(data_dir)
-        x, y, src = load_cardio_raw(root)
+        x, y, src, file_ids = load_cardio_raw(root)
         note = f"cohort filters kept {len(y)} rows"
         if len(y) != CARDIO_N_ROWS:
             note += f" (the original file gives {CARDIO_N_ROWS}: this file differs from the published one)"
         note += "; " + sums_note(root, root / "cardio", tuple(src))
-        return _tabular(info, x, y, seed, feature_names(CARDIO_SCHEMA), src, note + ".")
+        return _tabular(info, x, y, seed, feature_names(CARDIO_SCHEMA), src, note + ".", file_ids)
     if name == "heart":
         from .tabular import HEART_SCHEMA, feature_names, load_heart_raw
 
         root = resolve_data_dir(data_dir)
         x, y, src = load_heart_raw(root, "cleveland")
         note = "UCI Cleveland processed file; target num > 0; " + sums_note(root, root / "heart", tuple(src))
-        return _tabular(info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".")
+        return _tabular(info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".", np.arange(len(y)))
     raise AssertionError(name)
 
 
-def _tabular(info, x, y, seed, names, src, notes) -> PreparedDataset:
+def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
     tr, va, te = split_indices(len(y), seed, 70, 15)
+    rows = row_sets(SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]})
     return PreparedDataset(
         name=info.name, kind="tabular",
         x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
         n_classes=2, split_seed=seed, profile="default", image_shape=None,
-        feature_names=tuple(names), source_files=dict(src), notes=notes,
+        feature_names=tuple(names), source_files=dict(src), notes=notes, rows=rows,
     )
 
 
@@ -271,6 +273,8 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
             else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
         ) + " " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)) + "."
     tr, va = train_val_indices(len(y_tr), seed, 85)
+    test_ids = TEST_OFFSET[which] + np.arange(len(y_te))
+    rows = row_sets(SOURCES[which], {"train": tr, "val": va, "test": test_ids})
     # Apply the profile per partition so memory stays at one float copy of each.
     x_train, shape = apply_profile(x_tr[tr], profile)
     x_val, _ = apply_profile(x_tr[va], profile)
@@ -279,7 +283,7 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
         name=info.name, kind="image",
         x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
         n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
-        feature_names=None, source_files=dict(src), notes=notes,
+        feature_names=None, source_files=dict(src), notes=notes, rows=rows,
     )
 
 
@@ -309,4 +313,5 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
         n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
         feature_names=None, source_files={},
         notes="scikit-learn load_digits (bundled); pixels / 16; split 70/15/15.",
+        rows=row_sets(SOURCES["digits"], {"train": tr, "val": va, "test": te}),
     )

@@ -300,8 +300,9 @@ def cardio_cohort_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
     return keep
 
 
-def prepare_cardio_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``."""
+def prepare_cardio_file(path: Path, *, with_rows: bool = False):
+    """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with
+    ``with_rows`` also the kept rows' positions in the file (their identity, dpaudit.data.rows)."""
     cols = read_table(path, ";", CARDIO_COLUMNS, header=True)
     keep = cardio_cohort_mask(cols)
     cols = {k: v[keep] for k, v in cols.items()}
@@ -311,15 +312,16 @@ def prepare_cardio_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     cols["age_years"] = cols["age"] / DAYS_PER_YEAR
     with np.errstate(divide="ignore", invalid="ignore"):
         cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
-    return encode(cols, CARDIO_SCHEMA), y.astype(np.int64)
+    x = encode(cols, CARDIO_SCHEMA)
+    return (x, y.astype(np.int64), np.flatnonzero(keep)) if with_rows else (x, y.astype(np.int64))
 
 
-def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
+def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, str], np.ndarray]:
     folder = data_dir / "cardio"
     require_files(folder, (CARDIO_FILE,), "Cardio")
     hashes = hash_and_verify(data_dir, folder, (CARDIO_FILE,), "Cardio")
-    x, y = prepare_cardio_file(folder / CARDIO_FILE)
-    return x, y, hashes
+    x, y, rows = prepare_cardio_file(folder / CARDIO_FILE, with_rows=True)
+    return x, y, hashes, rows
 
 
 # --------------------------------------------------------------------------- Heart

@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import DataError, UsageError
 from ..validation import non_negative_int
 from .base import PreparedDataset
+from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
 
 #: (train_percent, val_percent) of users for a user-level split; the test part is the remainder.
@@ -284,6 +285,9 @@ def split_prepared_by_users(
         x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
         split_seed=seed, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
         notes=(prepared.notes + " " if prepared.notes else "") + note + ".",
+        # Re-split: which source rows train reads is not tracked; the ledger counts every row of
+        # the source as read privately (fail closed).
+        rows=tuple(RowSet(r.source, "private", None) for r in prepared.rows if r.role == "private"),
     )
 
 

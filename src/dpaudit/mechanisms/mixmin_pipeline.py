@@ -524,6 +524,8 @@ class MixMinData:
     task: MixMinTask | None = None
     probs: np.ndarray | None = None
     y_all: np.ndarray | None = None
+    #: the task's source rows (dpaudit.data.rows; local only): the ledger budgets their people
+    rows: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -621,7 +623,7 @@ class DPMixMin:
         return MixMinData(dataset=task_obj.dataset_identity(), sha256=task_obj.data_digest(), labels=y_all[tr].astype(np.float64),
                           source_names=tuple(task_obj.source_names), user_ids=user_ids, mix_idx=mix_idx, ft_idx=ft_idx,
                           partition=partition, split_partition=split_partition, split_rule=split_rule, target_name=target_name,
-                          task=task_obj, y_all=y_all)
+                          task=task_obj, y_all=y_all, rows=task_obj.rows)
 
     def data_info(self, job: MixMinJob, data: MixMinData) -> MixMinInfo:
         ds = data.dataset

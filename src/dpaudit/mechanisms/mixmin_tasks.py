@@ -1,12 +1,20 @@
 """Data-mixing tasks for DP-MixMin: public sources, private targets, proxies (DP-MixMin paper, sec. 4-5).
 
 - ``digits-mix`` (embedded, scikit-learn digits) and ``mnist-mix`` (real MNIST from the data dir):
-  the public half of the training images with the ten one-vs-rest digit labels as k = 10 sources
-  sharing one input space; the private half carries binary targets with a direct source match
-  (``digit-3``), partial matches (unions of classes: ``loops-0689``, ``small-0to4``) and no match
-  (``ink-heavy``: more ink than the public median, not expressible by the digit sources).
+  public sources are the images the registry dataset (``digits``, ``mnist``) only validates on,
+  with the ten one-vs-rest digit labels as k = 10 sources sharing one input space; the private
+  training records are the registry dataset's training partition (the same people: the ledger
+  composes the two names), with binary targets with a direct source match (``digit-3``),
+  partial matches (unions of classes: ``loops-0689``, ``small-0to4``) and no match
+  (``ink-heavy``: more ink than the public median, not expressible by the digit sources);
+  validation and test are the registry's test rows, halved.
 - ``heart-mix`` (real UCI Heart): the Hungarian, Switzerland and VA centres are the public
-  sources (k = 3), Cleveland is the private target (heart disease, num > 0).
+  sources (k = 3), Cleveland is the private target (heart disease, num > 0), split exactly as
+  the registry's ``heart`` (train private, validation and test read without noise).
+
+Every task declares its rows (``MixMinTask.rows``, :mod:`dpaudit.data.rows`) against the same
+sources as the registry: no row a registry dataset trains on privately is a public source here,
+and the private rows both read are composed by the ledger under both names.
 
 Proxies are trained on public data only and never see private records (that is what makes the
 mixture stage's privacy cost exactly that of Algorithm 1). Shared-input tasks use one multi-class
@@ -33,6 +41,8 @@ import numpy as np
 import torch
 
 from ..data.base import array_sha256
+from ..data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
+from ..data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 from ..errors import DataError, UsageError
 from ..noise import public_rng
 from ..validation import one_of
@@ -48,11 +58,17 @@ _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 
 #: The public key that fixes each task's public / private division (which source rows are
 #: public sources, which are private train / val / test). It is a constant of the task, NOT the
-#: run's ``--seed``: a dataset name must mean one set of private records, otherwise a record
-#: private under one seed is public source data under another while the ledger still counts both
-#: releases against the same name. Changing a key defines a different dataset: give it a new task
-#: name. (42 reproduces the division the tasks had under the former default seed 42.)
-TASK_DIVISION_KEYS = {"digits-mix": 42, "mnist-mix": 42, "heart-mix": 42}
+#: run's ``--seed``: a dataset name must mean one set of private records. Since issue 23 the
+#: division is the registry's split at its default split seed (2026), so the key is that seed:
+#: the ledger then sees the registry dataset and the task read the same private rows, and no
+#: public source row is private under the registry name. (Until then the key was 42 and the
+#: public halves held rows the registry trains on: ledger entries of that division are refused
+#: under the new one as another version, see dpaudit.accounting.ledger_rows.)
+TASK_DIVISION_KEYS = {"digits-mix": DEFAULT_SPLIT_SEED, "mnist-mix": DEFAULT_SPLIT_SEED, "heart-mix": DEFAULT_SPLIT_SEED}
+#: The division before issue 23 (public halves that held registry training rows). Kept only so
+#: that an audit can rebuild a release made on it (``load_task(..., division=42)``); a new
+#: release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
+FORMER_DIVISION_KEY = 42
 
 #: Public name of the D_mix / D_ft split rule of :func:`mixture_split` (recorded in releases and
 #: ledger declarations). Each record (each user) is in D_mix independently with probability rho,
@@ -101,6 +117,8 @@ class MixMinTask:
     record_ids: np.ndarray | None = None
     public_record_ids: np.ndarray | None = None
     division_key: int | None = None
+    #: the source rows each role reads (dpaudit.data.rows): the ledger budgets their people
+    rows: tuple = ()
 
     @property
     def k(self) -> int:
@@ -156,13 +174,6 @@ def default_target(task: MixMinTask) -> str:
 # Task construction
 
 
-def _split_three(n: int, rng: np.random.Generator, fractions=(0.6, 0.2)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    perm = rng.permutation(n)
-    a = int(round(fractions[0] * n))
-    b = a + int(round(fractions[1] * n))
-    return np.sort(perm[:a]), np.sort(perm[a:b]), np.sort(perm[b:])
-
-
 def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) -> dict:
     return {
         "digit-3": (digits == 3).astype(np.int64),
@@ -173,7 +184,7 @@ def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) ->
 
 
 def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed: int, notes: str, *,
-                record_ids, public_record_ids) -> MixMinTask:
+                record_ids, public_record_ids, rows, division: int) -> MixMinTask:
     # The ink threshold is a public quantity (median ink mass of the public images).
     thr = float(np.median(x_pub.sum(axis=1)))
     targets = _digit_targets(d_priv, x_priv.sum(axis=1), thr)
@@ -185,64 +196,100 @@ def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed:
         train_idx=train, val_idx=val, test_idx=test, seed=seed,
         target_kinds=dict(DIGIT_TARGET_KINDS), image=True, notes=notes,
         record_ids=np.asarray(record_ids, dtype=np.int64), public_record_ids=np.asarray(public_record_ids, dtype=np.int64),
-        division_key=TASK_DIVISION_KEYS[name],
+        division_key=division, rows=rows,
     )
 
 
-def load_digits_task(seed: int = 42) -> MixMinTask:
-    """scikit-learn's bundled 8x8 digits (1,797 images): public half / private half (60/20/20).
+def _split_three(n: int, rng: np.random.Generator, fractions=(0.6, 0.2)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    perm = rng.permutation(n)
+    a = int(round(fractions[0] * n))
+    b = a + int(round(fractions[1] * n))
+    return np.sort(perm[:a]), np.sort(perm[a:b]), np.sort(perm[b:])
 
-    The division is fixed by the task (:data:`TASK_DIVISION_KEYS`), whatever ``seed``; record
-    ids are the rows of ``sklearn.datasets.load_digits()``."""
+
+def _former_division(n_train_file: int, n_test_file: int) -> tuple:
+    """(train, public, val, test) source ids of the division before issue 23: a seeded public half
+    of the training file; the other half private, split 60/20/20 (no test file) or used whole as
+    train with the test file halved into val / test."""
+    rng = public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT)
+    perm = rng.permutation(n_train_file)
+    pub, priv = np.sort(perm[: n_train_file // 2]), np.sort(perm[n_train_file // 2:])
+    if not n_test_file:
+        tr, va, te = _split_three(len(priv), rng)
+        return priv[tr], pub, priv[va], priv[te]
+    te_perm = rng.permutation(n_test_file)
+    half = n_test_file // 2
+    return priv, pub, n_train_file + np.sort(te_perm[:half]), n_train_file + np.sort(te_perm[half:])
+
+
+def _division(name: str, train, public, held_out, n_train_file: int, n_test_file: int, division: int | None) -> tuple:
+    """(train, public, val, test, rows) source ids of ``division`` (None: the task's current one:
+    the registry's split, ``held_out`` halved into val / test)."""
+    if division is None or division == TASK_DIVISION_KEYS[name]:
+        perm = public_rng(TASK_DIVISION_KEYS[name], _TAG_SPLIT).permutation(len(held_out))
+        held_out = np.asarray(held_out)
+        val, test = np.sort(held_out[perm[: len(held_out) // 2]]), np.sort(held_out[perm[len(held_out) // 2:]])
+        train, public = np.sort(train), np.sort(public)
+        rows = row_sets(SOURCES[name], {"train": train, "public": np.concatenate([public, val, test])})
+        return train, public, val, test, rows
+    if division != FORMER_DIVISION_KEY:
+        raise UsageError(f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}.")
+    return (*_former_division(n_train_file, n_test_file), ())
+
+
+def _digit_division(name: str, parts: tuple, x, y, seed: int, notes: str, division: int | None) -> MixMinTask:
+    """A digit task from ``parts`` = (train, public, val, test, rows) source ids; ``x``, ``y`` are
+    indexed by source row id (dpaudit.data.rows)."""
+    train, public, val, test, rows = parts
+    ids = np.concatenate([train, val, test])
+    n_tr, n_va = len(train), len(val)
+    return _digit_task(name, x[public], y[public], x[ids], y[ids], np.arange(n_tr), np.arange(n_tr, n_tr + n_va),
+                       np.arange(n_tr + n_va, len(ids)), seed, notes, record_ids=ids, public_record_ids=public, rows=rows,
+                       division=TASK_DIVISION_KEYS[name] if division is None else int(division))
+
+
+def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
+    """scikit-learn's bundled 8x8 digits (1,797 images) on the registry ``digits`` split: private
+    train = its 1,257 training rows, public sources = its 269 validation rows, validation / test
+    = its 271 test rows halved (fixed by the task, :data:`TASK_DIVISION_KEYS`, whatever ``seed``;
+    ``division`` :data:`FORMER_DIVISION_KEY` rebuilds the former one for audits).
+    Record ids are the rows of ``sklearn.datasets.load_digits()``."""
     from sklearn.datasets import load_digits
 
     ds = load_digits()
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
-    rng = public_rng(TASK_DIVISION_KEYS["digits-mix"], _TAG_SPLIT)
-    perm = rng.permutation(len(y))
-    pub, priv = np.sort(perm[: len(y) // 2]), np.sort(perm[len(y) // 2:])
-    train, val, test = _split_three(len(priv), rng)
-    return _digit_task("digits-mix", x[pub], y[pub], x[priv], y[priv], train, val, test, seed,
-                       "scikit-learn digits; public half = sources, private half split 60/20/20 (fixed by the task).",
-                       record_ids=priv, public_record_ids=pub)
+    tr, va, te = split_indices(len(y), TASK_DIVISION_KEYS["digits-mix"], 70, 15)
+    return _digit_division("digits-mix", _division("digits-mix", tr, va, te, len(y), 0, division), x, y, seed,
+                           "scikit-learn digits on the registry split: train private, validation rows = public sources, "
+                           "test rows halved into validation / test (fixed by the task).", division)
 
 
-#: Record ids of MNIST's official test images start here (training-file rows are 0..59,999).
-MNIST_TEST_ID_OFFSET = 60_000
-
-
-def load_mnist_task(seed: int = 42, data_dir=None) -> MixMinTask:
-    """MNIST: public half of the 60,000 training images; private = the other half (train) and
-    the official test set split 50/50 into validation and test. The division is fixed by the
-    task (:data:`TASK_DIVISION_KEYS`), whatever ``seed``; record ids are training-file rows, and
-    60,000 + row for the official test file."""
+def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
+    """MNIST on the registry ``mnist`` split: private train = its 51,000 training images, public
+    sources = its 9,000 validation images, validation / test = the official test set halved
+    (fixed by the task, :data:`TASK_DIVISION_KEYS`, whatever ``seed``; ``division`` as in
+    :func:`load_digits_task`). Record ids are training-file rows, and 60,000 + row for the
+    official test file (dpaudit.data.rows)."""
     from ..data import load_mnist_raw
 
     x_tr, y_tr, x_te, y_te = load_mnist_raw(data_dir)
-    x_tr = x_tr.reshape(len(x_tr), -1).astype(np.float32) / 255.0
-    x_te = x_te.reshape(len(x_te), -1).astype(np.float32) / 255.0
-    rng = public_rng(TASK_DIVISION_KEYS["mnist-mix"], _TAG_SPLIT)
-    perm = rng.permutation(len(y_tr))
-    pub, priv_tr = np.sort(perm[: len(y_tr) // 2]), np.sort(perm[len(y_tr) // 2:])
-    te_perm = rng.permutation(len(y_te))
-    x_priv = np.concatenate([x_tr[priv_tr], x_te])
-    d_priv = np.concatenate([y_tr[priv_tr], y_te])
-    n_tr = len(priv_tr)
-    train = np.arange(n_tr)
-    val = np.sort(n_tr + te_perm[: len(y_te) // 2])
-    test = np.sort(n_tr + te_perm[len(y_te) // 2:])
-    ids = np.concatenate([priv_tr, MNIST_TEST_ID_OFFSET + np.arange(len(y_te))])
-    return _digit_task("mnist-mix", x_tr[pub], y_tr[pub], x_priv, d_priv, train, val, test, seed,
-                       "MNIST; public = half of train, private train = other half, val/test = official test split 50/50 "
-                       "(fixed by the task).", record_ids=ids, public_record_ids=pub)
+    x = np.concatenate([x_tr, x_te]).reshape(len(y_tr) + len(y_te), -1).astype(np.float32) / 255.0
+    y = np.concatenate([y_tr, y_te])
+    tr, va = train_val_indices(len(y_tr), TASK_DIVISION_KEYS["mnist-mix"], 85)
+    offset = TEST_OFFSET["mnist"]
+    assert offset == len(y_tr), "MNIST's training file must hold 60,000 rows"
+    parts = _division("mnist-mix", tr, va, offset + np.arange(len(y_te)), len(y_tr), len(y_te), division)
+    return _digit_division("mnist-mix", parts, x, y, seed,
+                           "MNIST on the registry split: train private, validation images = public sources, official "
+                           "test set halved into validation / test (fixed by the task).", division)
 
 
-def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
-    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private (60/20/20).
-
-    The train / val / test division of Cleveland is fixed by the task (:data:`TASK_DIVISION_KEYS`),
-    whatever ``seed``; record ids are the rows of the Cleveland file."""
+def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
+    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private, split as the
+    registry's ``heart`` (70/15/15 at split seed 2026: train private, validation / test read
+    without noise), whatever ``seed`` (``division`` as in :func:`load_digits_task`); record ids
+    are the rows of the Cleveland file."""
     from ..data import load_heart_centre
 
     xs, ys, src = [], [], []
@@ -257,8 +304,15 @@ def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
     y_pub = np.full((len(source), len(names)), np.nan, dtype=np.float32)
     y_pub[np.arange(len(source)), source] = np.concatenate(ys)
     x_priv, y_priv = load_heart_centre("cleveland", data_dir)
-    rng = public_rng(TASK_DIVISION_KEYS["heart-mix"], _TAG_SPLIT)
-    train, val, test = _split_three(len(y_priv), rng)
+    # The registry's heart split (same file, same seed): the same people are private under both names.
+    train, val, test = (np.sort(i) for i in split_indices(len(y_priv), TASK_DIVISION_KEYS["heart-mix"], 70, 15))
+    rows = row_sets(SOURCES["heart"], {"train": train, "val": val, "test": test}) + tuple(
+        RowSet(f"uci-heart-{c}", "public", tuple(range(len(ys[i])))) for i, c in enumerate(names))
+    if division is not None and division != TASK_DIVISION_KEYS["heart-mix"]:
+        if division != FORMER_DIVISION_KEY:
+            raise UsageError(f"division of task heart-mix must be {TASK_DIVISION_KEYS['heart-mix']} or {FORMER_DIVISION_KEY}, got {division!r}.")
+        train, val, test = _split_three(len(y_priv), public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT))
+        rows = ()
     return MixMinTask(
         name="heart-mix", source_names=names, public_x=x_pub, public_y=y_pub, public_source=source,
         private_x=x_priv.astype(np.float32), private_records=y_priv.astype(np.int64),
@@ -266,24 +320,25 @@ def load_heart_task(seed: int = 42, data_dir=None) -> MixMinTask:
         seed=seed, target_kinds={"cleveland": "partial"},
         notes="UCI Heart processed files; the public centres differ in covariates (the paper's "
               "no-covariate-shift assumption does not hold here, see its conclusion).",
-        record_ids=np.arange(len(y_priv), dtype=np.int64), public_record_ids=None, division_key=TASK_DIVISION_KEYS["heart-mix"],
+        record_ids=np.arange(len(y_priv), dtype=np.int64), public_record_ids=None,
+        division_key=TASK_DIVISION_KEYS["heart-mix"] if division is None else int(division), rows=rows,
     )
 
 
 _TASK_CACHE: dict = {}
 
 
-def load_task(name: str, *, seed: int = 42, data_dir=None) -> MixMinTask:
-    """Build (and cache in memory) one of :data:`TASKS`."""
+def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
+    """Build (and cache in memory) one of :data:`TASKS` (``division``: see :data:`FORMER_DIVISION_KEY`)."""
     one_of("task", name, TASKS)
-    key = (name, int(seed), str(data_dir))
+    key = (name, int(seed), str(data_dir), division)
     if key not in _TASK_CACHE:
         if name == "digits-mix":
-            _TASK_CACHE[key] = load_digits_task(seed)
+            _TASK_CACHE[key] = load_digits_task(seed, division)
         elif name == "mnist-mix":
-            _TASK_CACHE[key] = load_mnist_task(seed, data_dir)
+            _TASK_CACHE[key] = load_mnist_task(seed, data_dir, division)
         else:
-            _TASK_CACHE[key] = load_heart_task(seed, data_dir)
+            _TASK_CACHE[key] = load_heart_task(seed, data_dir, division)
     return _TASK_CACHE[key]
 
 
@@ -387,7 +442,7 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
     """Proxies on the public sources only (never on private data); cached per task and seed."""
     one_of("proxy_mode", mode, PROXY_MODES)
     seed = task.seed if seed is None else int(seed)
-    key = (task.name, task.seed, seed, mode, epochs, task.public_x.shape)
+    key = (task.name, task.division_key, task.seed, seed, mode, epochs, task.public_x.shape)
     if key in _PROXY_CACHE:
         return _PROXY_CACHE[key]
     d, k = task.public_x.shape[1], task.k

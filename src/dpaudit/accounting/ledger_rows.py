@@ -1,0 +1,229 @@
+"""One budget per person, whatever the dataset is called (rows of named sources; dpaudit.data.rows).
+
+Privacy contract:
+
+- A release or reservation stores, under ``rows``, for each role (private / public) and source,
+  the id of a *row set*: a ``rows`` entry holding the keyed hashes of its row ids
+  (``blake2b(key = the ledger's fingerprint key, source | id)``, 8 bytes each, sorted). Without
+  the key the hashes say nothing; with it, "do two releases share a row" is an exact set test
+  (two different rows collide with probability 2^-64 per pair, which only makes the ledger
+  compose more). Each set is stored once, however many releases use it. ``"*"`` stands for every
+  row of the source (rows not tracked).
+- Cap of dataset X: its rows are the private rows of X's releases and reservations. Every name
+  whose private rows intersect them composes *sequentially* with X's own total (its whole tree:
+  conservative), and the planned release is refused when that exceeds X's cap. So the composed
+  epsilon of every release touching any of X's rows stays within the cap under any name.
+- A planned release that would read as public rows another release holds as private (or the
+  reverse) is refused before training (:class:`~dpaudit.errors.RowRoleCollisionError`). Only
+  exact sets are compared here: ``"*"`` says nothing about which rows are public.
+- Entries written before rows were recorded (and releases recorded from a release.json, which
+  never carries rows): a built-in name (:data:`dpaudit.data.rows.SOURCES`) counts as having read
+  every row of its source privately ("*"); any other name shares budget by name only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from ..errors import AdjacencyMismatchError, RowRoleCollisionError
+from . import ledger_compose as lc
+
+ROWS_KIND = "rows"
+EVERY_ROW = "*"
+_HASH_BYTES = 8
+
+
+@dataclass
+class Side:
+    """Rows of one source in one role: ``every`` (all rows) or the keyed ``hashes``."""
+
+    every: bool = False
+    hashes: set = field(default_factory=set)
+
+    def meets(self, other: "Side", *, exact: bool = False) -> bool:
+        if exact:
+            return not self.hashes.isdisjoint(other.hashes)
+        if (self.every and (other.every or other.hashes)) or (other.every and self.hashes):
+            return True
+        return not self.hashes.isdisjoint(other.hashes)
+
+
+def _empty() -> dict:
+    return {"private": {}, "public": {}}
+
+
+def hash_rows(key: bytes, row_sets) -> dict:
+    """``{role: {source: Side}}`` of a planned release's :class:`~dpaudit.data.rows.RowSet` s."""
+    out = _empty()
+    for rs in row_sets or ():
+        side = out[rs.role].setdefault(rs.source, Side())
+        if rs.ids is None:
+            side.every = True
+            continue
+        prefix = rs.source.encode("utf-8") + b"|"
+        side.hashes.update(hashlib.blake2b(prefix + str(i).encode("ascii"), key=key, digest_size=_HASH_BYTES).digest() for i in rs.ids)
+    for role in ("public", "private"):
+        for source, side in out[role].items():
+            if role == "public" and side.hashes & out["private"].get(source, Side()).hashes:
+                raise RowRoleCollisionError(f"rows of a release must be private or public, got rows of {source} read as both.")
+    return out
+
+
+def _set_id(source: str, blob: bytes) -> str:
+    return hashlib.sha256(source.encode("utf-8") + b"\0" + blob).hexdigest()
+
+
+def declare(ledger, footprint: dict) -> dict:
+    """Store the row sets of ``footprint`` not stored yet (inside the caller's write transaction);
+    returns the ``rows`` value of the release payload (set ids, ``"*"`` for every row)."""
+    known = {json.loads(r[5]).get("set") for r in ledger.store.rows() if r[2] == ROWS_KIND}
+    out = _empty()
+    for role, by_source in footprint.items():
+        for source, side in sorted(by_source.items()):
+            if side.every:
+                out[role][source] = EVERY_ROW
+                continue
+            blob = b"".join(sorted(side.hashes))
+            sid = _set_id(source, blob)
+            if sid not in known:
+                payload = {"source": source, "set": sid, "count": len(side.hashes), "hashes": base64.b64encode(blob).decode("ascii")}
+                ledger._append(ROWS_KIND, "", payload)
+                known.add(sid)
+            out[role][source] = sid
+    return out
+
+
+def _stored_sets(raw_rows) -> dict:
+    sets = {}
+    for r in raw_rows:
+        if r[2] == ROWS_KIND:
+            p = json.loads(r[5])
+            blob = base64.b64decode(p["hashes"])
+            sets[p["set"]] = {blob[i:i + _HASH_BYTES] for i in range(0, len(blob), _HASH_BYTES)}
+    return sets
+
+
+def entry_spec(dataset: str, payload: dict) -> list[tuple[str, str, str]]:
+    """``(role, source, set id or "*")`` of a recorded release or reservation (module docstring)."""
+    from ..data.rows import SOURCES
+
+    spec = payload.get("rows")
+    if not isinstance(spec, dict):
+        return [("private", SOURCES[dataset], EVERY_ROW)] if dataset in SOURCES else []
+    return [(role, source, sid) for role in ("private", "public") for source, sid in sorted((spec.get(role) or {}).items())]
+
+
+def _merge(into: dict, footprint: dict) -> None:
+    """Add ``footprint``'s rows to ``into`` (new Side objects: footprints are shared, never mutated)."""
+    for role, by_source in footprint.items():
+        for source, side in by_source.items():
+            old = into[role].get(source)
+            into[role][source] = side if old is None else Side(old.every or side.every, old.hashes | side.hashes)
+
+
+def _meet(a: dict, b: dict, role_a: str, role_b: str, *, exact: bool = False) -> list[str]:
+    """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row."""
+    return sorted(s for s, side in a[role_a].items() if s in b[role_b] and side.meets(b[role_b][s], exact=exact))
+
+
+@dataclass
+class PeopleIndex:
+    """Per dataset name: the rows (per role and source) its live releases and reservations read."""
+
+    names: dict  # name -> footprint
+
+    @classmethod
+    def build(cls, raw_rows, entries, states: dict) -> "PeopleIndex":
+        sets = _stored_sets(raw_rows)
+        live = {r.id for st in states.values() for r in st.releases}
+        specs: dict = {}
+        for e in entries:
+            if e.kind in ("release", "reservation") and e.id in live:
+                specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
+        names: dict = {}
+        for name, spec in specs.items():
+            fp = names[name] = _empty()
+            for role, source, sid in sorted(spec):
+                # A set id the ledger does not hold cannot be tested: every row (fail closed).
+                side = Side(every=True) if sid == EVERY_ROW or sid not in sets else Side(hashes=sets[sid])
+                _merge(fp, {role: {source: side}})
+        return cls(names)
+
+    def collisions(self, dataset: str, planned: dict) -> None:
+        """Refuse a planned release on ``dataset`` that reads as public rows held private (or the reverse)."""
+        for name, fp in sorted(self.names.items()):
+            for mine, theirs in (("public", "private"), ("private", "public")):
+                shared = _meet(planned, fp, mine, theirs, exact=True)
+                if shared:
+                    raise RowRoleCollisionError(
+                        f"rows of {', '.join(shared)} must not be read as {mine} by dataset {dataset!r}: dataset {name!r} "
+                        f"already reads them as {theirs}; refused before training. Use rows the other dataset does not "
+                        f"read as {theirs} (see dpaudit.data.rows).")
+
+    def with_planned(self, dataset: str, planned: dict) -> "PeopleIndex":
+        names = {n: {r: dict(by_source) for r, by_source in fp.items()} for n, fp in self.names.items()}
+        _merge(names.setdefault(dataset, _empty()), planned)
+        return PeopleIndex(names)
+
+    def sharing(self, name: str) -> list[str]:
+        """Other names whose private rows meet ``name``'s private rows."""
+        mine = self.names.get(name)
+        if mine is None:
+            return []
+        return sorted(n for n, fp in self.names.items() if n != name and _meet(mine, fp, "private", "private"))
+
+
+def people_total(states: dict, names) -> lc.NodeTotal:
+    """The names' dataset totals composed sequentially (they may share people); one adjacency."""
+    adjacencies = {n: states[n].adjacency() for n in names if n in states and states[n].adjacency() is not None}
+    if len(set(adjacencies.values())) > 1:
+        shown = ", ".join(f"{n} ({a})" for n, a in sorted(adjacencies.items()))
+        raise AdjacencyMismatchError(f"releases on datasets that share people must use one adjacency to be composed, got {shown}.")
+    return lc._sequential_totals([lc.dataset_total(states[n]) for n in names if n in states])
+
+
+def caps_to_check(index: PeopleIndex, states: dict, dataset: str, planned: dict) -> list[tuple[str, list[str]]]:
+    """``(capped name X, names composed with X)`` for every cap the planned release on ``dataset``
+    can raise through shared people: X is ``dataset``, X's rows meet the planned rows, or
+    ``dataset`` shares people with X. Caps without sharing are left to the per-name check."""
+    out = []
+    for name in sorted(n for n, st in states.items() if st.cap is not None):
+        group = index.sharing(name)
+        if not group:
+            continue
+        mine = index.names.get(name, _empty())
+        if name == dataset or dataset in group or _meet(planned, mine, "private", "private"):
+            out.append((name, [name] + group))
+    return out
+
+
+def adjacency_of(states: dict, names) -> str | None:
+    return next((states[n].adjacency() for n in names if n in states and states[n].adjacency()), None)
+
+
+def _epsilon(states: dict, names, delta: float) -> float:
+    total = people_total(states, [n for n in names if n in states])
+    return lc.bounds(total.event, delta=delta, adjacency=adjacency_of(states, names), unbounded=total.unbounded,
+                     noise_tail=total.noise_tail)["epsilon"]
+
+
+def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict) -> tuple[list, str | None]:
+    """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
+    the planned release (``after``: states with it): the checked caps, and the refusal of the
+    first cap exceeded (None if none is)."""
+    from .ledger import _fmt
+
+    checked, refusal = [], None
+    for name, group in caps_to_check(index, after, dataset, planned):
+        cap_eps, cap_delta = after[name].cap
+        total = _epsilon(after, group, cap_delta)
+        checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
+        if total > cap_eps and refusal is None:
+            refusal = (f"budget of dataset {name!r} exceeded through shared people: the releases of {', '.join(group)} read rows "
+                       f"{name} holds private and compose to epsilon={_fmt(_epsilon(before, group, cap_delta))}; with this release on "
+                       f"{dataset}:{partition} the composed total would be epsilon={_fmt(total)} > cap epsilon={_fmt(cap_eps)} "
+                       f"at delta={cap_delta:g}; refused before training.")
+    return checked, refusal

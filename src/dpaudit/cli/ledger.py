@@ -119,8 +119,9 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{escape(r['dataset'])}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
                               + ", ".join(i[:12] for i in r["open_reservation_ids"]), highlight=False, soft_wrap=True)
             if r.get("shares_people_with"):
+                left = " (left is the cap minus this)" if r.get("cap") else ""
                 console.print(f"{escape(r['dataset'])} shares people with {escape(', '.join(r['shares_people_with']))}: all composed, "
-                              f"epsilon {_num(r['epsilon_people'], 3)} (left is the cap minus this).", highlight=False, soft_wrap=True)
+                              f"epsilon {_num(r['epsilon_people'], 3)}{left}.", highlight=False, soft_wrap=True)
             if len(r.get("dataset_fingerprints") or []) > 1:
                 console.print(f"{escape(r['dataset'])}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.",
                               highlight=False)

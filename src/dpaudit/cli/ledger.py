@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         t = Table(title=f"privacy budget spent ({path})" if sweep is None else f"privacy budget spent by sweep {sweep} ({path})")
         for col in ("partition", "rel.", "epsilon", "rdp", "prv", "naive", "delta", "cap", "left"):
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=col == "partition")
-        for r in rows:
+        for i, r in enumerate(rows):
             depth = 0 if r["partition"] == "*" else 1 + r["partition"].count("/")
             label = ("  " * depth) + (r["dataset"] + " (total)" if r["partition"] == "*" else r["partition"])
             cap = r["cap"]
@@ -113,9 +113,10 @@ def register(app: typer.Typer) -> None:
                 "" if cap is None else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
                 _num(r["remaining"], 3) if r["partition"] == "*" else "",
             )
-            if r["partition"] == "*" and r.get("audits"):
-                t.add_row(f"  audits ({r['audits']})", "", _num(r["audit_epsilon"], 3), "", "", "", f"{r['delta']:g}", "", "")
-                t.add_row("  releases + audits", "", _num(r["epsilon_with_audits"], 3), "", "", "", f"{r['delta']:g}", "", "")
+            total = next(x for x in rows if x["dataset"] == r["dataset"] and x["partition"] == "*")
+            if total.get("audits") and (i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]):  # after the dataset's partitions
+                t.add_row(f"  audits ({total['audits']})", "", _num(total["audit_epsilon"], 3), "", "", "", f"{total['delta']:g}", "", "")
+                t.add_row("  releases + audits", "", _num(total["epsilon_with_audits"], 3), "", "", "", f"{total['delta']:g}", "", "")
         console.print(t)
         for r in rows:
             if r["partition"] != "*":

@@ -19,8 +19,8 @@ DELTA = 1e-5
 OLD_AUDITS = Path(__file__).parent / "old_audits"  # audit.json files written by the code before the claimed-curve statistic
 
 CURVE_KEYS = {"statistic", "method", "event", "accountant", "adjacency", "delta", "confidence", "family", "scale_lower_bound",
-              "epsilon_lower_bound", "violated", "threshold", "direction", "point", "points", "curve", "curve_at_lower_bound",
-              "select_size", "eval_size"}
+              "epsilon_lower_bound", "violated", "direction", "point", "points", "curve", "curve_at_lower_bound",
+              "select_size", "eval_size"}  # the threshold (score units) is in audit_local.json (issue 23 point 5)
 COMPARISON_KEYS = {"cp_bonferroni", "tpr_at_fpr", "auroc", "gdp_estimate"}
 
 

@@ -83,9 +83,13 @@ def test_audit_json_schema_scores_and_round_trip(tmp_path):
     r = run_audit(gaussian_target(epsilon=1.0), runs=200, seed=2, out_dir=tmp_path, reproducible_noise=True)
     d = json.loads((tmp_path / AUDIT_FILE).read_text())
     for key in ("mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "method",
-                "threshold", "counts", "ceiling", "gdp_estimate", "controls", "roc", "auc", "seeds", "task", "dataset",
+                "counts", "ceiling", "gdp_estimate", "controls", "roc", "auc", "seeds", "task", "dataset",
                 "select_size", "eval_size", "dpaudit_version"):
         assert key in d, key
+    # score-unit values and the reproducible noise seed are local (issue 23 point 5)
+    assert "threshold" not in d and "threshold" not in d["controls"]["null"] and "seed" not in d["seeds"]["noise"]
+    local = json.loads((tmp_path / "audit_local.json").read_text())
+    assert local["audit_id"] == d["id"] and local["threshold"] == r.threshold and local["seeds"]["noise"]["seed"] == 2
     assert "violated" not in d and "violated" not in d["controls"]["null"]
     assert set(d["counts"]) == {"tp", "fp", "tn", "fn"}
     assert d["select_size"] + d["eval_size"] == 200 and sum(d["counts"].values()) == d["eval_size"]
@@ -94,6 +98,8 @@ def test_audit_json_schema_scores_and_round_trip(tmp_path):
     assert z["main_score"].shape == (200,) and z["null_inserted"].sum() == 0 and z["main_world"].sum() == 100
     again = read_audit(tmp_path)
     assert again.epsilon_lower_bound == r.epsilon_lower_bound and again.controls["null"].runs == 200
+    assert again.threshold == r.threshold and again.controls["null"].threshold == r.controls["null"].threshold
+    assert read_audit(tmp_path, local=False).threshold is None
     assert not (tmp_path / ".checkpoint").exists()
 
 

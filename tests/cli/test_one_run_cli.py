@@ -37,7 +37,8 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert isinstance(seen["target"], heads.HeadTarget) and seen["canaries"] == 300 and seen["seed"] == 5 and seen["noise_on"]
-    assert d["schema"] == "dpaudit.one-run/1" and d["canaries"] == 300 and d["mechanism"] == "dp-rvfl" and d["info"] == {"fake": True}
+    assert d["schema"] == "dpaudit.one-run/1" and d["canaries"] == 300 and d["mechanism"] == "dp-rvfl" and d["info"] == {}
+    assert json.loads((out / "one_run_local.json").read_text())["info"] == {"fake": True}  # an unknown info key stays local
     assert d["claimed_epsilon"] == pytest.approx(2.0, abs=0.05) and d["statistic"] == "f-dp"
     assert d["fdp"]["event"]["type"] == "subsampled-gaussian" and not d["violated"]  # scores nearly pure noise
     on_disk = json.loads((out / "one_run.json").read_text())

@@ -59,26 +59,6 @@ def test_bound_never_exceeds_ceiling(n_in, n_out, data):
     assert 0.0 <= b <= c + 1e-12
 
 
-def test_roc_points_auc_matches_sklearn_and_ends_are_kept():
-    from sklearn.metrics import roc_auc_score
-
-    rng = np.random.default_rng(1)
-    s = np.r_[rng.normal(1, 1, 3000), rng.normal(0, 1, 3000)].round(2)  # ties included
-    w = np.r_[np.ones(3000), np.zeros(3000)]
-    r = stats.roc_points(s, w, max_points=200)
-    assert r["auc"] == pytest.approx(roc_auc_score(w, s), abs=1e-12)
-    assert len(r["fpr"]) <= 200 * 2 + 2
-    assert (r["fpr"][0], r["tpr"][0]) == (0.0, 0.0) and (r["fpr"][-1], r["tpr"][-1]) == (1.0, 1.0)
-    assert all(a <= b for a, b in zip(r["fpr"], r["fpr"][1:]))
-
-
-def test_histograms_count_every_finite_score():
-    s = np.array([0.0, 1.0, 2.0, np.inf, 3.0])
-    w = np.array([1, 0, 1, 1, 0])
-    h = stats.histograms(s, w, bins=4)
-    assert sum(h["in"]) == 2 and sum(h["out"]) == 2 and h["dropped_non_finite"] == 1
-
-
 def test_mean_sd_single_and_many():
     assert stats.mean_sd([0.5]) == (0.5, None, 1)
     m, sd, n = stats.mean_sd([1.0, 2.0, 4.0])

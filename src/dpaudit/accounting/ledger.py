@@ -71,7 +71,7 @@ from .ledger_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schem
 GENESIS_HASH = "0" * 64
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
-ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND) + sg.LEDGER_KINDS
+ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
@@ -179,7 +179,7 @@ class Entry:
         }
         if self.signer is not None:
             d["signer"] = self.signer
-        if self.kind == "release":
+        if self.kind in ("release", "audit"):
             d["voided_by"] = self.voided_by
         if self.kind == "reservation":
             d["closed_by"] = self.closed_by
@@ -413,7 +413,7 @@ class Ledger:
         res = []
         for e in out:
             c = closers.get(e.id)
-            if e.kind == "release" and c is not None and c.kind == "void":
+            if e.kind in ("release", "audit") and c is not None and c.kind == "void":
                 e = dataclasses.replace(e, voided_by=c.id)
             elif e.kind == "reservation" and c is not None:
                 e = dataclasses.replace(e, closed_by=c.id, closed_as=as_[c.kind])
@@ -623,13 +623,20 @@ class Ledger:
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
 
-    def cap(self, dataset: str, epsilon: float, delta: float) -> str:
-        """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``."""
+    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False) -> str:
+        """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
+
+        By default the cap counts releases (and reservations) only; ``include_audits`` makes it
+        count the audits that trained on the dataset too (each :meth:`record_audit` is then checked
+        against it before its trials run, and releases compose with the audits recorded so far)."""
         _check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
+        payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta}
+        if include_audits:
+            payload["include_audits"] = True  # absent otherwise: caps written before audits read the same
         with self._write():
-            return self._append("cap", dataset, {"dataset": dataset, "epsilon": epsilon, "delta": delta})
+            return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
         """Record that ``parent`` is the disjoint union of ``children`` (as stated by ``declared_by``,
@@ -663,13 +670,54 @@ class Ledger:
             raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
         with self._write():
             target = self.get(entry_id)
-            if target.kind not in ("release", "reservation"):
-                raise UsageError(f"entry to void must be a release or an open reservation, got a {target.kind} entry ({target.id}).")
+            if target.kind not in ("release", "reservation", "audit"):
+                raise UsageError(f"entry to void must be a release, an audit or an open reservation, got a {target.kind} entry ({target.id}).")
             if target.voided_by:
                 raise UsageError(f"release to void must not be voided already, got {target.id} (voided by {target.voided_by}).")
             if target.kind == "reservation" and target.closed_by:
                 raise UsageError(f"reservation to void must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
             return self._append("void", target.dataset, {"target": target.id, "reason": reason.strip()})
+
+    def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None, trials: int,
+                     mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None) -> str:
+        """Record an audit that trains on ``dataset:partition``'s private records, before its
+        trials run: ``event`` is what the trials compose to (each trial is one run of the
+        mechanism on the private data, with or without the canary), None with ``unbounded_reason``
+        when some trials run without DP noise (a no-noise control). One write transaction: when
+        the dataset's cap includes audits (:meth:`cap`), an audit that would push the composed
+        total of releases and audits over it is refused (:class:`BudgetExceededError`) and
+        nothing is written. Returns the entry id (``audit_id``)."""
+        _check_name("dataset", dataset)
+        _check_name("partition", partition)
+        adj = Adjacency.parse(adjacency).value
+        non_private = event is None
+        payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset, "partition": partition, "adjacency": adj,
+                   "guarantee": None if non_private else event.to_dict(), "non_private": non_private, "trials": int(trials),
+                   "release_id": release_id, "dpaudit_version": __version__}
+        if non_private:
+            payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
+        with self._write():
+            state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+            current = state.with_audits().adjacency()
+            if current is not None:
+                require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}")
+            if state.cap is not None and state.cap_includes_audits:
+                self._check_audit_cap(state, lc.release_view(audit_id, dataset, payload, kind="audit"), payload)
+            return self._append("audit", dataset, payload, entry_id=audit_id)
+
+    def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
+        cap_eps, cap_delta = state.cap
+        adj = payload["adjacency"]
+        # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
+        spent = _total_epsilon(state.with_audits(), cap_delta, adj, AUDIT_ACCOUNTANTS)
+        total = _total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, AUDIT_ACCOUNTANTS)
+        if total > cap_eps:
+            why = f" ({payload['unbounded_reason']})" if payload.get("unbounded_reason") else ""
+            raise BudgetExceededError(
+                f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) already spent "
+                f"epsilon={_fmt(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']}{why} would make "
+                f"it epsilon={_fmt(total)} (rdp) > cap epsilon={_fmt(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
+                "refused before any trial ran.")
 
     # -- budget
     def _delta_for(self, state: lc.DatasetState | None) -> float:
@@ -704,6 +752,9 @@ class Ledger:
         if current is not None:
             require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
         self._check_identity(dataset, state, fp, data_info, planned=True)
+        # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
+        acc = AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
+        state = state.budgeted()
         tail = float(noise_tail_delta)
         if not tail >= 0.0:
             raise UsageError(f"noise_tail_delta must be a number >= 0, got {noise_tail_delta!r}.")
@@ -717,10 +768,10 @@ class Ledger:
         cap_eps, cap_delta = state.cap
         before = lc.dataset_total(state)
         after = lc.dataset_total(state.with_release(planned))
-        b_spent = lc.bounds(before.event, delta=cap_delta, adjacency=adj, unbounded=before.unbounded, noise_tail=before.noise_tail)
+        b_spent = lc.bounds(before.event, delta=cap_delta, adjacency=adj, unbounded=before.unbounded, noise_tail=before.noise_tail, accountants=acc)
         alone = lc.dataset_total(lc.DatasetState(dataset, releases=[planned]))
         b_alone = lc.bounds(alone.event, delta=cap_delta, adjacency=adj, unbounded=alone.unbounded, noise_tail=alone.noise_tail)
-        b_after = lc.bounds(after.event, delta=cap_delta, adjacency=adj, unbounded=after.unbounded, noise_tail=after.noise_tail)
+        b_after = lc.bounds(after.event, delta=cap_delta, adjacency=adj, unbounded=after.unbounded, noise_tail=after.noise_tail, accountants=acc)
         result.update(
             cap={"epsilon": cap_eps, "delta": cap_delta}, spent=b_spent["epsilon"], needs=b_alone["epsilon"],
             total=b_after["epsilon"], releases=before.releases_subtree, reservations=before.reservations,
@@ -902,8 +953,12 @@ class Ledger:
             total = lc.dataset_total(st)
             tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
             cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
+            if cap and st.cap_includes_audits:
+                cap["include_audits"] = True
+            audits = _audit_columns(st, delta, adj) if st.audits else {}
+            counted = audits.get("epsilon_with_audits", tb["epsilon"]) if st.cap_includes_audits else tb["epsilon"]
             shared = people.get(name)
-            spent = max(tb["epsilon"], shared["epsilon_people"]) if shared else tb["epsilon"]
+            spent = max(counted, shared["epsilon_people"]) if shared else counted
             remaining = (st.cap[0] - spent) if st.cap and sweep is None else None
             nodes = [(lc.DATASET_SCOPE, total, tb)]
             for p in st.tree_order():
@@ -943,6 +998,10 @@ class Ledger:
                     # names whose releases read the same people, and everything composed with them
                     **({"shares_people_with": shared["shares_people_with"], "epsilon_people": shared["epsilon_people"]}
                        if shared and p == lc.DATASET_SCOPE else {}),
+                    # audits on the private data, beside the releases (dataset row only); counted
+                    # in the cap (and ``remaining``) only when the cap includes audits
+                    "audits": len(st.audits) if p == lc.DATASET_SCOPE else None,
+                    **(audits if p == lc.DATASET_SCOPE else {}),
                 })
         return rows
 
@@ -989,7 +1048,7 @@ class Ledger:
                 payload = json.loads(text)
                 if kind not in ENTRY_KINDS:
                     raise ValueError(f"unknown kind {kind!r}")
-                if kind in ("release", "reservation") and not payload.get("non_private"):
+                if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
                     lc.parse_event(payload.get("guarantee"))
             except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
                 msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -1134,6 +1193,30 @@ def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
     if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
         return [Problem("deleted", f"the chain head records {head_count} entries but the ledger holds {len(rows)}.")]
     return []
+
+
+def _total_epsilon(state: lc.DatasetState, delta: float, adjacency: str | None, accountants=("rdp", "prv")) -> float:
+    """The smallest valid bound on ``state``'s dataset total at ``delta``."""
+    t = lc.dataset_total(state)
+    return lc.bounds(t.event, delta=delta, adjacency=adjacency, unbounded=t.unbounded, accountants=accountants, noise_tail=t.noise_tail)["epsilon"]
+
+
+#: Accountants of the audit totals: RDP, an upper bound that stays fast on the thousands of steps
+#: an audit composes (prv-accountant takes tens of seconds there: measured 23 s for 50 trials of a
+#: heart release); the cap check of an audit uses it too (sound: never below a tighter bound).
+AUDIT_ACCOUNTANTS = ("rdp",)
+
+
+def _audit_columns(st: lc.DatasetState, delta: float, adj: str | None, accountants=AUDIT_ACCOUNTANTS) -> dict:
+    """Summary keys of a dataset row with audits: the audits' own composed epsilon
+    (``audit_epsilon``), releases and audits composed together (``epsilon_with_audits``), both at
+    ``delta`` with :data:`AUDIT_ACCOUNTANTS`, and why the audits are unbounded if they are
+    (``audit_unbounded_reasons``)."""
+    adj = st.with_audits().adjacency() or adj
+    alone = dataclasses.replace(st, releases=list(st.audits), audits=[])
+    return {"audit_epsilon": _total_epsilon(alone, delta, adj, accountants),
+            "epsilon_with_audits": _total_epsilon(st.with_audits(), delta, adj, accountants),
+            "audit_unbounded_reasons": list(lc.dataset_total(alone).unbounded_reasons)}
 
 
 def _hostname() -> str:

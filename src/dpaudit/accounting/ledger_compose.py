@@ -110,6 +110,10 @@ class DatasetState:
     fingerprints: set = field(default_factory=set)  # every data identity recorded under the name
     versions: dict = field(default_factory=dict)  # declared extra identity -> declare-version entry id
     closed: dict = field(default_factory=dict)  # reservation id -> settle / cancel / void entry id
+    #: audits that trained on this dataset's private records (ReleaseView kind "audit", not voided):
+    #: shown beside the releases, and counted in a cap only when that cap says so
+    audits: list = field(default_factory=list)
+    cap_includes_audits: bool = False  # the latest cap entry's ``include_audits``
 
     def partitions(self) -> list[str]:
         """Every partition named by a release or a declaration, plus its path ancestors."""
@@ -153,6 +157,14 @@ class DatasetState:
     def with_release(self, release: "ReleaseView") -> "DatasetState":
         """A copy with one more (planned) release; the budget pre-check composes this."""
         return dataclasses.replace(self, releases=self.releases + [release])
+
+    def with_audits(self) -> "DatasetState":
+        """A copy whose releases include the audits: what releases and audits spent together."""
+        return dataclasses.replace(self, releases=self.releases + self.audits)
+
+    def budgeted(self) -> "DatasetState":
+        """What the cap counts: the releases, and the audits too when the cap includes them."""
+        return self.with_audits() if self.cap_includes_audits else self
 
     def open_reservations(self) -> list["ReleaseView"]:
         return [r for r in self.releases if r.kind == "reservation"]
@@ -303,6 +315,9 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                 if r.fingerprint:
                     st.fingerprints.add(r.fingerprint)
                 by_id[e.id] = r
+            elif e.kind == "audit":
+                r = by_id[e.id] = release_view(e.id, e.dataset, p, identify, e.kind)
+                state(e.dataset).audits.append(r)
             elif e.kind in CLOSING_KINDS:
                 target = p["target"]
                 r = by_id.get(target)
@@ -312,6 +327,7 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                     raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; run `dpaudit ledger verify`.")
                 st = state(r.dataset)
                 st.releases = [x for x in st.releases if x.id != target]
+                st.audits = [x for x in st.audits if x.id != target]
                 if r.kind == "reservation":
                     st.closed[target] = e.id
                 else:
@@ -322,6 +338,7 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                 st.fingerprints.add(str(p["fingerprint"]))
             elif e.kind == "cap":
                 state(e.dataset).cap = (float(p["epsilon"]), float(p["delta"]))
+                state(e.dataset).cap_includes_audits = bool(p.get("include_audits", False))
             elif e.kind == "partition":
                 if unstable_declaration(str(p["parent"]), str(p.get("declared_by", ""))):
                     # Declared by dpaudit before the keyed split (issue 13, point 1): that split was
@@ -419,7 +436,7 @@ def _sequential_totals(totals: list[NodeTotal]) -> NodeTotal:
 
 
 def _unbounded_reason(r: ReleaseView) -> str | None:
-    what = "reservation" if r.kind == "reservation" else "release"
+    what = r.kind  # release, reservation or audit
     if r.non_private:
         return f"non-private {what} {r.id}"
     if r.uncertified:
@@ -464,7 +481,7 @@ def _node_total(state: DatasetState, partition: str, _seen: frozenset = frozense
         non_private=sum(1 for r in own if r.non_private) + sum(k.non_private for k in subs + kids),
         naive_epsilon=naive_e,
         naive_delta=naive_d,
-        reservations=len(everything) - len(own) + sum(k.reservations for k in subs + kids),
+        reservations=sum(1 for r in everything if r.kind == "reservation") + sum(k.reservations for k in subs + kids),
         uncertified=sum(1 for r in own if r.uncertified and not r.non_private) + sum(k.uncertified for k in subs + kids),
         unbounded_reasons=reasons,
         noise_tail=tail,

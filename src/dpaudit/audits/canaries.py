@@ -16,7 +16,10 @@
                largest contribution to H^T H and H^T Y the sensitivity analysis allows.
 =============  ==========================================================================
 
-Canaries are public: chosen from the public seed and recorded in audit.json (``canary_info``).
+A canary's kind and norm are public (audit.json ``canary_info``); whatever its choice read from
+the private data (a head weight on an input feature that is zero in every training record and
+how many there are, labels and features of held-out records, the data's input box, DP-MixMin's
+direction from its reference mixture) is written to audit_local.json only (dpaudit.audit_outputs).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from scipy.optimize import linprog
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from .canaries import check_canary
-from .targets import AuditTarget, load_target_data
+from .targets import AuditTarget, load_target_data, training_partition
 
 
 def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -137,6 +137,8 @@ class ElmTarget(AuditTarget):
             o = self._hc @ beta
             out[r] = o[self._yc] - (o.sum() - o[self._yc]) / max(len(o) - 1, 1)
         return out
+
+    private_data = training_partition  # every trial trains on the training partition
 
     def without_noise(self) -> "ElmTarget":
         t = dataclasses.replace(self, noise=False)

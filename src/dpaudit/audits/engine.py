@@ -56,6 +56,12 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   describe(), e.g. {executor: dask, scheduler, workers, ...})}, controls {"no-noise": {...}, "null": {...}} (the
   same keys, without "controls"), command (re-creates the audit), release_id, release_path (the
   audited release, if any), id, created_at, dpaudit_version, git_commit.
+What is written is split (issue 23, point 5; :mod:`dpaudit.audit_outputs`): audit.json holds the
+shareable keys only; the score-unit values (``threshold``, ``claimed_curve.threshold``,
+``comparison.cp_bonferroni.threshold``), the data-derived canary choices (``canary_info`` beyond
+its public keys), DP-MixMin's ``config.reference_weights``, a reproducible noise seed,
+``scores_file`` and the exact timings (audit.json's are rounded) go to ``audit_local.json``, which
+like scores.npz is not for publication. :func:`read_audit` puts them back when the file is there.
 ``violated`` is derived, never stored: role == "main" and noise and claimed_epsilon is not
 None and epsilon_lower_bound > claimed_epsilon (see :func:`violated`).
 
@@ -188,6 +194,7 @@ class AuditResult:
             raise DataError(f"audit is missing required keys: {', '.join(absent)}.")
         kw = {k: v for k, v in data.items() if k in known}
         kw["controls"] = {k: cls.from_dict(v) for k, v in (data.get("controls") or {}).items()}
+        kw.setdefault("threshold", None)  # shareable part only: the threshold (score units) is local
         for k in ("threshold", "epsilon_lower_bound", "clopper_pearson_epsilon"):
             if isinstance(kw.get(k), str):
                 kw[k] = float(kw[k])  # infinities are stored as strings
@@ -207,12 +214,21 @@ def violated(audit: dict) -> bool:
                 and claim is not None and float(audit["epsilon_lower_bound"]) > float(claim))
 
 
-def read_audit(path: str | os.PathLike) -> AuditResult:
-    """Read ``audit.json`` (or a directory holding one)."""
+def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
+    """Read ``audit.json`` (or a directory holding one); with ``local`` (the operator's view) the
+    private parts in ``audit_local.json`` beside it are put back when that file is there."""
+    from ..audit_outputs import AUDIT_LOCAL_FILE, merge_local
+
     p = Path(path)
     if p.is_dir():
         p = p / AUDIT_FILE
-    return AuditResult.from_dict(read_json(p, "audit"))
+    data = read_json(p, "audit")
+    lp = p.parent / AUDIT_LOCAL_FILE
+    if local and lp.is_file():
+        private = read_json(lp, "audit local file")
+        if private.get("audit_id") in (None, data.get("id")):
+            data = merge_local(data, {k: v for k, v in private.items() if k not in ("audit_id", "not_for_publication")})
+    return AuditResult.from_dict(data)
 
 
 # ---------------------------------------------------------------------------------- trial plan
@@ -531,6 +547,8 @@ def run_audit(
     release_id: str | None = None,
     release_path: str | None = None,
     executor=None,
+    record: bool = True,
+    ledger_path: str | os.PathLike | None = None,
 ) -> AuditResult:
     """Run a canary audit of ``target`` and (optionally) write ``audit.json`` + ``scores.npz``.
 
@@ -544,6 +562,11 @@ def run_audit(
     are recorded as given (how to re-create the audit; which release it audits). ``executor``:
     an object with ``map_chunks(fn, chunks, shared=, on_done=)`` (:mod:`dpaudit.sweeps.executors`,
     local processes or Dask) used instead of the built-in pool; chunks and their noise are the same.
+
+    ``record`` (default): a target that trains on private data (``target.private_data()``) gets
+    an ``audit`` entry in the ledger at ``ledger_path`` (default the default ledger) with what its
+    trials compose to, written before any trial runs and refused when the dataset's cap includes
+    audits and would be exceeded (:mod:`dpaudit.audits.cost`). Its id is the audit's ``id``.
 
     The deciding statistic is the claimed-curve test of ``target.claimed_event`` (with
     ``target.accountant`` and ``target.adjacency``) when the target has one, else the
@@ -570,11 +593,19 @@ def run_audit(
     if "null" in controls:
         roles["null"] = (target, control_runs)
     plans = {r: plan_trials(n, seed=seed, select_fraction=select_fraction) for r, (_, n) in roles.items()}
-    jobs, ckpts = {}, {}
+    jobs, ckpts, prints = {}, {}, {}
     for r, (t, n) in roles.items():
         inserted = plans[r].world.copy() if r != "null" else np.zeros(n, dtype=bool)
         jobs[r] = (t, inserted)
-        ckpts[r] = _Checkpoint(root, r, _fingerprint(t, r, n, seed, select_fraction, chunk_size, nseed))
+        prints[r] = _fingerprint(t, r, n, seed, select_fraction, chunk_size, nseed)
+    audit_id = uuid.uuid4().hex
+    if record:  # before any trial: the cap check (when it counts audits) and the entry
+        from .cost import record_audit_cost
+
+        audit_id = record_audit_cost(target, roles, audit_id=audit_id, ledger_path=ledger_path, release_id=release_id, checkpoint_root=root,
+                                     plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest())
+    for r in roles:
+        ckpts[r] = _Checkpoint(root, r, prints[r])
 
     t0 = time.perf_counter()
     scores, busy, cpu = _run_roles(jobs, chunk_size=chunk_size, workers=workers, noise_seed=nseed, checkpoints=ckpts, progress=progress,
@@ -602,7 +633,8 @@ def run_audit(
             timings={"seconds": seconds, "trials_per_second": total_trials / max(seconds, 1e-9), "chunk_size": chunk_size,
                      "workers": workers if executor is None else getattr(executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
                      "executor": "built-in" if executor is None else _describe_executor(executor)},
-            git_commit=git_commit(), command=command, release_id=release_id, release_path=release_path, threat_model=threat_model, **ev,
+            git_commit=git_commit(), command=command, release_id=release_id, release_path=release_path, threat_model=threat_model,
+            id=audit_id if r == "main" else uuid.uuid4().hex, **ev,
         )
     main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
     if root is not None:
@@ -612,7 +644,11 @@ def run_audit(
 
 
 def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict | None = None) -> Path:
-    """Write ``audit.json`` (and ``scores.npz`` when per-trial scores are given) under ``out_dir``."""
+    """Write ``audit.json`` (shareable), ``audit_local.json`` (not for publication) and, when
+    per-trial scores are given, ``scores.npz`` (not for publication) under ``out_dir``
+    (:mod:`dpaudit.audit_outputs` says which key goes where)."""
+    from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, split_audit
+
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     if scores:
@@ -625,7 +661,9 @@ def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, **arrays)
         os.replace(tmp, root / SCORES_FILE)
-    return write_json_atomic(root / AUDIT_FILE, result.to_dict())
+    public, local = split_audit(result.to_dict())
+    write_json_atomic(root / AUDIT_LOCAL_FILE, local_document(result.id, local))
+    return write_json_atomic(root / AUDIT_FILE, public)
 
 
 def audit_callable(

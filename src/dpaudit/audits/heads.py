@@ -34,7 +34,7 @@ from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from .canaries import check_canary
-from .targets import AuditTarget, load_target_data
+from .targets import AuditTarget, load_target_data, training_partition
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
@@ -285,6 +285,8 @@ class HeadTarget(AuditTarget):
         if self._ready:
             t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
         return t
+
+    private_data = training_partition  # every trial trains on the training partition
 
     def without_noise(self) -> "HeadTarget":
         return noiseless_copy(self)

@@ -56,6 +56,8 @@ class MixMinTarget(AuditTarget):
     default_chunk_size: int = 500
     info: dict = field(default_factory=dict)
     accountant: str = "rdp"  # the accountant of claimed_epsilon (a release's own, when audited from one)
+    #: {"dataset", "partition"} of the private records D_mix is (set for a task's D_mix); None: unnamed
+    ledger_scope: dict | None = None
 
     def __post_init__(self) -> None:
         check_canary("dp-mixmin", self.canary)
@@ -110,6 +112,9 @@ class MixMinTarget(AuditTarget):
 
     def _config_now(self):
         return self.config if self.noise else dataclasses.replace(self.config, noise_multiplier=0.0)
+
+    def private_data(self) -> dict | None:
+        return self.ledger_scope
 
     def without_noise(self) -> "MixMinTarget":
         t = dataclasses.replace(self, noise=False)
@@ -187,10 +192,15 @@ def mixmin_task_target(
     cfg = settings.config(k=t.k, n_units=len(mix), noise_multiplier=noise_multiplier)
     claimed = compute_epsilon(SubsampledGaussian(noise_multiplier, q, settings.steps), delta=delta, accountant="rdp").epsilon
     te = t.test_idx
+    # Where the release of this configuration is charged: D_mix is the keyed split's mix child
+    # (dp-mixmin's release partition), or the whole training partition.
+    from ..mechanisms.mixmin_pipeline import _split_partition
+
+    scope = {"dataset": t.dataset_identity()["name"], "partition": "train" if whole_train else _split_partition(rho, seed, "record") + "/mix"}
     return MixMinTarget(
         probs=probs, labels=labels, config=cfg, claimed_epsilon=claimed, delta=delta, canary=canary,
         holdout_probs=proxies.predict(t.private_x[te]), holdout_labels=np.asarray(y_all[te], dtype=np.float64),
-        seed=seed, top=top, task=f"{task}/{tname}", dataset=task, source_names=tuple(t.source_names),
+        seed=seed, top=top, task=f"{task}/{tname}", dataset=task, source_names=tuple(t.source_names), ledger_scope=scope,
         info={"target": tname, "target_kind": t.target_kinds.get(tname), "rho": None if whole_train else rho, "proxy_mode": proxy_mode,
               "target_epsilon": epsilon, "accountant": "rdp", "seed": seed},
     )

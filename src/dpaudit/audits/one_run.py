@@ -461,17 +461,28 @@ class OneRunResult:
 
 
 def write_one_run(result: OneRunResult, out_dir: str | os.PathLike) -> Path:
-    """Write ``one_run.json`` under ``out_dir``."""
+    """Write ``one_run.json`` (shareable) and ``one_run_local.json`` (not for publication: the
+    data-derived canary coordinates, labels, exact timings; :mod:`dpaudit.audit_outputs`) under ``out_dir``."""
+    from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, split_one_run
     from ..records import write_json_atomic
 
-    return write_json_atomic(Path(out_dir) / ONE_RUN_FILE, result.to_dict())
+    public, local = split_one_run(result.to_dict())
+    write_json_atomic(Path(out_dir) / ONE_RUN_LOCAL_FILE, local_document(result.release_id, local, key="release_id"))
+    return write_json_atomic(Path(out_dir) / ONE_RUN_FILE, public)
 
 
-def read_one_run(path: str | os.PathLike) -> OneRunResult:
-    """Read ``one_run.json`` (or a directory holding one)."""
+def read_one_run(path: str | os.PathLike, *, local: bool = True) -> OneRunResult:
+    """Read ``one_run.json`` (or a directory holding one); with ``local`` the private parts in
+    ``one_run_local.json`` beside it are put back when that file is there."""
+    from ..audit_outputs import ONE_RUN_LOCAL_FILE, merge_local
     from ..records import read_json
 
     p = Path(path)
     if p.is_dir():
         p = p / ONE_RUN_FILE
-    return OneRunResult.from_dict(read_json(p, "one-run file"))
+    data = read_json(p, "one-run file")
+    lp = p.parent / ONE_RUN_LOCAL_FILE
+    if local and lp.is_file():
+        private = read_json(lp, "one-run local file")
+        data = merge_local(data, {k: v for k, v in private.items() if k not in ("release_id", "not_for_publication")})
+    return OneRunResult.from_dict(data)

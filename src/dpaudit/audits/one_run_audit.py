@@ -64,11 +64,15 @@ def run_one_run(mechanism: str, *, canaries: int, release=None, epsilon: float |
                 dataset: str | None = None, data_dir=None, profile: str | None = None, epochs: int | None = None, seed: int = 42,
                 no_noise: bool = False, kind: str = "gradient", confidence: float = 0.95, reproducible_noise: bool = False,
                 out_dir: str | os.PathLike | None = None, command: str | None = None, privacy_unit: str = "record",
-                records_per_user: int | None = None, user_ids=None) -> OneRunResult:
+                records_per_user: int | None = None, user_ids=None, record: bool = True, ledger_path=None) -> OneRunResult:
     """One-run audit of ``mechanism`` (a DP-SGD head model or dp-dense / dp-cnn / dp-attention)
     with ``canaries`` canaries of ``kind``; ``release`` (a Release or its path) audits the
     recorded configuration and claim. Returns the :class:`~dpaudit.audits.one_run.OneRunResult`
-    and writes ``one_run.json`` under ``out_dir`` when given."""
+    and writes ``one_run.json`` (shareable) and ``one_run_local.json`` under ``out_dir`` when given.
+
+    ``record``: the one training run on the private data is recorded in the ledger at
+    ``ledger_path`` as an ``audit`` entry (its event once; unbounded with ``no_noise``) before it
+    runs, refused when the dataset's cap includes audits and would be exceeded."""
     from ..validation import positive_int
 
     m = positive_int("canaries", canaries)
@@ -95,12 +99,15 @@ def run_one_run(mechanism: str, *, canaries: int, release=None, epsilon: float |
 
         model, data, cfg, claim = _module_setup(name, release=rel, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir,
                                                 profile=profile, epochs=epochs)
+        if record:
+            _record_cost(name, data.name, "add-remove-record", None if no_noise else claim["event"], ledger_path, release_id)
         scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=seed if rel is None else int(rel.seed), kind=kind,
                                  noise_on=not no_noise)
     else:
         claim, scores = _heads(mechanism, rel, m=m, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir, profile=profile,
                                epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, noise=noise, privacy_unit=privacy_unit,
-                               records_per_user=records_per_user, user_ids=user_ids)
+                               records_per_user=records_per_user, user_ids=user_ids,
+                               record=(ledger_path, release_id) if record else None)
     t1 = time.perf_counter()
     bounds = one_run_bounds(scores, delta=claim["delta"], confidence=confidence, claim=claim["event"], accountant=claim["accountant"],
                             adjacency=claim["adjacency"], claimed_epsilon=claim["claimed_epsilon"])
@@ -112,8 +119,20 @@ def run_one_run(mechanism: str, *, canaries: int, release=None, epsilon: float |
     return result
 
 
+def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id) -> None:
+    """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
+    import uuid
+
+    from ..accounting.ledger import open_ledger
+
+    with open_ledger(ledger_path) as led:
+        led.record_audit(audit_id=uuid.uuid4().hex, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
+                         mechanism=mechanism, unbounded_reason=None if event is not None else "the no-noise one-run control trains without DP noise",
+                         release_id=release_id)
+
+
 def _heads(mechanism, rel, *, m, epsilon, delta, dataset, data_dir, profile, epochs, seed, no_noise, kind, noise, privacy_unit="record",
-           records_per_user=None, user_ids=None):
+           records_per_user=None, user_ids=None, record=None):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     from .build import build_target, target_from_release
@@ -130,6 +149,9 @@ def _heads(mechanism, rel, *, m, epsilon, delta, dataset, data_dir, profile, epo
     if not isinstance(target, (HeadTarget, UserHeadTarget)):
         raise UsageError(f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
                          f"got {mechanism!r}.")
+    if record is not None:  # (ledger path, release id): the run's cost, before it trains
+        scope = target.private_data()
+        _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if no_noise else target.claimed_event, *record)
     scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=kind, noise_on=not no_noise)
     claim = dict(event=target.claimed_event, accountant=getattr(target, "accountant", "rdp"), adjacency=target.adjacency,
                  delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))

@@ -112,11 +112,24 @@ class AuditTarget(abc.ABC):
         """The same target with the DP noise removed (everything else unchanged)."""
 
     def describe(self) -> dict:
-        """Public configuration for audit.json: ``task``, ``dataset``, ``config``, ``canary_info``."""
+        """Configuration for the audit record: ``task``, ``dataset``, ``config``, ``canary_info`` (split
+        into audit.json and audit_local.json by :mod:`dpaudit.audit_outputs`)."""
         return {"task": None, "dataset": None, "config": {}, "canary_info": {}}
 
     def prepare(self) -> None:
         """Build expensive public state (features, data) once; called before trials run."""
+
+    def private_data(self) -> dict | None:
+        """``{"dataset", "partition"}`` of the private records every trial trains on (the
+        ledger charges the audit's trials there, :mod:`dpaudit.audits.cost`); None for a target
+        that names no private dataset (synthetic data, a bring-your-own mechanism)."""
+        return None
+
+
+def training_partition(target) -> dict:
+    """``private_data`` of a target trained on its dataset's training partition (``_dataset_name``)."""
+    target.prepare()
+    return {"dataset": target._dataset_name, "partition": "train"}
 
 
 # ------------------------------------------------------------------------ bring your own mechanism

@@ -59,7 +59,7 @@ from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
 from .heads import HEAD_MODELS, canary_coordinate, claimed_event_of, describe_head, label_log_prob, noiseless_copy, setup_head
-from .targets import AuditTarget, check_release_identity
+from .targets import AuditTarget, check_release_identity, training_partition
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.
@@ -400,6 +400,8 @@ class UserHeadTarget(AuditTarget):
             return w[:, 0, self._coord]
         # the record-level score per canary record, averaged over the canary user's records
         return sum(label_log_prob(w, zc, self._yc) for zc in self._zc) / len(self._zc)
+
+    private_data = training_partition  # every trial trains on the training partition
 
     def without_noise(self) -> "UserHeadTarget":
         return noiseless_copy(self)

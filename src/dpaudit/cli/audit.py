@@ -15,7 +15,7 @@ from .common import console, emit_json, note, recorded_argv
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
-NOT_RECORDED = ("json_out", "workers", "executor", "scheduler")
+NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger")
 
 
 def _default_workers() -> int:
@@ -88,6 +88,7 @@ def register(app: typer.Typer) -> None:
                                                                              "(every iterate: DP-SGD head models, max-clip canary, scored by the "
                                                                              "per-step likelihood ratio of its coordinate; the final-model audit "
                                                                              "also runs, into OUT/final-model)."),
+        ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Empirical privacy audit: the claimed event's trade-off curve tested (eps_LB in the claim's own family), Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
@@ -103,7 +104,7 @@ def register(app: typer.Typer) -> None:
             _one_run(mechanism, one_run=one_run, canaries=canaries, kind=one_run_kind, release=release, epsilon=epsilon, delta=delta,
                      dataset=dataset, data_dir=data_dir, profile=profile, epochs=epochs, seed=seed, no_noise=no_noise,
                      confidence=confidence, reproducible_noise=reproducible_noise, out=out, json_out=json_out,
-                     privacy_unit=privacy_unit, records_per_user=records_per_user, user_ids=user_ids)
+                     privacy_unit=privacy_unit, records_per_user=records_per_user, user_ids=user_ids, ledger=ledger)
             return
 
         release_id = release_path = None
@@ -143,7 +144,7 @@ def register(app: typer.Typer) -> None:
         kwargs = dict(runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
                       control_runs=control_runs, chunk_size=chunk_size, out_dir=out,
                       reproducible_noise=reproducible_noise, progress=True, command=shlex.join(cmd),
-                      release_id=release_id, release_path=release_path)
+                      release_id=release_id, release_path=release_path, ledger_path=ledger)
         # Trajectory: also the final-model audit of the same configuration and seed, side by side
         # (stored in OUT/final-model; its command is this one without --threat-model).
         final_dir = Path(out) / "final-model"
@@ -164,7 +165,9 @@ def register(app: typer.Typer) -> None:
             results = [run_audit(a, workers=workers or _default_workers(), **kw) for a, kw in audits]
         result = results[0]
         if json_out:
-            d = result.to_dict()
+            from ..audit_outputs import shareable_audit
+
+            d = shareable_audit(result.to_dict())  # what audit.json holds; the rest is in audit_local.json
             d["audit_dir"] = str(Path(out))
             if len(results) > 1:
                 d["final_model"] = {"audit_dir": str(final_dir), "epsilon_lower_bound": results[1].epsilon_lower_bound,
@@ -179,7 +182,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dataset, data_dir, profile, epochs, seed, no_noise,
-             confidence, reproducible_noise, out, json_out, privacy_unit="record", records_per_user=None, user_ids=None) -> None:
+             confidence, reproducible_noise, out, json_out, privacy_unit="record", records_per_user=None, user_ids=None, ledger=None) -> None:
     """``--one-run``: one training run with M canaries (audits/one_run_audit.py), one_run.json."""
     from ..errors import UsageError
 
@@ -195,9 +198,11 @@ def _one_run(mechanism, *, one_run, canaries, kind, release, epsilon, delta, dat
     result = run_one_run(mechanism, canaries=canaries, release=release, epsilon=epsilon, delta=delta, dataset=dataset, data_dir=data_dir,
                          profile=profile, epochs=epochs, seed=seed, no_noise=no_noise, kind=kind, confidence=confidence,
                          reproducible_noise=reproducible_noise, out_dir=out, command=shlex.join(cmd), privacy_unit=privacy_unit,
-                         records_per_user=records_per_user, user_ids=user_ids)
+                         records_per_user=records_per_user, user_ids=user_ids, ledger_path=ledger)
     if json_out:
-        d = result.to_dict()
+        from ..audit_outputs import shareable_one_run
+
+        d = shareable_one_run(result.to_dict())
         d["audit_dir"] = str(Path(out))
         emit_json(d)
         return
@@ -240,7 +245,7 @@ def _render_one_run(result, out: Path) -> None:
         console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}")
     elif result.noise:
         console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}")
-    console.print(f"wrote {out / 'one_run.json'}", soft_wrap=True)
+    console.print(f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)", soft_wrap=True)
 
 
 def _check_threat_model(mechanism: str, threat_model: str, *, privacy_unit: str, one_run: bool) -> None:
@@ -362,4 +367,5 @@ def _render(result, out: Path) -> None:
                           "(a claim larger than its event's epsilon, e.g. a composed release's).")
     if result.underpowered:
         console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
-    console.print(f"wrote {out / 'audit.json'} and {out / 'scores.npz'}", soft_wrap=True)
+    console.print(f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
+                  "computed on the private data, outside the release's claim)", soft_wrap=True)

@@ -181,6 +181,7 @@ def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
         inspect.Parameter("seed", kw, annotation=int, default=options.seed()),
         inspect.Parameter("reproducible_noise", kw, annotation=bool, default=options.reproducible_noise()),
         inspect.Parameter("data_dir", kw, annotation=Optional[Path], default=options.data_dir()),
+        inspect.Parameter("ledger", kw, annotation=Optional[Path], default=options.ledger()),
         inspect.Parameter("json_out", kw, annotation=bool, default=options.json_out()),
     ]
     return [p for p in ps if p.name not in taken]
@@ -236,9 +237,12 @@ def make_audit_command(entry):
         result = run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=CONTROLS if audit["controls"] else (),
                            control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
                            reproducible_noise=reproducible, progress=not audit["json_out"], command=shlex.join(argv),
-                           release_id=release_id, release_path=release_path, workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)))
+                           release_id=release_id, release_path=release_path, workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
+                           ledger_path=audit.get("ledger"))
         if audit["json_out"]:
-            d = result.to_dict()
+            from ..audit_outputs import shareable_audit
+
+            d = shareable_audit(result.to_dict())  # what audit.json holds; the rest is in audit_local.json
             d["audit_dir"] = str(out)
             emit_json(d)
             return

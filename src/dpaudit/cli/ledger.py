@@ -52,6 +52,12 @@ def _entry_brief(e) -> str:
             what += f" {p['uncertified']}"
         state = {"open": "OPEN: budget held (void it if the run was killed)", None: ""}.get(e.status, f"{e.status} by {e.closed_by}")
         return f"{p.get('mechanism') or 'run'} (pid {p.get('pid')}) reserves {e.dataset}:{p.get('partition')} {what}  {state}"
+    if e.kind == "audit":
+        g = p.get("guarantee") or {}
+        what = f"non-private (unbounded: {p.get('unbounded_reason')})" if p.get("non_private") else f"[{g.get('type', '?')}]"
+        rel = f"  of release {str(p.get('release_id'))[:12]}" if p.get("release_id") else ""
+        return (f"audit of {p.get('mechanism')}: {p.get('trials')} trials on {e.dataset}:{p.get('partition')}  {what}{rel}"
+                + (f"  VOIDED by {e.voided_by}" if e.voided_by else ""))
     if e.kind == "settle":
         return f"settles reservation {p.get('target')}: releases " + ", ".join(p.get("releases") or [])
     if e.kind == "cancel":
@@ -61,7 +67,7 @@ def _entry_brief(e) -> str:
     if e.kind == "void":
         return f"voids {p.get('target')}: {p.get('reason')}"
     if e.kind == "cap":
-        return f"cap {e.dataset}: eps={_num(p.get('epsilon'))} at delta={p.get('delta'):g}"
+        return f"cap {e.dataset}: eps={_num(p.get('epsilon'))} at delta={p.get('delta'):g}" + (", audits included" if p.get("include_audits") else "")
     if e.kind == "key":
         return f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}" + (f", signed by {e.signer}" if e.signer else "")
     if e.kind == "policy":
@@ -97,7 +103,7 @@ def register(app: typer.Typer) -> None:
         t = Table(title=f"privacy budget spent ({path})" if sweep is None else f"privacy budget spent by sweep {sweep} ({path})")
         for col in ("partition", "rel.", "epsilon", "rdp", "prv", "naive", "delta", "cap", "left"):
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=col == "partition")
-        for r in rows:
+        for i, r in enumerate(rows):
             depth = 0 if r["partition"] == "*" else 1 + r["partition"].count("/")
             label = ("  " * depth) + (r["dataset"] + " (total)" if r["partition"] == "*" else r["partition"])
             cap = r["cap"]
@@ -106,9 +112,13 @@ def register(app: typer.Typer) -> None:
                 f"{r['releases_subtree']}" if r["partition"] == "*" else f"{r['releases']}/{r['releases_subtree']}",
                 _num(r["epsilon"], 3), _num(r["epsilon_rdp"], 3), _num(r["epsilon_prv"], 3), _num(r["naive_epsilon"], 3),
                 f"{r['delta']:g}",
-                "" if cap is None else f"{cap['epsilon']:g}",
+                "" if cap is None else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
                 _num(r["remaining"], 3) if r["partition"] == "*" else "",
             )
+            total = next(x for x in rows if x["dataset"] == r["dataset"] and x["partition"] == "*")
+            if total.get("audits") and (i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]):  # after the dataset's partitions
+                t.add_row(f"  audits ({total['audits']})", "", _num(total["audit_epsilon"], 3), "", "", "", f"{total['delta']:g}", "", "")
+                t.add_row("  releases + audits", "", _num(total["epsilon_with_audits"], 3), "", "", "", f"{total['delta']:g}", "", "")
         console.print(t)
         for r in rows:
             if r["partition"] != "*":
@@ -122,12 +132,21 @@ def register(app: typer.Typer) -> None:
                 left = " (left is the cap minus this)" if r.get("cap") else ""
                 console.print(f"{escape(r['dataset'])} shares people with {escape(', '.join(r['shares_people_with']))}: all composed, "
                               f"epsilon {_num(r['epsilon_people'], 3)}{left}.", highlight=False, soft_wrap=True)
+            for why in r.get("audit_unbounded_reasons") or []:
+                console.print(f"{escape(r['dataset'])}: audits unbounded: {escape(why)} (trials without DP noise, e.g. the no-noise "
+                              "control, on the private data).", highlight=False, soft_wrap=True)
+            if r.get("audits"):
+                inc = (r.get("cap") or {}).get("include_audits")
+                console.print(f"{escape(r['dataset'])}: {r['audits']} audit(s) trained on its private data; the cap "
+                              + ("includes them." if inc else "counts releases only (set it with --include-audits to count audits)."),
+                              highlight=False, soft_wrap=True)
             if len(r.get("dataset_fingerprints") or []) > 1:
                 console.print(f"{escape(r['dataset'])}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.",
                               highlight=False)
         console.print(
             "rel.: releases direct/in subtree. epsilon: smallest valid bound (rdp, prv upper, pure sum) at delta; "
-            "naive: sum of the releases' own claims; cap and left (cap minus the dataset total) in epsilon at delta. "
+            "naive: sum of the releases' own claims; cap and left (cap minus the dataset total) in epsilon at delta; "
+            "audits: what the audits' trials on the private data compose to (a cap marked +a counts them). "
             "Partitions never declared disjoint compose sequentially in the total.",
             style="dim", highlight=False,
         )
@@ -180,16 +199,19 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option(..., "--dataset", help="Dataset name (as in release.json)."),
         eps: float = typer.Option(..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."),
         delta: float = typer.Option(..., "--delta", help="The delta at which the cap holds, in (0, 1)."),
+        include_audits: bool = typer.Option(False, "--include-audits", help="Count the audits that train on the dataset's private data "
+                                                                            "too (default: releases only)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Set a dataset's budget cap; later releases that would exceed it are refused before training."""
+        """Set a dataset's budget cap; later releases (and, with --include-audits, audits) that would exceed it are refused before they run."""
         with open_ledger(ledger) as led:
-            eid = led.cap(dataset, eps, delta)
+            eid = led.cap(dataset, eps, delta, include_audits=include_audits)
         if json_out:
-            emit_json({"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta})
+            emit_json({"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits})
             return
-        console.print(f"cap of {dataset}: epsilon {eps:g} at delta {delta:g} (entry {eid}).")
+        counts = "releases and audits" if include_audits else "releases only (audits are shown, not counted)"
+        console.print(f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid}).")
 
     @ledger_app.command("verify")
     def verify(

@@ -1,6 +1,12 @@
 """Section ``audit``: one entry per audit record (its own verdict, recomputed bound and ceiling,
-ROC and score histogram), the Table-16-shaped table (DP-MixMin paper, Table 16) and the links
-between audits and the releases they belong to."""
+ROC), the Table-16-shaped table (DP-MixMin paper, Table 16) and the links between audits and the
+releases they belong to.
+
+Only the shareable part of an audit is read (audit.json / one_run.json, with any private key an
+old file still carries removed on loading, :func:`dpaudit.audit_outputs.shareable_audit`): never
+``audit_local.json`` or the raw scores (``scores.npz``), which are functions of the private data
+in score units. Audit results are not covered by the release's claim; the section says so
+(:data:`dpaudit.audit_outputs.NOT_COVERED`)."""
 
 from __future__ import annotations
 
@@ -8,11 +14,9 @@ import math
 from collections import OrderedDict
 from pathlib import Path
 
-from ..errors import DPAuditError
 from ..records import Release
 from . import evidence, stats
-from .inputs import (Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, integer, num, read_scores,
-                     scores_file)
+from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, integer, num
 
 
 def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | None]:
@@ -40,11 +44,13 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
     return links
 
 
-def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note], with_scores: bool) -> dict:
+def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note], with_scores: bool = False) -> dict:
+    """One audit's entry. ``with_scores`` has no effect any more: raw scores are local (issue 23
+    point 5), so the report never reads them; kept for callers that still pass it."""
     v = dict(la.view)
     label = f"audit {la.path}"
     entry = {k: v[k] for k in ("id", "mechanism", "canary", "task", "dataset", "trials", "eval_trials", "claimed_epsilon", "delta",
-                                "epsilon_lower_bound", "confidence", "method", "threshold", "counts", "ceiling", "ceiling_source",
+                                "epsilon_lower_bound", "confidence", "method", "counts", "ceiling", "ceiling_source",
                                 "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing")}
     entry["index"] = i
     entry["path"] = str(la.path)
@@ -116,29 +122,10 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
                                               "the attack may be too weak to detect a violation."))
     elif nn is None:
         notes.append(Note("info", "audit", f"{label}: no no-noise control recorded."))
-    # plot data: the audit's own ROC (on EVAL trials) when stored, else one from the raw EVAL
-    # scores; the in/out histogram from the raw scores of all trials.
+    # plot data: the audit's own ROC on its EVAL trials (rates only; raw scores are never read)
     entry["direction"] = v["direction"]
     entry["roc"] = v["roc"]
-    entry["histogram"] = None
     entry["roc_source"] = "audit record (EVAL trials)" if v["roc"] else None
-    if with_scores:
-        sf = scores_file(la.path, la.record)
-        if sf is None:
-            notes.append(Note("info", "audit", f"{label}: no raw scores file; no score histogram."))
-        else:
-            try:
-                raw = read_scores(sf)
-                entry["histogram"] = stats.histograms(raw["scores"], raw["worlds"])
-                if entry["roc"] is None:
-                    ev = ~raw["select"] if raw["select"] is not None else slice(None)
-                    sign = -1.0 if v["direction"] == "less" else 1.0
-                    entry["roc"] = stats.roc_points(sign * raw["scores"][ev], raw["worlds"][ev])
-                    entry["roc_source"] = f"raw scores ({sf.name})" + (", EVAL trials" if raw["select"] is not None else ", all trials")
-                if entry["auc"] is None and entry["roc"] is not None:
-                    entry["auc"] = entry["roc"].get("auc")
-            except DPAuditError as e:
-                notes.append(Note("error", "audit", f"{label}: {e}"))
     return entry
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..audit_outputs import NOT_COVERED
 from .inputs import num
 from .model import METRIC_ORDER, SECTIONS
 
@@ -170,8 +171,9 @@ def provenance_blocks(report: dict) -> list[Block]:
 
 
 SUMMARY_COLUMNS = ["dataset", "partition", "adjacency", "releases_subtree", "non_private_releases", "epsilon", "bound_by", "epsilon_rdp",
-                   "epsilon_prv", "epsilon_pure", "naive_epsilon", "delta", "cap", "remaining", "voided_releases"]
-SUMMARY_LABELS = {"releases_subtree": "releases", "non_private_releases": "non-private", "epsilon": "composed eps", "bound_by": "bound by",
+                   "epsilon_prv", "epsilon_pure", "naive_epsilon", "delta", "cap", "remaining", "voided_releases", "audits",
+                   "audit_epsilon", "epsilon_with_audits"]
+SUMMARY_LABELS = {"audits": "audits", "audit_epsilon": "audits' eps", "epsilon_with_audits": "eps with audits", "releases_subtree": "releases", "non_private_releases": "non-private", "epsilon": "composed eps", "bound_by": "bound by",
                   "epsilon_rdp": "eps (rdp)", "epsilon_prv": "eps (prv)", "epsilon_pure": "eps (pure)", "naive_epsilon": "naive sum of eps",
                   "voided_releases": "voided"}
 ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon", "delta", "accountant", "non_private", "voided_by",
@@ -180,7 +182,7 @@ ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon
 
 def _cap(cap: Any) -> str:
     if isinstance(cap, dict):
-        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}"
+        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}" + (", audits included" if cap.get("include_audits") else "")
     return _val(cap) if cap is not None else "none"
 
 
@@ -209,6 +211,10 @@ def budget_blocks(report: dict) -> list[Block]:
             out.append(Block("table", caption="Ledger summary for the datasets in this report: partition * is the whole dataset "
                                               "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
                              headers=[SUMMARY_LABELS.get(c, c) for c in cols], rows=table))
+            if any(r.get("audits") for r in b["summary"]):
+                out.append(Block("p", text="audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
+                                           "what their trials compose to; eps with audits: releases and audits composed together. A cap "
+                                           "counts releases only unless it says audits included. " + NOT_COVERED))
         entries, folded = _fold_sweep_entries(report, b["entries"])
         if entries:
             cols, table = _table_of(entries, ENTRY_COLUMNS, only_preferred=True)
@@ -440,7 +446,7 @@ def audit_blocks(report: dict) -> list[Block]:
     entries = a["audits"]
     if not entries:
         return [Block("p", text="No audit among the inputs." if not a.get("one_run") else "No trial-based audit among the inputs.")] \
-            + _one_run_blocks(a.get("one_run") or [])
+            + ([Block("p", text=a.get("not_covered") or NOT_COVERED)] if a.get("one_run") else []) + _one_run_blocks(a.get("one_run") or [])
     t = a["table16"]
     headers = ["mechanism", "task / target", "claimed eps"]
     for c in t["canaries"]:
@@ -465,7 +471,8 @@ def audit_blocks(report: dict) -> list[Block]:
                 trials.add(str(cell["trials"]))
         row += [" / ".join(sorted(confs)) or "", " / ".join(sorted(trials)) or ""]
         rows.append(row)
-    out = [Block("table", caption="Empirical privacy audit (shape of DP-MixMin Table 16): Clopper–Pearson eps_LB of the private mechanism and of its no-noise control, per task and canary",
+    out = [Block("p", text=a.get("not_covered") or NOT_COVERED),
+           Block("table", caption="Empirical privacy audit (shape of DP-MixMin Table 16): Clopper–Pearson eps_LB of the private mechanism and of its no-noise control, per task and canary",
                  headers=headers, rows=rows)]
     det = []
     methods: list[str] = []
@@ -476,16 +483,16 @@ def audit_blocks(report: dict) -> list[Block]:
             f(e.get("compared_claim")), g(e.get("delta")), f(e.get("epsilon_lower_bound")), f(e.get("recomputed_epsilon_lower_bound")),
             f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")), _val(e.get("trials")), _val(e.get("eval_trials")),
             "/".join(_val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn")) if cnt else DASH,
-            f(e.get("threshold")), f(e.get("ceiling"), 2), f(e.get("gdp_estimate")), f(e.get("auc")),
+            f(e.get("ceiling"), 2), f(e.get("gdp_estimate")), f(e.get("auc")),
             _method_ref(e.get("method"), methods), e.get("status", "").upper(),
         ])
     out.append(Block("table", caption="Every audit in detail (eps_LB recomputed by this report from the stored EVAL counts as a cross-check)",
                      headers=["audit", "mechanism", "canary", "task", "claim", "delta", "eps_LB", "eps_LB (recomputed)", "null ctrl", "confidence",
-                              "trials", "EVAL trials", "TP/FP/TN/FN", "threshold", "ceiling", "GDP est.", "AUC", "method", "status"], rows=det))
+                              "trials", "EVAL trials", "TP/FP/TN/FN", "ceiling", "GDP est.", "AUC", "method", "status"], rows=det))
     for k, m in enumerate(methods, 1):
         out.append(Block("p", text=f"Method [{k}]: {m}"))
     out.extend(_statistic_blocks(entries))
-    out.append(Block("figures", figures=["eps_lb_vs_claimed", "roc", "hist"]))
+    out.append(Block("figures", figures=["eps_lb_vs_claimed", "roc"]))
     out.extend(_one_run_blocks(a.get("one_run") or []))
     return out
 

@@ -71,7 +71,6 @@ def curve_view(block: Any) -> dict | None:
         "delta": num(block.get("delta")),
         "confidence": num(block.get("confidence")),
         "event": block.get("event") if isinstance(block.get("event"), dict) else None,
-        "threshold": num(block.get("threshold")),
         "direction": block.get("direction") if block.get("direction") in ("greater", "less") else None,
         "point": point,
         "points": _pairs(block.get("points")),

@@ -1,8 +1,8 @@
-"""Finding and reading the inputs of a report: releases, audits, sweeps, raw audit scores.
+"""Finding and reading the inputs of a report: releases, audits (their shareable part only), sweeps.
 
 The loader layer of :mod:`dpaudit.reports`: every file a report reads is read here (release.json,
-audit.json, raw scores, a sweep's store and the releases below it), and nothing here imports
-another module of the package. Imports run one way: loaders (this module) -> the shared
+audit.json, a sweep's store and the releases below it; never audit_local.json or scores.npz, which
+are not for publication), and nothing here imports another module of the package. Imports run one way: loaders (this module) -> the shared
 recomputation (:mod:`.recompute`) -> sections (:mod:`.claim`, :mod:`.provenance`, :mod:`.budget`,
 :mod:`.utility`, :mod:`.audit`, :mod:`.verdict`, :mod:`.reproduce`, :mod:`.sweep`) -> the model
 (:mod:`.model`) -> renderers (:mod:`.blocks`, :mod:`.plots`, :mod:`.html`, :mod:`.markdown`);
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-import numpy as np
 
 from ..claims import integer, number as num
 from ..errors import DataError, DPAuditError, UsageError
@@ -43,7 +42,7 @@ VERDICT_KEYS = ("epsilon_lower_bound", "claimed_epsilon")
 #: Keys a complete audit record should carry (missing ones are listed in an info note).
 EXPECTED_AUDIT_KEYS = (
     "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
-    "method", "threshold", "counts", "ceiling", "controls",
+    "method", "counts", "ceiling", "controls",
 )
 
 
@@ -458,7 +457,6 @@ def normalise_audit(record: dict) -> dict:
         "epsilon_lower_bound": num(_first(record, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
         "confidence": num(record.get("confidence")),
         "method": _name_of(record.get("method")),
-        "threshold": num(record.get("threshold")),
         "counts": counts,
         "ceiling": num(record.get("ceiling")),
         "ceiling_source": "audit" if num(record.get("ceiling")) is not None else None,
@@ -488,49 +486,6 @@ def normalise_audit(record: dict) -> dict:
     if view["release_path"] is not None and not isinstance(view["release_path"], str):
         view["release_path"] = None
     return view
-
-
-def scores_file(audit_dir: Path, record: dict) -> Path | None:
-    """The raw per-trial scores file of an audit (npz with ``scores`` and ``worlds``), if any."""
-    cands: list[Any] = [_first(record, "scores_file", "raw_scores", "scores_path")]
-    for k in ("artefacts", "artifacts", "files"):
-        if isinstance(record.get(k), dict):
-            cands.append(_first(record[k], "scores", "scores_file", "raw_scores"))
-    for c in cands:
-        if isinstance(c, str) and c:
-            p = Path(c)
-            p = p if p.is_absolute() else audit_dir / p
-            if p.is_file():
-                return p
-    found = sorted(audit_dir.glob("*.npz"))
-    preferred = [f for f in found if "score" in f.name]
-    return (preferred or found or [None])[0]
-
-
-def read_scores(path: Path) -> dict:
-    """Per-trial scores of an audit's main role: {"scores", "worlds", "select" (or None)}.
-
-    Understands the audit engine's layout (``main_score``, ``main_world``, ``main_select``) and
-    a plain one (``scores``, ``worlds``); worlds are True / 1 for "canary in".
-    Raises a one-line DataError when the file is unreadable or inconsistent.
-    """
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            keys = set(z.files)
-            layouts = (("main_score", "main_world", "main_select"), ("scores", "worlds", "select"), ("score", "world", "select"))
-            found = next((lay for lay in layouts if lay[0] in keys and lay[1] in keys), None)
-            if found is None:
-                raise DataError(f"audit scores {path} must hold arrays main_score/main_world or scores/worlds, got {sorted(keys)}.")
-            scores = np.asarray(z[found[0]], dtype=float).ravel()
-            worlds = np.asarray(z[found[1]]).astype(bool).ravel()
-            select = np.asarray(z[found[2]]).astype(bool).ravel() if found[2] in keys else None
-    except DPAuditError:
-        raise
-    except Exception as e:  # zipfile / value errors of a truncated npz
-        raise DataError(f"audit scores {path} are unreadable (truncated or corrupt): {type(e).__name__}.") from None
-    if scores.shape != worlds.shape or (select is not None and select.shape != scores.shape):
-        raise DataError(f"audit scores {path} must have one world per score, got {scores.size} scores and {worlds.size} worlds.")
-    return {"scores": scores, "worlds": worlds, "select": select}
 
 
 # ------------------------------------------------------------------ release field types
@@ -630,8 +585,13 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
             continue
         out.releases.append(LoadedRelease(f.parent, rel))
     one_run_files = find_one_runs(given)
-    for what, files, add in (("audit", audit_files, lambda f, rec: out.audits.append(LoadedAudit(f.parent, rec, normalise_audit(rec)))),
-                             ("one-run record", one_run_files, lambda f, rec: out.one_runs.append(LoadedOneRun(f, rec)))):
+    from ..audit_outputs import shareable_audit, shareable_one_run
+
+    # Only the shareable part of an audit is ever read: keys an old file still publishes (scores
+    # in score units, data-derived canary choices, reference optima) are dropped here.
+    for what, files, add in (("audit", audit_files, lambda f, rec: out.audits.append(LoadedAudit(f.parent, (r := shareable_audit(rec)),
+                                                                                                  normalise_audit(r)))),
+                             ("one-run record", one_run_files, lambda f, rec: out.one_runs.append(LoadedOneRun(f, shareable_one_run(rec))))):
         for f in files:
             try:
                 rec = read_json(f, what)

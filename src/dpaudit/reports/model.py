@@ -108,6 +108,7 @@ import os
 from typing import Iterable
 
 from .. import __version__
+from ..audit_outputs import NOT_COVERED
 from ..records import _json_safe, git_commit, now_utc
 from . import audit, budget, claim, provenance, reproduce, utility, verdict
 from .claim import RECOMPUTE_RTOL, claim_card  # noqa: F401  (re-exported: they lived here)
@@ -176,7 +177,8 @@ def build_report(
         "provenance": provenance.provenance(inputs.releases + sweep_releases, inputs.audits, notes, fingerprints),
         "budget": budget_section,
         "utility": utility.utility(inputs.releases, notes),
-        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": points, "one_run": one_runs},
+        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": points, "one_run": one_runs,
+                  "not_covered": NOT_COVERED},
         "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
     }
     if sweeps:

@@ -19,7 +19,6 @@ PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6
 IN_COLOR, OUT_COLOR = "#c0392b", "#1f4e79"
 FIGSIZE = (6.4, 4.0)
 DPI = 110
-MAX_HISTOGRAMS = 16
 MAX_ROC_CURVES = 8
 
 
@@ -87,29 +86,6 @@ def roc_figures(report: dict) -> list[Figure]:
         out.append(Figure(f"roc_{k}", "audit", f"ROC ({mech})",
                           "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)." + more,
                           _png(fig)))
-    return out
-
-
-def histogram_figures(report: dict) -> list[Figure]:
-    """In/out score histograms, one per audit with raw scores (at most MAX_HISTOGRAMS)."""
-    out = []
-    es = [e for e in report["sections"]["audit"]["audits"] if e.get("histogram") and e["histogram"].get("edges")]
-    for e in es[:MAX_HISTOGRAMS]:
-        h = e["histogram"]
-        edges = [num(x) for x in h["edges"]]
-        widths = [b - a for a, b in zip(edges[:-1], edges[1:])]
-        fig = _new_figure((6.4, 3.4))
-        ax = fig.add_subplot()
-        ax.bar(edges[:-1], h["out"], width=widths, align="edge", color=OUT_COLOR, alpha=0.55, label=f"canary out (n={h['n_out']})")
-        ax.bar(edges[:-1], h["in"], width=widths, align="edge", color=IN_COLOR, alpha=0.55, label=f"canary in (n={h['n_in']})")
-        thr = num(e.get("threshold"))
-        if thr is not None and edges[0] <= thr <= edges[-1]:
-            ax.axvline(thr, color="black", linestyle=":", linewidth=1.2, label=f"threshold {thr:.3g}")
-        rule = "<=" if e.get("direction") == "less" else ">="
-        _style(ax, f"Scores: {_label(e)}", f"attack score (the audit says IN when score {rule} threshold)", "trials (count)")
-        ax.legend(fontsize=8, loc="upper right")
-        out.append(Figure(f"hist_{e['index']}", "audit", f"Score histogram ({_label(e)})",
-                          "Distribution of the attack's score in the world with the canary and without it.", _png(fig)))
     return out
 
 
@@ -231,5 +207,5 @@ def one_run_figures(report: dict) -> list[Figure]:
 
 
 def all_figures(report: dict) -> list[Figure]:
-    return (utility_figures(report) + eps_figure(report) + roc_figures(report) + histogram_figures(report)
+    return (utility_figures(report) + eps_figure(report) + roc_figures(report)
             + tradeoff_figures(report) + one_run_figures(report))

@@ -1,0 +1,135 @@
+"""What an audit may publish, and what stays with the operator (issue 23, point 5).
+
+An audit runs the mechanism many times on the private data, so everything it computes is a
+function of that data, and the release's DP claim covers none of it. As a release does with
+``local.json`` (:mod:`dpaudit.records`), an audit therefore writes two files:
+
+- ``audit.json`` / ``one_run.json`` (shareable): the claim, the statistic, the counts and rates
+  (TP/FP/TN/FN, Clopper-Pearson bounds, ROC and empirical (FPR, FNR) points: ranks, never score
+  values), the bounds and the ceiling, the verdict inputs and the public configuration;
+- ``audit_local.json`` / ``one_run_local.json`` (NOT for publication), beside ``scores.npz``:
+  every value in score units (thresholds), the data-derived canary choices (a head weight on an
+  input feature that is zero in every training record, how many such features there are, labels
+  and features of held-out records, the data's input box, DP-MixMin's canary direction), the
+  non-private reference optimum (DP-MixMin's ``reference_weights``), a reproducible noise seed and
+  the exact timings (the published ones are rounded as a release's are).
+
+The split is a rule on keys (:func:`split_audit`, :func:`split_one_run`): canary descriptions and
+one-run ``info`` keep only the keys listed as public here (an unknown key stays local: fail
+closed); everything else is removed at the listed paths. Reports read only the shareable part, and
+:func:`shareable_audit` / :func:`shareable_one_run` strip the private keys from an old file that
+still carries them (the report never re-publishes them). Module without heavy imports: the
+reports use it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+AUDIT_LOCAL_FILE = "audit_local.json"
+ONE_RUN_LOCAL_FILE = "one_run_local.json"
+NOT_FOR_PUBLICATION = ("local facts of this audit: functions of the private data (scores, data-derived canary choices, reference "
+                       "optima, exact timings) outside every DP guarantee; never publish this file or scores.npz")
+#: The sentence every report carries beside audit results.
+NOT_COVERED = ("Audit results are computed on the private data (every trial trains on it) and are not covered by the release's "
+               "privacy claim; only the shareable audit.json / one_run.json is read here.")
+
+#: Canary description keys that are public (fixed by the public seed and public sizes): kind, norm,
+#: privacy unit and record count, indices drawn from the public seed, and fixed wording.
+PUBLIC_CANARY_KEYS = ("kind", "norm", "unit", "records", "test_index", "holdout_index", "replaced_test_index", "user_contribution")
+#: Paths (tuples of keys) of an audit record (and of each control) that are private.
+LOCAL_AUDIT_PATHS = (("threshold",), ("claimed_curve", "threshold"), ("comparison", "cp_bonferroni", "threshold"),
+                     ("config", "reference_weights"), ("seeds", "noise", "seed"), ("scores_file",))
+#: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of
+#: dead features, labels of held-out records) stay local.
+PUBLIC_ONE_RUN_INFO = ("model", "dataset", "n_train", "canaries", "unit", "sample_rate", "steps", "normalizer", "clipping_norm",
+                       "noise_multiplier", "noise", "noise_on", "seed", "canary", "score", "kind", "dp_sgd", "tensors", "choice",
+                       "quiet_rule", "records", "rows", "test_indices", "steps_executed", "n_units", "integration",
+                       "max_grad_norm", "injection")
+
+
+def _pop_path(d: dict, path: tuple, local: dict) -> None:
+    """Move ``d[path]`` (if present) to the same path in ``local``."""
+    node = d
+    for k in path[:-1]:
+        node = node.get(k) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            return
+    if not isinstance(node, dict) or path[-1] not in node:
+        return
+    value = node.pop(path[-1])
+    dst = local
+    for k in path[:-1]:
+        dst = dst.setdefault(k, {})
+    dst[path[-1]] = value
+
+
+def _keep(d: dict, key: str, public: tuple, local: dict) -> None:
+    """Keep only the ``public`` keys of the dict ``d[key]``; the rest goes to ``local[key]``."""
+    block = d.get(key)
+    if not isinstance(block, dict):
+        return
+    private = {k: v for k, v in block.items() if k not in public}
+    if private:
+        d[key] = {k: v for k, v in block.items() if k in public}
+        local[key] = private
+
+
+def _round_timings(d: dict, local: dict) -> None:
+    from .records import round_timings
+
+    if isinstance(d.get("timings"), dict) and d["timings"]:
+        local["timings"] = d["timings"]
+        d["timings"] = round_timings(d["timings"])
+
+
+def split_audit(record: dict) -> tuple[dict, dict]:
+    """(shareable, local) parts of an audit.json dict (controls split the same way, under
+    ``controls`` in both). ``record`` is not changed."""
+    public = copy.deepcopy(record)
+    local: dict = {}
+    for path in LOCAL_AUDIT_PATHS:
+        _pop_path(public, path, local)
+    _keep(public, "canary_info", PUBLIC_CANARY_KEYS, local)
+    _round_timings(public, local)
+    controls = public.get("controls")
+    for role, ctl in list(controls.items() if isinstance(controls, dict) else ()):
+        if isinstance(ctl, dict):  # a malformed record is split as far as it goes (reports stay tolerant)
+            public["controls"][role], ctl_local = split_audit(ctl)
+            if ctl_local:
+                local.setdefault("controls", {})[role] = ctl_local
+    return public, local
+
+
+def split_one_run(record: dict) -> tuple[dict, dict]:
+    """(shareable, local) parts of a one_run.json dict."""
+    public = copy.deepcopy(record)
+    local: dict = {}
+    _keep(public, "info", PUBLIC_ONE_RUN_INFO, local)
+    _round_timings(public, local)
+    return public, local
+
+
+def shareable_audit(record: dict) -> dict:
+    """An audit record with every private key removed (old files may still carry them)."""
+    return split_audit(record)[0]
+
+
+def shareable_one_run(record: dict) -> dict:
+    return split_one_run(record)[0]
+
+
+def merge_local(public: dict, local: dict) -> dict:
+    """The full record: ``public`` with the ``local`` parts put back (recursively)."""
+    out = copy.deepcopy(public)
+    for k, v in (local or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge_local(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def local_document(record_id, local: dict, *, key: str = "audit_id") -> dict:
+    """What is written to the local file: the record's id, the warning, the private parts."""
+    return {key: record_id, "not_for_publication": NOT_FOR_PUBLICATION, **local}

@@ -1,0 +1,91 @@
+"""What an audit's trials cost the private data, and its ``audit`` entry in the ledger.
+
+Every trial of a canary audit runs the audited mechanism on the private records, with or without
+the canary (for a record of the private data both worlds are the mechanism on its dataset), so
+the trials compose sequentially: R trials of a mechanism with event E cost ``E`` composed R
+times (a subsampled Gaussian's steps add: R x T steps; a pure epsilon's count adds). The no-noise
+control (and a ``--no-noise`` main audit) trains without DP noise: its outputs are not private,
+and the audit is recorded as unbounded, like a non-private release. The published part of an
+audit (audit.json) is a function of all of it.
+
+Which audits train on private data (:meth:`~dpaudit.audits.targets.AuditTarget.private_data`):
+the DP-SGD heads (record and user level), DP-ELM and DP-MixMin built from a task (its D_mix
+partition) do; the Gaussian target (also the audit of ``noisy-sum``, on a synthetic base) and a
+bring-your-own :class:`~dpaudit.audits.targets.CallableTarget` do not name a dataset and get no
+entry. The entry is written before any trial runs, after the cap check when the dataset's cap
+includes audits (``dpaudit ledger cap --include-audits``); a cap counts releases only by default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..records import read_json, write_json_atomic
+
+_RESUME_FILE = "ledger.json"  # in OUT/.checkpoint: the entry an interrupted audit already recorded
+
+
+def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
+    """(event, unbounded reason, trials) of the trials of ``roles`` (role -> (target, runs)).
+
+    ``event`` is the sequential composition of every trial's event (None when unbounded)."""
+    from ..accounting.ledger_compose import sequential
+
+    events, reason, trials = [], None, 0
+    for role, (t, n) in roles.items():
+        trials += int(n)
+        ev = getattr(t, "claimed_event", None)
+        if not t.noise:
+            reason = reason or f"{'the no-noise control' if role == 'no-noise' else 'the audit'} trains without DP noise"
+        elif ev is None:
+            reason = reason or "the trials' privacy event is unknown (no claimed event)"
+        elif _uncertified(t):
+            reason = reason or f"the trials use the uncertified {t.sampler} sampler"
+        else:
+            events += [ev] * int(n)
+    return (None if reason else sequential(events)), reason, trials
+
+
+def _uncertified(target) -> bool:
+    sampler = getattr(target, "sampler", None)
+    if not isinstance(sampler, str):
+        return False
+    from ..mechanisms.laplace import SAMPLERS, sampler_guarantee
+
+    return sampler in SAMPLERS and not sampler_guarantee(sampler).certified
+
+
+def record_audit_cost(target, roles: dict, *, audit_id: str, ledger_path=None, release_id: str | None = None,
+                      checkpoint_root: Path | None = None, plan_key: str = "") -> str:
+    """Record the audit's cost in the ledger before its trials run; returns the audit id used.
+
+    No entry (and ``audit_id`` unchanged) for a target that names no private dataset. An audit
+    resumed from a checkpoint of the same plan (``plan_key``: the checkpoints' fingerprints, so
+    that only an audit that really resumes its finished chunks qualifies) reuses the entry
+    recorded when it started."""
+    scope = target.private_data()
+    if scope is None:
+        return audit_id
+    event, reason, trials = trial_cost(roles)
+    resume = _resumed_id(checkpoint_root, plan_key)
+    from ..accounting.ledger import open_ledger
+
+    with open_ledger(ledger_path) as led:
+        if resume is not None and any(e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")):
+            return resume
+        led.record_audit(audit_id=audit_id, dataset=scope["dataset"], partition=scope["partition"], adjacency=target.adjacency,
+                         event=event, trials=trials, mechanism=target.mechanism, unbounded_reason=reason, release_id=release_id)
+    if checkpoint_root is not None:
+        write_json_atomic(checkpoint_root / ".checkpoint" / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id})
+    return audit_id
+
+
+def _resumed_id(root: Path | None, plan_key: str) -> str | None:
+    f = None if root is None else root / ".checkpoint" / _RESUME_FILE
+    if f is None or not f.is_file():
+        return None
+    try:
+        d = read_json(f, "checkpoint ledger record")
+    except Exception:  # noqa: BLE001 - a torn file: record the audit again (over-counting is safe)
+        return None
+    return d.get("audit_id") if plan_key and d.get("plan") == plan_key else None

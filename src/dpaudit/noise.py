@@ -102,7 +102,11 @@ import torch
 from .errors import UsageError
 from .validation import one_of
 
-NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic")
+NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
+#: Reproducible sources and the seed their noise is a function of (recorded as ``reproducible``):
+#: the public ``--seed`` (not private, see :func:`dpaudit.records.public_noise_reason`) or a secret noise seed
+#: that is never published (kept in the operator's seed file and ``local.json``).
+REPRODUCIBLE_SOURCES = {"reproducible": "public-seed", "reproducible-secret": "secret-seed"}
 
 # A fixed, public tag mixed into the seed so that reproducible noise never coincides with the
 # public stream derived from the same seed.
@@ -243,12 +247,15 @@ class NoiseSpec:
     seed: int | None  # only for "reproducible"; None otherwise (entropy is never recorded)
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "source": self.source,
             "seed": self.seed,
             "secret": self.source != "reproducible",
             "generator": _GENERATORS[self.source],
         }
+        if self.source in REPRODUCIBLE_SOURCES:  # which seed the noise is a function of
+            d["reproducible"] = REPRODUCIBLE_SOURCES[self.source]
+        return d
 
 
 class _ChaCha20Stream:

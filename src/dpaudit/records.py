@@ -160,6 +160,26 @@ class Release:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+def public_noise_reason(noise_source) -> str | None:
+    """Why a release whose ``noise_source`` (its recorded dict) is not secret is not private, else None.
+
+    Noise derived from a seed that is published (``--reproducible-noise``: the public ``--seed``,
+    written in release.json) makes the release a deterministic function of the data and public
+    facts: rerunning it on a candidate neighbour tells whether a record was in (an exact
+    membership test). Such a release counts as non-private (unbounded) in the ledger. Old
+    releases without a ``secret`` key are judged by their source name."""
+    if not isinstance(noise_source, dict):
+        return None
+    source = noise_source.get("source")
+    secret = noise_source.get("secret")
+    if secret is None:
+        secret = source != "reproducible"
+    if secret is not False and source != "reproducible":
+        return None
+    seed = noise_source.get("seed")
+    return f"noise derived from a published seed ({seed}, reproducible-public-seed): not private"
+
+
 def round_seconds(seconds: float) -> float:
     """A duration as published: 2 significant figures, never finer than 0.1 s (idempotent)."""
     if not math.isfinite(seconds) or seconds == 0:
@@ -223,9 +243,43 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     return data
 
 
+def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
+    """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts
+    of a multi-release run), else None; an unreadable file's id reads ``unreadable``."""
+    root = Path(out_dir).expanduser()
+    if not root.is_dir():
+        return None
+    found = [root / RELEASE_FILE] if (root / RELEASE_FILE).is_file() else []
+    found += sorted(p for p in root.glob(f"*/{RELEASE_FILE}") if p.is_file())
+    if not found:
+        return None
+    try:
+        rid = str(read_json(found[0], "release").get("id") or "without id")
+    except DataError:
+        rid = "unreadable"
+    return found[0], rid
+
+
+def check_release_folder(out_dir: str | os.PathLike, *, release_id: str | None = None, name: str = "out_dir") -> Path:
+    """Refuse (UsageError) a folder that already holds a release (other than ``release_id``): a
+    release folder is never overwritten, since the ledger keeps the old release (its budget
+    spent) and replacing its artefacts would leave that entry without them."""
+    from .errors import UsageError
+
+    hit = existing_release(out_dir)
+    if hit is not None and hit[1] != release_id:
+        raise UsageError(f"{name} must not hold a release already, got {str(out_dir)!r} (release {hit[1]} in {hit[0]}); "
+                         f"choose another --out: a release folder is never overwritten.")
+    return Path(out_dir)
+
+
 def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
     """Write ``release.json`` (the published form) and, when the release carries exact timings,
-    ``local.json`` beside it (local only, not for publication)."""
+    ``local.json`` beside it (local only, not for publication). A folder holding another release
+    is refused (:func:`check_release_folder`); rewriting the same release (its id) is allowed."""
+    hit = existing_release(out_dir)
+    if hit is not None and hit[0] == Path(out_dir).expanduser() / RELEASE_FILE:
+        check_release_folder(out_dir, release_id=release.id)
     path = write_json_atomic(Path(out_dir) / RELEASE_FILE, release.to_dict())
     if release.exact_timings:
         write_json_atomic(Path(out_dir) / LOCAL_FILE, {

@@ -36,9 +36,31 @@ from .records import Release, write_release
 
 def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy") -> NoiseSource:
     """DP noise generator: secret by default; derived from ``seed`` only on explicit request."""
+    check_noise_source(noise_source)
     if reproducible_noise:
         return NoiseSource("reproducible", seed=seed)
     return NoiseSource(noise_source)
+
+
+def check_noise_source(noise_source: str) -> str:
+    """Refuse a ``noise_source`` a request may not name (one-line UsageError), before anything
+    is loaded or reserved: a typo must cost no ledger entry."""
+    from .requests import NOISE_SOURCES
+    from .validation import one_of
+
+    return one_of("noise_source", noise_source, NOISE_SOURCES)
+
+
+def planned_noise_reason(request, plan) -> str | None:
+    """Why the planned release will not be private because of its noise (derived from the
+    published seed: :func:`dpaudit.records.public_noise_reason`), else None; checked before
+    training, so the reservation counts it as unbounded and a capped dataset refuses it."""
+    from .noise import NoiseSpec
+    from .records import public_noise_reason
+
+    if plan.event is None or not getattr(request, "reproducible_noise", False):
+        return None
+    return public_noise_reason(NoiseSpec("reproducible", int(getattr(request, "seed", plan.seed))).to_dict())
 
 
 @dataclass
@@ -179,10 +201,14 @@ def preflight(
     noise_tail_delta: float = 0.0,
 ) -> None:
     """Raise if the planned release would exceed a cap or change the dataset's data (writes nothing;
-    :func:`reserve` also holds the budget)."""
+    :func:`reserve` also holds the budget). A ledger file that does not exist holds no cap and no
+    identity to check against: nothing is checked and nothing is created."""
     from .accounting.ledger import open_ledger
+    from .accounting.ledger_paths import ledger_missing, resolve_ledger
 
-    with open_ledger(ledger_path) as ledger:
+    if ledger_missing(resolve_ledger(ledger_path)):
+        return
+    with open_ledger(ledger_path, create=False) as ledger:
         ledger.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
                          data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get(),
                          noise_tail_delta=noise_tail_delta)
@@ -265,12 +291,13 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     import time
 
     from .mechanisms.contract import DataInfo
-    from .records import check_out_dir
+    from .records import check_out_dir, check_release_folder
 
     validate = getattr(mech, "validate", None)
     if validate is not None:
         request = validate(request)
-    out_dir = check_out_dir(out_dir) if out_dir is not None else None
+    check_noise_source(getattr(request, "noise_source", "os-entropy"))
+    out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
     load_kw = {"ledger_path": ledger_path} if getattr(mech, "load_uses_ledger", False) else {}
     data = mech.load(request, **load_kw) if prepared is None else mech.load(request, prepared=prepared, **load_kw)
@@ -279,15 +306,15 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     plan = mech.plan(request, info)
     if out_dir is None:
         default = getattr(mech, "default_out_dir", None)
-        out_dir = check_out_dir(default(plan) if default is not None else _default_out_dir(plan))
+        out_dir = check_release_folder(check_out_dir(default(plan) if default is not None else _default_out_dir(plan)))
     parts = plan.parts or (plan,)  # a multi-release plan: one Release per part, one reservation
     planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
     # Check, then commit: the budget is checked and held before the private data are used.
     # A multi-release plan reserves its combined event (plan.event) once, for all its parts.
     reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
             ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
-            data_info={"split_seed": info.split_seed, "profile": info.profile}, uncertified=plan.uncertified, mechanism=plan.mechanism,
-            noise_tail_delta=planned_tail)
+            data_info={"split_seed": info.split_seed, "profile": info.profile},
+            uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism, noise_tail_delta=planned_tail)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                               noise_source=getattr(request, "noise_source", "os-entropy"))
     setup_seconds = time.perf_counter() - t0

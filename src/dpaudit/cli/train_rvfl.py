@@ -37,7 +37,7 @@ def _ledger_fingerprint(release_id, ledger) -> str | None:
     try:
         from ..accounting.ledger import open_ledger
 
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             return led.get(str(release_id)).payload.get("dataset_fingerprint")
     except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
         return None

@@ -57,6 +57,8 @@ class DataInfo:
     split_seed: int | None = None
     n_users: int | None = None
     identity: dict = field(default_factory=dict)
+    #: image datasets: the public (C, H, W) schema (None when planned before loading)
+    image_shape: tuple | None = None
 
     @classmethod
     def from_prepared(cls, data) -> "DataInfo":
@@ -68,7 +70,7 @@ class DataInfo:
             n_users = int(np.unique(np.asarray(data.user_ids["train"])).size)
         return cls(name=data.name, kind=data.kind, n_train=int(data.y_train.shape[0]), n_features=int(data.n_features),
                    n_classes=int(data.n_classes), profile=data.profile, split_seed=data.split_seed, n_users=n_users,
-                   identity=data.identity())
+                   identity=data.identity(), image_shape=getattr(data, "image_shape", None))
 
     @classmethod
     def from_identity(cls, identity: dict) -> "DataInfo":

@@ -224,7 +224,7 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
         from ..accounting.ledger import open_ledger
 
         datasets = sorted({dataset_name(lr.release.dataset) for lr in sweep.releases})
-        with open_ledger(ledger_path) as ledger:
+        with open_ledger(ledger_path, create=False) as ledger:
             entries = []
             for ds in datasets:
                 try:

@@ -55,12 +55,17 @@ def planned_noise_reason(request, plan) -> str | None:
     """Why the planned release will not be private because of its noise (derived from the
     published seed: :func:`dpaudit.records.public_noise_reason`), else None; checked before
     training, so the reservation counts it as unbounded and a capped dataset refuses it."""
+    if plan.event is None or not getattr(request, "reproducible_noise", False):
+        return None
+    return public_seed_reason(int(getattr(request, "seed", plan.seed)))
+
+
+def public_seed_reason(seed: int) -> str:
+    """The ledger's reason for a release whose noise is derived from the published ``seed``."""
     from .noise import NoiseSpec
     from .records import public_noise_reason
 
-    if plan.event is None or not getattr(request, "reproducible_noise", False):
-        return None
-    return public_noise_reason(NoiseSpec("reproducible", int(getattr(request, "seed", plan.seed))).to_dict())
+    return public_noise_reason(NoiseSpec("reproducible", int(seed)).to_dict())
 
 
 @dataclass

@@ -81,3 +81,40 @@ def test_two_public_seed_runs_are_identical_so_their_noise_is_known(tmp_path):
     b = train_and_release("dp-rvfl", reproducible_noise=True, out_dir=tmp_path / "b", ledger_path=tmp_path / "l.sqlite", **FAST)
     wa, wb = (np.load(tmp_path / d / "weights.npz")["head_weight"] for d in ("a", "b"))
     assert a.id != b.id and np.array_equal(wa, wb)
+
+
+def test_a_secret_noise_seed_is_reproducible_private_and_never_published(tmp_path):
+    import json
+
+    from dpaudit.errors import UsageError
+    from dpaudit.releasing import secret_noise_seed
+
+    led, seed_file = tmp_path / "l.sqlite", tmp_path / "keys" / "noise.seed"
+    seed_file.parent.mkdir()
+    with open_ledger(led) as ledger:
+        ledger.cap("digits", 5.0, 1e-5)
+    with secret_noise_seed(seed_file):  # created with 256 fresh bits on first use (mode 0600)
+        a = train_and_release("dp-rvfl", out_dir=tmp_path / "a", ledger_path=led, **FAST)
+        b = train_and_release("dp-rvfl", out_dir=tmp_path / "b", ledger_path=led, **FAST)
+    secret = seed_file.read_text().strip()
+    assert len(secret) == 64 and (seed_file.stat().st_mode & 0o777) == 0o600
+    wa, wb = (np.load(tmp_path / d / "weights.npz")["head_weight"] for d in ("a", "b"))
+    assert np.array_equal(wa, wb)  # reproducible by whoever holds the seed file ...
+    c = train_and_release("dp-rvfl", out_dir=tmp_path / "c", ledger_path=led, **FAST)
+    assert not np.array_equal(wa, np.load(tmp_path / "c" / "weights.npz")["head_weight"])  # ... and only with it
+    published = (tmp_path / "a" / "release.json").read_text()
+    assert secret not in published and str(int(secret, 16)) not in published
+    assert a.noise_source["source"] == "reproducible-secret" and a.noise_source["seed"] is None and a.noise_source["secret"] is True
+    assert json.loads((tmp_path / "a" / "local.json").read_text())["noise_seed_file"] == str(seed_file.resolve())
+    with open_ledger(led) as ledger:
+        total = next(r for r in ledger.summary("digits") if r["partition"] == "*")
+        n_entries = len(ledger.entries())
+    assert math.isfinite(total["epsilon"]) and total["epsilon"] < 5.0  # private: charged its epsilon, within the cap
+    assert b.id != a.id != c.id
+    bad = tmp_path / "short.seed"
+    bad.write_text("abc123\n")
+    for path, kw in ((seed_file, {"reproducible_noise": True}), (bad, {})):
+        with secret_noise_seed(path), pytest.raises(UsageError, match="noise seed file must"):
+            train_and_release("dp-rvfl", out_dir=tmp_path / "x", ledger_path=led, **FAST, **kw)
+    with open_ledger(led) as ledger:
+        assert len(ledger.entries()) == n_entries  # refused before anything was reserved

@@ -32,7 +32,7 @@ RELEASE_FILE = "release.json"
 LOCAL_FILE = "local.json"
 #: Release fields kept in memory (and in the ledger's keyed form) but never written to
 #: ``release.json``: each is a function of the private data that the guarantee does not cover.
-LOCAL_FIELDS = ("data_digest", "exact_timings")
+LOCAL_FIELDS = ("data_digest", "exact_timings", "noise_seed_file")
 #: Published timings are rounded to this many significant figures ...
 TIMING_SIGNIFICANT_FIGURES = 2
 #: ... and never finer than this many decimals of a second (0.1 s).
@@ -136,6 +136,9 @@ class Release:
     data_digest: str | None = None
     #: Local only (written to local.json, not release.json): the unrounded timings.
     exact_timings: dict | None = None
+    #: Local only (local.json): the file holding the secret noise seed of a ``reproducible-secret``
+    #: release (``--noise-seed-file``); the seed itself is written nowhere else.
+    noise_seed_file: str | None = None
 
     def to_dict(self, *, local: bool = False) -> dict:
         """The published form (``release.json``): local-only fields dropped, timings rounded.
@@ -281,12 +284,15 @@ def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
     if hit is not None and hit[0] == Path(out_dir).expanduser() / RELEASE_FILE:
         check_release_folder(out_dir, release_id=release.id)
     path = write_json_atomic(Path(out_dir) / RELEASE_FILE, release.to_dict())
-    if release.exact_timings:
-        write_json_atomic(Path(out_dir) / LOCAL_FILE, {
+    if release.exact_timings or release.noise_seed_file:
+        local = {
             "release_id": release.id,
             "not_for_publication": "local facts of this run; they depend on the private data and are outside the DP guarantee",
             "timings": release.exact_timings,
-        })
+        }
+        if release.noise_seed_file:  # the file, not the secret: re-run with --noise-seed-file to reproduce
+            local["noise_seed_file"] = release.noise_seed_file
+        write_json_atomic(Path(out_dir) / LOCAL_FILE, local)
     return path
 
 

@@ -196,7 +196,8 @@ def run_sweep(
         finally:
             if bar is not None:
                 bar[0].stop()
-            summary.unrecorded = _close_reservations(held, closed, run_tasks, context)
+            summary.unrecorded = _close_reservations({k: r for k, r in held.items() if k not in closed}, context.ledger_path,
+                                                     spec.name, written=_written_folder(context, run_tasks))
             c = store.counts(keys)
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
@@ -244,15 +245,6 @@ def _record_release(value: dict, context: RunContext, reservation: str | None = 
     return value
 
 
-def _written(context: RunContext, task: Task) -> bool:
-    """Whether ``task``'s release folder holds anything (a release, or artefacts written just
-    before it): the model may exist, so its budget must stay spent."""
-    from .tasks import task_dir
-
-    d = task_dir(context.out_dir, task.config(), task.key)
-    return d.is_dir() and any(d.iterdir())
-
-
 def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepSummary) -> list[Task]:
     """Leave out (as failed) the tasks whose folder already holds a release: it was written by an
     earlier run and not recorded (its budget is still held by that run's open reservation);
@@ -294,7 +286,7 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
     from .tasks import planned_release
 
     planned = []
-    for t in tasks:
+    for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":
             ds, part, adj, event, tail = planned_release(t.config())
             planned.append((t.key, dict(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
@@ -342,29 +334,43 @@ def _check_sweep(ledger, planned: list[dict]) -> None:
                          noise_tail_delta=sum(p["noise_tail_delta"] for p in ps))
 
 
-def _close_reservations(held: dict[str, str], closed: set[str], tasks: list[Task], context: RunContext) -> list[dict]:
-    """Close the sweep's open task reservations when it ends: cancel those of tasks that released
-    nothing; leave open (spent, voidable) those whose release folder holds anything, since the
-    model may exist although it is not in the ledger (a failed record, an interrupt). Returns
-    the ones left open."""
-    left = []
-    todo = [t for t in tasks if t.key in held and t.key not in closed]
-    if not todo:
+def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
+                        written: Callable[[str], str | None] = lambda key: None) -> list[dict]:
+    """Close the sweep's task reservations still open when it ends (``held``: task key ->
+    reservation id): cancel those of tasks that released nothing; leave open (spent, voidable)
+    those whose release folder holds anything (``written(key)``: the folder, else None), since
+    the model may exist although it is not in the ledger (a failed record, an interrupt).
+    Returns the ones left open, as ``{key, release_dir, reservation}``."""
+    left: list[dict] = []
+    if not held:
         return left
     from ..accounting.ledger import open_ledger
 
-    with open_ledger(context.ledger_path) as ledger:
-        for t in todo:
-            rid = held[t.key]
+    with open_ledger(ledger_path) as ledger:
+        for key, rid in held.items():
             if ledger.get(rid).closed_by is not None:  # settled before an interrupt reached us
                 continue
-            if _written(context, t):
-                from .tasks import task_dir
-
-                left.append({"key": t.key, "release_dir": str(task_dir(context.out_dir, t.config(), t.key)), "reservation": rid})
+            folder = written(key)
+            if folder is not None:
+                left.append({"key": key, "release_dir": folder, "reservation": rid})
                 continue
-            ledger.cancel(rid, f"sweep {context.sweep}: task {t.key[:12]} released nothing")
+            ledger.cancel(rid, f"sweep {sweep}: task {key[:12]} released nothing")
     return left
+
+
+def _written_folder(context: RunContext, tasks: list[Task]) -> Callable[[str], str | None]:
+    """``written(key)`` for :func:`_close_reservations`: the task's release folder when it holds
+    anything (a release, or artefacts written just before it), else None."""
+    from .tasks import task_dir
+
+    by_key = {t.key: t for t in tasks}
+
+    def written(key: str) -> str | None:
+        t = by_key.get(key)
+        d = None if t is None else task_dir(context.out_dir, t.config(), t.key)
+        return str(d) if d is not None and d.is_dir() and any(d.iterdir()) else None
+
+    return written
 
 
 def _progress(enabled: bool, total: int, name: str):

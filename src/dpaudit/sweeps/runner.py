@@ -258,9 +258,9 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
         if hit is None:
             keep.append(t)
             continue
-        error = (f"release {hit[1]} already written to {hit[0].parent} and not recorded by an earlier run; not trained again: "
-                 f"record it (`dpaudit ledger record {hit[0].parent}`) and void the earlier run's open reservation, or void that "
-                 f"reservation if the release is withdrawn.")
+        error = (f"release {hit[1]} already written to {hit[0].parent} by an earlier run; not trained again (a release folder is "
+                 f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
+                 f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn.")
         store.mark_failed(t.key, error)
         summary.failures.append({"key": t.key, **t.config(), "error": error})
     return keep

@@ -85,8 +85,12 @@ class Release:
 
     Local-only fields (:data:`LOCAL_FIELDS`, never in ``release.json``): ``data_digest``, the
     unkeyed SHA-256 of the prepared private data, which the ledger stores only as a keyed
-    (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings (``local.json``).
-    Old releases that published ``dataset["sha256"]`` still load.
+    (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings (``local.json``);
+    ``noise_seed_file``, the file holding a ``reproducible-secret`` release's secret noise seed
+    (``local.json``; the seed itself is in that file only). ``noise_source`` says which noise the
+    release used: secret (``secret: true``), reproducible from a secret seed
+    (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``,
+    not private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load.
     """
 
     mechanism: str

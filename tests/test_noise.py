@@ -31,13 +31,20 @@ SOURCE_KINDS = ["reproducible", "cryptographic"]
 
 
 def test_source_names_and_specs():
-    assert NOISE_SOURCES == ("os-entropy", "reproducible", "cryptographic")
+    assert NOISE_SOURCES == ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
     assert NoiseSource().spec.to_dict()["secret"] is True
     assert NoiseSource().spec.seed is None
     r = NoiseSource("reproducible", seed=3).spec.to_dict()
     assert r["source"] == "reproducible" and r["seed"] == 3 and r["secret"] is False
     c = NoiseSource("cryptographic").spec.to_dict()
     assert c["source"] == "cryptographic" and c["seed"] is None and c["secret"] is True and "ChaCha20" in c["generator"]
+    # a secret noise seed (issue 23, point 3): reproducible, never recorded, its own stream
+    s = NoiseSource("reproducible-secret", seed=2**200 + 3).spec.to_dict()
+    assert s["seed"] is None and s["secret"] is True and s["reproducible"] == "secret-seed"
+    a, b = NoiseSource("reproducible-secret", seed=3), NoiseSource("reproducible-secret", seed=3)
+    assert np.array_equal(a.gaussian_numpy(8, 1.0), b.gaussian_numpy(8, 1.0))
+    assert not np.array_equal(NoiseSource("reproducible-secret", seed=3).gaussian_numpy(8, 1.0),
+                              NoiseSource("reproducible", seed=3).gaussian_numpy(8, 1.0))
     with pytest.raises(UsageError, match="noise_source must be one of"):
         NoiseSource("pcg")
     with pytest.raises(ValueError):
@@ -87,7 +94,7 @@ def test_fixed_key_cryptographic_source_is_deterministic():
 
 @pytest.mark.parametrize("kind", NOISE_SOURCES)
 def test_spawn_gives_independent_children_of_the_same_kind(kind):
-    src = NoiseSource(kind, seed=1 if kind == "reproducible" else None)
+    src = NoiseSource(kind, seed=1 if kind in ("reproducible", "reproducible-secret") else None)
     kids = src.spawn(3)
     assert len(kids) == 3 and all(k.spec == src.spec for k in kids)
     draws = [k.gaussian_numpy(8, 1.0) for k in kids]

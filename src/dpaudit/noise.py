@@ -7,7 +7,7 @@ who was sampled) come from a :class:`NoiseSource`, by default seeded with fresh 
 knowing the public seed tells an adversary nothing about them. Only when the user asks for
 ``reproducible`` noise is it derived from the seed, and the release says so.
 
-Three sources (``NOISE_SOURCES``):
+Four sources (``NOISE_SOURCES``):
 
 - ``os-entropy`` (default): numpy PCG64 and torch MT19937 generators seeded with 128 bits from
   :func:`secrets.randbits` (OS entropy). Fast, unpredictable from the seed, but PCG64 and
@@ -16,7 +16,11 @@ Three sources (``NOISE_SOURCES``):
   come from AES-256-CTR keyed from the same 128 bits; the Poisson masks and Laplace draws from
   PCG64.)
 - ``reproducible``: the same generators derived from ``seed`` (explicit opt-in, marked in the
-  release as not secret).
+  release as not secret). The seed is published, so the noise is known to anyone: such a release
+  is **not private** and the ledger counts it as unbounded (:func:`dpaudit.records.public_noise_reason`).
+- ``reproducible-secret``: the same generators derived from a secret noise seed (``--noise-seed-file``,
+  :func:`dpaudit.releasing.secret_noise_seed`) that is never recorded: reproducible by whoever holds
+  the seed file, private to everyone else.
 - ``cryptographic``: every draw made through the methods of :class:`NoiseSource`
   (:meth:`~NoiseSource.uniform`, :meth:`~NoiseSource.random_bytes`,
   :meth:`~NoiseSource.gaussian_numpy`, :meth:`~NoiseSource.gaussian_torch`,
@@ -102,7 +106,11 @@ import torch
 from .errors import UsageError
 from .validation import one_of
 
-NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic")
+NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
+#: Reproducible sources and the seed their noise is a function of (recorded as ``reproducible``):
+#: the public ``--seed`` (not private, see :func:`dpaudit.records.public_noise_reason`) or a secret noise seed
+#: that is never published (kept in the operator's seed file and ``local.json``).
+REPRODUCIBLE_SOURCES = {"reproducible": "public-seed", "reproducible-secret": "secret-seed"}
 
 # A fixed, public tag mixed into the seed so that reproducible noise never coincides with the
 # public stream derived from the same seed.
@@ -115,7 +123,11 @@ _GENERATORS = {
                     "AES-256-CTR keyed from the seed",
     "cryptographic": "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits from os.urandom; Gaussian "
                      "uniforms: AES-256-CTR keyed from the ChaCha20 keystream",
+    "reproducible-secret": "numpy PCG64 + torch MT19937 derived from a secret noise seed (>= 128 bits, kept in the "
+                           "operator's seed file, never published); Gaussian uniforms: AES-256-CTR keyed from it",
 }
+# A fixed, public tag for noise derived from a secret noise seed (its own stream family).
+_SECRET_STREAM_TAG = 0x736563726574  # "secret"
 
 _TWO_POW_M53 = 2.0 ** -53
 _REKEY_BYTES = 2**34  # well below the 2^32-block (256 GiB) ChaCha20 counter space
@@ -243,12 +255,15 @@ class NoiseSpec:
     seed: int | None  # only for "reproducible"; None otherwise (entropy is never recorded)
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "source": self.source,
             "seed": self.seed,
             "secret": self.source != "reproducible",
             "generator": _GENERATORS[self.source],
         }
+        if self.source in REPRODUCIBLE_SOURCES:  # which seed the noise is a function of
+            d["reproducible"] = REPRODUCIBLE_SOURCES[self.source]
+        return d
 
 
 class _ChaCha20Stream:
@@ -336,7 +351,10 @@ class NoiseSource:
 
     ``source``:
       - ``os-entropy`` (default): seeded from ``secrets.randbits(128)``; not reproducible.
-      - ``reproducible``: derived from ``seed`` (explicit opt-in, marked in the release).
+      - ``reproducible``: derived from ``seed`` (explicit opt-in, marked in the release; the
+        seed is published, so the release is not private).
+      - ``reproducible-secret``: derived from ``seed``, a secret noise seed that is never
+        recorded (``spec.seed`` is None): reproducible by whoever holds the secret only.
       - ``cryptographic``: a ChaCha20 keystream keyed from ``os.urandom`` (see module docs);
         ``.numpy``/``.torch`` are then auxiliary non-cryptographic generators seeded from it.
 
@@ -346,10 +364,10 @@ class NoiseSource:
     def __init__(self, source: str = "os-entropy", seed: int | None = None):
         one_of("noise_source", source, NOISE_SOURCES)
         self._stream: _ChaCha20Stream | None = None
-        if source == "reproducible":
+        if source in REPRODUCIBLE_SOURCES:
             if seed is None:
                 raise ValueError("reproducible noise needs a seed")
-            entropy = [int(seed), _NOISE_STREAM_TAG]
+            entropy = [int(seed), _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG]
         elif source == "cryptographic":
             self._stream = _ChaCha20Stream()
             entropy = int.from_bytes(self._stream.read(32), "little")

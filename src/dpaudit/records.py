@@ -32,7 +32,7 @@ RELEASE_FILE = "release.json"
 LOCAL_FILE = "local.json"
 #: Release fields kept in memory (and in the ledger's keyed form) but never written to
 #: ``release.json``: each is a function of the private data that the guarantee does not cover.
-LOCAL_FIELDS = ("data_digest", "exact_timings")
+LOCAL_FIELDS = ("data_digest", "exact_timings", "noise_seed_file")
 #: Published timings are rounded to this many significant figures ...
 TIMING_SIGNIFICANT_FIGURES = 2
 #: ... and never finer than this many decimals of a second (0.1 s).
@@ -85,8 +85,12 @@ class Release:
 
     Local-only fields (:data:`LOCAL_FIELDS`, never in ``release.json``): ``data_digest``, the
     unkeyed SHA-256 of the prepared private data, which the ledger stores only as a keyed
-    (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings (``local.json``).
-    Old releases that published ``dataset["sha256"]`` still load.
+    (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings (``local.json``);
+    ``noise_seed_file``, the file holding a ``reproducible-secret`` release's secret noise seed
+    (``local.json``; the seed itself is in that file only). ``noise_source`` says which noise the
+    release used: secret (``secret: true``), reproducible from a secret seed
+    (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``,
+    not private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load.
     """
 
     mechanism: str
@@ -136,6 +140,9 @@ class Release:
     data_digest: str | None = None
     #: Local only (written to local.json, not release.json): the unrounded timings.
     exact_timings: dict | None = None
+    #: Local only (local.json): the file holding the secret noise seed of a ``reproducible-secret``
+    #: release (``--noise-seed-file``); the seed itself is written nowhere else.
+    noise_seed_file: str | None = None
 
     def to_dict(self, *, local: bool = False) -> dict:
         """The published form (``release.json``): local-only fields dropped, timings rounded.
@@ -158,6 +165,26 @@ class Release:
         if absent:
             raise DataError(f"release is missing required keys: {', '.join(absent)}.")
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def public_noise_reason(noise_source) -> str | None:
+    """Why a release whose ``noise_source`` (its recorded dict) is not secret is not private, else None.
+
+    Noise derived from a seed that is published (``--reproducible-noise``: the public ``--seed``,
+    written in release.json) makes the release a deterministic function of the data and public
+    facts: rerunning it on a candidate neighbour tells whether a record was in (an exact
+    membership test). Such a release counts as non-private (unbounded) in the ledger. Old
+    releases without a ``secret`` key are judged by their source name."""
+    if not isinstance(noise_source, dict):
+        return None
+    source = noise_source.get("source")
+    secret = noise_source.get("secret")
+    if secret is None:
+        secret = source != "reproducible"
+    if secret is not False and source != "reproducible":
+        return None
+    seed = noise_source.get("seed")
+    return f"noise derived from a published seed ({seed}, reproducible-public-seed): not private"
 
 
 def round_seconds(seconds: float) -> float:
@@ -223,16 +250,53 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     return data
 
 
+def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
+    """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts
+    of a multi-release run), else None; an unreadable file's id reads ``unreadable``."""
+    root = Path(out_dir).expanduser()
+    if not root.is_dir():
+        return None
+    found = [root / RELEASE_FILE] if (root / RELEASE_FILE).is_file() else []
+    found += sorted(p for p in root.glob(f"*/{RELEASE_FILE}") if p.is_file())
+    if not found:
+        return None
+    try:
+        rid = str(read_json(found[0], "release").get("id") or "without id")
+    except DataError:
+        rid = "unreadable"
+    return found[0], rid
+
+
+def check_release_folder(out_dir: str | os.PathLike, *, release_id: str | None = None, name: str = "out_dir") -> Path:
+    """Refuse (UsageError) a folder that already holds a release (other than ``release_id``): a
+    release folder is never overwritten, since the ledger keeps the old release (its budget
+    spent) and replacing its artefacts would leave that entry without them."""
+    from .errors import UsageError
+
+    hit = existing_release(out_dir)
+    if hit is not None and hit[1] != release_id:
+        raise UsageError(f"{name} must not hold a release already, got {str(out_dir)!r} (release {hit[1]} in {hit[0]}); "
+                         f"choose another --out: a release folder is never overwritten.")
+    return Path(out_dir)
+
+
 def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
     """Write ``release.json`` (the published form) and, when the release carries exact timings,
-    ``local.json`` beside it (local only, not for publication)."""
+    ``local.json`` beside it (local only, not for publication). A folder holding another release
+    is refused (:func:`check_release_folder`); rewriting the same release (its id) is allowed."""
+    hit = existing_release(out_dir)
+    if hit is not None and hit[0] == Path(out_dir).expanduser() / RELEASE_FILE:
+        check_release_folder(out_dir, release_id=release.id)
     path = write_json_atomic(Path(out_dir) / RELEASE_FILE, release.to_dict())
-    if release.exact_timings:
-        write_json_atomic(Path(out_dir) / LOCAL_FILE, {
+    if release.exact_timings or release.noise_seed_file:
+        local = {
             "release_id": release.id,
             "not_for_publication": "local facts of this run; they depend on the private data and are outside the DP guarantee",
             "timings": release.exact_timings,
-        })
+        }
+        if release.noise_seed_file:  # the file, not the secret: re-run with --noise-seed-file to reproduce
+            local["noise_seed_file"] = release.noise_seed_file
+        write_json_atomic(Path(out_dir) / LOCAL_FILE, local)
     return path
 
 

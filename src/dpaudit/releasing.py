@@ -34,11 +34,96 @@ from .noise import NoiseSource
 from .records import Release, write_release
 
 
-def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy") -> NoiseSource:
-    """DP noise generator: secret by default; derived from ``seed`` only on explicit request."""
+def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",
+                      secret_seed: int | None = None) -> NoiseSource:
+    """DP noise generator: secret by default; derived from ``seed`` only on explicit request;
+    from ``secret_seed`` (read by :func:`read_noise_seed`, never recorded) when given."""
+    check_noise_source(noise_source)
+    if secret_seed is not None:
+        return NoiseSource("reproducible-secret", seed=secret_seed)
     if reproducible_noise:
         return NoiseSource("reproducible", seed=seed)
     return NoiseSource(noise_source)
+
+
+#: Hex digits of a secret noise seed written by :func:`read_noise_seed` (256 bits) and the fewest
+#: it accepts (128 bits).
+_SEED_HEX, _MIN_SEED_HEX = 64, 32
+_NOISE_SEED_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpaudit_noise_seed_file", default=None)
+
+
+@contextlib.contextmanager
+def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
+    """Within this block, releases draw their DP noise reproducibly from the secret noise seed in
+    the file ``path`` (``--noise-seed-file``; created with 256 fresh bits when absent): the same
+    file gives the same noise, and the seed is never published (release.json records the source
+    ``reproducible-secret`` without a seed; ``local.json`` names the file). None: no effect."""
+    token = _NOISE_SEED_FILE.set(None if path is None else Path(path).expanduser())
+    try:
+        yield
+    finally:
+        _NOISE_SEED_FILE.reset(token)
+
+
+def read_noise_seed(path: Path) -> int:
+    """The secret noise seed in ``path`` (hex digits, at least 128 bits); a missing file is created
+    (mode 0600) with 256 bits from the OS. Its content is never printed."""
+    import secrets
+
+    rule = f"a file holding one secret of at least {_MIN_SEED_HEX} hex digits"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise UsageError(f"noise seed file must be {rule}, got {str(path)!r} (cannot create it: {e.strerror}).") from None
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(_SEED_HEX // 2) + "\n")
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"noise seed file must be {rule}, got {str(path)!r} (unreadable: {type(e).__name__}).") from None
+    if len(text) < _MIN_SEED_HEX or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise UsageError(f"noise seed file must be {rule}, got {str(path)!r} ({len(text)} characters, not all hex digits or too few).")
+    return int(text, 16)
+
+
+def planned_secret_seed(request) -> tuple[int | None, str | None]:
+    """(secret noise seed, its file) when :func:`secret_noise_seed` is in effect, else (None, None);
+    refuses (UsageError) a request that also asks for another noise source, before anything is reserved."""
+    path = _NOISE_SEED_FILE.get()
+    if path is None:
+        return None, None
+    if getattr(request, "reproducible_noise", False) or getattr(request, "noise_source", "os-entropy") != "os-entropy":
+        raise UsageError("noise seed file must not be combined with --reproducible-noise or --noise-source, got both.")
+    return read_noise_seed(path), str(path.resolve())
+
+
+def check_noise_source(noise_source: str) -> str:
+    """Refuse a ``noise_source`` a request may not name (one-line UsageError), before anything
+    is loaded or reserved: a typo must cost no ledger entry."""
+    from .requests import NOISE_SOURCES
+    from .validation import one_of
+
+    return one_of("noise_source", noise_source, NOISE_SOURCES)
+
+
+def planned_noise_reason(request, plan) -> str | None:
+    """Why the planned release will not be private because of its noise (derived from the
+    published seed: :func:`dpaudit.records.public_noise_reason`), else None; checked before
+    training, so the reservation counts it as unbounded and a capped dataset refuses it."""
+    if plan.event is None or not getattr(request, "reproducible_noise", False):
+        return None
+    return public_seed_reason(int(getattr(request, "seed", plan.seed)))
+
+
+def public_seed_reason(seed: int) -> str:
+    """The ledger's reason for a release whose noise is derived from the published ``seed``."""
+    from .noise import NoiseSpec
+    from .records import public_noise_reason
+
+    return public_noise_reason(NoiseSpec("reproducible", int(seed)).to_dict())
 
 
 @dataclass
@@ -185,10 +270,14 @@ def preflight(
     data_rows=None,
 ) -> None:
     """Raise if the planned release would exceed a cap or change the dataset's data (writes nothing;
-    :func:`reserve` also holds the budget)."""
+    :func:`reserve` also holds the budget). A ledger file that does not exist holds no cap and no
+    identity to check against: nothing is checked and nothing is created."""
     from .accounting.ledger import open_ledger
+    from .accounting.ledger_paths import ledger_missing, resolve_ledger
 
-    with open_ledger(ledger_path) as ledger:
+    if ledger_missing(resolve_ledger(ledger_path)):
+        return
+    with open_ledger(ledger_path, create=False) as ledger:
         ledger.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
                          data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get(),
                          noise_tail_delta=noise_tail_delta, data_rows=data_rows)
@@ -271,12 +360,14 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     import time
 
     from .mechanisms.contract import DataInfo
-    from .records import check_out_dir
+    from .records import check_out_dir, check_release_folder
 
     validate = getattr(mech, "validate", None)
     if validate is not None:
         request = validate(request)
-    out_dir = check_out_dir(out_dir) if out_dir is not None else None
+    check_noise_source(getattr(request, "noise_source", "os-entropy"))
+    secret_seed, seed_file = planned_secret_seed(request)
+    out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
     load_kw = {"ledger_path": ledger_path} if getattr(mech, "load_uses_ledger", False) else {}
     data = mech.load(request, **load_kw) if prepared is None else mech.load(request, prepared=prepared, **load_kw)
@@ -285,17 +376,18 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     plan = mech.plan(request, info)
     if out_dir is None:
         default = getattr(mech, "default_out_dir", None)
-        out_dir = check_out_dir(default(plan) if default is not None else _default_out_dir(plan))
+        out_dir = check_release_folder(check_out_dir(default(plan) if default is not None else _default_out_dir(plan)))
     parts = plan.parts or (plan,)  # a multi-release plan: one Release per part, one reservation
     planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
     # Check, then commit: the budget is checked and held before the private data are used.
     # A multi-release plan reserves its combined event (plan.event) once, for all its parts.
     reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
             ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
-            data_info={"split_seed": info.split_seed, "profile": info.profile}, uncertified=plan.uncertified, mechanism=plan.mechanism,
+            data_info={"split_seed": info.split_seed, "profile": info.profile},
+            uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
             noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
-                              noise_source=getattr(request, "noise_source", "os-entropy"))
+                              noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
     setup_seconds = time.perf_counter() - t0
     t1 = time.perf_counter()
     output = mech.run(plan, data, noise, progress=progress)
@@ -309,6 +401,10 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     # Every part's claim is verified (build_release) before anything is written or declared.
     releases = [build_release(mech, part, out, noise=noise, out_dir=Path(out_dir) / part.out_subdir, data=data,
                               timings=timings if part.time_run else None) for part, out in zip(parts, outputs)]
+    if seed_file is not None:  # local only: which secret the noise came from (never release.json)
+        import dataclasses
+
+        releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
     link = getattr(mech, "link_releases", None)
     if link is not None and plan.parts:
         releases = list(link(plan, releases))

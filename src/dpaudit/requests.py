@@ -193,7 +193,7 @@ def _coerce(name: str, value, tp):
 
 NOISE_SOURCES = ("os-entropy", "cryptographic")
 _NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrides."
-_REPRO_HELP = "Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
+_REPRO_HELP = "Derive DP noise from the published --seed: NOT private (the ledger counts it as unbounded). Off: fresh OS entropy."
 _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
 _PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "

@@ -147,8 +147,21 @@ def test_newer_schema_and_unwritable_location_give_exit_2(tmp_path):
     before = led.read_bytes()
     assert "schema version 5" in _one_line_error(runner.invoke(app, ["ledger", "summary", "--ledger", str(led)]))
     assert led.read_bytes() == before
-    line = _one_line_error(runner.invoke(app, ["ledger", "list", "--ledger", "/proc/dpaudit-x/l.sqlite"]))
+    # A writing command creates a missing ledger (reading ones refuse it: the test below).
+    line = _one_line_error(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "1", "--delta", "1e-5",
+                                               "--ledger", "/proc/dpaudit-x/l.sqlite"]))
     assert "cannot create the ledger directory" in line
+
+
+@pytest.mark.parametrize("command", [["summary"], ["list"], ["verify"], ["show", "abcdef12"], ["head"]])
+def test_reading_a_missing_ledger_is_an_error_and_creates_nothing(tmp_path, command):
+    # Issue 23, point 10: a mistyped --ledger once read as an empty, intact ledger (exit 0) and
+    # created the file and its folders.
+    missing = tmp_path / "typo" / "ledgr.sqlite"
+    r = runner.invoke(app, ["ledger", *command, "--ledger", str(missing)])
+    assert r.exit_code == 2
+    assert "ledger must be an existing ledger file" in _one_line_error(r) and str(missing) in _one_line_error(r)
+    assert not (tmp_path / "typo").exists()
 
 
 def test_bad_input_gives_one_line_exit_2(tmp_path):

@@ -84,3 +84,13 @@ def test_other_dtypes_use_the_numpy_path():
     z = f.transform(x, dtype=np.float16)
     assert z.dtype == np.float16
     assert np.all(np.abs(z - ref) <= 2e-2 * scale + 2e-3)
+
+
+@pytest.mark.parametrize("kind", FEATURE_KINDS)
+def test_feature_dim_matches_the_built_features(kind):
+    # The plan counts the noised head weights from public dimensions (issue 23, point 10: the
+    # sampler-tail check runs before anything is reserved); it must equal what the run builds.
+    from dpaudit.mechanisms.features import PROJECTION_THRESHOLD, feature_dim
+
+    for n_inputs in (13, PROJECTION_THRESHOLD + 1):
+        assert feature_dim(kind, n_inputs) == build_features(kind, n_inputs, seed=1).output_dim

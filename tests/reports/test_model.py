@@ -208,7 +208,8 @@ def test_reproducible_noise_is_flagged(tmp_path):
     p.write_text(json.dumps(d))
     rep = build_report([tmp_path])
     assert rep["sections"]["claim"][0]["noise_secure"] is False
-    assert any("reproducible noise" in m for m in _notes(rep, "warning"))
+    # issue 23, point 3: noise from a published seed is not private (an error, not a warning)
+    assert any("noise derived from a published seed: not private" in m for m in _notes(rep, "error"))
 
 
 def test_steps_mismatch_is_flagged(tmp_path):

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
-from ..records import Release, _json_safe
+from ..records import Release, _json_safe, public_noise_reason
 from ..validation import open_unit, positive_finite
 from . import ledger_compose as lc
 from . import ledger_rows as lr
@@ -63,7 +63,7 @@ from .adjacency import Adjacency, require_same
 from .events import Event
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
-from .ledger_paths import LedgerLocation, resolve_ledger
+from .ledger_paths import LedgerLocation, require_existing, resolve_ledger
 # Storage lives in ledger_sqlite / ledger_pg; re-exported here (tests patch MIGRATIONS in place).
 from .ledger_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
@@ -103,11 +103,17 @@ def uncertified_reason(release: Release) -> str | None:
     A release whose executed steps differ from the steps its guarantee accounts for (rule 2 of
     :mod:`dpaudit.claims`) is uncertified too: its stored events do not describe what ran, so
     nothing composed from them bounds its cost (a release path withholds such a release; this
-    catches a release.json written or edited elsewhere)."""
+    catches a release.json written or edited elsewhere).
+
+    A release whose DP noise is not secret (derived from its published seed:
+    :func:`dpaudit.records.public_noise_reason`) is not private at all and counts as unbounded too."""
     from ..claims import integer, steps_accounted, steps_problem
 
     if getattr(release, "non_private", False):
         return None
+    public = public_noise_reason(release.noise_source)
+    if public is not None:
+        return public
     steps = steps_problem(integer(release.steps_executed), steps_accounted(release))
     if steps is not None:
         return f"uncertified: {steps} (its stored guarantee does not describe what ran)"
@@ -238,10 +244,14 @@ class VerifyReport:
 
 
 def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
-                signing_key: "sg.SigningKey | str | None" = None) -> "Ledger":
+                signing_key: "sg.SigningKey | str | None" = None, create: bool = True) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
-    (see :func:`~dpaudit.accounting.ledger_paths.resolve_ledger`; any other scheme is refused)."""
+    (see :func:`~dpaudit.accounting.ledger_paths.resolve_ledger`; any other scheme is refused).
+    ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
+    naming it, and nothing is created."""
     loc = resolve_ledger(path)
+    if not create:
+        require_existing(loc)
     return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key)
 
 

@@ -129,6 +129,21 @@ def resolve_ledger(value: str | os.PathLike | None = None) -> LedgerLocation:
     return LedgerLocation("sqlite", path=Path(text).expanduser())
 
 
+def ledger_missing(loc: LedgerLocation) -> bool:
+    """Whether ``loc`` is a ledger file that does not exist (a PostgreSQL ledger never is: its
+    server answers for it)."""
+    return loc.backend == "sqlite" and not loc.path.exists()
+
+
+def require_existing(loc: LedgerLocation) -> LedgerLocation:
+    """Refuse (one-line LedgerError) a ledger file that does not exist: reading or verifying a
+    ledger never creates one (a mistyped ``--ledger`` must not read as an empty, intact ledger)."""
+    if ledger_missing(loc):
+        raise LedgerError(f"ledger must be an existing ledger file, got {str(loc.path)!r} (no such file; only commands that "
+                          f"write to a ledger create one).")
+    return loc
+
+
 def resolve_ledger_path(path: str | os.PathLike | None = None) -> Path:
     """The SQLite file of ``path`` (see :func:`resolve_ledger`); a URL is refused here (this
     function's callers need a file), an unknown scheme always."""

@@ -120,6 +120,7 @@ def _run_parameters(name: str) -> list[inspect.Parameter]:
                           default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/{name}-DATASET-seedS-epsE).",
                                                show_default=False)),
         inspect.Parameter("ledger", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.ledger()),
+        inspect.Parameter("noise_seed_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.noise_seed_file()),
         inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=options.json_out()),
     ]
 
@@ -132,9 +133,12 @@ def make_train_command(entry):
     def command(**kwargs):
         from ..releasing import release
 
-        out, ledger, json_out = (kwargs.pop(k, None) for k in _RUN_OPTIONS)
+        from ..releasing import secret_noise_seed
+
+        out, ledger, json_out, seed_file = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file"))
         request = request_from_options(rtype, kwargs)
-        rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
+        with secret_noise_seed(seed_file):
+            rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
         if json_out:
             emit_json(rel.to_dict())
             return

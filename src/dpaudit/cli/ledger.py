@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         from ..accounting import result_cache
 
         # prv answers of unchanged totals come from the on-disk cache (accounting/result_cache.py)
-        with open_ledger(ledger) as led, result_cache.enabled():
+        with open_ledger(ledger, create=False) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)
             path = str(led.path)
         if json_out:
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Every entry in append order (releases, voids, caps, partitions, reservations, data versions)."""
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             es = led.entries(dataset=dataset)
             path = str(led.path)
             if sweep is not None:
@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """One entry with everything recorded about it."""
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             d = led.get(entry_id).to_dict()
         if json_out:
             emit_json(d)
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Check the hash chain and every signature; names each edited, deleted, reordered or forged entry. Exit 1 if any."""
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             rep = led.verify(anchor=anchor, owner=owner)
         if json_out:
             emit_json(rep.to_dict())
@@ -341,7 +341,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Print the current head hash to publish (check it later with `ledger verify --anchor HASH`)."""
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             h = led.head()
         if json_out:
             emit_json(h)
@@ -411,7 +411,7 @@ def register(app: typer.Typer) -> None:
         import json
         import os
 
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             dump = led.export_rows()
             src = str(led.path)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the fingerprint key

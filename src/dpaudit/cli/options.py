@@ -43,6 +43,12 @@ def reproducible_noise() -> typer.models.OptionInfo:
     return typer.Option(False, "--reproducible-noise", help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
 
 
+def noise_seed_file() -> typer.models.OptionInfo:
+    return typer.Option(None, "--noise-seed-file", show_default=False,
+                        help="Reproducible AND private noise: derive DP noise from the secret seed in FILE (created with 256 "
+                             "random bits if absent; keep it private). Never published: release.json says reproducible-secret.")
+
+
 def noise_source() -> typer.models.OptionInfo:
     return typer.Option("os-entropy", "--noise-source", help="os-entropy (default), cryptographic; --reproducible-noise overrides.")
 

@@ -156,6 +156,9 @@ def register(app: typer.Typer) -> None:
             if tables["table3"]["rows"]:
                 typer.echo(table3_markdown(tables["table3"]))
             note(f"tables: {mp} and {jp}")
+            for u in summary.unrecorded:  # the model exists but is not in the ledger: its budget stays held
+                note(f"release written but not recorded: {u['release_dir']}; reservation {u['reservation']} stays open (spent): "
+                     f"record the release (`dpaudit ledger record DIR`), then void the reservation.")
             if summary.interrupted:
                 note("interrupted: finished tasks are stored; run the same command again to resume.")
         if summary.ran_failed or summary.interrupted:

@@ -45,6 +45,7 @@ def register(train_app: typer.Typer) -> None:
         reproducible_noise: bool = options.reproducible_noise(),
         noise_source: NoiseSourceChoice = typer.Option(NoiseSourceChoice.os_entropy, "--noise-source",
                                                        help="os-entropy (default) or cryptographic (ChaCha20 keystream); --reproducible-noise overrides."),
+        noise_seed_file: options.OptionalPath = options.noise_seed_file(),
         non_private: bool = options.non_private(),
         out: options.OptionalPath = typer.Option(None, "--out", help="Output directory (default: runs/dp-elm-DATASET-L{width}-seed{seed}-eps{eps}).", show_default=False),
         ledger: options.OptionalPath = options.ledger(),
@@ -69,7 +70,10 @@ def register(train_app: typer.Typer) -> None:
         request = DPELMRequest(dataset=dataset, data_dir=None if data_dir is None else str(data_dir), width=width, epsilon=epsilon, seed=seed,
                                sampler=sampler.value, adjacency=adjacency.value, split_seed=split_seed, profile=profile,
                                non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source.value)
-        release = train_and_release_dp_elm(**request.to_dict(), out_dir=out, ledger_path=ledger)
+        from ..releasing import secret_noise_seed
+
+        with secret_noise_seed(noise_seed_file):
+            release = train_and_release_dp_elm(**request.to_dict(), out_dir=out, ledger_path=ledger)
         cfg = release.config
         summary = {
             "mechanism": release.mechanism,

@@ -73,6 +73,7 @@ def register(train_app: typer.Typer) -> None:
         seed: int = options.seed(),
         reproducible_noise: bool = options.reproducible_noise(),
         noise_source: str = options.noise_source(),
+        noise_seed_file: options.OptionalPath = options.noise_seed_file(),
         data_dir: options.OptionalPath = options.data_dir(),
         out: Path = options.out_dir("runs/mixmin"),
         ledger: options.OptionalPath = options.ledger(),
@@ -97,7 +98,9 @@ def register(train_app: typer.Typer) -> None:
         mixture = replace(default_mixture(task_name), loss=loss.value, **{k: v for k, v in given.items() if v is not None})
         rho = default_rho(task_name) if rho is None else rho
         note(f"DP-MixMin {stage.value} on {'proxy predictions ' + str(proxy_predictions) if proxy_predictions else task.value}: eps={epsilon:g}, delta={delta:g}, rho={rho:g}, C={mixture.clipping_norm:g}")
-        with err_console.status("DP-MixMin: preparing") as status:
+        from ..releasing import secret_noise_seed
+
+        with err_console.status("DP-MixMin: preparing") as status, secret_noise_seed(noise_seed_file):
             release = _run(
                 status, train_and_release_mixmin,
                 task=task.value, target=target, epsilon=epsilon, delta=delta, rho=rho, stage=stage.value,

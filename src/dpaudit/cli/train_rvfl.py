@@ -37,7 +37,7 @@ def _ledger_fingerprint(release_id, ledger) -> str | None:
     try:
         from ..accounting.ledger import open_ledger
 
-        with open_ledger(ledger) as led:
+        with open_ledger(ledger, create=False) as led:
             return led.get(str(release_id)).payload.get("dataset_fingerprint")
     except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
         return None
@@ -55,6 +55,7 @@ def _make_command(model: str, description: str):
         ledger: options.OptionalPath = options.ledger(),
         reproducible_noise: bool = options.reproducible_noise(),
         noise_source: str = options.noise_source(),
+        noise_seed_file: options.OptionalPath = options.noise_seed_file(),
         epochs: Optional[int] = typer.Option(None, "--epochs", help="Override the epochs (default: 10 images, 30 tabular).", show_default=False),
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).", show_default=False),
         profile: Optional[str] = options.profile(),
@@ -88,7 +89,10 @@ def _make_command(model: str, description: str):
             profile=profile, split_seed=split_seed, privacy_unit=privacy_unit, records_per_user=records_per_user,
             user_ids=None if user_ids is None else str(user_ids), reference_size=reference_size,
         )
-        release = release_dpsgd(request, out_dir=out, ledger_path=ledger, progress=True)
+        from ..releasing import secret_noise_seed
+
+        with secret_noise_seed(noise_seed_file):
+            release = release_dpsgd(request, out_dir=out, ledger_path=ledger, progress=True)
         summary = _summary(release, ledger)
         if json_out:
             emit_json(summary)

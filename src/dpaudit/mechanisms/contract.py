@@ -62,6 +62,8 @@ class DataInfo:
     n_users: int | None = None
     identity: dict = field(default_factory=dict)
     reference_size: int | None = None
+    #: image datasets: the public (C, H, W) schema (None when planned before loading)
+    image_shape: tuple | None = None
 
     @classmethod
     def from_prepared(cls, data) -> "DataInfo":
@@ -73,7 +75,8 @@ class DataInfo:
             n_users = int(np.unique(np.asarray(data.user_ids["train"])).size)
         return cls(name=data.name, kind=data.kind, n_train=int(data.y_train.shape[0]), n_features=int(data.n_features),
                    n_classes=int(data.n_classes), profile=data.profile, split_seed=data.split_seed, n_users=n_users,
-                   identity=data.identity(), reference_size=getattr(data, "reference_size", None))
+                   identity=data.identity(), reference_size=getattr(data, "reference_size", None),
+                   image_shape=getattr(data, "image_shape", None))
 
     @classmethod
     def from_identity(cls, identity: dict, reference_size: int | None = None) -> "DataInfo":

@@ -223,6 +223,7 @@ class DPSGDMechanism:
             release_fields={"noise_multiplier": setup.noise_multiplier, "sample_rate": sched.sample_rate, "normalizer": sched.normalizer,
                             "clipping_norm": dp.clipping_norm,
                             "noise_sampler": "none (non-private)" if r.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
+            noise_values=None if r.non_private else _noised_parameters(spec, info, r.seed, steps=int(sched.steps)),
             noise_what=f"{r.model} run", compare_accountants=("prv",))
 
     def dpsgd_config(self, plan: ReleasePlan):
@@ -374,6 +375,26 @@ class DPSGDMechanism:
 
 
 MECHANISM = DPSGDMechanism()
+
+
+def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | None:
+    """Noise values the run draws (steps x trainable parameters), from public dimensions, so the
+    sampler-tail check refuses a request before anything is reserved. None when a dimension is
+    unknown before loading (an image CNN planned from the registry); the run checks again."""
+    from .dpsgd import head_outputs
+
+    if spec.family == "head":
+        from .features import feature_dim
+
+        return steps * head_outputs(info.n_classes, binary_logit=info.n_classes == 2) * (feature_dim(spec.features, info.n_features) + 1)
+    from .models import build_module
+
+    try:
+        module = build_module(spec.module, kind=info.kind, n_features=info.n_features, n_classes=info.n_classes,
+                              image_shape=info.image_shape, seed=seed)
+    except UsageError:
+        return None
+    return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
 def dpsgd_request(model: str, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, epochs, batch_size,

@@ -180,15 +180,31 @@ def random_hidden_layer(n_inputs: int, units: int, seed: int) -> tuple[np.ndarra
     return w, b
 
 
-def build_features(kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS) -> FrozenFeatures:
-    """The frozen representation of one model family (sections 3.4-3.5)."""
+def _shape(kind: str, n_inputs: int, hidden_units: int) -> tuple[bool, int, int]:
+    """(projected?, d', hidden units L) of a family's features: public dimensions only."""
     one_of("kind", kind, FEATURE_KINDS)
     n_inputs = positive_int("n_inputs", n_inputs)
     project = n_inputs > PROJECTION_THRESHOLD and kind != "logistic-raw"
-    proj = gaussian_projection(n_inputs, seed) if project else None
     d_red = PROJECTION_DIM if project else n_inputs
     if kind in ("logistic-raw", "logistic-projected"):
+        return project, d_red, 0
+    return project, d_red, hidden_units if kind in ("rvfl", "elm-sgd") else d_red + hidden_units
+
+
+def feature_dim(kind: str, n_inputs: int, *, hidden_units: int = HIDDEN_UNITS) -> int:
+    """``build_features(kind, n_inputs, seed).output_dim`` without drawing the features (a plan's
+    count of noised head parameters, known before anything is reserved)."""
+    _, d_red, units = _shape(kind, n_inputs, hidden_units)
+    direct = kind in ("logistic-raw", "logistic-projected", "rvfl")
+    return (d_red if direct else 0) + units
+
+
+def build_features(kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS) -> FrozenFeatures:
+    """The frozen representation of one model family (sections 3.4-3.5)."""
+    project, d_red, units = _shape(kind, n_inputs, hidden_units)
+    n_inputs = int(n_inputs)
+    proj = gaussian_projection(n_inputs, seed) if project else None
+    if kind in ("logistic-raw", "logistic-projected"):
         return FrozenFeatures(kind, n_inputs, proj, None, None, direct_link=True)
-    units = hidden_units if kind in ("rvfl", "elm-sgd") else d_red + hidden_units
     w, b = random_hidden_layer(d_red, units, seed)
     return FrozenFeatures(kind, n_inputs, proj, w, b, direct_link=(kind == "rvfl"))

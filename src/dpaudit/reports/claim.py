@@ -82,13 +82,13 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
     """(label, secure?) of a release's noise source."""
     if not isinstance(ns, dict):
         return "not recorded", None
+    from ..records import public_noise_reason
+
     source = str(ns.get("source") or "unknown")
-    secret = ns.get("secret")
-    if secret is None:
-        secret = source != "reproducible"
-    if source == "reproducible" or not secret:
-        seed = ns.get("seed")
-        return f"REPRODUCIBLE ({source}, derived from seed {seed}; not secret: for testing only)", False
+    if public_noise_reason(ns) is not None:
+        return f"NOT PRIVATE: REPRODUCIBLE ({source}, noise derived from the published seed {ns.get('seed')})", False
+    if ns.get("reproducible") == "secret-seed":
+        return f"secure ({source}, reproducible from a secret noise seed kept out of the release)", True
     return f"secure ({source}, secret)", True
 
 
@@ -126,7 +126,8 @@ def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> ClaimCa
     if steps is not None:
         notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): {steps}."))
     if secure is False and not r.non_private:
-        notes.append(Note("warning", "claim", f"release {r.id[:12]} ({r.mechanism}) used reproducible noise derived from a public seed; its DP guarantee assumes secret noise."))
+        notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): noise derived from a published seed: not private (anyone can "
+                                            "recompute the noise and test membership exactly); the ledger counts it as unbounded."))
     config = r.config if isinstance(r.config, dict) else {}
     sampler = _find_key(config, "sampler")
     q = num(r.sample_rate)

@@ -100,8 +100,8 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
         notes.append(Note("warning", "sweep", f"sweep {name}: {unverified} of {checked} release claims could not be recomputed "
                                               f"(first: {unverified_list[0]['message']})."))
     if reproducible:
-        notes.append(Note("warning", "sweep", f"sweep {name}: {reproducible} release(s) used reproducible noise derived from a public "
-                                              "seed; their DP guarantee assumes secret noise."))
+        notes.append(Note("warning", "sweep", f"sweep {name}: {reproducible} release(s) used noise derived from a published "
+                                              "seed: not private; the ledger counts them as unbounded."))
     if mismatch:
         line = f"{mismatch} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)"
         status = "mismatch"
@@ -224,7 +224,7 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
         from ..accounting.ledger import open_ledger
 
         datasets = sorted({dataset_name(lr.release.dataset) for lr in sweep.releases})
-        with open_ledger(ledger_path) as ledger:
+        with open_ledger(ledger_path, create=False) as ledger:
             entries = []
             for ds in datasets:
                 try:

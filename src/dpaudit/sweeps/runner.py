@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..errors import DataError, DPAuditError, UsageError
+from ..errors import DataError, UsageError
 from .executors import Executor, LocalExecutor, Outcome
 from .spec import SweepSpec, Task, TaskFilter
 from .store import STORE_FILE, open_store
@@ -77,6 +77,9 @@ class SweepSummary:
     seconds: float = 0.0
     interrupted: bool = False
     failures: list = field(default_factory=list)
+    #: releases written but not recorded in the ledger: ``{key, release_dir, reservation}``; each
+    #: reservation stays open (its budget spent) until an operator records the release or voids it
+    unrecorded: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -149,15 +152,17 @@ def run_sweep(
             todo = todo[: max(0, int(max_tasks))]
         by_key = {t.key: t for t in tasks}
         run_tasks = [by_key[k] for k in todo]
-        held: list[str] = []
-        if record:
-            held = budget_reserve(run_tasks, context.ledger_path, spec.name)
-            context = dataclasses.replace(context, reservations=tuple(held))
         summary = SweepSummary(
             name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(),
             tasks=len(tasks), done=0, failed=0, pending=0, skipped_finished=len(tasks) - len(todo),
             skipped_datasets=skipped,
         )
+        run_tasks = _skip_written(run_tasks, context, store, summary)
+        held: dict[str, str] = {}
+        if record:
+            held = budget_reserve(run_tasks, context.ledger_path, spec.name)
+            context = dataclasses.replace(context, reservations=tuple(held.values()))
+        closed: set[str] = set()  # tasks whose reservation was settled with their release
         bar = _progress(progress, len(run_tasks), spec.name)
         try:
             payloads = [(t.config(), context.to_dict()) for t in run_tasks]
@@ -165,11 +170,15 @@ def run_sweep(
                 task = run_tasks[out_.index]
                 if out_.ok:
                     try:
-                        value = _record_release(out_.value, context)
-                    except DPAuditError as e:
-                        # The model exists on disk but is not in the ledger: a failure, loudly.
-                        out_ = Outcome(out_.index, False, None, f"release written to {out_.value.get('release_dir')} but not recorded in the ledger: {e}",
-                                       out_.seconds, out_.worker)
+                        value = _record_release(out_.value, context, held.get(task.key))
+                        closed.add(task.key)
+                    except Exception as e:  # noqa: BLE001 - any failure to record leaves the budget held
+                        # The model exists on disk but is not in the ledger: a failure, loudly; its
+                        # reservation stays open (spent), as a single run's does (_close_reservations).
+                        rid = held.get(task.key)
+                        kept = f"; its budget stays held by open reservation {rid} (record the release, then void the reservation)" if rid else ""
+                        out_ = Outcome(out_.index, False, None, f"release written to {out_.value.get('release_dir')} but not recorded in the "
+                                       f"ledger: {type(e).__name__}: {e}{kept}", out_.seconds, out_.worker)
                 if out_.ok:
                     store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
                     summary.ran_ok += 1
@@ -187,7 +196,8 @@ def run_sweep(
         finally:
             if bar is not None:
                 bar[0].stop()
-            _close_reservations(held, context.ledger_path, spec.name)
+            summary.unrecorded = _close_reservations({k: r for k, r in held.items() if k not in closed}, context.ledger_path,
+                                                     spec.name, written=_written_folder(context, run_tasks))
             c = store.counts(keys)
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
@@ -214,8 +224,9 @@ def _exclusive(root: Path):
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def _record_release(value: dict, context: RunContext) -> dict:
-    """Record a task's release in the ledger (coordinator side); return the result to store."""
+def _record_release(value: dict, context: RunContext, reservation: str | None = None) -> dict:
+    """Record a task's release in the ledger (coordinator side) and settle its ``reservation``
+    with it (one transaction); return the result to store."""
     if not isinstance(value, dict) or "release" not in value:
         return value
     value = dict(value)
@@ -225,66 +236,141 @@ def _record_release(value: dict, context: RunContext) -> dict:
         from ..records import Release
 
         with open_ledger(context.ledger_path) as ledger:
-            ledger.record(Release.from_dict(release_dict), artefact_path=value.get("release_dir"))
+            item = (Release.from_dict(release_dict), value.get("release_dir"))
+            if reservation is not None:
+                ledger.settle(reservation, [item])
+            else:
+                ledger.record(item[0], artefact_path=item[1])
             value["ledger"] = str(ledger.path)  # a URL without its password
     return value
 
 
-def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> list[str]:
-    """Reserve, before anything runs, the budget of every release the sweep will make on a capped
-    dataset; refuse the sweep (nothing reserved) if they would together exceed a cap.
+def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepSummary) -> list[Task]:
+    """Leave out (as failed) the tasks whose folder already holds a release: it was written by an
+    earlier run and not recorded (its budget is still held by that run's open reservation);
+    training the task again would spend the budget twice."""
+    from ..records import existing_release
+    from .tasks import task_dir
+
+    keep = []
+    for t in tasks:
+        hit = existing_release(task_dir(context.out_dir, t.config(), t.key))
+        if hit is None:
+            keep.append(t)
+            continue
+        error = (f"release {hit[1]} already written to {hit[0].parent} by an earlier run; not trained again (a release folder is "
+                 f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
+                 f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn.")
+        store.mark_failed(t.key, error)
+        summary.failures.append({"key": t.key, **t.config(), "error": error})
+    return keep
+
+
+def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
+    """Reserve, before anything runs, the budget of every release the sweep will make: one
+    reservation per ``train`` task (``{task key: reservation id}``), as a single ``dpaudit train``
+    holds its own; refuse the sweep if they would together exceed a cap.
 
     Tasks running in parallel cannot see each other's not-yet-recorded releases, and neither can
-    a ``dpaudit train`` started by someone else meanwhile: one reservation per (dataset, partition)
-    holding the composition of all the sweep's planned releases closes both gaps (each
-    reservation is the cap check and its entry in one ledger transaction). The tasks' own
-    pre-checks leave these reservations out (:func:`dpaudit.releasing.held_by_caller`). While the
-    sweep runs, its recorded releases *and* its reservations count (conservative); the
-    reservations are cancelled when the sweep ends (:func:`_close_reservations`), and a killed
-    sweep leaves them spent until an operator voids them. Only datasets with a cap are reserved.
+    a ``dpaudit train`` started by someone else meanwhile: the whole sweep is first checked against
+    every cap at once (the composition of its planned releases per partition; nothing written), then
+    each task's reservation is appended with its own cap check, so a run started meanwhile is seen
+    (a refusal cancels the reservations already made). The tasks' own pre-checks leave these
+    reservations out (:func:`dpaudit.releasing.held_by_caller`). Each reservation is settled with
+    its task's release; it is cancelled when the task released nothing, and left open (spent,
+    voidable) when the release was written but not recorded (:func:`_close_reservations`). A killed
+    sweep leaves them all open until an operator voids them. A task whose noise is derived from its
+    published seed is reserved as not private (unbounded).
     """
-    from ..accounting import Composed
     from ..accounting.ledger import open_ledger
     from .tasks import planned_release
 
-    train = [t for t in tasks if t.runner == "train"]
-    if not train:
-        return []
-    held: list[str] = []
-    with open_ledger(ledger_path) as ledger:
-        capped = {t.dataset for t in train if ledger.entries(dataset=t.dataset, kind="cap")}
-        if not capped:
-            return []
-        groups: dict[tuple, list] = {}
-        for t in train:
-            if t.dataset not in capped:
-                continue
+    planned = []
+    for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
+        if t.runner == "train":
             ds, part, adj, event, tail = planned_release(t.config())
-            groups.setdefault((ds, part, adj), []).append((event, tail))
+            planned.append((t.key, dict(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
+                                        noise_tail_delta=tail, uncertified=_noise_reason(t, event))))
+    if not planned:
+        return {}
+    held: dict[str, str] = {}
+    with open_ledger(ledger_path) as ledger:
+        _check_sweep(ledger, [p for _, p in planned])
         try:
-            for (ds, part, adj), planned in groups.items():
-                # A non-private task makes its partition unbounded: reserve it as such (event None).
-                events = [e for e, _ in planned]
-                event = None if any(e is None for e in events) else Composed(tuple(events))
-                tail = sum(t for _, t in planned)  # the tasks' sampler tails, held with their events
-                held.append(ledger.reserve(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
-                                           noise_tail_delta=tail))
+            for key, p in planned:
+                held[key] = ledger.reserve(**p)
         except BaseException:
-            for rid in held:  # all or nothing: a refused sweep holds no budget
+            for rid in held.values():  # all or nothing: a refused sweep holds no budget
                 ledger.cancel(rid, f"sweep {sweep} refused before running")
             raise
     return held
 
 
-def _close_reservations(held: list[str], ledger_path: str | os.PathLike | None, sweep: str) -> None:
-    """Cancel the sweep's reservations: its releases are in the ledger individually by now."""
+def _noise_reason(task: Task, event) -> str | None:
+    """Why ``task``'s release will not be private because of its noise (derived from its
+    published seed), else None."""
+    if event is None or not dict(task.settings).get("reproducible_noise"):
+        return None
+    from ..releasing import public_seed_reason
+
+    return public_seed_reason(task.seed)
+
+
+def _check_sweep(ledger, planned: list[dict]) -> None:
+    """Refuse a sweep whose planned releases together exceed a cap (writes nothing): one
+    composed event per (dataset, partition, adjacency) of a capped dataset."""
+    from ..accounting import Composed
+
+    groups: dict[tuple, list[dict]] = {}
+    for p in planned:
+        if ledger.entries(dataset=p["dataset"], kind="cap"):
+            groups.setdefault((p["dataset"], p["partition"], p["adjacency"]), []).append(p)
+    for (ds, part, adj), ps in groups.items():
+        # A non-private task makes its partition unbounded: checked as such (event None).
+        events = [p["event"] for p in ps]
+        event = None if any(e is None for e in events) else Composed(tuple(events))
+        why = next((p["uncertified"] for p in ps if p["uncertified"]), None)
+        ledger.preflight(dataset=ds, partition=part, event=event, adjacency=adj, uncertified=why,
+                         noise_tail_delta=sum(p["noise_tail_delta"] for p in ps))
+
+
+def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
+                        written: Callable[[str], str | None] = lambda key: None) -> list[dict]:
+    """Close the sweep's task reservations still open when it ends (``held``: task key ->
+    reservation id): cancel those of tasks that released nothing; leave open (spent, voidable)
+    those whose release folder holds anything (``written(key)``: the folder, else None), since
+    the model may exist although it is not in the ledger (a failed record, an interrupt).
+    Returns the ones left open, as ``{key, release_dir, reservation}``."""
+    left: list[dict] = []
     if not held:
-        return
+        return left
     from ..accounting.ledger import open_ledger
 
     with open_ledger(ledger_path) as ledger:
-        for rid in held:
-            ledger.cancel(rid, f"sweep {sweep} ended; its releases are recorded individually")
+        for key, rid in held.items():
+            if ledger.get(rid).closed_by is not None:  # settled before an interrupt reached us
+                continue
+            folder = written(key)
+            if folder is not None:
+                left.append({"key": key, "release_dir": folder, "reservation": rid})
+                continue
+            ledger.cancel(rid, f"sweep {sweep}: task {key[:12]} released nothing")
+    return left
+
+
+def _written_folder(context: RunContext, tasks: list[Task]) -> Callable[[str], str | None]:
+    """``written(key)`` for :func:`_close_reservations`: the task's release folder when it holds
+    anything (a release, or artefacts written just before it), else None."""
+    from .tasks import task_dir
+
+    by_key = {t.key: t for t in tasks}
+
+    def written(key: str) -> str | None:
+        t = by_key.get(key)
+        d = None if t is None else task_dir(context.out_dir, t.config(), t.key)
+        return str(d) if d is not None and d.is_dir() and any(d.iterdir()) else None
+
+    return written
 
 
 def _progress(enabled: bool, total: int, name: str):

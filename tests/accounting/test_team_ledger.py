@@ -585,3 +585,36 @@ def test_a_granted_writer_role_uses_the_ledger_but_cannot_rewrite_it(pg_server_u
                 led.store.execute(sql.format(s=led.store.s))
     r = CliRunner().invoke(app, ["ledger", "grant", "--role", name, "--ledger", str(tmp_path / "l.sqlite")])
     assert r.exit_code == 2 and "must be a postgresql:// ledger" in r.output
+
+
+# ---------------------------------------------------------------- issue 23 point 8: voids need authority
+
+
+def test_on_a_signed_ledger_only_the_owner_voids_and_says_whether_artefacts_were_published(target):
+    from dpaudit.accounting import Composed, compute_epsilon
+    from dpaudit.errors import LedgerAuthorityError
+
+    with open_ledger(target, signing_key=OWNER) as led:
+        led.register_key()
+        led.register_key(ALICE.public_text, "alice")
+        a, b, _ = (led.record(release(i, nm=0.7)) for i in range(3))
+        full = next(r for r in led.summary(accountants=("rdp",)) if r["partition"] == "*")["epsilon"]
+    with open_ledger(target, signing_key=ALICE) as led, pytest.raises(LedgerAuthorityError, match="signed by its owner's key"):
+        led.void(a, "mistake", published=False)
+    with open_ledger(target, signing_key=OWNER) as led:
+        with pytest.raises(LedgerAuthorityError, match="ever published"):
+            led.void(a, "mistake")
+        led.void(a, "recorded twice", published=False)
+        led.void(b, "withdrawn after publication", published=True)
+        row = next(r for r in led.summary(accountants=("rdp",)) if r["partition"] == "*")
+        assert led.verify(owner=OWNER.key_id).ok
+    # The never-published void leaves the total and is shown apart; the published one keeps counting.
+    kept = Composed((SubsampledGaussian(0.7, 0.01, 101), SubsampledGaussian(0.7, 0.01, 102)))
+    assert row["epsilon_rdp"] == pytest.approx(compute_epsilon(kept, delta=1e-5, accountant="rdp").epsilon, rel=1e-9)
+    assert row["epsilon"] < full
+    assert row["voided_releases"] == 2 and row["voided_published_releases"] == 1
+    alone = compute_epsilon(SubsampledGaussian(0.7, 0.01, 100), delta=1e-5, accountant="rdp").epsilon
+    assert row["voided_epsilon"] == pytest.approx(alone, rel=1e-9)
+    r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", str(target)], env={"COLUMNS": "200"})
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0 and "voided, not counted" in out and "still counted: 1" in out

@@ -251,11 +251,13 @@ def append_unsigned(target, kind: str, dataset: str, payload: dict) -> None:
         led.store.insert(eid, kind, created, dataset, text, prev, entry_hash(prev, eid, kind, created, dataset, text))
 
 
-def _signed_toy_ledger(target) -> list[str]:
-    """owner key (1), policy (2), cap 3 on toy (3), three releases (4-6), all signed by the owner."""
+def _signed_toy_ledger(target, policy: bool = True) -> list[str]:
+    """owner key (1), policy (2), cap 3 on toy (3), three releases (4-6), all signed by the owner
+    (without ``policy``: entries 1-5, no policy entry)."""
     with open_ledger(target, signing_key=OWNER) as led:
         led.register_key()
-        led.require_signatures()
+        if policy:
+            led.require_signatures()
         led.cap("toy", 3.0, 1e-5)
         return [led.record(release(i, nm=0.7)) for i in range(3)]
 
@@ -318,13 +320,13 @@ def test_deleting_the_owners_registration_too_is_caught_by_the_pinned_owner(targ
 
 @pytest.mark.parametrize("kind", ["void", "cap", "partition"])
 def test_an_unsigned_entry_appended_to_a_signed_ledger_fails_verify_and_preflight(target, kind):
-    ids = _signed_toy_ledger(target)
+    ids = _signed_toy_ledger(target, policy=False)  # every entry signed, no policy entry
     payload = {"void": {"target": ids[0], "reason": "x", "artefacts_published": False},
                "cap": {"dataset": "toy", "epsilon": 100.0, "delta": 1e-5},
                "partition": {"dataset": "toy", "parent": "all", "children": ["train", "other"], "declared_by": "x"}}[kind]
     append_unsigned(target, kind, "toy", payload)
     found, _ = _problems(target, owner=OWNER.key_id)
-    assert [(p.seq, p.kind) for p in found] == [(7, "signature")] and f"entry #7 ({kind}" in found[0].message
+    assert [(p.seq, p.kind) for p in found] == [(6, "signature")] and f"entry #6 ({kind}" in found[0].message
     _refused_everywhere(target)
 
 

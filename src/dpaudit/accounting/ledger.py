@@ -29,8 +29,9 @@ the transactions and the append-only rules; everything below is written once, fo
 - Entries are signed (Ed25519, :mod:`~dpaudit.accounting.signing`) once the writer's key is
   registered (``key`` entries; the first is the owner's); a signed entry's hash covers its
   signature. :meth:`Ledger.verify` checks every signature, so a ledger whose triggers were
-  dropped, a release edited and the hashes recomputed fails; ``require_signatures`` (a
-  ``policy`` entry) refuses unsigned writes from then on.
+  dropped, a release edited and the hashes recomputed fails; from the owner's registration on,
+  every entry must be signed (unsigned writes are refused, unsigned rows fail verification), and
+  a pinned owner (``owner=``, ``$DPAUDIT_LEDGER_OWNER``) makes its missing registration fail too.
 - The schema has a version table and an ordered list of migrations (:data:`MIGRATIONS`). A
   ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
   with one :class:`~dpaudit.errors.LedgerError` line before anything is written.

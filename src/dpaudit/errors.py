@@ -45,3 +45,12 @@ class LedgerError(DPAuditError):
 
 class AccountingMismatchError(DPAuditError):
     """Executed steps differ from accounted steps, or the achieved epsilon exceeds the target."""
+
+
+class LedgerVerificationError(LedgerError):
+    """The ledger fails verification (chain or signatures): no budget is computed from it (fail closed)."""
+
+
+class LedgerAuthorityError(DPAuditError):
+    """A write that would lower a spent budget lacks the authority it needs (a void not signed by the
+    owner, a partition declared over children that already hold releases)."""

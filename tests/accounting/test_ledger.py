@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from dpaudit.accounting import Composed, Parallel, PureEpsilon, SubsampledGaussian, compute_epsilon
 from dpaudit.accounting.ledger import Ledger, canonical_json, entry_hash, latest_schema_version, open_ledger
 from dpaudit.accounting.ledger_paths import resolve_ledger_path
-from dpaudit.errors import AdjacencyMismatchError, BudgetExceededError, LedgerError, UnsupportedEventError, UsageError
+from dpaudit.errors import AdjacencyMismatchError, BudgetExceededError, LedgerAuthorityError, LedgerError, UnsupportedEventError, UsageError
 from dpaudit.records import Release
 
 SHA = "ab" * 32
@@ -167,11 +167,33 @@ def test_undeclared_partitions_compose_sequentially_in_the_dataset_total(ledger)
     assert row(rows, "*")["epsilon_prv"] is None  # not asked for
     assert row(rows, "*")["epsilon_rdp"] == pytest.approx(rdp(Composed((GC, FT))), rel=1e-12)
     assert row(rows, "train")["epsilon_rdp"] == pytest.approx(rdp(GC), rel=1e-12)
-    # Declaring them disjoint turns the total into the worse of the two.
+    # Declaring them disjoint now would lower what they spent (issue 23 point 8): refused, naming both.
+    with pytest.raises(LedgerAuthorityError, match="must be declared before its children hold releases") as ei:
+        ledger.declare_partition("mnist", "all", ["train", "test"], "prepare-split")
+    assert "mnist:train" in str(ei.value) and "mnist:test" in str(ei.value)
+    assert row(ledger.summary(accountants=("rdp",)), "*")["epsilon_rdp"] == pytest.approx(rdp(Composed((GC, FT))), rel=1e-12)
+    assert [e.kind for e in ledger.entries()] == ["release", "release"]
+
+
+def test_partitions_declared_disjoint_before_their_releases_compose_as_the_worst(ledger):
     ledger.declare_partition("mnist", "all", ["train", "test"], "prepare-split")
+    ledger.record(make_release(GC, partition="train"))
+    ledger.record(make_release(FT, partition="test"))
     rows = ledger.summary(accountants=("rdp",))
     assert row(rows, "*")["epsilon_rdp"] == pytest.approx(max(rdp(GC), rdp(FT)), rel=1e-12)
     assert row(rows, "all")["children"] == ["train", "test"] and row(rows, "train")["parent"] == "all"
+    # Re-declaring the identical split stays a no-op, releases or not.
+    first = ledger.entries(kind="partition")[0].id
+    assert ledger.declare_partition("mnist", "all", ["test", "train"], "prepare-split") == first
+
+
+def test_a_release_inside_a_child_also_blocks_a_late_declaration(ledger):
+    ledger.record(make_release(GC, partition="train/mix/a"))
+    with pytest.raises(LedgerAuthorityError, match="train/mix/a"):
+        ledger.declare_partition("mnist", "train", ["train/mix", "train/ft"], "dp-mixmin")
+    # A release on the parent itself composes sequentially either way: no refusal.
+    ledger.record(make_release(GC, partition="other"))
+    ledger.declare_partition("mnist", "other/x", ["other/x/1", "other/x/2"], "split")
 
 
 # ---------------------------------------------------------------- parallel composition

@@ -180,12 +180,53 @@ def test_the_first_key_must_sign_its_own_registration_and_can_be_pinned():
     assert found and "no owner key" in found[0].message
 
 
-def test_a_policy_makes_later_unsigned_entries_problems_and_ledger_entries_must_be_signed():
-    c = _team().add(sg.POLICY_KIND, {"require_signatures": True}, OWNER, dataset=sg.LEDGER_SCOPE)
-    c.add("release", {}, None)
+def test_the_owners_registration_makes_every_later_unsigned_entry_a_problem():
+    # Issue 23 point 2: the policy is the owner's signed registration, not a deletable marker.
+    c = _team().add("release", {}, None)
     ring, found = sg.check_signatures(c.plain())
-    assert ring.required_since == 5
-    assert [f.seq for f in found] == [6] and "requires signatures since entry #5" in found[0].message
+    assert ring.required_since == 1
+    assert [f.seq for f in found] == [5] and "requires signatures since entry #1" in found[0].message
+    # A policy entry (older ledgers) changes nothing.
+    c = _team().add(sg.POLICY_KIND, {"require_signatures": True}, OWNER, dataset=sg.LEDGER_SCOPE).add("release", {}, None)
+    ring, found = sg.check_signatures(c.plain())
+    assert ring.required_since == 1 and [f.seq for f in found] == [6]
+    # Unsigned entries before the registration are fine: the policy starts there.
+    c = Chain().add("release", {}, None).register(OWNER, OWNER, "owner").add("release", {}, OWNER)
+    ring, found = sg.check_signatures(c.plain(), owner=OWNER.key_id)
+    assert found == [] and ring.required_since == 2 and (ring.signed, ring.unsigned) == (2, 1)
+
+
+def test_rewriting_the_unsigned_history_before_the_registration_breaks_its_signature():
+    c = Chain().add("release", {"noise_multiplier": 1.0}, None).register(OWNER, OWNER, "owner").add("release", {}, OWNER)
+    forged = Chain().add("release", {"noise_multiplier": 9.0}, None)  # the first entry edited, its hash recomputed
+    rows = c.plain()
+    rows = [forged.plain()[0], rows[1]._replace(prev_hash=forged.rows[0].signature_hash), rows[2]]
+    _, found = sg.check_signatures(rows, owner=OWNER.key_id)
+    assert [f.seq for f in found][:1] == [2] and "invalid signature" in found[0].message
+    assert any("no owner key" in f.message for f in found)
+
+
+def test_a_pinned_owner_whose_registration_was_removed_is_named():
+    # The whole signed tail deleted and re-inserted unsigned: only the pinned owner can tell.
+    c = Chain().add("release", {}, None).add("release", {}, None)
+    ring, found = sg.check_signatures(c.plain())
+    assert found == [] and ring.owner is None
+    _, found = sg.check_signatures(c.plain(), owner=OWNER.key_id)
+    assert len(found) == 1 and "registers no owner key" in found[0].message and "removed" in found[0].message
+
+
+def test_a_void_on_a_signed_ledger_is_signed_by_the_owner_and_says_whether_it_was_published():
+    ok = _team().add("void", {"target": "e4", "reason": "r", "artefacts_published": False}, OWNER)
+    assert sg.check_signatures(ok.plain())[1] == []
+    by_member = _team().add("void", {"target": "e4", "reason": "r", "artefacts_published": False}, MEMBER)
+    _, found = sg.check_signatures(by_member.plain())
+    assert [f.seq for f in found] == [5] and "not by the ledger's owner" in found[0].message
+    silent = _team().add("void", {"target": "e4", "reason": "r"}, OWNER)
+    _, found = sg.check_signatures(silent.plain())
+    assert [f.seq for f in found] == [5] and "artefacts_published" in found[0].message
+    for kind in ("void", "cap", "partition"):
+        _, found = sg.check_signatures(_team().add(kind, {"target": "e4"}, None).plain())
+        assert [f.seq for f in found] == [5] and "is unsigned" in found[0].message
     # Without a policy an unsigned release is allowed (old ledgers), an unsigned key entry is not.
     c = Chain().add("release", {}, None).add(sg.KEY_KIND, sg.key_payload(OWNER.public_raw, "o", "owner"), None, dataset="")
     ring, found = sg.check_signatures(c.plain())

@@ -19,7 +19,7 @@ from dpaudit.accounting import PureEpsilon, SubsampledGaussian
 from dpaudit.accounting import signing as sg
 from dpaudit.accounting.ledger import entry_hash, open_ledger
 from dpaudit.cli import app
-from dpaudit.errors import LedgerError, UsageError
+from dpaudit.errors import BudgetExceededError, LedgerError, UsageError
 from dpaudit.records import Release
 
 RACER = Path(__file__).with_name("budget_racer.py")
@@ -146,7 +146,7 @@ def test_stripping_signatures_is_caught_by_the_next_signature_and_the_policy(tar
     # Edit the last release and strip its signature: the policy makes an unsigned entry a problem.
     forge_strip(target, 4)
     found, _ = _problems(target)
-    assert [(p.kind, p.seq) for p in found] == [("signature", 4)] and "requires signatures since entry #2" in found[0].message
+    assert [(p.kind, p.seq) for p in found] == [("signature", 4)] and "requires signatures since entry #1" in found[0].message
     assert ids
 
 
@@ -187,6 +187,154 @@ def forge_strip(target, seq: int) -> None:
             c.execute(f"UPDATE {s}.chain_head SET hash = %s", (prev,))
             c.execute(f"ALTER TABLE {s}.entries ENABLE TRIGGER entries_no_update")
             c.execute(f"ALTER TABLE {s}.chain_head ENABLE TRIGGER chain_head_guard")
+
+
+# ---------------------------------------------------------------- issue 23 point 2: stripping signatures
+
+
+def rewrite_from(target, seq: int, edit) -> None:
+    """The attack of issue 23 point 2: delete every entry from ``seq`` on, re-insert them edited
+    (``edit(kind, payload)`` -> payload, or None to drop the entry) and unsigned, with the hashes
+    and the chain head recomputed, and put the append-only triggers back."""
+    rows = _rows(target)
+    prev = rows[seq - 2][7] if seq > 1 else "0" * 64
+    new = []
+    for r in rows[seq - 1:]:
+        s, eid, kind, created, ds, text, *_ = r
+        payload = edit(kind, json.loads(text))
+        if payload is None:
+            continue
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        h = entry_hash(prev, eid, kind, created, ds, text)
+        new.append((seq + len(new), eid, kind, created, ds, text, prev, h))
+        prev = h
+    count = seq - 1 + len(new)
+    if isinstance(target, Path):
+        import sqlite3
+
+        conn = sqlite3.connect(target, isolation_level=None)
+        conn.execute("DROP TRIGGER entries_no_delete")
+        conn.execute("DELETE FROM entries WHERE seq >= ?", (seq,))
+        conn.executemany("INSERT INTO entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", new)
+        conn.execute("UPDATE chain_head SET seq = ?, count = ?, hash = ?", (count, count, prev))
+        conn.execute("CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
+        conn.close()
+        return
+    import psycopg
+
+    from dpaudit.accounting.ledger_paths import resolve_ledger
+
+    loc = resolve_ledger(target)
+    s = f'"{loc.schema}"'
+    with psycopg.connect(loc.url, autocommit=True) as c:
+        for t in ("entries_no_delete", "entries_chain"):
+            c.execute(f"ALTER TABLE {s}.entries DISABLE TRIGGER {t}")
+        c.execute(f"ALTER TABLE {s}.chain_head DISABLE TRIGGER chain_head_guard")
+        c.execute(f"DELETE FROM {s}.entries WHERE seq >= %s", (seq,))
+        for row in new:
+            c.execute(f"INSERT INTO {s}.entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", row)
+        c.execute(f"UPDATE {s}.chain_head SET seq = %s, count = %s, hash = %s", (count, count, prev))
+        for t in ("entries_no_delete", "entries_chain"):
+            c.execute(f"ALTER TABLE {s}.entries ENABLE TRIGGER {t}")
+        c.execute(f"ALTER TABLE {s}.chain_head ENABLE TRIGGER chain_head_guard")
+
+
+def append_unsigned(target, kind: str, dataset: str, payload: dict) -> None:
+    """An unsigned entry appended straight into the database (INSERT is what the triggers allow)."""
+    import uuid
+
+    from dpaudit.accounting.ledger import canonical_json
+
+    with open_ledger(target, signing_key=None) as led, led.store.write():
+        prev = led.store.head()[2]
+        eid, created, text = uuid.uuid4().hex, "2026-12-01T00:00:00.000000+00:00", canonical_json(payload)
+        led.store.insert(eid, kind, created, dataset, text, prev, entry_hash(prev, eid, kind, created, dataset, text))
+
+
+def _signed_toy_ledger(target, policy: bool = True) -> list[str]:
+    """owner key (1), policy (2), cap 3 on toy (3), three releases (4-6), all signed by the owner
+    (without ``policy``: entries 1-5, no policy entry)."""
+    with open_ledger(target, signing_key=OWNER) as led:
+        led.register_key()
+        if policy:
+            led.require_signatures()
+        led.cap("toy", 3.0, 1e-5)
+        return [led.record(release(i, nm=0.7)) for i in range(3)]
+
+
+def _weaken(kind, payload):
+    if kind == "policy":
+        return None
+    if kind == "cap":
+        return {**payload, "epsilon": 100.0}
+    if kind == "release":
+        g = {**payload["guarantee"], "noise_multiplier": 5.0}
+        return {**payload, "guarantee": g, "noise_multiplier": 5.0, "epsilon": 0.1}
+    return payload
+
+
+def _refused_everywhere(target, **owner) -> None:
+    """Budget answers fail closed: preflight and summary raise, the CLI says so in one line."""
+    from dpaudit.errors import LedgerVerificationError
+
+    with open_ledger(target, signing_key=None, **owner) as led:
+        with pytest.raises(LedgerVerificationError, match="fails verification"):
+            led.preflight(dataset="toy", partition="train", event=G, adjacency="add-remove-record")
+        with pytest.raises(LedgerVerificationError, match="fails verification"):
+            led.summary()
+
+
+def test_deleting_from_the_policy_on_and_reinserting_unsigned_fails_verify_and_preflight(target):
+    _signed_toy_ledger(target)
+    with open_ledger(target, signing_key=None) as led:
+        spent = next(r for r in led.summary() if r["partition"] == "*")["epsilon"]
+        with pytest.raises(BudgetExceededError):
+            led.preflight(dataset="toy", partition="train", event=G, adjacency="add-remove-record")
+    assert spent > 3.0
+    rewrite_from(target, 2, _weaken)
+    found, rep = _problems(target, owner=OWNER.key_id)
+    # The owner's registration (entry 1) survives, so every later unsigned entry is named.
+    assert [(p.kind, p.seq) for p in found] == [("signature", 2), ("signature", 3), ("signature", 4), ("signature", 5)]
+    assert all("requires signatures since entry #1" in p.message for p in found)
+    assert _problems(target)[0] == found  # no pin needed for this one
+    _refused_everywhere(target)
+    r = CliRunner().invoke(app, ["ledger", "verify", "--owner", OWNER.key_id, "--ledger", str(target)])
+    assert r.exit_code == 1 and "entry #2 (cap" in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", str(target)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "fails verification" in r.output
+
+
+def test_deleting_the_owners_registration_too_is_caught_by_the_pinned_owner(target, monkeypatch):
+    _signed_toy_ledger(target)
+    rewrite_from(target, 1, lambda k, p: None if k in ("key", "policy") else _weaken(k, p))
+    found, rep = _problems(target)
+    assert found == [] and rep.signatures["signed"] == 0  # without a pin it looks like an unsigned ledger
+    found, _ = _problems(target, owner=OWNER.key_id)
+    assert len(found) == 1 and "registers no owner key" in found[0].message
+    _refused_everywhere(target, owner=OWNER.key_id)
+    monkeypatch.setenv(sg.OWNER_ENV, OWNER.public_text)  # a public key works as well as its id
+    _refused_everywhere(target)
+    r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", str(target)])
+    assert r.exit_code == 2 and "registers no owner key" in r.output
+
+
+@pytest.mark.parametrize("kind", ["void", "cap", "partition"])
+def test_an_unsigned_entry_appended_to_a_signed_ledger_fails_verify_and_preflight(target, kind):
+    ids = _signed_toy_ledger(target, policy=False)  # every entry signed, no policy entry
+    payload = {"void": {"target": ids[0], "reason": "x", "artefacts_published": False},
+               "cap": {"dataset": "toy", "epsilon": 100.0, "delta": 1e-5},
+               "partition": {"dataset": "toy", "parent": "all", "children": ["train", "other"], "declared_by": "x"}}[kind]
+    append_unsigned(target, kind, "toy", payload)
+    found, _ = _problems(target, owner=OWNER.key_id)
+    assert [(p.seq, p.kind) for p in found] == [(6, "signature")] and f"entry #6 ({kind}" in found[0].message
+    _refused_everywhere(target)
+
+
+def test_a_signed_ledger_refuses_unsigned_writes_from_the_owners_registration_on(target):
+    with open_ledger(target, signing_key=OWNER) as led:
+        led.register_key()  # no policy entry: the registration is the policy
+    with open_ledger(target, signing_key=None) as led, pytest.raises(LedgerError, match="requires signed entries .since entry #1"):
+        led.record(release(0))
 
 
 # ---------------------------------------------------------------- keys, policy, anchors
@@ -290,7 +438,7 @@ def test_the_cli_team_workflow(tmp_path, monkeypatch, target):
     assert head["entries"] == 4
     r = run(app, ["ledger", "verify", "--json", "--anchor", head["hash"], "--owner", owner["key_id"], *led])
     rep = json.loads(r.output)
-    assert r.exit_code == 0 and rep["ok"] and rep["signatures"]["signed"] == 4 and rep["signatures"]["required_since"] == 3
+    assert r.exit_code == 0 and rep["ok"] and rep["signatures"]["signed"] == 4 and rep["signatures"]["required_since"] == 1
     r = run(app, ["ledger", "list", "--json", *led])
     assert [e.get("signer") for e in json.loads(r.output)["entries"]] == [owner["key_id"]] * 3 + [bob["key_id"]]
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(tmp_path / "nope.key"))
@@ -310,16 +458,25 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
         led.settle(rid, [release(0)])
         mistake = release(1)
         led.record(mistake)
-        led.void(mistake.id, "mistake")
+        led.void(mistake.id, "mistake", published=False)
         before = led.summary()
+        fp = led.fingerprint("cd" * 32)
+        import base64
+
+        secret = base64.b64encode(led._key()).decode("ascii")
     run = CliRunner().invoke
     dump = tmp_path / "dump.json"
+    # The fingerprint key leaves only when asked for (issue 23 point 8).
     r = run(app, ["ledger", "export", "--out", str(dump), "--ledger", str(src)])
+    assert r.exit_code == 0 and "without" in r.output, r.output
+    assert secret not in dump.read_text() and json.loads(dump.read_text())["fingerprint_key"] is None
+    r = run(app, ["ledger", "export", "--include-key", "--out", str(dump), "--ledger", str(src)])
     assert r.exit_code == 0, r.output
+    assert json.loads(dump.read_text())["fingerprint_key"] == secret
     assert (dump.stat().st_mode & 0o777) == 0o600
     r = run(app, ["ledger", "import", "--from", str(dump), "--json", "--ledger", pg_ledger_url])
     assert r.exit_code == 0 and json.loads(r.output)["ok"], r.output
-    r = run(app, ["ledger", "export", "--out", str(tmp_path / "dump2.json"), "--ledger", pg_ledger_url])
+    r = run(app, ["ledger", "export", "--include-key", "--out", str(tmp_path / "dump2.json"), "--ledger", pg_ledger_url])
     assert r.exit_code == 0, r.output
     r = run(app, ["ledger", "import", "--from", str(tmp_path / "dump2.json"), "--ledger", str(back)])
     assert r.exit_code == 0, r.output
@@ -328,7 +485,8 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
     for t in (pg_ledger_url, back):
         with open_ledger(t, signing_key=None) as led:
             assert led.verify(owner=OWNER.key_id).ok
-            assert led.summary() == before  # same fingerprint key: same identities, same totals
+            assert led.summary() == before
+            assert led.fingerprint("cd" * 32) == fp  # same fingerprint key: new data is identified alike
     # Importing twice, or into a ledger with entries, is refused.
     r = run(app, ["ledger", "import", "--from", str(dump), "--ledger", pg_ledger_url])
     assert r.exit_code == 2 and "must be empty" in r.output
@@ -405,7 +563,7 @@ def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_v
         assert row["open_reservations"] == 1 and row["epsilon"] == pytest.approx(1.0)
         assert led.verify().ok
         # The operator voids it (the same connection object reconnects between transactions).
-        led.void(rid, "server restarted mid-run")
+        led.void(rid, "server restarted mid-run", published=False)
         assert led.open_reservations() == [] and led.verify().ok
 
 
@@ -429,3 +587,36 @@ def test_a_granted_writer_role_uses_the_ledger_but_cannot_rewrite_it(pg_server_u
                 led.store.execute(sql.format(s=led.store.s))
     r = CliRunner().invoke(app, ["ledger", "grant", "--role", name, "--ledger", str(tmp_path / "l.sqlite")])
     assert r.exit_code == 2 and "must be a postgresql:// ledger" in r.output
+
+
+# ---------------------------------------------------------------- issue 23 point 8: voids need authority
+
+
+def test_on_a_signed_ledger_only_the_owner_voids_and_says_whether_artefacts_were_published(target):
+    from dpaudit.accounting import Composed, compute_epsilon
+    from dpaudit.errors import LedgerAuthorityError
+
+    with open_ledger(target, signing_key=OWNER) as led:
+        led.register_key()
+        led.register_key(ALICE.public_text, "alice")
+        a, b, _ = (led.record(release(i, nm=0.7)) for i in range(3))
+        full = next(r for r in led.summary(accountants=("rdp",)) if r["partition"] == "*")["epsilon"]
+    with open_ledger(target, signing_key=ALICE) as led, pytest.raises(LedgerAuthorityError, match="signed by its owner's key"):
+        led.void(a, "mistake", published=False)
+    with open_ledger(target, signing_key=OWNER) as led:
+        with pytest.raises(LedgerAuthorityError, match="ever published"):
+            led.void(a, "mistake")
+        led.void(a, "recorded twice", published=False)
+        led.void(b, "withdrawn after publication", published=True)
+        row = next(r for r in led.summary(accountants=("rdp",)) if r["partition"] == "*")
+        assert led.verify(owner=OWNER.key_id).ok
+    # The never-published void leaves the total and is shown apart; the published one keeps counting.
+    kept = Composed((SubsampledGaussian(0.7, 0.01, 101), SubsampledGaussian(0.7, 0.01, 102)))
+    assert row["epsilon_rdp"] == pytest.approx(compute_epsilon(kept, delta=1e-5, accountant="rdp").epsilon, rel=1e-9)
+    assert row["epsilon"] < full
+    assert row["voided_releases"] == 2 and row["voided_published_releases"] == 1
+    alone = compute_epsilon(SubsampledGaussian(0.7, 0.01, 100), delta=1e-5, accountant="rdp").epsilon
+    assert row["voided_epsilon"] == pytest.approx(alone, rel=1e-9)
+    r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", str(target)], env={"COLUMNS": "200"})
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0 and "voided, not counted" in out and "still counted: 1" in out

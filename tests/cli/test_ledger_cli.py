@@ -76,8 +76,11 @@ def test_full_workflow_with_json(tmp_path):
     assert shown["id"] == r1 and shown["guarantee"] == A.to_dict() and shown["voided_by"] is None
     assert shown["artefact_path"] == str((tmp_path / "r1").resolve())
 
-    v = _json(runner.invoke(app, ["ledger", "void", r1, "--reason", "duplicate", "--ledger", str(led), "--json"]))
-    assert v["target"] == r1 and v["reason"] == "duplicate"
+    # Every void states whether the artefacts were ever published (issue 23 point 8).
+    assert "void must state whether the artefacts were ever published" in _one_line_error(
+        runner.invoke(app, ["ledger", "void", r1, "--reason", "duplicate", "--ledger", str(led)]))
+    v = _json(runner.invoke(app, ["ledger", "void", r1, "--reason", "duplicate", "--never-published", "--ledger", str(led), "--json"]))
+    assert v["target"] == r1 and v["reason"] == "duplicate" and v["artefacts_published"] is False
     assert _json(runner.invoke(app, ["ledger", "show", r1, "--ledger", str(led), "--json"]))["voided_by"] == v["id"]
     assert {r["partition"]: r for r in _rows(led)}["train"]["releases"] == 1
 
@@ -170,7 +173,7 @@ def test_bad_input_gives_one_line_exit_2(tmp_path):
     assert "epsilon must be" in _one_line_error(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "-1", "--delta", "1e-5", "--ledger", str(led)]))
     assert "delta must be" in _one_line_error(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "1", "--delta", "0", "--ledger", str(led)]))
     assert "entry id must be" in _one_line_error(runner.invoke(app, ["ledger", "show", "zzzzzzzz", "--ledger", str(led)]))
-    assert "reason must be" in _one_line_error(runner.invoke(app, ["ledger", "void", rid, "--reason", " ", "--ledger", str(led)]))
+    assert "reason must be" in _one_line_error(runner.invoke(app, ["ledger", "void", rid, "--reason", " ", "--never-published", "--ledger", str(led)]))
     assert "dataset must be" in _one_line_error(runner.invoke(app, ["ledger", "summary", "--dataset", "nope", "--ledger", str(led)]))
     declare = ["ledger", "declare-partition", "--dataset", "mnist", "--child", "c", "--declared-by", "x", "--ledger", str(led)]
     assert runner.invoke(app, [*declare, "--parent", "b"]).exit_code == 0

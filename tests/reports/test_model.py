@@ -307,7 +307,7 @@ def test_provenance_lists_public_identity_and_splits(tmp_path):
     make_release(tmp_path / "r1")
     rep = build_report([tmp_path])
     prov = rep["sections"]["provenance"]
-    assert "sha256" not in prov[0] and prov[0]["fingerprints"] == []  # no ledger given: no keyed fingerprint to show
+    assert "sha256" not in prov[0] and prov[0]["data_versions"] == []  # no ledger given: no data version to show
     assert prov[0]["source_files"] == DATASET["source_files"]
     assert prov[0]["split_sizes"] == DATASET["split_sizes"] and prov[0]["split_seeds"] == [0]
     assert not [n for n in rep["notes"] if n["section"] == "provenance"]

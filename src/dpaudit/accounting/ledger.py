@@ -29,8 +29,9 @@ the transactions and the append-only rules; everything below is written once, fo
 - Entries are signed (Ed25519, :mod:`~dpaudit.accounting.signing`) once the writer's key is
   registered (``key`` entries; the first is the owner's); a signed entry's hash covers its
   signature. :meth:`Ledger.verify` checks every signature, so a ledger whose triggers were
-  dropped, a release edited and the hashes recomputed fails; ``require_signatures`` (a
-  ``policy`` entry) refuses unsigned writes from then on.
+  dropped, a release edited and the hashes recomputed fails; from the owner's registration on,
+  every entry must be signed (unsigned writes are refused, unsigned rows fail verification), and
+  a pinned owner (``owner=``, ``$DPAUDIT_LEDGER_OWNER``) makes its missing registration fail too.
 - The schema has a version table and an ordered list of migrations (:data:`MIGRATIONS`). A
   ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
   with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
@@ -54,7 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
-from ..errors import AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
+from ..errors import (AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
+                      LedgerVerificationError, UsageError)
 from ..records import Release, _json_safe, public_noise_reason
 from ..validation import open_unit, positive_finite
 from . import ledger_compose as lc
@@ -244,7 +246,7 @@ class VerifyReport:
 
 
 def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
-                signing_key: "sg.SigningKey | str | None" = None, create: bool = True) -> "Ledger":
+                signing_key: "sg.SigningKey | str | None" = None, create: bool = True, owner: str | None = None) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.accounting.ledger_paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
@@ -252,7 +254,7 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
-    return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key)
+    return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner)
 
 
 class Ledger:
@@ -265,10 +267,15 @@ class Ledger:
 
     ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.accounting.signing.SigningKey`,
     a key name or path; default ``$DPAUDIT_SIGNING_KEY`` or the ``default`` key if it exists).
-    Entries are signed with it once it is registered in this ledger (see :meth:`register_key`)."""
+    Entries are signed with it once it is registered in this ledger (see :meth:`register_key`).
+
+    ``owner``: the key id (or public key) the ledger's owner must have, pinned from outside the
+    ledger (default ``$DPAUDIT_LEDGER_OWNER``); every budget answer and :meth:`verify` then
+    require its signed registration, so a ledger stripped of it fails closed."""
 
     def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
-                 signing_key: "sg.SigningKey | str | None" = None) -> None:
+                 signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None) -> None:
+        self._owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
         self._busy_timeout = float(busy_timeout)
         self._key_bytes: bytes | None = None
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
@@ -387,12 +394,14 @@ class Ledger:
             return self._append(sg.KEY_KIND, sg.LEDGER_SCOPE, sg.key_payload(raw, label, role))
 
     def require_signatures(self) -> str:
-        """From now on every entry must be signed by a registered key (a signed ``policy`` entry;
-        it cannot be undone). Returns the policy entry's id (the existing one if already set)."""
+        """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
+        Since the owner's registration is itself the policy (see :mod:`~dpaudit.accounting.signing`),
+        this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
         with self._write():
-            ring = self.key_ring()
-            if ring.required_since is not None:
-                return next(r[1] for r in self._store.rows() if r[0] == ring.required_since)
+            for r in self._store.rows():
+                if r[2] == sg.POLICY_KIND and r[8] is not None:
+                    return r[1]
+            # Signatures are required from the owner's registration on; the policy entry records it.
             return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
 
     def head(self) -> dict:
@@ -513,7 +522,7 @@ class Ledger:
         head, rows = self._head_and_rows()
         problems = chain_problems(head, rows) or self._signature_problems(rows, cached=True)
         if problems:
-            raise LedgerError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
+            raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return self._entries_from_rows([r for r in rows if dataset is None or r[4] == dataset])
 
     def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
@@ -651,7 +660,12 @@ class Ledger:
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
         """Record that ``parent`` is the disjoint union of ``children`` (as stated by ``declared_by``,
         the mechanism or person that made the split). Releases on the children then compose in
-        parallel. Re-declaring the identical split returns the existing entry id."""
+        parallel. Re-declaring the identical split returns the existing entry id.
+
+        Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child, or a partition inside
+        one, already holds a release or an open reservation: those were composed sequentially with
+        everything else on ``parent``, and a later declaration would turn that into parallel
+        composition and lower what was spent."""
         _check_name("dataset", dataset)
         _check_name("parent partition", parent)
         children = tuple(children)
@@ -669,16 +683,26 @@ class Ledger:
                 for e in self.entries(dataset=dataset, kind="partition"):
                     if e.payload.get("parent") == parent:
                         return e.id
+            _refuse_held_children(state, parent, children)
             payload = {"dataset": dataset, "parent": parent, "children": list(children), "declared_by": declared_by.strip()}
             return self._append("partition", dataset, payload)
 
-    def void(self, entry_id: str, reason: str) -> str:
+    def void(self, entry_id: str, reason: str, *, published: bool | None = None) -> str:
         """Withdraw a release recorded by mistake, or the open reservation of a run that was
-        killed: appends a ``void`` entry referencing it. Voided entries no longer count towards
-        the budget; the original entry stays."""
+        killed: appends a ``void`` entry referencing it; the original entry stays.
+
+        ``published``: whether the entry's artefacts were ever published (stored as
+        ``artefacts_published``). A void of never-published artefacts no longer counts towards the
+        budget (summaries show it apart); one of published artefacts keeps counting, since a
+        published model has spent its budget whatever is withdrawn later. On a signed ledger
+        (an owner is registered) ``published`` is required and the void must be signed by the
+        owner's key (:class:`~dpaudit.errors.LedgerAuthorityError` otherwise)."""
         if not isinstance(reason, str) or not reason.strip():
             raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        if published is not None and not isinstance(published, bool):
+            raise UsageError(f"published must be True or False, got {published!r}.")
         with self._write():
+            self._check_void_authority(published)
             target = self.get(entry_id)
             if target.kind not in ("release", "reservation", "audit"):
                 raise UsageError(f"entry to void must be a release, an audit or an open reservation, got a {target.kind} entry ({target.id}).")
@@ -686,7 +710,23 @@ class Ledger:
                 raise UsageError(f"release to void must not be voided already, got {target.id} (voided by {target.voided_by}).")
             if target.kind == "reservation" and target.closed_by:
                 raise UsageError(f"reservation to void must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
-            return self._append("void", target.dataset, {"target": target.id, "reason": reason.strip()})
+            payload = {"target": target.id, "reason": reason.strip()}
+            if published is not None:
+                payload["artefacts_published"] = published
+            return self._append("void", target.dataset, payload)
+
+    def _check_void_authority(self, published: bool | None) -> None:
+        ring = self.key_ring()
+        if ring.owner is None:
+            return
+        key = self._signing_key
+        if key is None or key.key_id != ring.owner:
+            got = "no signing key" if key is None else f"key {key.key_id}"
+            raise LedgerAuthorityError(f"void on signed ledger {self.path} must be signed by its owner's key {ring.owner}, got {got}; "
+                                       "nothing was written.")
+        if published is None:
+            raise LedgerAuthorityError("void on a signed ledger must state whether the artefacts were ever published "
+                                       "(--published / --never-published), got neither.")
 
     def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None, trials: int,
                      mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None) -> str:
@@ -940,7 +980,9 @@ class Ledger:
         cap's delta (default 1e-5) from rdp, prv (upper bound) and, for pure-only trees, the
         pure sum; ``epsilon`` = the smallest of those bounds; the naive sum of the releases'
         own claims; the cap; ``remaining`` = cap epsilon minus the *dataset* total (the budget a
-        new release can still use, whatever partition it touches).
+        new release can still use, whatever partition it touches). The dataset row also shows
+        ``voided_epsilon`` (what voids of never-published artefacts took out of the total,
+        composed) and ``voided_published_releases`` (voided, but still counted).
 
         ``sweep``: compose only the releases recorded under that sweep (what the sweep alone
         spent); ``remaining`` is then None, since it is a property of the whole dataset.
@@ -970,6 +1012,7 @@ class Ledger:
             shared = people.get(name)
             spent = max(counted, shared["epsilon_people"]) if shared else counted
             remaining = (st.cap[0] - spent) if st.cap and sweep is None else None
+            voided_eps = _voided_epsilon(st, delta, accountants)
             nodes = [(lc.DATASET_SCOPE, total, tb)]
             for p in st.tree_order():
                 nt = lc.node_total(st, p)
@@ -999,6 +1042,9 @@ class Ledger:
                     "cap": cap,
                     "remaining": remaining,
                     "voided_releases": len(st.voided) if p == lc.DATASET_SCOPE else None,
+                    # what voids took out of the total (never-published artefacts), shown apart
+                    "voided_epsilon": voided_eps if p == lc.DATASET_SCOPE else None,
+                    "voided_published_releases": len(st.published_voids) if p == lc.DATASET_SCOPE else None,
                     "uncertified_releases": nt.uncertified,
                     "unbounded_reasons": list(nt.unbounded_reasons),
                     "open_reservations": nt.reservations,
@@ -1046,7 +1092,8 @@ class Ledger:
 
         ``anchor``: a head hash published earlier (``ledger head``); the chain must still contain
         it, else the ledger was truncated or rewritten since. ``owner``: the key id the ledger's
-        first registered key (its owner) must have."""
+        first registered key (its owner) must have (default: the one this ledger was opened with);
+        every entry after its registration must then be signed by a registered key."""
         problems: list[Problem] = []
         with self._store.read():
             problems.extend(Problem(k, m) for k, m in self._store.health())
@@ -1063,6 +1110,7 @@ class Ledger:
             except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
                 msg = str(e).splitlines()[0] if str(e) else type(e).__name__
                 problems.append(Problem("unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid))
+        owner = self._owner if owner is None else sg.owner_key_id(owner)
         ring, found = sg.check_signatures(self._signed_rows(rows), owner=owner)
         problems.extend(Problem("signature", f.message, f.seq or None, f.id or None) for f in found)
         if anchor is not None:
@@ -1080,7 +1128,7 @@ class Ledger:
         (an Ed25519 check per entry per write would make large ledgers slow)."""
         srows = self._signed_rows(rows)
         done = {r[1] for r in rows if (r[1], r[7]) in self._verified} if cached else set()
-        _, found = sg.check_signatures(srows, verified=done)  # Ed25519 only for rows not yet checked
+        _, found = sg.check_signatures(srows, verified=done, owner=self._owner)  # Ed25519 only for rows not yet checked
         if not found:
             self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
         return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
@@ -1093,9 +1141,11 @@ class Ledger:
         return head, rows
 
     # -- moving a ledger between backends
-    def export_rows(self) -> dict:
+    def export_rows(self, *, include_key: bool = False) -> dict:
         """Everything needed to rebuild this ledger elsewhere: every stored row verbatim (hashes
-        and signatures included) and the fingerprint key. Refused if the ledger fails verification."""
+        and signatures included) and, only with ``include_key``, the fingerprint key (whoever holds
+        it can test a candidate dataset against the stored fingerprints). Refused if the ledger
+        fails verification."""
         rep = self.verify()
         if not rep.ok:
             raise LedgerError(f"ledger {self.path} fails verification ({rep.problems[0].message.rstrip('.')}); it was not exported.")
@@ -1104,7 +1154,7 @@ class Ledger:
 
         return {
             "format": "dpaudit-ledger-export-v1", "schema_version": self._store.schema_version(), "head_hash": head[2],
-            "fingerprint_key": base64.b64encode(self._key()).decode("ascii"),
+            "fingerprint_key": base64.b64encode(self._key()).decode("ascii") if include_key else None,
             "columns": ["seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature"],
             "rows": [list(r) for r in rows],
         }
@@ -1117,7 +1167,7 @@ class Ledger:
         if not isinstance(dump, dict) or dump.get("format") != "dpaudit-ledger-export-v1":
             raise UsageError(f"import must be a dpaudit ledger export (format dpaudit-ledger-export-v1), got {str(dump)[:60]!r}.")
         rows = dump.get("rows") or []
-        key = base64.b64decode(dump.get("fingerprint_key") or "")
+        key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
         with self._write():
             if self._store.rows():
                 raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
@@ -1130,9 +1180,37 @@ class Ledger:
                 prev = h
             if dump.get("head_hash") != prev:
                 raise LedgerError("import: the export's head hash does not match its last entry; nothing was imported.")
-            self._store.set_fingerprint_key(key)
+            if key:
+                self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
+
+
+def _voided_epsilon(state: lc.DatasetState, delta: float, accountants) -> float | None:
+    """The composed epsilon of the releases and reservations that voids took out of the total (None: none)."""
+    if not state.voided_views:
+        return None
+    voided = lc.DatasetState(state.name, releases=list(state.voided_views))
+    total = lc.dataset_total(voided)
+    return lc.bounds(total.event, delta=delta, adjacency=voided.adjacency(), unbounded=total.unbounded, accountants=accountants,
+                     noise_tail=total.noise_tail)["epsilon"]
+
+
+def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
+    """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
+    kids = set(children)
+    held = []
+    for r in state.releases:
+        node: str | None = r.partition
+        while node is not None and node not in kids:
+            node = state.parent(node)
+        if node is not None:
+            held.append(f"{r.kind} {r.id[:12]} on {state.name}:{r.partition}")
+    if held:
+        raise LedgerAuthorityError(
+            f"partition {state.name}:{parent} must be declared before its children hold releases, got {', '.join(held)}: "
+            "they were composed sequentially with the rest of the dataset and keep composing so; declare a split "
+            "before releasing on it.")
 
 
 def chain_problems(head, rows) -> list[Problem]:

@@ -114,6 +114,10 @@ class DatasetState:
     #: shown beside the releases, and counted in a cap only when that cap says so
     audits: list = field(default_factory=list)
     cap_includes_audits: bool = False  # the latest cap entry's ``include_audits``
+    #: voided releases / reservations whose artefacts were never published (or not said): not counted
+    voided_views: list = field(default_factory=list)
+    #: voided entries whose artefacts were published: withdrawn, but their budget stays spent
+    published_voids: set = field(default_factory=set)
 
     def partitions(self) -> list[str]:
         """Every partition named by a release or a declaration, plus its path ancestors."""
@@ -291,6 +295,25 @@ def _float_or_none(v) -> float | None:
 CLOSING_KINDS = ("settle", "cancel", "void")
 
 
+def _close(st: DatasetState, e, r: ReleaseView) -> None:
+    """Apply a settle / cancel / void entry ``e`` to its target ``r``."""
+    if e.kind == "void" and r.kind != "reservation":
+        st.voided[r.id] = e.id
+    else:
+        st.closed[r.id] = e.id
+    if e.kind == "void" and e.payload.get("artefacts_published") is True:
+        # A published artefact has spent its budget: withdrawing it later takes nothing back.
+        st.published_voids.add(r.id)
+        if r.kind == "audit":  # an audit stays counted beside the releases
+            return
+        st.releases = [dataclasses.replace(x, kind="release") if x.id == r.id else x for x in st.releases]
+        return
+    if e.kind == "void":
+        st.voided_views.append(r)
+    st.releases = [x for x in st.releases if x.id != r.id]
+    st.audits = [x for x in st.audits if x.id != r.id]
+
+
 def replay(entries, identify=None) -> dict[str, DatasetState]:
     """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order.
 
@@ -325,13 +348,7 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                     raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; run `dpaudit ledger verify`.")
                 if e.kind != "void" and r.kind != "reservation":
                     raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; run `dpaudit ledger verify`.")
-                st = state(r.dataset)
-                st.releases = [x for x in st.releases if x.id != target]
-                st.audits = [x for x in st.audits if x.id != target]
-                if r.kind == "reservation":
-                    st.closed[target] = e.id
-                else:
-                    st.voided[target] = e.id
+                _close(state(r.dataset), e, r)
             elif e.kind == "version":
                 st = state(e.dataset)
                 st.versions[str(p["fingerprint"])] = e.id

@@ -13,12 +13,22 @@ Who may sign. Public keys are registered in the ledger itself by ``key`` entries
 ``key`` entry registers the ledger's *owner* and is signed by that same key; every later one
 must be signed by a key registered before it (:class:`KeyRing`). An entry signed by a key that
 is not registered before it, or whose signature does not verify, is a verification problem.
-A ``policy`` entry (signed) with ``require_signatures: true`` makes every later unsigned entry
-a problem, and the ledger refuses unsigned writes from then on.
+The policy is the owner's signed registration itself: every entry after it must be signed by a
+registered key, or it is a problem (the ledger refuses unsigned writes from then on). A separate
+marker would not do: whoever can write the database could delete it and everything after it,
+re-insert those entries unsigned and edited, and verification would pass. The registration
+cannot be removed that way once its owner is pinned from outside the ledger (``--owner KEY_ID``,
+``$DPAUDIT_LEDGER_OWNER``): a pinned owner whose registration is missing is a problem; and it
+cannot be moved or have the entries before it rewritten, since its signature covers the previous
+hash. Entries before it may be unsigned (ledgers that gained signatures later). A ``policy``
+entry (``require_signatures: true``, older ledgers) adds nothing once the owner is registered.
+A ``void`` lowers a spent budget, so on a signed ledger it must be signed by the owner and say
+whether the withdrawn artefacts were ever published (``artefacts_published``, a boolean).
 
 What signatures do not detect: a complete rewrite of the ledger by someone who also replaces
-the owner's key, or a truncated tail. Publish the head (``dpaudit ledger head``) and check it
-later with ``dpaudit ledger verify --anchor HASH``; pin the owner with ``--owner KEY_ID``.
+the owner's key when the owner is not pinned, or a truncated tail. Publish the head
+(``dpaudit ledger head``) and check it later with ``dpaudit ledger verify --anchor HASH``; pin
+the owner with ``--owner KEY_ID`` (or ``$DPAUDIT_LEDGER_OWNER``, which budget answers use too).
 
 Key files. ``dpaudit ledger keygen`` writes the private key (PKCS#8 PEM, unencrypted, mode 0600,
 directory 0700) to ``$XDG_CONFIG_HOME/dpaudit/keys/NAME.key`` (default ``~/.config``) and the
@@ -46,6 +56,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from ..errors import LedgerError, UsageError
 
 SIGNING_KEY_ENV = "DPAUDIT_SIGNING_KEY"
+#: The key id every budget answer expects as the ledger's owner (pinned outside the ledger).
+OWNER_ENV = "DPAUDIT_LEDGER_OWNER"
 DEFAULT_KEY_NAME = "default"
 #: Prefix of the public-key text that analysts exchange (``ed25519:`` + base64 of the 32 raw bytes).
 PUBLIC_PREFIX = "ed25519:"
@@ -97,6 +109,19 @@ def parse_public_key(text: str) -> bytes:
     except (ValueError, binascii.Error, TypeError):
         pass
     raise UsageError(f"public key must be an Ed25519 key as 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text[:80]!r}.")
+
+
+def owner_key_id(text: str | None) -> str | None:
+    """The owner's key id from ``text``: a key id (32 hex), a public key or a ``.pub`` file; None if empty."""
+    if text is None or not str(text).strip():
+        return None
+    s = str(text).strip().lower()
+    if _KEY_ID_RE.match(s):
+        return s
+    try:
+        return key_id(parse_public_key(str(text)))
+    except UsageError:
+        raise UsageError(f"owner must be a key id (32 hex, as printed by `dpaudit ledger keygen`) or a public key, got {str(text)[:80]!r}.") from None
 
 
 @dataclass(frozen=True)
@@ -257,7 +282,7 @@ class KeyRing:
 
     keys: dict[str, RegisteredKey] = field(default_factory=dict)
     owner: str | None = None
-    #: seq of the policy entry from which every entry must be signed (None: signatures optional).
+    #: seq of the owner's registration, from which every entry must be signed (None: no owner yet).
     required_since: int | None = None
     signed: int = 0
     unsigned: int = 0
@@ -270,8 +295,89 @@ class KeyRing:
         }
 
 
+#: Entries whose payload the signature rules read (a void lowers a spent budget: see module doc).
+VOID_KIND = "void"
+
+
 def _label(r: SignedRow) -> str:
     return f"entry #{r.seq} ({r.kind} {r.id})"
+
+
+def _payload(r: SignedRow) -> dict | None:
+    try:
+        payload = json.loads(r.payload_text)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _unsigned_problem(ring: KeyRing, r: SignedRow) -> str | None:
+    if r.signature:
+        return "has a signature but no signer."
+    if ring.required_since is not None:
+        return (f"is unsigned, but the ledger requires signatures since entry #{ring.required_since} (its owner's key "
+                "registration): every later entry must be signed by a registered key.")
+    if r.kind in LEDGER_KINDS:
+        return f"is unsigned: a {r.kind} entry must be signed by a registered key."
+    return None
+
+
+def _registered_key(payload: dict) -> tuple[bytes | None, str]:
+    """(raw public key, problem) of a ``key`` entry's payload."""
+    try:
+        raw = parse_public_key(str(payload.get("public_key")))
+    except UsageError:
+        return None, "registers a public key that cannot be read."
+    kid = key_id(raw)
+    if payload.get("key_id") != kid:
+        return None, f"registers key {payload.get('key_id')!r} but its public key has id {kid}."
+    return raw, ""
+
+
+def _owner_problem(ring: KeyRing, r: SignedRow, payload: dict, owner: str | None, ok) -> str | None:
+    """Check the first registration (the owner's key signs its own entry) and adopt it."""
+    raw, why = _registered_key(payload)
+    if raw is None:
+        return why
+    if key_id(raw) != r.signer:
+        return f"registers the first key but is signed by another key ({r.signer}); the owner's key must sign its own registration."
+    if not ok(raw, r.signature or "", r):
+        return f"has an invalid signature by key {r.signer}: its content or the previous hash changed since it was signed."
+    if owner is not None and r.signer != owner:
+        return f"registers owner key {r.signer}, not the expected owner {owner}: the ledger was re-created or rewritten."
+    ring.keys[r.signer] = RegisteredKey(r.signer, raw, str(payload.get("name", "")), "owner", r.id, r.seq, r.signer)
+    ring.owner, ring.required_since = r.signer, r.seq
+    return None
+
+
+def _void_problem(ring: KeyRing, r: SignedRow, payload: dict | None) -> str | None:
+    """A void on a signed ledger: signed by the owner, saying whether the artefacts were published."""
+    if r.signer != ring.owner:
+        return (f"is a void signed by key {r.signer} ({ring.keys[r.signer].name}), not by the ledger's owner {ring.owner}: "
+                "only the owner may lower a spent budget.")
+    if payload is None or not isinstance(payload.get("artefacts_published"), bool):
+        return "is a void that does not state whether the artefacts were ever published (artefacts_published)."
+    return None
+
+
+def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: str | None, ok) -> str | None:
+    signer = ring.keys.get(r.signer)
+    if signer is None:
+        if r.kind == KEY_KIND and not ring.keys:
+            return _owner_problem(ring, r, payload, owner, ok)
+        return f"is signed by key {r.signer}, which is not registered before it."
+    if not ok(signer.public_raw, r.signature or "", r):
+        return f"has an invalid signature by key {r.signer} ({signer.name}): its content or the previous hash changed since it was signed."
+    if r.kind == VOID_KIND:
+        return _void_problem(ring, r, payload)
+    if r.kind == KEY_KIND:
+        raw, why = _registered_key(payload)
+        if raw is None:
+            return why
+        kid = key_id(raw)
+        if kid not in ring.keys:
+            ring.keys[kid] = RegisteredKey(kid, raw, str(payload.get("name", "")), "member", r.id, r.seq, r.signer)
+    return None
 
 
 def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
@@ -279,85 +385,32 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
     """Replay ``rows`` (append order): register keys, apply the policy, and check every signature.
 
     ``owner``: the key id the verifier expects as the ledger's owner (pinned from outside the
-    ledger); a different first key is a finding. ``verify=False`` skips the Ed25519 checks
-    themselves, ``verified`` skips them for the rows with those ids (rows already verified with
-    the same hash by the caller); who signed what and the policy are checked either way.
+    ledger); a different first key, or none, is a finding. ``verify=False`` skips the Ed25519
+    checks themselves, ``verified`` skips them for the rows with those ids (rows already verified
+    with the same hash by the caller); who signed what and the policy are checked either way.
     Returns the key ring and the findings, each naming its entry and the reason."""
     ring = KeyRing()
     out: list[SignatureFinding] = []
 
-    current: list[str] = [""]
-
-    def signature_ok(raw: bytes, sig: str, material: bytes) -> bool:
-        if not verify or current[0] in verified:
+    def ok(raw: bytes, sig: str, r: SignedRow) -> bool:
+        if not verify or r.id in verified:
             return True
+        material = signing_material(r.prev_hash, r.id, r.kind, r.created_at, r.dataset, r.payload_text, r.signer)
         return _signature_ok(raw, sig, material)
 
-    def bad(r: SignedRow, why: str) -> None:
-        out.append(SignatureFinding(r.seq, r.id, r.kind, f"{_label(r)} {why}"))
-
     for r in rows:
-        current[0] = r.id
-        payload = None
-        if r.kind in LEDGER_KINDS:
-            try:
-                payload = json.loads(r.payload_text)
-            except ValueError:
-                payload = None
-            if not isinstance(payload, dict):
-                bad(r, "is unreadable: its payload is not a JSON object.")
-                continue
-        if not r.signer:
+        payload = _payload(r) if r.kind in LEDGER_KINDS or r.kind == VOID_KIND else None
+        if payload is None and r.kind in LEDGER_KINDS:
+            why = "is unreadable: its payload is not a JSON object."
+        elif not r.signer:
             ring.unsigned += 1
-            if r.signature:
-                bad(r, "has a signature but no signer.")
-            elif ring.required_since is not None:
-                bad(r, f"is unsigned, but the ledger requires signatures since entry #{ring.required_since}.")
-            elif r.kind in LEDGER_KINDS:
-                bad(r, f"is unsigned: a {r.kind} entry must be signed by a registered key.")
-            continue
-        ring.signed += 1
-        material = signing_material(r.prev_hash, r.id, r.kind, r.created_at, r.dataset, r.payload_text, r.signer)
-        signer = ring.keys.get(r.signer)
-        if signer is None:
-            if r.kind == KEY_KIND and not ring.keys:
-                # The first registration: the owner's key signs its own entry.
-                try:
-                    raw = parse_public_key(str(payload.get("public_key")))
-                except UsageError:
-                    bad(r, "registers a public key that cannot be read.")
-                    continue
-                if key_id(raw) != r.signer or payload.get("key_id") != r.signer:
-                    bad(r, f"registers the first key but is signed by another key ({r.signer}); the owner's key must sign its own registration.")
-                    continue
-                if not signature_ok(raw, r.signature or "", material):
-                    bad(r, f"has an invalid signature by key {r.signer}: its content or the previous hash changed since it was signed.")
-                    continue
-                if owner is not None and r.signer != owner:
-                    bad(r, f"registers owner key {r.signer}, not the expected owner {owner}: the ledger was re-created or rewritten.")
-                    continue
-                ring.keys[r.signer] = RegisteredKey(r.signer, raw, str(payload.get("name", "")), "owner", r.id, r.seq, r.signer)
-                ring.owner = r.signer
-                continue
-            bad(r, f"is signed by key {r.signer}, which is not registered before it.")
-            continue
-        if not signature_ok(signer.public_raw, r.signature or "", material):
-            bad(r, f"has an invalid signature by key {r.signer} ({signer.name}): its content or the previous hash changed since it was signed.")
-            continue
-        if r.kind == KEY_KIND:
-            try:
-                raw = parse_public_key(str(payload.get("public_key")))
-            except UsageError:
-                bad(r, "registers a public key that cannot be read.")
-                continue
-            kid = key_id(raw)
-            if payload.get("key_id") != kid:
-                bad(r, f"registers key {payload.get('key_id')!r} but its public key has id {kid}.")
-                continue
-            if kid not in ring.keys:
-                ring.keys[kid] = RegisteredKey(kid, raw, str(payload.get("name", "")), "member", r.id, r.seq, r.signer)
-        elif r.kind == POLICY_KIND and payload.get("require_signatures") is True and ring.required_since is None:
-            ring.required_since = r.seq
+            why = _unsigned_problem(ring, r)
+        else:
+            ring.signed += 1
+            why = _signed_problem(ring, r, payload, owner, ok)
+        if why:
+            out.append(SignatureFinding(r.seq, r.id, r.kind, f"{_label(r)} {why}"))
     if owner is not None and ring.owner is None:
-        out.append(SignatureFinding(0, "", "", f"the ledger registers no owner key, but owner {owner} was expected."))
+        out.append(SignatureFinding(0, "", "", f"the ledger registers no owner key, but owner {owner} was expected: "
+                                               "its registration and the entries after it may have been removed."))
     return ring, out

@@ -15,6 +15,7 @@ from . import options
 from .common import console, emit_json, err_console, new_app
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
+OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
 
 
 def open_ledger(*args, **kwargs):
@@ -65,7 +66,8 @@ def _entry_brief(e) -> str:
     if e.kind == "version":
         return f"new version of {e.dataset}: data fingerprint {str(p.get('fingerprint'))[:12]} ({p.get('reason')}); versions compose sequentially"
     if e.kind == "void":
-        return f"voids {p.get('target')}: {p.get('reason')}"
+        said = {True: "artefacts were published, budget stays spent", False: "artefacts never published"}.get(p.get("artefacts_published"))
+        return f"voids {p.get('target')}: {p.get('reason')}" + (f" ({said})" if said else "")
     if e.kind == "cap":
         return f"cap {e.dataset}: eps={_num(p.get('epsilon'))} at delta={p.get('delta'):g}" + (", audits included" if p.get("include_audits") else "")
     if e.kind == "key":
@@ -84,6 +86,7 @@ def register(app: typer.Typer) -> None:
     def summary(
         dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
         sweep: Optional[str] = typer.Option(None, "--sweep", help="Compose only the releases recorded under this sweep.", show_default=False),
+        owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -91,7 +94,7 @@ def register(app: typer.Typer) -> None:
         from ..accounting import result_cache
 
         # prv answers of unchanged totals come from the on-disk cache (accounting/result_cache.py)
-        with open_ledger(ledger, create=False) as led, result_cache.enabled():
+        with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)
             path = str(led.path)
         if json_out:
@@ -140,6 +143,10 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{escape(r['dataset'])}: {r['audits']} audit(s) trained on its private data; the cap "
                               + ("includes them." if inc else "counts releases only (set it with --include-audits to count audits)."),
                               highlight=False, soft_wrap=True)
+            if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
+                console.print(f"{escape(r['dataset'])}: voided, not counted: epsilon {_num(r.get('voided_epsilon'), 3) or '0'} "
+                              f"(never-published artefacts); voided but published, still counted: "
+                              f"{r.get('voided_published_releases') or 0} release(s).", highlight=False, soft_wrap=True)
             if len(r.get("dataset_fingerprints") or []) > 1:
                 console.print(f"{escape(r['dataset'])}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.",
                               highlight=False)
@@ -216,7 +223,7 @@ def register(app: typer.Typer) -> None:
     @ledger_app.command("verify")
     def verify(
         anchor: Optional[str] = typer.Option(None, "--anchor", help="A head hash published earlier (`ledger head`): the chain must still contain it.", show_default=False),
-        owner: Optional[str] = typer.Option(None, "--owner", help="Key id the ledger's owner key must have (pins who created the ledger).", show_default=False),
+        owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -238,19 +245,27 @@ def register(app: typer.Typer) -> None:
     def void(
         entry_id: str = typer.Argument(..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."),
         reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded)."),
+        published: Optional[bool] = typer.Option(None, "--published/--never-published", show_default=False,
+                                                 help="Required: were the artefacts ever published? Published ones stay counted."),
+        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (a signed ledger's voids are signed by its owner).", show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Withdraw a release recorded by mistake, or free the budget an interrupted run still holds
-        (appends a void entry; nothing is deleted)."""
-        with open_ledger(ledger) as led:
-            vid = led.void(entry_id, reason)
+        (appends a void entry; nothing is deleted). Only never-published artefacts stop counting."""
+        from ..errors import UsageError
+
+        if published is None:
+            raise UsageError("void must state whether the artefacts were ever published, got neither --published nor --never-published.")
+        with open_ledger(ledger, signing_key=key) as led:
+            vid = led.void(entry_id, reason, published=published)
             target = led.get(vid).payload["target"]
             kind = led.get(target).kind
         if json_out:
-            emit_json({"id": vid, "target": target, "kind": kind, "reason": reason})
+            emit_json({"id": vid, "target": target, "kind": kind, "reason": reason, "artefacts_published": published})
             return
-        console.print(f"{kind} {target} voided (entry {vid}).")
+        counted = "its budget stays spent (published)" if published else "no longer counted"
+        console.print(f"{kind} {target} voided (entry {vid}; {counted}).")
 
     @ledger_app.command("declare-version")
     def declare_version(
@@ -403,7 +418,8 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("export")
     def export(
-        out: Path = typer.Option(..., "--out", help="JSON file to write (every entry verbatim, hashes, signatures, fingerprint key: keep it private)."),
+        out: Path = typer.Option(..., "--out", help="JSON file to write (every entry verbatim, hashes, signatures; keep it private)."),
+        include_key: bool = typer.Option(False, "--include-key", help="Also write the fingerprint key (whoever holds it can test a candidate dataset against the ledger)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -412,15 +428,17 @@ def register(app: typer.Typer) -> None:
         import os
 
         with open_ledger(ledger, create=False) as led:
-            dump = led.export_rows()
+            dump = led.export_rows(include_key=include_key)
             src = str(led.path)
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the fingerprint key
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private data's history (and maybe the key)
         with os.fdopen(fd, "w") as f:
             json.dump(dump, f)
         if json_out:
-            emit_json({"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"]})
+            emit_json({"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"], "fingerprint_key": include_key})
             return
-        console.print(f"exported {len(dump['rows'])} entries of {src} to {out} (head {dump['head_hash'][:16]}).", highlight=False)
+        keyed = "with" if include_key else "without (--include-key to carry it)"
+        console.print(f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key (head {dump['head_hash'][:16]}).",
+                      highlight=False)
 
     @ledger_app.command("import")
     def import_(
@@ -444,6 +462,9 @@ def register(app: typer.Typer) -> None:
             emit_json({"ledger": rep.path, "entries": n, "head_hash": rep.head_hash, "ok": rep.ok})
         else:
             console.print(f"imported {n} entries into {rep.path}; verify: {'ok' if rep.ok else 'FAILED'} (head {rep.head_hash[:16]}).", highlight=False)
+            if not dump.get("fingerprint_key"):
+                console.print("the export carries no fingerprint key: new releases will not match the stored data fingerprints "
+                              "(export with --include-key to move it).", highlight=False)
         if not rep.ok:
             raise typer.Exit(1)
 

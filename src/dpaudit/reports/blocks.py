@@ -145,9 +145,9 @@ def provenance_blocks(report: dict) -> list[Block]:
     for d in report["sections"]["provenance"]:
         sizes = d.get("split_sizes")
         sizes_s = ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else _val(sizes)
-        fps = d.get("fingerprints") or []
+        fps = d.get("data_versions") or []
         out.append(Block("kv", caption=f"Dataset {d['name']}", pairs=[
-            ("dataset fingerprint (keyed, from the ledger)", ", ".join(map(str, fps)) or DASH),
+            ("data version(s) in the ledger", ", ".join(map(str, fps)) or DASH),
             ("kind / features / classes", f"{_val(d.get('kind'))} / {_val(d.get('n_features'))} / {_val(d.get('n_classes'))}"),
             ("preprocessing profile", _val(d.get("profile"))),
             ("split sizes", sizes_s or DASH),
@@ -162,8 +162,8 @@ def provenance_blocks(report: dict) -> list[Block]:
             out.append(Block("p", text=f"{d['name']}: no source files recorded (embedded or synthetic data)."))
     if out:
         out.append(Block("p", text="Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
-                                   "the dataset fingerprint above is an HMAC under the ledger's secret key, comparable only "
-                                   "within that ledger. Sizes are shown because the guarantee treats them as public "
+                                   "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
+                                   "data identity under a name. Sizes are shown because the guarantee treats them as public "
                                    "(the sampling rate q = batch / N is published)."))
     if not out:
         out.append(Block("p", text="No dataset identity recorded in the inputs."))
@@ -172,10 +172,11 @@ def provenance_blocks(report: dict) -> list[Block]:
 
 SUMMARY_COLUMNS = ["dataset", "partition", "adjacency", "releases_subtree", "non_private_releases", "epsilon", "bound_by", "epsilon_rdp",
                    "epsilon_prv", "epsilon_pure", "naive_epsilon", "delta", "cap", "remaining", "voided_releases", "audits",
-                   "audit_epsilon", "epsilon_with_audits"]
+                   "audit_epsilon", "epsilon_with_audits", "voided_epsilon", "voided_published_releases"]
 SUMMARY_LABELS = {"audits": "audits", "audit_epsilon": "audits' eps", "epsilon_with_audits": "eps with audits", "releases_subtree": "releases", "non_private_releases": "non-private", "epsilon": "composed eps", "bound_by": "bound by",
                   "epsilon_rdp": "eps (rdp)", "epsilon_prv": "eps (prv)", "epsilon_pure": "eps (pure)", "naive_epsilon": "naive sum of eps",
-                  "voided_releases": "voided"}
+                  "voided_releases": "voided", "voided_epsilon": "voided eps (not counted)",
+                  "voided_published_releases": "voided but published (counted)"}
 ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon", "delta", "accountant", "non_private", "voided_by",
                  "created_at"]
 

@@ -29,7 +29,22 @@ def _rows_of(obj: Any) -> list[dict]:
     return out
 
 
-LEDGER_ENTRY_DROP = ("prev_hash", "hash", "guarantee", "payload", "artefact_path", "dataset_sha256", "release_created_at")
+# Keyed fingerprints are dropped too: with the ledger's key (which `ledger export --include-key`
+# hands out) a reader could test a candidate dataset against them. Reports show version labels.
+LEDGER_ENTRY_DROP = ("prev_hash", "hash", "guarantee", "payload", "artefact_path", "dataset_sha256", "release_created_at",
+                     "dataset_fingerprint", "fingerprint", "previous")
+
+
+def _data_versions(entries: list[dict]) -> dict[str, str]:
+    """Keyed fingerprint -> an opaque label ("version 1", ...), numbered per dataset in ledger order."""
+    labels: dict[str, str] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for e in entries:
+        fp = e.get("dataset_fingerprint") or (e.get("fingerprint") if e.get("kind") == "version" else None)
+        if fp and fp not in labels:
+            counts[str(e.get("dataset"))] += 1
+            labels[fp] = f"version {counts[str(e.get('dataset'))]}"
+    return labels
 
 
 def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str],
@@ -84,13 +99,16 @@ def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, dataset
         if ok is False:
             msgs = "; ".join(str(p.get("message", p)) for p in ver.get("problems", [])[:3] if isinstance(p, dict))
             notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs or 'see ledger verify'}."))
-    # The keyed dataset fingerprint of each recorded release (HMAC with the ledger's secret key):
+    # Which data version (an opaque label for the keyed fingerprint) each recorded release used:
     # what the provenance shows. Old ledgers have none; their raw dataset_sha256 is dropped.
-    out["dataset_fingerprints"] = {str(e.get("release_id") or e.get("id")): str(e["dataset_fingerprint"])
-                                   for e in entries if e.get("kind", "release") == "release" and e.get("dataset_fingerprint")}
+    labels = _data_versions(entries)
+    out["data_versions"] = {str(e.get("release_id") or e.get("id")): labels[e["dataset_fingerprint"]]
+                            for e in entries if e.get("kind", "release") == "release" and e.get("dataset_fingerprint")}
     for e in entries:
         for k in LEDGER_ENTRY_DROP:
             e.pop(k, None)
+    for row in summary:
+        row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
     recorded = {str(e.get("release_id") or e.get("id")) for e in entries if e.get("kind", "release") == "release"}
     for rid in release_ids:
         if rid not in recorded and (entries or summary):

@@ -18,8 +18,8 @@ when the inputs include a sweep):
      ceiling (the largest eps_LB its EVAL trials can certify) is below the claim — such an
      audit could not have seen a violation of that size.
 2. ``claim`` — claim cards, with every accountant's epsilon recomputed from the stored events.
-3. ``provenance`` — public dataset identity, profile, splits and seeds, and the keyed dataset
-   fingerprint the ledger stored (never an unkeyed hash of the private data).
+3. ``provenance`` — public dataset identity, profile, splits and seeds, and which data version
+   the ledger holds its releases under (an opaque label, never a fingerprint or hash of the data).
 4. ``budget`` — the ledger's summary for the datasets involved, and the releases' own
    composition as a cross-check.
 5. ``utility`` — metrics as mean +/- SD over seeds, privacy-utility curves, non-private reference.
@@ -58,8 +58,8 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   ``accounting_check`` {status: ok | mismatch | unverified | no-claim, message},
   ``noise_source_label``, ``noise_secure``, ``sampler``);
 - ``sections.provenance``: per dataset {name, kind, profile, split_sizes, split_seeds,
-  source_files (names), fingerprints (keyed ``dataset_fingerprint`` values from the ledger's
-  entries for these releases; empty without a ledger or for an old ledger), partitions,
+  source_files (names), data_versions (labels "version 1", ... of the keyed fingerprints in the
+  ledger's entries for these releases; empty without a ledger or for an old ledger), partitions,
   releases, audits, ...};
 - ``sections.budget``: {ledger, available, summary (Ledger.summary rows), entries, verify,
   composition (the releases' own composition: dataset, partition, releases, naive_sum, rdp,
@@ -162,7 +162,7 @@ def build_report(
             datasets.append(n)
     ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets,
                                   [lr.release.id for lr in inputs.releases], notes)
-    fingerprints = ledger.pop("dataset_fingerprints", {})
+    fingerprints = ledger.pop("data_versions", {})
     budget_section = {**ledger, "composition": budget.release_composition(inputs.releases + sweep_releases, cache, notes),
                       "datasets": datasets}
     sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]

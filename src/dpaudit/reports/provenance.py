@@ -1,5 +1,6 @@
-"""Section ``provenance``: per dataset, its public identity, splits and seeds, and the keyed
-dataset fingerprint the ledger stored (never an unkeyed hash of the private data)."""
+"""Section ``provenance``: per dataset, its public identity, splits and seeds, and which data
+version (an opaque label of the ledger's keyed fingerprint) its releases used: never a hash of
+the private data, keyed or not, that a reader could test a candidate dataset against."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ def _source_file_names(files: Any) -> list[str]:
 
 def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note],
                 fingerprints: dict[str, str] | None = None) -> list[dict]:
-    """Per dataset: its public identity, and the keyed ``dataset_fingerprint`` the ledger stored
-    for its releases (``fingerprints``: release id -> fingerprint, only when a ledger was read).
+    """Per dataset: its public identity, and the data version labels of its releases
+    (``fingerprints``: release id -> label of the ledger's keyed fingerprint, only when a ledger was read).
 
     Never an unkeyed digest of the private data: an old release's ``dataset["sha256"]`` (or its
     source files' hashes) is not repeated here, and such a release gets a warning instead.
@@ -37,10 +38,10 @@ def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: 
             "name": ds.get("name"), "kind": ds.get("kind"), "profile": ds.get("profile"),
             "split_sizes": ds.get("split_sizes"), "n_features": ds.get("n_features"), "n_classes": ds.get("n_classes"),
             "source_files": _source_file_names(ds.get("source_files")),
-            "fingerprints": [], "split_seeds": [], "partitions": [], "releases": [], "audits": [],
+            "data_versions": [], "split_seeds": [], "partitions": [], "releases": [], "audits": [],
         })
         for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition),
-                     ("fingerprints", fingerprints.get(lr.release.id))):
+                     ("data_versions", fingerprints.get(lr.release.id))):
             if v is not None and v not in e[k]:
                 e[k].append(v)
         for f in _source_file_names(ds.get("source_files")):
@@ -52,9 +53,9 @@ def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: 
                                                        "hashes of its private data in release.json, which tell neighbouring datasets apart; "
                                                        "this report does not repeat them; do not republish that file."))
     for e in by.values():
-        if len(e["fingerprints"]) > 1:
-            notes.append(Note("warning", "provenance", f"dataset {e['name']}: the ledger holds {len(e['fingerprints'])} different keyed "
-                                                       "fingerprints for its releases (different private data under one name)."))
+        if len(e["data_versions"]) > 1:
+            notes.append(Note("warning", "provenance", f"dataset {e['name']}: its releases used {len(e['data_versions'])} different data "
+                                                       "versions in the ledger (different private data under one name)."))
     for la in audits:
         rec_ds = la.record.get("dataset")
         name = la.view["dataset"]
@@ -69,7 +70,7 @@ def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: 
                 "split_sizes": rec_ds.get("split_sizes") if isinstance(rec_ds, dict) else None,
                 "n_features": None, "n_classes": None,
                 "source_files": _source_file_names(rec_ds.get("source_files")) if isinstance(rec_ds, dict) else [],
-                "fingerprints": [],
+                "data_versions": [],
                 "split_seeds": [rec_ds["split_seed"]] if isinstance(rec_ds, dict) and rec_ds.get("split_seed") is not None else [],
                 "partitions": [], "releases": [], "audits": [],
             }

@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
                                                                              "also runs, into OUT/final-model)."),
         json_out: bool = options.json_out(),
     ):
-        """Empirical privacy audit: the claimed event's trade-off curve tested (eps_LB in the claim's own family), Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
+        """Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
         from ..audits.build import build_target, check_privacy_unit, check_release_unit, target_from_release
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of

@@ -52,7 +52,8 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   {} in older files); the Clopper–Pearson test: threshold (float or "inf"/"-inf"),
   direction ("greater": canary in iff score >= threshold; "less": iff score <= threshold),
   select_epsilon (eps_LB of the chosen rule on SELECT; biased, for information), counts
-  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling, underpowered (ceiling < claimed),
+  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling (the largest eps_LB these trials can
+  certify: a perfect test; before issue 23 the EVAL-only Clopper-Pearson one), underpowered (ceiling < claimed),
   gdp_estimate {kind, method, auc, mu, mu_interval, delta, epsilon, epsilon_interval,
   interval_confidence, significant, saturated, trials} (all trials, orientation from SELECT;
   an estimate, never a bound), roc {fpr: [...], tpr: [...]} (EVAL, oriented so that higher =
@@ -303,7 +304,7 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
         "counts": bound.counts,
         "fpr_upper": bound.fpr_upper,
         "fnr_upper": bound.fnr_upper,
-        "ceiling": stats.ceiling(tp + fn, tn + fp, delta=delta, confidence=confidence),
+        "ceiling": general["ceiling"],
         "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, delta=delta, confidence=confidence),
         "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},
         "auc": roc["auc"],
@@ -320,8 +321,12 @@ def general_bound(s: np.ndarray, w: np.ndarray, counts: dict, *, delta: float, c
     half = 1.0 - (1.0 - confidence) / 2.0
     band = stats.band_bound(s, w, delta=delta, confidence=half)
     keep = ("cells", "events", "trials_per_world", "epsilon_lower_bound", "direction", "fp_at_most", "fn_at_most", "per_bound_significance")
+    # a perfect test on these trials (no error on EVAL nor on all trials): the largest eps_LB they can certify
+    perfect = {"cells": {"greater": [[0, 0]], "less": []}, "events": band["events"], "trials_per_world": band["trials_per_world"]}
+    n_in, n_out = counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]
     return {
         "epsilon_lower_bound": stats.general_epsilon(counts, band, delta=delta, confidence=confidence),
+        "ceiling": stats.general_epsilon({"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, delta=delta, confidence=confidence),
         "confidence": confidence, "delta": delta,
         "rule_epsilon": stats.epsilon_lower_bound(**counts, delta=delta, confidence=half).epsilon,
         "band": {k: band[k] for k in keep},

@@ -52,9 +52,10 @@ def test_soundness_gaussian_several_sigmas_and_seeds(sigma):
 def test_controls_no_noise_finds_leakage_and_null_finds_none():
     r = run_audit(gaussian_target(epsilon=1.0), runs=1000, seed=1, reproducible_noise=True)
     nn, null = r.controls["no-noise"], r.controls["null"]
-    # eps_LB (a bound for any mechanism) reaches its ceiling; the claim's Gaussian family result
-    # (which decides) goes beyond it, far above the claim
-    assert nn.epsilon_lower_bound == pytest.approx(nn.ceiling) and nn.ceiling > 4
+    # the Clopper–Pearson test and eps_LB (a bound for any mechanism) reach their ceilings; the
+    # claim's Gaussian family result (which decides) goes beyond them, far above the claim
+    assert nn.clopper_pearson_epsilon == pytest.approx(nn.ceiling) and nn.ceiling > 4
+    assert nn.epsilon_lower_bound == pytest.approx(nn.general_bound["ceiling"])
     assert nn.statistic == "claimed-curve" and nn.claim_family_bound["family_epsilon"] > nn.ceiling
     assert not nn.noise and nn.canary_inserted
     assert null.epsilon_lower_bound < 0.5 and not null.canary_inserted

@@ -52,8 +52,8 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   {} in older files); the Clopper–Pearson test: threshold (float or "inf"/"-inf"),
   direction ("greater": canary in iff score >= threshold; "less": iff score <= threshold),
   select_epsilon (eps_LB of the chosen rule on SELECT; biased, for information), counts
-  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling (the largest eps_LB these trials can
-  certify: a perfect test; before issue 23 the EVAL-only Clopper-Pearson one), underpowered (ceiling < claimed),
+  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling (of the Clopper-Pearson test on EVAL;
+  general_bound.ceiling is the published eps_LB's), underpowered (ceiling < claimed),
   gdp_estimate {kind, method, auc, mu, mu_interval, delta, epsilon, epsilon_interval,
   interval_confidence, significant, saturated, trials} (all trials, orientation from SELECT;
   an estimate, never a bound), roc {fpr: [...], tpr: [...]} (EVAL, oriented so that higher =
@@ -304,7 +304,7 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
         "counts": bound.counts,
         "fpr_upper": bound.fpr_upper,
         "fnr_upper": bound.fnr_upper,
-        "ceiling": general["ceiling"],
+        "ceiling": stats.ceiling(tp + fn, tn + fp, delta=delta, confidence=confidence),
         "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, delta=delta, confidence=confidence),
         "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},
         "auc": roc["auc"],

@@ -354,7 +354,7 @@ def _render(result, out: Path) -> None:
     rows = [("eps_LB", [_fmt(r.epsilon_lower_bound) for r, _ in cells]),
             ("CP eps_LB", [_fmt(r.clopper_pearson_epsilon) for r, _ in cells]),
             ("claim", [_fmt(r.claimed_epsilon) for r, _ in cells]),
-            ("ceiling", [_fmt(r.ceiling) for r, _ in cells]),
+            ("CP ceiling", [_fmt(r.ceiling) for r, _ in cells]),
             ("TPR@FPR 0.1%", [c[0] for _, c in cells]),
             ("TPR@FPR 1%", [c[1] for _, c in cells]),
             ("AUROC [CI]", [escape(c[2]) for _, c in cells]),

@@ -183,7 +183,9 @@ def test_audit_callable_sound_and_controls():
                        seed=3, reproducible_noise=True)
     assert r.epsilon_lower_bound <= EPS_RR
     assert r.epsilon_lower_bound > 0.5  # randomized response is tight: a good audit gets close
-    assert r.controls["no-noise"].epsilon_lower_bound == pytest.approx(r.controls["no-noise"].ceiling)
+    nn = r.controls["no-noise"]  # a perfect test: each bound at its own ceiling
+    assert nn.clopper_pearson_epsilon == pytest.approx(nn.ceiling)
+    assert nn.epsilon_lower_bound == pytest.approx(nn.general_bound["ceiling"])
     assert r.controls["null"].epsilon_lower_bound == 0.0 or r.controls["null"].epsilon_lower_bound < 0.3
     assert r.mechanism == "custom" and r.config["callable"] == "_randomized_response"
 

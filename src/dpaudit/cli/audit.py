@@ -275,10 +275,7 @@ def _with_threat_model(t, mechanism: str, threat_model: str):
 def _render_threat_models(trajectory, final, final_dir: Path) -> None:
     """Both threat models' eps_LB, side by side (issue 15 part 3)."""
     for name, r in (("trajectory", trajectory), ("final-model", final)):
-        verdict = "[bold red]VIOLATION[/] " if r.violated else ""
-        op = ">" if r.violated else "<="
-        console.print(f"{name}: {verdict}eps_LB {r.epsilon_lower_bound:.3f} {op} claimed {_fmt(r.claimed_epsilon)} "
-                      f"({getattr(r, 'statistic', 'clopper-pearson')})", soft_wrap=True)
+        console.print(f"{name}: {_verdict_line(r)}", soft_wrap=True)
     console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}", soft_wrap=True)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting.events import SubsampledGaussian
-from dpaudit.audits import curves, engine, verdicts
+from dpaudit.audits import curves, engine, stats, verdicts
 from dpaudit.audits.engine import AuditResult
 
 DELTA = 1e-5
@@ -51,10 +51,8 @@ def test_family_verdict_recomputes_each_audit_at_the_bonferroni_level():
     curve = curves.claimed_curve(event)
     n = 1000
     rec = None
-    for fp in range(20, 400):  # the smallest FN count at this FP count that is still violated at 95 %
+    for fp in range(20, 400):  # the largest FN count at this FP count that is still violated at 95 %
         for fn in range(0, n):
-            from dpaudit.audits import stats
-
             a, b = stats.cp_upper(fp, n, 0.95, split=2), stats.cp_upper(fn, n, 0.95, split=2)
             if not curve.violated_by(a, b):
                 break

@@ -53,7 +53,7 @@ def case(name: str, gen, event, accountant: str, seeds=range(5)) -> None:
         r = curves.curve_test(s, plan.world, plan.select, event=event, delta=DELTA, accountant=accountant)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        lbs.append(r["epsilon_lower_bound"])
+        lbs.append(r["family_epsilon"])
         flags.append(r["violated"])
     fmt = lambda xs: " ".join(f"{x:5.2f}" for x in xs)  # noqa: E731
     print(f"{name:<34} claim {claim:5.2f} | CP eps_LB {fmt(cps)} (mean {np.mean(cps):.2f}) | "
@@ -108,7 +108,7 @@ def soundness() -> None:
         for seed in seeds:
             plan = plan_trials(RUNS, seed=seed)
             rng = np.random.default_rng(seed)
-            z += curves.curve_test(rng.normal(size=RUNS), plan.world, plan.select, event=ev, delta=dl, accountant=acc)["epsilon_lower_bound"] == 0.0
+            z += curves.curve_test(rng.normal(size=RUNS), plan.world, plan.select, event=ev, delta=dl, accountant=acc)["family_epsilon"] == 0.0
         rates[f"null data, {label} claim: eps_LB == 0"] = z / len(seeds)
     for k, val in rates.items():
         print(f"  {k:<58} {val:.3f}")

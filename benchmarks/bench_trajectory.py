@@ -55,7 +55,7 @@ def main() -> None:
             g = r["gdp_estimate"]
             lo, hi = g["epsilon_interval"]
             cc = r.get("claimed_curve") or {}
-            eps_cc = float(cc.get("epsilon_lower_bound", float("nan")))
+            eps_cc = float(cc.get("family_epsilon", cc.get("epsilon_lower_bound", float("nan"))))
             print(f"| {tm} | {seed} | {eps_cc:.3f} | {100 * eps_cc / r['claimed_epsilon']:.0f} % | {float(r.get('clopper_pearson_epsilon') or 0):.3f} | "
                   f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}] | {r['auc']:.3f} | {dt:.0f} |", flush=True)
     if a.simulate:
@@ -80,7 +80,7 @@ def simulate(base, runs: int, seeds: int) -> None:
         x = rng.normal(scale=sigma * c, size=(runs, steps)) + c * ((rng.random((runs, steps)) < q) & plan.world[:, None])
         s = trajectory_log_lr(x, sample_rate=q, noise_multiplier=sigma, clipping_norm=c)
         ev = evaluate_scores(s, plan.world, plan.select, delta=base.delta, event=base.claimed_event, accountant="rdp")
-        eps = float(ev["claimed_curve"]["epsilon_lower_bound"])
+        eps = float(ev["claimed_curve"]["family_epsilon"])
         got.append(eps)
         print(f"| {seed} | {eps:.3f} | {ev['clopper_pearson_epsilon']:.3f} | {ev['gdp_estimate']['epsilon']:.2f} |", flush=True)
     print(f"mean claimed-curve eps_LB over seeds 0-{seeds - 1}: {np.mean(got):.3f} ({100 * np.mean(got) / base.claimed_epsilon:.0f} % of the claim)")

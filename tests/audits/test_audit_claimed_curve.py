@@ -19,7 +19,7 @@ DELTA = 1e-5
 OLD_AUDITS = Path(__file__).parent / "old_audits"  # audit.json files written by the code before the claimed-curve statistic
 
 CURVE_KEYS = {"statistic", "method", "event", "accountant", "adjacency", "delta", "confidence", "family", "scale_lower_bound",
-              "epsilon_lower_bound", "violated", "direction", "point", "points", "curve", "curve_at_lower_bound",
+              "family_epsilon", "violated", "counts", "direction", "point", "points", "curve", "curve_at_lower_bound",
               "select_size", "eval_size"}  # the threshold (score units) is in audit_local.json (issue 23 point 5)
 COMPARISON_KEYS = {"cp_bonferroni", "tpr_at_fpr", "auroc", "gdp_estimate"}
 
@@ -30,7 +30,9 @@ def _check_consistent(d: dict, *, claim_event: dict) -> None:
     cc = d["claimed_curve"]
     assert CURVE_KEYS <= set(cc)
     assert cc["event"] == claim_event and cc["statistic"] == "claimed-curve"
-    assert d["epsilon_lower_bound"] == cc["epsilon_lower_bound"] and d["method"] == cc["method"]
+    # eps_LB is the bound for any mechanism; the claim-family result is its own figure (issue 23 point 6)
+    assert d["epsilon_lower_bound"] == d["general_bound"]["epsilon_lower_bound"] and d["method"] == cc["method"]
+    assert d["claim_family_bound"]["family_epsilon"] == cc["family_epsilon"] and d["claim_family_bound"]["violated"] == cc["violated"]
     assert COMPARISON_KEYS <= set(d["comparison"])
     assert [t["fpr"] for t in d["comparison"]["tpr_at_fpr"]] == [0.001, 0.01]
     assert isinstance(d["clopper_pearson_epsilon"], float) and d["clopper_pearson_epsilon"] >= 0.0
@@ -92,12 +94,12 @@ def test_audit_scores_with_a_claimed_event():
     assert r.claimed_epsilon == pytest.approx(compute_epsilon(claim, delta=DELTA, accountant="pld").epsilon)
     assert r.statistic == "claimed-curve" and r.claimed_curve["event"] == claim.to_dict()
     assert r.claimed_curve["family"]["parameter"] == "noise_multiplier" and r.claimed_curve["family"]["claimed"] == pytest.approx(sigma)
-    assert r.violated and r.claimed_curve["violated"] and r.epsilon_lower_bound == r.claimed_curve["epsilon_lower_bound"]
+    assert r.violated and r.claimed_curve["violated"] and r.claim_family_bound["family_epsilon"] == r.claimed_curve["family_epsilon"]
     assert COMPARISON_KEYS <= set(r.comparison)
     # without a claim the statistic is Clopper–Pearson and says so
     plain = audit_scores(s_in, s_out, delta=DELTA, claimed_epsilon=r.claimed_epsilon)
     assert plain.statistic == "clopper-pearson" and plain.claimed_curve is None
-    assert plain.epsilon_lower_bound == plain.clopper_pearson_epsilon == r.clopper_pearson_epsilon
+    assert plain.epsilon_lower_bound == r.epsilon_lower_bound and plain.clopper_pearson_epsilon == r.clopper_pearson_epsilon
     # the same scores from an exactly calibrated mechanism are not flagged
     ok_in = rng.normal(1.0 / sigma, 1.0, 1000)
     ok = audit_scores(ok_in, s_out, delta=DELTA, claim=claim, accountant="pld")
@@ -130,7 +132,7 @@ def test_unclipped_canary_is_caught_by_the_claimed_curve_where_cp_is_not():
     assert r.claimed_epsilon == pytest.approx(1.0)
     assert r.clopper_pearson_epsilon <= r.claimed_epsilon  # the CP statistic alone misses it (0.908 at seed 1)
     assert r.statistic == "claimed-curve" and r.claimed_curve["violated"]
-    assert r.violated and r.epsilon_lower_bound > r.claimed_epsilon
+    assert r.violated and r.claim_family_bound["violated"]
 
 
 def test_correct_gaussian_mechanism_is_not_flagged():

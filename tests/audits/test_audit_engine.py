@@ -52,10 +52,11 @@ def test_soundness_gaussian_several_sigmas_and_seeds(sigma):
 def test_controls_no_noise_finds_leakage_and_null_finds_none():
     r = run_audit(gaussian_target(epsilon=1.0), runs=1000, seed=1, reproducible_noise=True)
     nn, null = r.controls["no-noise"], r.controls["null"]
-    # the Clopper–Pearson test reaches its ceiling; the deciding claimed-curve eps_LB (the claim's
-    # Gaussian family) goes beyond it, far above the claim
+    # the Clopper–Pearson test and eps_LB (a bound for any mechanism) reach their ceilings; the
+    # claim's Gaussian family result (which decides) goes beyond them, far above the claim
     assert nn.clopper_pearson_epsilon == pytest.approx(nn.ceiling) and nn.ceiling > 4
-    assert nn.statistic == "claimed-curve" and nn.epsilon_lower_bound > nn.ceiling
+    assert nn.epsilon_lower_bound == pytest.approx(nn.general_bound["ceiling"])
+    assert nn.statistic == "claimed-curve" and nn.claim_family_bound["family_epsilon"] > nn.ceiling
     assert not nn.noise and nn.canary_inserted
     assert null.epsilon_lower_bound < 0.5 and not null.canary_inserted
     assert null.gdp_estimate["mu_interval"][0] == 0.0  # the null estimate is not significant
@@ -188,7 +189,9 @@ def test_audit_callable_sound_and_controls():
                        seed=3, reproducible_noise=True)
     assert r.epsilon_lower_bound <= EPS_RR
     assert r.epsilon_lower_bound > 0.5  # randomized response is tight: a good audit gets close
-    assert r.controls["no-noise"].epsilon_lower_bound == pytest.approx(r.controls["no-noise"].ceiling)
+    nn = r.controls["no-noise"]  # a perfect test: each bound at its own ceiling
+    assert nn.clopper_pearson_epsilon == pytest.approx(nn.ceiling)
+    assert nn.epsilon_lower_bound == pytest.approx(nn.general_bound["ceiling"])
     assert r.controls["null"].epsilon_lower_bound == 0.0 or r.controls["null"].epsilon_lower_bound < 0.3
     assert r.mechanism == "custom" and r.config["callable"] == "_randomized_response"
 

@@ -218,8 +218,8 @@ def test_curve_test_block_and_the_search_against_its_analytic_solution():
     assert res["family"]["lower_bound"] == pytest.approx(sigma * s_lb)
     assert res["violated"] is (s_lb <= 1.0) and res["violated"] is False
     # eps_LB: the accountant's epsilon of the member at s_LB, = the exact GDP epsilon of mu_box
-    assert res["epsilon_lower_bound"] == compute_epsilon(SubsampledGaussian(sigma * s_lb, 1.0, 1), delta=DELTA, accountant="pld").epsilon
-    assert res["epsilon_lower_bound"] == pytest.approx(gdp_epsilon(mu_box, DELTA), abs=0.01)
+    assert res["family_epsilon"] == compute_epsilon(SubsampledGaussian(sigma * s_lb, 1.0, 1), delta=DELTA, accountant="pld").epsilon
+    assert res["family_epsilon"] == pytest.approx(gdp_epsilon(mu_box, DELTA), abs=0.01)
     # the box is below the curve at s_LB, not below it just under s_LB
     c = curves.claimed_curve(curves.scale_event(ev, s_lb))
     assert c.violated_by(p["fpr_upper"], p["fnr_upper"])
@@ -236,8 +236,8 @@ def test_pure_search_against_its_analytic_solution():
     eps_box = max(math.log((1 - p["fnr_upper"]) / p["fpr_upper"]), math.log((1 - p["fpr_upper"]) / p["fnr_upper"]))
     assert res["family"]["parameter"] == "epsilon"
     # family eps / s: the box rules out every epsilon < eps_box
-    assert eps_box / (1 + 1.01 * curves.SCALE_TOLERANCE) <= res["epsilon_lower_bound"] <= eps_box
-    assert res["epsilon_lower_bound"] == pytest.approx(res["family"]["lower_bound"])
+    assert eps_box / (1 + 1.01 * curves.SCALE_TOLERANCE) <= res["family_epsilon"] <= eps_box
+    assert res["family_epsilon"] == pytest.approx(res["family"]["lower_bound"])
 
 
 def test_no_evidence_no_member_ruled_out():
@@ -245,7 +245,7 @@ def test_no_evidence_no_member_ruled_out():
     w, sel, _ = trials(3, 400)
     res = curves.curve_test(np.zeros(400), w, sel, event=SubsampledGaussian(1.0, 1.0, 1), delta=DELTA)
     assert res["point"]["fpr"] + res["point"]["fnr"] == pytest.approx(1.0)
-    assert res["epsilon_lower_bound"] == 0.0 and res["scale_lower_bound"] is None and res["violated"] is False
+    assert res["family_epsilon"] == 0.0 and res["scale_lower_bound"] is None and res["violated"] is False
     assert res["family"]["lower_bound"] is None and res["curve_at_lower_bound"] is None
 
 
@@ -285,7 +285,7 @@ def test_soundness_laplace_pure_epsilon_200_seeds():
         w, sel, rng = trials(seed)
         res = curves.curve_test(laplace_scores(rng, w, 1.0), w, sel, event=PureEpsilon(1.0), delta=0.0, accountant="pure")
         flagged += res["violated"]
-        assert res["violated"] is (res["epsilon_lower_bound"] > 1.0)
+        assert res["violated"] is (res["family_epsilon"] > 1.0)
     assert flagged / len(SEEDS) <= 0.05
 
 
@@ -322,7 +322,7 @@ def test_null_data_gives_zero_in_95_percent_of_seeds(event, accountant):
         w, sel, rng = trials(seed)
         res = curves.curve_test(rng.normal(size=w.size), w, sel, event=event, delta=DELTA if accountant != "pure" else 0.0,
                                 accountant=accountant)
-        zero += res["epsilon_lower_bound"] == 0.0
+        zero += res["family_epsilon"] == 0.0
     assert zero / len(SEEDS) >= 0.95
 
 
@@ -336,7 +336,7 @@ def _mean_eps(eps_claim: float) -> tuple[float, list[bool]]:
         w, sel, rng = trials(seed)
         out.append(curves.curve_test(gaussian_scores(rng, w, sigma), w, sel, event=SubsampledGaussian(sigma, 1.0, 1),
                                      delta=DELTA, accountant="pld"))
-    return float(np.mean([r["epsilon_lower_bound"] for r in out])), [r["violated"] for r in out]
+    return float(np.mean([r["family_epsilon"] for r in out])), [r["violated"] for r in out]
 
 
 def test_power_gaussian_claimed_at_2_and_4():
@@ -355,5 +355,5 @@ def test_power_unclipped_canary_is_caught_in_every_seed():
     for seed in range(5):
         w, sel, rng = trials(seed)
         res = curves.curve_test(gaussian_scores(rng, w, sigma, shift=3.0), w, sel, event=ev, delta=DELTA, accountant="pld")
-        assert res["violated"] and res["epsilon_lower_bound"] > claim
+        assert res["violated"] and res["family_epsilon"] > claim
         assert res["scale_lower_bound"] < 1.0 and res["family"]["lower_bound"] < sigma

@@ -62,7 +62,9 @@ def test_trajectory_audit_is_much_stronger_than_the_final_model():
     traj, final = got["trajectory"], got["final-model"]
     assert traj["auc"] > final["auc"] + 0.1
     assert traj["gdp_estimate"]["mu"] > 1.5 * final["gdp_estimate"]["mu"]
-    assert traj["epsilon_lower_bound"] > max(2.0, 3 * final["epsilon_lower_bound"])
+    # in the claim's own family (the figure that decides) and as a bound for any mechanism
+    assert traj["claim_family_bound"]["family_epsilon"] > max(2.0, 3 * final["claim_family_bound"]["family_epsilon"])
+    assert traj["epsilon_lower_bound"] > 2 * final["epsilon_lower_bound"]
 
 
 def test_cli_threat_model_refused_outside_head_models():
@@ -79,9 +81,12 @@ def test_cli_trajectory_writes_both_threat_models(tmp_path):
     r = runner.invoke(app, ["audit", "dp-rvfl", "--canary", "max-clip", "--threat-model", "trajectory", "--runs", "8", "--epochs", "1",
                             "--no-controls", "--reproducible-noise", "--workers", "1", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert "trajectory: eps_LB" in r.output and "final-model: eps_LB" in r.output
     traj = json.loads((out / "audit.json").read_text())
     final = json.loads((out / "final-model" / "audit.json").read_text())
+    text = " ".join(r.output.split())
+    for name, d in (("trajectory", traj), ("final-model", final)):  # each line: the verdict, the family result, eps_LB
+        assert f"{name}: " in text and f"eps_LB {d['epsilon_lower_bound']:.3f}" in text
+        assert d["claim_family_bound"]["statement"] in text
     assert traj["config"]["threat_model"] == "trajectory" and final["config"]["threat_model"] == "final-model"
     assert "--threat-model trajectory" in traj["command"] and "--threat-model" not in final["command"]
     assert final["command"].endswith(f"--out {out / 'final-model'}")

@@ -21,8 +21,9 @@ def test_gaussian_audit_names_the_claimed_curve_statistic(tmp_path):
     d = json.loads((tmp_path / "audit.json").read_text())
     cc = d["claimed_curve"]
     assert d["statistic"] == "claimed-curve" and cc["family"]["parameter"] == "noise_multiplier"
-    assert "statistic: claimed-curve (" in out and f"claimed {cc['family']['claimed']:.4g}" in out
-    assert f"eps_LB {cc['epsilon_lower_bound']:.3f}, pld accountant" in out
+    assert "statistic: claimed-curve: " in out and f"claimed {cc['family']['claimed']:.4g}" in out
+    assert f"family epsilon {cc['family_epsilon']:.3f}, pld accountant" in out
+    assert f"eps_LB {d['epsilon_lower_bound']:.3f}" in out  # the bound for any mechanism
     for label in ("CP eps_LB", "TPR@FPR 0.1%", "TPR@FPR 1%", "AUROC [CI]", "GDP est. [CI]", "an estimate, not a bound"):
         assert label in out, label
     auroc = d["comparison"]["auroc"]
@@ -35,7 +36,7 @@ def test_broken_gaussian_violation_names_the_statistic(tmp_path):
     r = runner.invoke(app, ["audit", "gaussian", "--runs", "2000", "--eps", "1", "--broken-noise-factor", "3", "--out", str(tmp_path),
                             "--no-controls", "--reproducible-noise", "--workers", "1", "--seed", "0"])
     assert r.exit_code == 0, r.output
-    assert "VIOLATION" in r.stdout and "(claimed-curve)" in r.stdout and "noise_multiplier >= " in r.stdout
+    assert "VIOLATION: the claimed event is ruled out: noise_multiplier >= " in " ".join(r.stdout.split())
 
 
 def test_old_audit_renders_as_clopper_pearson(tmp_path):

@@ -58,7 +58,7 @@ def test_real_broken_gaussian_mechanism_is_caught_and_sound_one_is_not(tmp_path)
     run_audit(gaussian_target(epsilon=1.0, broken_noise_factor=8.0), runs=1000, out_dir=tmp_path / "broken", seed=3)
     rep = build_report([tmp_path / "broken"])
     v = _verdict(rep, "gaussian")
-    assert v["status"] == "violation" and "VIOLATION: eps_LB" in v["line"]
+    assert v["status"] == "violation" and "VIOLATION: the claimed event is ruled out (noise_multiplier >=" in v["line"]
     assert v["max_epsilon_lower_bound"] > 1.0
     run_audit(gaussian_target(epsilon=1.0), runs=1000, out_dir=tmp_path / "sound", seed=3)
     assert _verdict(build_report([tmp_path / "sound"]), "gaussian")["status"] == "no-evidence"
@@ -72,25 +72,31 @@ def test_release_without_audit_is_not_audited_with_a_note(tmp_path):
     assert any("has no audit" in m for m in _notes(rep, "warning"))
 
 
-def test_audit_matched_to_release_by_mechanism_and_epsilon(tmp_path):
+def test_audit_covers_only_the_release_it_records(tmp_path):
+    # issue 23 point 7: an audit is matched to the release it records (release id), never to a
+    # release of the same mechanism at a nearby epsilon
     rel = make_release(tmp_path / "r1", noise_multiplier=1.0)
     res, *_ = synthetic_audit(claimed_epsilon=rel.epsilon, shift=0.3)
     write_audit_record(tmp_path / "a1", res)
     rep = build_report([tmp_path])
     v = _verdict(rep, "rvfl")
-    assert v["status"] == "no-evidence"
-    assert v["releases"] == [rel.id]
+    assert rep["sections"]["audit"]["audits"][0]["covers_releases"] == []
+    assert any("records no release among the inputs" in m for m in _notes(rep, "info"))
+    assert "1 release(s) not audited" in v["line"]
+    write_audit_record(tmp_path / "a1", res, release_id=rel.id)
+    rep = build_report([tmp_path])
+    assert _verdict(rep, "rvfl")["status"] == "no-evidence"
     assert rep["sections"]["audit"]["audits"][0]["covers_releases"] == [rel.id]
 
 
-def test_release_claiming_less_than_its_audit_is_judged_against_the_release(tmp_path):
+def test_audit_of_another_claim_than_its_release_covers_no_release(tmp_path):
     rel = make_release(tmp_path / "r1")
-    res, *_ = synthetic_audit(claimed_epsilon=rel.epsilon * 1.01)  # audit assumed a 1 % larger claim
-    between = rel.epsilon * 1.005
-    write_audit_record(tmp_path / "a1", res, epsilon_lower_bound=between)
-    v = _verdict(build_report([tmp_path]), "rvfl")
-    assert v["status"] == "violation"
-    assert f"claimed {rel.epsilon:.3f}" in v["line"]
+    res, *_ = synthetic_audit(claimed_epsilon=rel.epsilon * 1.01)  # audit tested a 1 % larger claim
+    write_audit_record(tmp_path / "a1", res, release_id=rel.id)
+    rep = build_report([tmp_path])
+    (e,) = rep["sections"]["audit"]["audits"]
+    assert e["covers_releases"] == [] and e["compared_claim"] == pytest.approx(rel.epsilon * 1.01)
+    assert any("does not audit that claim" in m for m in _notes(rep, "warning"))
 
 
 def test_audit_of_other_mechanism_in_release_dir_is_not_used(tmp_path):
@@ -155,7 +161,11 @@ def test_minimal_foreign_audit_record_is_tolerated(tmp_path):
     assert v["status"] == "no-evidence" and "ceiling unknown" in v["line"]
     assert any("lacks keys" in m for m in _notes(rep, "info"))
     write_raw_audit(tmp_path / "b", {"mechanism": "dp-elm", "claimed_epsilon": 1.0, "epsilon_lower_bound": "inf"})
-    assert _verdict(build_report([tmp_path]), "elm")["status"] == "violation"
+    assert _verdict(build_report([tmp_path / "b"]), "elm")["status"] == "violation"
+    # two audits: a stored violation without counts cannot be re-judged at 1 - alpha / 2 (fail closed)
+    rep = build_report([tmp_path])
+    assert _verdict(rep, "elm")["status"] == "inconclusive"
+    assert any("Bonferroni" in m for m in _notes(rep, "info"))
 
 
 def test_stored_bound_contradicted_by_its_counts_is_inconclusive(tmp_path):
@@ -326,7 +336,7 @@ def test_audit_of_other_mechanism_in_separate_folders(tmp_path):
 def test_audit_at_other_delta_is_flagged(tmp_path):
     rel = make_release(tmp_path / "r1")
     res, *_ = synthetic_audit(claimed_epsilon=rel.epsilon)
-    write_audit_record(tmp_path / "a1", res, delta=1e-3)
+    write_audit_record(tmp_path / "a1", res, delta=1e-3, release_id=rel.id)
     rep = build_report([tmp_path])
     assert any("bounds epsilon at delta=0.001" in m for m in _notes(rep, "warning"))
 

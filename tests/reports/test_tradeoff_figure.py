@@ -118,7 +118,9 @@ def test_violated_audit_gets_the_violation_colour_and_label():
     assert lin.get_x() + lin.get_width() == pytest.approx(0.02) and lin.get_y() + lin.get_height() == pytest.approx(0.30)
     labels = _artists(fig, "violation-label")
     assert labels and all(t.get_text() == "VIOLATION" and to_rgb(t.get_color()) == to_rgb(VIOLATION_COLOR) for t in labels)
-    assert "VIOLATION" in fig._suptitle.get_text() and "eps_LB 3.100 vs claimed eps 1.000" in fig._suptitle.get_text()
+    # a record written before issue 23: its published 3.1 was the claim family's epsilon, not a bound for any
+    # mechanism; the title shows the Clopper-Pearson bound of its EVAL counts instead
+    assert "VIOLATION" in fig._suptitle.get_text() and f"eps_LB {CP_EPS:.3f} vs claimed eps 1.000" in fig._suptitle.get_text()
     assert "gaussian" in fig._suptitle.get_text() and "unclipped" in fig._suptitle.get_text() and "claimed-curve" in fig._suptitle.get_text()
     assert len(_artists(fig, "claimed-curve")) == 2 and len(_artists(fig, "lower-bound-curve")) == 2
     assert len(_artists(fig, "eval-points")) == 2
@@ -158,7 +160,8 @@ def test_report_states_the_deciding_statistic_and_the_comparison_statistics(tmp_
     rep = _report(tmp_path, {"a": audit_record(violated=True)})
     (v,) = rep["sections"]["verdict"]
     assert v["status"] == "violation" and v["decided_by"] == ["claimed-curve"]
-    assert "VIOLATION: eps_LB 3.100 > claimed 1.000" in v["line"] and "decided by the claimed-curve statistic" in v["line"]
+    assert "VIOLATION: the claimed event is ruled out (noise_multiplier >= 0.5263 ruled out (claimed 3.333)" in v["line"]
+    assert f"eps_LB {CP_EPS:.3f}, claimed 1.000" in v["line"] and "decided by the claimed-curve statistic" in v["line"]
     (e,) = rep["sections"]["audit"]["audits"]
     assert e["statistic"] == "claimed-curve" and e["clopper_pearson_epsilon"] == pytest.approx(CP_EPS)
     assert e["claimed_curve"]["violated"] is True and e["comparison"]["auroc"]["auc"] == 0.871
@@ -199,12 +202,14 @@ def test_old_audit_renders_as_before_and_says_clopper_pearson(tmp_path):
     assert "no evidence of a violation" in text
 
 
-def test_curve_violated_but_eps_not_above_claim_is_inconclusive(tmp_path):
-    # a record at odds with itself must never read as "no evidence"
-    rep = _report(tmp_path, {"a": audit_record(violated=True, eps_lb=0.9, claimed=1.0)})
+def test_curve_violated_decides_even_when_eps_lb_is_below_the_claim(tmp_path):
+    # one rule (issue 23 point 6): the claimed-curve test decides; eps_LB (a bound for any mechanism)
+    # below the claimed epsilon is no contradiction, and neither is a family epsilon equal to the claim
+    rec = audit_record(violated=True, eps_lb=1.0, claimed=1.0)
+    rec["claimed_curve"]["scale_lower_bound"] = 1.0  # the boundary: the claimed event itself ruled out
+    rep = _report(tmp_path, {"a": rec})
     (v,) = rep["sections"]["verdict"]
-    assert v["status"] == "inconclusive"
-    assert any("claimed-curve test says the claimed event is violated" in n["message"] for n in rep["notes"])
+    assert v["status"] == "violation" and "the claimed event is ruled out" in v["line"]
 
 
 def test_malformed_claimed_curve_is_a_note_not_a_figure(tmp_path):

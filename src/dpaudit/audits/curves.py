@@ -49,11 +49,14 @@ makes the result weaker.
 and divides every pure epsilon by s: a larger s is more noise and a higher (more private)
 curve. The evidence rules out every s >= s_LB, where ``scale_lower_bound`` = s_LB is (up to a
 relative 1e-3, rounded towards "not ruled out") the smallest s whose curve the box is below;
-``epsilon_lower_bound`` = epsilon of scale_event(event, s_LB) at ``delta`` under the release's own
+``family_epsilon`` = epsilon of scale_event(event, s_LB) at ``delta`` under the release's own
 accountant -- the claim in its own units: the strongest member of the claim's family the audit
-rules out. 0.0 when the box is not even below FNR = 1 - FPR (the s -> infinity limit, "no
-privacy loss"): then no member is ruled out. ``violated`` = the claimed event itself (s = 1) is
-ruled out, which is the same as s_LB <= 1.
+rules out. It is NOT a lower bound on the epsilon of a mechanism of another shape (randomized
+response with eps 1 against a Gaussian claim it satisfies reads ~5): the published eps_LB is
+:func:`dpaudit.audits.stats.general_epsilon`. 0.0 when the box is not even below FNR = 1 - FPR (the
+s -> infinity limit, "no privacy loss"): then no member is ruled out. ``violated`` = the claimed
+event itself (s = 1) is ruled out, which is the same as s_LB <= 1 (non-strict; the verdict's one
+rule, :mod:`dpaudit.audits.verdicts`).
 
 **SELECT criterion.** For closed-form families the SELECT rule maximises the statistic itself:
 for Gaussian claims the statistic is an increasing function of the Gaussian-DP mu of the box
@@ -538,6 +541,17 @@ def _family_parameter(event: Event, s: float | None) -> dict:
     return {"parameter": "noise_scale", "claimed": 1.0, "lower_bound": None if s is None else float(s)}
 
 
+def family_statement(family: dict) -> str:
+    """"noise_multiplier >= 0.8123 ruled out (claimed 1.2)": the family result in the claim's units.
+
+    More noise (a larger noise multiplier or scale) or a smaller pure epsilon is a stronger claim;
+    the evidence rules out that member and every stronger one."""
+    param, claimed, lb = family.get("parameter", "noise_scale"), family.get("claimed"), family.get("lower_bound")
+    if lb is None:
+        return f"no {param} ruled out (claimed {float(claimed):.4g})"
+    return f"{param} {'<=' if param == 'epsilon' else '>='} {float(lb):.4g} ruled out (claimed {float(claimed):.4g})"
+
+
 def curve_test(scores, world, select, *, event: Event, delta: float, confidence: float = 0.95, accountant="rdp",
                adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> dict:
     """The claimed-curve audit of per-trial ``scores`` (``world``: canary-in trial; ``select``:
@@ -545,8 +559,9 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
     "claimed_curve" block (see the module docstring for the statistic and its soundness).
 
     Privacy contract: if ``event`` is a correct claim for the mechanism that produced the scores,
-    ``violated`` is True with probability at most 1 - ``confidence`` (over the trials), and so is
-    ``epsilon_lower_bound`` > epsilon of the event (``accountant``, ``delta``).
+    ``violated`` is True with probability at most 1 - ``confidence`` (over the trials).
+    ``family_epsilon`` (the epsilon of the strongest family member ruled out) is a statement
+    about the claim's family only: for a mechanism of another shape it is no bound on epsilon.
     """
     confidence = open_unit("confidence", confidence)
     delta = non_negative_finite("delta", delta)
@@ -566,6 +581,7 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
     fam = _Family(event, adj.value, box)
     s_lb = _search(fam)
     eps_lb = 0.0 if s_lb is None else float(compute_epsilon(scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj).epsilon)
+    # the one rule (non-strict): s_LB = 1 means the claimed event itself was verified ruled out
     violated = s_lb is not None and s_lb <= 1.0
     if fam.profile:
         selection = ("threshold and direction chosen on SELECT trials by the Gaussian-DP mu of the Clopper-Pearson box corner "
@@ -574,7 +590,8 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
         selection = "threshold and direction chosen on SELECT trials to maximise the statistic itself (closed-form curve)"
     method = (f"{selection}; one-sided Clopper-Pearson upper bounds on EVAL FPR and FNR, significance split in two; "
               "the box is tested against the claimed trade-off curve and its family (noise multipliers x s, pure epsilons / s); "
-              "eps_LB is the epsilon of the smallest s ruled out.")
+              "family_epsilon is the epsilon of the smallest s ruled out (a statement about the claim's family, not a bound "
+              "for other mechanisms); violated: s = 1 is ruled out.")
     ev = ~sel
     return {
         "statistic": "claimed-curve",
@@ -586,8 +603,9 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
         "confidence": float(confidence),
         "family": _family_parameter(event, s_lb),
         "scale_lower_bound": None if s_lb is None else float(s_lb),
-        "epsilon_lower_bound": _num(eps_lb),
+        "family_epsilon": _num(eps_lb),
         "violated": bool(violated),
+        "counts": {"fp": int(round(box.fpr * box.n_out)), "n_out": box.n_out, "fn": int(round(box.fnr * box.n_in)), "n_in": box.n_in},
         "threshold": _num(box.threshold),
         "direction": box.direction,
         "point": {"fpr": float(box.fpr), "fnr": float(box.fnr), "fpr_upper": float(box.fpr_upper), "fnr_upper": float(box.fnr_upper)},

@@ -31,19 +31,29 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   canary_inserted (bool: false for the null control), runs, claimed_epsilon (null if none),
   delta, adjacency, confidence, threat_model ("final-model": the adversary sees the released
   model only; "trajectory": every iterate), statistic ("claimed-curve" when the claim is known
-  as an event, else "clopper-pearson"; files without it are "clopper-pearson"), method (of the
-  deciding statistic), epsilon_lower_bound (the deciding statistic's eps_LB), claimed_curve (the
-  block of :func:`dpaudit.audits.curves.curve_test`: event, accountant, family {parameter,
-  claimed, lower_bound}, scale_lower_bound, epsilon_lower_bound, violated (the claimed event
-  itself is ruled out), threshold, direction, point, points, curve, curve_at_lower_bound, ...;
-  null without an event), clopper_pearson_epsilon (the SELECT/EVAL Clopper–Pearson eps_LB below;
-  files without it: = epsilon_lower_bound), comparison {cp_bonferroni {epsilon_lower_bound,
+  as an event, else "clopper-pearson"; files without it are "clopper-pearson": the statistic that
+  decides ``violated``), method (of the deciding statistic), epsilon_lower_bound (eps_LB: a lower
+  bound on the epsilon of ANY mechanism at delta, whatever the claim's shape; see general_bound),
+  general_bound {epsilon_lower_bound, confidence, delta, rule_epsilon, band {cells, events,
+  trials_per_world, ...}, method} (:func:`general_bound`: recomputable at another confidence from
+  counts + band, :func:`dpaudit.audits.verdicts.decision_at`), claim_family_bound {parameter,
+  claimed, ruled_out_from, scale_lower_bound, family_epsilon, violated, statement} (the
+  claimed-curve result in the claim's units, e.g. "noise_multiplier >= 0.81 ruled out"; null
+  without an event), claimed_curve (the block of :func:`dpaudit.audits.curves.curve_test`: event,
+  accountant, family {parameter, claimed, lower_bound}, scale_lower_bound, family_epsilon,
+  violated (the claimed event itself is ruled out), counts {fp, n_out, fn, n_in} (the box's EVAL
+  counts), threshold, direction, point, points, curve, curve_at_lower_bound, ...; null without an
+  event; files before issue 23 call family_epsilon epsilon_lower_bound and published it as the
+  top-level eps_LB: :func:`dpaudit.audits.verdicts.upgrade` reads them), clopper_pearson_epsilon
+  (the SELECT/EVAL Clopper–Pearson eps_LB below at full confidence; files without it:
+  = epsilon_lower_bound), comparison {cp_bonferroni {epsilon_lower_bound,
   thresholds_tested, threshold, direction, method}, tpr_at_fpr [{fpr, tpr, tpr_interval}],
   auroc {auc, interval, bootstrap, confidence}, gdp_estimate} (:func:`stats.comparison_statistics`;
   {} in older files); the Clopper–Pearson test: threshold (float or "inf"/"-inf"),
   direction ("greater": canary in iff score >= threshold; "less": iff score <= threshold),
   select_epsilon (eps_LB of the chosen rule on SELECT; biased, for information), counts
-  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling, underpowered (ceiling < claimed),
+  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling (of the Clopper-Pearson test on EVAL;
+  general_bound.ceiling is the published eps_LB's), underpowered (ceiling < claimed),
   gdp_estimate {kind, method, auc, mu, mu_interval, delta, epsilon, epsilon_interval,
   interval_confidence, significant, saturated, trials} (all trials, orientation from SELECT;
   an estimate, never a bound), roc {fpr: [...], tpr: [...]} (EVAL, oriented so that higher =
@@ -62,8 +72,9 @@ shareable keys only; the score-unit values (``threshold``, ``claimed_curve.thres
 its public keys), DP-MixMin's ``config.reference_weights``, a reproducible noise seed,
 ``scores_file`` and the exact timings (audit.json's are rounded) go to ``audit_local.json``, which
 like scores.npz is not for publication. :func:`read_audit` puts them back when the file is there.
-``violated`` is derived, never stored: role == "main" and noise and claimed_epsilon is not
-None and epsilon_lower_bound > claimed_epsilon (see :func:`violated`).
+``violated`` is derived, never stored: role == "main" and noise and canary inserted and a claim,
+and then the claimed-curve test's ``violated`` when a claimed event was tested, else
+epsilon_lower_bound > claimed_epsilon (one rule: :func:`dpaudit.audits.verdicts.violated`).
 
 scores.npz holds, per role r in (main, no_noise, null): ``{r}_score`` (float64), ``{r}_world``
 (bool: canary-in world), ``{r}_select`` (bool: SELECT trial), ``{r}_inserted`` (bool).
@@ -167,6 +178,9 @@ class AuditResult:
     comparison: dict = field(default_factory=dict)  # stats.comparison_statistics ({} in older files)
     clopper_pearson_epsilon: float | None = None  # the SELECT/EVAL CP eps_LB (None only if never computed)
     threat_model: str = "final-model"
+    general_bound: dict | None = None  # how eps_LB is computed and recomputed (None in files before issue 23)
+    claim_family_bound: dict | None = None  # the claimed-curve result in the claim's units (None without an event)
+    epsilon_lower_bound_note: str | None = None  # set when an old file's eps_LB was re-read (verdicts.upgrade)
 
     @property
     def violated(self) -> bool:
@@ -187,6 +201,9 @@ class AuditResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> "AuditResult":
+        from .verdicts import upgrade
+
+        data = upgrade(data)
         known = {f.name for f in dataclasses.fields(cls)}
         required = ["mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "counts", "ceiling"]
         absent = [k for k in required if k not in data]
@@ -200,18 +217,20 @@ class AuditResult:
                 kw[k] = float(kw[k])  # infinities are stored as strings
         # Files written before the claimed-curve statistic: the Clopper–Pearson eps_LB decided.
         kw.setdefault("statistic", "clopper-pearson")
-        if kw.get("clopper_pearson_epsilon") is None and kw["statistic"] == "clopper-pearson":
+        if kw.get("clopper_pearson_epsilon") is None and kw["statistic"] == "clopper-pearson" and "general_bound" not in data:
             kw["clopper_pearson_epsilon"] = float(kw["epsilon_lower_bound"])
+        if kw.get("claim_family_bound") is None and isinstance(kw.get("claimed_curve"), dict) and "family" in kw["claimed_curve"]:
+            kw["claim_family_bound"] = claim_family_bound(kw["claimed_curve"])
         if kw.get("comparison") is None:
             kw["comparison"] = {}
         return cls(**kw)
 
 
 def violated(audit: dict) -> bool:
-    """The verdict rule, on an audit.json dict: a bound above the claim on the real mechanism."""
-    claim = audit.get("claimed_epsilon")
-    return bool(audit.get("role", "main") == "main" and audit.get("noise", True) and audit.get("canary_inserted", True)
-                and claim is not None and float(audit["epsilon_lower_bound"]) > float(claim))
+    """The verdict rule, on an audit.json dict (the one definition: :func:`.verdicts.violated`)."""
+    from .verdicts import violated as rule
+
+    return rule(audit)
 
 
 def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
@@ -285,10 +304,13 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
     curve = None
     if event is not None:
         curve = curve_test(s, w, sel, event=event, delta=delta, confidence=confidence, accountant=accountant, adjacency=adjacency)
+    general = general_bound(s, w, bound.counts, delta=delta, confidence=confidence)
     return {
         "statistic": "claimed-curve" if curve is not None else "clopper-pearson",
         "method": curve["method"] if curve is not None else METHOD,
-        "epsilon_lower_bound": float(curve["epsilon_lower_bound"]) if curve is not None else bound.epsilon,
+        "epsilon_lower_bound": general["epsilon_lower_bound"],
+        "general_bound": general,
+        "claim_family_bound": claim_family_bound(curve),
         "claimed_curve": curve,
         "clopper_pearson_epsilon": bound.epsilon,
         "comparison": stats.comparison_statistics(s, w, sel, thr.direction, delta=delta, confidence=confidence, seed=seed),
@@ -306,6 +328,41 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
         "eval_size": int(ev.sum()),
         "trials_per_world": {"in": int(w.sum()), "out": int((~w).sum())},
     }
+
+
+def general_bound(s: np.ndarray, w: np.ndarray, counts: dict, *, delta: float, confidence: float) -> dict:
+    """audit.json "general_bound": the published eps_LB, a lower bound on the epsilon of ANY
+    mechanism at ``delta`` (:func:`stats.general_epsilon`: the SELECT-chosen rule's EVAL counts and
+    the all-threshold band on all trials, each at half the significance), with what recomputes it."""
+    half = 1.0 - (1.0 - confidence) / 2.0
+    band = stats.band_bound(s, w, delta=delta, confidence=half)
+    keep = ("cells", "events", "trials_per_world", "epsilon_lower_bound", "direction", "fp_at_most", "fn_at_most", "per_bound_significance")
+    # a perfect test on these trials (no error on EVAL nor on all trials): the largest eps_LB they can certify
+    perfect = {"cells": {"greater": [[0, 0]], "less": []}, "events": band["events"], "trials_per_world": band["trials_per_world"]}
+    n_in, n_out = counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]
+    return {
+        "epsilon_lower_bound": stats.general_epsilon(counts, band, delta=delta, confidence=confidence),
+        "ceiling": stats.general_epsilon({"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, delta=delta, confidence=confidence),
+        "confidence": confidence, "delta": delta,
+        "rule_epsilon": stats.epsilon_lower_bound(**counts, delta=delta, confidence=half).epsilon,
+        "band": {k: band[k] for k in keep},
+        "method": ("valid for any mechanism: the larger of (a) Clopper-Pearson on the EVAL counts of the rule chosen on SELECT and "
+                   "(b) the simultaneous Clopper-Pearson band over every threshold rule on all trials, each at significance "
+                   "(1 - confidence)/2; eps_LB = max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi))"),
+    }
+
+
+def claim_family_bound(curve: dict | None) -> dict | None:
+    """audit.json "claim_family_bound": what the claimed-curve test rules out, in the claim's units
+    ("noise_multiplier >= X ruled out"); it decides the verdict (``violated``). None without an event."""
+    if curve is None:
+        return None
+    from .curves import family_statement
+
+    fam = curve["family"]
+    return {"parameter": fam["parameter"], "claimed": fam["claimed"], "ruled_out_from": fam["lower_bound"],
+            "scale_lower_bound": curve.get("scale_lower_bound"), "family_epsilon": curve.get("family_epsilon"),
+            "violated": curve.get("violated") is True, "statement": family_statement(fam)}
 
 
 def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float | None = None, confidence: float = 0.95,

@@ -25,6 +25,7 @@ a unit-variance Gaussian shift), so it is invariant to monotone transforms of th
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -513,3 +514,144 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
         "auroc": auroc_bootstrap(s[ev], w[ev], direction, confidence=confidence, seed=seed),
         "gdp_estimate": gdp_estimate(s, w, direction, delta=delta, confidence=confidence),
     }
+
+
+# ---------------------------------------------------------------- the published eps_LB (issue 23, point 6)
+#
+# One bound for every threshold rule on every trial, valid for ANY mechanism (no claimed shape):
+# simultaneous one-sided Clopper–Pearson bands on a stepped grid of error counts.
+#
+# For one direction and one world, let u_k(a) be the CP upper bound for k errors. For a fixed k,
+# the event "some threshold with at most k errors has a true error rate above u_k(a)" has
+# probability <= a whatever the score law, ties included: the thresholds' error regions are nested,
+# so the event is "at most k of n draws fall in a region of mass > u_k(a)". A rule with e errors is
+# bounded by u_k at the smallest grid count k >= e. The grid is fixed before the scores are seen
+# (it depends on n, the confidence and nothing else); every grid count below n is one event, for
+# each of 2 directions x 2 worlds, and each event gets a = (1 - confidence) / events (Bonferroni).
+# The grid is as coarse as it can be while never bounding worse than a bound at significance
+# (1 - reference confidence) / (2 (n + 1)) at the exact count -- the Bonferroni correction over
+# every threshold of one direction on all n trials -- so this figure is at least that one.
+
+
+def _cp_table(n: int, a: float) -> np.ndarray:
+    """u_k(a) for k = 0..n (1 at k = n)."""
+    k = np.arange(n + 1, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
+    u[-1] = 1.0
+    return np.maximum.accumulate(u)  # non-decreasing in k (guards rounding at the far end)
+
+
+def _count_grid(n: int, a_event: float, a_reference: float) -> np.ndarray:
+    """Grid counts 0 = g_0 < g_1 < ... (< n) such that u_{g_{i+1}}(a_event) <= u_{g_i + 1}(a_reference)."""
+    fine, ref = _cp_table(n, a_event), _cp_table(n, a_reference)
+    grid = [0]
+    while grid[-1] < n - 1:
+        nxt = int(np.searchsorted(fine, ref[grid[-1] + 1], side="right")) - 1
+        grid.append(min(max(nxt, grid[-1] + 1), n - 1))
+    return np.asarray(grid, dtype=int)
+
+
+@functools.lru_cache(maxsize=64)
+def count_grids(n_pos: int, n_neg: int, alpha: float, reference_alpha: float) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(grid of FN counts, grid of FP counts, number of events) of :func:`band_bound`.
+
+    The events share ``alpha`` equally; each grid step is as long as it can be while its bound
+    stays below the exact count's bound at ``reference_alpha`` / (2 (n + 1)). The grids are refined
+    until they need no more events than the share they were built for (a fixed point: more
+    events, a smaller share, a finer grid).
+    """
+    a_reference = reference_alpha / (2.0 * (n_pos + n_neg + 1))
+    events = 4
+    for _ in range(64):
+        g_pos = _count_grid(n_pos, alpha / events, a_reference)
+        g_neg = _count_grid(n_neg, alpha / events, a_reference)
+        need = 2 * (g_pos.size + g_neg.size)
+        if need <= events:
+            return tuple(int(v) for v in g_pos), tuple(int(v) for v in g_neg), int(events)
+        events = need
+    # not settled: every count is a grid count (2 n events)
+    return tuple(range(n_pos)), tuple(range(n_neg)), 2 * (n_pos + n_neg)
+
+
+def _grid_ceil(counts: np.ndarray, grid: tuple[int, ...], n: int) -> np.ndarray:
+    """The smallest grid count >= each count (n, the trivial bound 1, above the grid)."""
+    g = np.asarray(grid + (n,), dtype=int)
+    return g[np.searchsorted(g, counts, side="left")]
+
+
+def _staircase(fp: np.ndarray, fn: np.ndarray) -> list[list[int]]:
+    """The (fp, fn) pairs no other pair beats in both (the rules that can attain the maximum)."""
+    pairs = sorted(set(zip(fp.tolist(), fn.tolist())))
+    out: list[list[int]] = []
+    for f, g in pairs:  # ascending fp: keep a pair only if its fn is below every kept one
+        if not out or g < out[-1][1]:
+            out.append([int(f), int(g)])
+    return out
+
+
+def band_bound(scores, labels, *, delta: float, confidence: float = 0.95, reference_confidence: float | None = None) -> dict:
+    """eps_LB from every threshold rule on all trials (both directions), valid for any mechanism.
+
+    Privacy contract: with probability >= ``confidence`` over the trials, ``epsilon_lower_bound``
+    does not exceed the epsilon of any (epsilon, ``delta``)-DP mechanism that produced the scores
+    (see the block comment above). ``cells`` holds, per direction, the grid-rounded (FP, FN) count
+    pairs of the best rules: with ``events`` and the trial counts it recomputes the bound at any
+    other confidence on the same grid (:func:`band_epsilon`), e.g. a Bonferroni share over audits.
+    ``reference_confidence`` (default ``confidence``): the grid never bounds a rule worse than the
+    Bonferroni-over-all-thresholds bound at that confidence would (when the grid settles).
+    """
+    confidence = _check_confidence(confidence)
+    reference = confidence if reference_confidence is None else _check_confidence(reference_confidence)
+    delta = _check_delta(delta)
+    s, y = _check_scores(scores, labels)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    g_pos, g_neg, events = count_grids(n_pos, n_neg, 1.0 - confidence, 1.0 - reference)
+    _, tp_ge, fp_ge, _ = rule_counts(s, y)
+    cells = {}
+    for direction in DIRECTIONS:
+        tp, fp = (tp_ge, fp_ge) if direction == "greater" else (n_pos - tp_ge, n_neg - fp_ge)
+        cells[direction] = _staircase(_grid_ceil(fp, g_neg, n_neg), _grid_ceil(n_pos - tp, g_pos, n_pos))
+    record = {"cells": cells, "events": events, "trials_per_world": {"in": n_pos, "out": n_neg}}
+    eps, direction, (fp_k, fn_k) = band_epsilon(record, delta=delta, confidence=confidence, best=True)
+    return {
+        "epsilon_lower_bound": eps, "direction": direction, "fp_at_most": fp_k, "fn_at_most": fn_k, **record,
+        "per_bound_significance": (1.0 - confidence) / events, "delta": delta, "confidence": confidence,
+        "method": ("every threshold rule (both directions) on all trials; one-sided Clopper-Pearson upper bounds on FPR and FNR "
+                   "as simultaneous bands over a fixed grid of error counts, Bonferroni over the grid's events; "
+                   "eps_LB = max over rules of max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi)); "
+                   "valid for any mechanism"),
+    }
+
+
+def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = False):
+    """:func:`band_bound`'s eps_LB from its stored ``cells``, ``events`` and ``trials_per_world``,
+    at ``confidence`` (its own, or a stricter one: the grid stays, each event's share changes).
+    ``best``: also the direction and the (FP, FN) cell that attain it."""
+    confidence = _check_confidence(confidence)
+    n_pos, n_neg = int(record["trials_per_world"]["in"]), int(record["trials_per_world"]["out"])
+    a = (1.0 - confidence) / int(record["events"])
+    u_pos, u_neg = _cp_table(n_pos, a), _cp_table(n_neg, a)
+    top = (0.0, DIRECTIONS[0], (n_neg, n_pos))
+    for direction in DIRECTIONS:
+        pairs = np.asarray(record["cells"][direction], dtype=int).reshape(-1, 2)
+        if not pairs.size:
+            continue
+        eps = np.atleast_1d(epsilon_from_rates(u_neg[pairs[:, 0]], u_pos[pairs[:, 1]], delta))
+        i = int(np.argmax(eps))
+        if eps[i] > top[0]:
+            top = (float(eps[i]), direction, (int(pairs[i, 0]), int(pairs[i, 1])))
+    return top if best else top[0]
+
+
+def general_epsilon(counts: dict, band: dict, *, delta: float, confidence: float) -> float:
+    """The published eps_LB: the larger of two bounds, each at half the significance (so both hold
+    jointly at ``confidence``): the EVAL counts of the rule chosen on SELECT (``counts``: tp, fp,
+    tn, fn) and the all-threshold band on all trials (``band``: :func:`band_bound`'s record).
+    Valid for any mechanism; the band half makes it at least the Bonferroni bound over every threshold
+    rule of both directions at ``confidence`` (per-bound significance (1 - confidence) / (4 (n + 1)))."""
+    half = 1.0 - (1.0 - _check_confidence(confidence)) / 2.0
+    box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=half).epsilon
+    return max(box, band_epsilon(band, delta=delta, confidence=half))

@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Empirical privacy audit: the claimed event's trade-off curve tested (eps_LB in the claim's own family), Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
+        """Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
         from ..audits.build import build_target, check_privacy_unit, check_release_unit, target_from_release
         from ..audits.build import DEFAULT_EPSILON
         from ..audits.build import family as family_of
@@ -280,10 +280,7 @@ def _with_threat_model(t, mechanism: str, threat_model: str):
 def _render_threat_models(trajectory, final, final_dir: Path) -> None:
     """Both threat models' eps_LB, side by side (issue 15 part 3)."""
     for name, r in (("trajectory", trajectory), ("final-model", final)):
-        verdict = "[bold red]VIOLATION[/] " if r.violated else ""
-        op = ">" if r.violated else "<="
-        console.print(f"{name}: {verdict}eps_LB {r.epsilon_lower_bound:.3f} {op} claimed {_fmt(r.claimed_epsilon)} "
-                      f"({getattr(r, 'statistic', 'clopper-pearson')})", soft_wrap=True)
+        console.print(f"{name}: {_verdict_line(r)}", soft_wrap=True)
     console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}", soft_wrap=True)
 
 
@@ -292,21 +289,32 @@ def _fmt(x) -> str:
 
 
 def _statistic_line(result) -> str:
-    """Which statistic decided, in the claim's own units (audit.json ``statistic``, ``claimed_curve``)."""
-    cc = result.claimed_curve
-    if result.statistic != "claimed-curve" or not cc:
-        return "statistic: clopper-pearson (no claimed event): eps_LB from Clopper–Pearson bounds at one threshold (SELECT/EVAL)"
-    fam = cc.get("family") or {}
-    param, claimed, lb = fam.get("parameter", "scale"), fam.get("claimed"), fam.get("lower_bound")
-    # More noise (larger noise multiplier / scale) or a smaller pure epsilon is a stronger claim;
-    # the evidence rules out that member and every stronger one.
-    op = "<=" if param == "epsilon" else ">="
-    acc = cc.get("accountant", "")
-    if lb is None:
-        what = f"no {param} ruled out (claimed {float(claimed):.4g})"
-    else:
-        what = f"{param} {op} {float(lb):.4g} ruled out (claimed {float(claimed):.4g})"
-    return f"statistic: claimed-curve ({what}; eps_LB {float(cc['epsilon_lower_bound']):.3f}, {acc} accountant)"
+    """Which statistic decided, in the claim's own units (audit.json ``statistic``, ``claim_family_bound``)."""
+    fam = result.claim_family_bound
+    if result.statistic != "claimed-curve" or not fam:
+        return ("statistic: clopper-pearson (no claimed event): the verdict is eps_LB > claimed epsilon; eps_LB bounds any "
+                "mechanism (the SELECT rule's EVAL counts and every threshold on all trials)")
+    acc = (result.claimed_curve or {}).get("accountant", "")
+    return (f"statistic: claimed-curve: {fam['statement']}, decides the verdict (family epsilon "
+            f"{_fmt(_float(fam.get('family_epsilon')))}, {acc} accountant: a statement about the claim's family only); "
+            "eps_LB bounds any mechanism")
+
+
+def _float(x):
+    return None if x is None else float(x)
+
+
+def _verdict_line(result) -> str:
+    """The one verdict (:func:`dpaudit.audits.verdicts.violated`), and what decided it."""
+    fam = result.claim_family_bound if result.statistic == "claimed-curve" else None
+    lb, claim = result.epsilon_lower_bound, _fmt(result.claimed_epsilon)
+    if fam:
+        if result.violated:
+            return f"[bold red]VIOLATION:[/] the claimed event is ruled out: {fam['statement']}; eps_LB {_fmt(lb)} (claimed {claim})"
+        return f"no evidence of a violation: the claimed event is not ruled out ({fam['statement']}); eps_LB {_fmt(lb)} (claimed {claim})"
+    if result.violated:
+        return f"[bold red]VIOLATION:[/] eps_LB {_fmt(lb)} > claimed {claim} ({result.statistic})"
+    return f"no evidence of a violation: eps_LB {_fmt(lb)} <= claimed {claim} ({result.statistic})"
 
 
 def _comparison_cells(r) -> tuple[str, str, str]:
@@ -338,9 +346,9 @@ def _render(result, out: Path) -> None:
     # One column per run (audit and its controls), one row per statistic: fits 80 columns.
     runs = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
     table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence",
-                  caption=escape(f"eps_LB: the deciding statistic, {result.statistic} (below); CP: Clopper–Pearson eps_LB "
-                                 "(SELECT/EVAL). TPR and AUROC [bootstrap interval]: EVAL trials, descriptive. GDP: an estimate, "
-                                 "not a bound."))
+                  caption=escape("eps_LB: a lower bound on epsilon for any mechanism; the verdict: the statistic below. CP: "
+                                 "Clopper–Pearson eps_LB (SELECT/EVAL rule). TPR and AUROC [bootstrap interval]: EVAL trials, "
+                                 "descriptive. GDP: an estimate, not a bound."))
     table.add_column("statistic", no_wrap=True)
     for name, _ in runs:
         table.add_column(name)
@@ -357,14 +365,8 @@ def _render(result, out: Path) -> None:
         table.add_row(label, *values)
     console.print(table)
     console.print(_statistic_line(result), soft_wrap=True)
-    cc = result.claimed_curve or {}
-    if result.violated:
-        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {result.claimed_epsilon:.3f} ({result.statistic})")
-    elif result.noise:
-        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(result.claimed_epsilon)} ({result.statistic})")
-        if cc.get("violated") and result.canary_inserted:
-            console.print("[yellow]note:[/] the claimed event itself is ruled out, but its eps_LB does not exceed the claimed epsilon "
-                          "(a claim larger than its event's epsilon, e.g. a composed release's).")
+    if result.violated or result.noise:
+        console.print(_verdict_line(result), soft_wrap=True)
     if result.underpowered:
         console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
     console.print(f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "

@@ -14,6 +14,9 @@ import math
 from collections import OrderedDict
 from pathlib import Path
 
+from ..audits.curves import family_statement
+from ..audits.verdicts import decision_at, upgrade, violated
+from ..errors import DPAuditError
 from ..records import Release
 from . import evidence, stats
 from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, integer, num
@@ -57,8 +60,11 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     entry["label"] = la.path.name or str(la.path)
     entry["command"] = command_str(v["command"])
     entry["covers_releases"] = [r.id for r in covered]
-    claims = [c for c in [v["claimed_epsilon"]] + [num(r.epsilon) for r in covered] if c is not None]
-    entry["compared_claim"] = min(claims) if claims else None
+    # the claim the audit itself tested (its recorded claim); a release's only when it records none
+    own = v["claimed_epsilon"]
+    entry["compared_claim"] = own if own is not None else next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None)
+    if v.get("epsilon_lower_bound_note"):
+        notes.append(Note("info", "audit", f"{label}: {v['epsilon_lower_bound_note']}."))
     if v["missing"]:
         notes.append(Note("info", "audit", f"{label} lacks keys: {', '.join(v['missing'])}."))
     _evidence(entry, la, v, label, notes)
@@ -68,23 +74,28 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     entry["recomputed_epsilon_lower_bound"] = None
     delta = v["delta"]
     conf = v["confidence"]
+    decision = None
     if all(x is not None for x in c.values()) and delta is not None and conf is not None and 0 < conf < 1:
-        rec = stats.epsilon_lower_bound(tp=c["tp"], fp=c["fp"], tn=c["tn"], fn=c["fn"], delta=delta, confidence=conf)
-        entry["recomputed_epsilon_lower_bound"] = rec
+        cp_rec = stats.epsilon_lower_bound(tp=c["tp"], fp=c["fp"], tn=c["tn"], fn=c["fn"], delta=delta, confidence=conf)
         if entry["ceiling"] is None:
             entry["ceiling"] = stats.ceiling(n_in=c["tp"] + c["fn"], n_out=c["fp"] + c["tn"], delta=delta, confidence=conf)
             entry["ceiling_source"] = "computed by the report from the EVAL counts"
-        # the counts are the Clopper-Pearson test's: compare with the CP bound, which is the
-        # top-level eps_LB only when Clopper-Pearson decided the audit
+        # the counts are the Clopper-Pearson test's: compare with the stored CP bound
         stored = entry["clopper_pearson_epsilon"]
-        if stored is not None and abs(stored - rec) > 0.01 + 1e-3 * abs(rec):
-            notes.append(Note("warning", "audit", f"{label}: stored eps_LB {stored:.4f} differs from the Clopper-Pearson bound "
-                                                  f"{rec:.4f} recomputed from its counts (two-sided split of significance)."))
+        if stored is not None and abs(stored - cp_rec) > 0.01 + 1e-3 * abs(cp_rec):
+            notes.append(Note("warning", "audit", f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
+                                                  f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance)."))
+        try:  # the published eps_LB and the decision, recomputed from the stored counts
+            decision = decision_at(la.record, conf)
+        except (DPAuditError, ValueError, KeyError, TypeError) as e:
+            notes.append(Note("warning", "audit", f"{label}: its decision could not be recomputed from its counts ({e})."))
+        entry["recomputed_epsilon_lower_bound"] = None if decision is None else decision["epsilon_lower_bound"]
     elif entry["ceiling"] is None:
         notes.append(Note("warning", "audit", f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown."))
-    # the verdict of this one audit
+    # the verdict of this one audit (the one rule: dpaudit.audits.verdicts.violated)
     lb, claim = v["epsilon_lower_bound"], entry["compared_claim"]
     rec = entry["recomputed_epsilon_lower_bound"]
+    stored_violated = violated({**upgrade(la.record), "claimed_epsilon": claim})
     entry["role"] = v["role"]
     if v["role"] != "main" or not v["noise"] or not v["canary_inserted"]:
         status = "control"
@@ -94,17 +105,17 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
         status = "incomplete"
         why = "no eps_LB" if lb is None or math.isnan(lb) else "no claimed epsilon"
         notes.append(Note("error", "verdict", f"{label}: {why}; the verdict for {v['mechanism']} is INCONCLUSIVE."))
-    elif lb > claim:
+    elif stored_violated:
         status = "violation"
-    elif rec is not None and rec > claim:
+    elif decision is not None and decision["violated"] is not False:
+        # a record at odds with its own counts must not read as "no evidence" (fail closed)
         status = "incomplete"
-        notes.append(Note("error", "verdict", f"{label}: stored eps_LB {lb:.4f} <= claim {claim:.4f} but its own counts give {rec:.4f} > claim; INCONCLUSIVE."))
-    elif entry["statistic"] == "claimed-curve" and entry["claimed_curve"] is not None and entry["claimed_curve"]["violated"]:
-        # the curve test falsified the claimed event, yet its eps_LB does not exceed the claim:
-        # a record at odds with itself must not read as "no evidence" (fail closed)
+        notes.append(Note("error", "verdict", f"{label}: stored verdict 'no violation' but its own counts "
+                                              + ("cannot be re-judged" if decision["violated"] is None else "give a violation")
+                                              + (f" (eps_LB {rec:.4f}, claim {claim:.4f})" if rec is not None else "") + "; INCONCLUSIVE."))
+    elif rec is not None and abs(rec - lb) > 0.01 + 1e-3 * abs(rec):
         status = "incomplete"
-        notes.append(Note("error", "verdict", f"{label}: its claimed-curve test says the claimed event is violated but its eps_LB {lb:.4f} "
-                                              f"<= claim {claim:.4f}; INCONCLUSIVE."))
+        notes.append(Note("error", "verdict", f"{label}: stored eps_LB {lb:.4f} differs from {rec:.4f} recomputed from its counts; INCONCLUSIVE."))
     elif entry["statistic"] not in evidence.STATISTICS:
         status = "incomplete"
         notes.append(Note("error", "verdict", f"{label}: eps_LB comes from statistic {entry['statistic']!r}, which this report does not know; "
@@ -142,6 +153,9 @@ def _evidence(entry: dict, la: LoadedAudit, v: dict, label: str, notes: list[Not
     entry["comparison"] = evidence.comparison_view(rec.get("comparison"))
     cv = evidence.curve_view(rec.get("claimed_curve"))
     entry["claimed_curve"] = cv
+    fam = (cv or {}).get("family") or {}
+    entry["claim_family_bound"] = ({"statement": family_statement(fam), "violated": cv["violated"]}
+                                   if fam.get("parameter") and fam.get("claimed") is not None else None)
     if rec.get("claimed_curve") is not None and cv is None:
         notes.append(Note("warning", "audit", f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
                                               "in [0, 1], and violated); no trade-off figure."))
@@ -149,10 +163,6 @@ def _evidence(entry: dict, la: LoadedAudit, v: dict, label: str, notes: list[Not
         if cv is None:
             notes.append(Note("warning", "audit", f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
                                                   "no readable claimed_curve block to check it against."))
-        elif cv["epsilon_lower_bound"] is not None and v["epsilon_lower_bound"] is not None and \
-                abs(cv["epsilon_lower_bound"] - v["epsilon_lower_bound"]) > 1e-9 + 1e-6 * abs(cv["epsilon_lower_bound"]):
-            notes.append(Note("warning", "audit", f"{label}: top-level eps_LB {v['epsilon_lower_bound']:.4f} differs from its claimed-curve "
-                                                  f"block's {cv['epsilon_lower_bound']:.4f}."))
 
 
 #: The analyses of a one-run record (its ``statistic`` field) and their names in the report.

@@ -529,7 +529,7 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
                      if fam.get("lower_bound") is not None else f"nothing ruled out (claimed {fam['parameter']} {f(fam.get('claimed'), 4)})")
         rows.append([
             str(e.get("label") or DASH), str(e.get("statistic") or DASH), f(e.get("epsilon_lower_bound")), f(e.get("compared_claim")),
-            f(cv.get("epsilon_lower_bound")) if cv else DASH, fam_s,
+            f(cv.get("family_epsilon")) if cv else DASH, fam_s,
             ("VIOLATED" if cv.get("violated") else "not violated") if cv else DASH,
             f(e.get("clopper_pearson_epsilon")),
             (f"{f(cpb.get('epsilon_lower_bound'))} ({_val(cpb.get('thresholds_tested'))} thresholds)" if cpb else DASH),
@@ -540,8 +540,10 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
         ])
     out = [Block("table", caption="Statistic that decided each audit, and the statistics reviewers compare across tools "
                                   "(claimed-curve: the confidence box of one test chosen on SELECT against the claimed trade-off curve; "
-                                  "Clopper-Pearson: today's SELECT/EVAL eps_LB; the GDP value is an estimate, not a bound)",
-                 headers=["audit", "statistic (decides)", "eps_LB", "claim", "claimed-curve eps_LB", "claim's family", "claimed curve",
+                                  "it decides; eps_LB: a lower bound on epsilon for any mechanism; family epsilon: the epsilon of the "
+                                  "strongest member of the claim's family ruled out, a statement about that family only, no bound on "
+                                  "epsilon; Clopper-Pearson: the SELECT/EVAL rule's eps_LB; the GDP value is an estimate, not a bound)",
+                 headers=["audit", "statistic (decides)", "eps_LB", "claim", "family epsilon (not a bound)", "claim's family", "claimed curve",
                           "CP eps_LB (SELECT/EVAL)", "CP eps_LB (Bonferroni)", "TPR at FPR 0.1 % [CI]", "TPR at FPR 1 % [CI]",
                           "AUROC [bootstrap CI]", "GDP eps (estimate)", "threat model"], rows=rows)]
     if any(e.get("claimed_curve") for e in entries):

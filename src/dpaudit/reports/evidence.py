@@ -62,7 +62,8 @@ def curve_view(block: Any) -> dict | None:
         "statistic": str(block.get("statistic") or "claimed-curve"),
         "method": block.get("method") if isinstance(block.get("method"), str) else None,
         "violated": block["violated"],
-        "epsilon_lower_bound": num(block.get("epsilon_lower_bound")),
+        # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
+        "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
         "scale_lower_bound": num(block.get("scale_lower_bound")),
         "family": {"parameter": fam.get("parameter") if isinstance(fam.get("parameter"), str) else None,
                    "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},

@@ -365,6 +365,9 @@ def _control(controls: Any, *names: str) -> dict | None:
 def _control_view(c: dict | None) -> dict | None:
     if c is None:
         return None
+    from ..audits.verdicts import upgrade
+
+    c = upgrade(c)
     auc = num(_first(c, "auc", "roc_auc"))
     if auc is None and isinstance(c.get("roc"), dict):
         auc = num(c["roc"].get("auc"))
@@ -427,8 +430,13 @@ def normalise_audit(record: dict) -> dict:
     """Pull the fields a report needs out of an audit record, whatever its exact key names.
 
     Returns a flat dict; absent values are None and ``missing`` lists expected keys that were
-    absent (so the report can say so).
+    absent (so the report can say so). A record from before issue 23 is read through
+    :func:`dpaudit.audits.verdicts.upgrade` (its claimed-curve eps_LB was no bound for other mechanisms).
     """
+    from ..audits.verdicts import upgrade
+
+    missing = [k for k in EXPECTED_AUDIT_KEYS if k not in record]
+    record = upgrade(record)
     controls = record.get("controls")
     runs = _first(record, "runs", "trials", "n_runs", "n_trials")
     if isinstance(runs, dict):  # e.g. {"total": 2000, "select": 1000, "eval": 1000}
@@ -476,7 +484,8 @@ def normalise_audit(record: dict) -> dict:
         "command": record.get("command") if isinstance(record.get("command"), (str, list)) else None,
         "release_id": record.get("release_id") if isinstance(record.get("release_id"), str) else None,
         "release_path": _first(record, "release_path", "release"),
-        "missing": [k for k in EXPECTED_AUDIT_KEYS if k not in record],
+        "missing": missing,
+        "epsilon_lower_bound_note": record.get("epsilon_lower_bound_note"),
     }
     if view["auc"] is None and view["roc"] is not None:
         view["auc"] = view["roc"]["auc"]

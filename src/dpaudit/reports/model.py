@@ -52,7 +52,9 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
 - ``notes``: [{level: error|warning|info, section, message}];
 - ``sections.verdict``: [{mechanism, key, status (violation | accounting-mismatch |
   inconclusive | not-audited | no-evidence | no-claim), flags, line,
-  max_epsilon_lower_bound, claimed_epsilons, releases, non_private_releases, audits}];
+  max_epsilon_lower_bound, claimed_epsilons, releases, non_private_releases, audits,
+  family_wise ({audits: K, method} when K > 1 audits of the mechanism were re-judged at
+  1 - alpha / K, Bonferroni; else null)}];
 - ``sections.claim``: one card per release (the Release fields a reviewer checks, plus
   ``epsilons``: [{accountant, epsilon (recomputed), lower, estimate, stored, error}],
   ``accounting_check`` {status: ok | mismatch | unverified | no-claim, message},
@@ -67,8 +69,11 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
 - ``sections.utility``: {rows: [{mechanism, dataset, epsilon, n, seeds, non_private,
   metrics: {name: {mean, sd, n}}}], curves: [{mechanism, dataset, delta, points, reference}]};
 - ``sections.audit``: {table16: {canaries, rows, max}, audits: [one entry per audit record
-  with status, compared_claim, recomputed_epsilon_lower_bound, ceiling (+ source), controls,
-  roc, histogram, statistic (claimed-curve | clopper-pearson: what decided its eps_LB; an old
+  with status, compared_claim (the claim the audit recorded; a linked release's epsilon only when
+  it records none), covers_releases (the release it records, by id, path or folder; never one
+  matched by epsilon), family_decision (with K > 1), claim_family_bound, recomputed_epsilon_lower_bound
+  (the published eps_LB from the stored counts), ceiling (+ source), controls,
+  roc, histogram, statistic (claimed-curve | clopper-pearson: what decides its verdict; an old
   audit.json means clopper-pearson), clopper_pearson_epsilon, threat_model, claimed_curve (the
   validated audit.json block, drawn as the trade-off figure; null without one), comparison
   (cp_bonferroni, tpr_at_fpr, auroc, gdp_estimate; null without one), ...], eps_points,

@@ -33,6 +33,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..audits.verdicts import upgrade
 from ..errors import UsageError
 from .evidence import curve_view, name_of as _name, num, one_run_view
 from .figstyle import DPI, new_figure, png_bytes, style_axes
@@ -78,7 +79,7 @@ def _family_label(cv: dict) -> str:
     # to have produced a box this low
     rel = "<=" if par == "epsilon" else ">="
     return (f"curve at the lower bound: {par} {rel} {_fmt(lb)} ruled out" if lb is not None else "curve at the lower bound") + \
-        f" (eps_LB {_fmt(cv['epsilon_lower_bound'])})"
+        f" (family epsilon {_fmt(cv['family_epsilon'])})"
 
 
 def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
@@ -163,7 +164,8 @@ def title_of(audit: dict, cv: dict) -> str:
     claim = num(audit.get("claimed_epsilon"))
     conf = cv["confidence"] if cv["confidence"] is not None else num(audit.get("confidence"))
     head = f"{mech}" + (f" · canary {can}" if can else "") + f" · statistic {cv['statistic']}"
-    tail = (f"eps_LB {_fmt(cv['epsilon_lower_bound'])} vs claimed eps {_fmt(claim)}"
+    lb = num(upgrade(audit).get("epsilon_lower_bound"))  # the bound for any mechanism (old files: re-read)
+    tail = (f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"
             + (f" (delta {num(audit.get('delta')):g})" if num(audit.get("delta")) is not None else "")
             + (f", {100 * conf:g} % confidence" if conf is not None else "")
             + (" — VIOLATION: the claim is falsified" if cv["violated"] else " — no evidence against the claim"))

@@ -7,12 +7,13 @@ import math
 from collections import OrderedDict
 from typing import Any
 
+from ..audits.verdicts import family_verdict, upgrade
 from .audit import audit_entry
 from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, num
 
-#: Relative tolerance when matching an audit's claimed epsilon to a release's epsilon (an audit
-#: that names no release covers the releases of its mechanism at this epsilon).
-CLAIM_MATCH_RTOL = 0.02
+#: Relative tolerance when checking that a linked release claims the epsilon its audit tested
+#: (float rounding of the same accountant's number, nothing more).
+CLAIM_MATCH_RTOL = 1e-6
 
 
 def _close(a: float | None, b: float | None, rtol: float) -> bool:
@@ -100,15 +101,7 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
         covered_ids: set[str] = set()
         for i in g["audits"]:
             la = inputs.audits[i]
-            link = links.get(i)
-            if link is not None and canonical_mechanism(link.release.mechanism) == key:
-                covered = [link.release]
-            else:
-                covered = [r for r in g["releases"] if _close(la.view["claimed_epsilon"], num(r.epsilon), CLAIM_MATCH_RTOL)
-                           or _close(la.view["claimed_epsilon"], num(r.target_epsilon), CLAIM_MATCH_RTOL)]
-                if covered:
-                    notes.append(Note("info", "audit", f"audit {la.path} is matched to {len(covered)} release(s) by mechanism and epsilon only "
-                                                       "(it records no release id): check that it audited the same configuration."))
+            covered = _covered(la, links.get(i), key, notes)
             covered_ids.update(r.id for r in covered)
             for r in covered:
                 ad, rd = la.view["delta"], num(r.delta)
@@ -141,13 +134,18 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
             flags.append("accounting-mismatch")
             parts.append("ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in mismatched))
         decided_by: list[str] = []
+        pool = violations + ok
+        family = _bonferroni(inputs, pool, notes, name)
+        if family is not None:  # K > 1: the decisions at confidence 1 - alpha / K replace the single ones
+            violations = [e for e in pool if e["family_decision"]["violated"] is True]
+            incomplete = incomplete + [e for e in pool if e["family_decision"]["violated"] is None]
+            ok = [e for e in pool if e["family_decision"]["violated"] is False]
         if violations:
-            worst = max(violations, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
+            worst = max(violations, key=_excess)
             status = "violation"
             decided_by = [worst["statistic"]]
             where = ", ".join(x for x in (f"canary {worst['canary']}" if worst["canary"] else "", f"task {worst['task']}" if worst["task"] else "") if x)
-            parts.append(f"VIOLATION: eps_LB {_fmt(worst['epsilon_lower_bound'])} > claimed {_fmt(worst['compared_claim'])}"
-                         + (f" ({where})" if where else "")
+            parts.append(_violation_text(worst) + (f" ({where})" if where else "")
                          + f", decided by the {worst['statistic']} statistic"
                          + (f"; {len(violations)} of {len(g_entries)} audits exceed their claim" if len(g_entries) > 1 else ""))
         elif incomplete:
@@ -157,7 +155,8 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
             status = "no-evidence"
             best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
             decided_by = _statistics(ok)
-            parts.append(f"no evidence of a violation (max eps_LB {_fmt(best['epsilon_lower_bound'])} <= claimed {_fmt(best['compared_claim'])}; "
+            op = "<=" if best["epsilon_lower_bound"] is None or best["epsilon_lower_bound"] <= best["compared_claim"] else ">"
+            parts.append(f"no evidence of a violation (max eps_LB {_fmt(best['epsilon_lower_bound'])} {op} claimed {_fmt(best['compared_claim'])}; "
                          f"statistic: {_tally(ok)})")
         elif g["releases"] or controls_only:
             status = "not-audited"
@@ -176,6 +175,9 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
             if unknown:
                 parts.append(f"ceiling unknown for {len(unknown)} audit(s)")
                 flags.append("ceiling-unknown")
+        if family is not None and status in ("violation", "no-evidence", "inconclusive"):
+            parts.append(family["method"])
+            flags.append("bonferroni")
         if uncovered and g_entries:
             parts.append(f"{len(uncovered)} release(s) not audited at their epsilon")
             flags.append("releases-not-audited")
@@ -192,5 +194,50 @@ def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, Load
                                        | {num(r.epsilon) for r in g["releases"] if num(r.epsilon) is not None}),
             "releases": [r.id for r in g["releases"]], "non_private_releases": [r.id for r in g["non_private"]],
             "audits": [e["path"] for e in g_entries],
+            "family_wise": None if family is None else {"audits": family["audits"], "method": family["method"]},
         })
     return verdicts, entries
+
+
+def _covered(la, link: LoadedRelease | None, key: str, notes: list[Note]) -> list:
+    """The release ``la`` audited: exactly the one it records (release id / path / folder), never
+    one guessed from a nearby epsilon; none when it records none among the inputs."""
+    if link is None or canonical_mechanism(link.release.mechanism) != key:
+        if la.view["mechanism"] is not None:
+            notes.append(Note("info", "audit", f"audit {la.path} records no release among the inputs; it is judged against the claim it "
+                                               "records itself and covers no release."))
+        return []
+    own, rel = la.view["claimed_epsilon"], num(link.release.epsilon)
+    if own is not None and rel is not None and not _close(own, rel, CLAIM_MATCH_RTOL):
+        notes.append(Note("warning", "audit", f"audit {la.path} tested claimed epsilon {_fmt(own)} but its release {link.release.id[:12]} "
+                                              f"claims {_fmt(rel)}: it does not audit that claim and covers no release."))
+        return []
+    return [link.release]
+
+
+def _excess(e: dict) -> float:
+    d = e.get("family_decision") or {}
+    lb = d.get("epsilon_lower_bound", e["epsilon_lower_bound"])
+    return (lb if lb is not None else -math.inf) - (e["compared_claim"] or 0.0)
+
+
+def _violation_text(e: dict) -> str:
+    d = e.get("family_decision") or {}
+    lb = d.get("epsilon_lower_bound", e["epsilon_lower_bound"])
+    fam = (e.get("claim_family_bound") or {}).get("statement") if e["statistic"] == "claimed-curve" else None
+    if fam:
+        return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {_fmt(lb)}, claimed {_fmt(e['compared_claim'])})"
+    return f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(e['compared_claim'])}"
+
+
+def _bonferroni(inputs: Inputs, judged: list[dict], notes: list[Note], name: str) -> dict | None:
+    """With K > 1 judged audits of one mechanism: each decision recomputed at 1 - alpha / K
+    (:func:`dpaudit.audits.verdicts.family_verdict`) into ``family_decision``; None when K <= 1."""
+    if len(judged) <= 1:
+        return None
+    records = [{**upgrade(inputs.audits[e["index"]].record), "claimed_epsilon": e["compared_claim"]} for e in judged]
+    fam = family_verdict(records)
+    for e, d in zip(judged, fam["decisions"]):
+        e["family_decision"] = d
+    notes.append(Note("info", "verdict", f"{name}: {fam['method']}."))
+    return fam

@@ -1,0 +1,164 @@
+"""What an audit record decides, and what several audits of one mechanism decide together.
+
+One definition of "violated" (:func:`violated`), read by the engine, the CLI and the reports:
+
+- a claimed-curve audit (``statistic`` "claimed-curve"): its claimed event is ruled out, i.e. the
+  EVAL box lies strictly below the claimed trade-off curve, which is the same as the family search's
+  ``scale_lower_bound`` <= 1 (non-strict: s_LB = 1 means the claimed event itself was verified to
+  be ruled out). The published eps_LB plays no part: it bounds any mechanism, not the claim's family;
+- otherwise: the published eps_LB (valid for any mechanism) above the claimed epsilon.
+
+Only the real mechanism can violate: a control (no noise, no canary, role other than "main") never does.
+
+Several audits (:func:`family_verdict`): each audit's decision is recomputed from its stored counts
+at confidence 1 - (1 - confidence) / K (Bonferroni over the K audits), so that the chance of any
+false VIOLATION among K audits of a correct claim stays below 1 - confidence. Nothing beyond the
+counts the record already holds is needed (:func:`decision_at`).
+
+Records written before issue 23 (no ``general_bound``): their top-level eps_LB was, for a
+claimed-curve audit, the epsilon of the claim-family member ruled out, not a bound for any
+mechanism. :func:`upgrade` reads such a record with the Clopper-Pearson bound of its EVAL counts
+as eps_LB (a valid bound) and the old figure kept as ``claimed_curve.family_epsilon``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from . import stats
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        return float(x)  # "inf" strings too
+    except (TypeError, ValueError):
+        return None
+
+
+def _counts(rec: dict) -> dict | None:
+    c = rec.get("counts")
+    if not isinstance(c, dict):
+        return None
+    out = {k: c.get(k) for k in ("tp", "fp", "tn", "fn")}
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in out.values()):
+        return None
+    return out if out["tp"] + out["fn"] > 0 and out["tn"] + out["fp"] > 0 else None
+
+
+def upgrade(rec: dict) -> dict:
+    """``rec`` in the current layout (a copy when it changes; see the module docstring)."""
+    cc = rec.get("claimed_curve")
+    if isinstance(cc, dict) and "family_epsilon" not in cc and "epsilon_lower_bound" in cc:
+        rec = copy.deepcopy(rec)
+        cc = rec["claimed_curve"]
+        cc["family_epsilon"] = cc.pop("epsilon_lower_bound")
+    if "general_bound" not in rec and rec.get("statistic") == "claimed-curve":
+        rec = dict(rec)
+        cp = _num(rec.get("clopper_pearson_epsilon"))
+        counts = _counts(rec)
+        if cp is None and counts is not None and _num(rec.get("delta")) is not None and _num(rec.get("confidence")) is not None:
+            cp = stats.epsilon_lower_bound(**counts, delta=float(rec["delta"]), confidence=float(rec["confidence"])).epsilon
+        rec["epsilon_lower_bound"] = cp  # None: nothing valid to show (a report says so)
+        rec["epsilon_lower_bound_note"] = ("written before issue 23: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
+                                           "the figure it published was the claim family's (claimed_curve.family_epsilon)")
+    return rec
+
+
+def is_private_run(rec: dict) -> bool:
+    """The real mechanism: role "main", DP noise on, canary inserted."""
+    return rec.get("role", "main") == "main" and rec.get("noise", True) is True and rec.get("canary_inserted", True) is True
+
+
+def violated(rec: dict) -> bool:
+    """THE verdict of one audit record at its own confidence (see the module docstring)."""
+    if not is_private_run(rec) or rec.get("claimed_epsilon") is None:
+        return False
+    cc = rec.get("claimed_curve")
+    if rec.get("statistic") == "claimed-curve" and isinstance(cc, dict):
+        return cc.get("violated") is True
+    lb = _num(upgrade(rec).get("epsilon_lower_bound"))
+    return lb is not None and lb > float(rec["claimed_epsilon"])
+
+
+def general_epsilon_at(rec: dict, confidence: float) -> float | None:
+    """The published eps_LB of ``rec`` recomputed at ``confidence`` from its stored counts (None
+    when they are missing): the general bound's two halves (the EVAL counts of the chosen rule,
+    the all-threshold band), or, in a record older than the general bound, the EVAL counts' bound."""
+    counts, delta = _counts(rec), _num(rec.get("delta"))
+    if counts is None or delta is None:
+        return None
+    gb = rec.get("general_bound")
+    if isinstance(gb, dict) and isinstance(gb.get("band"), dict):
+        return stats.general_epsilon(counts, gb["band"], delta=delta, confidence=confidence)
+    return stats.epsilon_lower_bound(**counts, delta=delta, confidence=confidence).epsilon
+
+
+def _box_counts(rec: dict) -> dict | None:
+    """(fp, n_out, fn, n_in) of the claimed-curve box; older records: from its rates and the EVAL size."""
+    cc = rec.get("claimed_curve") or {}
+    bc = cc.get("counts")
+    if isinstance(bc, dict) and all(isinstance(bc.get(k), int) for k in ("fp", "n_out", "fn", "n_in")):
+        return bc
+    c, p = _counts(rec), cc.get("point") if isinstance(cc.get("point"), dict) else {}
+    fpr, fnr = _num(p.get("fpr")), _num(p.get("fnr"))
+    if c is None or fpr is None or fnr is None:
+        return None
+    n_out, n_in = c["tn"] + c["fp"], c["tp"] + c["fn"]  # the same EVAL trials
+    return {"fp": int(round(fpr * n_out)), "n_out": n_out, "fn": int(round(fnr * n_in)), "n_in": n_in}
+
+
+def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
+    from ..accounting.events import event_from_dict
+    from .curves import claimed_curve
+
+    cc = rec.get("claimed_curve") or {}
+    box = _box_counts(rec)
+    if box is None or not isinstance(cc.get("event"), dict):
+        return None
+    fpr_hi = stats.cp_upper(box["fp"], box["n_out"], confidence, split=2)
+    fnr_hi = stats.cp_upper(box["fn"], box["n_in"], confidence, split=2)
+    curve = claimed_curve(event_from_dict(cc["event"]), cc.get("adjacency") or rec.get("adjacency") or "add-remove-record")
+    return bool(curve.violated_by(fpr_hi, fnr_hi))
+
+
+def decision_at(rec: dict, confidence: float) -> dict:
+    """The record's decision recomputed at ``confidence``: {"violated" (None: not recomputable),
+    "epsilon_lower_bound", "confidence"}."""
+    rec = upgrade(rec)
+    lb = general_epsilon_at(rec, confidence)
+    if not is_private_run(rec) or rec.get("claimed_epsilon") is None:
+        v: bool | None = False
+    elif rec.get("statistic") == "claimed-curve" and isinstance(rec.get("claimed_curve"), dict):
+        v = _curve_violated_at(rec, confidence)
+    else:
+        v = None if lb is None else lb > float(rec["claimed_epsilon"])
+    if v is None and not violated(rec):
+        v = False  # at a stricter confidence every bound only weakens: no violation stays none
+    return {"violated": v, "epsilon_lower_bound": lb, "confidence": confidence}
+
+
+def family_verdict(records: list[dict]) -> dict:
+    """The verdict over K audit records of one claim family with Bonferroni (see the module docstring).
+
+    Returns {"audits": K, "violated" (any adjusted decision violated; None when one could not be
+    recomputed and none violated), "decisions" (one per record), "method"}. Controls are not counted.
+    """
+    judged = [r for r in records if is_private_run(r) and r.get("claimed_epsilon") is not None]
+    k = len(judged)
+    decisions = []
+    for r in judged:
+        conf = _num(r.get("confidence"))
+        conf = 0.95 if conf is None or not 0.0 < conf < 1.0 else conf
+        decisions.append(decision_at(r, 1.0 - (1.0 - conf) / k) if k > 1 else {**decision_at(r, conf), "violated": violated(r)})
+    flags = [d["violated"] for d in decisions]
+    verdict = True if any(f is True for f in flags) else (None if any(f is None for f in flags) else False)
+    alpha = max((1.0 - (_num(r.get("confidence")) or 0.95) for r in judged), default=0.05)
+    method = (f"family-wise error controlled at {alpha:.0%} over {k} audits (Bonferroni: each at confidence "
+              f"1 - {alpha:g}/{k})" if k > 1 else "one audit, at its own confidence")
+    return {"audits": k, "violated": verdict, "decisions": decisions, "method": method,
+            "epsilon_lower_bound": max((d["epsilon_lower_bound"] for d in decisions if d["epsilon_lower_bound"] is not None
+                                        and not math.isnan(d["epsilon_lower_bound"])), default=None)}

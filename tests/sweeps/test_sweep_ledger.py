@@ -220,11 +220,11 @@ def test_a_release_written_but_not_recorded_keeps_its_budget_spent(tmp_path, mon
     ledger_path, both = _capped_ledger(tmp_path, spec)
     real, calls = ledger_mod.Ledger._record, []
 
-    def flaky(self, release, artefact_path):
+    def flaky(self, release, artefact_path, *rest):
         calls.append(release.id)
         if len(calls) == 2:  # the second task's release: a transient lock while recording it
             raise sqlite3.OperationalError("database is locked")
-        return real(self, release, artefact_path)
+        return real(self, release, artefact_path, *rest)
 
     monkeypatch.setattr(ledger_mod.Ledger, "_record", flaky)
     s = run_sweep(spec, out=tmp_path, ledger_path=ledger_path)

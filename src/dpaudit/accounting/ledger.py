@@ -837,12 +837,12 @@ class Ledger:
         """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
         and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger_rows."""
         footprint = self._footprint(data_rows)
-        entries = self._intact_entries()
-        states = lc.replay(entries)
-        if held:
-            states = {n: dataclasses.replace(st, releases=[r for r in st.releases if not (r.kind == "reservation" and r.id in set(held))])
-                      for n, st in states.items()}
-        index = lr.PeopleIndex.build(self._store.rows(), entries, states)
+        held = set(held)
+
+        def without_held(st: lc.DatasetState) -> lc.DatasetState:  # the reservations holding this planned release
+            return dataclasses.replace(st, releases=[r for r in st.releases if not (r.kind == "reservation" and r.id in held)])
+
+        states, index = self._people_index(without_held if held else None)
         index.collisions(dataset, footprint)
         before = dict(states)
         states[dataset] = (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)
@@ -1061,12 +1061,19 @@ class Ledger:
                 })
         return rows
 
+    def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
+        """Every dataset's state (each passed through ``adjust`` if given) and the index of who
+        shares people with whom (ledger_rows), from the verified entries."""
+        entries = self._intact_entries()
+        states = lc.replay(entries)
+        if adjust is not None:
+            states = {n: adjust(st) for n, st in states.items()}
+        return states, lr.PeopleIndex.build(self._store.rows(), entries, states)
+
     def _people_summary(self, accountants) -> dict:
         """Per dataset sharing people with others (ledger_rows): the other names and the epsilon of
         all of them composed sequentially, at the dataset's delta."""
-        entries = self._intact_entries()
-        states = lc.replay(entries)
-        index = lr.PeopleIndex.build(self._store.rows(), entries, states)
+        states, index = self._people_index()
         out = {}
         for name in sorted(states):
             group = index.sharing(name)
@@ -1191,9 +1198,7 @@ def _voided_epsilon(state: lc.DatasetState, delta: float, accountants) -> float 
     if not state.voided_views:
         return None
     voided = lc.DatasetState(state.name, releases=list(state.voided_views))
-    total = lc.dataset_total(voided)
-    return lc.bounds(total.event, delta=delta, adjacency=voided.adjacency(), unbounded=total.unbounded, accountants=accountants,
-                     noise_tail=total.noise_tail)["epsilon"]
+    return _total_epsilon(voided, delta, voided.adjacency(), accountants)
 
 
 def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:

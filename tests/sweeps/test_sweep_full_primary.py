@@ -22,7 +22,10 @@ from dpaudit.sweeps import TaskFilter, builtin_spec, open_store, parse_spec, pla
 from dpaudit.sweeps.published import TABLE5_DP_ELM
 from dpaudit.sweeps.runner import _close_reservations, budget_reserve
 from dpaudit.sweeps.tables import render_html, render_markdown, sweep_tables
-from dpaudit.sweeps.tasks import DP_ELM_MODELS, DP_ELM_WIDTHS, TRAIN_MODELS, planned_event, validate_block
+from dpaudit.sweeps.spec import LEGACY_MODELS, task_request, train_models, validate_block
+from dpaudit.sweeps.tasks import planned_event
+
+DP_ELM_MODELS = tuple(LEGACY_MODELS)
 
 # Secret (default) noise: noise derived from the published seed is not private, unbounded in
 # the ledger and refused against a cap (issue 23, point 3); these tests compose budgets.
@@ -93,16 +96,21 @@ def _fake_data_dir(root: Path, without=("cifar10",)) -> Path:
 
 def test_dp_elm_names_are_train_models_and_unknown_names_are_refused():
     from dpaudit.mechanisms.dp_elm import ELM_WIDTHS
+    from dpaudit.requests import DPELMRequest
 
-    assert DP_ELM_WIDTHS == ELM_WIDTHS
+    assert tuple(fixed["width"] for _, fixed in LEGACY_MODELS.values()) == ELM_WIDTHS
     assert DP_ELM_MODELS == ("dp-elm-L1", "dp-elm-L3", "dp-elm-L5", "dp-elm-L10")
-    validate_block("train", list(DP_ELM_MODELS), ["digits"], {"delta": 1e-5, "epochs": 2}, "grid block 1")
-    for bad in ("dp-elm-L2", "dp-elm", "dp-elm-l3"):
+    validate_block("train", list(DP_ELM_MODELS) + ["dp-elm"], ["digits"], {"delta": 1e-5, "epochs": 2}, "grid block 1")
+    # a legacy name is the catalogue's dp-elm at that width (delta and epochs do not apply to it)
+    config = {"runner": "train", "model": "dp-elm-L3", "dataset": "digits", "epsilon": 2.0, "seed": 42, "settings": {"delta": 1e-5, "epochs": 2}}
+    assert task_request(config) == ("dp-elm", DPELMRequest(dataset="digits", width=3, epsilon=2.0, seed=42))
+    assert set(train_models()) >= set(GRADIENT) | set(DP_ELM_MODELS) | {"dp-elm"}
+    for bad in ("dp-elm-L2", "dp-elm-l3", "dp-mixmin", "gaussian"):  # unknown, no dataset in the request, audit-only
         with pytest.raises(UsageError) as e:
             parse_spec(f'name = "x"\nmodels = ["{bad}"]\ndatasets = ["digits"]\nepsilons = [2.0]\nseeds = [42]\n')
         msg = str(e.value)
         assert "\n" not in msg and msg.endswith(f"got {bad!r}.")
-        assert all(m in msg for m in TRAIN_MODELS)  # the allowed names are listed
+        assert all(m in msg for m in train_models())  # the allowed names are listed
 
 
 def test_full_builtin_expands_to_the_papers_1540_primary_tasks():
@@ -315,6 +323,7 @@ def test_sweep_reservation_holds_the_tasks_noise_tails(tmp_path, monkeypatch):
     """Each task's up-front reservation holds its planned sampler tail delta with its event
     (planned_release; as a single run's reservation does). The DP-SGD heads plan their tail from
     public dimensions; the plumbing is tested with planned tails put in."""
+    import dpaudit.sweeps.runner as runner_mod
     import dpaudit.sweeps.tasks as tasks_mod
 
     private = [t for t in parse_spec(SPEC).tasks() if t.epsilon is not None]
@@ -323,7 +332,7 @@ def test_sweep_reservation_holds_the_tasks_noise_tails(tmp_path, monkeypatch):
     assert tasks_mod.planned_release(elm.config())[4] == 0.0
     assert tasks_mod.planned_release(gauss.config())[4] > 0.0  # steps x noised head weights, known before training
     real = tasks_mod.planned_release
-    monkeypatch.setattr(tasks_mod, "planned_release", lambda config: real(config)[:4] + (3e-12 if config["model"] == "dp-rvfl" else 0.0,))
+    monkeypatch.setattr(runner_mod, "planned_release", lambda config: real(config)[:4] + (3e-12 if config["model"] == "dp-rvfl" else 0.0,))
     ledger = tmp_path / "ledger.sqlite"
     with open_ledger(ledger) as led:
         led.cap("digits", 100.0, 1e-5)

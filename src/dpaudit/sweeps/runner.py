@@ -20,11 +20,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..accounting import Composed
+from ..accounting.ledger import open_ledger
+from ..accounting.ledger_paths import resolve_ledger
+from ..console import err_console
+from ..data import DATASETS, profile_files
+from ..data.base import DATA_DIR_ENV
 from ..errors import DataError, UsageError
+from ..records import Release, existing_release
+from ..releasing import public_seed_reason
 from .executors import Executor, LocalExecutor, Outcome
 from .spec import SweepSpec, Task, TaskFilter
+from .stats import records_from_rows
 from .store import STORE_FILE, open_store
-from .tasks import RunContext, execute_task
+from .tasks import RunContext, execute_task, planned_release, task_dir
 
 DEFAULT_OUT = Path("runs") / "sweeps"
 
@@ -33,8 +42,6 @@ SYNTHETIC_DATASETS = ("synthetic",)
 
 
 def resolve_optional_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
-    from ..data.base import DATA_DIR_ENV
-
     if data_dir is None:
         data_dir = os.environ.get(DATA_DIR_ENV) or None
     return Path(data_dir).expanduser().resolve() if data_dir else None
@@ -44,20 +51,34 @@ def dataset_available(name: str, data_dir: Path | None, profile: str | None = No
     """Whether a dataset's files (under ``profile``) are present, per the data registry (embedded
     datasets always are; unknown names count as present so the trainer, not the sweep, reports
     what is wrong)."""
-    if name in SYNTHETIC_DATASETS:
-        return True
-    from ..data import DATASETS, profile_files
-
-    info = DATASETS.get(name)
+    info = None if name in SYNTHETIC_DATASETS else DATASETS.get(name)
     if info is None or not info.needs_files:
         return True
-    if data_dir is None:
-        return False
-    return all((data_dir / f).exists() for f in profile_files(name, profile))
+    return data_dir is not None and all((data_dir / f).exists() for f in profile_files(name, profile))
 
 
 def sweep_dir(out: str | os.PathLike, name: str) -> Path:
     return Path(out) / name
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How to run a sweep (none of it is part of a task's key).
+
+    ``out``: parent folder; the sweep lives in ``out/<name>/`` (``sweep.sqlite`` + releases).
+    ``record``: record the releases in the ledger at ``ledger_path``. ``retry_failed``: also
+    re-run tasks stored as failed. ``task_filter``: run only a slice. ``max_tasks``: run at most
+    this many of the unfinished tasks (the rest stay pending). ``progress``: a bar on stderr.
+    """
+
+    out: str | os.PathLike = DEFAULT_OUT
+    data_dir: str | os.PathLike | None = None
+    ledger_path: str | os.PathLike | None = None
+    record: bool = True
+    retry_failed: bool = False
+    task_filter: TaskFilter | None = None
+    max_tasks: int | None = None
+    progress: bool = False
 
 
 @dataclass
@@ -84,124 +105,126 @@ class SweepSummary:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def add_failure(self, task: Task, error: str) -> None:
+        self.failures.append({"key": task.key, **task.config(), "error": error.splitlines()[0] if error else ""})
+
+
+def _label(t: Task) -> str:
+    """A task's dataset as availability is checked: a non-default profile may need other files (authors' Heart)."""
+    prof = dict(t.settings).get("profile")
+    return t.dataset if prof is None else f"{t.dataset} (profile {prof})"
+
 
 def plan(spec: SweepSpec, *, data_dir=None, task_filter: TaskFilter | None = None) -> tuple[list[Task], dict]:
     """The tasks to consider (after availability and filters) and the skipped datasets with why."""
     dd = resolve_optional_data_dir(data_dir)
-    skipped = {}
     all_tasks = spec.tasks()
-
-    def label(t: Task) -> str:  # a non-default profile may need other files (authors' Heart)
-        prof = dict(t.settings).get("profile")
-        return t.dataset if prof is None else f"{t.dataset} (profile {prof})"
-
-    checked: set[str] = set()
-    for t in all_tasks:
-        lab = label(t)
-        if lab in checked:
-            continue
-        checked.add(lab)
-        if not dataset_available(t.dataset, dd, dict(t.settings).get("profile")):
-            skipped[lab] = f"files not found under {dd}" if dd else "no data directory (--data-dir or $DPAUDIT_DATA_DIR)"
-    tasks = [t for t in all_tasks if label(t) not in skipped and (task_filter is None or task_filter(t))]
+    labels = {_label(t): t for t in all_tasks}  # grid order; tasks of one label share dataset and profile
+    why = f"files not found under {dd}" if dd else "no data directory (--data-dir or $DPAUDIT_DATA_DIR)"
+    skipped = {lab: why for lab, t in labels.items() if not dataset_available(t.dataset, dd, dict(t.settings).get("profile"))}
+    tasks = [t for t in all_tasks if _label(t) not in skipped and (task_filter is None or task_filter(t))]
     return tasks, skipped
 
 
-def run_sweep(
-    spec: SweepSpec,
-    *,
-    out: str | os.PathLike = DEFAULT_OUT,
-    executor: Executor | None = None,
-    data_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    record: bool = True,
-    retry_failed: bool = False,
-    task_filter: TaskFilter | None = None,
-    max_tasks: int | None = None,
-    on_outcome: Callable[[Task, Outcome], None] | None = None,
-    progress: bool = False,
-) -> SweepSummary:
+def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor: Executor | None = None,
+              on_outcome: Callable[[Task, Outcome], None] | None = None, **option_values) -> SweepSummary:
     """Run every unfinished task of ``spec`` (see the module docstring).
 
-    ``out``: parent folder; the sweep lives in ``out/<name>/`` (``sweep.sqlite`` + releases).
+    ``options`` (or its fields as keywords, e.g. ``out=``, ``ledger_path=``): :class:`SweepOptions`.
     ``executor``: where tasks run (default: in-process, one task at a time).
-    ``max_tasks``: run at most this many of the unfinished tasks (the rest stay pending).
     ``on_outcome``: called in the coordinating process after each outcome has been stored.
     """
-    from ..accounting.ledger_paths import resolve_ledger
-
+    opts = options if options is not None else SweepOptions(**option_values)
     t0 = time.perf_counter()
-    tasks, skipped = plan(spec, data_dir=data_dir, task_filter=task_filter)
+    tasks, skipped = plan(spec, data_dir=opts.data_dir, task_filter=opts.task_filter)
     if not tasks:
         why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the filters select none"
         raise DataError(f"sweep {spec.name} has no task to run ({why}).")
-    root = sweep_dir(out, spec.name)
+    root = sweep_dir(opts.out, spec.name)
     root.mkdir(parents=True, exist_ok=True)
-    dd = resolve_optional_data_dir(data_dir)
-    context = RunContext(
-        sweep=spec.name, out_dir=str(root.resolve()), data_dir=str(dd) if dd else None,
-        ledger_path=resolve_ledger(ledger_path).target, record=record,  # absolute path or full URL
-    )
+    dd = resolve_optional_data_dir(opts.data_dir)
+    context = RunContext(sweep=spec.name, out_dir=str(root.resolve()), data_dir=str(dd) if dd else None,
+                         ledger_path=resolve_ledger(opts.ledger_path).target, record=opts.record)  # absolute path or full URL
     executor = executor or LocalExecutor(1)
     with _exclusive(root), open_store(root / STORE_FILE, name=spec.name) as store:
         store.set_spec(spec.to_dict())
         store.add_tasks(tasks)
-        keys = [t.key for t in tasks]
-        todo = store.to_run(keys, retry_failed=retry_failed)
-        if max_tasks is not None:
-            todo = todo[: max(0, int(max_tasks))]
+        todo = store.to_run([t.key for t in tasks], retry_failed=opts.retry_failed)
+        if opts.max_tasks is not None:
+            todo = todo[: max(0, int(opts.max_tasks))]
+        summary = SweepSummary(name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(), tasks=len(tasks),
+                               done=0, failed=0, pending=0, skipped_finished=len(tasks) - len(todo), skipped_datasets=skipped)
         by_key = {t.key: t for t in tasks}
-        run_tasks = [by_key[k] for k in todo]
-        summary = SweepSummary(
-            name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(),
-            tasks=len(tasks), done=0, failed=0, pending=0, skipped_finished=len(tasks) - len(todo),
-            skipped_datasets=skipped,
-        )
-        run_tasks = _skip_written(run_tasks, context, store, summary)
-        held: dict[str, str] = {}
-        if record:
-            held = budget_reserve(run_tasks, context.ledger_path, spec.name)
-            context = dataclasses.replace(context, reservations=tuple(held.values()))
+        run_tasks = _skip_written([by_key[k] for k in todo], context, store, summary)
+        held = budget_reserve(run_tasks, context.ledger_path, spec.name) if opts.record else {}
+        context = dataclasses.replace(context, reservations=tuple(held.values()))
         closed: set[str] = set()  # tasks whose reservation was settled with their release
-        bar = _progress(progress, len(run_tasks), spec.name)
         try:
-            payloads = [(t.config(), context.to_dict()) for t in run_tasks]
-            for out_ in executor.imap_unordered(execute_task, payloads):
-                task = run_tasks[out_.index]
-                if out_.ok:
-                    try:
-                        value = _record_release(out_.value, context, held.get(task.key))
-                        closed.add(task.key)
-                    except Exception as e:  # noqa: BLE001 - any failure to record leaves the budget held
-                        # The model exists on disk but is not in the ledger: a failure, loudly; its
-                        # reservation stays open (spent), as a single run's does (_close_reservations).
-                        rid = held.get(task.key)
-                        kept = f"; its budget stays held by open reservation {rid} (record the release, then void the reservation)" if rid else ""
-                        out_ = Outcome(out_.index, False, None, f"release written to {out_.value.get('release_dir')} but not recorded in the "
-                                       f"ledger: {type(e).__name__}: {e}{kept}", out_.seconds, out_.worker)
-                if out_.ok:
-                    store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
-                    summary.ran_ok += 1
-                else:
-                    store.mark_failed(task.key, out_.error or "unknown error", seconds=out_.seconds, worker=out_.worker)
-                    summary.ran_failed += 1
-                    summary.failures.append({"key": task.key, **task.config(), "error": (out_.error or "").splitlines()[0]})
-                summary.ran += 1
-                if bar is not None:
-                    bar[0].update(bar[1], advance=1, description=f"{spec.name}: {task.model} {task.dataset} eps={task.epsilon} seed={task.seed}")
-                if on_outcome is not None:
-                    on_outcome(task, out_)
+            _execute(run_tasks, context, executor, store, summary, held=held, closed=closed,
+                     after=_after_each(on_outcome, opts.progress, len(run_tasks), spec.name))
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
-            if bar is not None:
-                bar[0].stop()
             summary.unrecorded = _close_reservations({k: r for k, r in held.items() if k not in closed}, context.ledger_path,
                                                      spec.name, written=_written_folder(context, run_tasks))
-            c = store.counts(keys)
+            c = store.counts([t.key for t in tasks])
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _execute(run_tasks: list[Task], context: RunContext, executor: Executor, store, summary: SweepSummary, *,
+             held: dict[str, str], closed: set[str], after) -> None:
+    """Run the tasks and store each outcome the moment it arrives (a release is recorded in the
+    ledger first, settling its reservation; ``closed`` collects the settled tasks)."""
+    with after as each:
+        for out_ in executor.imap_unordered(execute_task, [(t.config(), context.to_dict()) for t in run_tasks]):
+            task = run_tasks[out_.index]
+            value = None
+            if out_.ok:
+                value, out_ = _recorded(out_, context, held.get(task.key))
+            if out_.ok:
+                closed.add(task.key)
+                store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
+                summary.ran_ok += 1
+            else:
+                store.mark_failed(task.key, out_.error or "unknown error", seconds=out_.seconds, worker=out_.worker)
+                summary.ran_failed += 1
+                summary.add_failure(task, out_.error or "")
+            summary.ran += 1
+            each(task, out_)
+
+
+def _recorded(out_: Outcome, context: RunContext, reservation: str | None) -> tuple[dict | None, Outcome]:
+    """(stored value, outcome) of a finished task after recording its release; a failure to
+    record makes the outcome a failure (the model exists on disk but is not in the ledger) and
+    leaves its reservation open (spent), as a single run's does (:func:`_close_reservations`)."""
+    try:
+        return _record_release(out_.value, context, reservation), out_
+    except Exception as e:  # noqa: BLE001 - any failure to record leaves the budget held
+        kept = (f"; its budget stays held by open reservation {reservation} (record the release, then void the reservation)"
+                if reservation else "")
+        return None, Outcome(out_.index, False, None, f"release written to {out_.value.get('release_dir')} but not recorded in the "
+                             f"ledger: {type(e).__name__}: {e}{kept}", out_.seconds, out_.worker)
+
+
+@contextlib.contextmanager
+def _after_each(on_outcome, progress: bool, total: int, name: str):
+    """``each(task, outcome)``, called after every stored outcome: advances the progress bar
+    (stopped on exit) and calls ``on_outcome``."""
+    bar = _progress(progress, total, name)
+
+    def each(task: Task, out_: Outcome) -> None:
+        if bar is not None:
+            bar[0].update(bar[1], advance=1, description=f"{name}: {task.model} {task.dataset} eps={task.epsilon} seed={task.seed}")
+        if on_outcome is not None:
+            on_outcome(task, out_)
+
+    try:
+        yield each
+    finally:
+        if bar is not None:
+            bar[0].stop()
 
 
 @contextlib.contextmanager
@@ -232,9 +255,6 @@ def _record_release(value: dict, context: RunContext, reservation: str | None = 
     value = dict(value)
     release_dict = value.pop("release")
     if context.record:
-        from ..accounting.ledger import open_ledger
-        from ..records import Release
-
         with open_ledger(context.ledger_path) as ledger:
             item = (Release.from_dict(release_dict), value.get("release_dir"))
             if reservation is not None:
@@ -249,9 +269,6 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
     """Leave out (as failed) the tasks whose folder already holds a release: it was written by an
     earlier run and not recorded (its budget is still held by that run's open reservation);
     training the task again would spend the budget twice."""
-    from ..records import existing_release
-    from .tasks import task_dir
-
     keep = []
     for t in tasks:
         hit = existing_release(task_dir(context.out_dir, t.config(), t.key))
@@ -262,7 +279,7 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
                  f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
                  f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn.")
         store.mark_failed(t.key, error)
-        summary.failures.append({"key": t.key, **t.config(), "error": error})
+        summary.add_failure(t, error)
     return keep
 
 
@@ -282,9 +299,6 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
     sweep leaves them all open until an operator voids them. A task whose noise is derived from its
     published seed is reserved as not private (unbounded).
     """
-    from ..accounting.ledger import open_ledger
-    from .tasks import planned_release
-
     planned = []
     for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":
@@ -311,16 +325,12 @@ def _noise_reason(task: Task, event) -> str | None:
     published seed), else None."""
     if event is None or not dict(task.settings).get("reproducible_noise"):
         return None
-    from ..releasing import public_seed_reason
-
     return public_seed_reason(task.seed)
 
 
 def _check_sweep(ledger, planned: list[dict]) -> None:
     """Refuse a sweep whose planned releases together exceed a cap (writes nothing): one
     composed event per (dataset, partition, adjacency) of a capped dataset."""
-    from ..accounting import Composed
-
     groups: dict[tuple, list[dict]] = {}
     for p in planned:
         if ledger.entries(dataset=p["dataset"], kind="cap"):
@@ -344,8 +354,6 @@ def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | N
     left: list[dict] = []
     if not held:
         return left
-    from ..accounting.ledger import open_ledger
-
     with open_ledger(ledger_path) as ledger:
         for key, rid in held.items():
             if ledger.get(rid).closed_by is not None:  # settled before an interrupt reached us
@@ -361,8 +369,6 @@ def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | N
 def _written_folder(context: RunContext, tasks: list[Task]) -> Callable[[str], str | None]:
     """``written(key)`` for :func:`_close_reservations`: the task's release folder when it holds
     anything (a release, or artefacts written just before it), else None."""
-    from .tasks import task_dir
-
     by_key = {t.key: t for t in tasks}
 
     def written(key: str) -> str | None:
@@ -378,8 +384,6 @@ def _progress(enabled: bool, total: int, name: str):
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from ..console import err_console
-
     p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                  TimeRemainingColumn(), console=err_console, transient=False)
     p.start()
@@ -388,7 +392,5 @@ def _progress(enabled: bool, total: int, name: str):
 
 def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]:
     """(sweep name, records of finished tasks) from a sweep store file or folder."""
-    from .stats import records_from_rows
-
     with open_store(store_path, create=False) as store:
         return store.name, records_from_rows(store.rows(status="done"))

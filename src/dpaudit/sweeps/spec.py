@@ -53,11 +53,13 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..catalogue import CATALOGUE, names as catalogue_names
+from ..data import DATASET_NAMES, dataset_info
 from ..errors import DataError, UsageError
-from ..validation import non_negative_int, positive_finite
+from ..validation import non_negative_int, open_unit, positive_finite
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
@@ -71,6 +73,19 @@ _ALIASES = {
 }
 #: A profiles-axis value meaning "each dataset's own default profile" (no task setting).
 DEFAULT_PROFILE = "default"
+#: The runners a task can name (:data:`dpaudit.sweeps.tasks.RUNNERS` implements them).
+RUNNER_NAMES = ("train", "selftest")
+#: Settings of the ``train`` runner; each reaches a task's Request where the Request has that
+#: field (a DP-ELM task of a mixed block ignores ``delta``, ``epochs`` and ``batch_size``).
+TRAIN_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "epochs", "batch_size")
+SELFTEST_MODELS = ("mean", "median")
+SELFTEST_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "n", "sleep", "fail_seeds", "exit_once_marker")
+#: Model names of specs written before sweeps named catalogue entries: ``dp-elm-L{w}`` is the
+#: catalogue's ``dp-elm`` at width w (paper 001, sections 3.5 and 4.5). Read only by
+#: :func:`catalogue_request`; tasks keep the name, so their keys do not change.
+LEGACY_MODELS = {f"dp-elm-L{w}": ("dp-elm", {"width": w}) for w in (1, 3, 5, 10)}
+#: Request fields a ``train`` task fills from itself (every sweepable Request has the first three).
+_TASK_FIELDS = ("dataset", "epsilon", "seed")
 
 
 @dataclass(frozen=True)
@@ -90,14 +105,8 @@ class Task:
 
     def config(self) -> dict:
         """The full public configuration; its canonical JSON is hashed into :attr:`key`."""
-        return {
-            "runner": self.runner,
-            "model": self.model,
-            "dataset": self.dataset,
-            "epsilon": self.epsilon,
-            "seed": self.seed,
-            "settings": dict(self.settings),
-        }
+        return {"runner": self.runner, "model": self.model, "dataset": self.dataset, "epsilon": self.epsilon, "seed": self.seed,
+                "settings": dict(self.settings)}
 
     @property
     def key(self) -> str:
@@ -105,11 +114,8 @@ class Task:
 
     @classmethod
     def from_config(cls, config: dict) -> "Task":
-        return cls(
-            runner=config["runner"], model=config["model"], dataset=config["dataset"],
-            epsilon=config["epsilon"], seed=int(config["seed"]),
-            settings=_settings_tuple(config.get("settings", {})),
-        )
+        return cls(runner=config["runner"], model=config["model"], dataset=config["dataset"], epsilon=config["epsilon"],
+                   seed=int(config["seed"]), settings=_settings_tuple(config.get("settings", {})))
 
 
 def canonical_json(obj) -> str:
@@ -122,6 +128,49 @@ def config_key(config: dict) -> str:
     return hashlib.sha256(canonical_json(config).encode()).hexdigest()
 
 
+# ---------------------------------------------------------------- a train task as catalogue name + Request
+
+def catalogue_request(model: str) -> tuple[str, dict]:
+    """(catalogue name, fixed Request fields) of a sweep model name (the one legacy-name reader)."""
+    return LEGACY_MODELS.get(model, (model, {}))
+
+
+def request_type(model: str) -> type | None:
+    """The Request type of a ``train`` task of ``model``; None when the model is not sweepable
+    (not in the catalogue, audit-only, or its Request takes no dataset, epsilon and seed)."""
+    entry = CATALOGUE.get(catalogue_request(model)[0])
+    if entry is None or entry.audit_only:
+        return None
+    rtype = entry.request_type()
+    return rtype if set(_TASK_FIELDS) <= {f.name for f in fields(rtype)} else None
+
+
+def train_models() -> tuple[str, ...]:
+    """Every model name the ``train`` runner accepts: sweepable catalogue names, then the legacy ones."""
+    return tuple(n for n in catalogue_names(trainable=True) if request_type(n) is not None) + tuple(LEGACY_MODELS)
+
+
+def task_request(config: dict, data_dir: str | None = None):
+    """(catalogue name, Request) of a ``train`` task's public configuration.
+
+    The task's dataset, seed and epsilon (1.0, ignored, for a non-private task), the settings
+    its Request has a field for, the legacy name's fixed fields and the catalogue name in the
+    Request's positional field (a DP-SGD model name). ``data_dir`` is where the data are read.
+    """
+    name, fixed = catalogue_request(config["model"])
+    rtype = request_type(config["model"])
+    if rtype is None:
+        raise UsageError(f"model must be one of {', '.join(train_models())}, got {config['model']!r}.")
+    non_private = bool(config["settings"].get("non_private", False)) or config["epsilon"] is None
+    values = {**config["settings"], **fixed, **{k: config[k] for k in ("dataset", "seed") if k in config}, "data_dir": data_dir,
+              "epsilon": 1.0 if non_private else config["epsilon"], "non_private": non_private}
+    values.update({f.name: name for f in fields(rtype) if f.metadata.get("positional")})
+    takes = {f.name for f in fields(rtype)}
+    return name, rtype.from_dict({k: v for k, v in values.items() if k in takes})
+
+
+# ---------------------------------------------------------------- grids
+
 @dataclass(frozen=True)
 class GridBlock:
     models: tuple[str, ...]
@@ -131,6 +180,13 @@ class GridBlock:
     settings: tuple = ()
     #: Profiles axis: None = the dataset's default profile (no task setting); else a profile name.
     profiles: tuple[str | None, ...] = (None,)
+
+    def to_dict(self) -> dict:
+        d = {"models": list(self.models), "datasets": list(self.datasets), "epsilons": list(self.epsilons), "seeds": list(self.seeds),
+             "settings": dict(self.settings)}
+        if self.profiles != (None,):  # only a grid with a profiles axis says so (older specs read back unchanged)
+            d["profiles"] = [p or DEFAULT_PROFILE for p in self.profiles]
+        return d
 
 
 @dataclass(frozen=True)
@@ -144,50 +200,24 @@ class SweepSpec:
     source: str = ""  # where the spec came from (file path or "builtin:NAME")
 
     def tasks(self) -> list[Task]:
-        from .tasks import profile_setting
-
-        seen: set[str] = set()
-        out: list[Task] = []
+        out: dict[str, Task] = {}
         for b in self.blocks:
             for dataset in b.datasets:
                 for profile in b.profiles:
                     # The dataset's own default adds no setting, so such a task keeps its key.
                     prof = profile_setting(dataset, profile) if self.runner == "train" else None
                     settings = b.settings if prof is None else _settings_tuple({**dict(b.settings), "profile": prof})
-                    for model in b.models:
-                        for eps in b.epsilons:
-                            for seed in b.seeds:
-                                t = Task(self.runner, model, dataset, eps, seed, settings)
-                                k = t.key
-                                if k not in seen:
-                                    seen.add(k)
-                                    out.append(t)
-        return out
+                    for t in (Task(self.runner, m, dataset, e, s, settings) for m in b.models for e in b.epsilons for s in b.seeds):
+                        out.setdefault(t.key, t)
+        return list(out.values())
 
     @property
     def datasets(self) -> tuple[str, ...]:
-        seen: dict[str, None] = {}
-        for b in self.blocks:
-            for d in b.datasets:
-                seen.setdefault(d)
-        return tuple(seen)
+        return tuple(dict.fromkeys(d for b in self.blocks for d in b.datasets))
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "runner": self.runner,
-            "description": self.description,
-            "source": self.source,
-            "grid": [
-                {
-                    "models": list(b.models), "datasets": list(b.datasets),
-                    "epsilons": list(b.epsilons), "seeds": list(b.seeds), "settings": dict(b.settings),
-                    # only a grid with a profiles axis says so (older specs read back unchanged)
-                    **({} if b.profiles == (None,) else {"profiles": [p or DEFAULT_PROFILE for p in b.profiles]}),
-                }
-                for b in self.blocks
-            ],
-        }
+        return {"name": self.name, "runner": self.runner, "description": self.description, "source": self.source,
+                "grid": [b.to_dict() for b in self.blocks]}
 
 
 @dataclass(frozen=True)
@@ -200,15 +230,10 @@ class TaskFilter:
     seeds: tuple[int, ...] = ()
 
     def __call__(self, task: Task) -> bool:
-        if self.models and task.model not in self.models:
-            return False
-        if self.datasets and task.dataset not in self.datasets:
-            return False
         if self.epsilons and (task.epsilon is None or not any(math.isclose(task.epsilon, e) for e in self.epsilons)):
             return False
-        if self.seeds and task.seed not in self.seeds:
-            return False
-        return True
+        return all(not wanted or value in wanted for wanted, value in
+                   ((self.models, task.model), (self.datasets, task.dataset), (self.seeds, task.seed)))
 
     def is_empty(self) -> bool:
         return not (self.models or self.datasets or self.epsilons or self.seeds)
@@ -220,6 +245,42 @@ def validate_name(name: object) -> str:
             f"sweep name must be 1-80 characters of letters, digits, '.', '_' or '-' starting with a letter or digit, got {name!r}."
         )
     return name
+
+
+def validate_block(runner: str, models: list[str], datasets: list[str], settings: dict, where: str) -> None:
+    """Runner-specific checks of a grid block, done when the spec is read (before anything runs)."""
+    train = runner == "train"
+    allowed_settings = TRAIN_SETTINGS if train else SELFTEST_SETTINGS
+    for m in models:
+        if (request_type(m) is None) if train else (m not in SELFTEST_MODELS):
+            raise UsageError(f"{where} model must be one of {', '.join(train_models() if train else SELFTEST_MODELS)}, got {m!r}.")
+    if train and any(d not in DATASET_NAMES for d in datasets):
+        bad = next(d for d in datasets if d not in DATASET_NAMES)
+        raise UsageError(f"{where} dataset must be one of {', '.join(DATASET_NAMES)}, got {bad!r}.")
+    if not train and any(d != "synthetic" for d in datasets):
+        raise UsageError(f"{where} dataset must be synthetic for the selftest runner, got {', '.join(datasets)}.")
+    unknown = sorted(set(settings) - set(allowed_settings))
+    if unknown:
+        raise UsageError(f"{where} settings must be among {', '.join(allowed_settings)}, got {', '.join(unknown)}.")
+    if "delta" in settings:
+        open_unit("delta", settings["delta"])
+
+
+def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> str | None:
+    """The ``profile`` task setting for ``dataset`` under a profiles-axis value.
+
+    None for ``None``, ``"default"`` and the dataset's own default profile (such a task has no
+    profile setting, so its key is that of a grid without the axis); else the profile name,
+    which the dataset must offer (:class:`UsageError` naming the allowed ones otherwise).
+    """
+    if profile is None or profile == DEFAULT_PROFILE:
+        return None
+    info = dataset_info(dataset)
+    if profile == info.default_profile:
+        return None
+    if profile not in info.profiles:
+        raise UsageError(f"{where} profile for dataset {dataset} must be one of default, {', '.join(info.profiles)}, got {profile!r}.")
+    return profile
 
 
 def _as_list(value) -> list:
@@ -246,49 +307,38 @@ def _settings(raw, where: str) -> dict:
     return dict(raw)
 
 
-def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlock:
-    from .tasks import validate_block  # runner-specific checks (models, setting names)
+def _epsilons(epsilons, non_private: bool, where: str) -> list[float | None]:
+    if non_private:
+        if epsilons not in (None, [], ()):
+            raise UsageError(f"{where} epsilons must be omitted for non_private = true, got {epsilons!r}.")
+        return [None]
+    if epsilons is None:
+        raise UsageError(f"{where} must list epsilons (or set non_private = true), got none.")
+    return [positive_finite("epsilon", e) for e in _as_list(epsilons)]
 
-    models = _pick(table, "models", where)
-    datasets = _pick(table, "datasets", where)
-    epsilons = _pick(table, "epsilons", where)
-    seeds = _pick(table, "seeds", where)
-    profiles = _pick(table, "profiles", where)
+
+def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlock:
+    axes = {k: _pick(table, k, where) for k in _ALIASES}
     settings = {**base_settings, **_settings(table.get("settings"), where)}
     extra = set(table) - {a for names in _ALIASES.values() for a in names} - {"settings"}
     if extra:
         raise UsageError(f"{where} keys must be among models, datasets, epsilons, seeds, profiles, settings, got {', '.join(sorted(extra))}.")
-    if models is None or datasets is None or seeds is None:
+    if any(axes[k] is None for k in ("models", "datasets", "seeds")):
         raise UsageError(f"{where} must list models, datasets and seeds, got keys {', '.join(sorted(table)) or 'none'}.")
-    models_l = [str(m) for m in _as_list(models)]
-    datasets_l = [str(d) for d in _as_list(datasets)]
-    seeds_l = [non_negative_int("seed", s) for s in _as_list(seeds)]
-    non_private = bool(settings.get("non_private", False))
-    if non_private:
-        if epsilons not in (None, [], ()):
-            raise UsageError(f"{where} epsilons must be omitted for non_private = true, got {epsilons!r}.")
-        eps_l: list[float | None] = [None]
-    else:
-        if epsilons is None:
-            raise UsageError(f"{where} must list epsilons (or set non_private = true), got none.")
-        eps_l = [positive_finite("epsilon", e) for e in _as_list(epsilons)]
-    for name, values in (("models", models_l), ("datasets", datasets_l), ("epsilons", eps_l), ("seeds", seeds_l)):
-        if not values:
+    values = {"models": [str(m) for m in _as_list(axes["models"])], "datasets": [str(d) for d in _as_list(axes["datasets"])],
+              "epsilons": _epsilons(axes["epsilons"], bool(settings.get("non_private", False)), where),
+              "seeds": [non_negative_int("seed", s) for s in _as_list(axes["seeds"])]}
+    for name, vals in values.items():
+        if not vals:
             raise UsageError(f"{where} {name} must not be empty, got [].")
-    validate_block(runner, models_l, datasets_l, settings, where)
-    profiles_l = _profiles(runner, datasets_l, profiles, where)
-    return GridBlock(
-        models=tuple(dict.fromkeys(models_l)), datasets=tuple(dict.fromkeys(datasets_l)),
-        epsilons=tuple(dict.fromkeys(eps_l)), seeds=tuple(dict.fromkeys(seeds_l)),
-        settings=_settings_tuple(settings), profiles=tuple(dict.fromkeys(profiles_l)),
-    )
+    validate_block(runner, values["models"], values["datasets"], settings, where)
+    values["profiles"] = _profiles(runner, values["datasets"], axes["profiles"], where)
+    return GridBlock(settings=_settings_tuple(settings), **{k: tuple(dict.fromkeys(v)) for k, v in values.items()})
 
 
 def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[str | None]:
     """The profiles axis of a block: None for ``"default"``; every other name must be offered by
     every dataset of the block (checked now, before anything runs)."""
-    from .tasks import profile_setting
-
     if profiles is None:
         return [None]
     values = _as_list(profiles)
@@ -297,10 +347,9 @@ def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[st
     out = [None if p == DEFAULT_PROFILE else p for p in values]
     if runner != "train" and any(p is not None for p in out):
         raise UsageError(f"{where} profiles must be [\"default\"] for the {runner} runner (it reads no dataset), got {values!r}.")
-    for p in out:
-        if p is not None:
-            for d in datasets:
-                profile_setting(d, p, where)
+    for p in (p for p in out if p is not None):
+        for d in datasets:
+            profile_setting(d, p, where)
     return out
 
 
@@ -330,34 +379,35 @@ def _settings_tuple(settings: dict) -> tuple:
     return tuple(sorted(((k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()), key=lambda kv: kv[0]))
 
 
-def spec_from_dict(data: dict, *, source: str = "", default_name: str | None = None) -> SweepSpec:
-    """Build and validate a :class:`SweepSpec` from a parsed TOML document."""
-    from .tasks import RUNNERS
-
-    if not isinstance(data, dict):
-        raise UsageError(f"sweep spec must be a table, got {type(data).__name__}.")
-    name = validate_name(data.get("name", default_name))
-    runner = data.get("runner", "train")
-    if runner not in RUNNERS:
-        raise UsageError(f"runner must be one of {', '.join(sorted(RUNNERS))}, got {runner!r}.")
-    fixed_names = [k for k in ("settings", "fixed") if k in data]
-    if len(fixed_names) > 1:
-        raise UsageError("sweep spec must give its fixed settings once, got both [settings] and [fixed].")
-    base = _settings(data.get(fixed_names[0]) if fixed_names else None, "spec")
+def _grid_tables(data: dict) -> list[dict]:
+    """The grid blocks of a spec: its ``[[grid]]`` tables, or one table of its top-level grid keys."""
     grid = data.get("grid")
     top_level = [a for names in _ALIASES.values() for a in names if a in data]
     if grid is not None and top_level:
         raise UsageError(f"sweep spec must use either [[grid]] blocks or top-level grid keys, got both ({', '.join(top_level)}).")
-    if grid is None:
-        tables = [{k: data[k] for k in top_level}]
-    elif isinstance(grid, list) and grid and all(isinstance(g, dict) for g in grid):
-        tables = grid
-    else:
-        raise UsageError(f"grid must be a non-empty array of tables ([[grid]]), got {grid!r}.")
-    known_top = {"name", "runner", "description", "settings", "fixed", "grid", *top_level}
-    extra = set(data) - known_top
+    extra = set(data) - {"name", "runner", "description", "settings", "fixed", "grid", *top_level}
     if extra:
         raise UsageError(f"sweep spec top-level keys must be among name, runner, description, settings, grid, got {', '.join(sorted(extra))}.")
+    if grid is None:
+        return [{k: data[k] for k in top_level}]
+    if isinstance(grid, list) and grid and all(isinstance(g, dict) for g in grid):
+        return grid
+    raise UsageError(f"grid must be a non-empty array of tables ([[grid]]), got {grid!r}.")
+
+
+def spec_from_dict(data: dict, *, source: str = "", default_name: str | None = None) -> SweepSpec:
+    """Build and validate a :class:`SweepSpec` from a parsed TOML document."""
+    if not isinstance(data, dict):
+        raise UsageError(f"sweep spec must be a table, got {type(data).__name__}.")
+    name = validate_name(data.get("name", default_name))
+    runner = data.get("runner", "train")
+    if runner not in RUNNER_NAMES:
+        raise UsageError(f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {runner!r}.")
+    fixed_names = [k for k in ("settings", "fixed") if k in data]
+    if len(fixed_names) > 1:
+        raise UsageError("sweep spec must give its fixed settings once, got both [settings] and [fixed].")
+    base = _settings(data.get(fixed_names[0]) if fixed_names else None, "spec")
+    tables = _grid_tables(data)
     blocks = tuple(_block(t, base, runner, f"grid block {i + 1}") for i, t in enumerate(tables))
     return SweepSpec(name=name, runner=runner, blocks=blocks, description=str(data.get("description", "")), source=source)
 
@@ -402,7 +452,7 @@ IMAGE_DATASETS = ("mnist", "cifar10")
 #: The seven gradient-trained architectures of the primary suite (paper 001, section 4.1).
 GRADIENT_PRIMARY = FROZEN_AND_LOGISTIC + TRAINABLE[:2]
 #: The four closed-form Laplace DP-ELM widths L in {1, 3, 5, 10} (paper 001, sections 3.5 and 4.5).
-DP_ELM_PRIMARY = ("dp-elm-L1", "dp-elm-L3", "dp-elm-L5", "dp-elm-L10")
+DP_ELM_PRIMARY = tuple(LEGACY_MODELS)
 
 _BUILTIN_TOML = {
     "dp-rvfl-primary": f"""

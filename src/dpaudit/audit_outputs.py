@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import copy
 
+from .records import round_timings
+
 AUDIT_LOCAL_FILE = "audit_local.json"
 ONE_RUN_LOCAL_FILE = "one_run_local.json"
 NOT_FOR_PUBLICATION = ("local facts of this audit: functions of the private data (scores, data-derived canary choices, reference "
@@ -76,8 +78,6 @@ def _keep(d: dict, key: str, public: tuple, local: dict) -> None:
 
 
 def _round_timings(d: dict, local: dict) -> None:
-    from .records import round_timings
-
     if isinstance(d.get("timings"), dict) and d["timings"]:
         local["timings"] = d["timings"]
         d["timings"] = round_timings(d["timings"])

@@ -25,6 +25,9 @@ The rules, in the order of their precedence (the first that applies decides the 
 5. when the recomputation is impossible (an unknown accountant, an invalid delta, an event the
    accountant does not support, a malformed guarantee, a numerical failure) the claim is
    ``unverified``: never ``ok`` and never a guessed number.
+
+``release`` arguments are :class:`dpaudit.records.Release` objects (read by attribute only:
+records imports this module for the two rules the release paths apply).
 """
 
 from __future__ import annotations
@@ -32,12 +35,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import accounting  # its accountants (numpy and up) load on first use, not with this module
 from .errors import DPAuditError
-
-if TYPE_CHECKING:  # records imports this module; the check itself only reads attributes
-    from .records import Release
 
 #: Relative tolerance of rule 4: a recomputed epsilon may exceed the recorded one by this
 #: fraction (plus :data:`CLAIM_ATOL`) before the claim is an under-report. It exists because a
@@ -76,7 +77,7 @@ def integer(value: Any) -> int | None:
     return int(v)
 
 
-def steps_accounted(release: "Release") -> int | None:
+def steps_accounted(release) -> int | None:
     """The number of steps the release's guarantee accounts for: ``steps``, else the steps of a
     top-level subsampled-Gaussian guarantee, else None (not recorded)."""
     if release.steps is not None:
@@ -134,14 +135,12 @@ def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adja
 
     Never raises for bad stored data: an unsupported event, a malformed guarantee or a numerical
     failure of an accountant library is returned as ``error`` with no number (fail closed)."""
-    from .accounting import compute_epsilon, event_from_dict
-
     key = json.dumps([guarantee, delta, accountant, adjacency], sort_keys=True, default=str)
     hit = _RECOMPUTED.get(key)
     if hit is not None:
         return hit
     try:
-        r = compute_epsilon(event_from_dict(guarantee), delta=delta, accountant=accountant, adjacency=adjacency)
+        r = accounting.compute_epsilon(accounting.event_from_dict(guarantee), delta=delta, accountant=accountant, adjacency=adjacency)
         out = Recomputed(r.epsilon, r.epsilon_lower, r.epsilon_estimate)
     except DPAuditError as e:
         out = Recomputed(None, error=str(e))
@@ -202,15 +201,13 @@ class ClaimCheck:
         }
 
 
-def _epsilon_verdict(release: "Release", claimed: float | None, delta: float | None,
+def _epsilon_verdict(release, claimed: float | None, delta: float | None,
                      target: float | None) -> tuple[str, str, float | None]:
     """Rules 3-5: (status, reason, recomputed epsilon)."""
-    from .accounting import ACCOUNTANTS
-
-    acc = release.accountant
+    acc, known = release.accountant, accounting.ACCOUNTANTS
     recomputed = None
-    if not isinstance(acc, str) or acc not in ACCOUNTANTS:
-        status, reason = "unverified", f"accountant {acc!r} cannot be recomputed (known: {', '.join(ACCOUNTANTS)})"
+    if not isinstance(acc, str) or acc not in known:
+        status, reason = "unverified", f"accountant {acc!r} cannot be recomputed (known: {', '.join(known)})"
     elif claimed is None:
         status, reason = "mismatch", "the release states no numeric epsilon"
     elif acc != "pure" and (delta is None or not 0 < delta < 1):
@@ -230,7 +227,7 @@ def _epsilon_verdict(release: "Release", claimed: float | None, delta: float | N
     return status, reason, recomputed
 
 
-def verify_claim(release: "Release") -> ClaimCheck:
+def verify_claim(release) -> ClaimCheck:
     """Check ``release``'s claim against its own stored guarantee, steps and target.
 
     Privacy contract: a release whose stored data give a larger epsilon than it claims, whose

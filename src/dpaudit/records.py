@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from . import __version__
-from .errors import AccountingMismatchError, DataError
+from .claims import steps_problem, target_problem
+from .errors import AccountingMismatchError, DataError, UsageError
 
 RELEASE_FILE = "release.json"
 #: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for
@@ -271,8 +272,6 @@ def check_release_folder(out_dir: str | os.PathLike, *, release_id: str | None =
     """Refuse (UsageError) a folder that already holds a release (other than ``release_id``): a
     release folder is never overwritten, since the ledger keeps the old release (its budget
     spent) and replacing its artefacts would leave that entry without them."""
-    from .errors import UsageError
-
     hit = existing_release(out_dir)
     if hit is not None and hit[1] != release_id:
         raise UsageError(f"{name} must not hold a release already, got {str(out_dir)!r} (release {hit[1]} in {hit[0]}); "
@@ -310,8 +309,6 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
     here are removed again, so a run refused later (e.g. over its budget) leaves no trace.
     Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason.
     """
-    from .errors import UsageError
-
     path = Path(out_dir).expanduser()
     rule = "a directory dpaudit can create and write"
     if path.exists() and not path.is_dir():
@@ -355,8 +352,6 @@ def check_accounting(*, steps_executed: int, steps_accounted: int, epsilon: floa
     :func:`dpaudit.claims.verify_claim` (which a report or the ledger applies to a written
     release), raised as :class:`~dpaudit.errors.AccountingMismatchError` instead of returned.
     """
-    from .claims import steps_problem, target_problem
-
     problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(epsilon, target_epsilon)
     if problem is not None:
         raise AccountingMismatchError(f"{problem}; the release is withheld.")

@@ -42,7 +42,7 @@ def sweep(tmp_path_factory):
     ledger = root / "ledger.sqlite"
     s = run_sweep(parse_spec(SPEC), out=root / "out", ledger_path=ledger)
     assert (s.done, s.failed) == (4, 0), s.failures
-    from dpaudit.cli.sweep import write_tables  # what `dpaudit sweep` writes after a run
+    from dpaudit.sweeps.runner import write_tables  # what `dpaudit sweep` writes after a run
 
     write_tables(root / "out" / "tiny-report", *load_records(root / "out" / "tiny-report"))
     return {"dir": root / "out" / "tiny-report", "ledger": ledger, "root": root}

@@ -1,165 +1,109 @@
-"""`dpaudit sweep [SPEC.toml | --builtin NAME]`: run a resumable grid; `--table` prints its tables.
+"""`dpaudit sweep [SPEC.toml | --builtin NAME]`: run a resumable grid; `--plan` and `--table` show it.
 
-One top-level command (so ``dpaudit sweep SPEC.toml`` works as the issue's contract says):
-
-- run (default): expand the grid, skip finished tasks, run the rest on the chosen executor,
-  write ``tables.md`` / ``tables.json`` beside ``sweep.sqlite`` and print the eps = 2 slice next
-  to the published Table 3;
-- ``--plan``: show what would run (counts by status), run nothing;
-- ``--table``: print the tables of the sweep store (``--store PATH`` or the spec's folder), run
-  nothing.
+The command is generated from :class:`dpaudit.sweeps.request.SweepRequest` (one option per
+field); the work is done by :mod:`dpaudit.sweeps.request`. Only printing happens here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
 from enum import Enum
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.table import Table
 
-from ..errors import UsageError
-from . import options
+from .. import sweeps  # the runner (and the release path behind it) loads on first use
+from ..requests import flag_of
+from ..sweeps.request import SweepRequest
 from .common import console, emit_json, note
 
 
-class ExecutorChoice(str, Enum):
-    local = "local"
-    dask = "dask"
+def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
+    """The typer parameter of one SweepRequest field (tuples repeatable, choices an Enum)."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    meta, default = f.metadata, f.default
+    kw = dict(help=meta.get("help") or "", show_default=default not in (None, ()))
+    if meta.get("positional"):
+        return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=typer.Argument(default, **kw), annotation=Optional[args[0]])
+    if meta.get("choices"):
+        tp = Enum(f"Sweep_{f.name}", {c: c for c in meta["choices"]}, type=str)
+        default = tp(default)
+    elif typing.get_origin(tp) is tuple:
+        tp, default = Optional[List[args[0]]], None
+    elif type(None) in typing.get_args(tp):
+        tp = Optional[args[0]]
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(default, flag_of(f), **kw), annotation=tp)
 
 
-class TableFormat(str, Enum):
-    md = "md"
-    json = "json"
+def _request(values: dict) -> SweepRequest:
+    def plain(v):
+        return v.value if isinstance(v, Enum) else tuple(v) if isinstance(v, list) else v
+
+    return SweepRequest(**{k: () if v is None and isinstance(SweepRequest.__dataclass_fields__[k].default, tuple) else plain(v)
+                           for k, v in values.items()})
 
 
-def _spec_from_args(spec_path: Optional[Path], builtin: Optional[str], profile: Optional[str] = None):
-    from ..sweeps import builtin_spec, load_spec
-    from ..sweeps.spec import with_profile
-
-    if spec_path is not None and builtin is not None:
-        raise UsageError(f"a sweep must come from SPEC or --builtin, not both, got {str(spec_path)!r} and {builtin!r}.")
-    if spec_path is None and builtin is None:
-        raise UsageError("a sweep must be given as SPEC.toml or --builtin NAME, got neither.")
-    # --profile P (not default) moves every block to P and names the sweep NAME-P.
-    return with_profile(builtin_spec(builtin) if builtin is not None else load_spec(spec_path), profile)
+def _print_plan(result: dict, json_out: bool) -> None:
+    if json_out:
+        emit_json(result)
+        return
+    for k, v in result["skipped_datasets"].items():
+        note(f"skipping dataset {k}: {v}")
+    console.print(f"sweep {result['name']}: {result['tasks']} tasks ({result['done']} done, {result['failed']} failed, {result['pending']} pending)")
 
 
-def write_tables(sweep_folder: Path, name: str | None, records: list[dict]) -> tuple[dict, Path, Path]:
-    """Write tables.json and tables.md into the sweep's folder; return (tables, json path, md path)."""
-    from ..records import write_json_atomic
-    from ..sweeps.tables import render_markdown, sweep_tables
+def _print_run(summary, result: dict) -> None:
+    t = Table(title=f"sweep {summary.name}")
+    for col in ("tasks", "done", "failed", "pending", "ran now", "failed now", "skipped (finished)", "seconds"):
+        t.add_column(col)
+    t.add_row(*map(str, (summary.tasks, summary.done, summary.failed, summary.pending, summary.ran, summary.ran_failed,
+                         summary.skipped_finished)), f"{summary.seconds:.1f}")
+    console.print(t)
+    for f in summary.failures[:10]:
+        note(f"failed: {f['model']} {f['dataset']} eps={f['epsilon']} seed={f['seed']}: {f['error']}")
+    if result["table3"]["rows"]:
+        typer.echo(sweeps.table3_markdown(result["table3"]))
+    note(f"tables: {result['tables_md']} and {result['tables_json']}")
+    for u in summary.unrecorded:  # the model exists but is not in the ledger: its budget stays held
+        note(f"release written but not recorded: {u['release_dir']}; reservation {u['reservation']} stays open (spent): "
+             f"record the release (`dpaudit ledger record DIR`), then void the reservation.")
+    if summary.interrupted:
+        note("interrupted: finished tasks are stored; run the same command again to resume.")
 
-    tables = sweep_tables(records, name=name)
-    jp = write_json_atomic(sweep_folder / "tables.json", tables)
-    mp = sweep_folder / "tables.md"
-    tmp = mp.with_suffix(".md.tmp")
-    tmp.write_text(render_markdown(tables))
-    tmp.replace(mp)
-    return tables, jp, mp
+
+def sweep(**values) -> None:
+    """Run a resumable sweep (finished tasks are skipped), or print its tables with --table."""
+    r = _request(values)
+    if r.table:
+        tables = sweeps.stored_tables(r)
+        if r.json_out or r.format == "json":
+            emit_json(tables)
+        else:
+            typer.echo(sweeps.render_markdown(tables), nl=False)  # plain text: Markdown must not be re-wrapped
+        return
+    if r.plan_only:
+        _print_plan(sweeps.plan_counts(r), r.json_out)
+        return
+    spec = r.checked()
+    if not r.json_out:
+        note(f"sweep {spec.name}: executor {r.executor}" + (f" at {r.scheduler}" if r.scheduler else "") + f", output {sweeps.sweep_dir(r.out, spec.name)}")
+    summary, result = sweeps.run_request(r, spec, progress=not r.json_out)
+    for k, v in summary.skipped_datasets.items():
+        note(f"skipped dataset {k}: {v}")
+    if r.json_out:
+        emit_json(result)
+    else:
+        _print_run(summary, result)
+    if summary.ran_failed or summary.interrupted:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def sweep(
-        spec: Optional[Path] = typer.Argument(None, help="TOML sweep spec (grid of models x datasets x eps x seeds).", show_default=False),
-        builtin: Optional[str] = typer.Option(None, "--builtin", help="A built-in spec: dp-rvfl-primary (the issue's 650-task grid), dp-rvfl-primary-full (the paper's 1,540-task primary suite, for a cluster), selftest.", show_default=False),
-        executor: ExecutorChoice = typer.Option(ExecutorChoice.local, "--executor", help="local (process pool here) or dask."),
-        scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).", show_default=False),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Worker processes (local pool, or a Dask LocalCluster on 127.0.0.1). Default: CPU count.", show_default=False),
-        out: Path = typer.Option(Path("runs/sweeps"), "--out", help="Parent folder; the sweep lives in OUT/NAME/ (sweep.sqlite, releases, tables)."),
-        data_dir: Optional[Path] = options.data_dir(),
-        profile: Optional[str] = typer.Option(None, "--profile", help="Preprocessing profile for the whole grid, e.g. authors (the DP-RVFL "
-                                              "authors' pipeline): the sweep becomes NAME-PROFILE. default or absent: the spec as written.",
-                                              show_default=False),
-        ledger: Optional[Path] = options.ledger(),
-        retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run tasks recorded as failed."),
-        model: Optional[List[str]] = typer.Option(None, "--model", help="Only this model (repeatable).", show_default=False),
-        dataset: Optional[List[str]] = typer.Option(None, "--dataset", help="Only this dataset (repeatable).", show_default=False),
-        eps: Optional[List[float]] = typer.Option(None, "--eps", help="Only this target epsilon (repeatable).", show_default=False),
-        seed: Optional[List[int]] = typer.Option(None, "--seed", help="Only this seed (repeatable).", show_default=False),
-        max_tasks: Optional[int] = typer.Option(None, "--max-tasks", help="Run at most N unfinished tasks, then stop (resume later).", show_default=False),
-        plan_only: bool = typer.Option(False, "--plan", help="Show what would run; run nothing."),
-        table: bool = typer.Option(False, "--table", help="Print the tables of a sweep store; run nothing."),
-        store: Optional[Path] = typer.Option(None, "--store", help="Sweep store (sweep.sqlite or its folder) for --table.", show_default=False),
-        fmt: TableFormat = typer.Option(TableFormat.md, "--format", help="--table output: md or json."),
-        json_out: bool = options.json_out(),
-    ):
-        """Run a resumable sweep (finished tasks are skipped), or print its tables with --table."""
-        from ..sweeps import TaskFilter, load_records, make_executor, plan, run_sweep, sweep_dir
-        from ..sweeps.executors import check_executor_args
-        from ..sweeps.store import open_store
-        from ..sweeps.tables import render_markdown, sweep_tables, table3_markdown
-        from ..validation import positive_int
-
-        if table:
-            if store is None:
-                s = _spec_from_args(spec, builtin, profile)
-                store = sweep_dir(out, s.name)
-            name, records = load_records(store)
-            tables = sweep_tables(records, name=name)
-            if json_out or fmt is TableFormat.json:
-                emit_json(tables)
-            else:
-                typer.echo(render_markdown(tables), nl=False)  # plain text: Markdown must not be re-wrapped
-            return
-
-        s = _spec_from_args(spec, builtin, profile)
-        if max_tasks is not None:
-            positive_int("max_tasks", max_tasks)
-        check_executor_args(executor.value, scheduler, workers)
-        filt = TaskFilter(models=tuple(model or ()), datasets=tuple(dataset or ()), epsilons=tuple(eps or ()), seeds=tuple(seed or ()))
-
-        if plan_only:
-            tasks, skipped = plan(s, data_dir=data_dir, task_filter=filt)
-            folder = sweep_dir(out, s.name)
-            counts = {"pending": len(tasks), "done": 0, "failed": 0}
-            if (folder / "sweep.sqlite").exists():
-                with open_store(folder, name=s.name) as st:
-                    known = st.statuses([t.key for t in tasks])
-                counts = {k: sum(1 for t in tasks if known.get(t.key, "pending") == k) for k in ("pending", "done", "failed")}
-            result = {"name": s.name, "source": s.source, "tasks": len(tasks), **counts, "skipped_datasets": skipped,
-                      "store": str((folder / "sweep.sqlite").resolve())}
-            if json_out:
-                emit_json(result)
-            else:
-                for k, v in skipped.items():
-                    note(f"skipping dataset {k}: {v}")
-                console.print(f"sweep {s.name}: {len(tasks)} tasks ({counts['done']} done, {counts['failed']} failed, {counts['pending']} pending)")
-            return
-
-        if not json_out:
-            note(f"sweep {s.name}: executor {executor.value}" + (f" at {scheduler}" if scheduler else "") + f", output {sweep_dir(out, s.name)}")
-        with make_executor(executor.value, scheduler=scheduler, workers=workers) as ex:
-            summary = run_sweep(
-                s, out=out, executor=ex, data_dir=data_dir, ledger_path=ledger, retry_failed=retry_failed,
-                task_filter=None if filt.is_empty() else filt, max_tasks=max_tasks, progress=not json_out,
-            )
-        for k, v in summary.skipped_datasets.items():
-            note(f"skipped dataset {k}: {v}")
-        name, records = load_records(summary.store)
-        tables, jp, mp = write_tables(Path(summary.store).parent, name, records)
-        result = summary.to_dict()
-        result.update(tables_json=str(jp), tables_md=str(mp), table3=tables["table3"])
-        if json_out:
-            emit_json(result)
-        else:
-            t = Table(title=f"sweep {s.name}")
-            for col in ("tasks", "done", "failed", "pending", "ran now", "failed now", "skipped (finished)", "seconds"):
-                t.add_column(col)
-            t.add_row(str(summary.tasks), str(summary.done), str(summary.failed), str(summary.pending), str(summary.ran),
-                      str(summary.ran_failed), str(summary.skipped_finished), f"{summary.seconds:.1f}")
-            console.print(t)
-            for f in summary.failures[:10]:
-                note(f"failed: {f['model']} {f['dataset']} eps={f['epsilon']} seed={f['seed']}: {f['error']}")
-            if tables["table3"]["rows"]:
-                typer.echo(table3_markdown(tables["table3"]))
-            note(f"tables: {mp} and {jp}")
-            for u in summary.unrecorded:  # the model exists but is not in the ledger: its budget stays held
-                note(f"release written but not recorded: {u['release_dir']}; reservation {u['reservation']} stays open (spent): "
-                     f"record the release (`dpaudit ledger record DIR`), then void the reservation.")
-            if summary.interrupted:
-                note("interrupted: finished tasks are stored; run the same command again to resume.")
-        if summary.ran_failed or summary.interrupted:
-            raise typer.Exit(1)
+    hints = typing.get_type_hints(SweepRequest)
+    params = [_parameter(f, hints[f.name]) for f in dataclasses.fields(SweepRequest)]
+    sweep.__signature__ = inspect.Signature(params)
+    sweep.__annotations__ = {p.name: p.annotation for p in params}
+    app.command()(sweep)

@@ -9,24 +9,38 @@ Python use::
         summary = run_sweep(spec, executor=ex, task_filter=TaskFilter(datasets=("heart",), epsilons=(2.0,)))
 
 Audits reuse the executors: ``make_executor(...).map_chunks(fn, chunks)`` returns the chunk
-results in order (see :mod:`dpaudit.sweeps.executors`).
+results in order (see :mod:`dpaudit.sweeps.executors`). Names load from their submodule on
+first use (PEP 562): the runner imports the release path (torch), the CLI starts without it.
 """
 
-from .executors import EXECUTORS, ChunkFailedError, DaskExecutor, Executor, LocalExecutor, Outcome, make_executor
-from .runner import DEFAULT_OUT, SweepSummary, load_records, plan, run_sweep, sweep_dir
-from .spec import BUILTIN_SPECS, SweepSpec, Task, TaskFilter, builtin_spec, config_key, load_spec, parse_spec
-from .stats import (
-    PRIMARY_METRICS, Cell, CellSummary, Contrast, cells, holm_adjust, paired_contrasts, sign_flip_pvalue,
-    summarize, win_tie_loss,
-)
-from .store import SweepStore, open_store
-from .tables import render_html, render_markdown, sweep_tables, table3_slice
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "EXECUTORS", "ChunkFailedError", "DaskExecutor", "Executor", "LocalExecutor", "Outcome", "make_executor",
-    "DEFAULT_OUT", "SweepSummary", "load_records", "plan", "run_sweep", "sweep_dir",
-    "BUILTIN_SPECS", "SweepSpec", "Task", "TaskFilter", "builtin_spec", "config_key", "load_spec", "parse_spec",
-    "PRIMARY_METRICS", "Cell", "CellSummary", "Contrast", "cells", "holm_adjust", "paired_contrasts",
-    "sign_flip_pvalue", "summarize", "win_tie_loss", "SweepStore", "open_store",
-    "render_html", "render_markdown", "sweep_tables", "table3_slice",
-]
+from ..lazy import lazy_exports
+
+_SOURCES = {
+    "executors": ("EXECUTORS", "ChunkFailedError", "DaskExecutor", "Executor", "LocalExecutor", "Outcome", "make_executor"),
+    "request": ("DEFAULT_OUT", "SweepRequest"),
+    "runner": ("SweepOptions", "SweepSummary", "load_records", "plan", "plan_counts", "run_request", "run_sweep", "stored_tables",
+               "sweep_dir", "write_tables"),
+    "spec": ("BUILTIN_SPECS", "SweepSpec", "Task", "TaskFilter", "builtin_spec", "config_key", "load_spec", "parse_spec"),
+    "stats": ("PRIMARY_METRICS", "Cell", "CellSummary", "Contrast", "cells", "holm_adjust", "paired_contrasts", "sign_flip_pvalue",
+              "summarize", "win_tie_loss"),
+    "store": ("SweepStore", "open_store"),
+    "tables": ("render_html", "render_markdown", "sweep_tables", "table3_markdown", "table3_slice"),
+}
+_WHERE = {name: module for module, names in _SOURCES.items() for name in names}
+
+if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
+    from .executors import EXECUTORS, ChunkFailedError, DaskExecutor, Executor, LocalExecutor, Outcome, make_executor  # noqa: F401
+    from .request import DEFAULT_OUT, SweepRequest  # noqa: F401
+    from .runner import (SweepOptions, SweepSummary, load_records, plan, plan_counts, run_request, run_sweep,  # noqa: F401
+                         stored_tables, sweep_dir, write_tables)
+    from .spec import BUILTIN_SPECS, SweepSpec, Task, TaskFilter, builtin_spec, config_key, load_spec, parse_spec  # noqa: F401
+    from .stats import (PRIMARY_METRICS, Cell, CellSummary, Contrast, cells, holm_adjust, paired_contrasts,  # noqa: F401
+                        sign_flip_pvalue, summarize, win_tie_loss)
+    from .store import SweepStore, open_store  # noqa: F401
+    from .tables import render_html, render_markdown, sweep_tables, table3_markdown, table3_slice  # noqa: F401
+
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
+
+__all__ = sorted(_WHERE)

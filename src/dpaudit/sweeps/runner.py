@@ -27,15 +27,15 @@ from ..console import err_console
 from ..data import DATASETS, profile_files
 from ..data.base import DATA_DIR_ENV
 from ..errors import DataError, UsageError
-from ..records import Release, existing_release
+from ..records import Release, existing_release, write_json_atomic
 from ..releasing import public_seed_reason
-from .executors import Executor, LocalExecutor, Outcome
+from .executors import Executor, LocalExecutor, Outcome, make_executor
+from .request import DEFAULT_OUT, SweepRequest
 from .spec import SweepSpec, Task, TaskFilter
 from .stats import records_from_rows
 from .store import STORE_FILE, open_store
+from .tables import render_markdown, sweep_tables
 from .tasks import RunContext, execute_task, planned_release, task_dir
-
-DEFAULT_OUT = Path("runs") / "sweeps"
 
 #: Synthetic data of the selftest runner (no files).
 SYNTHETIC_DATASETS = ("synthetic",)
@@ -394,3 +394,50 @@ def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]
     """(sweep name, records of finished tasks) from a sweep store file or folder."""
     with open_store(store_path, create=False) as store:
         return store.name, records_from_rows(store.rows(status="done"))
+
+
+# ---------------------------------------------------------------- the `dpaudit sweep` request
+
+def stored_tables(request: SweepRequest) -> dict:
+    """``--table``: the tables of ``--store`` (default: the spec's sweep folder)."""
+    store = request.store if request.store is not None else sweep_dir(request.out, request.sweep_spec().name)
+    name, records = load_records(store)
+    return sweep_tables(records, name=name)
+
+
+def plan_counts(request: SweepRequest) -> dict:
+    """``--plan``: the tasks that would be considered, by status in the sweep's store, and the skipped datasets."""
+    spec = request.checked()
+    tasks, skipped = plan(spec, data_dir=request.data_dir, task_filter=request.task_filter())
+    folder = sweep_dir(request.out, spec.name)
+    known: dict[str, str] = {}
+    if (folder / STORE_FILE).exists():
+        with open_store(folder, name=spec.name) as st:
+            known = st.statuses([t.key for t in tasks])
+    counts = {k: sum(1 for t in tasks if known.get(t.key, "pending") == k) for k in ("pending", "done", "failed")}
+    return {"name": spec.name, "source": spec.source, "tasks": len(tasks), **counts, "skipped_datasets": skipped,
+            "store": str((folder / STORE_FILE).resolve())}
+
+
+def run_request(request: SweepRequest, spec: SweepSpec | None = None, *, progress: bool = False) -> tuple[SweepSummary, dict]:
+    """Run the sweep and write its tables; (summary, its dict with ``tables_json``, ``tables_md``, ``table3``)."""
+    spec = spec if spec is not None else request.checked()
+    filt = request.task_filter()
+    options = SweepOptions(out=request.out, data_dir=request.data_dir, ledger_path=request.ledger, retry_failed=request.retry_failed,
+                           task_filter=None if filt.is_empty() else filt, max_tasks=request.max_tasks, progress=progress)
+    with make_executor(request.executor, scheduler=request.scheduler, workers=request.workers) as ex:
+        summary = run_sweep(spec, options, executor=ex)
+    name, records = load_records(summary.store)
+    tables, jp, mp = write_tables(Path(summary.store).parent, name, records)
+    return summary, {**summary.to_dict(), "tables_json": str(jp), "tables_md": str(mp), "table3": tables["table3"]}
+
+
+def write_tables(sweep_folder: Path, name: str | None, records: list[dict]) -> tuple[dict, Path, Path]:
+    """Write tables.json and tables.md into the sweep's folder; return (tables, json path, md path)."""
+    tables = sweep_tables(records, name=name)
+    jp = write_json_atomic(sweep_folder / "tables.json", tables)
+    mp = sweep_folder / "tables.md"
+    tmp = mp.with_suffix(".md.tmp")
+    tmp.write_text(render_markdown(tables))
+    tmp.replace(mp)
+    return tables, jp, mp

@@ -57,7 +57,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..catalogue import CATALOGUE, names as catalogue_names
-from ..data import DATASET_NAMES, dataset_info
+from .. import data as registry  # its registry (behind it the loaders, torch) loads on first use: reading a spec does not
 from ..errors import DataError, UsageError
 from ..validation import non_negative_int, open_unit, positive_finite
 
@@ -254,10 +254,11 @@ def validate_block(runner: str, models: list[str], datasets: list[str], settings
     for m in models:
         if (request_type(m) is None) if train else (m not in SELFTEST_MODELS):
             raise UsageError(f"{where} model must be one of {', '.join(train_models() if train else SELFTEST_MODELS)}, got {m!r}.")
-    if train and any(d not in DATASET_NAMES for d in datasets):
-        bad = next(d for d in datasets if d not in DATASET_NAMES)
-        raise UsageError(f"{where} dataset must be one of {', '.join(DATASET_NAMES)}, got {bad!r}.")
-    if not train and any(d != "synthetic" for d in datasets):
+    known = registry.DATASET_NAMES if train else ("synthetic",)
+    bad = [d for d in datasets if d not in known]
+    if bad and train:
+        raise UsageError(f"{where} dataset must be one of {', '.join(known)}, got {bad[0]!r}.")
+    if bad:
         raise UsageError(f"{where} dataset must be synthetic for the selftest runner, got {', '.join(datasets)}.")
     unknown = sorted(set(settings) - set(allowed_settings))
     if unknown:
@@ -275,7 +276,7 @@ def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> 
     """
     if profile is None or profile == DEFAULT_PROFILE:
         return None
-    info = dataset_info(dataset)
+    info = registry.dataset_info(dataset)
     if profile == info.default_profile:
         return None
     if profile not in info.profiles:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -226,41 +227,34 @@ def paired_contrasts(
     exactly the returned list (report all of it: adjusting a subset would understate
     multiplicity). Seed-level ties are |difference| <= ``tie_tolerance``.
     """
-    records = list(records)
     by_cond: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    records = list(records)
     for metric in metrics:
         for r in records:
             v = _metric(r, metric)
             if v is not None:
                 by_cond[(r["dataset"], r["epsilon"], metric)][r["model"]][int(r["seed"])] = v
-    out: list[Contrast] = []
     metric_order = {m: i for i, m in enumerate(metrics)}
-    for (ds, eps, metric) in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]])):
-        models = by_cond[(ds, eps, metric)]
-        if reference not in models:
-            continue
-        ref = models[reference]
+    out = []
+    for cond in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]])):
+        models = by_cond[cond]
         comps = [m for m in (comparators if comparators is not None else sorted(models)) if m != reference and m in models]
-        for comp in comps:
-            seeds = tuple(sorted(set(ref) & set(models[comp])))
-            if len(seeds) < min_pairs:
-                continue
-            diffs = tuple(ref[s] - models[comp][s] for s in seeds)
-            dd = np.asarray(diffs)
-            out.append(Contrast(
-                dataset=ds, epsilon=eps, metric=metric, reference=reference, comparator=comp, seeds=seeds,
-                differences=diffs, mean_difference=float(dd.mean()),
-                sd_difference=float(dd.std(ddof=1)) if dd.size > 1 else math.nan,
-                p_value=sign_flip_pvalue(diffs),
-                wins=int(np.sum(dd > tie_tolerance)), ties=int(np.sum(np.abs(dd) <= tie_tolerance)),
-                losses=int(np.sum(dd < -tie_tolerance)),
-            ))
+        for comp in comps if reference in models else ():
+            seeds = tuple(sorted(set(models[reference]) & set(models[comp])))
+            if len(seeds) >= min_pairs:
+                out.append(_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance))
     adjusted = holm_adjust([c.p_value for c in out])
-    return [Contrast(**{**_fields(c), "p_holm": a}) for c, a in zip(out, adjusted)]
+    return [dataclasses.replace(c, p_holm=a) for c, a in zip(out, adjusted)]
 
 
-def _fields(c: Contrast) -> dict:
-    return {k: getattr(c, k) for k in c.__dataclass_fields__}
+def _contrast(cond: tuple, reference: str, comparator: str, seeds: tuple, diffs: list[float], tie_tolerance: float) -> Contrast:
+    """One contrast of ``cond`` = (dataset, epsilon, metric) from its per-seed differences (not yet Holm-adjusted)."""
+    dd = np.asarray(diffs)
+    return Contrast(dataset=cond[0], epsilon=cond[1], metric=cond[2], reference=reference, comparator=comparator, seeds=seeds,
+                    differences=tuple(diffs), mean_difference=float(dd.mean()),
+                    sd_difference=float(dd.std(ddof=1)) if dd.size > 1 else math.nan, p_value=sign_flip_pvalue(diffs),
+                    wins=int(np.sum(dd > tie_tolerance)), ties=int(np.sum(np.abs(dd) <= tie_tolerance)),
+                    losses=int(np.sum(dd < -tie_tolerance)))
 
 
 @dataclass(frozen=True)

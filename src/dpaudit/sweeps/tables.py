@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 from .published import (TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS, TABLE5_CITATION,
                         TABLE5_DP_ELM, TABLE5_EPSILON, TABLE5_NOTE, TABLE5_ROW_LABELS, TABLE9_ATTENTION, TABLE9_NOTE)
-from .stats import PRIMARY_METRICS, Contrast, cells, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
+from .stats import PRIMARY_METRICS, cells, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
 
 NOTES = (
     "Mean +/- sample SD over training seeds; 95% Student-t intervals (n-1 degrees of freedom) describe "
@@ -62,7 +62,8 @@ def _fmt(x: float, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def _pm(mean: float, sd: float, digits: int = 2) -> str:
+def _pm(mean: float, sd: float | None, digits: int = 2) -> str:
+    sd = math.nan if sd is None else sd
     return f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}" if not math.isnan(sd) else f"{_fmt(mean, digits)} (n=1)"
 
 
@@ -71,13 +72,46 @@ def dataset_label(dataset: str, profile: str | None) -> str:
     return dataset if profile is None else f"{dataset} ({profile})"
 
 
-def _column_label(dataset: str, profile: str | None) -> str:
-    return dataset_label(TABLE3_COLUMN_LABELS.get(dataset, dataset), profile)
-
-
 def _by_profile(records: Iterable[dict]) -> list[dict]:
     """Records whose dataset names the profile, so cells and contrasts never mix two profiles."""
     return [r if r.get("profile") is None else {**r, "dataset": dataset_label(r["dataset"], r["profile"])} for r in records]
+
+
+#: Published values a slice row is compared with, in order: (table[model][dataset], source,
+#: budget it was published at; None: compared at any budget).
+_PUBLISHED = ((TABLE3, "Table 3", None), ({"dp-attention": TABLE9_ATTENTION}, TABLE9_NOTE, TABLE3_EPSILON),
+              ({m: TABLE5_DP_ELM[int(m.rsplit("L", 1)[1])] for m in TABLE5_ROW_LABELS}, TABLE5_NOTE, TABLE5_EPSILON))
+
+
+def _published(model: str, dataset: str, epsilon: float) -> tuple[tuple | None, str | None]:
+    """(mean, SD) of ``model`` on ``dataset`` in the first published table that has it, and its source."""
+    for table, source, at in _PUBLISHED:
+        pub = table.get(model, {}).get(dataset) if at is None or math.isclose(epsilon, at) else None
+        if pub:
+            return pub, source
+    return None, None
+
+
+def _accuracy_by_cell(records: Iterable[dict], epsilon: float) -> dict:
+    """{(model, (dataset, profile)): {seed: accuracy %}} of the finite accuracies at ``epsilon``."""
+    by: dict = {}
+    for r in records:
+        acc = r.get("metrics", {}).get("accuracy") if r["epsilon"] is not None and math.isclose(r["epsilon"], epsilon) else None
+        if acc is not None and math.isfinite(float(acc)):
+            by.setdefault((r["model"], (r["dataset"], r.get("profile"))), {})[int(r["seed"])] = 100.0 * float(acc)
+    return by
+
+
+def _slice_row(model: str, dataset: str, profile: str | None, pub: tuple | None, source: str | None, ours: dict | None) -> dict:
+    row = {"model": model, "label": TABLE3_ROW_LABELS.get(model) or TABLE5_ROW_LABELS.get(model, model), "dataset": dataset,
+           **({} if profile is None else {"profile": profile}),
+           "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None, "published_source": source,
+           "mean": None, "sd": None, "n": 0, "seeds": [], "difference": None}
+    if ours:
+        s = summarize(list(ours.values()))
+        row.update(mean=s.mean, sd=s.sd, n=s.n, seeds=sorted(ours), ci_low=s.ci_low, ci_high=s.ci_high,
+                   difference=s.mean - pub[0] if pub else None)
+    return row
 
 
 def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) -> dict:
@@ -87,88 +121,72 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     missing); the DP-ELM widths are listed next to Table 5 when the sweep has any DP-ELM result
     at this budget; other models (e.g. the attention control, Table 9) only where they ran.
     """
-    recs = [r for r in records if r["epsilon"] is not None and math.isclose(r["epsilon"], epsilon)]
-    by = {}
-    for r in recs:
-        acc = r.get("metrics", {}).get("accuracy")
-        if acc is not None and math.isfinite(float(acc)):
-            by.setdefault((r["model"], (r["dataset"], r.get("profile"))), {})[int(r["seed"])] = 100.0 * float(acc)
-    # Only the datasets (and profiles) the sweep has results for at this budget (all published models shown for them).
-    present = {d for _, d in by}
+    by = _accuracy_by_cell(records, epsilon)
     ran = {m for m, _ in by}
     elm = list(TABLE5_ROW_LABELS) if ran & set(TABLE5_ROW_LABELS) else []
     models = list(TABLE3_ROW_LABELS) + elm + sorted(ran - set(TABLE3_ROW_LABELS) - set(elm))
     order = {d: i for i, d in enumerate(TABLE3_COLUMN_LABELS)}
-    datasets = sorted(present, key=lambda dp: (order.get(dp[0], len(order)), dp[0], dp[1] is not None, dp[1] or ""))
-    rows = []
-    for m in models:
-        for dp in datasets:
-            d, profile = dp
-            pub = TABLE3.get(m, {}).get(d)
-            source = "Table 3" if pub else None
-            if pub is None and m == "dp-attention" and math.isclose(epsilon, TABLE3_EPSILON):
-                pub = TABLE9_ATTENTION.get(d)  # the attention control is published in Table 9 only
-                source = TABLE9_NOTE if pub else None
-            if pub is None and m in TABLE5_ROW_LABELS and math.isclose(epsilon, TABLE5_EPSILON):
-                pub = TABLE5_DP_ELM[int(m.rsplit("L", 1)[1])].get(d)  # pure DP, delta = 0: its own table
-                source = TABLE5_NOTE if pub else None
-            ours = by.get((m, dp))
-            if pub is None and ours is None:
-                continue
-            row = {
-                "model": m, "label": TABLE3_ROW_LABELS.get(m) or TABLE5_ROW_LABELS.get(m, m), "dataset": d,
-                **({} if profile is None else {"profile": profile}),
-                "published_mean": pub[0] if pub else None, "published_sd": pub[1] if pub else None, "published_source": source,
-                "mean": None, "sd": None, "n": 0, "seeds": [], "difference": None,
-            }
-            if ours:
-                s = summarize(list(ours.values()))
-                row.update(mean=s.mean, sd=s.sd, n=s.n, seeds=sorted(ours), ci_low=s.ci_low, ci_high=s.ci_high)
-                if pub:
-                    row["difference"] = s.mean - pub[0]
-            rows.append(row)
-    citation = TABLE3_CITATION
-    if any(r["published_source"] == TABLE5_NOTE for r in rows):
-        citation += " " + TABLE5_CITATION
+    # Only the datasets (and profiles) the sweep has results for at this budget (all published models shown for them).
+    datasets = sorted({d for _, d in by}, key=lambda dp: (order.get(dp[0], len(order)), dp[0], dp[1] is not None, dp[1] or ""))
+    rows = [_slice_row(m, d, profile, *_published(m, d, epsilon), by.get((m, (d, profile))))
+            for m in models for d, profile in datasets if by.get((m, (d, profile))) or _published(m, d, epsilon)[0]]
+    citation = TABLE3_CITATION + (" " + TABLE5_CITATION if any(r["published_source"] == TABLE5_NOTE for r in rows) else "")
     return {"epsilon": epsilon, "metric": "accuracy (%)", "citation": citation, "rows": rows}
 
 
-def sweep_tables(
-    records: Iterable[dict],
-    *,
-    metrics: Sequence[str] = PRIMARY_METRICS,
-    reference: str = "dp-rvfl",
-    name: str | None = None,
-) -> dict:
+def sweep_tables(records: Iterable[dict], *, metrics: Sequence[str] = PRIMARY_METRICS, reference: str = "dp-rvfl",
+                 name: str | None = None) -> dict:
     """All tables of a sweep as one JSON-able dict (see the module docstring)."""
     original = list(records)
     records = _by_profile(original)
     models = sorted({r["model"] for r in records})
     if reference not in models and models:
         reference = models[0]  # e.g. a selftest sweep: contrast against its first model
-    present = sorted({k for r in records for k in r.get("metrics", {})})
+    present = {k for r in records for k in r.get("metrics", {})}
     use_metrics = [m for m in metrics if m in present]
-    cell_rows = [c.to_dict() for m in use_metrics for c in cells(records, m)]
     # Two Holm families: private conditions (the paper's primary family) and non-private ones.
-    contrasts = paired_contrasts([r for r in records if r["epsilon"] is not None], reference=reference, metrics=use_metrics)
-    non_private = [r for r in records if r["epsilon"] is None]
+    private, non_private = ([r for r in records if (r["epsilon"] is None) == np_] for np_ in (False, True))
+    contrasts = paired_contrasts(private, reference=reference, metrics=use_metrics)
     np_contrasts = paired_contrasts(non_private, reference=reference, metrics=use_metrics) if non_private else []
-    ns = sorted({c.n for c in contrasts} | {c.n for c in np_contrasts})
     return {
-        "sweep": name,
-        "tasks_with_results": len(records),
-        "metrics": use_metrics,
-        "reference": reference,
-        "cells": cell_rows,
-        "contrasts": [c.to_dict() for c in contrasts],
-        "contrast_family_size": len(contrasts),
-        "min_attainable_p": {str(n): min_attainable_pvalue(n) for n in ns},
+        "sweep": name, "tasks_with_results": len(records), "metrics": use_metrics, "reference": reference,
+        "cells": [c.to_dict() for m in use_metrics for c in cells(records, m)],
+        "contrasts": [c.to_dict() for c in contrasts], "contrast_family_size": len(contrasts),
+        "min_attainable_p": {str(n): min_attainable_pvalue(n) for n in sorted({c.n for c in contrasts + np_contrasts})},
         "win_tie_loss": [w.to_dict() for w in win_tie_loss(contrasts)],
-        "non_private_contrasts": [c.to_dict() for c in np_contrasts],
-        "non_private_family_size": len(np_contrasts),
-        "table3": table3_slice(original),
-        "notes": list(NOTES),
+        "non_private_contrasts": [c.to_dict() for c in np_contrasts], "non_private_family_size": len(np_contrasts),
+        "table3": table3_slice(original), "notes": list(NOTES),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Rows of the rendered tables (Markdown and HTML render the same cells)
+# --------------------------------------------------------------------------------------------
+
+T3_HEADER = ["model", "dataset", "dpaudit", "seeds", "published", "difference"]
+CONTRAST_HEADER = ["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"]
+
+
+def _t3_cells(r: dict, unpublished: str) -> list[str]:
+    pub = unpublished if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
+    if r["published_mean"] is not None and r.get("published_source") not in (None, "Table 3"):
+        pub += f" ({r['published_source']})"
+    return [r["label"], dataset_label(TABLE3_COLUMN_LABELS.get(r["dataset"], r["dataset"]), r.get("profile")),
+            "not run" if r["mean"] is None else _pm(r["mean"], r["sd"]), str(r["n"]), pub,
+            "" if r["difference"] is None else f"{r['difference']:+.2f}"]
+
+
+def _contrast_cells(c: dict) -> list[str]:
+    return [c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", str(c["n"]),
+            f"{c['mean_difference']:+.4f}", f"{c['p_value']:.4f}", f"{c['p_holm']:.4f}", f"{c['wins']}/{c['ties']}/{c['losses']}"]
+
+
+def _cell_text(c: dict | None, metric: str) -> str:
+    if c is None:
+        return ""
+    scale, digits = (100.0, 2) if metric == "accuracy" else (1.0, 3)
+    s = c["summary"]
+    return _pm(scale * s["mean"], scale * s["sd"], digits) + f" (n={s['n']})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,52 +200,24 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def table3_markdown(t3: dict) -> str:
-    rows = []
-    for r in t3["rows"]:
-        ours = "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan)
-        pub = "not in Table 3" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
-        if r.get("published_source") not in (None, "Table 3"):
-            pub += f" ({r['published_source']})"
-        diff = "" if r["difference"] is None else f"{r['difference']:+.2f}"
-        rows.append([r["label"], _column_label(r["dataset"], r.get("profile")), ours, str(r["n"]), pub, diff])
     head = f"Accuracy (%) at eps = {t3['epsilon']:g}, mean ± SD over seeds, next to the published values.\n\nSource: {t3['citation']}\n\n"
-    return head + _md_table(["model", "dataset", "dpaudit", "seeds", "published", "difference"], rows)
+    return head + _md_table(T3_HEADER, [_t3_cells(r, "not in Table 3") for r in t3["rows"]])
 
 
 def cells_markdown(cell_rows: list[dict], metric: str) -> str:
     rows = [c for c in cell_rows if c["metric"] == metric]
     if not rows:
         return f"(no results for {metric})"
-    scale = 100.0 if metric == "accuracy" else 1.0
-    digits = 2 if metric == "accuracy" else 3
     epsilons = sorted({c["epsilon"] for c in rows}, key=lambda e: (e is not None, e or 0.0))
     keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in rows}
-    lines = []
-    for ds in sorted({c["dataset"] for c in rows}):
-        for model in sorted({c["model"] for c in rows if c["dataset"] == ds}):
-            line = [ds, model]
-            for e in epsilons:
-                c = keyed.get((ds, model, e))
-                if c is None:
-                    line.append("")
-                else:
-                    s = c["summary"]
-                    line.append(_pm(scale * s["mean"], scale * s["sd"], digits) + f" (n={s['n']})")
-            lines.append(line)
+    pairs = sorted({(c["dataset"], c["model"]) for c in rows})
+    lines = [[ds, model] + [_cell_text(keyed.get((ds, model, e)), metric) for e in epsilons] for ds, model in pairs]
     unit = " (%)" if metric == "accuracy" else ""
-    return _md_table(["dataset", "model"] + [f"eps={_eps_label(e)}" for e in epsilons], lines).replace(
-        "| dataset |", f"| dataset ({metric}{unit}) |", 1)
+    return _md_table([f"dataset ({metric}{unit})", "model"] + [f"eps={_eps_label(e)}" for e in epsilons], lines)
 
 
 def contrasts_markdown(contrast_rows: list[dict], *, limit: int | None = None) -> str:
-    rows = []
-    for c in contrast_rows[: limit if limit is not None else len(contrast_rows)]:
-        rows.append([
-            c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}",
-            str(c["n"]), f"{c['mean_difference']:+.4f}", f"{c['p_value']:.4f}", f"{c['p_holm']:.4f}",
-            f"{c['wins']}/{c['ties']}/{c['losses']}",
-        ])
-    return _md_table(["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows)
+    return _md_table(CONTRAST_HEADER, [_contrast_cells(c) for c in contrast_rows[:limit]])
 
 
 def win_tie_loss_markdown(wtl: list[dict]) -> str:
@@ -268,34 +258,12 @@ def render_html(tables: dict) -> str:
     """An HTML fragment (tables only) that a report can embed; all text is escaped."""
     e = html.escape
     t3 = tables["table3"]
-    t3_rows = []
-    for r in t3["rows"]:
-        t3_rows.append([
-            r["label"], _column_label(r["dataset"], r.get("profile")),
-            "not run" if r["mean"] is None else _pm(r["mean"], r["sd"] if r["sd"] is not None else math.nan),
-            str(r["n"]), "—" if r["published_mean"] is None else _pm(r["published_mean"], r["published_sd"])
-            + ("" if r.get("published_source") in (None, "Table 3") else f" ({r['published_source']})"),
-            "" if r["difference"] is None else f"{r['difference']:+.2f}",
-        ])
     parts = [f"<section class='sweep'><h2>Sweep {e(str(tables.get('sweep') or ''))}</h2>",
              f"<h3>Accuracy (%) at eps = {t3['epsilon']:g} next to Table 3</h3><p>{e(t3['citation'])}</p>",
-             _html_table(["model", "dataset", "dpaudit", "seeds", "published", "difference"], t3_rows)]
+             _html_table(T3_HEADER, [_t3_cells(r, "—") for r in t3["rows"]])]
     families = [("contrasts", f"Paired contrasts (Holm family of {tables['contrast_family_size']})"),
                 ("non_private_contrasts", f"Non-private paired contrasts (own Holm family of {tables.get('non_private_family_size', 0)})")]
-    for key, title in families:
-        if not tables.get(key):
-            continue
-        rows = [[c["dataset"], _eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", str(c["n"]),
-                 f"{c['mean_difference']:+.4f}", f"{c['p_value']:.4f}", f"{c['p_holm']:.4f}", f"{c['wins']}/{c['ties']}/{c['losses']}"]
-                for c in tables[key]]
-        parts += [f"<h3>{e(title)}</h3>",
-                  _html_table(["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"], rows)]
+    for key, title in ((k, t) for k, t in families if tables.get(k)):
+        parts += [f"<h3>{e(title)}</h3>", _html_table(CONTRAST_HEADER, [_contrast_cells(c) for c in tables[key]])]
     parts += ["<ul>" + "".join(f"<li>{e(n)}</li>" for n in tables["notes"]) + "</ul></section>"]
     return "\n".join(parts)
-
-
-def contrast_from_dict(d: dict) -> Contrast:  # for readers of the JSON
-    keep = {k: d[k] for k in Contrast.__dataclass_fields__ if k in d}
-    keep["seeds"] = tuple(keep.get("seeds", ()))
-    keep["differences"] = tuple(keep.get("differences", ()))
-    return Contrast(**keep)

@@ -201,17 +201,24 @@ class ClaimCheck:
         }
 
 
-def _epsilon_verdict(release, claimed: float | None, delta: float | None,
-                     target: float | None) -> tuple[str, str, float | None]:
-    """Rules 3-5: (status, reason, recomputed epsilon)."""
+def _not_recomputable(release, claimed: float | None, delta: float | None) -> tuple[str, str] | None:
+    """Rules 3-5 before any recomputation: (status, reason) when the claim cannot be recomputed, else None."""
     acc, known = release.accountant, accounting.ACCOUNTANTS
-    recomputed = None
     if not isinstance(acc, str) or acc not in known:
-        status, reason = "unverified", f"accountant {acc!r} cannot be recomputed (known: {', '.join(known)})"
-    elif claimed is None:
-        status, reason = "mismatch", "the release states no numeric epsilon"
-    elif acc != "pure" and (delta is None or not 0 < delta < 1):
-        status, reason = "unverified", f"cannot recompute the {acc} epsilon: delta must be in (0, 1), got {release.delta!r}"
+        return "unverified", f"accountant {acc!r} cannot be recomputed (known: {', '.join(known)})"
+    if claimed is None:
+        return "mismatch", "the release states no numeric epsilon"
+    if acc != "pure" and (delta is None or not 0 < delta < 1):
+        return "unverified", f"cannot recompute the {acc} epsilon: delta must be in (0, 1), got {release.delta!r}"
+    return None
+
+
+def _epsilon_verdict(release, claimed: float | None, delta: float | None, target: float | None) -> tuple[str, str, float | None]:
+    """Rules 3-5: (status, reason, recomputed epsilon)."""
+    acc, recomputed = release.accountant, None
+    refused = _not_recomputable(release, claimed, delta)
+    if refused is not None:
+        status, reason = refused
     else:
         res = recompute_epsilon(release.guarantee, delta, acc, str(release.adjacency))
         recomputed = res.epsilon

@@ -46,6 +46,13 @@ def _request(values: dict) -> SweepRequest:
                            for k, v in values.items()})
 
 
+def _print_tables(tables: dict, json_out: bool) -> None:
+    if json_out:
+        emit_json(tables)
+    else:
+        typer.echo(sweeps.render_markdown(tables), nl=False)  # plain text: Markdown must not be re-wrapped
+
+
 def _print_plan(result: dict, json_out: bool) -> None:
     if json_out:
         emit_json(result)
@@ -78,11 +85,7 @@ def sweep(**values) -> None:
     """Run a resumable sweep (finished tasks are skipped), or print its tables with --table."""
     r = _request(values)
     if r.table:
-        tables = sweeps.stored_tables(r)
-        if r.json_out or r.format == "json":
-            emit_json(tables)
-        else:
-            typer.echo(sweeps.render_markdown(tables), nl=False)  # plain text: Markdown must not be re-wrapped
+        _print_tables(sweeps.stored_tables(r), r.json_out or r.format == "json")
         return
     if r.plan_only:
         _print_plan(sweeps.plan_counts(r), r.json_out)

@@ -121,6 +121,16 @@ def _init_local_worker(threads: int, shared: Any = _NO_SHARED) -> None:
     _WORKER_SHARED = shared
 
 
+def _broke(fut: cf.Future) -> bool:
+    """Whether ``fut`` failed because its pool broke (a worker died)."""
+    return isinstance(fut.exception(), cf.process.BrokenProcessPool)
+
+
+def _error_outcome(index: int, exc: BaseException) -> Outcome:
+    """A failed Outcome for an item whose call never returned (its error's first line)."""
+    return Outcome(index, False, None, f"{type(exc).__name__}: {exc}".splitlines()[0], 0.0, "")
+
+
 def _guarded_pool_shared(fn: Callable, index: int, item: Any, threads: int) -> Outcome:
     return _guarded(fn, index, item, threads, _WORKER_SHARED)
 
@@ -236,27 +246,28 @@ class LocalExecutor(Executor):
                 i = queue.popleft()
                 inflight[self._pool.submit(call, fn, i, items[i], self.threads_per_worker)] = i
             done, _ = cf.wait(list(inflight), return_when=cf.FIRST_COMPLETED)
-            if any(isinstance(f.exception(), cf.process.BrokenProcessPool) for f in done):
+            if any(_broke(f) for f in done):
                 done, _ = cf.wait(list(inflight))  # the others fail (or finish) promptly
             broken = False
             for fut in sorted(done, key=lambda f: inflight[f]):
-                i = inflight.pop(fut)
-                exc = fut.exception()
-                if isinstance(exc, cf.process.BrokenProcessPool):
-                    broken = True
-                    deaths[i] += 1
-                    if deaths[i] >= self.max_worker_deaths:
-                        yield Outcome(i, False, None, f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).", 0.0, "")
-                    else:
-                        queue.append(i)  # to the back, so it runs next to other items
-                    continue
-                if exc is not None:  # e.g. an unpicklable item or result
-                    yield Outcome(i, False, None, f"{type(exc).__name__}: {exc}".splitlines()[0], 0.0, "")
-                    continue
-                yield fut.result()
+                broken |= _broke(fut)
+                out = self._finished(fut, inflight.pop(fut), deaths, queue)
+                if out is not None:
+                    yield out
             if broken:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
+
+    def _finished(self, fut: cf.Future, i: int, deaths: list[int], queue: deque) -> Outcome | None:
+        """The Outcome of item ``i``'s finished future; None when its worker died and it is queued again."""
+        exc = fut.exception()
+        if not _broke(fut):
+            return fut.result() if exc is None else _error_outcome(i, exc)  # e.g. an unpicklable item or result
+        deaths[i] += 1
+        if deaths[i] < self.max_worker_deaths:
+            queue.append(i)  # to the back, so it runs next to other items
+            return None
+        return Outcome(i, False, None, f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).", 0.0, "")
 
     def describe(self) -> dict:
         return {"executor": "local", "workers": self.workers, "threads_per_worker": self.threads_per_worker}
@@ -342,12 +353,9 @@ class DaskExecutor(Executor):
                 if fut.status == "error":
                     # e.g. KilledWorker once the task's workers died too often, or an item that
                     # could not be unpickled on the worker; `value` is (type, exception, traceback).
-                    exc = value[1] if isinstance(value, tuple) and len(value) == 3 else value
-                    yield Outcome(i, False, None, f"{type(exc).__name__}: {exc}".splitlines()[0], 0.0, "")
-                elif isinstance(value, Outcome):
+                    yield _error_outcome(i, value[1] if isinstance(value, tuple) and len(value) == 3 else value)
+                else:  # _guarded always returns an Outcome
                     yield value
-                else:  # pragma: no cover - _guarded always returns an Outcome
-                    yield Outcome(i, False, None, f"unexpected result type {type(value).__name__}", 0.0, "")
                 fut.release()
         finally:
             for f in futures:

@@ -138,24 +138,15 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
     t0 = time.perf_counter()
     tasks, skipped = plan(spec, data_dir=opts.data_dir, task_filter=opts.task_filter)
     if not tasks:
-        why = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the filters select none"
-        raise DataError(f"sweep {spec.name} has no task to run ({why}).")
+        raise DataError(f"sweep {spec.name} has no task to run ({'; '.join(f'{k}: {v}' for k, v in skipped.items()) or 'the filters select none'}).")
     root = sweep_dir(opts.out, spec.name)
     root.mkdir(parents=True, exist_ok=True)
-    dd = resolve_optional_data_dir(opts.data_dir)
-    context = RunContext(sweep=spec.name, out_dir=str(root.resolve()), data_dir=str(dd) if dd else None,
-                         ledger_path=resolve_ledger(opts.ledger_path).target, record=opts.record)  # absolute path or full URL
+    context = _context(spec.name, root, opts)
     executor = executor or LocalExecutor(1)
     with _exclusive(root), open_store(root / STORE_FILE, name=spec.name) as store:
-        store.set_spec(spec.to_dict())
-        store.add_tasks(tasks)
-        todo = store.to_run([t.key for t in tasks], retry_failed=opts.retry_failed)
-        if opts.max_tasks is not None:
-            todo = todo[: max(0, int(opts.max_tasks))]
         summary = SweepSummary(name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(), tasks=len(tasks),
-                               done=0, failed=0, pending=0, skipped_finished=len(tasks) - len(todo), skipped_datasets=skipped)
-        by_key = {t.key: t for t in tasks}
-        run_tasks = _skip_written([by_key[k] for k in todo], context, store, summary)
+                               done=0, failed=0, pending=0, skipped_datasets=skipped)
+        run_tasks = _skip_written(_unfinished(spec, tasks, store, opts, summary), context, store, summary)
         held = budget_reserve(run_tasks, context.ledger_path, spec.name) if opts.record else {}
         context = dataclasses.replace(context, reservations=tuple(held.values()))
         closed: set[str] = set()  # tasks whose reservation was settled with their release
@@ -171,6 +162,25 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _context(name: str, root: Path, opts: SweepOptions) -> RunContext:
+    dd = resolve_optional_data_dir(opts.data_dir)
+    return RunContext(sweep=name, out_dir=str(root.resolve()), data_dir=str(dd) if dd else None,
+                      ledger_path=resolve_ledger(opts.ledger_path).target, record=opts.record)  # absolute path or full URL
+
+
+def _unfinished(spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, summary: SweepSummary) -> list[Task]:
+    """Store the spec and its tasks; the tasks still to run (pending, failed ones too on
+    request, at most ``max_tasks``); the others count as finished in ``summary``."""
+    store.set_spec(spec.to_dict())
+    store.add_tasks(tasks)
+    todo = store.to_run([t.key for t in tasks], retry_failed=opts.retry_failed)
+    if opts.max_tasks is not None:
+        todo = todo[: max(0, int(opts.max_tasks))]
+    summary.skipped_finished = len(tasks) - len(todo)
+    by_key = {t.key: t for t in tasks}
+    return [by_key[k] for k in todo]
 
 
 def _execute(run_tasks: list[Task], context: RunContext, executor: Executor, store, summary: SweepSummary, *,

@@ -49,6 +49,7 @@ profile: ``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs the 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -71,6 +72,7 @@ _ALIASES = {
     "seeds": ("seeds", "seed"),
     "profiles": ("profiles", "profile"),
 }
+_GRID_KEYS = {a for names in _ALIASES.values() for a in names}
 #: A profiles-axis value meaning "each dataset's own default profile" (no task setting).
 DEFAULT_PROFILE = "default"
 #: The runners a task can name (:data:`dpaudit.sweeps.tasks.RUNNERS` implements them).
@@ -247,22 +249,24 @@ def validate_name(name: object) -> str:
     return name
 
 
+def _one_of(what: str, values: list[str], allowed: tuple[str, ...]) -> None:
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise UsageError(f"{what} must be one of {', '.join(allowed)}, got {bad[0]!r}.")
+
+
 def validate_block(runner: str, models: list[str], datasets: list[str], settings: dict, where: str) -> None:
     """Runner-specific checks of a grid block, done when the spec is read (before anything runs)."""
     train = runner == "train"
-    allowed_settings = TRAIN_SETTINGS if train else SELFTEST_SETTINGS
-    for m in models:
-        if (request_type(m) is None) if train else (m not in SELFTEST_MODELS):
-            raise UsageError(f"{where} model must be one of {', '.join(train_models() if train else SELFTEST_MODELS)}, got {m!r}.")
-    known = registry.DATASET_NAMES if train else ("synthetic",)
-    bad = [d for d in datasets if d not in known]
-    if bad and train:
-        raise UsageError(f"{where} dataset must be one of {', '.join(known)}, got {bad[0]!r}.")
-    if bad:
+    _one_of(f"{where} model", models, train_models() if train else SELFTEST_MODELS)
+    if train:
+        _one_of(f"{where} dataset", datasets, registry.DATASET_NAMES)
+    elif any(d != "synthetic" for d in datasets):
         raise UsageError(f"{where} dataset must be synthetic for the selftest runner, got {', '.join(datasets)}.")
-    unknown = sorted(set(settings) - set(allowed_settings))
+    allowed = TRAIN_SETTINGS if train else SELFTEST_SETTINGS
+    unknown = sorted(set(settings) - set(allowed))
     if unknown:
-        raise UsageError(f"{where} settings must be among {', '.join(allowed_settings)}, got {', '.join(unknown)}.")
+        raise UsageError(f"{where} settings must be among {', '.join(allowed)}, got {', '.join(unknown)}.")
     if "delta" in settings:
         open_unit("delta", settings["delta"])
 
@@ -282,6 +286,12 @@ def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> 
     if profile not in info.profiles:
         raise UsageError(f"{where} profile for dataset {dataset} must be one of default, {', '.join(info.profiles)}, got {profile!r}.")
     return profile
+
+
+def _refuse_extra(table: dict, known: set, what: str, listed: str) -> None:
+    extra = set(table) - known
+    if extra:
+        raise UsageError(f"{what} must be among {listed}, got {', '.join(sorted(extra))}.")
 
 
 def _as_list(value) -> list:
@@ -321,9 +331,7 @@ def _epsilons(epsilons, non_private: bool, where: str) -> list[float | None]:
 def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlock:
     axes = {k: _pick(table, k, where) for k in _ALIASES}
     settings = {**base_settings, **_settings(table.get("settings"), where)}
-    extra = set(table) - {a for names in _ALIASES.values() for a in names} - {"settings"}
-    if extra:
-        raise UsageError(f"{where} keys must be among models, datasets, epsilons, seeds, profiles, settings, got {', '.join(sorted(extra))}.")
+    _refuse_extra(table, {*_GRID_KEYS, "settings"}, f"{where} keys", "models, datasets, epsilons, seeds, profiles, settings")
     if any(axes[k] is None for k in ("models", "datasets", "seeds")):
         raise UsageError(f"{where} must list models, datasets and seeds, got keys {', '.join(sorted(table)) or 'none'}.")
     values = {"models": [str(m) for m in _as_list(axes["models"])], "datasets": [str(d) for d in _as_list(axes["datasets"])],
@@ -346,11 +354,11 @@ def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[st
     if not values or not all(isinstance(p, str) for p in values):
         raise UsageError(f"{where} profiles must be a non-empty list of profile names, got {profiles!r}.")
     out = [None if p == DEFAULT_PROFILE else p for p in values]
-    if runner != "train" and any(p is not None for p in out):
+    named = [p for p in out if p is not None]
+    if runner != "train" and named:
         raise UsageError(f"{where} profiles must be [\"default\"] for the {runner} runner (it reads no dataset), got {values!r}.")
-    for p in (p for p in out if p is not None):
-        for d in datasets:
-            profile_setting(d, p, where)
+    for p, d in itertools.product(named, datasets):
+        profile_setting(d, p, where)
     return out
 
 
@@ -386,9 +394,8 @@ def _grid_tables(data: dict) -> list[dict]:
     top_level = [a for names in _ALIASES.values() for a in names if a in data]
     if grid is not None and top_level:
         raise UsageError(f"sweep spec must use either [[grid]] blocks or top-level grid keys, got both ({', '.join(top_level)}).")
-    extra = set(data) - {"name", "runner", "description", "settings", "fixed", "grid", *top_level}
-    if extra:
-        raise UsageError(f"sweep spec top-level keys must be among name, runner, description, settings, grid, got {', '.join(sorted(extra))}.")
+    _refuse_extra(data, {"name", "runner", "description", "settings", "fixed", "grid", *top_level}, "sweep spec top-level keys",
+                  "name, runner, description, settings, grid")
     if grid is None:
         return [{k: data[k] for k in top_level}]
     if isinstance(grid, list) and grid and all(isinstance(g, dict) for g in grid):

@@ -227,13 +227,7 @@ def paired_contrasts(
     exactly the returned list (report all of it: adjusting a subset would understate
     multiplicity). Seed-level ties are |difference| <= ``tie_tolerance``.
     """
-    by_cond: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    records = list(records)
-    for metric in metrics:
-        for r in records:
-            v = _metric(r, metric)
-            if v is not None:
-                by_cond[(r["dataset"], r["epsilon"], metric)][r["model"]][int(r["seed"])] = v
+    by_cond = _by_condition(list(records), metrics)
     metric_order = {m: i for i, m in enumerate(metrics)}
     out = []
     for cond in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]])):
@@ -245,6 +239,17 @@ def paired_contrasts(
                 out.append(_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance))
     adjusted = holm_adjust([c.p_value for c in out])
     return [dataclasses.replace(c, p_holm=a) for c, a in zip(out, adjusted)]
+
+
+def _by_condition(records: list[dict], metrics: Sequence[str]) -> dict[tuple, dict[str, dict[int, float]]]:
+    """{(dataset, epsilon, metric): {model: {seed: value}}} of the finite metric values."""
+    by_cond: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for metric in metrics:
+        for r in records:
+            v = _metric(r, metric)
+            if v is not None:
+                by_cond[(r["dataset"], r["epsilon"], metric)][r["model"]][int(r["seed"])] = v
+    return by_cond
 
 
 def _contrast(cond: tuple, reference: str, comparator: str, seeds: tuple, diffs: list[float], tie_tolerance: float) -> Contrast:

@@ -134,6 +134,14 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     return {"epsilon": epsilon, "metric": "accuracy (%)", "citation": citation, "rows": rows}
 
 
+def _families(records: list[dict], reference: str, metrics: list[str]) -> tuple[list, list]:
+    """The two Holm families: private conditions (the paper's primary family) and non-private ones."""
+    private = [r for r in records if r["epsilon"] is not None]
+    non_private = [r for r in records if r["epsilon"] is None]
+    return (paired_contrasts(private, reference=reference, metrics=metrics),
+            paired_contrasts(non_private, reference=reference, metrics=metrics) if non_private else [])
+
+
 def sweep_tables(records: Iterable[dict], *, metrics: Sequence[str] = PRIMARY_METRICS, reference: str = "dp-rvfl",
                  name: str | None = None) -> dict:
     """All tables of a sweep as one JSON-able dict (see the module docstring)."""
@@ -144,19 +152,20 @@ def sweep_tables(records: Iterable[dict], *, metrics: Sequence[str] = PRIMARY_ME
         reference = models[0]  # e.g. a selftest sweep: contrast against its first model
     present = {k for r in records for k in r.get("metrics", {})}
     use_metrics = [m for m in metrics if m in present]
-    # Two Holm families: private conditions (the paper's primary family) and non-private ones.
-    private, non_private = ([r for r in records if (r["epsilon"] is None) == np_] for np_ in (False, True))
-    contrasts = paired_contrasts(private, reference=reference, metrics=use_metrics)
-    np_contrasts = paired_contrasts(non_private, reference=reference, metrics=use_metrics) if non_private else []
+    contrasts, np_contrasts = _families(records, reference, use_metrics)
     return {
         "sweep": name, "tasks_with_results": len(records), "metrics": use_metrics, "reference": reference,
-        "cells": [c.to_dict() for m in use_metrics for c in cells(records, m)],
-        "contrasts": [c.to_dict() for c in contrasts], "contrast_family_size": len(contrasts),
+        "cells": _dicts(c for m in use_metrics for c in cells(records, m)),
+        "contrasts": _dicts(contrasts), "contrast_family_size": len(contrasts),
         "min_attainable_p": {str(n): min_attainable_pvalue(n) for n in sorted({c.n for c in contrasts + np_contrasts})},
-        "win_tie_loss": [w.to_dict() for w in win_tie_loss(contrasts)],
-        "non_private_contrasts": [c.to_dict() for c in np_contrasts], "non_private_family_size": len(np_contrasts),
+        "win_tie_loss": _dicts(win_tie_loss(contrasts)),
+        "non_private_contrasts": _dicts(np_contrasts), "non_private_family_size": len(np_contrasts),
         "table3": table3_slice(original), "notes": list(NOTES),
     }
+
+
+def _dicts(items: Iterable) -> list[dict]:
+    return [x.to_dict() for x in items]
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import accounting  # its accountants (numpy and up) load on first use, not with this module
@@ -121,7 +121,7 @@ class Recomputed:
     error: str | None = None
 
     def to_dict(self) -> dict:
-        return {"epsilon": self.epsilon, "lower": self.lower, "estimate": self.estimate, "error": self.error}
+        return asdict(self)
 
 
 #: Recomputed epsilons are a pure function of (guarantee, delta, accountant, adjacency): one
@@ -191,14 +191,7 @@ class ClaimCheck:
         return steps_problem(self.steps_executed, self.steps_accounted)
 
     def to_dict(self) -> dict:
-        return {
-            "ok": self.ok, "status": self.status, "reason": self.reason, "release_id": self.release_id,
-            "accountant": self.accountant, "adjacency": self.adjacency, "delta": self.delta,
-            "recorded_epsilon": self.recorded_epsilon, "recomputed_epsilon": self.recomputed_epsilon,
-            "target_epsilon": self.target_epsilon, "steps_executed": self.steps_executed,
-            "steps_accounted": self.steps_accounted, "epsilon_status": self.epsilon_status,
-            "epsilon_reason": self.epsilon_reason, "tolerance": self.tolerance,
-        }
+        return {"ok": self.ok, **asdict(self)}
 
 
 def _not_recomputable(release, claimed: float | None, delta: float | None) -> tuple[str, str] | None:

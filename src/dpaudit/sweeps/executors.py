@@ -40,7 +40,7 @@ import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import DPAuditError, UsageError
 from ..validation import one_of, positive_int
@@ -199,12 +199,11 @@ class LocalExecutor(Executor):
         self.workers = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._shared: Any = _NO_SHARED  # handed to every worker of the pool by its initializer
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=_mp_context(),
-            initializer=_init_local_worker, initargs=(self.threads_per_worker,),
-        )
+        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=_mp_context(), initializer=_init_local_worker,
+                                      initargs=(self.threads_per_worker, self._shared))
 
     def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
         items = list(items)
@@ -225,9 +224,10 @@ class LocalExecutor(Executor):
             return
         if shared is not _NO_SHARED:
             # A pool of its own whose workers receive `shared` once, in their initializer.
-            sub = _SharedPool(self.workers, self.threads_per_worker, shared)
+            sub = LocalExecutor(self.workers, threads_per_worker=self.threads_per_worker)
+            sub._shared, sub.max_worker_deaths = shared, self.max_worker_deaths
             try:
-                yield from sub.run(fn, items, self.max_worker_deaths)
+                yield from sub._run(fn, items, _guarded_pool_shared)
             finally:
                 sub.close()
             return
@@ -276,24 +276,6 @@ class LocalExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-
-class _SharedPool(LocalExecutor):
-    """A local pool whose initializer hands every worker the same ``shared`` object."""
-
-    def __init__(self, workers: int, threads_per_worker: int, shared: Any):
-        super().__init__(workers, threads_per_worker=threads_per_worker)
-        self._shared = shared
-
-    def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=_mp_context(),
-            initializer=_init_local_worker, initargs=(self.threads_per_worker, self._shared),
-        )
-
-    def run(self, fn: Callable, items: list, max_worker_deaths: int) -> Iterator[Outcome]:
-        self.max_worker_deaths = max_worker_deaths
-        yield from self._run(fn, items, _guarded_pool_shared)
 
 
 class DaskExecutor(Executor):
@@ -400,11 +382,3 @@ def make_executor(kind: str = "local", *, scheduler: str | None = None, workers:
     if kind == "local":
         return LocalExecutor(workers, threads_per_worker=threads_per_worker)
     return DaskExecutor(scheduler=scheduler, workers=workers, threads_per_worker=threads_per_worker)
-
-
-def run_all(fn: Callable, items: Iterable, *, executor: Executor | None = None) -> list[Outcome]:
-    """Convenience: every Outcome in item order (in-process when no executor is given)."""
-    items = list(items)
-    ex = executor or LocalExecutor(1)
-    outs = sorted(ex.imap_unordered(fn, items), key=lambda o: o.index)
-    return outs

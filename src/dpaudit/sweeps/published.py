@@ -21,7 +21,6 @@ TABLE3_CITATION = (
     "at eps = 2, delta = 1e-5, primary suite, mean +/- SD over five seeds (42-46)."
 )
 TABLE3_EPSILON = 2.0
-TABLE3_DELTA = 1e-5
 
 #: dpaudit model name -> the paper's row label.
 TABLE3_ROW_LABELS = {

@@ -1,49 +1,32 @@
 """Sweep specifications: a TOML grid of tasks (runner x model x dataset x epsilon x seed).
 
-A spec is read with the standard library's :mod:`tomllib`. Two layouts are accepted::
+Read with :mod:`tomllib`; one grid at the top level, or several ``[[grid]]`` blocks, each of
+which may override the ``[settings]`` applied to every task::
 
-    # one grid
-    name = "heart-eps2"
-    models = ["dp-rvfl", "logistic-raw"]     # alias: model, mechanism, mechanisms
-    datasets = ["heart"]                     # alias: dataset
-    epsilons = [2.0]                         # alias: eps
-    seeds = [42, 43, 44, 45, 46]             # alias: seed
-    profiles = ["default", "authors"]        # alias: profile; optional (default: ["default"])
-    [settings]                               # alias: fixed; applied to every task
-    delta = 1e-5
-    reproducible_noise = true
-
-    # several grid blocks (e.g. the DP-RVFL primary grid: five models at six budgets plus
-    # three models at eps = 2 only), each may override settings
-    name = "my-grid"
-    [settings]
+    name = "my-grid"                 # default: the file's stem
+    [settings]                       # alias: fixed
     delta = 1e-5
     [[grid]]
-    models = ["dp-rvfl"]
-    datasets = ["heart"]
-    epsilons = [0.5, 2]
-    seeds = [42, 43]
-    [[grid]]
-    models = ["dp-cnn"]
-    datasets = ["heart"]
-    epsilons = [2]
-    seeds = [42, 43]
+    models = ["dp-rvfl", "dp-elm-L3"]  # alias: model, mechanism, mechanisms (catalogue names)
+    datasets = ["heart"]             # alias: dataset
+    epsilons = [0.5, 2]              # alias: eps, epsilon; omitted with non_private = true
+    seeds = [42, 43]                 # alias: seed
+    profiles = ["default", "authors"]  # optional, train runner only (default: ["default"])
     settings = { epochs = 30 }
 
-A task's identity is the SHA-256 of its full *public* configuration (runner, model, dataset,
-epsilon, seed and every fixed setting, canonical JSON); where the results are written, the data
-directory and the executor are not part of it (docs/architecture.md, rule 4: speed settings never change a
-privacy-relevant field), so the same task run on a laptop or a cluster has the same key and a
-resumed sweep skips it. Unknown setting names are refused rather than ignored: a typo in a
-privacy setting must never silently fall back to a default.
+A ``train`` task is a catalogue name and a Request (:func:`task_request`); ``dp-elm-L{w}``, the
+name older specs give DP-ELM at width w, is read by :func:`catalogue_request` alone. A task's
+identity is the SHA-256 of its full *public* configuration (runner, model, dataset, epsilon,
+seed and every setting, canonical JSON); where results go, the data directory and the executor
+are not part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a
+cluster has the same key and a resumed sweep skips it. Unknown setting names are refused: a
+typo in a privacy setting must never silently fall back to a default.
 
-Preprocessing profiles are a grid axis (``profiles``, train runner only): ``"default"`` is each
-dataset's own default profile and adds nothing to a task (so the keys of every grid written
-before the axis existed are unchanged); any other profile (e.g. ``"authors"``, the DP-RVFL
-authors' pipeline, :mod:`dpaudit.data.authors`) is stored as the task setting ``profile`` and
-so gives a different key. :func:`with_profile` moves a whole spec (e.g. a built-in grid) to one
-profile: ``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs the sweep
-``dp-rvfl-primary-authors``.
+Profiles: ``"default"`` (each dataset's own profile) adds nothing to a task, so keys written
+before the axis existed are unchanged; any other profile (e.g. ``"authors"``,
+:mod:`dpaudit.data.authors`) is the task setting ``profile``. :func:`with_profile` moves a whole
+spec to one profile (``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs
+``dp-rvfl-primary-authors``).
 """
 
 from __future__ import annotations
@@ -462,79 +445,49 @@ GRADIENT_PRIMARY = FROZEN_AND_LOGISTIC + TRAINABLE[:2]
 #: The four closed-form Laplace DP-ELM widths L in {1, 3, 5, 10} (paper 001, sections 3.5 and 4.5).
 DP_ELM_PRIMARY = tuple(LEGACY_MODELS)
 
-_BUILTIN_TOML = {
-    "dp-rvfl-primary": f"""
-name = "dp-rvfl-primary"
-runner = "train"
-description = "DP-RVFL primary grid (paper 001, sections 4.1-4.3): the five frozen-feature and logistic models at six budgets, Dense and CNN at eps = 2, attention at eps = 2 on the image datasets, seeds 42-46, delta = 1e-5; datasets without local files (CIFAR-10 here) are skipped and reported."
-[settings]
-delta = 1e-5
-[[grid]]
-models = {list(FROZEN_AND_LOGISTIC)!r}
-datasets = {list(PRIMARY_DATASETS)!r}
-epsilons = {list(PRIMARY_EPSILONS)!r}
-seeds = {list(PRIMARY_SEEDS)!r}
-[[grid]]
-models = {list(TRAINABLE[:2])!r}
-datasets = {list(PRIMARY_DATASETS)!r}
-epsilons = [2.0]
-seeds = {list(PRIMARY_SEEDS)!r}
-[[grid]]
-models = ["dp-attention"]
-datasets = {list(IMAGE_DATASETS)!r}
-epsilons = [2.0]
-seeds = {list(PRIMARY_SEEDS)!r}
-""",
+
+def _grid(models, datasets, epsilons=None, seeds=PRIMARY_SEEDS, **settings) -> dict:
+    return {"models": list(models), "datasets": list(datasets), "seeds": list(seeds),
+            **({} if epsilons is None else {"epsilons": list(epsilons)}), **({"settings": settings} if settings else {})}
+
+
+# Read by spec_from_dict like a TOML file. The descriptions are stored with every store: keep them verbatim.
+_BUILTINS = {
+    "dp-rvfl-primary": {
+        "description": "DP-RVFL primary grid (paper 001, sections 4.1-4.3): the five frozen-feature and logistic models at six budgets, "
+                       "Dense and CNN at eps = 2, attention at eps = 2 on the image datasets, seeds 42-46, delta = 1e-5; datasets without "
+                       "local files (CIFAR-10 here) are skipped and reported.",
+        "settings": {"delta": 1e-5},
+        "grid": [_grid(FROZEN_AND_LOGISTIC, PRIMARY_DATASETS, PRIMARY_EPSILONS), _grid(TRAINABLE[:2], PRIMARY_DATASETS, [2.0]),
+                 _grid(["dp-attention"], IMAGE_DATASETS, [2.0])],
+    },
     # The paper's full primary suite, "1540 primary tasks" (paper 001, sections 4.1-4.3):
     # (7 gradient models + 4 DP-ELM widths) x 4 datasets x (6 budgets + non-private) x 5 seeds.
     # The private gradient tasks carry exactly the settings of dp-rvfl-primary (delta = 1e-5),
     # so a task present in both grids has the same key. DP-ELM tasks carry no delta: the
     # mechanism is pure epsilon-DP (delta = 0; section 4.1) and its release says so.
-    "dp-rvfl-primary-full": f"""
-name = "dp-rvfl-primary-full"
-runner = "train"
-description = "DP-RVFL full primary suite (paper 001, sections 4.1-4.3, the 1540 primary tasks): the seven gradient-trained models (DP-RVFL, DP-ELM-SGD, FrozenDenseMatched, LogisticRaw, LogisticProjected, Dense, CNN; DP-SGD, delta = 1e-5) and the closed-form Laplace DP-ELM at widths L = 1, 3, 5, 10 (pure eps-DP, delta = 0), each at eps in {{0.1, 0.5, 1, 2, 4, 8}} and non-private, seeds 42-46, on MNIST, CIFAR-10, Cardio and Heart. Meant for a cluster (--executor dask); datasets without local files (CIFAR-10 here) are skipped and reported."
-[[grid]]
-models = {list(GRADIENT_PRIMARY)!r}
-datasets = {list(PRIMARY_DATASETS)!r}
-epsilons = {list(PRIMARY_EPSILONS)!r}
-seeds = {list(PRIMARY_SEEDS)!r}
-settings = {{ delta = 1e-5 }}
-[[grid]]
-models = {list(GRADIENT_PRIMARY)!r}
-datasets = {list(PRIMARY_DATASETS)!r}
-seeds = {list(PRIMARY_SEEDS)!r}
-settings = {{ non_private = true }}
-[[grid]]
-models = {list(DP_ELM_PRIMARY)!r}
-datasets = {list(PRIMARY_DATASETS)!r}
-epsilons = {list(PRIMARY_EPSILONS)!r}
-seeds = {list(PRIMARY_SEEDS)!r}
-[[grid]]
-models = {list(DP_ELM_PRIMARY)!r}
-datasets = {list(PRIMARY_DATASETS)!r}
-seeds = {list(PRIMARY_SEEDS)!r}
-settings = {{ non_private = true }}
-""",
-    "selftest": """
-name = "selftest"
-runner = "selftest"
-description = "A tiny grid of synthetic Gaussian-mechanism tasks (no data, about a second each): checks an executor or a cluster end to end."
-[settings]
-delta = 1e-5
-reproducible_noise = true
-[[grid]]
-models = ["mean", "median"]
-datasets = ["synthetic"]
-epsilons = [1.0, 2.0]
-seeds = [42, 43, 44]
-""",
+    "dp-rvfl-primary-full": {
+        "description": "DP-RVFL full primary suite (paper 001, sections 4.1-4.3, the 1540 primary tasks): the seven gradient-trained models "
+                       "(DP-RVFL, DP-ELM-SGD, FrozenDenseMatched, LogisticRaw, LogisticProjected, Dense, CNN; DP-SGD, delta = 1e-5) and the "
+                       "closed-form Laplace DP-ELM at widths L = 1, 3, 5, 10 (pure eps-DP, delta = 0), each at eps in {0.1, 0.5, 1, 2, 4, 8} "
+                       "and non-private, seeds 42-46, on MNIST, CIFAR-10, Cardio and Heart. Meant for a cluster (--executor dask); datasets "
+                       "without local files (CIFAR-10 here) are skipped and reported.",
+        "grid": [_grid(GRADIENT_PRIMARY, PRIMARY_DATASETS, PRIMARY_EPSILONS, delta=1e-5),
+                 _grid(GRADIENT_PRIMARY, PRIMARY_DATASETS, non_private=True),
+                 _grid(DP_ELM_PRIMARY, PRIMARY_DATASETS, PRIMARY_EPSILONS), _grid(DP_ELM_PRIMARY, PRIMARY_DATASETS, non_private=True)],
+    },
+    "selftest": {
+        "runner": "selftest",
+        "description": "A tiny grid of synthetic Gaussian-mechanism tasks (no data, about a second each): checks an executor or a cluster end to end.",
+        "settings": {"delta": 1e-5, "reproducible_noise": True},
+        "grid": [_grid(["mean", "median"], ["synthetic"], [1.0, 2.0], [42, 43, 44])],
+    },
 }
 
-BUILTIN_SPECS = tuple(_BUILTIN_TOML)
+BUILTIN_SPECS = tuple(_BUILTINS)
 
 
 def builtin_spec(name: str) -> SweepSpec:
-    if name not in _BUILTIN_TOML:
+    if name not in _BUILTINS:
         raise UsageError(f"builtin must be one of {', '.join(BUILTIN_SPECS)}, got {name!r}.")
-    return parse_spec(_BUILTIN_TOML[name], source=f"builtin:{name}")
+    return spec_from_dict({"name": name, "runner": "train", **_BUILTINS[name]}, source=f"builtin:{name}")

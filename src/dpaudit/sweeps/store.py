@@ -67,10 +67,6 @@ class TaskRow:
     worker: str | None
     finished_at: str | None
 
-    @property
-    def task(self) -> Task:
-        return Task.from_config(self.config)
-
 
 class SweepStore:
     """A sweep's SQLite results file. Use :func:`open_store` (a context manager)."""

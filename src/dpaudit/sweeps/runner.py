@@ -156,8 +156,8 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
-            summary.unrecorded = _close_reservations({k: r for k, r in held.items() if k not in closed}, context.ledger_path,
-                                                     spec.name, written=_written_folder(context, run_tasks))
+            still = {k: r for k, r in held.items() if k not in closed}
+            summary.unrecorded = _close_reservations(still, context.ledger_path, spec.name, written=_written_folders(context, run_tasks, still))
             c = store.counts([t.key for t in tasks])
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
@@ -296,17 +296,15 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
 def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
     """Reserve, before anything runs, the budget of every release the sweep will make: one
     reservation per ``train`` task (``{task key: reservation id}``), as a single ``dpaudit train``
-    holds its own; refuse the sweep if they would together exceed a cap.
+    holds its own, from the task's planned release (:func:`~dpaudit.sweeps.tasks.planned_release`).
 
-    Tasks running in parallel cannot see each other's not-yet-recorded releases, and neither can
-    a ``dpaudit train`` started by someone else meanwhile: the whole sweep is first checked against
-    every cap at once (the composition of its planned releases per partition; nothing written), then
-    each task's reservation is appended with its own cap check, so a run started meanwhile is seen
-    (a refusal cancels the reservations already made). The tasks' own pre-checks leave these
-    reservations out (:func:`dpaudit.releasing.held_by_caller`). Each reservation is settled with
-    its task's release; it is cancelled when the task released nothing, and left open (spent,
-    voidable) when the release was written but not recorded (:func:`_close_reservations`). A killed
-    sweep leaves them all open until an operator voids them. A task whose noise is derived from its
+    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started
+    meanwhile: the whole sweep is first checked against every cap at once (nothing written), then
+    each reservation is appended with its own cap check (a refusal cancels those already made).
+    The tasks' own pre-checks leave these reservations out (:func:`dpaudit.releasing.held_by_caller`).
+    Each is settled with its task's release, cancelled when the task released nothing, left open
+    (spent, voidable) when a release was written but not recorded (:func:`_close_reservations`);
+    a killed sweep leaves them open until an operator voids them. Noise derived from a task's
     published seed is reserved as not private (unbounded).
     """
     planned = []
@@ -355,11 +353,11 @@ def _check_sweep(ledger, planned: list[dict]) -> None:
 
 
 def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
-                        written: Callable[[str], str | None] = lambda key: None) -> list[dict]:
+                        written: dict[str, str] | None = None) -> list[dict]:
     """Close the sweep's task reservations still open when it ends (``held``: task key ->
     reservation id): cancel those of tasks that released nothing; leave open (spent, voidable)
-    those whose release folder holds anything (``written(key)``: the folder, else None), since
-    the model may exist although it is not in the ledger (a failed record, an interrupt).
+    those whose release folder holds anything (``written``: task key -> that folder), since the
+    model may exist although it is not in the ledger (a failed record, an interrupt).
     Returns the ones left open, as ``{key, release_dir, reservation}``."""
     left: list[dict] = []
     if not held:
@@ -368,7 +366,7 @@ def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | N
         for key, rid in held.items():
             if ledger.get(rid).closed_by is not None:  # settled before an interrupt reached us
                 continue
-            folder = written(key)
+            folder = (written or {}).get(key)
             if folder is not None:
                 left.append({"key": key, "release_dir": folder, "reservation": rid})
                 continue
@@ -376,17 +374,11 @@ def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | N
     return left
 
 
-def _written_folder(context: RunContext, tasks: list[Task]) -> Callable[[str], str | None]:
-    """``written(key)`` for :func:`_close_reservations`: the task's release folder when it holds
-    anything (a release, or artefacts written just before it), else None."""
-    by_key = {t.key: t for t in tasks}
-
-    def written(key: str) -> str | None:
-        t = by_key.get(key)
-        d = None if t is None else task_dir(context.out_dir, t.config(), t.key)
-        return str(d) if d is not None and d.is_dir() and any(d.iterdir()) else None
-
-    return written
+def _written_folders(context: RunContext, tasks: list[Task], keys) -> dict[str, str]:
+    """Task key -> release folder of the ``tasks`` among ``keys`` whose folder holds anything (a
+    release, or artefacts written just before it), for :func:`_close_reservations`."""
+    folders = {t.key: task_dir(context.out_dir, t.config(), t.key) for t in tasks if t.key in keys}
+    return {k: str(d) for k, d in folders.items() if d.is_dir() and any(d.iterdir())}
 
 
 def _progress(enabled: bool, total: int, name: str):

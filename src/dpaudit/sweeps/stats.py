@@ -162,9 +162,7 @@ class Cell:
     summary: CellSummary
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["summary"] = self.summary.to_dict()
-        return d
+        return asdict(self)  # the summary too (asdict recurses)
 
 
 def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: float = 0.95) -> list[Cell]:

@@ -9,7 +9,6 @@ stored; retried only on request, which increments ``attempts``).
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import sqlite3
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import DataError
-from ..records import _json_safe
+from ..records import _json_safe, now_utc
 from .spec import Task, canonical_json
 
 SCHEMA_VERSION = 1
@@ -49,10 +48,6 @@ CREATE TABLE IF NOT EXISTS tasks (
 );
 CREATE INDEX IF NOT EXISTS tasks_status ON tasks (status);
 """
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -113,7 +108,7 @@ class SweepStore:
     # -- tasks --------------------------------------------------------------------------------
     def add_tasks(self, tasks: Iterable[Task]) -> int:
         """Insert tasks not yet known (by key); returns how many were new."""
-        now = _now()
+        now = now_utc()
         rows = [
             (t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now)
             for t in tasks
@@ -155,7 +150,7 @@ class SweepStore:
         cur = self._db.execute(
             "UPDATE tasks SET status = ?, result = ?, error = ?, attempts = attempts + 1, seconds = ?, worker = ?, "
             "finished_at = ? WHERE key = ? AND status != 'done'",
-            (status, result, error, seconds, worker, _now(), key),
+            (status, result, error, seconds, worker, now_utc(), key),
         )
         if cur.rowcount == 0 and not self._db.execute("SELECT 1 FROM tasks WHERE key = ?", (key,)).fetchone():
             raise DataError(f"task key must be in the sweep store {self.path}, got {key}.")

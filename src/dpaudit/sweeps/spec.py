@@ -55,7 +55,7 @@ _ALIASES = {
     "seeds": ("seeds", "seed"),
     "profiles": ("profiles", "profile"),
 }
-_GRID_KEYS = {a for names in _ALIASES.values() for a in names}
+_GRID_KEYS = tuple(a for names in _ALIASES.values() for a in names)
 #: A profiles-axis value meaning "each dataset's own default profile" (no task setting).
 DEFAULT_PROFILE = "default"
 #: The runners a task can name (:data:`dpaudit.sweeps.tasks.RUNNERS` implements them).
@@ -331,18 +331,21 @@ def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlo
 def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[str | None]:
     """The profiles axis of a block: None for ``"default"``; every other name must be offered by
     every dataset of the block (checked now, before anything runs)."""
-    if profiles is None:
-        return [None]
-    values = _as_list(profiles)
-    if not values or not all(isinstance(p, str) for p in values):
-        raise UsageError(f"{where} profiles must be a non-empty list of profile names, got {profiles!r}.")
-    out = [None if p == DEFAULT_PROFILE else p for p in values]
+    out = [None] if profiles is None else _profile_values(profiles, where)
     named = [p for p in out if p is not None]
     if runner != "train" and named:
-        raise UsageError(f"{where} profiles must be [\"default\"] for the {runner} runner (it reads no dataset), got {values!r}.")
+        raise UsageError(f"{where} profiles must be [\"default\"] for the {runner} runner (it reads no dataset), "
+                         f"got {[p or DEFAULT_PROFILE for p in out]!r}.")
     for p, d in itertools.product(named, datasets):
         profile_setting(d, p, where)
     return out
+
+
+def _profile_values(profiles, where: str) -> list[str | None]:
+    values = _as_list(profiles)
+    if not values or any(not isinstance(p, str) for p in values):
+        raise UsageError(f"{where} profiles must be a non-empty list of profile names, got {profiles!r}.")
+    return [None if p == DEFAULT_PROFILE else p for p in values]
 
 
 def with_profile(spec: SweepSpec, profile: str | None) -> SweepSpec:
@@ -374,7 +377,7 @@ def _settings_tuple(settings: dict) -> tuple:
 def _grid_tables(data: dict) -> list[dict]:
     """The grid blocks of a spec: its ``[[grid]]`` tables, or one table of its top-level grid keys."""
     grid = data.get("grid")
-    top_level = [a for names in _ALIASES.values() for a in names if a in data]
+    top_level = [a for a in _GRID_KEYS if a in data]
     if grid is not None and top_level:
         raise UsageError(f"sweep spec must use either [[grid]] blocks or top-level grid keys, got both ({', '.join(top_level)}).")
     _refuse_extra(data, {"name", "runner", "description", "settings", "fixed", "grid", *top_level}, "sweep spec top-level keys",

@@ -227,16 +227,22 @@ def paired_contrasts(
     """
     by_cond = _by_condition(list(records), metrics)
     metric_order = {m: i for i, m in enumerate(metrics)}
-    out = []
-    for cond in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]])):
-        models = by_cond[cond]
-        comps = [m for m in (comparators if comparators is not None else sorted(models)) if m != reference and m in models]
-        for comp in comps if reference in models else ():
-            seeds = tuple(sorted(set(models[reference]) & set(models[comp])))
-            if len(seeds) >= min_pairs:
-                out.append(_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance))
+    out = [_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance)
+           for cond in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]]))
+           for models in (by_cond[cond],) for comp, seeds in _pairs(models, reference, comparators, min_pairs)]
     adjusted = holm_adjust([c.p_value for c in out])
     return [dataclasses.replace(c, p_holm=a) for c, a in zip(out, adjusted)]
+
+
+def _pairs(models: dict[str, dict[int, float]], reference: str, comparators, min_pairs: int):
+    """(comparator, shared seeds) of one condition's ``models`` ({model: {seed: value}}) with
+    at least ``min_pairs`` seeds in common with the reference (none without the reference)."""
+    if reference not in models:
+        return
+    for comp in (comparators if comparators is not None else sorted(models)):
+        seeds = tuple(sorted(set(models[reference]) & set(models.get(comp, {}))))
+        if comp != reference and comp in models and len(seeds) >= min_pairs:
+            yield comp, seeds
 
 
 def _by_condition(records: list[dict], metrics: Sequence[str]) -> dict[tuple, dict[str, dict[int, float]]]:

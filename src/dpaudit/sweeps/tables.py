@@ -114,6 +114,16 @@ def _slice_row(model: str, dataset: str, profile: str | None, pub: tuple | None,
     return row
 
 
+def _slice_axes(by: dict) -> tuple[list[str], list[tuple]]:
+    """Rows: every Table 3 model, the DP-ELM widths when any ran, then the other models that ran;
+    columns: only the (dataset, profile) pairs with results (all published models shown for them)."""
+    ran = {m for m, _ in by}
+    elm = list(TABLE5_ROW_LABELS) if ran & set(TABLE5_ROW_LABELS) else []
+    order = {d: i for i, d in enumerate(TABLE3_COLUMN_LABELS)}
+    return (list(TABLE3_ROW_LABELS) + elm + sorted(ran - set(TABLE3_ROW_LABELS) - set(elm)),
+            sorted({d for _, d in by}, key=lambda dp: (order.get(dp[0], len(order)), dp[0], dp[1] is not None, dp[1] or "")))
+
+
 def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) -> dict:
     """The eps = 2 accuracy slice (percent) beside the published Table 3 values.
 
@@ -122,12 +132,7 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     at this budget; other models (e.g. the attention control, Table 9) only where they ran.
     """
     by = _accuracy_by_cell(records, epsilon)
-    ran = {m for m, _ in by}
-    elm = list(TABLE5_ROW_LABELS) if ran & set(TABLE5_ROW_LABELS) else []
-    models = list(TABLE3_ROW_LABELS) + elm + sorted(ran - set(TABLE3_ROW_LABELS) - set(elm))
-    order = {d: i for i, d in enumerate(TABLE3_COLUMN_LABELS)}
-    # Only the datasets (and profiles) the sweep has results for at this budget (all published models shown for them).
-    datasets = sorted({d for _, d in by}, key=lambda dp: (order.get(dp[0], len(order)), dp[0], dp[1] is not None, dp[1] or ""))
+    models, datasets = _slice_axes(by)
     rows = [_slice_row(m, d, profile, *_published(m, d, epsilon), by.get((m, (d, profile))))
             for m in models for d, profile in datasets if by.get((m, (d, profile))) or _published(m, d, epsilon)[0]]
     citation = TABLE3_CITATION + (" " + TABLE5_CITATION if any(r["published_source"] == TABLE5_NOTE for r in rows) else "")

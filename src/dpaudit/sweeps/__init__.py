@@ -13,8 +13,6 @@ results in order (see :mod:`dpaudit.sweeps.executors`). Names load from their su
 first use (PEP 562): the runner imports the release path (torch), the CLI starts without it.
 """
 
-from typing import TYPE_CHECKING
-
 from ..lazy import lazy_exports
 
 _SOURCES = {
@@ -29,17 +27,6 @@ _SOURCES = {
     "tables": ("render_html", "render_markdown", "sweep_tables", "table3_markdown", "table3_slice"),
 }
 _WHERE = {name: module for module, names in _SOURCES.items() for name in names}
-
-if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
-    from .executors import EXECUTORS, ChunkFailedError, DaskExecutor, Executor, LocalExecutor, Outcome, make_executor  # noqa: F401
-    from .request import DEFAULT_OUT, SweepRequest  # noqa: F401
-    from .runner import (SweepOptions, SweepSummary, load_records, plan, plan_counts, run_request, run_sweep,  # noqa: F401
-                         stored_tables, sweep_dir, write_tables)
-    from .spec import BUILTIN_SPECS, SweepSpec, Task, TaskFilter, builtin_spec, config_key, load_spec, parse_spec  # noqa: F401
-    from .stats import (PRIMARY_METRICS, Cell, CellSummary, Contrast, cells, holm_adjust, paired_contrasts,  # noqa: F401
-                        sign_flip_pvalue, summarize, win_tie_loss)
-    from .store import SweepStore, open_store  # noqa: F401
-    from .tables import render_html, render_markdown, sweep_tables, table3_markdown, table3_slice  # noqa: F401
 
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 

@@ -155,21 +155,12 @@ class SweepStore:
         if cur.rowcount == 0 and not self._db.execute("SELECT 1 FROM tasks WHERE key = ?", (key,)).fetchone():
             raise DataError(f"task key must be in the sweep store {self.path}, got {key}.")
 
-    def rows(self, *, status: str | None = None, keys: Iterable[str] | None = None) -> list[TaskRow]:
+    def rows(self, *, status: str | None = None) -> list[TaskRow]:
         q = "SELECT key, config, status, result, error, attempts, seconds, worker, finished_at FROM tasks"
-        args: tuple = ()
-        if status is not None:
-            q += " WHERE status = ?"
-            args = (status,)
-        q += " ORDER BY rowid"
-        out = [
-            TaskRow(k, json.loads(c), s, json.loads(r) if r else None, e, a, sec, w, f)
-            for k, c, s, r, e, a, sec, w, f in self._db.execute(q, args).fetchall()
-        ]
-        if keys is not None:
-            keep = set(keys)
-            out = [r for r in out if r.key in keep]
-        return out
+        args: tuple = () if status is None else (status,)
+        q += ("" if status is None else " WHERE status = ?") + " ORDER BY rowid"
+        return [TaskRow(k, json.loads(c), s, json.loads(r) if r else None, e, a, sec, w, f)
+                for k, c, s, r, e, a, sec, w, f in self._db.execute(q, args).fetchall()]
 
     def counts(self, keys: Iterable[str] | None = None) -> dict[str, int]:
         st = self.statuses(keys)

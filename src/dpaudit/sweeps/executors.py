@@ -35,6 +35,7 @@ import logging
 import multiprocessing as mp
 import os
 import socket
+import sys
 import time
 import traceback
 import uuid
@@ -71,8 +72,6 @@ def _worker_id() -> str:
 def _set_threads(threads: int) -> None:
     """One torch/OpenMP thread per worker slot: set it now if torch is loaded, else through the
     environment read when torch is first imported (no torch import just for this)."""
-    import sys
-
     if threads <= 0:  # in-process runs leave the caller's settings alone
         return
     torch = sys.modules.get("torch")
@@ -209,8 +208,6 @@ class LocalExecutor(Executor):
         items = list(items)
         if self.workers == 1:
             # Embedded path: no pool, no pickling; a crash here is a crash of the caller.
-            import sys
-
             torch = sys.modules.get("torch")
             saved = torch.get_num_threads() if torch is not None else None
             if torch is not None:

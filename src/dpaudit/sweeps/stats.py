@@ -147,7 +147,8 @@ def _metric(rec: dict, metric: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _eps_key(e):
+def eps_key(e) -> tuple:
+    """Sort key of budgets: non-private (None) first, then by epsilon."""
     return (e is not None, e if e is not None else 0.0)
 
 
@@ -173,7 +174,7 @@ def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: floa
         if v is not None:
             groups[(r["dataset"], r["epsilon"], r["model"])][int(r["seed"])] = v
     out = []
-    for (ds, eps, model), by_seed in sorted(groups.items(), key=lambda kv: (kv[0][0], _eps_key(kv[0][1]), kv[0][2])):
+    for (ds, eps, model), by_seed in sorted(groups.items(), key=lambda kv: (kv[0][0], eps_key(kv[0][1]), kv[0][2])):
         seeds = tuple(sorted(by_seed))
         vals = tuple(by_seed[s] for s in seeds)
         out.append(Cell(ds, eps, model, metric, seeds, vals, summarize(vals, confidence=confidence)))
@@ -228,7 +229,7 @@ def paired_contrasts(
     by_cond = _by_condition(list(records), metrics)
     metric_order = {m: i for i, m in enumerate(metrics)}
     out = [_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance)
-           for cond in sorted(by_cond, key=lambda k: (k[0], _eps_key(k[1]), metric_order[k[2]]))
+           for cond in sorted(by_cond, key=lambda k: (k[0], eps_key(k[1]), metric_order[k[2]]))
            for models in (by_cond[cond],) for comp, seeds in _pairs(models, reference, comparators, min_pairs)]
     adjusted = holm_adjust([c.p_value for c in out])
     return [dataclasses.replace(c, p_holm=a) for c, a in zip(out, adjusted)]

@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 
 from .published import (TABLE3, TABLE3_CITATION, TABLE3_COLUMN_LABELS, TABLE3_EPSILON, TABLE3_ROW_LABELS, TABLE5_CITATION,
                         TABLE5_DP_ELM, TABLE5_EPSILON, TABLE5_NOTE, TABLE5_ROW_LABELS, TABLE9_ATTENTION, TABLE9_NOTE)
-from .stats import PRIMARY_METRICS, cells, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
+from .stats import PRIMARY_METRICS, cells, eps_key, min_attainable_pvalue, paired_contrasts, summarize, win_tie_loss
 
 NOTES = (
     "Mean +/- sample SD over training seeds; 95% Student-t intervals (n-1 degrees of freedom) describe "
@@ -139,6 +139,13 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     return {"epsilon": epsilon, "metric": "accuracy (%)", "citation": citation, "rows": rows}
 
 
+def _reference_and_metrics(records: list[dict], reference: str, metrics: Sequence[str]) -> tuple[str, list[str]]:
+    """The reference model (else the first model, e.g. of a selftest sweep) and the metrics the records have."""
+    models = sorted({r["model"] for r in records})
+    present = {k for r in records for k in r.get("metrics", {})}
+    return reference if reference in models or not models else models[0], [m for m in metrics if m in present]
+
+
 def _families(records: list[dict], reference: str, metrics: list[str]) -> tuple[list, list]:
     """The two Holm families: private conditions (the paper's primary family) and non-private ones."""
     private = [r for r in records if r["epsilon"] is not None]
@@ -152,11 +159,7 @@ def sweep_tables(records: Iterable[dict], *, metrics: Sequence[str] = PRIMARY_ME
     """All tables of a sweep as one JSON-able dict (see the module docstring)."""
     original = list(records)
     records = _by_profile(original)
-    models = sorted({r["model"] for r in records})
-    if reference not in models and models:
-        reference = models[0]  # e.g. a selftest sweep: contrast against its first model
-    present = {k for r in records for k in r.get("metrics", {})}
-    use_metrics = [m for m in metrics if m in present]
+    reference, use_metrics = _reference_and_metrics(records, reference, metrics)
     contrasts, np_contrasts = _families(records, reference, use_metrics)
     return {
         "sweep": name, "tasks_with_results": len(records), "metrics": use_metrics, "reference": reference,
@@ -222,7 +225,7 @@ def cells_markdown(cell_rows: list[dict], metric: str) -> str:
     rows = [c for c in cell_rows if c["metric"] == metric]
     if not rows:
         return f"(no results for {metric})"
-    epsilons = sorted({c["epsilon"] for c in rows}, key=lambda e: (e is not None, e or 0.0))
+    epsilons = sorted({c["epsilon"] for c in rows}, key=eps_key)
     keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in rows}
     pairs = sorted({(c["dataset"], c["model"]) for c in rows})
     lines = [[ds, model] + [_cell_text(keyed.get((ds, model, e)), metric) for e in epsilons] for ds, model in pairs]

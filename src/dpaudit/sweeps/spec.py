@@ -196,10 +196,6 @@ class SweepSpec:
                         out.setdefault(t.key, t)
         return list(out.values())
 
-    @property
-    def datasets(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d for b in self.blocks for d in b.datasets))
-
     def to_dict(self) -> dict:
         return {"name": self.name, "runner": self.runner, "description": self.description, "source": self.source,
                 "grid": [b.to_dict() for b in self.blocks]}

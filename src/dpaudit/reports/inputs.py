@@ -32,19 +32,11 @@ from typing import Any, Iterable
 from ..claims import integer, number as num
 from ..errors import DataError, DPAuditError, UsageError
 from ..records import RELEASE_FILE, Release, read_json
+from .audit_view import AuditView
 
 #: File name of an audit record (the audit module writes it; kept here so reports do not
 #: depend on the audit module being importable).
 AUDIT_FILE = "audit.json"
-
-#: Keys the verdict cannot do without. Missing ones make an audit "incomplete".
-VERDICT_KEYS = ("epsilon_lower_bound", "claimed_epsilon")
-#: Keys a complete audit record should carry (missing ones are listed in an info note).
-EXPECTED_AUDIT_KEYS = (
-    "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
-    "method", "counts", "ceiling", "controls",
-)
-
 
 @dataclass
 class Note:
@@ -68,7 +60,7 @@ class LoadedRelease:
 class LoadedAudit:
     path: Path  # the audit directory
     record: dict
-    view: dict  # normalised fields (see normalise_audit)
+    view: AuditView  # the typed fields a report reads
 
 
 @dataclass
@@ -334,169 +326,6 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
         fl["in_current_spec"] = None if keys is None else fl["key"] in keys
 
 
-# ------------------------------------------------------------------ audits
-
-
-def _first(record: dict, *keys: str) -> Any:
-    for k in keys:
-        if k in record and record[k] is not None:
-            return record[k]
-    return None
-
-
-def _control(controls: Any, *names: str) -> dict | None:
-    """The control whose name contains one of ``names`` (dict-of-dicts or list-of-dicts)."""
-    if isinstance(controls, dict):
-        items = list(controls.items())
-    elif isinstance(controls, list):
-        items = [(str(c.get("name") or c.get("kind") or i), c) for i, c in enumerate(controls) if isinstance(c, dict)]
-    else:
-        return None
-    for key, value in items:
-        k = str(key).lower().replace("_", "-")
-        if any(n in k for n in names):
-            if isinstance(value, dict):
-                return value
-            v = num(value)
-            return {"epsilon_lower_bound": v} if v is not None else None
-    return None
-
-
-def _control_view(c: dict | None) -> dict | None:
-    if c is None:
-        return None
-    from ..audits.verdicts import upgrade
-
-    c = upgrade(c)
-    auc = num(_first(c, "auc", "roc_auc"))
-    if auc is None and isinstance(c.get("roc"), dict):
-        auc = num(c["roc"].get("auc"))
-    return {
-        "epsilon_lower_bound": num(_first(c, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
-        "auc": auc,
-        "counts": _counts(c.get("counts")),
-        "ceiling": num(c.get("ceiling")),
-    }
-
-
-def _roc_view(roc: Any) -> dict | None:
-    """ROC points as {fpr: [...], tpr: [...], auc} from a dict or a list of [fpr, tpr] pairs."""
-    if isinstance(roc, dict):
-        fpr, tpr = roc.get("fpr"), roc.get("tpr")
-        if isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr:
-            try:
-                return {"fpr": [float(x) for x in fpr], "tpr": [float(x) for x in tpr], "auc": num(roc.get("auc"))}
-            except (TypeError, ValueError):
-                return None
-        if isinstance(roc.get("points"), list):
-            inner = _roc_view(roc["points"])
-            if inner is not None and inner["auc"] is None:
-                inner["auc"] = num(roc.get("auc"))
-            return inner
-        return None
-    if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
-        try:
-            return {"fpr": [float(p[0]) for p in roc], "tpr": [float(p[1]) for p in roc], "auc": None}
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def _name_of(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return str(_first(value, "name", "kind", "type", "id") or "unnamed")
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) or None
-    return str(value)
-
-
-def _dict_or_none(value: Any) -> dict | None:
-    return value if isinstance(value, dict) else None
-
-
-def _counts(value: Any) -> dict | None:
-    """EVAL counts {tp, fp, tn, fn} as non-negative ints, else None (never half-read)."""
-    if not isinstance(value, dict):
-        return None
-    out = {k: integer(value.get(k)) for k in ("tp", "fp", "tn", "fn")}
-    if any(v is None or v < 0 or v > 10**12 for v in out.values()):
-        return None
-    return out
-
-
-def normalise_audit(record: dict) -> dict:
-    """Pull the fields a report needs out of an audit record, whatever its exact key names.
-
-    Returns a flat dict; absent values are None and ``missing`` lists expected keys that were
-    absent (so the report can say so). A record from before issue 23 is read through
-    :func:`dpaudit.audits.verdicts.upgrade` (its claimed-curve eps_LB was no bound for other mechanisms).
-    """
-    from ..audits.verdicts import upgrade
-
-    missing = [k for k in EXPECTED_AUDIT_KEYS if k not in record]
-    record = upgrade(record)
-    controls = record.get("controls")
-    runs = _first(record, "runs", "trials", "n_runs", "n_trials")
-    if isinstance(runs, dict):  # e.g. {"total": 2000, "select": 1000, "eval": 1000}
-        trials = integer(_first(runs, "total", "n", "runs")) or None
-        eval_trials = integer(_first(runs, "eval", "evaluation"))
-    else:
-        trials, eval_trials = integer(runs), None
-    counts = _counts(record.get("counts"))
-    if eval_trials is None:
-        eval_trials = integer(record.get("eval_size"))
-    if eval_trials is None and counts is not None:
-        c = [integer(counts.get(k)) for k in ("tp", "fp", "tn", "fn")]
-        eval_trials = sum(c) if all(x is not None for x in c) else None
-    dataset = record.get("dataset")
-    task = _first(record, "task", "target")
-    view = {
-        "id": str(record.get("id")) if isinstance(record.get("id"), (str, int)) else "",
-        "mechanism": _name_of(record.get("mechanism")),
-        "canary": _name_of(record.get("canary")),
-        "task": _name_of(task),
-        "dataset": _name_of(dataset),
-        "trials": trials,
-        "eval_trials": eval_trials,
-        "claimed_epsilon": num(_first(record, "claimed_epsilon", "epsilon")),
-        "delta": num(record.get("delta")),
-        "epsilon_lower_bound": num(_first(record, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
-        "confidence": num(record.get("confidence")),
-        "method": _name_of(record.get("method")),
-        "counts": counts,
-        "ceiling": num(record.get("ceiling")),
-        "ceiling_source": "audit" if num(record.get("ceiling")) is not None else None,
-        "gdp_estimate": num(record.get("gdp_estimate")) if not isinstance(record.get("gdp_estimate"), dict) else num(_first(record["gdp_estimate"], "epsilon", "value")),
-        # a role, noise flag or insertion flag of the wrong type marks the record as not a
-        # plain private audit: it then supports no verdict (fail closed, never "no evidence")
-        "role": record["role"] if isinstance(record.get("role"), str) else ("main" if record.get("role") is None else "unknown"),
-        "noise": record.get("noise", True) is True,
-        "canary_inserted": record.get("canary_inserted", True) is True,
-        "direction": "less" if record.get("direction") == "less" else "greater",
-        "adjacency": record.get("adjacency") if isinstance(record.get("adjacency"), str) else None,
-        "no_noise": _control_view(_control(controls, "no-noise", "nonoise", "no-dp", "non-private")),
-        "null": _control_view(_control(controls, "null")),
-        "roc": _roc_view(record.get("roc")),
-        "auc": num(_first(record, "auc", "roc_auc")),
-        "seeds": _first(record, "seeds", "seed"),
-        "command": record.get("command") if isinstance(record.get("command"), (str, list)) else None,
-        "release_id": record.get("release_id") if isinstance(record.get("release_id"), str) else None,
-        "release_path": _first(record, "release_path", "release"),
-        "missing": missing,
-        "epsilon_lower_bound_note": record.get("epsilon_lower_bound_note"),
-    }
-    if view["auc"] is None and view["roc"] is not None:
-        view["auc"] = view["roc"]["auc"]
-    if isinstance(view["release_path"], dict):  # an embedded release reference
-        view["release_id"] = view["release_id"] or view["release_path"].get("id")
-        view["release_path"] = view["release_path"].get("path")
-    if view["release_path"] is not None and not isinstance(view["release_path"], str):
-        view["release_path"] = None
-    return view
-
-
 # ------------------------------------------------------------------ release field types
 
 _STR = (str,)
@@ -599,7 +428,7 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     # Only the shareable part of an audit is ever read: keys an old file still publishes (scores
     # in score units, data-derived canary choices, reference optima) are dropped here.
     for what, files, add in (("audit", audit_files, lambda f, rec: out.audits.append(LoadedAudit(f.parent, (r := shareable_audit(rec)),
-                                                                                                  normalise_audit(r)))),
+                                                                                                  AuditView.from_dict(r)))),
                              ("one-run record", one_run_files, lambda f, rec: out.one_runs.append(LoadedOneRun(f, shareable_one_run(rec))))):
         for f in files:
             try:

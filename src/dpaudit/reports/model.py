@@ -197,7 +197,7 @@ def build_report(
         "inputs": {
             "paths": inputs.paths,
             "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
-            "audits": [{"id": la.view["id"], "mechanism": la.view["mechanism"], "path": str(la.path)} for la in inputs.audits],
+            "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
             "one_runs": [str(lo.path) for lo in inputs.one_runs],
             "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
             "ledger": budget_section["ledger"],

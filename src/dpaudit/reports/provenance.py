@@ -58,7 +58,7 @@ def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: 
                                                        "versions in the ledger (different private data under one name)."))
     for la in audits:
         rec_ds = la.record.get("dataset")
-        name = la.view["dataset"]
+        name = la.view.dataset
         match = next((k for k, v in by.items() if name and v["name"] == name), None)
         if match is None:
             if name is None:
@@ -74,5 +74,5 @@ def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: 
                 "split_seeds": [rec_ds["split_seed"]] if isinstance(rec_ds, dict) and rec_ds.get("split_seed") is not None else [],
                 "partitions": [], "releases": [], "audits": [],
             }
-        by[match]["audits"].append(la.view["id"] or str(la.path))
+        by[match]["audits"].append(la.view.id or str(la.path))
     return list(by.values())

@@ -17,10 +17,10 @@ def reproduce(inputs: Inputs, report_command: str | None, notes: list[Note], ext
         if cmd is None:
             notes.append(Note("warning", "reproduce", f"release {lr.release.id[:12]} records no command."))
     for la in inputs.audits:
-        cmd = command_str(la.view["command"])
+        cmd = command_str(la.view.command)
         cfg = la.record.get("config") if isinstance(la.record.get("config"), dict) else None
-        out.append({"kind": "audit", "mechanism": la.view["mechanism"], "id": la.view["id"], "path": str(la.path), "command": cmd,
-                    "seed": la.view["seeds"], "noise": None, "dpaudit_version": la.record.get("dpaudit_version"),
+        out.append({"kind": "audit", "mechanism": la.view.mechanism, "id": la.view.id, "path": str(la.path), "command": cmd,
+                    "seed": la.view.seeds, "noise": None, "dpaudit_version": la.record.get("dpaudit_version"),
                     "git_commit": la.record.get("git_commit"),
                     "parameters": {k: la.record.get(k) for k in ("canary", "runs", "confidence", "delta", "claimed_epsilon", "select_fraction",
                                                                   "task", "dataset") if k in la.record} | ({"config": cfg} if cfg else {})})

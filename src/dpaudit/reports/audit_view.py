@@ -1,0 +1,213 @@
+"""The typed view of an audit record (audit.json) a report reads: :class:`AuditView`.
+
+A loader-layer module. :meth:`AuditView.from_dict` reads a record in today's layout after two
+explicit, named schema migrations (:data:`MIGRATIONS`), so no reader downstream guesses key names:
+
+- ``issue-23``: :func:`dpaudit.audits.verdicts.upgrade` (a claimed-curve record written before
+  issue 23 published its claim family's epsilon as eps_LB);
+- ``key-aliases``: the key names of older and foreign writers (``eps_lb``, ``trials``,
+  ``target``, controls as a list, ROC as [fpr, tpr] pairs, an embedded release reference ...)
+  renamed to today's (:data:`KEY_ALIASES`).
+
+Values of the wrong type read as absent (None), so the verdict says INCONCLUSIVE rather than guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..audits.verdicts import upgrade
+from ..claims import integer, number as num
+
+#: Keys a complete audit record should carry (missing ones are listed in an info note).
+EXPECTED_AUDIT_KEYS = (
+    "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
+    "method", "counts", "ceiling", "controls",
+)
+#: Today's key -> the names older or foreign writers used for it (first non-null wins).
+KEY_ALIASES = {
+    "runs": ("trials", "n_runs", "n_trials"), "task": ("target",), "claimed_epsilon": ("epsilon",),
+    "epsilon_lower_bound": ("eps_lb", "epsilon_lb"), "auc": ("roc_auc",), "seeds": ("seed",), "release_path": ("release",),
+}
+#: Names a control may go by (dict key, or a list item's name / kind) -> today's control.
+CONTROL_NAMES = {"no_noise": ("no-noise", "nonoise", "no-dp", "non-private"), "null": ("null",)}
+COUNT_KEYS = ("tp", "fp", "tn", "fn")
+
+
+def _aliases(rec: dict, aliases: dict[str, tuple[str, ...]] = KEY_ALIASES) -> dict:
+    """Migration ``key-aliases``: every alias renamed to today's key (today's wins when set)."""
+    out = dict(rec)
+    for key, olds in aliases.items():
+        if out.get(key) is None:
+            out[key] = next((rec[k] for k in olds if rec.get(k) is not None), out.get(key))
+    return out
+
+
+#: Named migrations, applied in order to every record.
+MIGRATIONS = (("issue-23", upgrade), ("key-aliases", _aliases))
+
+
+def migrate(record: dict) -> dict:
+    for _name, step in MIGRATIONS:
+        record = step(record)
+    return record
+
+
+def counts_of(value: Any) -> dict | None:
+    """EVAL counts {tp, fp, tn, fn} as non-negative ints, else None (never half-read)."""
+    if not isinstance(value, dict):
+        return None
+    out = {k: integer(value.get(k)) for k in COUNT_KEYS}
+    return None if any(v is None or v < 0 or v > 10**12 for v in out.values()) else out
+
+
+def name_of(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return str(next((value[k] for k in ("name", "kind", "type", "id") if value.get(k) is not None), None) or "unnamed")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or None
+    return None if value is None else str(value)
+
+
+def _float_lists(*xs: Any) -> list[list[float]] | None:
+    try:
+        return [[float(x) for x in v] for v in xs]
+    except (TypeError, ValueError):
+        return None
+
+
+def roc_of(roc: Any) -> dict | None:
+    """ROC points as {fpr: [...], tpr: [...], auc} from a dict or a list of [fpr, tpr] pairs."""
+    if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
+        roc = {"fpr": [p[0] for p in roc], "tpr": [p[1] for p in roc]}
+    if not isinstance(roc, dict):
+        return None
+    fpr, tpr = roc.get("fpr"), roc.get("tpr")
+    if isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr:
+        floats = _float_lists(fpr, tpr)
+        return None if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
+    if isinstance(roc.get("points"), list):
+        inner = roc_of(roc["points"])
+        return inner if inner is None or inner["auc"] is not None else {**inner, "auc": num(roc.get("auc"))}
+    return None
+
+
+def _control_items(controls: Any) -> list[tuple[str, Any]]:
+    if isinstance(controls, dict):
+        return list(controls.items())
+    if isinstance(controls, list):
+        return [(str(c.get("name") or c.get("kind") or i), c) for i, c in enumerate(controls) if isinstance(c, dict)]
+    return []
+
+
+def control_of(controls: Any, names: tuple[str, ...]) -> dict | None:
+    """The view of the first control whose name contains one of ``names``; a bare number is its eps_LB."""
+    for key, value in _control_items(controls):
+        if any(n in str(key).lower().replace("_", "-") for n in names):
+            if not isinstance(value, dict):
+                value = {"epsilon_lower_bound": num(value)} if num(value) is not None else None
+            return None if value is None else _control_view(_aliases(upgrade(value)))
+    return None
+
+
+def _control_view(c: dict) -> dict:
+    auc = num(c.get("auc"))
+    return {"epsilon_lower_bound": num(c.get("epsilon_lower_bound")),
+            "auc": auc if auc is not None or not isinstance(c.get("roc"), dict) else num(c["roc"].get("auc")),
+            "counts": counts_of(c.get("counts")), "ceiling": num(c.get("ceiling"))}
+
+
+def _trials(runs: Any, counts: dict | None, eval_size: Any) -> tuple[int | None, int | None]:
+    """(trials, EVAL trials): ``runs`` as a number or {total, eval}; EVAL else from eval_size or the counts."""
+    if isinstance(runs, dict):  # e.g. {"total": 2000, "select": 1000, "eval": 1000}
+        r = _aliases(runs, {"total": ("n", "runs"), "eval": ("evaluation",)})
+        trials, eval_trials = integer(r.get("total")) or None, integer(r.get("eval"))
+    else:
+        trials, eval_trials = integer(runs), None
+    if eval_trials is None:
+        eval_trials = integer(eval_size)
+    if eval_trials is None and counts is not None:
+        eval_trials = sum(counts.values())
+    return trials, eval_trials
+
+
+def _str_or(value: Any, default: Any = None) -> Any:
+    return value if isinstance(value, str) else default
+
+
+def _release_ref(rec: dict) -> tuple[str | None, str | None]:
+    """(release id, release path) the record names; an embedded {id, path} reference is read too."""
+    rid, path = _str_or(rec.get("release_id")), rec.get("release_path")
+    if isinstance(path, dict):
+        rid, path = rid or path.get("id"), path.get("path")
+    return rid, _str_or(path)
+
+
+@dataclass(frozen=True)
+class AuditView:
+    """The fields of one audit record a report reads (absent or ill-typed values are None)."""
+
+    id: str
+    mechanism: str | None
+    canary: str | None
+    task: str | None
+    dataset: str | None
+    trials: int | None
+    eval_trials: int | None
+    claimed_epsilon: float | None
+    delta: float | None
+    epsilon_lower_bound: float | None
+    confidence: float | None
+    method: str | None
+    counts: dict | None
+    ceiling: float | None
+    ceiling_source: str | None
+    gdp_estimate: float | None
+    # a role, noise flag or insertion flag of the wrong type marks the record as not a plain
+    # private audit: it then supports no verdict (fail closed, never "no evidence")
+    role: str
+    noise: bool
+    canary_inserted: bool
+    direction: str
+    adjacency: str | None
+    no_noise: dict | None
+    null: dict | None
+    roc: dict | None
+    auc: float | None
+    seeds: Any
+    command: str | list | None
+    release_id: str | None
+    release_path: str | None
+    missing: list[str]  # expected keys the record (before migration) lacks
+    epsilon_lower_bound_note: str | None
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "AuditView":
+        rec = migrate(record)
+        counts = counts_of(rec.get("counts"))
+        trials, eval_trials = _trials(rec.get("runs"), counts, rec.get("eval_size"))
+        gdp = rec.get("gdp_estimate")
+        roc = roc_of(rec.get("roc"))
+        auc = num(rec.get("auc"))
+        role = rec.get("role")
+        release_id, release_path = _release_ref(rec)
+        return cls(
+            id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
+            mechanism=name_of(rec.get("mechanism")), canary=name_of(rec.get("canary")), task=name_of(rec.get("task")),
+            dataset=name_of(rec.get("dataset")), trials=trials, eval_trials=eval_trials,
+            claimed_epsilon=num(rec.get("claimed_epsilon")), delta=num(rec.get("delta")),
+            epsilon_lower_bound=num(rec.get("epsilon_lower_bound")), confidence=num(rec.get("confidence")),
+            method=name_of(rec.get("method")), counts=counts, ceiling=num(rec.get("ceiling")),
+            ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
+            gdp_estimate=num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon")) if isinstance(gdp, dict) else num(gdp),
+            role=role if isinstance(role, str) else ("main" if role is None else "unknown"),
+            noise=rec.get("noise", True) is True, canary_inserted=rec.get("canary_inserted", True) is True,
+            direction="less" if rec.get("direction") == "less" else "greater", adjacency=_str_or(rec.get("adjacency")),
+            no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]), null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
+            roc=roc, auc=auc if auc is not None or roc is None else roc["auc"], seeds=rec.get("seeds"),
+            command=rec.get("command") if isinstance(rec.get("command"), (str, list)) else None,
+            release_id=release_id, release_path=release_path,
+            missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
+            epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),
+        )

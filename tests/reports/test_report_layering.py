@@ -21,7 +21,7 @@ LAYERS = {
     "recompute": 1,  # epsilons recomputed from stored events (dpaudit.claims' cache)
     "claim": 2, "provenance": 2, "budget": 2, "utility": 2, "audit": 2, "verdict": 2, "reproduce": 2, "sweep": 2,
     "model": 3,  # assembles the sections into the JSON model
-    "blocks": 4, "plots": 4, "html": 4, "markdown": 4, "tradeoff": 4,  # renderers of the JSON model
+    "format": 4, "audit_blocks": 4, "sweep_blocks": 4, "blocks": 4, "plots": 4, "html": 4, "markdown": 4, "tradeoff": 4,  # renderers
     "__init__": 5,  # the package's facade
 }
 

@@ -63,3 +63,9 @@ def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: s
         out[acc] = cache.get(tree, delta, acc, adjacency)
     return out
 
+
+def composed(cache: EpsCache, guarantees, delta: float | None, adjacency: str) -> dict[str, dict]:
+    """rdp and prv of the sequential composition of ``guarantees`` at ``delta`` ({} when delta is not in (0, 1))."""
+    if delta is None or not 0 < delta < 1:
+        return {}
+    return compose_side_by_side(cache, compose_sequential(guarantees), delta, adjacency)

@@ -13,7 +13,8 @@ from typing import Any
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
 from .format import DASH, Block, f, g, ms, p, table, text, val
-from .model import METRIC_ORDER, SECTIONS
+from .model import SECTIONS
+from .utility import ordered_metrics
 from .sweep_blocks import sweep_blocks
 
 def _notes_for(report: dict, section: str) -> Block | None:
@@ -195,18 +196,13 @@ def _fold_sweep_entries(report: dict, entries: list[dict]) -> tuple[list[dict], 
     return kept, folded
 
 
-def _metric_names(rows: list[dict]) -> list[str]:
-    names = list(dict.fromkeys(m for r in rows for m in r["metrics"]))
-    return sorted(names, key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
-
-
 def utility_blocks(report: dict) -> list[Block]:
     u = report["sections"]["utility"]
     rows = u["rows"]
     if not rows:
         return [p("The utility of the sweep(s) is in their tables (Sweep section)." if report["sections"].get("sweep")
                   else "No release among the inputs: no utility to report.")]
-    names = _metric_names(rows)
+    names = ordered_metrics(m for r in rows for m in r["metrics"])
     cells = [[r["mechanism"], r["dataset"], "non-private" if r["non_private"] else f(r["epsilon"]), val(r["n"])]
              + [ms(r["metrics"].get(m)) for m in names] for r in rows]
     return [table("Test metrics, mean ± SD over seeds (sample SD; n = number of releases)", ["mechanism", "dataset", "epsilon", "n"] + names, cells),

@@ -114,14 +114,12 @@ from typing import Iterable
 
 from .. import __version__
 from ..audit_outputs import NOT_COVERED
-from ..records import _json_safe, git_commit, now_utc
+from ..errors import DataError
+from ..records import _json_safe, git_commit, now_utc, read_json
 from . import audit, budget, claim, provenance, reproduce, utility, verdict
-from .claim import RECOMPUTE_RTOL, claim_card  # noqa: F401  (re-exported: they lived here)
 from .inputs import dataset_name, load_inputs
-from .recompute import RECOMPUTABLE, SIDE_BY_SIDE, EpsCache, compose_sequential, compose_side_by_side  # noqa: F401
+from .recompute import EpsCache
 from .sweep import sweep_reproduce, sweep_section, sweep_verdict
-from .utility import EPS_ONLY_KEYS, METRIC_ORDER  # noqa: F401
-from .verdict import CLAIM_MATCH_RTOL  # noqa: F401
 
 SCHEMA = "dpaudit-report/1"
 SECTIONS = (
@@ -133,6 +131,27 @@ SECTIONS = (
     ("audit", "6. Audit"),
     ("reproduce", "7. Reproduce"),
 )
+
+
+def _datasets(releases: list) -> list[str]:
+    return list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in releases))
+
+
+def _eps_point(e: dict) -> dict:
+    return {"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
+            "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+            "ceiling": e["ceiling"], "status": e["status"]}
+
+
+def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
+    return {
+        "paths": inputs.paths,
+        "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
+        "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
+        "one_runs": [str(lo.path) for lo in inputs.one_runs],
+        "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
+        "ledger": ledger,
+    }
 
 
 def build_report(
@@ -159,60 +178,36 @@ def build_report(
     verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes, with_scores)
     # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
     # provenance and in the composition of everything this report covers.
-    sweep_releases = [lr for sw in inputs.sweeps for lr in sw.releases]
-    datasets: list[str] = []
-    for lr in inputs.releases + sweep_releases:
-        n = dataset_name(lr.release.dataset)
-        if n not in datasets:
-            datasets.append(n)
-    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets,
-                                  [lr.release.id for lr in inputs.releases], notes)
+    covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]
+    datasets = _datasets(covered)
+    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
     fingerprints = ledger.pop("data_versions", {})
-    budget_section = {**ledger, "composition": budget.release_composition(inputs.releases + sweep_releases, cache, notes),
-                      "datasets": datasets}
+    budget_section = {**ledger, "composition": budget.release_composition(covered, cache, notes), "datasets": datasets}
     sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]
     one_runs = [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
-    verdicts = verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps]
-    points = [{"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
-               "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-               "ceiling": e["ceiling"], "status": e["status"]} for e in audit_entries]
     sections = {
-        "verdict": verdicts,
+        "verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps],
         "claim": claims,
-        "provenance": provenance.provenance(inputs.releases + sweep_releases, inputs.audits, notes, fingerprints),
+        "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints),
         "budget": budget_section,
         "utility": utility.utility(inputs.releases, notes),
-        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": points, "one_run": one_runs,
-                  "not_covered": NOT_COVERED},
+        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": [_eps_point(e) for e in audit_entries],
+                  "one_run": one_runs, "not_covered": NOT_COVERED},
         "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
     }
     if sweeps:
         sections["sweep"] = sweeps
-    report = {
-        "schema": SCHEMA,
-        "title": title or "dpaudit reviewer report",
-        "generated_at": now_utc(),
-        "dpaudit_version": __version__,
-        "git_commit": git_commit(),
-        "inputs": {
-            "paths": inputs.paths,
-            "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
-            "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
-            "one_runs": [str(lo.path) for lo in inputs.one_runs],
-            "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
-            "ledger": budget_section["ledger"],
-        },
+    return _json_safe({
+        "schema": SCHEMA, "title": title or "dpaudit reviewer report", "generated_at": now_utc(),
+        "dpaudit_version": __version__, "git_commit": git_commit(),
+        "inputs": _inputs_of(inputs, sweeps, budget_section["ledger"]),
         "sections": sections,
         "notes": [n.to_dict() for n in notes],
-    }
-    return _json_safe(report)
+    })
 
 
 def read_report(path: str | os.PathLike) -> dict:
     """Read a report written with ``--format json`` (so HTML/Markdown can be re-rendered from it)."""
-    from ..errors import DataError
-    from ..records import read_json
-
     data = read_json(path, "report")
     if data.get("schema") != SCHEMA:
         raise DataError(f"report schema must be {SCHEMA}, got {data.get('schema')!r}.")

@@ -14,9 +14,6 @@ from ..errors import DPAuditError
 
 #: Accountants recomputed side by side on every claim card.
 SIDE_BY_SIDE = ("rdp", "prv")
-#: Accountants of the side-by-side rows plus pure (a claim made with any other accountant still
-#: gets a row of its own when dpaudit knows it; see :mod:`.claim`).
-RECOMPUTABLE = SIDE_BY_SIDE + ("pure",)
 
 
 class EpsCache:

@@ -38,6 +38,27 @@ def _pairs(d: Any) -> dict | None:
     return {"fpr": fpr, "fnr": fnr}
 
 
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _dict(v: Any) -> dict | None:
+    return v if isinstance(v, dict) else None
+
+
+def _unit(v: float | None) -> bool:
+    return v is not None and 0.0 <= v <= 1.0
+
+
+def _point(p: Any) -> dict | None:
+    """The chosen test's point: fpr_upper and fnr_upper in [0, 1] (else None); fpr / fnr outside [0, 1] read as None."""
+    p = _dict(p) or {}
+    point = {k: num(p.get(k)) for k in ("fpr", "fnr", "fpr_upper", "fnr_upper")}
+    if not (_unit(point["fpr_upper"]) and _unit(point["fnr_upper"])):
+        return None
+    return {k: v if k.endswith("_upper") or _unit(v) else None for k, v in point.items()}
+
+
 def curve_view(block: Any) -> dict | None:
     """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot
     be drawn (absent, or malformed: the report says so in a note instead of drawing a guess).
@@ -47,31 +68,23 @@ def curve_view(block: Any) -> dict | None:
     """
     if not isinstance(block, dict):
         return None
-    curve = _pairs(block.get("curve"))
-    p = block.get("point") if isinstance(block.get("point"), dict) else {}
-    point = {k: num(p.get(k)) for k in ("fpr", "fnr", "fpr_upper", "fnr_upper")}
-    if curve is None or not isinstance(block.get("violated"), bool):
+    curve, point = _pairs(block.get("curve")), _point(block.get("point"))
+    if curve is None or not isinstance(block.get("violated"), bool) or point is None:
         return None
-    if any(point[k] is None or not 0.0 <= point[k] <= 1.0 for k in ("fpr_upper", "fnr_upper")):
-        return None
-    for k in ("fpr", "fnr"):
-        if point[k] is not None and not 0.0 <= point[k] <= 1.0:
-            point[k] = None
-    fam = block.get("family") if isinstance(block.get("family"), dict) else {}
+    fam = _dict(block.get("family")) or {}
     return {
         "statistic": str(block.get("statistic") or "claimed-curve"),
-        "method": block.get("method") if isinstance(block.get("method"), str) else None,
+        "method": _str(block.get("method")),
         "violated": block["violated"],
         # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
         "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
         "scale_lower_bound": num(block.get("scale_lower_bound")),
-        "family": {"parameter": fam.get("parameter") if isinstance(fam.get("parameter"), str) else None,
-                   "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},
-        "accountant": block.get("accountant") if isinstance(block.get("accountant"), str) else None,
-        "adjacency": block.get("adjacency") if isinstance(block.get("adjacency"), str) else None,
+        "family": {"parameter": _str(fam.get("parameter")), "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},
+        "accountant": _str(block.get("accountant")),
+        "adjacency": _str(block.get("adjacency")),
         "delta": num(block.get("delta")),
         "confidence": num(block.get("confidence")),
-        "event": block.get("event") if isinstance(block.get("event"), dict) else None,
+        "event": _dict(block.get("event")),
         "direction": block.get("direction") if block.get("direction") in ("greater", "less") else None,
         "point": point,
         "points": _pairs(block.get("points")),
@@ -91,15 +104,29 @@ def name_of(v: Any) -> str | None:
 
 
 
+def _steinke(st: dict) -> dict:
+    return {"epsilon_lower_bound": num(st.get("epsilon_lower_bound")), "ceiling": num(st.get("ceiling")),
+            "guesses": integer(st.get("guesses")), "correct": integer(st.get("correct")),
+            "k_pos": integer(st.get("k_pos")), "k_neg": integer(st.get("k_neg")), "method": _str(st.get("method"))}
+
+
+def _fdp(fd: dict) -> dict:
+    return {"epsilon_lower_bound": num(fd.get("epsilon_lower_bound")), "violated": fd.get("violated") if isinstance(fd.get("violated"), bool) else None,
+            "guesses": integer(fd.get("guesses")), "correct": integer(fd.get("correct")), "method": _str(fd.get("method"))}
+
+
+def _maybe(read, block: Any) -> dict | None:
+    return None if not isinstance(block, dict) else read(block)
+
+
 def one_run_view(record: Any) -> dict | None:
     """The numbers of a one_run.json dict a reviewer reads (lenient; None when it is not one)."""
     if not isinstance(record, dict):
         return None
-    st = record.get("steinke") if isinstance(record.get("steinke"), dict) else None
-    fd = record.get("fdp") if isinstance(record.get("fdp"), dict) else None
+    st, fd = _maybe(_steinke, record.get("steinke")), _maybe(_fdp, record.get("fdp"))
     if st is None and fd is None:
         return None
-    info = record.get("info") if isinstance(record.get("info"), dict) else {}
+    info = _dict(record.get("info")) or {}
     return {
         "mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
         "kind": name_of(record.get("kind")),
@@ -108,18 +135,9 @@ def one_run_view(record: Any) -> dict | None:
         "claimed_epsilon": num(record.get("claimed_epsilon")),
         "delta": num(record.get("delta")),
         "confidence": num(record.get("confidence")),
-        "steinke": None if st is None else {
-            "epsilon_lower_bound": num(st.get("epsilon_lower_bound")), "ceiling": num(st.get("ceiling")),
-            "guesses": integer(st.get("guesses")), "correct": integer(st.get("correct")),
-            "k_pos": integer(st.get("k_pos")), "k_neg": integer(st.get("k_neg")),
-            "method": st.get("method") if isinstance(st.get("method"), str) else None},
-        "fdp": None if fd is None else {
-            "epsilon_lower_bound": num(fd.get("epsilon_lower_bound")),
-            "violated": fd.get("violated") if isinstance(fd.get("violated"), bool) else None,
-            "guesses": integer(fd.get("guesses")), "correct": integer(fd.get("correct")),
-            "method": fd.get("method") if isinstance(fd.get("method"), str) else None},
+        "steinke": st,
+        "fdp": fd,
     }
-
 
 
 def statistic_of(record: dict) -> str:
@@ -129,30 +147,33 @@ def statistic_of(record: dict) -> str:
     return s if s in STATISTICS else ("clopper-pearson" if s is None else f"unknown ({s})")
 
 
+def _interval(iv: Any) -> list | None:
+    return [num(x) for x in iv] if isinstance(iv, list) and len(iv) == 2 else None
+
+
+def _tpr_at_fpr(ts: Any) -> list[dict]:
+    return [{"fpr": num(t["fpr"]), "tpr": num(t.get("tpr")), "tpr_interval": _interval(t.get("tpr_interval"))}
+            for t in ts or [] if isinstance(t, dict) and num(t.get("fpr")) is not None]
+
+
+def _cp_bonferroni(cp: dict) -> dict:
+    return {"epsilon_lower_bound": num(cp.get("epsilon_lower_bound")), "thresholds_tested": integer(cp.get("thresholds_tested")),
+            "method": _str(cp.get("method"))}
+
+
+def _auroc(au: dict) -> dict:
+    return {"auc": num(au.get("auc")), "interval": _interval(au.get("interval")), "bootstrap": integer(au.get("bootstrap")),
+            "confidence": num(au.get("confidence"))}
+
+
+def _gdp(gd: dict) -> dict:
+    return {"kind": "estimate (not a bound)", "epsilon": num(gd.get("epsilon")), "mu": num(gd.get("mu")),
+            "epsilon_interval": _interval(gd.get("epsilon_interval"))}
+
+
 def comparison_view(block: Any) -> dict | None:
     """The cross-tool statistics of audit.json's ``comparison`` block (each part None when absent)."""
     if not isinstance(block, dict):
         return None
-    cp = block.get("cp_bonferroni") if isinstance(block.get("cp_bonferroni"), dict) else None
-    tprs = []
-    for t in block.get("tpr_at_fpr") or []:
-        if isinstance(t, dict) and num(t.get("fpr")) is not None:
-            iv = t.get("tpr_interval")
-            iv = [num(x) for x in iv] if isinstance(iv, list) and len(iv) == 2 else None
-            tprs.append({"fpr": num(t["fpr"]), "tpr": num(t.get("tpr")), "tpr_interval": iv})
-    au = block.get("auroc") if isinstance(block.get("auroc"), dict) else None
-    auiv = au.get("interval") if au is not None else None
-    gd = block.get("gdp_estimate") if isinstance(block.get("gdp_estimate"), dict) else None
-    gdiv = gd.get("epsilon_interval") if gd is not None else None
-    return {
-        "cp_bonferroni": None if cp is None else {
-            "epsilon_lower_bound": num(cp.get("epsilon_lower_bound")), "thresholds_tested": integer(cp.get("thresholds_tested")),
-            "method": cp.get("method") if isinstance(cp.get("method"), str) else None},
-        "tpr_at_fpr": tprs,
-        "auroc": None if au is None else {
-            "auc": num(au.get("auc")), "interval": [num(x) for x in auiv] if isinstance(auiv, list) and len(auiv) == 2 else None,
-            "bootstrap": integer(au.get("bootstrap")), "confidence": num(au.get("confidence"))},
-        "gdp_estimate": None if gd is None else {
-            "kind": "estimate (not a bound)", "epsilon": num(gd.get("epsilon")), "mu": num(gd.get("mu")),
-            "epsilon_interval": [num(x) for x in gdiv] if isinstance(gdiv, list) and len(gdiv) == 2 else None},
-    }
+    return {"cp_bonferroni": _maybe(_cp_bonferroni, block.get("cp_bonferroni")), "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")),
+            "auroc": _maybe(_auroc, block.get("auroc")), "gdp_estimate": _maybe(_gdp, block.get("gdp_estimate"))}

@@ -135,3 +135,8 @@ def text(x: Any) -> str:
 
 def verdict_word(violated: Any) -> str:
     return "VIOLATED" if violated else "not violated"
+
+
+def chosen(b: Block, figures: list) -> list:
+    """The figures a ``figures`` block names (by name prefix, in the block's order)."""
+    return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]

@@ -199,27 +199,36 @@ def _qualifiers(status: str, ok: list[dict], family: dict | None, uncovered: lis
     return out
 
 
+def _mismatched(g: _Group, claim_by_id: dict) -> list[tuple[str, str]]:
+    """The line's ACCOUNTING MISMATCH part (flag, text) when a release of the group fails its claim card."""
+    cards = [claim_by_id[r.id] for r in g.releases if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"]
+    return [("accounting-mismatch", "ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in cards))] if cards else []
+
+
+def _numbers(g: _Group, entries: list[dict]) -> dict:
+    """The numbers behind a line: the largest eps_LB, the claims compared, the statistics."""
+    lbs = [e["epsilon_lower_bound"] for e in entries if e["epsilon_lower_bound"] is not None]
+    claims = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {num(r.epsilon) for r in g.releases if num(r.epsilon) is not None}
+    return {"max_epsilon_lower_bound": max(lbs) if lbs else None, "statistics": _statistics([e for e in entries if e["status"] != "control"]),
+            "claimed_epsilons": sorted(claims)}
+
+
 def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note], with_scores: bool) -> tuple[dict, list[dict]]:
     entries, covered_ids = _entries(g, inputs, links, notes, with_scores)
     uncovered = _uncovered(g, covered_ids, bool(inputs.releases), notes)
-    mismatched = [claim_by_id[r.id] for r in g.releases if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"]
+    mismatch = _mismatched(g, claim_by_id)
     family = _bonferroni(inputs, [e for s in ("violation", "no-evidence") for e in entries if e["status"] == s], notes, g.name)
     violations, incomplete, ok = _by_status(entries, family)
     status, head, decided_by = _headline(g, entries, violations, incomplete, ok)
-    quals = _qualifiers(status, ok, family, uncovered, entries)
-    parts = ([("accounting-mismatch", "ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in mismatched))]
-             if mismatched else []) + [("", head)] + quals
-    if mismatched and status in ("no-evidence", "not-audited", "no-claim"):
+    parts = mismatch + [("", head)] + _qualifiers(status, ok, family, uncovered, entries)
+    if mismatch and status in ("no-evidence", "not-audited", "no-claim"):
         status = "accounting-mismatch"
-    lbs = [e["epsilon_lower_bound"] for e in entries if e["epsilon_lower_bound"] is not None]
-    claimed = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {num(r.epsilon) for r in g.releases if num(r.epsilon) is not None}
+    numbers = _numbers(g, entries)
     return {
         "mechanism": g.name, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
         "line": f"{g.name}: " + "; ".join(t for _, t in parts),
-        "max_epsilon_lower_bound": max(lbs) if lbs else None,
-        "decided_by": decided_by,
-        "statistics": _statistics([e for e in entries if e["status"] != "control"]),
-        "claimed_epsilons": sorted(claimed),
+        "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"], "decided_by": decided_by,
+        "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
         "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
         "audits": [e["path"] for e in entries],
         "family_wise": None if family is None else {"audits": family["audits"], "method": family["method"]},

@@ -11,7 +11,6 @@ in score units. Audit results are not covered by the release's claim; the sectio
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from pathlib import Path
 
 from ..audits.curves import family_statement
@@ -115,16 +114,29 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     return decision
 
 
+def _is_control(v, label: str, notes: list[Note]) -> bool:
+    if v.role == "main" and v.noise and v.canary_inserted:
+        return False
+    notes.append(Note("info", "verdict", f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
+                                         f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it."))
+    return True
+
+
+def _unjudgeable(lb: float | None, claim: float | None) -> str | None:
+    """Why a record supports no verdict at all (None: it does)."""
+    if lb is None or math.isnan(lb):
+        return "no eps_LB"
+    return "no claimed epsilon" if claim is None else None
+
+
 def _status(entry: dict, la: LoadedAudit, decision: dict | None, label: str, notes: list[Note]) -> str:
     """The verdict of this one audit (the one rule: :func:`dpaudit.audits.verdicts.violated`), fail closed."""
     v = la.view
-    if v.role != "main" or not v.noise or not v.canary_inserted:
-        notes.append(Note("info", "verdict", f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
-                                             f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it."))
+    if _is_control(v, label, notes):
         return "control"
     lb, claim = v.epsilon_lower_bound, entry["compared_claim"]
-    if lb is None or claim is None or math.isnan(lb):
-        why = "no eps_LB" if lb is None or math.isnan(lb) else "no claimed epsilon"
+    why = _unjudgeable(lb, claim)
+    if why is not None:
         notes.append(Note("error", "verdict", f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE."))
         return "incomplete"
     if violated({**upgrade(la.record), "claimed_epsilon": claim}):
@@ -186,6 +198,19 @@ def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> No
 ONE_RUN_STATISTICS = {"f-dp": "one-run f-DP", "steinke": "one-run (eps, delta)"}
 
 
+def _one_run_control(rec: dict) -> bool:
+    return rec.get("noise") is False or rec.get("role") not in (None, "main") or rec.get("canary_inserted") is False
+
+
+def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[Note]) -> None:
+    """Warn when the analysis that does not decide would have found a violation."""
+    other = "steinke" if stat == "f-dp" else "f-dp"
+    claim, other_lb = e["claimed_epsilon"], lbs[other]
+    if claim is not None and other_lb is not None and other_lb > claim and e["status"] != "violation":
+        notes.append(Note("warning", "verdict", f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
+                                                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."))
+
+
 def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     """One one-run audit (one_run.json): its bounds, and its own verdict against its claim.
 
@@ -208,15 +233,12 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     lb = lbs[stat]
     e["statistic"] = ONE_RUN_STATISTICS[stat]
     e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
-    control = rec.get("noise") is False or rec.get("role") not in (None, "main") or rec.get("canary_inserted") is False
-    e["status"] = "control" if control else _one_run_status(e, view, stat, label, notes)
-    if control:
+    if _one_run_control(rec):
+        e["status"] = "control"
         notes.append(Note("info", "verdict", f"{label} is a control run (no noise or no canary); no privacy claim applies to it."))
-    other = "steinke" if stat == "f-dp" else "f-dp"
-    claim, other_lb = view["claimed_epsilon"], lbs[other]
-    if not control and claim is not None and other_lb is not None and other_lb > claim and e["status"] != "violation":
-        notes.append(Note("warning", "verdict", f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
-                                                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."))
+        return e
+    e["status"] = _one_run_status(e, view, stat, label, notes)
+    _other_analysis_note(e, stat, lbs, label, notes)
     return e
 
 
@@ -234,35 +256,36 @@ def _one_run_status(e: dict, view: dict, stat: str, label: str, notes: list[Note
     return "no-evidence"
 
 
+def _row_key(rows: dict, e: dict, can: str) -> tuple:
+    """(mechanism, task, claim): a second audit of the same cell gets its own row."""
+    task = e["task"] or e["dataset"] or "-"
+    key, n = (e["mechanism"] or "unknown", task, e["compared_claim"]), 1
+    while key in rows and can in rows[key]["cells"]:
+        n += 1
+        key = (e["mechanism"] or "unknown", f"{task} [{e['label']}]", e["compared_claim"], n)
+    return key
+
+
+def _largest(cells: list[dict], k: str) -> float | None:
+    return max((c[k] for c in cells if c[k] is not None), default=None)
+
+
+def _max_cell(cells: list[dict]) -> dict:
+    return {"private": _largest(cells, "private"), "no_noise": _largest(cells, "no_noise"), "ceiling": _largest(cells, "ceiling"),
+            "confidence": None, "trials": None, "status": None}
+
+
 def table16(entries: list[dict]) -> dict:
     """Rows per (mechanism, task), one column group per canary: private / no-noise eps_LB, ceiling."""
-    canaries: list[str] = []
-    rows: "OrderedDict[tuple, dict]" = OrderedDict()
+    rows: dict[tuple, dict] = {}
     for e in entries:
         can = e["canary"] or "unnamed canary"
-        if can not in canaries:
-            canaries.append(can)
-        task = e["task"] or e["dataset"] or "-"
-        key = (e["mechanism"] or "unknown", task, e["compared_claim"])
-        n = 1
-        while key in rows and can in rows[key]["cells"]:  # a second audit of the same cell gets its own row
-            n += 1
-            key = (e["mechanism"] or "unknown", f"{task} [{e['label']}]", e["compared_claim"], n)
+        key = _row_key(rows, e, can)
         row = rows.setdefault(key, {"mechanism": key[0], "task": key[1], "claimed_epsilon": e["compared_claim"], "cells": {}})
-        nn = e["no_noise"] or {}
-        row["cells"][can] = {
-            "private": e["epsilon_lower_bound"], "no_noise": nn.get("epsilon_lower_bound"), "ceiling": e["ceiling"],
-            "confidence": e["confidence"], "trials": e["trials"], "status": e["status"],
-        }
-    out_rows = list(rows.values())
-    max_row: dict = {"mechanism": "max over tasks", "task": "", "claimed_epsilon": None, "cells": {}}
-    for can in canaries:
-        cells = [r["cells"][can] for r in out_rows if can in r["cells"]]
-
-        def _mx(k: str) -> float | None:
-            vals = [c[k] for c in cells if c[k] is not None]
-            return max(vals) if vals else None
-
-        max_row["cells"][can] = {"private": _mx("private"), "no_noise": _mx("no_noise"), "ceiling": _mx("ceiling"),
-                                 "confidence": None, "trials": None, "status": None}
-    return {"canaries": canaries, "rows": out_rows, "max": max_row if len(out_rows) > 1 else None}
+        row["cells"][can] = {"private": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+                             "ceiling": e["ceiling"], "confidence": e["confidence"], "trials": e["trials"], "status": e["status"]}
+    canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
+    out = list(rows.values())
+    max_row = {"mechanism": "max over tasks", "task": "", "claimed_epsilon": None,
+               "cells": {can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries}}
+    return {"canaries": canaries, "rows": out, "max": max_row if len(out) > 1 else None}

@@ -77,20 +77,31 @@ def _float_lists(*xs: Any) -> list[list[float]] | None:
         return None
 
 
-def roc_of(roc: Any) -> dict | None:
-    """ROC points as {fpr: [...], tpr: [...], auc} from a dict or a list of [fpr, tpr] pairs."""
+def _pairs_as_dict(roc: Any) -> Any:
+    """A list of [fpr, tpr] pairs as {fpr: [...], tpr: [...]}; anything else unchanged."""
     if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
-        roc = {"fpr": [p[0] for p in roc], "tpr": [p[1] for p in roc]}
+        return {"fpr": [p[0] for p in roc], "tpr": [p[1] for p in roc]}
+    return roc
+
+
+def _rates(roc: dict) -> dict | None:
+    fpr, tpr = roc.get("fpr"), roc.get("tpr")
+    if not (isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr):
+        return None
+    floats = _float_lists(fpr, tpr)
+    return {} if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
+
+
+def roc_of(roc: Any) -> dict | None:
+    """ROC points as {fpr: [...], tpr: [...], auc} from a dict (with fpr / tpr, or points) or a list of [fpr, tpr] pairs."""
+    roc = _pairs_as_dict(roc)
     if not isinstance(roc, dict):
         return None
-    fpr, tpr = roc.get("fpr"), roc.get("tpr")
-    if isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr:
-        floats = _float_lists(fpr, tpr)
-        return None if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
-    if isinstance(roc.get("points"), list):
-        inner = roc_of(roc["points"])
-        return inner if inner is None or inner["auc"] is not None else {**inner, "auc": num(roc.get("auc"))}
-    return None
+    rates = _rates(roc)
+    if rates is not None:
+        return rates or None  # {}: lists that are not numbers
+    inner = roc_of(roc["points"]) if isinstance(roc.get("points"), list) else None
+    return inner if inner is None or inner["auc"] is not None else {**inner, "auc": num(roc.get("auc"))}
 
 
 def _control_items(controls: Any) -> list[tuple[str, Any]]:

@@ -146,6 +146,21 @@ def _candidates(p: Path) -> list[Path]:
     return sorted(f for f in p.rglob("*.json") if f.name in (RELEASE_FILE, AUDIT_FILE) and _visible(f, p))
 
 
+def _innermost(sweeps: dict[Path, "LoadedSweep"]):
+    """f -> the root of the innermost sweep folder holding ``f`` (None: no sweep's)."""
+    roots = sorted(sweeps, key=lambda r: len(r.parts), reverse=True)
+    return lambda f: next((root for root in roots if _under(f.resolve(), root)), None)
+
+
+def _rest_of_sweeps(sweeps: dict[Path, "LoadedSweep"], sweep_of, seen: set[Path]) -> None:
+    """Every release below a sweep's folder, also when the sweep was given as its store file."""
+    for root, sw in sweeps.items():
+        for f in sorted(sw.path.rglob(RELEASE_FILE)):
+            if _visible(f, sw.path) and sweep_of(f) == root and f.resolve() not in seen:
+                seen.add(f.resolve())
+                sw.release_files.append(f)
+
+
 def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
     """(release files, audit files, given paths, sweeps) found under ``paths``.
 
@@ -160,11 +175,7 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
     sweeps: dict[Path, LoadedSweep] = {}
     for store in (store for p in given for store in find_sweeps(p)):
         sweeps.setdefault(store.parent.resolve(), LoadedSweep(path=store.parent, store=store))
-    roots = sorted(sweeps, key=lambda r: len(r.parts), reverse=True)
-
-    def sweep_of(f: Path) -> Path | None:
-        return next((root for root in roots if _under(f.resolve(), root)), None)
-
+    sweep_of = _innermost(sweeps)
     found: dict[str, list[Path]] = {"release": [], "audit": []}
     seen: set[Path] = set()
     for f in (f for p in given for f in _candidates(p)):
@@ -172,12 +183,7 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
             seen.add(f.resolve())
             root = sweep_of(f) if _kind(f) == "release" else None
             (sweeps[root].release_files if root is not None else found[_kind(f)]).append(f)
-    # every release below a sweep's folder, also when the sweep was given as its store file
-    for root, sw in sweeps.items():
-        for f in sorted(sw.path.rglob(RELEASE_FILE)):
-            if _visible(f, sw.path) and sweep_of(f) == root and f.resolve() not in seen:
-                seen.add(f.resolve())
-                sw.release_files.append(f)
+    _rest_of_sweeps(sweeps, sweep_of, seen)
     return found["release"], found["audit"], given, list(sweeps.values())
 
 
@@ -367,6 +373,26 @@ def _read_record(f: Path, what: str, shareable, notes: list[Note]) -> dict | Non
         return None
 
 
+def _loaded(files: list[Path], read) -> list:
+    return [x for x in map(read, files) if x is not None]
+
+
+def _audit_at(f: Path, notes: list[Note]) -> LoadedAudit | None:
+    r = _read_record(f, "audit", shareable_audit, notes)
+    return None if r is None else LoadedAudit(f.parent, r, AuditView.from_dict(r))
+
+
+def _one_run_at(f: Path, notes: list[Note]) -> LoadedOneRun | None:
+    r = _read_record(f, "one-run record", shareable_one_run, notes)
+    return None if r is None else LoadedOneRun(f, r)
+
+
+def _nothing_readable(files_found: bool, notes: list[Note], given: list[Path]) -> DataError:
+    if files_found:
+        return DataError(f"no readable release or audit under the given paths ({'; '.join(n.message for n in notes[:3])}).")
+    return DataError(f"no {RELEASE_FILE} or {AUDIT_FILE} found under {', '.join(str(p) for p in given)}.")
+
+
 def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     """Read every release, audit and sweep under ``paths``; unreadable files become error notes."""
     paths = list(paths)
@@ -375,13 +401,10 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     release_files, audit_files, given, sweeps = discover_inputs(paths)
     out = Inputs(paths=[str(p) for p in given])
     out.sweeps = [load_sweep(sw) for sw in sweeps]
-    out.releases = [lr for f in release_files if (lr := _read_release(f, "inputs", "", out.notes)) is not None]
+    out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
     one_run_files = find_one_runs(given)
-    out.audits = [LoadedAudit(f.parent, r, AuditView.from_dict(r)) for f in audit_files
-                  if (r := _read_record(f, "audit", shareable_audit, out.notes)) is not None]
-    out.one_runs = [LoadedOneRun(f, r) for f in one_run_files if (r := _read_record(f, "one-run record", shareable_one_run, out.notes)) is not None]
-    if not out.releases and not out.audits and not out.sweeps and not out.one_runs:
-        if release_files or audit_files or one_run_files:
-            raise DataError(f"no readable release or audit under the given paths ({'; '.join(n.message for n in out.notes[:3])}).")
-        raise DataError(f"no {RELEASE_FILE} or {AUDIT_FILE} found under {', '.join(str(p) for p in given)}.")
+    out.audits = _loaded(audit_files, lambda f: _audit_at(f, out.notes))
+    out.one_runs = _loaded(one_run_files, lambda f: _one_run_at(f, out.notes))
+    if not (out.releases or out.audits or out.sweeps or out.one_runs):
+        raise _nothing_readable(bool(release_files or audit_files or one_run_files), out.notes, given)
     return out

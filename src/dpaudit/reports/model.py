@@ -143,6 +143,15 @@ def _eps_point(e: dict) -> dict:
             "ceiling": e["ceiling"], "status": e["status"]}
 
 
+def _audit_section(entries: list[dict], one_runs: list[dict]) -> dict:
+    return {"table16": audit.table16(entries), "audits": entries, "eps_points": [_eps_point(e) for e in entries],
+            "one_run": one_runs, "not_covered": NOT_COVERED}
+
+
+def _one_runs(inputs, notes: list) -> list[dict]:
+    return [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
+
+
 def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
     return {
         "paths": inputs.paths,
@@ -183,16 +192,16 @@ def build_report(
     ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
     fingerprints = ledger.pop("data_versions", {})
     budget_section = {**ledger, "composition": budget.release_composition(covered, cache, notes), "datasets": datasets}
-    sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]
-    one_runs = [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
+    sweep_ledger = ledger["ledger"] if ledger["available"] else None
+    sweeps = [sweep_section(sw, cache, notes, ledger_path=sweep_ledger) for sw in inputs.sweeps]
+    one_runs = _one_runs(inputs, notes)
     sections = {
         "verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps],
         "claim": claims,
         "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints),
         "budget": budget_section,
         "utility": utility.utility(inputs.releases, notes),
-        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": [_eps_point(e) for e in audit_entries],
-                  "one_run": one_runs, "not_covered": NOT_COVERED},
+        "audit": _audit_section(audit_entries, one_runs),
         "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
     }
     if sweeps:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 from ..accounting.ledger import open_ledger
 from ..claims import verify_claim
@@ -263,18 +264,22 @@ def _match(out: dict, entries: list, release_ids: set[str], name: str | None) ->
     return ours
 
 
+def _ledger_rdp(private: list, n: int, delta: float | None, adj: str, cache: EpsCache) -> float | None:
+    """rdp epsilon of the ledger's stored events (inf when a non-private release is among the ``n``)."""
+    if len(private) < n:
+        return math.inf
+    if not private or delta is None or not 0 < delta < 1:
+        return None
+    return cache.get(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
+
+
 def _ledger_row(key: tuple, es: list, cache: EpsCache) -> dict:
     ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
-    deltas = [num(e.payload.get("delta")) for e in private if num(e.payload.get("delta")) is not None]
-    delta = max(deltas) if deltas else None
-    row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(es), "non_private_releases": len(es) - len(private),
-           "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private), "delta": delta, "rdp": None}
-    if len(private) < len(es):
-        row["rdp"] = math.inf
-    elif private and delta is not None and 0 < delta < 1:
-        row["rdp"] = cache.get(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
-    return row
+    delta = max((d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None)
+    return {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(es), "non_private_releases": len(es) - len(private),
+            "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private), "delta": delta,
+            "rdp": _ledger_rdp(private, len(es), delta, adj, cache)}
 
 
 def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache: EpsCache,
@@ -363,6 +368,14 @@ def _release_file_notes(sweep: LoadedSweep, name: str, missing: list[dict], orph
                                               "composed and checked with the rest."))
 
 
+def _release_sets(sweep: LoadedSweep) -> tuple[set[str], set[str], list[dict], set[str]]:
+    """(release ids on disk, ids the store names, store results whose release file is missing, orphans on disk)."""
+    on_disk = {lr.release.id for lr in sweep.releases}
+    store_ids = {str(r["release_id"]) for r in sweep.results if r.get("release_id")}
+    missing = [r for r in sweep.results if r.get("release_id") and str(r["release_id"]) not in on_disk]
+    return on_disk, store_ids, missing, (on_disk - store_ids) if store_ids else set()
+
+
 def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, ledger_path: str | None = None) -> dict:
     """The ``sections.sweep`` entry of one sweep (see the report model's docstring)."""
     notes.extend(sweep.notes)
@@ -377,11 +390,7 @@ def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, led
     if not sweep.error:
         entry["tables"] = sweep_tables(sweep.records, name=sweep.name)
         entry["tables_json"] = _tables_note(sweep, entry["tables"], notes)
-    # releases named by the store vs. found on disk
-    on_disk = {lr.release.id for lr in sweep.releases}
-    store_ids = {str(r["release_id"]) for r in sweep.results if r.get("release_id")}
-    missing = [r for r in sweep.results if r.get("release_id") and str(r["release_id"]) not in on_disk]
-    orphans = (on_disk - store_ids) if store_ids else set()
+    on_disk, store_ids, missing, orphans = _release_sets(sweep)
     _release_file_notes(sweep, name, missing, orphans, notes)
     entry["missing_releases"] = [str(r["release_id"]) for r in missing]
     entry["orphan_releases"] = sorted(orphans)
@@ -422,16 +431,19 @@ def sweep_verdict(entry: dict) -> dict:
             "releases": [], "non_private_releases": [], "audits": [], "sweep": name}
 
 
+def _sweep_command(source: Any, out_parent: str) -> str | None:
+    """The command that reruns a sweep from its spec's source (a builtin name or an existing file)."""
+    if not isinstance(source, str) or not source:
+        return None
+    if source.startswith("builtin:"):
+        return f"dpaudit sweep --builtin {source.split(':', 1)[1]} --out {out_parent}"
+    return f"dpaudit sweep {source} --out {out_parent}" if os.path.exists(source) else None
+
+
 def sweep_reproduce(entry: dict) -> dict:
     """The reproduce entry of a sweep (its spec; the builtin command when it is a builtin spec)."""
     spec = entry.get("spec") if isinstance(entry.get("spec"), dict) else None
-    cmd = None
-    source = spec.get("source") if spec else None
-    out_parent = str(Path(entry["path"]).parent)
-    if isinstance(source, str) and source.startswith("builtin:"):
-        cmd = f"dpaudit sweep --builtin {source.split(':', 1)[1]} --out {out_parent}"
-    elif isinstance(source, str) and source and os.path.exists(source):
-        cmd = f"dpaudit sweep {source} --out {out_parent}"
-    params = {"spec": spec} if spec and cmd is None else {}
+    cmd = _sweep_command(spec.get("source") if spec else None, str(Path(entry["path"]).parent))
+    params = {"parameters": {"spec": spec}} if spec and cmd is None else {}
     return {"kind": "sweep", "mechanism": None, "id": entry["name"], "path": entry["path"], "command": cmd, "seed": None,
-            "noise": None, "dpaudit_version": None, "git_commit": None, **({"parameters": params} if params else {})}
+            "noise": None, "dpaudit_version": None, "git_commit": None, **params}

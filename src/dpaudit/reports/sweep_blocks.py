@@ -43,15 +43,17 @@ def _cell_text(c: dict, scale: float) -> str:
     return f"{pct(s['mean'], scale)} ± {pct(s['sd'], scale)} [{pct(s['ci_low'], scale)}, {pct(s['ci_high'], scale)}] (n={s['n']})"
 
 
+def _metric_rows(cells: list[dict], eps: list, scale: float) -> list[list[str]]:
+    keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in cells}
+    pairs = [(ds, model) for ds in sorted({c["dataset"] for c in cells}) for model in sorted({c["model"] for c in cells if c["dataset"] == ds})]
+    return [[ds, model] + [_cell_text(keyed[(ds, model, e)], scale) if (ds, model, e) in keyed else "" for e in eps] for ds, model in pairs]
+
+
 def _metric_block(cells: list[dict], metric: str) -> Block:
     scale = 100.0 if metric == "accuracy" else 1.0
     eps = sorted({c["epsilon"] for c in cells}, key=lambda e: (e is not None, num(e) or 0.0))
-    keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in cells}
-    rows = [[ds, model] + [_cell_text(keyed[(ds, model, e)], scale) if (ds, model, e) in keyed else "" for e in eps]
-            for ds in sorted({c["dataset"] for c in cells}) for model in sorted({c["model"] for c in cells if c["dataset"] == ds})]
-    unit = " (%)" if scale == 100.0 else ""
-    return table(f"{metric}{unit} per cell: mean ± sample SD [95 % Student-t interval] (n seeds)",
-                 ["dataset", "model"] + [f"eps = {eps_label(e)}" for e in eps], rows)
+    return table(f"{metric}{' (%)' if scale == 100.0 else ''} per cell: mean ± sample SD [95 % Student-t interval] (n seeds)",
+                 ["dataset", "model"] + [f"eps = {eps_label(e)}" for e in eps], _metric_rows(cells, eps, scale))
 
 
 def _contrast_table(family: list[dict], what: str, size: Any, floor: str) -> Block:
@@ -115,25 +117,25 @@ def _budget_blocks(bud: list[dict]) -> list[Block]:
                   "(recomputed from the releases' stored events)", BUDGET_HEADERS, [_budget_row(b) for b in bud])] + [p(b["sentence"]) for b in bud]
 
 
+def _ledger_tables(led: dict) -> list[Block]:
+    comp = led.get("composition") or []
+    summ = [r for r in led.get("summary") or [] if r.get("partition") != "*"]
+    return ([table("What the ledger recorded for this sweep (its stored events, composed)",
+                   ["dataset", "partition", "releases", "naive sum of eps", "composed eps (rdp)", "at delta"],
+                   [[r["dataset"], r["partition"], val(r["releases"]), f(r["naive_sum"]), f(r["rdp"]), g(r["delta"])] for r in comp])] if comp else []) + (
+        [table("The ledger's own summary of this sweep (ledger summary --sweep)",
+               ["dataset", "partition", "releases", "composed eps", "bound by", "naive sum of eps", "delta"],
+               [[str(r.get("dataset")), str(r.get("partition")), val(r.get("releases_subtree")), f(r.get("epsilon")),
+                 val(r.get("bound_by")), f(r.get("naive_epsilon")), g(r.get("delta"))] for r in summ])] if summ else [])
+
+
 def _ledger_blocks(sw: dict) -> list[Block]:
     led = sw.get("ledger")
     if not isinstance(led, dict) or led.get("error"):
         return []
     total = (sw.get("releases") or 0) + len(sw.get("missing_releases") or [])
-    out = [p(f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total} "
-             f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided.")]
-    comp = led.get("composition") or []
-    if comp:
-        out.append(table("What the ledger recorded for this sweep (its stored events, composed)",
-                         ["dataset", "partition", "releases", "naive sum of eps", "composed eps (rdp)", "at delta"],
-                         [[r["dataset"], r["partition"], val(r["releases"]), f(r["naive_sum"]), f(r["rdp"]), g(r["delta"])] for r in comp]))
-    summ = [r for r in led.get("summary") or [] if r.get("partition") != "*"]
-    if summ:
-        out.append(table("The ledger's own summary of this sweep (ledger summary --sweep)",
-                         ["dataset", "partition", "releases", "composed eps", "bound by", "naive sum of eps", "delta"],
-                         [[str(r.get("dataset")), str(r.get("partition")), val(r.get("releases_subtree")), f(r.get("epsilon")),
-                           val(r.get("bound_by")), f(r.get("naive_epsilon")), g(r.get("delta"))] for r in summ]))
-    return out
+    return [p(f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total} "
+              f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided.")] + _ledger_tables(led)
 
 
 def _problem_blocks(sw: dict) -> list[Block]:

@@ -170,28 +170,31 @@ def _no_noise_note(nn: dict | None, label: str, notes: list[Note]) -> None:
                                               "the attack may be too weak to detect a violation."))
 
 
+def _family_bound(cv: dict | None) -> dict | None:
+    """The claimed-curve verdict as a statement about the claim's family (None without a family)."""
+    fam = (cv or {}).get("family") or {}
+    return {"statement": family_statement(fam), "violated": cv["violated"]} if fam.get("parameter") and fam.get("claimed") is not None else None
+
+
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
     """The issue-15 blocks of an audit record: which statistic decided its eps_LB, the
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
     rec = la.record
-    entry["statistic"] = evidence.statistic_of(rec)
+    stat = entry["statistic"] = evidence.statistic_of(rec)
     cp = num(rec.get("clopper_pearson_epsilon"))
-    entry["clopper_pearson_epsilon"] = cp if cp is not None else (la.view.epsilon_lower_bound if entry["statistic"] == "clopper-pearson" else None)
+    entry["clopper_pearson_epsilon"] = cp if cp is not None or stat != "clopper-pearson" else la.view.epsilon_lower_bound
     entry["threat_model"] = rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
     entry["comparison"] = evidence.comparison_view(rec.get("comparison"))
-    cv = evidence.curve_view(rec.get("claimed_curve"))
-    entry["claimed_curve"] = cv
-    fam = (cv or {}).get("family") or {}
-    entry["claim_family_bound"] = ({"statement": family_statement(fam), "violated": cv["violated"]}
-                                   if fam.get("parameter") and fam.get("claimed") is not None else None)
-    if rec.get("claimed_curve") is not None and cv is None:
+    cv = entry["claimed_curve"] = evidence.curve_view(rec.get("claimed_curve"))
+    entry["claim_family_bound"] = _family_bound(cv)
+    if cv is None and rec.get("claimed_curve") is not None:
         notes.append(Note("warning", "audit", f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
                                               "in [0, 1], and violated); no trade-off figure."))
-    if entry["statistic"] == "claimed-curve" and cv is None:
+    if cv is None and stat == "claimed-curve":
         notes.append(Note("warning", "audit", f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
-                                                  "no readable claimed_curve block to check it against."))
+                                              "no readable claimed_curve block to check it against."))
 
 
 #: The analyses of a one-run record (its ``statistic`` field) and their names in the report.

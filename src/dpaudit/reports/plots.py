@@ -153,6 +153,13 @@ def _series(eps: list, pts: list[dict], m: str) -> tuple[list, list, list]:
     return [x for x, _ in keep], [num(s["mean"]) for _, s in keep], [num(s.get("sd")) or 0.0 for _, s in keep]
 
 
+def _draw_metric(ax, m: str, color: str, series: tuple, ref: dict | None) -> None:
+    xs, ys, es = series
+    ax.errorbar(xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m)
+    if ref and num(ref.get("mean")) is not None:
+        ax.axhline(num(ref["mean"]), color=color, linestyle="--", linewidth=1, alpha=0.8)
+
+
 def _utility_figure(k: int, c: dict) -> Figure:
     pts = c["points"]
     names = list(dict.fromkeys(m for p in pts for m in p["metrics"]))
@@ -160,12 +167,7 @@ def _utility_figure(k: int, c: dict) -> Figure:
     ax = fig.add_subplot()
     eps = [num(p["epsilon"]) for p in pts]
     for j, m in enumerate(names):
-        color = PALETTE[j % len(PALETTE)]
-        xs, ys, es = _series(eps, pts, m)
-        ax.errorbar(xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m)
-        ref = (c.get("reference") or {}).get(m)
-        if ref and num(ref.get("mean")) is not None:
-            ax.axhline(num(ref["mean"]), color=color, linestyle="--", linewidth=1, alpha=0.8)
+        _draw_metric(ax, m, PALETTE[j % len(PALETTE)], _series(eps, pts, m), (c.get("reference") or {}).get(m))
     if c.get("reference"):
         ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
     if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:

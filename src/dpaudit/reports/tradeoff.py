@@ -101,11 +101,14 @@ def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
         ax.plot(*_clip(cl["fpr"], cl["fnr"], log, floor), color=LOWER_BOUND_COLOR, linestyle="--", linewidth=1.4, label=_family_label(cv),
                 gid="lower-bound-curve")
     if cv["points"] is not None:
-        xs, ys = cv["points"]["fpr"], cv["points"]["fnr"]
-        if log:
-            xs, ys = [x for x, y in zip(xs, ys) if x > 0 and y > 0], [y for x, y in zip(xs, ys) if x > 0 and y > 0]
-        ax.scatter(xs, ys, s=7, color=POINTS_COLOR, alpha=0.7, linewidths=0, label="EVAL empirical (FPR, FNR), all thresholds",
+        ax.scatter(*_eval_points(cv["points"], log), s=7, color=POINTS_COLOR, alpha=0.7, linewidths=0, label="EVAL empirical (FPR, FNR), all thresholds",
                    gid="eval-points", zorder=2)
+
+
+def _eval_points(pts: dict, log: bool) -> tuple[list[float], list[float]]:
+    """The EVAL points; on log axes only those with both rates above 0."""
+    keep = [(x, y) for x, y in zip(pts["fpr"], pts["fnr"]) if not log or (x > 0 and y > 0)]
+    return [x for x, _ in keep], [y for _, y in keep]
 
 
 def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
@@ -126,16 +129,22 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     edge.set_gid("confidence-box-edge")
     ax.add_patch(edge)
     if p["fpr"] is not None and p["fnr"] is not None:
-        px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
-        ax.errorbar([px], [py], xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]], yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
-                    fmt="o", markersize=5, color=color, ecolor=color, elinewidth=1.2, capsize=3, zorder=5,
-                    label="chosen test: EVAL point, one-sided CP upper bounds", gid="chosen-point")
+        _draw_chosen(ax, p, color, log, floor)
     corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
     ax.scatter([corner[0]], [corner[1]], marker="X" if viol else "s", s=60, color=color,
                edgecolors="white", linewidths=0.6, zorder=6, label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})", gid="box-corner")
     if viol:
         ax.annotate("VIOLATION", xy=corner, xytext=(8, -14),
                     textcoords="offset points", color=VIOLATION_COLOR, fontsize=10, fontweight="bold", gid="violation-label", zorder=7)
+
+
+def _draw_chosen(ax, p: dict, color: str, log: bool, floor: float) -> None:
+    """The chosen test's EVAL point with its one-sided error bars up to the box corner."""
+    fu, nu = p["fpr_upper"], p["fnr_upper"]
+    px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
+    ax.errorbar([px], [py], xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]], yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
+                fmt="o", markersize=5, color=color, ecolor=color, elinewidth=1.2, capsize=3, zorder=5,
+                label="chosen test: EVAL point, one-sided CP upper bounds", gid="chosen-point")
 
 
 def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
@@ -238,21 +247,24 @@ def _bar(label: str, lb: float, bad: bool, gid: str) -> tuple[str, float, str, s
     return (label, lb, VIOLATION_COLOR if bad else CONSISTENT_COLOR, gid)
 
 
+def _fdp_decides(record: dict, fd_lb: float | None) -> bool:
+    """The analysis fixed in advance to decide (the record's rule): f-DP when it was computed."""
+    return record.get("statistic") == "f-dp" or (record.get("statistic") is None and fd_lb is not None)
+
+
+def _above(lb: float, claim: float | None) -> bool:
+    return claim is not None and lb > claim
+
+
 def _one_run_bars(v: dict, record: dict) -> list[tuple[str, float, str, str]]:
     """(label, value, colour, gid) of each bar: the two analyses' eps_LB and the (eps, delta) ceiling."""
-    claim, st, fd = v["claimed_epsilon"], v["steinke"], v["fdp"]
-    st_lb = (st or {}).get("epsilon_lower_bound")
-    fd_lb = (fd or {}).get("epsilon_lower_bound")
-    # the analysis fixed in advance to decide (the record's rule): f-DP when it was computed
-    fdp_decides = record.get("statistic") == "f-dp" or (record.get("statistic") is None and fd_lb is not None)
-    rows = []
-    if st_lb is not None:
-        rows.append(_bar("eps_LB (eps, delta)" + ("" if fdp_decides else " (decides)"), st_lb, claim is not None and st_lb > claim, "steinke"))
+    claim, st, fd = v["claimed_epsilon"], v["steinke"] or {}, v["fdp"] or {}
+    st_lb, fd_lb = st.get("epsilon_lower_bound"), fd.get("epsilon_lower_bound")
+    fdp = _fdp_decides(record, fd_lb)
+    rows = [_bar("eps_LB (eps, delta)" + ("" if fdp else " (decides)"), st_lb, _above(st_lb, claim), "steinke")] if st_lb is not None else []
     if fd_lb is not None:
-        rows.append(_bar("eps_LB f-DP" + (" (decides)" if fdp_decides else ""), fd_lb, bool(fd["violated"]) or (claim is not None and fd_lb > claim), "fdp"))
-    if st is not None and st["ceiling"] is not None:
-        rows.append(("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling"))
-    return rows
+        rows.append(_bar("eps_LB f-DP" + (" (decides)" if fdp else ""), fd_lb, bool(fd["violated"]) or _above(fd_lb, claim), "fdp"))
+    return rows + ([("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling")] if st.get("ceiling") is not None else [])
 
 
 def _one_run_subtitle(v: dict) -> str:

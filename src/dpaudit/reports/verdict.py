@@ -43,31 +43,32 @@ def _tally(entries: list[dict]) -> str:
     return ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
 
 
+def _one_run_line(e: dict) -> str:
+    lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
+    if e["status"] == "violation":
+        return f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(claim)}, decided by the {e['statistic']} statistic"
+    if e["status"] == "no-evidence":
+        return f"no evidence of a violation (eps_LB {_fmt(lb)} <= claimed {_fmt(claim)}; statistic: {e['statistic']})"
+    return "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
+
+
+def _one_run_verdict(e: dict) -> dict:
+    m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
+    name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
+    return {
+        "mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
+        "flags": ["one-run"], "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+        "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [],
+        "statistics": [stat] if stat else [],
+        "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]],
+    }
+
+
 def one_run_verdicts(entries: list[dict]) -> list[dict]:
     """One verdict line per one-run audit (one_run.json) with a claim: a one-run bound is a
     lower bound on its own, so a bound above the claim is a VIOLATION, stated with the analysis
     that found it (Steinke et al. 2023 (eps, delta) or the f-DP analysis)."""
-    out = []
-    for e in entries:
-        if e["status"] == "control":
-            continue
-        m = e["canaries"]
-        name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
-        lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
-        if e["status"] == "violation":
-            line = f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(claim)}, decided by the {e['statistic']} statistic"
-        elif e["status"] == "no-evidence":
-            line = f"no evidence of a violation (eps_LB {_fmt(lb)} <= claimed {_fmt(claim)}; statistic: {e['statistic']})"
-        else:
-            line = "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
-        out.append({
-            "mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
-            "flags": ["one-run"], "line": f"{name}: {line}", "max_epsilon_lower_bound": lb,
-            "decided_by": [e["statistic"]] if e["statistic"] and e["status"] in ("violation", "no-evidence") else [],
-            "statistics": [e["statistic"]] if e["statistic"] else [],
-            "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]],
-        })
-    return out
+    return [_one_run_verdict(e) for e in entries if e["status"] != "control"]
 
 
 @dataclass
@@ -182,16 +183,20 @@ def _headline(g: _Group, entries: list[dict], violations: list[dict], incomplete
     return "no-claim", "non-private reference only (no privacy claim)", []
 
 
-def _qualifiers(status: str, ok: list[dict], family: dict | None, uncovered: list, entries: list[dict]) -> list[tuple[str, str]]:
-    """(flag, text) of what qualifies a line: weak or unknown ceilings, Bonferroni, releases not audited."""
+def _ceiling_qualifiers(ok: list[dict]) -> list[tuple[str, str]]:
+    """An audit whose ceiling is below the claim could not have seen a violation of that size."""
     out = []
-    weak = [e for e in ok if e["underpowered"]] if status == "no-evidence" else []
+    weak = [e for e in ok if e["underpowered"]]
     if weak:
         w = min(weak, key=lambda e: e["ceiling"])
         out.append(("underpowered", f"audit underpowered: ceiling {_fmt(w['ceiling'])} < claimed {_fmt(w['compared_claim'])}"))
-    unknown = [e for e in ok if e["ceiling"] is None] if status == "no-evidence" else []
-    if unknown:
-        out.append(("ceiling-unknown", f"ceiling unknown for {len(unknown)} audit(s)"))
+    unknown = sum(1 for e in ok if e["ceiling"] is None)
+    return out + ([("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else [])
+
+
+def _qualifiers(status: str, ok: list[dict], family: dict | None, uncovered: list, entries: list[dict]) -> list[tuple[str, str]]:
+    """(flag, text) of what qualifies a line: weak or unknown ceilings, Bonferroni, releases not audited."""
+    out = _ceiling_qualifiers(ok) if status == "no-evidence" else []
     if family is not None and status in ("violation", "no-evidence", "inconclusive"):
         out.append(("bonferroni", family["method"]))
     if uncovered and entries:
@@ -213,11 +218,16 @@ def _numbers(g: _Group, entries: list[dict]) -> dict:
             "claimed_epsilons": sorted(claims)}
 
 
+def _judged(entries: list[dict]) -> list[dict]:
+    """The entries a family-wise decision re-judges: violations, then those with no evidence."""
+    return [e for s in ("violation", "no-evidence") for e in entries if e["status"] == s]
+
+
 def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note], with_scores: bool) -> tuple[dict, list[dict]]:
     entries, covered_ids = _entries(g, inputs, links, notes, with_scores)
     uncovered = _uncovered(g, covered_ids, bool(inputs.releases), notes)
     mismatch = _mismatched(g, claim_by_id)
-    family = _bonferroni(inputs, [e for s in ("violation", "no-evidence") for e in entries if e["status"] == s], notes, g.name)
+    family = _bonferroni(inputs, _judged(entries), notes, g.name)
     violations, incomplete, ok = _by_status(entries, family)
     status, head, decided_by = _headline(g, entries, violations, incomplete, ok)
     parts = mismatch + [("", head)] + _qualifiers(status, ok, family, uncovered, entries)
@@ -231,7 +241,7 @@ def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, no
         "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
         "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
         "audits": [e["path"] for e in entries],
-        "family_wise": None if family is None else {"audits": family["audits"], "method": family["method"]},
+        "family_wise": family and {"audits": family["audits"], "method": family["method"]},
     }, entries
 
 

@@ -61,15 +61,9 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     v = la.view
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}
-    # the claim the audit itself tested (its recorded claim); a release's only when it records none
-    own = v.claimed_epsilon
     entry.update(index=i, path=str(la.path), label=la.path.name or str(la.path), command=command_str(v.command),
-                 covers_releases=[r.id for r in covered],
-                 compared_claim=own if own is not None else next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None))
-    if v.epsilon_lower_bound_note:
-        notes.append(Note("info", "audit", f"{label}: {v.epsilon_lower_bound_note}."))
-    if v.missing:
-        notes.append(Note("info", "audit", f"{label} lacks keys: {', '.join(v.missing)}."))
+                 covers_releases=[r.id for r in covered], compared_claim=_compared_claim(v.claimed_epsilon, covered))
+    _record_notes(v, label, notes)
     _evidence(entry, la, label, notes)
     decision = _recount(entry, la, label, notes)
     entry["role"] = v.role
@@ -80,6 +74,18 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     # plot data: the audit's own ROC on its EVAL trials (rates only; raw scores are never read)
     entry.update(direction=v.direction, roc=v.roc, roc_source="audit record (EVAL trials)" if v.roc else None)
     return entry
+
+
+def _compared_claim(own: float | None, covered: list[Release]) -> float | None:
+    """The claim the audit itself tested (its recorded claim); a release's only when it records none."""
+    return own if own is not None else next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None)
+
+
+def _record_notes(v, label: str, notes: list[Note]) -> None:
+    if v.epsilon_lower_bound_note:
+        notes.append(Note("info", "audit", f"{label}: {v.epsilon_lower_bound_note}."))
+    if v.missing:
+        notes.append(Note("info", "audit", f"{label} lacks keys: {', '.join(v.missing)}."))
 
 
 def _far(a: float, b: float) -> bool:

@@ -155,6 +155,20 @@ def _release_ref(rec: dict) -> tuple[str | None, str | None]:
     return rid, _str_or(path)
 
 
+def _gdp(gdp: Any) -> float | None:
+    """The GDP estimate's epsilon: a number, or an {epsilon} (older: {value}) block."""
+    return num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon")) if isinstance(gdp, dict) else num(gdp)
+
+
+def _auc(auc: Any, roc: dict | None) -> float | None:
+    """The recorded AUC, else the ROC's."""
+    return num(auc) if num(auc) is not None or roc is None else roc["auc"]
+
+
+def _role(role: Any) -> str:
+    return role if isinstance(role, str) else ("main" if role is None else "unknown")
+
+
 @dataclass(frozen=True)
 class AuditView:
     """The fields of one audit record a report reads (absent or ill-typed values are None)."""
@@ -198,10 +212,7 @@ class AuditView:
         rec = migrate(record)
         counts = counts_of(rec.get("counts"))
         trials, eval_trials = _trials(rec.get("runs"), counts, rec.get("eval_size"))
-        gdp = rec.get("gdp_estimate")
         roc = roc_of(rec.get("roc"))
-        auc = num(rec.get("auc"))
-        role = rec.get("role")
         release_id, release_path = _release_ref(rec)
         return cls(
             id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
@@ -211,13 +222,12 @@ class AuditView:
             epsilon_lower_bound=num(rec.get("epsilon_lower_bound")), confidence=num(rec.get("confidence")),
             method=name_of(rec.get("method")), counts=counts, ceiling=num(rec.get("ceiling")),
             ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
-            gdp_estimate=num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon")) if isinstance(gdp, dict) else num(gdp),
-            role=role if isinstance(role, str) else ("main" if role is None else "unknown"),
+            gdp_estimate=_gdp(rec.get("gdp_estimate")), role=_role(rec.get("role")),
             noise=rec.get("noise", True) is True, canary_inserted=rec.get("canary_inserted", True) is True,
             direction="less" if rec.get("direction") == "less" else "greater", adjacency=_str_or(rec.get("adjacency")),
             no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]), null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
-            roc=roc, auc=auc if auc is not None or roc is None else roc["auc"], seeds=rec.get("seeds"),
-            command=rec.get("command") if isinstance(rec.get("command"), (str, list)) else None,
+            roc=roc, auc=_auc(rec.get("auc"), roc), seeds=rec.get("seeds"),
+            command=rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
             release_id=release_id, release_path=release_path,
             missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
             epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),

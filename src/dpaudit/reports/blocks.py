@@ -140,10 +140,14 @@ def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[l
     return cols, [[val(r.get(c)) for c in cols] for r in rows]
 
 
+def _integrity(ver: Any) -> str:
+    if not isinstance(ver, dict):
+        return ""
+    return " — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)"
+
+
 def _ledger_blocks(report: dict, b: dict) -> list[Block]:
-    ver = b.get("verify") if isinstance(b.get("verify"), dict) else None
-    integrity = "" if ver is None else (" — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)")
-    out = [p(f"Ledger: {b['ledger']}{integrity}")]
+    out = [p(f"Ledger: {b['ledger']}{_integrity(b.get('verify'))}")]
     if b["summary"]:
         cols, rows = _table_of([dict(r, cap=_cap(r.get("cap"))) for r in b["summary"]], SUMMARY_COLUMNS)
         out.append(table("Ledger summary for the datasets in this report: partition * is the whole dataset "

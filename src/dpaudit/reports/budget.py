@@ -97,6 +97,20 @@ def _budget_notes(release_ids: list[str], entries: list[dict], summary: list[dic
                                                  f"(remaining {rem:.4f})."))
 
 
+def _release_versions(entries: list[dict]) -> dict[str, str]:
+    """Release id -> the data version label of the keyed fingerprint it was recorded under."""
+    labels = _data_versions(entries)
+    return {_release_id(e): labels[e["dataset_fingerprint"]] for e in entries if _release_id(e) and e.get("dataset_fingerprint")}
+
+
+def _drop_fingerprints(entries: list[dict], summary: list[dict]) -> None:
+    for e in entries:
+        for k in LEDGER_ENTRY_DROP:
+            e.pop(k, None)
+    for row in summary:
+        row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
+
+
 def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str],
                   notes: list[Note]) -> dict:
     """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
@@ -114,13 +128,8 @@ def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, dataset
     _integrity_note(out["verify"], path, notes)
     # Which data version (an opaque label for the keyed fingerprint) each recorded release used:
     # what the provenance shows. Old ledgers have none; their raw dataset_sha256 is dropped.
-    labels = _data_versions(entries)
-    out["data_versions"] = {_release_id(e): labels[e["dataset_fingerprint"]] for e in entries if _release_id(e) and e.get("dataset_fingerprint")}
-    for e in entries:
-        for k in LEDGER_ENTRY_DROP:
-            e.pop(k, None)
-    for row in summary:
-        row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
+    out["data_versions"] = _release_versions(entries)
+    _drop_fingerprints(entries, summary)
     out.update(summary=summary, entries=entries, available=True)
     _budget_notes(release_ids, entries, summary, path, notes)
     return out

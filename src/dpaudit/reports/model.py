@@ -143,6 +143,19 @@ def _eps_point(e: dict) -> dict:
             "ceiling": e["ceiling"], "status": e["status"]}
 
 
+def _budget_section(inputs, covered: list, ledger_path, cache: EpsCache, notes: list) -> tuple[dict, dict[str, str]]:
+    """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
+    datasets = _datasets(covered)
+    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
+    fingerprints = ledger.pop("data_versions", {})
+    return {**ledger, "composition": budget.release_composition(covered, cache, notes), "datasets": datasets}, fingerprints
+
+
+def _sweeps(inputs, budget_section: dict, cache: EpsCache, notes: list) -> list[dict]:
+    ledger = budget_section["ledger"] if budget_section["available"] else None
+    return [sweep_section(sw, cache, notes, ledger_path=ledger) for sw in inputs.sweeps]
+
+
 def _audit_section(entries: list[dict], one_runs: list[dict]) -> dict:
     return {"table16": audit.table16(entries), "audits": entries, "eps_points": [_eps_point(e) for e in entries],
             "one_run": one_runs, "not_covered": NOT_COVERED}
@@ -188,12 +201,8 @@ def build_report(
     # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
     # provenance and in the composition of everything this report covers.
     covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]
-    datasets = _datasets(covered)
-    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
-    fingerprints = ledger.pop("data_versions", {})
-    budget_section = {**ledger, "composition": budget.release_composition(covered, cache, notes), "datasets": datasets}
-    sweep_ledger = ledger["ledger"] if ledger["available"] else None
-    sweeps = [sweep_section(sw, cache, notes, ledger_path=sweep_ledger) for sw in inputs.sweeps]
+    budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, cache, notes)
+    sweeps = _sweeps(inputs, budget_section, cache, notes)
     one_runs = _one_runs(inputs, notes)
     sections = {
         "verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps],

@@ -154,6 +154,14 @@ def _add_from_store(g: dict, x: dict) -> None:
         _add_private(g, x["guarantee"], x["epsilon"], x["delta"])
 
 
+def _compose_into(row: dict, res: dict[str, dict], sweep_name: str | None, notes: list[Note]) -> None:
+    row.update({acc: r["epsilon"] for acc, r in res.items()})
+    row["errors"].update({acc: r["error"] for acc, r in res.items() if r["error"]})
+    if res and row["rdp"] is None:
+        notes.append(Note("error", "sweep", f"sweep {sweep_name}: composition of {row['dataset']}/{row['partition']} failed with rdp: "
+                                            f"{row['errors'].get('rdp')}"))
+
+
 def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, notes: list[Note]) -> dict:
     ds, part, adj = key
     n_private = len(g["guarantees"])
@@ -168,11 +176,7 @@ def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, no
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
     elif n_private:
-        res = composed(cache, g["guarantees"], delta, adj)
-        row.update({acc: r["epsilon"] for acc, r in res.items()})
-        row["errors"].update({acc: r["error"] for acc, r in res.items() if r["error"]})
-        if res and row["rdp"] is None:
-            notes.append(Note("error", "sweep", f"sweep {sweep_name}: composition of {ds}/{part} failed with rdp: {row['errors'].get('rdp')}"))
+        _compose_into(row, composed(cache, g["guarantees"], delta, adj), sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
 

@@ -88,14 +88,24 @@ def _curve(k: dict, by_eps: dict, ref: dict | None, notes: list[Note]) -> tuple[
     return rows, {"mechanism": by_eps[next(iter(by_eps))][0].mechanism, "dataset": k["dataset"], "delta": k["delta"], "points": points, "reference": ref}
 
 
+def _reference_row(ds: str, rels: list[Release]) -> dict:
+    return {"mechanism": rels[0].mechanism, "dataset": ds, "epsilon": None, "delta": None, "non_private": True,
+            "n": len(rels), "seeds": _seeds(rels), "metrics": _metric_stats(rels)}
+
+
+def _add_release(r: Release, private: dict, reference: dict) -> None:
+    """A private release joins its curve (by epsilon); a non-private one the reference of its mechanism and dataset."""
+    if r.non_private:
+        reference.setdefault((canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []).append(r)
+    else:
+        private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
+
+
 def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
     private: dict[str, dict[float | None, list[Release]]] = {}
     reference: dict[tuple, list[Release]] = {}
     for r in (lr.release for lr in releases):
-        if r.non_private:
-            reference.setdefault((canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []).append(r)
-        else:
-            private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
+        _add_release(r, private, reference)
     rows, curves = [], []
     for key, by_eps in private.items():
         k = json.loads(key)
@@ -103,10 +113,13 @@ def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
         curve_rows, curve = _curve(k, by_eps, _metric_stats(ref_rels) if ref_rels else None, notes)
         rows += curve_rows
         curves += [curve] if curve is not None else []
-    rows += [{"mechanism": rels[0].mechanism, "dataset": ds, "epsilon": None, "delta": None, "non_private": True,
-              "n": len(rels), "seeds": _seeds(rels), "metrics": _metric_stats(rels)} for (_mech, ds), rels in reference.items()]
+    rows += [_reference_row(ds, rels) for (_mech, ds), rels in reference.items()]
+    _utility_notes(bool(private), bool(reference), rows, notes)
+    return {"rows": rows, "curves": curves}
+
+
+def _utility_notes(private: bool, reference: bool, rows: list[dict], notes: list[Note]) -> None:
     if private and not reference:
         notes.append(Note("info", "utility", "no non-private reference release among the inputs (train one with --non-private)."))
     if any(not r["metrics"] for r in rows):
         notes.append(Note("warning", "utility", "some releases record no numeric metrics."))
-    return {"rows": rows, "curves": curves}

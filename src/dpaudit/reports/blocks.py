@@ -123,8 +123,7 @@ SUMMARY_LABELS = {"audits": "audits", "audit_epsilon": "audits' eps", "epsilon_w
                   "epsilon_rdp": "eps (rdp)", "epsilon_prv": "eps (prv)", "epsilon_pure": "eps (pure)", "naive_epsilon": "naive sum of eps",
                   "voided_releases": "voided", "voided_epsilon": "voided eps (not counted)",
                   "voided_published_releases": "voided but published (counted)"}
-ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon", "delta", "accountant", "non_private", "voided_by",
-                 "created_at"]
+ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon", "delta", "accountant", "non_private", "voided_by", "created_at"]
 
 
 def _cap(cap: Any) -> str:

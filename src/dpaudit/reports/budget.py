@@ -111,8 +111,7 @@ def _drop_fingerprints(entries: list[dict], summary: list[dict]) -> None:
         row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
 
 
-def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str],
-                  notes: list[Note]) -> dict:
+def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str], notes: list[Note]) -> dict:
     """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
     loc = resolve_ledger(ledger_path)
     # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").

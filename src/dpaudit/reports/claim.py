@@ -8,59 +8,13 @@ by the release paths); this module only turns its verdict into the card and the 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
 
 from ..accounting import ACCOUNTANTS
 from ..claims import verify_claim
 from ..records import public_noise_reason
 from .inputs import LoadedRelease, Note, dataset_name, num
 from .recompute import SIDE_BY_SIDE, EpsCache
-
-class AccountingCheck(TypedDict):
-    status: str  # ok | mismatch | unverified | no-claim
-    message: str
-
-
-class EpsilonRow(TypedDict, total=False):
-    accountant: str
-    epsilon: float | None  # recomputed from the stored guarantee
-    stored: float | None  # what the release itself recorded for this accountant
-    lower: float | None
-    estimate: float | None
-    error: str | None
-    claimed_with: bool  # absent when the row could not be computed (invalid delta)
-
-
-class ClaimCard(TypedDict):
-    release_id: str
-    path: str
-    mechanism: str
-    non_private: bool
-    privacy_unit: str
-    adjacency: str
-    accountant: str
-    target_epsilon: float | None
-    epsilon: float | None
-    delta: float | None
-    epsilons: list[EpsilonRow]
-    noise_multiplier: float | None
-    sample_rate: float | None
-    steps_accounted: int | None
-    steps_executed: int | None
-    clipping_norm: float | None
-    normalizer: Any
-    noise_source: dict | None
-    noise_source_label: str
-    noise_secure: bool | None
-    sampler: str
-    dataset: str
-    partition: str
-    seed: Any
-    dpaudit_version: str
-    git_commit: str | None
-    created_at: str
-    accounting_check: AccountingCheck
-
 
 def _find_key(obj: Any, key: str, depth: int = 4) -> Any:
     """First value stored under ``key`` in nested dicts (breadth-first, bounded depth)."""
@@ -89,7 +43,7 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
 
 
 
-def _epsilon_row(r, acc: str, delta: float | None, stored: dict, cache: EpsCache) -> EpsilonRow:
+def _epsilon_row(r, acc: str, delta: float | None, stored: dict, cache: EpsCache) -> dict:
     if delta is None or not (0 < delta < 1) and acc != "pure":
         return {"accountant": acc, "epsilon": None, "stored": num(stored.get(acc)), "lower": None, "estimate": None,
                 "error": f"delta must be in (0, 1), got {r.delta!r}"}
@@ -99,7 +53,7 @@ def _epsilon_row(r, acc: str, delta: float | None, stored: dict, cache: EpsCache
             "lower": res["lower"], "estimate": res["estimate"], "error": res["error"], "claimed_with": acc == r.accountant}
 
 
-def _epsilon_rows(r, delta: float | None, cache: EpsCache) -> list[EpsilonRow]:
+def _epsilon_rows(r, delta: float | None, cache: EpsCache) -> list[dict]:
     """The stored events' epsilon under rdp and prv, and under the claimed accountant (none for a non-private release)."""
     if r.non_private:
         return []
@@ -134,9 +88,10 @@ def _sampler(r) -> str:
     return "full batch (q = 1)" if q >= 1.0 else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
 
 
-def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> ClaimCard:
-    """One claim card: the accounting check of :func:`dpaudit.claims.verify_claim` and, side by
-    side, the epsilon of the stored events under rdp and prv (and the claimed accountant)."""
+def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> dict:
+    """One claim card (its fields: the report model's docstring, ``sections.claim``): the accounting
+    check of :func:`dpaudit.claims.verify_claim` and, side by side, the epsilon of the stored events
+    under rdp and prv (and the claimed accountant)."""
     r = lr.release
     label, secure = noise_label(r.noise_source)
     delta = num(r.delta)

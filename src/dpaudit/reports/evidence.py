@@ -2,7 +2,7 @@
 ``claimed_curve`` and ``comparison`` blocks, its ``statistic``, and one-run records
 (``one_run.json``, read by :mod:`.inputs`).
 
-A loader-layer module (imports nothing of :mod:`dpaudit.reports`): every reader is lenient
+A loader-layer module (of :mod:`dpaudit.reports` it imports only :mod:`.audit_view`): every reader is lenient
 and returns plain, validated values, or None when a block is absent or malformed, so the
 report says "not recorded" / writes a note instead of drawing or tabulating a guess. Nothing
 here recomputes a bound; the numbers are the record's own.
@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from ..claims import integer, number as num
+from .audit_view import name_of
 
 #: The statistics an audit.json may name as the one that decided its eps_LB.
 STATISTICS = ("claimed-curve", "clopper-pearson")
@@ -93,15 +94,6 @@ def curve_view(block: Any) -> dict | None:
         "select_size": integer(block.get("select_size")),
         "eval_size": integer(block.get("eval_size")),
     }
-
-
-def name_of(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, dict):
-        return str(v.get("name") or v.get("kind") or v.get("type") or "unnamed")
-    return str(v)
-
 
 
 def _steinke(st: dict) -> dict:

@@ -24,6 +24,7 @@ Only an input list that yields nothing readable at all is an error (one line).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
@@ -103,6 +104,13 @@ def command_str(cmd: Any) -> str | None:
     if isinstance(cmd, (list, tuple)):
         return shlex.join(str(c) for c in cmd)
     return str(cmd)
+
+
+def fixed(x: float | None, digits: int = 3) -> str:
+    """An epsilon in a verdict line or a note: n/a, inf, or ``digits`` decimals."""
+    if x is None:
+        return "n/a"
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
 
 
 def canonical_mechanism(name: Any) -> str:

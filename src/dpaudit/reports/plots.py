@@ -7,7 +7,6 @@ figures: same size, fonts, palette and grid; every axis is labelled with its uni
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 
@@ -16,9 +15,8 @@ from .figstyle import new_figure, png_bytes, style_axes
 from .tradeoff import one_run_figure, tradeoff_figure
 
 PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6d4c41", "#546e7a")
-IN_COLOR, OUT_COLOR = "#c0392b", "#1f4e79"
+IN_COLOR = "#c0392b"
 FIGSIZE = (6.4, 4.0)
-DPI = 110
 MAX_ROC_CURVES = 8
 
 
@@ -29,18 +27,6 @@ class Figure:
     title: str
     caption: str
     png: bytes
-
-
-def _new_figure(figsize=FIGSIZE):
-    return new_figure(figsize)
-
-
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    style_axes(ax, title, xlabel, ylabel, size=11)
-
-
-def _png(fig) -> bytes:
-    return png_bytes(fig)
 
 
 def _label(e: dict) -> str:
@@ -60,7 +46,7 @@ def _roc_points(e: dict) -> list[tuple[float, float]]:
 
 
 def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
-    fig = _new_figure((8.6, 4.2))
+    fig = new_figure((8.6, 4.2))
     ax = fig.add_subplot()
     floor = 1.0
     for j, e in enumerate(es[:MAX_ROC_CURVES]):
@@ -77,12 +63,12 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
     ax.set_yscale("log")
     ax.set_xlim(floor, 1.05)
     ax.set_ylim(floor, 1.05)
-    _style(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
+    style_axes(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn." if len(es) > MAX_ROC_CURVES else ""
     return Figure(f"roc_{k}", "audit", f"ROC ({mech})",
                   "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)." + more,
-                  _png(fig))
+                  png_bytes(fig))
 
 
 def roc_figures(report: dict) -> list[Figure]:
@@ -126,7 +112,7 @@ def eps_figure(report: dict) -> list[Figure]:
     pts = [p for p in report["sections"]["audit"]["eps_points"] if _finite_claim(p)]
     if not pts:
         return []
-    fig = _new_figure((8.0, 4.2))
+    fig = new_figure((8.0, 4.2))
     ax = fig.add_subplot()
     top = _top(pts)
     ax.plot([0, top], [0, top], color="#888888", linestyle="--", linewidth=1, label="eps_LB = claimed (above: violation)")
@@ -140,11 +126,11 @@ def eps_figure(report: dict) -> list[Figure]:
         _scatter_point(ax, p, num(p["claimed_epsilon"]) + off[str(p.get("canary"))], PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)], top, seen)
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
-    _style(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
+    style_axes(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return [Figure("eps_lb_vs_claimed", "audit", "eps_LB vs claimed epsilon",
                    "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
-                   "points above the dashed line contradict the claim.", _png(fig))]
+                   "points above the dashed line contradict the claim.", png_bytes(fig))]
 
 
 def _series(eps: list, pts: list[dict], m: str) -> tuple[list, list, list]:
@@ -163,7 +149,7 @@ def _draw_metric(ax, m: str, color: str, series: tuple, ref: dict | None) -> Non
 def _utility_figure(k: int, c: dict) -> Figure:
     pts = c["points"]
     names = list(dict.fromkeys(m for p in pts for m in p["metrics"]))
-    fig = _new_figure()
+    fig = new_figure(FIGSIZE)
     ax = fig.add_subplot()
     eps = [num(p["epsilon"]) for p in pts]
     for j, m in enumerate(names):
@@ -172,10 +158,10 @@ def _utility_figure(k: int, c: dict) -> Figure:
         ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
     if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
         ax.set_xscale("log")
-    _style(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", "epsilon (nats, at the recorded delta)", "metric value (fraction)")
+    style_axes(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", "epsilon (nats, at the recorded delta)", "metric value (fraction)")
     ax.legend(fontsize=7, loc="lower right")
     return Figure(f"utility_{k}", "utility", f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
-                  "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", _png(fig))
+                  "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", png_bytes(fig))
 
 
 def utility_figures(report: dict) -> list[Figure]:
@@ -213,5 +199,4 @@ def one_run_figures(report: dict) -> list[Figure]:
 
 
 def all_figures(report: dict) -> list[Figure]:
-    return (utility_figures(report) + eps_figure(report) + roc_figures(report)
-            + tradeoff_figures(report) + one_run_figures(report))
+    return (utility_figures(report) + eps_figure(report) + roc_figures(report) + tradeoff_figures(report) + one_run_figures(report))

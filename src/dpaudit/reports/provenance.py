@@ -57,8 +57,7 @@ def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
     by[match]["audits"].append(la.view.id or str(la.path))
 
 
-def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note],
-               fingerprints: dict[str, str] | None = None) -> list[dict]:
+def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note], fingerprints: dict[str, str] | None = None) -> list[dict]:
     """Per dataset: its public identity, and the data version labels of its releases
     (``fingerprints``: release id -> label of the ledger's keyed fingerprint, only when a ledger was read).
 

@@ -41,17 +41,11 @@ from ..errors import DPAuditError
 from ..records import _json_safe, read_json
 from ..sweeps import sweep_tables
 from .claim import noise_label
-from .inputs import LoadedSweep, Note, dataset_name, num
+from .inputs import LoadedSweep, Note, dataset_name, fixed, num
 from .recompute import EpsCache, compose_sequential, composed
 
 #: At most this many mismatching releases are named one by one (the rest are counted).
 MAX_LISTED = 20
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "n/a"
-    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
 
 
 def _store_guarantee(result: dict) -> dict | None:
@@ -202,9 +196,9 @@ def _composed_clause(row: dict, where: str) -> str:
     if comp is None:
         s = f"{row['releases']} releases of this sweep on {where}: composed epsilon could not be computed"
     else:
-        s = f"{row['releases']} releases of this sweep on {where} compose to eps = {at_least}{_fmt(comp)} ({via}) at delta = {row['delta']:g}"
+        s = f"{row['releases']} releases of this sweep on {where} compose to eps = {at_least}{fixed(comp)} ({via}) at delta = {row['delta']:g}"
     if row["prv"] is not None and via == "rdp":
-        return s + f" (prv: {_fmt(row['prv'])})"
+        return s + f" (prv: {fixed(row['prv'])})"
     if row["prv"] is None and row["errors"].get("prv"):
         return s + f" (prv gave no bound: {row['errors']['prv'].rstrip('.')})"
     return s
@@ -219,9 +213,9 @@ def _budget_sentence(row: dict) -> str:
         return f"no private release of this sweep on {where}."
     s = _composed_clause(row, where)
     if row["largest_single"] is not None:
-        s += f"; the largest single release claims eps = {_fmt(row['largest_single']['epsilon'])}"
+        s += f"; the largest single release claims eps = {fixed(row['largest_single']['epsilon'])}"
     if row["naive_sum"] is not None:
-        s += f"; the naive sum of their claims is {_fmt(row['naive_sum'])}"
+        s += f"; the naive sum of their claims is {fixed(row['naive_sum'])}"
     if row["lower_bound_only"]:
         s += f" ({row['unknown_releases']} release(s) could not be read: the composed epsilon is a lower bound)"
     return s + "."
@@ -286,8 +280,7 @@ def _ledger_row(key: tuple, es: list, cache: EpsCache) -> dict:
             "rdp": _ledger_rdp(private, len(es), delta, adj, cache)}
 
 
-def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache: EpsCache,
-                  notes: list[Note]) -> dict | None:
+def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache: EpsCache, notes: list[Note]) -> dict | None:
     """What the ledger recorded for this sweep: by release id and by the entries' ``sweep`` tag."""
     if not ledger_path:
         return None
@@ -344,8 +337,7 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
     if c["failed"]:
         first = failures[0]
         stale = sum(1 for fl in failures if fl.get("in_current_spec") is False)
-        why = (f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
-               if stale else "")
+        why = (f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)" if stale else "")
         notes.append(Note("warning", "sweep", f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
                                               f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."))
     if c["pending"]:
@@ -426,7 +418,7 @@ def sweep_verdict(entry: dict) -> dict:
     worst = [b for b in entry["budget"] if b.get("rdp") is not None]
     if worst:
         b = max(worst, key=lambda r: r["rdp"])
-        parts.append(f"composed eps on {b['dataset']}/{b['partition']} = {_fmt(b['rdp'])} (rdp) vs largest single {_fmt(b['max_single_epsilon'])}")
+        parts.append(f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}")
     flags = ["sweep"] + [f for f, on in (("accounting-mismatch", status == "accounting-mismatch"), ("missing-releases", entry.get("missing_releases")),
                                           ("unreadable-releases", entry.get("unreadable_releases"))) if on]
     return {"mechanism": head, "key": f"sweep:{name}", "status": status, "flags": flags, "line": f"{head}: " + "; ".join(parts),

@@ -35,8 +35,9 @@ from typing import Any
 
 from ..audits.verdicts import upgrade
 from ..errors import UsageError
-from .evidence import curve_view, name_of as _name, num, one_run_view
-from .figstyle import DPI, new_figure, png_bytes, style_axes
+from .audit_view import name_of as _name
+from .evidence import curve_view, num, one_run_view
+from .figstyle import new_figure, png_bytes, style_axes
 
 #: File name of the picture written next to audit.json.
 TRADEOFF_FILE = "tradeoff.png"
@@ -60,14 +61,6 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 
 # ------------------------------------------------------------------ drawing
-
-
-def _new_figure(figsize, layout: str | None = "constrained"):
-    return new_figure(figsize, layout)
-
-
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    style_axes(ax, title, xlabel, ylabel, size=10)
 
 
 def _family_label(cv: dict) -> str:
@@ -155,12 +148,12 @@ def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
         ax.set_yscale("log")
         ax.set_xlim(floor, 1.3)
         ax.set_ylim(floor, 1.3)
-        _style(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)")
+        style_axes(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)", size=10)
     else:
         ax.set_xlim(0.0, 1.0)
         ax.set_ylim(0.0, 1.0)
         ax.set_aspect("equal")
-        _style(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)")
+        style_axes(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)", size=10)
 
 
 def _log_floor(cv: dict) -> float:
@@ -204,7 +197,7 @@ def tradeoff_figure(audit: dict):
         raise UsageError("audit must carry a claimed_curve block with curve, point (fpr_upper, fnr_upper) and violated, "
                          f"got {'none' if audit.get('claimed_curve') is None else 'a malformed one'}.")
     # a fixed layout: the constrained one doubles the drawing time of these tick-heavy log axes
-    fig = _new_figure(FIGSIZE, layout=None)
+    fig = new_figure(FIGSIZE, layout=None)
     ax_lin, ax_log = fig.subplots(1, 2, gridspec_kw={"left": 0.065, "right": 0.985, "top": 0.83, "bottom": 0.28, "wspace": 0.22})
     _draw_panel(ax_lin, cv, log=False, floor=0.0)
     _draw_panel(ax_log, cv, log=True, floor=_log_floor(cv))
@@ -283,7 +276,7 @@ def one_run_figure(record: dict):
         raise UsageError("one-run record must carry a steinke or fdp block, got neither.")
     claim = v["claimed_epsilon"]
     rows = _one_run_bars(v, record)
-    fig = _new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
+    fig = new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
     ax = fig.add_subplot()
     claim_shown = claim is not None and math.isfinite(claim)
     top = max([r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim_shown else []) + [0.1]) * 1.15
@@ -296,5 +289,5 @@ def one_run_figure(record: dict):
         ax.axvline(claim, color=CURVE_COLOR, linestyle="--", linewidth=1.2, label=f"claimed eps {_fmt(claim)}", gid="claim-line")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlim(0, top)
-    _style(ax, f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}", "epsilon (nats)", "")
+    style_axes(ax, f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}", "epsilon (nats)", "", size=10)
     return fig

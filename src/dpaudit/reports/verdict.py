@@ -9,7 +9,7 @@ from typing import Any
 
 from ..audits.verdicts import family_verdict, upgrade
 from .audit import audit_entry
-from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, num
+from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, fixed, num
 
 #: Relative tolerance when checking that a linked release claims the epsilon its audit tested
 #: (float rounding of the same accountant's number, nothing more).
@@ -20,10 +20,6 @@ def _close(a: float | None, b: float | None, rtol: float) -> bool:
     if a is None or b is None:
         return False
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.3f}")
 
 
 def _statistics(entries: list[dict]) -> list[str]:
@@ -46,9 +42,9 @@ def _tally(entries: list[dict]) -> str:
 def _one_run_line(e: dict) -> str:
     lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
     if e["status"] == "violation":
-        return f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(claim)}, decided by the {e['statistic']} statistic"
+        return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(claim)}, decided by the {e['statistic']} statistic"
     if e["status"] == "no-evidence":
-        return f"no evidence of a violation (eps_LB {_fmt(lb)} <= claimed {_fmt(claim)}; statistic: {e['statistic']})"
+        return f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
     return "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
 
 
@@ -141,7 +137,7 @@ def _uncovered(g: _Group, covered_ids: set[str], any_release: bool, notes: list[
                                                 "the verdict uses the audits' own claimed epsilon."))
     uncovered = [r for r in g.releases if r.id not in covered_ids]
     for r in uncovered:
-        notes.append(Note("warning", "verdict", f"release {r.id[:12]} ({r.mechanism}, eps={_fmt(num(r.epsilon))}) has no audit "
+        notes.append(Note("warning", "verdict", f"release {r.id[:12]} ({r.mechanism}, eps={fixed(num(r.epsilon))}) has no audit "
                                                 "among the inputs (none of its mechanism at its epsilon)."))
     return uncovered
 
@@ -174,7 +170,7 @@ def _headline(g: _Group, entries: list[dict], violations: list[dict], incomplete
         best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
         lb, claim = best["epsilon_lower_bound"], best["compared_claim"]
         op = "<=" if lb is None or lb <= claim else ">"
-        return ("no-evidence", f"no evidence of a violation (max eps_LB {_fmt(lb)} {op} claimed {_fmt(claim)}; statistic: {_tally(ok)})",
+        return ("no-evidence", f"no evidence of a violation (max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)})",
                 _statistics(ok))
     if entries and all(e["status"] == "control" for e in entries):
         return "not-audited", "NOT AUDITED: only control runs of this mechanism among the inputs", []
@@ -189,7 +185,7 @@ def _ceiling_qualifiers(ok: list[dict]) -> list[tuple[str, str]]:
     weak = [e for e in ok if e["underpowered"]]
     if weak:
         w = min(weak, key=lambda e: e["ceiling"])
-        out.append(("underpowered", f"audit underpowered: ceiling {_fmt(w['ceiling'])} < claimed {_fmt(w['compared_claim'])}"))
+        out.append(("underpowered", f"audit underpowered: ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}"))
     unknown = sum(1 for e in ok if e["ceiling"] is None)
     return out + ([("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else [])
 
@@ -267,8 +263,8 @@ def _covered(la, link: LoadedRelease | None, key: str, notes: list[Note]) -> lis
         return []
     own, rel = la.view.claimed_epsilon, num(link.release.epsilon)
     if own is not None and rel is not None and not _close(own, rel, CLAIM_MATCH_RTOL):
-        notes.append(Note("warning", "audit", f"audit {la.path} tested claimed epsilon {_fmt(own)} but its release {link.release.id[:12]} "
-                                              f"claims {_fmt(rel)}: it does not audit that claim and covers no release."))
+        notes.append(Note("warning", "audit", f"audit {la.path} tested claimed epsilon {fixed(own)} but its release {link.release.id[:12]} "
+                                              f"claims {fixed(rel)}: it does not audit that claim and covers no release."))
         return []
     return [link.release]
 
@@ -284,8 +280,8 @@ def _violation_text(e: dict) -> str:
     lb = d.get("epsilon_lower_bound", e["epsilon_lower_bound"])
     fam = (e.get("claim_family_bound") or {}).get("statement") if e["statistic"] == "claimed-curve" else None
     if fam:
-        return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {_fmt(lb)}, claimed {_fmt(e['compared_claim'])})"
-    return f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(e['compared_claim'])}"
+        return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {fixed(lb)}, claimed {fixed(e['compared_claim'])})"
+    return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(e['compared_claim'])}"
 
 
 def _bonferroni(inputs: Inputs, judged: list[dict], notes: list[Note], name: str) -> dict | None:

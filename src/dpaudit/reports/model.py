@@ -27,12 +27,8 @@ when the inputs include a sweep):
    in/out score histograms and eps_LB-vs-claimed points.
 7. ``reproduce`` — the recorded command of every release and audit (and of every sweep).
 8. ``sweep`` (only when a sweep folder or ``sweep.sqlite`` is among the inputs; rendered after
-   ``budget``) — one summary per sweep instead of one claim card per release: task counts, the
-   sweep's tables recomputed from its store, an accounting check of every release, and the
-   composed budget of its releases (:mod:`dpaudit.reports.sweep`). Each sweep also gets one
-   verdict line: ``ACCOUNTING MISMATCH`` when any of its releases fails the claim-card check
-   (fail closed), ``INCONCLUSIVE`` when its store cannot be read, else ``NOT AUDITED`` (a sweep
-   is not audited as a whole) with the accounting tally and its largest composed epsilon.
+   ``budget``) — one summary per sweep instead of one claim card per release, and one verdict
+   line per sweep (:mod:`dpaudit.reports.sweep`).
 
 Notes (error / warning / info) carry everything the reader must know about bad inputs.
 
@@ -83,28 +79,8 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   behind the line); a one-run record with a claim gets a verdict line of its own;
 - ``sections.reproduce``: [{kind: release | audit | sweep | report, mechanism, id, path, command,
   seed, noise, parameters?}];
-- ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep with
-  ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error`` (unreadable store, else null),
-  ``counts`` {done, failed, pending, total}, ``failures`` [{key, model, dataset, epsilon, seed,
-  error, in_current_spec (false: left from an earlier version of the spec; null: unknown)}],
-  ``spec`` (as stored), ``releases`` (release files read below the folder) and
-  ``release_ids``, ``missing_releases`` (named by the store, no readable file) and
-  ``orphan_releases`` (on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables`
-  recomputed from the store: cells {dataset, epsilon, model, metric, seeds, values, summary {n,
-  mean, sd, ci_low, ci_high, confidence}}, contrasts {..., mean_difference, p_value, p_holm,
-  wins, ties, losses, n}, win_tie_loss, table3 {epsilon, citation, rows}, notes),
-  ``tables_json`` (matches | differs | unreadable | absent: the saved tables.json against the
-  recomputed ones), ``accounting`` {status: ok | mismatch | unverified | no-claim, line,
-  checked, ok, mismatch, unverified, non_private, reproducible_noise, mismatches [{release_id,
-  mechanism, path, epsilon, message}], unverified_releases}, ``budget`` [per (dataset,
-  partition, adjacency): releases, private_releases, non_private_releases, unknown_releases,
-  from_store, largest_single {epsilon, release_id, mechanism, target_epsilon},
-  max_single_epsilon, naive_sum, delta, rdp, prv (composed at delta; inf when a non-private
-  release is among them), errors {accountant: why it declined}, unbounded, lower_bound_only,
-  sentence], ``ledger`` (with a ledger: {ledger, recorded (this sweep's releases found by id),
-  tagged (entries whose payload carries this sweep's name), tagged_elsewhere, voided, missing,
-  missing_ids, composition [the ledger's stored events of the sweep, composed with rdp],
-  summary (``Ledger.summary(sweep=...)`` when the ledger knows the sweep), error}, else null).
+- ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep, its
+  fields listed in :mod:`dpaudit.reports.sweep`.
 """
 
 from __future__ import annotations

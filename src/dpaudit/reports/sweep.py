@@ -2,29 +2,36 @@
 
 A sweep folder (``OUT/NAME/`` holding ``sweep.sqlite`` and ``releases/...``, written by
 :func:`dpaudit.sweeps.run_sweep`) may hold hundreds of releases; a reviewer cannot read that many
-claim cards. The report therefore treats a sweep as one input and summarises it:
+claim cards, so the report summarises it. Which releases belong to a sweep: every ``release.json``
+below its folder (a release that exists on disk spent budget, whether or not its task finished
+cleanly), cross-checked against the release ids its store's finished tasks recorded; one the store
+names whose file is missing is composed from the parameters the store kept (error note; without
+them the composed epsilon is a lower bound). Every task is a separate release on the same training
+partition, so they compose sequentially: the sweep's cost is far above any single run's epsilon.
 
-- the task counts of its store (done / failed / pending);
-- its tables, *recomputed from the store* with :func:`dpaudit.sweeps.sweep_tables` (cells with
-  mean, SD, 95 % t-interval and n; paired contrasts with the exact sign-flip p, Holm-adjusted p
-  and seed-level win/tie/loss; the Table 3 comparison of the DP-RVFL paper, section 4.3);
-- an accounting check over *every* release of the sweep: each release's stored guarantee is
-  checked by :func:`dpaudit.claims.verify_claim` (the check of a claim card: its stored guarantee
-  recomputed with its own accountant must not exceed its claimed epsilon, steps and target
-  agree); any mismatch makes the sweep's verdict ACCOUNTING MISMATCH (fail closed);
-- the budget: per (dataset, partition) the number of the sweep's releases, the largest single
-  claim, the naive sum and the composed epsilon of all of them (rdp, and prv where it does not
-  decline) at the releases' delta. Every task of a sweep is a separate release on the same
-  training partition, so these compose sequentially: the sweep's cost is far above any single
-  run's epsilon, and the report says so;
-- with a ledger, what the ledger recorded for the sweep (by release id, and by the ``sweep`` tag
-  the ledger keeps in each entry's payload when present).
-
-Which releases belong to a sweep: every ``release.json`` below the sweep folder (a release that
-exists on disk spent budget, whether or not its task finished cleanly), cross-checked against the
-release ids the store's finished tasks recorded. A release the store names but whose file is
-missing is composed from the parameters the store kept, with an error note; if even those are
-missing, the composed epsilon is marked a lower bound.
+Its ``sections.sweep`` entry: ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error``
+(unreadable store, else null), ``counts`` {done, failed, pending, total}, ``failures`` [{key,
+model, dataset, epsilon, seed, error, in_current_spec (false: left from an earlier version of the
+spec; null: unknown)}], ``spec`` (as stored), ``releases`` (release files read below the folder),
+``release_ids``, ``missing_releases`` (named by the store, no readable file), ``orphan_releases``
+(on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables` recomputed from the
+store: cells, paired contrasts with exact sign-flip and Holm-adjusted p and seed-level
+win/tie/loss, the Table 3 comparison of the DP-RVFL paper), ``tables_json`` (matches | differs |
+unreadable | absent: the saved tables.json against the recomputed ones), ``accounting`` (every
+release's claim checked by :func:`dpaudit.claims.verify_claim`: {status: ok | mismatch |
+unverified | no-claim, line, checked, ok, mismatch, unverified, non_private, reproducible_noise,
+mismatches [{release_id, mechanism, path, epsilon, message}], unverified_releases}; any mismatch
+makes the sweep's verdict ACCOUNTING MISMATCH), ``budget`` [per (dataset, partition, adjacency):
+releases, private_releases, non_private_releases, unknown_releases, from_store, largest_single
+{epsilon, release_id, mechanism, target_epsilon}, max_single_epsilon, naive_sum, delta, rdp, prv
+(composed at delta; inf with a non-private release among them), errors {accountant: why it
+declined}, unbounded, lower_bound_only, sentence] and ``ledger`` (with a ledger: {ledger,
+recorded (found by id), tagged (entries whose payload carries the sweep's name),
+tagged_elsewhere, voided, missing, missing_ids, composition (the ledger's stored events, rdp),
+summary (``Ledger.summary(sweep=...)`` when the ledger knows the sweep), error}, else null).
+The sweep's verdict line: ``ACCOUNTING MISMATCH`` (fail closed), ``INCONCLUSIVE`` when its store
+cannot be read, else ``NOT AUDITED`` (a sweep is not audited as a whole) with its accounting
+tally and its largest composed epsilon.
 """
 
 from __future__ import annotations

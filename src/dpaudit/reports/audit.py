@@ -55,9 +55,8 @@ ENTRY_FIELDS = ("id", "mechanism", "canary", "task", "dataset", "trials", "eval_
                 "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing")
 
 
-def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note], with_scores: bool = False) -> dict:
-    """One audit's entry. ``with_scores`` has no effect any more: raw scores are local (issue 23
-    point 5), so the report never reads them; kept for callers that still pass it."""
+def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note]) -> dict:
+    """One audit's entry (raw scores are local, issue 23 point 5: the report never reads them)."""
     v = la.view
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}

@@ -158,7 +158,6 @@ def build_report(
     ledger_path: str | os.PathLike | None = None,
     title: str | None = None,
     command: str | None = None,
-    with_scores: bool = True,
 ) -> dict:
     """Build the JSON report model from release/audit paths (files or folders, searched recursively).
 
@@ -173,7 +172,7 @@ def build_report(
     cache = EpsCache()
     claims = [claim.claim_card(lr, cache, notes) for lr in inputs.releases]
     links = audit.link_audits(inputs, notes)
-    verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes, with_scores)
+    verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes)
     # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
     # provenance and in the composition of everything this report covers.
     covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]

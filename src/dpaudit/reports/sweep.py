@@ -128,31 +128,25 @@ def _group() -> dict:
     return {"guarantees": [], "claims": [], "deltas": [], "non_private": 0, "unknown": 0, "from_store": 0, "largest": None}
 
 
-def _add_private(g: dict, guarantee: dict, eps: float | None, delta: float | None) -> None:
-    g["guarantees"].append(guarantee)
-    g["claims"].append(eps if eps is not None else math.inf)
-    if delta is not None:
-        g["deltas"].append(delta)
+def _from_release(r) -> dict:
+    """A release of the sweep in the form of one the store kept (:func:`_from_store`), plus its largest-claim record."""
+    return {"dataset": dataset_name(r.dataset), "partition": str(r.partition), "adjacency": str(r.adjacency), "epsilon": num(r.epsilon),
+            "delta": num(r.delta), "guarantee": r.guarantee, "non_private": r.non_private,
+            "largest": {"epsilon": num(r.epsilon), "release_id": r.id, "mechanism": r.mechanism, "target_epsilon": num(r.target_epsilon)}}
 
 
-def _add_release(g: dict, r) -> None:
-    if r.non_private:
-        g["non_private"] += 1
+def _add(g: dict, x: dict) -> None:
+    g["from_store"] += "largest" not in x
+    if x["non_private"] or x["guarantee"] is None:
+        g["non_private" if x["non_private"] else "unknown"] += 1
         return
-    eps = num(r.epsilon)
-    _add_private(g, r.guarantee, eps, num(r.delta))
-    if eps is not None and (g["largest"] is None or eps > g["largest"]["epsilon"]):
-        g["largest"] = {"epsilon": eps, "release_id": r.id, "mechanism": r.mechanism, "target_epsilon": num(r.target_epsilon)}
-
-
-def _add_from_store(g: dict, x: dict) -> None:
-    g["from_store"] += 1
-    if x["non_private"]:
-        g["non_private"] += 1
-    elif x["guarantee"] is None:
-        g["unknown"] += 1
-    else:
-        _add_private(g, x["guarantee"], x["epsilon"], x["delta"])
+    g["guarantees"].append(x["guarantee"])
+    g["claims"].append(x["epsilon"] if x["epsilon"] is not None else math.inf)
+    if x["delta"] is not None:
+        g["deltas"].append(x["delta"])
+    big = x.get("largest")
+    if big and big["epsilon"] is not None and (g["largest"] is None or big["epsilon"] > g["largest"]["epsilon"]):
+        g["largest"] = big
 
 
 def _compose_into(row: dict, res: dict[str, dict], sweep_name: str | None, notes: list[Note]) -> None:
@@ -189,11 +183,8 @@ def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[
     adjacency, epsilon, delta, guarantee (or None), non_private}.
     """
     groups: dict[tuple, dict] = {}
-    for lr in sweep.releases:
-        r = lr.release
-        _add_release(groups.setdefault((dataset_name(r.dataset), str(r.partition), str(r.adjacency)), _group()), r)
-    for x in extra:
-        _add_from_store(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
+    for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
+        _add(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
     return [_budget_row(key, g, cache, sweep.name, notes) for key, g in groups.items()]
 
 

@@ -117,7 +117,7 @@ def _like_for_like(la, r, notes: list[Note]) -> None:
                                               f"{r.adjacency}; the comparison is not like for like."))
 
 
-def _entries(g: _Group, inputs: Inputs, links: dict, notes: list[Note], with_scores: bool) -> tuple[list[dict], set[str]]:
+def _entries(g: _Group, inputs: Inputs, links: dict, notes: list[Note]) -> tuple[list[dict], set[str]]:
     """The audit entries of one group and the ids of the releases they cover."""
     entries, covered_ids = [], set()
     for i in g.audits:
@@ -126,7 +126,7 @@ def _entries(g: _Group, inputs: Inputs, links: dict, notes: list[Note], with_sco
         covered_ids.update(r.id for r in covered)
         for r in covered:
             _like_for_like(la, r, notes)
-        entries.append(audit_entry(i, la, covered, notes, with_scores))
+        entries.append(audit_entry(i, la, covered, notes))
     return entries, covered_ids
 
 
@@ -219,8 +219,8 @@ def _judged(entries: list[dict]) -> list[dict]:
     return [e for s in ("violation", "no-evidence") for e in entries if e["status"] == s]
 
 
-def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note], with_scores: bool) -> tuple[dict, list[dict]]:
-    entries, covered_ids = _entries(g, inputs, links, notes, with_scores)
+def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note]) -> tuple[dict, list[dict]]:
+    entries, covered_ids = _entries(g, inputs, links, notes)
     uncovered = _uncovered(g, covered_ids, bool(inputs.releases), notes)
     mismatch = _mismatched(g, claim_by_id)
     family = _bonferroni(inputs, _judged(entries), notes, g.name)
@@ -241,13 +241,12 @@ def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, no
     }, entries
 
 
-def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note],
-                       with_scores: bool) -> tuple[list[dict], list[dict]]:
+def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]) -> tuple[list[dict], list[dict]]:
     """One verdict per mechanism, and the audit entries (in group order)."""
     claim_by_id = {c["release_id"]: c for c in claims}
     verdicts, entries = [], []
     for g in _groups(inputs, notes).values():
-        v, es = _group_verdict(g, inputs, claim_by_id, links, notes, with_scores)
+        v, es = _group_verdict(g, inputs, claim_by_id, links, notes)
         verdicts.append(v)
         entries.extend(es)
     return verdicts, entries

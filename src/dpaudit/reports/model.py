@@ -1,44 +1,29 @@
 """The report model: one JSON-serialisable dict, the source of truth every renderer reads.
 
-:func:`build_report` turns releases, audits, sweeps and the ledger into seven sections (eight
-when the inputs include a sweep):
+:func:`build_report` assembles seven sections (eight with a sweep), each built by its own module
+from what :mod:`.inputs` loaded:
 
-1. ``verdict`` — one line per mechanism. Rules (fail closed, never guess):
-
-   - ``VIOLATION: eps_LB x > claimed y`` when any audit of the mechanism certifies a lower
-     bound above the claim. The claim compared against is the *smallest* of the audit's
-     ``claimed_epsilon`` and the epsilons of the releases it covers, so a release that claims
-     less than its audit assumed cannot hide behind the audit's number.
-   - ``ACCOUNTING MISMATCH`` when re-running the release's own accountant on its stored
-     guarantee gives a larger epsilon than claimed, or the achieved epsilon exceeds the target.
-   - ``INCONCLUSIVE`` when an audit lacks eps_LB or a claim, or its stored eps_LB disagrees
-     with its own counts in a way that could hide a violation.
-   - ``NOT AUDITED`` when no audit of the mechanism is among the inputs.
-   - otherwise ``no evidence of a violation``; ``audit underpowered`` is added when an audit's
-     ceiling (the largest eps_LB its EVAL trials can certify) is below the claim — such an
-     audit could not have seen a violation of that size.
-2. ``claim`` — claim cards, with every accountant's epsilon recomputed from the stored events.
-3. ``provenance`` — public dataset identity, profile, splits and seeds, and which data version
-   the ledger holds its releases under (an opaque label, never a fingerprint or hash of the data).
-4. ``budget`` — the ledger's summary for the datasets involved, and the releases' own
-   composition as a cross-check.
-5. ``utility`` — metrics as mean +/- SD over seeds, privacy-utility curves, non-private reference.
-6. ``audit`` — the Table-16-shaped table (DP-MixMin paper, Table 16), per-audit detail, ROC,
-   in/out score histograms and eps_LB-vs-claimed points.
-7. ``reproduce`` — the recorded command of every release and audit (and of every sweep).
-8. ``sweep`` (only when a sweep folder or ``sweep.sqlite`` is among the inputs; rendered after
-   ``budget``) — one summary per sweep instead of one claim card per release, and one verdict
-   line per sweep (:mod:`dpaudit.reports.sweep`).
+1. ``verdict`` (:mod:`.verdict`) — one line per mechanism, fail closed: ``VIOLATION`` when an
+   audit certifies eps_LB above the claim it tested (its recorded claim; a covered release's only
+   when it records none); ``ACCOUNTING MISMATCH`` when a release fails
+   :func:`dpaudit.claims.verify_claim` (its stored guarantee, recomputed with its own accountant,
+   exceeds the claim, steps executed differ from steps accounted, or the achieved epsilon exceeds
+   the target); ``INCONCLUSIVE`` when an audit lacks eps_LB or a claim, or disagrees with its own
+   counts; ``NOT AUDITED`` without an audit; else ``no evidence of a violation``, with ``audit
+   underpowered`` when an audit's ceiling (the largest eps_LB its EVAL trials can certify) is
+   below the claim.
+2. ``claim`` (:mod:`.claim`) — claim cards, every accountant's epsilon recomputed from the events.
+3. ``provenance`` (:mod:`.provenance`) — public dataset identity, splits and seeds, and the data
+   version label the ledger holds its releases under (never a fingerprint or hash of the data).
+4. ``budget`` (:mod:`.budget`) — the ledger's summary, and the releases' own composition.
+5. ``utility`` (:mod:`.utility`) — metrics as mean +/- SD over seeds, privacy-utility curves.
+6. ``audit`` (:mod:`.audit`) — the Table-16-shaped table (DP-MixMin paper), per-audit detail,
+   ROC and eps_LB-vs-claimed points, one-run audits.
+7. ``reproduce`` (:mod:`.reproduce`) — the recorded command of every release, audit and sweep.
+8. ``sweep`` (:mod:`.sweep`; only with a sweep folder or ``sweep.sqlite`` among the inputs,
+   rendered after ``budget``) — one summary and one verdict line per sweep.
 
 Notes (error / warning / info) carry everything the reader must know about bad inputs.
-
-Each section is built by its own module (:mod:`.claim`, :mod:`.provenance`, :mod:`.budget`,
-:mod:`.utility`, :mod:`.audit`, :mod:`.verdict`, :mod:`.reproduce`, :mod:`.sweep`) from the
-inputs :mod:`.inputs` loaded; this module only assembles them. The accounting check of a claim
-card (and of a sweep's releases) is :func:`dpaudit.claims.verify_claim`: a stored guarantee
-recomputed with the release's own accountant and adjacency must not exceed the claimed epsilon
-by more than :data:`dpaudit.claims.CLAIM_RTOL`, the steps executed must equal the steps
-accounted, and the achieved epsilon must not exceed the target.
 
 JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings "inf"/"nan"):
 

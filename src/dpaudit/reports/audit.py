@@ -17,7 +17,8 @@ from ..audits.curves import family_statement
 from ..audits.verdicts import decision_at, upgrade, violated
 from ..errors import DPAuditError
 from ..records import Release
-from . import evidence, stats
+from . import stats
+from .audit_view import STATISTICS, comparison_view, curve_view, one_run_view, statistic_of
 from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, integer, num
 
 
@@ -162,7 +163,7 @@ def _inconsistency(entry: dict, lb: float, claim: float, decision: dict | None) 
                 + (f" (eps_LB {rec:.4f}, claim {claim:.4f})" if rec is not None else "") + "; INCONCLUSIVE.")
     if rec is not None and _far(lb, rec):
         return f"stored eps_LB {lb:.4f} differs from {rec:.4f} recomputed from its counts; INCONCLUSIVE."
-    if entry["statistic"] not in evidence.STATISTICS:
+    if entry["statistic"] not in STATISTICS:
         return f"eps_LB comes from statistic {entry['statistic']!r}, which this report does not know; INCONCLUSIVE."
     return None
 
@@ -187,12 +188,12 @@ def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> No
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
     rec = la.record
-    stat = entry["statistic"] = evidence.statistic_of(rec)
+    stat = entry["statistic"] = statistic_of(rec)
     cp = num(rec.get("clopper_pearson_epsilon"))
     entry["clopper_pearson_epsilon"] = cp if cp is not None or stat != "clopper-pearson" else la.view.epsilon_lower_bound
     entry["threat_model"] = rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
-    entry["comparison"] = evidence.comparison_view(rec.get("comparison"))
-    cv = entry["claimed_curve"] = evidence.curve_view(rec.get("claimed_curve"))
+    entry["comparison"] = comparison_view(rec.get("comparison"))
+    cv = entry["claimed_curve"] = curve_view(rec.get("claimed_curve"))
     entry["claim_family_bound"] = _family_bound(cv)
     if cv is None and rec.get("claimed_curve") is not None:
         notes.append(Note("warning", "audit", f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
@@ -227,7 +228,7 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     not back, or a missing claim, is INCONCLUSIVE (fail closed). A no-noise run is a control.
     """
     label = f"one-run record {lo.path}"
-    view = evidence.one_run_view(lo.record)
+    view = one_run_view(lo.record)
     if view is None:
         notes.append(Note("error", "audit", f"{label} skipped: it has neither a steinke nor an fdp block."))
         return None

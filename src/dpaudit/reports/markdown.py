@@ -10,7 +10,7 @@ from .format import chosen
 from .html import _sweeps_meta
 from .plots import Figure, all_figures
 
-_BADGE = {"violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️",}
+_BADGE = {"violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️"}
 
 
 def _cell(s: object) -> str:

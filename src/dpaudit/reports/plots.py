@@ -11,8 +11,7 @@ import math
 from dataclasses import dataclass
 
 from .inputs import num
-from .figstyle import new_figure, png_bytes, style_axes
-from .tradeoff import one_run_figure, tradeoff_figure
+from .tradeoff import new_figure, one_run_figure, png_bytes, style_axes, tradeoff_figure
 
 PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6d4c41", "#546e7a")
 IN_COLOR = "#c0392b"

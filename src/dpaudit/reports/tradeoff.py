@@ -23,11 +23,12 @@ so drawing never touches a user's matplotlib state.
 
 Public API: :func:`tradeoff_figure` (audit dict -> matplotlib Figure), :func:`write_tradeoff_png`
 (what the audit engine calls to write ``tradeoff.png`` next to ``audit.json``) and
-:func:`one_run_figure` (one_run.json -> Figure). The blocks are read by :mod:`.evidence`.
+:func:`one_run_figure` (one_run.json -> Figure). The blocks are read by :mod:`.audit_view`.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
@@ -35,9 +36,37 @@ from typing import Any
 
 from ..audits.verdicts import upgrade
 from ..errors import UsageError
-from .audit_view import name_of as _name
-from .evidence import curve_view, num, one_run_view
-from .figstyle import new_figure, png_bytes, style_axes
+from .audit_view import curve_view, name_of as _name, num, one_run_view
+
+#: One figure style for every picture dpaudit draws (the report's figures and an audit's tradeoff.png).
+DPI = 110
+
+
+def new_figure(figsize, layout: str | None = "constrained"):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=figsize, dpi=DPI, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def style_axes(ax, title: str, xlabel: str, ylabel: str, *, size: float = 11) -> None:
+    """Title, unit-labelled axes, light grid, no top/right spines; ``size`` is the title's font size."""
+    ax.set_title(title, fontsize=size)
+    ax.set_xlabel(xlabel, fontsize=size - 1)
+    ax.set_ylabel(ylabel, fontsize=size - 1)
+    ax.tick_params(labelsize=size - 2)
+    ax.grid(True, which="major", alpha=0.3, linewidth=0.6)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
+    return buf.getvalue()
+
 
 #: File name of the picture written next to audit.json.
 TRADEOFF_FILE = "tradeoff.png"

@@ -19,7 +19,7 @@ from ..errors import DPAuditError
 from ..records import Release
 from . import stats
 from .audit_view import STATISTICS, comparison_view, curve_view, one_run_view, statistic_of
-from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, integer, num
+from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, num
 
 
 def _linked(la: LoadedAudit, by_id: dict, by_dir: dict) -> LoadedRelease | None:

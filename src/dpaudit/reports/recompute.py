@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..accounting.events import Composed, event_from_dict
+from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON, sequential
 from ..claims import recompute_epsilon
 from ..errors import DPAuditError
 
@@ -32,9 +34,6 @@ def compose_sequential(guarantees: Iterable[dict]) -> dict:
     parallel nodes are kept (:func:`dpaudit.accounting.ledger_compose.sequential`). Guarantees
     that do not parse are composed as they are (the accountant then reports the error).
     """
-    from ..accounting.events import Composed, event_from_dict
-    from ..accounting.ledger_compose import sequential
-
     gs = list(guarantees)
     try:
         event = sequential([event_from_dict(g) for g in gs])  # the ledger's own composition
@@ -48,8 +47,6 @@ def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: s
     not attempted where the rdp bound is already above
     :data:`dpaudit.accounting.ledger_compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
     seconds and GBs; leaving out a bound never lowers the reported minimum)."""
-    from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON
-
     out: dict[str, dict] = {}
     for acc in SIDE_BY_SIDE:
         rdp = out.get("rdp", {}).get("epsilon")

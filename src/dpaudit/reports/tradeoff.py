@@ -32,7 +32,6 @@ import io
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from ..audits.verdicts import upgrade
 from ..errors import UsageError

@@ -17,7 +17,7 @@ PACKAGE = "dpaudit.reports"
 #: may import each other as long as the whole graph stays acyclic (a section may use another's
 #: helper, e.g. the verdict uses the audit entries).
 LAYERS = {
-    "audit_view": 0, "inputs": 0, "stats": 0,  # loaders and pure numerics: import nothing of the package
+    "audit_view": 0, "inputs": 0, "stats": 0,  # loaders (typed readers) and pure numerics: inputs imports only audit_view
     "recompute": 1,  # epsilons recomputed from stored events (dpaudit.claims' cache)
     "claim": 2, "provenance": 2, "budget": 2, "utility": 2, "audit": 2, "verdict": 2, "reproduce": 2, "sweep": 2,
     "model": 3,  # assembles the sections into the JSON model

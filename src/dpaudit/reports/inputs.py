@@ -126,14 +126,6 @@ def _visible(f: Path, root: Path) -> bool:
     return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
 
 
-def _under(f: Path, root: Path) -> bool:
-    try:
-        f.relative_to(root)
-        return True
-    except ValueError:
-        return False
-
-
 def _given(paths: Iterable[str | os.PathLike]) -> list[Path]:
     given = [Path(raw).expanduser() for raw in paths]
     for raw, p in zip(paths, given):
@@ -157,7 +149,7 @@ def _candidates(p: Path) -> list[Path]:
 def _innermost(sweeps: dict[Path, "LoadedSweep"]):
     """f -> the root of the innermost sweep folder holding ``f`` (None: no sweep's)."""
     roots = sorted(sweeps, key=lambda r: len(r.parts), reverse=True)
-    return lambda f: next((root for root in roots if _under(f.resolve(), root)), None)
+    return lambda f: next((root for root in roots if f.resolve().is_relative_to(root)), None)
 
 
 def _rest_of_sweeps(sweeps: dict[Path, "LoadedSweep"], sweep_of, seen: set[Path]) -> None:
@@ -198,17 +190,10 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
 # ------------------------------------------------------------------ sweeps
 
 
-def sweep_store_of(path: Path) -> Path | None:
-    """The store file when ``path`` is a sweep input (a folder holding sweep.sqlite, or that file)."""
-    if path.is_file():
-        return path if path.name == STORE_FILE else None
-    return path / STORE_FILE if path.is_dir() and (path / STORE_FILE).is_file() else None
-
-
 def find_sweeps(path: Path) -> list[Path]:
-    """Store files of every sweep at or below ``path`` (hidden folders skipped)."""
+    """Store files of every sweep at or below ``path`` (a sweep.sqlite file given itself; hidden folders skipped)."""
     if path.is_file():
-        return [path] if sweep_store_of(path) is not None else []
+        return [path] if path.name == STORE_FILE else []
     return sorted({f for f in path.rglob(STORE_FILE) if f.is_file() and _visible(f, path)}, key=lambda f: str(f))
 
 

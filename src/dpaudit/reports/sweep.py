@@ -131,12 +131,12 @@ def _group() -> dict:
 def _from_release(r) -> dict:
     """A release of the sweep in the form of one the store kept (:func:`_from_store`), plus its largest-claim record."""
     return {"dataset": dataset_name(r.dataset), "partition": str(r.partition), "adjacency": str(r.adjacency), "epsilon": num(r.epsilon),
-            "delta": num(r.delta), "guarantee": r.guarantee, "non_private": r.non_private,
+            "delta": num(r.delta), "guarantee": r.guarantee, "non_private": r.non_private, "from_store": False,
             "largest": {"epsilon": num(r.epsilon), "release_id": r.id, "mechanism": r.mechanism, "target_epsilon": num(r.target_epsilon)}}
 
 
 def _add(g: dict, x: dict) -> None:
-    g["from_store"] += "largest" not in x
+    g["from_store"] += x["from_store"]
     if x["non_private"] or x["guarantee"] is None:
         g["non_private" if x["non_private"] else "unknown"] += 1
         return
@@ -180,7 +180,7 @@ def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[
     """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon.
 
     ``extra``: releases the store names but whose file is missing, as {dataset, partition,
-    adjacency, epsilon, delta, guarantee (or None), non_private}.
+    adjacency, epsilon, delta, guarantee (or None), non_private, from_store}.
     """
     groups: dict[tuple, dict] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
@@ -348,7 +348,7 @@ def _from_store(r: dict) -> dict:
     return {"dataset": dataset_name(r.get("dataset")), "partition": str(r.get("partition") or "train"),
             "adjacency": str(r.get("adjacency") or "add-remove-record"), "epsilon": num(r.get("epsilon")),
             "delta": num(r.get("delta")), "guarantee": g if g is None or g.get("type") != "non-private" else None,
-            "non_private": bool(r.get("non_private"))}
+            "non_private": bool(r.get("non_private")), "from_store": True}
 
 
 def _release_file_notes(sweep: LoadedSweep, name: str, missing: list[dict], orphans: set[str], notes: list[Note]) -> None:

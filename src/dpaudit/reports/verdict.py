@@ -24,11 +24,7 @@ def _close(a: float | None, b: float | None, rtol: float) -> bool:
 
 def _statistics(entries: list[dict]) -> list[str]:
     """The statistics behind ``entries``' eps_LB, in first-seen order."""
-    out: list[str] = []
-    for e in entries:
-        if e.get("statistic") and e["statistic"] not in out:
-            out.append(e["statistic"])
-    return out
+    return list(dict.fromkeys(e["statistic"] for e in entries if e.get("statistic")))
 
 
 def _tally(entries: list[dict]) -> str:

@@ -153,7 +153,7 @@ def _report(tmp_path: Path, records: dict[str, dict], one_runs: dict[str, dict] 
         write_json_atomic(tmp_path / name / "audit.json", rec)
     for name, rec in (one_runs or {}).items():
         write_json_atomic(tmp_path / name / "one_run.json", rec)
-    return build_report([tmp_path], ledger_path=None, with_scores=False)
+    return build_report([tmp_path], ledger_path=None)
 
 
 def test_report_states_the_deciding_statistic_and_the_comparison_statistics(tmp_path):

@@ -20,9 +20,6 @@ class ReportFormat(str, Enum):
     json = "json"
 
 
-_EXT = {"html": ".html", "md": ".md", "json": ".json"}
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def report(
@@ -39,26 +36,28 @@ def register(app: typer.Typer) -> None:
 
         command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None
         model = build_report(paths, ledger_path=ledger_path, title=title, command=command)
-        written = None
-        if fmt is ReportFormat.json and out is None:
-            if as_json:
-                emit_json(model)
-            else:
-                sys.stdout.write(report_json(model) + "\n")
-        else:
-            target = out if out is not None else Path("report" + _EXT[fmt.value])
-            written = write_report(model, target, fmt=fmt.value)
         verdicts = model["sections"]["verdict"]
-        if as_json and not (fmt is ReportFormat.json and out is None):
-            emit_json({"out": str(written), "format": fmt.value, "verdicts": [{"mechanism": v["mechanism"], "status": v["status"], "line": v["line"]} for v in verdicts],
-                       "notes": model["notes"]})
-        elif not as_json and written is not None:
-            for v in verdicts:
-                style = {"violation": "bold red", "accounting-mismatch": "bold red", "no-evidence": "green"}.get(v["status"], "yellow")
-                console.print(f"[{style}]{v['line']}[/]", highlight=False, soft_wrap=True)
-            n_err = sum(1 for n in model["notes"] if n["level"] == "error")
-            if n_err:
-                note(f"{n_err} error note(s) in the report: read them before signing.")
-            console.print(f"report written to {written}", highlight=False, soft_wrap=True)
+        if fmt is ReportFormat.json and out is None and as_json:  # the model itself, on stdout
+            emit_json(model)
+        elif fmt is ReportFormat.json and out is None:
+            sys.stdout.write(report_json(model) + "\n")
+        else:
+            written = write_report(model, out if out is not None else Path(f"report.{fmt.value}"), fmt=fmt.value)
+            _summary(model, verdicts, written, fmt.value, as_json)
         if fail_on_violation and any(v["status"] in ("violation", "accounting-mismatch") for v in verdicts):
             raise typer.Exit(1)
+
+
+def _summary(model: dict, verdicts: list[dict], written: Path, fmt: str, as_json: bool) -> None:
+    """What was written, and the verdict lines (coloured by status)."""
+    if as_json:
+        emit_json({"out": str(written), "format": fmt, "notes": model["notes"],
+                   "verdicts": [{"mechanism": v["mechanism"], "status": v["status"], "line": v["line"]} for v in verdicts]})
+        return
+    for v in verdicts:
+        style = {"violation": "bold red", "accounting-mismatch": "bold red", "no-evidence": "green"}.get(v["status"], "yellow")
+        console.print(f"[{style}]{v['line']}[/]", highlight=False, soft_wrap=True)
+    n_err = sum(1 for n in model["notes"] if n["level"] == "error")
+    if n_err:
+        note(f"{n_err} error note(s) in the report: read them before signing.")
+    console.print(f"report written to {written}", highlight=False, soft_wrap=True)

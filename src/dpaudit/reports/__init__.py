@@ -19,23 +19,11 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..records import write_json_atomic
+from .html import render_html
+from .markdown import render_markdown
 from .model import SCHEMA, SECTIONS, build_report, read_report
 
 FORMATS = ("html", "md", "json")
-
-
-def render_html(report: dict, figures=None) -> str:
-    """Self-contained HTML for ``report`` (``figures``: from :func:`dpaudit.reports.plots.all_figures`, drawn if None)."""
-    from .html import render_html as _r
-
-    return _r(report, figures)
-
-
-def render_markdown(report: dict, out_file: str | os.PathLike, figures=None) -> Path:
-    """Markdown at ``out_file`` with PNG figures in ``<stem>_files/`` beside it."""
-    from .markdown import render_markdown as _r
-
-    return _r(report, out_file, figures)
 
 
 def write_report(report: dict, out_file: str | os.PathLike, *, fmt: str = "html", figures=None) -> Path:

@@ -4,29 +4,20 @@ the report, and the releases' own composition as a cross-check."""
 from __future__ import annotations
 
 import os
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from typing import Any
 
+from ..accounting.ledger import open_ledger
+from ..accounting.ledger_paths import resolve_ledger
 from ..errors import DPAuditError, UsageError
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num
-from .recompute import EpsCache, compose_sequential, compose_side_by_side
+from .recompute import EpsCache, composed
 
 
-def _rows_of(obj: Any) -> list[dict]:
-    out = []
-    for x in obj or []:
-        if isinstance(x, dict):
-            out.append(dict(x))
-        elif hasattr(x, "to_dict"):
-            out.append(dict(x.to_dict()))
-        elif hasattr(x, "__dataclass_fields__"):
-            from dataclasses import asdict
-
-            out.append(asdict(x))
-        elif hasattr(x, "_asdict"):
-            out.append(dict(x._asdict()))
-    return out
+def _rows_of(rows: Any) -> list[dict]:
+    """The ledger's rows (dicts, or entries / reports with ``to_dict``) as plain dicts."""
+    return [dict(x) if isinstance(x, dict) else dict(x.to_dict()) for x in rows or []]
 
 
 # Keyed fingerprints are dropped too: with the ledger's key (which `ledger export --include-key`
@@ -47,113 +38,132 @@ def _data_versions(entries: list[dict]) -> dict[str, str]:
     return labels
 
 
-def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str],
-                   notes: list[Note]) -> dict:
-    """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
-    from ..accounting.ledger_paths import resolve_ledger
+def _no_ledger(out: dict, path, ledger_path, explicit: bool, datasets: list[str], notes: list[Note]) -> dict:
+    if explicit:
+        raise UsageError(f"ledger must be an existing ledger database, got {str(ledger_path)!r}.")
+    if datasets:
+        notes.append(Note("warning", "budget", f"no ledger at {path}: pass --ledger PATH to show the spent and remaining budget; "
+                                             "only the composition of the releases in this report is shown."))
+    out["ledger"] = None
+    return out
 
-    loc = resolve_ledger(ledger_path)
-    # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
-    path = loc.path if loc.backend == "sqlite" else loc
-    out: dict = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
-    if loc.backend == "sqlite" and not path.exists():
-        if explicit:
-            raise UsageError(f"ledger must be an existing ledger database, got {str(ledger_path)!r}.")
-        if datasets:
-            notes.append(Note("warning", "budget", f"no ledger at {path}: pass --ledger PATH to show the spent and remaining budget; "
-                                                 "only the composition of the releases in this report is shown."))
-        out["ledger"] = None
-        return out
+
+def _verify(ledger) -> dict:
     try:
-        from ..accounting.ledger import open_ledger
-    except ImportError:
-        notes.append(Note("warning", "budget", "this dpaudit has no ledger module (dpaudit.accounting.ledger); budget from the releases only."))
-        return out
+        return ledger.verify().to_dict()
+    except DPAuditError as e:
+        return {"ok": False, "problems": [{"message": str(e)}]}
+
+
+def _read_ledger(path, datasets: list[str], notes: list[Note]) -> tuple[list[dict], list[dict], dict]:
+    """(summary rows, entries, verify report) of ``datasets`` (every dataset when none)."""
     summary: list[dict] = []
     entries: list[dict] = []
-    try:
-        with open_ledger(path) as ledger:
-            for name in datasets or [None]:
-                try:
-                    ds_entries = ledger.entries(dataset=name) if name is not None else ledger.entries()
-                    rows = ledger.summary(dataset=name)
-                    summary.extend(_rows_of(rows))
-                    entries.extend(_rows_of(ds_entries))
-                except UsageError:
-                    notes.append(Note("warning", "budget", f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
-                                                           "accounted there."))
-            if hasattr(ledger, "verify"):
-                try:
-                    ver = ledger.verify()
-                    out["verify"] = ver if isinstance(ver, dict) else (_rows_of([ver]) or [None])[0]
-                except DPAuditError as e:
-                    out["verify"] = {"ok": False, "problems": [{"message": str(e)}]}
-    except DPAuditError as e:
-        notes.append(Note("error", "budget", f"ledger {path} could not be read: {e}"))
-        return out
-    ver = out["verify"]
-    if isinstance(ver, dict):
-        ok = ver.get("ok")
-        if ok is None and "problems" in ver:
-            ok = not ver["problems"]
-        if ok is False:
-            msgs = "; ".join(str(p.get("message", p)) for p in ver.get("problems", [])[:3] if isinstance(p, dict))
-            notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs or 'see ledger verify'}."))
-    # Which data version (an opaque label for the keyed fingerprint) each recorded release used:
-    # what the provenance shows. Old ledgers have none; their raw dataset_sha256 is dropped.
-    labels = _data_versions(entries)
-    out["data_versions"] = {str(e.get("release_id") or e.get("id")): labels[e["dataset_fingerprint"]]
-                            for e in entries if e.get("kind", "release") == "release" and e.get("dataset_fingerprint")}
-    for e in entries:
-        for k in LEDGER_ENTRY_DROP:
-            e.pop(k, None)
-    for row in summary:
-        row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
-    recorded = {str(e.get("release_id") or e.get("id")) for e in entries if e.get("kind", "release") == "release"}
+    with open_ledger(path) as ledger:
+        for name in datasets or [None]:
+            try:
+                ds_entries = ledger.entries(dataset=name) if name is not None else ledger.entries()
+                summary.extend(_rows_of(ledger.summary(dataset=name)))
+                entries.extend(_rows_of(ds_entries))
+            except UsageError:
+                notes.append(Note("warning", "budget", f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
+                                                       "accounted there."))
+        return summary, entries, _verify(ledger)
+
+
+def _integrity_note(ver: dict, path, notes: list[Note]) -> None:
+    ok = ver.get("ok")
+    if ok is None and "problems" in ver:
+        ok = not ver["problems"]
+    if ok is False:
+        msgs = "; ".join(str(p.get("message", p)) for p in ver.get("problems", [])[:3] if isinstance(p, dict))
+        notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs or 'see ledger verify'}."))
+
+
+def _release_id(e: dict) -> str | None:
+    """The release id of a ledger release entry (None for other kinds)."""
+    return str(e.get("release_id") or e.get("id")) if e.get("kind", "release") == "release" else None
+
+
+def _budget_notes(release_ids: list[str], entries: list[dict], summary: list[dict], path, notes: list[Note]) -> None:
+    recorded = {_release_id(e) for e in entries} - {None}
     for rid in release_ids:
         if rid not in recorded and (entries or summary):
             notes.append(Note("warning", "budget", f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there."))
-    out.update(summary=summary, entries=entries, available=True)
     for row in summary:
         rem = num(row.get("remaining"))
         if rem is not None and rem < 0:
             notes.append(Note("error", "budget", f"dataset {row.get('dataset')} partition {row.get('partition')}: budget exceeded "
                                                  f"(remaining {rem:.4f})."))
+
+
+def _release_versions(entries: list[dict]) -> dict[str, str]:
+    """Release id -> the data version label of the keyed fingerprint it was recorded under."""
+    labels = _data_versions(entries)
+    return {_release_id(e): labels[e["dataset_fingerprint"]] for e in entries if _release_id(e) and e.get("dataset_fingerprint")}
+
+
+def _drop_fingerprints(entries: list[dict], summary: list[dict]) -> None:
+    for e in entries:
+        for k in LEDGER_ENTRY_DROP:
+            e.pop(k, None)
+    for row in summary:
+        row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
+
+
+def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str], notes: list[Note]) -> dict:
+    """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
+    loc = resolve_ledger(ledger_path)
+    # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
+    path = loc.path if loc.backend == "sqlite" else loc
+    out: dict = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
+    if loc.backend == "sqlite" and not path.exists():
+        return _no_ledger(out, path, ledger_path, explicit, datasets, notes)
+    try:
+        summary, entries, out["verify"] = _read_ledger(path, datasets, notes)
+    except DPAuditError as e:
+        notes.append(Note("error", "budget", f"ledger {path} could not be read: {e}"))
+        return out
+    _integrity_note(out["verify"], path, notes)
+    # Which data version (an opaque label for the keyed fingerprint) each recorded release used:
+    # what the provenance shows. Old ledgers have none; their raw dataset_sha256 is dropped.
+    out["data_versions"] = _release_versions(entries)
+    _drop_fingerprints(entries, summary)
+    out.update(summary=summary, entries=entries, available=True)
+    _budget_notes(release_ids, entries, summary, path, notes)
     return out
 
+
+def _max_of(rows: list[dict], key: str) -> float | None:
+    return max((r[key] for r in rows if r[key] is not None), default=None)
+
+
+def _parallel_row(ds: str, rs: list[dict]) -> dict:
+    """The parallel composition (max) over the partitions of one dataset."""
+    return {"dataset": ds, "partition": "all (parallel, max over partitions)", "adjacency": ",".join(sorted({r["adjacency"] for r in rs})),
+            "releases": sum(r["releases"] for r in rs), "naive_sum": max(r["naive_sum"] for r in rs),
+            "delta": _max_of(rs, "delta"), "rdp": _max_of(rs, "rdp"), "prv": _max_of(rs, "prv")}
+
+
+def _composition_row(key: tuple, rels: list[Release], cache: EpsCache, notes: list[Note]) -> dict:
+    ds, part, adj = key
+    deltas = [num(r.delta) for r in rels if num(r.delta) is not None]
+    row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(rels),
+           "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels), "delta": max(deltas) if deltas else None, "rdp": None, "prv": None}
+    for acc, res in composed(cache, (r.guarantee for r in rels), row["delta"], adj).items():
+        row[acc] = res["epsilon"]
+        if res["error"]:
+            notes.append(Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}"))
+    return row
 
 
 def release_composition(releases: list[LoadedRelease], cache: EpsCache, notes: list[Note]) -> list[dict]:
     """Sequential composition per (dataset, partition); parallel (max) over partitions."""
-    groups: "OrderedDict[tuple, list[Release]]" = OrderedDict()
-    for lr in releases:
-        r = lr.release
-        if r.non_private:
-            continue
+    groups: dict[tuple, list[Release]] = {}
+    for r in (lr.release for lr in releases if not lr.release.non_private):
         groups.setdefault((dataset_name(r.dataset), str(r.partition), str(r.adjacency)), []).append(r)
-    rows = []
-    for (ds, part, adj), rels in groups.items():
-        deltas = [num(r.delta) for r in rels if num(r.delta) is not None]
-        delta = max(deltas) if deltas else None
-        row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(rels),
-               "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels), "delta": delta, "rdp": None, "prv": None}
-        if delta is not None and 0 < delta < 1:
-            tree = compose_sequential(r.guarantee for r in rels)
-            for acc, res in compose_side_by_side(cache, tree, delta, adj).items():
-                row[acc] = res["epsilon"]
-                if res["error"]:
-                    notes.append(Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}"))
-        rows.append(row)
+    rows = [_composition_row(key, rels, cache, notes) for key, rels in groups.items()]
     by_ds: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_ds[row["dataset"]].append(row)
-    for ds, rs in by_ds.items():
-        if len({r["partition"] for r in rs}) > 1:
-            rows.append({
-                "dataset": ds, "partition": "all (parallel, max over partitions)", "adjacency": ",".join(sorted({r["adjacency"] for r in rs})),
-                "releases": sum(r["releases"] for r in rs), "naive_sum": max(r["naive_sum"] for r in rs),
-                "delta": max((r["delta"] for r in rs if r["delta"] is not None), default=None),
-                "rdp": max((r["rdp"] for r in rs if r["rdp"] is not None), default=None),
-                "prv": max((r["prv"] for r in rs if r["prv"] is not None), default=None),
-            })
-    return rows
+    return rows + [_parallel_row(ds, rs) for ds, rs in by_ds.items() if len({r["partition"] for r in rs}) > 1]

@@ -8,61 +8,13 @@ by the release paths); this module only turns its verdict into the card and the 
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
 
-from ..claims import CLAIM_RTOL, verify_claim
+from ..accounting import ACCOUNTANTS
+from ..claims import verify_claim
+from ..records import public_noise_reason
 from .inputs import LoadedRelease, Note, dataset_name, num
 from .recompute import SIDE_BY_SIDE, EpsCache
-
-#: Kept for code that imported it from the report model: the claim check's tolerance.
-RECOMPUTE_RTOL = CLAIM_RTOL
-
-
-class AccountingCheck(TypedDict):
-    status: str  # ok | mismatch | unverified | no-claim
-    message: str
-
-
-class EpsilonRow(TypedDict, total=False):
-    accountant: str
-    epsilon: float | None  # recomputed from the stored guarantee
-    stored: float | None  # what the release itself recorded for this accountant
-    lower: float | None
-    estimate: float | None
-    error: str | None
-    claimed_with: bool  # absent when the row could not be computed (invalid delta)
-
-
-class ClaimCard(TypedDict):
-    release_id: str
-    path: str
-    mechanism: str
-    non_private: bool
-    privacy_unit: str
-    adjacency: str
-    accountant: str
-    target_epsilon: float | None
-    epsilon: float | None
-    delta: float | None
-    epsilons: list[EpsilonRow]
-    noise_multiplier: float | None
-    sample_rate: float | None
-    steps_accounted: int | None
-    steps_executed: int | None
-    clipping_norm: float | None
-    normalizer: Any
-    noise_source: dict | None
-    noise_source_label: str
-    noise_secure: bool | None
-    sampler: str
-    dataset: str
-    partition: str
-    seed: Any
-    dpaudit_version: str
-    git_commit: str | None
-    created_at: str
-    accounting_check: AccountingCheck
-
 
 def _find_key(obj: Any, key: str, depth: int = 4) -> Any:
     """First value stored under ``key`` in nested dicts (breadth-first, bounded depth)."""
@@ -82,8 +34,6 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
     """(label, secure?) of a release's noise source."""
     if not isinstance(ns, dict):
         return "not recorded", None
-    from ..records import public_noise_reason
-
     source = str(ns.get("source") or "unknown")
     if public_noise_reason(ns) is not None:
         return f"NOT PRIVATE: REPRODUCIBLE ({source}, noise derived from the published seed {ns.get('seed')})", False
@@ -93,49 +43,61 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
 
 
 
-def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> ClaimCard:
-    """One claim card: the accounting check of :func:`dpaudit.claims.verify_claim` and, side by
-    side, the epsilon of the stored events under rdp and prv (and the claimed accountant)."""
-    from ..accounting import ACCOUNTANTS
+def _epsilon_row(r, acc: str, delta: float | None, stored: dict, cache: EpsCache) -> dict:
+    if delta is None or not (0 < delta < 1) and acc != "pure":
+        return {"accountant": acc, "epsilon": None, "stored": num(stored.get(acc)), "lower": None, "estimate": None,
+                "error": f"delta must be in (0, 1), got {r.delta!r}"}
+    res = cache.get(r.guarantee, delta, acc, r.adjacency)
+    st = stored.get(acc)
+    return {"accountant": acc, "epsilon": res["epsilon"], "stored": num(st.get("epsilon")) if isinstance(st, dict) else num(st),
+            "lower": res["lower"], "estimate": res["estimate"], "error": res["error"], "claimed_with": acc == r.accountant}
 
-    r = lr.release
-    label, secure = noise_label(r.noise_source)
-    delta = num(r.delta)
-    check = verify_claim(r)
+
+def _epsilon_rows(r, delta: float | None, cache: EpsCache) -> list[dict]:
+    """The stored events' epsilon under rdp and prv, and under the claimed accountant (none for a non-private release)."""
+    if r.non_private:
+        return []
     accountants = list(SIDE_BY_SIDE)
     if r.accountant not in accountants and r.accountant in ACCOUNTANTS:
         accountants.insert(0, r.accountant)  # the claimed accountant always gets its row
     stored = r.epsilons if isinstance(r.epsilons, dict) else {}
-    rows: list[EpsilonRow] = []
-    for acc in accountants if not r.non_private else []:
-        if delta is None or not (0 < delta < 1) and acc != "pure":
-            rows.append({"accountant": acc, "epsilon": None, "stored": num(stored.get(acc)), "lower": None, "estimate": None,
-                         "error": f"delta must be in (0, 1), got {r.delta!r}"})
-            continue
-        res = cache.get(r.guarantee, delta, acc, r.adjacency)
-        st = stored.get(acc)
-        st = num(st.get("epsilon")) if isinstance(st, dict) else num(st)
-        rows.append({"accountant": acc, "epsilon": res["epsilon"], "stored": st, "lower": res["lower"],
-                     "estimate": res["estimate"], "error": res["error"], "claimed_with": acc == r.accountant})
-    # notes in the order a reader needs them: the epsilon verdict, then the steps rule
+    return [_epsilon_row(r, acc, delta, stored, cache) for acc in accountants]
+
+
+def _claim_notes(r, check, secure: bool | None, notes: list[Note]) -> None:
+    """Notes in the order a reader needs them: the epsilon verdict, then the steps rule, then public noise."""
+    who = f"release {r.id[:12]} ({r.mechanism})"
     if check.epsilon_status == "mismatch":
-        notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): ACCOUNTING MISMATCH: {check.epsilon_reason}."))
+        notes.append(Note("error", "claim", f"{who}: ACCOUNTING MISMATCH: {check.epsilon_reason}."))
     elif check.epsilon_status == "unverified":
-        notes.append(Note("warning", "claim", f"release {r.id[:12]} ({r.mechanism}): claim not verified: {check.epsilon_reason}."))
-    steps = check.steps_reason
-    if steps is not None:
-        notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): {steps}."))
+        notes.append(Note("warning", "claim", f"{who}: claim not verified: {check.epsilon_reason}."))
+    if check.steps_reason is not None:
+        notes.append(Note("error", "claim", f"{who}: {check.steps_reason}."))
     if secure is False and not r.non_private:
-        notes.append(Note("error", "claim", f"release {r.id[:12]} ({r.mechanism}): noise derived from a published seed: not private (anyone can "
+        notes.append(Note("error", "claim", f"{who}: noise derived from a published seed: not private (anyone can "
                                             "recompute the noise and test membership exactly); the ledger counts it as unbounded."))
-    config = r.config if isinstance(r.config, dict) else {}
-    sampler = _find_key(config, "sampler")
+
+
+def _sampler(r) -> str:
+    sampler = _find_key(r.config if isinstance(r.config, dict) else {}, "sampler")
     q = num(r.sample_rate)
-    if sampler is None and q is not None:
-        sampler = ("full batch (q = 1)" if q >= 1.0 else
-                   f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})")
-    elif sampler is None:
-        sampler = "not recorded"
+    if sampler is not None:
+        return sampler
+    if q is None:
+        return "not recorded"
+    return "full batch (q = 1)" if q >= 1.0 else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
+
+
+def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> dict:
+    """One claim card (its fields: the report model's docstring, ``sections.claim``): the accounting
+    check of :func:`dpaudit.claims.verify_claim` and, side by side, the epsilon of the stored events
+    under rdp and prv (and the claimed accountant)."""
+    r = lr.release
+    label, secure = noise_label(r.noise_source)
+    delta = num(r.delta)
+    check = verify_claim(r)
+    rows = _epsilon_rows(r, delta, cache)
+    _claim_notes(r, check, secure, notes)
     return {
         "release_id": r.id, "path": str(lr.path), "mechanism": r.mechanism, "non_private": bool(r.non_private),
         "privacy_unit": r.privacy_unit, "adjacency": r.adjacency, "accountant": r.accountant,
@@ -143,7 +105,7 @@ def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> ClaimCa
         "noise_multiplier": num(r.noise_multiplier), "sample_rate": num(r.sample_rate),
         "steps_accounted": check.steps_accounted, "steps_executed": check.steps_executed, "clipping_norm": num(r.clipping_norm),
         "normalizer": r.normalizer, "noise_source": r.noise_source if isinstance(r.noise_source, dict) else None,
-        "noise_source_label": label, "noise_secure": secure, "sampler": sampler,
+        "noise_source_label": label, "noise_secure": secure, "sampler": _sampler(r),
         "dataset": dataset_name(r.dataset), "partition": r.partition, "seed": r.seed,
         "dpaudit_version": r.dpaudit_version, "git_commit": r.git_commit, "created_at": r.created_at,
         "accounting_check": {"status": check.status, "message": check.reason},

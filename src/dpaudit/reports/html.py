@@ -10,6 +10,7 @@ import base64
 import html
 
 from .blocks import Block, layout
+from .format import chosen
 from .plots import Figure, all_figures
 
 CSS = """
@@ -84,27 +85,34 @@ def _figure(fig: Figure) -> str:
             f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption></figure>")
 
 
+def _kv(b: Block) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in b.pairs)
+    return f"<div class=\"tablewrap\"><table class=\"kv\"><caption>{_e(b.caption)}</caption><tbody>{rows}</tbody></table></div>"
+
+
+def _notes(b: Block) -> str:
+    items = "".join(f"<li class=\"{_e(n['level'])}\"><b>{_e(n['level'])}</b> {_e(n['message'])}</li>" for n in b.notes)
+    return f"<ul class=\"notes\">{items}</ul>"
+
+
+#: Block kind -> its HTML (figures are drawn by :func:`_block`).
+RENDER = {
+    "p": lambda b: f"<p>{_e(b.text)}</p>",
+    "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
+    "verdict": lambda b: f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>",
+    "table": lambda b: _table(b),
+    "kv": _kv,
+    "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>",
+    "notes": _notes,
+}
+
+
 def _block(b: Block, figures: list[Figure]) -> str:
-    if b.kind == "p":
-        return f"<p>{_e(b.text)}</p>"
-    if b.kind == "h3":
-        return f"<h3>{_e(b.text)}</h3>"
-    if b.kind == "verdict":
-        return f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>"
-    if b.kind == "table":
-        return _table(b)
-    if b.kind == "kv":
-        rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in b.pairs)
-        return f"<div class=\"tablewrap\"><table class=\"kv\"><caption>{_e(b.caption)}</caption><tbody>{rows}</tbody></table></div>"
-    if b.kind == "code":
-        return f"<pre><code>{_e(b.text)}</code></pre>"
-    if b.kind == "notes":
-        items = "".join(f"<li class=\"{_e(n['level'])}\"><b>{_e(n['level'])}</b> {_e(n['message'])}</li>" for n in b.notes)
-        return f"<ul class=\"notes\">{items}</ul>"
     if b.kind == "figures":
-        chosen = [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
-        return "".join(_figure(fig) for fig in chosen) or "<p>No figure: the inputs hold no data to plot.</p>"
-    raise ValueError(f"unknown block kind {b.kind!r}")
+        return "".join(_figure(fig) for fig in chosen(b, figures)) or "<p>No figure: the inputs hold no data to plot.</p>"
+    if b.kind not in RENDER:
+        raise ValueError(f"unknown block kind {b.kind!r}")
+    return RENDER[b.kind](b)
 
 
 def _sweeps_meta(report: dict) -> str:

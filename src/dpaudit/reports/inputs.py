@@ -2,11 +2,13 @@
 
 The loader layer of :mod:`dpaudit.reports`: every file a report reads is read here (release.json,
 audit.json, a sweep's store and the releases below it; never audit_local.json or scores.npz, which
-are not for publication), and nothing here imports another module of the package. Imports run one way: loaders (this module) -> the shared
-recomputation (:mod:`.recompute`) -> sections (:mod:`.claim`, :mod:`.provenance`, :mod:`.budget`,
-:mod:`.utility`, :mod:`.audit`, :mod:`.verdict`, :mod:`.reproduce`, :mod:`.sweep`) -> the model
-(:mod:`.model`) -> renderers (:mod:`.blocks`, :mod:`.plots`, :mod:`.html`, :mod:`.markdown`);
-``tests/reports/test_report_layering.py`` keeps that graph acyclic.
+are not for publication); an audit record becomes a typed :class:`~.audit_view.AuditView`, the only
+other module of the package this one imports. Imports run one way: loaders (this module,
+:mod:`.audit_view`) -> the shared recomputation (:mod:`.recompute`) -> sections (:mod:`.claim`,
+:mod:`.provenance`, :mod:`.budget`, :mod:`.utility`, :mod:`.audit`, :mod:`.verdict`,
+:mod:`.reproduce`, :mod:`.sweep`) -> the model (:mod:`.model`) -> renderers (:mod:`.format`,
+:mod:`.blocks`, :mod:`.plots`, :mod:`.html`, :mod:`.markdown`); ``tests/reports/test_report_layering.py``
+keeps that graph acyclic.
 
 A sweep folder (one holding ``sweep.sqlite``) or a ``sweep.sqlite`` file is a *sweep input*:
 the releases below it are summarised by the report's sweep section (:mod:`.sweep`) instead of
@@ -22,28 +24,25 @@ Only an input list that yields nothing readable at all is an error (one line).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-
+from ..audit_outputs import shareable_audit, shareable_one_run
+from ..audits.engine import AUDIT_FILE
 from ..claims import integer, number as num
 from ..errors import DataError, DPAuditError, UsageError
 from ..records import RELEASE_FILE, Release, read_json
+from ..sweeps import load_records
+from ..sweeps.spec import spec_from_dict
+from ..sweeps.store import STORE_FILE, open_store
+from .audit_view import AuditView
 
-#: File name of an audit record (the audit module writes it; kept here so reports do not
-#: depend on the audit module being importable).
-AUDIT_FILE = "audit.json"
-
-#: Keys the verdict cannot do without. Missing ones make an audit "incomplete".
-VERDICT_KEYS = ("epsilon_lower_bound", "claimed_epsilon")
-#: Keys a complete audit record should carry (missing ones are listed in an info note).
-EXPECTED_AUDIT_KEYS = (
-    "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
-    "method", "counts", "ceiling", "controls",
-)
+#: File name of a one-run audit record (the one-run analysis writes it where audit.json would go).
+ONE_RUN_FILE = "one_run.json"
 
 
 @dataclass
@@ -68,7 +67,7 @@ class LoadedRelease:
 class LoadedAudit:
     path: Path  # the audit directory
     record: dict
-    view: dict  # normalised fields (see normalise_audit)
+    view: AuditView  # the typed fields a report reads
 
 
 @dataclass
@@ -107,6 +106,13 @@ def command_str(cmd: Any) -> str | None:
     return str(cmd)
 
 
+def fixed(x: float | None, digits: int = 3) -> str:
+    """An epsilon in a verdict line or a note: n/a, inf, or ``digits`` decimals."""
+    if x is None:
+        return "n/a"
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+
 def canonical_mechanism(name: Any) -> str:
     """Key used to match releases and audits of one mechanism: case, '_' and a 'dp-' prefix ignored."""
     s = str(name or "unknown").strip().lower().replace("_", "-").replace(" ", "-")
@@ -116,32 +122,43 @@ def canonical_mechanism(name: Any) -> str:
 # ------------------------------------------------------------------ discovery
 
 
-def _audit_file_name() -> str:
-    try:  # prefer the audit module's constant once it exists
-        from .. import audits as _audits
-
-        return str(getattr(_audits, "AUDIT_FILE", AUDIT_FILE))
-    except Exception:  # pragma: no cover - the audit package failing to import must not stop a report
-        return AUDIT_FILE
+def _visible(f: Path, root: Path) -> bool:
+    return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
 
 
-def discover(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path]]:
-    """(release files, audit files, given paths) found under ``paths`` (files or folders, recursive).
-
-    Releases below a sweep folder are left out (see :func:`discover_inputs`, which returns them
-    with their sweep). A path that does not exist is a :class:`UsageError` (the user mistyped
-    it); a folder with nothing in it is reported by the caller.
-    """
-    releases, audits, given, _sweeps = discover_inputs(paths)
-    return releases, audits, given
+def _given(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    given = [Path(raw).expanduser() for raw in paths]
+    for raw, p in zip(paths, given):
+        if not p.exists():
+            raise UsageError(f"report input must be an existing release/audit/sweep directory or file, got {str(raw)!r}.")
+    return given
 
 
-def _under(f: Path, root: Path) -> bool:
-    try:
-        f.relative_to(root)
-        return True
-    except ValueError:
-        return False
+def _kind(f: Path) -> str:
+    """What a JSON input is by its name: audit.json, or any other name holding "audit", is an audit."""
+    return "audit" if f.name == AUDIT_FILE or (f.name != RELEASE_FILE and "audit" in f.name) else "release"
+
+
+def _candidates(p: Path) -> list[Path]:
+    """The release and audit files at ``p`` (a file given explicitly, or those below a folder)."""
+    if p.is_file():
+        return [p] if p.name not in (STORE_FILE, ONE_RUN_FILE) else []  # one-run records: find_one_runs
+    return sorted(f for f in p.rglob("*.json") if f.name in (RELEASE_FILE, AUDIT_FILE) and _visible(f, p))
+
+
+def _innermost(sweeps: dict[Path, "LoadedSweep"]):
+    """f -> the root of the innermost sweep folder holding ``f`` (None: no sweep's)."""
+    roots = sorted(sweeps, key=lambda r: len(r.parts), reverse=True)
+    return lambda f: next((root for root in roots if f.resolve().is_relative_to(root)), None)
+
+
+def _rest_of_sweeps(sweeps: dict[Path, "LoadedSweep"], sweep_of, seen: set[Path]) -> None:
+    """Every release below a sweep's folder, also when the sweep was given as its store file."""
+    for root, sw in sweeps.items():
+        for f in sorted(sw.path.rglob(RELEASE_FILE)):
+            if _visible(f, sw.path) and sweep_of(f) == root and f.resolve() not in seen:
+                seen.add(f.resolve())
+                sw.release_files.append(f)
 
 
 def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
@@ -150,103 +167,34 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
     ``sweeps``: one :class:`LoadedSweep` (not yet loaded) per sweep store
     at or below a given path, holding the release files below its folder; those release files
     are not returned as ordinary releases (a reviewer reads a sweep's summary, not hundreds of
-    claim cards), even when one of them is also given explicitly.
+    claim cards), even when one of them is also given explicitly. A path that does not exist is
+    a :class:`UsageError` (the user mistyped it).
     """
-    audit_name = _audit_file_name()
-    names = {RELEASE_FILE, audit_name, AUDIT_FILE}
-    paths = list(paths)
-    given: list[Path] = []
-    for raw in paths:
-        p = Path(raw).expanduser()
-        if not p.exists():
-            raise UsageError(f"report input must be an existing release/audit/sweep directory or file, got {str(raw)!r}.")
-        given.append(p)
+    given = _given(list(paths))
     # sweeps first: every release below a sweep folder belongs to that sweep (the innermost one)
     sweeps: dict[Path, LoadedSweep] = {}
-    for p in given:
-        for store in find_sweeps(p):
-            root = store.parent.resolve()
-            if root not in sweeps:
-                sweeps[root] = LoadedSweep(path=store.parent, store=store)
-    roots = sorted(sweeps, key=lambda r: len(r.parts), reverse=True)
-
-    def sweep_of(f: Path) -> Path | None:
-        r = f.resolve()
-        return next((root for root in roots if _under(r, root)), None)
-
-    releases: list[Path] = []
-    audits: list[Path] = []
+    for store in (store for p in given for store in find_sweeps(p)):
+        sweeps.setdefault(store.parent.resolve(), LoadedSweep(path=store.parent, store=store))
+    sweep_of = _innermost(sweeps)
+    found: dict[str, list[Path]] = {"release": [], "audit": []}
     seen: set[Path] = set()
-    for p in given:
-        if p.is_file():
-            files = [p] if p.name not in (sweep_store_name(), ONE_RUN_FILE) else []  # one-run records: find_one_runs
-        else:
-            files = sorted(f for f in p.rglob("*.json") if f.name in names and not any(part.startswith(".") for part in f.relative_to(p).parts[:-1]))
-        for f in files:
-            r = f.resolve()
-            if r in seen:
-                continue
-            seen.add(r)
-            is_release = f.name == RELEASE_FILE or (f.name not in (audit_name, AUDIT_FILE) and "audit" not in f.name)
-            root = sweep_of(f) if is_release else None
-            if root is not None:
-                sweeps[root].release_files.append(f)
-            elif f.name == RELEASE_FILE:
-                releases.append(f)
-            elif f.name in (audit_name, AUDIT_FILE):
-                audits.append(f)
-            else:
-                # a file given explicitly under another name: its name says what it is
-                (audits if "audit" in f.name else releases).append(f)
-    # every release below a sweep's folder, also when the sweep was given as its store file
-    for root, sw in sweeps.items():
-        for f in sorted(sw.path.rglob(RELEASE_FILE)):
-            if _visible(f, sw.path) and sweep_of(f) == root and f.resolve() not in seen:
-                seen.add(f.resolve())
-                sw.release_files.append(f)
-    return releases, audits, given, list(sweeps.values())
-
-
-def sweep_store_name() -> str:
-    return _store_file_name()
-
-
-def _visible(f: Path, root: Path) -> bool:
-    return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
+    for f in (f for p in given for f in _candidates(p)):
+        if f.resolve() not in seen:
+            seen.add(f.resolve())
+            root = sweep_of(f) if _kind(f) == "release" else None
+            (sweeps[root].release_files if root is not None else found[_kind(f)]).append(f)
+    _rest_of_sweeps(sweeps, sweep_of, seen)
+    return found["release"], found["audit"], given, list(sweeps.values())
 
 
 # ------------------------------------------------------------------ sweeps
 
-#: File name of a sweep's results store (kept in sync with :data:`dpaudit.sweeps.store.STORE_FILE`).
-STORE_FILE = "sweep.sqlite"
-
-
-def _store_file_name() -> str:
-    try:
-        from ..sweeps.store import STORE_FILE as name
-
-        return str(name)
-    except Exception:  # pragma: no cover - the sweeps package failing to import must not stop a report
-        return STORE_FILE
-
-
-def sweep_store_of(path: Path) -> Path | None:
-    """The store file when ``path`` is a sweep input (a folder holding sweep.sqlite, or that file)."""
-    name = _store_file_name()
-    if path.is_file():
-        return path if path.name == name else None
-    if path.is_dir() and (path / name).is_file():
-        return path / name
-    return None
-
 
 def find_sweeps(path: Path) -> list[Path]:
-    """Store files of every sweep at or below ``path`` (hidden folders skipped)."""
-    own = sweep_store_of(path)
+    """Store files of every sweep at or below ``path`` (a sweep.sqlite file given itself; hidden folders skipped)."""
     if path.is_file():
-        return [own] if own is not None else []
-    found = [f for f in path.rglob(_store_file_name()) if f.is_file() and _visible(f, path)]
-    return sorted(set(found), key=lambda f: str(f))
+        return [path] if path.name == STORE_FILE else []
+    return sorted({f for f in path.rglob(STORE_FILE) if f.is_file() and _visible(f, path)}, key=lambda f: str(f))
 
 
 @dataclass
@@ -268,32 +216,39 @@ class LoadedSweep:
     unreadable: int = 0  # release files that could not be read (error notes)
 
 
+def _failure(r) -> dict:
+    """A failed task of the store, with the last line of its error (at most 300 characters)."""
+    last = ((r.error or "").strip().splitlines()[-1:] or [""])[0][:300]
+    return {"key": r.key, "model": r.config.get("model"), "dataset": r.config.get("dataset"),
+            "epsilon": r.config.get("epsilon"), "seed": r.config.get("seed"), "error": last}
+
+
+def _spec_of(meta: dict) -> dict | None:
+    try:
+        return json.loads(meta["spec"]) if "spec" in meta else None
+    except ValueError:
+        return None
+
+
+def _read_store(sweep: LoadedSweep) -> None:
+    sweep.name, sweep.records = load_records(sweep.store)
+    with open_store(sweep.store, create=False) as st:
+        sweep.counts = st.counts()
+        meta = st.meta()
+        sweep.failures = [_failure(r) for r in st.rows(status="failed")]
+        sweep.results = [dict(r.result, _key=r.key) for r in st.rows(status="done") if isinstance(r.result, dict)]
+    sweep.spec = _spec_of(meta)
+    _mark_stale_failures(sweep)
+
+
 def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
     """Read the store (records, counts, failures) and the release files of ``sweep`` in place.
 
     Problems become notes (section ``sweep``); an unreadable store sets ``error``.
     """
-    from ..sweeps import load_records
-    from ..sweeps.store import open_store
-
     where = str(sweep.path)
     try:
-        sweep.name, sweep.records = load_records(sweep.store)
-        with open_store(sweep.store, create=False) as st:
-            sweep.counts = st.counts()
-            meta = st.meta()
-            sweep.failures = [{"key": r.key, "model": r.config.get("model"), "dataset": r.config.get("dataset"),
-                               "epsilon": r.config.get("epsilon"), "seed": r.config.get("seed"),
-                               "error": (r.error or "").strip().splitlines()[-1:] or [""]}
-                              for r in st.rows(status="failed")]
-            sweep.results = [dict(r.result, _key=r.key) for r in st.rows(status="done") if isinstance(r.result, dict)]
-        for fl in sweep.failures:
-            fl["error"] = fl["error"][0][:300]
-        try:
-            sweep.spec = json.loads(meta["spec"]) if "spec" in meta else None
-        except ValueError:
-            sweep.spec = None
-        _mark_stale_failures(sweep)
+        _read_store(sweep)
     except DPAuditError as e:
         sweep.error = str(e)
         sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: {e} Its releases are still checked and composed."))
@@ -303,18 +258,9 @@ def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
                                                   "its releases are still checked and composed."))
     # the releases are read even when the store is not: a release that exists spent budget
     for f in sweep.release_files:
-        try:
-            rel = Release.from_dict(read_json(f, "release"))
-            check_release_types(rel, f)
-        except DPAuditError as e:
-            sweep.unreadable += 1
-            sweep.notes.append(Note("error", "sweep", f"sweep {sweep.name or where}: release skipped: {e}"))
-            continue
-        except (TypeError, ValueError) as e:
-            sweep.unreadable += 1
-            sweep.notes.append(Note("error", "sweep", f"sweep {sweep.name or where}: release {f} skipped: malformed fields ({e})."))
-            continue
-        sweep.releases.append(LoadedRelease(f.parent, rel))
+        lr = _read_release(f, "sweep", f"sweep {sweep.name or where}: ", sweep.notes)
+        sweep.unreadable += lr is None
+        sweep.releases += [lr] if lr is not None else []
     return sweep
 
 
@@ -325,8 +271,6 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
     keys = None
     if isinstance(sweep.spec, dict):
         try:
-            from ..sweeps.spec import spec_from_dict
-
             keys = {t.key for t in spec_from_dict({k: v for k, v in sweep.spec.items() if k != "source"}).tasks()}
         except Exception:  # noqa: BLE001 - an old or foreign spec: say nothing rather than guess
             keys = None
@@ -334,175 +278,42 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
         fl["in_current_spec"] = None if keys is None else fl["key"] in keys
 
 
-# ------------------------------------------------------------------ audits
-
-
-def _first(record: dict, *keys: str) -> Any:
-    for k in keys:
-        if k in record and record[k] is not None:
-            return record[k]
-    return None
-
-
-def _control(controls: Any, *names: str) -> dict | None:
-    """The control whose name contains one of ``names`` (dict-of-dicts or list-of-dicts)."""
-    if isinstance(controls, dict):
-        items = list(controls.items())
-    elif isinstance(controls, list):
-        items = [(str(c.get("name") or c.get("kind") or i), c) for i, c in enumerate(controls) if isinstance(c, dict)]
-    else:
-        return None
-    for key, value in items:
-        k = str(key).lower().replace("_", "-")
-        if any(n in k for n in names):
-            if isinstance(value, dict):
-                return value
-            v = num(value)
-            return {"epsilon_lower_bound": v} if v is not None else None
-    return None
-
-
-def _control_view(c: dict | None) -> dict | None:
-    if c is None:
-        return None
-    from ..audits.verdicts import upgrade
-
-    c = upgrade(c)
-    auc = num(_first(c, "auc", "roc_auc"))
-    if auc is None and isinstance(c.get("roc"), dict):
-        auc = num(c["roc"].get("auc"))
-    return {
-        "epsilon_lower_bound": num(_first(c, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
-        "auc": auc,
-        "counts": _counts(c.get("counts")),
-        "ceiling": num(c.get("ceiling")),
-    }
-
-
-def _roc_view(roc: Any) -> dict | None:
-    """ROC points as {fpr: [...], tpr: [...], auc} from a dict or a list of [fpr, tpr] pairs."""
-    if isinstance(roc, dict):
-        fpr, tpr = roc.get("fpr"), roc.get("tpr")
-        if isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr:
-            try:
-                return {"fpr": [float(x) for x in fpr], "tpr": [float(x) for x in tpr], "auc": num(roc.get("auc"))}
-            except (TypeError, ValueError):
-                return None
-        if isinstance(roc.get("points"), list):
-            inner = _roc_view(roc["points"])
-            if inner is not None and inner["auc"] is None:
-                inner["auc"] = num(roc.get("auc"))
-            return inner
-        return None
-    if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
-        try:
-            return {"fpr": [float(p[0]) for p in roc], "tpr": [float(p[1]) for p in roc], "auc": None}
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def _name_of(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return str(_first(value, "name", "kind", "type", "id") or "unnamed")
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value) or None
-    return str(value)
-
-
-def _dict_or_none(value: Any) -> dict | None:
-    return value if isinstance(value, dict) else None
-
-
-def _counts(value: Any) -> dict | None:
-    """EVAL counts {tp, fp, tn, fn} as non-negative ints, else None (never half-read)."""
-    if not isinstance(value, dict):
-        return None
-    out = {k: integer(value.get(k)) for k in ("tp", "fp", "tn", "fn")}
-    if any(v is None or v < 0 or v > 10**12 for v in out.values()):
-        return None
-    return out
-
-
-def normalise_audit(record: dict) -> dict:
-    """Pull the fields a report needs out of an audit record, whatever its exact key names.
-
-    Returns a flat dict; absent values are None and ``missing`` lists expected keys that were
-    absent (so the report can say so). A record from before issue 23 is read through
-    :func:`dpaudit.audits.verdicts.upgrade` (its claimed-curve eps_LB was no bound for other mechanisms).
-    """
-    from ..audits.verdicts import upgrade
-
-    missing = [k for k in EXPECTED_AUDIT_KEYS if k not in record]
-    record = upgrade(record)
-    controls = record.get("controls")
-    runs = _first(record, "runs", "trials", "n_runs", "n_trials")
-    if isinstance(runs, dict):  # e.g. {"total": 2000, "select": 1000, "eval": 1000}
-        trials = integer(_first(runs, "total", "n", "runs")) or None
-        eval_trials = integer(_first(runs, "eval", "evaluation"))
-    else:
-        trials, eval_trials = integer(runs), None
-    counts = _counts(record.get("counts"))
-    if eval_trials is None:
-        eval_trials = integer(record.get("eval_size"))
-    if eval_trials is None and counts is not None:
-        c = [integer(counts.get(k)) for k in ("tp", "fp", "tn", "fn")]
-        eval_trials = sum(c) if all(x is not None for x in c) else None
-    dataset = record.get("dataset")
-    task = _first(record, "task", "target")
-    view = {
-        "id": str(record.get("id")) if isinstance(record.get("id"), (str, int)) else "",
-        "mechanism": _name_of(record.get("mechanism")),
-        "canary": _name_of(record.get("canary")),
-        "task": _name_of(task),
-        "dataset": _name_of(dataset),
-        "trials": trials,
-        "eval_trials": eval_trials,
-        "claimed_epsilon": num(_first(record, "claimed_epsilon", "epsilon")),
-        "delta": num(record.get("delta")),
-        "epsilon_lower_bound": num(_first(record, "epsilon_lower_bound", "eps_lb", "epsilon_lb")),
-        "confidence": num(record.get("confidence")),
-        "method": _name_of(record.get("method")),
-        "counts": counts,
-        "ceiling": num(record.get("ceiling")),
-        "ceiling_source": "audit" if num(record.get("ceiling")) is not None else None,
-        "gdp_estimate": num(record.get("gdp_estimate")) if not isinstance(record.get("gdp_estimate"), dict) else num(_first(record["gdp_estimate"], "epsilon", "value")),
-        # a role, noise flag or insertion flag of the wrong type marks the record as not a
-        # plain private audit: it then supports no verdict (fail closed, never "no evidence")
-        "role": record["role"] if isinstance(record.get("role"), str) else ("main" if record.get("role") is None else "unknown"),
-        "noise": record.get("noise", True) is True,
-        "canary_inserted": record.get("canary_inserted", True) is True,
-        "direction": "less" if record.get("direction") == "less" else "greater",
-        "adjacency": record.get("adjacency") if isinstance(record.get("adjacency"), str) else None,
-        "no_noise": _control_view(_control(controls, "no-noise", "nonoise", "no-dp", "non-private")),
-        "null": _control_view(_control(controls, "null")),
-        "roc": _roc_view(record.get("roc")),
-        "auc": num(_first(record, "auc", "roc_auc")),
-        "seeds": _first(record, "seeds", "seed"),
-        "command": record.get("command") if isinstance(record.get("command"), (str, list)) else None,
-        "release_id": record.get("release_id") if isinstance(record.get("release_id"), str) else None,
-        "release_path": _first(record, "release_path", "release"),
-        "missing": missing,
-        "epsilon_lower_bound_note": record.get("epsilon_lower_bound_note"),
-    }
-    if view["auc"] is None and view["roc"] is not None:
-        view["auc"] = view["roc"]["auc"]
-    if isinstance(view["release_path"], dict):  # an embedded release reference
-        view["release_id"] = view["release_id"] or view["release_path"].get("id")
-        view["release_path"] = view["release_path"].get("path")
-    if view["release_path"] is not None and not isinstance(view["release_path"], str):
-        view["release_path"] = None
-    return view
-
-
 # ------------------------------------------------------------------ release field types
 
-_STR = (str,)
-_NUM_OR_NONE = ("target_epsilon", "noise_multiplier", "sample_rate", "clipping_norm")
-_INT_OR_NONE = ("steps", "steps_executed", "normalizer")
-_DICT = ("guarantee", "noise_source", "epsilons", "config", "metrics", "timings", "artefacts")
+
+def _non_empty_str(v: Any) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+def _number(v: Any) -> bool:
+    return num(v) is not None and not isinstance(v, bool)
+
+
+def _optional(ok):
+    return lambda v: v is None or ok(v)
+
+
+#: (fields, what a writer produces, the check) in the order a release is checked; "dataset.name"
+#: is the name inside a dataset object.
+RELEASE_TYPES = (
+    (("mechanism", "id", "adjacency", "accountant", "partition", "privacy_unit"), "a non-empty string", _non_empty_str),
+    (("dataset",), "an object", lambda v: isinstance(v, (dict, str))),
+    (("dataset.name",), "a string", lambda v: isinstance(v, str)),
+    (("epsilon", "delta"), "a number", _number),
+    (("target_epsilon", "noise_multiplier", "sample_rate", "clipping_norm"), "a number or null", _optional(_number)),
+    (("steps", "steps_executed", "normalizer"), "an integer or null", _optional(lambda v: integer(v) is not None)),
+    (("guarantee", "noise_source", "epsilons", "config", "metrics", "timings", "artefacts"), "an object", lambda v: isinstance(v, dict)),
+    (("non_private",), "true or false", lambda v: isinstance(v, bool)),
+    (("seed",), "an integer", lambda v: not isinstance(v, (dict, list))),
+    (("command",), "a string or a list", _optional(lambda v: isinstance(v, (str, list)))),
+    (("created_at", "dpaudit_version", "git_commit"), "a string or null", _optional(lambda v: isinstance(v, str))),
+)
+
+
+def _field(rel: Release, name: str) -> Any:
+    if name == "dataset.name":
+        return rel.dataset.get("name", "") if isinstance(rel.dataset, dict) else ""
+    return getattr(rel, name)
 
 
 def check_release_types(rel: Release, where: Path) -> None:
@@ -511,67 +322,68 @@ def check_release_types(rel: Release, where: Path) -> None:
     A report must never guess around a malformed claim: such a release is skipped with an
     error note rather than half-rendered.
     """
+    for names, rule, ok in RELEASE_TYPES:
+        for name in names:
+            v = _field(rel, name)
+            if not ok(v):
+                raise DataError(f"release {where}: {name} must be {rule}, got {v!r:.60}.")
 
-    def bad(name: str, rule: str, value: Any) -> DataError:
-        return DataError(f"release {where}: {name} must be {rule}, got {value!r:.60}.")
 
-    for name in ("mechanism", "id", "adjacency", "accountant", "partition", "privacy_unit"):
-        v = getattr(rel, name)
-        if not isinstance(v, str) or not v:
-            raise bad(name, "a non-empty string", v)
-    if not isinstance(rel.dataset, (dict, str)):
-        raise bad("dataset", "an object", rel.dataset)
-    if isinstance(rel.dataset, dict) and not isinstance(rel.dataset.get("name", ""), str):
-        raise bad("dataset.name", "a string", rel.dataset.get("name"))
-    for name in ("epsilon", "delta"):
-        v = getattr(rel, name)
-        if num(v) is None or isinstance(v, bool):
-            raise bad(name, "a number", v)
-    for name in _NUM_OR_NONE:
-        v = getattr(rel, name)
-        if v is not None and (num(v) is None or isinstance(v, bool)):
-            raise bad(name, "a number or null", v)
-    for name in _INT_OR_NONE:
-        v = getattr(rel, name)
-        if v is not None and integer(v) is None:
-            raise bad(name, "an integer or null", v)
-    for name in _DICT:
-        v = getattr(rel, name)
-        if not isinstance(v, dict):
-            raise bad(name, "an object", v)
-    if not isinstance(rel.non_private, bool):
-        raise bad("non_private", "true or false", rel.non_private)
-    if isinstance(rel.seed, (dict, list)):
-        raise bad("seed", "an integer", rel.seed)
-    if rel.command is not None and not isinstance(rel.command, (str, list)):
-        raise bad("command", "a string or a list", rel.command)
-    for name in ("created_at", "dpaudit_version", "git_commit"):
-        v = getattr(rel, name)
-        if v is not None and not isinstance(v, str):
-            raise bad(name, "a string or null", v)
+def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> LoadedRelease | None:
+    """The release at ``f``, or None with an error note (``prefix`` names where it was found)."""
+    try:
+        rel = Release.from_dict(read_json(f, "release"))
+        check_release_types(rel, f)
+    except DPAuditError as e:
+        notes.append(Note("error", section, f"{prefix}release skipped: {e}"))
+        return None
+    except (TypeError, ValueError) as e:
+        notes.append(Note("error", section, f"{prefix}release {f} skipped: malformed fields ({e})."))
+        return None
+    return LoadedRelease(f.parent, rel)
 
 
 # ------------------------------------------------------------------ loading
 
 
-#: File name of a one-run audit record (the one-run analysis writes it where audit.json would go).
-ONE_RUN_FILE = "one_run.json"
-
-
 def find_one_runs(paths: Iterable[Path]) -> list[Path]:
-    """Every ``one_run.json`` at or below ``paths`` (files or folders; hidden folders skipped)."""
-    out: list[Path] = []
-    seen: set[Path] = set()
+    """Every ``one_run.json`` at or below ``paths`` (files or folders; hidden folders skipped), each once."""
+    found: dict[Path, Path] = {}
     for p in paths:
-        if p.is_file():
-            found = [p] if p.name == ONE_RUN_FILE else []
-        else:
-            found = sorted(f for f in p.rglob(ONE_RUN_FILE) if f.is_file() and _visible(f, p))
-        for f in found:
-            if f.resolve() not in seen:
-                seen.add(f.resolve())
-                out.append(f)
-    return out
+        files = ([p] if p.name == ONE_RUN_FILE else []) if p.is_file() else sorted(f for f in p.rglob(ONE_RUN_FILE) if f.is_file() and _visible(f, p))
+        for f in files:
+            found.setdefault(f.resolve(), f)
+    return list(found.values())
+
+
+def _read_record(f: Path, what: str, shareable, notes: list[Note]) -> dict | None:
+    """The shareable part of a record (keys an old file still publishes — scores in score units,
+    data-derived canary choices, reference optima — dropped), or None with an error note."""
+    try:
+        return shareable(read_json(f, what))
+    except DPAuditError as e:
+        notes.append(Note("error", "inputs", f"{what} skipped: {e}"))
+        return None
+
+
+def _loaded(files: list[Path], read) -> list:
+    return [x for x in map(read, files) if x is not None]
+
+
+def _audit_at(f: Path, notes: list[Note]) -> LoadedAudit | None:
+    r = _read_record(f, "audit", shareable_audit, notes)
+    return None if r is None else LoadedAudit(f.parent, r, AuditView.from_dict(r))
+
+
+def _one_run_at(f: Path, notes: list[Note]) -> LoadedOneRun | None:
+    r = _read_record(f, "one-run record", shareable_one_run, notes)
+    return None if r is None else LoadedOneRun(f, r)
+
+
+def _nothing_readable(files_found: bool, notes: list[Note], given: list[Path]) -> DataError:
+    if files_found:
+        return DataError(f"no readable release or audit under the given paths ({'; '.join(n.message for n in notes[:3])}).")
+    return DataError(f"no {RELEASE_FILE} or {AUDIT_FILE} found under {', '.join(str(p) for p in given)}.")
 
 
 def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
@@ -582,37 +394,10 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     release_files, audit_files, given, sweeps = discover_inputs(paths)
     out = Inputs(paths=[str(p) for p in given])
     out.sweeps = [load_sweep(sw) for sw in sweeps]
-    for f in release_files:
-        try:
-            rel = Release.from_dict(read_json(f, "release"))
-            check_release_types(rel, f)
-        except DPAuditError as e:
-            out.notes.append(Note("error", "inputs", f"release skipped: {e}"))
-            continue
-        except (TypeError, ValueError) as e:
-            out.notes.append(Note("error", "inputs", f"release {f} skipped: malformed fields ({e})."))
-            continue
-        out.releases.append(LoadedRelease(f.parent, rel))
+    out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
     one_run_files = find_one_runs(given)
-    from ..audit_outputs import shareable_audit, shareable_one_run
-
-    # Only the shareable part of an audit is ever read: keys an old file still publishes (scores
-    # in score units, data-derived canary choices, reference optima) are dropped here.
-    for what, files, add in (("audit", audit_files, lambda f, rec: out.audits.append(LoadedAudit(f.parent, (r := shareable_audit(rec)),
-                                                                                                  normalise_audit(r)))),
-                             ("one-run record", one_run_files, lambda f, rec: out.one_runs.append(LoadedOneRun(f, shareable_one_run(rec))))):
-        for f in files:
-            try:
-                rec = read_json(f, what)
-            except DPAuditError as e:
-                out.notes.append(Note("error", "inputs", f"{what} skipped: {e}"))
-                continue
-            add(f, rec)
-    if not out.releases and not out.audits and not out.sweeps and not out.one_runs:
-        if release_files or audit_files or one_run_files:
-            msgs = "; ".join(n.message for n in out.notes[:3])
-            raise DataError(f"no readable release or audit under the given paths ({msgs}).")
-        raise DataError(
-            f"no {RELEASE_FILE} or {_audit_file_name()} found under {', '.join(str(p) for p in given)}."
-        )
+    out.audits = _loaded(audit_files, lambda f: _audit_at(f, out.notes))
+    out.one_runs = _loaded(one_run_files, lambda f: _one_run_at(f, out.notes))
+    if not (out.releases or out.audits or out.sweeps or out.one_runs):
+        raise _nothing_readable(bool(release_files or audit_files or one_run_files), out.notes, given)
     return out

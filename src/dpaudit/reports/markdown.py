@@ -6,12 +6,11 @@ import os
 from pathlib import Path
 
 from .blocks import Block, layout
+from .format import chosen
 from .html import _sweeps_meta
 from .plots import Figure, all_figures
 
-_BADGE = {
-    "violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️",
-}
+_BADGE = {"violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️"}
 
 
 def _cell(s: object) -> str:
@@ -26,27 +25,25 @@ def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
     return "\n".join(out)
 
 
+#: Block kind -> its Markdown (figures are written by :func:`_block`).
+RENDER = {
+    "p": lambda b: b.text,
+    "h3": lambda b: f"### {b.text}",
+    "verdict": lambda b: f"> {_BADGE.get(b.status, '')} **{b.text}**",
+    "table": lambda b: _table(b.headers, b.rows, b.caption),
+    "kv": lambda b: _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption),
+    "code": lambda b: f"```sh\n{b.text}\n```",
+    "notes": lambda b: "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes),
+}
+
+
 def _block(b: Block, figures: list[Figure], asset_rel: str) -> str:
-    if b.kind == "p":
-        return b.text
-    if b.kind == "h3":
-        return f"### {b.text}"
-    if b.kind == "verdict":
-        return f"> {_BADGE.get(b.status, '')} **{b.text}**"
-    if b.kind == "table":
-        return _table(b.headers, b.rows, b.caption)
-    if b.kind == "kv":
-        return _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption)
-    if b.kind == "code":
-        return f"```sh\n{b.text}\n```"
-    if b.kind == "notes":
-        return "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes)
     if b.kind == "figures":
-        chosen = [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
-        if not chosen:
-            return "_No figure: the inputs hold no data to plot._"
-        return "\n\n".join(f"![{fig.title}]({asset_rel}/{fig.name}.png)\n\n*{fig.title}.* {fig.caption}" for fig in chosen)
-    raise ValueError(f"unknown block kind {b.kind!r}")
+        return "\n\n".join(f"![{fig.title}]({asset_rel}/{fig.name}.png)\n\n*{fig.title}.* {fig.caption}"
+                            for fig in chosen(b, figures)) or "_No figure: the inputs hold no data to plot._"
+    if b.kind not in RENDER:
+        raise ValueError(f"unknown block kind {b.kind!r}")
+    return RENDER[b.kind](b)
 
 
 def render_markdown(report: dict, out_file: str | os.PathLike, figures: list[Figure] | None = None) -> Path:

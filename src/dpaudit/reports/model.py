@@ -1,48 +1,29 @@
 """The report model: one JSON-serialisable dict, the source of truth every renderer reads.
 
-:func:`build_report` turns releases, audits, sweeps and the ledger into seven sections (eight
-when the inputs include a sweep):
+:func:`build_report` assembles seven sections (eight with a sweep), each built by its own module
+from what :mod:`.inputs` loaded:
 
-1. ``verdict`` — one line per mechanism. Rules (fail closed, never guess):
-
-   - ``VIOLATION: eps_LB x > claimed y`` when any audit of the mechanism certifies a lower
-     bound above the claim. The claim compared against is the *smallest* of the audit's
-     ``claimed_epsilon`` and the epsilons of the releases it covers, so a release that claims
-     less than its audit assumed cannot hide behind the audit's number.
-   - ``ACCOUNTING MISMATCH`` when re-running the release's own accountant on its stored
-     guarantee gives a larger epsilon than claimed, or the achieved epsilon exceeds the target.
-   - ``INCONCLUSIVE`` when an audit lacks eps_LB or a claim, or its stored eps_LB disagrees
-     with its own counts in a way that could hide a violation.
-   - ``NOT AUDITED`` when no audit of the mechanism is among the inputs.
-   - otherwise ``no evidence of a violation``; ``audit underpowered`` is added when an audit's
-     ceiling (the largest eps_LB its EVAL trials can certify) is below the claim — such an
-     audit could not have seen a violation of that size.
-2. ``claim`` — claim cards, with every accountant's epsilon recomputed from the stored events.
-3. ``provenance`` — public dataset identity, profile, splits and seeds, and which data version
-   the ledger holds its releases under (an opaque label, never a fingerprint or hash of the data).
-4. ``budget`` — the ledger's summary for the datasets involved, and the releases' own
-   composition as a cross-check.
-5. ``utility`` — metrics as mean +/- SD over seeds, privacy-utility curves, non-private reference.
-6. ``audit`` — the Table-16-shaped table (DP-MixMin paper, Table 16), per-audit detail, ROC,
-   in/out score histograms and eps_LB-vs-claimed points.
-7. ``reproduce`` — the recorded command of every release and audit (and of every sweep).
-8. ``sweep`` (only when a sweep folder or ``sweep.sqlite`` is among the inputs; rendered after
-   ``budget``) — one summary per sweep instead of one claim card per release: task counts, the
-   sweep's tables recomputed from its store, an accounting check of every release, and the
-   composed budget of its releases (:mod:`dpaudit.reports.sweep`). Each sweep also gets one
-   verdict line: ``ACCOUNTING MISMATCH`` when any of its releases fails the claim-card check
-   (fail closed), ``INCONCLUSIVE`` when its store cannot be read, else ``NOT AUDITED`` (a sweep
-   is not audited as a whole) with the accounting tally and its largest composed epsilon.
+1. ``verdict`` (:mod:`.verdict`) — one line per mechanism, fail closed: ``VIOLATION`` when an
+   audit certifies eps_LB above the claim it tested (its recorded claim; a covered release's only
+   when it records none); ``ACCOUNTING MISMATCH`` when a release fails
+   :func:`dpaudit.claims.verify_claim` (its stored guarantee, recomputed with its own accountant,
+   exceeds the claim, steps executed differ from steps accounted, or the achieved epsilon exceeds
+   the target); ``INCONCLUSIVE`` when an audit lacks eps_LB or a claim, or disagrees with its own
+   counts; ``NOT AUDITED`` without an audit; else ``no evidence of a violation``, with ``audit
+   underpowered`` when an audit's ceiling (the largest eps_LB its EVAL trials can certify) is
+   below the claim.
+2. ``claim`` (:mod:`.claim`) — claim cards, every accountant's epsilon recomputed from the events.
+3. ``provenance`` (:mod:`.provenance`) — public dataset identity, splits and seeds, and the data
+   version label the ledger holds its releases under (never a fingerprint or hash of the data).
+4. ``budget`` (:mod:`.budget`) — the ledger's summary, and the releases' own composition.
+5. ``utility`` (:mod:`.utility`) — metrics as mean +/- SD over seeds, privacy-utility curves.
+6. ``audit`` (:mod:`.audit`) — the Table-16-shaped table (DP-MixMin paper), per-audit detail,
+   ROC and eps_LB-vs-claimed points, one-run audits.
+7. ``reproduce`` (:mod:`.reproduce`) — the recorded command of every release, audit and sweep.
+8. ``sweep`` (:mod:`.sweep`; only with a sweep folder or ``sweep.sqlite`` among the inputs,
+   rendered after ``budget``) — one summary and one verdict line per sweep.
 
 Notes (error / warning / info) carry everything the reader must know about bad inputs.
-
-Each section is built by its own module (:mod:`.claim`, :mod:`.provenance`, :mod:`.budget`,
-:mod:`.utility`, :mod:`.audit`, :mod:`.verdict`, :mod:`.reproduce`, :mod:`.sweep`) from the
-inputs :mod:`.inputs` loaded; this module only assembles them. The accounting check of a claim
-card (and of a sweep's releases) is :func:`dpaudit.claims.verify_claim`: a stored guarantee
-recomputed with the release's own accountant and adjacency must not exceed the claimed epsilon
-by more than :data:`dpaudit.claims.CLAIM_RTOL`, the steps executed must equal the steps
-accounted, and the achieved epsilon must not exceed the target.
 
 JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings "inf"/"nan"):
 
@@ -83,28 +64,8 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   behind the line); a one-run record with a claim gets a verdict line of its own;
 - ``sections.reproduce``: [{kind: release | audit | sweep | report, mechanism, id, path, command,
   seed, noise, parameters?}];
-- ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep with
-  ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error`` (unreadable store, else null),
-  ``counts`` {done, failed, pending, total}, ``failures`` [{key, model, dataset, epsilon, seed,
-  error, in_current_spec (false: left from an earlier version of the spec; null: unknown)}],
-  ``spec`` (as stored), ``releases`` (release files read below the folder) and
-  ``release_ids``, ``missing_releases`` (named by the store, no readable file) and
-  ``orphan_releases`` (on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables`
-  recomputed from the store: cells {dataset, epsilon, model, metric, seeds, values, summary {n,
-  mean, sd, ci_low, ci_high, confidence}}, contrasts {..., mean_difference, p_value, p_holm,
-  wins, ties, losses, n}, win_tie_loss, table3 {epsilon, citation, rows}, notes),
-  ``tables_json`` (matches | differs | unreadable | absent: the saved tables.json against the
-  recomputed ones), ``accounting`` {status: ok | mismatch | unverified | no-claim, line,
-  checked, ok, mismatch, unverified, non_private, reproducible_noise, mismatches [{release_id,
-  mechanism, path, epsilon, message}], unverified_releases}, ``budget`` [per (dataset,
-  partition, adjacency): releases, private_releases, non_private_releases, unknown_releases,
-  from_store, largest_single {epsilon, release_id, mechanism, target_epsilon},
-  max_single_epsilon, naive_sum, delta, rdp, prv (composed at delta; inf when a non-private
-  release is among them), errors {accountant: why it declined}, unbounded, lower_bound_only,
-  sentence], ``ledger`` (with a ledger: {ledger, recorded (this sweep's releases found by id),
-  tagged (entries whose payload carries this sweep's name), tagged_elsewhere, voided, missing,
-  missing_ids, composition [the ledger's stored events of the sweep, composed with rdp],
-  summary (``Ledger.summary(sweep=...)`` when the ledger knows the sweep), error}, else null).
+- ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep, its
+  fields listed in :mod:`dpaudit.reports.sweep`.
 """
 
 from __future__ import annotations
@@ -114,14 +75,12 @@ from typing import Iterable
 
 from .. import __version__
 from ..audit_outputs import NOT_COVERED
-from ..records import _json_safe, git_commit, now_utc
+from ..errors import DataError
+from ..records import _json_safe, git_commit, now_utc, read_json
 from . import audit, budget, claim, provenance, reproduce, utility, verdict
-from .claim import RECOMPUTE_RTOL, claim_card  # noqa: F401  (re-exported: they lived here)
 from .inputs import dataset_name, load_inputs
-from .recompute import RECOMPUTABLE, SIDE_BY_SIDE, EpsCache, compose_sequential, compose_side_by_side  # noqa: F401
+from .recompute import EpsCache
 from .sweep import sweep_reproduce, sweep_section, sweep_verdict
-from .utility import EPS_ONLY_KEYS, METRIC_ORDER  # noqa: F401
-from .verdict import CLAIM_MATCH_RTOL  # noqa: F401
 
 SCHEMA = "dpaudit-report/1"
 SECTIONS = (
@@ -135,13 +94,55 @@ SECTIONS = (
 )
 
 
+def _datasets(releases: list) -> list[str]:
+    return list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in releases))
+
+
+def _eps_point(e: dict) -> dict:
+    return {"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
+            "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+            "ceiling": e["ceiling"], "status": e["status"]}
+
+
+def _budget_section(inputs, covered: list, ledger_path, cache: EpsCache, notes: list) -> tuple[dict, dict[str, str]]:
+    """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
+    datasets = _datasets(covered)
+    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
+    fingerprints = ledger.pop("data_versions", {})
+    return {**ledger, "composition": budget.release_composition(covered, cache, notes), "datasets": datasets}, fingerprints
+
+
+def _sweeps(inputs, budget_section: dict, cache: EpsCache, notes: list) -> list[dict]:
+    ledger = budget_section["ledger"] if budget_section["available"] else None
+    return [sweep_section(sw, cache, notes, ledger_path=ledger) for sw in inputs.sweeps]
+
+
+def _audit_section(entries: list[dict], one_runs: list[dict]) -> dict:
+    return {"table16": audit.table16(entries), "audits": entries, "eps_points": [_eps_point(e) for e in entries],
+            "one_run": one_runs, "not_covered": NOT_COVERED}
+
+
+def _one_runs(inputs, notes: list) -> list[dict]:
+    return [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
+
+
+def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
+    return {
+        "paths": inputs.paths,
+        "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
+        "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
+        "one_runs": [str(lo.path) for lo in inputs.one_runs],
+        "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
+        "ledger": ledger,
+    }
+
+
 def build_report(
     paths: Iterable[str | os.PathLike],
     *,
     ledger_path: str | os.PathLike | None = None,
     title: str | None = None,
     command: str | None = None,
-    with_scores: bool = True,
 ) -> dict:
     """Build the JSON report model from release/audit paths (files or folders, searched recursively).
 
@@ -156,63 +157,35 @@ def build_report(
     cache = EpsCache()
     claims = [claim.claim_card(lr, cache, notes) for lr in inputs.releases]
     links = audit.link_audits(inputs, notes)
-    verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes, with_scores)
+    verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes)
     # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
     # provenance and in the composition of everything this report covers.
-    sweep_releases = [lr for sw in inputs.sweeps for lr in sw.releases]
-    datasets: list[str] = []
-    for lr in inputs.releases + sweep_releases:
-        n = dataset_name(lr.release.dataset)
-        if n not in datasets:
-            datasets.append(n)
-    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets,
-                                  [lr.release.id for lr in inputs.releases], notes)
-    fingerprints = ledger.pop("data_versions", {})
-    budget_section = {**ledger, "composition": budget.release_composition(inputs.releases + sweep_releases, cache, notes),
-                      "datasets": datasets}
-    sweeps = [sweep_section(sw, cache, notes, ledger_path=ledger["ledger"] if ledger["available"] else None) for sw in inputs.sweeps]
-    one_runs = [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
-    verdicts = verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps]
-    points = [{"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
-               "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-               "ceiling": e["ceiling"], "status": e["status"]} for e in audit_entries]
+    covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]
+    budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, cache, notes)
+    sweeps = _sweeps(inputs, budget_section, cache, notes)
+    one_runs = _one_runs(inputs, notes)
     sections = {
-        "verdict": verdicts,
+        "verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps],
         "claim": claims,
-        "provenance": provenance.provenance(inputs.releases + sweep_releases, inputs.audits, notes, fingerprints),
+        "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints),
         "budget": budget_section,
         "utility": utility.utility(inputs.releases, notes),
-        "audit": {"table16": audit.table16(audit_entries), "audits": audit_entries, "eps_points": points, "one_run": one_runs,
-                  "not_covered": NOT_COVERED},
+        "audit": _audit_section(audit_entries, one_runs),
         "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
     }
     if sweeps:
         sections["sweep"] = sweeps
-    report = {
-        "schema": SCHEMA,
-        "title": title or "dpaudit reviewer report",
-        "generated_at": now_utc(),
-        "dpaudit_version": __version__,
-        "git_commit": git_commit(),
-        "inputs": {
-            "paths": inputs.paths,
-            "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
-            "audits": [{"id": la.view["id"], "mechanism": la.view["mechanism"], "path": str(la.path)} for la in inputs.audits],
-            "one_runs": [str(lo.path) for lo in inputs.one_runs],
-            "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
-            "ledger": budget_section["ledger"],
-        },
+    return _json_safe({
+        "schema": SCHEMA, "title": title or "dpaudit reviewer report", "generated_at": now_utc(),
+        "dpaudit_version": __version__, "git_commit": git_commit(),
+        "inputs": _inputs_of(inputs, sweeps, budget_section["ledger"]),
         "sections": sections,
         "notes": [n.to_dict() for n in notes],
-    }
-    return _json_safe(report)
+    })
 
 
 def read_report(path: str | os.PathLike) -> dict:
     """Read a report written with ``--format json`` (so HTML/Markdown can be re-rendered from it)."""
-    from ..errors import DataError
-    from ..records import read_json
-
     data = read_json(path, "report")
     if data.get("schema") != SCHEMA:
         raise DataError(f"report schema must be {SCHEMA}, got {data.get('schema')!r}.")

@@ -7,18 +7,15 @@ figures: same size, fonts, palette and grid; every axis is labelled with its uni
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 
 from .inputs import num
-from .figstyle import new_figure, png_bytes, style_axes
-from .tradeoff import one_run_figure, tradeoff_figure
+from .tradeoff import new_figure, one_run_figure, png_bytes, style_axes, tradeoff_figure
 
 PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6d4c41", "#546e7a")
-IN_COLOR, OUT_COLOR = "#c0392b", "#1f4e79"
+IN_COLOR = "#c0392b"
 FIGSIZE = (6.4, 4.0)
-DPI = 110
 MAX_ROC_CURVES = 8
 
 
@@ -31,18 +28,6 @@ class Figure:
     png: bytes
 
 
-def _new_figure(figsize=FIGSIZE):
-    return new_figure(figsize)
-
-
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    style_axes(ax, title, xlabel, ylabel, size=11)
-
-
-def _png(fig) -> bytes:
-    return png_bytes(fig)
-
-
 def _label(e: dict) -> str:
     parts = [str(e.get("mechanism") or "?"), str(e.get("canary") or "")]
     if e.get("task"):
@@ -53,128 +38,134 @@ def _label(e: dict) -> str:
     return f"{lab} [{e['label']}]" if e.get("label") else lab
 
 
+def _roc_points(e: dict) -> list[tuple[float, float]]:
+    """The audit's ROC points with both rates above 0 (drawable on log axes)."""
+    pts = zip((num(x) for x in e["roc"]["fpr"]), (num(x) for x in e["roc"]["tpr"]))
+    return [(f, t) for f, t in pts if f is not None and t is not None and f > 0 and t > 0]
+
+
+def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
+    fig = new_figure((8.6, 4.2))
+    ax = fig.add_subplot()
+    floor = 1.0
+    for j, e in enumerate(es[:MAX_ROC_CURVES]):
+        pts = _roc_points(e)
+        if not pts:
+            continue
+        floor = min(floor, min(p[0] for p in pts), min(p[1] for p in pts))
+        auc = num(e.get("auc"))
+        lab = _label(e) + (f" (AUC {auc:.3f})" if auc is not None else "")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=PALETTE[j % len(PALETTE)], linewidth=1.6, drawstyle="steps-post", label=lab)
+    floor = max(min(floor, 1e-2) / 2, 1e-6)
+    ax.plot([floor, 1], [floor, 1], color="#888888", linestyle="--", linewidth=1, label="chance (TPR = FPR)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor, 1.05)
+    ax.set_ylim(floor, 1.05)
+    style_axes(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn." if len(es) > MAX_ROC_CURVES else ""
+    return Figure(f"roc_{k}", "audit", f"ROC ({mech})",
+                  "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)." + more,
+                  png_bytes(fig))
+
+
 def roc_figures(report: dict) -> list[Figure]:
     """One log-log ROC figure per mechanism (at most MAX_ROC_CURVES curves each)."""
-    audits = [e for e in report["sections"]["audit"]["audits"] if e.get("roc") and e["roc"].get("fpr")]
     by_mech: dict[str, list[dict]] = {}
-    for e in audits:
-        by_mech.setdefault(str(e.get("mechanism") or "unknown"), []).append(e)
-    out = []
-    for k, (mech, es) in enumerate(by_mech.items()):
-        fig = _new_figure((8.6, 4.2))
-        ax = fig.add_subplot()
-        floor = 1.0
-        for j, e in enumerate(es[:MAX_ROC_CURVES]):
-            fpr = [num(x) for x in e["roc"]["fpr"]]
-            tpr = [num(x) for x in e["roc"]["tpr"]]
-            pts = [(f, t) for f, t in zip(fpr, tpr) if f is not None and t is not None and f > 0 and t > 0]
-            if not pts:
-                continue
-            floor = min(floor, min(p[0] for p in pts), min(p[1] for p in pts))
-            auc = num(e.get("auc"))
-            lab = _label(e) + (f" (AUC {auc:.3f})" if auc is not None else "")
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=PALETTE[j % len(PALETTE)], linewidth=1.6, drawstyle="steps-post", label=lab)
-        floor = max(min(floor, 1e-2) / 2, 1e-6)
-        ax.plot([floor, 1], [floor, 1], color="#888888", linestyle="--", linewidth=1, label="chance (TPR = FPR)")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(floor, 1.05)
-        ax.set_ylim(floor, 1.05)
-        _style(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-        more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn." if len(es) > MAX_ROC_CURVES else ""
-        out.append(Figure(f"roc_{k}", "audit", f"ROC ({mech})",
-                          "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)." + more,
-                          _png(fig)))
-    return out
+    for e in report["sections"]["audit"]["audits"]:
+        if e.get("roc") and e["roc"].get("fpr"):
+            by_mech.setdefault(str(e.get("mechanism") or "unknown"), []).append(e)
+    return [_roc_figure(k, mech, es) for k, (mech, es) in enumerate(by_mech.items())]
+
+
+def _finite_claim(p: dict) -> bool:
+    return num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))
+
+
+def _top(pts: list[dict]) -> float:
+    vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")] + [num(p["claimed_epsilon"]) for p in pts]
+    finite = [v for v in vals if v is not None and math.isfinite(v)]
+    return max(max(finite) * 1.15 if finite else 1.0, 0.1)
+
+
+def _scatter_point(ax, p: dict, x: float, color: str, top: float, seen: set) -> None:
+    """One audit's private eps_LB, no-noise control and ceiling at claimed epsilon ``x`` (each legend entry once)."""
+    def clip(v):
+        return None if v is None else (top if not math.isfinite(v) else v)
+
+    lab = str(p.get("mechanism"))
+    lb, nn, ce = (clip(num(p.get(k))) for k in ("epsilon_lower_bound", "no_noise", "ceiling"))
+    viol = p.get("status") == "violation"
+    marks = [(lb, (lab, "lb"), f"{lab}: private eps_LB", dict(s=46 if viol else 34, marker="X" if viol else "o", color=IN_COLOR if viol else color, zorder=3)),
+             (nn, (lab, "nn"), f"{lab}: no-noise control", dict(s=30, marker="^", facecolors="none", edgecolors=color, zorder=3)),
+             (ce, "ceiling", "ceiling (max certifiable)", dict(s=40, marker="_", color="#444444", zorder=2))]
+    for v, key, label, style in marks:
+        if v is not None:
+            ax.scatter([x], [v], label=None if key in seen else label, **style)
+            seen.add(key)
 
 
 def eps_figure(report: dict) -> list[Figure]:
     """eps_LB against the claimed epsilon, with the y = x line a violation must cross."""
-    pts = [p for p in report["sections"]["audit"]["eps_points"]
-           if num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))]
+    pts = [p for p in report["sections"]["audit"]["eps_points"] if _finite_claim(p)]
     if not pts:
         return []
-    fig = _new_figure((8.0, 4.2))
+    fig = new_figure((8.0, 4.2))
     ax = fig.add_subplot()
-    claims = [num(p["claimed_epsilon"]) for p in pts]
-    vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")]
-    finite = [v for v in vals + claims if v is not None and math.isfinite(v)]
-    top = max(finite) * 1.15 if finite else 1.0
-    top = max(top, 0.1)
+    top = _top(pts)
     ax.plot([0, top], [0, top], color="#888888", linestyle="--", linewidth=1, label="eps_LB = claimed (above: violation)")
     ax.fill_between([0, top], [0, top], [top, top], color=IN_COLOR, alpha=0.06)
     mechs = sorted({str(p.get("mechanism")) for p in pts})
     # a small horizontal offset per canary keeps coinciding points apart
     canaries = sorted({str(p.get("canary")) for p in pts})
     off = {c: (i - (len(canaries) - 1) / 2) * 0.012 * top for i, c in enumerate(canaries)}
-
-    def _clip(v):
-        return None if v is None else (top if not math.isfinite(v) else v)
-
-    seen = set()
+    seen: set = set()
     for p in pts:
-        c = num(p["claimed_epsilon"]) + off[str(p.get("canary"))]
-        color = PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)]
-        lb, nn, ce = _clip(num(p.get("epsilon_lower_bound"))), _clip(num(p.get("no_noise"))), _clip(num(p.get("ceiling")))
-        lab = str(p.get("mechanism"))
-        if lb is not None:
-            viol = p.get("status") == "violation"
-            ax.scatter([c], [lb], s=46 if viol else 34, marker="X" if viol else "o", color=IN_COLOR if viol else color, zorder=3,
-                       label=None if (lab, "lb") in seen else f"{lab}: private eps_LB")
-            seen.add((lab, "lb"))
-        if nn is not None:
-            ax.scatter([c], [nn], s=30, marker="^", facecolors="none", edgecolors=color, zorder=3,
-                       label=None if (lab, "nn") in seen else f"{lab}: no-noise control")
-            seen.add((lab, "nn"))
-        if ce is not None:
-            ax.scatter([c], [ce], s=40, marker="_", color="#444444", zorder=2,
-                       label=None if "ceiling" in seen else "ceiling (max certifiable)")
-            seen.add("ceiling")
+        _scatter_point(ax, p, num(p["claimed_epsilon"]) + off[str(p.get("canary"))], PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)], top, seen)
     ax.set_xlim(0, top)
     ax.set_ylim(0, top)
-    _style(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
+    style_axes(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return [Figure("eps_lb_vs_claimed", "audit", "eps_LB vs claimed epsilon",
                    "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
-                   "points above the dashed line contradict the claim.", _png(fig))]
+                   "points above the dashed line contradict the claim.", png_bytes(fig))]
+
+
+def _series(eps: list, pts: list[dict], m: str) -> tuple[list, list, list]:
+    """(epsilons, means, SDs) of metric ``m`` along a curve (points without it left out)."""
+    keep = [(x, p["metrics"][m]) for x, p in zip(eps, pts) if p["metrics"].get(m) and num(p["metrics"][m].get("mean")) is not None]
+    return [x for x, _ in keep], [num(s["mean"]) for _, s in keep], [num(s.get("sd")) or 0.0 for _, s in keep]
+
+
+def _draw_metric(ax, m: str, color: str, series: tuple, ref: dict | None) -> None:
+    xs, ys, es = series
+    ax.errorbar(xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m)
+    if ref and num(ref.get("mean")) is not None:
+        ax.axhline(num(ref["mean"]), color=color, linestyle="--", linewidth=1, alpha=0.8)
+
+
+def _utility_figure(k: int, c: dict) -> Figure:
+    pts = c["points"]
+    names = list(dict.fromkeys(m for p in pts for m in p["metrics"]))
+    fig = new_figure(FIGSIZE)
+    ax = fig.add_subplot()
+    eps = [num(p["epsilon"]) for p in pts]
+    for j, m in enumerate(names):
+        _draw_metric(ax, m, PALETTE[j % len(PALETTE)], _series(eps, pts, m), (c.get("reference") or {}).get(m))
+    if c.get("reference"):
+        ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
+    if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
+        ax.set_xscale("log")
+    style_axes(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", "epsilon (nats, at the recorded delta)", "metric value (fraction)")
+    ax.legend(fontsize=7, loc="lower right")
+    return Figure(f"utility_{k}", "utility", f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
+                  "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", png_bytes(fig))
 
 
 def utility_figures(report: dict) -> list[Figure]:
     """Privacy-utility curves: metric mean +/- SD over seeds vs epsilon, non-private reference dashed."""
-    out = []
-    for k, c in enumerate(report["sections"]["utility"]["curves"]):
-        pts = c["points"]
-        names = []
-        for p in pts:
-            for m in p["metrics"]:
-                if m not in names:
-                    names.append(m)
-        fig = _new_figure()
-        ax = fig.add_subplot()
-        eps = [num(p["epsilon"]) for p in pts]
-        for j, m in enumerate(names):
-            color = PALETTE[j % len(PALETTE)]
-            xs, ys, es = [], [], []
-            for x, p in zip(eps, pts):
-                s = p["metrics"].get(m)
-                if s and num(s.get("mean")) is not None:
-                    xs.append(x)
-                    ys.append(num(s["mean"]))
-                    es.append(num(s.get("sd")) or 0.0)
-            ax.errorbar(xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m)
-            ref = (c.get("reference") or {}).get(m)
-            if ref and num(ref.get("mean")) is not None:
-                ax.axhline(num(ref["mean"]), color=color, linestyle="--", linewidth=1, alpha=0.8)
-        if c.get("reference"):
-            ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
-        if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
-            ax.set_xscale("log")
-        _style(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", "epsilon (nats, at the recorded delta)", "metric value (fraction)")
-        ax.legend(fontsize=7, loc="lower right")
-        out.append(Figure(f"utility_{k}", "utility", f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
-                          "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", _png(fig)))
-    return out
+    return [_utility_figure(k, c) for k, c in enumerate(report["sections"]["utility"]["curves"])]
 
 
 def tradeoff_figures(report: dict) -> list[Figure]:
@@ -207,5 +198,4 @@ def one_run_figures(report: dict) -> list[Figure]:
 
 
 def all_figures(report: dict) -> list[Figure]:
-    return (utility_figures(report) + eps_figure(report) + roc_figures(report)
-            + tradeoff_figures(report) + one_run_figures(report))
+    return (utility_figures(report) + eps_figure(report) + roc_figures(report) + tradeoff_figures(report) + one_run_figures(report))

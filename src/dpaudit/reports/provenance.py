@@ -5,7 +5,6 @@ the private data, keyed or not, that a reader could test a candidate dataset aga
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from typing import Any
 
 from .inputs import LoadedAudit, LoadedRelease, Note
@@ -21,58 +20,59 @@ def _source_file_names(files: Any) -> list[str]:
     return []
 
 
-def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note],
-                fingerprints: dict[str, str] | None = None) -> list[dict]:
+def _new_entry(name: Any, ds: dict) -> dict:
+    return {"name": name, "kind": ds.get("kind"), "profile": ds.get("profile"), "split_sizes": ds.get("split_sizes"),
+            "n_features": ds.get("n_features"), "n_classes": ds.get("n_classes"),
+            "source_files": _source_file_names(ds.get("source_files")),
+            "data_versions": [], "split_seeds": [], "partitions": [], "releases": [], "audits": []}
+
+
+def _add(e: dict, key: str, v: Any) -> None:
+    if v is not None and v not in e[key]:
+        e[key].append(v)
+
+
+def _add_release(e: dict, ds: dict, lr: LoadedRelease, fingerprints: dict[str, str], notes: list[Note]) -> None:
+    for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition), ("data_versions", fingerprints.get(lr.release.id))):
+        _add(e, k, v)
+    for f in _source_file_names(ds.get("source_files")):
+        _add(e, "source_files", f)
+    e["releases"].append(lr.release.id)
+    if ds.get("sha256") or ds.get("user_ids_sha256") or (isinstance(ds.get("source_files"), dict) and ds["source_files"]):
+        notes.append(Note("warning", "provenance", f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
+                                                   "hashes of its private data in release.json, which tell neighbouring datasets apart; "
+                                                   "this report does not repeat them; do not republish that file."))
+
+
+def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
+    name = la.view.dataset
+    if name is None:
+        return
+    match = next((k for k, v in by.items() if name and v["name"] == name), None)
+    if match is None:
+        ds = la.record.get("dataset") if isinstance(la.record.get("dataset"), dict) else {}
+        match = json.dumps([name, ds.get("profile")], default=str)
+        by[match] = _new_entry(name, {**ds, "n_features": None, "n_classes": None})
+        _add(by[match], "split_seeds", ds.get("split_seed"))
+    by[match]["audits"].append(la.view.id or str(la.path))
+
+
+def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note], fingerprints: dict[str, str] | None = None) -> list[dict]:
     """Per dataset: its public identity, and the data version labels of its releases
     (``fingerprints``: release id -> label of the ledger's keyed fingerprint, only when a ledger was read).
 
     Never an unkeyed digest of the private data: an old release's ``dataset["sha256"]`` (or its
     source files' hashes) is not repeated here, and such a release gets a warning instead.
     """
-    fingerprints = fingerprints or {}
-    by: "OrderedDict[str, dict]" = OrderedDict()
+    by: dict[str, dict] = {}
     for lr in releases:
         ds = lr.release.dataset if isinstance(lr.release.dataset, dict) else {"name": str(lr.release.dataset)}
         key = json.dumps([ds.get("name"), ds.get("profile")], default=str)
-        e = by.setdefault(key, {
-            "name": ds.get("name"), "kind": ds.get("kind"), "profile": ds.get("profile"),
-            "split_sizes": ds.get("split_sizes"), "n_features": ds.get("n_features"), "n_classes": ds.get("n_classes"),
-            "source_files": _source_file_names(ds.get("source_files")),
-            "data_versions": [], "split_seeds": [], "partitions": [], "releases": [], "audits": [],
-        })
-        for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition),
-                     ("data_versions", fingerprints.get(lr.release.id))):
-            if v is not None and v not in e[k]:
-                e[k].append(v)
-        for f in _source_file_names(ds.get("source_files")):
-            if f not in e["source_files"]:
-                e["source_files"].append(f)
-        e["releases"].append(lr.release.id)
-        if ds.get("sha256") or ds.get("user_ids_sha256") or (isinstance(ds.get("source_files"), dict) and ds["source_files"]):
-            notes.append(Note("warning", "provenance", f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
-                                                       "hashes of its private data in release.json, which tell neighbouring datasets apart; "
-                                                       "this report does not repeat them; do not republish that file."))
+        _add_release(by.setdefault(key, _new_entry(ds.get("name"), ds)), ds, lr, fingerprints or {}, notes)
     for e in by.values():
         if len(e["data_versions"]) > 1:
             notes.append(Note("warning", "provenance", f"dataset {e['name']}: its releases used {len(e['data_versions'])} different data "
                                                        "versions in the ledger (different private data under one name)."))
     for la in audits:
-        rec_ds = la.record.get("dataset")
-        name = la.view["dataset"]
-        match = next((k for k, v in by.items() if name and v["name"] == name), None)
-        if match is None:
-            if name is None:
-                continue
-            match = json.dumps([name, rec_ds.get("profile") if isinstance(rec_ds, dict) else None], default=str)
-            by[match] = {
-                "name": name, "kind": rec_ds.get("kind") if isinstance(rec_ds, dict) else None,
-                "profile": rec_ds.get("profile") if isinstance(rec_ds, dict) else None,
-                "split_sizes": rec_ds.get("split_sizes") if isinstance(rec_ds, dict) else None,
-                "n_features": None, "n_classes": None,
-                "source_files": _source_file_names(rec_ds.get("source_files")) if isinstance(rec_ds, dict) else [],
-                "data_versions": [],
-                "split_seeds": [rec_ds["split_seed"]] if isinstance(rec_ds, dict) and rec_ds.get("split_seed") is not None else [],
-                "partitions": [], "releases": [], "audits": [],
-            }
-        by[match]["audits"].append(la.view["id"] or str(la.path))
+        _add_audit(by, la)
     return list(by.values())

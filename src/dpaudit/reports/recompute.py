@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..accounting.events import Composed, event_from_dict
+from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON, sequential
 from ..claims import recompute_epsilon
 from ..errors import DPAuditError
 
 #: Accountants recomputed side by side on every claim card.
 SIDE_BY_SIDE = ("rdp", "prv")
-#: Accountants of the side-by-side rows plus pure (a claim made with any other accountant still
-#: gets a row of its own when dpaudit knows it; see :mod:`.claim`).
-RECOMPUTABLE = SIDE_BY_SIDE + ("pure",)
 
 
 class EpsCache:
@@ -35,9 +34,6 @@ def compose_sequential(guarantees: Iterable[dict]) -> dict:
     parallel nodes are kept (:func:`dpaudit.accounting.ledger_compose.sequential`). Guarantees
     that do not parse are composed as they are (the accountant then reports the error).
     """
-    from ..accounting.events import Composed, event_from_dict
-    from ..accounting.ledger_compose import sequential
-
     gs = list(guarantees)
     try:
         event = sequential([event_from_dict(g) for g in gs])  # the ledger's own composition
@@ -51,8 +47,6 @@ def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: s
     not attempted where the rdp bound is already above
     :data:`dpaudit.accounting.ledger_compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
     seconds and GBs; leaving out a bound never lowers the reported minimum)."""
-    from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON
-
     out: dict[str, dict] = {}
     for acc in SIDE_BY_SIDE:
         rdp = out.get("rdp", {}).get("epsilon")
@@ -63,3 +57,9 @@ def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: s
         out[acc] = cache.get(tree, delta, acc, adjacency)
     return out
 
+
+def composed(cache: EpsCache, guarantees, delta: float | None, adjacency: str) -> dict[str, dict]:
+    """rdp and prv of the sequential composition of ``guarantees`` at ``delta`` ({} when delta is not in (0, 1))."""
+    if delta is None or not 0 < delta < 1:
+        return {}
+    return compose_side_by_side(cache, compose_sequential(guarantees), delta, adjacency)

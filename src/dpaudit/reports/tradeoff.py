@@ -23,20 +23,49 @@ so drawing never touches a user's matplotlib state.
 
 Public API: :func:`tradeoff_figure` (audit dict -> matplotlib Figure), :func:`write_tradeoff_png`
 (what the audit engine calls to write ``tradeoff.png`` next to ``audit.json``) and
-:func:`one_run_figure` (one_run.json -> Figure). The blocks are read by :mod:`.evidence`.
+:func:`one_run_figure` (one_run.json -> Figure). The blocks are read by :mod:`.audit_view`.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from ..audits.verdicts import upgrade
 from ..errors import UsageError
-from .evidence import curve_view, name_of as _name, num, one_run_view
-from .figstyle import DPI, new_figure, png_bytes, style_axes
+from .audit_view import curve_view, name_of as _name, num, one_run_view
+
+#: One figure style for every picture dpaudit draws (the report's figures and an audit's tradeoff.png).
+DPI = 110
+
+
+def new_figure(figsize, layout: str | None = "constrained"):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=figsize, dpi=DPI, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def style_axes(ax, title: str, xlabel: str, ylabel: str, *, size: float = 11) -> None:
+    """Title, unit-labelled axes, light grid, no top/right spines; ``size`` is the title's font size."""
+    ax.set_title(title, fontsize=size)
+    ax.set_xlabel(xlabel, fontsize=size - 1)
+    ax.set_ylabel(ylabel, fontsize=size - 1)
+    ax.tick_params(labelsize=size - 2)
+    ax.grid(True, which="major", alpha=0.3, linewidth=0.6)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def png_bytes(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor="white")
+    return buf.getvalue()
+
 
 #: File name of the picture written next to audit.json.
 TRADEOFF_FILE = "tradeoff.png"
@@ -62,14 +91,6 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 # ------------------------------------------------------------------ drawing
 
 
-def _new_figure(figsize, layout: str | None = "constrained"):
-    return new_figure(figsize, layout)
-
-
-def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
-    style_axes(ax, title, xlabel, ylabel, size=10)
-
-
 def _family_label(cv: dict) -> str:
     fam = cv["family"]
     par = fam["parameter"] or "scale"
@@ -82,39 +103,45 @@ def _family_label(cv: dict) -> str:
         f" (family epsilon {_fmt(cv['family_epsilon'])})"
 
 
-def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
+def _clip(xs: list[float], ys: list[float], log: bool, floor: float) -> tuple[list[float], list[float]]:
+    """Log axes cannot show zeros: clip them to the floor (drawn on the axis)."""
+    if not log:
+        return xs, ys
+    return [max(x, floor) for x in xs], [max(y, floor) for y in ys]
+
+
+def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
+    """The chance line, the claimed curve, the curve at the lower bound and the EVAL points."""
+    # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
+    gx = [floor * (10 ** (k / 50 * -math.log10(floor))) for k in range(51)] if log else [0.0, 1.0]
+    ax.plot(*_clip(gx, [1.0 - x for x in gx], log, floor), color="#aaaaaa", linestyle=":", linewidth=1.0, label="no privacy (FNR = 1 - FPR)", gid="chance")
+    c = cv["curve"]
+    ax.plot(*_clip(c["fpr"], c["fnr"], log, floor), color=CURVE_COLOR, linewidth=1.8, label="claimed curve (the release's event)", gid="claimed-curve")
+    if cv["curve_at_lower_bound"] is not None:
+        cl = cv["curve_at_lower_bound"]
+        ax.plot(*_clip(cl["fpr"], cl["fnr"], log, floor), color=LOWER_BOUND_COLOR, linestyle="--", linewidth=1.4, label=_family_label(cv),
+                gid="lower-bound-curve")
+    if cv["points"] is not None:
+        ax.scatter(*_eval_points(cv["points"], log), s=7, color=POINTS_COLOR, alpha=0.7, linewidths=0, label="EVAL empirical (FPR, FNR), all thresholds",
+                   gid="eval-points", zorder=2)
+
+
+def _eval_points(pts: dict, log: bool) -> tuple[list[float], list[float]]:
+    """The EVAL points; on log axes only those with both rates above 0."""
+    keep = [(x, y) for x, y in zip(pts["fpr"], pts["fnr"]) if not log or (x > 0 and y > 0)]
+    return [x for x, _ in keep], [y for _, y in keep]
+
+
+def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
+    """The chosen test's confidence box [0, FPR_hi] x [0, FNR_hi], its EVAL point and its corner."""
     from matplotlib.patches import Rectangle
 
     viol = cv["violated"]
     color = VIOLATION_COLOR if viol else CONSISTENT_COLOR
-    lo = floor if log else 0.0
-
-    def keep(xs, ys):  # log axes cannot show zeros: clip them to the floor (drawn on the axis)
-        if not log:
-            return xs, ys
-        return [max(x, floor) for x in xs], [max(y, floor) for y in ys]
-
-    # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
-    gx = [floor * (10 ** (k / 50 * -math.log10(floor))) for k in range(51)] if log else [0.0, 1.0]
-    ax.plot(*keep(gx, [1.0 - x for x in gx]), color="#aaaaaa", linestyle=":", linewidth=1.0, label="no privacy (FNR = 1 - FPR)", gid="chance")
-    c = cv["curve"]
-    ax.plot(*keep(c["fpr"], c["fnr"]), color=CURVE_COLOR, linewidth=1.8, label="claimed curve (the release's event)", gid="claimed-curve")
-    if cv["curve_at_lower_bound"] is not None:
-        cl = cv["curve_at_lower_bound"]
-        ax.plot(*keep(cl["fpr"], cl["fnr"]), color=LOWER_BOUND_COLOR, linestyle="--", linewidth=1.4, label=_family_label(cv),
-                gid="lower-bound-curve")
-    if cv["points"] is not None:
-        pts = cv["points"]
-        xs, ys = pts["fpr"], pts["fnr"]
-        if log:
-            keep_i = [i for i, (x, y) in enumerate(zip(xs, ys)) if x > 0 and y > 0]
-            xs, ys = [xs[i] for i in keep_i], [ys[i] for i in keep_i]
-        ax.scatter(xs, ys, s=7, color=POINTS_COLOR, alpha=0.7, linewidths=0, label="EVAL empirical (FPR, FNR), all thresholds",
-                   gid="eval-points", zorder=2)
     p = cv["point"]
     fu, nu = p["fpr_upper"], p["fnr_upper"]
-    x0 = lo
-    w, h = max(fu, floor if log else 0.0) - x0, max(nu, floor if log else 0.0) - x0
+    x0 = floor if log else 0.0
+    w, h = max(fu, x0) - x0, max(nu, x0) - x0
     box = Rectangle((x0, x0), w, h, facecolor=color, edgecolor=color, alpha=0.18 if viol else 0.12, linewidth=1.6,
                     label=("confidence box BELOW the claimed curve: VIOLATION" if viol else "confidence box of the chosen test"), zorder=3)
     box.set_gid("confidence-box")
@@ -123,26 +150,38 @@ def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
     edge.set_gid("confidence-box-edge")
     ax.add_patch(edge)
     if p["fpr"] is not None and p["fnr"] is not None:
-        px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
-        ax.errorbar([px], [py], xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]], yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
-                    fmt="o", markersize=5, color=color, ecolor=color, elinewidth=1.2, capsize=3, zorder=5,
-                    label="chosen test: EVAL point, one-sided CP upper bounds", gid="chosen-point")
-    ax.scatter([max(fu, floor) if log else fu], [max(nu, floor) if log else nu], marker="X" if viol else "s", s=60, color=color,
+        _draw_chosen(ax, p, color, log, floor)
+    corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
+    ax.scatter([corner[0]], [corner[1]], marker="X" if viol else "s", s=60, color=color,
                edgecolors="white", linewidths=0.6, zorder=6, label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})", gid="box-corner")
     if viol:
-        ax.annotate("VIOLATION", xy=(max(fu, floor) if log else fu, max(nu, floor) if log else nu), xytext=(8, -14),
+        ax.annotate("VIOLATION", xy=corner, xytext=(8, -14),
                     textcoords="offset points", color=VIOLATION_COLOR, fontsize=10, fontweight="bold", gid="violation-label", zorder=7)
+
+
+def _draw_chosen(ax, p: dict, color: str, log: bool, floor: float) -> None:
+    """The chosen test's EVAL point with its one-sided error bars up to the box corner."""
+    fu, nu = p["fpr_upper"], p["fnr_upper"]
+    px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
+    ax.errorbar([px], [py], xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]], yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
+                fmt="o", markersize=5, color=color, ecolor=color, elinewidth=1.2, capsize=3, zorder=5,
+                label="chosen test: EVAL point, one-sided CP upper bounds", gid="chosen-point")
+
+
+def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
+    _draw_curves(ax, cv, log, floor)
+    _draw_box(ax, cv, log, floor)
     if log:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(floor, 1.3)
         ax.set_ylim(floor, 1.3)
-        _style(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)")
+        style_axes(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)", size=10)
     else:
         ax.set_xlim(0.0, 1.0)
         ax.set_ylim(0.0, 1.0)
         ax.set_aspect("equal")
-        _style(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)")
+        style_axes(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)", size=10)
 
 
 def _log_floor(cv: dict) -> float:
@@ -186,7 +225,7 @@ def tradeoff_figure(audit: dict):
         raise UsageError("audit must carry a claimed_curve block with curve, point (fpr_upper, fnr_upper) and violated, "
                          f"got {'none' if audit.get('claimed_curve') is None else 'a malformed one'}.")
     # a fixed layout: the constrained one doubles the drawing time of these tick-heavy log axes
-    fig = _new_figure(FIGSIZE, layout=None)
+    fig = new_figure(FIGSIZE, layout=None)
     ax_lin, ax_log = fig.subplots(1, 2, gridspec_kw={"left": 0.065, "right": 0.985, "top": 0.83, "bottom": 0.28, "wspace": 0.22})
     _draw_panel(ax_lin, cv, log=False, floor=0.0)
     _draw_panel(ax_log, cv, log=True, floor=_log_floor(cv))
@@ -225,6 +264,37 @@ def _write_png(fig, path: str | os.PathLike, default_name: str) -> Path:
 # ------------------------------------------------------------------ one-run results
 
 
+def _bar(label: str, lb: float, bad: bool, gid: str) -> tuple[str, float, str, str]:
+    return (label, lb, VIOLATION_COLOR if bad else CONSISTENT_COLOR, gid)
+
+
+def _fdp_decides(record: dict, fd_lb: float | None) -> bool:
+    """The analysis fixed in advance to decide (the record's rule): f-DP when it was computed."""
+    return record.get("statistic") == "f-dp" or (record.get("statistic") is None and fd_lb is not None)
+
+
+def _above(lb: float, claim: float | None) -> bool:
+    return claim is not None and lb > claim
+
+
+def _one_run_bars(v: dict, record: dict) -> list[tuple[str, float, str, str]]:
+    """(label, value, colour, gid) of each bar: the two analyses' eps_LB and the (eps, delta) ceiling."""
+    claim, st, fd = v["claimed_epsilon"], v["steinke"] or {}, v["fdp"] or {}
+    st_lb, fd_lb = st.get("epsilon_lower_bound"), fd.get("epsilon_lower_bound")
+    fdp = _fdp_decides(record, fd_lb)
+    rows = [_bar("eps_LB (eps, delta)" + ("" if fdp else " (decides)"), st_lb, _above(st_lb, claim), "steinke")] if st_lb is not None else []
+    if fd_lb is not None:
+        rows.append(_bar("eps_LB f-DP" + (" (decides)" if fdp else ""), fd_lb, bool(fd["violated"]) or _above(fd_lb, claim), "fdp"))
+    return rows + ([("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling")] if st.get("ceiling") is not None else [])
+
+
+def _one_run_subtitle(v: dict) -> str:
+    st = v["steinke"] or {}
+    guesses, correct = st.get("guesses"), st.get("correct")
+    return (f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})"
+            + (f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct" if guesses is not None and correct is not None else ""))
+
+
 def one_run_figure(record: dict):
     """Bars of a one-run audit (one_run.json): claimed epsilon, the (eps, delta) lower bound of
     Steinke, Nasr & Jagielski 2023 and its all-correct ceiling for this m, and the f-DP lower
@@ -233,37 +303,19 @@ def one_run_figure(record: dict):
     if v is None:
         raise UsageError("one-run record must carry a steinke or fdp block, got neither.")
     claim = v["claimed_epsilon"]
-    rows: list[tuple[str, float, str, str]] = []
-    st, fd = v["steinke"], v["fdp"]
-    # the analysis fixed in advance to decide (the record's rule): f-DP when it was computed
-    fdp_decides = record.get("statistic") == "f-dp" or (record.get("statistic") is None and fd is not None
-                                                          and fd["epsilon_lower_bound"] is not None)
-    if st is not None and st["epsilon_lower_bound"] is not None:
-        lb = st["epsilon_lower_bound"]
-        bad = claim is not None and lb > claim
-        rows.append(("eps_LB (eps, delta)" + ("" if fdp_decides else " (decides)"), lb, VIOLATION_COLOR if bad else CONSISTENT_COLOR, "steinke"))
-    if fd is not None and fd["epsilon_lower_bound"] is not None:
-        lb = fd["epsilon_lower_bound"]
-        bad = bool(fd["violated"]) or (claim is not None and lb > claim)
-        rows.append(("eps_LB f-DP" + (" (decides)" if fdp_decides else ""), lb, VIOLATION_COLOR if bad else CONSISTENT_COLOR, "fdp"))
-    if st is not None and st["ceiling"] is not None:
-        rows.append(("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling"))
-    fig = _new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
+    rows = _one_run_bars(v, record)
+    fig = new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
     ax = fig.add_subplot()
-    finite = [r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim is not None and math.isfinite(claim) else [])
-    top = max(finite + [0.1]) * 1.15
+    claim_shown = claim is not None and math.isfinite(claim)
+    top = max([r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim_shown else []) + [0.1]) * 1.15
     for i, (lab, val, col, gid) in enumerate(rows):
         ax.barh([i], [min(val, top)], color=col, alpha=0.85, gid=f"bar-{gid}")
         ax.text(min(val, top), i, f"  {_fmt(val)}", va="center", fontsize=8.5)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8.5)
     ax.invert_yaxis()
-    if claim is not None and math.isfinite(claim):
+    if claim_shown:
         ax.axvline(claim, color=CURVE_COLOR, linestyle="--", linewidth=1.2, label=f"claimed eps {_fmt(claim)}", gid="claim-line")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlim(0, top)
-    guesses = st["guesses"] if st is not None else None
-    correct = st["correct"] if st is not None else None
-    sub = (f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})"
-           + (f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct" if guesses is not None and correct is not None else ""))
-    _style(ax, f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{sub}", "epsilon (nats)", "")
+    style_axes(ax, f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}", "epsilon (nats)", "", size=10)
     return fig

@@ -4,7 +4,6 @@ non-private reference."""
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from typing import Any
 
 from ..claims import steps_accounted
@@ -51,53 +50,76 @@ def _curve_key(r: Release) -> str:
     }, sort_keys=True, default=str)
 
 
+def ordered_metrics(names) -> list[str]:
+    """``names`` once each: :data:`METRIC_ORDER` first, the rest alphabetically."""
+    return sorted(dict.fromkeys(names), key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
+
+
+def _metric_names(rels: list[Release]) -> list[str]:
+    return ordered_metrics(k for r in rels for k, v in (r.metrics or {}).items() if num(v) is not None)
+
+
 def _metric_stats(rels: list[Release]) -> dict:
-    names: list[str] = []
-    for r in rels:
-        for k, v in (r.metrics or {}).items():
-            if num(v) is not None and k not in names:
-                names.append(k)
-    names.sort(key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
     out = {}
-    for k in names:
-        m, sd, n = stats.mean_sd([num((r.metrics or {}).get(k)) for r in rels if num((r.metrics or {}).get(k)) is not None])
+    for k in _metric_names(rels):
+        m, sd, n = stats.mean_sd([v for v in (num((r.metrics or {}).get(k)) for r in rels) if v is not None])
         out[k] = {"mean": m, "sd": sd, "n": n}
     return out
 
 
+def _seeds(rels: list[Release]) -> list:
+    return sorted({r.seed for r in rels}, key=str)
+
+
+def _curve(k: dict, by_eps: dict, ref: dict | None, notes: list[Note]) -> tuple[list[dict], dict | None]:
+    """The rows of one privacy-utility curve (one per epsilon) and the curve itself (None with fewer than two epsilons)."""
+    rows, points = [], []
+    for eps in sorted(by_eps, key=lambda e: (e is None, e or 0.0)):
+        rels = by_eps[eps]
+        ms, seeds = _metric_stats(rels), _seeds(rels)
+        if len(seeds) < len(rels):
+            notes.append(Note("info", "utility", f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds."))
+        rows.append({"mechanism": rels[0].mechanism, "dataset": k["dataset"], "epsilon": eps, "delta": k["delta"],
+                     "non_private": False, "n": len(rels), "seeds": seeds, "metrics": ms})
+        if eps is not None:
+            points.append({"epsilon": eps, "n": len(rels), "metrics": ms})
+    if len(points) < 2:
+        return rows, None
+    return rows, {"mechanism": by_eps[next(iter(by_eps))][0].mechanism, "dataset": k["dataset"], "delta": k["delta"], "points": points, "reference": ref}
+
+
+def _reference_row(ds: str, rels: list[Release]) -> dict:
+    return {"mechanism": rels[0].mechanism, "dataset": ds, "epsilon": None, "delta": None, "non_private": True,
+            "n": len(rels), "seeds": _seeds(rels), "metrics": _metric_stats(rels)}
+
+
+def _add_release(r: Release, private: dict, reference: dict) -> None:
+    """A private release joins its curve (by epsilon); a non-private one the reference of its mechanism and dataset."""
+    if r.non_private:
+        reference.setdefault((canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []).append(r)
+    else:
+        private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
+
+
 def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
-    private: "OrderedDict[str, dict[float | None, list[Release]]]" = OrderedDict()
-    reference: "OrderedDict[tuple, list[Release]]" = OrderedDict()
-    for lr in releases:
-        r = lr.release
-        if r.non_private:
-            reference.setdefault((canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []).append(r)
-        else:
-            private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
+    private: dict[str, dict[float | None, list[Release]]] = {}
+    reference: dict[tuple, list[Release]] = {}
+    for r in (lr.release for lr in releases):
+        _add_release(r, private, reference)
     rows, curves = [], []
     for key, by_eps in private.items():
         k = json.loads(key)
         ref_rels = reference.get((k["mechanism"], k["dataset"]), [])
-        ref = _metric_stats(ref_rels) if ref_rels else None
-        points = []
-        for eps in sorted(by_eps, key=lambda e: (e is None, e or 0.0)):
-            rels = by_eps[eps]
-            ms = _metric_stats(rels)
-            seeds = sorted({r.seed for r in rels}, key=str)
-            if len(seeds) < len(rels):
-                notes.append(Note("info", "utility", f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds."))
-            row = {"mechanism": rels[0].mechanism, "dataset": k["dataset"], "epsilon": eps, "delta": k["delta"],
-                   "non_private": False, "n": len(rels), "seeds": seeds, "metrics": ms}
-            rows.append(row)
-            points.append({"epsilon": eps, "n": len(rels), "metrics": ms})
-        if len([p for p in points if p["epsilon"] is not None]) >= 2:
-            curves.append({"mechanism": by_eps[next(iter(by_eps))][0].mechanism, "dataset": k["dataset"], "delta": k["delta"],
-                           "points": [p for p in points if p["epsilon"] is not None], "reference": ref})
-    for (mech, ds), rels in reference.items():
-        rows.append({"mechanism": rels[0].mechanism, "dataset": ds, "epsilon": None, "delta": None, "non_private": True,
-                     "n": len(rels), "seeds": sorted({r.seed for r in rels}, key=str), "metrics": _metric_stats(rels)})
+        curve_rows, curve = _curve(k, by_eps, _metric_stats(ref_rels) if ref_rels else None, notes)
+        rows += curve_rows
+        curves += [curve] if curve is not None else []
+    rows += [_reference_row(ds, rels) for (_mech, ds), rels in reference.items()]
+    _utility_notes(bool(private), bool(reference), rows, notes)
+    return {"rows": rows, "curves": curves}
+
+
+def _utility_notes(private: bool, reference: bool, rows: list[dict], notes: list[Note]) -> None:
     if private and not reference:
         notes.append(Note("info", "utility", "no non-private reference release among the inputs (train one with --non-private)."))
     if any(not r["metrics"] for r in rows):
         notes.append(Note("warning", "utility", "some releases record no numeric metrics."))
-    return {"rows": rows, "curves": curves}

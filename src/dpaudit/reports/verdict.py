@@ -4,12 +4,12 @@ docstring), from the claim cards and the audit entries."""
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..audits.verdicts import family_verdict, upgrade
 from .audit import audit_entry
-from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, num
+from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, fixed, num
 
 #: Relative tolerance when checking that a linked release claims the epsilon its audit tested
 #: (float rounding of the same accountant's number, nothing more).
@@ -22,17 +22,9 @@ def _close(a: float | None, b: float | None, rtol: float) -> bool:
     return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else ("inf" if math.isinf(x) else f"{x:.3f}")
-
-
 def _statistics(entries: list[dict]) -> list[str]:
     """The statistics behind ``entries``' eps_LB, in first-seen order."""
-    out: list[str] = []
-    for e in entries:
-        if e.get("statistic") and e["statistic"] not in out:
-            out.append(e["statistic"])
-    return out
+    return list(dict.fromkeys(e["statistic"] for e in entries if e.get("statistic")))
 
 
 def _tally(entries: list[dict]) -> str:
@@ -43,159 +35,216 @@ def _tally(entries: list[dict]) -> str:
     return ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
 
 
+def _one_run_line(e: dict) -> str:
+    lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
+    if e["status"] == "violation":
+        return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(claim)}, decided by the {e['statistic']} statistic"
+    if e["status"] == "no-evidence":
+        return f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
+    return "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
+
+
+def _one_run_verdict(e: dict) -> dict:
+    m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
+    name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
+    return {
+        "mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
+        "flags": ["one-run"], "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+        "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [],
+        "statistics": [stat] if stat else [],
+        "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]],
+    }
+
+
 def one_run_verdicts(entries: list[dict]) -> list[dict]:
     """One verdict line per one-run audit (one_run.json) with a claim: a one-run bound is a
     lower bound on its own, so a bound above the claim is a VIOLATION, stated with the analysis
     that found it (Steinke et al. 2023 (eps, delta) or the f-DP analysis)."""
+    return [_one_run_verdict(e) for e in entries if e["status"] != "control"]
+
+
+@dataclass
+class _Group:
+    """The releases and audits of one mechanism (matched by :func:`canonical_mechanism`)."""
+
+    key: str
+    names: list[str] = field(default_factory=list)
+    releases: list = field(default_factory=list)
+    non_private: list = field(default_factory=list)
+    audits: list[int] = field(default_factory=list)
+
+    def named(self, name: Any) -> "_Group":
+        if name is not None and name not in self.names:
+            self.names.append(name)
+        return self
+
+    @property
+    def name(self) -> str:
+        return " / ".join(self.names) or self.key
+
+
+def _groups(inputs: Inputs, notes: list[Note]) -> dict[str, _Group]:
+    groups: dict[str, _Group] = {}
+
+    def group(name: Any) -> _Group:
+        key = canonical_mechanism(name)
+        return groups.setdefault(key, _Group(key))
+
+    for lr in inputs.releases:
+        g = group(lr.release.mechanism).named(lr.release.mechanism)
+        (g.non_private if lr.release.non_private else g.releases).append(lr.release)
+    for i, la in enumerate(inputs.audits):
+        mech = la.view.mechanism
+        if mech is None:
+            notes.append(Note("error", "verdict", f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict."))
+        group(mech if mech is not None else "unknown").named(mech).audits.append(i)
+    return groups
+
+
+def _like_for_like(la, r, notes: list[Note]) -> None:
+    """Warn when an audit and the release it covers differ in delta or adjacency."""
+    ad, rd = la.view.delta, num(r.delta)
+    if ad is not None and rd is not None and not _close(ad, rd, 1e-9):
+        notes.append(Note("warning", "audit", f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
+                                              f"delta={rd:g}; the comparison is only exact at equal delta."))
+    aa = la.view.adjacency
+    if aa and str(aa) != str(r.adjacency):
+        notes.append(Note("warning", "audit", f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
+                                              f"{r.adjacency}; the comparison is not like for like."))
+
+
+def _entries(g: _Group, inputs: Inputs, links: dict, notes: list[Note]) -> tuple[list[dict], set[str]]:
+    """The audit entries of one group and the ids of the releases they cover."""
+    entries, covered_ids = [], set()
+    for i in g.audits:
+        la = inputs.audits[i]
+        covered = _covered(la, links.get(i), g.key, notes)
+        covered_ids.update(r.id for r in covered)
+        for r in covered:
+            _like_for_like(la, r, notes)
+        entries.append(audit_entry(i, la, covered, notes))
+    return entries, covered_ids
+
+
+def _uncovered(g: _Group, covered_ids: set[str], any_release: bool, notes: list[Note]) -> list:
+    """The group's private releases no audit covers (each a warning)."""
+    if g.audits and not g.releases and (g.non_private or any_release) and g.key != "unknown":
+        notes.append(Note("warning", "verdict", f"audit(s) of {g.name} match no private release of {g.name} among the inputs; "
+                                                "the verdict uses the audits' own claimed epsilon."))
+    uncovered = [r for r in g.releases if r.id not in covered_ids]
+    for r in uncovered:
+        notes.append(Note("warning", "verdict", f"release {r.id[:12]} ({r.mechanism}, eps={fixed(num(r.epsilon))}) has no audit "
+                                                "among the inputs (none of its mechanism at its epsilon)."))
+    return uncovered
+
+
+def _by_status(entries: list[dict], family: dict | None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(violations, incomplete, no-evidence) entries; with K > 1 audits the decisions at
+    confidence 1 - alpha / K replace the single ones."""
+    violations, incomplete, ok = ([e for e in entries if e["status"] == s] for s in ("violation", "incomplete", "no-evidence"))
+    if family is None:
+        return violations, incomplete, ok
+    pool = violations + ok
+    decided = {s: [e for e in pool if e["family_decision"]["violated"] is s] for s in (True, None, False)}
+    return decided[True], incomplete + decided[None], decided[False]
+
+
+def _violation_line(worst: dict, n_violations: int, n_entries: int) -> str:
+    where = ", ".join(x for x in (f"canary {worst['canary']}" if worst["canary"] else "", f"task {worst['task']}" if worst["task"] else "") if x)
+    return (_violation_text(worst) + (f" ({where})" if where else "") + f", decided by the {worst['statistic']} statistic"
+            + (f"; {n_violations} of {n_entries} audits exceed their claim" if n_entries > 1 else ""))
+
+
+def _headline(g: _Group, entries: list[dict], violations: list[dict], incomplete: list[dict], ok: list[dict]) -> tuple[str, str, list[str]]:
+    """(status, the line's main part, the statistics that decided it) of one mechanism."""
+    if violations:
+        worst = max(violations, key=_excess)
+        return "violation", _violation_line(worst, len(violations), len(entries)), [worst["statistic"]]
+    if incomplete:
+        return "inconclusive", f"INCONCLUSIVE: {len(incomplete)} of {len(entries)} audit record(s) cannot be judged (see notes)", []
+    if ok:
+        best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
+        lb, claim = best["epsilon_lower_bound"], best["compared_claim"]
+        op = "<=" if lb is None or lb <= claim else ">"
+        return ("no-evidence", f"no evidence of a violation (max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)})",
+                _statistics(ok))
+    if entries and all(e["status"] == "control" for e in entries):
+        return "not-audited", "NOT AUDITED: only control runs of this mechanism among the inputs", []
+    if g.releases:
+        return "not-audited", "NOT AUDITED: no audit of this mechanism among the inputs", []
+    return "no-claim", "non-private reference only (no privacy claim)", []
+
+
+def _ceiling_qualifiers(ok: list[dict]) -> list[tuple[str, str]]:
+    """An audit whose ceiling is below the claim could not have seen a violation of that size."""
     out = []
-    for e in entries:
-        if e["status"] == "control":
-            continue
-        m = e["canaries"]
-        name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
-        lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
-        if e["status"] == "violation":
-            line = f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(claim)}, decided by the {e['statistic']} statistic"
-        elif e["status"] == "no-evidence":
-            line = f"no evidence of a violation (eps_LB {_fmt(lb)} <= claimed {_fmt(claim)}; statistic: {e['statistic']})"
-        else:
-            line = "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
-        out.append({
-            "mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
-            "flags": ["one-run"], "line": f"{name}: {line}", "max_epsilon_lower_bound": lb,
-            "decided_by": [e["statistic"]] if e["statistic"] and e["status"] in ("violation", "no-evidence") else [],
-            "statistics": [e["statistic"]] if e["statistic"] else [],
-            "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]],
-        })
+    weak = [e for e in ok if e["underpowered"]]
+    if weak:
+        w = min(weak, key=lambda e: e["ceiling"])
+        out.append(("underpowered", f"audit underpowered: ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}"))
+    unknown = sum(1 for e in ok if e["ceiling"] is None)
+    return out + ([("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else [])
+
+
+def _qualifiers(status: str, ok: list[dict], family: dict | None, uncovered: list, entries: list[dict]) -> list[tuple[str, str]]:
+    """(flag, text) of what qualifies a line: weak or unknown ceilings, Bonferroni, releases not audited."""
+    out = _ceiling_qualifiers(ok) if status == "no-evidence" else []
+    if family is not None and status in ("violation", "no-evidence", "inconclusive"):
+        out.append(("bonferroni", family["method"]))
+    if uncovered and entries:
+        out.append(("releases-not-audited", f"{len(uncovered)} release(s) not audited at their epsilon"))
     return out
 
 
-def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note],
-              with_scores: bool) -> tuple[list[dict], list[dict]]:
-    groups: "OrderedDict[str, dict]" = OrderedDict()
+def _mismatched(g: _Group, claim_by_id: dict) -> list[tuple[str, str]]:
+    """The line's ACCOUNTING MISMATCH part (flag, text) when a release of the group fails its claim card."""
+    cards = [claim_by_id[r.id] for r in g.releases if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"]
+    return [("accounting-mismatch", "ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in cards))] if cards else []
 
-    def group(name: Any) -> dict:
-        key = canonical_mechanism(name)
-        return groups.setdefault(key, {"key": key, "names": [], "releases": [], "non_private": [], "audits": []})
 
-    for lr in inputs.releases:
-        g = group(lr.release.mechanism)
-        if lr.release.mechanism not in g["names"]:
-            g["names"].append(lr.release.mechanism)
-        (g["non_private"] if lr.release.non_private else g["releases"]).append(lr.release)
-    for i, la in enumerate(inputs.audits):
-        mech = la.view["mechanism"]
-        if mech is None:
-            notes.append(Note("error", "verdict", f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict."))
-        g = group(mech if mech is not None else "unknown")
-        if mech is not None and mech not in g["names"]:
-            g["names"].append(mech)
-        g["audits"].append(i)
+def _numbers(g: _Group, entries: list[dict]) -> dict:
+    """The numbers behind a line: the largest eps_LB, the claims compared, the statistics."""
+    lbs = [e["epsilon_lower_bound"] for e in entries if e["epsilon_lower_bound"] is not None]
+    claims = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {num(r.epsilon) for r in g.releases if num(r.epsilon) is not None}
+    return {"max_epsilon_lower_bound": max(lbs) if lbs else None, "statistics": _statistics([e for e in entries if e["status"] != "control"]),
+            "claimed_epsilons": sorted(claims)}
 
+
+def _judged(entries: list[dict]) -> list[dict]:
+    """The entries a family-wise decision re-judges: violations, then those with no evidence."""
+    return [e for s in ("violation", "no-evidence") for e in entries if e["status"] == s]
+
+
+def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note]) -> tuple[dict, list[dict]]:
+    entries, covered_ids = _entries(g, inputs, links, notes)
+    uncovered = _uncovered(g, covered_ids, bool(inputs.releases), notes)
+    mismatch = _mismatched(g, claim_by_id)
+    family = _bonferroni(inputs, _judged(entries), notes, g.name)
+    violations, incomplete, ok = _by_status(entries, family)
+    status, head, decided_by = _headline(g, entries, violations, incomplete, ok)
+    parts = mismatch + [("", head)] + _qualifiers(status, ok, family, uncovered, entries)
+    if mismatch and status in ("no-evidence", "not-audited", "no-claim"):
+        status = "accounting-mismatch"
+    numbers = _numbers(g, entries)
+    return {
+        "mechanism": g.name, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
+        "line": f"{g.name}: " + "; ".join(t for _, t in parts),
+        "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"], "decided_by": decided_by,
+        "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
+        "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
+        "audits": [e["path"] for e in entries],
+        "family_wise": family and {"audits": family["audits"], "method": family["method"]},
+    }, entries
+
+
+def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]) -> tuple[list[dict], list[dict]]:
+    """One verdict per mechanism, and the audit entries (in group order)."""
     claim_by_id = {c["release_id"]: c for c in claims}
-    entries: list[dict] = []
-    verdicts: list[dict] = []
-    for key, g in groups.items():
-        name = " / ".join(g["names"]) or key
-        g_entries = []
-        covered_ids: set[str] = set()
-        for i in g["audits"]:
-            la = inputs.audits[i]
-            covered = _covered(la, links.get(i), key, notes)
-            covered_ids.update(r.id for r in covered)
-            for r in covered:
-                ad, rd = la.view["delta"], num(r.delta)
-                if ad is not None and rd is not None and not _close(ad, rd, 1e-9):
-                    notes.append(Note("warning", "audit", f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
-                                                          f"delta={rd:g}; the comparison is only exact at equal delta."))
-                aa = la.view.get("adjacency")
-                if aa and str(aa) != str(r.adjacency):
-                    notes.append(Note("warning", "audit", f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
-                                                          f"{r.adjacency}; the comparison is not like for like."))
-            e = audit_entry(i, la, covered, notes, with_scores)
-            g_entries.append(e)
-        entries.extend(g_entries)
-        if g["audits"] and not g["releases"] and (g["non_private"] or inputs.releases):
-            if key != "unknown":
-                notes.append(Note("warning", "verdict", f"audit(s) of {name} match no private release of {name} among the inputs; "
-                                                        "the verdict uses the audits' own claimed epsilon."))
-        uncovered = [r for r in g["releases"] if r.id not in covered_ids]
-        for r in uncovered:
-            notes.append(Note("warning", "verdict", f"release {r.id[:12]} ({r.mechanism}, eps={_fmt(num(r.epsilon))}) has no audit "
-                                                    "among the inputs (none of its mechanism at its epsilon)."))
-        mismatched = [claim_by_id[r.id] for r in g["releases"] if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"]
-        parts: list[str] = []
-        flags: list[str] = []
-        violations = [e for e in g_entries if e["status"] == "violation"]
-        incomplete = [e for e in g_entries if e["status"] == "incomplete"]
-        ok = [e for e in g_entries if e["status"] == "no-evidence"]
-        controls_only = bool(g_entries) and all(e["status"] == "control" for e in g_entries)
-        if mismatched:
-            flags.append("accounting-mismatch")
-            parts.append("ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in mismatched))
-        decided_by: list[str] = []
-        pool = violations + ok
-        family = _bonferroni(inputs, pool, notes, name)
-        if family is not None:  # K > 1: the decisions at confidence 1 - alpha / K replace the single ones
-            violations = [e for e in pool if e["family_decision"]["violated"] is True]
-            incomplete = incomplete + [e for e in pool if e["family_decision"]["violated"] is None]
-            ok = [e for e in pool if e["family_decision"]["violated"] is False]
-        if violations:
-            worst = max(violations, key=_excess)
-            status = "violation"
-            decided_by = [worst["statistic"]]
-            where = ", ".join(x for x in (f"canary {worst['canary']}" if worst["canary"] else "", f"task {worst['task']}" if worst["task"] else "") if x)
-            parts.append(_violation_text(worst) + (f" ({where})" if where else "")
-                         + f", decided by the {worst['statistic']} statistic"
-                         + (f"; {len(violations)} of {len(g_entries)} audits exceed their claim" if len(g_entries) > 1 else ""))
-        elif incomplete:
-            status = "inconclusive"
-            parts.append(f"INCONCLUSIVE: {len(incomplete)} of {len(g_entries)} audit record(s) cannot be judged (see notes)")
-        elif ok:
-            status = "no-evidence"
-            best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
-            decided_by = _statistics(ok)
-            op = "<=" if best["epsilon_lower_bound"] is None or best["epsilon_lower_bound"] <= best["compared_claim"] else ">"
-            parts.append(f"no evidence of a violation (max eps_LB {_fmt(best['epsilon_lower_bound'])} {op} claimed {_fmt(best['compared_claim'])}; "
-                         f"statistic: {_tally(ok)})")
-        elif g["releases"] or controls_only:
-            status = "not-audited"
-            parts.append("NOT AUDITED: only control runs of this mechanism among the inputs" if controls_only
-                         else "NOT AUDITED: no audit of this mechanism among the inputs")
-        else:
-            status = "no-claim"
-            parts.append("non-private reference only (no privacy claim)")
-        if status == "no-evidence":
-            weak = [e for e in ok if e["underpowered"]]
-            if weak:
-                w = min(weak, key=lambda e: e["ceiling"])
-                parts.append(f"audit underpowered: ceiling {_fmt(w['ceiling'])} < claimed {_fmt(w['compared_claim'])}")
-                flags.append("underpowered")
-            unknown = [e for e in ok if e["ceiling"] is None]
-            if unknown:
-                parts.append(f"ceiling unknown for {len(unknown)} audit(s)")
-                flags.append("ceiling-unknown")
-        if family is not None and status in ("violation", "no-evidence", "inconclusive"):
-            parts.append(family["method"])
-            flags.append("bonferroni")
-        if uncovered and g_entries:
-            parts.append(f"{len(uncovered)} release(s) not audited at their epsilon")
-            flags.append("releases-not-audited")
-        if mismatched and status in ("no-evidence", "not-audited", "no-claim"):
-            status = "accounting-mismatch"
-        lbs = [e["epsilon_lower_bound"] for e in g_entries if e["epsilon_lower_bound"] is not None]
-        verdicts.append({
-            "mechanism": name, "key": key, "status": status, "flags": flags,
-            "line": f"{name}: " + "; ".join(parts),
-            "max_epsilon_lower_bound": max(lbs) if lbs else None,
-            "decided_by": decided_by,
-            "statistics": _statistics([e for e in g_entries if e["status"] != "control"]),
-            "claimed_epsilons": sorted({e["compared_claim"] for e in g_entries if e["compared_claim"] is not None}
-                                       | {num(r.epsilon) for r in g["releases"] if num(r.epsilon) is not None}),
-            "releases": [r.id for r in g["releases"]], "non_private_releases": [r.id for r in g["non_private"]],
-            "audits": [e["path"] for e in g_entries],
-            "family_wise": None if family is None else {"audits": family["audits"], "method": family["method"]},
-        })
+    verdicts, entries = [], []
+    for g in _groups(inputs, notes).values():
+        v, es = _group_verdict(g, inputs, claim_by_id, links, notes)
+        verdicts.append(v)
+        entries.extend(es)
     return verdicts, entries
 
 
@@ -203,14 +252,14 @@ def _covered(la, link: LoadedRelease | None, key: str, notes: list[Note]) -> lis
     """The release ``la`` audited: exactly the one it records (release id / path / folder), never
     one guessed from a nearby epsilon; none when it records none among the inputs."""
     if link is None or canonical_mechanism(link.release.mechanism) != key:
-        if la.view["mechanism"] is not None:
+        if la.view.mechanism is not None:
             notes.append(Note("info", "audit", f"audit {la.path} records no release among the inputs; it is judged against the claim it "
                                                "records itself and covers no release."))
         return []
-    own, rel = la.view["claimed_epsilon"], num(link.release.epsilon)
+    own, rel = la.view.claimed_epsilon, num(link.release.epsilon)
     if own is not None and rel is not None and not _close(own, rel, CLAIM_MATCH_RTOL):
-        notes.append(Note("warning", "audit", f"audit {la.path} tested claimed epsilon {_fmt(own)} but its release {link.release.id[:12]} "
-                                              f"claims {_fmt(rel)}: it does not audit that claim and covers no release."))
+        notes.append(Note("warning", "audit", f"audit {la.path} tested claimed epsilon {fixed(own)} but its release {link.release.id[:12]} "
+                                              f"claims {fixed(rel)}: it does not audit that claim and covers no release."))
         return []
     return [link.release]
 
@@ -226,8 +275,8 @@ def _violation_text(e: dict) -> str:
     lb = d.get("epsilon_lower_bound", e["epsilon_lower_bound"])
     fam = (e.get("claim_family_bound") or {}).get("statement") if e["statistic"] == "claimed-curve" else None
     if fam:
-        return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {_fmt(lb)}, claimed {_fmt(e['compared_claim'])})"
-    return f"VIOLATION: eps_LB {_fmt(lb)} > claimed {_fmt(e['compared_claim'])}"
+        return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {fixed(lb)}, claimed {fixed(e['compared_claim'])})"
+    return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(e['compared_claim'])}"
 
 
 def _bonferroni(inputs: Inputs, judged: list[dict], notes: list[Note], name: str) -> dict | None:

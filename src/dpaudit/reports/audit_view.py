@@ -1,0 +1,394 @@
+"""Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), and the
+issue-15 evidence blocks it draws and tabulates (``claimed_curve``, ``comparison``, ``statistic``,
+one-run records ``one_run.json``).
+
+A loader-layer module (it imports nothing of :mod:`dpaudit.reports`); every reader is lenient and
+returns plain, validated values, or None when a block is absent or malformed, so the report says
+"not recorded" or writes a note instead of drawing a guess; nothing here recomputes a bound. :meth:`AuditView.from_dict` reads a record in today's layout after two
+explicit, named schema migrations (:data:`MIGRATIONS`), so no reader downstream guesses key names:
+
+- ``issue-23``: :func:`dpaudit.audits.verdicts.upgrade` (a claimed-curve record written before
+  issue 23 published its claim family's epsilon as eps_LB);
+- ``key-aliases``: the key names of older and foreign writers (``eps_lb``, ``trials``,
+  ``target``, controls as a list, ROC as [fpr, tpr] pairs, an embedded release reference ...)
+  renamed to today's (:data:`KEY_ALIASES`).
+
+Values of the wrong type read as absent (None), so the verdict says INCONCLUSIVE rather than guess.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..audits.verdicts import upgrade
+from ..claims import integer, number as num
+
+#: Keys a complete audit record should carry (missing ones are listed in an info note).
+EXPECTED_AUDIT_KEYS = (
+    "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
+    "method", "counts", "ceiling", "controls",
+)
+#: Today's key -> the names older or foreign writers used for it (first non-null wins).
+KEY_ALIASES = {
+    "runs": ("trials", "n_runs", "n_trials"), "task": ("target",), "claimed_epsilon": ("epsilon",),
+    "epsilon_lower_bound": ("eps_lb", "epsilon_lb"), "auc": ("roc_auc",), "seeds": ("seed",), "release_path": ("release",),
+}
+#: Names a control may go by (dict key, or a list item's name / kind) -> today's control.
+CONTROL_NAMES = {"no_noise": ("no-noise", "nonoise", "no-dp", "non-private"), "null": ("null",)}
+COUNT_KEYS = ("tp", "fp", "tn", "fn")
+
+
+def _aliases(rec: dict, aliases: dict[str, tuple[str, ...]] = KEY_ALIASES) -> dict:
+    """Migration ``key-aliases``: every alias renamed to today's key (today's wins when set)."""
+    out = dict(rec)
+    for key, olds in aliases.items():
+        if out.get(key) is None:
+            out[key] = next((rec[k] for k in olds if rec.get(k) is not None), out.get(key))
+    return out
+
+
+#: Named migrations, applied in order to every record.
+MIGRATIONS = (("issue-23", upgrade), ("key-aliases", _aliases))
+
+
+def migrate(record: dict) -> dict:
+    for _name, step in MIGRATIONS:
+        record = step(record)
+    return record
+
+
+def counts_of(value: Any) -> dict | None:
+    """EVAL counts {tp, fp, tn, fn} as non-negative ints, else None (never half-read)."""
+    if not isinstance(value, dict):
+        return None
+    out = {k: integer(value.get(k)) for k in COUNT_KEYS}
+    return None if any(v is None or v < 0 or v > 10**12 for v in out.values()) else out
+
+
+def name_of(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return str(next((value[k] for k in ("name", "kind", "type", "id") if value.get(k) is not None), None) or "unnamed")
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) or None
+    return None if value is None else str(value)
+
+
+def _float_lists(*xs: Any) -> list[list[float]] | None:
+    try:
+        return [[float(x) for x in v] for v in xs]
+    except (TypeError, ValueError):
+        return None
+
+
+def _pairs_as_dict(roc: Any) -> Any:
+    """A list of [fpr, tpr] pairs as {fpr: [...], tpr: [...]}; anything else unchanged."""
+    if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
+        return {"fpr": [p[0] for p in roc], "tpr": [p[1] for p in roc]}
+    return roc
+
+
+def _rates(roc: dict) -> dict | None:
+    fpr, tpr = roc.get("fpr"), roc.get("tpr")
+    if not (isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr):
+        return None
+    floats = _float_lists(fpr, tpr)
+    return {} if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
+
+
+def roc_of(roc: Any) -> dict | None:
+    """ROC points as {fpr: [...], tpr: [...], auc} from a dict (with fpr / tpr, or points) or a list of [fpr, tpr] pairs."""
+    roc = _pairs_as_dict(roc)
+    if not isinstance(roc, dict):
+        return None
+    rates = _rates(roc)
+    if rates is not None:
+        return rates or None  # {}: lists that are not numbers
+    inner = roc_of(roc["points"]) if isinstance(roc.get("points"), list) else None
+    return inner if inner is None or inner["auc"] is not None else {**inner, "auc": num(roc.get("auc"))}
+
+
+def _control_items(controls: Any) -> list[tuple[str, Any]]:
+    if isinstance(controls, dict):
+        return list(controls.items())
+    if isinstance(controls, list):
+        return [(str(c.get("name") or c.get("kind") or i), c) for i, c in enumerate(controls) if isinstance(c, dict)]
+    return []
+
+
+def control_of(controls: Any, names: tuple[str, ...]) -> dict | None:
+    """The view of the first control whose name contains one of ``names``; a bare number is its eps_LB."""
+    for key, value in _control_items(controls):
+        if any(n in str(key).lower().replace("_", "-") for n in names):
+            if not isinstance(value, dict):
+                value = {"epsilon_lower_bound": num(value)} if num(value) is not None else None
+            return None if value is None else _control_view(_aliases(upgrade(value)))
+    return None
+
+
+def _control_view(c: dict) -> dict:
+    auc = num(c.get("auc"))
+    return {"epsilon_lower_bound": num(c.get("epsilon_lower_bound")),
+            "auc": auc if auc is not None or not isinstance(c.get("roc"), dict) else num(c["roc"].get("auc")),
+            "counts": counts_of(c.get("counts")), "ceiling": num(c.get("ceiling"))}
+
+
+def _trials(runs: Any, counts: dict | None, eval_size: Any) -> tuple[int | None, int | None]:
+    """(trials, EVAL trials): ``runs`` as a number or {total, eval}; EVAL else from eval_size or the counts."""
+    if isinstance(runs, dict):  # e.g. {"total": 2000, "select": 1000, "eval": 1000}
+        r = _aliases(runs, {"total": ("n", "runs"), "eval": ("evaluation",)})
+        trials, eval_trials = integer(r.get("total")) or None, integer(r.get("eval"))
+    else:
+        trials, eval_trials = integer(runs), None
+    if eval_trials is None:
+        eval_trials = integer(eval_size)
+    if eval_trials is None and counts is not None:
+        eval_trials = sum(counts.values())
+    return trials, eval_trials
+
+
+def _str_or(value: Any, default: Any = None) -> Any:
+    return value if isinstance(value, str) else default
+
+
+def _release_ref(rec: dict) -> tuple[str | None, str | None]:
+    """(release id, release path) the record names; an embedded {id, path} reference is read too."""
+    rid, path = _str_or(rec.get("release_id")), rec.get("release_path")
+    if isinstance(path, dict):
+        rid, path = rid or path.get("id"), path.get("path")
+    return rid, _str_or(path)
+
+
+def _gdp(gdp: Any) -> float | None:
+    """The GDP estimate's epsilon: a number, or an {epsilon} (older: {value}) block."""
+    return num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon")) if isinstance(gdp, dict) else num(gdp)
+
+
+def _auc(auc: Any, roc: dict | None) -> float | None:
+    """The recorded AUC, else the ROC's."""
+    return num(auc) if num(auc) is not None or roc is None else roc["auc"]
+
+
+def _role(role: Any) -> str:
+    return role if isinstance(role, str) else ("main" if role is None else "unknown")
+
+
+@dataclass(frozen=True)
+class AuditView:
+    """The fields of one audit record a report reads (absent or ill-typed values are None)."""
+
+    id: str
+    mechanism: str | None
+    canary: str | None
+    task: str | None
+    dataset: str | None
+    trials: int | None
+    eval_trials: int | None
+    claimed_epsilon: float | None
+    delta: float | None
+    epsilon_lower_bound: float | None
+    confidence: float | None
+    method: str | None
+    counts: dict | None
+    ceiling: float | None
+    ceiling_source: str | None
+    gdp_estimate: float | None
+    # a role, noise flag or insertion flag of the wrong type marks the record as not a plain
+    # private audit: it then supports no verdict (fail closed, never "no evidence")
+    role: str
+    noise: bool
+    canary_inserted: bool
+    direction: str
+    adjacency: str | None
+    no_noise: dict | None
+    null: dict | None
+    roc: dict | None
+    auc: float | None
+    seeds: Any
+    command: str | list | None
+    release_id: str | None
+    release_path: str | None
+    missing: list[str]  # expected keys the record (before migration) lacks
+    epsilon_lower_bound_note: str | None
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "AuditView":
+        rec = migrate(record)
+        counts = counts_of(rec.get("counts"))
+        trials, eval_trials = _trials(rec.get("runs"), counts, rec.get("eval_size"))
+        roc = roc_of(rec.get("roc"))
+        release_id, release_path = _release_ref(rec)
+        return cls(
+            id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
+            mechanism=name_of(rec.get("mechanism")), canary=name_of(rec.get("canary")), task=name_of(rec.get("task")),
+            dataset=name_of(rec.get("dataset")), trials=trials, eval_trials=eval_trials,
+            claimed_epsilon=num(rec.get("claimed_epsilon")), delta=num(rec.get("delta")),
+            epsilon_lower_bound=num(rec.get("epsilon_lower_bound")), confidence=num(rec.get("confidence")),
+            method=name_of(rec.get("method")), counts=counts, ceiling=num(rec.get("ceiling")),
+            ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
+            gdp_estimate=_gdp(rec.get("gdp_estimate")), role=_role(rec.get("role")),
+            noise=rec.get("noise", True) is True, canary_inserted=rec.get("canary_inserted", True) is True,
+            direction="less" if rec.get("direction") == "less" else "greater", adjacency=_str_or(rec.get("adjacency")),
+            no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]), null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
+            roc=roc, auc=_auc(rec.get("auc"), roc), seeds=rec.get("seeds"),
+            command=rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
+            release_id=release_id, release_path=release_path,
+            missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
+            epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),
+        )
+
+
+#: The statistics an audit.json may name as the one that decided its eps_LB.
+STATISTICS = ("claimed-curve", "clopper-pearson")
+
+
+def _floats(xs: Any) -> list[float] | None:
+    if not isinstance(xs, list):
+        return None
+    out = [num(x) for x in xs]
+    return None if any(v is None or math.isnan(v) for v in out) else out
+
+
+def _pairs(d: Any) -> dict | None:
+    """{"fpr": [...], "fnr": [...]} with equal-length float lists, values in [0, 1], else None."""
+    if not isinstance(d, dict):
+        return None
+    fpr, fnr = _floats(d.get("fpr")), _floats(d.get("fnr"))
+    if fpr is None or fnr is None or len(fpr) != len(fnr) or not fpr:
+        return None
+    if any(not 0.0 <= v <= 1.0 for v in fpr + fnr):
+        return None
+    return {"fpr": fpr, "fnr": fnr}
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _dict(v: Any) -> dict | None:
+    return v if isinstance(v, dict) else None
+
+
+def _unit(v: float | None) -> bool:
+    return v is not None and 0.0 <= v <= 1.0
+
+
+def _point(p: Any) -> dict | None:
+    """The chosen test's point: fpr_upper and fnr_upper in [0, 1] (else None); fpr / fnr outside [0, 1] read as None."""
+    p = _dict(p) or {}
+    point = {k: num(p.get(k)) for k in ("fpr", "fnr", "fpr_upper", "fnr_upper")}
+    if not (_unit(point["fpr_upper"]) and _unit(point["fnr_upper"])):
+        return None
+    return {k: v if k.endswith("_upper") or _unit(v) else None for k, v in point.items()}
+
+
+def curve_view(block: Any) -> dict | None:
+    """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot
+    be drawn (absent, or malformed: the report says so in a note instead of drawing a guess).
+
+    Needs ``curve`` (FPR/FNR lists in [0, 1]), ``point`` (fpr_upper and fnr_upper in [0, 1])
+    and a boolean ``violated``; everything else is optional and read leniently.
+    """
+    if not isinstance(block, dict):
+        return None
+    curve, point = _pairs(block.get("curve")), _point(block.get("point"))
+    if curve is None or not isinstance(block.get("violated"), bool) or point is None:
+        return None
+    fam = _dict(block.get("family")) or {}
+    return {
+        "statistic": str(block.get("statistic") or "claimed-curve"),
+        "method": _str(block.get("method")),
+        "violated": block["violated"],
+        # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
+        "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
+        "scale_lower_bound": num(block.get("scale_lower_bound")),
+        "family": {"parameter": _str(fam.get("parameter")), "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},
+        "accountant": _str(block.get("accountant")),
+        "adjacency": _str(block.get("adjacency")),
+        "delta": num(block.get("delta")),
+        "confidence": num(block.get("confidence")),
+        "event": _dict(block.get("event")),
+        "direction": block.get("direction") if block.get("direction") in ("greater", "less") else None,
+        "point": point,
+        "points": _pairs(block.get("points")),
+        "curve": curve,
+        "curve_at_lower_bound": _pairs(block.get("curve_at_lower_bound")),
+        "select_size": integer(block.get("select_size")),
+        "eval_size": integer(block.get("eval_size")),
+    }
+
+
+def _steinke(st: dict) -> dict:
+    return {"epsilon_lower_bound": num(st.get("epsilon_lower_bound")), "ceiling": num(st.get("ceiling")),
+            "guesses": integer(st.get("guesses")), "correct": integer(st.get("correct")),
+            "k_pos": integer(st.get("k_pos")), "k_neg": integer(st.get("k_neg")), "method": _str(st.get("method"))}
+
+
+def _fdp(fd: dict) -> dict:
+    return {"epsilon_lower_bound": num(fd.get("epsilon_lower_bound")), "violated": fd.get("violated") if isinstance(fd.get("violated"), bool) else None,
+            "guesses": integer(fd.get("guesses")), "correct": integer(fd.get("correct")), "method": _str(fd.get("method"))}
+
+
+def _maybe(read, block: Any) -> dict | None:
+    return None if not isinstance(block, dict) else read(block)
+
+
+def one_run_view(record: Any) -> dict | None:
+    """The numbers of a one_run.json dict a reviewer reads (lenient; None when it is not one)."""
+    if not isinstance(record, dict):
+        return None
+    st, fd = _maybe(_steinke, record.get("steinke")), _maybe(_fdp, record.get("fdp"))
+    if st is None and fd is None:
+        return None
+    info = _dict(record.get("info")) or {}
+    return {
+        "mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
+        "kind": name_of(record.get("kind")),
+        "canaries": integer(record.get("canaries")),
+        "included": integer(record.get("included")),
+        "claimed_epsilon": num(record.get("claimed_epsilon")),
+        "delta": num(record.get("delta")),
+        "confidence": num(record.get("confidence")),
+        "steinke": st,
+        "fdp": fd,
+    }
+
+
+def statistic_of(record: dict) -> str:
+    """The statistic that decided ``record``'s top-level eps_LB: its ``statistic`` field; an
+    audit.json written before claimed-curve audits existed has none and means Clopper-Pearson."""
+    s = record.get("statistic")
+    return s if s in STATISTICS else ("clopper-pearson" if s is None else f"unknown ({s})")
+
+
+def _interval(iv: Any) -> list | None:
+    return [num(x) for x in iv] if isinstance(iv, list) and len(iv) == 2 else None
+
+
+def _tpr_at_fpr(ts: Any) -> list[dict]:
+    return [{"fpr": num(t["fpr"]), "tpr": num(t.get("tpr")), "tpr_interval": _interval(t.get("tpr_interval"))}
+            for t in ts or [] if isinstance(t, dict) and num(t.get("fpr")) is not None]
+
+
+def _cp_bonferroni(cp: dict) -> dict:
+    return {"epsilon_lower_bound": num(cp.get("epsilon_lower_bound")), "thresholds_tested": integer(cp.get("thresholds_tested")),
+            "method": _str(cp.get("method"))}
+
+
+def _auroc(au: dict) -> dict:
+    return {"auc": num(au.get("auc")), "interval": _interval(au.get("interval")), "bootstrap": integer(au.get("bootstrap")),
+            "confidence": num(au.get("confidence"))}
+
+
+def _gdp_block(gd: dict) -> dict:
+    return {"kind": "estimate (not a bound)", "epsilon": num(gd.get("epsilon")), "mu": num(gd.get("mu")),
+            "epsilon_interval": _interval(gd.get("epsilon_interval"))}
+
+
+def comparison_view(block: Any) -> dict | None:
+    """The cross-tool statistics of audit.json's ``comparison`` block (each part None when absent)."""
+    if not isinstance(block, dict):
+        return None
+    return {"cp_bonferroni": _maybe(_cp_bonferroni, block.get("cp_bonferroni")), "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")),
+            "auroc": _maybe(_auroc, block.get("auroc")), "gdp_estimate": _maybe(_gdp_block, block.get("gdp_estimate"))}

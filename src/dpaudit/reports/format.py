@@ -1,0 +1,142 @@
+"""How the report's numbers are worded and rounded, and the :class:`Block` every renderer draws.
+
+HTML and Markdown render the same blocks (:mod:`.blocks`, :mod:`.sweep_blocks`), so both formats
+always show the same numbers in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .inputs import num
+
+DASH = "n/a"
+
+
+@dataclass
+class Block:
+    kind: str  # p | verdict | table | kv | code | figures | notes | h3
+    text: str = ""
+    status: str = ""
+    caption: str = ""
+    headers: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  # figure names (section-local order)
+    notes: list[dict] = field(default_factory=list)
+
+
+def p(text: str) -> Block:
+    return Block("p", text=text)
+
+
+def table(caption: str, headers: list[str], rows: list[list[str]]) -> Block:
+    return Block("table", caption=caption, headers=headers, rows=rows)
+
+
+def finite(x: Any) -> bool:
+    """A number that is not NaN (inf counts)."""
+    v = num(x)
+    return v is not None and not math.isnan(v)
+
+
+def _fixed(v: float, x: Any, digits: int) -> str:
+    if v != 0 and (abs(v) < 10 ** -digits or abs(v) >= 1e6):
+        return f"{v:.{digits}g}"
+    if float(v).is_integer() and not isinstance(x, float):
+        return str(int(v))
+    return f"{v:.{digits}f}"
+
+
+def f(x: Any, digits: int = 3) -> str:
+    """A number for people: None -> n/a, inf -> inf, else ``digits`` significant decimals."""
+    v = num(x)
+    if v is None:
+        return DASH if x is None else str(x)
+    if math.isnan(v) or math.isinf(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return _fixed(v, x, digits)
+
+
+def g(x: Any) -> str:
+    v = num(x)
+    return DASH if v is None else f"{v:g}"
+
+
+def ms(s: dict | None) -> str:
+    """mean +/- SD (n seeds)."""
+    if not s or num(s.get("mean")) is None:
+        return DASH
+    sd = num(s.get("sd"))
+    n = s.get("n")
+    return f"{f(s['mean'])} ± {f(sd)} (n={n})" if sd is not None else f"{f(s['mean'])} (n={n})"
+
+
+def val(v: Any) -> str:
+    """Any recorded value: n/a, yes/no, a number, JSON of a container, else its text."""
+    if v is None:
+        return DASH
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) or num(v) is not None and not isinstance(v, str):
+        return f(v, 4)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
+def _finite_or_dash(x: Any, fmt: str) -> str:
+    return format(num(x), fmt) if finite(x) else DASH
+
+
+def pct(x: Any, scale: float) -> str:
+    return DASH if not finite(x) else f"{scale * num(x):.{2 if scale == 100.0 else 3}f}"
+
+
+def pval(x: Any) -> str:
+    return _finite_or_dash(x, ".4f")
+
+
+def signed(x: Any, digits: int = 4) -> str:
+    return _finite_or_dash(x, f"+.{digits}f")
+
+
+def eps_label(e: Any) -> str:
+    return "non-private" if e is None else g(e)
+
+
+def with_interval(x: Any, iv: Any, digits: int = 3) -> str:
+    if num(x) is None:
+        return DASH
+    if isinstance(iv, list) and len(iv) == 2 and all(num(v) is not None for v in iv):
+        return f"{f(x, digits)} [{f(iv[0], digits)}, {f(iv[1], digits)}]"
+    return f(x, digits)
+
+
+def declined(error: Any) -> str:
+    """Why an accountant gave no number: it declined the event, or its numerics failed."""
+    if not error:
+        return DASH
+    return "failed" if "failed" in str(error) else "declined"
+
+
+def either(cond: Any, text: Any, otherwise: str = DASH) -> str:
+    """``text`` when ``cond`` holds (the value is formatted before the test: cheap callers only)."""
+    return text if cond else otherwise
+
+
+def text(x: Any) -> str:
+    """A recorded name, or n/a when it is empty."""
+    return str(x or DASH)
+
+
+def verdict_word(violated: Any) -> str:
+    return "VIOLATED" if violated else "not violated"
+
+
+def chosen(b: Block, figures: list) -> list:
+    """The figures a ``figures`` block names (by name prefix, in the block's order)."""
+    return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]

@@ -226,10 +226,11 @@ SPLIT_CONFIGS = [("gauss", 1.0, 1000, 1e-5), ("gauss", 1.0, 2000, 1e-5), ("gauss
 BAND_SHARES = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)  # share of the significance given to the band (0: box only, 1: band only)
 
 
-def split_row(idx: int, kind: str, param: float, runs: int, delta: float, seeds: int) -> dict:
-    """Mean and false positives of max(box at 1 - (1 - f) sig, band at 1 - f sig) for each band share f."""
+def split_row(idx: int, kind: str, param: float, runs: int, delta: float, seeds: int, sims: int) -> dict:
+    """Mean and false positives of max(box at 1 - (1 - f) sig, band at 1 - f sig) for each band share f, with
+    dpaudit's band (``band``) and with the calibrated band (``cal``)."""
     truth = true_epsilon(kind, param, delta)
-    vals = np.zeros((len(BAND_SHARES), seeds))
+    vals = np.zeros((2, len(BAND_SHARES), seeds))
     for seed in range(seeds):
         plan = plan_trials(runs, seed=seed)
         w, sel = plan.world, plan.select
@@ -240,10 +241,11 @@ def split_row(idx: int, kind: str, param: float, runs: int, delta: float, seeds:
             box = 0.0 if f == 1.0 else stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=delta,
                                                                  confidence=1.0 - (1.0 - f) * SIG).epsilon
             band = 0.0 if f == 0.0 else stats.band_bound(s, w, delta=delta, confidence=1.0 - f * SIG)["epsilon_lower_bound"]
-            vals[j, seed] = max(box, band)
+            cal = 0.0 if f == 0.0 else calibrated_band(s, w, delta, f * SIG, sims)
+            vals[0, j, seed], vals[1, j, seed] = max(box, band), max(box, cal)
     return {"mechanism": kind, "param": param, "runs": runs, "delta": delta, "seeds": seeds,
-            "by_band_share": {str(f): {"mean": float(vals[j].mean()), "false_positives": int(np.sum(vals[j] > truth + 1e-9))}
-                              for j, f in enumerate(BAND_SHARES)}}
+            **{name: {str(f): {"mean": float(vals[i, j].mean()), "false_positives": int(np.sum(vals[i, j] > truth + 1e-9))}
+                      for j, f in enumerate(BAND_SHARES)} for i, name in enumerate(("band", "cal"))}}
 
 
 HULL_SWEEP = [("rrlump", e, n) for e in (3.0, 4.0, 5.0, 6.0) for n in (300, 1000, 3000)] + [("rr", 3.0, 3000), ("rr", 5.0, 3000)]
@@ -310,14 +312,15 @@ def main() -> None:
                   + " | ".join(cells) + f" |  ({r['cpu_s']} s, {r['band_events']} band events)", flush=True)
     if "splits" in parts:
         out["splits"] = []
-        print("\nmean (false positives) of max(box, band) by the band's share of the significance")
+        print("\nmean (false positives) of max(box, band) by the band's share f of the significance: dpaudit band / calibrated band")
         print("| mechanism | runs | " + " | ".join(f"f={f:g}" for f in BAND_SHARES) + " |")
         print("|---" * (2 + len(BAND_SHARES)) + "|")
         for kind, param, runs, delta in SPLIT_CONFIGS:
-            r = split_row(CONFIGS.index((kind, param, runs, delta)), kind, param, runs, delta, a.split_seeds)
+            r = split_row(CONFIGS.index((kind, param, runs, delta)), kind, param, runs, delta, a.split_seeds, a.sims)
             out["splits"].append(r)
             print(f"| {kind} {param:g} | {runs} | " + " | ".join(
-                f"{v['mean']:.3f} ({v['false_positives']})" for v in r["by_band_share"].values()) + " |", flush=True)
+                f"{r['band'][k]['mean']:.3f} ({r['band'][k]['false_positives']}) / {r['cal'][k]['mean']:.3f} "
+                f"({r['cal'][k]['false_positives']})" for k in r["band"]) + " |", flush=True)
     if "sweep" in parts:
         out["sweep"] = []
         print("\nhull sweep (delta 0): false-positive rate (one-sided 95 % upper bound)")

@@ -48,6 +48,7 @@ SIG = 0.05
 CONF = 1.0 - SIG
 HALF = 1.0 - SIG / 2.0
 FIGURES = ("hull1", "hull2", "all1", "cpb", "general", "band", "box", "calh", "calf")
+PAIRS = (("general", "all1"), ("general", "cpb"), ("general", "hull1"), ("calh", "general"), ("calf", "hull1"), ("calh", "hull1"))
 
 
 # ------------------------------------------------------------------ mechanisms with an exact (eps, delta)
@@ -207,6 +208,7 @@ def run_config(idx: int, kind: str, param: float, runs: int, delta: float, seeds
     out = {"mechanism": kind, "param": param, "runs": runs, "delta": delta, "true_epsilon": truth, "seeds": seeds,
            "mean_hull_vertices": float(hulls.mean()), "band_events": int(events), "jax_checked_seeds": checked,
            "cpu_s": round(time.process_time() - t0, 1)}
+    out["share_of_seeds"] = {f"{x}>={y}": float(np.mean(vals[x] >= vals[y] - 1e-12)) for x, y in PAIRS}
     for f in FIGURES:
         k = int(np.sum(vals[f] > truth + 1e-9))
         out[f] = {"mean": float(vals[f].mean()), "false_positives": k, "rate": k / seeds,
@@ -286,7 +288,7 @@ def main() -> None:
     ap.add_argument("--split-seeds", type=int, default=300)
     ap.add_argument("--sweep-seeds", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="30 seeds, 2000 draws (smoke test)")
-    ap.add_argument("--parts", default="main,splits,sweep")
+    ap.add_argument("--parts", default="main,splits,sweep,levels")
     ap.add_argument("--only", default="", help="comma-separated mechanism kinds of the main table")
     ap.add_argument("--jax", default="", help="path of jax_privacy/auditing.py to cross-check hull1/hull2")
     ap.add_argument("--json", default="")
@@ -331,6 +333,16 @@ def main() -> None:
             out["sweep"].append(r)
             print(f"| {kind} {param:g} | {per_world} | {r['mean_hull_vertices']:.1f} | " + " | ".join(
                 f"{r[f]['rate']:.4f} ({r[f]['rate_upper95']:.4f})" for f in ("hull1", "hull2", "all1")) + " |", flush=True)
+    if "levels" in parts:
+        out["levels"] = []
+        print("\ncalibrated per-count level a* (simultaneous over all counts of one world and direction) vs Bonferroni")
+        print("| trials per world | family share | a* | Bonferroni share / (n + 1) |")
+        print("|---|---|---|---|")
+        for n in (100, 500, 1000):
+            for share in (SIG / 8.0, SIG / 4.0):
+                lv = calibrated_level(n, share, a.sims)
+                out["levels"].append({"n": n, "alpha_event": share, "a_star": lv})
+                print(f"| {n} | {share:g} | {lv:.3g} | {share / (n + 1):.3g} |", flush=True)
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(out, fh, indent=1)

@@ -250,7 +250,8 @@ def split_row(idx: int, kind: str, param: float, runs: int, delta: float, seeds:
                       for j, f in enumerate(BAND_SHARES)} for i, name in enumerate(("band", "cal"))}}
 
 
-HULL_SWEEP = [("rrlump", e, n) for e in (3.0, 4.0, 5.0, 6.0) for n in (300, 1000, 3000)] + [("rr", 3.0, 3000), ("rr", 5.0, 3000)]
+HULL_SWEEP = [("rrlump", e, n) for e in (3.0, 4.0, 5.0, 6.0) for n in (300, 1000, 3000)] + [("rr", 3.0, 3000), ("rr", 5.0, 3000)] + \
+    [("rrlump", 5.0, 10000), ("rrlump", 6.0, 10000)]
 
 
 def hull_sweep_row(idx: int, kind: str, param: float, per_world: int, seeds: int) -> dict:

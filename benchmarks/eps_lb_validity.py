@@ -1,4 +1,4 @@
-"""Is a published eps_LB a lower bound? False-positive rate and strength of four eps_LB figures (issue 23, point 6).
+"""Is a published eps_LB a lower bound? False-positive rate and strength of eps_LB figures (issue 23, point 6).
 
 For mechanisms whose true epsilon at the stated delta is known exactly, each seed draws one audit's scores
 (``runs`` trials, half canary-in, SELECT/EVAL split by the engine's ``plan_trials``) and computes:
@@ -25,7 +25,12 @@ For mechanisms whose true epsilon at the stated delta is known exactly, each see
 A false positive is a seed whose figure exceeds the mechanism's true epsilon at delta. Every figure here
 claims to hold with probability >= 1 - sig = 0.95, so a rate above 0.05 means the figure is not a bound.
 
-    PYTHONPATH=src python benchmarks/eps_lb_validity.py [--seeds 1000] [--quick] [--jax PATH/auditing.py] [--json OUT]
+    PYTHONPATH=src python benchmarks/eps_lb_validity.py [--parts main,splits,sweep,levels] [--only gauss,rr,...]
+        [--seeds 1000] [--quick] [--jax PATH/auditing.py] [--json OUT]
+
+Parts: ``main`` (the table above, CONFIGS), ``splits`` (max(box, band) for other shares of the significance,
+with dpaudit's band and the calibrated one), ``sweep`` (hull figures only, configurations chosen to make the hull
+division over-claim), ``levels`` (the calibrated per-count level a*). Results: benchmarks/eps_lb_validity.md.
 
 ``--jax`` loads jax_privacy's auditing.py from a file (needs dp_accounting importable) and checks hull1/hull2
 against ``CanaryScoreAuditor`` on the first seeds of every configuration.

@@ -14,7 +14,7 @@ For mechanisms whose true epsilon at the stated delta is known exactly, each see
           each bound at sig / (2 M).
   cpb     dpaudit's ``stats.cp_bonferroni`` (all rules, both directions, per-bound sig / (2 m), m >= n + 2).
   general dpaudit's published eps_LB: ``stats.general_epsilon`` of the SELECT-chosen rule's EVAL counts and
-          ``stats.band_bound`` on all trials, each at half the significance (as ``engine.general_bound``).
+          ``stats.band_bound`` on all trials, split by ``stats.general_split`` (as ``engine.general_bound``).
   band, box  its two halves alone (each at confidence 1 - sig/2).
   cal     (a suggestion, not in src/) the band calibrated exactly: one-sided CP bounds u_k(a*) at EVERY count k,
           with a* the level at which "some threshold's true error rate exceeds u_k(a*)" has probability
@@ -179,10 +179,11 @@ def dpaudit_figures(s, w, sel, delta: float) -> dict:
     thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=CONF)
     tp, fp, tn, fn = stats.confusion(s[~sel], w[~sel], thr.threshold, thr.direction)
     counts = {"tp": tp, "fp": fp, "tn": tn, "fn": fn}
-    band = stats.band_bound(s, w, delta=delta, confidence=HALF)  # as engine.general_bound
+    box_conf, band_conf = stats.general_split(int(w.sum()), int((~w).sum()), CONF)  # as engine.general_bound
+    band = stats.band_bound(s, w, delta=delta, confidence=band_conf)
     return {"general": stats.general_epsilon(counts, band, delta=delta, confidence=CONF),
             "band": band["epsilon_lower_bound"],
-            "box": stats.epsilon_lower_bound(**counts, delta=delta, confidence=HALF).epsilon,
+            "box": stats.epsilon_lower_bound(**counts, delta=delta, confidence=box_conf).epsilon,
             "cpb": stats.cp_bonferroni(s, w, delta=delta, confidence=CONF)["epsilon_lower_bound"],
             "events": band["events"]}
 

@@ -118,3 +118,68 @@ def test_old_claimed_curve_record_is_read_with_a_valid_bound():
     assert back.claimed_curve["family_epsilon"] == d["claimed_curve"]["family_epsilon"] and back.epsilon_lower_bound_note
     assert back.claim_family_bound["statement"].startswith("noise_multiplier")
     assert verdicts.decision_at(old, 0.95)["violated"] is r.violated  # its box recomputed from rates and EVAL counts
+
+
+# ---- the exactly calibrated band (the strength clause of issue 23 point 6)
+def test_crossing_probability_closed_forms():
+    # n = 1: P(V > u_0(a)) = a; n = 2: 1 - P(V_(1) <= b0, V_(2) <= b1) = 1 - b1^2 + (b1 - b0)^2
+    for a in (0.1, 0.01, 1e-4):
+        assert stats.crossing_probability(1, a) == pytest.approx(a, rel=1e-9)
+        b0, b1 = stats._cp_table(2, a)[:2]
+        assert stats.crossing_probability(2, a) == pytest.approx(1 - b1**2 + (b1 - b0) ** 2, rel=1e-9)
+
+
+def test_crossing_probability_matches_simulated_order_statistics():
+    n, a, draws = 25, 0.002, 200_000
+    b = stats._cp_table(n, a)[:n]
+    v = np.sort(np.random.default_rng(3).random((draws, n)), axis=1)
+    p_mc = float(np.mean((v > b).any(axis=1)))
+    p = stats.crossing_probability(n, a)
+    assert abs(p - p_mc) < 4 * math.sqrt(p * (1 - p) / draws)
+    assert a < p < n * a  # more than one count, less than the union bound
+
+
+@pytest.mark.parametrize("n", [1, 3, 40, 400])
+def test_band_level_spends_its_share_and_no_more(n):
+    share = 0.05 / 8
+    a = stats.band_level(n, share)
+    assert share / n <= a <= share
+    assert stats.crossing_probability(n, a) <= share * (1 + 1e-9)  # float rounding only
+    if n > 1:
+        assert stats.crossing_probability(n, a * 1.01) > share * 0.995  # tight: nothing left on the table
+
+
+def test_band_is_simultaneous_for_every_rule_under_the_null():
+    # The whole band (4 families at a quarter each) fails on at most its significance of score sets:
+    # same law in both worlds, so every rule's true FPR + FNR = 1 and any eps_LB > 0 is a false positive.
+    rng = np.random.default_rng(11)
+    y = np.r_[np.ones(30, bool), np.zeros(30, bool)]
+    false = sum(stats.band_bound(rng.normal(size=60), y, delta=0.0, confidence=0.8)["epsilon_lower_bound"] > 0 for _ in range(400))
+    assert false <= 0.2 * 400
+
+
+@settings(max_examples=30, deadline=None)
+@given(n_in=st.integers(1, 70), n_out=st.integers(1, 70), shift=st.floats(0.0, 5.0), ties=st.booleans(), seed=st.integers(0, 2**16))
+def test_published_bound_is_at_least_one_sided_bonferroni_over_every_threshold(n_in, n_out, shift, ties, seed):
+    # jax_privacy's CanaryScoreAuditor.epsilon_clopper_pearson (one-sided, TPR/FPR) with its Bonferroni
+    # correction taken over every threshold (n + 1 of them, fixed before the scores) instead of the
+    # data-chosen hull: the published eps_LB is never below it, whatever the split into SELECT and EVAL.
+    rng = np.random.default_rng(seed)
+    s = np.r_[rng.normal(shift, 1, n_in), rng.normal(0, 1, n_out)]
+    if ties:
+        s = np.round(s)
+    y = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
+    select = rng.random(y.size) < 0.3
+    counts = dict(zip(("tp", "fp", "tn", "fn"), stats.confusion(s[~select], y[~select], 0.0, "greater")))
+    if min(counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]) < 1:
+        counts = {"tp": n_in, "fp": n_out, "tn": 0, "fn": 0}  # any valid box: the band alone must suffice
+    gb = engine.general_bound(s, y, counts, delta=DELTA, confidence=0.95)
+    one_sided = reference_all_thresholds(s, y, DELTA, 0.95, directions=("greater",))
+    assert gb["epsilon_lower_bound"] >= one_sided - 1e-9
+    assert gb["epsilon_lower_bound"] >= reference_all_thresholds(s, y, DELTA, 0.95) - 1e-9
+
+
+def test_split_gives_the_band_half_from_thirty_trials_per_world():
+    assert stats.general_split(30, 30, 0.95) == pytest.approx((0.975, 0.975))
+    box, band = stats.general_split(5, 5, 0.95)
+    assert band < 0.975 < box and (1 - box) + (1 - band) == pytest.approx(0.05)

@@ -333,10 +333,12 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
 def general_bound(s: np.ndarray, w: np.ndarray, counts: dict, *, delta: float, confidence: float) -> dict:
     """audit.json "general_bound": the published eps_LB, a lower bound on the epsilon of ANY
     mechanism at ``delta`` (:func:`stats.general_epsilon`: the SELECT-chosen rule's EVAL counts and
-    the all-threshold band on all trials, each at half the significance), with what recomputes it."""
-    half = 1.0 - (1.0 - confidence) / 2.0
-    band = stats.band_bound(s, w, delta=delta, confidence=half)
-    keep = ("cells", "events", "trials_per_world", "epsilon_lower_bound", "direction", "fp_at_most", "fn_at_most", "per_bound_significance")
+    the all-threshold band on all trials, their significances split by :func:`stats.general_split`),
+    with what recomputes it."""
+    box_conf, band_conf = stats.general_split(int(w.sum()), int((~w).sum()), confidence)
+    band = stats.band_bound(s, w, delta=delta, confidence=band_conf)
+    keep = ("cells", "events", "trials_per_world", "calibration", "epsilon_lower_bound", "direction", "fp_at_most", "fn_at_most",
+            "per_bound_significance")
     # a perfect test on these trials (no error on EVAL nor on all trials): the largest eps_LB they can certify
     perfect = {"cells": {"greater": [[0, 0]], "less": []}, "events": band["events"], "trials_per_world": band["trials_per_world"]}
     n_in, n_out = counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]
@@ -344,11 +346,11 @@ def general_bound(s: np.ndarray, w: np.ndarray, counts: dict, *, delta: float, c
         "epsilon_lower_bound": stats.general_epsilon(counts, band, delta=delta, confidence=confidence),
         "ceiling": stats.general_epsilon({"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, delta=delta, confidence=confidence),
         "confidence": confidence, "delta": delta,
-        "rule_epsilon": stats.epsilon_lower_bound(**counts, delta=delta, confidence=half).epsilon,
+        "rule_epsilon": stats.epsilon_lower_bound(**counts, delta=delta, confidence=box_conf).epsilon,
         "band": {k: band[k] for k in keep},
         "method": ("valid for any mechanism: the larger of (a) Clopper-Pearson on the EVAL counts of the rule chosen on SELECT and "
-                   "(b) the simultaneous Clopper-Pearson band over every threshold rule on all trials, each at significance "
-                   "(1 - confidence)/2; eps_LB = max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi))"),
+                   "(b) the simultaneous Clopper-Pearson band over every threshold rule on all trials (exactly calibrated), their "
+                   "significances adding up to 1 - confidence (the band's share: half, more below ~30 trials per world); eps_LB = max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi))"),
     }
 
 

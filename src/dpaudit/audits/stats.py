@@ -519,18 +519,22 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
 # ---------------------------------------------------------------- the published eps_LB (issue 23, point 6)
 #
 # One bound for every threshold rule on every trial, valid for ANY mechanism (no claimed shape):
-# simultaneous one-sided Clopper–Pearson bands on a stepped grid of error counts.
+# simultaneous one-sided Clopper-Pearson bands, calibrated exactly.
 #
-# For one direction and one world, let u_k(a) be the CP upper bound for k errors. For a fixed k,
-# the event "some threshold with at most k errors has a true error rate above u_k(a)" has
-# probability <= a whatever the score law, ties included: the thresholds' error regions are nested,
-# so the event is "at most k of n draws fall in a region of mass > u_k(a)". A rule with e errors is
-# bounded by u_k at the smallest grid count k >= e. The grid is fixed before the scores are seen
-# (it depends on n, the confidence and nothing else); every grid count below n is one event, for
-# each of 2 directions x 2 worlds, and each event gets a = (1 - confidence) / events (Bonferroni).
-# The grid is as coarse as it can be while never bounding worse than a bound at significance
-# (1 - reference confidence) / (2 (n + 1)) at the exact count -- the Bonferroni correction over
-# every threshold of one direction on all n trials -- so this figure is at least that one.
+# For one world of n trials and one direction, the rules' error regions are nested. Give each
+# trial V = the true error rate of the smallest region that holds it: V is uniform for a continuous
+# score law (atoms only shrink the event below, as an independent tie-break shows), and a rule with
+# k errors has a true rate below V_(k+1). So "some rule's true rate exceeds u_k(a)" (u_k(a): the CP
+# upper bound for k errors) is the event "V_(k+1) > u_k(a) for some k < n" on n uniform order
+# statistics, whose probability P_n(a) depends on n and a only and is computed exactly
+# (:func:`crossing_probability`). The four (world, direction) families share the significance; each
+# gets the largest level a*(n) with P_n(a*) <= its share (:func:`band_level`). a* >= share / n (the
+# Bonferroni level over the n counts) and is several times larger in practice, which is what makes
+# the band at least the Bonferroni-over-every-threshold bound (tests/audits/test_general_bound.py).
+
+#: (world, direction) families sharing the band's significance.
+BAND_FAMILIES = 4
+BAND_CALIBRATION = "exact order-statistics crossing probability per (world, direction) family"
 
 
 def _cp_table(n: int, a: float) -> np.ndarray:
@@ -542,42 +546,64 @@ def _cp_table(n: int, a: float) -> np.ndarray:
     return np.maximum.accumulate(u)  # non-decreasing in k (guards rounding at the far end)
 
 
-def _count_grid(n: int, a_event: float, a_reference: float) -> np.ndarray:
-    """Grid counts 0 = g_0 < g_1 < ... (< n) such that u_{g_{i+1}}(a_event) <= u_{g_i + 1}(a_reference)."""
-    fine, ref = _cp_table(n, a_event), _cp_table(n, a_reference)
-    grid = [0]
-    while grid[-1] < n - 1:
-        nxt = int(np.searchsorted(fine, ref[grid[-1] + 1], side="right")) - 1
-        grid.append(min(max(nxt, grid[-1] + 1), n - 1))
-    return np.asarray(grid, dtype=int)
+def _poisson_kernel(mu: float, cap: int) -> np.ndarray:
+    """Poisson(mu) probabilities of 0..L-1, L past the mass that matters (the dropped tail < 1e-30
+    only lowers the staying probability: the crossing probability errs upwards, a* downwards)."""
+    length = min(cap, int(mu + 14.0 * math.sqrt(mu) + 50.0))
+    j = np.arange(length, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.exp(j * math.log(mu) - mu - special.gammaln(j + 1.0)) if mu > 0 else (j == 0).astype(float)
 
 
-@functools.lru_cache(maxsize=64)
-def count_grids(n_pos: int, n_neg: int, alpha: float, reference_alpha: float) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(grid of FN counts, grid of FP counts, number of events) of :func:`band_bound`.
+def crossing_probability(n: int, a: float) -> float:
+    """P(V_(k+1) > u_k(a) for some k = 0..n-1) for the order statistics of n independent uniforms.
 
-    The events share ``alpha`` equally; each grid step is as long as it can be while its bound
-    stays below the exact count's bound at ``reference_alpha`` / (2 (n + 1)). The grids are refined
-    until they need no more events than the share they were built for (a fixed point: more
-    events, a smaller share, a finer grid).
+    Exact up to float rounding: a Poisson process of rate n, conditioned on n points in [0, 1], has
+    the uniform order statistics as its points; stepping through the bounds b_k = u_k(a) the state
+    is the count so far, which must reach k + 1 by b_k (N(b_k) >= k + 1 is V_(k+1) <= b_k).
     """
-    a_reference = reference_alpha / (2.0 * (n_pos + n_neg + 1))
-    events = 4
-    for _ in range(64):
-        g_pos = _count_grid(n_pos, alpha / events, a_reference)
-        g_neg = _count_grid(n_neg, alpha / events, a_reference)
-        need = 2 * (g_pos.size + g_neg.size)
-        if need <= events:
-            return tuple(int(v) for v in g_pos), tuple(int(v) for v in g_neg), int(events)
-        events = need
-    # not settled: every count is a grid count (2 n events)
-    return tuple(range(n_pos)), tuple(range(n_neg)), 2 * (n_pos + n_neg)
+    b = _cp_table(n, a)[:n]
+    p = np.zeros(n + 1)
+    p[0] = 1.0
+    prev = 0.0
+    for k in range(n):
+        p = np.convolve(p, _poisson_kernel(n * (float(b[k]) - prev), n + 1))[: n + 1]
+        p[: k + 1] = 0.0
+        prev = float(b[k])
+    j = np.arange(n + 1, dtype=float)
+    rest = n * (1.0 - prev)
+    with np.errstate(divide="ignore"):
+        last = np.exp((n - j) * math.log(rest) - rest - special.gammaln(n - j + 1.0)) if rest > 0 else (j == n).astype(float)
+    stay = float(p @ last) / math.exp(n * math.log(n) - n - special.gammaln(n + 1.0))
+    return min(1.0, max(0.0, 1.0 - stay))
 
 
-def _grid_ceil(counts: np.ndarray, grid: tuple[int, ...], n: int) -> np.ndarray:
-    """The smallest grid count >= each count (n, the trivial bound 1, above the grid)."""
-    g = np.asarray(grid + (n,), dtype=int)
-    return g[np.searchsorted(g, counts, side="left")]
+@functools.lru_cache(maxsize=256)
+def band_level(n: int, share: float) -> float:
+    """a*(n, share): the level (to relative 1e-4, from below) whose ``crossing_probability`` is
+    ``share``. Regula falsi on log P against log a (nearly linear), bracketed by the Bonferroni level
+    share / n, which always qualifies, and share itself; the returned level always qualifies."""
+    lo, hi = math.log(share / n), math.log(share)
+    if n == 1 or crossing_probability(n, share) <= share:
+        return float(share)
+
+    def f(x: float) -> float:
+        return math.log(max(crossing_probability(n, math.exp(x)), 1e-300)) - math.log(share)
+
+    f_lo, f_hi, side = f(lo), f(hi), 0
+    while hi - lo > 1e-4 and f_lo < 0.0:
+        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        x = min(max(x, lo + 1e-6), hi - 1e-6)
+        fx = f(x)
+        if fx <= 0.0:
+            lo, f_lo = x, fx
+            f_hi, side = (f_hi / 2.0 if side == -1 else f_hi), -1  # Illinois: halve the stale end
+        else:
+            hi, f_hi = x, fx
+            f_lo, side = (f_lo / 2.0 if side == 1 else f_lo), 1
+        if abs(fx) < 1e-6 and fx <= 0.0:
+            break
+    return math.exp(lo)
 
 
 def _staircase(fp: np.ndarray, fn: np.ndarray) -> list[list[int]]:
@@ -590,50 +616,48 @@ def _staircase(fp: np.ndarray, fn: np.ndarray) -> list[list[int]]:
     return out
 
 
-def band_bound(scores, labels, *, delta: float, confidence: float = 0.95, reference_confidence: float | None = None) -> dict:
+def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dict:
     """eps_LB from every threshold rule on all trials (both directions), valid for any mechanism.
 
     Privacy contract: with probability >= ``confidence`` over the trials, ``epsilon_lower_bound``
     does not exceed the epsilon of any (epsilon, ``delta``)-DP mechanism that produced the scores
-    (see the block comment above). ``cells`` holds, per direction, the grid-rounded (FP, FN) count
-    pairs of the best rules: with ``events`` and the trial counts it recomputes the bound at any
-    other confidence on the same grid (:func:`band_epsilon`), e.g. a Bonferroni share over audits.
-    ``reference_confidence`` (default ``confidence``): the grid never bounds a rule worse than the
-    Bonferroni-over-all-thresholds bound at that confidence would (when the grid settles).
+    (see the block comment above). ``cells`` holds, per direction, the (FP, FN) count pairs of the
+    rules that can attain the maximum: with ``trials_per_world`` it recomputes the bound at any other
+    confidence (:func:`band_epsilon`), e.g. a Bonferroni share over audits.
     """
     confidence = _check_confidence(confidence)
-    reference = confidence if reference_confidence is None else _check_confidence(reference_confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos < 1 or n_neg < 1:
         raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
-    g_pos, g_neg, events = count_grids(n_pos, n_neg, 1.0 - confidence, 1.0 - reference)
     _, tp_ge, fp_ge, _ = rule_counts(s, y)
     cells = {}
     for direction in DIRECTIONS:
         tp, fp = (tp_ge, fp_ge) if direction == "greater" else (n_pos - tp_ge, n_neg - fp_ge)
-        cells[direction] = _staircase(_grid_ceil(fp, g_neg, n_neg), _grid_ceil(n_pos - tp, g_pos, n_pos))
-    record = {"cells": cells, "events": events, "trials_per_world": {"in": n_pos, "out": n_neg}}
+        cells[direction] = _staircase(fp, n_pos - tp)
+    record = {"cells": cells, "events": BAND_FAMILIES, "trials_per_world": {"in": n_pos, "out": n_neg}, "calibration": BAND_CALIBRATION}
     eps, direction, (fp_k, fn_k) = band_epsilon(record, delta=delta, confidence=confidence, best=True)
+    share = (1.0 - confidence) / BAND_FAMILIES
     return {
         "epsilon_lower_bound": eps, "direction": direction, "fp_at_most": fp_k, "fn_at_most": fn_k, **record,
-        "per_bound_significance": (1.0 - confidence) / events, "delta": delta, "confidence": confidence,
+        "per_bound_significance": {"in": band_level(n_pos, share), "out": band_level(n_neg, share)}, "delta": delta, "confidence": confidence,
         "method": ("every threshold rule (both directions) on all trials; one-sided Clopper-Pearson upper bounds on FPR and FNR "
-                   "as simultaneous bands over a fixed grid of error counts, Bonferroni over the grid's events; "
-                   "eps_LB = max over rules of max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi)); "
-                   "valid for any mechanism"),
+                   "as simultaneous bands, each (world, direction) family at the level whose exact order-statistics crossing "
+                   "probability is its quarter of the significance; eps_LB = max over rules of max(0, ln((1 - delta - FNR_hi)/FPR_hi), "
+                   "ln((1 - delta - FPR_hi)/FNR_hi)); valid for any mechanism"),
     }
 
 
 def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = False):
-    """:func:`band_bound`'s eps_LB from its stored ``cells``, ``events`` and ``trials_per_world``,
-    at ``confidence`` (its own, or a stricter one: the grid stays, each event's share changes).
-    ``best``: also the direction and the (FP, FN) cell that attain it."""
+    """:func:`band_bound`'s eps_LB from its stored ``cells`` and ``trials_per_world``, at
+    ``confidence`` (its own, or a stricter one). ``best``: also the direction and the (FP, FN) cell
+    that attain it. Records of the earlier grid band (issue 23's first version) hold counts rounded
+    up to a grid: the same computation bounds them conservatively (u_k grows with k)."""
     confidence = _check_confidence(confidence)
     n_pos, n_neg = int(record["trials_per_world"]["in"]), int(record["trials_per_world"]["out"])
-    a = (1.0 - confidence) / int(record["events"])
-    u_pos, u_neg = _cp_table(n_pos, a), _cp_table(n_neg, a)
+    share = (1.0 - confidence) / BAND_FAMILIES
+    u_pos, u_neg = _cp_table(n_pos, band_level(n_pos, share)), _cp_table(n_neg, band_level(n_neg, share))
     top = (0.0, DIRECTIONS[0], (n_neg, n_pos))
     for direction in DIRECTIONS:
         pairs = np.asarray(record["cells"][direction], dtype=int).reshape(-1, 2)
@@ -646,12 +670,39 @@ def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = 
     return top if best else top[0]
 
 
+#: The band's share of the significance, the first that makes it at least the Bonferroni bound over
+#: every threshold (see :func:`general_split`); the EVAL box gets the rest.
+BAND_SHARES = (0.5, 0.75, 0.9, 0.97)
+
+
+@functools.lru_cache(maxsize=256)
+def general_split(n_pos: int, n_neg: int, confidence: float) -> tuple[float, float]:
+    """(box confidence, band confidence) of the published eps_LB for these trial counts.
+
+    A function of the public trial counts only, fixed before any score is seen. The band takes the
+    first share of the significance in :data:`BAND_SHARES` at which both worlds' band levels are at
+    least the per-bound level (1 - confidence) / (2 (n_pos + n_neg + 1)) of the one-sided
+    Bonferroni-over-every-threshold bound (jax_privacy's ``CanaryScoreAuditor`` correction made
+    valid): then every rule is bounded at least as tightly as there, so eps_LB is at least that
+    bound on every score set. Half for about 30 or more trials per world; more below.
+    """
+    alpha = 1.0 - _check_confidence(confidence)
+    reference = alpha / (2.0 * (n_pos + n_neg + 1))
+    share = BAND_SHARES[-1]
+    for f in BAND_SHARES:
+        if min(band_level(n_pos, f * alpha / BAND_FAMILIES), band_level(n_neg, f * alpha / BAND_FAMILIES)) >= reference:
+            share = f
+            break
+    return 1.0 - (1.0 - share) * alpha, 1.0 - share * alpha
+
+
 def general_epsilon(counts: dict, band: dict, *, delta: float, confidence: float) -> float:
-    """The published eps_LB: the larger of two bounds, each at half the significance (so both hold
-    jointly at ``confidence``): the EVAL counts of the rule chosen on SELECT (``counts``: tp, fp,
-    tn, fn) and the all-threshold band on all trials (``band``: :func:`band_bound`'s record).
-    Valid for any mechanism; the band half makes it at least the Bonferroni bound over every threshold
-    rule of both directions at ``confidence`` (per-bound significance (1 - confidence) / (4 (n + 1)))."""
-    half = 1.0 - (1.0 - _check_confidence(confidence)) / 2.0
-    box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=half).epsilon
-    return max(box, band_epsilon(band, delta=delta, confidence=half))
+    """The published eps_LB: the larger of two bounds that hold jointly at ``confidence`` (their
+    significances add up to its): the EVAL counts of the rule chosen on SELECT (``counts``: tp, fp,
+    tn, fn) and the all-threshold band on all trials (``band``: :func:`band_bound`'s record), split
+    by :func:`general_split`. Valid for any mechanism, and at least the one-sided Clopper-Pearson
+    bound with Bonferroni over every threshold at ``confidence``."""
+    tpw = band["trials_per_world"]
+    box_conf, band_conf = general_split(int(tpw["in"]), int(tpw["out"]), _check_confidence(confidence))
+    box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=box_conf).epsilon
+    return max(box, band_epsilon(band, delta=delta, confidence=band_conf))

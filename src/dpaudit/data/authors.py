@@ -94,6 +94,10 @@ import numpy as np
 
 from ..errors import DataError
 from ..validation import non_negative_int
+from .base import PreparedDataset, resolve_data_dir
+from .files import hash_and_verify, require_files, sums_note
+from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CARDIO_FILTERS, DAYS_PER_YEAR, CategoricalField, Field, NumericField, encode,
                       feature_names, read_table)
 
@@ -305,8 +309,6 @@ class AuthorsRows:
 
 def load_rows(name: str, data_dir=None) -> AuthorsRows:
     """Read and encode ``name`` (mnist, cifar10, cardio, heart) under the authors' rules, unsplit."""
-    from .base import resolve_data_dir
-    from .files import hash_and_verify, require_files, sums_note
 
     root = resolve_data_dir(data_dir)
     if name in ("cardio", "heart"):
@@ -327,7 +329,6 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
         return AuthorsRows(x, y, None, None, None, names, dict(src), note + "; " + sums_note(root, folder, (fname,)))
     if name not in ("mnist", "cifar10"):
         raise DataError(f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}.")
-    from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 
     if name == "mnist":
         x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
@@ -348,8 +349,6 @@ def load(info, data_dir=None, split_seed: int | None = None):
     The returned indices are the ones used to cut the partitions (see :class:`SplitIndices`);
     their sorted-set SHA-256 is also written into the dataset's ``notes``.
     """
-    from .base import PreparedDataset
-    from .images import apply_profile
 
     seed = AUTHORS_SPLIT_SEED if split_seed is None else non_negative_int("split_seed", split_seed)
     rows = load_rows(info.name, data_dir)
@@ -382,7 +381,6 @@ def _row_sets(info, idx: SplitIndices) -> tuple:
     """Images: rows of the official files (exact). Tabular: the authors' files are filtered or
     de-duplicated copies of the same people in another row order, so every row of the source
     counts as read privately (fail closed, dpaudit.data.rows)."""
-    from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 
     if info.kind == "tabular":
         return (RowSet(SOURCES[info.name], "private", None),)

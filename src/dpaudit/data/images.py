@@ -58,9 +58,11 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from ..errors import DataError
+from ..paths import cache_dir
+from ..validation import one_of
+from .base import resolve_data_dir
 from .files import file_md5, hash_and_verify, require_files
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
@@ -97,6 +99,8 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
     n, c, h, w = chw.shape
     if profile in ("raw01", "centered"):
         # Exactly ToTensor's arithmetic: float32 conversion, then division by 255.
+        import torch  # heavy (seconds): imported only when images are prepared
+
         t = torch.from_numpy(np.ascontiguousarray(chw)).to(torch.float32).div(255)
         if profile == "centered":
             # Exactly Normalize(mean=0.5, std=0.5): subtract, then divide.
@@ -116,7 +120,6 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
             img = Image.fromarray(hwc[i, :, :, 0], mode="L") if c == 1 else Image.fromarray(hwc[i])
             small[i] = np.asarray(TF.resize(img, [hh, ww], InterpolationMode.BILINEAR)).reshape(hh, ww, c)
         return apply_profile(small if c > 1 else small[..., 0], "raw01")
-    from ..validation import one_of
 
     one_of("profile", profile, IMAGE_PROFILES)
     raise AssertionError("unreachable")
@@ -126,8 +129,6 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
 
 
 def _cache_root() -> Path:
-    from ..accounting.calibration import cache_dir
-
     return cache_dir() / "data"
 
 
@@ -209,7 +210,6 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
     :func:`read_idx` (arrays equal to ``torchvision.datasets.MNIST(download=False)``'s; tested).
     With ``with_sources=True`` a fifth element maps each ``.gz`` file name to its sha256.
     """
-    from .base import resolve_data_dir
 
     data_dir = resolve_data_dir(data_dir)
     root, hashes = _mnist_torchvision_root(data_dir)
@@ -341,7 +341,6 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
     ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every file's md5
     equals the official one.
     """
-    from .base import resolve_data_dir
 
     data_dir = resolve_data_dir(data_dir)
     root = data_dir / "cifar10"

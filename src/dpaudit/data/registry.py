@@ -41,6 +41,10 @@ import numpy as np
 
 from ..errors import UsageError
 from ..validation import non_negative_int
+from . import authors
+from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+from .tabular import (BREAST_CANCER_SCHEMA, CARDIO_N_ROWS, CARDIO_SCHEMA, HEART_SCHEMA, feature_names, load_breast_cancer_encoded,
+                      load_cardio_raw, load_heart_raw)
 from .base import PreparedDataset, resolve_data_dir
 from .files import sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
@@ -170,9 +174,7 @@ def profile_files(name: str, profile: str | None = None) -> tuple[str, ...]:
     """Files (relative to the data directory) that ``name`` needs under ``profile``."""
     info = dataset_info(name)
     if _check_profile(info, profile) == AUTHORS_PROFILE:
-        from .authors import FILES
-
-        return FILES.get(name, info.files)
+        return authors.FILES.get(name, info.files)
     return info.files
 
 
@@ -180,9 +182,7 @@ def profile_split_sizes(name: str, profile: str | None = None) -> dict:
     """Partition sizes of ``name`` under ``profile`` for the full, original files (public)."""
     info = dataset_info(name)
     if _check_profile(info, profile) == AUTHORS_PROFILE:
-        from .authors import split_sizes
-
-        return split_sizes(name)
+        return authors.split_sizes(name)
     return dict(info.split_sizes)
 
 
@@ -212,8 +212,6 @@ def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, pro
 
 def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if profile == AUTHORS_PROFILE:
-        from . import authors
-
         return authors.load(info, data_dir, seed)[0]
     if name == "mnist":
         return _load_official_image(info, "mnist", data_dir, seed, profile)
@@ -222,14 +220,10 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if name == "digits":
         return _load_digits(info, seed, profile)
     if name == "breast-cancer":
-        from .tabular import BREAST_CANCER_SCHEMA, feature_names, load_breast_cancer_encoded
-
         x, y = load_breast_cancer_encoded()
         return _tabular(info, x, y, seed, feature_names(BREAST_CANCER_SCHEMA), {},
                         "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.", np.arange(len(y)))
     if name == "cardio":
-        from .tabular import CARDIO_N_ROWS, CARDIO_SCHEMA, feature_names, load_cardio_raw
-
         root = resolve_data_dir(data_dir)
         x, y, src, file_ids = load_cardio_raw(root)
         note = f"cohort filters kept {len(y)} rows"
@@ -238,8 +232,6 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
         note += "; " + sums_note(root, root / "cardio", tuple(src))
         return _tabular(info, x, y, seed, feature_names(CARDIO_SCHEMA), src, note + ".", file_ids)
     if name == "heart":
-        from .tabular import HEART_SCHEMA, feature_names, load_heart_raw
-
         root = resolve_data_dir(data_dir)
         x, y, src = load_heart_raw(root, "cleveland")
         note = "UCI Cleveland processed file; target num > 0; " + sums_note(root, root / "heart", tuple(src))
@@ -259,8 +251,6 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
 
 
 def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDataset:
-    from .images import apply_profile, load_cifar10_raw, load_mnist_raw
-
     root = resolve_data_dir(data_dir)
     if which == "mnist":
         x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)

@@ -119,6 +119,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..validation import one_of
+from .base import resolve_data_dir
 from .files import hash_and_verify, require_files
 
 
@@ -367,7 +368,6 @@ def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarra
     ``centre`` in cleveland, hungarian, switzerland, va. All four share one feature space (the
     schema above); no row is dropped (Heart has no cohort filter). Rows are in file order.
     """
-    from .base import resolve_data_dir
 
     centre = one_of("centre", centre, HEART_CENTRES)
     data_dir = resolve_data_dir(data_dir)

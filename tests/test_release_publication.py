@@ -232,7 +232,7 @@ def test_mixmin_releases_publish_no_digest_of_the_private_records(tmp_path):
     digest = load_proxy_predictions(f).sha256
     # q = 1 (n <= B): the calibration is the plain Gaussian's, fast
     rel = train_and_release_mixmin(proxy_predictions=f, epsilon=4.0, out_dir=tmp_path / "pp", record=False,
-                                   mixture=MixtureSettings(steps=20, batch_size=1000, clipping_norm=5.0))
+                                   mixture=MixtureSettings(steps=20, batch_size=1000, clipping_norm=5.0), reference_size=200)
     text = (tmp_path / "pp" / RELEASE_FILE).read_text()
     assert digest not in text and "sha256" not in json.loads(text)["dataset"]
     assert rel.data_digest == digest

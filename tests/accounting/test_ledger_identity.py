@@ -229,7 +229,7 @@ def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
     copy = tmp_path / "renamed-copy.npz"
     shutil.copy(f, copy)
     path = tmp_path / "l.sqlite"
-    kw = dict(epsilon=1.0, ledger_path=path, mixture=MixtureSettings(steps=20, batch_size=1000, clipping_norm=5.0))
+    kw = dict(epsilon=1.0, ledger_path=path, mixture=MixtureSettings(steps=20, batch_size=1000, clipping_norm=5.0), reference_size=300)
     r1 = train_and_release_mixmin(proxy_predictions=f, out_dir=tmp_path / "a", **kw)
     name = r1.dataset["name"]
     assert "preds" not in name  # not named after the file

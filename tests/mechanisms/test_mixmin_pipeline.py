@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -27,7 +28,8 @@ def test_mixture_release_records_lambda_and_guarantee(tmp_path):
     assert r.epsilon <= 1.0 and r.steps_executed == r.steps == 30
     ev = event_from_dict(r.guarantee)
     assert compute_epsilon(ev, delta=r.delta).epsilon == pytest.approx(r.epsilon)
-    assert r.sample_rate == pytest.approx(r.normalizer / r.config["n_mix_units"])
+    assert r.sample_rate == pytest.approx(r.normalizer / round(0.3 * 1257))  # q = B / round(rho N0), N0 the task's declared size
+    assert r.config["reference_size"] == 1257 and "n_mix_units" not in r.config
     assert r.config["step_size"] == 0.5 and r.clipping_norm == 13.0
     back = read_release(tmp_path / "m")
     assert back.id == r.id
@@ -72,7 +74,8 @@ def test_pipeline_sequential_splits_epsilon(tmp_path):
     mix = read_release(tmp_path / "s" / "mixture")
     assert mix.target_epsilon == pytest.approx(0.5) and r.target_epsilon == pytest.approx(1.5)
     assert mix.partition == r.partition == "train"
-    assert mix.config["n_mix_records"] == r.config["n_finetune_records"]  # all private training records
+    assert mix.normalizer == 1000 and mix.sample_rate == 1000 / 1257  # all N0 private training records
+    assert r.sample_rate == pytest.approx(1 / math.ceil(1257 / FAST_DOWN.finetune_batch_size))
     with open_ledger() as L:
         summary = {row["partition"]: row for row in L.summary("digits-mix")}
     assert summary["*"]["epsilon"] <= 2.0 + 1e-9
@@ -93,7 +96,7 @@ def test_user_level_mixture(tmp_path):
     r = train_and_release_mixmin(task="digits-mix", privacy_unit="user", records_per_user=3, rho=0.5,
                                  out_dir=tmp_path / "u", mixture=FAST_MIX)
     assert r.adjacency == "add-remove-user" and r.config["records_per_user"] == 3
-    assert r.config["n_mix_units"] == pytest.approx(r.config["n_mix_records"] / 3, abs=1)
+    assert r.normalizer == round(0.5 * math.ceil(1257 / 3))  # round(rho U0) of U0 = ceil(N0 / G) users
     with pytest.raises(UsageError, match="privacy_unit must be record for stage pipeline"):
         train_and_release_mixmin(task="digits-mix", privacy_unit="user", stage="pipeline", out_dir=tmp_path / "v")
 
@@ -104,13 +107,14 @@ def test_proxy_predictions_file(tmp_path):
     labels = (rng.random(400) < probs[:, 2]).astype(float)
     f = tmp_path / "pp.npz"
     np.savez(f, probs=probs, labels=labels, source_names=np.array(["web", "code", "math"]))
-    r = train_and_release_mixmin(proxy_predictions=f, epsilon=4.0, out_dir=tmp_path / "pp", mixture=MixtureSettings(steps=50, batch_size=1000, clipping_norm=5.0))
+    r = train_and_release_mixmin(proxy_predictions=f, epsilon=4.0, out_dir=tmp_path / "pp", mixture=MixtureSettings(steps=50, batch_size=1000, clipping_norm=5.0),
+                                 reference_size=400)
     assert list(r.metrics["weights"]) == ["web", "code", "math"]
     # Named by content (the keyed fingerprint of the arrays), not by the file name.
     from dpaudit.accounting.ledger import open_ledger
 
     with open_ledger() as led:
         assert r.dataset["name"] == "proxy-predictions-" + led.get(r.id).payload["dataset_fingerprint"][:12] and r.partition == "train"
-    assert r.config["n_mix_records"] == 400 and r.sample_rate == 1.0 and r.normalizer == 400
+    assert r.config["reference_size"] == 400 and r.sample_rate == 1.0 and r.normalizer == 400 and "n" not in r.dataset
     with pytest.raises(UsageError, match="stage must be mixture"):
         train_and_release_mixmin(proxy_predictions=f, stage="pipeline", out_dir=tmp_path / "q")

@@ -157,6 +157,7 @@ def mixmin_task_target(
     top: int = 1,
     whole_train: bool = False,
     division: int | None = None,
+    n_mix_units: int | None = None,
 ) -> MixMinTarget:
     """A :class:`MixMinTarget` for a built-in task (``digits-mix`` embedded, ``mnist-mix``, ``heart-mix``).
 
@@ -167,10 +168,13 @@ def mixmin_task_target(
     task's private test rows (never in D_mix). ``whole_train``: D_mix is every private training
     record (the pipeline's sequential composition) instead of the ``rho`` split. ``division``: the
     task division a release was made on (its identity's ``split_seed``; None: today's).
+    ``n_mix_units``: the |D_mix| q = B / |D_mix| is built from (default: the plan's, from the
+    task's declared reference size; on the former division, whose releases used the actual
+    count, that count).
     """
     from ..accounting import SubsampledGaussian
     from ..mechanisms.mixmin_pipeline import default_mixture, default_rho
-    from ..mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
+    from ..mechanisms.mixmin_tasks import REFERENCE_SIZES, TASK_DIVISION_KEYS, load_task, mixture_split, reference_units, train_proxies
 
     # The same public defaults as `dpaudit train mixmin` (the embedded task has its own), so the
     # audit tests the mechanism a default release runs.
@@ -184,12 +188,15 @@ def mixmin_task_target(
     # The same keyed split of the task's stable record ids as the release path (rule keyed-bernoulli-v1).
     mix = np.arange(len(tr)) if whole_train else mixture_split(t.train_record_ids, rho, seed)[0]
     probs, labels = probs_tr[mix], np.asarray(y_all[tr][mix], dtype=np.float64)
-    b = min(settings.batch_size, len(mix))
-    q = b / len(mix)
+    if n_mix_units is None:
+        current = division is None or division == TASK_DIVISION_KEYS[task]
+        n_mix_units = reference_units(REFERENCE_SIZES[task], rho, whole=whole_train)[0] if current else len(mix)
+    b = min(settings.batch_size, n_mix_units)
+    q = b / n_mix_units
     if noise_multiplier is None:
         noise_multiplier = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=q, steps=settings.steps,
                                                       accountant="rdp").noise_multiplier
-    cfg = settings.config(k=t.k, n_units=len(mix), noise_multiplier=noise_multiplier)
+    cfg = settings.config(k=t.k, n_units=n_mix_units, noise_multiplier=noise_multiplier)
     claimed = compute_epsilon(SubsampledGaussian(noise_multiplier, q, settings.steps), delta=delta, accountant="rdp").epsilon
     te = t.test_idx
     # Where the release of this configuration is charged: D_mix is the keyed split's mix child

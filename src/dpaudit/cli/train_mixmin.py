@@ -70,6 +70,7 @@ def register(train_app: typer.Typer) -> None:
         batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000).", show_default=False),
         clipping_norm: Optional[float] = typer.Option(None, "--clipping-norm", help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).", show_default=False),
         step_size: Optional[float] = typer.Option(None, "--step-size", help="Mirror-descent step size eta (default 0.5).", show_default=False),
+        reference_size: Optional[int] = typer.Option(None, "--reference-size", help="Public size N0 both stages' schedules are built from: training records (default: the task's declared size); with --proxy-predictions (required) the file's records, or users.", show_default=False),
         seed: int = options.seed(),
         reproducible_noise: bool = options.reproducible_noise(),
         noise_source: str = options.noise_source(),
@@ -88,7 +89,7 @@ def register(train_app: typer.Typer) -> None:
             task=task.value, target=target, epsilon=epsilon, delta=delta, rho=rho, stage=stage.value, privacy_unit=privacy_unit.value,
             records_per_user=records_per_user, proxy_predictions=None if proxy_predictions is None else str(proxy_predictions),
             proxy_mode=proxy_mode.value, composition=composition.value, pretrain_objective=pretrain_objective.value, loss=loss.value,
-            steps=steps, batch_size=batch_size, clipping_norm=clipping_norm, step_size=step_size, seed=seed,
+            steps=steps, batch_size=batch_size, clipping_norm=clipping_norm, step_size=step_size, reference_size=reference_size, seed=seed,
             reproducible_noise=reproducible_noise, noise_source=noise_source, data_dir=None if data_dir is None else str(data_dir),
         )
         # Unset options take the task's public defaults (the embedded digits-mix has its own,
@@ -107,7 +108,7 @@ def register(train_app: typer.Typer) -> None:
                 privacy_unit=privacy_unit.value, proxy_predictions=proxy_predictions, composition=composition.value,
                 seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out,
                 ledger_path=ledger, data_dir=data_dir, proxy_mode=proxy_mode.value, mixture=mixture,
-                records_per_user=records_per_user, pretrain_objective=pretrain_objective.value,
+                records_per_user=records_per_user, pretrain_objective=pretrain_objective.value, reference_size=reference_size,
                 command=request.command(out=out), request=request.to_dict(),
             )
         if json_out:

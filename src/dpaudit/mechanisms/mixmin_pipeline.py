@@ -21,6 +21,11 @@ only the keyed rule is therefore declared to the ledger as a disjoint partition.
 ``"sequential"`` both stages use all private training records, with epsilon split
 (rho * epsilon, (1 - rho) * epsilon) and the guarantees add (A.7).
 
+Schedules: both stages' (q, T, m0) and noise are built from the task's declared public size N0
+(:data:`~.mixmin_tasks.REFERENCE_SIZES`, or ``--reference-size``) via
+:func:`~.mixmin_tasks.reference_units`, assuming |D_mix| = round(rho U0) and |D_ft| = N0 - round(rho N0);
+the run keeps them whatever the actual (private) counts are.
+
 Baselines (section 5): random initialisation (no pretraining), uniform mixture, random search
 over m mixtures drawn uniformly from the simplex (selected NON-privately on D_mix, as in the
 paper, so it over-estimates private search), and non-private MixMin (lambda* on all private
@@ -44,7 +49,8 @@ from ..requests import MixMinRequest
 from ..validation import one_of
 from .contract import DataInfo, ReleasePlan, RunOutput
 from .mixmin import MixMinConfig, run_mixmin, solve_mixmin
-from .mixmin_tasks import MixMinTask, fit, new_mlp
+from .dpsgd_release import planned_reference_size
+from .mixmin_tasks import MixMinTask, fit, new_mlp, reference_units
 
 COMPOSITIONS = ("parallel", "sequential")
 PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")
@@ -448,6 +454,7 @@ class MixMinJob:
     pretrain_objective: str | None = None
     accountant: str = "rdp"
     split: object = None
+    reference_size: int | None = None
     recorded_request: dict | None = None
     command: str | None = None
     argv_request: object = None
@@ -466,7 +473,7 @@ class MixMinJob:
                    composition=request.composition, seed=request.seed, reproducible_noise=request.reproducible_noise,
                    noise_source=request.noise_source, data_dir=request.data_dir, proxy_mode=request.proxy_mode, mixture=mixture,
                    records_per_user=request.records_per_user, pretrain_objective=request.pretrain_objective,
-                   recorded_request=request.to_dict(), argv_request=request)
+                   reference_size=request.reference_size, recorded_request=request.to_dict(), argv_request=request)
 
     @property
     def task_name(self) -> str | None:
@@ -495,6 +502,8 @@ class MixMinJob:
             raise UsageError("privacy_unit must be record for stage pipeline (the DP-SGD fine-tuning engine clips per record), got 'user'.")
         if self.proxy_predictions is None:
             one_of("task", self.task, TASKS)
+        planned_reference_size(self.reference_size, None if self.proxy_predictions else 1,
+                               unit="user" if self.privacy_unit == "user" else "record")
         if self.split is not None and self.proxy_predictions is not None:
             raise UsageError("split must be None with --proxy-predictions (every record of the file is D_mix), got a split.")
         if self.split is not None and self.stage == "pipeline" and self.composition == "parallel":
@@ -530,14 +539,11 @@ class MixMinData:
 
 @dataclass(frozen=True)
 class MixMinInfo(DataInfo):
-    """:class:`~dpaudit.mechanisms.contract.DataInfo` plus the sizes DP-MixMin's plan uses:
-    |D_mix| in records and units (q = B / |D_mix| is published), |D_ft|, the sources, the split's
-    partitions and rule, the target's name, and the task (name, image or not) whose public
-    downstream defaults apply."""
+    """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the
+    sources, the split's partitions and rule, the target's name, and the task (name, image or
+    not) whose public downstream defaults apply. ``reference_size``: the task's declared N0
+    (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
 
-    n_mix_records: int = 0
-    n_mix_units: int = 0
-    n_ft_records: int = 0
     source_names: tuple = ()
     partition: str = "train"
     split_partition: str | None = None
@@ -584,9 +590,9 @@ class DPMixMin:
 
             with open_ledger(ledger_path) as led:
                 content_fp = led.fingerprint(pp.sha256)
-            # Public identity only (n is public: q = B / n is published); the content digest stays local.
+            # Public identity only (the count is private: q = B / N0 from --reference-size); the content digest stays local.
             dataset = {"name": f"proxy-predictions-{content_fp[:12]}", "kind": "proxy-predictions",
-                       "path": str(Path(pp.path).resolve()), "n": int(pp.probs.shape[0]), "k": int(pp.probs.shape[1])}
+                       "path": str(Path(pp.path).resolve()), "k": int(pp.probs.shape[1])}
             user_ids = None
             if job.privacy_unit == "user":
                 if pp.user_ids is None:
@@ -627,11 +633,11 @@ class DPMixMin:
 
     def data_info(self, job: MixMinJob, data: MixMinData) -> MixMinInfo:
         ds = data.dataset
-        n_units = len(np.unique(data.user_ids[data.mix_idx])) if data.user_ids is not None else len(data.mix_idx)
+        from .mixmin_tasks import REFERENCE_SIZES
+
         return MixMinInfo(name=ds["name"], kind=ds.get("kind", ""), n_train=int(len(data.labels)), n_features=int(ds.get("n_features", 0) or 0),
                           n_classes=2, profile=ds.get("profile"), split_seed=ds.get("split_seed"), identity=dict(ds),
-                          n_mix_records=int(len(data.mix_idx)), n_mix_units=int(n_units),
-                          n_ft_records=0 if data.ft_idx is None else int(len(data.ft_idx)), source_names=tuple(data.source_names),
+                          reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name], source_names=tuple(data.source_names),
                           partition=data.partition, split_partition=data.split_partition, split_rule=data.split_rule,
                           target_name=data.target_name, task=None if data.task is None else data.task.name,
                           task_image=bool(data.task is not None and data.task.image))
@@ -654,7 +660,10 @@ class DPMixMin:
         mixture = job.mixture
         if job.proxy_predictions is None and job.privacy_unit == "user":
             mixture = replace(mixture, records_per_user=_records_per_user(job))
-        n_units = info.n_mix_units
+        n0 = planned_reference_size(job.reference_size, info.reference_size, unit="user" if job.privacy_unit == "user" else "record")
+        n_units, n_ft = (n0, 0) if info.task is None else reference_units(
+            n0, rho, records_per_user=mixture.records_per_user if job.privacy_unit == "user" else 1, whole=info.split_rule == "all-records")
+        sizes = {"reference_size": n0, "reference_size_from": "request" if job.reference_size is not None else "task definition"}
         b = min(mixture.batch_size, n_units)
         cal = calibrate_noise_multiplier(target_epsilon=eps_mix, delta=delta, sample_rate=b / n_units, steps=mixture.steps, accountant=job.accountant)
         cfg = mixture.config(k=len(info.source_names), n_units=n_units, noise_multiplier=cal.noise_multiplier, privacy_unit=job.privacy_unit)
@@ -667,7 +676,7 @@ class DPMixMin:
         mix_config = {
             "task": info.task, "target": info.target_name, "stage": stage, "rho": rho, "composition": composition, "loss": cfg.loss,
             "step_size": cfg.step_size, "expected_batch_size": cfg.expected_batch_size, "records_per_user": cfg.records_per_user,
-            "k": cfg.k, "source_names": list(info.source_names), "n_mix_records": info.n_mix_records, "n_mix_units": int(n_units),
+            "k": cfg.k, "source_names": list(info.source_names), **sizes,
             "proxy_mode": None if info.task is None else job.proxy_mode,
             "proxies": "bring-your-own predictions file" if info.task is None else "trained on public data only",
             "mixmin_config": cfg.to_dict(), "calibration": cal.to_dict(), "split": split,
@@ -685,7 +694,6 @@ class DPMixMin:
             downstream = default_downstream_for(info.task, info.task_image) if job.downstream is None else job.downstream
             if job.pretrain_objective is not None:
                 downstream = replace(downstream, pretrain_objective=one_of("pretrain_objective", job.pretrain_objective, PRETRAIN_OBJECTIVES))
-            n_ft = info.n_ft_records
             sched = dp_sgd_schedule(n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs)
             ft_cal = calibrate_noise_multiplier(target_epsilon=eps_ft, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
                                                 accountant=job.accountant)
@@ -698,7 +706,7 @@ class DPMixMin:
                 target_epsilon=eps_ft, steps=fcfg.steps,
                 config={"task": info.task, "target": info.target_name, "stage": stage, "rho": rho, "composition": composition,
                         "downstream": downstream.to_dict(), "dpsgd_config": fcfg.to_dict(), "calibration": ft_cal.to_dict(),
-                        "n_finetune_records": n_ft, "source_names": list(info.source_names), "split": split},
+                        **sizes, "source_names": list(info.source_names), "split": split},
                 release_fields={"noise_multiplier": fcfg.noise_multiplier, "sample_rate": fcfg.sample_rate, "clipping_norm": fcfg.clipping_norm,
                                 "normalizer": fcfg.normalizer, "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION},
                 noise_values=sched.steps * (downstream.hidden + 1),
@@ -902,6 +910,7 @@ def train_and_release_mixmin(
     progress=None,
     split=None,
     request: dict | None = None,
+    reference_size: int | None = None,
 ):
     """Learn lambda privately (and, for ``stage="pipeline"``, pretrain and DP fine-tune); publish.
 
@@ -934,7 +943,7 @@ def train_and_release_mixmin(
                     proxy_predictions=proxy_predictions, composition=composition, seed=seed, reproducible_noise=reproducible_noise,
                     noise_source=noise_source, data_dir=data_dir, proxy_mode=proxy_mode, mixture=mixture, downstream=downstream,
                     records_per_user=records_per_user, pretrain_objective=pretrain_objective, accountant=accountant, split=split,
-                    recorded_request=request, command=command)
+                    reference_size=reference_size, recorded_request=request, command=command)
     return release(MECHANISM, job, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress)
 
 

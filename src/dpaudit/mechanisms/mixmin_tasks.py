@@ -79,6 +79,25 @@ SPLIT_RULE = "keyed-bernoulli-v1"
 #: Split rules with that stability property; any other split must compose sequentially.
 STABLE_SPLIT_RULES = (SPLIT_RULE,)
 
+#: Declared public size N0 of each task's private training partition (records): the registry
+#: dataset's train size on the same split (a test checks each against the loaded task). Both
+#: stages' schedules (q, T, m0) and noise are built from it (:func:`reference_units`), never from
+#: the private counts |D_mix|, |D_ft|, so a neighbouring dataset runs the identical mechanism.
+REFERENCE_SIZES = {"digits-mix": 1257, "mnist-mix": 51000, "heart-mix": 212}
+
+
+def reference_units(n0: int, rho: float, *, records_per_user: int = 1, whole: bool = False) -> tuple[int, int]:
+    """(D_mix units, D_ft records) a plan assumes for N0 training records: round(rho * U0) of the
+    U0 = ceil(N0 / G) units (users of G records, the grouping of :func:`synthetic_user_ids`; G = 1
+    for records) and the other N0 - round(rho * N0) records; ``whole``: both stages read all N0."""
+    units = -(-int(n0) // int(records_per_user))
+    if whole:
+        return units, int(n0)
+    n_mix, n_ft = int(round(rho * units)), int(n0) - int(round(rho * n0))
+    if n_mix < 1 or n_ft < 1:
+        raise UsageError(f"rho * reference size must leave both D_mix and D_ft non-empty, got {n_mix} and {n_ft} of {n0} with rho={rho!r}.")
+    return n_mix, n_ft
+
 
 @dataclass(frozen=True)
 class MixMinTask:
@@ -151,15 +170,15 @@ class MixMinTask:
     def dataset_identity(self) -> dict:
         """The public identity of the private training records (all targets share them, so they
         share one budget). No hash of the records (see :meth:`data_digest`); the sizes are public
-        as in :meth:`dpaudit.data.base.PreparedDataset.identity`."""
-        tr = self.train_idx
+        as in :meth:`dpaudit.data.base.PreparedDataset.identity`: val / test only, the training
+        count is private (plans use :data:`REFERENCE_SIZES`)."""
         return {
             "name": self.name,
             "kind": "image" if self.image else "tabular",
             # The train/val/test and public/private division is fixed by the task constant, not
             # by the run's --seed (which only drives proxies and pretraining).
             "split_seed": self.division_key if self.division_key is not None else self.seed,
-            "split_sizes": {"train": int(len(tr)), "val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
+            "split_sizes": {"val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
             "n_features": int(self.private_x.shape[1]),
             "public_sources": list(self.source_names),
             "public_size": int(self.public_x.shape[0]),

@@ -252,7 +252,7 @@ class DPELMRequest(Request):
 @dataclass(frozen=True)
 class MixMinRequest(Request):
     """A DP-MixMin release: mixture weights, or the full pipeline
-    (:func:`dpaudit.mechanisms.mixmin_pipeline.train_and_release_mixmin`). None = the task's
+    (``dpaudit.releasing.release("mixmin", request)``). None = the task's
     public default (:func:`~dpaudit.mechanisms.mixmin_pipeline.default_mixture`, ``default_rho``)."""
 
     COMMAND: ClassVar[str] = "mixmin"

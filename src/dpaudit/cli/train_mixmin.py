@@ -81,10 +81,14 @@ def register(train_app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """DP-MixMin (Algorithms 1 and 2): learn public-data mixture weights privately; optionally the full pipeline."""
-        from ..mechanisms.mixmin_pipeline import default_mixture, default_rho, replace, train_and_release_mixmin
+        from ..mechanisms.mixmin_pipeline import MECHANISM
+        from ..mechanisms.mixmin_tasks import resolved_mixture, resolved_rho
+        from ..releasing import release as make_release
+        from ..releasing import secret_noise_seed
         from ..requests import MixMinRequest
 
         # Parse into the request (recorded in both releases; their command is derived from it).
+        # Unset options take the task's public defaults (mixmin_tasks.resolved_mixture).
         request = MixMinRequest(
             task=task.value, target=target, epsilon=epsilon, delta=delta, rho=rho, stage=stage.value, privacy_unit=privacy_unit.value,
             records_per_user=records_per_user, proxy_predictions=None if proxy_predictions is None else str(proxy_predictions),
@@ -92,25 +96,11 @@ def register(train_app: typer.Typer) -> None:
             steps=steps, batch_size=batch_size, clipping_norm=clipping_norm, step_size=step_size, reference_size=reference_size, seed=seed,
             reproducible_noise=reproducible_noise, noise_source=noise_source, data_dir=None if data_dir is None else str(data_dir),
         )
-        # Unset options take the task's public defaults (the embedded digits-mix has its own,
-        # see mixmin_pipeline.EMBEDDED_MIXTURE); set ones override them.
-        task_name = None if proxy_predictions else task.value
-        given = {"steps": steps, "batch_size": batch_size, "clipping_norm": clipping_norm, "step_size": step_size}
-        mixture = replace(default_mixture(task_name), loss=loss.value, **{k: v for k, v in given.items() if v is not None})
-        rho = default_rho(task_name) if rho is None else rho
-        note(f"DP-MixMin {stage.value} on {'proxy predictions ' + str(proxy_predictions) if proxy_predictions else task.value}: eps={epsilon:g}, delta={delta:g}, rho={rho:g}, C={mixture.clipping_norm:g}")
-        from ..releasing import secret_noise_seed
-
+        note(f"DP-MixMin {stage.value} on {'proxy predictions ' + str(proxy_predictions) if proxy_predictions else task.value}: eps={epsilon:g}, "
+             f"delta={delta:g}, rho={resolved_rho(request):g}, C={resolved_mixture(request).clipping_norm:g}")
         with err_console.status("DP-MixMin: preparing") as status, secret_noise_seed(noise_seed_file):
-            release = _run(
-                status, train_and_release_mixmin,
-                task=task.value, target=target, epsilon=epsilon, delta=delta, rho=rho, stage=stage.value,
-                privacy_unit=privacy_unit.value, proxy_predictions=proxy_predictions, composition=composition.value,
-                seed=seed, reproducible_noise=reproducible_noise, noise_source=noise_source, out_dir=out,
-                ledger_path=ledger, data_dir=data_dir, proxy_mode=proxy_mode.value, mixture=mixture,
-                records_per_user=records_per_user, pretrain_objective=pretrain_objective.value, reference_size=reference_size,
-                command=request.command(out=out), request=request.to_dict(),
-            )
+            release = make_release(MECHANISM, request, out_dir=out, ledger_path=ledger,
+                                   progress=lambda message: status.update(f"DP-MixMin: {message}"))
         if json_out:
             emit_json(release.to_dict())
             return
@@ -143,8 +133,3 @@ def _print_test_utility(task: str, release, weights, **kwargs) -> None:
     console.print(f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss "
                   f"of lambda {u['mixture']:.4f} (lower is better); uniform mixture {u['uniform']:.4f}; "
                   f"best single source {b['source']} {b['loss']:.4f}")
-
-
-def _run(status, fn, **kwargs):
-    """Call ``fn`` with a progress callback that updates the spinner on stderr."""
-    return fn(progress=lambda message: status.update(f"DP-MixMin: {message}"), **kwargs)

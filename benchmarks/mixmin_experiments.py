@@ -24,7 +24,9 @@ import numpy as np
 import torch
 
 from dpaudit.mechanisms.mixmin import cosine_similarity, solve_mixmin
-from dpaudit.mechanisms.mixmin_pipeline import METHODS, MixtureSettings, learn_mixture, run_method
+from mixmin_baselines import METHODS, learn_mixture, run_method
+
+from dpaudit.mechanisms.mixmin_tasks import MixtureSettings
 from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
 from dpaudit.noise import NoiseSource
 

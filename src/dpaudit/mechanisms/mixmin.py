@@ -141,8 +141,22 @@ class MixMinCanary:
 
 def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Validate proxy predictions (n, k) and labels (n,); one-line DataError naming the bad array."""
-    p = np.asarray(probs)
-    y = np.asarray(labels)
+    p, y = _check_probs(np.asarray(probs), loss, k), np.asarray(labels)
+    if y.ndim != 1 or y.shape[0] != p.shape[0]:
+        raise DataError(f"labels must be a 1-d array with one entry per row of probs ({p.shape[0]}), got shape {y.shape}.")
+    if loss == "nll":
+        return p, y
+    if not np.issubdtype(y.dtype, np.number) and y.dtype != bool:
+        raise DataError(f"labels must be numeric, got dtype {y.dtype}.")
+    yf = y.astype(np.float64)
+    if not np.all(np.isfinite(yf)):
+        raise DataError("labels must be finite, got non-finite values.")
+    if loss == "bce" and (np.any(yf < 0) or np.any(yf > 1)):
+        raise DataError("labels must lie in [0, 1] for loss bce, got values outside.")
+    return p, y
+
+
+def _check_probs(p: np.ndarray, loss: str, k: int | None) -> np.ndarray:
     if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 1:
         raise DataError(f"probs must be a 2-d array (n records, k sources), got shape {p.shape}.")
     if not np.issubdtype(p.dtype, np.number) or not np.all(np.isfinite(p)):
@@ -155,17 +169,7 @@ def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.nda
         raise DataError(f"probs must be probabilities in [0, 1] for loss {loss}, got maximum {float(p.max())!r}.")
     if loss == "nll" and np.any(p.max(axis=1) <= 0):
         raise DataError("probs must have a positive density for at least one source in every row, got an all-zero row.")
-    if y.ndim != 1 or y.shape[0] != p.shape[0]:
-        raise DataError(f"labels must be a 1-d array with one entry per row of probs ({p.shape[0]}), got shape {y.shape}.")
-    if loss != "nll":
-        if not np.issubdtype(y.dtype, np.number) and y.dtype != bool:
-            raise DataError(f"labels must be numeric, got dtype {y.dtype}.")
-        yf = y.astype(np.float64)
-        if not np.all(np.isfinite(yf)):
-            raise DataError("labels must be finite, got non-finite values.")
-        if loss == "bce" and (np.any(yf < 0) or np.any(yf > 1)):
-            raise DataError("labels must lie in [0, 1] for loss bce, got values outside.")
-    return p, y
+    return p
 
 
 def _prepare(probs: np.ndarray, labels: np.ndarray, loss: str, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -277,23 +277,6 @@ def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) ->
     }
 
 
-def _digit_task(name: str, x_pub, d_pub, x_priv, d_priv, train, val, test, seed: int, notes: str, *,
-                record_ids, public_record_ids, rows, division: int) -> MixMinTask:
-    # The ink threshold is a public quantity (median ink mass of the public images).
-    thr = float(np.median(x_pub.sum(axis=1)))
-    targets = _digit_targets(d_priv, x_priv.sum(axis=1), thr)
-    return MixMinTask(
-        name=name, source_names=tuple(f"digit-{c}" for c in range(10)),
-        public_x=x_pub, public_y=(d_pub[:, None] == np.arange(10)[None, :]).astype(np.float32),
-        public_source=np.full(len(d_pub), -1, dtype=np.int64),
-        private_x=x_priv, private_records=d_priv, targets=targets,
-        train_idx=train, val_idx=val, test_idx=test, seed=seed,
-        target_kinds=dict(DIGIT_TARGET_KINDS), image=True, notes=notes,
-        record_ids=np.asarray(record_ids, dtype=np.int64), public_record_ids=np.asarray(public_record_ids, dtype=np.int64),
-        division_key=division, rows=rows,
-    )
-
-
 def _split_three(n: int, rng: np.random.Generator, fractions=(0.6, 0.2)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     perm = rng.permutation(n)
     a = int(round(fractions[0] * n))
@@ -337,9 +320,18 @@ def _digit_division(name: str, parts: tuple, x, y, seed: int, notes: str, divisi
     train, public, val, test, rows = parts
     ids = np.concatenate([train, val, test])
     n_tr, n_va = len(train), len(val)
-    return _digit_task(name, x[public], y[public], x[ids], y[ids], np.arange(n_tr), np.arange(n_tr, n_tr + n_va),
-                       np.arange(n_tr + n_va, len(ids)), seed, notes, record_ids=ids, public_record_ids=public, rows=rows,
-                       division=TASK_DIVISION_KEYS[name] if division is None else int(division))
+    x_pub, d_pub, x_priv, d_priv = x[public], y[public], x[ids], y[ids]
+    thr = float(np.median(x_pub.sum(axis=1)))  # the ink threshold is public: the median ink mass of the public images
+    return MixMinTask(
+        name=name, source_names=tuple(f"digit-{c}" for c in range(10)),
+        public_x=x_pub, public_y=(d_pub[:, None] == np.arange(10)[None, :]).astype(np.float32),
+        public_source=np.full(len(d_pub), -1, dtype=np.int64),
+        private_x=x_priv, private_records=d_priv, targets=_digit_targets(d_priv, x_priv.sum(axis=1), thr),
+        train_idx=np.arange(n_tr), val_idx=np.arange(n_tr, n_tr + n_va), test_idx=np.arange(n_tr + n_va, len(ids)), seed=seed,
+        target_kinds=dict(DIGIT_TARGET_KINDS), image=True, notes=notes,
+        record_ids=np.asarray(ids, dtype=np.int64), public_record_ids=np.asarray(public, dtype=np.int64),
+        division_key=TASK_DIVISION_KEYS[name] if division is None else int(division), rows=rows,
+    )
 
 
 def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
@@ -469,14 +461,14 @@ def new_mlp(d: int, hidden: int, out: int, seed: int, *tags: int) -> MLP:
         return MLP(d, hidden, out)
 
 
-def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int, seed: int, tags=(),
-        batch_size: int = 128, lr: float = 1e-3, weight: np.ndarray | None = None, callback=None) -> MLP:
+def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int, key: tuple, batch_size: int = 128, lr: float = 1e-3,
+        callback=None) -> MLP:
     """Adam on public data. ``loss``: ``softmax`` (target = class index) or ``bce`` (soft targets
-    (n, out) in [0, 1], optional per-entry ``weight`` mask). ``callback(epoch, model)`` after each epoch."""
-    g = torch_generator(seed, *tags)
+    (n, out) in [0, 1]). ``key``: (seed, *tags) of the public batch order. ``callback(epoch, model)``
+    after each epoch."""
+    g = torch_generator(*key)
     xt = torch.as_tensor(x, dtype=torch.float32)
     tt = torch.as_tensor(target, dtype=torch.int64 if loss == "softmax" else torch.float32)
-    wt = None if weight is None else torch.as_tensor(weight, dtype=torch.float32)
     params = list(model.parameters())
     state = AdamState.zeros_like([p.detach() for p in params])  # torch.optim.Adam(lr=lr), bit for bit
     config = SimpleNamespace(lr=lr, betas=(0.9, 0.999), adam_eps=1e-8)
@@ -490,12 +482,7 @@ def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int
             if loss == "softmax":
                 lv = torch.nn.functional.cross_entropy(out, tt[idx])
             else:
-                t = tt[idx].reshape(out.shape)
-                if wt is None:
-                    lv = torch.nn.functional.binary_cross_entropy_with_logits(out, t)
-                else:
-                    w = wt[idx].reshape(out.shape)
-                    lv = (torch.nn.functional.binary_cross_entropy_with_logits(out, t, reduction="none") * w).sum() / w.sum().clamp_min(1.0)
+                lv = torch.nn.functional.binary_cross_entropy_with_logits(out, tt[idx].reshape(out.shape))
             for p in params:
                 p.grad = None
             lv.backward()
@@ -543,17 +530,17 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
         one_hot = np.all(task.public_y.sum(axis=1) == 1)
         m = new_mlp(d, hidden, k, seed, _TAG_PROXY, 0)
         if one_hot:
-            fit(m, task.public_x, task.public_y.argmax(axis=1), loss="softmax", epochs=ep, seed=seed, tags=(_TAG_PROXY, 1), batch_size=bs)
+            fit(m, task.public_x, task.public_y.argmax(axis=1), loss="softmax", epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs)
         else:
-            fit(m, task.public_x, task.public_y, loss="bce", epochs=ep, seed=seed, tags=(_TAG_PROXY, 1), batch_size=bs)
+            fit(m, task.public_x, task.public_y, loss="bce", epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs)
         prox = Proxies("joint", [m], softmax=bool(one_hot))
     else:
         models = []
         for i in range(k):
             rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
             m = new_mlp(d, hidden, 1, seed, _TAG_PROXY, 10 + i)
-            fit(m, task.public_x[rows], task.public_y[rows, i:i + 1], loss="bce", epochs=ep, seed=seed,
-                tags=(_TAG_PROXY, 100 + i), batch_size=bs, lr=1e-3 if task.image else 1e-2)
+            fit(m, task.public_x[rows], task.public_y[rows, i:i + 1], loss="bce", epochs=ep, key=(seed, _TAG_PROXY, 100 + i), batch_size=bs,
+                lr=1e-3 if task.image else 1e-2)
             models.append(m)
         prox = Proxies("per-source", models, softmax=False)
     _PROXY_CACHE[key] = prox
@@ -676,20 +663,7 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
         check_inputs(probs, labels, loss)
     except DataError as e:
         raise DataError(f"proxy predictions file {p}: array '{_array_named(str(e))}' is malformed: {e}") from None
-    n, k = probs.shape
-    user_ids = arrays.get("user_ids")
-    if user_ids is not None:
-        if user_ids.shape != (n,) or user_ids.dtype.kind not in "iuU":
-            raise DataError(f"proxy predictions file {p}: array 'user_ids' must be {n} integers or strings, got shape {user_ids.shape} dtype {user_ids.dtype}.")
-    names = arrays.get("source_names")
-    if names is None:
-        source_names = tuple(f"source-{i}" for i in range(k))
-    else:
-        if names.shape != (k,) or names.dtype.kind not in "U":
-            raise DataError(f"proxy predictions file {p}: array 'source_names' must be {k} strings, got shape {names.shape} dtype {names.dtype}.")
-        source_names = tuple(str(s) for s in names)
-        if len(set(source_names)) != k:
-            raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
+    user_ids, source_names = _optional_arrays(p, arrays, *probs.shape)
     # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed
     # fingerprint, so a renamed copy of the file shares the budget). Taken over the arrays as
     # the mechanism uses them (float64), so re-saving the same values in another float dtype
@@ -697,6 +671,21 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     sha = array_sha256(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64),
                        *([user_ids] if user_ids is not None else []))
     return ProxyPredictions(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64), user_ids, source_names, str(p), sha)
+
+
+def _optional_arrays(p: Path, arrays: dict, n: int, k: int) -> tuple[np.ndarray | None, tuple[str, ...]]:
+    """The file's optional ``user_ids`` (n integers or strings) and ``source_names`` (k distinct strings)."""
+    user_ids = arrays.get("user_ids")
+    if user_ids is not None and (user_ids.shape != (n,) or user_ids.dtype.kind not in "iuU"):
+        raise DataError(f"proxy predictions file {p}: array 'user_ids' must be {n} integers or strings, got shape {user_ids.shape} dtype {user_ids.dtype}.")
+    names = arrays.get("source_names")
+    if names is None:
+        return user_ids, tuple(f"source-{i}" for i in range(k))
+    if names.shape != (k,) or names.dtype.kind not in "U":
+        raise DataError(f"proxy predictions file {p}: array 'source_names' must be {k} strings, got shape {names.shape} dtype {names.dtype}.")
+    if len(set(names.tolist())) != k:
+        raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
+    return user_ids, tuple(str(s) for s in names)
 
 
 def _array_named(message: str) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from dpaudit.audits.build import build_target, target_from_release
 from dpaudit.mechanisms import mixmin as mm
+from dpaudit.mechanisms.mixmin import MixMinConfig
 from dpaudit.mechanisms.mixmin_pipeline import MECHANISM
 from dpaudit.noise import NoiseSource
 from dpaudit.records import read_release
@@ -86,3 +87,29 @@ def test_old_release_audits_with_its_recorded_configuration():
     t = MECHANISM.audit_target(_plan(release_request(rel)), "max-clip", release=rel)
     assert (t.config.sample_rate, t.config.expected_batch_size, t.config.steps) == (rel.sample_rate, rel.normalizer, rel.steps) == (1.0, 266, 50)
     assert len(t.labels) == 266 and t.claimed_epsilon == rel.epsilon  # its D_mix on the former task division
+
+
+@pytest.mark.parametrize("old", [False, True])
+def test_plan_from_a_release_record_is_the_releases(tmp_path, old):
+    """MixMinInfo.from_release: the plan of a release from its public record alone; an old release
+    (no reference size) plans from the |D_mix| it recorded, on its own task division."""
+    from pathlib import Path
+
+    from dpaudit.mechanisms.mixmin_pipeline import MixMinInfo
+
+    if old:
+        rel = read_release(Path(__file__).parent / "old_releases" / "mixmin.json")
+        mc = rel.config["mixmin_config"]
+        request = MixMinRequest(task=rel.config["task"], target=rel.config["target"], epsilon=rel.target_epsilon, delta=rel.delta,
+                                rho=rel.config["rho"], seed=rel.seed, steps=mc["steps"], batch_size=round(mc["expected_batch_size"]),
+                                clipping_norm=mc["clipping_norm"], step_size=mc["step_size"], loss=mc["loss"])
+    else:
+        release("mixmin", MixMinRequest(epsilon=2.0, rho=0.3, steps=30, stage="pipeline"), out_dir=tmp_path, record=False)
+        rel, request = read_release(tmp_path / "mixture"), MixMinRequest.from_dict(read_release(tmp_path / "mixture").request)
+    plan = MECHANISM.plan(request, MixMinInfo.from_release(rel))
+    mix = plan.parts[0]
+    assert mix.event.to_dict() == rel.guarantee and mix.partition == rel.partition and plan.dataset == rel.dataset
+    assert {k: mix.release_fields[k] for k in ("noise_multiplier", "sample_rate", "normalizer")} == \
+        {"noise_multiplier": rel.noise_multiplier, "sample_rate": rel.sample_rate, "normalizer": rel.normalizer}
+    t = MECHANISM.audit_target(plan, "max-clip", release=rel)
+    assert t.config == MixMinConfig(**rel.config["mixmin_config"]) and (not old or len(t.labels) == 266)

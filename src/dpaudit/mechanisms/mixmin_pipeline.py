@@ -287,6 +287,24 @@ class MixMinInfo(DataInfo):
     target_name: str = ""
     task: str | None = None
     task_image: bool = False
+    #: |D_mix| units and |D_ft| records an old release (before reference sizes) recorded and built
+    #: its schedules from (:meth:`from_release`); None: from the reference size
+    recorded_sizes: tuple[int, int] | None = None
+
+    @classmethod
+    def from_release(cls, release) -> "MixMinInfo":
+        """The public facts a release records (its identity and config), without the private data:
+        what an audit of it plans from. A release made before reference sizes (no
+        ``config["reference_size"]``) gives its recorded |D_mix|, |D_ft| (its schedules' sizes)."""
+        ds, cfg = release.dataset or {}, release.config or {}
+        split = cfg.get("split") or {}
+        sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit) if split.get("rule") == SPLIT_RULE else None
+        old = None if "reference_size" in cfg else (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
+        return cls(name=ds.get("name", ""), kind=ds.get("kind", ""), n_train=0, n_features=int(ds.get("n_features", 0) or 0), n_classes=2,
+                   split_seed=ds.get("split_seed"), identity=dict(ds), reference_size=cfg.get("reference_size"),
+                   source_names=tuple(cfg.get("source_names") or ()), partition=sp + "/mix" if sp else "train", split_partition=sp,
+                   split_rule=split.get("rule", "all-records"), target_name=cfg.get("target") or "", task=cfg.get("task"),
+                   task_image=cfg.get("task") in ("digits-mix", "mnist-mix"), recorded_sizes=old)
 
 
 def _proxy_data(request, ledger_path) -> MixMinData:
@@ -330,6 +348,8 @@ def _task_data(request) -> MixMinData:
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
     """(D_mix units, D_ft records, what the release records): from the declared reference size
     (issue 23 point 9), never from the private counts."""
+    if info.recorded_sizes is not None:  # an old release: the sizes it recorded and built its schedules from
+        return (*info.recorded_sizes, {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]})
     n0 = planned_reference_size(request.reference_size, info.reference_size, unit="user" if request.privacy_unit == "user" else "record")
     sizes = {"reference_size": n0, "reference_size_from": "request" if request.reference_size is not None else "task definition"}
     if info.task is None:
@@ -471,13 +491,42 @@ class DPMixMin:
     def default_out_dir(self, plan: ReleasePlan):
         return Path("runs/mixmin")
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False, data_dir=None):
+    def notes(self, request: MixMinRequest) -> list[str]:
+        """What ``dpaudit train mixmin`` says before it runs (the resolved public defaults)."""
+        on = f"proxy predictions {request.proxy_predictions}" if request.proxy_predictions else request.task
+        return [f"DP-MixMin {request.stage} on {on}: eps={request.epsilon:g}, delta={request.delta:g}, rho={resolved_rho(request):g}, "
+                f"C={resolved_mixture(request).clipping_norm:g}"]
+
+    def summary(self, release) -> tuple[dict, list[str]]:
+        """What ``dpaudit train mixmin`` prints: the release record (``--json``), and lines with the
+        weights, the claim, the pipeline's AUCs and, for a task, the mixture's utility on the private
+        TEST partition (console only, never in the release)."""
+        weights = release.metrics.get("weights", {})
+        lines = [f"{release.mechanism}: lambda ({release.dataset.get('name')}, target {release.config.get('target')})"]
+        lines += [f"  {name:<16} {w:.4f}" for name, w in sorted(weights.items(), key=lambda kv: -kv[1])]
+        lines.append(f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}) delta={release.delta:g} sigma={release.noise_multiplier:.4f} "
+                     f"q={release.sample_rate:.4g} steps={release.steps} C={release.clipping_norm:g} adjacency={release.adjacency} "
+                     f"partition={release.partition}")
+        if "auc" in release.metrics:
+            a, e2e = release.metrics["auc"], release.metrics["end_to_end"]
+            lines.append(f"test AUC: pretrained {a['pretrained']:.4f}, fine-tuned {a['finetuned']:.4f}; end-to-end ({e2e['composition']}) "
+                         f"epsilon {e2e['epsilon']['rdp']:.4f}")
+        request = MixMinRequest.from_dict(release.request)
+        if not request.proxy_predictions and weights:
+            u = utility_on_test_partition(request.task, release.config.get("target"), list(weights.values()), seed=request.seed,
+                                          data_dir=request.data_dir, proxy_mode=request.proxy_mode, loss=release.config.get("loss", "bce"))
+            b = u["best_single_source"]
+            lines.append(f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss of lambda "
+                         f"{u['mixture']:.4f} (lower is better); uniform mixture {u['uniform']:.4f}; best single source {b['source']} {b['loss']:.4f}")
+        return release.to_dict(), lines
+
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
         """The audit target of this plan's mixture release: Algorithm 1 on the task's D_mix
         (:func:`~.mixmin_audit.task_target`) with the plan's sigma, q, B and steps, claiming the
         plan's mixture event (a ``release``'s own epsilon and accountant when auditing one; an old
         release without a recorded reference size runs its recorded configuration, whose q came
-        from its actual count, on its own task division). ``data_dir``: where the auditor keeps
-        the data (default the request's). Refused for plans the audit cannot rebuild:
+        from its actual count, on its own task division). The data are read from the request's
+        ``data_dir`` (where the auditor keeps them). Refused for plans the audit cannot rebuild:
         bring-your-own proxy predictions, user-level privacy, another split rule."""
         request, mix = plan.request, plan.parts[0]
         if user_ids is not None:
@@ -495,7 +544,7 @@ class DPMixMin:
                 raise DataError(f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}.")
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
             claimed, accountant, division = float(release.epsilon), release.accountant, (release.dataset or {}).get("split_seed")
-        t = task_target(request, cfg, canary=canary, claimed=claimed, division=division, data_dir=data_dir or request.data_dir,
+        t = task_target(request, cfg, canary=canary, claimed=claimed, division=division, data_dir=request.data_dir,
                         scope={"dataset": plan.dataset.get("name", request.task), "partition": mix.partition})
         t.accountant = accountant
         t.prepare()

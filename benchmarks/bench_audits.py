@@ -29,7 +29,7 @@ torch.set_num_threads(1)
 
 def bench_mixmin(runs: int, workers: list[int]) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.mixmin import MixMinTarget, mixmin_config_for
+    from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
 
     rng = np.random.default_rng(0)
     n, k = 9000, 14

@@ -33,7 +33,9 @@ import numpy as np
 import torch
 
 from dpaudit.mechanisms.mixmin import cosine_similarity, solve_mixmin
-from dpaudit.mechanisms.mixmin_pipeline import MixtureSettings, default_mixture, default_rho, learn_mixture
+from mixmin_baselines import learn_mixture
+
+from dpaudit.mechanisms.mixmin_tasks import MixtureSettings, default_mixture, default_rho
 from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
 from dpaudit.noise import NoiseSource, public_rng
 

@@ -24,7 +24,9 @@ import numpy as np
 import torch
 
 from dpaudit.mechanisms.mixmin import cosine_similarity, solve_mixmin
-from dpaudit.mechanisms.mixmin_pipeline import METHODS, MixtureSettings, learn_mixture, run_method
+from mixmin_baselines import METHODS, learn_mixture, run_method
+
+from dpaudit.mechanisms.mixmin_tasks import MixtureSettings
 from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
 from dpaudit.noise import NoiseSource
 
@@ -68,7 +70,8 @@ def composition_part(data_dir, seeds, targets, epsilon=1.0, rho=0.1):
     (all data, eps split rho / 1 - rho). No ledger records (record=False)."""
     import tempfile
 
-    from dpaudit.mechanisms.mixmin_pipeline import train_and_release_mixmin
+    from dpaudit.releasing import release
+    from dpaudit.requests import MixMinRequest
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,9 +79,9 @@ def composition_part(data_dir, seeds, targets, epsilon=1.0, rho=0.1):
             for comp in ("parallel", "sequential"):
                 for s in seeds:
                     t = time.perf_counter()
-                    r = train_and_release_mixmin(task="mnist-mix", target=target, epsilon=epsilon, rho=rho, stage="pipeline",
-                                                 composition=comp, seed=s, reproducible_noise=True, out_dir=f"{tmp}/{target}-{comp}-{s}",
-                                                 data_dir=data_dir, record=False)
+                    req = MixMinRequest(task="mnist-mix", target=target, epsilon=epsilon, rho=rho, stage="pipeline", composition=comp, seed=s,
+                                        reproducible_noise=True, data_dir=data_dir)
+                    r = release("mixmin", req, out_dir=f"{tmp}/{target}-{comp}-{s}", record=False)
                     e2e = r.metrics["end_to_end"]["epsilon"]["rdp"]
                     out.setdefault(target, {}).setdefault(comp, []).append({"auc": r.metrics["auc"]["finetuned"], "end_to_end_epsilon": e2e})
                     print(f"{target} {comp} seed={s} auc={r.metrics['auc']['finetuned']:.4f} end-to-end eps={e2e:.4f} ({time.perf_counter() - t:.1f}s)", flush=True)

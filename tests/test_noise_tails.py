@@ -252,7 +252,7 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     from dpaudit.audits.user_level import train_user_heads_batched
     from dpaudit.mechanisms.batched import train_linear_heads_batched
     from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd
-    from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_batched
+    from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_runs
     from dpaudit.mechanisms.user_level import train_user_linear_head, train_user_module_dp_sgd
 
     calls = []
@@ -286,7 +286,7 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
             "mixmin user": lambda s: run_mixmin(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
                 k=d, loss="bce", noise_multiplier=1.0, sample_rate=0.5, expected_batch_size=5.0, steps=3, clipping_norm=1.0,
                 step_size=0.5, privacy_unit="user", records_per_user=2), noise=s, user_ids=users),
-            "mixmin batched": lambda s: run_mixmin_batched(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
+            "mixmin runs": lambda s: run_mixmin_runs(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
                 k=d, loss="bce", noise_multiplier=1.0, sample_rate=0.5, expected_batch_size=20.0, steps=3, clipping_norm=1.0,
                 step_size=0.5), noise=s, runs=4),
             "gaussian audit target": lambda s: GaussianTarget(noise_multiplier=1.0).scores(np.array([True, False, True]), s),

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
 from dpaudit.records import LOCAL_FILE, RELEASE_FILE, Release, check_out_dir, read_release, round_seconds, round_timings
+from dpaudit.releasing import release
+from dpaudit.requests import MixMinRequest
 
 
 # ------------------------------------------------------------------------------ timings rounding
@@ -117,21 +119,21 @@ def _no_work(*a, **k):
 
 def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch):
     import dpaudit.data
-    from dpaudit.mechanisms import dp_elm, mixmin_pipeline, mixmin_tasks, rvfl
+    from dpaudit.mechanisms import dp_elm, mixmin_pipeline, rvfl
 
     monkeypatch.setattr(dpaudit.data, "load_dataset", _no_work)
     import dpaudit.accounting
 
     monkeypatch.setattr(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)  # DP-SGD plans calibrate through it
-    monkeypatch.setattr(mixmin_tasks, "load_task", _no_work)
-    monkeypatch.setattr(mixmin_tasks, "load_proxy_predictions", _no_work)
+    monkeypatch.setattr(mixmin_pipeline, "load_task", _no_work)
+    monkeypatch.setattr(mixmin_pipeline, "load_proxy_predictions", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)
     calls = [
         lambda: rvfl.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
         lambda: rvfl.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
                                        user_ids=np.arange(1797), reference_size=1257),
         lambda: dp_elm.train_and_release_dp_elm(out_dir="/proc/x"),
-        lambda: mixmin_pipeline.train_and_release_mixmin(out_dir="/proc/x"),
+        lambda: release("mixmin", MixMinRequest(), out_dir="/proc/x"),
     ]
     for call in calls:
         with pytest.raises(UsageError, match="out_dir must be a directory dpaudit can create and write, got '/proc/x'"):
@@ -218,7 +220,6 @@ def test_user_split_identity_publishes_user_counts_not_user_id_hashes():
 
 
 def test_mixmin_releases_publish_no_digest_of_the_private_records(tmp_path):
-    from dpaudit.mechanisms.mixmin_pipeline import MixtureSettings, train_and_release_mixmin
     from dpaudit.mechanisms.mixmin_tasks import load_digits_task, load_proxy_predictions
 
     task = load_digits_task(seed=1)
@@ -231,8 +232,8 @@ def test_mixmin_releases_publish_no_digest_of_the_private_records(tmp_path):
     np.savez(f, probs=probs, labels=labels)
     digest = load_proxy_predictions(f).sha256
     # q = 1 (n <= B): the calibration is the plain Gaussian's, fast
-    rel = train_and_release_mixmin(proxy_predictions=f, epsilon=4.0, out_dir=tmp_path / "pp", record=False,
-                                   mixture=MixtureSettings(steps=20, batch_size=1000, clipping_norm=5.0))
+    rel = release("mixmin", MixMinRequest(proxy_predictions=str(f), epsilon=4.0, steps=20, batch_size=1000, clipping_norm=5.0, reference_size=200),
+                  out_dir=tmp_path / "pp", record=False)
     text = (tmp_path / "pp" / RELEASE_FILE).read_text()
     assert digest not in text and "sha256" not in json.loads(text)["dataset"]
     assert rel.data_digest == digest

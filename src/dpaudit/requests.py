@@ -252,7 +252,7 @@ class DPELMRequest(Request):
 @dataclass(frozen=True)
 class MixMinRequest(Request):
     """A DP-MixMin release: mixture weights, or the full pipeline
-    (:func:`dpaudit.mechanisms.mixmin_pipeline.train_and_release_mixmin`). None = the task's
+    (``dpaudit.releasing.release("mixmin", request)``). None = the task's
     public default (:func:`~dpaudit.mechanisms.mixmin_pipeline.default_mixture`, ``default_rho``)."""
 
     COMMAND: ClassVar[str] = "mixmin"
@@ -277,6 +277,8 @@ class MixMinRequest(Request):
     batch_size: int | None = option(None, help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000).")
     clipping_norm: float | None = option(None, help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).")
     step_size: float | None = option(None, help="Mirror-descent step size eta (default 0.5).")
+    reference_size: int | None = option(None, help="Public size N0 both stages' schedules are built from: training records (default: the "
+                                        "task's declared size); with --proxy-predictions (required) the file's records, or users.")
     seed: int = option(42, help=_SEED_HELP)
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
     noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)

@@ -219,7 +219,8 @@ def test_a_textbook_laplace_dp_elm_release_makes_the_total_unbounded_until_voide
 
 
 def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
-    from dpaudit.mechanisms.mixmin_pipeline import MixtureSettings, train_and_release_mixmin
+    from dpaudit.releasing import release
+    from dpaudit.requests import MixMinRequest
 
     rng = np.random.default_rng(0)
     probs = rng.uniform(0.05, 0.95, size=(300, 3))
@@ -229,8 +230,11 @@ def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
     copy = tmp_path / "renamed-copy.npz"
     shutil.copy(f, copy)
     path = tmp_path / "l.sqlite"
-    kw = dict(epsilon=1.0, ledger_path=path, mixture=MixtureSettings(steps=20, batch_size=1000, clipping_norm=5.0))
-    r1 = train_and_release_mixmin(proxy_predictions=f, out_dir=tmp_path / "a", **kw)
+    def train_and_release_mixmin(*, proxy_predictions, out_dir):
+        request = MixMinRequest(proxy_predictions=str(proxy_predictions), epsilon=1.0, steps=20, batch_size=1000, clipping_norm=5.0, reference_size=300)
+        return release("mixmin", request, out_dir=out_dir, ledger_path=path)
+
+    r1 = train_and_release_mixmin(proxy_predictions=f, out_dir=tmp_path / "a")
     name = r1.dataset["name"]
     assert "preds" not in name  # not named after the file
     with open_ledger(path) as led:
@@ -238,7 +242,7 @@ def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
         assert name == f"proxy-predictions-{fp[:12]}" and "preds" not in name
         led.cap(name, total(led, name)["epsilon"] * 1.01, 1e-5)  # room for no second run
     with pytest.raises(BudgetExceededError, match=name):
-        train_and_release_mixmin(proxy_predictions=copy, out_dir=tmp_path / "b", **kw)
+        train_and_release_mixmin(proxy_predictions=copy, out_dir=tmp_path / "b")
     # The same values saved in another float dtype are the same content.
     np.savez(tmp_path / "f32.npz", probs=probs.astype(np.float32).astype(np.float64), labels=labels.astype(np.float32))
     np.savez(tmp_path / "f32b.npz", probs=probs.astype(np.float32), labels=labels.astype(np.float32))

@@ -154,10 +154,10 @@ def test_dp_elm_release_states_its_sampler(tmp_path):
 
 
 def test_mixmin_release_states_sampler_and_tail(tmp_path):
-    from dpaudit.mechanisms.mixmin_pipeline import MixtureSettings, train_and_release_mixmin
     from dpaudit.noise import GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta
+    from dpaudit.releasing import release
+    from dpaudit.requests import MixMinRequest
 
-    mix = MixtureSettings(steps=20, batch_size=100, clipping_norm=1.0)
-    r = train_and_release_mixmin(task="digits-mix", epsilon=1.0, seed=42, out_dir=tmp_path / "m", mixture=mix, record=False)
+    r = release("mixmin", MixMinRequest(epsilon=1.0, seed=42, steps=20, batch_size=100, clipping_norm=1.0), out_dir=tmp_path / "m", record=False)
     assert r.noise_sampler == GAUSSIAN_SAMPLER_DESCRIPTION
     assert r.noise_tail_delta == noise_tail_delta(20 * 10, r.epsilon, r.delta) > 0

@@ -11,7 +11,7 @@ from dpaudit.audits.build import build_target, target_from_release
 from dpaudit.audits.elm import ElmTarget, worst_case_input
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
-from dpaudit.audits.mixmin import MixMinTarget, mixmin_config_for
+from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
 from dpaudit.errors import UsageError
 
 DELTA = 1e-5
@@ -150,9 +150,10 @@ def test_build_target_refuses_mismatched_options():
 
 
 def test_target_from_mixmin_release(tmp_path):
-    from dpaudit.mechanisms.mixmin_pipeline import train_and_release_mixmin
+    from dpaudit.releasing import release
+    from dpaudit.requests import MixMinRequest
 
-    rel = train_and_release_mixmin(task="digits-mix", epsilon=1.0, seed=42, out_dir=tmp_path, record=False)
+    rel = release("mixmin", MixMinRequest(epsilon=1.0, seed=42), out_dir=tmp_path, record=False)
     t = target_from_release(tmp_path, mechanism="mixmin")
     assert isinstance(t, MixMinTarget) and t.claimed_epsilon == pytest.approx(rel.epsilon)
     assert t.config.noise_multiplier == pytest.approx(rel.noise_multiplier) and t.config.steps == rel.steps

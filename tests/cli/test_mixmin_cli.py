@@ -32,7 +32,7 @@ def test_train_mixmin_human_output(tmp_path):
 def test_bad_proxy_file_is_one_line_exit_2(tmp_path):
     f = tmp_path / "bad.npz"
     np.savez(f, probs=np.full((5, 2), 0.5), labels=np.zeros(4))
-    res = runner.invoke(app, ["train", "mixmin", "--proxy-predictions", str(f), "--out", str(tmp_path / "o"), "--json"])
+    res = runner.invoke(app, ["train", "mixmin", "--proxy-predictions", str(f), "--reference-size", "5", "--out", str(tmp_path / "o"), "--json"])
     assert res.exit_code == 2
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "'labels'" in errors[0]

@@ -15,12 +15,11 @@ from dpaudit.errors import DataError, UsageError
 from dpaudit.mechanisms.mixmin import (
     MixMinCanary,
     MixMinConfig,
-    _poisson_csr,
     cosine_similarity,
     max_clip_direction,
     per_example_gradients,
     run_mixmin,
-    run_mixmin_batched,
+    run_mixmin_runs,
     solve_mixmin,
 )
 from dpaudit.noise import NoiseSource
@@ -167,35 +166,18 @@ def test_weights_stay_on_the_simplex(k, n, q, sigma, seed):
 
 
 @pytest.mark.parametrize("loss", ["bce", "nll", "mse"])
-def test_batched_equals_single_run_without_sampling_or_noise(loss):
+def test_runs_equal_single_run_without_sampling_or_noise(loss):
     probs, y = _data(loss=loss)
     cfg = _cfg(loss=loss, sigma=0.0, q=1.0, B=60.0, steps=12)
     single = run_mixmin(probs, y, cfg, noise=NoiseSource("reproducible", seed=1)).weights
-    batched = run_mixmin_batched(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=3, dtype=torch.float64)
+    batched = run_mixmin_runs(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=3)
     np.testing.assert_allclose(batched, np.tile(single, (3, 1)), rtol=0, atol=1e-10)
 
 
-def test_poisson_csr_is_a_poisson_sample():
-    runs, n, q = 4000, 50, 0.2
-    crow, col = _poisson_csr(runs, n, q, np.random.default_rng(0))
-    counts = crow.diff().numpy()
-    assert crow[0] == 0 and crow[-1] == col.numel()
-    # sorted, in range, no duplicates within a run
-    c = col.numpy()
-    for r in range(20):
-        row = c[crow[r]:crow[r + 1]]
-        assert np.all(np.diff(row) > 0) and (row.size == 0 or (row.min() >= 0 and row.max() < n))
-    # batch size ~ Binomial(n, q); inclusion frequency of each index ~ q
-    assert abs(counts.mean() - n * q) < 4 * math.sqrt(n * q * (1 - q) / runs)
-    assert abs(counts.var() / (n * q * (1 - q)) - 1) < 0.1
-    freq = np.bincount(c, minlength=n) / runs
-    assert np.all(np.abs(freq - q) < 5 * math.sqrt(q * (1 - q) / runs))
-
-
-def test_batched_runs_are_independent_and_noisy():
+def test_runs_are_independent_and_noisy():
     probs, y = _data(n=200)
     cfg = _cfg(q=0.1, B=20.0, steps=20, sigma=1.0)
-    w = run_mixmin_batched(probs, y, cfg, noise=NoiseSource("reproducible", seed=5), runs=50)
+    w = run_mixmin_runs(probs, y, cfg, noise=NoiseSource("reproducible", seed=5), runs=50)
     assert w.shape == (50, 5)
     assert np.allclose(w.sum(axis=1), 1, atol=1e-5)
     assert len({tuple(np.round(r, 6)) for r in w}) == 50
@@ -206,8 +188,8 @@ def test_gradient_canary_matches_reference():
     cfg = _cfg(sigma=0.0, q=1.0, B=60.0, steps=8, C=0.5)
     d = max_clip_direction(np.arange(5.0))
     canary = MixMinCanary(kind="gradient", direction=3.0 * d)
-    out = run_mixmin_batched(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=2, canary=canary,
-                             canary_in=np.array([True, False]), dtype=torch.float64)
+    out = run_mixmin_runs(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=2, canary=canary,
+                             canary_in=np.array([True, False]))
     lam = np.full(5, 0.2)
     for _ in range(cfg.steps):
         g = per_example_gradients(probs, y, lam, "bce")
@@ -224,7 +206,7 @@ def test_record_canary_equals_appending_the_record():
     probs, y = _data()
     cfg = _cfg(sigma=0.0, q=1.0, B=60.0, steps=8)
     canary = MixMinCanary(kind="record", probs=probs[0] * 0.5, label=1.0)
-    out = run_mixmin_batched(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=1, canary=canary, dtype=torch.float64)
+    out = run_mixmin_runs(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=1, canary=canary)
     with_record = run_mixmin(np.vstack([probs, probs[0] * 0.5]), np.r_[y, 1.0], cfg, noise=NoiseSource("reproducible", seed=1)).weights
     np.testing.assert_allclose(out[0], with_record, atol=1e-10)
 
@@ -276,31 +258,3 @@ def test_calibrated_config_meets_the_target():
     assert compute_epsilon(ev, delta=1e-5).epsilon <= 1.0
     assert str(cfg.adjacency) == "add-remove-record"
     assert str(MixMinConfig(**{**cfg.to_dict(), "privacy_unit": "user"}).adjacency) == "add-remove-user"
-
-
-@pytest.mark.parametrize("loss", ["bce", "nll", "mse"])
-def test_fused_clipping_matches_reference(loss):
-    from dpaudit.mechanisms.mixmin import _clipped_coefficients_torch, clip_scale, loss_coefficient
-
-    rng = np.random.default_rng(4)
-    p = rng.uniform(0.01, 0.99, 500)
-    y = rng.integers(0, 2, 500).astype(float) if loss != "nll" else np.zeros(500)
-    fnorm = rng.uniform(0.1, 3.0, 500)
-    C = 2.0
-    ref = clip_scale(loss_coefficient(p, y, loss), fnorm, C)
-    got = _clipped_coefficients_torch(torch.tensor(p), torch.tensor(y), torch.tensor(C / fnorm), loss).numpy()
-    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
-
-
-def test_batched_subsampled_runs_have_the_single_run_distribution():
-    # Noise off: the only randomness is Poisson sampling, so the mean final weights of many
-    # batched runs and of many single runs must agree (both estimate the same expectation).
-    probs, y = _data(n=40)
-    cfg = _cfg(sigma=0.0, q=0.25, B=10.0, steps=6, C=0.5, eta=2.0)
-    runs = 600
-    batched = run_mixmin_batched(probs, y, cfg, noise=NoiseSource("reproducible", seed=11), runs=runs, dtype=torch.float64)
-    ns = NoiseSource("reproducible", seed=12)
-    single = np.stack([run_mixmin(probs, y, cfg, noise=ns).weights for _ in range(runs)])
-    se = np.sqrt(batched.var(axis=0) / runs + single.var(axis=0) / runs)
-    assert np.all(np.abs(batched.mean(axis=0) - single.mean(axis=0)) < 5 * se + 1e-12)
-    assert np.all(batched.std(axis=0) > 0)

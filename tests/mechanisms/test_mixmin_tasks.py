@@ -130,7 +130,7 @@ def test_proxy_training_is_torch_optim_adam_bit_for_bit(loss):
     x = rng.normal(size=(600, 20)).astype(np.float32)
     y = rng.integers(0, 5, 600) if loss == "softmax" else rng.uniform(size=(600, 5))
     ours, ref = new_mlp(20, 16, 5, 1, 7), new_mlp(20, 16, 5, 1, 7)
-    fit(ours, x, y, loss=loss, epochs=3, seed=1, batch_size=64, lr=3e-3)
+    fit(ours, x, y, loss=loss, epochs=3, key=(1,), batch_size=64, lr=3e-3)
     g = torch_generator(1)
     xt = torch.as_tensor(x)
     tt = torch.as_tensor(y, dtype=torch.int64 if loss == "softmax" else torch.float32)

@@ -25,13 +25,13 @@ lambda is a scalar times the proxy vector f(x):
   - ``bce``  L = -y log p - (1-y) log(1-p), p = lambda . f(x):  g = (-y/p + (1-y)/(1-p)) f(x)
   - ``nll``  L = -log sum_i lambda_i p_i(x) (generative sources; labels unused):  g = -f(x) / p
   - ``mse``  L = (p - y)^2:  g = 2 (p - y) f(x)
-so ||g|| = |c| ||f(x)|| and clipping scales c only, which is what makes the batched runner fast.
+so ||g|| = |c| ||f(x)|| and clipping scales c only. Releases and audits run the one loop
+:func:`run_mixmin_runs` (a release: one run; an audit: R runs with and without a canary).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -110,7 +110,7 @@ class MixMinResult:
 
 @dataclass(frozen=True)
 class MixMinCanary:
-    """A canary for audits of the batched runner (appendix A.8).
+    """A canary for audits (appendix A.8) of :func:`run_mixmin_runs`.
 
     kind ``record``: one extra example (``probs`` (k,), ``label``) that is Poisson-sampled with rate
     q like every record in runs that include it; its gradient is clipped like any other.
@@ -141,8 +141,22 @@ class MixMinCanary:
 
 def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Validate proxy predictions (n, k) and labels (n,); one-line DataError naming the bad array."""
-    p = np.asarray(probs)
-    y = np.asarray(labels)
+    p, y = _check_probs(np.asarray(probs), loss, k), np.asarray(labels)
+    if y.ndim != 1 or y.shape[0] != p.shape[0]:
+        raise DataError(f"labels must be a 1-d array with one entry per row of probs ({p.shape[0]}), got shape {y.shape}.")
+    if loss == "nll":
+        return p, y
+    if not np.issubdtype(y.dtype, np.number) and y.dtype != bool:
+        raise DataError(f"labels must be numeric, got dtype {y.dtype}.")
+    yf = y.astype(np.float64)
+    if not np.all(np.isfinite(yf)):
+        raise DataError("labels must be finite, got non-finite values.")
+    if loss == "bce" and (np.any(yf < 0) or np.any(yf > 1)):
+        raise DataError("labels must lie in [0, 1] for loss bce, got values outside.")
+    return p, y
+
+
+def _check_probs(p: np.ndarray, loss: str, k: int | None) -> np.ndarray:
     if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 1:
         raise DataError(f"probs must be a 2-d array (n records, k sources), got shape {p.shape}.")
     if not np.issubdtype(p.dtype, np.number) or not np.all(np.isfinite(p)):
@@ -155,17 +169,7 @@ def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.nda
         raise DataError(f"probs must be probabilities in [0, 1] for loss {loss}, got maximum {float(p.max())!r}.")
     if loss == "nll" and np.any(p.max(axis=1) <= 0):
         raise DataError("probs must have a positive density for at least one source in every row, got an all-zero row.")
-    if y.ndim != 1 or y.shape[0] != p.shape[0]:
-        raise DataError(f"labels must be a 1-d array with one entry per row of probs ({p.shape[0]}), got shape {y.shape}.")
-    if loss != "nll":
-        if not np.issubdtype(y.dtype, np.number) and y.dtype != bool:
-            raise DataError(f"labels must be numeric, got dtype {y.dtype}.")
-        yf = y.astype(np.float64)
-        if not np.all(np.isfinite(yf)):
-            raise DataError("labels must be finite, got non-finite values.")
-        if loss == "bce" and (np.any(yf < 0) or np.any(yf > 1)):
-            raise DataError("labels must lie in [0, 1] for loss bce, got values outside.")
-    return p, y
+    return p
 
 
 def _prepare(probs: np.ndarray, labels: np.ndarray, loss: str, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -185,9 +189,9 @@ def _prepare(probs: np.ndarray, labels: np.ndarray, loss: str, dtype) -> tuple[n
 
 
 def loss_coefficient(p, y, loss: str):
-    """dL/dp at the mixture prediction p (numpy or torch, elementwise). g = coefficient * f(x)."""
+    """dL/dp at the mixture prediction p (elementwise). g = coefficient * f(x)."""
     if loss == "bce":
-        pc = p.clip(PROB_FLOOR, 1 - PROB_FLOOR) if isinstance(p, np.ndarray) else p.clamp(PROB_FLOOR, 1 - PROB_FLOOR)
+        pc = np.clip(p, PROB_FLOOR, 1 - PROB_FLOOR)
         return -y / pc + (1 - y) / (1 - pc)
     if loss == "nll":
         return -1.0 / p
@@ -216,13 +220,7 @@ def per_example_gradients(probs, labels, weights, loss: str) -> np.ndarray:
 
 def clip_scale(coef, fnorm, clipping_norm: float):
     """Scalar per example: the clipped gradient is clip_scale * f(x) (norm min(|c| ||f||, C))."""
-    if isinstance(coef, np.ndarray):
-        gnorm = np.abs(coef) * fnorm
-        factor = np.minimum(1.0, clipping_norm / np.maximum(gnorm, 1e-300))
-        return coef * factor
-    gnorm = coef.abs() * fnorm
-    factor = torch.clamp(clipping_norm / gnorm.clamp_min(1e-30), max=1.0)
-    return coef * factor
+    return coef * np.minimum(1.0, clipping_norm / np.maximum(np.abs(coef) * fnorm, 1e-300))
 
 
 def objective(probs, labels, weights, loss: str) -> float:
@@ -235,7 +233,8 @@ def objective(probs, labels, weights, loss: str) -> float:
 def _mirror_step(log_w: np.ndarray, grad: np.ndarray, step_size: float) -> np.ndarray:
     """Entropic mirror descent lambda_i <- lambda_i exp(-eta g_i), then renormalise (in log space)."""
     z = log_w - step_size * grad
-    return z - (np.max(z) + np.log(np.sum(np.exp(z - np.max(z)))))
+    top = np.max(z, axis=-1, keepdims=True)
+    return z - (top + np.log(np.sum(np.exp(z - top), axis=-1, keepdims=True)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,85 +253,134 @@ def _user_index(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return order, starts, sizes
 
 
-def run_mixmin(
-    probs,
-    labels,
-    config: MixMinConfig,
-    *,
-    noise: NoiseSource,
-    user_ids=None,
-    init=None,
-) -> MixMinResult:
-    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64.
+def run_mixmin(probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_ids=None, init=None) -> MixMinResult:
+    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a
+    release. ``probs`` (n, k): proxy predictions f_i(x) on the private mixture split (computed
+    once). ``labels`` (n,): targets (ignored for ``nll``). ``user_ids`` (n,): required for user
+    level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
+    return MixMinResult(run_mixmin_runs(probs, labels, config, noise=noise, user_ids=user_ids, init=init)[0], config.steps)
 
-    ``probs`` (n, k): proxy predictions f_i(x) on the private mixture split (computed once).
-    ``labels`` (n,): targets (ignored for ``nll``). ``user_ids`` (n,): required for user level.
-    ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1).
+
+def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, runs: int = 1, user_ids=None, init=None,
+                    canary: MixMinCanary | None = None, canary_in=None) -> np.ndarray:
+    """``runs`` independent runs of Algorithm 1 / 2 through the one loop of releases and audits;
+    the final weights (runs, k).
+
+    Each step draws the Poisson masks of all runs (one ``noise.poisson_mask``), takes each run's
+    clipped sum over its sampled records (users), adds the canary's clipped gradient in the runs
+    where ``canary_in`` is true and the canary is sampled (its own Poisson coin, rate q), then the
+    Gaussian noise of all runs (one draw), divides by the fixed B (never the realised size) and
+    takes the mirror step. One run without a canary draws exactly what a release draws. All
+    private randomness comes from ``noise``. Canaries (audits) are record level only.
     """
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
-    n, k = F.shape
-    C, q, B, eta = config.clipping_norm, config.sample_rate, config.expected_batch_size, config.step_size
-    std = config.noise_multiplier * C
-    log_w = np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k))
-    sizes_seen = []
+    runs, k = positive_int("runs", runs), F.shape[1]
+    q, B, eta, std = config.sample_rate, config.expected_batch_size, config.step_size, config.noise_multiplier * config.clipping_norm
+    units, clipped_sum = _record_sum(F, y, config) if config.privacy_unit == "record" else _user_sum(F, y, config, user_ids, noise)
+    canary_in, canary_sum = _canary_step(canary, canary_in, runs, config, k)
+    log_w = np.tile(np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k)), (runs, 1))
+    for _ in range(config.steps):
+        mask = noise.poisson_mask(runs * units, q).reshape(runs, units) if q < 1.0 else np.ones((runs, units), dtype=bool)
+        hit = None if canary is None else canary_in & (noise.poisson_mask(runs, q) if q < 1.0 else True)
+        w = np.exp(log_w)
+        gsum = clipped_sum(w, mask)
+        if hit is not None and hit.any():
+            gsum[hit] += canary_sum(w[hit])
+        if std > 0:
+            gsum = gsum + noise.gaussian_numpy((runs, k), std)
+        log_w = _mirror_step(log_w, gsum / B, eta)
+    return np.exp(log_w)
 
-    if config.privacy_unit == "record":
-        fnorm = np.linalg.norm(F, axis=1)
-        for _ in range(config.steps):
-            idx = np.flatnonzero(noise.poisson_mask(n, q)) if q < 1.0 else np.arange(n)
-            sizes_seen.append(len(idx))
-            Fb = F[idx]
-            p = Fb @ np.exp(log_w)
-            s = clip_scale(loss_coefficient(p, y[idx], config.loss), fnorm[idx], C)
-            gsum = s @ Fb
-            if std > 0:
-                gsum = gsum + noise.gaussian_numpy(k, std)
-            log_w = _mirror_step(log_w, gsum / B, eta)
-        return MixMinResult(np.exp(log_w), config.steps, tuple(sizes_seen))
 
+def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
+    """(n, clipped_sum(w (R, k), mask (R, n)) -> (R, k)): each run's sum of the clipped per-record
+    gradients over its sampled records, float64. Every (run, record) pair is computed and the
+    unsampled ones zeroed (the same sum), in a few in-place passes: clipping to norm C clamps the
+    scalar c of g = c f(x) to +-C / ||f(x)|| (inf for an all-zero row, whose gradient is zero)."""
+    Ft, Fm, yv = torch.from_numpy(np.ascontiguousarray(F.T)), torch.from_numpy(F), torch.from_numpy(y)
+    cap = torch.from_numpy(config.clipping_norm / np.linalg.norm(F, axis=1))
+    ncap = -cap
+
+    def clipped_sum(w: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        P = torch.from_numpy(w) @ Ft  # mixture predictions of every (run, record) pair
+        if config.loss == "bce":
+            P.clamp_(PROB_FLOOR, 1 - PROB_FLOOR)
+            scratch = torch.sub(P, 1.0).mul_(P)  # p (p - 1): 1 - p is exact for p >= 1/2, so no cancellation
+            torch.sub(yv, P, out=P).div_(scratch)  # (y - p) / (p (p - 1)) = -y/p + (1-y)/(1-p)
+        elif config.loss == "nll":
+            P.reciprocal_().neg_()
+        else:
+            P.sub_(yv).mul_(2.0)
+        s = torch.clamp(P, min=ncap, max=cap, out=P).mul_(torch.from_numpy(mask))
+        return (s @ Fm).numpy()
+
+    return F.shape[0], clipped_sum
+
+
+def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, noise: NoiseSource):
+    """(users, clipped_sum(w (R, k), user_mask (R, users)) -> (R, k)) of Algorithm 2: each sampled user's k_u = min(G, |D_u|)
+    records (without replacement, from ``noise``), its averaged gradient clipped to C, summed."""
+    n = F.shape[0]
     if user_ids is None:
         raise UsageError("user_ids must be given for privacy_unit user, got None.")
     user_ids = np.asarray(user_ids)
     if user_ids.shape != (n,):
         raise DataError(f"user_ids must be a 1-d array with one entry per row of probs ({n}), got shape {user_ids.shape}.")
     order, starts, usizes = _user_index(user_ids)
-    F, y = F[order], y[order]
-    n_users = len(usizes)
-    G = config.records_per_user
-    need_subsample = bool(np.any(usizes > G))
-    record_user = np.repeat(np.arange(n_users), usizes)
+    F, y, G, C = F[order], y[order], config.records_per_user, config.clipping_norm
+    record_user = np.repeat(np.arange(len(usizes)), usizes)
     pos_in_user = np.arange(n) - starts[record_user]
-    for _ in range(config.steps):
-        umask = noise.poisson_mask(n_users, q) if q < 1.0 else np.ones(n_users, dtype=bool)
-        sizes_seen.append(int(umask.sum()))
+    need_subsample = bool(np.any(usizes > G))
+
+    def clipped_sum(w: np.ndarray, umask: np.ndarray) -> np.ndarray:
+        return np.stack([user_sum(w[r], umask[r]) for r in range(len(w))])
+
+    def user_sum(w: np.ndarray, umask: np.ndarray) -> np.ndarray:
         rec_mask = umask[record_user]
         if need_subsample:
             # k_u = min(G, |D_u|) records without replacement: rank uniform keys within each user.
-            keys = noise.uniform(n)
             within = np.empty(n, dtype=np.int64)
-            o = np.lexsort((keys, record_user))
-            within[o] = pos_in_user  # o lists records user by user, keys ascending
+            within[np.lexsort((noise.uniform(n), record_user))] = pos_in_user  # user by user, keys ascending
             rec_mask &= within < G
         idx = np.flatnonzero(rec_mask)
-        w = np.exp(log_w)
-        gsum = np.zeros(k)
-        if len(idx):
-            Fb = F[idx]
-            coef = loss_coefficient(Fb @ w, y[idx], config.loss)
-            ku = np.minimum(G, usizes)[record_user[idx]]
-            contrib = (coef / ku)[:, None] * Fb
-            # per-user average gradients: segment sums over the (user-ordered) selected records
-            ub = record_user[idx]
-            seg_start = np.flatnonzero(np.r_[True, ub[1:] != ub[:-1]])
-            gu = np.add.reduceat(contrib, seg_start, axis=0)
-            norms = np.linalg.norm(gu, axis=1)
-            gu *= np.minimum(1.0, C / np.maximum(norms, 1e-300))[:, None]
-            gsum = gu.sum(axis=0)
-        if std > 0:
-            gsum = gsum + noise.gaussian_numpy(k, std)
-        log_w = _mirror_step(log_w, gsum / B, eta)
-    return MixMinResult(np.exp(log_w), config.steps, tuple(sizes_seen))
+        if not len(idx):
+            return np.zeros(F.shape[1])
+        Fb, ub = F[idx], record_user[idx]
+        contrib = (loss_coefficient(Fb @ w, y[idx], config.loss) / np.minimum(G, usizes)[ub])[:, None] * Fb
+        # per-user average gradients: segment sums over the (user-ordered) selected records
+        gu = np.add.reduceat(contrib, np.flatnonzero(np.r_[True, ub[1:] != ub[:-1]]), axis=0)
+        gu *= np.minimum(1.0, C / np.maximum(np.linalg.norm(gu, axis=1), 1e-300))[:, None]
+        return gu.sum(axis=0)
+
+    return len(usizes), clipped_sum
+
+
+def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
+    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's clipped gradient at
+    each including run's weights (a record canary, clipped like any record) or the fixed direction
+    at norm exactly C (the max-clip gradient canary)."""
+    canary_in = np.zeros(runs, dtype=bool) if canary_in is None and canary is None else np.asarray(
+        np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
+    if canary_in.shape != (runs,):
+        raise UsageError(f"canary_in must be a bool array of shape ({runs},), got shape {canary_in.shape}.")
+    if canary is None:
+        if canary_in.any():
+            raise UsageError("canary must be given when canary_in has true entries, got None.")
+        return canary_in, None
+    if config.privacy_unit != "record":
+        raise UsageError("privacy_unit must be record for a canary, got 'user'.")
+    C = config.clipping_norm
+    if canary.kind == "gradient":
+        d = np.asarray(canary.direction, dtype=np.float64)
+        if d.shape != (k,):
+            raise UsageError(f"canary direction must have shape ({k},), got {d.shape}.")
+        g = d / np.linalg.norm(d) * C
+        return canary_in, lambda w: np.broadcast_to(g, w.shape)
+    cf, cy = _prepare(*check_inputs(np.asarray(canary.probs, dtype=np.float64).reshape(1, -1), np.array([canary.label]), config.loss, k),
+                      config.loss, np.float64)
+    cf, cnorm = cf[0], np.linalg.norm(cf[0])
+    return canary_in, lambda w: clip_scale(loss_coefficient(w @ cf, cy[0], config.loss), cnorm, C)[:, None] * cf[None, :]
 
 
 def _check_weights(w, k: int) -> np.ndarray:
@@ -372,248 +420,6 @@ def cosine_similarity(a, b) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-# ---------------------------------------------------------------------------------------------
-# Batched runner: many independent runs as one tensor computation (for audits)
-
-
-#: Sample rates at or above this draw dense Bernoulli masks (every (run, record) pair costs one
-#: random byte and one prediction); below it the sparse geometric sampler only touches the sampled
-#: pairs. A speed setting: both give exactly independent Bernoulli(q) inclusions (measured: the
-#: sparse path is faster at q = 0.11 with n = 9,000, k = 14; the dense one 3x faster at q = 0.33).
-DENSE_SAMPLE_RATE = 0.15
-#: Runs x records per block of the dense path: big enough that per-step call overhead is small,
-#: small enough that the (runs, n) working arrays stay in cache (best of 2^15..2^20 measured).
-DENSE_BLOCK_ELEMENTS = 1 << 19
-_TWO_POW_45 = 1 << 45
-#: Gaussian noise values (and canary coins) drawn per sampler call in the batched runner.
-_PREDRAW_ELEMENTS = 1 << 18
-
-
-def _bernoulli_mask(rng: np.random.Generator, size: int, q: float) -> np.ndarray:
-    """``size`` independent inclusions, each true with probability exactly P(U < q) for U a
-    53-bit uniform k 2^-53 (the distribution of ``NoiseSource.poisson_mask``), from ~1 random byte each.
-
-    U < q iff k < t with t = ceil(q 2^53). Write k = 2^45 a + b with a the top byte (one random
-    byte) and b 45 fresh bits: k < t iff a < t >> 45, or a == t >> 45 and b < t mod 2^45. The
-    second case (probability 1/256) draws its 45 bits only where it occurs.
-    """
-    t = math.ceil(q * 2.0**53)  # exact: q * 2^53 is a float64 scaling by a power of two
-    hi, lo = t >> 45, t & (_TWO_POW_45 - 1)
-    top = rng.integers(0, 2**64, size=-(-size // 8), dtype=np.uint64).view(np.uint8)[:size]  # 8 uniform bytes per word
-    mask = top < hi
-    ties = np.flatnonzero(top == hi)
-    if ties.size:
-        mask[ties] = rng.integers(0, _TWO_POW_45, size=ties.size, dtype=np.int64) < lo
-    return mask
-
-
-#: numpy's Generator.geometric samples by inversion below this rate (its own constant).
-_NUMPY_GEOMETRIC_INVERSION_BELOW = 0.333333333333333333333333
-
-
-def _geometric(rng: np.random.Generator, q: float, m: int) -> np.ndarray:
-    """``m`` Geometric(q) draws on {1, 2, ...}: exactly ``rng.geometric(q, size=m)``, value for value.
-
-    Below 1/3 numpy draws each one as ceil(-E / log1p(-q)) with E its standard exponential; the
-    same formula on a vector of ``rng.standard_exponential`` draws consumes the generator
-    identically and gives the identical integers at half the cost (no per-draw log1p).
-    """
-    if not (1e-12 < q < _NUMPY_GEOMETRIC_INVERSION_BELOW):  # search method, or huge gaps: numpy's own
-        return rng.geometric(q, size=m)
-    e = rng.standard_exponential(m)
-    np.divide(e, -math.log1p(-q), out=e)  # (-E) / log1p(-q) exactly: negating both operands is exact
-    np.ceil(e, out=e)
-    return e.astype(np.int64)
-
-
-def _poisson_csr(runs: int, n: int, q: float, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Independent Poisson(q) samples of {0..n-1} for each of ``runs`` runs, as CSR (crow, col).
-
-    The runs x n inclusion indicators are i.i.d. Bernoulli(q); in the flattened index space the
-    gaps between consecutive included indices are i.i.d. Geometric(q), so cumulative sums of
-    geometric draws (numpy's exact float64 sampler) give exactly this Poisson sample at a cost
-    proportional to the number of sampled records instead of runs x n. Draws are extended until
-    the end of the index space is passed.
-    """
-    total = runs * n
-    mean = total * q
-    m = int(math.ceil(mean + 8.0 * math.sqrt(max(mean, 1.0)) + 16))
-    pieces = []
-    last = -1
-    while last < total:
-        g = np.cumsum(_geometric(rng, q, m))
-        g += last
-        pieces.append(g)
-        last = int(g[-1])
-        m = max(64, m // 8)
-    g = torch.from_numpy(np.concatenate(pieces) if len(pieces) > 1 else pieces[0])
-    g = g[: int(torch.searchsorted(g, total))]
-    crow = torch.searchsorted(g, torch.arange(runs + 1, dtype=torch.int64) * n)
-    return crow, torch.remainder(g, n)
-
-
-def _clipped_coefficients_torch(p: torch.Tensor, yv: torch.Tensor, cap: torch.Tensor, loss: str) -> torch.Tensor:
-    """Clipped per-example scalars s with clipped gradient s * f(x): s = clamp(c, -C/||f||, C/||f||).
-
-    Same values as ``clip_scale(loss_coefficient(p, y), ||f||, C)``, written with few in-place
-    passes because these elementwise ops dominate the batched runner's time. Consumes ``p``.
-    """
-    if loss == "bce":
-        pc = p.clamp_(PROB_FLOOR, 1 - PROB_FLOOR)
-        c = (pc - yv).div_(pc * (1 - pc))  # -y/p + (1-y)/(1-p) = (p - y) / (p (1 - p))
-    elif loss == "nll":
-        c = p.reciprocal_().neg_()
-    else:
-        c = p.sub_(yv).mul_(2.0)
-    return torch.maximum(torch.minimum(c, cap), cap.neg())
-
-
-def _clipped_coefficients_dense(P: torch.Tensor, yv: torch.Tensor, cap: torch.Tensor, ncap: torch.Tensor, loss: str,
-                                scratch: torch.Tensor) -> torch.Tensor:
-    """In place on ``P`` (runs, n): the clipped scalars clamp(c, -cap, cap) of every (run, record)
-    pair, as :func:`_clipped_coefficients_torch` (``yv``, ``cap``, ``ncap`` = -cap: (n,), broadcast).
-    ``scratch``: a tensor shaped like ``P``. Six passes over the block, none allocating."""
-    if loss == "bce":
-        P.clamp_(PROB_FLOOR, 1 - PROB_FLOOR)
-        torch.sub(P, 1.0, out=scratch).mul_(P)  # p (p - 1): 1 - p is exact for p >= 1/2, so no cancellation
-        torch.sub(yv, P, out=P).div_(scratch)  # (y - p) / (p (p - 1)) = -y/p + (1-y)/(1-p)
-    elif loss == "nll":
-        P.reciprocal_().neg_()
-    else:
-        P.sub_(yv).mul_(2.0)
-    return torch.clamp(P, min=ncap, max=cap, out=P)
-
-
-def run_mixmin_batched(
-    probs,
-    labels,
-    config: MixMinConfig,
-    *,
-    noise: NoiseSource,
-    runs: int,
-    canary: MixMinCanary | None = None,
-    canary_in=None,
-    dtype: torch.dtype = torch.float32,
-    max_elements: int = 40_000_000,
-    progress=None,
-) -> np.ndarray:
-    """``runs`` independent runs of Algorithm 1 at once; returns the final weights (runs, k).
-
-    Each run has its own Poisson masks (``noise.numpy``) and Gaussian noise (the source's sampler). With
-    ``canary`` and ``canary_in`` (bool (runs,)), runs where ``canary_in`` is true also contain
-    the canary (see :class:`MixMinCanary`); the normaliser stays the fixed B either way.
-    ``dtype`` and ``max_elements`` (chunking of runs) are speed settings and change nothing
-    privacy-relevant. ``progress(done_steps_fraction)`` is called after each chunk if given.
-    Record level only: user-level (Algorithm 2) runs use :func:`run_mixmin`.
-    """
-    if config.privacy_unit != "record":
-        raise UsageError("privacy_unit must be record for the batched runner, got 'user'.")
-    runs = positive_int("runs", runs)
-    check_inputs(probs, labels, config.loss, config.k)
-    Fn, yn = _prepare(probs, labels, config.loss, np.float64)
-    n, k = Fn.shape
-    if canary_in is None:
-        canary_in = np.zeros(runs, dtype=bool) if canary is None else np.ones(runs, dtype=bool)
-    canary_in = np.asarray(canary_in, dtype=bool)
-    if canary_in.shape != (runs,):
-        raise UsageError(f"canary_in must be a bool array of shape ({runs},), got shape {canary_in.shape}.")
-    if canary is None and canary_in.any():
-        raise UsageError("canary must be given when canary_in has true entries, got None.")
-
-    F = torch.as_tensor(Fn, dtype=dtype)
-    y = torch.as_tensor(yn, dtype=dtype)
-    Ft = F.T.contiguous()
-    fnorm = F.norm(dim=1)
-    C = config.clipping_norm
-
-    can_f = can_dir = None
-    can_y = 0.0
-    if canary is not None:
-        if canary.kind == "record":
-            cf = np.asarray(canary.probs, dtype=np.float64).reshape(1, -1)
-            check_inputs(cf, np.array([canary.label]), config.loss, k)
-            if config.loss == "nll":
-                cf = cf / cf.max()
-            can_f = torch.as_tensor(cf[0], dtype=dtype)
-            can_y = float(canary.label) if config.loss != "nll" else 0.0
-        else:
-            d = np.asarray(canary.direction, dtype=np.float64)
-            if d.shape != (k,):
-                raise UsageError(f"canary direction must have shape ({k},), got {d.shape}.")
-            can_dir = torch.as_tensor(d / np.linalg.norm(d) * C, dtype=dtype)
-
-    with warnings.catch_warnings():
-        # torch flags its CSR support as beta / invariant checks off; the tensors built here are
-        # valid by construction (sorted, in-range column indices).
-        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
-        return _batched_loop(F, Ft, y, fnorm, config, noise, runs, canary_in, canary, can_f, can_y, can_dir, dtype, max_elements, progress)
-
-
-def _batched_loop(F, Ft, y, fnorm, config, noise, runs, canary_in, canary, can_f, can_y, can_dir, dtype, max_elements, progress):
-    n, k = F.shape
-    C, q, B, eta = config.clipping_norm, config.sample_rate, config.expected_batch_size, config.step_size
-    std = config.noise_multiplier * C
-    cap = C / fnorm  # inf for an all-zero proxy row, whose gradient is zero anyway
-    ncap = -cap
-    # Private randomness: Poisson masks from noise.numpy (dense Bernoulli bytes, or the exact
-    # geometric sampler for small q), canary inclusion from noise.torch (for a "cryptographic"
-    # source these are its auxiliary generators: the batched runner serves audits, not
-    # releases; run_mixmin does), Gaussian noise from the source's sampler
-    # (dpaudit.noise.GAUSSIAN_SAMPLER, as every DP path).
-    gen = noise.torch
-    out = np.empty((runs, k), dtype=np.float64)
-    dense = q >= DENSE_SAMPLE_RATE
-    limit = min(max_elements, DENSE_BLOCK_ELEMENTS) if dense else max_elements
-    chunk = max(1, min(runs, limit // max(n, 1)))
-    for start in range(0, runs, chunk):
-        R = min(chunk, runs - start)
-        cin = torch.as_tensor(canary_in[start:start + R])
-        log_w = torch.full((R, k), -math.log(k), dtype=dtype)
-        if dense:
-            P, scratch = torch.empty((R, n), dtype=dtype), torch.empty((R, n), dtype=dtype)
-        # The per-step Gaussian noise and canary coins are drawn for groups of steps at once (one
-        # sampler call instead of one per step: same i.i.d. draws, less call overhead).
-        group = max(1, _PREDRAW_ELEMENTS // (R * k))
-        for step in range(config.steps):
-            j = step % group
-            if j == 0:
-                g_steps = min(group, config.steps - step)
-                noise_buf = noise.gaussian_torch((g_steps, R, k), std, dtype=dtype) if std > 0 else None
-                coin_buf = torch.rand((g_steps, R), generator=gen, dtype=torch.float64) if canary is not None and q < 1.0 else None
-            w = log_w.exp()
-            if dense:
-                # Every (run, record) pair: predictions, clipped scalars, then the Poisson mask
-                # zeroes the records a run did not sample (the same sum as over the sample only).
-                torch.mm(w, Ft, out=P)
-                s = _clipped_coefficients_dense(P, y, cap, ncap, config.loss, scratch)
-                if q < 1.0:
-                    s.mul_(torch.from_numpy(_bernoulli_mask(noise.numpy, R * n, q).view(np.uint8)).view(R, n))
-                gsum = torch.mm(Ft, s.T).T  # (k, n) @ (n, R): several times faster than (R, n) @ (n, k) here
-            else:
-                crow, col = _poisson_csr(R, n, q, noise.numpy)
-                ones = torch.sparse_csr_tensor(crow, col, torch.ones(col.numel(), dtype=dtype), (R, n))
-                # mixture predictions only at the sampled (run, record) pairs (sampled dense-dense mm)
-                p = torch.sparse.sampled_addmm(ones, w, Ft, beta=0.0).values()
-                # index_select is several times faster than advanced indexing for large index vectors
-                s = _clipped_coefficients_torch(p, torch.index_select(y, 0, col), torch.index_select(cap, 0, col), config.loss)
-                gsum = torch.sparse_csr_tensor(crow, col, s, (R, n)) @ F
-            if canary is not None:
-                hit = cin & ((coin_buf[j] < q) if q < 1.0 else torch.ones(R, dtype=torch.bool))
-                if can_f is not None:
-                    pc = w @ can_f
-                    sc = clip_scale(loss_coefficient(pc, torch.full_like(pc, can_y), config.loss), can_f.norm(), C)
-                    gsum = gsum + torch.where(hit, sc, torch.zeros((), dtype=dtype))[:, None] * can_f[None, :]
-                else:
-                    gsum = gsum + hit.to(dtype)[:, None] * can_dir[None, :]
-            if std > 0:
-                gsum = gsum + noise_buf[j]
-            log_w = torch.log_softmax(log_w - eta * (gsum / B), dim=1)
-        out[start:start + R] = log_w.double().exp().numpy()
-        if progress is not None:
-            progress((start + R) / runs)
-    return out
-
-
 def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) -> np.ndarray:
     """Unit direction for the max-clip gradient canary (appendix A.8).
 
@@ -621,7 +427,7 @@ def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) 
     negative on those sources (a mirror-descent step moves weight *toward* them) when
     ``toward`` is true, positive otherwise. The direction has zero sum because a constant shift
     of the gradient does not change lambda after renormalisation, so all of the canary's clipping
-    norm goes into a component that moves the released weights. The batched runner rescales it
+    norm goes into a component that moves the released weights. The run loop rescales it
     to exactly the clipping norm C.
     """
     w = np.asarray(weights_reference, dtype=np.float64)
@@ -637,10 +443,3 @@ def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) 
     if not toward:
         d = -d
     return d / np.linalg.norm(d)
-
-
-def train_and_release_mixmin(**kwargs):
-    """See :func:`dpaudit.mechanisms.mixmin_pipeline.train_and_release_mixmin` (re-exported here)."""
-    from .mixmin_pipeline import train_and_release_mixmin as _impl
-
-    return _impl(**kwargs)

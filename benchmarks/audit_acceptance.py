@@ -59,7 +59,7 @@ def section_gaussian(runs: int, seeds: list[int]) -> None:
 
 
 def section_soundness(runs: int, seeds: list[int]) -> None:
-    from dpaudit.audits.build import build_target
+    from dpaudit.auditing import build_target
     from dpaudit.audits.canaries import SUPPORTED
     from dpaudit.audits.engine import run_audit
 
@@ -141,7 +141,7 @@ def section_rvfl(runs: int, workers: int, data_dir: str | None, out: str) -> Non
 
 
 def section_elm(runs: int, data_dir: str | None) -> None:
-    from dpaudit.audits.elm import ElmTarget
+    from dpaudit.mechanisms.dp_elm import ElmTarget
     from dpaudit.audits.engine import run_audit
 
     print(f"\n## Laplace DP-ELM (L = 10), worst-case canary, {runs} trials")

@@ -3,7 +3,7 @@
 A request is the parsed form of ``dpaudit train NAME ...`` (and of the matching library call).
 It is public by construction (names, seeds, targets, hyper-parameters, paths the operator typed),
 so a release stores it whole (``Release.request``) and the audit of a release rebuilds its
-target from it (:func:`dpaudit.audits.build.target_from_release`), never from a parsed command
+target from it (:func:`dpaudit.auditing.target_from_release`), never from a parsed command
 line: the recorded ``command`` is *derived* from the request (:meth:`Request.to_argv`), not the
 other way round.
 
@@ -283,10 +283,56 @@ class MixMinRequest(Request):
     data_dir: str | None = option(None, help=_DATA_DIR_HELP)
 
 
+@dataclass(frozen=True)
+class GaussianRequest(Request):
+    """The synthetic Gaussian sum query of the audits (:mod:`dpaudit.mechanisms.gaussian`),
+    calibrated exactly for (epsilon, delta); never released by ``dpaudit train``."""
+
+    COMMAND: ClassVar[str] = "gaussian"
+
+    epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    seed: int = option(42, help="Public seed of the synthetic records.")
+    broken_noise_factor: float = option(1.0, hidden=True, help="Divide the noise by this factor, claim unchanged (a broken mechanism).")
+
+
+@dataclass(frozen=True)
+class AuditRequest(Request):
+    """What ``dpaudit audit MECHANISM`` audits when no release is given: the mechanism and canary,
+    and the fields its family's request is built from (:func:`dpaudit.auditing.family_request`;
+    a field the family's request lacks must stay at its default). ``user_ids``: a path or an
+    array of one user id per row (``privacy_unit`` user)."""
+
+    COMMAND: ClassVar[str] = "audit"
+
+    mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
+    canary: str | None = option(None, help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).")
+    epsilon: float | None = option(None, flag="--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    task: str | None = option(None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix.")
+    target: str | None = option(None, help="mixmin target within the task (default: the task's first).")
+    dataset: str | None = option(None, help="Dataset for trained models (default: embedded digits).")
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+    profile: str | None = option(None, help=_PROFILE_HELP)
+    no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
+    seed: int = option(42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split.")
+    width: int = option(10, help="dp-elm hidden width L.")
+    epochs: int | None = option(None, help="Frozen-feature models: epochs (default: the paper's protocol).")
+    rho: float | None = option(None, help="mixmin: fraction of private training records used for mixture learning "
+                               "(default: the task's training default, 0.5 for digits-mix, 0.1 otherwise).")
+    privacy_unit: str = option("record", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
+                               "canary user, adjacency add-remove-user (needs --records-per-user).")
+    records_per_user: int | None = option(None, help="G: records of the canary user and records per sampled user and step (--privacy-unit user).")
+    user_ids: Any = option(None, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
+                           "into users of G by the public seed).")
+    broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
+
+
 #: The request type of each built-in family (a new mechanism's type comes from its MECHANISM).
 REQUEST_TYPES: dict[str, type[Request]] = {
     "dp-sgd-head": DPSGDRequest,
     "dp-sgd-module": DPSGDRequest,
     "dp-elm": DPELMRequest,
     "dp-mixmin": MixMinRequest,
+    "gaussian": GaussianRequest,
 }

@@ -1,7 +1,7 @@
 """``dpaudit audit MODEL --one-run --canaries M``: one training run, m canaries, one_run.json.
 
 The library behind the CLI option (the CLI only parses). :func:`run_one_run` builds what the
-ordinary audit would audit -- the head target of a DP-SGD head model (``audits/build.py``, from
+ordinary audit would audit -- the head target of a DP-SGD head model (``dpaudit/auditing.py``, from
 the flags or from ``--release``), or the DP-SGD configuration of ``dp-dense`` / ``dp-cnn`` /
 ``dp-attention`` (the release's recorded schedule and noise, or the release protocol at
 (epsilon, delta)) -- hands it to the score producer
@@ -135,7 +135,7 @@ def _heads(mechanism, rel, *, m, epsilon, delta, dataset, data_dir, profile, epo
            records_per_user=None, user_ids=None, record=None):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
-    from .build import build_target, target_from_release
+    from ..auditing import build_target, target_from_release
     from .heads import HeadTarget
     from .one_run_heads import heads_one_run
     from .user_level import UserHeadTarget

@@ -126,6 +126,12 @@ class AuditTarget(abc.ABC):
         return None
 
 
+def prepared(target: "AuditTarget", no_noise: bool = False) -> "AuditTarget":
+    """``target`` with its public state built, or its noiseless control (``no_noise``)."""
+    target.prepare()
+    return target.without_noise() if no_noise else target
+
+
 def training_partition(target) -> dict:
     """``private_data`` of a target trained on its dataset's training partition (``_dataset_name``)."""
     target.prepare()

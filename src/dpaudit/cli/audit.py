@@ -92,9 +92,8 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."""
-        from ..audits.build import build_target, check_privacy_unit, check_release_unit, target_from_release
-        from ..audits.build import DEFAULT_EPSILON
-        from ..audits.build import family as family_of
+        from ..auditing import build_target, check_privacy_unit, check_release_unit, target_from_release
+        from ..catalogue import lookup
         from ..audits.engine import CONTROLS, run_audit
         from ..sweeps.executors import check_executor_args
 
@@ -137,9 +136,9 @@ def register(app: typer.Typer) -> None:
         # The recorded command: every parameter as parsed, the defaults this audit resolved
         # (canary, epsilon) written out, so that it re-creates the audit under later defaults too.
         resolved = {"canary": t.canary, "out": out,
-                    "epsilon": None if release is not None else (epsilon if epsilon is not None else DEFAULT_EPSILON.get(family_of(mechanism), 2.0))}
+                    "epsilon": None if release is not None else (epsilon if epsilon is not None else lookup(mechanism).default_epsilon)}
         always = ("canary", "runs", "confidence", "seed") + (() if release is not None else ("epsilon", "delta")) \
-            + (("width",) if release is None and family_of(mechanism) == "dp-elm" else ())
+            + (("width",) if release is None and lookup(mechanism).family == "dp-elm" else ())
         cmd = recorded_argv(values=resolved, always=always, omit=NOT_RECORDED)
         kwargs = dict(runs=runs, confidence=confidence, seed=seed, controls=CONTROLS if controls else (),
                       control_runs=control_runs, chunk_size=chunk_size, out_dir=out,
@@ -250,18 +249,15 @@ def _render_one_run(result, out: Path) -> None:
 
 def _check_threat_model(mechanism: str, threat_model: str, *, privacy_unit: str, one_run: bool) -> None:
     """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads."""
-    from ..audits.build import family as family_of
     from ..audits.heads import THREAT_MODELS
+    from ..catalogue import ALIASES, CATALOGUE
     from ..errors import UsageError
 
     if threat_model not in THREAT_MODELS:
         raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {threat_model!r}.")
     if threat_model == "final-model":
         return
-    try:
-        head = family_of(mechanism) == "head"
-    except KeyError:  # an unknown mechanism: the build step names the allowed ones
-        head = True
+    head = mechanism not in ALIASES or CATALOGUE[ALIASES[mechanism]].family == "dp-sgd-head"  # unknown: the build step names the allowed ones
     if not head or privacy_unit != "record" or one_run:
         what = "--one-run" if one_run else (f"--privacy-unit {privacy_unit}" if head else mechanism)
         raise UsageError(f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}.")

@@ -30,7 +30,7 @@ from .common import console, emit_json
 
 #: Families whose ``dpaudit train`` commands are written by hand (cli/train_rvfl, train_elm, train_mixmin).
 BESPOKE_TRAIN_FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin")
-#: Families the bespoke ``dpaudit audit MECHANISM`` command builds targets for (audits/build.py).
+#: Families the bespoke ``dpaudit audit MECHANISM`` command builds targets for (dpaudit/auditing.py).
 BESPOKE_AUDIT_FAMILIES = ("dp-sgd-head", "dp-elm", "dp-mixmin", "gaussian")
 
 
@@ -199,7 +199,7 @@ def make_audit_command(entry):
     params = request_parameters(rtype) + _audit_parameters(entry, field_names)
 
     def command(**kwargs):
-        from ..audits.build import generic_target, target_from_release
+        from ..auditing import generic_target, target_from_release
         from ..audits.engine import CONTROLS, run_audit
 
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}

@@ -9,8 +9,9 @@ See ``docs/architecture.md`` (request -> plan -> preflight -> run -> release -> 
   *public* facts (:class:`DataInfo`) only: schedule, calibrated noise, privacy event, config;
 - ``run(plan, data, noise, *, progress)``: the computation on the private data, returning a
   :class:`RunOutput` (steps executed, arrays, metrics, config extras);
-- ``audit_target(plan, canary, **opts)``: the audit target of the same plan, so the code that
-  is released is the code that is audited.
+- ``audit_target(plan, canary, *, release=None, user_ids=None, no_noise=False)``: the audit
+  target of the same plan, so the code that is released is the code that is audited;
+- the optional hooks of :class:`Mechanism`, whose defaults :class:`MechanismBase` provides.
 
 :func:`dpaudit.releasing.release` runs them in the one order every release follows (validate ->
 load -> plan -> check the out dir -> reserve the budget -> noise source -> run -> verify the
@@ -31,7 +32,10 @@ This module is torch-free (only dataclasses and typing), so catalogues and CLIs 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+from ..errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
     from ..accounting.events import Event
@@ -208,20 +212,15 @@ class PartitionDeclaration:
 
 @runtime_checkable
 class Mechanism(Protocol):
-    """The contract (module docstring). Optional extras the skeleton uses when present:
-    ``validate(request) -> request`` (checks before anything is loaded; default: none),
-    ``data_info(request, data) -> DataInfo`` (default :meth:`DataInfo.from_prepared`),
-    ``default_out_dir(plan) -> path`` (default ``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``),
-    ``command_line(plan, out_dir) -> str`` (default from the request's ``to_argv``),
-    ``record_out_dir`` (True: ``artefacts["out_dir"]`` names the release folder, as DP-ELM
-    releases always have), ``load_uses_ledger`` (True: ``load(request, ledger_path=...)`` gets
-    the ledger, e.g. for a keyed fingerprint that names the dataset), and for multi-release
-    plans (:attr:`ReleasePlan.parts`) ``link_releases(plan, releases) -> releases`` (before
-    publishing: e.g. one release naming another's id) and ``after_publish(plan, releases,
-    out_dir)`` (e.g. a summary file beside the releases)."""
+    """The contract (module docstring); every hook is declared here, with its default in
+    :class:`MechanismBase` (a mechanism subclasses it and overrides what it needs)."""
 
     name: str
     request_type: type
+    #: True: ``artefacts["out_dir"]`` names the release folder (as DP-ELM releases always have).
+    record_out_dir: bool
+    #: True: ``load(request, ledger_path=...)`` gets the ledger (e.g. a keyed fingerprint).
+    load_uses_ledger: bool
 
     def load(self, request) -> Any: ...
 
@@ -229,4 +228,55 @@ class Mechanism(Protocol):
 
     def run(self, plan: ReleasePlan, data, noise, *, progress) -> RunOutput: ...
 
-    def audit_target(self, plan: ReleasePlan, canary: str, **opts): ...
+    def validate(self, request):
+        """Checks before anything is loaded; returns the (possibly normalised) request."""
+
+    def data_info(self, request, data) -> DataInfo:
+        """The public facts of the loaded data the plan is computed from."""
+
+    def default_out_dir(self, plan: ReleasePlan):
+        """Where a release goes when no ``out_dir`` is given."""
+
+    def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
+        """The release's recorded command (derived, never parsed back)."""
+
+    def link_releases(self, plan: ReleasePlan, releases: list) -> list:
+        """Multi-release plans: the parts' releases before publishing (e.g. one naming another)."""
+
+    def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
+        """Multi-release plans: after every part is published (e.g. a summary file)."""
+
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
+        recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
+
+
+class MechanismBase:
+    """The defaults of :class:`Mechanism`'s optional hooks (so callers never probe for them)."""
+
+    record_out_dir = False
+    load_uses_ledger = False
+
+    def validate(self, request):
+        return request
+
+    def data_info(self, request, data) -> DataInfo:
+        return DataInfo.from_prepared(data)
+
+    def default_out_dir(self, plan: ReleasePlan):
+        """``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``."""
+        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
+        return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
+
+    def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
+        """From the request (:meth:`dpaudit.requests.Request.command`)."""
+        return plan.request.command(out=out_dir) if hasattr(plan.request, "command") else None
+
+    def link_releases(self, plan: ReleasePlan, releases: list) -> list:
+        return releases
+
+    def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
+        return None
+
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        raise UsageError(f"mechanism must be auditable (an audit_target), got {plan.mechanism!r}.")

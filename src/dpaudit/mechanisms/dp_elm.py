@@ -41,21 +41,25 @@ comes from the private :class:`~dpaudit.noise.NoiseSource`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
+from ..audits.canaries import check_canary
+from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
 from ..records import Release
 from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
+from .contract import MechanismBase
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
@@ -421,7 +425,140 @@ def train_and_release_dp_elm(
     return release(MECHANISM, request, out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
 
 
-class DPELMMechanism:
+def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """x in [lo, hi]^d maximising min_u (x W + b)_u (a linear program): all features near 1."""
+    from scipy.optimize import linprog
+
+    d, L = weight.shape
+    # variables (x_1..x_d, t): maximise t subject to t - (x W + b)_u <= 0 for every unit u
+    c = np.zeros(d + 1)
+    c[-1] = -1.0
+    a_ub = np.hstack([-weight.T, np.ones((L, 1))])
+    b_ub = bias.astype(np.float64)
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=[(lo, hi)] * d + [(None, None)], method="highs")
+    if res.status != 0:
+        raise UsageError(f"worst-case canary search must converge, got status {res.status}: {res.message}.")
+    return np.clip(res.x[:d], lo, hi)
+
+
+@dataclass
+class ElmTarget(AuditTarget):
+    """Audit of a Laplace DP-ELM release (pure epsilon-DP).
+
+    The un-noised statistics are computed once (:func:`elm_sufficient_statistics`); each trial
+    adds the canary's own statistics in the "in" world (add/remove adjacency), or replaces a
+    natural record by the canary (replace-one), then draws fresh noise
+    (:func:`privatize_statistics`) and solves. Canaries: ``worst-case`` (the record in the data's
+    input box whose sigmoid features are as large as possible in every unit, from a linear
+    program), ``natural`` and ``mislabeled`` (a held-out test record, with its true / a wrong
+    label). Score: h_c^T beta[:, y_c] - mean_{k != y_c} h_c^T beta[:, k]."""
+
+    dataset: str | None = "digits"
+    data_dir: str | None = None
+    width: int = 10
+    epsilon: float = 2.0
+    canary: str = "worst-case"
+    seed: int = 42
+    sampler: str = "discrete-laplace"
+    adjacency: str = "add-remove-record"
+    split_seed: int | None = None
+    profile: str | None = None
+    noise: bool = True
+    mechanism: str = "dp-elm"
+    delta: float = 0.0
+    accountant: str = "pure"  # the release's accountant: epsilon of PureEpsilon(epsilon) is epsilon
+    default_chunk_size: int = 250
+    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
+    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
+    prepared: object | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_canary("dp-elm", self.canary)
+        if self.adjacency not in ("add-remove-record", "replace-record"):
+            raise UsageError(f"adjacency must be one of add-remove-record, replace-record, got {self.adjacency!r}.")
+        self._ready = False
+
+    @property
+    def claimed_epsilon(self) -> float:  # type: ignore[override]
+        return float(self.epsilon)
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The release's event: one pure epsilon-DP Laplace release, ``PureEpsilon(epsilon)``."""
+        from ..accounting.events import PureEpsilon
+
+        return PureEpsilon(float(self.epsilon))
+
+    def prepare(self) -> None:
+        if self._ready:
+            return
+        data = load_target_data(self)
+        self._n_classes = int(data.n_classes)
+        self._feats = elm_features(data.n_features, self.width, self.seed)
+        stat = lambda x, y: elm_sufficient_statistics(np.asarray(x), np.asarray(y, dtype=np.int64), self.width, self.seed,  # noqa: E731
+                                                      n_classes=self._n_classes, sampler=self.sampler, features=self._feats)
+        self._base = stat(data.x_train, data.y_train)
+        rng = public_rng(self.seed, 0xCA7A)
+        i = int(rng.integers(len(data.y_test)))
+        x_nat, y_nat = np.asarray(data.x_test[i : i + 1], dtype=np.float64), int(data.y_test[i])
+        if self.canary == "worst-case":
+            lo, hi = float(np.min(data.x_train)), float(np.max(data.x_train))
+            x_c = worst_case_input(self._feats.weight, self._feats.bias, lo, hi)[None, :]
+            y_c = 0
+            info = {"kind": "worst-case", "input_box": [lo, hi], "label": y_c}
+        else:
+            x_c = x_nat
+            y_c = (y_nat + 1) % self._n_classes if self.canary == "mislabeled" else y_nat
+            info = {"kind": self.canary, "test_index": i, "true_label": y_nat, "label": y_c}
+        self._canary_stats = stat(x_c, [y_c])
+        self._hc = self._feats.transform(x_c)[0]
+        self._yc = y_c
+        info["features"] = self._hc.tolist()
+        if self.adjacency == "replace-record":
+            # out world: base + a natural record; in world: base + the canary (same size)
+            j = int(rng.integers(len(data.y_test)))
+            self._out_stats = self._base.plus(stat(data.x_test[j : j + 1], [int(data.y_test[j])]))
+            info["replaced_test_index"] = j
+        else:
+            self._out_stats = self._base
+        self._in_stats = self._base.plus(self._canary_stats)
+        self._canary_info = info
+        self._dataset_name = data.name
+        self._analyses = privacy_analyses(self.width, self.epsilon)
+        self._ready = True
+
+    def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        self.prepare()
+        out = np.empty(len(canary_in))
+        for r, c in enumerate(np.asarray(canary_in, dtype=bool)):
+            st = self._in_stats if c else self._out_stats
+            if self.noise:
+                gram, cross = privatize_statistics(st, self.epsilon, noise, sampler=self.sampler)
+            else:
+                gram, cross = st.gram_float(), st.cross_float()
+            beta, _ = solve_output_weights(gram, cross)
+            o = self._hc @ beta
+            out[r] = o[self._yc] - (o.sum() - o[self._yc]) / max(len(o) - 1, 1)
+        return out
+
+    private_data = training_partition  # every trial trains on the training partition
+
+    def without_noise(self) -> "ElmTarget":
+        t = dataclasses.replace(self, noise=False)
+        if self._ready:
+            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
+        return t
+
+    def describe(self) -> dict:
+        self.prepare()
+        return {"task": None, "dataset": self._dataset_name,
+                "config": {"width": self.width, "epsilon": self.epsilon, "sampler": self.sampler, "seed": self.seed,
+                           "noise_scale": self.width * (self.width + 2) / self.epsilon, "analyses": self._analyses,
+                           "accountant": "pure"},
+                "canary_info": self._canary_info}
+
+
+class DPELMMechanism(MechanismBase):
     """Laplace DP-ELM on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy
     contract: module docstring). Run by :func:`dpaudit.releasing.release`: the budget of
     ``PureEpsilon(epsilon)`` is reserved before the private statistics are touched, and the
@@ -513,19 +650,18 @@ class DPELMMechanism:
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
 
-    def audit_target(self, plan, canary: str, **opts):
-        """The DP-ELM audit target of this plan (:class:`~dpaudit.audits.elm.ElmTarget`): its width,
-        epsilon, sampler, adjacency, seed and dataset; ``opts`` go to the target."""
-        from ..audits.elm import ElmTarget
-
+    def audit_target(self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The DP-ELM audit target of this plan (:class:`ElmTarget`): its width, epsilon, sampler,
+        adjacency, seed and dataset; a ``release``'s claim, accountant and dataset identity."""
         if plan.event is None:
             raise UsageError("release must be private to be audited, got a non-private dp-elm release.")
         r = plan.request
-        kw = dict(dataset=plan.data_name, data_dir=r.data_dir, width=int(r.width), epsilon=float(plan.target_epsilon), canary=canary,
-                  seed=plan.seed, sampler=r.sampler, adjacency=r.adjacency, profile=plan.dataset.get("profile", r.profile),
-                  split_seed=plan.dataset.get("split_seed", r.split_seed))
-        kw.update(opts)
-        return ElmTarget(**kw)
+        rel = {} if release is None else dict(epsilon=float(release.epsilon), accountant=release.accountant, expected_identity=release.dataset,
+                                               expected_sha256=(release.dataset or {}).get("sha256"))
+        t = ElmTarget(**{**dict(dataset=plan.data_name, data_dir=r.data_dir, width=int(r.width), epsilon=float(plan.target_epsilon),
+                                canary=canary, seed=plan.seed, sampler=r.sampler, adjacency=r.adjacency,
+                                profile=plan.dataset.get("profile", r.profile), split_seed=plan.dataset.get("split_seed", r.split_seed)), **rel})
+        return prepared(t, no_noise)
 
 
 MECHANISM = DPELMMechanism()

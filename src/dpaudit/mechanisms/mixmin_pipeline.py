@@ -42,7 +42,7 @@ from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..requests import MixMinRequest
 from ..validation import one_of
-from .contract import DataInfo, ReleasePlan, RunOutput
+from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
 from .mixmin import MixMinConfig, run_mixmin, solve_mixmin
 from .mixmin_tasks import MixMinTask, fit, new_mlp
 
@@ -547,7 +547,7 @@ class MixMinInfo(DataInfo):
     task_image: bool = False
 
 
-class DPMixMin:
+class DPMixMin(MechanismBase):
     """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`).
 
     A multi-release plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two

@@ -88,20 +88,23 @@ def family_request(entry, audit: AuditRequest):
     """The entry's Request from the audit's fields of the same names (epsilon default: the
     entry's ``default_epsilon``); a field the request type lacks must be left at its default."""
     rtype = entry.request_type()
-    names_ = {f.name for f in dataclasses.fields(rtype)}
-    kw = {"model": entry.name} if "model" in names_ else {}
-    for f in dataclasses.fields(audit):
-        v = getattr(audit, f.name)
-        if f.name in ("mechanism", "canary", "no_noise"):
-            continue
-        if f.name not in names_:
-            if v is not None and v != f.default:
-                raise UsageError(f"{f.name} must not be given for {audit.mechanism} (its request has {', '.join(sorted(names_))}), got {v!r}.")
-        elif v is not None:
-            kw[f.name] = os.fspath(v) if isinstance(v, os.PathLike) else v
-    if "epsilon" in names_ and audit.epsilon is None:
+    known = {f.name for f in dataclasses.fields(rtype)}
+    given = _given_fields(audit)
+    bad = [k for k, (v, changed) in given.items() if changed and k not in known]
+    if bad:
+        raise UsageError(f"{bad[0]} must not be given for {audit.mechanism} (its request has {', '.join(sorted(known))}), got {given[bad[0]][0]!r}.")
+    kw = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, (v, _) in given.items() if k in known}
+    if "epsilon" in known and audit.epsilon is None:
         kw["epsilon"] = entry.default_epsilon
+    if "model" in known:
+        kw["model"] = entry.name
     return rtype(**kw)
+
+
+def _given_fields(audit: AuditRequest) -> dict:
+    """name -> (value, differs from its default) of the audit's fields that describe the request."""
+    values = {f.name: (getattr(audit, f.name), f.default) for f in dataclasses.fields(audit) if f.name not in ("mechanism", "canary", "no_noise")}
+    return {k: (v, v != default) for k, (v, default) in values.items() if v is not None}
 
 
 def build_target(mechanism: str, **fields):
@@ -192,21 +195,32 @@ def check_plan_matches_release(plan, rel) -> None:
     rebuilt = {"type": "non-private"} if plan.event is None else plan.event.to_dict()
     if rebuilt != rel.guarantee:
         raise DataError(f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}.")
-    cfg, ds = rel.config or {}, rel.dataset or {}
-    pairs = {"adjacency": (plan.adjacency, rel.adjacency), "seed": (plan.seed, rel.seed), "privacy_unit": (plan.privacy_unit, rel.privacy_unit),
-             **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
-             "split rule": ((plan.config.get("split") or {}).get("rule"), (cfg.get("split") or {}).get("rule"))}
-    for name, (got, want) in pairs.items():
-        if want is not None and got is not None and got != want:
-            raise DataError(f"release request {name} must match the release's {want!r}, got {got!r}.")
+    cfg = rel.config or {}
+    _check_request_matches(adjacency=(plan.adjacency, rel.adjacency), seed=(plan.seed, rel.seed), privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+                           **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
+                           **{"split rule": ((plan.config.get("split") or {}).get("rule"), (cfg.get("split") or {}).get("rule"))})
     numbers = {"steps": (plan.steps, rel.steps), **{k: (plan.release_fields.get(k), getattr(rel, k, None)) for k in _SCHEDULE_KEYS}}
-    for name, (got, want) in numbers.items():
-        if want is not None and got is not None and not math.isclose(float(got), float(want), rel_tol=1e-12, abs_tol=1e-12):
-            raise DataError(f"rebuilt {name} must equal the release's {want}, got {got}.")
+    bad = _first_mismatch(numbers, lambda got, want: math.isclose(float(got), float(want), rel_tol=1e-12, abs_tol=1e-12))
+    if bad:
+        raise DataError("rebuilt {0} must equal the release's {2}, got {1}.".format(*bad))
+    _check_dataset(plan.dataset or {}, rel.dataset or {})
+
+
+def _check_dataset(rebuilt: dict, recorded: dict) -> None:
     for key in ("name", "split_seed", "profile", "user_ids_sha256"):
-        want, got = ds.get(key), (plan.dataset or {}).get(key)
-        if want is not None and got != want:
-            raise DataError(f"rebuilt dataset {key} must equal the release's {want!r}, got {got!r}.")
+        if recorded.get(key) is not None and rebuilt.get(key) != recorded[key]:
+            raise DataError(f"rebuilt dataset {key} must equal the release's {recorded[key]!r}, got {rebuilt.get(key)!r}.")
+
+
+def _first_mismatch(pairs: dict, same):
+    """The first (name, got, wanted) of ``pairs`` (name -> (got, wanted)) both known and not ``same``."""
+    return next(((n, got, want) for n, (got, want) in pairs.items() if want is not None and got is not None and not same(got, want)), None)
+
+
+def _check_request_matches(**pairs) -> None:
+    bad = _first_mismatch(pairs, lambda got, want: got == want)
+    if bad:
+        raise DataError("release request {0} must match the release's {2!r}, got {1!r}.".format(*bad))
 
 
 # ------------------------------------------------------------------------------ HAND-BUILT targets
@@ -236,12 +250,6 @@ def _hand_built_target(entry, req, canary: str, no_noise: bool):
     return t.without_noise() if no_noise else t
 
 
-def _check_request_matches(rel, **pairs) -> None:
-    for name, (got, want) in pairs.items():
-        if want is not None and got is not None and got != want:
-            raise DataError(f"release request {name} must match the release's {want!r}, got {got!r}.")
-
-
 def _hand_built_from_release(entry, req, rel, *, canary, data_dir, no_noise, user_ids):
     """A head or mixmin target reproducing ``rel`` (its recorded sigma, schedule, claim, identity)."""
     from .accounting.events import event_from_dict
@@ -252,7 +260,7 @@ def _hand_built_from_release(entry, req, rel, *, canary, data_dir, no_noise, use
     if entry.family == "dp-mixmin":
         t = _mixmin_from_release(req, rel, common)
     else:
-        _check_request_matches(rel, model=(req.model, rel.mechanism), dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
+        _check_request_matches(model=(req.model, rel.mechanism), dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
                                privacy_unit=(req.privacy_unit, rel.privacy_unit), records_per_user=(req.records_per_user, cfg.get("records_per_user")))
         common.update(schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"), split_seed=ds.get("split_seed"),
                       claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds, event=event_from_dict(rel.guarantee),
@@ -295,7 +303,7 @@ def _mixmin_from_release(req, rel, common):
     task = cfg.get("task")
     if not task or req.proxy_predictions:
         raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
-    _check_request_matches(rel, task=(req.task, task), seed=(req.seed, int(rel.seed)), stage=(req.stage, cfg.get("stage")),
+    _check_request_matches(task=(req.task, task), seed=(req.seed, int(rel.seed)), stage=(req.stage, cfg.get("stage")),
                            composition=(req.composition, cfg.get("composition")), privacy_unit=(req.privacy_unit, rel.privacy_unit))
     if rel.privacy_unit != "record":
         raise UsageError(f"release privacy unit must be record for the batched audit runner, got {rel.privacy_unit!r}.")

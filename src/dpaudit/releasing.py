@@ -372,6 +372,11 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                               noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
+    return _run_and_publish(mech, plan, data, noise, out_dir, t0=t0, seed_file=seed_file, ledger_path=ledger_path, record=record, progress=progress)
+
+
+def _run_and_publish(mech, plan, data, noise, out_dir: Path, *, t0, seed_file, ledger_path, record, progress):
+    """Run ``plan``, verify every part's claim, then write, declare and publish (the commit half)."""
     timings = {"setup_seconds": time.perf_counter() - t0}
     t1 = time.perf_counter()
     output = mech.run(plan, data, noise, progress=progress)

@@ -103,7 +103,8 @@ def family_request(entry, audit: AuditRequest):
 
 def _given_fields(audit: AuditRequest) -> dict:
     """name -> (value, differs from its default) of the audit's fields that describe the request."""
-    values = {f.name: (getattr(audit, f.name), f.default) for f in dataclasses.fields(audit) if f.name not in ("mechanism", "canary", "no_noise")}
+    skip = ("mechanism", "canary", "no_noise", *audit.RUN_FIELDS)
+    values = {f.name: (getattr(audit, f.name), f.default) for f in dataclasses.fields(audit) if f.name not in skip}
     return {k: (v, v != default) for k, (v, default) in values.items() if v is not None}
 
 

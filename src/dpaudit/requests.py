@@ -298,15 +298,21 @@ class GaussianRequest(Request):
 
 @dataclass(frozen=True)
 class AuditRequest(Request):
-    """What ``dpaudit audit MECHANISM`` audits when no release is given: the mechanism and canary,
-    and the fields its family's request is built from (:func:`dpaudit.auditing.family_request`;
-    a field the family's request lacks must stay at its default). ``user_ids``: a path or an
-    array of one user id per row (``privacy_unit`` user)."""
+    """``dpaudit audit MECHANISM ...``: what is audited and how (the CLI command is generated from
+    these fields, :mod:`dpaudit.cli.audit`). The fields not in :attr:`RUN_FIELDS` describe the
+    target: without ``release`` they build the family's request
+    (:func:`dpaudit.auditing.family_request`; a field that request lacks must stay at its default).
+    ``user_ids`` may also be an array of one user id per row (library use)."""
 
     COMMAND: ClassVar[str] = "audit"
+    #: How, where and in what format the audit runs (never part of the family's request).
+    RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
+                                             "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
+                                             "ledger", "json_out")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
     canary: str | None = option(None, help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).")
+    runs: int = option(1000, help="Trials R (half with the canary, half without).")
     epsilon: float | None = option(None, flag="--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
     task: str | None = option(None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix.")
@@ -315,7 +321,18 @@ class AuditRequest(Request):
     data_dir: str | None = option(None, help=_DATA_DIR_HELP)
     profile: str | None = option(None, help=_PROFILE_HELP)
     no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
+    confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
+    release: str | None = option(None, help="Audit the configuration recorded in this release.json (or its folder).")
+    out: str | None = option(None, help="Output directory for audit.json and scores.npz (default: audits/MECHANISM-CANARY).")
     seed: int = option(42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split.")
+    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
+    controls: bool = option(True, help="Also run the no-noise and null controls.")
+    control_runs: int | None = option(None, help="Trials per control (default: --runs).")
+    workers: int | None = option(None, help="Worker processes for the trials (local: default min(2, CPUs); dask without --scheduler: a "
+                                 "LocalCluster of N workers on 127.0.0.1).")
+    executor: str = option("local", help="local (processes on this machine) or dask (the trial chunks go to a Dask cluster).")
+    scheduler: str | None = option(None, help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).")
+    chunk_size: int | None = option(None, help="Trials per batched call (speed only).")
     width: int = option(10, help="dp-elm hidden width L.")
     epochs: int | None = option(None, help="Frozen-feature models: epochs (default: the paper's protocol).")
     rho: float | None = option(None, help="mixmin: fraction of private training records used for mixture learning "
@@ -323,9 +340,18 @@ class AuditRequest(Request):
     privacy_unit: str = option("record", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
                                "canary user, adjacency add-remove-user (needs --records-per-user).")
     records_per_user: int | None = option(None, help="G: records of the canary user and records per sampled user and step (--privacy-unit user).")
-    user_ids: Any = option(None, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
-                           "into users of G by the public seed).")
+    user_ids: str | None = option(None, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
+                                  "into users of G by the public seed).")
     broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
+    one_run: bool = option(False, help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
+                           "--canaries independent canaries; DP-SGD head models and dp-dense, dp-cnn, dp-attention. Writes one_run.json.")
+    canaries: int | None = option(None, help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run).")
+    one_run_kind: str = option("gradient", help="One-run canaries: gradient (Dirac gradient canaries) or input-mislabeled (needs --one-run).")
+    threat_model: str = option("final-model", help="final-model (the adversary sees the released model) or trajectory (every iterate: "
+                               "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
+                               "final-model audit also runs, into OUT/final-model).")
+    ledger: str | None = option(None, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
+    json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
 
 
 #: The request type of each built-in family (a new mechanism's type comes from its MECHANISM).

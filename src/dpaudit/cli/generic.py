@@ -8,9 +8,11 @@ list, booleans as flags), the options are parsed into the Request and handed to 
 and :func:`dpaudit.audits.engine.run_audit` for ``audit``). Nothing here decides anything about
 privacy: parsing only.
 
-Families with bespoke commands (the DP-RVFL models, ``dp-elm``, ``mixmin``, and the audit's
-built-in targets) keep them (:data:`BESPOKE_TRAIN_FAMILIES`, :data:`BESPOKE_AUDIT_FAMILIES`);
-those commands also parse into their Request.
+A ``train`` command registered by hand (the DP-RVFL models, ``dp-elm``, ``mixmin``) is kept
+(:func:`register_train` skips names already registered). ``dpaudit audit NAME`` of a built-in
+family's request (:data:`dpaudit.requests.REQUEST_TYPES`) is the one command generated from
+:class:`~dpaudit.requests.AuditRequest` (:mod:`dpaudit.cli.audit`); a mechanism that declares its
+own request type gets its generic ``audit NAME`` here, whose options are its request's.
 """
 
 from __future__ import annotations
@@ -28,24 +30,13 @@ import typer
 from . import options
 from .common import console, emit_json
 
-#: Families whose ``dpaudit train`` commands are written by hand (cli/train_rvfl, train_elm, train_mixmin).
-BESPOKE_TRAIN_FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin")
-#: Families the bespoke ``dpaudit audit MECHANISM`` command builds targets for (dpaudit/auditing.py).
-BESPOKE_AUDIT_FAMILIES = ("dp-sgd-head", "dp-elm", "dp-mixmin", "gaussian")
-
-
-def generic_train_names() -> tuple[str, ...]:
-    """Catalogue names that get the generic ``train NAME`` command."""
-    from ..catalogue import CATALOGUE
-
-    return tuple(n for n, e in CATALOGUE.items() if not e.audit_only and e.family not in BESPOKE_TRAIN_FAMILIES)
-
-
 def generic_audit_names() -> tuple[str, ...]:
-    """Catalogue names that get the generic ``audit NAME`` command (auditable, no bespoke target)."""
+    """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
+    request type is their mechanism's own (not a built-in family's, which AuditRequest covers)."""
     from ..catalogue import CATALOGUE
+    from ..requests import REQUEST_TYPES
 
-    return tuple(n for n, e in CATALOGUE.items() if e.canaries and e.family not in BESPOKE_AUDIT_FAMILIES)
+    return tuple(n for n, e in CATALOGUE.items() if e.canaries and e.family not in REQUEST_TYPES)
 
 
 # ---------------------------------------------------------------- Request fields -> typer options
@@ -100,7 +91,7 @@ def request_from_options(rtype, values: dict, **fixed):
     return rtype(**kwargs, **fixed)
 
 
-def _command(func, params: list[inspect.Parameter], name: str, doc: str):
+def make_command(func, params: list[inspect.Parameter], name: str, doc: str):
     """``func(**kwargs)`` with the explicit signature typer reads."""
     func.__signature__ = inspect.Signature(params)
     func.__annotations__ = {p.name: p.annotation for p in params}
@@ -150,16 +141,18 @@ def make_train_command(entry):
         console.print(f"  release id {rel.id}; command: {rel.command}", soft_wrap=True)
 
     doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
-    return _command(command, params, f"train_{entry.name}", doc)
+    return make_command(command, params, f"train_{entry.name}", doc)
 
 
 def register_train(train_app: typer.Typer) -> None:
-    """Register ``train NAME`` for every catalogue entry without a bespoke command."""
-    from ..catalogue import CATALOGUE
+    """Register ``train NAME`` for every trainable catalogue entry not registered by hand."""
+    from ..catalogue import CATALOGUE, names
 
-    for name in generic_train_names():
-        entry = CATALOGUE[name]
-        train_app.command(name, help=make_train_command(entry).__doc__)(make_train_command(entry))
+    taken = {c.name or c.callback.__name__.replace("_", "-") for c in train_app.registered_commands}
+    for name in names(trainable=True):
+        if not taken & {name, *CATALOGUE[name].aliases}:
+            command = make_train_command(CATALOGUE[name])
+            train_app.command(name, help=command.__doc__)(command)
 
 
 # ---------------------------------------------------------------- audit NAME
@@ -250,13 +243,13 @@ def make_audit_command(entry):
             d["audit_dir"] = str(out)
             emit_json(d)
             return
-        from .audit import _render, write_figure
+        from .audit_render import render, write_figure
 
-        _render(result, Path(out))
+        render(result, Path(out))
         write_figure(result, Path(out))
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
-    return _command(command, params, f"audit_{entry.name}", doc)
+    return make_command(command, params, f"audit_{entry.name}", doc)
 
 
 def audit_click_command(name: str):

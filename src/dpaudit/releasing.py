@@ -189,36 +189,43 @@ def budget_session(fn):
     return wrapper
 
 
-def reserve(
-    *,
-    dataset: str,
-    partition: str,
-    event: Event | None,
-    adjacency: str,
-    ledger_path: str | os.PathLike | None = None,
-    record: bool = True,
-    data_digest: str | None = None,
-    data_info: dict | None = None,
-    uncertified: str | None = None,
-    mechanism: str = "",
-    noise_tail_delta: float = 0.0,
-    data_rows=None,
-) -> str | None:
-    """Check the planned release and hold its budget before training; returns the reservation id.
+@dataclass(frozen=True)
+class BudgetCheck:
+    """What the ledger checks (and :func:`reserve` holds) before a run touches private data.
+
+    ``event`` None is a non-private release; ``uncertified`` (a reason) one whose guarantee cannot
+    be certified: both count as unbounded. ``data_digest``: the data's digest (a change of the
+    dataset's recorded data is refused). ``noise_tail_delta``: the planned run's sampler tail
+    delta (counted in the check and held with the budget). ``data_rows``: the source rows the run
+    reads (dpaudit.data.rows; the ledger budgets their people under every name)."""
+
+    dataset: str
+    partition: str
+    event: Event | None
+    adjacency: str
+    data_digest: str | None = None
+    data_info: dict | None = None
+    uncertified: str | None = None
+    mechanism: str = ""
+    noise_tail_delta: float = 0.0
+    data_rows: object = None
+
+    def keywords(self, *, mechanism: bool = True) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if mechanism or f.name != "mechanism"}
+
+
+def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, record: bool = True, **fields) -> str | None:
+    """Check the planned release (``check``, or a :class:`BudgetCheck` of ``fields``) and hold its
+    budget before training; returns the reservation id.
 
     Raises :class:`~dpaudit.errors.BudgetExceededError` (over a cap) or
     :class:`~dpaudit.errors.DatasetIdentityError` (``data_digest`` differs from the dataset's
-    recorded versions) and writes nothing then. ``event`` None is a non-private release;
-    ``uncertified`` (a reason) one whose guarantee cannot be certified: both count as unbounded.
-    ``record=False`` (the release will not be recorded here, e.g. a sweep worker whose
-    coordinator records it) only checks. ``noise_tail_delta``: the planned run's sampler tail delta
-    (counted in the check and held with the budget). ``data_rows``: the source rows the run reads
-    (dpaudit.data.rows; the ledger budgets their people under every name). Must run inside
+    recorded versions) and writes nothing then. ``record=False`` (the release will not be
+    recorded here, e.g. a sweep worker whose coordinator records it) only checks. Must run inside
     :func:`release_session`."""
+    check = check or BudgetCheck(**fields)
     if not record:
-        preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, ledger_path=ledger_path,
-                  data_digest=data_digest, data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta,
-                  data_rows=data_rows)
+        preflight(check, ledger_path=ledger_path)
         return None
     session = _SESSION.get()
     if session is None:
@@ -230,9 +237,7 @@ def reserve(
     from .accounting.ledger import open_ledger
 
     with open_ledger(ledger_path) as ledger:
-        rid = ledger.reserve(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                             data_info=data_info, uncertified=uncertified, mechanism=mechanism, noise_tail_delta=noise_tail_delta,
-                             data_rows=data_rows)
+        rid = ledger.reserve(**check.keywords())
     session.ledger_path = ledger_path
     session.reservation_id = rid
     return rid
@@ -258,31 +263,19 @@ def held_by_caller(reservation_ids) -> Iterator[None]:
         _HELD.reset(token)
 
 
-def preflight(
-    *,
-    dataset: str,
-    partition: str,
-    event: Event | None,
-    adjacency: str,
-    ledger_path: str | os.PathLike | None = None,
-    data_digest: str | None = None,
-    data_info: dict | None = None,
-    uncertified: str | None = None,
-    noise_tail_delta: float = 0.0,
-    data_rows=None,
-) -> None:
-    """Raise if the planned release would exceed a cap or change the dataset's data (writes nothing;
-    :func:`reserve` also holds the budget). A ledger file that does not exist holds no cap and no
-    identity to check against: nothing is checked and nothing is created."""
+def preflight(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, **fields) -> None:
+    """Raise if the planned release (``check``, or a :class:`BudgetCheck` of ``fields``) would
+    exceed a cap or change the dataset's data (writes nothing; :func:`reserve` also holds the
+    budget). A ledger file that does not exist holds no cap and no identity to check against:
+    nothing is checked and nothing is created."""
     from .accounting.ledger import open_ledger
     from .accounting.ledger_paths import ledger_missing, resolve_ledger
 
+    check = check or BudgetCheck(**fields)
     if ledger_missing(resolve_ledger(ledger_path)):
         return
     with open_ledger(ledger_path, create=False) as ledger:
-        ledger.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                         data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get(),
-                         noise_tail_delta=noise_tail_delta, data_rows=data_rows)
+        ledger.preflight(**check.keywords(mechanism=False), exclude_reservations=_HELD.get())
 
 
 def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | os.PathLike | None = None, record: bool = True) -> Path:
@@ -406,11 +399,11 @@ def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
     """Check, then commit: the budget of ``plan`` is checked and held before the private data are
     used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
     planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
-    reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
-            ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
-            data_info={"split_seed": info.split_seed, "profile": info.profile},
-            uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
-            noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+    check = BudgetCheck(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
+                        data_digest=getattr(data, "sha256", None), data_info={"split_seed": info.split_seed, "profile": info.profile},
+                        uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
+                        noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+    reserve(check, ledger_path=ledger_path, record=record)
 
 
 def declare_partition(declaration, ledger_path=None) -> None:

@@ -668,14 +668,9 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     """
     o = dataclasses.replace(options or AuditOptions(), **fields).checked(target)
     root = Path(o.out_dir) if o.out_dir is not None else None
-    target.prepare()
-    roles = {"main": (target, o.runs)}
-    if "no-noise" in o.controls:
-        roles["no-noise"] = (target.without_noise(), o.control_runs)
-    if "null" in o.controls:
-        roles["null"] = (target, o.control_runs)
+    roles = _roles(target, o)
     plans = {r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction) for r, (_, n) in roles.items()}
-    jobs = {r: (t, plans[r].world.copy() if r != "null" else np.zeros(n, dtype=bool)) for r, (t, n) in roles.items()}
+    jobs = {r: (t, _inserted(r, plans[r], n)) for r, (t, n) in roles.items()}
     prints = {r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed) for r, (t, n) in roles.items()}
     audit_id = uuid.uuid4().hex
     if o.record:  # before any trial: the cap check (when it counts audits) and the entry
@@ -686,10 +681,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     t0 = time.perf_counter()
     scores, busy, cpu = _run_roles(jobs, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
                                    checkpoints={r: _Checkpoint(root, r, prints[r]) for r in roles}, progress=o.progress, executor=o.executor)
-    seconds = time.perf_counter() - t0
-    timings = {"seconds": seconds, "trials_per_second": sum(n for _, n in roles.values()) / max(seconds, 1e-9), "chunk_size": o.chunk_size,
-               "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
-               "executor": "built-in" if o.executor is None else _describe_executor(o.executor)}
+    timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
     results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex,
                                scores_file=root is not None) for r, (t, n) in roles.items()}
     main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
@@ -697,6 +689,27 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
         write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
         shutil.rmtree(root / ".checkpoint", ignore_errors=True)
     return main
+
+
+def _roles(target: AuditTarget, o: AuditOptions) -> dict:
+    """role -> (target, trials): the main audit and its controls (the null control: no canary)."""
+    target.prepare()
+    roles = {"main": (target, o.runs)}
+    if "no-noise" in o.controls:
+        roles["no-noise"] = (target.without_noise(), o.control_runs)
+    if "null" in o.controls:
+        roles["null"] = (target, o.control_runs)
+    return roles
+
+
+def _inserted(role: str, plan, n: int) -> np.ndarray:
+    return np.zeros(n, dtype=bool) if role == "null" else plan.world.copy()
+
+
+def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: float) -> dict:
+    return {"seconds": seconds, "trials_per_second": trials / max(seconds, 1e-9), "chunk_size": o.chunk_size,
+            "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
+            "executor": "built-in" if o.executor is None else _describe_executor(o.executor)}
 
 
 def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id, scores_file) -> AuditResult:

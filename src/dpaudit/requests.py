@@ -31,15 +31,16 @@ _MISSING = dataclasses.MISSING
 
 
 def option(default: Any = _MISSING, *, flag: str | None = None, help: str = "", choices: tuple[str, ...] | None = None,
-           positional: bool = False, hidden: bool = False):
+           positional: bool = False, hidden: bool = False, path: bool = False):
     """A request field with its command-line spelling.
 
     ``flag`` (default ``--field-name``) is the option's name; ``choices`` the allowed strings
     (the generic CLI refuses others); ``positional`` marks the argument right after
     ``dpaudit train`` (the model name of a family that registers one command per model);
-    ``hidden`` keeps a test-only switch out of ``--help``.
+    ``hidden`` keeps a test-only switch out of ``--help``; ``path`` parses a string field as a path.
     """
-    meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden}
+    meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden,
+            "path": path}
     if default is _MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)
@@ -318,12 +319,12 @@ class AuditRequest(Request):
     task: str | None = option(None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix.")
     target: str | None = option(None, help="mixmin target within the task (default: the task's first).")
     dataset: str | None = option(None, help="Dataset for trained models (default: embedded digits).")
-    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
     profile: str | None = option(None, help=_PROFILE_HELP)
     no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
     confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
-    release: str | None = option(None, help="Audit the configuration recorded in this release.json (or its folder).")
-    out: str | None = option(None, help="Output directory for audit.json and scores.npz (default: audits/MECHANISM-CANARY).")
+    release: str | None = option(None, path=True, help="Audit the configuration recorded in this release.json (or its folder).")
+    out: str | None = option(None, path=True, help="Output directory for audit.json and scores.npz (default: audits/MECHANISM-CANARY).")
     seed: int = option(42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split.")
     reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
     controls: bool = option(True, help="Also run the no-noise and null controls.")
@@ -340,7 +341,7 @@ class AuditRequest(Request):
     privacy_unit: str = option("record", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
                                "canary user, adjacency add-remove-user (needs --records-per-user).")
     records_per_user: int | None = option(None, help="G: records of the canary user and records per sampled user and step (--privacy-unit user).")
-    user_ids: str | None = option(None, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
+    user_ids: str | None = option(None, path=True, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
                                   "into users of G by the public seed).")
     broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
     one_run: bool = option(False, help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
@@ -350,7 +351,7 @@ class AuditRequest(Request):
     threat_model: str = option("final-model", help="final-model (the adversary sees the released model) or trajectory (every iterate: "
                                "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
                                "final-model audit also runs, into OUT/final-model).")
-    ledger: str | None = option(None, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
+    ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
 
 

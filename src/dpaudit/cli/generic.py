@@ -58,7 +58,7 @@ def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Par
         help_text = f.metadata.get("help") or ""
         hidden = bool(f.metadata.get("hidden"))
         default = None if f.default is dataclasses.MISSING else f.default
-        tp = types[f.name]
+        tp = Path if f.metadata.get("path") else types[f.name]
         choices = f.metadata.get("choices")
         if choices:
             enum = _choice_enum(rtype.__name__, f.name, choices)
@@ -158,30 +158,20 @@ def register_train(train_app: typer.Typer) -> None:
 # ---------------------------------------------------------------- audit NAME
 
 
+#: The AuditRequest options a generic ``audit NAME`` command adds to its request's own.
+_AUDIT_OPTIONS = ("runs", "confidence", "release", "out", "no_noise", "controls", "control_runs", "workers", "chunk_size", "seed",
+                  "reproducible_noise", "data_dir", "ledger", "json_out")
+
+
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
+    """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
+    from ..requests import AuditRequest
+
     canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
-    kw = inspect.Parameter.KEYWORD_ONLY
-    ps = [
-        inspect.Parameter("canary", kw, annotation=Optional[canary_enum],
-                          default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False)),
-        inspect.Parameter("runs", kw, annotation=int, default=typer.Option(1000, "--runs", help="Trials R (half with the canary, half without).")),
-        inspect.Parameter("confidence", kw, annotation=float, default=typer.Option(0.95, "--confidence", help="Joint confidence of the FPR and FNR bounds.")),
-        inspect.Parameter("release", kw, annotation=Optional[Path],
-                          default=typer.Option(None, "--release", help="Audit the configuration recorded in this release.json (or its folder).", show_default=False)),
-        inspect.Parameter("out", kw, annotation=Optional[Path],
-                          default=typer.Option(None, "--out", help=f"Output directory for audit.json and scores.npz (default: audits/{entry.name}-CANARY).", show_default=False)),
-        inspect.Parameter("no_noise", kw, annotation=bool, default=typer.Option(False, "--no-noise", help="Audit the mechanism with its DP noise removed (must find large leakage).")),
-        inspect.Parameter("controls", kw, annotation=bool, default=typer.Option(True, "--controls/--no-controls", help="Also run the no-noise and null controls.")),
-        inspect.Parameter("control_runs", kw, annotation=Optional[int], default=typer.Option(None, "--control-runs", help="Trials per control (default: --runs).", show_default=False)),
-        inspect.Parameter("workers", kw, annotation=Optional[int], default=typer.Option(None, "--workers", help="Worker processes for the trials (default min(2, CPUs)).", show_default=False)),
-        inspect.Parameter("chunk_size", kw, annotation=Optional[int], default=typer.Option(None, "--chunk-size", help="Trials per batched call (speed only).", show_default=False)),
-        inspect.Parameter("seed", kw, annotation=int, default=options.seed()),
-        inspect.Parameter("reproducible_noise", kw, annotation=bool, default=options.reproducible_noise()),
-        inspect.Parameter("data_dir", kw, annotation=Optional[Path], default=options.data_dir()),
-        inspect.Parameter("ledger", kw, annotation=Optional[Path], default=options.ledger()),
-        inspect.Parameter("json_out", kw, annotation=bool, default=options.json_out()),
-    ]
-    return [p for p in ps if p.name not in taken]
+    canary = inspect.Parameter("canary", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[canary_enum],
+                               default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False))
+    params = {p.name: p for p in request_parameters(AuditRequest)}
+    return [canary] + [params[n] for n in _AUDIT_OPTIONS if n not in taken]
 
 
 def make_audit_command(entry):

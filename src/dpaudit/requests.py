@@ -197,7 +197,7 @@ _NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrid
 _REPRO_HELP = "Derive DP noise from the published --seed: NOT private (the ledger counts it as unbounded). Off: fresh OS entropy."
 _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
-_PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
+PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
                  "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
                  "unless --split-seed is given (docs/data-profiles.md).")
 
@@ -218,7 +218,7 @@ class DPSGDRequest(Request):
     noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
     epochs: int | None = option(None, help="Override the epochs (default: 10 images, 30 tabular).")
     batch_size: int | None = option(None, help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).")
-    profile: str | None = option(None, help=_PROFILE_HELP)
+    profile: str | None = option(None, help=PROFILE_HELP)
     split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
     privacy_unit: str = option("record", choices=("record", "user"),
                                help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
@@ -244,7 +244,7 @@ class DPELMRequest(Request):
     adjacency: str = option("add-remove-record", choices=("add-remove-record", "replace-record"),
                             help="Adjacency the claim is made under (the scale covers both).")
     split_seed: int | None = option(None, help="Seed of the public split (default: the dataset's).")
-    profile: str | None = option(None, help=_PROFILE_HELP)
+    profile: str | None = option(None, help=PROFILE_HELP)
     non_private: bool = option(False, help="Fit without noise (no privacy claim).")
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
     noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
@@ -320,7 +320,7 @@ class AuditRequest(Request):
     target: str | None = option(None, help="mixmin target within the task (default: the task's first).")
     dataset: str | None = option(None, help="Dataset for trained models (default: embedded digits).")
     data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
-    profile: str | None = option(None, help=_PROFILE_HELP)
+    profile: str | None = option(None, help=PROFILE_HELP)
     no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
     confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
     release: str | None = option(None, path=True, help="Audit the configuration recorded in this release.json (or its folder).")

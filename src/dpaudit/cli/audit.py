@@ -15,7 +15,7 @@ import typer
 from ..errors import UsageError
 from ..requests import AuditRequest
 from . import generic
-from .audit_render import render, render_one_run, render_threat_models, write_figure
+from .audit_render import render_one_run, show
 from .common import console, emit_json, note, recorded_argv
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
@@ -72,7 +72,7 @@ def run(a: AuditRequest) -> None:
         final_cmd = recorded_argv(values={**resolved, "threat_model": "final-model", "out": final_dir}, always=always, omit=NOT_RECORDED)
         audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
     results = _run_all(a, audits, run_audit)
-    _show(a, results, audits, out, final_dir)
+    show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
 
 
 def _target(a: AuditRequest):
@@ -118,25 +118,6 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
         note("executor dask: " + (f"scheduler {a.scheduler}" if a.scheduler else f"LocalCluster of {a.workers or _default_workers()} workers on 127.0.0.1"))
     with make_executor("dask", scheduler=a.scheduler, workers=None if a.scheduler else (a.workers or _default_workers())) as ex:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
-
-
-def _show(a: AuditRequest, results, audits, out: Path, final_dir: Path) -> None:
-    result = results[0]
-    if a.json_out:
-        from ..audit_outputs import shareable_audit
-
-        d = shareable_audit(result.to_dict())  # what audit.json holds; the rest is in audit_local.json
-        d["audit_dir"] = str(out)
-        if len(results) > 1:
-            d["final_model"] = {"audit_dir": str(final_dir), "epsilon_lower_bound": results[1].epsilon_lower_bound,
-                                "statistic": getattr(results[1], "statistic", "clopper-pearson")}
-        emit_json(d)
-        return
-    render(result, out)
-    if len(results) > 1:
-        render_threat_models(results[0], results[1], final_dir)
-    for r, (_, kw) in zip(results, audits):
-        write_figure(r, Path(kw["out_dir"]))
 
 
 def _one_run(a: AuditRequest) -> None:

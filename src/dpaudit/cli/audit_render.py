@@ -4,7 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import console
+from .common import console, emit_json
+
+
+def show(results: list, out_dirs: list, *, json_out: bool) -> None:
+    """Print an audit (one JSON object, or its tables) and write its figures; a second result is
+    the final-model audit run beside a trajectory audit (in ``out_dirs[1]``)."""
+    if json_out:
+        from ..audit_outputs import shareable_audit
+
+        d = shareable_audit(results[0].to_dict())  # what audit.json holds; the rest is in audit_local.json
+        d["audit_dir"] = str(out_dirs[0])
+        if len(results) > 1:
+            d["final_model"] = {"audit_dir": str(out_dirs[1]), "epsilon_lower_bound": results[1].epsilon_lower_bound,
+                                "statistic": getattr(results[1], "statistic", "clopper-pearson")}
+        emit_json(d)
+        return
+    render(results[0], Path(out_dirs[0]))
+    if len(results) > 1:
+        render_threat_models(results[0], results[1], Path(out_dirs[1]))
+    for r, out in zip(results, out_dirs):
+        write_figure(r, Path(out))
 
 
 def write_figure(result, out: Path) -> Path | None:

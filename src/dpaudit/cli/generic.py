@@ -226,17 +226,9 @@ def make_audit_command(entry):
                            reproducible_noise=reproducible, progress=not audit["json_out"], command=shlex.join(argv),
                            release_id=release_id, release_path=release_path, workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
                            ledger_path=audit.get("ledger"))
-        if audit["json_out"]:
-            from ..audit_outputs import shareable_audit
+        from .audit_render import show
 
-            d = shareable_audit(result.to_dict())  # what audit.json holds; the rest is in audit_local.json
-            d["audit_dir"] = str(out)
-            emit_json(d)
-            return
-        from .audit_render import render, write_figure
-
-        render(result, Path(out))
-        write_figure(result, Path(out))
+        show([result], [out], json_out=audit["json_out"])
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
     return make_command(command, params, f"audit_{entry.name}", doc)

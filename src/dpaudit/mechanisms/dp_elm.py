@@ -67,8 +67,6 @@ ACCOUNTANT = "pure"
 DEFAULT_ADJACENCY = "add-remove-record"
 ADJACENCIES = ("add-remove-record", "replace-record")
 ELM_WIDTHS = (1, 3, 5, 10)
-DEFAULT_WIDTH = 10
-DEFAULT_DATASET = "digits"
 CHUNK = 1024  # records per accumulation chunk (section 3.5)
 FEATURE_BITS = 20  # discrete sampler: hidden features rounded to multiples of 2^-20
 TAG_ELM = 0x454C4D  # "ELM": public stream of W and b
@@ -377,52 +375,23 @@ def fit_dp_elm(
     return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
 
 
-def _request(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency, reproducible_noise, noise_source, split_seed,
-             non_private=False, profile=None):
-    """The :class:`~dpaudit.requests.DPELMRequest` of a release (recorded as ``Release.request``;
-    its ``to_argv`` gives the recorded command)."""
-    from ..requests import DPELMRequest
+def train_and_release_dp_elm(*, out_dir: str | os.PathLike | None = None, ledger_path: str | os.PathLike | None = None, record: bool = True,
+                             prepared=None, **fields) -> Release:
+    """Release a Laplace DP-ELM of the :class:`~dpaudit.requests.DPELMRequest` ``fields`` and publish
+    it: :func:`dpaudit.releasing.release` of :data:`MECHANISM` (budget checked before the private
+    statistics are touched, claim recomputed from the event after the fit).
 
-    return DPELMRequest(dataset=dataset, data_dir=None if data_dir is None else os.fspath(data_dir), width=int(width), epsilon=float(epsilon),
-                        seed=int(seed), sampler=sampler, adjacency=adjacency, split_seed=split_seed, profile=profile,
-                        non_private=bool(non_private), reproducible_noise=bool(reproducible_noise), noise_source=noise_source)
-
-
-def train_and_release_dp_elm(
-    *,
-    dataset: str = DEFAULT_DATASET,
-    data_dir: str | os.PathLike | None = None,
-    width: int = DEFAULT_WIDTH,
-    epsilon: float = 2.0,
-    seed: int = 42,
-    sampler: str = DEFAULT_SAMPLER,
-    adjacency: str = DEFAULT_ADJACENCY,
-    reproducible_noise: bool = False,
-    noise_source: str = "os-entropy",
-    out_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    split_seed: int | None = None,
-    profile: str | None = None,
-    non_private: bool = False,
-    record: bool = True,
-    prepared=None,
-) -> Release:
-    """Load ``dataset``, release a Laplace DP-ELM of ``width`` at pure ``epsilon``, publish it.
-
-    Order (check, then commit): validate, load, ledger preflight of ``PureEpsilon(epsilon)``
-    under ``adjacency`` *before* the private statistics are touched, fit, recompute the claim
-    from the event, check it is <= the target, write ``release.json`` and record it in the
-    ledger. ``profile=None`` is the dataset's default preprocessing. ``prepared`` may hold an
-    already loaded PreparedDataset. ``record=False`` skips the ledger (tests only; the preflight
-    still runs). ``non_private=True`` fits the closed-form ELM without noise and makes no claim
-    (``epsilon = inf``; the ledger then treats the dataset's budget as spent without bound).
-    """
-    request = _request(dataset=prepared.name if prepared is not None else dataset, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed,
-                       sampler=sampler, adjacency=adjacency, reproducible_noise=reproducible_noise, noise_source=noise_source,
-                       split_seed=split_seed, non_private=non_private, profile=profile)
+    ``prepared`` may hold an already loaded PreparedDataset (its name is the request's dataset).
+    ``record=False`` skips the ledger (tests only; the preflight still runs). ``non_private=True``
+    fits the closed-form ELM without noise and makes no claim (``epsilon = inf``; the ledger then
+    treats the dataset's budget as spent without bound)."""
     from ..releasing import release
 
-    return release(MECHANISM, request, out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
+    casts = {"width": int, "epsilon": float, "seed": int, "non_private": bool, "reproducible_noise": bool, "data_dir": os.fspath}
+    fields = {k: v if v is None or k not in casts else casts[k](v) for k, v in fields.items()}
+    if prepared is not None:
+        fields["dataset"] = prepared.name
+    return release(MECHANISM, DPELMRequest(**fields), out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
 
 
 def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:

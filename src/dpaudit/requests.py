@@ -235,7 +235,7 @@ class DPELMRequest(Request):
     COMMAND: ClassVar[str] = "dp-elm"
 
     dataset: str = option("digits", help="Dataset name (digits, breast-cancer, mnist, cardio, heart, ...).")
-    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
     width: int = option(10, help="Hidden width L (the paper reports 1, 3, 5 and 10).")
     epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
     seed: int = option(42, help=_SEED_HELP)

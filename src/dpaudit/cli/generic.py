@@ -28,7 +28,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .common import console, emit_json
+from .common import console, emit_json, note
 
 def generic_audit_names() -> tuple[str, ...]:
     """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
@@ -122,16 +122,22 @@ def make_train_command(entry):
     params = request_parameters(rtype) + [p for p in _run_parameters(entry.name) if p.name not in {f.name for f in dataclasses.fields(rtype)}]
 
     def command(**kwargs):
-        from ..releasing import release
-
-        from ..releasing import secret_noise_seed
+        from ..releasing import release, secret_noise_seed
 
         out, ledger, json_out, seed_file = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file"))
         request = request_from_options(rtype, kwargs)
+        mech = entry.mechanism()
+        for line in mech.notes(request):  # on stderr: --json output stays clean
+            note(line)
         with secret_noise_seed(seed_file):
             rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
+        shown = mech.summary(rel)
         if json_out:
-            emit_json(rel.to_dict())
+            emit_json(rel.to_dict() if shown is None else shown[0])
+            return
+        if shown is not None:
+            for line in shown[1]:
+                console.print(line, soft_wrap=True)
             return
         claim = "no privacy claim (non-private)" if rel.non_private else (
             f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")

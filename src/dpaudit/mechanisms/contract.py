@@ -246,6 +246,13 @@ class Mechanism(Protocol):
     def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
         """Multi-release plans: after every part is published (e.g. a summary file)."""
 
+    def notes(self, request) -> list[str]:
+        """One-line notes for people on ``request`` before it runs (``dpaudit train`` prints them)."""
+
+    def summary(self, release) -> tuple[dict, list[str]] | None:
+        """What ``dpaudit train`` prints of ``release``: (its ``--json`` object, its lines); None: the
+        release record and the generic lines."""
+
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
         """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
         recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
@@ -276,6 +283,12 @@ class MechanismBase:
         return releases
 
     def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
+        return None
+
+    def notes(self, request) -> list[str]:
+        return []
+
+    def summary(self, release) -> tuple[dict, list[str]] | None:
         return None
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):

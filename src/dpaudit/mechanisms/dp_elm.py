@@ -615,6 +615,27 @@ class DPELMMechanism(MechanismBase):
             timings={"train_seconds": train_seconds, "statistics_seconds": stats_seconds, "noise_and_solve_seconds": fit_seconds,
                      "eval_seconds": eval_seconds})
 
+    def notes(self, r) -> list[str]:
+        if r.non_private:
+            positive_int("width", r.width)
+            return ["[yellow]non-private:[/] closed-form ELM without noise; the release makes no privacy claim."]
+        scale = noise_scale(r.width, r.epsilon)  # validates width and epsilon before any loading
+        leaky = ["[yellow]warning:[/] the textbook Laplace sampler leaks through floating-point low bits (Mironov 2012); "
+                 "the release is marked certified: false."] if r.sampler == "textbook" else []
+        return leaky + [f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={r.width}, eps={r.epsilon:g})"]
+
+    def summary(self, rel) -> tuple[dict, list[str]]:
+        cfg = rel.config
+        d = {"mechanism": rel.mechanism, "dataset": rel.dataset["name"], "width": cfg["width"], "noise_scale": cfg["noise_scale"],
+             "sampler": cfg["sampler"], "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
+             "adjacency": rel.adjacency, "accountant": rel.accountant, "target_epsilon": rel.target_epsilon, "epsilon": rel.epsilon,
+             "delta": rel.delta, "noise_source": rel.noise_source, "seed": rel.seed, "solver": cfg["solver"], "metrics": rel.metrics,
+             "timings": rel.timings, "release_id": rel.id, "release": str(Path(rel.artefacts["out_dir"]) / "release.json")}
+        head = f"[bold]dp-elm[/] on {d['dataset']}: L={d['width']}, " + ("non-private (no noise, no claim)" if rel.non_private else
+                f"noise scale {d['noise_scale']:g}, sampler {d['sampler']}, epsilon {d['epsilon']:g} (pure, delta 0, {d['adjacency']})")
+        metrics = "  " + ", ".join(f"{k} {v:.4f}" for k, v in rel.metrics.items() if isinstance(v, float))
+        return d, [head, metrics, f"  release written to {d['release']}"]
+
     def default_out_dir(self, plan):
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"

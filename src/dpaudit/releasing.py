@@ -365,23 +365,29 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                               noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
-    return _run_and_publish(mech, plan, data, noise, out_dir, t0=t0, seed_file=seed_file, ledger_path=ledger_path, record=record, progress=progress)
+    releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
+    if seed_file is not None:  # local only: which secret the noise came from (never release.json)
+        releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
+    return _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
 
 
-def _run_and_publish(mech, plan, data, noise, out_dir: Path, *, t0, seed_file, ledger_path, record, progress):
-    """Run ``plan``, verify every part's claim, then write, declare and publish (the commit half)."""
-    timings = {"setup_seconds": time.perf_counter() - t0}
+def _run_verified(mech, plan, data, noise, out_dir: Path, *, setup_seconds: float, progress) -> tuple[list, tuple]:
+    """Run ``plan`` and build every part's Release, its claim verified (nothing written yet)."""
+    timings = {"setup_seconds": setup_seconds}
     t1 = time.perf_counter()
     output = mech.run(plan, data, noise, progress=progress)
     timings["train_seconds"] = time.perf_counter() - t1
     parts, outputs = plan.parts or (plan,), output.parts if plan.parts else (output,)
     if len(outputs) != len(parts):
         raise AccountingMismatchError(f"run outputs must match the plan's {len(parts)} release(s), got {len(outputs)}.")
-    # Every part's claim is verified (build_release) before anything is written or declared.
     releases = [build_release(mech, part, out, noise=noise, out_dir=out_dir / part.out_subdir, data=data,
                               timings=timings if part.time_run else None) for part, out in zip(parts, outputs)]
-    if seed_file is not None:  # local only: which secret the noise came from (never release.json)
-        releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
+    return releases, outputs
+
+
+def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_path, record):
+    """Link, write, declare and publish the verified releases (the commit half); the last one."""
+    parts = plan.parts or (plan,)
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))
     for part, out in zip(parts, outputs):

@@ -682,8 +682,8 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     scores, busy, cpu = _run_roles(jobs, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
                                    checkpoints={r: _Checkpoint(root, r, prints[r]) for r in roles}, progress=o.progress, executor=o.executor)
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
-    results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex,
-                               scores_file=root is not None) for r, (t, n) in roles.items()}
+    results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex)
+               for r, (t, n) in roles.items()}
     main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
     if root is not None:
         write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
@@ -712,7 +712,7 @@ def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: flo
             "executor": "built-in" if o.executor is None else _describe_executor(o.executor)}
 
 
-def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id, scores_file) -> AuditResult:
+def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id) -> AuditResult:
     """One role's result: its scores evaluated against the main target's claim (the controls are
     judged against the same curve: how far the no-noise control lies below it shows the power)."""
     nseed = o.trial_noise_seed
@@ -725,7 +725,7 @@ def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, 
         runs=n, claimed_epsilon=target.claimed_epsilon, delta=target.delta, adjacency=target.adjacency,
         confidence=o.confidence, select_fraction=o.select_fraction, seeds={"public": o.seed, "noise": noise_rec},
         task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
-        canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if scores_file else None, timings=timings,
+        canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if o.out_dir is not None else None, timings=timings,
         git_commit=git_commit(), command=o.command, release_id=o.release_id, release_path=o.release_path,
         threat_model=one_of("threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS), id=audit_id, **ev,
     )

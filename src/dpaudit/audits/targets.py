@@ -102,6 +102,8 @@ class AuditTarget(abc.ABC):
     noise: bool = True
     #: trials per batch (memory / speed trade-off only; never changes what a trial is)
     default_chunk_size: int = 256
+    #: the name of an uncertified noise sampler the trials use (their cost is then unbounded)
+    uncertified_sampler: str | None = None
 
     @abc.abstractmethod
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:

@@ -452,6 +452,10 @@ class ElmTarget(AuditTarget):
         return float(self.epsilon)
 
     @property
+    def uncertified_sampler(self) -> str | None:  # type: ignore[override]
+        return None if sampler_guarantee(self.sampler).certified else self.sampler
+
+    @property
     def claimed_event(self):  # type: ignore[override]
         """The release's event: one pure epsilon-DP Laplace release, ``PureEpsilon(epsilon)``."""
         from ..accounting.events import PureEpsilon

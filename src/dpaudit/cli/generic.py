@@ -28,7 +28,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .common import console, emit_json, note
+from .common import console, emit_json, note, recorded_argv
 
 def generic_audit_names() -> tuple[str, ...]:
     """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
@@ -197,7 +197,6 @@ def make_audit_command(entry):
         seed = int(getattr(request, "seed", audit.get("seed", 42)))
         data_dir = kwargs.get("data_dir", audit.get("data_dir"))
         release_id = release_path = None
-        argv = ["dpaudit", "audit", entry.name]
         if audit["release"] is not None:
             from ..errors import UsageError
             from ..records import read_release
@@ -209,29 +208,16 @@ def make_audit_command(entry):
             rel = read_release(audit["release"])
             release_id, release_path = rel.id, str(Path(audit["release"]).resolve())
             t = target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
-            argv += ["--release", str(audit["release"])]
-            if data_dir is not None:
-                argv += ["--data-dir", str(data_dir)]
         else:
             t = generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
-            argv += request.to_argv()[3:]
         out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
-        argv += ["--canary", t.canary, "--runs", str(audit["runs"]), "--confidence", repr(audit["confidence"])]
-        if audit["no_noise"]:
-            argv.append("--no-noise")
-        if not audit["controls"]:
-            argv.append("--no-controls")
-        elif audit["control_runs"] is not None:
-            argv += ["--control-runs", str(audit["control_runs"])]
-        reproducible = bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False)))
-        if reproducible and "reproducible_noise" not in field_names:
-            argv.append("--reproducible-noise")
-        argv += ["--out", str(out)]
+        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"), omit=("json_out", "workers", "ledger"))
+        argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
         result = run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=CONTROLS if audit["controls"] else (),
                            control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
-                           reproducible_noise=reproducible, progress=not audit["json_out"], command=shlex.join(argv),
-                           release_id=release_id, release_path=release_path, workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
-                           ledger_path=audit.get("ledger"))
+                           reproducible_noise=bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False))),
+                           progress=not audit["json_out"], command=shlex.join(argv), release_id=release_id, release_path=release_path,
+                           workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)), ledger_path=audit.get("ledger"))
         from .audit_render import show
 
         show([result], [out], json_out=audit["json_out"])

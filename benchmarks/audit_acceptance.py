@@ -59,7 +59,7 @@ def section_gaussian(runs: int, seeds: list[int]) -> None:
 
 
 def section_soundness(runs: int, seeds: list[int]) -> None:
-    from dpaudit.audits.build import build_target
+    from dpaudit.auditing import build_target
     from dpaudit.audits.canaries import SUPPORTED
     from dpaudit.audits.engine import run_audit
 
@@ -95,7 +95,7 @@ def section_broken(runs: int) -> None:
 
 def section_mixmin(runs: int, workers: int, data_dir: str | None) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.mixmin import mixmin_task_target
+    from dpaudit.auditing import build_target
     from dpaudit.mechanisms.mixmin_tasks import DIGIT_TARGETS, DIGIT_TARGET_KINDS
 
     print(f"\n## DP-MixMin mixture step, Table-16-style ({runs} trials per cell, eps = 1, rho = 0.1, 95%)")
@@ -107,7 +107,7 @@ def section_mixmin(runs: int, workers: int, data_dir: str | None) -> None:
         for tg in DIGIT_TARGETS:
             for canary in ("natural", "max-clip"):
                 t0 = time.perf_counter()
-                t = mixmin_task_target(task, tg, epsilon=1.0, delta=DELTA, canary=canary, seed=42, data_dir=data_dir)
+                t = build_target("mixmin", task=task, target=tg, epsilon=1.0, delta=DELTA, canary=canary, seed=42, data_dir=data_dir)
                 r = run_audit(t, runs=runs, seed=0, controls=("no-noise",), workers=workers, reproducible_noise=True)
                 nn = r.controls["no-noise"]
                 dt = time.perf_counter() - t0
@@ -141,7 +141,7 @@ def section_rvfl(runs: int, workers: int, data_dir: str | None, out: str) -> Non
 
 
 def section_elm(runs: int, data_dir: str | None) -> None:
-    from dpaudit.audits.elm import ElmTarget
+    from dpaudit.mechanisms.dp_elm import ElmTarget
     from dpaudit.audits.engine import run_audit
 
     print(f"\n## Laplace DP-ELM (L = 10), worst-case canary, {runs} trials")

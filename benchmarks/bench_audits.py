@@ -61,7 +61,7 @@ def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
     import torchvision.datasets  # noqa: F401  (what dpaudit.data.images uses to read the MNIST files)
 
     print(f"import torchvision.datasets: {cpu() - c0:.2f} CPU-s (torch already imported)")
-    from dpaudit.audits.mixmin import mixmin_task_target
+    from dpaudit.auditing import build_target
     from dpaudit.mechanisms.mixmin_tasks import load_task, train_proxies
     from dpaudit.noise import NoiseSource
 
@@ -70,7 +70,7 @@ def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
     c1 = cpu()
     train_proxies(task)
     c2 = cpu()
-    t = mixmin_task_target("mnist-mix", canary="max-clip", data_dir=data_dir)  # proxies cached in memory now
+    t = build_target("mixmin", task="mnist-mix", canary="max-clip", data_dir=data_dir)  # proxies cached in memory now
     c3 = cpu()
     print(f"load_task {c1 - c0:.2f}, train_proxies {c2 - c1:.2f}, rest of the target build {c3 - c2:.2f} CPU-s "
           f"(n_mix={t.probs.shape[0]}, k={t.probs.shape[1]}, q={t.config.sample_rate:.4f}, sigma={t.config.noise_multiplier:.4f})")

@@ -77,7 +77,7 @@ CATALOGUE: dict[str, CatalogueEntry] = {e.name: e for e in (
     CatalogueEntry("dp-mixmin", "dpaudit.mechanisms.mixmin_pipeline", "dp-mixmin", ("max-clip", "natural", "mislabeled"), 1.0,
                    aliases=("mixmin",), description="DP-MixMin: public-data mixture weights learned privately"),
     CatalogueEntry("noisy-sum", "dpaudit.mechanisms.noisy_sum", "other", ("max-clip", "natural"), 1.0, description="clipped sum of a dataset's rows + Gaussian noise (docs/architecture.md example)"),
-    CatalogueEntry("gaussian", "dpaudit.audits.gaussian", "gaussian", ("max-clip", "natural"), 1.0, audit_only=True,
+    CatalogueEntry("gaussian", "dpaudit.mechanisms.gaussian", "gaussian", ("max-clip", "natural"), 1.0, audit_only=True,
                    description="synthetic Gaussian sum query with an exact epsilon (audit calibration target only)"),
 )}
 

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from .accounting.events import Event
-from .errors import UsageError
+from .errors import AccountingMismatchError, UsageError
 from .noise import NoiseSource
-from .records import Release, write_release
+from .records import Release, check_out_dir, check_release_folder, write_release
 
 
 def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",
@@ -187,36 +189,43 @@ def budget_session(fn):
     return wrapper
 
 
-def reserve(
-    *,
-    dataset: str,
-    partition: str,
-    event: Event | None,
-    adjacency: str,
-    ledger_path: str | os.PathLike | None = None,
-    record: bool = True,
-    data_digest: str | None = None,
-    data_info: dict | None = None,
-    uncertified: str | None = None,
-    mechanism: str = "",
-    noise_tail_delta: float = 0.0,
-    data_rows=None,
-) -> str | None:
-    """Check the planned release and hold its budget before training; returns the reservation id.
+@dataclass(frozen=True)
+class BudgetCheck:
+    """What the ledger checks (and :func:`reserve` holds) before a run touches private data.
+
+    ``event`` None is a non-private release; ``uncertified`` (a reason) one whose guarantee cannot
+    be certified: both count as unbounded. ``data_digest``: the data's digest (a change of the
+    dataset's recorded data is refused). ``noise_tail_delta``: the planned run's sampler tail
+    delta (counted in the check and held with the budget). ``data_rows``: the source rows the run
+    reads (dpaudit.data.rows; the ledger budgets their people under every name)."""
+
+    dataset: str
+    partition: str
+    event: Event | None
+    adjacency: str
+    data_digest: str | None = None
+    data_info: dict | None = None
+    uncertified: str | None = None
+    mechanism: str = ""
+    noise_tail_delta: float = 0.0
+    data_rows: object = None
+
+    def keywords(self, *, mechanism: bool = True) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if mechanism or f.name != "mechanism"}
+
+
+def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, record: bool = True, **fields) -> str | None:
+    """Check the planned release (``check``, or a :class:`BudgetCheck` of ``fields``) and hold its
+    budget before training; returns the reservation id.
 
     Raises :class:`~dpaudit.errors.BudgetExceededError` (over a cap) or
     :class:`~dpaudit.errors.DatasetIdentityError` (``data_digest`` differs from the dataset's
-    recorded versions) and writes nothing then. ``event`` None is a non-private release;
-    ``uncertified`` (a reason) one whose guarantee cannot be certified: both count as unbounded.
-    ``record=False`` (the release will not be recorded here, e.g. a sweep worker whose
-    coordinator records it) only checks. ``noise_tail_delta``: the planned run's sampler tail delta
-    (counted in the check and held with the budget). ``data_rows``: the source rows the run reads
-    (dpaudit.data.rows; the ledger budgets their people under every name). Must run inside
+    recorded versions) and writes nothing then. ``record=False`` (the release will not be
+    recorded here, e.g. a sweep worker whose coordinator records it) only checks. Must run inside
     :func:`release_session`."""
+    check = check or BudgetCheck(**fields)
     if not record:
-        preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, ledger_path=ledger_path,
-                  data_digest=data_digest, data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta,
-                  data_rows=data_rows)
+        preflight(check, ledger_path=ledger_path)
         return None
     session = _SESSION.get()
     if session is None:
@@ -228,9 +237,7 @@ def reserve(
     from .accounting.ledger import open_ledger
 
     with open_ledger(ledger_path) as ledger:
-        rid = ledger.reserve(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                             data_info=data_info, uncertified=uncertified, mechanism=mechanism, noise_tail_delta=noise_tail_delta,
-                             data_rows=data_rows)
+        rid = ledger.reserve(**check.keywords())
     session.ledger_path = ledger_path
     session.reservation_id = rid
     return rid
@@ -256,31 +263,19 @@ def held_by_caller(reservation_ids) -> Iterator[None]:
         _HELD.reset(token)
 
 
-def preflight(
-    *,
-    dataset: str,
-    partition: str,
-    event: Event | None,
-    adjacency: str,
-    ledger_path: str | os.PathLike | None = None,
-    data_digest: str | None = None,
-    data_info: dict | None = None,
-    uncertified: str | None = None,
-    noise_tail_delta: float = 0.0,
-    data_rows=None,
-) -> None:
-    """Raise if the planned release would exceed a cap or change the dataset's data (writes nothing;
-    :func:`reserve` also holds the budget). A ledger file that does not exist holds no cap and no
-    identity to check against: nothing is checked and nothing is created."""
+def preflight(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, **fields) -> None:
+    """Raise if the planned release (``check``, or a :class:`BudgetCheck` of ``fields``) would
+    exceed a cap or change the dataset's data (writes nothing; :func:`reserve` also holds the
+    budget). A ledger file that does not exist holds no cap and no identity to check against:
+    nothing is checked and nothing is created."""
     from .accounting.ledger import open_ledger
     from .accounting.ledger_paths import ledger_missing, resolve_ledger
 
+    check = check or BudgetCheck(**fields)
     if ledger_missing(resolve_ledger(ledger_path)):
         return
     with open_ledger(ledger_path, create=False) as ledger:
-        ledger.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                         data_info=data_info, uncertified=uncertified, exclude_reservations=_HELD.get(),
-                         noise_tail_delta=noise_tail_delta, data_rows=data_rows)
+        ledger.preflight(**check.keywords(mechanism=False), exclude_reservations=_HELD.get())
 
 
 def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | os.PathLike | None = None, record: bool = True) -> Path:
@@ -357,68 +352,64 @@ def release(
 
 
 def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
-    import time
-
-    from .mechanisms.contract import DataInfo
-    from .records import check_out_dir, check_release_folder
-
-    validate = getattr(mech, "validate", None)
-    if validate is not None:
-        request = validate(request)
+    request = mech.validate(request)
     check_noise_source(getattr(request, "noise_source", "os-entropy"))
     secret_seed, seed_file = planned_secret_seed(request)
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
-    load_kw = {"ledger_path": ledger_path} if getattr(mech, "load_uses_ledger", False) else {}
+    load_kw = {"ledger_path": ledger_path} if mech.load_uses_ledger else {}
     data = mech.load(request, **load_kw) if prepared is None else mech.load(request, prepared=prepared, **load_kw)
-    info_of = getattr(mech, "data_info", None)
-    info = info_of(request, data) if info_of is not None else DataInfo.from_prepared(data)
+    info = mech.data_info(request, data)
     plan = mech.plan(request, info)
-    if out_dir is None:
-        default = getattr(mech, "default_out_dir", None)
-        out_dir = check_release_folder(check_out_dir(default(plan) if default is not None else _default_out_dir(plan)))
-    parts = plan.parts or (plan,)  # a multi-release plan: one Release per part, one reservation
-    planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
-    # Check, then commit: the budget is checked and held before the private data are used.
-    # A multi-release plan reserves its combined event (plan.event) once, for all its parts.
-    reserve(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
-            ledger_path=ledger_path, record=record, data_digest=getattr(data, "sha256", None),
-            data_info={"split_seed": info.split_seed, "profile": info.profile},
-            uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
-            noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+    out_dir = Path(out_dir if out_dir is not None else check_release_folder(check_out_dir(mech.default_out_dir(plan))))
+    _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
     noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                               noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
-    setup_seconds = time.perf_counter() - t0
+    releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
+    if seed_file is not None:  # local only: which secret the noise came from (never release.json)
+        releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
+    return _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
+
+
+def _run_verified(mech, plan, data, noise, out_dir: Path, *, setup_seconds: float, progress) -> tuple[list, tuple]:
+    """Run ``plan`` and build every part's Release, its claim verified (nothing written yet)."""
+    timings = {"setup_seconds": setup_seconds}
     t1 = time.perf_counter()
     output = mech.run(plan, data, noise, progress=progress)
-    run_seconds = time.perf_counter() - t1
-    outputs = output.parts if plan.parts else (output,)
+    timings["train_seconds"] = time.perf_counter() - t1
+    parts, outputs = plan.parts or (plan,), output.parts if plan.parts else (output,)
     if len(outputs) != len(parts):
-        from .errors import AccountingMismatchError
-
         raise AccountingMismatchError(f"run outputs must match the plan's {len(parts)} release(s), got {len(outputs)}.")
-    timings = {"setup_seconds": setup_seconds, "train_seconds": run_seconds}
-    # Every part's claim is verified (build_release) before anything is written or declared.
-    releases = [build_release(mech, part, out, noise=noise, out_dir=Path(out_dir) / part.out_subdir, data=data,
+    releases = [build_release(mech, part, out, noise=noise, out_dir=out_dir / part.out_subdir, data=data,
                               timings=timings if part.time_run else None) for part, out in zip(parts, outputs)]
-    if seed_file is not None:  # local only: which secret the noise came from (never release.json)
-        import dataclasses
+    return releases, outputs
 
-        releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
-    link = getattr(mech, "link_releases", None)
-    if link is not None and plan.parts:
-        releases = list(link(plan, releases))
+
+def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_path, record):
+    """Link, write, declare and publish the verified releases (the commit half); the last one."""
+    parts = plan.parts or (plan,)
+    if plan.parts:
+        releases = list(mech.link_releases(plan, releases))
     for part, out in zip(parts, outputs):
-        write_artefacts(out, Path(out_dir) / part.out_subdir)
-    if record:
-        for d in plan.declarations:
-            declare_partition(d, ledger_path)
+        write_artefacts(out, out_dir / part.out_subdir)
+    for d in plan.declarations if record else ():
+        declare_partition(d, ledger_path)
     for part, rel in zip(parts, releases):
-        publish(rel, Path(out_dir) / part.out_subdir, ledger_path=ledger_path, record=record)
-    after = getattr(mech, "after_publish", None)
-    if after is not None and plan.parts:
-        after(plan, releases, out_dir)
+        publish(rel, out_dir / part.out_subdir, ledger_path=ledger_path, record=record)
+    if plan.parts:
+        mech.after_publish(plan, releases, out_dir)
     return releases[-1]
+
+
+def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
+    """Check, then commit: the budget of ``plan`` is checked and held before the private data are
+    used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
+    planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
+    check = BudgetCheck(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
+                        data_digest=getattr(data, "sha256", None), data_info={"split_seed": info.split_seed, "profile": info.profile},
+                        uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
+                        noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+    reserve(check, ledger_path=ledger_path, record=record)
 
 
 def declare_partition(declaration, ledger_path=None) -> None:
@@ -465,13 +456,7 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
     if values is not None:  # a Gaussian mechanism: its sampler's tail delta (none drawn when non-private)
         fields["noise_tail_delta"] = 0.0 if plan.event is None else _noise_tail(plan, values, claimed, what=output.noise_what)
     request = plan.request
-    command_of = getattr(mech, "command_line", None)
-    if command_of is not None:
-        command = command_of(plan, out_dir)
-    elif hasattr(request, "command"):
-        command = request.command(out=out_dir)  # derived from the request, never parsed back
-    else:
-        command = None
+    command = mech.command_line(plan, out_dir)  # derived from the request, never parsed back
     extra = {}
     if hasattr(request, "to_dict") and "request" in {f.name for f in _release_fields()}:
         extra["request"] = request.to_dict()
@@ -480,7 +465,7 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
         artefacts.setdefault("weights", output.weights_name)
     for key, rel_path in output.artefact_paths.items():  # written by save(); recorded resolved
         artefacts[key] = str((Path(out_dir) / rel_path).resolve())
-    if getattr(mech, "record_out_dir", False):  # releases of this mechanism have always named their folder
+    if mech.record_out_dir:  # releases of this mechanism have always named their folder
         artefacts["out_dir"] = str(out_dir)
     return Release(
         mechanism=plan.mechanism,
@@ -545,11 +530,6 @@ def _noise_tail(plan, values: int, epsilon, *, what: str | None = None) -> float
     from .noise import gaussian_run_tail
 
     return gaussian_run_tail(1, int(values), float(epsilon), plan.delta, what=what or plan.noise_what)
-
-
-def _default_out_dir(plan) -> Path:
-    eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-    return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
 
 
 def _first_line(e: BaseException) -> str:

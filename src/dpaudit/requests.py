@@ -3,7 +3,7 @@
 A request is the parsed form of ``dpaudit train NAME ...`` (and of the matching library call).
 It is public by construction (names, seeds, targets, hyper-parameters, paths the operator typed),
 so a release stores it whole (``Release.request``) and the audit of a release rebuilds its
-target from it (:func:`dpaudit.audits.build.target_from_release`), never from a parsed command
+target from it (:func:`dpaudit.auditing.target_from_release`), never from a parsed command
 line: the recorded ``command`` is *derived* from the request (:meth:`Request.to_argv`), not the
 other way round.
 
@@ -31,15 +31,16 @@ _MISSING = dataclasses.MISSING
 
 
 def option(default: Any = _MISSING, *, flag: str | None = None, help: str = "", choices: tuple[str, ...] | None = None,
-           positional: bool = False, hidden: bool = False):
+           positional: bool = False, hidden: bool = False, path: bool = False):
     """A request field with its command-line spelling.
 
     ``flag`` (default ``--field-name``) is the option's name; ``choices`` the allowed strings
     (the generic CLI refuses others); ``positional`` marks the argument right after
     ``dpaudit train`` (the model name of a family that registers one command per model);
-    ``hidden`` keeps a test-only switch out of ``--help``.
+    ``hidden`` keeps a test-only switch out of ``--help``; ``path`` parses a string field as a path.
     """
-    meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden}
+    meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden,
+            "path": path}
     if default is _MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)
@@ -196,7 +197,7 @@ _NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrid
 _REPRO_HELP = "Derive DP noise from the published --seed: NOT private (the ledger counts it as unbounded). Off: fresh OS entropy."
 _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
-_PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
+PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
                  "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
                  "unless --split-seed is given (docs/data-profiles.md).")
 
@@ -217,7 +218,7 @@ class DPSGDRequest(Request):
     noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
     epochs: int | None = option(None, help="Override the epochs (default: 10 images, 30 tabular).")
     batch_size: int | None = option(None, help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).")
-    profile: str | None = option(None, help=_PROFILE_HELP)
+    profile: str | None = option(None, help=PROFILE_HELP)
     split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
     privacy_unit: str = option("record", choices=("record", "user"),
                                help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
@@ -234,7 +235,7 @@ class DPELMRequest(Request):
     COMMAND: ClassVar[str] = "dp-elm"
 
     dataset: str = option("digits", help="Dataset name (digits, breast-cancer, mnist, cardio, heart, ...).")
-    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
     width: int = option(10, help="Hidden width L (the paper reports 1, 3, 5 and 10).")
     epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
     seed: int = option(42, help=_SEED_HELP)
@@ -243,7 +244,7 @@ class DPELMRequest(Request):
     adjacency: str = option("add-remove-record", choices=("add-remove-record", "replace-record"),
                             help="Adjacency the claim is made under (the scale covers both).")
     split_seed: int | None = option(None, help="Seed of the public split (default: the dataset's).")
-    profile: str | None = option(None, help=_PROFILE_HELP)
+    profile: str | None = option(None, help=PROFILE_HELP)
     non_private: bool = option(False, help="Fit without noise (no privacy claim).")
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
     noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
@@ -285,10 +286,82 @@ class MixMinRequest(Request):
     data_dir: str | None = option(None, help=_DATA_DIR_HELP)
 
 
+@dataclass(frozen=True)
+class GaussianRequest(Request):
+    """The synthetic Gaussian sum query of the audits (:mod:`dpaudit.mechanisms.gaussian`),
+    calibrated exactly for (epsilon, delta); never released by ``dpaudit train``."""
+
+    COMMAND: ClassVar[str] = "gaussian"
+
+    epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    seed: int = option(42, help="Public seed of the synthetic records.")
+    broken_noise_factor: float = option(1.0, hidden=True, help="Divide the noise by this factor, claim unchanged (a broken mechanism).")
+
+
+@dataclass(frozen=True)
+class AuditRequest(Request):
+    """``dpaudit audit MECHANISM ...``: what is audited and how (the CLI command is generated from
+    these fields, :mod:`dpaudit.cli.audit`). The fields not in :attr:`RUN_FIELDS` describe the
+    target: without ``release`` they build the family's request
+    (:func:`dpaudit.auditing.family_request`; a field that request lacks must stay at its default).
+    ``user_ids`` may also be an array of one user id per row (library use)."""
+
+    COMMAND: ClassVar[str] = "audit"
+    #: How, where and in what format the audit runs (never part of the family's request).
+    RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
+                                             "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
+                                             "ledger", "json_out")
+
+    mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
+    canary: str | None = option(None, help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).")
+    runs: int = option(1000, help="Trials R (half with the canary, half without).")
+    epsilon: float | None = option(None, flag="--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    task: str | None = option(None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix.")
+    target: str | None = option(None, help="mixmin target within the task (default: the task's first).")
+    dataset: str | None = option(None, help="Dataset for trained models (default: embedded digits).")
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
+    profile: str | None = option(None, help=PROFILE_HELP)
+    no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
+    confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
+    release: str | None = option(None, path=True, help="Audit the configuration recorded in this release.json (or its folder).")
+    out: str | None = option(None, path=True, help="Output directory for audit.json and scores.npz (default: audits/MECHANISM-CANARY).")
+    seed: int = option(42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split.")
+    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
+    controls: bool = option(True, help="Also run the no-noise and null controls.")
+    control_runs: int | None = option(None, help="Trials per control (default: --runs).")
+    workers: int | None = option(None, help="Worker processes for the trials (local: default min(2, CPUs); dask without --scheduler: a "
+                                 "LocalCluster of N workers on 127.0.0.1).")
+    executor: str = option("local", help="local (processes on this machine) or dask (the trial chunks go to a Dask cluster).")
+    scheduler: str | None = option(None, help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).")
+    chunk_size: int | None = option(None, help="Trials per batched call (speed only).")
+    width: int = option(10, help="dp-elm hidden width L.")
+    epochs: int | None = option(None, help="Frozen-feature models: epochs (default: the paper's protocol).")
+    rho: float | None = option(None, help="mixmin: fraction of private training records used for mixture learning "
+                               "(default: the task's training default, 0.5 for digits-mix, 0.1 otherwise).")
+    privacy_unit: str = option("record", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
+                               "canary user, adjacency add-remove-user (needs --records-per-user).")
+    records_per_user: int | None = option(None, help="G: records of the canary user and records per sampled user and step (--privacy-unit user).")
+    user_ids: str | None = option(None, path=True, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
+                                  "into users of G by the public seed).")
+    broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
+    one_run: bool = option(False, help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
+                           "--canaries independent canaries; DP-SGD head models and dp-dense, dp-cnn, dp-attention. Writes one_run.json.")
+    canaries: int | None = option(None, help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run).")
+    one_run_kind: str = option("gradient", help="One-run canaries: gradient (Dirac gradient canaries) or input-mislabeled (needs --one-run).")
+    threat_model: str = option("final-model", help="final-model (the adversary sees the released model) or trajectory (every iterate: "
+                               "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
+                               "final-model audit also runs, into OUT/final-model).")
+    ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
+    json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
+
+
 #: The request type of each built-in family (a new mechanism's type comes from its MECHANISM).
 REQUEST_TYPES: dict[str, type[Request]] = {
     "dp-sgd-head": DPSGDRequest,
     "dp-sgd-module": DPSGDRequest,
     "dp-elm": DPELMRequest,
     "dp-mixmin": MixMinRequest,
+    "gaussian": GaussianRequest,
 }

@@ -144,7 +144,7 @@ def test_correct_gaussian_mechanism_is_not_flagged():
 
 
 def test_builtin_targets_claim_their_plans_event():
-    from dpaudit.audits.build import build_target, generic_target
+    from dpaudit.auditing import build_target, generic_target
     from dpaudit.catalogue import lookup
 
     g = build_target("gaussian", epsilon=2.0, broken_noise_factor=3.0)
@@ -170,7 +170,7 @@ def test_builtin_targets_claim_their_plans_event():
 @pytest.mark.parametrize("name", ["rvfl", "rvfl-user", "elm", "mixmin"])
 def test_target_from_an_old_release_claims_the_releases_event_and_accountant(name, tmp_path):
     from dpaudit.accounting.events import event_from_dict
-    from dpaudit.audits.build import target_from_release
+    from dpaudit.auditing import target_from_release
     from dpaudit.records import read_release
 
     old = Path(__file__).parent / "old_releases" / f"{name}.json"

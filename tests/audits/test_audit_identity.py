@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dpaudit.audits import target_from_release
+from dpaudit.auditing import target_from_release
 from dpaudit.audits.targets import check_release_identity
 from dpaudit.data import load_dataset
 from dpaudit.errors import DataError

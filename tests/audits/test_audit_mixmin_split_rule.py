@@ -2,7 +2,7 @@
 
 import pytest
 
-from dpaudit.audits.build import target_from_release
+from dpaudit.auditing import target_from_release
 from dpaudit.errors import DataError
 from dpaudit.records import Release
 

@@ -170,10 +170,11 @@ def test_release_preflight_counts_audits_only_when_the_cap_says_so(tmp_path):
 
 
 def test_one_run_outputs_are_split_and_recorded(tmp_path):
-    from dpaudit.audits.one_run_audit import run_one_run
+    from dpaudit.one_run_auditing import run_one_run
+    from dpaudit.requests import AuditRequest
 
     led_path = tmp_path / "ledger.sqlite"
-    run_one_run("dp-rvfl", canaries=8, epochs=1, seed=3, out_dir=tmp_path, ledger_path=led_path)
+    run_one_run(AuditRequest("dp-rvfl", canaries=8, epochs=1, seed=3), out_dir=tmp_path, ledger_path=led_path)
     public = json.loads(_text(tmp_path / "one_run.json"))
     local = json.loads(_text(tmp_path / "one_run_local.json"))
     assert not {"coordinates", "free_coordinates", "extra_zero_features"} & set(public["info"])

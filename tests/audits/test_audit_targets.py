@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit.audits.build import build_target, target_from_release
-from dpaudit.audits.elm import ElmTarget, worst_case_input
+from dpaudit.auditing import build_target, target_from_release
+from dpaudit.mechanisms.dp_elm import ElmTarget, worst_case_input
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
 from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
@@ -169,7 +169,7 @@ OLD = Path(__file__).parent / "old_releases"  # release.json files written by th
 
 @pytest.mark.parametrize("name, cls", [("rvfl", HeadTarget), ("elm", ElmTarget), ("mixmin", MixMinTarget)])
 def test_old_release_without_request_still_audits(name, cls, tmp_path):
-    from dpaudit.audits.build import release_request
+    from dpaudit.release_compat import release_request
     from dpaudit.records import read_release
 
     rel = read_release(OLD / f"{name}.json")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from dpaudit.audits.build import build_target, target_from_release
+from dpaudit.auditing import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
 from dpaudit.audits.user_level import (UserCanary, UserHeadTarget, synthetic_user_ids, train_user_heads_batched, user_clipped_gradient,

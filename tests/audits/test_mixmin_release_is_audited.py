@@ -1,5 +1,5 @@
 """DP-MixMin releases and audits run one loop (issue 24), so a fault planted in it reaches both,
-and the mechanism's own ``audit_target`` gives the targets ``audits/build.py`` builds by hand.
+and the mechanism's own ``audit_target`` gives the targets the audits build (``dpaudit.auditing``).
 
 Faults are planted as test fixtures (the library has no switch): "skip-clip" patches the one
 clipped-sum kernel of the loop (``mixmin._record_sum``) so nothing is clipped; "half-noise"
@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit.audits.build import build_target, target_from_release
+from dpaudit.auditing import build_target, target_from_release
 from dpaudit.mechanisms import mixmin as mm
 from dpaudit.mechanisms.mixmin import MixMinConfig
 from dpaudit.mechanisms.mixmin_pipeline import MECHANISM
@@ -81,7 +81,7 @@ def test_audit_target_of_a_release_is_the_target_build_makes(tmp_path):
 def test_old_release_audits_with_its_recorded_configuration():
     from pathlib import Path
 
-    from dpaudit.audits.build import release_request
+    from dpaudit.release_compat import release_request
 
     rel = read_release(Path(__file__).parent / "old_releases" / "mixmin.json")  # no reference size: q from its actual count
     t = MECHANISM.audit_target(_plan(release_request(rel)), "max-clip", release=rel)

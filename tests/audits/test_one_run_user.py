@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from dpaudit.audits.build import build_target
+from dpaudit.auditing import build_target
 from dpaudit.audits.one_run_heads import heads_one_run
 from dpaudit.cli import app
 from dpaudit.errors import UsageError

@@ -41,7 +41,7 @@ def test_broken_gaussian_violation_names_the_statistic(tmp_path):
 
 def test_old_audit_renders_as_clopper_pearson(tmp_path):
     from dpaudit.audits.engine import read_audit
-    from dpaudit.cli.audit import _render
+    from dpaudit.cli.audit_render import render as _render
     from dpaudit.console import console
 
     with console.capture() as cap:

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from dpaudit.catalogue import CATALOGUE, CatalogueEntry
 from dpaudit.cli import app
 from dpaudit.cli.common import ROUTES, new_app
+from dpaudit.mechanisms.contract import MechanismBase
 from dpaudit.requests import Request, option
 
 runner = CliRunner()
@@ -40,7 +41,7 @@ class FakeSumRequest(Request):
     verbose: bool = option(False, help="A switch that defaults to off.")
 
 
-class FakeSum:
+class FakeSum(MechanismBase):
     """A contract mechanism on no data: the plain Gaussian mechanism calibrated exactly."""
 
     name = "fake-sum"
@@ -65,11 +66,12 @@ class FakeSum:
                            target_epsilon=request.epsilon, delta=request.delta, seed=request.seed,
                            config={"dimension": info.n_features})
 
-    def audit_target(self, plan, canary, **opts):
+    def audit_target(self, plan, canary, *, release=None, user_ids=None, no_noise=False):
         from dpaudit.audits.gaussian import GaussianTarget
+        from dpaudit.audits.targets import prepared
 
-        return GaussianTarget(noise_multiplier=plan.event.noise_multiplier, delta=plan.delta, canary=canary,
-                              dimension=plan.config["dimension"], n_records=50, seed=plan.seed, mechanism="fake-sum")
+        return prepared(GaussianTarget(noise_multiplier=plan.event.noise_multiplier, delta=plan.delta, canary=canary,
+                                       dimension=plan.config["dimension"], n_records=50, seed=plan.seed, mechanism="fake-sum"), no_noise)
 
 
 class FakeEntry(CatalogueEntry):

@@ -17,7 +17,7 @@ from dpaudit.accounting.ledger import open_ledger
 from dpaudit.catalogue import CATALOGUE, names
 from dpaudit.errors import AccountingMismatchError
 from dpaudit.mechanisms.mixmin_tasks import SPLIT_RULE
-from dpaudit.mechanisms.contract import DataInfo, Mechanism, PartitionDeclaration, ReleasePlan, RunOutput
+from dpaudit.mechanisms.contract import DataInfo, Mechanism, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput
 from dpaudit.records import read_release
 from dpaudit.releasing import release
 from dpaudit.requests import MixMinRequest, Request
@@ -45,7 +45,7 @@ class ToyRequest(Request):
     COMMAND: ClassVar[str] = "toy-two"
 
 
-class TwoReleases:
+class TwoReleases(MechanismBase):
     """A toy two-part mechanism: each part releases a noisy constant (one Gaussian step)."""
 
     name = "toy-two"
@@ -72,9 +72,6 @@ class TwoReleases:
         outs = tuple(RunOutput(steps_executed=1 + (self.cheat and i == 1), arrays={"x": np.zeros(1)}, timings={"part_s": float(i)})
                      for i in range(2))
         return RunOutput(steps_executed=1, parts=outs)
-
-    def audit_target(self, plan, canary, **opts):
-        raise NotImplementedError
 
 
 def test_multi_release_plan_settles_every_part_under_one_reservation(tmp_path):

@@ -2,7 +2,8 @@
 
 Quick use::
 
-    from dpaudit.audits import build_target, run_audit
+    from dpaudit.auditing import build_target
+    from dpaudit.audits import run_audit
     result = run_audit(build_target("mixmin", canary="max-clip", epsilon=1.0), runs=2000, out_dir="audits/mixmin")
     result.epsilon_lower_bound, result.ceiling, result.gdp_estimate, result.controls["no-noise"]
 
@@ -16,7 +17,7 @@ Modules: :mod:`.stats` (Clopper–Pearson, eps_LB, ceiling, threshold selection,
 :mod:`.engine` (trials, SELECT/EVAL, controls, checkpoints, audit.json schema), :mod:`.canaries`,
 :mod:`.gaussian` (exact-epsilon calibration target), :mod:`.mixmin`, :mod:`.heads` (DP-RVFL and the
 frozen-feature models), :mod:`.user_level` (the same heads trained at user level, audited with a
-whole canary user), :mod:`.elm` (Laplace DP-ELM), :mod:`.build` (targets from names / releases).
+whole canary user). Targets from names and releases: :mod:`dpaudit.auditing` (above the mechanisms).
 Trials run on the built-in process pool or on any executor of :mod:`dpaudit.sweeps.executors`
 (``run_audit(..., executor=...)``, e.g. a Dask cluster).
 """
@@ -27,13 +28,5 @@ from .targets import AuditTarget, CallableTarget
 
 __all__ = [
     "AUDIT_FILE", "CONTROLS", "SCORES_FILE", "AuditResult", "AuditTarget", "CallableTarget", "audit_callable", "audit_scores",
-    "build_target", "evaluate_scores", "plan_trials", "read_audit", "run_audit", "target_from_release", "violated", "write_audit",
+    "evaluate_scores", "plan_trials", "read_audit", "run_audit", "violated", "write_audit",
 ]
-
-
-def __getattr__(name):  # the builders import the mechanisms (torch, data); load them on first use
-    if name in ("build_target", "target_from_release"):
-        from . import build
-
-        return getattr(build, name)
-    raise AttributeError(name)

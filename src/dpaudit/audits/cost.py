@@ -39,20 +39,11 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
             reason = reason or f"{'the no-noise control' if role == 'no-noise' else 'the audit'} trains without DP noise"
         elif ev is None:
             reason = reason or "the trials' privacy event is unknown (no claimed event)"
-        elif _uncertified(t):
-            reason = reason or f"the trials use the uncertified {t.sampler} sampler"
+        elif t.uncertified_sampler:
+            reason = reason or f"the trials use the uncertified {t.uncertified_sampler} sampler"
         else:
             events += [ev] * int(n)
     return (None if reason else sequential(events)), reason, trials
-
-
-def _uncertified(target) -> bool:
-    sampler = getattr(target, "sampler", None)
-    if not isinstance(sampler, str):
-        return False
-    from ..mechanisms.laplace import SAMPLERS, sampler_guarantee
-
-    return sampler in SAMPLERS and not sampler_guarantee(sampler).certified
 
 
 def record_audit_cost(target, roles: dict, *, audit_id: str, ledger_path=None, release_id: str | None = None,

@@ -94,6 +94,7 @@ import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -367,9 +368,19 @@ def claim_family_bound(curve: dict | None) -> dict | None:
             "violated": curve.get("violated") is True, "statement": family_statement(fam)}
 
 
+#: What :func:`audit_scores` and :func:`audit_callable` record the claim under, by default.
+_LABELS = {"mechanism": "custom", "canary": "custom", "adjacency": "add-remove-record", "accountant": "rdp"}
+
+
+def _labels(given: dict) -> dict:
+    unknown = sorted(set(given) - set(_LABELS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)} (allowed: {', '.join(_LABELS)}).")
+    return {**_LABELS, **given}
+
+
 def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float | None = None, confidence: float = 0.95,
-                 seed: int = 0, select_fraction: float = SELECT_FRACTION, mechanism: str = "custom", canary: str = "custom",
-                 adjacency: str = "add-remove-record", claim=None, accountant: str = "rdp") -> AuditResult:
+                 seed: int = 0, select_fraction: float = SELECT_FRACTION, claim=None, **labels) -> AuditResult:
     """Audit scores computed elsewhere (one per trial, for each world; higher or lower = "in",
     the direction is chosen on SELECT).
 
@@ -381,7 +392,10 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     accountant. Without a claim the statistic is the Clopper–Pearson eps_LB ("clopper-pearson").
     The comparison statistics (CP with Bonferroni over thresholds, TPR at FPR 0.1 % / 1 %, AUROC
     with a bootstrap interval, the GDP estimate) are computed either way (``result.comparison``).
+    ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
+    lab = _labels(labels)
+    mechanism, canary, adjacency, accountant = lab["mechanism"], lab["canary"], lab["adjacency"], lab["accountant"]
     if claim is not None and claimed_epsilon is None:
         from ..accounting import compute_epsilon
 
@@ -587,29 +601,9 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
     return results, busy, cpu
 
 
-def run_audit(
-    target: AuditTarget,
-    *,
-    runs: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-    select_fraction: float = SELECT_FRACTION,
-    controls: tuple[str, ...] | list[str] = CONTROLS,
-    control_runs: int | None = None,
-    workers: int = 1,
-    chunk_size: int | None = None,
-    out_dir: str | os.PathLike | None = None,
-    reproducible_noise: bool = False,
-    noise_seed: int | None = None,
-    progress: bool = False,
-    command: str | None = None,
-    release_id: str | None = None,
-    release_path: str | None = None,
-    executor=None,
-    record: bool = True,
-    ledger_path: str | os.PathLike | None = None,
-) -> AuditResult:
-    """Run a canary audit of ``target`` and (optionally) write ``audit.json`` + ``scores.npz``.
+@dataclass(frozen=True)
+class AuditOptions:
+    """How :func:`run_audit` runs an audit (never what a trial is).
 
     ``seed`` fixes the public parts of the audit (worlds, SELECT/EVAL split). DP noise and
     sampling come from fresh OS entropy per chunk, unless ``reproducible_noise`` (then derived
@@ -626,80 +620,117 @@ def run_audit(
     an ``audit`` entry in the ledger at ``ledger_path`` (default the default ledger) with what its
     trials compose to, written before any trial runs and refused when the dataset's cap includes
     audits and would be exceeded (:mod:`dpaudit.audits.cost`). Its id is the audit's ``id``.
+    """
 
-    The deciding statistic is the claimed-curve test of ``target.claimed_event`` (with
+    runs: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+    select_fraction: float = SELECT_FRACTION
+    controls: tuple[str, ...] = CONTROLS
+    control_runs: int | None = None
+    workers: int = 1
+    chunk_size: int | None = None
+    out_dir: str | os.PathLike | None = None
+    reproducible_noise: bool = False
+    noise_seed: int | None = None
+    progress: bool = False
+    command: str | None = None
+    release_id: str | None = None
+    release_path: str | None = None
+    executor: Any = None
+    record: bool = True
+    ledger_path: str | os.PathLike | None = None
+
+    def checked(self, target: AuditTarget) -> "AuditOptions":
+        """Validated, with the target's defaults filled in (control runs, chunk size; no no-noise
+        control for a target that already is noiseless)."""
+        runs = positive_int("runs", self.runs)
+        checked = dict(runs=runs, confidence=open_unit("confidence", self.confidence), seed=non_negative_int("seed", self.seed),
+                       workers=positive_int("workers", self.workers),
+                       control_runs=runs if self.control_runs is None else positive_int("control_runs", self.control_runs))
+        controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
+        controls = tuple(c for c in controls if target.noise or c != "no-noise")  # a noiseless main audit is its own control
+        chunk = positive_int("chunk_size", self.chunk_size if self.chunk_size is not None else target.default_chunk_size)
+        return dataclasses.replace(self, controls=controls, chunk_size=chunk, **checked)
+
+    @property
+    def trial_noise_seed(self) -> int | None:
+        """The seed the trials' noise derives from (None: fresh OS entropy)."""
+        return (self.seed if self.noise_seed is None else int(self.noise_seed)) if self.reproducible_noise else None
+
+
+def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fields) -> AuditResult:
+    """Run a canary audit of ``target`` and (optionally) write ``audit.json`` + ``scores.npz``.
+
+    ``options`` (:class:`AuditOptions`), with ``fields`` (its field names) overriding them, say
+    how. The deciding statistic is the claimed-curve test of ``target.claimed_event`` (with
     ``target.accountant`` and ``target.adjacency``) when the target has one, else the
     Clopper–Pearson eps_LB (``statistic`` says which); every role (the controls too) is tested
     against the main target's claim. ``threat_model`` is the target's (default "final-model").
     """
-    runs = positive_int("runs", runs)
-    confidence = open_unit("confidence", confidence)
-    seed = non_negative_int("seed", seed)
-    workers = positive_int("workers", workers)
-    control_runs = runs if control_runs is None else positive_int("control_runs", control_runs)
-    for c in controls:
-        one_of("control", c, CONTROLS)
-    if not target.noise and "no-noise" in controls:
-        controls = [c for c in controls if c != "no-noise"]  # the main audit already is noiseless
-    chunk_size = positive_int("chunk_size", chunk_size if chunk_size is not None else target.default_chunk_size)
-    nseed = (seed if noise_seed is None else int(noise_seed)) if reproducible_noise else None
-    root = Path(out_dir) if out_dir is not None else None
-
-    target.prepare()
-    roles = {"main": (target, runs)}
-    if "no-noise" in controls:
-        roles["no-noise"] = (target.without_noise(), control_runs)
-    if "null" in controls:
-        roles["null"] = (target, control_runs)
-    plans = {r: plan_trials(n, seed=seed, select_fraction=select_fraction) for r, (_, n) in roles.items()}
-    jobs, ckpts, prints = {}, {}, {}
-    for r, (t, n) in roles.items():
-        inserted = plans[r].world.copy() if r != "null" else np.zeros(n, dtype=bool)
-        jobs[r] = (t, inserted)
-        prints[r] = _fingerprint(t, r, n, seed, select_fraction, chunk_size, nseed)
+    o = dataclasses.replace(options or AuditOptions(), **fields).checked(target)
+    root = Path(o.out_dir) if o.out_dir is not None else None
+    roles = _roles(target, o)
+    plans = {r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction) for r, (_, n) in roles.items()}
+    jobs = {r: (t, _inserted(r, plans[r], n)) for r, (t, n) in roles.items()}
+    prints = {r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed) for r, (t, n) in roles.items()}
     audit_id = uuid.uuid4().hex
-    if record:  # before any trial: the cap check (when it counts audits) and the entry
+    if o.record:  # before any trial: the cap check (when it counts audits) and the entry
         from .cost import record_audit_cost
 
-        audit_id = record_audit_cost(target, roles, audit_id=audit_id, ledger_path=ledger_path, release_id=release_id, checkpoint_root=root,
+        audit_id = record_audit_cost(target, roles, audit_id=audit_id, ledger_path=o.ledger_path, release_id=o.release_id, checkpoint_root=root,
                                      plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest())
-    for r in roles:
-        ckpts[r] = _Checkpoint(root, r, prints[r])
-
     t0 = time.perf_counter()
-    scores, busy, cpu = _run_roles(jobs, chunk_size=chunk_size, workers=workers, noise_seed=nseed, checkpoints=ckpts, progress=progress,
-                                   executor=executor)
-    seconds = time.perf_counter() - t0
-    total_trials = sum(n for _, n in roles.values())
-
-    noise_rec = {"source": "reproducible" if nseed is not None else "os-entropy", "seed": nseed, "secret": nseed is None}
-    # The claim of the audited mechanism, tested in every role: the controls are judged against
-    # the same curve (no claim applies to the no-noise control, but how far it lies below the
-    # curve is what shows the canary and score have power).
-    event, accountant = target.claimed_event, target.accountant
-    threat_model = one_of("threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS)
-    results = {}
-    for r, (t, n) in roles.items():
-        desc = t.describe()
-        ev = evaluate_scores(scores[r], plans[r].world, plans[r].select, delta=target.delta, confidence=confidence, event=event,
-                             accountant=accountant, adjacency=target.adjacency, seed=seed)
-        results[r] = AuditResult(
-            mechanism=target.mechanism, canary=target.canary, role=r, noise=t.noise, canary_inserted=r != "null",
-            runs=n, claimed_epsilon=target.claimed_epsilon, delta=target.delta, adjacency=target.adjacency,
-            confidence=confidence, select_fraction=select_fraction, seeds={"public": seed, "noise": noise_rec},
-            task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
-            canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if root is not None else None,
-            timings={"seconds": seconds, "trials_per_second": total_trials / max(seconds, 1e-9), "chunk_size": chunk_size,
-                     "workers": workers if executor is None else getattr(executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
-                     "executor": "built-in" if executor is None else _describe_executor(executor)},
-            git_commit=git_commit(), command=command, release_id=release_id, release_path=release_path, threat_model=threat_model,
-            id=audit_id if r == "main" else uuid.uuid4().hex, **ev,
-        )
+    scores, busy, cpu = _run_roles(jobs, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
+                                   checkpoints={r: _Checkpoint(root, r, prints[r]) for r in roles}, progress=o.progress, executor=o.executor)
+    timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
+    results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex)
+               for r, (t, n) in roles.items()}
     main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
     if root is not None:
         write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
         shutil.rmtree(root / ".checkpoint", ignore_errors=True)
     return main
+
+
+def _roles(target: AuditTarget, o: AuditOptions) -> dict:
+    """role -> (target, trials): the main audit and its controls (the null control: no canary)."""
+    target.prepare()
+    roles = {"main": (target, o.runs)}
+    if "no-noise" in o.controls:
+        roles["no-noise"] = (target.without_noise(), o.control_runs)
+    if "null" in o.controls:
+        roles["null"] = (target, o.control_runs)
+    return roles
+
+
+def _inserted(role: str, plan, n: int) -> np.ndarray:
+    return np.zeros(n, dtype=bool) if role == "null" else plan.world.copy()
+
+
+def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: float) -> dict:
+    return {"seconds": seconds, "trials_per_second": trials / max(seconds, 1e-9), "chunk_size": o.chunk_size,
+            "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
+            "executor": "built-in" if o.executor is None else _describe_executor(o.executor)}
+
+
+def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id) -> AuditResult:
+    """One role's result: its scores evaluated against the main target's claim (the controls are
+    judged against the same curve: how far the no-noise control lies below it shows the power)."""
+    nseed = o.trial_noise_seed
+    noise_rec = {"source": "reproducible" if nseed is not None else "os-entropy", "seed": nseed, "secret": nseed is None}
+    desc = t.describe()
+    ev = evaluate_scores(scores, plan.world, plan.select, delta=target.delta, confidence=o.confidence, event=target.claimed_event,
+                         accountant=target.accountant, adjacency=target.adjacency, seed=o.seed)
+    return AuditResult(
+        mechanism=target.mechanism, canary=target.canary, role=role, noise=t.noise, canary_inserted=role != "null",
+        runs=n, claimed_epsilon=target.claimed_epsilon, delta=target.delta, adjacency=target.adjacency,
+        confidence=o.confidence, select_fraction=o.select_fraction, seeds={"public": o.seed, "noise": noise_rec},
+        task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
+        canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if o.out_dir is not None else None, timings=timings,
+        git_commit=git_commit(), command=o.command, release_id=o.release_id, release_path=o.release_path,
+        threat_model=one_of("threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS), id=audit_id, **ev,
+    )
 
 
 def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict | None = None) -> Path:
@@ -725,29 +756,16 @@ def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict
     return write_json_atomic(root / AUDIT_FILE, public)
 
 
-def audit_callable(
-    mechanism,
-    score,
-    runs: int,
-    *,
-    claimed_epsilon: float | None = None,
-    delta: float,
-    noiseless_mechanism=None,
-    mechanism_name: str = "custom",
-    canary: str = "custom",
-    adjacency: str = "add-remove-record",
-    controls: tuple[str, ...] | list[str] | None = None,
-    claim=None,
-    accountant: str = "rdp",
-    **kw,
-) -> AuditResult:
+def audit_callable(mechanism, score, runs: int, *, delta: float, claimed_epsilon: float | None = None, claim=None, noiseless_mechanism=None,
+                   controls: tuple[str, ...] | list[str] | None = None, **kw) -> AuditResult:
     """Bring your own mechanism: audit ``mechanism(include_canary: bool, rng) -> release``.
 
     ``score(release) -> float`` is the attack's statistic (computed from the release alone).
     ``rng`` is a fresh numpy Generator per trial from the audit's private noise source; the
     mechanism must draw all its randomness from it. The null control runs by default; the
     no-noise control also runs when ``noiseless_mechanism`` is given. Other keyword arguments
-    go to :func:`run_audit` (``confidence``, ``seed``, ``out_dir``, ``workers``, ...).
+    go to :func:`run_audit` (``confidence``, ``seed``, ``out_dir``, ``workers``, ...), except the
+    target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``.
 
     ``claim``: the claim as a DP event (e.g. ``SubsampledGaussian(sigma, 1.0, 1)`` for one
     Gaussian release, ``SubsampledGaussian(sigma, q, T)``, ``PureEpsilon(eps)``, a composition)
@@ -758,13 +776,13 @@ def audit_callable(
     """
     from .targets import CallableTarget
 
+    lab = _labels({"mechanism" if k == "mechanism_name" else k: kw.pop(k) for k in list(kw) if k in ("mechanism_name", "canary", "adjacency", "accountant")})
     if claim is not None and claimed_epsilon is None:
         from ..accounting import compute_epsilon
 
-        claimed_epsilon = float(compute_epsilon(claim, delta=delta, accountant=accountant, adjacency=adjacency).epsilon)
+        claimed_epsilon = float(compute_epsilon(claim, delta=delta, accountant=lab["accountant"], adjacency=lab["adjacency"]).epsilon)
     target = CallableTarget(mechanism_fn=mechanism, score_fn=score, claimed_epsilon=claimed_epsilon, delta=delta,
-                            mechanism=mechanism_name, canary=canary, adjacency=adjacency,
-                            noiseless_mechanism=noiseless_mechanism, claimed_event=claim, accountant=accountant)
+                            noiseless_mechanism=noiseless_mechanism, claimed_event=claim, **lab)
     if controls is None:
         controls = CONTROLS if noiseless_mechanism is not None else ("null",)
     return run_audit(target, runs=runs, controls=controls, **kw)

@@ -391,15 +391,12 @@ def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accou
             "violated": bool(found["violated"]), "ceiling": ceiling}
 
 
-def audit_one_run(scores, included, *, kind: str = "gradient", delta: float, confidence: float = 0.95, claim=None,
-                  accountant: str = "rdp", adjacency: str = "add-remove-record", info: dict | None = None,
-                  claimed_epsilon: float | None = None) -> dict:
-    """Bring your own: the one-run bounds (:func:`one_run_bounds`) of scores made elsewhere.
-    ``included`` must be each canary's private fair coin, drawn independently of everything the
-    scores' guesses could be tuned on."""
-    return one_run_bounds(OneRunScores(scores=np.asarray(scores), included=np.asarray(included), kind=kind, info=dict(info or {})),
-                          delta=delta, confidence=confidence, claim=claim, accountant=accountant, adjacency=adjacency,
-                          claimed_epsilon=claimed_epsilon)
+def audit_one_run(scores, included, *, kind: str = "gradient", info: dict | None = None, **bounds) -> dict:
+    """Bring your own: the one-run bounds (:func:`one_run_bounds`, whose keywords ``bounds`` are:
+    ``delta``, ``confidence``, ``claim``, ``accountant``, ``adjacency``, ``claimed_epsilon``) of
+    scores made elsewhere. ``included`` must be each canary's private fair coin, drawn
+    independently of everything the scores' guesses could be tuned on."""
+    return one_run_bounds(OneRunScores(scores=np.asarray(scores), included=np.asarray(included), kind=kind, info=dict(info or {})), **bounds)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,8 @@ class AuditTarget(abc.ABC):
     noise: bool = True
     #: trials per batch (memory / speed trade-off only; never changes what a trial is)
     default_chunk_size: int = 256
+    #: the name of an uncertified noise sampler the trials use (their cost is then unbounded)
+    uncertified_sampler: str | None = None
 
     @abc.abstractmethod
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
@@ -124,6 +126,12 @@ class AuditTarget(abc.ABC):
         ledger charges the audit's trials there, :mod:`dpaudit.audits.cost`); None for a target
         that names no private dataset (synthetic data, a bring-your-own mechanism)."""
         return None
+
+
+def prepared(target: "AuditTarget", no_noise: bool = False) -> "AuditTarget":
+    """``target`` with its public state built, or its noiseless control (``no_noise``)."""
+    target.prepare()
+    return target.without_noise() if no_noise else target
 
 
 def training_partition(target) -> dict:

@@ -8,9 +8,11 @@ list, booleans as flags), the options are parsed into the Request and handed to 
 and :func:`dpaudit.audits.engine.run_audit` for ``audit``). Nothing here decides anything about
 privacy: parsing only.
 
-Families with bespoke commands (the DP-RVFL models, ``dp-elm``, ``mixmin``, and the audit's
-built-in targets) keep them (:data:`BESPOKE_TRAIN_FAMILIES`, :data:`BESPOKE_AUDIT_FAMILIES`);
-those commands also parse into their Request.
+A ``train`` command registered by hand (the DP-RVFL models, ``dp-elm``, ``mixmin``) is kept
+(:func:`register_train` skips names already registered). ``dpaudit audit NAME`` of a built-in
+family's request (:data:`dpaudit.requests.REQUEST_TYPES`) is the one command generated from
+:class:`~dpaudit.requests.AuditRequest` (:mod:`dpaudit.cli.audit`); a mechanism that declares its
+own request type gets its generic ``audit NAME`` here, whose options are its request's.
 """
 
 from __future__ import annotations
@@ -26,26 +28,15 @@ from typing import Optional
 import typer
 
 from . import options
-from .common import console, emit_json
-
-#: Families whose ``dpaudit train`` commands are written by hand (cli/train_rvfl, train_elm, train_mixmin).
-BESPOKE_TRAIN_FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin")
-#: Families the bespoke ``dpaudit audit MECHANISM`` command builds targets for (audits/build.py).
-BESPOKE_AUDIT_FAMILIES = ("dp-sgd-head", "dp-elm", "dp-mixmin", "gaussian")
-
-
-def generic_train_names() -> tuple[str, ...]:
-    """Catalogue names that get the generic ``train NAME`` command."""
-    from ..catalogue import CATALOGUE
-
-    return tuple(n for n, e in CATALOGUE.items() if not e.audit_only and e.family not in BESPOKE_TRAIN_FAMILIES)
-
+from .common import console, emit_json, note, recorded_argv
 
 def generic_audit_names() -> tuple[str, ...]:
-    """Catalogue names that get the generic ``audit NAME`` command (auditable, no bespoke target)."""
+    """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
+    request type is their mechanism's own (not a built-in family's, which AuditRequest covers)."""
     from ..catalogue import CATALOGUE
+    from ..requests import REQUEST_TYPES
 
-    return tuple(n for n, e in CATALOGUE.items() if e.canaries and e.family not in BESPOKE_AUDIT_FAMILIES)
+    return tuple(n for n, e in CATALOGUE.items() if e.canaries and e.family not in REQUEST_TYPES)
 
 
 # ---------------------------------------------------------------- Request fields -> typer options
@@ -67,7 +58,7 @@ def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Par
         help_text = f.metadata.get("help") or ""
         hidden = bool(f.metadata.get("hidden"))
         default = None if f.default is dataclasses.MISSING else f.default
-        tp = types[f.name]
+        tp = Path if f.metadata.get("path") else types[f.name]
         choices = f.metadata.get("choices")
         if choices:
             enum = _choice_enum(rtype.__name__, f.name, choices)
@@ -100,7 +91,7 @@ def request_from_options(rtype, values: dict, **fixed):
     return rtype(**kwargs, **fixed)
 
 
-def _command(func, params: list[inspect.Parameter], name: str, doc: str):
+def make_command(func, params: list[inspect.Parameter], name: str, doc: str):
     """``func(**kwargs)`` with the explicit signature typer reads."""
     func.__signature__ = inspect.Signature(params)
     func.__annotations__ = {p.name: p.annotation for p in params}
@@ -131,16 +122,22 @@ def make_train_command(entry):
     params = request_parameters(rtype) + [p for p in _run_parameters(entry.name) if p.name not in {f.name for f in dataclasses.fields(rtype)}]
 
     def command(**kwargs):
-        from ..releasing import release
-
-        from ..releasing import secret_noise_seed
+        from ..releasing import release, secret_noise_seed
 
         out, ledger, json_out, seed_file = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file"))
         request = request_from_options(rtype, kwargs)
+        mech = entry.mechanism()
+        for line in mech.notes(request):  # on stderr: --json output stays clean
+            note(line)
         with secret_noise_seed(seed_file):
             rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
+        shown = mech.summary(rel)
         if json_out:
-            emit_json(rel.to_dict())
+            emit_json(rel.to_dict() if shown is None else shown[0])
+            return
+        if shown is not None:
+            for line in shown[1]:
+                console.print(line, soft_wrap=True)
             return
         claim = "no privacy claim (non-private)" if rel.non_private else (
             f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
@@ -150,45 +147,39 @@ def make_train_command(entry):
         console.print(f"  release id {rel.id}; command: {rel.command}", soft_wrap=True)
 
     doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
-    return _command(command, params, f"train_{entry.name}", doc)
+    return make_command(command, params, f"train_{entry.name}", doc)
 
 
 def register_train(train_app: typer.Typer) -> None:
-    """Register ``train NAME`` for every catalogue entry without a bespoke command."""
-    from ..catalogue import CATALOGUE
+    """Register ``train NAME`` for every trainable catalogue entry not registered by hand."""
+    from ..catalogue import CATALOGUE, names
 
-    for name in generic_train_names():
+    taken = {c.name or c.callback.__name__.replace("_", "-") for c in train_app.registered_commands}
+    for name in names(trainable=True):
         entry = CATALOGUE[name]
-        train_app.command(name, help=make_train_command(entry).__doc__)(make_train_command(entry))
+        if not taken & {name, *entry.aliases}:
+            command = make_train_command(entry)
+            for i, shown in enumerate((*entry.aliases, name)):  # an alias (e.g. mixmin) is the name shown in help
+                train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
 
 
 # ---------------------------------------------------------------- audit NAME
 
 
+#: The AuditRequest options a generic ``audit NAME`` command adds to its request's own.
+_AUDIT_OPTIONS = ("runs", "confidence", "release", "out", "no_noise", "controls", "control_runs", "workers", "chunk_size", "seed",
+                  "reproducible_noise", "data_dir", "ledger", "json_out")
+
+
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
+    """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
+    from ..requests import AuditRequest
+
     canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
-    kw = inspect.Parameter.KEYWORD_ONLY
-    ps = [
-        inspect.Parameter("canary", kw, annotation=Optional[canary_enum],
-                          default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False)),
-        inspect.Parameter("runs", kw, annotation=int, default=typer.Option(1000, "--runs", help="Trials R (half with the canary, half without).")),
-        inspect.Parameter("confidence", kw, annotation=float, default=typer.Option(0.95, "--confidence", help="Joint confidence of the FPR and FNR bounds.")),
-        inspect.Parameter("release", kw, annotation=Optional[Path],
-                          default=typer.Option(None, "--release", help="Audit the configuration recorded in this release.json (or its folder).", show_default=False)),
-        inspect.Parameter("out", kw, annotation=Optional[Path],
-                          default=typer.Option(None, "--out", help=f"Output directory for audit.json and scores.npz (default: audits/{entry.name}-CANARY).", show_default=False)),
-        inspect.Parameter("no_noise", kw, annotation=bool, default=typer.Option(False, "--no-noise", help="Audit the mechanism with its DP noise removed (must find large leakage).")),
-        inspect.Parameter("controls", kw, annotation=bool, default=typer.Option(True, "--controls/--no-controls", help="Also run the no-noise and null controls.")),
-        inspect.Parameter("control_runs", kw, annotation=Optional[int], default=typer.Option(None, "--control-runs", help="Trials per control (default: --runs).", show_default=False)),
-        inspect.Parameter("workers", kw, annotation=Optional[int], default=typer.Option(None, "--workers", help="Worker processes for the trials (default min(2, CPUs)).", show_default=False)),
-        inspect.Parameter("chunk_size", kw, annotation=Optional[int], default=typer.Option(None, "--chunk-size", help="Trials per batched call (speed only).", show_default=False)),
-        inspect.Parameter("seed", kw, annotation=int, default=options.seed()),
-        inspect.Parameter("reproducible_noise", kw, annotation=bool, default=options.reproducible_noise()),
-        inspect.Parameter("data_dir", kw, annotation=Optional[Path], default=options.data_dir()),
-        inspect.Parameter("ledger", kw, annotation=Optional[Path], default=options.ledger()),
-        inspect.Parameter("json_out", kw, annotation=bool, default=options.json_out()),
-    ]
-    return [p for p in ps if p.name not in taken]
+    canary = inspect.Parameter("canary", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[canary_enum],
+                               default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False))
+    params = {p.name: p for p in request_parameters(AuditRequest)}
+    return [canary] + [params[n] for n in _AUDIT_OPTIONS if n not in taken]
 
 
 def make_audit_command(entry):
@@ -199,7 +190,7 @@ def make_audit_command(entry):
     params = request_parameters(rtype) + _audit_parameters(entry, field_names)
 
     def command(**kwargs):
-        from ..audits.build import generic_target, target_from_release
+        from ..auditing import generic_target, target_from_release
         from ..audits.engine import CONTROLS, run_audit
 
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
@@ -208,7 +199,6 @@ def make_audit_command(entry):
         seed = int(getattr(request, "seed", audit.get("seed", 42)))
         data_dir = kwargs.get("data_dir", audit.get("data_dir"))
         release_id = release_path = None
-        argv = ["dpaudit", "audit", entry.name]
         if audit["release"] is not None:
             from ..errors import UsageError
             from ..records import read_release
@@ -220,43 +210,22 @@ def make_audit_command(entry):
             rel = read_release(audit["release"])
             release_id, release_path = rel.id, str(Path(audit["release"]).resolve())
             t = target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
-            argv += ["--release", str(audit["release"])]
-            if data_dir is not None:
-                argv += ["--data-dir", str(data_dir)]
         else:
             t = generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
-            argv += request.to_argv()[3:]
         out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
-        argv += ["--canary", t.canary, "--runs", str(audit["runs"]), "--confidence", repr(audit["confidence"])]
-        if audit["no_noise"]:
-            argv.append("--no-noise")
-        if not audit["controls"]:
-            argv.append("--no-controls")
-        elif audit["control_runs"] is not None:
-            argv += ["--control-runs", str(audit["control_runs"])]
-        reproducible = bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False)))
-        if reproducible and "reproducible_noise" not in field_names:
-            argv.append("--reproducible-noise")
-        argv += ["--out", str(out)]
+        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"), omit=("json_out", "workers", "ledger"))
+        argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
         result = run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=CONTROLS if audit["controls"] else (),
                            control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
-                           reproducible_noise=reproducible, progress=not audit["json_out"], command=shlex.join(argv),
-                           release_id=release_id, release_path=release_path, workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
-                           ledger_path=audit.get("ledger"))
-        if audit["json_out"]:
-            from ..audit_outputs import shareable_audit
+                           reproducible_noise=bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False))),
+                           progress=not audit["json_out"], command=shlex.join(argv), release_id=release_id, release_path=release_path,
+                           workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)), ledger_path=audit.get("ledger"))
+        from .audit_render import show
 
-            d = shareable_audit(result.to_dict())  # what audit.json holds; the rest is in audit_local.json
-            d["audit_dir"] = str(out)
-            emit_json(d)
-            return
-        from .audit import _render, write_figure
-
-        _render(result, Path(out))
-        write_figure(result, Path(out))
+        show([result], [out], json_out=audit["json_out"])
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
-    return _command(command, params, f"audit_{entry.name}", doc)
+    return make_command(command, params, f"audit_{entry.name}", doc)
 
 
 def audit_click_command(name: str):

@@ -9,6 +9,7 @@ import typer
 
 from ..accounting.ledger_paths import LEDGER_ENV
 from ..data.base import DATA_DIR_ENV
+from ..requests import PROFILE_HELP
 
 
 def eps(default: float = 2.0) -> typer.models.OptionInfo:
@@ -51,11 +52,6 @@ def noise_seed_file() -> typer.models.OptionInfo:
 
 def noise_source() -> typer.models.OptionInfo:
     return typer.Option("os-entropy", "--noise-source", help="os-entropy (default), cryptographic; --reproducible-noise overrides.")
-
-
-PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
-                "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
-                "unless --split-seed is given (docs/data-profiles.md).")
 
 
 def profile() -> typer.models.OptionInfo:

@@ -9,8 +9,9 @@ See ``docs/architecture.md`` (request -> plan -> preflight -> run -> release -> 
   *public* facts (:class:`DataInfo`) only: schedule, calibrated noise, privacy event, config;
 - ``run(plan, data, noise, *, progress)``: the computation on the private data, returning a
   :class:`RunOutput` (steps executed, arrays, metrics, config extras);
-- ``audit_target(plan, canary, **opts)``: the audit target of the same plan, so the code that
-  is released is the code that is audited.
+- ``audit_target(plan, canary, *, release=None, user_ids=None, no_noise=False)``: the audit
+  target of the same plan, so the code that is released is the code that is audited;
+- the optional hooks of :class:`Mechanism`, whose defaults :class:`MechanismBase` provides.
 
 :func:`dpaudit.releasing.release` runs them in the one order every release follows (validate ->
 load -> plan -> check the out dir -> reserve the budget -> noise source -> run -> verify the
@@ -30,8 +31,12 @@ This module is torch-free (only dataclasses and typing), so catalogues and CLIs 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+
+from ..errors import DataError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
     from ..accounting.events import Event
@@ -208,20 +213,15 @@ class PartitionDeclaration:
 
 @runtime_checkable
 class Mechanism(Protocol):
-    """The contract (module docstring). Optional extras the skeleton uses when present:
-    ``validate(request) -> request`` (checks before anything is loaded; default: none),
-    ``data_info(request, data) -> DataInfo`` (default :meth:`DataInfo.from_prepared`),
-    ``default_out_dir(plan) -> path`` (default ``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``),
-    ``command_line(plan, out_dir) -> str`` (default from the request's ``to_argv``),
-    ``record_out_dir`` (True: ``artefacts["out_dir"]`` names the release folder, as DP-ELM
-    releases always have), ``load_uses_ledger`` (True: ``load(request, ledger_path=...)`` gets
-    the ledger, e.g. for a keyed fingerprint that names the dataset), and for multi-release
-    plans (:attr:`ReleasePlan.parts`) ``link_releases(plan, releases) -> releases`` (before
-    publishing: e.g. one release naming another's id) and ``after_publish(plan, releases,
-    out_dir)`` (e.g. a summary file beside the releases)."""
+    """The contract (module docstring); every hook is declared here, with its default in
+    :class:`MechanismBase` (a mechanism subclasses it and overrides what it needs)."""
 
     name: str
     request_type: type
+    #: True: ``artefacts["out_dir"]`` names the release folder (as DP-ELM releases always have).
+    record_out_dir: bool
+    #: True: ``load(request, ledger_path=...)`` gets the ledger (e.g. a keyed fingerprint).
+    load_uses_ledger: bool
 
     def load(self, request) -> Any: ...
 
@@ -229,4 +229,123 @@ class Mechanism(Protocol):
 
     def run(self, plan: ReleasePlan, data, noise, *, progress) -> RunOutput: ...
 
-    def audit_target(self, plan: ReleasePlan, canary: str, **opts): ...
+    def validate(self, request):
+        """Checks before anything is loaded; returns the (possibly normalised) request."""
+
+    def data_info(self, request, data) -> DataInfo:
+        """The public facts of the loaded data the plan is computed from."""
+
+    def default_out_dir(self, plan: ReleasePlan):
+        """Where a release goes when no ``out_dir`` is given."""
+
+    def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
+        """The release's recorded command (derived, never parsed back)."""
+
+    def link_releases(self, plan: ReleasePlan, releases: list) -> list:
+        """Multi-release plans: the parts' releases before publishing (e.g. one naming another)."""
+
+    def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
+        """Multi-release plans: after every part is published (e.g. a summary file)."""
+
+    def notes(self, request) -> list[str]:
+        """One-line notes for people on ``request`` before it runs (``dpaudit train`` prints them)."""
+
+    def summary(self, release) -> tuple[dict, list[str]] | None:
+        """What ``dpaudit train`` prints of ``release``: (its ``--json`` object, its lines); None: the
+        release record and the generic lines."""
+
+    def plan_of_release(self, request, release) -> ReleasePlan:
+        """The plan ``release`` was made with, rebuilt from its ``request``; refused (DataError)
+        unless it is the release's (:func:`check_plan_matches_release`)."""
+
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
+        recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
+
+
+class MechanismBase:
+    """The defaults of :class:`Mechanism`'s optional hooks (so callers never probe for them)."""
+
+    record_out_dir = False
+    load_uses_ledger = False
+
+    def validate(self, request):
+        return request
+
+    def data_info(self, request, data) -> DataInfo:
+        return DataInfo.from_prepared(data)
+
+    def default_out_dir(self, plan: ReleasePlan):
+        """``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``."""
+        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
+        return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
+
+    def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
+        """From the request (:meth:`dpaudit.requests.Request.command`)."""
+        return plan.request.command(out=out_dir) if hasattr(plan.request, "command") else None
+
+    def link_releases(self, plan: ReleasePlan, releases: list) -> list:
+        return releases
+
+    def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
+        return None
+
+    def notes(self, request) -> list[str]:
+        return []
+
+    def summary(self, release) -> tuple[dict, list[str]] | None:
+        return None
+
+    def plan_of_release(self, request, release) -> ReleasePlan:
+        """From the request and the loaded data's public facts, as the release was planned."""
+        request = self.validate(request)
+        plan = self.plan(request, self.data_info(request, self.load(request)))
+        check_plan_matches_release(plan, release)
+        return plan
+
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        raise UsageError(f"mechanism must be auditable (an audit_target), got {plan.mechanism!r}.")
+
+
+# ------------------------------------------------------------------ a plan rebuilt for a release
+
+#: Release config keys a rebuilt plan must reproduce (when both record them).
+_CONFIG_KEYS = ("width", "sampler", "records_per_user", "task", "stage", "composition")
+#: Release fields of the schedule a rebuilt plan must reproduce (float rounding aside).
+_SCHEDULE_KEYS = ("noise_multiplier", "sample_rate", "normalizer")
+
+
+def check_plan_matches_release(plan, rel) -> None:
+    """The one check that a rebuilt plan is the release's: its event (the guarantee), adjacency,
+    seed, privacy unit, schedule (steps, sigma, q, normaliser), dataset identity (name, split seed,
+    profile, users), split rule and the recorded config of its request (width, sampler, G, ...).
+    A release whose request says one thing and whose record another is refused, never guessed."""
+    rebuilt = {"type": "non-private"} if plan.event is None else plan.event.to_dict()
+    if rebuilt != rel.guarantee:
+        raise DataError(f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}.")
+    cfg = rel.config or {}
+    check_request_matches(adjacency=(plan.adjacency, rel.adjacency), seed=(plan.seed, rel.seed), privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+                           **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
+                           **{"split rule": ((plan.config.get("split") or {}).get("rule"), (cfg.get("split") or {}).get("rule"))})
+    numbers = {"steps": (plan.steps, rel.steps), **{k: (plan.release_fields.get(k), getattr(rel, k, None)) for k in _SCHEDULE_KEYS}}
+    bad = _first_mismatch(numbers, lambda got, want: math.isclose(float(got), float(want), rel_tol=1e-12, abs_tol=1e-12))
+    if bad:
+        raise DataError("rebuilt {0} must equal the release's {2}, got {1}.".format(*bad))
+    _check_dataset(plan.dataset or {}, rel.dataset or {})
+
+
+def _check_dataset(rebuilt: dict, recorded: dict) -> None:
+    for key in ("name", "split_seed", "profile", "user_ids_sha256"):
+        if recorded.get(key) is not None and rebuilt.get(key) != recorded[key]:
+            raise DataError(f"rebuilt dataset {key} must equal the release's {recorded[key]!r}, got {rebuilt.get(key)!r}.")
+
+
+def _first_mismatch(pairs: dict, same):
+    """The first (name, got, wanted) of ``pairs`` (name -> (got, wanted)) both known and not ``same``."""
+    return next(((n, got, want) for n, (got, want) in pairs.items() if want is not None and got is not None and not same(got, want)), None)
+
+
+def check_request_matches(**pairs) -> None:
+    bad = _first_mismatch(pairs, lambda got, want: got == want)
+    if bad:
+        raise DataError("release request {0} must match the release's {2!r}, got {1!r}.".format(*bad))

@@ -41,21 +41,25 @@ comes from the private :class:`~dpaudit.noise.NoiseSource`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
+from ..audits.canaries import check_canary
+from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
 from ..records import Release
 from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
+from .contract import MechanismBase
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
@@ -63,8 +67,6 @@ ACCOUNTANT = "pure"
 DEFAULT_ADJACENCY = "add-remove-record"
 ADJACENCIES = ("add-remove-record", "replace-record")
 ELM_WIDTHS = (1, 3, 5, 10)
-DEFAULT_WIDTH = 10
-DEFAULT_DATASET = "digits"
 CHUNK = 1024  # records per accumulation chunk (section 3.5)
 FEATURE_BITS = 20  # discrete sampler: hidden features rounded to multiples of 2^-20
 TAG_ELM = 0x454C4D  # "ELM": public stream of W and b
@@ -373,55 +375,163 @@ def fit_dp_elm(
     return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
 
 
-def _request(*, dataset, data_dir, width, epsilon, seed, sampler, adjacency, reproducible_noise, noise_source, split_seed,
-             non_private=False, profile=None):
-    """The :class:`~dpaudit.requests.DPELMRequest` of a release (recorded as ``Release.request``;
-    its ``to_argv`` gives the recorded command)."""
-    from ..requests import DPELMRequest
+def train_and_release_dp_elm(*, out_dir: str | os.PathLike | None = None, ledger_path: str | os.PathLike | None = None, record: bool = True,
+                             prepared=None, **fields) -> Release:
+    """Release a Laplace DP-ELM of the :class:`~dpaudit.requests.DPELMRequest` ``fields`` and publish
+    it: :func:`dpaudit.releasing.release` of :data:`MECHANISM` (budget checked before the private
+    statistics are touched, claim recomputed from the event after the fit).
 
-    return DPELMRequest(dataset=dataset, data_dir=None if data_dir is None else os.fspath(data_dir), width=int(width), epsilon=float(epsilon),
-                        seed=int(seed), sampler=sampler, adjacency=adjacency, split_seed=split_seed, profile=profile,
-                        non_private=bool(non_private), reproducible_noise=bool(reproducible_noise), noise_source=noise_source)
-
-
-def train_and_release_dp_elm(
-    *,
-    dataset: str = DEFAULT_DATASET,
-    data_dir: str | os.PathLike | None = None,
-    width: int = DEFAULT_WIDTH,
-    epsilon: float = 2.0,
-    seed: int = 42,
-    sampler: str = DEFAULT_SAMPLER,
-    adjacency: str = DEFAULT_ADJACENCY,
-    reproducible_noise: bool = False,
-    noise_source: str = "os-entropy",
-    out_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    split_seed: int | None = None,
-    profile: str | None = None,
-    non_private: bool = False,
-    record: bool = True,
-    prepared=None,
-) -> Release:
-    """Load ``dataset``, release a Laplace DP-ELM of ``width`` at pure ``epsilon``, publish it.
-
-    Order (check, then commit): validate, load, ledger preflight of ``PureEpsilon(epsilon)``
-    under ``adjacency`` *before* the private statistics are touched, fit, recompute the claim
-    from the event, check it is <= the target, write ``release.json`` and record it in the
-    ledger. ``profile=None`` is the dataset's default preprocessing. ``prepared`` may hold an
-    already loaded PreparedDataset. ``record=False`` skips the ledger (tests only; the preflight
-    still runs). ``non_private=True`` fits the closed-form ELM without noise and makes no claim
-    (``epsilon = inf``; the ledger then treats the dataset's budget as spent without bound).
-    """
-    request = _request(dataset=prepared.name if prepared is not None else dataset, data_dir=data_dir, width=width, epsilon=epsilon, seed=seed,
-                       sampler=sampler, adjacency=adjacency, reproducible_noise=reproducible_noise, noise_source=noise_source,
-                       split_seed=split_seed, non_private=non_private, profile=profile)
+    ``prepared`` may hold an already loaded PreparedDataset (its name is the request's dataset).
+    ``record=False`` skips the ledger (tests only; the preflight still runs). ``non_private=True``
+    fits the closed-form ELM without noise and makes no claim (``epsilon = inf``; the ledger then
+    treats the dataset's budget as spent without bound)."""
     from ..releasing import release
 
-    return release(MECHANISM, request, out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
+    casts = {"width": int, "epsilon": float, "seed": int, "non_private": bool, "reproducible_noise": bool, "data_dir": os.fspath}
+    fields = {k: v if v is None or k not in casts else casts[k](v) for k, v in fields.items()}
+    if prepared is not None:
+        fields["dataset"] = prepared.name
+    return release(MECHANISM, DPELMRequest(**fields), out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
 
 
-class DPELMMechanism:
+def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """x in [lo, hi]^d maximising min_u (x W + b)_u (a linear program): all features near 1."""
+    from scipy.optimize import linprog
+
+    d, L = weight.shape
+    # variables (x_1..x_d, t): maximise t subject to t - (x W + b)_u <= 0 for every unit u
+    c = np.zeros(d + 1)
+    c[-1] = -1.0
+    a_ub = np.hstack([-weight.T, np.ones((L, 1))])
+    b_ub = bias.astype(np.float64)
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=[(lo, hi)] * d + [(None, None)], method="highs")
+    if res.status != 0:
+        raise UsageError(f"worst-case canary search must converge, got status {res.status}: {res.message}.")
+    return np.clip(res.x[:d], lo, hi)
+
+
+@dataclass
+class ElmTarget(AuditTarget):
+    """Audit of a Laplace DP-ELM release (pure epsilon-DP).
+
+    The un-noised statistics are computed once (:func:`elm_sufficient_statistics`); each trial
+    adds the canary's own statistics in the "in" world (add/remove adjacency), or replaces a
+    natural record by the canary (replace-one), then draws fresh noise
+    (:func:`privatize_statistics`) and solves. Canaries: ``worst-case`` (the record in the data's
+    input box whose sigmoid features are as large as possible in every unit, from a linear
+    program), ``natural`` and ``mislabeled`` (a held-out test record, with its true / a wrong
+    label). Score: h_c^T beta[:, y_c] - mean_{k != y_c} h_c^T beta[:, k]."""
+
+    dataset: str | None = "digits"
+    data_dir: str | None = None
+    width: int = 10
+    epsilon: float = 2.0
+    canary: str = "worst-case"
+    seed: int = 42
+    sampler: str = "discrete-laplace"
+    adjacency: str = "add-remove-record"
+    split_seed: int | None = None
+    profile: str | None = None
+    noise: bool = True
+    mechanism: str = "dp-elm"
+    delta: float = 0.0
+    accountant: str = "pure"  # the release's accountant: epsilon of PureEpsilon(epsilon) is epsilon
+    default_chunk_size: int = 250
+    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
+    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
+    prepared: object | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_canary("dp-elm", self.canary)
+        if self.adjacency not in ("add-remove-record", "replace-record"):
+            raise UsageError(f"adjacency must be one of add-remove-record, replace-record, got {self.adjacency!r}.")
+        self._ready = False
+
+    @property
+    def claimed_epsilon(self) -> float:  # type: ignore[override]
+        return float(self.epsilon)
+
+    @property
+    def uncertified_sampler(self) -> str | None:  # type: ignore[override]
+        return None if sampler_guarantee(self.sampler).certified else self.sampler
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The release's event: one pure epsilon-DP Laplace release, ``PureEpsilon(epsilon)``."""
+        from ..accounting.events import PureEpsilon
+
+        return PureEpsilon(float(self.epsilon))
+
+    def prepare(self) -> None:
+        if self._ready:
+            return
+        data = load_target_data(self)
+        self._n_classes = int(data.n_classes)
+        self._feats = elm_features(data.n_features, self.width, self.seed)
+        stat = lambda x, y: elm_sufficient_statistics(np.asarray(x), np.asarray(y, dtype=np.int64), self.width, self.seed,  # noqa: E731
+                                                      n_classes=self._n_classes, sampler=self.sampler, features=self._feats)
+        self._base = stat(data.x_train, data.y_train)
+        rng = public_rng(self.seed, 0xCA7A)
+        i = int(rng.integers(len(data.y_test)))
+        x_nat, y_nat = np.asarray(data.x_test[i : i + 1], dtype=np.float64), int(data.y_test[i])
+        if self.canary == "worst-case":
+            lo, hi = float(np.min(data.x_train)), float(np.max(data.x_train))
+            x_c = worst_case_input(self._feats.weight, self._feats.bias, lo, hi)[None, :]
+            y_c = 0
+            info = {"kind": "worst-case", "input_box": [lo, hi], "label": y_c}
+        else:
+            x_c = x_nat
+            y_c = (y_nat + 1) % self._n_classes if self.canary == "mislabeled" else y_nat
+            info = {"kind": self.canary, "test_index": i, "true_label": y_nat, "label": y_c}
+        self._canary_stats = stat(x_c, [y_c])
+        self._hc = self._feats.transform(x_c)[0]
+        self._yc = y_c
+        info["features"] = self._hc.tolist()
+        if self.adjacency == "replace-record":
+            # out world: base + a natural record; in world: base + the canary (same size)
+            j = int(rng.integers(len(data.y_test)))
+            self._out_stats = self._base.plus(stat(data.x_test[j : j + 1], [int(data.y_test[j])]))
+            info["replaced_test_index"] = j
+        else:
+            self._out_stats = self._base
+        self._in_stats = self._base.plus(self._canary_stats)
+        self._canary_info = info
+        self._dataset_name = data.name
+        self._analyses = privacy_analyses(self.width, self.epsilon)
+        self._ready = True
+
+    def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        self.prepare()
+        out = np.empty(len(canary_in))
+        for r, c in enumerate(np.asarray(canary_in, dtype=bool)):
+            st = self._in_stats if c else self._out_stats
+            if self.noise:
+                gram, cross = privatize_statistics(st, self.epsilon, noise, sampler=self.sampler)
+            else:
+                gram, cross = st.gram_float(), st.cross_float()
+            beta, _ = solve_output_weights(gram, cross)
+            o = self._hc @ beta
+            out[r] = o[self._yc] - (o.sum() - o[self._yc]) / max(len(o) - 1, 1)
+        return out
+
+    private_data = training_partition  # every trial trains on the training partition
+
+    def without_noise(self) -> "ElmTarget":
+        t = dataclasses.replace(self, noise=False)
+        if self._ready:
+            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
+        return t
+
+    def describe(self) -> dict:
+        self.prepare()
+        return {"task": None, "dataset": self._dataset_name,
+                "config": {"width": self.width, "epsilon": self.epsilon, "sampler": self.sampler, "seed": self.seed,
+                           "noise_scale": self.width * (self.width + 2) / self.epsilon, "analyses": self._analyses,
+                           "accountant": "pure"},
+                "canary_info": self._canary_info}
+
+
+class DPELMMechanism(MechanismBase):
     """Laplace DP-ELM on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy
     contract: module docstring). Run by :func:`dpaudit.releasing.release`: the budget of
     ``PureEpsilon(epsilon)`` is reserved before the private statistics are touched, and the
@@ -509,23 +619,43 @@ class DPELMMechanism:
             timings={"train_seconds": train_seconds, "statistics_seconds": stats_seconds, "noise_and_solve_seconds": fit_seconds,
                      "eval_seconds": eval_seconds})
 
+    def notes(self, r) -> list[str]:
+        if r.non_private:
+            positive_int("width", r.width)
+            return ["[yellow]non-private:[/] closed-form ELM without noise; the release makes no privacy claim."]
+        scale = noise_scale(r.width, r.epsilon)  # validates width and epsilon before any loading
+        leaky = ["[yellow]warning:[/] the textbook Laplace sampler leaks through floating-point low bits (Mironov 2012); "
+                 "the release is marked certified: false."] if r.sampler == "textbook" else []
+        return leaky + [f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={r.width}, eps={r.epsilon:g})"]
+
+    def summary(self, rel) -> tuple[dict, list[str]]:
+        cfg = rel.config
+        d = {"mechanism": rel.mechanism, "dataset": rel.dataset["name"], "width": cfg["width"], "noise_scale": cfg["noise_scale"],
+             "sampler": cfg["sampler"], "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
+             "adjacency": rel.adjacency, "accountant": rel.accountant, "target_epsilon": rel.target_epsilon, "epsilon": rel.epsilon,
+             "delta": rel.delta, "noise_source": rel.noise_source, "seed": rel.seed, "solver": cfg["solver"], "metrics": rel.metrics,
+             "timings": rel.timings, "release_id": rel.id, "release": str(Path(rel.artefacts["out_dir"]) / "release.json")}
+        head = f"[bold]dp-elm[/] on {d['dataset']}: L={d['width']}, " + ("non-private (no noise, no claim)" if rel.non_private else
+                f"noise scale {d['noise_scale']:g}, sampler {d['sampler']}, epsilon {d['epsilon']:g} (pure, delta 0, {d['adjacency']})")
+        metrics = "  " + ", ".join(f"{k} {v:.4f}" for k, v in rel.metrics.items() if isinstance(v, float))
+        return d, [head, metrics, f"  release written to {d['release']}"]
+
     def default_out_dir(self, plan):
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
 
-    def audit_target(self, plan, canary: str, **opts):
-        """The DP-ELM audit target of this plan (:class:`~dpaudit.audits.elm.ElmTarget`): its width,
-        epsilon, sampler, adjacency, seed and dataset; ``opts`` go to the target."""
-        from ..audits.elm import ElmTarget
-
+    def audit_target(self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The DP-ELM audit target of this plan (:class:`ElmTarget`): its width, epsilon, sampler,
+        adjacency, seed and dataset; a ``release``'s claim, accountant and dataset identity."""
         if plan.event is None:
             raise UsageError("release must be private to be audited, got a non-private dp-elm release.")
         r = plan.request
-        kw = dict(dataset=plan.data_name, data_dir=r.data_dir, width=int(r.width), epsilon=float(plan.target_epsilon), canary=canary,
-                  seed=plan.seed, sampler=r.sampler, adjacency=r.adjacency, profile=plan.dataset.get("profile", r.profile),
-                  split_seed=plan.dataset.get("split_seed", r.split_seed))
-        kw.update(opts)
-        return ElmTarget(**kw)
+        rel = {} if release is None else dict(epsilon=float(release.epsilon), accountant=release.accountant, expected_identity=release.dataset,
+                                               expected_sha256=(release.dataset or {}).get("sha256"))
+        t = ElmTarget(**{**dict(dataset=plan.data_name, data_dir=r.data_dir, width=int(r.width), epsilon=float(plan.target_epsilon),
+                                canary=canary, seed=plan.seed, sampler=r.sampler, adjacency=r.adjacency,
+                                profile=plan.dataset.get("profile", r.profile), split_seed=plan.dataset.get("split_seed", r.split_seed)), **rel})
+        return prepared(t, no_noise)
 
 
 MECHANISM = DPELMMechanism()

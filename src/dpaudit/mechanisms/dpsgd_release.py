@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import DataError, UsageError
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
-from .contract import DataInfo, ReleasePlan, RunOutput
+from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
 # The record-level trainers, looked up here at run time (tests substitute them on this module).
 from .dpsgd import train_linear_head, train_module_dp_sgd
 from .rvfl import (
@@ -123,7 +123,7 @@ def audit_reference_size(data, count: int) -> int:
     return int(count) if declared is None else int(declared)
 
 
-class DPSGDMechanism:
+class DPSGDMechanism(MechanismBase):
     """The DP-SGD family's mechanism (module docstring). ``user_ids``: in-memory user ids (an
     array per row before splitting, or a ``{"train", "val", "test"}`` mapping for an already
     split dataset) for library callers; a request names a ``.npy`` file instead."""

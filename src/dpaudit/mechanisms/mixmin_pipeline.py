@@ -51,7 +51,7 @@ from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, NoiseSource, public_rng
 from ..records import write_json_atomic
 from ..requests import MixMinRequest
 from ..validation import one_of, open_unit, positive_finite
-from .contract import DataInfo, PartitionDeclaration, ReleasePlan, RunOutput
+from .contract import DataInfo, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput, check_plan_matches_release
 from .dpsgd import DPSGDConfig, train_linear_head
 from .dpsgd_release import planned_reference_size
 from .mixmin import MixMinConfig, objective, run_mixmin
@@ -358,7 +358,7 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
     return (*reference_units(n0, resolved_rho(request), records_per_user=g, whole=info.split_rule == "all-records"), sizes)
 
 
-class DPMixMin:
+class DPMixMin(MechanismBase):
     """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`).
 
     A multi-release plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two
@@ -519,6 +519,25 @@ class DPMixMin:
             lines.append(f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss of lambda "
                          f"{u['mixture']:.4f} (lower is better); uniform mixture {u['uniform']:.4f}; best single source {b['source']} {b['loss']:.4f}")
         return release.to_dict(), lines
+
+    def plan_of_release(self, request: MixMinRequest, release) -> ReleasePlan:
+        """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`),
+        its mixture part checked against it. A release that records no request (before requests
+        were recorded) plans with the resolved settings it recorded (``mixmin_config``)."""
+        cfg = release.config or {}
+        if request.proxy_predictions is not None or not cfg.get("task"):
+            raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
+        rule = (cfg.get("split") or {}).get("rule")
+        if not (request.stage == "pipeline" and request.composition == "sequential") and rule != SPLIT_RULE:
+            # the audit rebuilds D_mix with the keyed split: another rule would audit other records
+            raise DataError(f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}.")
+        mc = cfg.get("mixmin_config") or {}
+        if release.request is None and mc:
+            request = replace(request, steps=int(mc["steps"]), batch_size=int(round(float(mc["expected_batch_size"]))),
+                              clipping_norm=float(mc["clipping_norm"]), step_size=float(mc["step_size"]), loss=mc.get("loss", request.loss))
+        plan = self.plan(self.validate(request), MixMinInfo.from_release(release))
+        check_plan_matches_release(plan.parts[0], release)
+        return plan
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
         """The audit target of this plan's mixture release: Algorithm 1 on the task's D_mix

@@ -33,7 +33,7 @@ from typing import ClassVar
 from ..errors import DataError, UsageError
 from ..requests import NOISE_SOURCES, Request, option
 from ..validation import one_of, open_unit, positive_finite
-from .contract import DataInfo, ReleasePlan, RunOutput
+from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
 
 NAME = "noisy-sum"
 ADJACENCY = "add-remove-record"
@@ -69,7 +69,7 @@ def clipped_rows(x: "np.ndarray", clipping_norm: float) -> "np.ndarray":
     return x * np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-300))
 
 
-class NoisySum:
+class NoisySum(MechanismBase):
     """The ``noisy-sum`` mechanism (module docstring): the contract of
     :mod:`dpaudit.mechanisms.contract`."""
 
@@ -139,27 +139,22 @@ class NoisySum:
         metrics = {} if n0 is None else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
         return RunOutput(steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz")
 
-    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
-        """The Gaussian audit target of this plan: sigma, C and d of the release (module docstring).
-        Its ``claimed_event`` is the plan's event, SubsampledGaussian(sigma, 1, 1), stated with the
-        PLD accountant (exact for one Gaussian: the exact epsilon the audit checks).
-
-        ``opts``: ``n_records`` (public records of the synthetic base, default the plan's N0) and
-        ``seed`` (default the plan's seed)."""
-        from ..audits.gaussian import GaussianTarget
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The Gaussian audit target of this plan: sigma, C and d of the release (module docstring),
+        on N0 synthetic public records (the plan's reference size). Its ``claimed_event`` is the
+        plan's event, SubsampledGaussian(sigma, 1, 1), stated with the PLD accountant (exact for one
+        Gaussian: the exact epsilon the audit checks)."""
+        from ..audits.gaussian import GaussianTarget  # here: `dpaudit --help` imports this module without numpy
+        from ..audits.targets import prepared
 
         if plan.event is None:
             raise UsageError("release must be private to be audited (a noisy-sum claim), got a non-private release.")
-        unknown = sorted(set(opts) - {"n_records", "seed"})
-        if unknown:
-            raise UsageError(f"noisy-sum audit options must be among n_records, seed, got {', '.join(unknown)}.")
         target = GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,
                                 clipping_norm=float(plan.config["clipping_norm"]), dimension=int(plan.config["dimension"]),
-                                n_records=int(opts.get("n_records") or plan.config["reference_size"] or 1), seed=int(opts.get("seed", plan.seed)),
-                                mechanism=NAME)
+                                n_records=int(plan.config["reference_size"] or 1), seed=plan.seed, mechanism=NAME)
         if target.claimed_event != plan.event:  # the claim audited must be the plan's own event
             raise DataError(f"audit target event must equal the plan's {plan.event.to_dict()}, got {target.claimed_event.to_dict()}.")
-        return target
+        return prepared(target, no_noise)
 
 
 MECHANISM = NoisySum()

@@ -1,0 +1,159 @@
+"""Rendering of ``dpaudit audit`` results (rich tables, verdict lines, the trade-off figure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import console, emit_json
+
+
+def show(results: list, out_dirs: list, *, json_out: bool) -> None:
+    """Print an audit (one JSON object, or its tables) and write its figures; a second result is
+    the final-model audit run beside a trajectory audit (in ``out_dirs[1]``)."""
+    if json_out:
+        from ..audit_outputs import shareable_audit
+
+        d = shareable_audit(results[0].to_dict())  # what audit.json holds; the rest is in audit_local.json
+        d["audit_dir"] = str(out_dirs[0])
+        if len(results) > 1:
+            d["final_model"] = {"audit_dir": str(out_dirs[1]), "epsilon_lower_bound": results[1].epsilon_lower_bound,
+                                "statistic": getattr(results[1], "statistic", "clopper-pearson")}
+        emit_json(d)
+        return
+    render(results[0], Path(out_dirs[0]))
+    if len(results) > 1:
+        render_threat_models(results[0], results[1], Path(out_dirs[1]))
+    for r, out in zip(results, out_dirs):
+        write_figure(r, Path(out))
+
+
+def write_figure(result, out: Path) -> Path | None:
+    """The reviewer's picture next to ``out/audit.json``: the claimed trade-off curve with the audit's
+    empirical points and confidence box (reports/tradeoff.py); nothing without a claimed event."""
+    from ..reports.tradeoff import write_tradeoff_png
+
+    path = write_tradeoff_png(result.to_dict(), out)
+    if path is not None:
+        console.print(f"wrote {path}", soft_wrap=True)
+    return path
+
+
+def render_one_run(result, out: Path) -> None:
+    from rich.table import Table
+
+    b = result.bounds
+    table = Table(title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
+                        f"{b['confidence']:.0%} confidence")
+    for col in ("analysis", "eps_LB", "claim", "ceiling", "guesses", "correct"):
+        table.add_column(col)
+    st, fdp = b["steinke"], b.get("fdp")
+    name = "steinke (eps, delta)" + ("" if result.noise else ", no noise")
+    table.add_row(name, _fmt(st["epsilon_lower_bound"]), _fmt(b.get("claimed_epsilon")), _fmt(st["ceiling"]), str(st["guesses"]), str(st["correct"]))
+    if fdp and fdp.get("epsilon_lower_bound") is not None:
+        table.add_row("f-DP (claimed curve)" + ("" if result.noise else ", no noise"), _fmt(fdp["epsilon_lower_bound"]),
+                      _fmt(b.get("claimed_epsilon")), _fmt(fdp.get("ceiling")), "", "")
+    console.print(table)
+    console.print(f"deciding statistic: {result.statistic}" + ("" if fdp else " (no claimed event: the (eps, delta) analysis decides)"))
+    if fdp and fdp.get("unavailable"):
+        console.print(f"f-DP analysis not computed: {fdp['unavailable']}.")
+    if result.violated:
+        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}")
+    elif result.noise:
+        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}")
+    console.print(f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)", soft_wrap=True)
+
+
+def render_threat_models(trajectory, final, final_dir: Path) -> None:
+    """Both threat models' eps_LB, side by side (issue 15 part 3)."""
+    for name, r in (("trajectory", trajectory), ("final-model", final)):
+        console.print(f"{name}: {_verdict_line(r)}", soft_wrap=True)
+    console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}", soft_wrap=True)
+
+
+def _fmt(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _statistic_line(result) -> str:
+    """Which statistic decided, in the claim's own units (audit.json ``statistic``, ``claim_family_bound``)."""
+    fam = result.claim_family_bound
+    if result.statistic != "claimed-curve" or not fam:
+        return ("statistic: clopper-pearson (no claimed event): the verdict is eps_LB > claimed epsilon; eps_LB bounds any "
+                "mechanism (the SELECT rule's EVAL counts and every threshold on all trials)")
+    acc = (result.claimed_curve or {}).get("accountant", "")
+    return (f"statistic: claimed-curve: {fam['statement']}, decides the verdict (family epsilon "
+            f"{_fmt(_float(fam.get('family_epsilon')))}, {acc} accountant: a statement about the claim's family only); "
+            "eps_LB bounds any mechanism")
+
+
+def _float(x):
+    return None if x is None else float(x)
+
+
+def _verdict_line(result) -> str:
+    """The one verdict (:func:`dpaudit.audits.verdicts.violated`), and what decided it."""
+    fam = result.claim_family_bound if result.statistic == "claimed-curve" else None
+    lb, claim = result.epsilon_lower_bound, _fmt(result.claimed_epsilon)
+    if fam:
+        if result.violated:
+            return f"[bold red]VIOLATION:[/] the claimed event is ruled out: {fam['statement']}; eps_LB {_fmt(lb)} (claimed {claim})"
+        return f"no evidence of a violation: the claimed event is not ruled out ({fam['statement']}); eps_LB {_fmt(lb)} (claimed {claim})"
+    if result.violated:
+        return f"[bold red]VIOLATION:[/] eps_LB {_fmt(lb)} > claimed {claim} ({result.statistic})"
+    return f"no evidence of a violation: eps_LB {_fmt(lb)} <= claimed {claim} ({result.statistic})"
+
+
+def _comparison_cells(r) -> tuple[str, str, str]:
+    """TPR at FPR 0.1 % and 1 %, AUROC [interval] of audit.json ``comparison`` (— in older files)."""
+    comp = r.comparison or {}
+    tprs = {round(float(t["fpr"]), 6): t for t in comp.get("tpr_at_fpr") or []}
+
+    def tpr(f: float) -> str:
+        t = tprs.get(f)
+        return "—" if t is None else f"{float(t['tpr']):.3f}"
+
+    a = comp.get("auroc")
+    auroc = "—" if not a else f"{float(a['auc']):.2f} [{float(a['interval'][0]):.2f}, {float(a['interval'][1]):.2f}]"
+    return tpr(0.001), tpr(0.01), auroc
+
+
+def _gdp_cell(r) -> str:
+    g = r.gdp_estimate
+    if g.get("saturated"):
+        return "saturated (AUC = 1)"
+    lo, hi = g["epsilon_interval"]
+    return f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def render(result, out: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    # One column per run (audit and its controls), one row per statistic: fits 80 columns.
+    runs = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
+    table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence",
+                  caption=escape("eps_LB: a lower bound on epsilon for any mechanism; the verdict: the statistic below. CP: "
+                                 "Clopper–Pearson eps_LB (SELECT/EVAL rule). TPR and AUROC [bootstrap interval]: EVAL trials, "
+                                 "descriptive. GDP: an estimate, not a bound."))
+    table.add_column("statistic", no_wrap=True)
+    for name, _ in runs:
+        table.add_column(name)
+    cells = [(r, _comparison_cells(r)) for _, r in runs]
+    rows = [("eps_LB", [_fmt(r.epsilon_lower_bound) for r, _ in cells]),
+            ("CP eps_LB", [_fmt(r.clopper_pearson_epsilon) for r, _ in cells]),
+            ("claim", [_fmt(r.claimed_epsilon) for r, _ in cells]),
+            ("CP ceiling", [_fmt(r.ceiling) for r, _ in cells]),
+            ("TPR@FPR 0.1%", [c[0] for _, c in cells]),
+            ("TPR@FPR 1%", [c[1] for _, c in cells]),
+            ("AUROC [CI]", [escape(c[2]) for _, c in cells]),
+            ("GDP est. [CI]", [escape(_gdp_cell(r)) for r, _ in cells])]
+    for label, values in rows:
+        table.add_row(label, *values)
+    console.print(table)
+    console.print(_statistic_line(result), soft_wrap=True)
+    if result.violated or result.noise:
+        console.print(_verdict_line(result), soft_wrap=True)
+    if result.underpowered:
+        console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
+    console.print(f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
+                  "computed on the private data, outside the release's claim)", soft_wrap=True)

@@ -1,0 +1,154 @@
+"""``dpaudit audit MODEL --one-run --canaries M``: one training run, m canaries, one_run.json.
+
+The library behind the CLI option (the CLI only parses). :func:`run_one_run` builds what the
+ordinary audit would audit -- the head target of a DP-SGD head model (``dpaudit/auditing.py``, from
+the flags or from ``--release``), or the DP-SGD configuration of ``dp-dense`` / ``dp-cnn`` /
+``dp-attention`` (the release's recorded schedule and noise, or the release protocol at
+(epsilon, delta)) -- hands it to the score producer
+(:func:`~dpaudit.audits.one_run_heads.heads_one_run` or
+:func:`~dpaudit.audits.one_run_modules.modules_one_run`), then to
+:func:`~dpaudit.audits.one_run.one_run_bounds` against the claimed event, and writes
+``one_run.json``.
+
+Privacy contract: the canaries' inclusion coins and the DP noise come from a private
+:class:`~dpaudit.noise.NoiseSource` (OS entropy unless ``reproducible_noise``); only the public
+seed fixes the canaries themselves. ``no_noise`` is the control (noise removed, clipping and
+sampling kept): its bounds must be large and it never counts as a violation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from .auditing import target_for, target_from_release
+from .audits.one_run import OneRunResult, one_run_bounds, write_one_run
+from .errors import UsageError
+from .records import Release, read_release
+from .requests import AuditRequest
+from .validation import positive_int
+
+#: Trainable DP-SGD models audited through :mod:`dpaudit.audits.one_run_modules`.
+MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
+
+
+def _noise(reproducible_noise: bool, seed: int):
+    from .noise import NoiseSource
+
+    return NoiseSource("reproducible", seed=seed) if reproducible_noise else NoiseSource()
+
+
+def _module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
+    """(model, data, DPSGDConfig, claim dict) for a dp-dense / dp-cnn / dp-attention audit."""
+    from .accounting.events import event_from_dict
+    from .data import load_dataset
+    from .mechanisms.dpsgd import DPSGDConfig
+    from .audits.one_run_modules import module_config
+
+    if release is not None:
+        ds = release.dataset or {}
+        data = load_dataset(ds.get("name") or "digits", data_dir=data_dir, split_seed=ds.get("split_seed"), profile=ds.get("profile"))
+        cfg = DPSGDConfig(sample_rate=float(release.sample_rate), steps=int(release.steps), normalizer=int(release.normalizer),
+                          noise_multiplier=float(release.noise_multiplier), clipping_norm=float(release.clipping_norm or 1.0))
+        claim = dict(event=event_from_dict(release.guarantee), accountant=release.accountant, adjacency=release.adjacency,
+                     delta=float(release.delta), claimed_epsilon=float(release.epsilon))
+        return release.mechanism, data, cfg, claim
+    from .validation import open_unit, positive_finite
+
+    eps = positive_finite("epsilon", 2.0 if epsilon is None else epsilon)
+    delta = open_unit("delta", delta)
+    data = load_dataset(dataset or "digits", data_dir=data_dir, profile=profile)
+    cfg, event = module_config(mechanism, data, epsilon=eps, delta=delta, epochs=epochs)
+    claim = dict(event=event, accountant="rdp", adjacency="add-remove-record", delta=delta, claimed_epsilon=None)
+    return mechanism, data, cfg, claim
+
+
+def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None, command: str | None = None, record: bool = True,
+                ledger_path=None) -> OneRunResult:
+    """One-run audit of ``audit.mechanism`` (a DP-SGD head model or dp-dense / dp-cnn /
+    dp-attention) with ``audit.canaries`` canaries of ``audit.one_run_kind``; ``audit.release``
+    (a Release or its path) audits the recorded configuration and claim. Returns the
+    :class:`~dpaudit.audits.one_run.OneRunResult` and writes ``one_run.json`` (shareable) and
+    ``one_run_local.json`` under ``out_dir`` when given.
+
+    ``record``: the one training run on the private data is recorded in the ledger at
+    ``ledger_path`` as an ``audit`` entry (its event once; unbounded with ``no_noise``) before it
+    runs, refused when the dataset's cap includes audits and would be exceeded."""
+    m = positive_int("canaries", audit.canaries)
+    if m < 2:
+        raise UsageError(f"canaries must be an integer >= 2, got {audit.canaries!r}.")
+    rel = None if audit.release is None else audit.release if isinstance(audit.release, Release) else read_release(audit.release)
+    release_id = None if rel is None else rel.id
+    release_path = None if rel is None or isinstance(audit.release, Release) else str(Path(audit.release).resolve())
+    if rel is not None and rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
+        raise UsageError(f"MECHANISM must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
+    name = rel.mechanism if rel is not None else audit.mechanism
+    noise = _noise(audit.reproducible_noise, audit.seed)
+    cost = (ledger_path, release_id) if record else None
+    t0 = time.perf_counter()
+    if name in MODULE_MODELS:
+        claim, scores = _modules(name, rel, audit, m=m, noise=noise, cost=cost)
+    else:
+        claim, scores = _heads(rel, audit, m=m, noise=noise, cost=cost)
+    t1 = time.perf_counter()
+    bounds = one_run_bounds(scores, delta=claim["delta"], confidence=audit.confidence, claim=claim["event"], accountant=claim["accountant"],
+                            adjacency=claim["adjacency"], claimed_epsilon=claim["claimed_epsilon"])
+    t2 = time.perf_counter()
+    result = OneRunResult(bounds=bounds, mechanism=name, noise=not audit.no_noise, command=command, release_id=release_id,
+                          release_path=release_path, timings={"train_and_score_s": t1 - t0, "analysis_s": t2 - t1})
+    if out_dir is not None:
+        write_one_run(result, out_dir)
+    return result
+
+
+def _modules(name, rel, a: AuditRequest, *, m, noise, cost):
+    """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
+    from .audits.one_run_modules import modules_one_run
+
+    if a.privacy_unit != "record":
+        raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}.")
+    model, data, cfg, claim = _module_setup(name, release=rel, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
+                                            profile=a.profile, epochs=a.epochs)
+    if cost is not None:
+        _record_cost(name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost)
+    scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed), kind=a.one_run_kind,
+                             noise_on=not a.no_noise)
+    return claim, scores
+
+
+def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id) -> None:
+    """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
+    import uuid
+
+    from .accounting.ledger import open_ledger
+
+    with open_ledger(ledger_path) as led:
+        led.record_audit(audit_id=uuid.uuid4().hex, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
+                         mechanism=mechanism, unbounded_reason=None if event is not None else "the no-noise one-run control trains without DP noise",
+                         release_id=release_id)
+
+
+def _heads(rel, a: AuditRequest, *, m, noise, cost):
+    """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
+    audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
+    from .audits.heads import HeadTarget
+    from .audits.one_run_heads import heads_one_run
+    from .audits.user_level import UserHeadTarget
+
+    if rel is not None:
+        target = target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism, user_ids=a.user_ids)
+        seed = int(rel.seed)
+    else:
+        target, seed = target_for(dataclasses.replace(a, canary=None, no_noise=False)), a.seed
+    if not isinstance(target, (HeadTarget, UserHeadTarget)):
+        raise UsageError(f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
+                         f"got {a.mechanism!r}.")
+    if cost is not None:  # (ledger path, release id): the run's cost, before it trains
+        scope = target.private_data()
+        _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
+    scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise)
+    claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
+                 delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
+    return claim, scores

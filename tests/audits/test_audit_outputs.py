@@ -19,7 +19,7 @@ import pytest
 
 from dpaudit.accounting import compute_epsilon
 from dpaudit.accounting.events import SubsampledGaussian
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.audit_outputs import merge_local, split_audit
 from dpaudit.audits.engine import read_audit, run_audit
 from dpaudit.audits.gaussian import gaussian_target

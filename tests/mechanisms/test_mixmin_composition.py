@@ -12,8 +12,8 @@ import pytest
 
 from dpaudit.accounting import event_from_dict
 from dpaudit.accounting.events import Composed, Parallel
-from dpaudit.accounting.ledger import open_ledger
-from dpaudit.accounting.ledger_compose import DEFAULT_DELTA, bounds
+from dpaudit.ledger.book import open_ledger
+from dpaudit.ledger.compose import DEFAULT_DELTA, bounds
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.mixmin_pipeline import DownstreamSettings, MixtureSettings, train_and_release_mixmin
 from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split

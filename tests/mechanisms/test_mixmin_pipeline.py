@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting import compute_epsilon, event_from_dict
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError, UsageError
 from dpaudit.mechanisms.mixmin import train_and_release_mixmin
 from dpaudit.mechanisms.mixmin_pipeline import DownstreamSettings, MixtureSettings
@@ -107,7 +107,7 @@ def test_proxy_predictions_file(tmp_path):
     r = train_and_release_mixmin(proxy_predictions=f, epsilon=4.0, out_dir=tmp_path / "pp", mixture=MixtureSettings(steps=50, batch_size=1000, clipping_norm=5.0))
     assert list(r.metrics["weights"]) == ["web", "code", "math"]
     # Named by content (the keyed fingerprint of the arrays), not by the file name.
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     with open_ledger() as led:
         assert r.dataset["name"] == "proxy-predictions-" + led.get(r.id).payload["dataset_fingerprint"][:12] and r.partition == "train"

@@ -9,7 +9,7 @@ from .schedule import Schedule, dp_sgd_schedule
 
 # The accountants import numpy (and, when they compute, scipy / Opacus's analysis / prv-accountant /
 # dp_accounting); their names load on first use (PEP 562) so `dpaudit --help`, `schedule` and the
-# light accounting modules (adjacency, events, ledger_paths) start without them.
+# light accounting modules (adjacency, events) start without them.
 # To export another name of a lazy module, add it to its tuple here and to __all__.
 _LAZY = {
     "accountants": ("ACCOUNTANTS", "RDP_ORDERS", "AccountantResult", "compute_epsilon",

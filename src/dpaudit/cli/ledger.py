@@ -1,4 +1,4 @@
-"""`dpaudit ledger ...`: read and extend the privacy budget ledger (thin; see accounting.ledger)."""
+"""`dpaudit ledger ...`: read and extend the privacy budget ledger (thin; see dpaudit.ledger.book)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after
 
 
 def open_ledger(*args, **kwargs):
-    """:func:`dpaudit.accounting.ledger.open_ledger`, imported when a command runs: the ledger loads
+    """:func:`dpaudit.ledger.book.open_ledger`, imported when a command runs: the ledger loads
     the accountants (numpy) and cryptography, which `dpaudit --help` and the other commands do not need."""
-    from ..accounting.ledger import open_ledger as _open_ledger
+    from ..ledger.book import open_ledger as _open_ledger
 
     return _open_ledger(*args, **kwargs)
 
@@ -91,9 +91,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
-        from ..accounting import result_cache
+        from ..ledger import result_cache
 
-        # prv answers of unchanged totals come from the on-disk cache (accounting/result_cache.py)
+        # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
         with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)
             path = str(led.path)
@@ -340,7 +340,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
-        from ..accounting.signing import keygen as make_key
+        from ..ledger.signing import keygen as make_key
 
         k = make_key(name)
         if json_out:
@@ -402,7 +402,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """PostgreSQL ledgers: let ROLE append and read (run as the ledger's owner role)."""
-        from ..accounting.ledger_pg import grant_writer_sql
+        from ..ledger.store_pg import grant_writer_sql
         from ..errors import UsageError
 
         with open_ledger(ledger) as led:

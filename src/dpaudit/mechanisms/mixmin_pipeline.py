@@ -580,7 +580,7 @@ class DPMixMin:
             # the file's arrays, so a renamed copy shares the budget and the cap (issue 13, point 6).
             from pathlib import Path
 
-            from ..accounting.ledger import open_ledger
+            from ..ledger.book import open_ledger
 
             with open_ledger(ledger_path) as led:
                 content_fp = led.fingerprint(pp.sha256)

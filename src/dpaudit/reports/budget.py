@@ -50,7 +50,7 @@ def _data_versions(entries: list[dict]) -> dict[str, str]:
 def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str],
                    notes: list[Note]) -> dict:
     """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
-    from ..accounting.ledger_paths import resolve_ledger
+    from ..ledger.paths import resolve_ledger
 
     loc = resolve_ledger(ledger_path)
     # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
@@ -65,7 +65,7 @@ def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, dataset
         out["ledger"] = None
         return out
     try:
-        from ..accounting.ledger import open_ledger
+        from ..ledger.book import open_ledger
     except ImportError:
         notes.append(Note("warning", "budget", "this dpaudit has no ledger module (dpaudit.accounting.ledger); budget from the releases only."))
         return out

@@ -36,7 +36,7 @@ def compose_sequential(guarantees: Iterable[dict]) -> dict:
     that do not parse are composed as they are (the accountant then reports the error).
     """
     from ..accounting.events import Composed, event_from_dict
-    from ..accounting.ledger_compose import sequential
+    from ..ledger.compose import sequential
 
     gs = list(guarantees)
     try:
@@ -51,7 +51,7 @@ def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: s
     not attempted where the rdp bound is already above
     :data:`dpaudit.accounting.ledger_compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
     seconds and GBs; leaving out a bound never lowers the reported minimum)."""
-    from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON
+    from ..ledger.compose import PRV_SKIP_ABOVE_RDP_EPSILON
 
     out: dict[str, dict] = {}
     for acc in SIDE_BY_SIDE:

@@ -221,7 +221,7 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
     out: dict = {"ledger": ledger_path, "recorded": 0, "tagged": 0, "tagged_elsewhere": 0, "voided": 0, "missing": 0,
                  "missing_ids": [], "composition": [], "summary": None, "error": None}
     try:
-        from ..accounting.ledger import open_ledger
+        from ..ledger.book import open_ledger
 
         datasets = sorted({dataset_name(lr.release.dataset) for lr in sweep.releases})
         with open_ledger(ledger_path, create=False) as ledger:

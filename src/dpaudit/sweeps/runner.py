@@ -128,7 +128,7 @@ def run_sweep(
     ``max_tasks``: run at most this many of the unfinished tasks (the rest stay pending).
     ``on_outcome``: called in the coordinating process after each outcome has been stored.
     """
-    from ..accounting.ledger_paths import resolve_ledger
+    from ..ledger.paths import resolve_ledger
 
     t0 = time.perf_counter()
     tasks, skipped = plan(spec, data_dir=data_dir, task_filter=task_filter)
@@ -232,7 +232,7 @@ def _record_release(value: dict, context: RunContext, reservation: str | None = 
     value = dict(value)
     release_dict = value.pop("release")
     if context.record:
-        from ..accounting.ledger import open_ledger
+        from ..ledger.book import open_ledger
         from ..records import Release
 
         with open_ledger(context.ledger_path) as ledger:
@@ -282,7 +282,7 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
     sweep leaves them all open until an operator voids them. A task whose noise is derived from its
     published seed is reserved as not private (unbounded).
     """
-    from ..accounting.ledger import open_ledger
+    from ..ledger.book import open_ledger
     from .tasks import planned_release
 
     planned = []
@@ -344,7 +344,7 @@ def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | N
     left: list[dict] = []
     if not held:
         return left
-    from ..accounting.ledger import open_ledger
+    from ..ledger.book import open_ledger
 
     with open_ledger(ledger_path) as ledger:
         for key, rid in held.items():

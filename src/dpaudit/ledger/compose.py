@@ -37,11 +37,11 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from ..accounting.accountants import compute_epsilon, merge_leaves
+from ..accounting.adjacency import Adjacency
+from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError
 from . import result_cache
-from .accountants import compute_epsilon, merge_leaves
-from .adjacency import Adjacency
-from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
 
 #: delta used to report composed epsilons for a dataset without a cap.
 DEFAULT_DELTA = 1e-5

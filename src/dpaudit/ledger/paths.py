@@ -1,7 +1,7 @@
 """Where the ledger lives: ``--ledger PATH|URL``, else ``$DPAUDIT_LEDGER``, else ./.dpaudit/ledger.sqlite.
 
 A file path selects the embedded SQLite ledger (the default). ``postgresql://USER@HOST[:PORT]/DB``
-(or ``postgres://``) selects a PostgreSQL team ledger (:mod:`dpaudit.accounting.ledger_pg`); an
+(or ``postgres://``) selects a PostgreSQL team ledger (:mod:`dpaudit.ledger.store_pg`); an
 optional ``?schema=NAME`` query parameter keeps several ledgers in one database (default schema
 ``dpaudit``). Any other ``scheme://`` is refused (:class:`~dpaudit.errors.UsageError`, exit 2):
 before this check ``--ledger postgresql://...`` silently became an SQLite file under a folder

@@ -1,7 +1,7 @@
 """SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``).
 
-The ledger's semantics live in :mod:`dpaudit.accounting.ledger`; this module keeps its rows, with
-the same interface as :class:`dpaudit.accounting.ledger_pg.PostgresStore` (``write``, ``read``,
+The ledger's semantics live in :mod:`dpaudit.ledger.book`; this module keeps its rows, with
+the same interface as :class:`dpaudit.ledger.store_pg.PostgresStore` (``write``, ``read``,
 ``head``, ``last``, ``insert``, ``rows``, ``count_keyed``, ``fingerprint_key``,
 ``schema_version``, ``health``, ``close``):
 
@@ -14,7 +14,7 @@ the same interface as :class:`dpaudit.accounting.ledger_pg.PostgresStore` (``wri
   migrations (:data:`MIGRATIONS`). A newer schema, a corrupt or non-SQLite file or a read-only
   location is refused with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
 - The key of the dataset fingerprints is the file ``<ledger>.key`` beside it
-  (:mod:`dpaudit.accounting.fingerprint`).
+  (:mod:`dpaudit.ledger.fingerprint`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..errors import LedgerError
 from .fingerprint import ledger_key
-from .ledger_paths import refuse_newer_schema
+from .paths import refuse_newer_schema
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
 GENESIS_HASH = "0" * 64
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-#: Every column of an entry, in the order the ledger's rows use (the same as ledger_pg's).
+#: Every column of an entry, in the order the ledger's rows use (the same as store_pg's).
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
 

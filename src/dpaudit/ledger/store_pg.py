@@ -1,7 +1,7 @@
 """PostgreSQL storage for the team ledger: one budget shared by many analysts on many machines.
 
 The ledger's semantics (entries, hash chain, composition, caps, partitions, voids, reservations,
-versions, signatures) live in :mod:`dpaudit.accounting.ledger` and do not depend on where the
+versions, signatures) live in :mod:`dpaudit.ledger.book` and do not depend on where the
 rows are kept. This module is the storage layer for ``--ledger postgresql://USER@HOST/DB``: the
 same tables as the SQLite file (``schema_version``, ``entries``, ``chain_head``) in one schema
 (default ``dpaudit``; ``?schema=NAME`` in the URL), plus ``secret`` (the key of the dataset
@@ -37,7 +37,7 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .ledger_paths import LedgerLocation, refuse_newer_schema
+from .paths import LedgerLocation, refuse_newer_schema
 
 GENESIS_HASH = "0" * 64
 #: Every column of an entry, in the order the ledger's rows use.
@@ -49,7 +49,7 @@ CONNECT_TIMEOUT_S = 10
 
 
 def _q(schema: str) -> str:
-    # The schema name was validated by ledger_paths (lower-case SQL name), so quoting is exact.
+    # The schema name was validated by ledger.paths (lower-case SQL name), so quoting is exact.
     return '"' + schema + '"'
 
 
@@ -157,7 +157,7 @@ def describe_pg_error(where: str, e: BaseException) -> str:
         return (f"ledger {where}: the connection to the PostgreSQL server was lost ({msg}); the transaction in flight "
                 "was rolled back by the server, so no entry is half-written. Run again; `dpaudit ledger verify` checks the ledger.")
     if isinstance(e, psycopg.errors.InsufficientPrivilege):
-        return f"ledger {where}: permission denied ({msg}); writers hold INSERT and SELECT only (the owner grants them: ledger_pg.grant_writer_sql)."
+        return f"ledger {where}: permission denied ({msg}); writers hold INSERT and SELECT only (the owner grants them: store_pg.grant_writer_sql)."
     if isinstance(e, psycopg.errors.LockNotAvailable) or "lock timeout" in low:
         return f"ledger {where} is busy: another writer held its lock for too long ({msg})."
     if isinstance(e, psycopg.OperationalError):

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..errors import AdjacencyMismatchError, RowRoleCollisionError
-from . import ledger_compose as lc
+from . import compose as lc
 
 ROWS_KIND = "rows"
 EVERY_ROW = "*"
@@ -214,7 +214,7 @@ def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, part
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
     the planned release (``after``: states with it): the checked caps, and the refusal of the
     first cap exceeded (None if none is)."""
-    from .ledger import _fmt
+    from .book import _fmt
 
     checked, refusal = [], None
     for name, group in caps_to_check(index, after, dataset, planned):

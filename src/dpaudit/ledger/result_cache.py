@@ -3,7 +3,7 @@
 ``import prv_accountant`` alone takes ~1.3 s (it imports scipy.signal, stats, integrate and
 optimize) and its composition more; a ledger summary asks it about the same composed events every
 time until a release is recorded. So, inside :func:`enabled` (the ``ledger summary`` command),
-:func:`dpaudit.accounting.ledger_compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
+:func:`dpaudit.ledger.compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
 directory of the calibration cache: ``$DPAUDIT_CACHE_DIR``, else ``~/.cache/dpaudit``).
 
 Privacy contract:
@@ -70,7 +70,7 @@ def _code_fingerprint() -> str:
     global _fingerprint
     if _fingerprint is None:
         h = hashlib.sha256(f"dpaudit {__version__}\n".encode())
-        h.update(Path(__file__).with_name("accountants.py").read_bytes())
+        h.update((Path(__file__).parents[1] / "accounting" / "accountants.py").read_bytes())
         spec = importlib.util.find_spec("prv_accountant")  # locates the package without importing it
         roots = list(spec.submodule_search_locations or []) if spec is not None else []
         for root in roots:
@@ -117,7 +117,7 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
         from ..errors import UnsupportedEventError
 
         return UnsupportedEventError(str(value["refusal"]))
-    from .accountants import AccountantResult
+    from ..accounting.accountants import AccountantResult
 
     try:
         nums = [value[k] for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]

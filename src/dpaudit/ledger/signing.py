@@ -1,6 +1,6 @@
 """Signed ledger entries (Ed25519): who wrote each entry, and proof that nobody changed it since.
 
-Why. The hash chain of :mod:`dpaudit.accounting.ledger` detects careless edits only: whoever can
+Why. The hash chain of :mod:`dpaudit.ledger.book` detects careless edits only: whoever can
 write the database can drop the append-only triggers, edit a release (say, double its noise
 multiplier), recompute every hash and pass the chain check. A signature cannot be recomputed
 without the signer's private key, which never leaves the analyst's machine.

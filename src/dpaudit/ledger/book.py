@@ -3,7 +3,7 @@
 One SQLite file (standard library ``sqlite3``; default ``./.dpaudit/ledger.sqlite``, or
 ``$DPAUDIT_LEDGER``, or ``--ledger PATH``), in WAL mode with ``synchronous=FULL``, or a team
 ledger on PostgreSQL (``--ledger postgresql://USER@HOST/DB``). The storage layers
-(:mod:`~dpaudit.accounting.ledger_sqlite`, :mod:`~dpaudit.accounting.ledger_pg`) keep the rows,
+(:mod:`~dpaudit.ledger.store_sqlite`, :mod:`~dpaudit.ledger.store_pg`) keep the rows,
 the transactions and the append-only rules; everything below is written once, for both:
 
 - Every write is one ``BEGIN IMMEDIATE`` transaction, so an entry is either fully there or
@@ -19,14 +19,14 @@ the transactions and the append-only rules; everything below is written once, fo
   reservation counts like a release; a run killed before closing it leaves it spent until an
   operator voids it.
 - A dataset name means one set of records: every release and reservation stores the keyed
-  fingerprint of its data (:mod:`dpaudit.accounting.fingerprint`; the key lives in
+  fingerprint of its data (:mod:`dpaudit.ledger.fingerprint`; the key lives in
   ``<ledger>.key``, never in a release). A different fingerprint under a known name is refused
   (:class:`~dpaudit.errors.DatasetIdentityError`) unless declared with :meth:`Ledger.declare_version`;
   versions then compose sequentially.
 - Each entry stores ``hash = sha256(prev_hash, id, kind, created_at, dataset, payload)``; the
   table ``chain_head`` holds the last hash and the entry count. :meth:`Ledger.verify` names
   the entry that was edited, deleted or reordered.
-- Entries are signed (Ed25519, :mod:`~dpaudit.accounting.signing`) once the writer's key is
+- Entries are signed (Ed25519, :mod:`~dpaudit.ledger.signing`) once the writer's key is
   registered (``key`` entries; the first is the owner's); a signed entry's hash covers its
   signature. :meth:`Ledger.verify` checks every signature, so a ledger whose triggers were
   dropped, a release edited and the hashes recomputed fails; from the owner's registration on,
@@ -36,7 +36,7 @@ the transactions and the append-only rules; everything below is written once, fo
   ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
   with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
 
-Composition of what was spent follows :mod:`dpaudit.accounting.ledger_compose`: sequential on
+Composition of what was spent follows :mod:`dpaudit.ledger.compose`: sequential on
 the same records, parallel (worst child) over declared disjoint partitions, and fail-closed
 (a non-private release makes the budget unbounded; an unreadable guarantee is an error).
 """
@@ -55,19 +55,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from ..accounting.adjacency import Adjacency, require_same
+from ..accounting.events import Event
 from ..errors import (AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
                       LedgerVerificationError, UsageError)
 from ..records import Release, _json_safe, public_noise_reason
 from ..validation import open_unit, positive_finite
-from . import ledger_compose as lc
-from . import ledger_rows as lr
-from .adjacency import Adjacency, require_same
-from .events import Event
+from . import compose as lc
+from . import rows as lr
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
-from .ledger_paths import LedgerLocation, require_existing, resolve_ledger
-# Storage lives in ledger_sqlite / ledger_pg; re-exported here (tests patch MIGRATIONS in place).
-from .ledger_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
+from .paths import LedgerLocation, require_existing, resolve_ledger
+# Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
+from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
 #: Hash that precedes the first entry.
 GENESIS_HASH = "0" * 64
@@ -248,7 +248,7 @@ class VerifyReport:
 def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
                 signing_key: "sg.SigningKey | str | None" = None, create: bool = True, owner: str | None = None) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
-    (see :func:`~dpaudit.accounting.ledger_paths.resolve_ledger`; any other scheme is refused).
+    (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
     naming it, and nothing is created."""
     loc = resolve_ledger(path)
@@ -261,11 +261,11 @@ class Ledger:
     """An open ledger. Use as a context manager; every method is safe across processes (and, on
     PostgreSQL, across machines).
 
-    Storage is a :class:`~dpaudit.accounting.ledger_sqlite.SqliteStore` (a path) or a
-    :class:`~dpaudit.accounting.ledger_pg.PostgresStore` (a :class:`LedgerLocation` of a
+    Storage is a :class:`~dpaudit.ledger.store_sqlite.SqliteStore` (a path) or a
+    :class:`~dpaudit.ledger.store_pg.PostgresStore` (a :class:`LedgerLocation` of a
     ``postgresql://`` URL); every semantic below is the same on both.
 
-    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.accounting.signing.SigningKey`,
+    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`,
     a key name or path; default ``$DPAUDIT_SIGNING_KEY`` or the ``default`` key if it exists).
     Entries are signed with it once it is registered in this ledger (see :meth:`register_key`).
 
@@ -280,7 +280,7 @@ class Ledger:
         self._key_bytes: bytes | None = None
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
-            from .ledger_pg import PostgresStore
+            from .store_pg import PostgresStore
 
             self._store = PostgresStore(path, busy_timeout=self._busy_timeout)
             self.path = path.display
@@ -395,7 +395,7 @@ class Ledger:
 
     def require_signatures(self) -> str:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
-        Since the owner's registration is itself the policy (see :mod:`~dpaudit.accounting.signing`),
+        Since the owner's registration is itself the policy (see :mod:`~dpaudit.ledger.signing`),
         this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
         with self._write():
             for r in self._store.rows():
@@ -613,14 +613,14 @@ class Ledger:
         tail = getattr(release, "noise_tail_delta", None)
         if tail is not None:
             # delta added by the noise sampler's truncated tails (dpaudit.noise); every composed
-            # total accounts for it (ledger_compose.bounds). Absent for releases that predate it.
+            # total accounts for it (compose.bounds). Absent for releases that predate it.
             payload["noise_tail_delta"] = float(tail)
-        if rows is not None:  # set ids of the rows read (ledger_rows); from the run's reservation
+        if rows is not None:  # set ids of the rows read (ledger.rows); from the run's reservation
             payload["rows"] = rows
         return name, payload
 
     def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
-        """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger_rows)."""
+        """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger.rows)."""
         name, payload = self._release_payload(release, artefact_path, rows)
         adjacency = payload["adjacency"]
         existing = self._rows(entry_id=release.id)
@@ -789,7 +789,7 @@ class Ledger:
         in the composed total like a recorded release's. ``data_rows``: the source rows the release
         reads (:class:`~dpaudit.data.rows.RowSet` s): a release reading as public rows another
         holds private (or the reverse) raises :class:`~dpaudit.errors.RowRoleCollisionError`, and
-        every cap of a dataset sharing people with it is checked (:mod:`.ledger_rows`)."""
+        every cap of a dataset sharing people with it is checked (:mod:`.rows`)."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -835,7 +835,7 @@ class Ledger:
 
     def _people_check(self, dataset: str, planned: lc.ReleaseView, data_rows, held, result: dict) -> None:
         """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
-        and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger_rows."""
+        and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
         footprint = self._footprint(data_rows)
         held = set(held)
 
@@ -859,7 +859,7 @@ class Ledger:
 
         Called *before* any training; writes nothing (:meth:`reserve` also holds the budget).
         The composed total follows the partition tree (see
-        :mod:`~dpaudit.accounting.ledger_compose`); no cap means no limit. Returns :meth:`check`'s dict.
+        :mod:`~dpaudit.ledger.compose`); no cap means no limit. Returns :meth:`check`'s dict.
         """
         r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
                        data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations,
@@ -891,7 +891,7 @@ class Ledger:
         reservation of a run that was killed). A run that dies without closing it leaves the
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
         from public sizes at the target epsilon, an upper bound on the release's) is held too.
-        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger_rows)."""
+        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
         footprint = None if data_rows is None else self._footprint(data_rows)
         with self._write():
             self.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
@@ -1063,7 +1063,7 @@ class Ledger:
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
-        shares people with whom (ledger_rows), from the verified entries."""
+        shares people with whom (ledger.rows), from the verified entries."""
         entries = self._intact_entries()
         states = lc.replay(entries)
         if adjust is not None:
@@ -1071,7 +1071,7 @@ class Ledger:
         return states, lr.PeopleIndex.build(self._store.rows(), entries, states)
 
     def _people_summary(self, accountants) -> dict:
-        """Per dataset sharing people with others (ledger_rows): the other names and the epsilon of
+        """Per dataset sharing people with others (ledger.rows): the other names and the epsilon of
         all of them composed sequentially, at the dataset's delta."""
         states, index = self._people_index()
         out = {}

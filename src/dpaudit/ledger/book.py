@@ -765,8 +765,8 @@ class Ledger:
             why = f" ({payload['unbounded_reason']})" if payload.get("unbounded_reason") else ""
             raise BudgetExceededError(
                 f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) already spent "
-                f"epsilon={_fmt(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']}{why} would make "
-                f"it epsilon={_fmt(total)} (rdp) > cap epsilon={_fmt(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
+                f"epsilon={lc.fmt_epsilon(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']}{why} would make "
+                f"it epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
                 "refused before any trial ran.")
 
     # -- budget
@@ -872,9 +872,9 @@ class Ledger:
         held = f" and {r['reservations']} open reservation(s)" if r.get("reservations") else ""
         why = f" ({uncertified})" if uncertified else ""
         raise BudgetExceededError(
-            f"budget of dataset {dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={_fmt(r['spent'])}, "
-            f"this release on {dataset}:{partition} needs epsilon={_fmt(r['needs'])}{why} alone, composed total would be "
-            f"epsilon={_fmt(r['total'])} > cap epsilon={_fmt(c['epsilon'])} at delta={c['delta']:g}; refused before training."
+            f"budget of dataset {dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={lc.fmt_epsilon(r['spent'])}, "
+            f"this release on {dataset}:{partition} needs epsilon={lc.fmt_epsilon(r['needs'])}{why} alone, composed total would be "
+            f"epsilon={lc.fmt_epsilon(r['total'])} > cap epsilon={lc.fmt_epsilon(c['epsilon'])} at delta={c['delta']:g}; refused before training."
         )
 
     def reserve(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
@@ -1319,7 +1319,3 @@ def _hostname() -> str:
         return socket.gethostname()
     except OSError:
         return ""
-
-
-def _fmt(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:.4f}"

@@ -54,6 +54,11 @@ DATASET_SCOPE = "*"
 _UNSTABLE_SPLIT = re.compile(r"^train/mixmin(-user)?-rho[^/]*-seed-?\d+$")
 
 
+def fmt_epsilon(x: float) -> str:
+    """An epsilon as the ledger's refusals print it."""
+    return "inf" if math.isinf(x) else f"{x:.4f}"
+
+
 def unstable_declaration(parent: str, declared_by: str) -> bool:
     """True for a partition declaration whose disjointness no longer holds (see :data:`_UNSTABLE_SPLIT`)."""
     return declared_by == "dp-mixmin" and bool(_UNSTABLE_SPLIT.match(parent))
@@ -435,21 +440,15 @@ class NodeTotal:
     noise_tail: float = 0.0
 
 
+#: NodeTotal fields that add up over sequentially composed totals.
+_SUMMED = ("releases", "releases_subtree", "non_private", "naive_epsilon", "naive_delta", "reservations", "uncertified", "noise_tail")
+
+
 def _sequential_totals(totals: list[NodeTotal]) -> NodeTotal:
     """Totals of versions of one dataset, composed sequentially (see DatasetState.version_groups)."""
-    return NodeTotal(
-        event=sequential([t.event for t in totals]),
-        unbounded=any(t.unbounded for t in totals),
-        releases=sum(t.releases for t in totals),
-        releases_subtree=sum(t.releases_subtree for t in totals),
-        non_private=sum(t.non_private for t in totals),
-        naive_epsilon=sum(t.naive_epsilon for t in totals),
-        naive_delta=sum(t.naive_delta for t in totals),
-        reservations=sum(t.reservations for t in totals),
-        uncertified=sum(t.uncertified for t in totals),
-        unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
-        noise_tail=sum(t.noise_tail for t in totals),
-    )
+    return NodeTotal(event=sequential([t.event for t in totals]), unbounded=any(t.unbounded for t in totals),
+                     unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
+                     **{f: sum(getattr(t, f) for t in totals) for f in _SUMMED})
 
 
 def _unbounded_reason(r: ReleaseView) -> str | None:
@@ -475,34 +474,35 @@ def _node_total(state: DatasetState, partition: str, _seen: frozenset = frozense
     if partition in _seen:  # cannot happen with validated declarations; fail closed anyway
         raise LedgerError(f"partition tree of dataset {state.name!r} has a cycle at {partition!r}.")
     everything = [r for r in state.releases if r.partition == partition]
-    own = [r for r in everything if r.kind == "release"]  # the naive sum and counts: releases only
     seen = _seen | {partition}
     subs = [_node_total(state, c, seen) for c in state.subsets(partition)]
     kids = [_node_total(state, c, seen) for c in state.children.get(partition, ())]
+    event = sequential([r.event for r in everything if not r.non_private] + [k.event for k in subs] + [_par([k.event for k in kids])])
+    own, inner = _own_total(everything), subs + kids
+    return dataclasses.replace(
+        own, event=event, unbounded=own.unbounded or any(k.unbounded for k in inner),
+        unbounded_reasons=own.unbounded_reasons + tuple(x for k in inner for x in k.unbounded_reasons),
+        naive_epsilon=own.naive_epsilon + sum(k.naive_epsilon for k in subs) + max([k.naive_epsilon for k in kids], default=0.0),
+        naive_delta=own.naive_delta + sum(k.naive_delta for k in subs) + max([k.naive_delta for k in kids], default=0.0),
+        **{f: getattr(own, f) + sum(getattr(k, f) for k in inner)
+           for f in ("releases_subtree", "non_private", "reservations", "uncertified", "noise_tail")})
+
+
+def _own_total(everything: list[ReleaseView]) -> NodeTotal:
+    """The counts, naive sums and tails of the releases and reservations made directly on a node
+    (no event: the caller composes it with the subtree's)."""
+    own = [r for r in everything if r.kind == "release"]  # the naive sum and counts: releases only
     # An uncertified guarantee is no guarantee: like a non-private release, it makes the subtree
     # unbounded (fail closed) until the operator voids it.
-    reasons = tuple(x for x in (_unbounded_reason(r) for r in everything) if x) + tuple(x for k in subs + kids for x in k.unbounded_reasons)
-    unbounded = bool(reasons) or any(k.unbounded for k in subs + kids)
-    own_eps = [r.event for r in everything if not r.non_private]
-    event = sequential(own_eps + [k.event for k in subs] + [_par([k.event for k in kids])])
-    naive_e = sum(_claim(r.epsilon, r.non_private) for r in own) + sum(k.naive_epsilon for k in subs) \
-        + max([k.naive_epsilon for k in kids], default=0.0)
-    naive_d = sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own) + sum(k.naive_delta for k in subs) \
-        + max([k.naive_delta for k in kids], default=0.0)
-    tail = sum(r.noise_tail_delta for r in everything if not r.non_private) + sum(k.noise_tail for k in subs + kids)
+    reasons = tuple(x for x in map(_unbounded_reason, everything) if x)
     return NodeTotal(
-        event=event,
-        unbounded=unbounded,
-        releases=len(own),
-        releases_subtree=len(own) + sum(k.releases_subtree for k in subs + kids),
-        non_private=sum(1 for r in own if r.non_private) + sum(k.non_private for k in subs + kids),
-        naive_epsilon=naive_e,
-        naive_delta=naive_d,
-        reservations=sum(1 for r in everything if r.kind == "reservation") + sum(k.reservations for k in subs + kids),
-        uncertified=sum(1 for r in own if r.uncertified and not r.non_private) + sum(k.uncertified for k in subs + kids),
-        unbounded_reasons=reasons,
-        noise_tail=tail,
-    )
+        event=None, unbounded=bool(reasons), releases=len(own), releases_subtree=len(own),
+        non_private=sum(1 for r in own if r.non_private),
+        naive_epsilon=sum(_claim(r.epsilon, r.non_private) for r in own),
+        naive_delta=sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own),
+        reservations=sum(1 for r in everything if r.kind == "reservation"),
+        uncertified=sum(1 for r in own if r.uncertified and not r.non_private),
+        unbounded_reasons=reasons, noise_tail=sum(r.noise_tail_delta for r in everything if not r.non_private))
 
 
 def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> float:
@@ -595,25 +595,7 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
         out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
         return out
     candidates: dict[str, float] = {}
-    last_error: Exception | None = None
-    for name in accountants:
-        if name == "prv" and candidates.get("rdp", 0.0) > PRV_SKIP_ABOVE_RDP_EPSILON:
-            # Far out in the tails prv-accountant's discretisation fails after seconds and GBs
-            # (measured: a 160-release Heart total at rdp eps 81); skipping a bound only raises the minimum.
-            out["accountant_errors"][name] = (f"not attempted: the rdp bound {candidates['rdp']:.1f} exceeds "
-                                              f"{PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable")
-            continue
-        try:
-            res = _cached_epsilon(event, delta, name, adj)
-        except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
-            out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
-            last_error = e
-            continue
-        out[f"epsilon_{name}"] = res.epsilon
-        candidates[name] = res.epsilon
-        if name == "prv":
-            out["epsilon_prv_lower"] = res.epsilon_lower
-            out["epsilon_prv_estimate"] = res.epsilon_estimate
+    errors = [_try_accountant(name, event, delta, adj, out, candidates) for name in accountants]
     if _pure_only(event):
         res = _cached_epsilon(event, delta, "pure", adj)
         out["epsilon_pure"] = res.epsilon
@@ -621,14 +603,9 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
     if not candidates and "pld" not in accountants:
         # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
         # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
-        try:
-            res = _cached_epsilon(event, delta, "pld", adj)
-            out["epsilon_pld"] = res.epsilon
-            candidates["pld"] = res.epsilon
-        except Exception as e:  # noqa: BLE001 - reported below with the others
-            out["accountant_errors"]["pld"] = str(e).splitlines()[0] if str(e) else type(e).__name__
-            last_error = e
+        errors.append(_try_accountant("pld", event, delta, adj, out, candidates))
     if not candidates:
+        last_error = next((e for e in reversed(errors) if e is not None), None)
         if isinstance(last_error, UnsupportedEventError):
             raise last_error
         detail = "; ".join(f"{k}: {v}" for k, v in out["accountant_errors"].items())
@@ -637,6 +614,28 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
     out["epsilon"] = candidates[best]
     out["bound_by"] = best
     return out
+
+
+def _try_accountant(name: str, event: Event, delta: float, adj: str, out: dict, candidates: dict) -> Exception | None:
+    """One accountant's bound into ``out`` and ``candidates``; a failure is noted in
+    ``out["accountant_errors"]`` and returned (dropping one bound can only raise the minimum)."""
+    if name == "prv" and candidates.get("rdp", 0.0) > PRV_SKIP_ABOVE_RDP_EPSILON:
+        # Far out in the tails prv-accountant's discretisation fails after seconds and GBs
+        # (measured: a 160-release Heart total at rdp eps 81); skipping a bound only raises the minimum.
+        out["accountant_errors"][name] = (f"not attempted: the rdp bound {candidates['rdp']:.1f} exceeds "
+                                          f"{PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable")
+        return None
+    try:
+        res = _cached_epsilon(event, delta, name, adj)
+    except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
+        out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return e
+    out[f"epsilon_{name}"] = res.epsilon
+    candidates[name] = res.epsilon
+    if name == "prv":
+        out["epsilon_prv_lower"] = res.epsilon_lower
+        out["epsilon_prv_estimate"] = res.epsilon_estimate
+    return None
 
 
 def _bounds_with_tail(event: Event, *, delta: float, adjacency: str | None, accountants, tau: float) -> dict:

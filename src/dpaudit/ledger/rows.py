@@ -214,8 +214,6 @@ def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, part
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
     the planned release (``after``: states with it): the checked caps, and the refusal of the
     first cap exceeded (None if none is)."""
-    from .book import _fmt
-
     checked, refusal = [], None
     for name, group in caps_to_check(index, after, dataset, planned):
         cap_eps, cap_delta = after[name].cap
@@ -223,7 +221,7 @@ def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, part
         checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
         if total > cap_eps and refusal is None:
             refusal = (f"budget of dataset {name!r} exceeded through shared people: the releases of {', '.join(group)} read rows "
-                       f"{name} holds private and compose to epsilon={_fmt(_epsilon(before, group, cap_delta))}; with this release on "
-                       f"{dataset}:{partition} the composed total would be epsilon={_fmt(total)} > cap epsilon={_fmt(cap_eps)} "
+                       f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta))}; with this release on "
+                       f"{dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap epsilon={lc.fmt_epsilon(cap_eps)} "
                        f"at delta={cap_delta:g}; refused before training.")
     return checked, refusal

@@ -43,47 +43,41 @@ the same records, parallel (worst child) over declared disjoint partitions, and 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as _dt
-import hashlib
 import json
 import math
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..accounting.adjacency import Adjacency, require_same
 from ..accounting.events import Event
-from ..errors import (AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
+from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
                       LedgerVerificationError, UsageError)
-from ..records import Release, _json_safe, public_noise_reason
+from ..records import Release, public_noise_reason
 from ..validation import open_unit, positive_finite
 from . import compose as lc
 from . import rows as lr
+from . import integrity, queries
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
+from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
 from .paths import LedgerLocation, require_existing, resolve_ledger
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
 from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
-#: Hash that precedes the first entry.
-GENESIS_HASH = "0" * 64
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
-ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
-
-
-def canonical_json(obj) -> str:
-    """The one serialisation that is hashed: sorted keys, no spaces, non-finite floats as strings."""
-    return json.dumps(_json_safe(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def _sweep_tag(config: object) -> dict | None:
@@ -130,19 +124,6 @@ def sampler_uncertified_reason(sampler: str) -> str:
     if sampler == "textbook":
         return "uncertified: textbook floating-point Laplace sampler (ideal-arithmetic guarantee only)"
     return f"uncertified: {sampler} sampler (no finite-precision guarantee)"
-
-
-def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str,
-               signer: str | None = None, signature: str | None = None) -> str:
-    """sha256 over the previous hash and every stored column of the entry (seq excluded:
-    an entry's place in the chain is fixed by ``prev_hash``). A signed entry's hash covers its
-    signer and signature too (so the next entry's signature covers them); an unsigned entry
-    keeps the original material, so ledgers written before signatures verify unchanged."""
-    if signer is None and signature is None:
-        material = ["dpaudit-ledger-v1", prev_hash, entry_id, kind, created_at, dataset, payload_text]
-    else:
-        material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
-    return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 def _check_name(what: str, value: object) -> str:
@@ -193,53 +174,6 @@ class Entry:
             d["closed_by"] = self.closed_by
             d["status"] = self.status
         return d
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One integrity finding of :meth:`Ledger.verify`."""
-
-    kind: str  # edited | deleted | reordered | unreadable | schema | integrity | signature | anchor
-    message: str
-    seq: int | None = None
-    id: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "seq": self.seq, "id": self.id, "message": self.message}
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """Result of the hash-chain check; ``ok`` is derived from ``problems``."""
-
-    path: str
-    entries: int
-    head_hash: str
-    schema_version: int
-    problems: tuple = field(default_factory=tuple)
-    #: registered keys, owner, signed / unsigned counts (see signing.KeyRing.to_dict)
-    signatures: dict = field(default_factory=dict)
-    anchor: str | None = None
-    backend: str = "sqlite"
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict:
-        return {
-            "ledger": self.path, "backend": self.backend, "ok": self.ok, "entries": self.entries, "head_hash": self.head_hash,
-            "schema_version": self.schema_version, "signatures": self.signatures, "anchor": self.anchor,
-            "problems": [p.to_dict() for p in self.problems],
-        }
-
-    def __str__(self) -> str:
-        if self.ok:
-            sig = self.signatures or {}
-            signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
-            anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
-            return f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor} (head {self.head_hash[:16]})."
-        return "\n".join(p.message for p in self.problems)
 
 
 # ---------------------------------------------------------------- opening
@@ -347,12 +281,8 @@ class Ledger:
     # -- signatures
     def key_ring(self) -> sg.KeyRing:
         """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
-        ring, _ = sg.check_signatures(self._signed_rows(self._store.rows()), verify=False)
+        ring, _ = sg.check_signatures(integrity.signed_rows(self._store.rows()), verify=False)
         return ring
-
-    @staticmethod
-    def _signed_rows(rows) -> list[sg.SignedRow]:
-        return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
 
     def _signer_for(self, kind: str, payload: dict) -> "sg.SigningKey | None":
         key = self._signing_key
@@ -519,8 +449,9 @@ class Ledger:
     def _intact_entries(self, dataset: str | None = None) -> list[Entry]:
         """Entries, after checking the whole hash chain and every signature: budgets are never
         computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
-        head, rows = self._head_and_rows()
-        problems = chain_problems(head, rows) or self._signature_problems(rows, cached=True)
+        snap = self._snapshot()
+        head, rows = snap.head, snap.rows
+        problems = chain_problems(head, rows) or self._signature_problems(rows)
         if problems:
             raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return self._entries_from_rows([r for r in rows if dataset is None or r[4] == dataset])
@@ -759,8 +690,8 @@ class Ledger:
         cap_eps, cap_delta = state.cap
         adj = payload["adjacency"]
         # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
-        spent = _total_epsilon(state.with_audits(), cap_delta, adj, AUDIT_ACCOUNTANTS)
-        total = _total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, AUDIT_ACCOUNTANTS)
+        spent = queries.total_epsilon(state.with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
+        total = queries.total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
         if total > cap_eps:
             why = f" ({payload['unbounded_reason']})" if payload.get("unbounded_reason") else ""
             raise BudgetExceededError(
@@ -770,9 +701,6 @@ class Ledger:
                 "refused before any trial ran.")
 
     # -- budget
-    def _delta_for(self, state: lc.DatasetState | None) -> float:
-        return state.cap[1] if state and state.cap else lc.DEFAULT_DELTA
-
     def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
               data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
               noise_tail_delta: float = 0.0, data_rows=None) -> dict:
@@ -803,7 +731,7 @@ class Ledger:
             require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
         self._check_identity(dataset, state, fp, data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
-        acc = AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
+        acc = queries.AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
         state = state.budgeted()
         tail = float(noise_tail_delta)
         if not tail >= 0.0:
@@ -818,10 +746,10 @@ class Ledger:
         cap_eps, cap_delta = state.cap
         before = lc.dataset_total(state)
         after = lc.dataset_total(state.with_release(planned))
-        b_spent = lc.bounds(before.event, delta=cap_delta, adjacency=adj, unbounded=before.unbounded, noise_tail=before.noise_tail, accountants=acc)
+        b_spent = lc.total_bounds(before, delta=cap_delta, adjacency=adj, accountants=acc)
         alone = lc.dataset_total(lc.DatasetState(dataset, releases=[planned]))
-        b_alone = lc.bounds(alone.event, delta=cap_delta, adjacency=adj, unbounded=alone.unbounded, noise_tail=alone.noise_tail)
-        b_after = lc.bounds(after.event, delta=cap_delta, adjacency=adj, unbounded=after.unbounded, noise_tail=after.noise_tail, accountants=acc)
+        b_alone = lc.total_bounds(alone, delta=cap_delta, adjacency=adj)
+        b_after = lc.total_bounds(after, delta=cap_delta, adjacency=adj, accountants=acc)
         result.update(
             cap={"epsilon": cap_eps, "delta": cap_delta}, spent=b_spent["epsilon"], needs=b_alone["epsilon"],
             total=b_after["epsilon"], releases=before.releases_subtree, reservations=before.reservations,
@@ -996,70 +924,8 @@ class Ledger:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
             raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
-        rows: list[dict] = []
         people = self._people_summary(accountants) if sweep is None else {}
-        for name in sorted(states):
-            st = states[name]
-            adj = st.adjacency()
-            delta = self._delta_for(st)
-            total = lc.dataset_total(st)
-            tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
-            cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
-            if cap and st.cap_includes_audits:
-                cap["include_audits"] = True
-            audits = _audit_columns(st, delta, adj) if st.audits else {}
-            counted = audits.get("epsilon_with_audits", tb["epsilon"]) if st.cap_includes_audits else tb["epsilon"]
-            shared = people.get(name)
-            spent = max(counted, shared["epsilon_people"]) if shared else counted
-            remaining = (st.cap[0] - spent) if st.cap and sweep is None else None
-            voided_eps = _voided_epsilon(st, delta, accountants)
-            nodes = [(lc.DATASET_SCOPE, total, tb)]
-            for p in st.tree_order():
-                nt = lc.node_total(st, p)
-                nodes.append((p, nt, lc.bounds(nt.event, delta=delta, adjacency=adj, unbounded=nt.unbounded, accountants=accountants,
-                                                    noise_tail=nt.noise_tail)))
-            for p, nt, b in nodes:
-                if nt.unbounded and nt.unbounded_reasons:
-                    # Say why the bound is infinite: a non-private or an uncertified release.
-                    # ("non-private release", "uncertified release", "uncertified reservation", ...)
-                    b = {**b, "bound_by": " ".join(nt.unbounded_reasons[0].split(" ")[:2])}
-                rows.append({
-                    "dataset": name,
-                    "partition": p,
-                    "node": name if p == lc.DATASET_SCOPE else f"{name}:{p}",
-                    "parent": None if p == lc.DATASET_SCOPE else st.parent(p),
-                    "children": list(st.roots()) if p == lc.DATASET_SCOPE else list(st.children.get(p, ())),
-                    "subsets": [] if p == lc.DATASET_SCOPE else st.subsets(p),
-                    "declared_by": None if p == lc.DATASET_SCOPE else st.declared_by.get(p),
-                    "adjacency": adj,
-                    "releases": nt.releases,
-                    "releases_subtree": nt.releases_subtree,
-                    "non_private_releases": nt.non_private,
-                    "unbounded": nt.unbounded,
-                    **b,
-                    "naive_epsilon": nt.naive_epsilon,
-                    "naive_delta": nt.naive_delta,
-                    "cap": cap,
-                    "remaining": remaining,
-                    "voided_releases": len(st.voided) if p == lc.DATASET_SCOPE else None,
-                    # what voids took out of the total (never-published artefacts), shown apart
-                    "voided_epsilon": voided_eps if p == lc.DATASET_SCOPE else None,
-                    "voided_published_releases": len(st.published_voids) if p == lc.DATASET_SCOPE else None,
-                    "uncertified_releases": nt.uncertified,
-                    "unbounded_reasons": list(nt.unbounded_reasons),
-                    "open_reservations": nt.reservations,
-                    "open_reservation_ids": [r.id for r in st.open_reservations()] if p == lc.DATASET_SCOPE else None,
-                    # keyed fingerprints only (see fingerprint.py); several = declared versions
-                    "dataset_fingerprints": sorted(st.fingerprints),
-                    # names whose releases read the same people, and everything composed with them
-                    **({"shares_people_with": shared["shares_people_with"], "epsilon_people": shared["epsilon_people"]}
-                       if shared and p == lc.DATASET_SCOPE else {}),
-                    # audits on the private data, beside the releases (dataset row only); counted
-                    # in the cap (and ``remaining``) only when the cap includes audits
-                    "audits": len(st.audits) if p == lc.DATASET_SCOPE else None,
-                    **(audits if p == lc.DATASET_SCOPE else {}),
-                })
-        return rows
+        return queries.summary_rows(states, people, accountants, whole=sweep is None)
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
@@ -1073,21 +939,7 @@ class Ledger:
     def _people_summary(self, accountants) -> dict:
         """Per dataset sharing people with others (ledger.rows): the other names and the epsilon of
         all of them composed sequentially, at the dataset's delta."""
-        states, index = self._people_index()
-        out = {}
-        for name in sorted(states):
-            group = index.sharing(name)
-            if not group:
-                continue
-            try:
-                total = lr.people_total(states, [name] + group)
-            except AdjacencyMismatchError:  # cannot be composed: no bound (a planned release is refused)
-                out[name] = {"shares_people_with": group, "epsilon_people": math.inf}
-                continue
-            b = lc.bounds(total.event, delta=self._delta_for(states[name]), adjacency=lr.adjacency_of(states, [name] + group),
-                          unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
-            out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
-        return out
+        return queries.people_summary(*self._people_index(), accountants)
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
@@ -1101,51 +953,24 @@ class Ledger:
         it, else the ledger was truncated or rewritten since. ``owner``: the key id the ledger's
         first registered key (its owner) must have (default: the one this ledger was opened with);
         every entry after its registration must then be signed by a registered key."""
-        problems: list[Problem] = []
         with self._store.read():
-            problems.extend(Problem(k, m) for k, m in self._store.health())
-            head, rows = self._head_and_rows()
-            version = self._store.schema_version()
-        problems.extend(chain_problems(head, rows))
-        for seq, eid, kind, _c, _d, text, _p, _h, *_sig in rows:
-            try:
-                payload = json.loads(text)
-                if kind not in ENTRY_KINDS:
-                    raise ValueError(f"unknown kind {kind!r}")
-                if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
-                    lc.parse_event(payload.get("guarantee"))
-            except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
-                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-                problems.append(Problem("unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid))
-        owner = self._owner if owner is None else sg.owner_key_id(owner)
-        ring, found = sg.check_signatures(self._signed_rows(rows), owner=owner)
-        problems.extend(Problem("signature", f.message, f.seq or None, f.id or None) for f in found)
-        if anchor is not None:
-            a = anchor.strip().lower()
-            if not is_fingerprint(a):
-                raise UsageError(f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}.")
-            if a != GENESIS_HASH and a not in {r[7] for r in rows}:
-                problems.append(Problem("anchor", f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
-                                                  "since that head was published."))
-        last_hash = rows[-1][7] if rows else GENESIS_HASH
-        return VerifyReport(str(self.path), len(rows), last_hash, version, tuple(problems), ring.to_dict(), anchor, self.backend)
+            snap = self._snapshot(health=True)
+        return integrity.verify_snapshot(snap, anchor=anchor, owner=self._owner if owner is None else sg.owner_key_id(owner))
 
-    def _signature_problems(self, rows, *, cached: bool = False) -> list[Problem]:
-        """Signature findings; with ``cached``, rows already verified by this object are trusted
-        (an Ed25519 check per entry per write would make large ledgers slow)."""
-        srows = self._signed_rows(rows)
-        done = {r[1] for r in rows if (r[1], r[7]) in self._verified} if cached else set()
-        _, found = sg.check_signatures(srows, verified=done, owner=self._owner)  # Ed25519 only for rows not yet checked
+    def _signature_problems(self, rows) -> list[Problem]:
+        """Signature findings; rows already verified by this object are trusted (an Ed25519
+        check per entry per write would make large ledgers slow)."""
+        done = {r[1] for r in rows if (r[1], r[7]) in self._verified}
+        _, found = sg.check_signatures(integrity.signed_rows(rows), verified=done, owner=self._owner)  # Ed25519 only for rows not yet checked
         if not found:
             self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
-        return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
+        return integrity.signature_problems(found)
 
-    def _head_and_rows(self):
+    def _snapshot(self, *, health: bool = False) -> Snapshot:
         # One read transaction, so the head and the rows are from the same snapshot.
         with self._store.read():
-            head = self._store.head()
-            rows = self._store.rows()
-        return head, rows
+            return Snapshot(str(self.path), self.backend, self._store.schema_version(), self._store.head(), self._store.rows(),
+                            self._store.health() if health else [])
 
     # -- moving a ledger between backends
     def export_rows(self, *, include_key: bool = False) -> dict:
@@ -1156,49 +981,23 @@ class Ledger:
         rep = self.verify()
         if not rep.ok:
             raise LedgerError(f"ledger {self.path} fails verification ({rep.problems[0].message.rstrip('.')}); it was not exported.")
-        head, rows = self._head_and_rows()
-        import base64
-
-        return {
-            "format": "dpaudit-ledger-export-v1", "schema_version": self._store.schema_version(), "head_hash": head[2],
-            "fingerprint_key": base64.b64encode(self._key()).decode("ascii") if include_key else None,
-            "columns": ["seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature"],
-            "rows": [list(r) for r in rows],
-        }
+        return integrity.export_dump(self._snapshot(), self._key() if include_key else None)
 
     def import_rows(self, dump: dict) -> int:
         """Append the rows of :meth:`export_rows` verbatim into this *empty* ledger (one transaction);
         the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
-        import base64
-
-        if not isinstance(dump, dict) or dump.get("format") != "dpaudit-ledger-export-v1":
-            raise UsageError(f"import must be a dpaudit ledger export (format dpaudit-ledger-export-v1), got {str(dump)[:60]!r}.")
-        rows = dump.get("rows") or []
+        integrity.require_export(dump)
         key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
         with self._write():
             if self._store.rows():
                 raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
-            prev = GENESIS_HASH
-            for i, r in enumerate(rows, 1):
-                seq, eid, kind, created_at, dataset, text, prev_hash, h, signer, signature = r
-                if seq != i or prev_hash != prev or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h:
-                    raise LedgerError(f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported.")
-                self._store.insert(eid, kind, created_at, dataset, text, prev_hash, h, signer, signature)
-                prev = h
-            if dump.get("head_hash") != prev:
-                raise LedgerError("import: the export's head hash does not match its last entry; nothing was imported.")
+            rows = integrity.import_chain(dump)
+            for r in rows:
+                self._store.insert(*r[1:])
             if key:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
-
-
-def _voided_epsilon(state: lc.DatasetState, delta: float, accountants) -> float | None:
-    """The composed epsilon of the releases and reservations that voids took out of the total (None: none)."""
-    if not state.voided_views:
-        return None
-    voided = lc.DatasetState(state.name, releases=list(state.voided_views))
-    return _total_epsilon(voided, delta, voided.adjacency(), accountants)
 
 
 def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
@@ -1216,100 +1015,6 @@ def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None
             f"partition {state.name}:{parent} must be declared before its children hold releases, got {', '.join(held)}: "
             "they were composed sequentially with the rest of the dataset and keep composing so; declare a split "
             "before releasing on it.")
-
-
-def chain_problems(head, rows) -> list[Problem]:
-    """Hash-chain findings for ``rows`` (seq order) against the chain head, naming each entry."""
-    problems: list[Problem] = []
-    by_hash = {r[7]: r for r in rows}
-    prev_row = None
-    for r in rows:
-        seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
-        signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
-        label = f"entry #{seq} ({kind} {eid})"
-        if entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
-            problems.append(Problem("edited", f"{label} was edited: its content no longer matches its hash.", seq, eid))
-        expected_prev = prev_row[7] if prev_row else GENESIS_HASH
-        if prev != expected_prev:
-            after = by_hash.get(prev)
-            if after is not None and after is not r:
-                problems.append(Problem(
-                    "reordered",
-                    f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
-                    + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."),
-                    seq, eid))
-            elif prev == GENESIS_HASH:
-                problems.append(Problem("reordered", f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).", seq, eid))
-            elif (prev_row is not None and seq != prev_row[0] + 1) or (prev_row is None and seq != 1):
-                where = f"between entry #{prev_row[0]} ({prev_row[1]}) and {label}" if prev_row else f"before {label}"
-                problems.append(Problem("deleted", f"entry/entries {where} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid))
-            elif prev_row is not None:
-                problems.append(Problem(
-                    "edited",
-                    f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
-                    "(or entries between them were deleted and the rest renumbered).",
-                    prev_row[0], prev_row[1]))
-            else:
-                problems.append(Problem("deleted", f"the first entry/entries were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid))
-        prev_row = r
-    last_hash = prev_row[7] if prev_row else GENESIS_HASH
-    problems.extend(_check_head(head, rows, by_hash, last_hash, problems))
-    return problems
-
-
-def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
-    """Compare the chain head (last hash, entry count) with what the table holds."""
-    if head is None:
-        return [Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")]
-    head_seq, head_count, head_hash = head
-    if head_hash == last_hash and head_count == len(rows):
-        return []
-    seqs = {r[0]: r for r in rows}
-    if head_hash in by_hash:
-        if any(p.kind == "reordered" for p in found):
-            return []  # already named
-        tail = [r for r in rows if r[0] > by_hash[head_hash][0]]
-        if tail:
-            return [Problem("edited", f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).", tail[0][0], tail[0][1])]
-    elif head_hash != GENESIS_HASH or rows:
-        if head_seq in seqs:
-            r = seqs[head_seq]
-            if any(p.kind == "edited" and p.seq == head_seq for p in found):
-                return []
-            return [Problem("edited", f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head.", head_seq, r[1])]
-        last = rows[-1] if rows else None
-        return [Problem(
-            "deleted",
-            f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
-            f"but the ledger holds {len(rows)}" + (f" ending at entry #{last[0]} ({last[1]})." if last else "."),
-            head_seq, None)]
-    if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
-        return [Problem("deleted", f"the chain head records {head_count} entries but the ledger holds {len(rows)}.")]
-    return []
-
-
-def _total_epsilon(state: lc.DatasetState, delta: float, adjacency: str | None, accountants=("rdp", "prv")) -> float:
-    """The smallest valid bound on ``state``'s dataset total at ``delta``."""
-    t = lc.dataset_total(state)
-    return lc.bounds(t.event, delta=delta, adjacency=adjacency, unbounded=t.unbounded, accountants=accountants, noise_tail=t.noise_tail)["epsilon"]
-
-
-#: Accountants of the audit totals: RDP, an upper bound that stays fast on the thousands of steps
-#: an audit composes (prv-accountant takes tens of seconds there: measured 23 s for 50 trials of a
-#: heart release); the cap check of an audit uses it too (sound: never below a tighter bound).
-AUDIT_ACCOUNTANTS = ("rdp",)
-
-
-def _audit_columns(st: lc.DatasetState, delta: float, adj: str | None, accountants=AUDIT_ACCOUNTANTS) -> dict:
-    """Summary keys of a dataset row with audits: the audits' own composed epsilon
-    (``audit_epsilon``), releases and audits composed together (``epsilon_with_audits``), both at
-    ``delta`` with :data:`AUDIT_ACCOUNTANTS`, and why the audits are unbounded if they are
-    (``audit_unbounded_reasons``)."""
-    adj = st.with_audits().adjacency() or adj
-    alone = dataclasses.replace(st, releases=list(st.audits), audits=[])
-    return {"audit_epsilon": _total_epsilon(alone, delta, adj, accountants),
-            "epsilon_with_audits": _total_epsilon(st.with_audits(), delta, adj, accountants),
-            "audit_unbounded_reasons": list(lc.dataset_total(alone).unbounded_reasons)}
 
 
 def _hostname() -> str:

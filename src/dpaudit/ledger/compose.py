@@ -638,6 +638,11 @@ def _try_accountant(name: str, event: Event, delta: float, adj: str, out: dict, 
     return None
 
 
+def total_bounds(t: NodeTotal, *, delta: float, adjacency: str | None, accountants=("rdp", "prv")) -> dict:
+    """:func:`bounds` of a composed total (its event, whether it is unbounded, its noise tails)."""
+    return bounds(t.event, delta=delta, adjacency=adjacency, unbounded=t.unbounded, accountants=accountants, noise_tail=t.noise_tail)
+
+
 def _bounds_with_tail(event: Event, *, delta: float, adjacency: str | None, accountants, tau: float) -> dict:
     """:func:`bounds` of the truncated-noise composition at ``delta`` (see there)."""
     if math.isfinite(tau) and tau < 1.0:

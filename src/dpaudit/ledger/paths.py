@@ -19,6 +19,9 @@ from pathlib import Path
 from .. import __version__
 from ..errors import LedgerError, UsageError
 
+#: Hash that precedes the first entry of every ledger (both stores, the integrity checker).
+GENESIS_HASH = "0" * 64
+
 LEDGER_ENV = "DPAUDIT_LEDGER"
 DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"
 POSTGRES_SCHEMES = ("postgresql", "postgres")

@@ -206,8 +206,7 @@ def adjacency_of(states: dict, names) -> str | None:
 
 def _epsilon(states: dict, names, delta: float) -> float:
     total = people_total(states, [n for n in names if n in states])
-    return lc.bounds(total.event, delta=delta, adjacency=adjacency_of(states, names), unbounded=total.unbounded,
-                     noise_tail=total.noise_tail)["epsilon"]
+    return lc.total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
 
 
 def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict) -> tuple[list, str | None]:

@@ -37,9 +37,8 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .paths import LedgerLocation, refuse_newer_schema
+from .paths import GENESIS_HASH, LedgerLocation, refuse_newer_schema
 
-GENESIS_HASH = "0" * 64
 #: Every column of an entry, in the order the ledger's rows use.
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.

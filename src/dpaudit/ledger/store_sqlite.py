@@ -29,11 +29,10 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..errors import LedgerError
 from .fingerprint import ledger_key
-from .paths import refuse_newer_schema
+from .paths import GENESIS_HASH, refuse_newer_schema
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
-GENESIS_HASH = "0" * 64
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Every column of an entry, in the order the ledger's rows use (the same as store_pg's).
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")

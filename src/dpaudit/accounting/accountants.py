@@ -807,3 +807,32 @@ def compute_delta(
     if reason is not None:
         raise UnsupportedEventError(_refusal(acc, event, adj, reason))
     return _checked_result(acc, acc.delta(event, eps, adj), adj, "delta", eps)
+
+
+def compared_accountants(adjacency: Adjacency) -> list[str]:
+    """The accountants compared side by side (``dpaudit account --accountant all``): rdp and prv;
+    under replace-record also pld, the one of them that analyses the replace-one pair of a
+    subsampled Gaussian (rdp / prv decline it); then every accountant registered with
+    :func:`register_accountant`."""
+    builtin = ["rdp", "prv", "pld"] if adjacency is Adjacency.REPLACE_RECORD else ["rdp", "prv"]
+    return builtin + [name for name in accountant_names() if name not in ACCOUNTANTS]
+
+
+def compare(event: Event, *, delta: float, adjacency: Adjacency, names) -> tuple[list[dict], dict]:
+    """Each accountant's result for ``event`` (``AccountantResult.to_dict``) and ``{name: reason}``
+    of those that decline it. With several names, one that declines this (event, adjacency) is a
+    row without epsilon, never a number computed under another adjacency; a single accountant's
+    refusal, or everyone's, raises :class:`UnsupportedEventError`."""
+    results, skipped = [], {}
+    for n in names:
+        try:
+            results.append(compute_epsilon(event, delta=delta, accountant=n, adjacency=adjacency).to_dict())
+        except UnsupportedEventError as e:
+            if len(names) == 1:
+                raise
+            skipped[n] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            results.append({"accountant": n, "epsilon": None, "delta": delta, "adjacency": adjacency.value, "epsilon_lower": None,
+                            "epsilon_estimate": None, "optimal_order": None, "skipped": skipped[n]})
+    if all(r["epsilon"] is None for r in results):
+        raise UnsupportedEventError("no accountant could bound this run: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in skipped.items()) + ".")
+    return results, skipped

@@ -701,10 +701,9 @@ class Ledger:
                 "refused before any trial ran.")
 
     # -- budget
-    def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-              data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
-              noise_tail_delta: float = 0.0, data_rows=None) -> dict:
-        """What spending ``event`` on ``dataset:partition`` would do to the budget (no write).
+    def check(self, plan: "PlannedSpend | None" = None, /, *, exclude_reservations=(), **fields) -> dict:
+        """What spending ``plan`` (a :class:`PlannedSpend`, or its fields as keywords) would do to
+        the budget (no write).
 
         Open reservations count like releases. ``data_digest`` (the plain digest of the
         private data the release will use) is checked against the dataset's recorded versions:
@@ -718,43 +717,27 @@ class Ledger:
         reads (:class:`~dpaudit.data.rows.RowSet` s): a release reading as public rows another
         holds private (or the reverse) raises :class:`~dpaudit.errors.RowRoleCollisionError`, and
         every cap of a dataset sharing people with it is checked (:mod:`.rows`)."""
-        _check_name("dataset", dataset)
-        _check_name("partition", partition)
-        adj = Adjacency.parse(adjacency).value
-        fp = self.fingerprint(data_digest) if data_digest else ""
-        state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
-        if exclude_reservations:
-            held = set(exclude_reservations)
-            state = dataclasses.replace(state, releases=[r for r in state.releases if not (r.kind == "reservation" and r.id in held)])
+        plan = PlannedSpend.of(plan, fields)
+        dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
+        fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
+        state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)
         current = state.adjacency()
         if current is not None:
             require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
-        self._check_identity(dataset, state, fp, data_info, planned=True)
+        self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
         acc = queries.AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
         state = state.budgeted()
-        tail = float(noise_tail_delta)
+        tail = float(plan.noise_tail_delta)
         if not tail >= 0.0:
-            raise UsageError(f"noise_tail_delta must be a number >= 0, got {noise_tail_delta!r}.")
-        planned = lc.ReleaseView("planned", dataset, partition, adj, None, None, event, event is None, fingerprint=fp,
-                                 uncertified=uncertified, noise_tail_delta=tail)
-        result = {"dataset": dataset, "partition": partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
-        if data_rows is not None:
-            self._people_check(dataset, planned, data_rows, exclude_reservations, result)
-        if state.cap is None:
-            return result
-        cap_eps, cap_delta = state.cap
-        before = lc.dataset_total(state)
-        after = lc.dataset_total(state.with_release(planned))
-        b_spent = lc.total_bounds(before, delta=cap_delta, adjacency=adj, accountants=acc)
-        alone = lc.dataset_total(lc.DatasetState(dataset, releases=[planned]))
-        b_alone = lc.total_bounds(alone, delta=cap_delta, adjacency=adj)
-        b_after = lc.total_bounds(after, delta=cap_delta, adjacency=adj, accountants=acc)
-        result.update(
-            cap={"epsilon": cap_eps, "delta": cap_delta}, spent=b_spent["epsilon"], needs=b_alone["epsilon"],
-            total=b_after["epsilon"], releases=before.releases_subtree, reservations=before.reservations,
-            allowed=result["allowed"] and b_after["epsilon"] <= cap_eps,
-        )
+            raise UsageError(f"noise_tail_delta must be a number >= 0, got {plan.noise_tail_delta!r}.")
+        planned = lc.ReleaseView("planned", dataset, plan.partition, adj, None, None, plan.event, plan.event is None, fingerprint=fp,
+                                 uncertified=plan.uncertified, noise_tail_delta=tail)
+        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
+        if plan.data_rows is not None:
+            self._people_check(dataset, planned, plan.data_rows, exclude_reservations, result)
+        if state.cap is not None:
+            result.update(_cap_check(state, planned, adj, acc, allowed=result["allowed"]))
         return result
 
     def _footprint(self, data_rows) -> dict:
@@ -765,12 +748,7 @@ class Ledger:
         """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
         and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
         footprint = self._footprint(data_rows)
-        held = set(held)
-
-        def without_held(st: lc.DatasetState) -> lc.DatasetState:  # the reservations holding this planned release
-            return dataclasses.replace(st, releases=[r for r in st.releases if not (r.kind == "reservation" and r.id in held)])
-
-        states, index = self._people_index(without_held if held else None)
+        states, index = self._people_index((lambda st: _without_held(st, held)) if held else None)
         index.collisions(dataset, footprint)
         before = dict(states)
         states[dataset] = (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)
@@ -779,35 +757,30 @@ class Ledger:
         if refusal is not None and result["allowed"]:
             result.update(allowed=False, people_refusal=refusal)
 
-    def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-                  data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
-                  noise_tail_delta: float = 0.0, data_rows=None) -> dict:
-        """Refuse (BudgetExceededError) a planned release that would push ``dataset`` over its cap,
+    def preflight(self, plan: "PlannedSpend | None" = None, /, *, exclude_reservations=(), **fields) -> dict:
+        """Refuse (BudgetExceededError) a planned release that would push its dataset over its cap,
         and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
 
         Called *before* any training; writes nothing (:meth:`reserve` also holds the budget).
         The composed total follows the partition tree (see
         :mod:`~dpaudit.ledger.compose`); no cap means no limit. Returns :meth:`check`'s dict.
         """
-        r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                       data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations,
-                       noise_tail_delta=noise_tail_delta, data_rows=data_rows)
+        plan = PlannedSpend.of(plan, fields)
+        r = self.check(plan, exclude_reservations=exclude_reservations)
         if r["allowed"]:
             return r
         if r.get("people_refusal") and (r["cap"] is None or r["total"] <= r["cap"]["epsilon"]):
             raise BudgetExceededError(r["people_refusal"])
         c = r["cap"]
         held = f" and {r['reservations']} open reservation(s)" if r.get("reservations") else ""
-        why = f" ({uncertified})" if uncertified else ""
+        why = f" ({plan.uncertified})" if plan.uncertified else ""
         raise BudgetExceededError(
-            f"budget of dataset {dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={lc.fmt_epsilon(r['spent'])}, "
-            f"this release on {dataset}:{partition} needs epsilon={lc.fmt_epsilon(r['needs'])}{why} alone, composed total would be "
+            f"budget of dataset {plan.dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={lc.fmt_epsilon(r['spent'])}, "
+            f"this release on {plan.dataset}:{plan.partition} needs epsilon={lc.fmt_epsilon(r['needs'])}{why} alone, composed total would be "
             f"epsilon={lc.fmt_epsilon(r['total'])} > cap epsilon={lc.fmt_epsilon(c['epsilon'])} at delta={c['delta']:g}; refused before training."
         )
 
-    def reserve(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-                data_info: dict | None = None, uncertified: str | None = None, mechanism: str = "",
-                noise_tail_delta: float = 0.0, data_rows=None) -> str:
+    def reserve(self, plan: "PlannedSpend | None" = None, /, *, mechanism: str = "", **fields) -> str:
         """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
         entry in one write transaction; returns the reservation id.
 
@@ -820,32 +793,25 @@ class Ledger:
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
         from public sizes at the target epsilon, an upper bound on the release's) is held too.
         ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
-        footprint = None if data_rows is None else self._footprint(data_rows)
+        plan = PlannedSpend.of(plan, fields)
+        footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._write():
-            self.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                           data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta, data_rows=footprint)
+            self.preflight(dataclasses.replace(plan, data_rows=footprint))
+            info = plan.data_info or {}
             payload = {
-                "dataset_name": dataset,
-                "partition": partition,
-                "adjacency": Adjacency.parse(adjacency).value,
-                "guarantee": None if event is None else event.to_dict(),
-                "non_private": event is None,
-                "dataset_fingerprint": self.fingerprint(data_digest) if data_digest else None,
-                "mechanism": str(mechanism or ""),
-                "pid": os.getpid(),
-                "host": _hostname(),
-                "dpaudit_version": __version__,
+                "dataset_name": plan.dataset, "partition": plan.partition, "adjacency": Adjacency.parse(plan.adjacency).value,
+                "guarantee": None if plan.event is None else plan.event.to_dict(), "non_private": plan.event is None,
+                "dataset_fingerprint": self.fingerprint(plan.data_digest) if plan.data_digest else None,
+                "mechanism": str(mechanism or ""), "pid": os.getpid(), "host": _hostname(), "dpaudit_version": __version__,
+                **{key: info[key] for key in ("split_seed", "profile") if info.get(key) is not None},
             }
-            for key in ("split_seed", "profile"):
-                if data_info and data_info.get(key) is not None:
-                    payload[key] = data_info[key]
-            if uncertified:
-                payload["uncertified"] = str(uncertified)
-            if noise_tail_delta:
-                payload["noise_tail_delta"] = float(noise_tail_delta)
+            if plan.uncertified:
+                payload["uncertified"] = str(plan.uncertified)
+            if plan.noise_tail_delta:
+                payload["noise_tail_delta"] = float(plan.noise_tail_delta)
             if footprint is not None:
                 payload["rows"] = lr.declare(self, footprint)
-            return self._append("reservation", dataset, payload)
+            return self._append("reservation", plan.dataset, payload)
 
     def _open_reservation(self, reservation_id: str) -> Entry:
         target = self.get(reservation_id)
@@ -998,6 +964,58 @@ class Ledger:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
+
+
+@dataclass(frozen=True)
+class PlannedSpend:
+    """A release about to be made, as the budget checks see it (:meth:`Ledger.check`): what it
+    spends (``event``; None: non-private) on ``dataset:partition`` under ``adjacency``, the plain
+    digest and public facts of the data it reads, why it is uncertified (if it is), its
+    sampler's tail delta and the source rows it reads."""
+
+    dataset: str
+    partition: str
+    event: Event | None
+    adjacency: str
+    data_digest: str | None = None
+    data_info: dict | None = None
+    uncertified: str | None = None
+    noise_tail_delta: float = 0.0
+    data_rows: object = None
+
+    def __post_init__(self) -> None:
+        _check_name("dataset", self.dataset)
+        _check_name("partition", self.partition)
+
+    @classmethod
+    def of(cls, plan: "PlannedSpend | None", fields: dict) -> "PlannedSpend":
+        """``plan`` itself, or one built from keyword ``fields`` (never both)."""
+        if plan is not None and fields:
+            raise UsageError(f"a planned release must be a PlannedSpend or its fields, got both ({', '.join(fields)}).")
+        return plan if plan is not None else cls(**fields)
+
+
+def _without_held(state: lc.DatasetState, held) -> lc.DatasetState:
+    """``state`` without the open reservations ``held`` (those that already hold the planned release)."""
+    if not held:
+        return state
+    held = set(held)
+    return dataclasses.replace(state, releases=[r for r in state.releases if not (r.kind == "reservation" and r.id in held)])
+
+
+def _cap_check(state: lc.DatasetState, planned: lc.ReleaseView, adj: str, acc, *, allowed: bool) -> dict:
+    """The cap columns of :meth:`Ledger.check`: spent so far, what the planned release needs alone
+    and the total with it, at the cap's delta."""
+    cap_eps, cap_delta = state.cap
+    before = lc.dataset_total(state)
+    after = lc.dataset_total(state.with_release(planned))
+    b_spent = lc.total_bounds(before, delta=cap_delta, adjacency=adj, accountants=acc)
+    alone = lc.dataset_total(lc.DatasetState(state.name, releases=[planned]))
+    b_alone = lc.total_bounds(alone, delta=cap_delta, adjacency=adj)
+    b_after = lc.total_bounds(after, delta=cap_delta, adjacency=adj, accountants=acc)
+    return {"cap": {"epsilon": cap_eps, "delta": cap_delta}, "spent": b_spent["epsilon"], "needs": b_alone["epsilon"],
+            "total": b_after["epsilon"], "releases": before.releases_subtree, "reservations": before.reservations,
+            "allowed": allowed and b_after["epsilon"] <= cap_eps}
 
 
 def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:

@@ -22,6 +22,14 @@ ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
 
 
+def _say(json_out: bool, obj, text: str, **print_kw) -> None:
+    """``obj`` as JSON with ``--json``, else ``text`` for people."""
+    if json_out:
+        emit_json(obj)
+    else:
+        console.print(text, **print_kw)
+
+
 def open_ledger(*args, **kwargs):
     """:func:`dpaudit.ledger.book.open_ledger`, imported when a command runs: the ledger loads
     the accountants (numpy) and cryptography, which `dpaudit --help` and the other commands do not need."""
@@ -197,10 +205,8 @@ def register(app: typer.Typer) -> None:
         """Declare PARENT as the disjoint union of CHILDREN: releases on the children compose in parallel."""
         with open_ledger(ledger) as led:
             eid = led.declare_partition(dataset, parent, child, declared_by)
-        if json_out:
-            emit_json({"id": eid, "dataset": dataset, "parent": parent, "children": list(child), "declared_by": declared_by})
-            return
-        console.print(f"{dataset}:{parent} = " + " + ".join(f"{dataset}:{c}" for c in child) + f" (declared by {declared_by}; entry {eid}).")
+        _say(json_out, {"id": eid, "dataset": dataset, "parent": parent, "children": list(child), "declared_by": declared_by},
+             f"{dataset}:{parent} = " + " + ".join(f"{dataset}:{c}" for c in child) + f" (declared by {declared_by}; entry {eid}).")
 
     @ledger_app.command("record")
     def record(
@@ -227,10 +233,8 @@ def register(app: typer.Typer) -> None:
                               highlight=False, soft_wrap=True)
         elif check.status == "unverified":
             err_console.print(escape(f"warning: release {rel.id}: claim not verified: {check.reason}."), highlight=False, soft_wrap=True)
-        if json_out:
-            emit_json({"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition})
-            return
-        console.print(f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
+        _say(json_out, {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
+             f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
 
     @ledger_app.command("keygen")
     def keygen(
@@ -256,10 +260,7 @@ def register(app: typer.Typer) -> None:
         """Print the current head hash to publish (check it later with `ledger verify --anchor HASH`)."""
         with open_ledger(ledger, create=False) as led:
             h = led.head()
-        if json_out:
-            emit_json(h)
-            return
-        console.print(h["hash"], highlight=False)
+        _say(json_out, h, h["hash"], highlight=False)
 
     @ledger_app.command("register-key")
     def register_key(
@@ -274,10 +275,8 @@ def register(app: typer.Typer) -> None:
             eid = led.register_key(public_key, name)
             ring = led.key_ring()
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
-        if json_out:
-            emit_json({"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by})
-            return
-        console.print(f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).", highlight=False)
+        _say(json_out, {"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by},
+             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).", highlight=False)
 
     @ledger_app.command("require-signatures")
     def require_signatures(
@@ -288,10 +287,7 @@ def register(app: typer.Typer) -> None:
         """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
         with open_ledger(ledger, signing_key=key) as led:
             eid = led.require_signatures()
-        if json_out:
-            emit_json({"id": eid, "require_signatures": True})
-            return
-        console.print(f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
+        _say(json_out, {"id": eid, "require_signatures": True}, f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
 
     @ledger_app.command("grant")
     def grant(
@@ -306,10 +302,8 @@ def register(app: typer.Typer) -> None:
             stmts = store_pg.grant_writer_sql(led.store.schema, role)
             for stmt in stmts:
                 led.store.execute(stmt)
-        if json_out:
-            emit_json({"role": role, "granted": stmts})
-            return
-        console.print(f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).", highlight=False)
+        _say(json_out, {"role": role, "granted": stmts},
+             f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).", highlight=False)
 
     @ledger_app.command("export")
     def export(

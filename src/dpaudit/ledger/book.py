@@ -23,15 +23,9 @@ the transactions and the append-only rules; everything below is written once, fo
   ``<ledger>.key``, never in a release). A different fingerprint under a known name is refused
   (:class:`~dpaudit.errors.DatasetIdentityError`) unless declared with :meth:`Ledger.declare_version`;
   versions then compose sequentially.
-- Each entry stores ``hash = sha256(prev_hash, id, kind, created_at, dataset, payload)``; the
-  table ``chain_head`` holds the last hash and the entry count. :meth:`Ledger.verify` names
-  the entry that was edited, deleted or reordered.
-- Entries are signed (Ed25519, :mod:`~dpaudit.ledger.signing`) once the writer's key is
-  registered (``key`` entries; the first is the owner's); a signed entry's hash covers its
-  signature. :meth:`Ledger.verify` checks every signature, so a ledger whose triggers were
-  dropped, a release edited and the hashes recomputed fails; from the owner's registration on,
-  every entry must be signed (unsigned writes are refused, unsigned rows fail verification), and
-  a pinned owner (``owner=``, ``$DPAUDIT_LEDGER_OWNER``) makes its missing registration fail too.
+- Each entry is chained to the one before by its hash and, once the writer's key is registered,
+  signed (Ed25519); :mod:`.integrity` checks both (:meth:`Ledger.verify`) and every budget
+  answer refuses a ledger that fails (fail closed); :mod:`.signing` states the owner policy.
 - The schema has a version table and an ordered list of migrations (:data:`MIGRATIONS`). A
   ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
   with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
@@ -509,26 +503,15 @@ class Ledger:
             lc.parse_event(release.guarantee, f"guarantee of release {release.id}")
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
         payload = {
-            "release_id": release.id,
-            "mechanism": release.mechanism,
-            "dataset_name": name,
+            "release_id": release.id, "mechanism": release.mechanism, "dataset_name": name,
             # keyed: the plain digest of the private data is never stored (see fingerprint.py)
             "dataset_fingerprint": self.fingerprint(digest) if isinstance(digest, str) and digest else None,
-            "partition": partition,
-            "adjacency": adjacency,
-            "privacy_unit": getattr(release, "privacy_unit", None),
-            "accountant": release.accountant,
-            "guarantee": None if release.non_private else release.guarantee,
-            "epsilon": math.inf if release.non_private else release.epsilon,
-            "delta": release.delta,
-            "noise_multiplier": release.noise_multiplier,
-            "sample_rate": release.sample_rate,
-            "steps": release.steps,
-            "clipping_norm": release.clipping_norm,
-            "non_private": bool(release.non_private),
-            "artefact_path": artefact_path,
-            "release_created_at": release.created_at,
-            "dpaudit_version": release.dpaudit_version,
+            "partition": partition, "adjacency": adjacency, "privacy_unit": getattr(release, "privacy_unit", None),
+            "accountant": release.accountant, "guarantee": None if release.non_private else release.guarantee,
+            "epsilon": math.inf if release.non_private else release.epsilon, "delta": release.delta,
+            "noise_multiplier": release.noise_multiplier, "sample_rate": release.sample_rate, "steps": release.steps,
+            "clipping_norm": release.clipping_norm, "non_private": bool(release.non_private), "artefact_path": artefact_path,
+            "release_created_at": release.created_at, "dpaudit_version": release.dpaudit_version,
         }
         sweep = _sweep_tag(release.config)
         if sweep is not None:

@@ -270,21 +270,10 @@ def release_view(entry_id: str, dataset: str, payload: dict, identify=None, kind
     tail = 0.0 if tail is None else _float_or_none(tail)
     if tail is None or not tail >= 0.0:  # unreadable or negative: no bound on the tails (fail closed)
         tail = math.inf
-    return ReleaseView(
-        id=entry_id,
-        dataset=dataset,
-        partition=str(payload["partition"]),
-        adjacency=str(payload["adjacency"]),
-        epsilon=_float_or_none(eps),
-        delta=_float_or_none(payload.get("delta")),
-        event=event,
-        non_private=non_private,
-        mechanism=str(payload.get("mechanism", "")),
-        fingerprint=entry_identity(payload, identify),
-        kind=kind,
-        uncertified=str(uncertified) if uncertified else None,
-        noise_tail_delta=tail,
-    )
+    return ReleaseView(entry_id, dataset, str(payload["partition"]), str(payload["adjacency"]), _float_or_none(eps),
+                       _float_or_none(payload.get("delta")), event, non_private, mechanism=str(payload.get("mechanism", "")),
+                       fingerprint=entry_identity(payload, identify), kind=kind, uncertified=str(uncertified) if uncertified else None,
+                       noise_tail_delta=tail)
 
 
 def _float_or_none(v) -> float | None:

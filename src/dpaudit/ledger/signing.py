@@ -224,10 +224,6 @@ def signing_material(prev_hash: str, entry_id: str, kind: str, created_at: str, 
                       separators=(",", ":"), ensure_ascii=True).encode("utf-8")
 
 
-def signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
-    return _signature_ok(public_raw, signature_hex, material)
-
-
 def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
     try:
         Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes.fromhex(signature_hex), material)

@@ -216,9 +216,6 @@ class SqliteStore:
         row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
         return int(row[0] or 0)
 
-    def _columns(self) -> set[str]:
-        return {r[1] for r in self.execute("PRAGMA table_info(entries)").fetchall()}
-
     # -- transactions
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

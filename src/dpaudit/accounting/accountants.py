@@ -59,6 +59,7 @@ from ..errors import UnsupportedEventError, UsageError
 from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
+from .rdp_sgm import compute_rdp, get_privacy_spent  # Opacus's analysis with numpy alone (no scipy import)
 
 #: Every accountant :func:`compute_epsilon` knows, in the order tools list them.
 ACCOUNTANTS = ("rdp", "prv", "pld", "pure")
@@ -266,8 +267,6 @@ def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[flo
     """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis), read-only."""
     # Opacus's analysis, computed with numpy alone (rdp_sgm.py: no scipy import, all orders in one
     # pass; equal to opacus.accountants.analysis.rdp to rounding, tests/accounting/test_rdp_sgm.py)
-    from .rdp_sgm import compute_rdp
-
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float)
     curve.setflags(write=False)
     return curve
@@ -304,8 +303,6 @@ def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "
 
 def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = RDP_ORDERS) -> tuple[float, float]:
     """(epsilon, optimal order) via Opacus's conversion (Balle et al. 2020, Thm. 21)."""
-    from .rdp_sgm import get_privacy_spent  # Opacus's expression, without importing scipy
-
     if not np.any(curve):
         return 0.0, float(orders[0])
     with warnings.catch_warnings():

@@ -38,6 +38,8 @@ import math
 
 import numpy as np
 
+from . import opacus_rdp  # Opacus's own file (loads scipy only when it computes)
+
 #: log of the largest double: a binomial coefficient above it is inf in scipy (Opacus's reference).
 _LOG_DBL_MAX = math.log(np.finfo(float).max)
 #: Integer orders whose largest binomial coefficient is within this factor (in log) of the largest
@@ -47,12 +49,6 @@ _OVERFLOW_MARGIN = 1e-6
 _MAX_FRACTIONAL_ORDER = 64.0
 #: scipy's binom uses its multiplication formula for (symmetry-reduced) k below this.
 _PRODUCT_FORMULA_LIMIT = 20
-
-
-def _reference():
-    from . import opacus_rdp  # Opacus's own file, loaded without torch (needs scipy)
-
-    return opacus_rdp
 
 
 def _binom_product(n: float, k: int) -> float:
@@ -302,7 +298,7 @@ def compute_rdp(*, q: float, noise_multiplier: float, steps: int, orders) -> np.
         elif value is not None:
             rdp[o] = value
     if reference:
-        ref = _reference().compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
+        ref = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
         rdp.update(zip(reference, (float(v) for v in np.atleast_1d(ref))))
     return np.array([rdp[o] for o in orders], dtype=float) * steps
 
@@ -317,7 +313,7 @@ def _special_case(q: float, sigma: float, steps: int, orders: list) -> np.ndarra
         # no subsampling: the Gaussian mechanism's alpha / (2 sigma^2) (also at infinite orders)
         return np.array([o / (2 * sigma**2) for o in orders], dtype=float) * steps
     if not (math.isfinite(q) and 0.0 < q < 1.0 and normal_sigma and all(math.isfinite(o) and o > 1.0 for o in orders)):
-        return np.asarray(_reference().compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders), dtype=float)
+        return np.asarray(opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders), dtype=float)
     return None
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..claims import verify_claim
 from ..errors import UsageError
-from ..ledger import result_cache, store_pg, text
+from ..ledger import store_pg, text
 from ..records import read_release
 from . import options
 from .common import console, emit_json, err_console, new_app
@@ -48,6 +48,8 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
+        from ..ledger import result_cache  # the accountants (numpy): for this command only
+
         # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
         with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import datetime as _dt
 import json
 import math
 import os
@@ -51,6 +50,7 @@ from pathlib import Path
 from .. import __version__
 from ..accounting.adjacency import Adjacency, require_same
 from ..accounting.events import Event
+from ..claims import integer, steps_accounted, steps_problem
 from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
                       LedgerVerificationError, UsageError)
 from ..records import Release, public_noise_reason
@@ -61,17 +61,14 @@ from . import integrity, queries
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
-from .paths import LedgerLocation, require_existing, resolve_ledger
+from .paths import LedgerLocation, require_existing, resolve_ledger, utc_now
+from .store_pg import PostgresStore
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
 from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def _sweep_tag(config: object) -> dict | None:
@@ -97,8 +94,6 @@ def uncertified_reason(release: Release) -> str | None:
 
     A release whose DP noise is not secret (derived from its published seed:
     :func:`dpaudit.records.public_noise_reason`) is not private at all and counts as unbounded too."""
-    from ..claims import integer, steps_accounted, steps_problem
-
     if getattr(release, "non_private", False):
         return None
     public = public_noise_reason(release.noise_source)
@@ -124,6 +119,12 @@ def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str) or not _NAME_RE.match(value):
         raise UsageError(f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and '/' separators, got {value!r}.")
     return value
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+    return reason.strip()
 
 
 # ---------------------------------------------------------------- records
@@ -208,8 +209,6 @@ class Ledger:
         self._key_bytes: bytes | None = None
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
-            from .store_pg import PostgresStore
-
             self._store = PostgresStore(path, busy_timeout=self._busy_timeout)
             self.path = path.display
         else:
@@ -261,7 +260,7 @@ class Ledger:
         if (last[1] if last else GENESIS_HASH) != head[2]:
             # Appending after a broken chain would bury the break; refuse instead.
             raise LedgerError(f"ledger {self.path} fails its integrity check (last entry does not match the chain head); run `dpaudit ledger verify`.")
-        created_at = _now()
+        created_at = utc_now()
         text = canonical_json(payload)
         signer = signature = None
         key = self._signer_for(kind, payload)
@@ -611,8 +610,7 @@ class Ledger:
         published model has spent its budget whatever is withdrawn later. On a signed ledger
         (an owner is registered) ``published`` is required and the void must be signed by the
         owner's key (:class:`~dpaudit.errors.LedgerAuthorityError` otherwise)."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        reason = _check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
         with self._write():
@@ -624,7 +622,7 @@ class Ledger:
                 raise UsageError(f"release to void must not be voided already, got {target.id} (voided by {target.voided_by}).")
             if target.kind == "reservation" and target.closed_by:
                 raise UsageError(f"reservation to void must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
-            payload = {"target": target.id, "reason": reason.strip()}
+            payload = {"target": target.id, "reason": reason}
             if published is not None:
                 payload["artefacts_published"] = published
             return self._append("void", target.dataset, payload)
@@ -817,11 +815,10 @@ class Ledger:
 
     def cancel(self, reservation_id: str, reason: str) -> str:
         """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        reason = _check_reason(reason)
         with self._write():
             target = self._open_reservation(reservation_id)
-            return self._append("cancel", target.dataset, {"target": target.id, "reason": reason.strip()})
+            return self._append("cancel", target.dataset, {"target": target.id, "reason": reason})
 
     def open_reservations(self, dataset: str | None = None) -> list[Entry]:
         """Reservations not yet settled, cancelled or voided (their budget is spent)."""
@@ -839,15 +836,14 @@ class Ledger:
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):
             raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        reason = _check_reason(reason)
         with self._write():
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             if fp in state.versions:
                 return state.versions[fp]
             if fp in state.fingerprints:
                 raise UsageError(f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, which its releases already use.")
-            payload = {"dataset": dataset, "fingerprint": fp, "reason": reason.strip(), "previous": sorted(state.fingerprints)}
+            payload = {"dataset": dataset, "fingerprint": fp, "reason": reason, "previous": sorted(state.fingerprints)}
             return self._append("version", dataset, payload)
 
     def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None) -> list[dict]:

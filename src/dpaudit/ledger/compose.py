@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from ..accounting.accountants import compute_epsilon, merge_leaves
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
-from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError
+from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
 from . import result_cache
 
 #: delta used to report composed epsilons for a dataset without a cap.
@@ -212,8 +212,6 @@ class DatasetState:
 
     def check_partition(self, parent: str, children: tuple[str, ...]) -> bool:
         """Validate a new split; True if the identical split is already declared (no-op)."""
-        from ..errors import UsageError
-
         if parent in self.children:
             if set(self.children[parent]) == set(children):
                 return True

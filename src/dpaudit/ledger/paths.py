@@ -10,6 +10,7 @@ named ``postgresql:``, i.e. a private ledger that no teammate's cap could see.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import urllib.parse
@@ -21,6 +22,11 @@ from ..errors import LedgerError, UsageError
 
 #: Hash that precedes the first entry of every ledger (both stores, the integrity checker).
 GENESIS_HASH = "0" * 64
+
+
+def utc_now() -> str:
+    """The ledger's timestamps: UTC, ISO 8601, microseconds."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 LEDGER_ENV = "DPAUDIT_LEDGER"
 DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"

@@ -35,6 +35,8 @@ import tempfile
 from pathlib import Path
 
 from .. import __version__
+from ..accounting.accountants import AccountantResult
+from ..errors import UnsupportedEventError
 
 #: Accountants whose answers are cached (rdp is recomputed: numpy only, milliseconds).
 CACHED_ACCOUNTANTS = frozenset({"prv"})
@@ -114,11 +116,7 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
         return None
     value = entry["value"]
     if "refusal" in value:
-        from ..errors import UnsupportedEventError
-
         return UnsupportedEventError(str(value["refusal"]))
-    from ..accounting.accountants import AccountantResult
-
     try:
         nums = [value[k] for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]
     except KeyError:
@@ -130,8 +128,6 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
 
 def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
     """Remember ``result`` (an AccountantResult or an UnsupportedEventError); failures to write only cost time."""
-    from ..errors import UnsupportedEventError
-
     if not _enabled or accountant not in CACHED_ACCOUNTANTS:
         return
     if isinstance(result, UnsupportedEventError):

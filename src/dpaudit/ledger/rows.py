@@ -28,6 +28,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from ..data.rows import SOURCES
 from ..errors import AdjacencyMismatchError, RowRoleCollisionError
 from . import compose as lc
 
@@ -108,8 +109,6 @@ def _stored_sets(raw_rows) -> dict:
 
 def entry_spec(dataset: str, payload: dict) -> list[tuple[str, str, str]]:
     """``(role, source, set id or "*")`` of a recorded release or reservation (module docstring)."""
-    from ..data.rows import SOURCES
-
     spec = payload.get("rows")
     if not isinstance(spec, dict):
         return [("private", SOURCES[dataset], EVERY_ROW)] if dataset in SOURCES else []

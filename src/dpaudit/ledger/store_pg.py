@@ -30,14 +30,13 @@ Enforced in the database, not only in dpaudit:
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import hashlib
 import os
 from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .paths import GENESIS_HASH, LedgerLocation, refuse_newer_schema
+from .paths import GENESIS_HASH, LedgerLocation, refuse_newer_schema, utc_now
 
 #: Every column of an entry, in the order the ledger's rows use.
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
@@ -133,10 +132,6 @@ def grant_writer_sql(schema: str, role: str) -> list[str]:
         f"GRANT SELECT ON {s}.schema_version, {s}.entries, {s}.chain_head, {s}.secret TO {r}",
         f"GRANT INSERT ON {s}.entries TO {r}",
     ]
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def _first_line(e: BaseException) -> str:
@@ -347,7 +342,7 @@ class PostgresStore:
             for stmt in PG_MIGRATIONS[v](self.s):
                 self.conn.execute(stmt)
             self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",
-                              (v, _now(), __version__))
+                              (v, utc_now(), __version__))
 
     def schema_version(self) -> int:
         row = self.execute(f"SELECT MAX(version) FROM {self.s}.schema_version").fetchone()

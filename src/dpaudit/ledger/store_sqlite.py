@@ -20,7 +20,6 @@ the same interface as :class:`dpaudit.ledger.store_pg.PostgresStore` (``write``,
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import os
 import sqlite3
 from pathlib import Path
@@ -28,8 +27,8 @@ from typing import Callable, Iterator
 
 from .. import __version__
 from ..errors import LedgerError
-from .fingerprint import ledger_key
-from .paths import GENESIS_HASH, refuse_newer_schema
+from .fingerprint import key_path, ledger_key
+from .paths import GENESIS_HASH, refuse_newer_schema, utc_now
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
@@ -76,10 +75,6 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_to_1,
 
 def latest_schema_version() -> int:
     return max(MIGRATIONS)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def describe_sqlite_error(path: Path, e: BaseException) -> str:
@@ -209,7 +204,7 @@ class SqliteStore:
         latest = latest_schema_version()
         for v in range(current + 1, latest + 1):
             MIGRATIONS[v](self.conn)
-            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, _now(), __version__))
+            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, utc_now(), __version__))
         self.conn.execute(f"PRAGMA user_version = {latest}")
 
     def schema_version(self) -> int:
@@ -298,8 +293,6 @@ class SqliteStore:
 
     def set_fingerprint_key(self, key: bytes) -> None:
         """Import: adopt the key of the ledger being imported (the file must not exist yet)."""
-        from .fingerprint import key_path
-
         p = key_path(self.path)
         try:
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -286,6 +286,13 @@ def compute_rdp(*, q: float, noise_multiplier: float, steps: int, orders) -> np.
     special = _special_case(q, sigma, steps, orders)
     if special is not None:
         return special
+    rdp = _one_step(q, sigma, orders)
+    return np.array([rdp[o] for o in orders], dtype=float) * steps
+
+
+def _one_step(q: float, sigma: float, orders: list) -> dict:
+    """Order -> one-step RDP: integer orders by the series where it cannot overflow, fractional
+    ones by theirs, the rest from the reference."""
     ints = sorted({int(o) for o in orders if o.is_integer()})
     counts = dict(zip(ints, _overflow_counts(tuple(ints))))
     safe = tuple(a for a in ints if counts[a] == 0)
@@ -300,7 +307,7 @@ def compute_rdp(*, q: float, noise_multiplier: float, steps: int, orders) -> np.
     if reference:
         ref = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
         rdp.update(zip(reference, (float(v) for v in np.atleast_1d(ref))))
-    return np.array([rdp[o] for o in orders], dtype=float) * steps
+    return rdp
 
 
 def _special_case(q: float, sigma: float, steps: int, orders: list) -> np.ndarray | None:

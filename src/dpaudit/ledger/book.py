@@ -121,6 +121,17 @@ def _check_name(what: str, value: object) -> str:
     return value
 
 
+def _closed(e: "Entry", closer: "Entry | None") -> "Entry":
+    """``e`` with the void of a release or audit, or what closed a reservation, filled in."""
+    if closer is None:
+        return e
+    if e.kind in ("release", "audit") and closer.kind == "void":
+        return dataclasses.replace(e, voided_by=closer.id)
+    if e.kind == "reservation":
+        return dataclasses.replace(e, closed_by=closer.id, closed_as={"settle": "settled", "cancel": "cancelled", "void": "voided"}[closer.kind])
+    return e
+
+
 def _check_reason(reason: object) -> str:
     if not isinstance(reason, str) or not reason.strip():
         raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
@@ -351,16 +362,7 @@ class Ledger:
             out.append(Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h,
                              signer=sig[0] if sig else None))
         closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
-        as_ = {"settle": "settled", "cancel": "cancelled", "void": "voided"}
-        res = []
-        for e in out:
-            c = closers.get(e.id)
-            if e.kind in ("release", "audit") and c is not None and c.kind == "void":
-                e = dataclasses.replace(e, voided_by=c.id)
-            elif e.kind == "reservation" and c is not None:
-                e = dataclasses.replace(e, closed_by=c.id, closed_as=as_[c.kind])
-            res.append(e)
-        return res
+        return [_closed(e, closers.get(e.id)) for e in out]
 
     def _public_payload(self, payload: dict) -> dict:
         """The payload as shown and composed: the plain ``dataset_sha256`` of entries written
@@ -538,14 +540,7 @@ class Ledger:
         adjacency = payload["adjacency"]
         existing = self._rows(entry_id=release.id)
         if existing:
-            if existing[0][5] == canonical_json(payload):
-                return release.id
-            # Recorded by an older dpaudit (no sweep tag, plain sha256 instead of the keyed
-            # fingerprint, no split_seed / profile / uncertified keys): the same release.
-            old = self._public_payload(json.loads(existing[0][5]))
-            newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta", "rows")
-            if {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
-                    and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer):
+            if self._same_release(existing[0][5], payload):
                 return release.id
             raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
         state = self._states(name).get(name)
@@ -554,6 +549,17 @@ class Ledger:
             require_same(current, adjacency, f"releases on dataset {name!r}")
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
+
+    def _same_release(self, stored_text: str, payload: dict) -> bool:
+        """Whether a stored release payload records the release ``payload`` describes: the same
+        text, or one written by an older dpaudit (no sweep tag, plain sha256 instead of the keyed
+        fingerprint, no split_seed / profile / uncertified / tail / rows keys)."""
+        if stored_text == canonical_json(payload):
+            return True
+        old = self._public_payload(json.loads(stored_text))
+        newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta", "rows")
+        return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
+            and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
 
     def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
@@ -684,20 +690,12 @@ class Ledger:
     # -- budget
     def check(self, plan: "PlannedSpend | None" = None, /, *, exclude_reservations=(), **fields) -> dict:
         """What spending ``plan`` (a :class:`PlannedSpend`, or its fields as keywords) would do to
-        the budget (no write).
-
-        Open reservations count like releases. ``data_digest`` (the plain digest of the
-        private data the release will use) is checked against the dataset's recorded versions:
-        a different one raises :class:`DatasetIdentityError` (``data_info`` may hold the public
-        ``split_seed`` / ``profile`` to name the cause). ``uncertified`` (a reason) marks a
-        release whose guarantee cannot be certified: it counts as unbounded.
-        ``exclude_reservations``: open reservations that already hold this planned release (a
-        sweep's, checked by one of its tasks); they are left out of what was spent.
-        ``noise_tail_delta``: the planned run's Gaussian-sampler tail delta (dpaudit.noise), counted
-        in the composed total like a recorded release's. ``data_rows``: the source rows the release
-        reads (:class:`~dpaudit.data.rows.RowSet` s): a release reading as public rows another
-        holds private (or the reverse) raises :class:`~dpaudit.errors.RowRoleCollisionError`, and
-        every cap of a dataset sharing people with it is checked (:mod:`.rows`)."""
+        the budget (no write). Open reservations count like releases, except
+        ``exclude_reservations``: those that already hold this planned release (a sweep's, checked
+        by one of its tasks). A data digest unknown to the dataset raises
+        :class:`DatasetIdentityError`; rows read as public that another release holds private (or
+        the reverse) raise :class:`~dpaudit.errors.RowRoleCollisionError`; every cap of a dataset
+        sharing people with it is checked too (:mod:`.rows`)."""
         plan = PlannedSpend.of(plan, fields)
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
@@ -947,20 +945,20 @@ class Ledger:
 
 @dataclass(frozen=True)
 class PlannedSpend:
-    """A release about to be made, as the budget checks see it (:meth:`Ledger.check`): what it
-    spends (``event``; None: non-private) on ``dataset:partition`` under ``adjacency``, the plain
-    digest and public facts of the data it reads, why it is uncertified (if it is), its
-    sampler's tail delta and the source rows it reads."""
+    """A release about to be made, as the budget checks see it (:meth:`Ledger.check`)."""
 
     dataset: str
     partition: str
-    event: Event | None
+    event: Event | None  # what it spends; None: non-private (unbounded)
     adjacency: str
+    #: the plain digest of the private data it reads, checked against the dataset's recorded
+    #: versions; ``data_info`` may hold the public ``split_seed`` / ``profile`` to name a change
     data_digest: str | None = None
     data_info: dict | None = None
-    uncertified: str | None = None
+    uncertified: str | None = None  # why its guarantee cannot be certified (it counts as unbounded)
+    #: its Gaussian sampler's tail delta (dpaudit.noise), counted like a recorded release's
     noise_tail_delta: float = 0.0
-    data_rows: object = None
+    data_rows: object = None  # the source rows it reads (dpaudit.data.rows.RowSet s, or their keyed hashes)
 
     def __post_init__(self) -> None:
         _check_name("dataset", self.dataset)

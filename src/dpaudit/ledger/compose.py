@@ -465,7 +465,13 @@ def _node_total(state: DatasetState, partition: str, _seen: frozenset = frozense
     subs = [_node_total(state, c, seen) for c in state.subsets(partition)]
     kids = [_node_total(state, c, seen) for c in state.children.get(partition, ())]
     event = sequential([r.event for r in everything if not r.non_private] + [k.event for k in subs] + [_par([k.event for k in kids])])
-    own, inner = _own_total(everything), subs + kids
+    return _with_subtree(_own_total(everything), event, subs, kids)
+
+
+def _with_subtree(own: NodeTotal, event: Event | None, subs: list[NodeTotal], kids: list[NodeTotal]) -> NodeTotal:
+    """A node's total: its own releases' (``own``), its undeclared subsets' in sequence and the
+    worst declared child's (naive sums); counts and tails of the whole subtree."""
+    inner = subs + kids
     return dataclasses.replace(
         own, event=event, unbounded=own.unbounded or any(k.unbounded for k in inner),
         unbounded_reasons=own.unbounded_reasons + tuple(x for k in inner for x in k.unbounded_reasons),
@@ -484,11 +490,11 @@ def _own_total(everything: list[ReleaseView]) -> NodeTotal:
     reasons = tuple(x for x in map(_unbounded_reason, everything) if x)
     return NodeTotal(
         event=None, unbounded=bool(reasons), releases=len(own), releases_subtree=len(own),
-        non_private=sum(1 for r in own if r.non_private),
+        non_private=sum(r.non_private for r in own),
         naive_epsilon=sum(_claim(r.epsilon, r.non_private) for r in own),
         naive_delta=sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own),
-        reservations=sum(1 for r in everything if r.kind == "reservation"),
-        uncertified=sum(1 for r in own if r.uncertified and not r.non_private),
+        reservations=sum(r.kind == "reservation" for r in everything),
+        uncertified=sum(bool(r.uncertified) and not r.non_private for r in own),
         unbounded_reasons=reasons, noise_tail=sum(r.noise_tail_delta for r in everything if not r.non_private))
 
 
@@ -573,33 +579,40 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
     adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
     out: dict = {"delta": delta, "epsilon_rdp": None, "epsilon_prv": None, "epsilon_prv_lower": None,
                  "epsilon_prv_estimate": None, "epsilon_pure": None, "accountant_errors": {}}
-    if unbounded:
-        out.update(epsilon=math.inf, epsilon_rdp=math.inf, epsilon_prv=math.inf, bound_by="non-private release")
-        if event is None or _pure_only(event):
-            out["epsilon_pure"] = math.inf
-        return out
-    if event is None:
-        out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
-        return out
+    if unbounded or event is None:
+        return _trivial_bounds(out, event, unbounded)
     candidates: dict[str, float] = {}
     errors = [_try_accountant(name, event, delta, adj, out, candidates) for name in accountants]
     if _pure_only(event):
-        res = _cached_epsilon(event, delta, "pure", adj)
-        out["epsilon_pure"] = res.epsilon
-        candidates["pure"] = res.epsilon
+        out["epsilon_pure"] = candidates["pure"] = _cached_epsilon(event, delta, "pure", adj).epsilon
     if not candidates and "pld" not in accountants:
         # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
         # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
         errors.append(_try_accountant("pld", event, delta, adj, out, candidates))
     if not candidates:
-        last_error = next((e for e in reversed(errors) if e is not None), None)
-        if isinstance(last_error, UnsupportedEventError):
-            raise last_error
-        detail = "; ".join(f"{k}: {v}" for k, v in out["accountant_errors"].items())
-        raise UnsupportedEventError(f"no accountant could bound the composed event ({detail}).")
+        raise _no_bound(errors, out["accountant_errors"])
     best = min(candidates, key=lambda k: candidates[k])
     out["epsilon"] = candidates[best]
     out["bound_by"] = best
+    return out
+
+
+def _no_bound(errors: list, reasons: dict) -> Exception:
+    """What :func:`bounds` raises when no accountant bounds the event: the last refusal, else one naming every reason."""
+    last = next((e for e in reversed(errors) if e is not None), None)
+    if isinstance(last, UnsupportedEventError):
+        return last
+    return UnsupportedEventError(f"no accountant could bound the composed event ({'; '.join(f'{k}: {v}' for k, v in reasons.items())}).")
+
+
+def _trivial_bounds(out: dict, event: Event | None, unbounded: bool) -> dict:
+    """:func:`bounds` of an unbounded total (infinite) or of nothing spent (0)."""
+    if unbounded:
+        out.update(epsilon=math.inf, epsilon_rdp=math.inf, epsilon_prv=math.inf, bound_by="non-private release")
+        if event is None or _pure_only(event):
+            out["epsilon_pure"] = math.inf
+        return out
+    out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
     return out
 
 

@@ -116,8 +116,12 @@ def _dataset_notes(r: dict) -> list[str]:
     if r.get("shares_people_with"):
         left = " (left is the cap minus this)" if r.get("cap") else ""
         out.append(f"{name} shares people with {', '.join(r['shares_people_with'])}: all composed, epsilon {num(r['epsilon_people'], 3)}{left}.")
-    out += [f"{name}: audits unbounded: {why} (trials without DP noise, e.g. the no-noise control, on the private data)."
-            for why in r.get("audit_unbounded_reasons") or []]
+    return out + _audit_and_void_notes(name, r)
+
+
+def _audit_and_void_notes(name: str, r: dict) -> list[str]:
+    out = [f"{name}: audits unbounded: {why} (trials without DP noise, e.g. the no-noise control, on the private data)."
+           for why in r.get("audit_unbounded_reasons") or []]
     if r.get("audits"):
         inc = (r.get("cap") or {}).get("include_audits")
         out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap "

@@ -886,18 +886,11 @@ class Ledger:
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
-        """Check the hash chain; each problem names the entry (seq and id) that was edited,
-        deleted or reordered. Also runs the store's own checks (SQLite's integrity check; the
-        append-only triggers on both backends), parses every entry (an unreadable guarantee is a
-        problem, never 0) and checks every signature against the keys registered before it
-        (naming the entry and the reason).
-
-        ``anchor``: a head hash published earlier (``ledger head``); the chain must still contain
-        it, else the ledger was truncated or rewritten since. ``owner``: the key id the ledger's
-        first registered key (its owner) must have (default: the one this ledger was opened with);
-        every entry after its registration must then be signed by a registered key."""
-        with self._store.read():
-            snap = self._snapshot(health=True)
+        """:func:`.integrity.verify_snapshot` of one read of the store: the chain, the store's own
+        checks, every entry and signature, and ``anchor`` (a head hash published earlier with
+        ``ledger head``). ``owner``: the key id the ledger's first registered key must have
+        (default: the one this ledger was opened with)."""
+        snap = self._snapshot(health=True)
         return integrity.verify_snapshot(snap, anchor=anchor, owner=self._owner if owner is None else sg.owner_key_id(owner))
 
     def _signature_problems(self, rows) -> list[Problem]:

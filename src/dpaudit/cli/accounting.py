@@ -9,27 +9,20 @@ import typer
 
 # The accountants (numpy, scipy, Opacus's analysis, prv-accountant) load inside the commands, so
 # `dpaudit --help` and the other commands start without them.
+from ..accounting.adjacency import Adjacency
+from ..accounting.events import SubsampledGaussian
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json
 
 
-class AccountantChoice(str, Enum):
-    rdp = "rdp"
-    prv = "prv"
-    pld = "pld"
-    all = "all"
+def _choice(name: str, values) -> type[Enum]:
+    """A string enum of ``values`` for typer (member names with ``_`` for ``-``)."""
+    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
 
 
-class CalibrationAccountant(str, Enum):
-    rdp = "rdp"
-    prv = "prv"
-    pld = "pld"
-
-
-class AdjacencyChoice(str, Enum):
-    add_remove_record = "add-remove-record"
-    replace_record = "replace-record"
-    add_remove_user = "add-remove-user"
+AccountantChoice = _choice("AccountantChoice", ("rdp", "prv", "pld", "all"))
+CalibrationAccountant = _choice("CalibrationAccountant", ("rdp", "prv", "pld"))
+AdjacencyChoice = _choice("AdjacencyChoice", [a.value for a in Adjacency])
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +39,6 @@ def register(app: typer.Typer) -> None:
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
         from rich.table import Table
 
-        from ..accounting import Adjacency, SubsampledGaussian
         from ..accounting.accountants import compare, compared_accountants
 
         positive_finite("noise_multiplier", noise_multiplier)
@@ -86,7 +78,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Smallest noise multiplier whose epsilon does not exceed the target."""
-        from ..accounting import Adjacency, SubsampledGaussian, calibrate_noise_multiplier
+        from ..accounting import calibrate_noise_multiplier
         from ..accounting.accountants import supports
 
         adj = Adjacency.parse(adjacency.value)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpaudit.accounting import Composed, Parallel, PureEpsilon, SubsampledGaussian, compute_epsilon
-from dpaudit.ledger.book import Ledger, PlannedSpend, canonical_json, entry_hash, latest_schema_version, open_ledger
+from dpaudit.ledger.book import Ledger, canonical_json, entry_hash, latest_schema_version, open_ledger
 from dpaudit.ledger.paths import resolve_ledger_path
 from dpaudit.errors import AdjacencyMismatchError, BudgetExceededError, LedgerAuthorityError, LedgerError, UnsupportedEventError, UsageError
 from dpaudit.records import Release
@@ -357,10 +357,6 @@ def test_preflight_refuses_exactly_when_the_composed_total_would_exceed_the_cap(
     check = ledger.check(dataset="mnist", partition="train", event=G1, adjacency="add-remove-record")
     assert check["allowed"] is False and check["total"] == pytest.approx(total)
     assert len(ledger.entries(kind="release")) == 1  # the pre-check writes nothing
-    plan = PlannedSpend("mnist", "train", G1, "add-remove-record")
-    assert ledger.check(plan) == check  # a PlannedSpend or its fields: the same question
-    with pytest.raises(UsageError, match="or its fields, got both"):
-        ledger.check(plan, dataset="mnist")
 
 
 def test_preflight_follows_the_partition_tree(ledger):

@@ -688,15 +688,15 @@ class Ledger:
                 "refused before any trial ran.")
 
     # -- budget
-    def check(self, plan: "PlannedSpend | None" = None, /, *, exclude_reservations=(), **fields) -> dict:
-        """What spending ``plan`` (a :class:`PlannedSpend`, or its fields as keywords) would do to
-        the budget (no write). Open reservations count like releases, except
+    def check(self, *, exclude_reservations=(), **planned) -> dict:
+        """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do
+        to the budget (no write). Open reservations count like releases, except
         ``exclude_reservations``: those that already hold this planned release (a sweep's, checked
         by one of its tasks). A data digest unknown to the dataset raises
         :class:`DatasetIdentityError`; rows read as public that another release holds private (or
         the reverse) raise :class:`~dpaudit.errors.RowRoleCollisionError`; every cap of a dataset
         sharing people with it is checked too (:mod:`.rows`)."""
-        plan = PlannedSpend.of(plan, fields)
+        plan = PlannedSpend(**planned)
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
         state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)
@@ -710,13 +710,13 @@ class Ledger:
         tail = float(plan.noise_tail_delta)
         if not tail >= 0.0:
             raise UsageError(f"noise_tail_delta must be a number >= 0, got {plan.noise_tail_delta!r}.")
-        planned = lc.ReleaseView("planned", dataset, plan.partition, adj, None, None, plan.event, plan.event is None, fingerprint=fp,
-                                 uncertified=plan.uncertified, noise_tail_delta=tail)
+        view = lc.ReleaseView("planned", dataset, plan.partition, adj, None, None, plan.event, plan.event is None, fingerprint=fp,
+                              uncertified=plan.uncertified, noise_tail_delta=tail)
         result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
         if plan.data_rows is not None:
-            self._people_check(dataset, planned, plan.data_rows, exclude_reservations, result)
+            self._people_check(dataset, view, plan.data_rows, exclude_reservations, result)
         if state.cap is not None:
-            result.update(_cap_check(state, planned, adj, acc, allowed=result["allowed"]))
+            result.update(_cap_check(state, view, adj, acc, allowed=result["allowed"]))
         return result
 
     def _footprint(self, data_rows) -> dict:
@@ -736,7 +736,7 @@ class Ledger:
         if refusal is not None and result["allowed"]:
             result.update(allowed=False, people_refusal=refusal)
 
-    def preflight(self, plan: "PlannedSpend | None" = None, /, *, exclude_reservations=(), **fields) -> dict:
+    def preflight(self, *, exclude_reservations=(), **planned) -> dict:
         """Refuse (BudgetExceededError) a planned release that would push its dataset over its cap,
         and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
 
@@ -744,8 +744,8 @@ class Ledger:
         The composed total follows the partition tree (see
         :mod:`~dpaudit.ledger.compose`); no cap means no limit. Returns :meth:`check`'s dict.
         """
-        plan = PlannedSpend.of(plan, fields)
-        r = self.check(plan, exclude_reservations=exclude_reservations)
+        plan = PlannedSpend(**planned)
+        r = self.check(exclude_reservations=exclude_reservations, **planned)
         if r["allowed"]:
             return r
         if r.get("people_refusal") and (r["cap"] is None or r["total"] <= r["cap"]["epsilon"]):
@@ -759,7 +759,7 @@ class Ledger:
             f"epsilon={lc.fmt_epsilon(r['total'])} > cap epsilon={lc.fmt_epsilon(c['epsilon'])} at delta={c['delta']:g}; refused before training."
         )
 
-    def reserve(self, plan: "PlannedSpend | None" = None, /, *, mechanism: str = "", **fields) -> str:
+    def reserve(self, *, mechanism: str = "", **planned) -> str:
         """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
         entry in one write transaction; returns the reservation id.
 
@@ -772,10 +772,10 @@ class Ledger:
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
         from public sizes at the target epsilon, an upper bound on the release's) is held too.
         ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
-        plan = PlannedSpend.of(plan, fields)
+        plan = PlannedSpend(**planned)
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._write():
-            self.preflight(dataclasses.replace(plan, data_rows=footprint))
+            self.preflight(**{**planned, "data_rows": footprint})
             info = plan.data_info or {}
             payload = {
                 "dataset_name": plan.dataset, "partition": plan.partition, "adjacency": Adjacency.parse(plan.adjacency).value,
@@ -956,13 +956,6 @@ class PlannedSpend:
     def __post_init__(self) -> None:
         _check_name("dataset", self.dataset)
         _check_name("partition", self.partition)
-
-    @classmethod
-    def of(cls, plan: "PlannedSpend | None", fields: dict) -> "PlannedSpend":
-        """``plan`` itself, or one built from keyword ``fields`` (never both)."""
-        if plan is not None and fields:
-            raise UsageError(f"a planned release must be a PlannedSpend or its fields, got both ({', '.join(fields)}).")
-        return plan if plan is not None else cls(**fields)
 
 
 def _without_held(state: lc.DatasetState, held) -> lc.DatasetState:

@@ -345,9 +345,6 @@ class Ledger:
         return {"ledger": str(self.path), "hash": h[2], "seq": int(h[0]), "entries": int(h[1])}
 
     # -- reading
-    def _rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        return self._store.rows(dataset=dataset, entry_id=entry_id)
-
     def _entries_from_rows(self, rows) -> list[Entry]:
         out = []
         for seq, eid, kind, created_at, dataset, text, prev, h, *sig in rows:
@@ -423,7 +420,7 @@ class Ledger:
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
         """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
-        es = self._entries_from_rows(self._rows(dataset=dataset) if dataset else self._rows())
+        es = self._entries_from_rows(self._store.rows(dataset=dataset or None))
         return [e for e in es if kind is None or e.kind == kind]
 
     def get(self, entry_id: str) -> Entry:
@@ -538,7 +535,7 @@ class Ledger:
         """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger.rows)."""
         name, payload = self._release_payload(release, artefact_path, rows)
         adjacency = payload["adjacency"]
-        existing = self._rows(entry_id=release.id)
+        existing = self._store.rows(entry_id=release.id)
         if existing:
             if self._same_release(existing[0][5], payload):
                 return release.id

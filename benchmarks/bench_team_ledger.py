@@ -28,8 +28,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dpaudit.accounting import SubsampledGaussian
-from dpaudit.accounting import signing as sg
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger import signing as sg
+from dpaudit.ledger.book import open_ledger
 from dpaudit.records import Release
 
 KEY = sg.SigningKey("bench", Path("bench.key"), Ed25519PrivateKey.from_private_bytes(b"\x07" * 32))

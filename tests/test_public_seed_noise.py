@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting import SubsampledGaussian
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError
 from dpaudit.mechanisms.rvfl import train_and_release
 from dpaudit.records import Release

@@ -244,7 +244,7 @@ def test_mixmin_releases_publish_no_digest_of_the_private_records(tmp_path):
 def test_sweep_releases_reach_the_ledger_with_a_keyed_fingerprint_and_publish_no_digest(tmp_path):
     """A sweep worker hands its release to the coordinator (the ledger writer) with the local
     digest; the ledger keys it, and neither release.json nor the sweep store holds it."""
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
     from dpaudit.sweeps import open_store, parse_spec, run_sweep
 
     spec = parse_spec('name = "elm-tiny"\nmodels = ["dp-elm-L3"]\ndatasets = ["digits"]\nepsilons = [2.0]\nseeds = [1]\n'

@@ -77,7 +77,7 @@ hence M~(D)(S) <= (1 - p) M_B(D)(S) + p <= e^eps M~(D')(S) + delta + (e^eps + 1)
 mechanism is (eps, delta + tail)-DP with tail = (e^eps + 1) tau. The same argument applies to a
 composition of releases (eps and delta those of the composition, tau the sum of their tail
 masses); since e^eps + 1 >= 1 each release's tail delta bounds its tail mass, which is how the
-ledger composes them (:func:`dpaudit.accounting.ledger_compose.bounds`). For the built-in
+ledger composes them (:func:`dpaudit.ledger.compose.bounds`). For the built-in
 configurations the tail is below 1e-19 even at eps = 8 (BENCHMARKS.md); releases refuse a configuration whose
 tail exceeds 1 % of delta (:func:`check_noise_tail`), before training.
 

@@ -122,7 +122,7 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id) 
     """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
     import uuid
 
-    from .accounting.ledger import open_ledger
+    from .ledger.book import open_ledger
 
     with open_ledger(ledger_path) as led:
         led.record_audit(audit_id=uuid.uuid4().hex, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,

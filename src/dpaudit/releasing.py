@@ -141,7 +141,7 @@ class ReleaseSession:
         """Settle the published releases with the reservation, or cancel it when there are none."""
         if self.reservation_id is None:
             return
-        from .accounting.ledger import open_ledger
+        from .ledger.book import open_ledger
 
         with open_ledger(self.ledger_path) as ledger:
             if self.published:
@@ -234,7 +234,7 @@ def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLi
     if session.reservation_id is not None:
         raise UsageError(f"a run must reserve its budget once (reserve the combined event), got a second reservation "
                          f"after {session.reservation_id}.")
-    from .accounting.ledger import open_ledger
+    from .ledger.book import open_ledger
 
     with open_ledger(ledger_path) as ledger:
         rid = ledger.reserve(**check.keywords())
@@ -268,8 +268,8 @@ def preflight(check: BudgetCheck | None = None, /, *, ledger_path: str | os.Path
     exceed a cap or change the dataset's data (writes nothing; :func:`reserve` also holds the
     budget). A ledger file that does not exist holds no cap and no identity to check against:
     nothing is checked and nothing is created."""
-    from .accounting.ledger import open_ledger
-    from .accounting.ledger_paths import ledger_missing, resolve_ledger
+    from .ledger.book import open_ledger
+    from .ledger.paths import ledger_missing, resolve_ledger
 
     check = check or BudgetCheck(**fields)
     if ledger_missing(resolve_ledger(ledger_path)):
@@ -290,7 +290,7 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
         if session is not None and session.reservation_id is not None:
             session.published.append((release, artefact))
             return path
-        from .accounting.ledger import open_ledger
+        from .ledger.book import open_ledger
 
         with open_ledger(ledger_path) as ledger:
             ledger.record(release, artefact_path=artefact)
@@ -415,7 +415,7 @@ def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
 def declare_partition(declaration, ledger_path=None) -> None:
     """Declare ``declaration`` (:class:`~dpaudit.mechanisms.contract.PartitionDeclaration`):
     its parent splits into disjoint children in the ledger."""
-    from .accounting.ledger import open_ledger
+    from .ledger.book import open_ledger
 
     with open_ledger(ledger_path) as ledger:
         ledger.declare_partition(declaration.dataset, declaration.parent, tuple(declaration.children), declaration.declared_by)

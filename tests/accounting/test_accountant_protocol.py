@@ -33,7 +33,7 @@ from dpaudit.accounting import (
     unregister_accountant,
 )
 from dpaudit.accounting.accountants import ACCOUNTANTS, Adjacency
-from dpaudit.accounting.calibration import EPSILON_TOLERANCE
+from dpaudit.accounting.calibration import EPSILON_TOLERANCE, SearchRange
 from dpaudit.errors import CalibrationError, UnsupportedEventError, UsageError
 
 ADJ = ("add-remove-record", "replace-record", "add-remove-user")
@@ -271,18 +271,18 @@ def test_generic_calibration_of_pure_laplace(sensitivity, target):
 def test_calibration_bounds_and_errors():
     laplace = lambda b: PureEpsilon(1.0 / b)  # noqa: E731
     with pytest.raises(CalibrationError, match=r"needs a noise parameter above 5"):
-        calibrate(laplace, "pure", target_epsilon=0.1, delta=0.0, lo=0.1, hi=5.0)
+        calibrate(laplace, "pure", target_epsilon=0.1, delta=0.0, search=SearchRange(lo=0.1, hi=5.0))
     # lo itself meets the target: lo is the smallest allowed answer
-    r = calibrate(laplace, "pure", target_epsilon=10.0, delta=0.0, lo=1.0, hi=100.0)
+    r = calibrate(laplace, "pure", target_epsilon=10.0, delta=0.0, search=SearchRange(lo=1.0, hi=100.0))
     assert r.parameter == 1.0 and r.epsilon == 1.0
-    r = calibrate(laplace, "pure", target_epsilon=10.0, delta=0.0, lo=0.5, hi=100.0)
+    r = calibrate(laplace, "pure", target_epsilon=10.0, delta=0.0, search=SearchRange(lo=0.5, hi=100.0))
     assert r.parameter == 0.5 and r.epsilon == 2.0
     # hi reached exactly (not only powers of two of the start)
-    r = calibrate(laplace, "pure", target_epsilon=0.2, delta=0.0, lo=0.1, hi=5.0)
+    r = calibrate(laplace, "pure", target_epsilon=0.2, delta=0.0, search=SearchRange(lo=0.1, hi=5.0))
     assert r.parameter == 5.0 and r.epsilon == 0.2
-    for kw, match in [(dict(lo=2.0, hi=1.0), r"lo must be < hi, got lo=2\.0 and hi=1\.0\."),
-                      (dict(lo=0.0), "lo must be a finite number > 0"),
-                      (dict(start=1e7), r"start must be in \[lo, hi\]"),
+    for kw, match in [(dict(search=SearchRange(lo=2.0, hi=1.0)), r"lo must be < hi, got lo=2\.0 and hi=1\.0\."),
+                      (dict(search=SearchRange(lo=0.0)), "lo must be a finite number > 0"),
+                      (dict(search=SearchRange(start=1e7)), r"start must be in \[lo, hi\]"),
                       (dict(target_epsilon=-1.0), "target_epsilon must be a finite number > 0"),
                       (dict(delta=0.0, accountant="rdp"), "delta must be in the open interval"),
                       (dict(accountant="moments"), "accountant must be one of")]:
@@ -302,7 +302,7 @@ def test_calibrate_noise_multiplier_is_generic_calibrate_of_the_subsampled_gauss
     for adj in ("add-remove-record", "replace-record"):
         old_style = calibrate_noise_multiplier(target_epsilon=1.5, delta=1e-5, sample_rate=q, steps=steps, adjacency=adj, use_cache=False)
         generic = calibrate(lambda s: SubsampledGaussian(s, q, steps), "rdp", target_epsilon=1.5, delta=1e-5, adjacency=adj,
-                            lo=1e-3, hi=1e6)
+                            search=SearchRange(lo=1e-3, hi=1e6))
         assert (old_style.noise_multiplier, old_style.epsilon) == (generic.parameter, generic.epsilon)
 
 
@@ -340,9 +340,9 @@ def test_calibrated_epsilon_never_exceeds_target(target, family, steps, sensitiv
         make, acc, delta = (lambda b: PureEpsilon(sensitivity / b)), _Staircase(), 0.0
         if target < 0.25:  # its smallest positive epsilon is 0.25: unreachable, and said so
             with pytest.raises(CalibrationError, match="needs a noise parameter above 1e"):
-                calibrate(make, acc, target_epsilon=target, delta=delta, adjacency=adjacency, lo=1e-3, hi=1e6)
+                calibrate(make, acc, target_epsilon=target, delta=delta, adjacency=adjacency, search=SearchRange(lo=1e-3, hi=1e6))
             return
-    r = calibrate(make, acc, target_epsilon=target, delta=delta, adjacency=adjacency, lo=1e-3, hi=1e6)
+    r = calibrate(make, acc, target_epsilon=target, delta=delta, adjacency=adjacency, search=SearchRange(lo=1e-3, hi=1e6))
     assert r.epsilon <= target
     assert 1e-3 <= r.parameter <= 1e6
     again = compute_epsilon(make(r.parameter), delta=delta, accountant=acc, adjacency=adjacency).epsilon

@@ -242,7 +242,7 @@ def test_prv_numerical_failure_is_an_unsupported_event(monkeypatch):
 
 
 def test_ledger_bounds_skip_prv_far_in_the_tails():
-    from dpaudit.accounting import ledger_compose as lc
+    from dpaudit.ledger import compose as lc
 
     far = SubsampledGaussian(0.5, 0.25, 3000)  # rdp eps in the hundreds
     b = lc.bounds(far, delta=1e-5, adjacency="add-remove-record")
@@ -395,7 +395,7 @@ def test_prv_declines_a_grid_that_would_exhaust_memory():
 
 
 def test_ledger_bounds_use_pld_for_subsampled_replace_one():
-    from dpaudit.accounting import ledger_compose as lc
+    from dpaudit.ledger import compose as lc
 
     ev = SubsampledGaussian(1.0, 0.005, 2000)
     b = lc.bounds(ev, delta=1e-5, adjacency="replace-record")

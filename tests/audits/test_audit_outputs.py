@@ -19,7 +19,7 @@ import pytest
 
 from dpaudit.accounting import compute_epsilon
 from dpaudit.accounting.events import SubsampledGaussian
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.audit_outputs import merge_local, split_audit
 from dpaudit.audits.engine import read_audit, run_audit
 from dpaudit.audits.gaussian import gaussian_target
@@ -201,7 +201,7 @@ def test_cli_cap_include_audits_and_summary_rows(tmp_path):
     d = json.loads(runner.invoke(app, ["ledger", "summary", "--ledger", str(led_path), "--json"]).stdout)
     row = next(x for x in d["rows"] if x["partition"] == "*")
     assert row["audits"] == 1 and row["cap"]["include_audits"] and row["remaining"] == pytest.approx(1.0 - row["epsilon_with_audits"])
-    from dpaudit.cli.ledger import _entry_brief
+    from dpaudit.ledger.text import describe as _entry_brief
 
     with open_ledger(led_path) as led:
         assert _entry_brief(led.get("b" * 32)).startswith("audit of dp-rvfl: 50 trials on heart:train")

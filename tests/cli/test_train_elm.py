@@ -79,7 +79,7 @@ def test_bad_values_exit_2_with_one_line(tmp_path):
 
 
 def test_over_cap_is_refused_before_writing(tmp_path):
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     with open_ledger(tmp_path / "ledger.sqlite") as lg:
         lg.cap("digits", 1.0, 1e-5)

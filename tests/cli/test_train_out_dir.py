@@ -65,7 +65,7 @@ def _error_line(res) -> str:
 
 
 def _ledger_kinds(path) -> list[str]:
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     with open_ledger(path) as led:
         return [e.kind for e in led.entries()]

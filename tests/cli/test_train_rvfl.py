@@ -34,7 +34,7 @@ def test_default_dataset_json_release(tmp_path):
     assert len(notes) == 1 and "digits" in notes[0]
     on_disk = json.loads((out / "release.json").read_text())
     assert on_disk["id"] == data["id"] and (out / "weights.npz").exists()
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     with open_ledger(tmp_path / "l.sqlite") as ledger:
         assert [e.id for e in ledger.entries(dataset="digits", kind="release")] == [data["id"]]

@@ -233,7 +233,7 @@ def test_release_under_replace_one_and_textbook_is_marked_uncertified(tmp_path):
 
 
 def test_release_goes_into_the_ledger_and_preflight_refuses_over_cap(tmp_path):
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     ledger = tmp_path / "ledger.sqlite"
     rel = _release(tmp_path, "a", width=3, epsilon=1.0, ledger_path=ledger)

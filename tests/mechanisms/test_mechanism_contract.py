@@ -13,7 +13,7 @@ import pytest
 
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.accounting.events import Composed, Parallel
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.catalogue import CATALOGUE, names
 from dpaudit.errors import AccountingMismatchError
 from dpaudit.mechanisms.mixmin_tasks import SPLIT_RULE

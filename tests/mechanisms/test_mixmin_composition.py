@@ -12,8 +12,8 @@ import pytest
 
 from dpaudit.accounting import event_from_dict
 from dpaudit.accounting.events import Composed, Parallel
-from dpaudit.accounting.ledger import open_ledger
-from dpaudit.accounting.ledger_compose import DEFAULT_DELTA, bounds
+from dpaudit.ledger.book import open_ledger
+from dpaudit.ledger.compose import DEFAULT_DELTA, bounds
 from dpaudit.records import read_release
 from dpaudit.releasing import release
 from dpaudit.requests import MixMinRequest

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting import compute_epsilon, event_from_dict
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError, UsageError
 from dpaudit.records import read_release
 from dpaudit.releasing import release
@@ -114,7 +114,7 @@ def test_proxy_predictions_file(tmp_path):
                                  reference_size=400)
     assert list(r.metrics["weights"]) == ["web", "code", "math"]
     # Named by content (the keyed fingerprint of the arrays), not by the file name.
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     with open_ledger() as led:
         assert r.dataset["name"] == "proxy-predictions-" + led.get(r.id).payload["dataset_fingerprint"][:12] and r.partition == "train"

@@ -87,7 +87,7 @@ def test_bad_request_is_refused_before_loading(tmp_path, monkeypatch):
 
 
 def test_skeleton_withholds_a_run_whose_steps_differ_from_the_plan(tmp_path, digits):
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     class Cheat(type(MECHANISM)):
         def run(self, plan, data, noise, *, progress=None):
@@ -101,7 +101,7 @@ def test_skeleton_withholds_a_run_whose_steps_differ_from_the_plan(tmp_path, dig
 
 
 def test_budget_cap_is_checked_before_the_run(tmp_path, digits, monkeypatch):
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     ledger_path = tmp_path / "l.sqlite"
     with open_ledger(ledger_path) as ledger:
@@ -180,7 +180,7 @@ def test_cli_train_audit_and_report(tmp_path):
 def test_the_reservation_held_the_planned_noise_tail(tmp_path, digits):
     """releasing.release reserves the plan's sampler tail (at the target epsilon: >= the release's
     own, recorded at the claimed epsilon) with the budget, before any private computation."""
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     rel = release("noisy-sum", NoisySumRequest(), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", prepared=digits)
     with open_ledger(tmp_path / "l.sqlite") as led:

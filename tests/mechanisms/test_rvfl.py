@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageError
 from dpaudit import accounting

@@ -301,7 +301,7 @@ def _digits_user_ids(per_user=3):
 
 
 def test_release_records_user_level_accounting(tmp_path):
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     ds, ids = _digits_user_ids()
     rel = train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, dataset="digits", epsilon=3.0, delta=1e-5, epochs=2,

@@ -268,7 +268,7 @@ def test_releases_differing_in_more_than_eps_make_no_curve(tmp_path):
 
 
 def test_budget_from_real_ledger(tmp_path):
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     r1 = make_release(tmp_path / "r1")
     r2 = make_release(tmp_path / "r2", seed=1)

@@ -18,7 +18,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def full_report(tmp_path_factory):
     """Releases over three epsilons x 2 seeds + non-private, a sound and a broken audit, a ledger."""
-    from dpaudit.accounting.ledger import open_ledger
+    from dpaudit.ledger.book import open_ledger
 
     root = tmp_path_factory.mktemp("full")
     led = root / "ledger.sqlite"

@@ -8,7 +8,7 @@ import json
 
 from report_fixtures import DATASET, OLD_DATASET, make_release
 
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.reports import build_report, render_html, write_report
 
 

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.accounting import Composed, PureEpsilon, SubsampledGaussian, compute_epsilon
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.cli import app
 from dpaudit.data import DATASETS
 from dpaudit.errors import BudgetExceededError, UsageError

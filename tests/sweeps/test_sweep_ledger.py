@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError
 from dpaudit.sweeps import open_store, parse_spec, run_sweep
 
@@ -113,7 +113,7 @@ def test_ledger_groups_releases_by_sweep(tmp_path):
 
 def test_a_release_recorded_before_sweep_tags_is_still_recognised(tmp_path):
     """Recording the same release again after upgrading is a no-op, not a conflict."""
-    from dpaudit.accounting import ledger as ledger_mod
+    from dpaudit.ledger import book as ledger_mod
     from dpaudit.records import read_release
 
     s = run_sweep(parse_spec(SPEC.replace('"logistic-raw"', "")), out=tmp_path, ledger_path=tmp_path / "l0.sqlite")
@@ -214,7 +214,7 @@ def _assert_unrecorded_release_keeps_its_budget(tmp_path, ledger_path, both, sum
 def test_a_release_written_but_not_recorded_keeps_its_budget_spent(tmp_path, monkeypatch):
     import sqlite3
 
-    from dpaudit.accounting import ledger as ledger_mod
+    from dpaudit.ledger import book as ledger_mod
 
     spec = parse_spec(SPEC)
     ledger_path, both = _capped_ledger(tmp_path, spec)

@@ -9,13 +9,13 @@ from .schedule import Schedule, dp_sgd_schedule
 
 # The accountants import numpy (and, when they compute, scipy / Opacus's analysis / prv-accountant /
 # dp_accounting); their names load on first use (PEP 562) so `dpaudit --help`, `schedule` and the
-# light accounting modules (adjacency, events, ledger_paths) start without them.
+# light accounting modules (adjacency, events) start without them.
 # To export another name of a lazy module, add it to its tuple here and to __all__.
 _LAZY = {
     "accountants": ("ACCOUNTANTS", "RDP_ORDERS", "AccountantResult", "compute_epsilon",
                     "Accountant", "EpsilonResult", "DeltaResult", "compute_delta", "register_accountant",
                     "unregister_accountant", "get_accountant", "accountants_supporting", "accountant_names"),
-    "calibration": ("Calibration", "calibrate_noise_multiplier", "CalibrationResult", "calibrate"),
+    "calibration": ("Calibration", "calibrate_noise_multiplier", "CalibrationResult", "calibrate", "SearchRange"),
 }
 
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only
         Accountant, DeltaResult, EpsilonResult, accountant_names, accountants_supporting, compute_delta,
         get_accountant, register_accountant, unregister_accountant,
     )
-    from .calibration import Calibration, CalibrationResult, calibrate, calibrate_noise_multiplier  # noqa: F401
+    from .calibration import Calibration, CalibrationResult, SearchRange, calibrate, calibrate_noise_multiplier  # noqa: F401
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
@@ -37,5 +37,5 @@ __all__ = [
     "Calibration", "calibrate_noise_multiplier", "Composed", "Parallel", "PureEpsilon",
     "SubsampledGaussian", "event_from_dict", "Schedule", "dp_sgd_schedule",
     "Accountant", "EpsilonResult", "DeltaResult", "compute_delta", "register_accountant", "unregister_accountant",
-    "get_accountant", "accountants_supporting", "accountant_names", "CalibrationResult", "calibrate",
+    "get_accountant", "accountants_supporting", "accountant_names", "CalibrationResult", "calibrate", "SearchRange",
 ]

@@ -59,6 +59,7 @@ from ..errors import UnsupportedEventError, UsageError
 from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
+from .rdp_sgm import compute_rdp, get_privacy_spent  # Opacus's analysis with numpy alone (no scipy import)
 
 #: Every accountant :func:`compute_epsilon` knows, in the order tools list them.
 ACCOUNTANTS = ("rdp", "prv", "pld", "pure")
@@ -266,8 +267,6 @@ def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[flo
     """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis), read-only."""
     # Opacus's analysis, computed with numpy alone (rdp_sgm.py: no scipy import, all orders in one
     # pass; equal to opacus.accountants.analysis.rdp to rounding, tests/accounting/test_rdp_sgm.py)
-    from .rdp_sgm import compute_rdp
-
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float)
     curve.setflags(write=False)
     return curve
@@ -304,8 +303,6 @@ def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "
 
 def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = RDP_ORDERS) -> tuple[float, float]:
     """(epsilon, optimal order) via Opacus's conversion (Balle et al. 2020, Thm. 21)."""
-    from .rdp_sgm import get_privacy_spent  # Opacus's expression, without importing scipy
-
     if not np.any(curve):
         return 0.0, float(orders[0])
     with warnings.catch_warnings():
@@ -807,3 +804,32 @@ def compute_delta(
     if reason is not None:
         raise UnsupportedEventError(_refusal(acc, event, adj, reason))
     return _checked_result(acc, acc.delta(event, eps, adj), adj, "delta", eps)
+
+
+def compared_accountants(adjacency: Adjacency) -> list[str]:
+    """The accountants compared side by side (``dpaudit account --accountant all``): rdp and prv;
+    under replace-record also pld, the one of them that analyses the replace-one pair of a
+    subsampled Gaussian (rdp / prv decline it); then every accountant registered with
+    :func:`register_accountant`."""
+    builtin = ["rdp", "prv", "pld"] if adjacency is Adjacency.REPLACE_RECORD else ["rdp", "prv"]
+    return builtin + [name for name in accountant_names() if name not in ACCOUNTANTS]
+
+
+def compare(event: Event, *, delta: float, adjacency: Adjacency, names) -> tuple[list[dict], dict]:
+    """Each accountant's result for ``event`` (``AccountantResult.to_dict``) and ``{name: reason}``
+    of those that decline it. With several names, one that declines this (event, adjacency) is a
+    row without epsilon, never a number computed under another adjacency; a single accountant's
+    refusal, or everyone's, raises :class:`UnsupportedEventError`."""
+    results, skipped = [], {}
+    for n in names:
+        try:
+            results.append(compute_epsilon(event, delta=delta, accountant=n, adjacency=adjacency).to_dict())
+        except UnsupportedEventError as e:
+            if len(names) == 1:
+                raise
+            skipped[n] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            results.append({"accountant": n, "epsilon": None, "delta": delta, "adjacency": adjacency.value, "epsilon_lower": None,
+                            "epsilon_estimate": None, "optimal_order": None, "skipped": skipped[n]})
+    if all(r["epsilon"] is None for r in results):
+        raise UnsupportedEventError("no accountant could bound this run: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in skipped.items()) + ".")
+    return results, skipped

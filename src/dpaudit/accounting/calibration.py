@@ -167,6 +167,59 @@ class _Search:
         self.values[p] = eps
         return eps
 
+    def solve(self, target: float, lo: float, hi: float, start: float, tol: float) -> tuple[float, float]:
+        """``(parameter, epsilon)``: bracket from ``start``, then bisect (see :func:`calibrate`)."""
+        down, up, eps_up = self._bracket_up(target, hi, start)
+        if down is None:
+            down, up, eps_up = self._bracket_down(target, lo, up, eps_up)
+            if down is None:
+                return up, eps_up  # lo itself meets the target: the smallest allowed
+        for _ in range(200):
+            if target - eps_up <= tol:
+                break
+            mid = 0.5 * (down + up)
+            if mid <= down or mid >= up:
+                break  # floating-point resolution reached; up is the conservative answer
+            if down in self.declined and (up - down) <= 1e-4 * up:
+                break  # the gap is the accountant's, not the bisection's (checked below)
+            eps_mid = self.epsilon(mid)
+            if eps_mid <= target:
+                up, eps_up = mid, eps_mid
+            else:
+                down = mid
+        if target - eps_up > tol and down in self.declined:
+            # epsilon(up) is certified but far below the target, and the accountant gives no bound just
+            # below up: returning up would silently over-noise; say why instead.
+            raise self.refusal(down, f"the certified epsilon {eps_up:.6g} stays below the target {target:g} because")
+        return up, eps_up
+
+    def _bracket_up(self, target: float, hi: float, start: float) -> tuple[float | None, float, float]:
+        """Up from start until the target is met: ``(down, up, eps(up))``, ``down`` the largest
+        parameter known to miss it (None: start met it)."""
+        up, eps_up, down = start, self.epsilon(start), None
+        while eps_up > target:
+            if up >= hi:
+                if self.declined:
+                    raise self.refusal(max(self.declined), f"up to the largest {self.parameter_name} tried,")
+                raise CalibrationError(
+                    f"epsilon target {target:g} at delta {self.delta:g} under {self.adjacency.value} adjacency ({self.accountant.name} "
+                    f"accountant) needs a {self.parameter_name} above {hi:g}; choose a larger epsilon or less privacy loss per "
+                    f"{self.parameter_name}.")
+            down, up = up, min(2.0 * up, hi)
+            eps_up = self.epsilon(up)
+        return down, up, eps_up
+
+    def _bracket_down(self, target: float, lo: float, up: float, eps_up: float) -> tuple[float | None, float, float]:
+        """Down from ``up`` while the target is still met; then eps(down) > target >= eps(up)
+        (``down`` None: ``lo`` itself meets it, returned as ``up``)."""
+        down = max(up / 2.0, lo)
+        while self.epsilon(down) <= target:
+            up, eps_up = down, self.epsilon(down)
+            if up <= lo:
+                return None, up, eps_up
+            down = max(up / 2.0, lo)
+        return down, up, eps_up
+
     def refusal(self, p: float, what: str) -> UnsupportedEventError:
         reason = self.declined[p]
         name = self.accountant.name
@@ -176,27 +229,40 @@ class _Search:
                                      f"{p:.6g} ({reason.rstrip('.')}){hint}.")
 
 
-def calibrate(
-    make_event: Callable[[float], Event],
-    accountant: "str | Accountant" = "rdp",
-    *,
-    target_epsilon: float,
-    delta: float,
-    adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
-    lo: float = MIN_NOISE_MULTIPLIER,
-    hi: float = MAX_NOISE_MULTIPLIER,
-    start: float | None = None,
-    epsilon_tolerance: float = EPSILON_TOLERANCE,
-    parameter_name: str = "noise parameter",
-) -> CalibrationResult:
-    """The smallest noise parameter p in ``[lo, hi]`` with ``epsilon(make_event(p)) <= target``.
+@dataclass(frozen=True)
+class SearchRange:
+    """Where :func:`calibrate` searches the noise parameter: ``[lo, hi]`` from ``start`` (None: 1.0
+    when it lies in the range, else the geometric mean), until epsilon is within
+    ``epsilon_tolerance`` below the target."""
+
+    lo: float = MIN_NOISE_MULTIPLIER
+    hi: float = MAX_NOISE_MULTIPLIER
+    start: float | None = None
+    epsilon_tolerance: float = EPSILON_TOLERANCE
+
+    def checked(self) -> tuple[float, float, float, float]:
+        """``(lo, hi, start, tolerance)``, validated (UsageError)."""
+        lo, hi = positive_finite("lo", self.lo), positive_finite("hi", self.hi)
+        if not lo < hi:
+            raise UsageError(f"lo must be < hi, got lo={lo!r} and hi={hi!r}.")
+        tol = positive_finite("epsilon_tolerance", self.epsilon_tolerance)
+        start = positive_finite("start", (1.0 if lo <= 1.0 <= hi else (lo * hi) ** 0.5) if self.start is None else self.start)
+        if not lo <= start <= hi:
+            raise UsageError(f"start must be in [lo, hi] = [{lo:g}, {hi:g}], got {start!r}.")
+        return lo, hi, start, tol
+
+
+def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountant" = "rdp", *, target_epsilon: float, delta: float,
+              adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD, search: SearchRange = SearchRange(),
+              parameter_name: str = "noise parameter") -> CalibrationResult:
+    """The smallest noise parameter p in ``[search.lo, search.hi]`` with ``epsilon(make_event(p)) <= target``.
 
     Privacy contract: the returned ``epsilon`` is the accountant's own value for
     ``make_event(parameter)`` at ``delta`` under ``adjacency`` and never exceeds
     ``target_epsilon``, whatever ``make_event`` does. Optimality (epsilon within
-    ``epsilon_tolerance`` below the target, or ``parameter == lo``) assumes epsilon does not
-    increase with p; the search is a doubling / halving bracket from ``start`` (1.0 when it lies
-    in ``[lo, hi]``, else the geometric mean) followed by bisection (see the module docstring).
+    ``search.epsilon_tolerance`` below the target, or ``parameter == lo``) assumes epsilon does not
+    increase with p; the search is a doubling / halving bracket from ``search.start`` followed by
+    bisection (see the module docstring).
 
     ``accountant`` is a registered name or an :class:`~dpaudit.accounting.accountants.Accountant`.
     Raises :class:`UnsupportedEventError` when the accountant does not support the event under
@@ -208,70 +274,18 @@ def calibrate(
     if getattr(acc, "uses_delta", True):
         delta = open_unit("delta", delta)
     adj = Adjacency.parse(adjacency)
-    lo = positive_finite("lo", lo)
-    hi = positive_finite("hi", hi)
-    if not lo < hi:
-        raise UsageError(f"lo must be < hi, got lo={lo!r} and hi={hi!r}.")
-    tol = positive_finite("epsilon_tolerance", epsilon_tolerance)
-    if start is None:
-        start = 1.0 if lo <= 1.0 <= hi else (lo * hi) ** 0.5
-    start = positive_finite("start", start)
-    if not lo <= start <= hi:
-        raise UsageError(f"start must be in [lo, hi] = [{lo:g}, {hi:g}], got {start!r}.")
+    lo, hi, start, tol = search.checked()
     if not callable(make_event):
         raise UsageError(f"make_event must be a callable from the noise parameter to an event, got {make_event!r}.")
-
     # Structural support does not depend on the noise level for the built-ins: refuse before searching.
     reason = acc.support_error(make_event(start), adj)
     if reason is not None:
         raise UnsupportedEventError(_refusal(acc, make_event(start), adj, reason))
-    search = _Search(make_event, acc, delta, adj, parameter_name)
-    eps_of = search.epsilon
-
-    def done(p: float, eps: float) -> CalibrationResult:
-        if not eps <= target:  # the contract; an explicit check, not an assert (python -O)
-            raise CalibrationError(f"internal error: calibrated epsilon {eps!r} exceeds the target {target!r}.")
-        return CalibrationResult(float(p), float(eps), target, float(delta), acc.name, adj.value, len(search.values))
-
-    # Bracket: up from start until the target is met ...
-    up, eps_up = start, eps_of(start)
-    down = None  # largest parameter known to miss the target
-    while eps_up > target:
-        if up >= hi:
-            if search.declined:
-                raise search.refusal(max(search.declined), f"up to the largest {parameter_name} tried,")
-            raise CalibrationError(
-                f"epsilon target {target:g} at delta {delta:g} under {adj.value} adjacency ({acc.name} accountant) "
-                f"needs a {parameter_name} above {hi:g}; choose a larger epsilon or less privacy loss per {parameter_name}."
-            )
-        down, up = up, min(2.0 * up, hi)
-        eps_up = eps_of(up)
-    # ... or down from it while the target is still met. Invariant: eps(down) > target >= eps(up).
-    if down is None:
-        down = max(up / 2.0, lo)
-        while eps_of(down) <= target:
-            up, eps_up = down, eps_of(down)
-            if up <= lo:
-                return done(up, eps_up)  # lo itself meets the target: the smallest allowed
-            down = max(up / 2.0, lo)
-    for _ in range(200):
-        if target - eps_up <= tol:
-            break
-        mid = 0.5 * (down + up)
-        if mid <= down or mid >= up:
-            break  # floating-point resolution reached; up is the conservative answer
-        if down in search.declined and (up - down) <= 1e-4 * up:
-            break  # the gap is the accountant's, not the bisection's (checked below)
-        eps_mid = eps_of(mid)
-        if eps_mid <= target:
-            up, eps_up = mid, eps_mid
-        else:
-            down = mid
-    if target - eps_up > tol and down in search.declined:
-        # epsilon(up) is certified but far below the target, and the accountant gives no bound just
-        # below up: returning up would silently over-noise; say why instead.
-        raise search.refusal(down, f"the certified epsilon {eps_up:.6g} stays below the target {target:g} because")
-    return done(up, eps_up)
+    run = _Search(make_event, acc, delta, adj, parameter_name)
+    p, eps = run.solve(target, lo, hi, start, tol)
+    if not eps <= target:  # the contract; an explicit check, not an assert (python -O)
+        raise CalibrationError(f"internal error: calibrated epsilon {eps!r} exceeds the target {target!r}.")
+    return CalibrationResult(float(p), float(eps), target, float(delta), acc.name, adj.value, len(run.values))
 
 
 def calibrate_noise_multiplier(
@@ -321,8 +335,8 @@ def calibrate_noise_multiplier(
             if eps <= target:
                 return Calibration(float(cached), eps, target, delta, q, steps, acc.name, cached=True)
     try:
-        r = calibrate(make_event, acc, target_epsilon=target, delta=delta, adjacency=adj, lo=MIN_NOISE_MULTIPLIER,
-                      hi=MAX_NOISE_MULTIPLIER, start=1.0, parameter_name="noise multiplier")
+        r = calibrate(make_event, acc, target_epsilon=target, delta=delta, adjacency=adj, search=SearchRange(start=1.0),
+                      parameter_name="noise multiplier")
     except CalibrationError:
         raise CalibrationError(
             f"epsilon target {target} at delta {delta} with sample_rate {q} and {steps} steps "

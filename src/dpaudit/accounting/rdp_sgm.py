@@ -38,6 +38,8 @@ import math
 
 import numpy as np
 
+from . import opacus_rdp  # Opacus's own file (loads scipy only when it computes)
+
 #: log of the largest double: a binomial coefficient above it is inf in scipy (Opacus's reference).
 _LOG_DBL_MAX = math.log(np.finfo(float).max)
 #: Integer orders whose largest binomial coefficient is within this factor (in log) of the largest
@@ -47,12 +49,6 @@ _OVERFLOW_MARGIN = 1e-6
 _MAX_FRACTIONAL_ORDER = 64.0
 #: scipy's binom uses its multiplication formula for (symmetry-reduced) k below this.
 _PRODUCT_FORMULA_LIMIT = 20
-
-
-def _reference():
-    from . import opacus_rdp  # Opacus's own file, loaded without torch (needs scipy)
-
-    return opacus_rdp
 
 
 def _binom_product(n: float, k: int) -> float:
@@ -287,41 +283,54 @@ def compute_rdp(*, q: float, noise_multiplier: float, steps: int, orders) -> np.
     of ``opacus.accountants.analysis.rdp.compute_rdp`` (same arguments; a 1-D float array)."""
     orders = [float(o) for o in np.atleast_1d(np.asarray(orders, dtype=float))]
     q, sigma = float(q), float(noise_multiplier)
+    special = _special_case(q, sigma, steps, orders)
+    if special is not None:
+        return special
+    rdp = _one_step(q, sigma, orders)
+    return np.array([rdp[o] for o in orders], dtype=float) * steps
+
+
+def _one_step(q: float, sigma: float, orders: list) -> dict:
+    """Order -> one-step RDP: integer orders by the series where it cannot overflow, fractional
+    ones by theirs, the rest from the reference."""
+    ints = sorted({int(o) for o in orders if o.is_integer()})
+    counts = dict(zip(ints, _overflow_counts(tuple(ints))))
+    safe = tuple(a for a in ints if counts[a] == 0)
+    rdp = {float(a): float(la) / (a - 1) for a, la in zip(safe, _log_a_int(q, sigma, safe))} if safe else {}
+    reference = []
+    for o in orders:
+        value = None if o in rdp else _order_value(q, sigma, o, counts)
+        if o not in rdp and value is None:
+            reference.append(o)
+        elif value is not None:
+            rdp[o] = value
+    if reference:
+        ref = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
+        rdp.update(zip(reference, (float(v) for v in np.atleast_1d(ref))))
+    return rdp
+
+
+def _special_case(q: float, sigma: float, steps: int, orders: list) -> np.ndarray | None:
+    """The RDP where the series is not used (no sampling, no subsampling, or the reference's own
+    special cases: sigma 0, infinite orders, ...), else None."""
     normal_sigma = math.isfinite(sigma) and sigma > 0.0 and 1e-100 < sigma**2 < 1e100
     if q == 0.0:
         return np.zeros(len(orders)) * steps  # nothing is sampled: 0 at every order
     if q == 1.0 and normal_sigma:
         # no subsampling: the Gaussian mechanism's alpha / (2 sigma^2) (also at infinite orders)
         return np.array([o / (2 * sigma**2) for o in orders], dtype=float) * steps
-    ok = math.isfinite(q) and 0.0 < q < 1.0 and normal_sigma and all(math.isfinite(o) and o > 1.0 for o in orders)
-    if not ok:  # sigma 0, infinite orders, ...: the reference's own special cases
-        return np.asarray(_reference().compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders), dtype=float)
-    ints = sorted({int(o) for o in orders if o.is_integer()})
-    counts = dict(zip(ints, _overflow_counts(tuple(ints))))
-    safe = tuple(a for a in ints if counts[a] == 0)
-    rdp: dict[float, float] = {}
-    if safe:
-        for a, la in zip(safe, _log_a_int(q, sigma, safe)):
-            rdp[float(a)] = float(la) / (a - 1)
-    reference = []
-    for o in orders:
-        if o in rdp:
-            continue
-        if o.is_integer():
-            c = counts[int(o)]
-            if c is None:
-                reference.append(o)
-            else:
-                # the reference adds an infinite term once (inf) or twice or more (inf - inf: NaN)
-                rdp[o] = math.inf if c == 1 else math.nan
-        elif o <= _MAX_FRACTIONAL_ORDER:
-            rdp[o] = _log_a_frac(q, sigma, o) / (o - 1)
-        else:
-            reference.append(o)
-    if reference:
-        ref = _reference().compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
-        rdp.update(zip(reference, (float(v) for v in np.atleast_1d(ref))))
-    return np.array([rdp[o] for o in orders], dtype=float) * steps
+    if not (math.isfinite(q) and 0.0 < q < 1.0 and normal_sigma and all(math.isfinite(o) and o > 1.0 for o in orders)):
+        return np.asarray(opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders), dtype=float)
+    return None
+
+
+def _order_value(q: float, sigma: float, o: float, counts: dict) -> float | None:
+    """The one-step RDP at an order the integer series did not give (None: ask the reference)."""
+    if o.is_integer():
+        c = counts[int(o)]
+        # the reference adds an infinite term once (inf) or twice or more (inf - inf: NaN)
+        return None if c is None else (math.inf if c == 1 else math.nan)
+    return _log_a_frac(q, sigma, o) / (o - 1) if o <= _MAX_FRACTIONAL_ORDER else None
 
 
 def get_privacy_spent(*, orders, rdp, delta: float) -> tuple[float, float]:

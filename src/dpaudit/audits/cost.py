@@ -29,7 +29,7 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
     """(event, unbounded reason, trials) of the trials of ``roles`` (role -> (target, runs)).
 
     ``event`` is the sequential composition of every trial's event (None when unbounded)."""
-    from ..accounting.ledger_compose import sequential
+    from ..ledger.compose import sequential
 
     events, reason, trials = [], None, 0
     for role, (t, n) in roles.items():
@@ -59,7 +59,7 @@ def record_audit_cost(target, roles: dict, *, audit_id: str, ledger_path=None, r
         return audit_id
     event, reason, trials = trial_cost(roles)
     resume = _resumed_id(checkpoint_root, plan_key)
-    from ..accounting.ledger import open_ledger
+    from ..ledger.book import open_ledger
 
     with open_ledger(ledger_path) as led:
         if resume is not None and any(e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")):

@@ -9,39 +9,20 @@ import typer
 
 # The accountants (numpy, scipy, Opacus's analysis, prv-accountant) load inside the commands, so
 # `dpaudit --help` and the other commands start without them.
-from ..errors import UnsupportedEventError
+from ..accounting.adjacency import Adjacency
+from ..accounting.events import SubsampledGaussian
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json
 
 
-class AccountantChoice(str, Enum):
-    rdp = "rdp"
-    prv = "prv"
-    pld = "pld"
-    all = "all"
+def _choice(name: str, values) -> type[Enum]:
+    """A string enum of ``values`` for typer (member names with ``_`` for ``-``)."""
+    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
 
 
-class CalibrationAccountant(str, Enum):
-    rdp = "rdp"
-    prv = "prv"
-    pld = "pld"
-
-
-def _all_accountants(adjacency: Adjacency) -> list[str]:
-    """`--accountant all`: rdp and prv side by side; under replace-record also pld, the one of
-    them that analyses the replace-one pair of a subsampled Gaussian (rdp / prv decline it); then
-    every accountant registered with `register_accountant` (a skipped column where it declines)."""
-    from ..accounting.accountants import ACCOUNTANTS, accountant_names
-    from ..accounting.adjacency import Adjacency
-
-    builtin = ["rdp", "prv", "pld"] if adjacency is Adjacency.REPLACE_RECORD else ["rdp", "prv"]
-    return builtin + [name for name in accountant_names() if name not in ACCOUNTANTS]
-
-
-class AdjacencyChoice(str, Enum):
-    add_remove_record = "add-remove-record"
-    replace_record = "replace-record"
-    add_remove_user = "add-remove-user"
+AccountantChoice = _choice("AccountantChoice", ("rdp", "prv", "pld", "all"))
+CalibrationAccountant = _choice("CalibrationAccountant", ("rdp", "prv", "pld"))
+AdjacencyChoice = _choice("AdjacencyChoice", [a.value for a in Adjacency])
 
 
 def register(app: typer.Typer) -> None:
@@ -58,51 +39,28 @@ def register(app: typer.Typer) -> None:
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
         from rich.table import Table
 
-        from ..accounting import Adjacency, SubsampledGaussian, compute_epsilon
+        from ..accounting.accountants import compare, compared_accountants
 
         positive_finite("noise_multiplier", noise_multiplier)
         half_open_unit("sample_rate", sample_rate)
         positive_int("steps", steps)
         open_unit("delta", delta)
-        event = SubsampledGaussian(noise_multiplier, sample_rate, steps)
         adj = Adjacency.parse(adjacency.value)
-        names = _all_accountants(adj) if accountant is AccountantChoice.all else [accountant.value]
-        results, skipped = [], {}
-        for n in names:
-            try:
-                r = compute_epsilon(event, delta=delta, accountant=n, adjacency=adj).to_dict()
-            except UnsupportedEventError as e:
-                if len(names) == 1:
-                    raise  # one line, exit 2 (DPAuditGroup)
-                # `all`: an accountant that declines this (event, adjacency) is a skipped column with
-                # its reason, never a crash and never a number computed under another adjacency.
-                skipped[n] = str(e).splitlines()[0] if str(e) else type(e).__name__
-                r = {"accountant": n, "epsilon": None, "delta": delta, "adjacency": adj.value, "epsilon_lower": None,
-                     "epsilon_estimate": None, "optimal_order": None, "skipped": skipped[n]}
+        names = compared_accountants(adj) if accountant is AccountantChoice.all else [accountant.value]
+        results, skipped = compare(SubsampledGaussian(noise_multiplier, sample_rate, steps), delta=delta, adjacency=adj, names=names)
+        for r in results:
             r.update(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
-            results.append(r)
-        ok = [r for r in results if r["epsilon"] is not None]
-        if not ok:
-            raise UnsupportedEventError("no accountant could bound this run: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in skipped.items()) + ".")
         if json_out:
-            out = ok[0] if len(results) == 1 else {**ok[0], "results": results}
-            if skipped:
-                out["skipped"] = skipped
-            emit_json(out)
+            ok = [r for r in results if r["epsilon"] is not None]
+            emit_json({**(ok[0] if len(results) == 1 else {**ok[0], "results": results}), **({"skipped": skipped} if skipped else {})})
             return
         t = Table(title=f"epsilon at delta={delta:g} ({adj.value})")
         for col in ("accountant", "epsilon", "lower", "estimate", "order"):
             t.add_column(col)
         for r in results:
-            if r["epsilon"] is None:
-                t.add_row(r["accountant"], "skipped", "", "", "")
-                continue
-            t.add_row(
-                r["accountant"], f"{r['epsilon']:.6f}",
-                "" if r["epsilon_lower"] is None else f"{r['epsilon_lower']:.6f}",
-                "" if r["epsilon_estimate"] is None else f"{r['epsilon_estimate']:.6f}",
-                "" if r["optimal_order"] is None else f"{r['optimal_order']:g}",
-            )
+            t.add_row(r["accountant"], *(("skipped", "", "", "") if r["epsilon"] is None else (
+                f"{r['epsilon']:.6f}", *("" if r[k] is None else f"{r[k]:.6f}" for k in ("epsilon_lower", "epsilon_estimate")),
+                "" if r["optimal_order"] is None else f"{r['optimal_order']:g}")))
         console.print(t)
         for name, reason in skipped.items():
             console.print(f"{name} skipped: {reason}", highlight=False, soft_wrap=True)
@@ -120,7 +78,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Smallest noise multiplier whose epsilon does not exceed the target."""
-        from ..accounting import Adjacency, SubsampledGaussian, calibrate_noise_multiplier
+        from ..accounting import calibrate_noise_multiplier
         from ..accounting.accountants import supports
 
         adj = Adjacency.parse(adjacency.value)

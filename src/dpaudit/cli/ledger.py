@@ -1,8 +1,9 @@
-"""`dpaudit ledger ...`: read and extend the privacy budget ledger (thin; see accounting.ledger)."""
+"""`dpaudit ledger ...`: read and extend the privacy budget ledger (thin: the ledger package computes, this prints)."""
 
 from __future__ import annotations
 
-import math
+import json
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,6 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..claims import verify_claim
+from ..errors import UsageError
+from ..ledger import store_pg, text
 from ..records import read_release
 from . import options
 from .common import console, emit_json, err_console, new_app
@@ -18,67 +22,20 @@ ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
 
 
+def _say(json_out: bool, obj, text: str, **print_kw) -> None:
+    """``obj`` as JSON with ``--json``, else ``text`` for people."""
+    if json_out:
+        emit_json(obj)
+    else:
+        console.print(text, **print_kw)
+
+
 def open_ledger(*args, **kwargs):
-    """:func:`dpaudit.accounting.ledger.open_ledger`, imported when a command runs: the ledger loads
+    """:func:`dpaudit.ledger.book.open_ledger`, imported when a command runs: the ledger loads
     the accountants (numpy) and cryptography, which `dpaudit --help` and the other commands do not need."""
-    from ..accounting.ledger import open_ledger as _open_ledger
+    from ..ledger.book import open_ledger as _open_ledger
 
     return _open_ledger(*args, **kwargs)
-
-
-def _num(x, digits: int = 4) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
-
-
-def _entry_brief(e) -> str:
-    p = e.payload
-    if e.kind == "release":
-        g = p.get("guarantee") or {}
-        what = "non-private (unbounded)" if p.get("non_private") else f"eps={_num(p.get('epsilon'))} delta={p.get('delta'):g} [{g.get('type', '?')}]"
-        tag = (p.get("sweep") or {}).get("name")
-        if p.get("uncertified"):
-            what += f"  {p['uncertified']} (counts as unbounded)"
-        return (f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}" + (f"  sweep {tag}" if tag else "")
-                + (f"  VOIDED by {e.voided_by}" if e.voided_by else ""))
-    if e.kind == "reservation":
-        g = p.get("guarantee") or {}
-        what = "non-private (unbounded)" if p.get("non_private") else f"[{g.get('type', '?')}]"
-        if p.get("uncertified"):
-            what += f" {p['uncertified']}"
-        state = {"open": "OPEN: budget held (void it if the run was killed)", None: ""}.get(e.status, f"{e.status} by {e.closed_by}")
-        return f"{p.get('mechanism') or 'run'} (pid {p.get('pid')}) reserves {e.dataset}:{p.get('partition')} {what}  {state}"
-    if e.kind == "audit":
-        g = p.get("guarantee") or {}
-        what = f"non-private (unbounded: {p.get('unbounded_reason')})" if p.get("non_private") else f"[{g.get('type', '?')}]"
-        rel = f"  of release {str(p.get('release_id'))[:12]}" if p.get("release_id") else ""
-        return (f"audit of {p.get('mechanism')}: {p.get('trials')} trials on {e.dataset}:{p.get('partition')}  {what}{rel}"
-                + (f"  VOIDED by {e.voided_by}" if e.voided_by else ""))
-    if e.kind == "settle":
-        return f"settles reservation {p.get('target')}: releases " + ", ".join(p.get("releases") or [])
-    if e.kind == "cancel":
-        return f"cancels reservation {p.get('target')}: {p.get('reason')}"
-    if e.kind == "version":
-        return f"new version of {e.dataset}: data fingerprint {str(p.get('fingerprint'))[:12]} ({p.get('reason')}); versions compose sequentially"
-    if e.kind == "void":
-        said = {True: "artefacts were published, budget stays spent", False: "artefacts never published"}.get(p.get("artefacts_published"))
-        return f"voids {p.get('target')}: {p.get('reason')}" + (f" ({said})" if said else "")
-    if e.kind == "cap":
-        return f"cap {e.dataset}: eps={_num(p.get('epsilon'))} at delta={p.get('delta'):g}" + (", audits included" if p.get("include_audits") else "")
-    if e.kind == "key":
-        return f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}" + (f", signed by {e.signer}" if e.signer else "")
-    if e.kind == "policy":
-        return "signatures required from here on" if p.get("require_signatures") else "policy"
-    if e.kind == "rows":
-        return f"row set {str(p.get('set'))[:12]} of source {p.get('source')}: {p.get('count')} rows (keyed hashes, for overlap tests)"
-    if e.kind == "partition":
-        return f"{e.dataset}:{p.get('parent')} = " + " + ".join(f"{e.dataset}:{c}" for c in p.get("children", [])) + f"  (declared by {p.get('declared_by')})"
-    return ""
 
 
 def register(app: typer.Typer) -> None:
@@ -91,9 +48,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
-        from ..accounting import result_cache
+        from ..ledger import result_cache  # the accountants (numpy): for this command only
 
-        # prv answers of unchanged totals come from the on-disk cache (accounting/result_cache.py)
+        # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
         with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)
             path = str(led.path)
@@ -104,59 +61,14 @@ def register(app: typer.Typer) -> None:
             console.print(f"ledger {path}: no releases recorded.")
             return
         t = Table(title=f"privacy budget spent ({path})" if sweep is None else f"privacy budget spent by sweep {sweep} ({path})")
-        for col in ("partition", "rel.", "epsilon", "rdp", "prv", "naive", "delta", "cap", "left"):
+        for col in text.SUMMARY_COLUMNS:
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=col == "partition")
-        for i, r in enumerate(rows):
-            depth = 0 if r["partition"] == "*" else 1 + r["partition"].count("/")
-            label = ("  " * depth) + (r["dataset"] + " (total)" if r["partition"] == "*" else r["partition"])
-            cap = r["cap"]
-            t.add_row(
-                label,
-                f"{r['releases_subtree']}" if r["partition"] == "*" else f"{r['releases']}/{r['releases_subtree']}",
-                _num(r["epsilon"], 3), _num(r["epsilon_rdp"], 3), _num(r["epsilon_prv"], 3), _num(r["naive_epsilon"], 3),
-                f"{r['delta']:g}",
-                "" if cap is None else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
-                _num(r["remaining"], 3) if r["partition"] == "*" else "",
-            )
-            total = next(x for x in rows if x["dataset"] == r["dataset"] and x["partition"] == "*")
-            if total.get("audits") and (i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]):  # after the dataset's partitions
-                t.add_row(f"  audits ({total['audits']})", "", _num(total["audit_epsilon"], 3), "", "", "", f"{total['delta']:g}", "", "")
-                t.add_row("  releases + audits", "", _num(total["epsilon_with_audits"], 3), "", "", "", f"{total['delta']:g}", "", "")
+        for cells in text.summary_table(rows):
+            t.add_row(*cells)
         console.print(t)
-        for r in rows:
-            if r["partition"] != "*":
-                continue
-            for why in r.get("unbounded_reasons") or []:
-                console.print(f"{escape(r['dataset'])} is unbounded: {escape(why)} (void it to exclude it).", highlight=False, soft_wrap=True)
-            if r.get("open_reservation_ids"):
-                console.print(f"{escape(r['dataset'])}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
-                              + ", ".join(i[:12] for i in r["open_reservation_ids"]), highlight=False, soft_wrap=True)
-            if r.get("shares_people_with"):
-                left = " (left is the cap minus this)" if r.get("cap") else ""
-                console.print(f"{escape(r['dataset'])} shares people with {escape(', '.join(r['shares_people_with']))}: all composed, "
-                              f"epsilon {_num(r['epsilon_people'], 3)}{left}.", highlight=False, soft_wrap=True)
-            for why in r.get("audit_unbounded_reasons") or []:
-                console.print(f"{escape(r['dataset'])}: audits unbounded: {escape(why)} (trials without DP noise, e.g. the no-noise "
-                              "control, on the private data).", highlight=False, soft_wrap=True)
-            if r.get("audits"):
-                inc = (r.get("cap") or {}).get("include_audits")
-                console.print(f"{escape(r['dataset'])}: {r['audits']} audit(s) trained on its private data; the cap "
-                              + ("includes them." if inc else "counts releases only (set it with --include-audits to count audits)."),
-                              highlight=False, soft_wrap=True)
-            if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
-                console.print(f"{escape(r['dataset'])}: voided, not counted: epsilon {_num(r.get('voided_epsilon'), 3) or '0'} "
-                              f"(never-published artefacts); voided but published, still counted: "
-                              f"{r.get('voided_published_releases') or 0} release(s).", highlight=False, soft_wrap=True)
-            if len(r.get("dataset_fingerprints") or []) > 1:
-                console.print(f"{escape(r['dataset'])}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.",
-                              highlight=False)
-        console.print(
-            "rel.: releases direct/in subtree. epsilon: smallest valid bound (rdp, prv upper, pure sum) at delta; "
-            "naive: sum of the releases' own claims; cap and left (cap minus the dataset total) in epsilon at delta; "
-            "audits: what the audits' trials on the private data compose to (a cap marked +a counts them). "
-            "Partitions never declared disjoint compose sequentially in the total.",
-            style="dim", highlight=False,
-        )
+        for line in text.summary_notes(rows):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(text.SUMMARY_LEGEND, style="dim", highlight=False)
 
     @ledger_app.command("list")
     def list_(
@@ -179,7 +91,7 @@ def register(app: typer.Typer) -> None:
         for col in ("#", "id", "time (UTC)", "kind", "what"):
             t.add_column(col)
         for e in es:
-            t.add_row(str(e.seq), e.id[:12], e.created_at[:19], e.kind, escape(_entry_brief(e)))
+            t.add_row(str(e.seq), e.id[:12], e.created_at[:19], e.kind, escape(text.describe(e)))
         console.print(t)
 
     @ledger_app.command("show")
@@ -253,8 +165,6 @@ def register(app: typer.Typer) -> None:
     ):
         """Withdraw a release recorded by mistake, or free the budget an interrupted run still holds
         (appends a void entry; nothing is deleted). Only never-published artefacts stop counting."""
-        from ..errors import UsageError
-
         if published is None:
             raise UsageError("void must state whether the artefacts were ever published, got neither --published nor --never-published.")
         with open_ledger(ledger, signing_key=key) as led:
@@ -297,10 +207,8 @@ def register(app: typer.Typer) -> None:
         """Declare PARENT as the disjoint union of CHILDREN: releases on the children compose in parallel."""
         with open_ledger(ledger) as led:
             eid = led.declare_partition(dataset, parent, child, declared_by)
-        if json_out:
-            emit_json({"id": eid, "dataset": dataset, "parent": parent, "children": list(child), "declared_by": declared_by})
-            return
-        console.print(f"{dataset}:{parent} = " + " + ".join(f"{dataset}:{c}" for c in child) + f" (declared by {declared_by}; entry {eid}).")
+        _say(json_out, {"id": eid, "dataset": dataset, "parent": parent, "children": list(child), "declared_by": declared_by},
+             f"{dataset}:{parent} = " + " + ".join(f"{dataset}:{c}" for c in child) + f" (declared by {declared_by}; entry {eid}).")
 
     @ledger_app.command("record")
     def record(
@@ -315,8 +223,6 @@ def register(app: typer.Typer) -> None:
         the same (it exists, so it spent budget); the ledger composes its stored events, not its
         claimed epsilon, and one whose steps differ from its accounted steps is recorded as
         uncertified (its dataset's budget is unbounded until the entry is voided)."""
-        from ..claims import verify_claim
-
         rel = read_release(release_path)
         art = release_path if release_path.is_dir() else release_path.parent
         check = verify_claim(rel)
@@ -329,10 +235,8 @@ def register(app: typer.Typer) -> None:
                               highlight=False, soft_wrap=True)
         elif check.status == "unverified":
             err_console.print(escape(f"warning: release {rel.id}: claim not verified: {check.reason}."), highlight=False, soft_wrap=True)
-        if json_out:
-            emit_json({"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition})
-            return
-        console.print(f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
+        _say(json_out, {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
+             f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
 
     @ledger_app.command("keygen")
     def keygen(
@@ -340,9 +244,9 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
-        from ..accounting.signing import keygen as make_key
+        from ..ledger.signing import keygen  # cryptography, for this command only
 
-        k = make_key(name)
+        k = keygen(name)
         if json_out:
             emit_json({"name": k.name, "key_id": k.key_id, "public_key": k.public_text, "private_key_path": str(k.path)})
             return
@@ -358,10 +262,7 @@ def register(app: typer.Typer) -> None:
         """Print the current head hash to publish (check it later with `ledger verify --anchor HASH`)."""
         with open_ledger(ledger, create=False) as led:
             h = led.head()
-        if json_out:
-            emit_json(h)
-            return
-        console.print(h["hash"], highlight=False)
+        _say(json_out, h, h["hash"], highlight=False)
 
     @ledger_app.command("register-key")
     def register_key(
@@ -376,10 +277,8 @@ def register(app: typer.Typer) -> None:
             eid = led.register_key(public_key, name)
             ring = led.key_ring()
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
-        if json_out:
-            emit_json({"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by})
-            return
-        console.print(f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).", highlight=False)
+        _say(json_out, {"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by},
+             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).", highlight=False)
 
     @ledger_app.command("require-signatures")
     def require_signatures(
@@ -390,10 +289,7 @@ def register(app: typer.Typer) -> None:
         """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
         with open_ledger(ledger, signing_key=key) as led:
             eid = led.require_signatures()
-        if json_out:
-            emit_json({"id": eid, "require_signatures": True})
-            return
-        console.print(f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
+        _say(json_out, {"id": eid, "require_signatures": True}, f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
 
     @ledger_app.command("grant")
     def grant(
@@ -402,19 +298,14 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """PostgreSQL ledgers: let ROLE append and read (run as the ledger's owner role)."""
-        from ..accounting.ledger_pg import grant_writer_sql
-        from ..errors import UsageError
-
         with open_ledger(ledger) as led:
             if led.backend != "postgresql":
                 raise UsageError(f"ledger must be a postgresql:// ledger for grant, got {led.path}.")
-            stmts = grant_writer_sql(led.store.schema, role)
+            stmts = store_pg.grant_writer_sql(led.store.schema, role)
             for stmt in stmts:
                 led.store.execute(stmt)
-        if json_out:
-            emit_json({"role": role, "granted": stmts})
-            return
-        console.print(f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).", highlight=False)
+        _say(json_out, {"role": role, "granted": stmts},
+             f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).", highlight=False)
 
     @ledger_app.command("export")
     def export(
@@ -424,9 +315,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
-        import json
-        import os
-
         with open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
             src = str(led.path)
@@ -447,10 +335,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Rebuild an exported ledger in an empty ledger (either backend); entries, hashes and signatures stay identical."""
-        import json
-
-        from ..errors import UsageError
-
         try:
             dump = json.loads(Path(source).read_text())
         except (OSError, ValueError) as e:

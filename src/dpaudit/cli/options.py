@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..accounting.ledger_paths import LEDGER_ENV
+from ..ledger.paths import LEDGER_ENV
 from ..data.base import DATA_DIR_ENV
 from ..requests import PROFILE_HELP
 

@@ -35,7 +35,7 @@ def _ledger_fingerprint(release_id, ledger) -> str | None:
     if not release_id:
         return None
     try:
-        from ..accounting.ledger import open_ledger
+        from ..ledger.book import open_ledger
 
         with open_ledger(ledger, create=False) as led:
             return led.get(str(release_id)).payload.get("dataset_fingerprint")

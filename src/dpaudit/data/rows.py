@@ -7,7 +7,7 @@ or bundled collection, :data:`SOURCES`), the row ids in it (a row's position in 
 60,000 + row for MNIST's test file), and a
 role. ``private``: the partition a release trains on under its DP claim. ``public``: read
 without noise (public sources, proxies and pretraining of DP-MixMin, and the validation and
-test partitions whose metrics are published). The ledger (:mod:`dpaudit.accounting.ledger_rows`)
+test partitions whose metrics are published). The ledger (:mod:`dpaudit.ledger.rows`)
 keeps only keyed hashes of the ids, composes releases whose private rows intersect, and refuses
 a release that would read as public what another holds private (or the reverse).
 

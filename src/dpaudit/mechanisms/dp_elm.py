@@ -560,7 +560,7 @@ class DPELMMechanism(MechanismBase):
 
     def plan(self, r, info):
         """Public quantities only: the event, the noise scale and the analyses of ``width``."""
-        from ..accounting.ledger import sampler_uncertified_reason
+        from ..ledger.book import sampler_uncertified_reason
         from .contract import ReleasePlan
 
         width, non_private, sampler, adjacency = int(r.width), bool(r.non_private), r.sampler, r.adjacency

@@ -45,7 +45,7 @@ import torch
 
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
 from ..accounting.events import Composed, Parallel
-from ..accounting.ledger import open_ledger
+from ..ledger.book import open_ledger
 from ..errors import DataError, UsageError
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, NoiseSource, public_rng
 from ..records import write_json_atomic

@@ -65,7 +65,7 @@ _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 #: the ledger then sees the registry dataset and the task read the same private rows, and no
 #: public source row is private under the registry name. (Until then the key was 42 and the
 #: public halves held rows the registry trains on: ledger entries of that division are refused
-#: under the new one as another version, see dpaudit.accounting.ledger_rows.)
+#: under the new one as another version, see dpaudit.ledger.rows.)
 TASK_DIVISION_KEYS = {"digits-mix": DEFAULT_SPLIT_SEED, "mnist-mix": DEFAULT_SPLIT_SEED, "heart-mix": DEFAULT_SPLIT_SEED}
 #: The division before issue 23 (public halves that held registry training rows). Kept only so
 #: that an audit can rebuild a release made on it (``load_task(..., division=42)``); a new

@@ -7,8 +7,8 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from ..accounting.ledger import open_ledger
-from ..accounting.ledger_paths import resolve_ledger
+from ..ledger.book import open_ledger
+from ..ledger.paths import resolve_ledger
 from ..errors import DPAuditError, UsageError
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num

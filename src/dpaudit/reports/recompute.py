@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..accounting.events import Composed, event_from_dict
-from ..accounting.ledger_compose import PRV_SKIP_ABOVE_RDP_EPSILON, sequential
+from ..ledger.compose import PRV_SKIP_ABOVE_RDP_EPSILON, sequential
 from ..claims import recompute_epsilon
 from ..errors import DPAuditError
 
@@ -31,7 +31,7 @@ def compose_sequential(guarantees: Iterable[dict]) -> dict:
 
     Identical leaves are merged (k runs of the same subsampled Gaussian = one run with the
     summed steps; pure-epsilon counts add), which is exact and keeps the accountants fast;
-    parallel nodes are kept (:func:`dpaudit.accounting.ledger_compose.sequential`). Guarantees
+    parallel nodes are kept (:func:`dpaudit.ledger.compose.sequential`). Guarantees
     that do not parse are composed as they are (the accountant then reports the error).
     """
     gs = list(guarantees)
@@ -45,7 +45,7 @@ def compose_sequential(guarantees: Iterable[dict]) -> dict:
 def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: str) -> dict[str, dict]:
     """rdp and prv of one composed tree (accountant -> cache entry), with the ledger's rule: prv is
     not attempted where the rdp bound is already above
-    :data:`dpaudit.accounting.ledger_compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
+    :data:`dpaudit.ledger.compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
     seconds and GBs; leaving out a bound never lowers the reported minimum)."""
     out: dict[str, dict] = {}
     for acc in SIDE_BY_SIDE:

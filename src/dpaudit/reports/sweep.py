@@ -42,7 +42,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..accounting.ledger import open_ledger
+from ..ledger.book import open_ledger
 from ..claims import verify_claim
 from ..errors import DPAuditError
 from ..records import _json_safe, read_json

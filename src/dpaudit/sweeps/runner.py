@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..accounting import Composed
-from ..accounting.ledger import open_ledger
-from ..accounting.ledger_paths import resolve_ledger
+from ..ledger.book import open_ledger
+from ..ledger.paths import resolve_ledger
 from ..console import err_console
 from ..data import DATASETS, profile_files
 from ..data.base import DATA_DIR_ENV

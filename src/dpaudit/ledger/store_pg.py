@@ -1,7 +1,7 @@
 """PostgreSQL storage for the team ledger: one budget shared by many analysts on many machines.
 
 The ledger's semantics (entries, hash chain, composition, caps, partitions, voids, reservations,
-versions, signatures) live in :mod:`dpaudit.accounting.ledger` and do not depend on where the
+versions, signatures) live in :mod:`dpaudit.ledger.book` and do not depend on where the
 rows are kept. This module is the storage layer for ``--ledger postgresql://USER@HOST/DB``: the
 same tables as the SQLite file (``schema_version``, ``entries``, ``chain_head``) in one schema
 (default ``dpaudit``; ``?schema=NAME`` in the URL), plus ``secret`` (the key of the dataset
@@ -30,16 +30,14 @@ Enforced in the database, not only in dpaudit:
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import hashlib
 import os
 from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .ledger_paths import LedgerLocation, refuse_newer_schema
+from .paths import GENESIS_HASH, LedgerLocation, refuse_newer_schema, utc_now
 
-GENESIS_HASH = "0" * 64
 #: Every column of an entry, in the order the ledger's rows use.
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
@@ -49,7 +47,7 @@ CONNECT_TIMEOUT_S = 10
 
 
 def _q(schema: str) -> str:
-    # The schema name was validated by ledger_paths (lower-case SQL name), so quoting is exact.
+    # The schema name was validated by ledger.paths (lower-case SQL name), so quoting is exact.
     return '"' + schema + '"'
 
 
@@ -136,10 +134,6 @@ def grant_writer_sql(schema: str, role: str) -> list[str]:
     ]
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
@@ -157,7 +151,7 @@ def describe_pg_error(where: str, e: BaseException) -> str:
         return (f"ledger {where}: the connection to the PostgreSQL server was lost ({msg}); the transaction in flight "
                 "was rolled back by the server, so no entry is half-written. Run again; `dpaudit ledger verify` checks the ledger.")
     if isinstance(e, psycopg.errors.InsufficientPrivilege):
-        return f"ledger {where}: permission denied ({msg}); writers hold INSERT and SELECT only (the owner grants them: ledger_pg.grant_writer_sql)."
+        return f"ledger {where}: permission denied ({msg}); writers hold INSERT and SELECT only (the owner grants them: store_pg.grant_writer_sql)."
     if isinstance(e, psycopg.errors.LockNotAvailable) or "lock timeout" in low:
         return f"ledger {where} is busy: another writer held its lock for too long ({msg})."
     if isinstance(e, psycopg.OperationalError):
@@ -348,7 +342,7 @@ class PostgresStore:
             for stmt in PG_MIGRATIONS[v](self.s):
                 self.conn.execute(stmt)
             self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",
-                              (v, _now(), __version__))
+                              (v, utc_now(), __version__))
 
     def schema_version(self) -> int:
         row = self.execute(f"SELECT MAX(version) FROM {self.s}.schema_version").fetchone()

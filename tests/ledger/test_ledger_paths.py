@@ -9,7 +9,7 @@ import urllib.parse
 import pytest
 from typer.testing import CliRunner
 
-from dpaudit.accounting.ledger_paths import DEFAULT_LEDGER, resolve_ledger, resolve_ledger_path
+from dpaudit.ledger.paths import DEFAULT_LEDGER, resolve_ledger, resolve_ledger_path
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
 
@@ -82,7 +82,7 @@ def test_the_cli_never_turns_a_url_into_a_file(tmp_path, monkeypatch, value):
 def test_url_with_an_empty_host_keeps_its_slashes(text):
     """postgresql:///DB (the local server's default socket) stays a URL with an empty host in
     every form the ledger hands on (urlunsplit alone would give postgresql:/DB)."""
-    from dpaudit.accounting.ledger_paths import resolve_ledger
+    from dpaudit.ledger.paths import resolve_ledger
 
     loc = resolve_ledger(text)
     for form in (loc.url, loc.target, loc.display):

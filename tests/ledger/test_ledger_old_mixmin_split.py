@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from dpaudit.accounting import Composed, Parallel, SubsampledGaussian, compute_epsilon
-from dpaudit.accounting.ledger import Ledger
-from dpaudit.accounting.ledger_compose import unstable_declaration
+from dpaudit.ledger.book import Ledger
+from dpaudit.ledger.compose import unstable_declaration
 from dpaudit.records import Release
 
 MIX = SubsampledGaussian(noise_multiplier=4.0, sample_rate=1.0, steps=3)

@@ -1,6 +1,6 @@
 """Signed ledger entries (Ed25519): who wrote each entry, and proof that nobody changed it since.
 
-Why. The hash chain of :mod:`dpaudit.accounting.ledger` detects careless edits only: whoever can
+Why. The hash chain of :mod:`dpaudit.ledger.book` detects careless edits only: whoever can
 write the database can drop the append-only triggers, edit a release (say, double its noise
 multiplier), recompute every hash and pass the chain check. A signature cannot be recomputed
 without the signer's private key, which never leaves the analyst's machine.
@@ -222,10 +222,6 @@ def signing_material(prev_hash: str, entry_id: str, kind: str, created_at: str, 
     """The bytes an entry's signature covers: its canonical content, the previous hash and the signer."""
     return json.dumps([SIG_DOMAIN, prev_hash, entry_id, kind, created_at, dataset, payload_text, signer],
                       separators=(",", ":"), ensure_ascii=True).encode("utf-8")
-
-
-def signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
-    return _signature_ok(public_raw, signature_hex, material)
 
 
 def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.accounting import Composed, Parallel, SubsampledGaussian, compute_epsilon
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.cli import app
 from dpaudit.errors import BudgetExceededError, DPAuditError, LedgerError, UsageError
 from dpaudit.records import Release

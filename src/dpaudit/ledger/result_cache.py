@@ -3,7 +3,7 @@
 ``import prv_accountant`` alone takes ~1.3 s (it imports scipy.signal, stats, integrate and
 optimize) and its composition more; a ledger summary asks it about the same composed events every
 time until a release is recorded. So, inside :func:`enabled` (the ``ledger summary`` command),
-:func:`dpaudit.accounting.ledger_compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
+:func:`dpaudit.ledger.compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
 directory of the calibration cache: ``$DPAUDIT_CACHE_DIR``, else ``~/.cache/dpaudit``).
 
 Privacy contract:
@@ -35,6 +35,8 @@ import tempfile
 from pathlib import Path
 
 from .. import __version__
+from ..accounting.accountants import AccountantResult
+from ..errors import UnsupportedEventError
 
 #: Accountants whose answers are cached (rdp is recomputed: numpy only, milliseconds).
 CACHED_ACCOUNTANTS = frozenset({"prv"})
@@ -70,7 +72,7 @@ def _code_fingerprint() -> str:
     global _fingerprint
     if _fingerprint is None:
         h = hashlib.sha256(f"dpaudit {__version__}\n".encode())
-        h.update(Path(__file__).with_name("accountants.py").read_bytes())
+        h.update((Path(__file__).parents[1] / "accounting" / "accountants.py").read_bytes())
         spec = importlib.util.find_spec("prv_accountant")  # locates the package without importing it
         roots = list(spec.submodule_search_locations or []) if spec is not None else []
         for root in roots:
@@ -114,11 +116,7 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
         return None
     value = entry["value"]
     if "refusal" in value:
-        from ..errors import UnsupportedEventError
-
         return UnsupportedEventError(str(value["refusal"]))
-    from .accountants import AccountantResult
-
     try:
         nums = [value[k] for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]
     except KeyError:
@@ -130,8 +128,6 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
 
 def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
     """Remember ``result`` (an AccountantResult or an UnsupportedEventError); failures to write only cost time."""
-    from ..errors import UnsupportedEventError
-
     if not _enabled or accountant not in CACHED_ACCOUNTANTS:
         return
     if isinstance(result, UnsupportedEventError):

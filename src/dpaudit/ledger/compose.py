@@ -37,11 +37,11 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError
+from ..accounting.accountants import compute_epsilon, merge_leaves
+from ..accounting.adjacency import Adjacency
+from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
+from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
 from . import result_cache
-from .accountants import compute_epsilon, merge_leaves
-from .adjacency import Adjacency
-from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
 
 #: delta used to report composed epsilons for a dataset without a cap.
 DEFAULT_DELTA = 1e-5
@@ -52,6 +52,11 @@ DATASET_SCOPE = "*"
 #: ``train/mixmin[-user]-rho<rho>-seed<seed>``): a seeded permutation of n records, unstable
 #: under add/remove (see :func:`replay`). Today's split partitions name their rule.
 _UNSTABLE_SPLIT = re.compile(r"^train/mixmin(-user)?-rho[^/]*-seed-?\d+$")
+
+
+def fmt_epsilon(x: float) -> str:
+    """An epsilon as the ledger's refusals print it."""
+    return "inf" if math.isinf(x) else f"{x:.4f}"
 
 
 def unstable_declaration(parent: str, declared_by: str) -> bool:
@@ -207,8 +212,6 @@ class DatasetState:
 
     def check_partition(self, parent: str, children: tuple[str, ...]) -> bool:
         """Validate a new split; True if the identical split is already declared (no-op)."""
-        from ..errors import UsageError
-
         if parent in self.children:
             if set(self.children[parent]) == set(children):
                 return True
@@ -265,21 +268,10 @@ def release_view(entry_id: str, dataset: str, payload: dict, identify=None, kind
     tail = 0.0 if tail is None else _float_or_none(tail)
     if tail is None or not tail >= 0.0:  # unreadable or negative: no bound on the tails (fail closed)
         tail = math.inf
-    return ReleaseView(
-        id=entry_id,
-        dataset=dataset,
-        partition=str(payload["partition"]),
-        adjacency=str(payload["adjacency"]),
-        epsilon=_float_or_none(eps),
-        delta=_float_or_none(payload.get("delta")),
-        event=event,
-        non_private=non_private,
-        mechanism=str(payload.get("mechanism", "")),
-        fingerprint=entry_identity(payload, identify),
-        kind=kind,
-        uncertified=str(uncertified) if uncertified else None,
-        noise_tail_delta=tail,
-    )
+    return ReleaseView(entry_id, dataset, str(payload["partition"]), str(payload["adjacency"]), _float_or_none(eps),
+                       _float_or_none(payload.get("delta")), event, non_private, mechanism=str(payload.get("mechanism", "")),
+                       fingerprint=entry_identity(payload, identify), kind=kind, uncertified=str(uncertified) if uncertified else None,
+                       noise_tail_delta=tail)
 
 
 def _float_or_none(v) -> float | None:
@@ -435,21 +427,15 @@ class NodeTotal:
     noise_tail: float = 0.0
 
 
+#: NodeTotal fields that add up over sequentially composed totals.
+_SUMMED = ("releases", "releases_subtree", "non_private", "naive_epsilon", "naive_delta", "reservations", "uncertified", "noise_tail")
+
+
 def _sequential_totals(totals: list[NodeTotal]) -> NodeTotal:
     """Totals of versions of one dataset, composed sequentially (see DatasetState.version_groups)."""
-    return NodeTotal(
-        event=sequential([t.event for t in totals]),
-        unbounded=any(t.unbounded for t in totals),
-        releases=sum(t.releases for t in totals),
-        releases_subtree=sum(t.releases_subtree for t in totals),
-        non_private=sum(t.non_private for t in totals),
-        naive_epsilon=sum(t.naive_epsilon for t in totals),
-        naive_delta=sum(t.naive_delta for t in totals),
-        reservations=sum(t.reservations for t in totals),
-        uncertified=sum(t.uncertified for t in totals),
-        unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
-        noise_tail=sum(t.noise_tail for t in totals),
-    )
+    return NodeTotal(event=sequential([t.event for t in totals]), unbounded=any(t.unbounded for t in totals),
+                     unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
+                     **{f: sum(getattr(t, f) for t in totals) for f in _SUMMED})
 
 
 def _unbounded_reason(r: ReleaseView) -> str | None:
@@ -475,34 +461,41 @@ def _node_total(state: DatasetState, partition: str, _seen: frozenset = frozense
     if partition in _seen:  # cannot happen with validated declarations; fail closed anyway
         raise LedgerError(f"partition tree of dataset {state.name!r} has a cycle at {partition!r}.")
     everything = [r for r in state.releases if r.partition == partition]
-    own = [r for r in everything if r.kind == "release"]  # the naive sum and counts: releases only
     seen = _seen | {partition}
     subs = [_node_total(state, c, seen) for c in state.subsets(partition)]
     kids = [_node_total(state, c, seen) for c in state.children.get(partition, ())]
+    event = sequential([r.event for r in everything if not r.non_private] + [k.event for k in subs] + [_par([k.event for k in kids])])
+    return _with_subtree(_own_total(everything), event, subs, kids)
+
+
+def _with_subtree(own: NodeTotal, event: Event | None, subs: list[NodeTotal], kids: list[NodeTotal]) -> NodeTotal:
+    """A node's total: its own releases' (``own``), its undeclared subsets' in sequence and the
+    worst declared child's (naive sums); counts and tails of the whole subtree."""
+    inner = subs + kids
+    return dataclasses.replace(
+        own, event=event, unbounded=own.unbounded or any(k.unbounded for k in inner),
+        unbounded_reasons=own.unbounded_reasons + tuple(x for k in inner for x in k.unbounded_reasons),
+        naive_epsilon=own.naive_epsilon + sum(k.naive_epsilon for k in subs) + max([k.naive_epsilon for k in kids], default=0.0),
+        naive_delta=own.naive_delta + sum(k.naive_delta for k in subs) + max([k.naive_delta for k in kids], default=0.0),
+        **{f: getattr(own, f) + sum(getattr(k, f) for k in inner)
+           for f in ("releases_subtree", "non_private", "reservations", "uncertified", "noise_tail")})
+
+
+def _own_total(everything: list[ReleaseView]) -> NodeTotal:
+    """The counts, naive sums and tails of the releases and reservations made directly on a node
+    (no event: the caller composes it with the subtree's)."""
+    own = [r for r in everything if r.kind == "release"]  # the naive sum and counts: releases only
     # An uncertified guarantee is no guarantee: like a non-private release, it makes the subtree
     # unbounded (fail closed) until the operator voids it.
-    reasons = tuple(x for x in (_unbounded_reason(r) for r in everything) if x) + tuple(x for k in subs + kids for x in k.unbounded_reasons)
-    unbounded = bool(reasons) or any(k.unbounded for k in subs + kids)
-    own_eps = [r.event for r in everything if not r.non_private]
-    event = sequential(own_eps + [k.event for k in subs] + [_par([k.event for k in kids])])
-    naive_e = sum(_claim(r.epsilon, r.non_private) for r in own) + sum(k.naive_epsilon for k in subs) \
-        + max([k.naive_epsilon for k in kids], default=0.0)
-    naive_d = sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own) + sum(k.naive_delta for k in subs) \
-        + max([k.naive_delta for k in kids], default=0.0)
-    tail = sum(r.noise_tail_delta for r in everything if not r.non_private) + sum(k.noise_tail for k in subs + kids)
+    reasons = tuple(x for x in map(_unbounded_reason, everything) if x)
     return NodeTotal(
-        event=event,
-        unbounded=unbounded,
-        releases=len(own),
-        releases_subtree=len(own) + sum(k.releases_subtree for k in subs + kids),
-        non_private=sum(1 for r in own if r.non_private) + sum(k.non_private for k in subs + kids),
-        naive_epsilon=naive_e,
-        naive_delta=naive_d,
-        reservations=sum(1 for r in everything if r.kind == "reservation") + sum(k.reservations for k in subs + kids),
-        uncertified=sum(1 for r in own if r.uncertified and not r.non_private) + sum(k.uncertified for k in subs + kids),
-        unbounded_reasons=reasons,
-        noise_tail=tail,
-    )
+        event=None, unbounded=bool(reasons), releases=len(own), releases_subtree=len(own),
+        non_private=sum(r.non_private for r in own),
+        naive_epsilon=sum(_claim(r.epsilon, r.non_private) for r in own),
+        naive_delta=sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own),
+        reservations=sum(r.kind == "reservation" for r in everything),
+        uncertified=sum(bool(r.uncertified) and not r.non_private for r in own),
+        unbounded_reasons=reasons, noise_tail=sum(r.noise_tail_delta for r in everything if not r.non_private))
 
 
 def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> float:
@@ -586,57 +579,68 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
     adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
     out: dict = {"delta": delta, "epsilon_rdp": None, "epsilon_prv": None, "epsilon_prv_lower": None,
                  "epsilon_prv_estimate": None, "epsilon_pure": None, "accountant_errors": {}}
+    if unbounded or event is None:
+        return _trivial_bounds(out, event, unbounded)
+    candidates: dict[str, float] = {}
+    errors = [_try_accountant(name, event, delta, adj, out, candidates) for name in accountants]
+    if _pure_only(event):
+        out["epsilon_pure"] = candidates["pure"] = _cached_epsilon(event, delta, "pure", adj).epsilon
+    if not candidates and "pld" not in accountants:
+        # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
+        # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
+        errors.append(_try_accountant("pld", event, delta, adj, out, candidates))
+    if not candidates:
+        raise _no_bound(errors, out["accountant_errors"])
+    best = min(candidates, key=lambda k: candidates[k])
+    out["epsilon"] = candidates[best]
+    out["bound_by"] = best
+    return out
+
+
+def _no_bound(errors: list, reasons: dict) -> Exception:
+    """What :func:`bounds` raises when no accountant bounds the event: the last refusal, else one naming every reason."""
+    last = next((e for e in reversed(errors) if e is not None), None)
+    if isinstance(last, UnsupportedEventError):
+        return last
+    return UnsupportedEventError(f"no accountant could bound the composed event ({'; '.join(f'{k}: {v}' for k, v in reasons.items())}).")
+
+
+def _trivial_bounds(out: dict, event: Event | None, unbounded: bool) -> dict:
+    """:func:`bounds` of an unbounded total (infinite) or of nothing spent (0)."""
     if unbounded:
         out.update(epsilon=math.inf, epsilon_rdp=math.inf, epsilon_prv=math.inf, bound_by="non-private release")
         if event is None or _pure_only(event):
             out["epsilon_pure"] = math.inf
         return out
-    if event is None:
-        out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
-        return out
-    candidates: dict[str, float] = {}
-    last_error: Exception | None = None
-    for name in accountants:
-        if name == "prv" and candidates.get("rdp", 0.0) > PRV_SKIP_ABOVE_RDP_EPSILON:
-            # Far out in the tails prv-accountant's discretisation fails after seconds and GBs
-            # (measured: a 160-release Heart total at rdp eps 81); skipping a bound only raises the minimum.
-            out["accountant_errors"][name] = (f"not attempted: the rdp bound {candidates['rdp']:.1f} exceeds "
-                                              f"{PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable")
-            continue
-        try:
-            res = _cached_epsilon(event, delta, name, adj)
-        except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
-            out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
-            last_error = e
-            continue
-        out[f"epsilon_{name}"] = res.epsilon
-        candidates[name] = res.epsilon
-        if name == "prv":
-            out["epsilon_prv_lower"] = res.epsilon_lower
-            out["epsilon_prv_estimate"] = res.epsilon_estimate
-    if _pure_only(event):
-        res = _cached_epsilon(event, delta, "pure", adj)
-        out["epsilon_pure"] = res.epsilon
-        candidates["pure"] = res.epsilon
-    if not candidates and "pld" not in accountants:
-        # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
-        # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
-        try:
-            res = _cached_epsilon(event, delta, "pld", adj)
-            out["epsilon_pld"] = res.epsilon
-            candidates["pld"] = res.epsilon
-        except Exception as e:  # noqa: BLE001 - reported below with the others
-            out["accountant_errors"]["pld"] = str(e).splitlines()[0] if str(e) else type(e).__name__
-            last_error = e
-    if not candidates:
-        if isinstance(last_error, UnsupportedEventError):
-            raise last_error
-        detail = "; ".join(f"{k}: {v}" for k, v in out["accountant_errors"].items())
-        raise UnsupportedEventError(f"no accountant could bound the composed event ({detail}).")
-    best = min(candidates, key=lambda k: candidates[k])
-    out["epsilon"] = candidates[best]
-    out["bound_by"] = best
+    out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
     return out
+
+
+def _try_accountant(name: str, event: Event, delta: float, adj: str, out: dict, candidates: dict) -> Exception | None:
+    """One accountant's bound into ``out`` and ``candidates``; a failure is noted in
+    ``out["accountant_errors"]`` and returned (dropping one bound can only raise the minimum)."""
+    if name == "prv" and candidates.get("rdp", 0.0) > PRV_SKIP_ABOVE_RDP_EPSILON:
+        # Far out in the tails prv-accountant's discretisation fails after seconds and GBs
+        # (measured: a 160-release Heart total at rdp eps 81); skipping a bound only raises the minimum.
+        out["accountant_errors"][name] = (f"not attempted: the rdp bound {candidates['rdp']:.1f} exceeds "
+                                          f"{PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable")
+        return None
+    try:
+        res = _cached_epsilon(event, delta, name, adj)
+    except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
+        out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return e
+    out[f"epsilon_{name}"] = res.epsilon
+    candidates[name] = res.epsilon
+    if name == "prv":
+        out["epsilon_prv_lower"] = res.epsilon_lower
+        out["epsilon_prv_estimate"] = res.epsilon_estimate
+    return None
+
+
+def total_bounds(t: NodeTotal, *, delta: float, adjacency: str | None, accountants=("rdp", "prv")) -> dict:
+    """:func:`bounds` of a composed total (its event, whether it is unbounded, its noise tails)."""
+    return bounds(t.event, delta=delta, adjacency=adjacency, unbounded=t.unbounded, accountants=accountants, noise_tail=t.noise_tail)
 
 
 def _bounds_with_tail(event: Event, *, delta: float, adjacency: str | None, accountants, tau: float) -> dict:

@@ -28,8 +28,9 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from ..data.rows import SOURCES
 from ..errors import AdjacencyMismatchError, RowRoleCollisionError
-from . import ledger_compose as lc
+from . import compose as lc
 
 ROWS_KIND = "rows"
 EVERY_ROW = "*"
@@ -108,8 +109,6 @@ def _stored_sets(raw_rows) -> dict:
 
 def entry_spec(dataset: str, payload: dict) -> list[tuple[str, str, str]]:
     """``(role, source, set id or "*")`` of a recorded release or reservation (module docstring)."""
-    from ..data.rows import SOURCES
-
     spec = payload.get("rows")
     if not isinstance(spec, dict):
         return [("private", SOURCES[dataset], EVERY_ROW)] if dataset in SOURCES else []
@@ -206,16 +205,13 @@ def adjacency_of(states: dict, names) -> str | None:
 
 def _epsilon(states: dict, names, delta: float) -> float:
     total = people_total(states, [n for n in names if n in states])
-    return lc.bounds(total.event, delta=delta, adjacency=adjacency_of(states, names), unbounded=total.unbounded,
-                     noise_tail=total.noise_tail)["epsilon"]
+    return lc.total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
 
 
 def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict) -> tuple[list, str | None]:
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
     the planned release (``after``: states with it): the checked caps, and the refusal of the
     first cap exceeded (None if none is)."""
-    from .ledger import _fmt
-
     checked, refusal = [], None
     for name, group in caps_to_check(index, after, dataset, planned):
         cap_eps, cap_delta = after[name].cap
@@ -223,7 +219,7 @@ def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, part
         checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
         if total > cap_eps and refusal is None:
             refusal = (f"budget of dataset {name!r} exceeded through shared people: the releases of {', '.join(group)} read rows "
-                       f"{name} holds private and compose to epsilon={_fmt(_epsilon(before, group, cap_delta))}; with this release on "
-                       f"{dataset}:{partition} the composed total would be epsilon={_fmt(total)} > cap epsilon={_fmt(cap_eps)} "
+                       f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta))}; with this release on "
+                       f"{dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap epsilon={lc.fmt_epsilon(cap_eps)} "
                        f"at delta={cap_delta:g}; refused before training.")
     return checked, refusal

@@ -1,7 +1,7 @@
 """Where the ledger lives: ``--ledger PATH|URL``, else ``$DPAUDIT_LEDGER``, else ./.dpaudit/ledger.sqlite.
 
 A file path selects the embedded SQLite ledger (the default). ``postgresql://USER@HOST[:PORT]/DB``
-(or ``postgres://``) selects a PostgreSQL team ledger (:mod:`dpaudit.accounting.ledger_pg`); an
+(or ``postgres://``) selects a PostgreSQL team ledger (:mod:`dpaudit.ledger.store_pg`); an
 optional ``?schema=NAME`` query parameter keeps several ledgers in one database (default schema
 ``dpaudit``). Any other ``scheme://`` is refused (:class:`~dpaudit.errors.UsageError`, exit 2):
 before this check ``--ledger postgresql://...`` silently became an SQLite file under a folder
@@ -10,6 +10,7 @@ named ``postgresql:``, i.e. a private ledger that no teammate's cap could see.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 import urllib.parse
@@ -18,6 +19,14 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
+
+#: Hash that precedes the first entry of every ledger (both stores, the integrity checker).
+GENESIS_HASH = "0" * 64
+
+
+def utc_now() -> str:
+    """The ledger's timestamps: UTC, ISO 8601, microseconds."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 LEDGER_ENV = "DPAUDIT_LEDGER"
 DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"

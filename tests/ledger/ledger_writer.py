@@ -14,7 +14,7 @@ import sys
 import time
 
 from dpaudit.accounting.events import SubsampledGaussian
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.records import Release
 
 

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
 
 from dpaudit.accounting import PureEpsilon, SubsampledGaussian
-from dpaudit.accounting import signing as sg
-from dpaudit.accounting.ledger import entry_hash, open_ledger
+from dpaudit.ledger import signing as sg
+from dpaudit.ledger.book import entry_hash, open_ledger
 from dpaudit.cli import app
 from dpaudit.errors import BudgetExceededError, LedgerError, UsageError
 from dpaudit.records import Release
@@ -82,7 +82,7 @@ def forge(target, seq: int, change) -> None:
     else:
         import psycopg
 
-        from dpaudit.accounting.ledger_paths import resolve_ledger
+        from dpaudit.ledger.paths import resolve_ledger
 
         loc = resolve_ledger(target)
         s = f'"{loc.schema}"'
@@ -175,7 +175,7 @@ def forge_strip(target, seq: int) -> None:
     else:
         import psycopg
 
-        from dpaudit.accounting.ledger_paths import resolve_ledger
+        from dpaudit.ledger.paths import resolve_ledger
 
         loc = resolve_ledger(target)
         s = f'"{loc.schema}"'
@@ -222,7 +222,7 @@ def rewrite_from(target, seq: int, edit) -> None:
         return
     import psycopg
 
-    from dpaudit.accounting.ledger_paths import resolve_ledger
+    from dpaudit.ledger.paths import resolve_ledger
 
     loc = resolve_ledger(target)
     s = f'"{loc.schema}"'
@@ -243,7 +243,7 @@ def append_unsigned(target, kind: str, dataset: str, payload: dict) -> None:
     """An unsigned entry appended straight into the database (INSERT is what the triggers allow)."""
     import uuid
 
-    from dpaudit.accounting.ledger import canonical_json
+    from dpaudit.ledger.book import canonical_json
 
     with open_ledger(target, signing_key=None) as led, led.store.write():
         prev = led.store.head()[2]
@@ -392,7 +392,7 @@ def test_an_anchor_detects_a_truncated_tail(target):
     else:
         import psycopg
 
-        from dpaudit.accounting.ledger_paths import resolve_ledger
+        from dpaudit.ledger.paths import resolve_ledger
 
         loc = resolve_ledger(target)
         s = f'"{loc.schema}"'

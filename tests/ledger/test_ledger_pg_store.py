@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from dpaudit.accounting import ledger_pg as lp
-from dpaudit.accounting.ledger_paths import resolve_ledger
+from dpaudit.ledger import store_pg as lp
+from dpaudit.ledger.paths import resolve_ledger
 from dpaudit.errors import LedgerError
 
 from .conftest import with_schema

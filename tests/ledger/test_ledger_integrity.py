@@ -8,9 +8,9 @@ import sqlite3
 
 import pytest
 
-from dpaudit.accounting import ledger as ledger_mod
+from dpaudit.ledger import book as ledger_mod
 from dpaudit.accounting.events import SubsampledGaussian
-from dpaudit.accounting.ledger import APPLICATION_ID, open_ledger
+from dpaudit.ledger.book import APPLICATION_ID, open_ledger
 from dpaudit.errors import LedgerError
 from dpaudit.records import Release
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpaudit.accounting import Composed, Parallel, PureEpsilon, SubsampledGaussian, compute_epsilon
-from dpaudit.accounting.ledger import Ledger, canonical_json, entry_hash, latest_schema_version, open_ledger
-from dpaudit.accounting.ledger_paths import resolve_ledger_path
+from dpaudit.ledger.book import Ledger, canonical_json, entry_hash, latest_schema_version, open_ledger
+from dpaudit.ledger.paths import resolve_ledger_path
 from dpaudit.errors import AdjacencyMismatchError, BudgetExceededError, LedgerAuthorityError, LedgerError, UnsupportedEventError, UsageError
 from dpaudit.records import Release
 
@@ -451,7 +451,7 @@ def test_a_path_names_containment_and_undeclared_subsets_compose_sequentially(le
 
 
 def test_an_accountant_that_fails_is_skipped_with_its_reason_and_never_lowers_the_bound(ledger, monkeypatch):
-    from dpaudit.accounting import ledger_compose
+    from dpaudit.ledger import compose as ledger_compose
 
     ledger.record(make_release(GC))
     real = ledger_compose.compute_epsilon
@@ -479,7 +479,7 @@ def test_an_accountant_that_fails_is_skipped_with_its_reason_and_never_lowers_th
 def test_composition_order_is_canonical_and_failures_are_cached(monkeypatch):
     """A dataset total and its only partition hold the same releases in a different order: one
     canonical event, so one accountant call; a failing accountant is not re-run either."""
-    from dpaudit.accounting import ledger_compose as lc
+    from dpaudit.ledger import compose as lc
 
     a, b = SubsampledGaussian(2.0, 0.01, 100), SubsampledGaussian(1.0, 0.02, 50)
     assert lc.sequential([a, b]) == lc.sequential([b, Composed((a,))]) == lc.sequential([Composed((b, a))])

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpaudit.accounting import signing as sg
+from dpaudit.ledger import signing as sg
 from dpaudit.errors import LedgerError, UsageError
 
 G = "0" * 64

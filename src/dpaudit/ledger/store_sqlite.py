@@ -1,7 +1,7 @@
 """SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``).
 
-The ledger's semantics live in :mod:`dpaudit.accounting.ledger`; this module keeps its rows, with
-the same interface as :class:`dpaudit.accounting.ledger_pg.PostgresStore` (``write``, ``read``,
+The ledger's semantics live in :mod:`dpaudit.ledger.book`; this module keeps its rows, with
+the same interface as :class:`dpaudit.ledger.store_pg.PostgresStore` (``write``, ``read``,
 ``head``, ``last``, ``insert``, ``rows``, ``count_keyed``, ``fingerprint_key``,
 ``schema_version``, ``health``, ``close``):
 
@@ -14,13 +14,12 @@ the same interface as :class:`dpaudit.accounting.ledger_pg.PostgresStore` (``wri
   migrations (:data:`MIGRATIONS`). A newer schema, a corrupt or non-SQLite file or a read-only
   location is refused with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
 - The key of the dataset fingerprints is the file ``<ledger>.key`` beside it
-  (:mod:`dpaudit.accounting.fingerprint`).
+  (:mod:`dpaudit.ledger.fingerprint`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import os
 import sqlite3
 from pathlib import Path
@@ -28,14 +27,13 @@ from typing import Callable, Iterator
 
 from .. import __version__
 from ..errors import LedgerError
-from .fingerprint import ledger_key
-from .ledger_paths import refuse_newer_schema
+from .fingerprint import key_path, ledger_key
+from .paths import GENESIS_HASH, refuse_newer_schema, utc_now
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
-GENESIS_HASH = "0" * 64
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-#: Every column of an entry, in the order the ledger's rows use (the same as ledger_pg's).
+#: Every column of an entry, in the order the ledger's rows use (the same as store_pg's).
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
 
@@ -77,10 +75,6 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_to_1,
 
 def latest_schema_version() -> int:
     return max(MIGRATIONS)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
 def describe_sqlite_error(path: Path, e: BaseException) -> str:
@@ -210,15 +204,12 @@ class SqliteStore:
         latest = latest_schema_version()
         for v in range(current + 1, latest + 1):
             MIGRATIONS[v](self.conn)
-            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, _now(), __version__))
+            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, utc_now(), __version__))
         self.conn.execute(f"PRAGMA user_version = {latest}")
 
     def schema_version(self) -> int:
         row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
         return int(row[0] or 0)
-
-    def _columns(self) -> set[str]:
-        return {r[1] for r in self.execute("PRAGMA table_info(entries)").fetchall()}
 
     # -- transactions
     @contextlib.contextmanager
@@ -302,8 +293,6 @@ class SqliteStore:
 
     def set_fingerprint_key(self, key: bytes) -> None:
         """Import: adopt the key of the ledger being imported (the file must not exist yet)."""
-        from .fingerprint import key_path
-
         p = key_path(self.path)
         try:
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

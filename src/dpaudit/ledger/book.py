@@ -3,7 +3,7 @@
 One SQLite file (standard library ``sqlite3``; default ``./.dpaudit/ledger.sqlite``, or
 ``$DPAUDIT_LEDGER``, or ``--ledger PATH``), in WAL mode with ``synchronous=FULL``, or a team
 ledger on PostgreSQL (``--ledger postgresql://USER@HOST/DB``). The storage layers
-(:mod:`~dpaudit.accounting.ledger_sqlite`, :mod:`~dpaudit.accounting.ledger_pg`) keep the rows,
+(:mod:`~dpaudit.ledger.store_sqlite`, :mod:`~dpaudit.ledger.store_pg`) keep the rows,
 the transactions and the append-only rules; everything below is written once, for both:
 
 - Every write is one ``BEGIN IMMEDIATE`` transaction, so an entry is either fully there or
@@ -19,71 +19,56 @@ the transactions and the append-only rules; everything below is written once, fo
   reservation counts like a release; a run killed before closing it leaves it spent until an
   operator voids it.
 - A dataset name means one set of records: every release and reservation stores the keyed
-  fingerprint of its data (:mod:`dpaudit.accounting.fingerprint`; the key lives in
+  fingerprint of its data (:mod:`dpaudit.ledger.fingerprint`; the key lives in
   ``<ledger>.key``, never in a release). A different fingerprint under a known name is refused
   (:class:`~dpaudit.errors.DatasetIdentityError`) unless declared with :meth:`Ledger.declare_version`;
   versions then compose sequentially.
-- Each entry stores ``hash = sha256(prev_hash, id, kind, created_at, dataset, payload)``; the
-  table ``chain_head`` holds the last hash and the entry count. :meth:`Ledger.verify` names
-  the entry that was edited, deleted or reordered.
-- Entries are signed (Ed25519, :mod:`~dpaudit.accounting.signing`) once the writer's key is
-  registered (``key`` entries; the first is the owner's); a signed entry's hash covers its
-  signature. :meth:`Ledger.verify` checks every signature, so a ledger whose triggers were
-  dropped, a release edited and the hashes recomputed fails; from the owner's registration on,
-  every entry must be signed (unsigned writes are refused, unsigned rows fail verification), and
-  a pinned owner (``owner=``, ``$DPAUDIT_LEDGER_OWNER``) makes its missing registration fail too.
+- Each entry is chained to the one before by its hash and, once the writer's key is registered,
+  signed (Ed25519); :mod:`.integrity` checks both (:meth:`Ledger.verify`) and every budget
+  answer refuses a ledger that fails (fail closed); :mod:`.signing` states the owner policy.
 - The schema has a version table and an ordered list of migrations (:data:`MIGRATIONS`). A
   ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
   with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
 
-Composition of what was spent follows :mod:`dpaudit.accounting.ledger_compose`: sequential on
+Composition of what was spent follows :mod:`dpaudit.ledger.compose`: sequential on
 the same records, parallel (worst child) over declared disjoint partitions, and fail-closed
 (a non-private release makes the budget unbounded; an unreadable guarantee is an error).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
-import datetime as _dt
-import hashlib
 import json
 import math
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..errors import (AdjacencyMismatchError, BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
+from ..accounting.adjacency import Adjacency, require_same
+from ..accounting.events import Event
+from ..claims import integer, steps_accounted, steps_problem
+from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
                       LedgerVerificationError, UsageError)
-from ..records import Release, _json_safe, public_noise_reason
+from ..records import Release, public_noise_reason
 from ..validation import open_unit, positive_finite
-from . import ledger_compose as lc
-from . import ledger_rows as lr
-from .adjacency import Adjacency, require_same
-from .events import Event
+from . import compose as lc
+from . import rows as lr
+from . import integrity, queries
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
-from .ledger_paths import LedgerLocation, require_existing, resolve_ledger
-# Storage lives in ledger_sqlite / ledger_pg; re-exported here (tests patch MIGRATIONS in place).
-from .ledger_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
+from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
+from .paths import LedgerLocation, require_existing, resolve_ledger, utc_now
+from .store_pg import PostgresStore
+# Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
+from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
-#: Hash that precedes the first entry.
-GENESIS_HASH = "0" * 64
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
-ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
-
-
-def canonical_json(obj) -> str:
-    """The one serialisation that is hashed: sorted keys, no spaces, non-finite floats as strings."""
-    return json.dumps(_json_safe(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def _sweep_tag(config: object) -> dict | None:
@@ -109,8 +94,6 @@ def uncertified_reason(release: Release) -> str | None:
 
     A release whose DP noise is not secret (derived from its published seed:
     :func:`dpaudit.records.public_noise_reason`) is not private at all and counts as unbounded too."""
-    from ..claims import integer, steps_accounted, steps_problem
-
     if getattr(release, "non_private", False):
         return None
     public = public_noise_reason(release.noise_source)
@@ -132,23 +115,27 @@ def sampler_uncertified_reason(sampler: str) -> str:
     return f"uncertified: {sampler} sampler (no finite-precision guarantee)"
 
 
-def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str,
-               signer: str | None = None, signature: str | None = None) -> str:
-    """sha256 over the previous hash and every stored column of the entry (seq excluded:
-    an entry's place in the chain is fixed by ``prev_hash``). A signed entry's hash covers its
-    signer and signature too (so the next entry's signature covers them); an unsigned entry
-    keeps the original material, so ledgers written before signatures verify unchanged."""
-    if signer is None and signature is None:
-        material = ["dpaudit-ledger-v1", prev_hash, entry_id, kind, created_at, dataset, payload_text]
-    else:
-        material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
-    return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
 def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str) or not _NAME_RE.match(value):
         raise UsageError(f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and '/' separators, got {value!r}.")
     return value
+
+
+def _closed(e: "Entry", closer: "Entry | None") -> "Entry":
+    """``e`` with the void of a release or audit, or what closed a reservation, filled in."""
+    if closer is None:
+        return e
+    if e.kind in ("release", "audit") and closer.kind == "void":
+        return dataclasses.replace(e, voided_by=closer.id)
+    if e.kind == "reservation":
+        return dataclasses.replace(e, closed_by=closer.id, closed_as={"settle": "settled", "cancel": "cancelled", "void": "voided"}[closer.kind])
+    return e
+
+
+def _check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+    return reason.strip()
 
 
 # ---------------------------------------------------------------- records
@@ -195,60 +182,13 @@ class Entry:
         return d
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One integrity finding of :meth:`Ledger.verify`."""
-
-    kind: str  # edited | deleted | reordered | unreadable | schema | integrity | signature | anchor
-    message: str
-    seq: int | None = None
-    id: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "seq": self.seq, "id": self.id, "message": self.message}
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """Result of the hash-chain check; ``ok`` is derived from ``problems``."""
-
-    path: str
-    entries: int
-    head_hash: str
-    schema_version: int
-    problems: tuple = field(default_factory=tuple)
-    #: registered keys, owner, signed / unsigned counts (see signing.KeyRing.to_dict)
-    signatures: dict = field(default_factory=dict)
-    anchor: str | None = None
-    backend: str = "sqlite"
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict:
-        return {
-            "ledger": self.path, "backend": self.backend, "ok": self.ok, "entries": self.entries, "head_hash": self.head_hash,
-            "schema_version": self.schema_version, "signatures": self.signatures, "anchor": self.anchor,
-            "problems": [p.to_dict() for p in self.problems],
-        }
-
-    def __str__(self) -> str:
-        if self.ok:
-            sig = self.signatures or {}
-            signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
-            anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
-            return f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor} (head {self.head_hash[:16]})."
-        return "\n".join(p.message for p in self.problems)
-
-
 # ---------------------------------------------------------------- opening
 
 
 def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
                 signing_key: "sg.SigningKey | str | None" = None, create: bool = True, owner: str | None = None) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
-    (see :func:`~dpaudit.accounting.ledger_paths.resolve_ledger`; any other scheme is refused).
+    (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
     naming it, and nothing is created."""
     loc = resolve_ledger(path)
@@ -261,11 +201,11 @@ class Ledger:
     """An open ledger. Use as a context manager; every method is safe across processes (and, on
     PostgreSQL, across machines).
 
-    Storage is a :class:`~dpaudit.accounting.ledger_sqlite.SqliteStore` (a path) or a
-    :class:`~dpaudit.accounting.ledger_pg.PostgresStore` (a :class:`LedgerLocation` of a
+    Storage is a :class:`~dpaudit.ledger.store_sqlite.SqliteStore` (a path) or a
+    :class:`~dpaudit.ledger.store_pg.PostgresStore` (a :class:`LedgerLocation` of a
     ``postgresql://`` URL); every semantic below is the same on both.
 
-    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.accounting.signing.SigningKey`,
+    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`,
     a key name or path; default ``$DPAUDIT_SIGNING_KEY`` or the ``default`` key if it exists).
     Entries are signed with it once it is registered in this ledger (see :meth:`register_key`).
 
@@ -280,8 +220,6 @@ class Ledger:
         self._key_bytes: bytes | None = None
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
-            from .ledger_pg import PostgresStore
-
             self._store = PostgresStore(path, busy_timeout=self._busy_timeout)
             self.path = path.display
         else:
@@ -333,7 +271,7 @@ class Ledger:
         if (last[1] if last else GENESIS_HASH) != head[2]:
             # Appending after a broken chain would bury the break; refuse instead.
             raise LedgerError(f"ledger {self.path} fails its integrity check (last entry does not match the chain head); run `dpaudit ledger verify`.")
-        created_at = _now()
+        created_at = utc_now()
         text = canonical_json(payload)
         signer = signature = None
         key = self._signer_for(kind, payload)
@@ -347,12 +285,8 @@ class Ledger:
     # -- signatures
     def key_ring(self) -> sg.KeyRing:
         """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
-        ring, _ = sg.check_signatures(self._signed_rows(self._store.rows()), verify=False)
+        ring, _ = sg.check_signatures(integrity.signed_rows(self._store.rows()), verify=False)
         return ring
-
-    @staticmethod
-    def _signed_rows(rows) -> list[sg.SignedRow]:
-        return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
 
     def _signer_for(self, kind: str, payload: dict) -> "sg.SigningKey | None":
         key = self._signing_key
@@ -395,7 +329,7 @@ class Ledger:
 
     def require_signatures(self) -> str:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
-        Since the owner's registration is itself the policy (see :mod:`~dpaudit.accounting.signing`),
+        Since the owner's registration is itself the policy (see :mod:`~dpaudit.ledger.signing`),
         this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
         with self._write():
             for r in self._store.rows():
@@ -411,9 +345,6 @@ class Ledger:
         return {"ledger": str(self.path), "hash": h[2], "seq": int(h[0]), "entries": int(h[1])}
 
     # -- reading
-    def _rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        return self._store.rows(dataset=dataset, entry_id=entry_id)
-
     def _entries_from_rows(self, rows) -> list[Entry]:
         out = []
         for seq, eid, kind, created_at, dataset, text, prev, h, *sig in rows:
@@ -428,16 +359,7 @@ class Ledger:
             out.append(Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h,
                              signer=sig[0] if sig else None))
         closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
-        as_ = {"settle": "settled", "cancel": "cancelled", "void": "voided"}
-        res = []
-        for e in out:
-            c = closers.get(e.id)
-            if e.kind in ("release", "audit") and c is not None and c.kind == "void":
-                e = dataclasses.replace(e, voided_by=c.id)
-            elif e.kind == "reservation" and c is not None:
-                e = dataclasses.replace(e, closed_by=c.id, closed_as=as_[c.kind])
-            res.append(e)
-        return res
+        return [_closed(e, closers.get(e.id)) for e in out]
 
     def _public_payload(self, payload: dict) -> dict:
         """The payload as shown and composed: the plain ``dataset_sha256`` of entries written
@@ -498,7 +420,7 @@ class Ledger:
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
         """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
-        es = self._entries_from_rows(self._rows(dataset=dataset) if dataset else self._rows())
+        es = self._entries_from_rows(self._store.rows(dataset=dataset or None))
         return [e for e in es if kind is None or e.kind == kind]
 
     def get(self, entry_id: str) -> Entry:
@@ -519,8 +441,9 @@ class Ledger:
     def _intact_entries(self, dataset: str | None = None) -> list[Entry]:
         """Entries, after checking the whole hash chain and every signature: budgets are never
         computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
-        head, rows = self._head_and_rows()
-        problems = chain_problems(head, rows) or self._signature_problems(rows, cached=True)
+        snap = self._snapshot()
+        head, rows = snap.head, snap.rows
+        problems = chain_problems(head, rows) or self._signature_problems(rows)
         if problems:
             raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return self._entries_from_rows([r for r in rows if dataset is None or r[4] == dataset])
@@ -578,26 +501,15 @@ class Ledger:
             lc.parse_event(release.guarantee, f"guarantee of release {release.id}")
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
         payload = {
-            "release_id": release.id,
-            "mechanism": release.mechanism,
-            "dataset_name": name,
+            "release_id": release.id, "mechanism": release.mechanism, "dataset_name": name,
             # keyed: the plain digest of the private data is never stored (see fingerprint.py)
             "dataset_fingerprint": self.fingerprint(digest) if isinstance(digest, str) and digest else None,
-            "partition": partition,
-            "adjacency": adjacency,
-            "privacy_unit": getattr(release, "privacy_unit", None),
-            "accountant": release.accountant,
-            "guarantee": None if release.non_private else release.guarantee,
-            "epsilon": math.inf if release.non_private else release.epsilon,
-            "delta": release.delta,
-            "noise_multiplier": release.noise_multiplier,
-            "sample_rate": release.sample_rate,
-            "steps": release.steps,
-            "clipping_norm": release.clipping_norm,
-            "non_private": bool(release.non_private),
-            "artefact_path": artefact_path,
-            "release_created_at": release.created_at,
-            "dpaudit_version": release.dpaudit_version,
+            "partition": partition, "adjacency": adjacency, "privacy_unit": getattr(release, "privacy_unit", None),
+            "accountant": release.accountant, "guarantee": None if release.non_private else release.guarantee,
+            "epsilon": math.inf if release.non_private else release.epsilon, "delta": release.delta,
+            "noise_multiplier": release.noise_multiplier, "sample_rate": release.sample_rate, "steps": release.steps,
+            "clipping_norm": release.clipping_norm, "non_private": bool(release.non_private), "artefact_path": artefact_path,
+            "release_created_at": release.created_at, "dpaudit_version": release.dpaudit_version,
         }
         sweep = _sweep_tag(release.config)
         if sweep is not None:
@@ -613,26 +525,19 @@ class Ledger:
         tail = getattr(release, "noise_tail_delta", None)
         if tail is not None:
             # delta added by the noise sampler's truncated tails (dpaudit.noise); every composed
-            # total accounts for it (ledger_compose.bounds). Absent for releases that predate it.
+            # total accounts for it (compose.bounds). Absent for releases that predate it.
             payload["noise_tail_delta"] = float(tail)
-        if rows is not None:  # set ids of the rows read (ledger_rows); from the run's reservation
+        if rows is not None:  # set ids of the rows read (ledger.rows); from the run's reservation
             payload["rows"] = rows
         return name, payload
 
     def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
-        """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger_rows)."""
+        """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger.rows)."""
         name, payload = self._release_payload(release, artefact_path, rows)
         adjacency = payload["adjacency"]
-        existing = self._rows(entry_id=release.id)
+        existing = self._store.rows(entry_id=release.id)
         if existing:
-            if existing[0][5] == canonical_json(payload):
-                return release.id
-            # Recorded by an older dpaudit (no sweep tag, plain sha256 instead of the keyed
-            # fingerprint, no split_seed / profile / uncertified keys): the same release.
-            old = self._public_payload(json.loads(existing[0][5]))
-            newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta", "rows")
-            if {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
-                    and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer):
+            if self._same_release(existing[0][5], payload):
                 return release.id
             raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
         state = self._states(name).get(name)
@@ -641,6 +546,17 @@ class Ledger:
             require_same(current, adjacency, f"releases on dataset {name!r}")
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
+
+    def _same_release(self, stored_text: str, payload: dict) -> bool:
+        """Whether a stored release payload records the release ``payload`` describes: the same
+        text, or one written by an older dpaudit (no sweep tag, plain sha256 instead of the keyed
+        fingerprint, no split_seed / profile / uncertified / tail / rows keys)."""
+        if stored_text == canonical_json(payload):
+            return True
+        old = self._public_payload(json.loads(stored_text))
+        newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta", "rows")
+        return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
+            and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
 
     def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
@@ -697,8 +613,7 @@ class Ledger:
         published model has spent its budget whatever is withdrawn later. On a signed ledger
         (an owner is registered) ``published`` is required and the void must be signed by the
         owner's key (:class:`~dpaudit.errors.LedgerAuthorityError` otherwise)."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        reason = _check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
         with self._write():
@@ -710,7 +625,7 @@ class Ledger:
                 raise UsageError(f"release to void must not be voided already, got {target.id} (voided by {target.voided_by}).")
             if target.kind == "reservation" and target.closed_by:
                 raise UsageError(f"reservation to void must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
-            payload = {"target": target.id, "reason": reason.strip()}
+            payload = {"target": target.id, "reason": reason}
             if published is not None:
                 payload["artefacts_published"] = published
             return self._append("void", target.dataset, payload)
@@ -759,74 +674,46 @@ class Ledger:
         cap_eps, cap_delta = state.cap
         adj = payload["adjacency"]
         # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
-        spent = _total_epsilon(state.with_audits(), cap_delta, adj, AUDIT_ACCOUNTANTS)
-        total = _total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, AUDIT_ACCOUNTANTS)
+        spent = queries.total_epsilon(state.with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
+        total = queries.total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
         if total > cap_eps:
             why = f" ({payload['unbounded_reason']})" if payload.get("unbounded_reason") else ""
             raise BudgetExceededError(
                 f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) already spent "
-                f"epsilon={_fmt(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']}{why} would make "
-                f"it epsilon={_fmt(total)} (rdp) > cap epsilon={_fmt(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
+                f"epsilon={lc.fmt_epsilon(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']}{why} would make "
+                f"it epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
                 "refused before any trial ran.")
 
     # -- budget
-    def _delta_for(self, state: lc.DatasetState | None) -> float:
-        return state.cap[1] if state and state.cap else lc.DEFAULT_DELTA
-
-    def check(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-              data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
-              noise_tail_delta: float = 0.0, data_rows=None) -> dict:
-        """What spending ``event`` on ``dataset:partition`` would do to the budget (no write).
-
-        Open reservations count like releases. ``data_digest`` (the plain digest of the
-        private data the release will use) is checked against the dataset's recorded versions:
-        a different one raises :class:`DatasetIdentityError` (``data_info`` may hold the public
-        ``split_seed`` / ``profile`` to name the cause). ``uncertified`` (a reason) marks a
-        release whose guarantee cannot be certified: it counts as unbounded.
-        ``exclude_reservations``: open reservations that already hold this planned release (a
-        sweep's, checked by one of its tasks); they are left out of what was spent.
-        ``noise_tail_delta``: the planned run's Gaussian-sampler tail delta (dpaudit.noise), counted
-        in the composed total like a recorded release's. ``data_rows``: the source rows the release
-        reads (:class:`~dpaudit.data.rows.RowSet` s): a release reading as public rows another
-        holds private (or the reverse) raises :class:`~dpaudit.errors.RowRoleCollisionError`, and
-        every cap of a dataset sharing people with it is checked (:mod:`.ledger_rows`)."""
-        _check_name("dataset", dataset)
-        _check_name("partition", partition)
-        adj = Adjacency.parse(adjacency).value
-        fp = self.fingerprint(data_digest) if data_digest else ""
-        state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
-        if exclude_reservations:
-            held = set(exclude_reservations)
-            state = dataclasses.replace(state, releases=[r for r in state.releases if not (r.kind == "reservation" and r.id in held)])
+    def check(self, *, exclude_reservations=(), **planned) -> dict:
+        """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do
+        to the budget (no write). Open reservations count like releases, except
+        ``exclude_reservations``: those that already hold this planned release (a sweep's, checked
+        by one of its tasks). A data digest unknown to the dataset raises
+        :class:`DatasetIdentityError`; rows read as public that another release holds private (or
+        the reverse) raise :class:`~dpaudit.errors.RowRoleCollisionError`; every cap of a dataset
+        sharing people with it is checked too (:mod:`.rows`)."""
+        plan = PlannedSpend(**planned)
+        dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
+        fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
+        state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)
         current = state.adjacency()
         if current is not None:
             require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
-        self._check_identity(dataset, state, fp, data_info, planned=True)
+        self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
-        acc = AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
+        acc = queries.AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
         state = state.budgeted()
-        tail = float(noise_tail_delta)
+        tail = float(plan.noise_tail_delta)
         if not tail >= 0.0:
-            raise UsageError(f"noise_tail_delta must be a number >= 0, got {noise_tail_delta!r}.")
-        planned = lc.ReleaseView("planned", dataset, partition, adj, None, None, event, event is None, fingerprint=fp,
-                                 uncertified=uncertified, noise_tail_delta=tail)
-        result = {"dataset": dataset, "partition": partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
-        if data_rows is not None:
-            self._people_check(dataset, planned, data_rows, exclude_reservations, result)
-        if state.cap is None:
-            return result
-        cap_eps, cap_delta = state.cap
-        before = lc.dataset_total(state)
-        after = lc.dataset_total(state.with_release(planned))
-        b_spent = lc.bounds(before.event, delta=cap_delta, adjacency=adj, unbounded=before.unbounded, noise_tail=before.noise_tail, accountants=acc)
-        alone = lc.dataset_total(lc.DatasetState(dataset, releases=[planned]))
-        b_alone = lc.bounds(alone.event, delta=cap_delta, adjacency=adj, unbounded=alone.unbounded, noise_tail=alone.noise_tail)
-        b_after = lc.bounds(after.event, delta=cap_delta, adjacency=adj, unbounded=after.unbounded, noise_tail=after.noise_tail, accountants=acc)
-        result.update(
-            cap={"epsilon": cap_eps, "delta": cap_delta}, spent=b_spent["epsilon"], needs=b_alone["epsilon"],
-            total=b_after["epsilon"], releases=before.releases_subtree, reservations=before.reservations,
-            allowed=result["allowed"] and b_after["epsilon"] <= cap_eps,
-        )
+            raise UsageError(f"noise_tail_delta must be a number >= 0, got {plan.noise_tail_delta!r}.")
+        view = lc.ReleaseView("planned", dataset, plan.partition, adj, None, None, plan.event, plan.event is None, fingerprint=fp,
+                              uncertified=plan.uncertified, noise_tail_delta=tail)
+        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
+        if plan.data_rows is not None:
+            self._people_check(dataset, view, plan.data_rows, exclude_reservations, result)
+        if state.cap is not None:
+            result.update(_cap_check(state, view, adj, acc, allowed=result["allowed"]))
         return result
 
     def _footprint(self, data_rows) -> dict:
@@ -835,14 +722,9 @@ class Ledger:
 
     def _people_check(self, dataset: str, planned: lc.ReleaseView, data_rows, held, result: dict) -> None:
         """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
-        and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger_rows."""
+        and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
         footprint = self._footprint(data_rows)
-        held = set(held)
-
-        def without_held(st: lc.DatasetState) -> lc.DatasetState:  # the reservations holding this planned release
-            return dataclasses.replace(st, releases=[r for r in st.releases if not (r.kind == "reservation" and r.id in held)])
-
-        states, index = self._people_index(without_held if held else None)
+        states, index = self._people_index((lambda st: _without_held(st, held)) if held else None)
         index.collisions(dataset, footprint)
         before = dict(states)
         states[dataset] = (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)
@@ -851,35 +733,30 @@ class Ledger:
         if refusal is not None and result["allowed"]:
             result.update(allowed=False, people_refusal=refusal)
 
-    def preflight(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-                  data_info: dict | None = None, uncertified: str | None = None, exclude_reservations=(),
-                  noise_tail_delta: float = 0.0, data_rows=None) -> dict:
-        """Refuse (BudgetExceededError) a planned release that would push ``dataset`` over its cap,
+    def preflight(self, *, exclude_reservations=(), **planned) -> dict:
+        """Refuse (BudgetExceededError) a planned release that would push its dataset over its cap,
         and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
 
         Called *before* any training; writes nothing (:meth:`reserve` also holds the budget).
         The composed total follows the partition tree (see
-        :mod:`~dpaudit.accounting.ledger_compose`); no cap means no limit. Returns :meth:`check`'s dict.
+        :mod:`~dpaudit.ledger.compose`); no cap means no limit. Returns :meth:`check`'s dict.
         """
-        r = self.check(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                       data_info=data_info, uncertified=uncertified, exclude_reservations=exclude_reservations,
-                       noise_tail_delta=noise_tail_delta, data_rows=data_rows)
+        plan = PlannedSpend(**planned)
+        r = self.check(exclude_reservations=exclude_reservations, **planned)
         if r["allowed"]:
             return r
         if r.get("people_refusal") and (r["cap"] is None or r["total"] <= r["cap"]["epsilon"]):
             raise BudgetExceededError(r["people_refusal"])
         c = r["cap"]
         held = f" and {r['reservations']} open reservation(s)" if r.get("reservations") else ""
-        why = f" ({uncertified})" if uncertified else ""
+        why = f" ({plan.uncertified})" if plan.uncertified else ""
         raise BudgetExceededError(
-            f"budget of dataset {dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={_fmt(r['spent'])}, "
-            f"this release on {dataset}:{partition} needs epsilon={_fmt(r['needs'])}{why} alone, composed total would be "
-            f"epsilon={_fmt(r['total'])} > cap epsilon={_fmt(c['epsilon'])} at delta={c['delta']:g}; refused before training."
+            f"budget of dataset {plan.dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={lc.fmt_epsilon(r['spent'])}, "
+            f"this release on {plan.dataset}:{plan.partition} needs epsilon={lc.fmt_epsilon(r['needs'])}{why} alone, composed total would be "
+            f"epsilon={lc.fmt_epsilon(r['total'])} > cap epsilon={lc.fmt_epsilon(c['epsilon'])} at delta={c['delta']:g}; refused before training."
         )
 
-    def reserve(self, *, dataset: str, partition: str, event: Event | None, adjacency: str, data_digest: str | None = None,
-                data_info: dict | None = None, uncertified: str | None = None, mechanism: str = "",
-                noise_tail_delta: float = 0.0, data_rows=None) -> str:
+    def reserve(self, *, mechanism: str = "", **planned) -> str:
         """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
         entry in one write transaction; returns the reservation id.
 
@@ -891,33 +768,26 @@ class Ledger:
         reservation of a run that was killed). A run that dies without closing it leaves the
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
         from public sizes at the target epsilon, an upper bound on the release's) is held too.
-        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger_rows)."""
-        footprint = None if data_rows is None else self._footprint(data_rows)
+        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
+        plan = PlannedSpend(**planned)
+        footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._write():
-            self.preflight(dataset=dataset, partition=partition, event=event, adjacency=adjacency, data_digest=data_digest,
-                           data_info=data_info, uncertified=uncertified, noise_tail_delta=noise_tail_delta, data_rows=footprint)
+            self.preflight(**{**planned, "data_rows": footprint})
+            info = plan.data_info or {}
             payload = {
-                "dataset_name": dataset,
-                "partition": partition,
-                "adjacency": Adjacency.parse(adjacency).value,
-                "guarantee": None if event is None else event.to_dict(),
-                "non_private": event is None,
-                "dataset_fingerprint": self.fingerprint(data_digest) if data_digest else None,
-                "mechanism": str(mechanism or ""),
-                "pid": os.getpid(),
-                "host": _hostname(),
-                "dpaudit_version": __version__,
+                "dataset_name": plan.dataset, "partition": plan.partition, "adjacency": Adjacency.parse(plan.adjacency).value,
+                "guarantee": None if plan.event is None else plan.event.to_dict(), "non_private": plan.event is None,
+                "dataset_fingerprint": self.fingerprint(plan.data_digest) if plan.data_digest else None,
+                "mechanism": str(mechanism or ""), "pid": os.getpid(), "host": _hostname(), "dpaudit_version": __version__,
+                **{key: info[key] for key in ("split_seed", "profile") if info.get(key) is not None},
             }
-            for key in ("split_seed", "profile"):
-                if data_info and data_info.get(key) is not None:
-                    payload[key] = data_info[key]
-            if uncertified:
-                payload["uncertified"] = str(uncertified)
-            if noise_tail_delta:
-                payload["noise_tail_delta"] = float(noise_tail_delta)
+            if plan.uncertified:
+                payload["uncertified"] = str(plan.uncertified)
+            if plan.noise_tail_delta:
+                payload["noise_tail_delta"] = float(plan.noise_tail_delta)
             if footprint is not None:
                 payload["rows"] = lr.declare(self, footprint)
-            return self._append("reservation", dataset, payload)
+            return self._append("reservation", plan.dataset, payload)
 
     def _open_reservation(self, reservation_id: str) -> Entry:
         target = self.get(reservation_id)
@@ -940,11 +810,10 @@ class Ledger:
 
     def cancel(self, reservation_id: str, reason: str) -> str:
         """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        reason = _check_reason(reason)
         with self._write():
             target = self._open_reservation(reservation_id)
-            return self._append("cancel", target.dataset, {"target": target.id, "reason": reason.strip()})
+            return self._append("cancel", target.dataset, {"target": target.id, "reason": reason})
 
     def open_reservations(self, dataset: str | None = None) -> list[Entry]:
         """Reservations not yet settled, cancelled or voided (their budget is spent)."""
@@ -962,15 +831,14 @@ class Ledger:
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):
             raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
-        if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
+        reason = _check_reason(reason)
         with self._write():
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             if fp in state.versions:
                 return state.versions[fp]
             if fp in state.fingerprints:
                 raise UsageError(f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, which its releases already use.")
-            payload = {"dataset": dataset, "fingerprint": fp, "reason": reason.strip(), "previous": sorted(state.fingerprints)}
+            payload = {"dataset": dataset, "fingerprint": fp, "reason": reason, "previous": sorted(state.fingerprints)}
             return self._append("version", dataset, payload)
 
     def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None) -> list[dict]:
@@ -996,74 +864,12 @@ class Ledger:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
             raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
-        rows: list[dict] = []
         people = self._people_summary(accountants) if sweep is None else {}
-        for name in sorted(states):
-            st = states[name]
-            adj = st.adjacency()
-            delta = self._delta_for(st)
-            total = lc.dataset_total(st)
-            tb = lc.bounds(total.event, delta=delta, adjacency=adj, unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
-            cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
-            if cap and st.cap_includes_audits:
-                cap["include_audits"] = True
-            audits = _audit_columns(st, delta, adj) if st.audits else {}
-            counted = audits.get("epsilon_with_audits", tb["epsilon"]) if st.cap_includes_audits else tb["epsilon"]
-            shared = people.get(name)
-            spent = max(counted, shared["epsilon_people"]) if shared else counted
-            remaining = (st.cap[0] - spent) if st.cap and sweep is None else None
-            voided_eps = _voided_epsilon(st, delta, accountants)
-            nodes = [(lc.DATASET_SCOPE, total, tb)]
-            for p in st.tree_order():
-                nt = lc.node_total(st, p)
-                nodes.append((p, nt, lc.bounds(nt.event, delta=delta, adjacency=adj, unbounded=nt.unbounded, accountants=accountants,
-                                                    noise_tail=nt.noise_tail)))
-            for p, nt, b in nodes:
-                if nt.unbounded and nt.unbounded_reasons:
-                    # Say why the bound is infinite: a non-private or an uncertified release.
-                    # ("non-private release", "uncertified release", "uncertified reservation", ...)
-                    b = {**b, "bound_by": " ".join(nt.unbounded_reasons[0].split(" ")[:2])}
-                rows.append({
-                    "dataset": name,
-                    "partition": p,
-                    "node": name if p == lc.DATASET_SCOPE else f"{name}:{p}",
-                    "parent": None if p == lc.DATASET_SCOPE else st.parent(p),
-                    "children": list(st.roots()) if p == lc.DATASET_SCOPE else list(st.children.get(p, ())),
-                    "subsets": [] if p == lc.DATASET_SCOPE else st.subsets(p),
-                    "declared_by": None if p == lc.DATASET_SCOPE else st.declared_by.get(p),
-                    "adjacency": adj,
-                    "releases": nt.releases,
-                    "releases_subtree": nt.releases_subtree,
-                    "non_private_releases": nt.non_private,
-                    "unbounded": nt.unbounded,
-                    **b,
-                    "naive_epsilon": nt.naive_epsilon,
-                    "naive_delta": nt.naive_delta,
-                    "cap": cap,
-                    "remaining": remaining,
-                    "voided_releases": len(st.voided) if p == lc.DATASET_SCOPE else None,
-                    # what voids took out of the total (never-published artefacts), shown apart
-                    "voided_epsilon": voided_eps if p == lc.DATASET_SCOPE else None,
-                    "voided_published_releases": len(st.published_voids) if p == lc.DATASET_SCOPE else None,
-                    "uncertified_releases": nt.uncertified,
-                    "unbounded_reasons": list(nt.unbounded_reasons),
-                    "open_reservations": nt.reservations,
-                    "open_reservation_ids": [r.id for r in st.open_reservations()] if p == lc.DATASET_SCOPE else None,
-                    # keyed fingerprints only (see fingerprint.py); several = declared versions
-                    "dataset_fingerprints": sorted(st.fingerprints),
-                    # names whose releases read the same people, and everything composed with them
-                    **({"shares_people_with": shared["shares_people_with"], "epsilon_people": shared["epsilon_people"]}
-                       if shared and p == lc.DATASET_SCOPE else {}),
-                    # audits on the private data, beside the releases (dataset row only); counted
-                    # in the cap (and ``remaining``) only when the cap includes audits
-                    "audits": len(st.audits) if p == lc.DATASET_SCOPE else None,
-                    **(audits if p == lc.DATASET_SCOPE else {}),
-                })
-        return rows
+        return queries.summary_rows(states, people, accountants, whole=sweep is None)
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
-        shares people with whom (ledger_rows), from the verified entries."""
+        shares people with whom (ledger.rows), from the verified entries."""
         entries = self._intact_entries()
         states = lc.replay(entries)
         if adjust is not None:
@@ -1071,81 +877,33 @@ class Ledger:
         return states, lr.PeopleIndex.build(self._store.rows(), entries, states)
 
     def _people_summary(self, accountants) -> dict:
-        """Per dataset sharing people with others (ledger_rows): the other names and the epsilon of
+        """Per dataset sharing people with others (ledger.rows): the other names and the epsilon of
         all of them composed sequentially, at the dataset's delta."""
-        states, index = self._people_index()
-        out = {}
-        for name in sorted(states):
-            group = index.sharing(name)
-            if not group:
-                continue
-            try:
-                total = lr.people_total(states, [name] + group)
-            except AdjacencyMismatchError:  # cannot be composed: no bound (a planned release is refused)
-                out[name] = {"shares_people_with": group, "epsilon_people": math.inf}
-                continue
-            b = lc.bounds(total.event, delta=self._delta_for(states[name]), adjacency=lr.adjacency_of(states, [name] + group),
-                          unbounded=total.unbounded, accountants=accountants, noise_tail=total.noise_tail)
-            out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
-        return out
+        return queries.people_summary(*self._people_index(), accountants)
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
-        """Check the hash chain; each problem names the entry (seq and id) that was edited,
-        deleted or reordered. Also runs the store's own checks (SQLite's integrity check; the
-        append-only triggers on both backends), parses every entry (an unreadable guarantee is a
-        problem, never 0) and checks every signature against the keys registered before it
-        (naming the entry and the reason).
+        """:func:`.integrity.verify_snapshot` of one read of the store: the chain, the store's own
+        checks, every entry and signature, and ``anchor`` (a head hash published earlier with
+        ``ledger head``). ``owner``: the key id the ledger's first registered key must have
+        (default: the one this ledger was opened with)."""
+        snap = self._snapshot(health=True)
+        return integrity.verify_snapshot(snap, anchor=anchor, owner=self._owner if owner is None else sg.owner_key_id(owner))
 
-        ``anchor``: a head hash published earlier (``ledger head``); the chain must still contain
-        it, else the ledger was truncated or rewritten since. ``owner``: the key id the ledger's
-        first registered key (its owner) must have (default: the one this ledger was opened with);
-        every entry after its registration must then be signed by a registered key."""
-        problems: list[Problem] = []
-        with self._store.read():
-            problems.extend(Problem(k, m) for k, m in self._store.health())
-            head, rows = self._head_and_rows()
-            version = self._store.schema_version()
-        problems.extend(chain_problems(head, rows))
-        for seq, eid, kind, _c, _d, text, _p, _h, *_sig in rows:
-            try:
-                payload = json.loads(text)
-                if kind not in ENTRY_KINDS:
-                    raise ValueError(f"unknown kind {kind!r}")
-                if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
-                    lc.parse_event(payload.get("guarantee"))
-            except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
-                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-                problems.append(Problem("unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid))
-        owner = self._owner if owner is None else sg.owner_key_id(owner)
-        ring, found = sg.check_signatures(self._signed_rows(rows), owner=owner)
-        problems.extend(Problem("signature", f.message, f.seq or None, f.id or None) for f in found)
-        if anchor is not None:
-            a = anchor.strip().lower()
-            if not is_fingerprint(a):
-                raise UsageError(f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}.")
-            if a != GENESIS_HASH and a not in {r[7] for r in rows}:
-                problems.append(Problem("anchor", f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
-                                                  "since that head was published."))
-        last_hash = rows[-1][7] if rows else GENESIS_HASH
-        return VerifyReport(str(self.path), len(rows), last_hash, version, tuple(problems), ring.to_dict(), anchor, self.backend)
-
-    def _signature_problems(self, rows, *, cached: bool = False) -> list[Problem]:
-        """Signature findings; with ``cached``, rows already verified by this object are trusted
-        (an Ed25519 check per entry per write would make large ledgers slow)."""
-        srows = self._signed_rows(rows)
-        done = {r[1] for r in rows if (r[1], r[7]) in self._verified} if cached else set()
-        _, found = sg.check_signatures(srows, verified=done, owner=self._owner)  # Ed25519 only for rows not yet checked
+    def _signature_problems(self, rows) -> list[Problem]:
+        """Signature findings; rows already verified by this object are trusted (an Ed25519
+        check per entry per write would make large ledgers slow)."""
+        done = {r[1] for r in rows if (r[1], r[7]) in self._verified}
+        _, found = sg.check_signatures(integrity.signed_rows(rows), verified=done, owner=self._owner)  # Ed25519 only for rows not yet checked
         if not found:
             self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
-        return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
+        return integrity.signature_problems(found)
 
-    def _head_and_rows(self):
+    def _snapshot(self, *, health: bool = False) -> Snapshot:
         # One read transaction, so the head and the rows are from the same snapshot.
         with self._store.read():
-            head = self._store.head()
-            rows = self._store.rows()
-        return head, rows
+            return Snapshot(str(self.path), self.backend, self._store.schema_version(), self._store.head(), self._store.rows(),
+                            self._store.health() if health else [])
 
     # -- moving a ledger between backends
     def export_rows(self, *, include_key: bool = False) -> dict:
@@ -1156,49 +914,68 @@ class Ledger:
         rep = self.verify()
         if not rep.ok:
             raise LedgerError(f"ledger {self.path} fails verification ({rep.problems[0].message.rstrip('.')}); it was not exported.")
-        head, rows = self._head_and_rows()
-        import base64
-
-        return {
-            "format": "dpaudit-ledger-export-v1", "schema_version": self._store.schema_version(), "head_hash": head[2],
-            "fingerprint_key": base64.b64encode(self._key()).decode("ascii") if include_key else None,
-            "columns": ["seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature"],
-            "rows": [list(r) for r in rows],
-        }
+        return integrity.export_dump(self._snapshot(), self._key() if include_key else None)
 
     def import_rows(self, dump: dict) -> int:
         """Append the rows of :meth:`export_rows` verbatim into this *empty* ledger (one transaction);
         the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
-        import base64
-
-        if not isinstance(dump, dict) or dump.get("format") != "dpaudit-ledger-export-v1":
-            raise UsageError(f"import must be a dpaudit ledger export (format dpaudit-ledger-export-v1), got {str(dump)[:60]!r}.")
-        rows = dump.get("rows") or []
+        integrity.require_export(dump)
         key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
         with self._write():
             if self._store.rows():
                 raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
-            prev = GENESIS_HASH
-            for i, r in enumerate(rows, 1):
-                seq, eid, kind, created_at, dataset, text, prev_hash, h, signer, signature = r
-                if seq != i or prev_hash != prev or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h:
-                    raise LedgerError(f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported.")
-                self._store.insert(eid, kind, created_at, dataset, text, prev_hash, h, signer, signature)
-                prev = h
-            if dump.get("head_hash") != prev:
-                raise LedgerError("import: the export's head hash does not match its last entry; nothing was imported.")
+            rows = integrity.import_chain(dump)
+            for r in rows:
+                self._store.insert(*r[1:])
             if key:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
 
 
-def _voided_epsilon(state: lc.DatasetState, delta: float, accountants) -> float | None:
-    """The composed epsilon of the releases and reservations that voids took out of the total (None: none)."""
-    if not state.voided_views:
-        return None
-    voided = lc.DatasetState(state.name, releases=list(state.voided_views))
-    return _total_epsilon(voided, delta, voided.adjacency(), accountants)
+@dataclass(frozen=True)
+class PlannedSpend:
+    """A release about to be made, as the budget checks see it (:meth:`Ledger.check`)."""
+
+    dataset: str
+    partition: str
+    event: Event | None  # what it spends; None: non-private (unbounded)
+    adjacency: str
+    #: the plain digest of the private data it reads, checked against the dataset's recorded
+    #: versions; ``data_info`` may hold the public ``split_seed`` / ``profile`` to name a change
+    data_digest: str | None = None
+    data_info: dict | None = None
+    uncertified: str | None = None  # why its guarantee cannot be certified (it counts as unbounded)
+    #: its Gaussian sampler's tail delta (dpaudit.noise), counted like a recorded release's
+    noise_tail_delta: float = 0.0
+    data_rows: object = None  # the source rows it reads (dpaudit.data.rows.RowSet s, or their keyed hashes)
+
+    def __post_init__(self) -> None:
+        _check_name("dataset", self.dataset)
+        _check_name("partition", self.partition)
+
+
+def _without_held(state: lc.DatasetState, held) -> lc.DatasetState:
+    """``state`` without the open reservations ``held`` (those that already hold the planned release)."""
+    if not held:
+        return state
+    held = set(held)
+    return dataclasses.replace(state, releases=[r for r in state.releases if not (r.kind == "reservation" and r.id in held)])
+
+
+def _cap_check(state: lc.DatasetState, planned: lc.ReleaseView, adj: str, acc, *, allowed: bool) -> dict:
+    """The cap columns of :meth:`Ledger.check`: spent so far, what the planned release needs alone
+    and the total with it, at the cap's delta."""
+    cap_eps, cap_delta = state.cap
+    before = lc.dataset_total(state)
+    after = lc.dataset_total(state.with_release(planned))
+    b_spent = lc.total_bounds(before, delta=cap_delta, adjacency=adj, accountants=acc)
+    alone = lc.dataset_total(lc.DatasetState(state.name, releases=[planned]))
+    b_alone = lc.total_bounds(alone, delta=cap_delta, adjacency=adj)
+    b_after = lc.total_bounds(after, delta=cap_delta, adjacency=adj, accountants=acc)
+    return {"cap": {"epsilon": cap_eps, "delta": cap_delta}, "spent": b_spent["epsilon"], "needs": b_alone["epsilon"],
+            "total": b_after["epsilon"], "releases": before.releases_subtree, "reservations": before.reservations,
+            "allowed": allowed and b_after["epsilon"] <= cap_eps}
 
 
 def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
@@ -1218,100 +995,6 @@ def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None
             "before releasing on it.")
 
 
-def chain_problems(head, rows) -> list[Problem]:
-    """Hash-chain findings for ``rows`` (seq order) against the chain head, naming each entry."""
-    problems: list[Problem] = []
-    by_hash = {r[7]: r for r in rows}
-    prev_row = None
-    for r in rows:
-        seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
-        signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
-        label = f"entry #{seq} ({kind} {eid})"
-        if entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
-            problems.append(Problem("edited", f"{label} was edited: its content no longer matches its hash.", seq, eid))
-        expected_prev = prev_row[7] if prev_row else GENESIS_HASH
-        if prev != expected_prev:
-            after = by_hash.get(prev)
-            if after is not None and after is not r:
-                problems.append(Problem(
-                    "reordered",
-                    f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
-                    + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."),
-                    seq, eid))
-            elif prev == GENESIS_HASH:
-                problems.append(Problem("reordered", f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).", seq, eid))
-            elif (prev_row is not None and seq != prev_row[0] + 1) or (prev_row is None and seq != 1):
-                where = f"between entry #{prev_row[0]} ({prev_row[1]}) and {label}" if prev_row else f"before {label}"
-                problems.append(Problem("deleted", f"entry/entries {where} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid))
-            elif prev_row is not None:
-                problems.append(Problem(
-                    "edited",
-                    f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
-                    "(or entries between them were deleted and the rest renumbered).",
-                    prev_row[0], prev_row[1]))
-            else:
-                problems.append(Problem("deleted", f"the first entry/entries were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid))
-        prev_row = r
-    last_hash = prev_row[7] if prev_row else GENESIS_HASH
-    problems.extend(_check_head(head, rows, by_hash, last_hash, problems))
-    return problems
-
-
-def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
-    """Compare the chain head (last hash, entry count) with what the table holds."""
-    if head is None:
-        return [Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")]
-    head_seq, head_count, head_hash = head
-    if head_hash == last_hash and head_count == len(rows):
-        return []
-    seqs = {r[0]: r for r in rows}
-    if head_hash in by_hash:
-        if any(p.kind == "reordered" for p in found):
-            return []  # already named
-        tail = [r for r in rows if r[0] > by_hash[head_hash][0]]
-        if tail:
-            return [Problem("edited", f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).", tail[0][0], tail[0][1])]
-    elif head_hash != GENESIS_HASH or rows:
-        if head_seq in seqs:
-            r = seqs[head_seq]
-            if any(p.kind == "edited" and p.seq == head_seq for p in found):
-                return []
-            return [Problem("edited", f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head.", head_seq, r[1])]
-        last = rows[-1] if rows else None
-        return [Problem(
-            "deleted",
-            f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
-            f"but the ledger holds {len(rows)}" + (f" ending at entry #{last[0]} ({last[1]})." if last else "."),
-            head_seq, None)]
-    if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
-        return [Problem("deleted", f"the chain head records {head_count} entries but the ledger holds {len(rows)}.")]
-    return []
-
-
-def _total_epsilon(state: lc.DatasetState, delta: float, adjacency: str | None, accountants=("rdp", "prv")) -> float:
-    """The smallest valid bound on ``state``'s dataset total at ``delta``."""
-    t = lc.dataset_total(state)
-    return lc.bounds(t.event, delta=delta, adjacency=adjacency, unbounded=t.unbounded, accountants=accountants, noise_tail=t.noise_tail)["epsilon"]
-
-
-#: Accountants of the audit totals: RDP, an upper bound that stays fast on the thousands of steps
-#: an audit composes (prv-accountant takes tens of seconds there: measured 23 s for 50 trials of a
-#: heart release); the cap check of an audit uses it too (sound: never below a tighter bound).
-AUDIT_ACCOUNTANTS = ("rdp",)
-
-
-def _audit_columns(st: lc.DatasetState, delta: float, adj: str | None, accountants=AUDIT_ACCOUNTANTS) -> dict:
-    """Summary keys of a dataset row with audits: the audits' own composed epsilon
-    (``audit_epsilon``), releases and audits composed together (``epsilon_with_audits``), both at
-    ``delta`` with :data:`AUDIT_ACCOUNTANTS`, and why the audits are unbounded if they are
-    (``audit_unbounded_reasons``)."""
-    adj = st.with_audits().adjacency() or adj
-    alone = dataclasses.replace(st, releases=list(st.audits), audits=[])
-    return {"audit_epsilon": _total_epsilon(alone, delta, adj, accountants),
-            "epsilon_with_audits": _total_epsilon(st.with_audits(), delta, adj, accountants),
-            "audit_unbounded_reasons": list(lc.dataset_total(alone).unbounded_reasons)}
-
-
 def _hostname() -> str:
     import socket
 
@@ -1319,7 +1002,3 @@ def _hostname() -> str:
         return socket.gethostname()
     except OSError:
         return ""
-
-
-def _fmt(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:.4f}"

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpaudit.accounting import ledger_compose as lc
+from dpaudit.ledger import compose as lc
 from dpaudit.accounting.events import PureEpsilon
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.data.rows import RowSet
 from dpaudit.errors import BudgetExceededError, RowRoleCollisionError
 

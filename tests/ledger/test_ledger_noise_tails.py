@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon
-from dpaudit.accounting import ledger_compose as lc
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger import compose as lc
+from dpaudit.ledger.book import open_ledger
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import UsageError
 from dpaudit.records import Release, read_release

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 
 WRITER = Path(__file__).with_name("ledger_writer.py")
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")

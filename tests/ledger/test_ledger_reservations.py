@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.accounting import PureEpsilon
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError, UsageError
 from dpaudit.records import Release
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpaudit.accounting import ledger_pg, ledger_sqlite
-from dpaudit.accounting.ledger_paths import resolve_ledger
+from dpaudit.ledger import store_pg as ledger_pg, store_sqlite as ledger_sqlite
+from dpaudit.ledger.paths import resolve_ledger
 from dpaudit.errors import LedgerError
 
 G = "0" * 64

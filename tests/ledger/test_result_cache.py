@@ -1,4 +1,4 @@
-"""The on-disk memo of prv answers used by `dpaudit ledger summary` (accounting/result_cache.py)."""
+"""The on-disk memo of prv answers used by `dpaudit ledger summary` (ledger/result_cache.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from dpaudit.accounting import SubsampledGaussian, compute_epsilon, ledger_compose, result_cache
-from dpaudit.accounting.ledger import open_ledger
+from dpaudit.accounting import SubsampledGaussian, compute_epsilon
+from dpaudit.ledger import compose as ledger_compose
+from dpaudit.ledger import result_cache
+from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import UnsupportedEventError
 
 EVENT = SubsampledGaussian(1.1, 0.01, 300)

@@ -1,0 +1,262 @@
+"""The ledger's integrity checker: the hash chain, the entries' readability, the signatures
+(owner policy: :mod:`.signing`) and published anchors, over one snapshot of a store; and the
+export / import of a ledger's rows verbatim.
+
+Each entry stores ``hash = sha256(prev_hash, id, kind, created_at, dataset, payload)`` (a signed
+entry's covers its signer and signature too); the store's ``chain_head`` holds the last hash and
+the entry count. :func:`verify_snapshot` names the entry that was edited, deleted, reordered or
+forged. Pure functions: the budget book (:mod:`.book`) reads the snapshot and refuses to compute
+a budget from a ledger that fails here (fail closed).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from ..errors import LedgerError, UsageError
+from ..records import _json_safe
+from . import compose as lc
+from . import rows as lr
+from . import signing as sg
+from .fingerprint import is_fingerprint
+from .paths import GENESIS_HASH
+from .store_sqlite import ENTRY_COLUMNS
+
+ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
+EXPORT_FORMAT = "dpaudit-ledger-export-v1"
+
+
+def canonical_json(obj) -> str:
+    """The one serialisation that is hashed: sorted keys, no spaces, non-finite floats as strings."""
+    return json.dumps(_json_safe(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str,
+               signer: str | None = None, signature: str | None = None) -> str:
+    """sha256 over the previous hash and every stored column of the entry (seq excluded:
+    an entry's place in the chain is fixed by ``prev_hash``). A signed entry's hash covers its
+    signer and signature too (so the next entry's signature covers them); an unsigned entry
+    keeps the original material, so ledgers written before signatures verify unchanged."""
+    if signer is None and signature is None:
+        material = ["dpaudit-ledger-v1", prev_hash, entry_id, kind, created_at, dataset, payload_text]
+    else:
+        material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
+    return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One integrity finding of :meth:`Ledger.verify`."""
+
+    kind: str  # edited | deleted | reordered | unreadable | schema | integrity | signature | anchor
+    message: str
+    seq: int | None = None
+    id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "seq": self.seq, "id": self.id, "message": self.message}
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of the hash-chain check; ``ok`` is derived from ``problems``."""
+
+    path: str
+    entries: int
+    head_hash: str
+    schema_version: int
+    problems: tuple = field(default_factory=tuple)
+    #: registered keys, owner, signed / unsigned counts (see signing.KeyRing.to_dict)
+    signatures: dict = field(default_factory=dict)
+    anchor: str | None = None
+    backend: str = "sqlite"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict:
+        return {
+            "ledger": self.path, "backend": self.backend, "ok": self.ok, "entries": self.entries, "head_hash": self.head_hash,
+            "schema_version": self.schema_version, "signatures": self.signatures, "anchor": self.anchor,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+    def __str__(self) -> str:
+        if self.ok:
+            sig = self.signatures or {}
+            signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
+            anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
+            return f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor} (head {self.head_hash[:16]})."
+        return "\n".join(p.message for p in self.problems)
+
+
+def chain_problems(head, rows) -> list[Problem]:
+    """Hash-chain findings for ``rows`` (seq order) against the chain head, naming each entry."""
+    problems: list[Problem] = []
+    by_hash = {r[7]: r for r in rows}
+    prev_row = None
+    for r in rows:
+        seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
+        signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
+        if entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
+            problems.append(Problem("edited", f"{_label(r)} was edited: its content no longer matches its hash.", seq, eid))
+        if prev != (prev_row[7] if prev_row else GENESIS_HASH):
+            problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
+        prev_row = r
+    problems.extend(_check_head(head, rows, by_hash, prev_row[7] if prev_row else GENESIS_HASH, problems))
+    return problems
+
+
+def _label(r) -> str:
+    return f"entry #{r[0]} ({r[2]} {r[1]})"
+
+
+def _link_problem(r, prev_row, after) -> Problem:
+    """Why row ``r`` does not follow ``prev_row`` (None: ``r`` is stored first); ``after``: the row
+    its ``prev_hash`` names, if still there."""
+    seq, eid, prev, label = r[0], r[1], r[6], _label(r)
+    if after is not None and after is not r:
+        return Problem("reordered", f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
+                       + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."), seq, eid)
+    if prev == GENESIS_HASH:
+        return Problem("reordered", f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).", seq, eid)
+    if prev_row is None:
+        if seq != 1:
+            return Problem("deleted", f"entry/entries before {label} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
+        return Problem("deleted", f"the first entry/entries were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
+    if seq != prev_row[0] + 1:
+        where = f"between entry #{prev_row[0]} ({prev_row[1]}) and {label}"
+        return Problem("deleted", f"entry/entries {where} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
+    return Problem("edited", f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
+                   "(or entries between them were deleted and the rest renumbered).", prev_row[0], prev_row[1])
+
+
+def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
+    """Compare the chain head (last hash, entry count) with what the table holds."""
+    if head is None:
+        return [Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")]
+    head_seq, head_count, head_hash = head
+    if head_hash == last_hash and head_count == len(rows):
+        return []
+    if head_hash in by_hash:
+        if any(p.kind == "reordered" for p in found):
+            return []  # already named
+        tail = [r for r in rows if r[0] > by_hash[head_hash][0]]
+        if tail:
+            return [Problem("edited", f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).", tail[0][0], tail[0][1])]
+    elif head_hash != GENESIS_HASH or rows:
+        return _head_entry_gone(head, rows, found)
+    if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
+        return [Problem("deleted", f"the chain head records {head_count} entries but the ledger holds {len(rows)}.")]
+    return []
+
+
+def _head_entry_gone(head, rows, found) -> list[Problem]:
+    """The head's hash is not in the table: its entry was edited and re-hashed, or deleted."""
+    head_seq, head_count, _ = head
+    r = next((x for x in rows if x[0] == head_seq), None)
+    if r is not None:
+        if any(p.kind == "edited" and p.seq == head_seq for p in found):
+            return []
+        return [Problem("edited", f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head.", head_seq, r[1])]
+    last = rows[-1] if rows else None
+    return [Problem(
+        "deleted",
+        f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
+        f"but the ledger holds {len(rows)}" + (f" ending at entry #{last[0]} ({last[1]})." if last else "."),
+        head_seq, None)]
+
+
+# ---------------------------------------------------------------- one snapshot
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One read of a store (head and rows from the same transaction), as :func:`verify_snapshot` checks it."""
+
+    path: str
+    backend: str
+    schema_version: int
+    head: tuple | None
+    rows: list
+    #: ``(kind, message)`` of the store's own checks (SQLite's integrity check, the append-only triggers)
+    health: list = field(default_factory=list)
+
+
+def signed_rows(rows) -> list[sg.SignedRow]:
+    return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
+
+
+def signature_problems(found) -> list[Problem]:
+    return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
+
+
+def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) -> VerifyReport:
+    """The store's own checks, the hash chain, every entry parsed (an unreadable guarantee is a
+    problem, never 0), every signature against the keys registered before it (``owner``: the key
+    id the first registered key must have) and ``anchor`` (a head hash published earlier: the
+    chain must still contain it)."""
+    rows = snap.rows
+    problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows) + _unreadable(rows)
+    ring, found = sg.check_signatures(signed_rows(rows), owner=owner)
+    problems += signature_problems(found)
+    if anchor is not None:
+        a = anchor.strip().lower()
+        if not is_fingerprint(a):
+            raise UsageError(f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}.")
+        if a != GENESIS_HASH and a not in {r[7] for r in rows}:
+            problems.append(Problem("anchor", f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
+                                              "since that head was published."))
+    last_hash = rows[-1][7] if rows else GENESIS_HASH
+    return VerifyReport(snap.path, len(rows), last_hash, snap.schema_version, tuple(problems), ring.to_dict(), anchor, snap.backend)
+
+
+def _unreadable(rows) -> list[Problem]:
+    out = []
+    for seq, eid, kind, _c, _d, text, _p, _h, *_sig in rows:
+        try:
+            payload = json.loads(text)
+            if kind not in ENTRY_KINDS:
+                raise ValueError(f"unknown kind {kind!r}")
+            if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
+                lc.parse_event(payload.get("guarantee"))
+        except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            out.append(Problem("unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid))
+    return out
+
+
+# ---------------------------------------------------------------- export / import
+
+
+def export_dump(snap: Snapshot, key: bytes | None) -> dict:
+    """Every stored row verbatim (hashes and signatures included) and the fingerprint key if given."""
+    return {
+        "format": EXPORT_FORMAT, "schema_version": snap.schema_version, "head_hash": snap.head[2],
+        "fingerprint_key": base64.b64encode(key).decode("ascii") if key is not None else None,
+        "columns": list(ENTRY_COLUMNS), "rows": [list(r) for r in snap.rows],
+    }
+
+
+def require_export(dump) -> None:
+    if not isinstance(dump, dict) or dump.get("format") != EXPORT_FORMAT:
+        raise UsageError(f"import must be a dpaudit ledger export (format {EXPORT_FORMAT}), got {str(dump)[:60]!r}.")
+
+
+def import_chain(dump: dict) -> list:
+    """The export's rows, each checked to continue the chain from the genesis hash to its head
+    (LedgerError otherwise: nothing is imported)."""
+    rows = dump.get("rows") or []
+    prev = GENESIS_HASH
+    for i, r in enumerate(rows, 1):
+        seq, eid, kind, created_at, dataset, text, prev_hash, h, signer, signature = r
+        if seq != i or prev_hash != prev or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h:
+            raise LedgerError(f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported.")
+        prev = h
+    if dump.get("head_hash") != prev:
+        raise LedgerError("import: the export's head hash does not match its last entry; nothing was imported.")
+    return rows

@@ -1,0 +1,134 @@
+"""The ledger in words: one line per entry (``ledger list``) and the summary as a table and notes
+(``ledger summary``), from :meth:`.book.Ledger.entries` and :func:`.queries.summary_rows`."""
+
+from __future__ import annotations
+
+import math
+
+
+def num(x, digits: int = 4) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _kind_of(p: dict, unbounded: str = "non-private (unbounded)") -> str:
+    return unbounded if p.get("non_private") else f"[{(p.get('guarantee') or {}).get('type', '?')}]"
+
+
+def _voided(e) -> str:
+    return f"  VOIDED by {e.voided_by}" if e.voided_by else ""
+
+
+def _release(e, p) -> str:
+    what = "non-private (unbounded)" if p.get("non_private") else f"eps={num(p.get('epsilon'))} delta={p.get('delta'):g} {_kind_of(p)}"
+    if p.get("uncertified"):
+        what += f"  {p['uncertified']} (counts as unbounded)"
+    tag = (p.get("sweep") or {}).get("name")
+    return f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}" + (f"  sweep {tag}" if tag else "") + _voided(e)
+
+
+def _reservation(e, p) -> str:
+    what = _kind_of(p) + (f" {p['uncertified']}" if p.get("uncertified") else "")
+    state = {"open": "OPEN: budget held (void it if the run was killed)", None: ""}.get(e.status, f"{e.status} by {e.closed_by}")
+    return f"{p.get('mechanism') or 'run'} (pid {p.get('pid')}) reserves {e.dataset}:{p.get('partition')} {what}  {state}"
+
+
+def _audit(e, p) -> str:
+    what = _kind_of(p, f"non-private (unbounded: {p.get('unbounded_reason')})")
+    rel = f"  of release {str(p.get('release_id'))[:12]}" if p.get("release_id") else ""
+    return f"audit of {p.get('mechanism')}: {p.get('trials')} trials on {e.dataset}:{p.get('partition')}  {what}{rel}" + _voided(e)
+
+
+def _void(e, p) -> str:
+    said = {True: "artefacts were published, budget stays spent", False: "artefacts never published"}.get(p.get("artefacts_published"))
+    return f"voids {p.get('target')}: {p.get('reason')}" + (f" ({said})" if said else "")
+
+
+_BRIEF = {
+    "release": _release, "reservation": _reservation, "audit": _audit, "void": _void,
+    "settle": lambda e, p: f"settles reservation {p.get('target')}: releases " + ", ".join(p.get("releases") or []),
+    "cancel": lambda e, p: f"cancels reservation {p.get('target')}: {p.get('reason')}",
+    "version": lambda e, p: (f"new version of {e.dataset}: data fingerprint {str(p.get('fingerprint'))[:12]} ({p.get('reason')}); "
+                             "versions compose sequentially"),
+    "cap": lambda e, p: (f"cap {e.dataset}: eps={num(p.get('epsilon'))} at delta={p.get('delta'):g}"
+                         + (", audits included" if p.get("include_audits") else "")),
+    "key": lambda e, p: (f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}"
+                         + (f", signed by {e.signer}" if e.signer else "")),
+    "policy": lambda e, p: "signatures required from here on" if p.get("require_signatures") else "policy",
+    "rows": lambda e, p: (f"row set {str(p.get('set'))[:12]} of source {p.get('source')}: {p.get('count')} rows "
+                          "(keyed hashes, for overlap tests)"),
+    "partition": lambda e, p: (f"{e.dataset}:{p.get('parent')} = " + " + ".join(f"{e.dataset}:{c}" for c in p.get("children", []))
+                               + f"  (declared by {p.get('declared_by')})"),
+}
+
+
+def describe(entry) -> str:
+    """One line saying what a ledger entry records (empty for an unknown kind)."""
+    brief = _BRIEF.get(entry.kind)
+    return brief(entry, entry.payload) if brief else ""
+
+
+SUMMARY_COLUMNS = ("partition", "rel.", "epsilon", "rdp", "prv", "naive", "delta", "cap", "left")
+SUMMARY_LEGEND = (
+    "rel.: releases direct/in subtree. epsilon: smallest valid bound (rdp, prv upper, pure sum) at delta; "
+    "naive: sum of the releases' own claims; cap and left (cap minus the dataset total) in epsilon at delta; "
+    "audits: what the audits' trials on the private data compose to (a cap marked +a counts them). "
+    "Partitions never declared disjoint compose sequentially in the total.")
+
+
+def summary_table(rows: list[dict]) -> list[tuple]:
+    """The cells of the summary table (:data:`SUMMARY_COLUMNS`): each node indented under its
+    dataset, then the dataset's audits and releases + audits after its partitions."""
+    out = []
+    for i, r in enumerate(rows):
+        whole = r["partition"] == "*"
+        label = ("  " * (0 if whole else 1 + r["partition"].count("/"))) + (r["dataset"] + " (total)" if whole else r["partition"])
+        cap = r["cap"]
+        out.append((label, f"{r['releases_subtree']}" if whole else f"{r['releases']}/{r['releases_subtree']}",
+                    num(r["epsilon"], 3), num(r["epsilon_rdp"], 3), num(r["epsilon_prv"], 3), num(r["naive_epsilon"], 3), f"{r['delta']:g}",
+                    "" if cap is None else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
+                    num(r["remaining"], 3) if whole else ""))
+        total = next(x for x in rows if x["dataset"] == r["dataset"] and x["partition"] == "*")
+        if total.get("audits") and (i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]):  # after the dataset's partitions
+            d = f"{total['delta']:g}"
+            out += [(f"  audits ({total['audits']})", "", num(total["audit_epsilon"], 3), "", "", "", d, "", ""),
+                    ("  releases + audits", "", num(total["epsilon_with_audits"], 3), "", "", "", d, "", "")]
+    return out
+
+
+def summary_notes(rows: list[dict]) -> list[str]:
+    """What the table cannot show, per dataset: why it is unbounded, open reservations, shared
+    people, audits, voids and declared data versions."""
+    return [note for r in rows if r["partition"] == "*" for note in _dataset_notes(r)]
+
+
+def _dataset_notes(r: dict) -> list[str]:
+    name = r["dataset"]
+    out = [f"{name} is unbounded: {why} (void it to exclude it)." for why in r.get("unbounded_reasons") or []]
+    if r.get("open_reservation_ids"):
+        out.append(f"{name}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
+                   + ", ".join(i[:12] for i in r["open_reservation_ids"]))
+    if r.get("shares_people_with"):
+        left = " (left is the cap minus this)" if r.get("cap") else ""
+        out.append(f"{name} shares people with {', '.join(r['shares_people_with'])}: all composed, epsilon {num(r['epsilon_people'], 3)}{left}.")
+    return out + _audit_and_void_notes(name, r)
+
+
+def _audit_and_void_notes(name: str, r: dict) -> list[str]:
+    out = [f"{name}: audits unbounded: {why} (trials without DP noise, e.g. the no-noise control, on the private data)."
+           for why in r.get("audit_unbounded_reasons") or []]
+    if r.get("audits"):
+        inc = (r.get("cap") or {}).get("include_audits")
+        out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap "
+                   + ("includes them." if inc else "counts releases only (set it with --include-audits to count audits)."))
+    if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
+        out.append(f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "
+                   f"voided but published, still counted: {r.get('voided_published_releases') or 0} release(s).")
+    if len(r.get("dataset_fingerprints") or []) > 1:
+        out.append(f"{name}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.")
+    return out

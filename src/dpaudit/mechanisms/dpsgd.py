@@ -206,8 +206,6 @@ class NoisyAdamStep:
         self.sums = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
         self._arrays = [s.numpy() for s in self.sums]
         std = config.noise_std
-        if _PLANTED_BUG == "half-noise":  # TEST-ONLY fault (engine.planted_bug): the noise multiplier halved
-            std = std / 2.0
         self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
         self.adam = Adam(params, config)
 
@@ -451,9 +449,14 @@ def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np
     return logits
 
 
-#: TEST-ONLY: a deliberate fault in the clipped sums, set by :func:`dpaudit.mechanisms.engine.planted_bug`
-#: (None: no fault; never set by the library).
-_PLANTED_BUG: str | None = None
+def clip_factors(norms, clipping_norm: float):
+    """The clipping coefficients min(1, C / ||g_u||) of per-unit gradient norms (eq. 4), written
+    C / max(||g_u||, C) (the same floats): in place for a NumPy array, a new tensor for a torch one.
+    The one clipping rule of every clipped-sum kernel (record and user heads, modules)."""
+    if isinstance(norms, torch.Tensor):
+        return clipping_norm / torch.clamp(norms, min=clipping_norm)
+    np.maximum(norms, clipping_norm, out=norms)
+    return np.divide(clipping_norm, norms, out=norms)
 
 
 class HeadWorkspace:
@@ -512,11 +515,7 @@ def _clipped_sum_kernel(ws: HeadWorkspace, w_t: torch.Tensor, b: int, zn: np.nda
         np.einsum("kb,kb->b", r, r, out=c)
         np.sqrt(c, out=c)
         c *= zn
-        np.maximum(c, clipping_norm, out=c)
-        np.divide(clipping_norm, c, out=c)
-        if _PLANTED_BUG == "skip-clip":  # TEST-ONLY fault (engine.planted_bug): last unit unclipped
-            c[b - 1] = 1.0
-        r *= c
+        r *= clip_factors(c, clipping_norm)
     if out_t is not None:
         torch.mm(r_t, zb_t, out=out_t)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
         return out_t.numpy()
@@ -661,7 +660,7 @@ def per_sample_clipped_sum(
     if not clip:
         return {k: g.sum(0) for k, g in gs.items()}
     sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())
-    coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0)
+    coef = clip_factors(sq.sqrt(), clipping_norm)
     return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
 
 
@@ -725,7 +724,7 @@ def linear_ghost_clipped_sum(
         if m.bias is not None and m.bias.requires_grad:
             term = term + 1.0
         sq = sq + g.pow(2).sum(1) * term
-    coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0) if clip else torch.ones_like(sq)
+    coef = clip_factors(sq.sqrt(), clipping_norm) if clip else torch.ones_like(sq)
     result = {}
     for n, m in layers.items():
         if not acts[n]:

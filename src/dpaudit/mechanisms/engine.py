@@ -7,7 +7,7 @@ R = 1 is a release (:func:`dpaudit.mechanisms.dpsgd.train_linear_head`, record l
 :func:`dpaudit.audits.user_level.train_user_heads_batched` behind
 :class:`~dpaudit.audits.user_level.UserHeadTarget`). Because releases and audits run this same loop
 and the same clipped sums, a bug in the released mechanism is a bug in what is audited (pinned by
-``tests/audits/test_release_engine_is_audited.py`` through :func:`planted_bug`).
+``tests/audits/test_release_engine_is_audited.py`` with planted faults).
 
 Protocol per run (DP-RVFL paper, section 3.2 / Algorithm 1; user level: DP-MixMin paper,
 appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
@@ -49,14 +49,13 @@ the privatised sum -- clipped sum plus Gaussian noise, before division by m0 and
 parameter coordinates, for every run and step; exactly the values the sanitised step then used.
 Recording reads the private outputs only, it draws nothing and changes no update.
 
-**Planted bugs (tests only).** :func:`planted_bug` switches on a deliberate fault in the shared
-clipped sums for the duration of a ``with`` block, so a test can show that a fault in the release
-path reaches the audits. Off by default; nothing in the library turns it on.
+**Planted faults** are test fixtures (``tests/faults.py``): they monkeypatch the shared clipping
+rule (:func:`~dpaudit.mechanisms.dpsgd.clip_factors`) or noise filler, so a test can show that a
+fault in the release path reaches the audits. The library has no switch that weakens it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -69,32 +68,6 @@ from ..noise import NoiseSource
 from ..validation import positive_int
 from . import dpsgd
 from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyAdamStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
-
-#: Planted bugs :func:`planted_bug` knows: "skip-clip" leaves the last unit of every sampled batch
-#: unclipped (an off-by-one in the clipping loop); "half-noise" halves the DP noise of every step.
-PLANTED_BUGS = ("skip-clip", "half-noise")
-
-
-@contextlib.contextmanager
-def planted_bug(name: str):
-    """TEST-ONLY: plant a known fault in the shared clipped sums inside this ``with`` block.
-
-    ``"skip-clip"``: the last unit of each sampled batch (a record, or a user) keeps its full
-    gradient instead of being clipped to C -- the sensitivity bound, hence the privacy claim,
-    no longer holds. ``"half-noise"``: every DP-SGD step (heads and modules: the shared
-    :class:`~dpaudit.mechanisms.dpsgd.NoisyAdamStep`) adds noise of half the calibrated standard
-    deviation, while the release still records (and claims) the calibrated noise multiplier. Used to check that a bug in the release path reaches the audits (both run
-    this engine). Never enable it outside a test.
-    """
-    if name not in PLANTED_BUGS:
-        raise UsageError(f"planted bug must be one of {', '.join(PLANTED_BUGS)}, got {name!r}.")
-    previous = dpsgd._PLANTED_BUG
-    dpsgd._PLANTED_BUG = name
-    try:
-        yield
-    finally:
-        dpsgd._PLANTED_BUG = previous
-
 
 # ---------------------------------------------------------------- the canary hook
 

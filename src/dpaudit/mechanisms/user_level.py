@@ -162,10 +162,7 @@ def user_head_clipped_sum(
     kd = k.astype(r.dtype)
     if clip:
         norms = (user_norms or _head_user_norms)(r, zr, z1_norm[rows], seg, k)
-        coef = np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-30)).astype(r.dtype, copy=False)
-        if dpsgd._PLANTED_BUG == "skip-clip":  # TEST-ONLY fault (engine.planted_bug): last user unclipped
-            coef = coef.copy()
-            coef[-1] = 1.0
+        coef = dpsgd.clip_factors(np.array(norms), clipping_norm).astype(r.dtype, copy=False)
         weight = coef / kd
     else:
         weight = 1.0 / kd
@@ -280,7 +277,7 @@ def user_module_clipped_sum(
                 means[n] = s / kt
             if clip:
                 sq = sum(m.reshape(m.shape[0], -1).pow(2).sum(1) for m in means.values())
-                coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0)
+                coef = dpsgd.clip_factors(sq.sqrt(), clipping_norm)
                 part = {n: torch.tensordot(coef, m, dims=([0], [0])) for n, m in means.items()}
             else:
                 part = {n: m.sum(0) for n, m in means.items()}

@@ -134,7 +134,7 @@ def test_half_noise_plant_halves_the_step_noise_and_nothing_else(plant_fault):
     cfg = dpsgd.DPSGDConfig(sample_rate=0.5, steps=1, normalizer=1, noise_multiplier=2.0, clipping_norm=1.0)
 
     def draw() -> np.ndarray:
-        step = dpsgd.NoisyAdamStep([torch.zeros(20000, dtype=torch.float32)], cfg, noise=NoiseSource("reproducible", seed=7))
+        step = dpsgd.NoisyStep([torch.zeros(20000, dtype=torch.float32)], cfg, noise=NoiseSource("reproducible", seed=7))
         step.sums[0].zero_()
         a = step._arrays[0]
         for fill in step._fills:

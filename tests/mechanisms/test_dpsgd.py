@@ -307,14 +307,14 @@ def test_head_adam_equals_torch_adam_float64(fused):
     cfg = DPSGDConfig(sample_rate=0.1, steps=5, normalizer=3, noise_multiplier=1.0, lr=0.01)
     w0 = rng.normal(size=(3, 4))
     w = w0.copy()
-    adam = dpsgd._HeadAdam(w, cfg)
+    adam = dpsgd.Adam([torch.from_numpy(w)], cfg)
     if not fused:
         adam.fused = None
     p = torch.nn.Parameter(torch.tensor(w0))
     opt = torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
     for t in range(1, 40):
         g = rng.normal(size=(3, 4)) * 10.0 ** rng.integers(-6, 1)
-        adam.step(g.copy(), t)
+        adam.step([torch.from_numpy(g.copy())], t)
         p.grad = torch.tensor(g)
         opt.step()
     np.testing.assert_allclose(w, p.detach().numpy(), rtol=1e-12, atol=1e-14)
@@ -356,7 +356,7 @@ def test_noisy_adam_step_is_noise_then_normaliser_then_adam():
     w = torch.tensor([[0.3, -0.2], [0.1, 0.5]], dtype=torch.float64)
     ref = torch.nn.Parameter(w.clone())
     opt = torch.optim.Adam([ref], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
-    step = dpsgd.NoisyAdamStep([w], cfg, noise=NoiseSource("reproducible", seed=2))
+    step = dpsgd.NoisyStep([w], cfg, noise=NoiseSource("reproducible", seed=2))
     twin = NoiseSource("reproducible", seed=2)
     for t in range(1, 4):
         s = torch.full((2, 2), 0.1 * t, dtype=torch.float64)

@@ -94,8 +94,9 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
-    target._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                                 noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER)
+    # The plan's optimizer settings (``dp_sgd``, the plan's recorded config; Adam defaults without one).
+    target._config = DPSGDConfig.from_dict(target.dp_sgd or {}, sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
+                                           noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER, non_private=False)
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
     target._n_classes = int(data.n_classes)
     target._binary = target._n_classes == 2
@@ -180,6 +181,7 @@ class HeadTarget(AuditTarget):
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
     threat_model: str = "final-model"  # "trajectory": score every iterate (module docstring)
+    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:

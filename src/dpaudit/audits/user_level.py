@@ -276,6 +276,7 @@ class UserHeadTarget(AuditTarget):
     adjacency: str = ADJACENCY
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)
+    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:

@@ -6,12 +6,15 @@ One shared implementation, registered once per model name; all logic lives in
 
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import typer
 
+from ..requests import DPSGDRequest
 from . import options
 from .common import console, emit_json, note
+from .generic import _command, request_from_options, request_parameters
 
 _DATASET_HELP = "Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files)."
 
@@ -67,10 +70,10 @@ def _make_command(model: str, description: str):
         reference_size: Optional[int] = typer.Option(None, "--reference-size", help="Public size N0 the schedule (q, T, m0) is built from: training records "
                                                      "(default: the dataset definition's train size) or training users (--privacy-unit user: required).", show_default=False),
         json_out: bool = options.json_out(),
+        **fields,
     ) -> None:
         from ..mechanisms.dpsgd_release import release_dpsgd
         from ..mechanisms.rvfl import DEFAULT_DATASET
-        from ..requests import DPSGDRequest
 
         if threads is not None:
             import torch
@@ -83,12 +86,12 @@ def _make_command(model: str, description: str):
             dataset = DEFAULT_DATASET
             note(f"no --dataset given: using the embedded '{DEFAULT_DATASET}' dataset.")
         # Parse into the request (recorded in release.json; the release's command is derived from it).
-        request = DPSGDRequest(
-            model=model, dataset=dataset, data_dir=None if data_dir is None else str(data_dir), epsilon=eps, delta=delta, seed=seed,
-            non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
-            profile=profile, split_seed=split_seed, privacy_unit=privacy_unit, records_per_user=records_per_user,
-            user_ids=None if user_ids is None else str(user_ids), reference_size=reference_size,
-        )
+        # ``fields``: the request's other fields, as generated options (_with_request_options).
+        request = request_from_options(DPSGDRequest, {
+            "dataset": dataset, "data_dir": data_dir, "epsilon": eps, "delta": delta, "seed": seed, "non_private": non_private,
+            "reproducible_noise": reproducible_noise, "noise_source": noise_source, "epochs": epochs, "batch_size": batch_size,
+            "profile": profile, "split_seed": split_seed, "privacy_unit": privacy_unit, "records_per_user": records_per_user,
+            "user_ids": user_ids, "reference_size": reference_size, **fields}, model=model)
         from ..releasing import secret_noise_seed
 
         with secret_noise_seed(noise_seed_file):
@@ -110,7 +113,15 @@ def _make_command(model: str, description: str):
                       f"release id {release.id}")
 
     command.__doc__ = f"{description}. Writes release.json + weights and records the release in the ledger."
-    return command
+    return _with_request_options(command)
+
+
+def _with_request_options(command):
+    """``command`` with one generated option (:func:`~dpaudit.cli.generic.request_parameters`) for
+    every DPSGDRequest field it does not declare itself, passed to it in ``**fields``."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in own} | {"epsilon"}  # --eps is the request's epsilon
+    return _command(command, own + request_parameters(DPSGDRequest, skip=tuple(taken)), command.__name__, command.__doc__)
 
 
 def register(train_app: typer.Typer) -> None:

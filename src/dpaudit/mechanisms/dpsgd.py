@@ -22,7 +22,7 @@ function as an argument (:func:`run_dp_sgd`), so a per-user (group) gradient fun
 in without touching the loop. Frozen parts of a model (random features, projections) must be
 built from public randomness only.
 
-Steps 1 and 3-5 are shared by every trainer: :func:`poisson_batch` (sampling), :class:`NoisyAdamStep`
+Steps 1 and 3-5 are shared by every trainer: :func:`poisson_batch` (sampling), :class:`NoisyStep`
 (noise, normaliser, :class:`Adam`). Two gradient back-ends:
 - linear heads on frozen features (:func:`train_linear_head`, one run of the head engine
   :mod:`dpaudit.mechanisms.engine`, which also runs every audit of a head, R runs at once):
@@ -35,6 +35,7 @@ Steps 1 and 3-5 are shared by every trainer: :func:`poisson_batch` (sampling), :
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -44,7 +45,7 @@ import torch
 
 from ..errors import UsageError
 from ..noise import NoiseSource
-from ..validation import half_open_unit, non_negative_finite, positive_finite, positive_int
+from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
 
 #: Progress callback: called as ``progress(steps_done, steps_total)``.
 Progress = Callable[[int, int], None]
@@ -64,9 +65,12 @@ class DPSGDConfig:
     normalizer: fixed divisor m0 = max(1, floor(q N0)) of the noisy clipped sum.
     noise_multiplier: sigma = noise std / clipping_norm. 0 only with ``non_private=True``.
     clipping_norm: C, the joint L2 bound of each unit's gradient.
-    lr, betas, adam_eps: Adam settings (paper: 1e-3, (0.9, 0.999), 1e-8, no weight decay).
-    non_private: plain Adam on Poisson batches with neither clipping nor noise (no claim; the
+    optimizer: the update rule applied to the sanitised gradient (:data:`OPTIMIZERS`; paper: adam).
+    lr, betas, adam_eps: optimizer settings (paper: Adam, 1e-3, (0.9, 0.999), 1e-8, no weight decay).
+    non_private: the optimizer on Poisson batches with neither clipping nor noise (no claim; the
         gradient is still divided by m0 so the update scale matches the private runs).
+    A release records :meth:`to_dict` (``config["dp_sgd"]``); :meth:`from_dict` reads it back, so
+    an audit of a plan trains with the plan's own settings.
     """
 
     sample_rate: float
@@ -78,8 +82,10 @@ class DPSGDConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-8
     non_private: bool = False
+    optimizer: str = "adam"
 
     def __post_init__(self) -> None:
+        one_of("optimizer", self.optimizer, tuple(OPTIMIZERS))
         half_open_unit("sample_rate", self.sample_rate)
         positive_int("steps", self.steps)
         positive_int("normalizer", self.normalizer)
@@ -99,12 +105,28 @@ class DPSGDConfig:
         return 0.0 if self.non_private else self.noise_multiplier * self.clipping_norm
 
     def to_dict(self) -> dict:
-        return {
-            "sample_rate": self.sample_rate, "steps": self.steps, "normalizer": self.normalizer,
-            "noise_multiplier": self.noise_multiplier, "clipping_norm": self.clipping_norm,
-            "lr": self.lr, "betas": list(self.betas), "adam_eps": self.adam_eps,
-            "weight_decay": 0.0, "non_private": self.non_private,
-        }
+        d = dataclasses.asdict(self)
+        return {**d, "betas": list(self.betas), "weight_decay": 0.0}
+
+    @classmethod
+    def from_dict(cls, d: dict, **override) -> "DPSGDConfig":
+        """The config recorded by :meth:`to_dict` (older records lack ``optimizer``: Adam), with
+        ``override`` fields replaced (e.g. a release's recorded schedule)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in {**d, **override}.items() if k in names}
+        if "betas" in kw:
+            kw["betas"] = tuple(kw["betas"])
+        return cls(**kw)
+
+
+#: DPSGDConfig fields a request may set (its optimizer's public settings; the schedule and noise
+#: come from the plan): read by :func:`optimizer_settings`.
+OPTIMIZER_SETTINGS = ("optimizer",)
+
+
+def optimizer_settings(request) -> dict:
+    """The optimizer settings ``request`` carries (:data:`OPTIMIZER_SETTINGS`), for its DPSGDConfig."""
+    return {k: getattr(request, k) for k in OPTIMIZER_SETTINGS if hasattr(request, k)}
 
 
 # ---------------------------------------------------------------- Adam
@@ -181,24 +203,20 @@ class Adam:
                    beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
 
 
-class _HeadAdam(Adam):
-    """:class:`Adam` on one NumPy array ``w`` (zero-copy views), gradients given as NumPy arrays."""
-
-    def __init__(self, w: np.ndarray, config: DPSGDConfig):
-        super().__init__([torch.from_numpy(w)], config)
-
-    def step(self, g: np.ndarray, t: int) -> None:  # type: ignore[override]
-        super().step([torch.from_numpy(g)], t)
+#: The update rules of :class:`NoisyStep` by ``DPSGDConfig.optimizer``: a class built as
+#: ``cls(params, config)`` whose ``step(grads, t)`` updates ``params`` in place at step t = 1, 2, ...
+OPTIMIZERS = {"adam": Adam}
 
 
-class NoisyAdamStep:
-    """Steps 6-8 of Algorithm 1, shared by every DP-SGD trainer (heads and modules).
+class NoisyStep:
+    """Steps 6-8 of Algorithm 1, the one noisy step of every DP-SGD loop (heads and modules,
+    releases and audits), in the spirit of Opacus's ``DPOptimizer``.
 
     The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
     like the parameters); :meth:`apply` adds N(0, (sigma C)^2 I) drawn from the private source
     (:func:`gaussian_filler`, one draw per buffer, in order), divides by the fixed normaliser m0
-    -- never the realised batch size -- and takes one :class:`Adam` step from this sanitised
-    gradient only.
+    -- never the realised batch size -- and takes one step of the config's optimizer
+    (:data:`OPTIMIZERS`) from this sanitised gradient only.
     """
 
     def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
@@ -207,14 +225,14 @@ class NoisyAdamStep:
         self._arrays = [s.numpy() for s in self.sums]
         std = config.noise_std
         self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
-        self.adam = Adam(params, config)
+        self.optimizer = OPTIMIZERS[config.optimizer](params, config)
 
     def apply(self, t: int) -> None:
         for a, fill in zip(self._arrays, self._fills):
             a += fill()
         for a in self._arrays:
             a /= self.config.normalizer
-        self.adam.step(self.sums, t)
+        self.optimizer.step(self.sums, t)
 
 
 # ---------------------------------------------------------------- Poisson sampling
@@ -362,7 +380,7 @@ def run_dp_sgd(
 
     The unit is whatever ``clipped_sum`` says it is: a record (the functions in this module) or,
     for user-level DP, a user whose records' summed gradient is clipped as one contribution; the
-    sampling (:func:`poisson_batch`), noise, normaliser and Adam (:class:`NoisyAdamStep`) are those
+    sampling (:func:`poisson_batch`), noise, normaliser and Adam (:class:`NoisyStep`) are those
     of the linear-head engine (:mod:`dpaudit.mechanisms.engine`), which runs the same steps and
     draws on many heads at once.
 
@@ -373,7 +391,7 @@ def run_dp_sgd(
     loop. Without a hook (every release) the loop and its draws are exactly as before.
     """
     n_units = positive_int("n_units", n_units)
-    sanitise = NoisyAdamStep(params, config, noise=noise)  # noise, m0 and Adam: the head engine's step
+    sanitise = NoisyStep(params, config, noise=noise)  # noise, m0 and Adam: the head engine's step
     steps_done = 0
     report_every = max(1, config.steps // 200)
     for t in range(1, config.steps + 1):

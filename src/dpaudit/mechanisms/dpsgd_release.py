@@ -186,7 +186,7 @@ class DPSGDMechanism:
         """Public quantities only: the schedule of the unit's declared reference size (never
         ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
         from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
-        from .dpsgd import DPSGDConfig
+        from .dpsgd import DPSGDConfig, optimizer_settings
 
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
@@ -198,7 +198,7 @@ class DPSGDMechanism:
                               epochs=r.epochs, batch_size=r.batch_size, non_private=r.non_private, adjacency=adjacency)
         sched = setup.schedule
         dp = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                         noise_multiplier=setup.noise_multiplier, non_private=r.non_private)
+                         noise_multiplier=setup.noise_multiplier, non_private=r.non_private, **optimizer_settings(r))
         unit_config = {"privacy_unit": "user", "records_per_user": int(r.records_per_user), "user_sampling": USER_SAMPLING} if user else {}
         config = {
             "model": r.model, "family": spec.family, "description": spec.description,
@@ -227,11 +227,10 @@ class DPSGDMechanism:
             noise_what=f"{r.model} run", compare_accountants=("prv",))
 
     def dpsgd_config(self, plan: ReleasePlan):
+        """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""
         from .dpsgd import DPSGDConfig
 
-        f = plan.release_fields
-        return DPSGDConfig(sample_rate=f["sample_rate"], steps=plan.steps, normalizer=f["normalizer"], noise_multiplier=f["noise_multiplier"],
-                           non_private=plan.event is None)
+        return DPSGDConfig.from_dict(plan.config["dp_sgd"])
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
@@ -362,7 +361,7 @@ class DPSGDMechanism:
                   canary=canary, seed=plan.seed, noise_multiplier=float(f["noise_multiplier"]),
                   schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])), epochs=plan.config["epochs"],
                   batch_size=plan.config["batch_size"], profile=plan.dataset.get("profile", r.profile),
-                  split_seed=plan.dataset.get("split_seed", r.split_seed))
+                  split_seed=plan.dataset.get("split_seed", r.split_seed), dp_sgd=plan.config["dp_sgd"])
         kw.update(opts)
         if plan.privacy_unit == "user":
             from ..audits.user_level import UserHeadTarget

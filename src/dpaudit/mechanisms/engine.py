@@ -20,7 +20,7 @@ appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
    min(G, |D_u|) records drawn without replacement are averaged and clipped as one
    contribution); an empty sample gives a zero sum;
 3. N(0, (sigma C)^2 I) is added to each run's sum, the result is divided by the fixed normaliser
-   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd.NoisyAdamStep`, the
+   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd.NoisyStep`, the
    step shared with the module trainer :func:`~dpaudit.mechanisms.dpsgd.run_dp_sgd`).
 
 Private draws, in this order per step: the R Poisson samples; the canary draw (only with a
@@ -67,7 +67,7 @@ from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import positive_int
 from . import dpsgd
-from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyAdamStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
+from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
 
 # ---------------------------------------------------------------- the canary hook
 
@@ -407,7 +407,7 @@ class _Recorder:
     to Adam. Without noise (``non_private``) it stores the clipped sum itself.
     """
 
-    def __init__(self, sanitise: NoisyAdamStep, sums: np.ndarray, coords: np.ndarray, steps: int):
+    def __init__(self, sanitise: NoisyStep, sums: np.ndarray, coords: np.ndarray, steps: int):
         runs = sums.shape[0]
         self.flat, self.coords, self.t = sums.reshape(runs, -1), coords, 0
         self.values = np.zeros((runs, steps, coords.size), dtype=sums.dtype)
@@ -433,7 +433,7 @@ def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_can
     runs = w0.shape[0]
     w = np.array(w0, dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
     w_t = torch.from_numpy(w)  # shared memory: Adam updates w in place, the clipped sums read w_t
-    sanitise = NoisyAdamStep([w_t], config, noise=noise)
+    sanitise = NoisyStep([w_t], config, noise=noise)
     sums_t = sanitise.sums[0]  # (R, K, d+1), filled by the units, then noised, normalised, applied
     sums = sums_t.numpy()
     w_rows, sum_rows = list(w_t.unbind(0)), list(sums_t.unbind(0))  # per-run views, made once

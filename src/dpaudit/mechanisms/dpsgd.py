@@ -66,6 +66,7 @@ class DPSGDConfig:
     noise_multiplier: sigma = noise std / clipping_norm. 0 only with ``non_private=True``.
     clipping_norm: C, the joint L2 bound of each unit's gradient.
     optimizer: the update rule applied to the sanitised gradient (:data:`OPTIMIZERS`; paper: adam).
+    momentum: the heavy-ball momentum of ``optimizer="sgd"`` in [0, 1) (0 for adam).
     lr, betas, adam_eps: optimizer settings (paper: Adam, 1e-3, (0.9, 0.999), 1e-8, no weight decay).
     non_private: the optimizer on Poisson batches with neither clipping nor noise (no claim; the
         gradient is still divided by m0 so the update scale matches the private runs).
@@ -83,9 +84,12 @@ class DPSGDConfig:
     adam_eps: float = 1e-8
     non_private: bool = False
     optimizer: str = "adam"
+    momentum: float = 0.0
 
     def __post_init__(self) -> None:
         one_of("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        if not (0.0 <= float(self.momentum) < 1.0) or (self.optimizer != "sgd" and self.momentum):
+            raise UsageError(f"momentum must be in [0, 1) with optimizer sgd and 0 otherwise, got {self.momentum!r} with {self.optimizer}.")
         half_open_unit("sample_rate", self.sample_rate)
         positive_int("steps", self.steps)
         positive_int("normalizer", self.normalizer)
@@ -121,7 +125,7 @@ class DPSGDConfig:
 
 #: DPSGDConfig fields a request may set (its optimizer's public settings; the schedule and noise
 #: come from the plan): read by :func:`optimizer_settings`.
-OPTIMIZER_SETTINGS = ("optimizer",)
+OPTIMIZER_SETTINGS = ("optimizer", "momentum")
 
 
 def optimizer_settings(request) -> dict:
@@ -203,9 +207,29 @@ class Adam:
                    beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
 
 
+class SGD:
+    """SGD with heavy-ball momentum on a list of tensors (in place): the arithmetic of
+    ``torch.optim.SGD(lr, momentum)`` (no dampening, weight decay or Nesterov): b_1 = g_1,
+    b_t = mu b_{t-1} + g_t, p -= lr b_t (p -= lr g_t without momentum)."""
+
+    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
+        self.params, self.config, self.buffers = list(params), config, None
+
+    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
+        lr, mu = self.config.lr, self.config.momentum
+        with torch.no_grad():
+            if mu and self.buffers is None:
+                self.buffers = [g.detach().clone() for g in grads]  # the callers' gradient buffers are reused
+            elif mu:
+                for b, g in zip(self.buffers, grads):
+                    b.mul_(mu).add_(g)
+            for p, d in zip(self.params, self.buffers if mu else grads):
+                p.add_(d, alpha=-lr)
+
+
 #: The update rules of :class:`NoisyStep` by ``DPSGDConfig.optimizer``: a class built as
 #: ``cls(params, config)`` whose ``step(grads, t)`` updates ``params`` in place at step t = 1, 2, ...
-OPTIMIZERS = {"adam": Adam}
+OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
 class NoisyStep:

@@ -14,12 +14,11 @@ from typer.testing import CliRunner
 from dpaudit.audits.build import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
-from dpaudit.audits.user_level import (UserCanary, UserHeadTarget, synthetic_user_ids, train_user_heads_batched, user_clipped_gradient,
-                                       user_head_clipped_sum_gram)
+from dpaudit.audits.user_level import UserCanary, UserHeadTarget, synthetic_user_ids, train_user_heads_batched, user_clipped_gradient
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms import dpsgd
+from dpaudit.mechanisms import dpsgd, user_level
 from dpaudit.mechanisms.dpsgd import DPSGDConfig
 from dpaudit.mechanisms.user_level import sample_user_records, train_user_linear_head, user_head_clipped_sum
 from dpaudit.noise import NoiseSource
@@ -40,7 +39,9 @@ def _features(rng, n, d, k):
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**31), g=st.integers(1, 6), clip=st.sampled_from([0.05, 1.0, 50.0]), binary=st.booleans(),
        n_users=st.integers(2, 40))
-def test_gram_clipped_sum_equals_the_mechanism(seed, g, clip, binary, n_users):
+def test_gram_and_segment_user_norms_agree(seed, g, clip, binary, n_users):
+    """The one user-norm kernel's two algorithms (Gram matrices for small users, segment sums for
+    large ones) give the same clipped sums up to float rounding."""
     rng = np.random.default_rng(seed)
     k = 1 if binary else 4
     n = int(rng.integers(n_users, 4 * n_users + 1))
@@ -50,8 +51,10 @@ def test_gram_clipped_sum_equals_the_mechanism(seed, g, clip, binary, n_users):
     w = (rng.normal(size=(k, 8)) * 0.3).astype(np.float32)
     sampled = np.sort(rng.choice(index.n_users, size=int(rng.integers(1, index.n_users + 1)), replace=False))
     rows, seg, kk = sample_user_records(index, sampled, g, NoiseSource("reproducible", seed=seed))
-    want = user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)
-    got = user_head_clipped_sum_gram(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)
+    got = user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)  # Gram (G <= 6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(user_level, "GRAM_MAX_RECORDS", 0)
+        want = user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)  # segment sums
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6 * max(1.0, np.abs(want).max()))
 
 
@@ -93,11 +96,8 @@ def test_batched_run_equals_the_mechanism_bit_for_bit_with_within_user_sampling(
     cfg = _full_batch_config(index.n_users)
     init = rng.normal(size=(3, 6)) * 0.1
     one = train_user_linear_head(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), init=init)
-    many = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init,
-                                    user_sum=user_head_clipped_sum)
+    many = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
     assert np.array_equal(many.weights[0], one.weight)
-    fast = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
-    np.testing.assert_allclose(fast.weights[0], one.weight, rtol=1e-5, atol=1e-6)
 
 
 def test_canary_user_is_one_more_user_of_the_mechanism():
@@ -109,7 +109,7 @@ def test_canary_user_is_one_more_user_of_the_mechanism():
     init = rng.normal(size=(3, 6)) * 0.1
     canary = UserCanary(kind="records", z=zc, y=yc)
     got = train_user_heads_batched(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
-                                   canary_in=np.array([True]), init=init, user_sum=user_head_clipped_sum)
+                                   canary_in=np.array([True]), init=init)
     # the mechanism on the data plus the canary user (its normaliser is public and unchanged)
     want = train_user_linear_head(np.concatenate([z, zc]), np.concatenate([y, yc]), np.concatenate([ids, [99] * 4]), 3, cfg,
                                   records_per_user=4, noise=NoiseSource("reproducible", seed=5), init=init)
@@ -181,18 +181,20 @@ def _per_record_clipped_gradient(grads, clipping_norm):
 
 
 class _BrokenPerRecordClipTarget(UserHeadTarget):
-    """Test-only: the user-level target with record-level clipping, still claiming user-level epsilon."""
+    """Test-only: the user-level target whose canary user is clipped per record, still claiming user-level epsilon."""
 
     def _train(self, canary_in, noise):
         return train_user_heads_batched(self._z, self._y, self._users, self._n_classes, self._config, records_per_user=self.records_per_user,
                                         noise=noise, runs=canary_in.size, canary=self._canary, canary_in=canary_in, init=self._init,
-                                        binary_logit=self._binary, user_sum=_per_record_clipped_sum, clip_user=_per_record_clipped_gradient)
+                                        binary_logit=self._binary, clip_user=_per_record_clipped_gradient)
 
 
-def test_per_record_clipping_is_caught():
+def test_per_record_clipping_is_caught(monkeypatch):
     # G = 16 records per user: the broken mechanism's canary user moves W[0, j] by 16 C per sampled step.
     t = _BrokenPerRecordClipTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4)
-    r = run_audit(t, runs=1000, seed=0, controls=(), reproducible_noise=True)
+    with monkeypatch.context() as mp:  # the planted fault: the shared user kernel clips records, not users
+        mp.setattr(user_level, "user_head_clipped_sum", _per_record_clipped_sum)
+        r = run_audit(t, runs=1000, seed=0, controls=(), reproducible_noise=True)
     assert r.claimed_epsilon <= 1.0
     assert r.violated and r.epsilon_lower_bound > 1.3 * r.claimed_epsilon  # 1.6 to 2.2 over public seeds 0-2
     real = UserHeadTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4,

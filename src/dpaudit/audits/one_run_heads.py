@@ -112,10 +112,9 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
         # engine's canary draw), whose jointly clipped contribution is exactly C e_j.
         from ..data.users import UserIndex, index_users
         from ..mechanisms.engine import UserSampling
-        from .user_level import user_head_clipped_sum_gram
 
         index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
-        users = UserSampling(index, target.records_per_user, user_sum=user_head_clipped_sum_gram)
+        users = UserSampling(index, target.records_per_user)
     cfg = target._config
     if not (noise_on and target.noise):
         cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)

@@ -54,7 +54,6 @@ import numpy as np
 import torch
 
 from ..errors import DataError, UsageError
-from ..mechanisms.user_level import user_head_clipped_sum
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
@@ -102,43 +101,6 @@ def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.
     return mean * min(1.0, float(clipping_norm) / max(norm, 1e-30))
 
 
-def gram_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """||g_u||_F of the averaged per-user head gradients from Gram matrices (a speed device for
-    the audit's many small runs; a drop-in for ``mechanisms.user_level._head_user_norms``).
-
-    ||g_u||_F^2 = (1/k_u^2) sum_{i, j in S_u} (r_i . r_j)(z1_i . z1_j): two batched (U, G, G)
-    products on the rows padded per user, instead of the mechanism's per-logit segment sums
-    (about 10x faster at digits size; G^2 memory per user, so only for small users). Singleton
-    users: ||r_i|| ||z1_i||, as the mechanism. Pinned against the mechanism by a test.
-    """
-    first = np.cumsum(k) - k
-    norms = np.empty(k.size, dtype=r.dtype)
-    single = k == 1
-    if single.any():
-        fr = first[single]
-        norms[single] = np.sqrt(np.einsum("ij,ij->i", r[fr], r[fr])) * zr_norm[fr]
-    multi = ~single
-    if multi.any():
-        mrows = multi[seg]
-        km = k[multi]
-        u = np.cumsum(multi) - 1  # position of each multi-record user among them
-        pos = np.arange(r.shape[0]) - first[seg]
-        zp = np.zeros((km.size, int(km.max()), zr.shape[1]))
-        rp = np.zeros((km.size, int(km.max()), r.shape[1]))
-        zp[u[seg[mrows]], pos[mrows]] = zr[mrows]
-        rp[u[seg[mrows]], pos[mrows]] = r[mrows]
-        sq = np.einsum("ugh,ugh->u", zp @ zp.transpose(0, 2, 1), rp @ rp.transpose(0, 2, 1))
-        norms[multi] = (np.sqrt(np.maximum(sq, 0.0)) / km).astype(r.dtype)
-    return norms
-
-
-def user_head_clipped_sum_gram(w, z1, z1_norm, y, rows, seg, k, clipping_norm, *, binary_logit: bool = False, clip: bool = True) -> np.ndarray:
-    """:func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` with :func:`gram_user_norms`
-    (same arguments; everything but the norms is the mechanism's own arithmetic)."""
-    return user_head_clipped_sum(w, z1, z1_norm, y, rows, seg, k, clipping_norm, binary_logit=binary_logit, clip=clip,
-                                 user_norms=gram_user_norms)
-
-
 @dataclass(frozen=True, eq=False)
 class UserCanary:
     """A canary user for :func:`train_user_heads_batched`.
@@ -184,7 +146,6 @@ def train_user_heads_batched(
     init: np.ndarray | None = None,
     binary_logit: bool = False,
     dtype: torch.dtype = torch.float32,
-    user_sum=None,
     clip_user=None,
 ):
     """Train ``runs`` independent user-level DP-SGD linear heads at once (for audits).
@@ -197,11 +158,7 @@ def train_user_heads_batched(
     ``UserIndex``. ``canary_in`` (R,) booleans: runs whose input holds the canary user, which is
     Poisson-sampled at the same rate q (one more unit).
 
-    ``user_sum`` (same signature as ``user_head_clipped_sum``) defaults to
-    :func:`user_head_clipped_sum_gram`, the mechanism's clipped sum with faster norms (equal to
-    it, pinned by a test; pass ``user_head_clipped_sum`` itself to run the mechanism's code);
-    ``clip_user`` to :func:`user_clipped_gradient`. A test plugs in a deliberately broken
-    clipping here to check that the audit catches it.
+    ``clip_user`` (the gradient canary user's contribution) defaults to :func:`user_clipped_gradient`.
 
     Returns a :class:`~dpaudit.mechanisms.batched.BatchedHeadResult`.
     """
@@ -209,7 +166,6 @@ def train_user_heads_batched(
     from ..mechanisms.batched import check_batched_inputs
     from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
 
-    user_sum = user_head_clipped_sum_gram if user_sum is None else user_sum
     clip_user = user_clipped_gradient if clip_user is None else clip_user
     runs = positive_int("runs", runs)
     g = positive_int("records_per_user", records_per_user)
@@ -233,7 +189,7 @@ def train_user_heads_batched(
         if grads.shape[1:] != (k, d + 1):
             raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
         hook = CanaryHook(included=canary_in, gradient=np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64))
-    return train_heads(z, y, n_classes, config, noise=noise, runs=runs, init=init, users=UserSampling(index, g, user_sum=user_sum),
+    return train_heads(z, y, n_classes, config, noise=noise, runs=runs, init=init, users=UserSampling(index, g),
                        canary=hook, binary_logit=binary_logit, dtype=dtype)
 
 

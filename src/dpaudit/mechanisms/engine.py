@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -115,13 +114,10 @@ def canary_draw(noise: NoiseSource, runs: int, q: float) -> np.ndarray:
 @dataclass(frozen=True)
 class UserSampling:
     """User-level units for :func:`train_heads`: ``index`` (a UserIndex over the training rows),
-    ``records_per_user`` G, and optionally ``user_sum``, a replacement with the signature and
-    result of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` (the audits pass a
-    faster equal one)."""
+    ``records_per_user`` G."""
 
     index: object
     records_per_user: int
-    user_sum: Callable | None = None
 
 
 class RecordUnits:
@@ -172,12 +168,12 @@ def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, cl
 class UserUnits:
     """Users as units: Poisson over users, min(G, |D_u|) records per sampled user (private,
     :func:`~dpaudit.mechanisms.user_level.sample_user_records`), per-user averaged gradient
-    clipped jointly (``user_sum``, default
-    :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`). Canary rows form user
+    clipped jointly (:func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, the kernel of
+    releases and audits alike). Canary rows form user
     ``n_users`` (one more user of the index)."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
-        from .user_level import sample_user_records, user_head_clipped_sum
+        from . import user_level
 
         index = users.index
         if index.n_records != n:
@@ -188,7 +184,7 @@ class UserUnits:
             index = _with_extra_user(index, n, canary_rows)
             self.canary_unit = self.n_units
         self.index, self.g, self.noise = index, positive_int("records_per_user", users.records_per_user), noise
-        self.sample, self.user_sum = sample_user_records, users.user_sum or user_head_clipped_sum
+        self.sample, self.user_sum = user_level.sample_user_records, user_level.user_head_clipped_sum
         self.z1, self.z1_norm, self.y = z1, z1_norm, y
         self.clipping_norm, self.clip, self.binary = config.clipping_norm, not config.non_private, k == 1
 

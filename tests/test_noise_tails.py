@@ -253,7 +253,9 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     from dpaudit.mechanisms.batched import train_linear_heads_batched
     from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd
     from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_batched
-    from dpaudit.mechanisms.user_level import train_user_linear_head, train_user_module_dp_sgd
+    from dpaudit.data.users import index_users
+    from dpaudit.mechanisms.engine import UserSampling, train_heads
+    from dpaudit.mechanisms.user_level import train_user_module_dp_sgd
 
     calls = []
     real = noise_mod.box_muller
@@ -275,7 +277,7 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
         m.setattr(torch.Tensor, "normal_", forbidden)
         paths = {
             "record head": lambda s: train_linear_head(z, y, 2, cfg, noise=s),
-            "user head": lambda s: train_user_linear_head(z, y, users, 2, cfg, records_per_user=2, noise=s),
+            "user head": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s),
             "record module": lambda s: train_module_dp_sgd(module, x, torch.as_tensor(y), cfg, noise=s),
             "user module": lambda s: train_user_module_dp_sgd(module, x, torch.as_tensor(y), users, cfg, records_per_user=2, noise=s),
             "batched heads": lambda s: train_linear_heads_batched(z, y, 2, cfg, noise=s, runs=3),

@@ -132,7 +132,7 @@ def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monk
     def trained(*a, **k):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", trained)  # the DP-SGD release's trainer
+    monkeypatch.setattr(dpsgd_release, "train_heads", trained)  # the DP-SGD release's trainer
     with pytest.raises(UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got .* for this dp-rvfl run"):
         rvfl.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
                                progress=False, ledger_path=tmp_path / "l.sqlite")

@@ -20,7 +20,8 @@ from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
 from dpaudit.mechanisms import dpsgd, user_level
 from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.user_level import sample_user_records, train_user_linear_head, user_head_clipped_sum
+from dpaudit.mechanisms.engine import UserSampling, train_heads
+from dpaudit.mechanisms.user_level import sample_user_records, user_head_clipped_sum
 from dpaudit.noise import NoiseSource
 
 torch.set_num_threads(1)
@@ -95,9 +96,9 @@ def test_batched_run_equals_the_mechanism_bit_for_bit_with_within_user_sampling(
     index = index_users(ids)
     cfg = _full_batch_config(index.n_users)
     init = rng.normal(size=(3, 6)) * 0.1
-    one = train_user_linear_head(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), init=init)
+    one = train_heads(z, y, 3, cfg, users=UserSampling(index, 2), noise=NoiseSource("reproducible", seed=11), init=init)  # a release's run
     many = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
-    assert np.array_equal(many.weights[0], one.weight)
+    assert np.array_equal(many.weights[0], one.weights[0])
 
 
 def test_canary_user_is_one_more_user_of_the_mechanism():
@@ -111,9 +112,9 @@ def test_canary_user_is_one_more_user_of_the_mechanism():
     got = train_user_heads_batched(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
                                    canary_in=np.array([True]), init=init)
     # the mechanism on the data plus the canary user (its normaliser is public and unchanged)
-    want = train_user_linear_head(np.concatenate([z, zc]), np.concatenate([y, yc]), np.concatenate([ids, [99] * 4]), 3, cfg,
-                                  records_per_user=4, noise=NoiseSource("reproducible", seed=5), init=init)
-    assert np.array_equal(got.weights[0], want.weight) and got.canary_samples.tolist() == [cfg.steps]
+    want = train_heads(np.concatenate([z, zc]), np.concatenate([y, yc]), 3, cfg, users=UserSampling(index_users(np.concatenate([ids, [99] * 4])), 4),
+                       noise=NoiseSource("reproducible", seed=5), init=init)
+    assert np.array_equal(got.weights[0], want.weights[0]) and got.canary_samples.tolist() == [cfg.steps]
 
 
 def test_cryptographic_source_goes_through_its_methods():
@@ -224,13 +225,13 @@ def test_build_target_user_unit_and_refusals():
 
 def test_target_from_a_user_level_release(tmp_path):
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.user_level import train_and_release_user_level
+    from dpaudit.mechanisms.rvfl import train_and_release
 
     ds = load_dataset("digits")
     n = len(ds.y_train) + len(ds.y_val) + len(ds.y_test)
     ids = np.arange(n) // 3
     np.save(tmp_path / "ids.npy", ids)
-    rel = train_and_release_user_level("dp-rvfl", user_ids=str(tmp_path / "ids.npy"), records_per_user=2, epsilon=3.0, epochs=1,
+    rel = train_and_release("dp-rvfl", privacy_unit="user", user_ids=str(tmp_path / "ids.npy"), records_per_user=2, epsilon=3.0, epochs=1,
                                        out_dir=tmp_path / "rel", progress=False, record=False, reference_size=419)
     t = target_from_release(tmp_path / "rel", canary="max-clip")  # users from the --user-ids file in the release's command
     assert isinstance(t, UserHeadTarget) and t.records_per_user == 2 and t.adjacency == "add-remove-user"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -175,13 +176,13 @@ def test_non_private_release(tmp_path):
 
 
 def test_step_mismatch_fails_loudly_and_publishes_nothing(tmp_path, monkeypatch):
-    real = dpsgd_release.train_linear_head
+    real = dpsgd_release.train_heads
 
     def short(*a, **k):
         res = real(*a, **k)
-        return type(res)(weight=res.weight, steps_executed=res.steps_executed - 1, binary_logit=res.binary_logit)
+        return dataclasses.replace(res, steps_executed=res.steps_executed - 1)
 
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", short)
+    monkeypatch.setattr(dpsgd_release, "train_heads", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
         train_and_release("dp-rvfl", prepared=_synthetic(), out_dir=tmp_path, progress=False, **SAME_ACCOUNTING)
     assert not (tmp_path / "release.json").exists()
@@ -208,7 +209,7 @@ def test_over_cap_is_refused_before_training(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("training must not start")
 
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", boom)
+    monkeypatch.setattr(dpsgd_release, "train_heads", boom)
     with pytest.raises(BudgetExceededError):
         train_and_release("dp-rvfl", prepared=_synthetic(), ledger_path=ledger_path, out_dir=tmp_path / "r", progress=False, **SAME_ACCOUNTING)
     with pytest.raises(BudgetExceededError):

@@ -14,7 +14,7 @@ user of the same index: it is Poisson-sampled at the same rate q and clipped by 
 **Privacy contract audited.** The release claims (epsilon, delta)-DP under ``add-remove-user``
 adjacency for ``SubsampledGaussian(sigma, q_user, T)`` (RDP accountant), sigma calibrated for
 the target epsilon from the *user* schedule (n_users, expected users per step, epochs) exactly
-as :func:`~dpaudit.mechanisms.user_level.train_and_release_user_level` does. One trial is one
+as a user-level release (:class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`) does. One trial is one
 training run on the base users, plus the canary user in the "in" world: neighbouring inputs
 differ by one whole user (G records), so a sound mechanism must keep the audit's eps_LB at or
 below the claim whatever G is.
@@ -150,7 +150,7 @@ def train_user_heads_batched(
 ):
     """Train ``runs`` independent user-level DP-SGD linear heads at once (for audits).
 
-    Each run is the protocol of :func:`dpaudit.mechanisms.user_level.train_user_linear_head`:
+    Each run is the protocol of a user-level head release (the same :func:`~dpaudit.mechanisms.engine.train_heads`):
     its own Poisson sample of users (rate ``config.sample_rate``) at every step, min(G, |D_u|)
     records per sampled user, per-user averaged gradients clipped jointly at C by
     :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, its own N(0, (sigma C)^2 I), the

@@ -630,8 +630,8 @@ def train_linear_head(
     ``init`` (K, d+1) must come from public randomness; zeros when omitted.
     ``z_has_bias_column=True``: ``z`` is already [z, 1] (its last column all ones, e.g. from
     ``FrozenFeatures.transform(..., bias_column=True)``) and is used without a copy.
-    ``users``: an :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD
-    (:func:`dpaudit.mechanisms.user_level.train_user_linear_head`); records when omitted.
+    ``users``: an :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD; records
+    when omitted.
     """
     from .engine import train_heads
 

@@ -36,8 +36,10 @@ from ..errors import DataError, UsageError
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, ReleasePlan, RunOutput
-# The record-level trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import train_linear_head, train_module_dp_sgd
+# The trainers, looked up here at run time (tests substitute them on this module).
+from .dpsgd import train_module_dp_sgd
+from .engine import UserSampling, train_heads
+from .user_level import train_user_module_dp_sgd
 from .rvfl import (
     ACCOUNTANT,
     DEFAULT_DATASET,
@@ -246,20 +248,11 @@ class DPSGDMechanism:
         config = self.dpsgd_config(plan)
         steps = plan.steps
         private = plan.event is not None
-        train_head, train_module = train_linear_head, train_module_dp_sgd
+        users = None  # the privacy unit: records, or users (the plan's (q, T, m0) whatever their actual number, private)
         if plan.privacy_unit == "user":
             from ..data.users import index_users
-            from .user_level import train_user_linear_head, train_user_module_dp_sgd
 
-            # The plan's (q, T, m0) whatever the actual number of users (private: never published).
-            users = index_users(data.user_ids["train"])
-            g = int(r.records_per_user)
-
-            def train_head(z, y, n_classes, cfg, **kw):
-                return train_user_linear_head(z, y, users, n_classes, cfg, records_per_user=g, **kw)
-
-            def train_module(module, x, y, cfg, **kw):
-                return train_user_module_dp_sgd(module, x, y, users, cfg, records_per_user=g, **kw)
+            users = UserSampling(index_users(data.user_ids["train"]), int(r.records_per_user))
 
         # The spent-epsilon curve costs one RDP evaluation: only build it when progress is shown.
         eps_of = epsilon_curve(config.noise_multiplier, config.sample_rate, plan.delta) if (private and progress not in (None, False)) else None
@@ -289,14 +282,14 @@ class DPSGDMechanism:
             cb, close = _progress_callable(progress, steps, eps_of)
             t_train = time.perf_counter()
             try:
-                head = train_head(z_train, data.y_train, n_classes, config, noise=noise, init=init, progress=cb, binary_logit=binary,
-                                  z_has_bias_column=True)
+                head = train_heads(z_train, data.y_train, n_classes, config, noise=noise, init=init, users=users, progress=cb,
+                                   binary_logit=binary, z_has_bias_column=True)
             finally:
                 close()
             train_seconds = time.perf_counter() - t_train
-            steps_executed = head.steps_executed
-            proba = head_probabilities(head.weight, feats.transform(data.x_test))
-            arrays = {"head_weight": head.weight.astype(np.float32)}
+            steps_executed, weight = head.steps_executed, head.weights[0]
+            proba = head_probabilities(weight, feats.transform(data.x_test))
+            arrays = {"head_weight": weight.astype(np.float32)}
             for name, a in (("projection", feats.projection), ("hidden_weight", feats.weight), ("hidden_bias", feats.bias)):
                 if a is not None:
                     arrays[name] = a.astype(np.float32)
@@ -317,7 +310,9 @@ class DPSGDMechanism:
             cb, close = _progress_callable(progress, steps, eps_of)
             t_train = time.perf_counter()
             try:
-                steps_executed = train_module(module, x_train, y_train, config, noise=noise, loss=loss, progress=cb)
+                kw = dict(noise=noise, loss=loss, progress=cb)
+                steps_executed = train_module_dp_sgd(module, x_train, y_train, config, **kw) if users is None else \
+                    train_user_module_dp_sgd(module, x_train, y_train, users.index, config, records_per_user=users.records_per_user, **kw)
             finally:
                 close()
             train_seconds = time.perf_counter() - t_train

@@ -1,7 +1,7 @@
 """The one DP-SGD engine for linear heads on frozen features: R independent runs at once.
 
 R = 1 is a release (:func:`dpaudit.mechanisms.dpsgd.train_linear_head`, record level, and
-:func:`dpaudit.mechanisms.user_level.train_user_linear_head`, user level); R = trials is an audit
+the same call with :class:`UserSampling`, user level; both through :class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`); R = trials is an audit
 (:func:`dpaudit.mechanisms.batched.train_linear_heads_batched` behind
 :class:`~dpaudit.audits.heads.HeadTarget`, and
 :func:`dpaudit.audits.user_level.train_user_heads_batched` behind

@@ -191,7 +191,7 @@ def train_and_release(
 
     ``privacy_unit="user"`` trains with user-level DP-SGD (adjacency ``add-remove-user``) given
     ``user_ids`` and ``records_per_user`` G: see
-    :func:`dpaudit.mechanisms.user_level.train_and_release_user_level`. ``reference_size``: the
+    :mod:`dpaudit.mechanisms.user_level`. ``reference_size``: the
     public size N0 the schedule is built from (default: the dataset definition's train size,
     ``prepared.reference_size``; users: required).
     """

@@ -40,22 +40,15 @@ user contributes more than one record; the record-level ghost-clipping shortcut 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
 from ..data.users import UserIndex, index_users
 from ..errors import UsageError
 from ..noise import NoiseSource
-from ..records import Release
-from ..validation import one_of, positive_int
+from ..validation import positive_int
 from . import dpsgd
-from .dpsgd import DPSGDConfig, HeadResult, Progress, residuals_numpy
-
-ADJACENCY = "add-remove-user"
-PRIVACY_UNIT = "user"
-ACCOUNTANT = "rdp"
+from .dpsgd import DPSGDConfig, Progress, residuals_numpy
 
 
 # ---------------------------------------------------------------- within-user sampling
@@ -186,38 +179,6 @@ def _check_users(users, n: int) -> UserIndex:
     return index
 
 
-def train_user_linear_head(
-    z: np.ndarray,
-    y: np.ndarray,
-    users,
-    n_classes: int,
-    config: DPSGDConfig,
-    *,
-    records_per_user: int,
-    noise: NoiseSource,
-    init: np.ndarray | None = None,
-    progress: Progress | None = None,
-    binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
-    z_has_bias_column: bool = False,
-) -> HeadResult:
-    """User-level DP-SGD (Adam) on a linear head over frozen features ``z`` (n, d).
-
-    ``users``: a user id per row of ``z`` (or a :class:`~dpaudit.data.users.UserIndex`).
-    ``config.sample_rate`` is the user sampling rate and ``config.normalizer`` the expected
-    number of sampled users. The head engine (:func:`dpaudit.mechanisms.engine.train_heads`, which
-    also trains record-level releases and every audit) runs with users as its units
-    (:class:`~dpaudit.mechanisms.engine.UserUnits`): same preparation, loop, noise draws and
-    Adam. Privacy contract: module docstring.
-    """
-    from .engine import UserSampling
-
-    g = positive_int("records_per_user", records_per_user)
-    index = _check_users(users, int(np.shape(z)[0]))
-    return dpsgd.train_linear_head(z, y, n_classes, config, noise=noise, init=init, progress=progress, binary_logit=binary_logit,
-                                   dtype=dtype, z_has_bias_column=z_has_bias_column, users=UserSampling(index, g))
-
-
 # ---------------------------------------------------------------- trainable modules
 
 
@@ -337,59 +298,3 @@ def train_user_module_dp_sgd(
         return index.n_users, unit_sum
 
     return dpsgd.train_module_dp_sgd(module, xt, yt, config, noise=noise, loss=loss, progress=progress, max_chunk=max_chunk, units=units)
-
-
-# ---------------------------------------------------------------- release
-
-
-def train_and_release_user_level(
-    model: str,
-    *,
-    records_per_user: int,
-    user_ids=None,
-    dataset: str | None = None,
-    data_dir: str | os.PathLike | None = None,
-    epsilon: float = 2.0,
-    delta: float = 1e-5,
-    seed: int = 42,
-    non_private: bool = False,
-    reproducible_noise: bool = False,
-    noise_source: str = "os-entropy",
-    out_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    profile: str | None = None,
-    split_seed: int | None = None,
-    progress=True,
-    record: bool = True,
-    prepared=None,
-    reference_size: int | None = None,
-) -> Release:
-    """Train ``model`` (a :data:`dpaudit.mechanisms.rvfl.MODELS` name) with user-level DP-SGD.
-
-    ``user_ids``: one id per row of the dataset before splitting, in loader order (an array or a
-    path to a ``.npy`` file; the data are then re-split by users, see
-    :mod:`dpaudit.data.users`), or a mapping ``{"train", "val", "test"} -> ids`` for an already
-    split ``prepared`` dataset (refused when partitions share a user). May be omitted when
-    ``prepared`` already carries ``user_ids``. ``batch_size`` is the expected number of *users*
-    per step and ``epochs`` counts passes over users (defaults: the paper's protocol,
-    :func:`dpaudit.mechanisms.rvfl.default_protocol`). ``records_per_user`` is G.
-    ``reference_size``: the declared, public number of training users the schedule (q, T, m0)
-    is built from (required: the actual number is private, a neighbour has one user more or less).
-
-    The claim: (epsilon, delta)-DP under ``add-remove-user`` adjacency on the training
-    partition, for ``SubsampledGaussian(sigma, q_user, T)``, sigma calibrated with the RDP
-    accountant. As for record-level releases, executed steps must equal accounted steps and
-    the recomputed epsilon must not exceed the target, else nothing is published.
-    """
-    from ..catalogue import names
-    from .dpsgd_release import dpsgd_request, release_dpsgd
-
-    one_of("model", model, names(family=("dp-sgd-head", "dp-sgd-module")))  # before records_per_user: the refusal order of the CLI
-    positive_int("records_per_user", records_per_user)
-    request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
-                                 reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
-                                 profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit="user", user_ids=user_ids,
-                                 records_per_user=records_per_user, reference_size=reference_size)
-    return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)

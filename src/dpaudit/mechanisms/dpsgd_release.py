@@ -342,10 +342,21 @@ class DPSGDMechanism:
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
 
-    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
-        """The head audit target of this plan (frozen-feature models): the plan's sigma and
-        schedule, its public seed and dataset. ``opts`` go to the target (``claimed``,
-        ``expected_identity``, ``data_dir``, ``prepared``, ``user_ids``, ...)."""
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
+        schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset.
+
+        ``release``: the :class:`~dpaudit.records.Release` being audited (its recorded claim,
+        event, accountant, dataset identity, and its recorded sigma and schedule, which the plan
+        must equal: for old releases they are the truth). ``user_ids``: the user ids of a
+        user-level audit (default: the request's file; none: a public grouping into users of G).
+        ``no_noise``: the no-noise control. The target a fresh audit or a release audit of the
+        same request built by hand before (``audits/build.py``), with the same scores.
+        """
+        from ..accounting.events import event_from_dict
+        from ..audits.heads import HeadTarget
+        from ..audits.user_level import UserHeadTarget
+
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
             raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
@@ -357,15 +368,19 @@ class DPSGDMechanism:
                   schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])), epochs=plan.config["epochs"],
                   batch_size=plan.config["batch_size"], profile=plan.dataset.get("profile", r.profile),
                   split_seed=plan.dataset.get("split_seed", r.split_seed), dp_sgd=plan.config["dp_sgd"])
-        kw.update(opts)
+        ds = {} if release is None else (release.dataset or {})
+        if release is not None:
+            kw.update(noise_multiplier=float(release.noise_multiplier), schedule=(float(release.sample_rate), int(release.steps), int(release.normalizer)),
+                      claimed=float(release.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds,
+                      event=event_from_dict(release.guarantee), accountant=release.accountant)
         if plan.privacy_unit == "user":
-            from ..audits.user_level import UserHeadTarget
-
-            kw.setdefault("user_ids", r.user_ids)
-            return UserHeadTarget(records_per_user=int(r.records_per_user), **kw)
-        from ..audits.heads import HeadTarget
-
-        return HeadTarget(**kw)
+            extra = {} if release is None else {"expected_user_ids_sha256": ds.get("user_ids_sha256"),
+                                                "expected_n_users": (release.config or {}).get("n_users")}
+            t = UserHeadTarget(records_per_user=int(r.records_per_user), user_ids=r.user_ids if user_ids is None else user_ids, **kw, **extra)
+        else:
+            t = HeadTarget(**kw)
+        t.prepare()
+        return t.without_noise() if no_noise else t
 
 
 MECHANISM = DPSGDMechanism()

@@ -139,13 +139,14 @@ class NoisySum:
         metrics = {} if n0 is None else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
         return RunOutput(steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz")
 
-    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False, **opts):
         """The Gaussian audit target of this plan: sigma, C and d of the release (module docstring).
         Its ``claimed_event`` is the plan's event, SubsampledGaussian(sigma, 1, 1), stated with the
         PLD accountant (exact for one Gaussian: the exact epsilon the audit checks).
 
         ``opts``: ``n_records`` (public records of the synthetic base, default the plan's N0) and
-        ``seed`` (default the plan's seed)."""
+        ``seed`` (default the plan's seed). ``release`` (its event is the plan's) and ``user_ids``
+        (record level only) change nothing; ``no_noise``: the no-noise control."""
         from ..audits.gaussian import GaussianTarget
 
         if plan.event is None:
@@ -159,7 +160,9 @@ class NoisySum:
                                 mechanism=NAME)
         if target.claimed_event != plan.event:  # the claim audited must be the plan's own event
             raise DataError(f"audit target event must equal the plan's {plan.event.to_dict()}, got {target.claimed_event.to_dict()}.")
-        return target
+        if user_ids is not None:
+            raise UsageError("user ids must only be given for a user-level release, got a noisy-sum release.")
+        return target.without_noise() if no_noise else target
 
 
 MECHANISM = NoisySum()

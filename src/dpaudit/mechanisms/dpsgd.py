@@ -725,14 +725,55 @@ def linear_ghost_clipped_sum(
     2015; Li et al. 2022). Nothing of size batch x parameters is materialised. Returns None when
     the module does not qualify (then use :func:`per_sample_clipped_sum`).
     """
+    layers = _linear_layers(module)
+    if layers is None:
+        return None
+    acts, grads, dtype = _layer_io(module, layers, x, y, loss)
+    trained = [n for n, m in layers.items() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    if any(len(acts[n]) != 1 or len(grads[n]) != 1 or acts[n][0].dim() != 2 for n in trained):
+        return None  # reused layer or sequence input: not covered by the closed form here
+    used = [n for n in layers if acts[n]]
+    sq = torch.zeros(x.shape[0], dtype=dtype)
+    for n in used:  # ||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1), summed over the layers
+        sq = sq + grads[n][0].pow(2).sum(1) * _input_term(layers[n], acts[n][0], sq)
+    coef = clip_factors(sq.sqrt(), clipping_norm) if clip else torch.ones_like(sq)
+    return _layer_sums({n: layers[n] for n in used}, acts, grads, coef)
+
+
+def _layer_sums(layers: dict, acts: dict, grads: dict, coef: torch.Tensor) -> dict:
+    """Per layer, the clipped sums ``(c * G)^T A`` (weight) and ``sum_i c_i g_i`` (bias)."""
+    result = {}
+    for n, m in layers.items():
+        a, g = acts[n][0], grads[n][0] * coef[:, None]
+        prefix = f"{n}." if n else ""
+        if m.weight.requires_grad:
+            result[prefix + "weight"] = g.T @ a
+        if m.bias is not None and m.bias.requires_grad:
+            result[prefix + "bias"] = g.sum(0)
+    return result
+
+
+def _input_term(m: torch.nn.Linear, a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """||a_i||^2 (trainable weight) + 1 (trainable bias) per example: a layer's factor of ||grad_i||^2."""
+    term = a.pow(2).sum(1) if m.weight.requires_grad else torch.zeros_like(like)
+    if m.bias is not None and m.bias.requires_grad:
+        term = term + 1.0
+    return term
+
+
+def _linear_layers(module: torch.nn.Module) -> dict | None:
+    """The ``nn.Linear`` layers of ``module`` by name when they hold all its trainable parameters, else None."""
     layers = {n: m for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
     trainable = {n for n, p in module.named_parameters() if p.requires_grad}
     owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}
-    if trainable != owned:
-        return None
+    return layers if trainable == owned else None
+
+
+def _layer_io(module: torch.nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str):
+    """(inputs, output gradients, dtype): what each of ``layers`` saw in one forward and backward
+    pass of the summed loss over (x, y) (lists: a layer applied twice appears twice)."""
     acts: dict[str, list] = {n: [] for n in layers}
     grads: dict[str, list] = {n: [] for n in layers}
-    handles = []
 
     def make_hook(name):
         def hook(mod, inputs, output):
@@ -741,8 +782,7 @@ def linear_ghost_clipped_sum(
                 output.register_hook(lambda g: grads[name].append(g.detach()))
         return hook
 
-    for n, m in layers.items():
-        handles.append(m.register_forward_hook(make_hook(n)))
+    handles = [m.register_forward_hook(make_hook(n)) for n, m in layers.items()]
     try:
         with torch.enable_grad():
             out = module(x)
@@ -755,29 +795,7 @@ def linear_ghost_clipped_sum(
     finally:
         for h in handles:
             h.remove()
-    if any(len(acts[n]) != 1 or len(grads[n]) != 1 or acts[n][0].dim() != 2 for n in layers if any(p.requires_grad for p in layers[n].parameters(recurse=False))):
-        return None  # reused layer or sequence input: not covered by the closed form here
-    sq = torch.zeros(x.shape[0], dtype=out.dtype)
-    for n, m in layers.items():
-        if not acts[n]:
-            continue
-        a, g = acts[n][0], grads[n][0]
-        term = a.pow(2).sum(1) if m.weight.requires_grad else torch.zeros_like(sq)
-        if m.bias is not None and m.bias.requires_grad:
-            term = term + 1.0
-        sq = sq + g.pow(2).sum(1) * term
-    coef = clip_factors(sq.sqrt(), clipping_norm) if clip else torch.ones_like(sq)
-    result = {}
-    for n, m in layers.items():
-        if not acts[n]:
-            continue
-        a, g = acts[n][0], grads[n][0] * coef[:, None]
-        prefix = f"{n}." if n else ""
-        if m.weight.requires_grad:
-            result[prefix + "weight"] = g.T @ a
-        if m.bias is not None and m.bias.requires_grad:
-            result[prefix + "bias"] = g.sum(0)
-    return result
+    return acts, grads, out.dtype
 
 
 def train_module_dp_sgd(

@@ -305,40 +305,26 @@ def train_heads(
     Privacy contract: module docstring.
     """
     runs = positive_int("runs", runs)
-    if chunk_runs is not None:
-        chunk_runs = positive_int("chunk_runs", chunk_runs)
+    step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
-    included = None
-    if canary is not None:
-        included = np.asarray(canary.included, dtype=bool)
-        if included.shape[0] != runs or (canary.many and included.shape[1] < 1):
-            want = f"({runs},)" if not canary.many else f"({runs}, canaries >= 1)"
-            raise UsageError(f"canary_in must be a boolean array of shape {want}, got {included.shape}.")
+    included = _included(canary, runs)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     n = z.shape[0]
     z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
-    grad_canary = None
-    if canary is not None and canary.gradient is not None and canary.many:
-        grad_canary = _SparseCanaries(canary.gradient, (included.shape[1], k, d + 1), np_dtype)
-    elif canary is not None and canary.gradient is not None:
-        grad_canary = np.asarray(canary.gradient, dtype=np.float64)
-        if grad_canary.shape != (k, d + 1) or not np.all(np.isfinite(grad_canary)):
-            raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad_canary.shape}.")
-        grad_canary = grad_canary.astype(np_dtype)
+    grad_canary = _gradient_canary(canary, included, k, d, np_dtype)
     canary_rows = z1.shape[0] - n
-    if canary is not None and canary.many and canary.z is not None and canary_rows != included.shape[1]:
+    many = canary is not None and canary.many
+    if many and canary.z is not None and canary_rows != included.shape[1]:
         raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")
-    if users is not None and canary is not None and canary.many and canary.z is None:
-        pass  # many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient
-    elif users is not None and canary is not None and canary.many:
+    # Many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient.
+    if users is not None and many and canary.z is not None:
         raise UsageError(f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}.")
     if users is None:
-        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=canary is not None and canary.many)
+        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=many)
     else:
         units = UserUnits(z1, z1_norm, labels, n, k, config, users, noise, canary_rows=canary_rows)
     coords = None if record is None else _record_coordinates(record, k, d)
     w0 = initial_heads(init, runs, k, d)
-    step = chunk_runs or runs
     weights, counts, executed, recorded = [], [], [], []
     with blas_threads():
         for start in range(0, runs, step):
@@ -353,6 +339,29 @@ def train_heads(
     return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
                              canary_samples=None if canary is None else np.concatenate(counts),
                              recorded=None if coords is None else np.concatenate(recorded))
+
+
+def _included(canary: CanaryHook | None, runs: int) -> np.ndarray | None:
+    """The canary's inclusion marks, (R,) or (R, M), checked against ``runs``."""
+    if canary is None:
+        return None
+    included = np.asarray(canary.included, dtype=bool)
+    if included.shape[0] != runs or (canary.many and included.shape[1] < 1):
+        want = f"({runs},)" if not canary.many else f"({runs}, canaries >= 1)"
+        raise UsageError(f"canary_in must be a boolean array of shape {want}, got {included.shape}.")
+    return included
+
+
+def _gradient_canary(canary: CanaryHook | None, included, k: int, d: int, np_dtype):
+    """A gradient canary's contribution: one (K, d+1) array, or M of them kept sparse; None without one."""
+    if canary is None or canary.gradient is None:
+        return None
+    if canary.many:
+        return _SparseCanaries(canary.gradient, (included.shape[1], k, d + 1), np_dtype)
+    grad = np.asarray(canary.gradient, dtype=np.float64)
+    if grad.shape != (k, d + 1) or not np.all(np.isfinite(grad)):
+        raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad.shape}.")
+    return grad.astype(np_dtype)
 
 
 def _record_coordinates(record, k: int, d: int) -> np.ndarray:

@@ -13,7 +13,7 @@ loading, calibration or privacy-engine construction), as in the paper's section 
 - ``dpaudit``: :func:`dpaudit.mechanisms.dpsgd.train_linear_head` (closed-form clipped sums; one
   run of the head engine :func:`dpaudit.mechanisms.engine.train_heads`), including the one-off
   feature computation in the timed part.
-- ``dpaudit-batched``: :func:`dpaudit.mechanisms.batched.train_linear_heads_batched`, R runs at once
+- ``dpaudit-batched``: :func:`dpaudit.mechanisms.engine.train_heads`, R runs at once
   (the same engine, as the audits run it);
   per-model time = total / R. Peak memory of a child process that loads MNIST and trains the R
   runs is reported (ru_maxrss).
@@ -150,7 +150,7 @@ def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
 
 def _batched_child(data_dir, runs, threads, chunk, q):
     torch.set_num_threads(threads)
-    from dpaudit.mechanisms.batched import train_linear_heads_batched
+    from dpaudit.mechanisms.engine import train_heads
     from dpaudit.mechanisms.dpsgd import DPSGDConfig, head_probabilities, init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
@@ -163,7 +163,7 @@ def _batched_child(data_dir, runs, threads, chunk, q):
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t, c = time.perf_counter(), time.process_time()
     z = feats.transform(data.x_train)
-    res = train_linear_heads_batched(z, data.y_train, 10, cfg, noise=NoiseSource(), runs=runs, init=init, chunk_runs=chunk)
+    res = train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), runs=runs, init=init, chunk_runs=chunk)
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     zt = feats.transform(data.x_test)
     accs = [float((head_probabilities(w, zt).argmax(1) == data.y_test).mean()) for w in res.weights]

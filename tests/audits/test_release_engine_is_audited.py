@@ -20,7 +20,7 @@ from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
 from dpaudit.audits.one_run_modules import module_config, modules_one_run
 from dpaudit.audits.user_level import UserHeadTarget
-from dpaudit.mechanisms import dpsgd, engine
+from dpaudit.mechanisms import dpsgd, dpsgd_release, engine
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
@@ -100,10 +100,11 @@ def test_releases_and_audits_all_run_the_engine(monkeypatch, tmp_path):
     real = engine.train_heads
 
     def spy(*a, **kw):
-        calls.append((kw.get("runs"), kw.get("users") is not None, kw.get("canary") is not None))
+        calls.append((kw.get("runs", 1), kw.get("users") is not None, kw.get("canary") is not None))
         return real(*a, **kw)
 
     monkeypatch.setattr(engine, "train_heads", spy)
+    monkeypatch.setattr(dpsgd_release, "train_heads", spy)  # the release's own reference to it
     np.save(tmp_path / "ids.npy", np.arange(1797) // 4)
     _RELEASES["record head"](tmp_path, "r")
     _RELEASES["user head"](tmp_path, "u")

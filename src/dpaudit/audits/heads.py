@@ -3,7 +3,7 @@
 Models: ``dp-rvfl``, ``dp-elm-sgd``, ``frozen-dense-matched``, ``logistic-raw``,
 ``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head with the
 paper's DP-SGD protocol (Poisson sampling, per-example clipping, Gaussian noise on the clipped
-sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.batched.train_linear_heads_batched`),
+sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.engine.train_heads`, the release's loop),
 R runs per batched call. Features, initialisation and split are public and fixed across trials.
 
 Canaries and scores (the adversary sees the released head W (K, d+1)):
@@ -253,14 +253,15 @@ class HeadTarget(AuditTarget):
         return claimed_event_of(self)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
-        from ..mechanisms.batched import train_linear_heads_batched
+        from ..mechanisms.engine import train_heads
 
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
         if self.threat_model == "trajectory":
             return self._trajectory_scores(c, noise)
-        res = train_linear_heads_batched(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=self._canary,
-                                         canary_in=c, init=self._init, binary_logit=self._binary)
+        hook = self._canary.hook(c, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm)
+        res = train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=hook, init=self._init,
+                          binary_logit=self._binary, chunk_runs=64)
         w = res.weights  # (R, K, d+1)
         if self.canary == "max-clip":
             return w[:, 0, self._coord]

@@ -160,7 +160,7 @@ def train_user_heads_batched(
 
     ``clip_user`` (the gradient canary user's contribution) defaults to :func:`user_clipped_gradient`.
 
-    Returns a :class:`~dpaudit.mechanisms.batched.BatchedHeadResult`.
+    Returns a :class:`~dpaudit.mechanisms.engine.BatchedHeadResult`.
     """
     from ..data.users import UserIndex, index_users
     from ..mechanisms.batched import check_batched_inputs

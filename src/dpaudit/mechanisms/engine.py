@@ -1,9 +1,8 @@
 """The one DP-SGD engine for linear heads on frozen features: R independent runs at once.
 
-R = 1 is a release (:func:`dpaudit.mechanisms.dpsgd.train_linear_head`, record level, and
-the same call with :class:`UserSampling`, user level; both through :class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`); R = trials is an audit
-(:func:`dpaudit.mechanisms.batched.train_linear_heads_batched` behind
-:class:`~dpaudit.audits.heads.HeadTarget`, and
+R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.run`, records or
+:class:`UserSampling` as the unit); R = trials is an audit (:class:`~dpaudit.audits.heads.HeadTarget`
+with a :class:`~dpaudit.mechanisms.batched.HeadCanary`, and
 :func:`dpaudit.audits.user_level.train_user_heads_batched` behind
 :class:`~dpaudit.audits.user_level.UserHeadTarget`). Because releases and audits run this same loop
 and the same clipped sums, a bug in the released mechanism is a bug in what is audited (pinned by

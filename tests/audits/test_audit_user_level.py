@@ -225,7 +225,7 @@ def test_build_target_user_unit_and_refusals():
 
 def test_target_from_a_user_level_release(tmp_path):
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.rvfl import train_and_release
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
 
     ds = load_dataset("digits")
     n = len(ds.y_train) + len(ds.y_val) + len(ds.y_test)

@@ -80,7 +80,7 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     returns (epochs, batch size, noise multiplier, features)."""
     from ..accounting import compute_epsilon
     from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
-    from ..mechanisms.dpsgd_release import plan_schedule
+    from ..mechanisms.rvfl import plan_schedule
     from ..mechanisms.features import build_features
     from ..mechanisms.rvfl import MODELS, TAG_HEAD
 
@@ -203,7 +203,7 @@ class HeadTarget(AuditTarget):
             return
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
-        from ..mechanisms.dpsgd_release import audit_reference_size
+        from ..mechanisms.rvfl import audit_reference_size
 
         reference = None
         if self.max_train is not None and self.max_train < len(y):

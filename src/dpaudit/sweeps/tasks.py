@@ -197,7 +197,7 @@ def _common_kwargs(config: dict, context: RunContext, out: Path, non_private: bo
 
 def _train_gradient(config: dict, context: RunContext, out: Path, non_private: bool):
     """One DP-SGD (or non-private) run of a gradient-trained model."""
-    from ..mechanisms.rvfl import train_and_release
+    from ..mechanisms.dpsgd_release import train_and_release
 
     s = config["settings"]
     return train_and_release(config["model"], delta=float(s.get("delta", 1e-5)), epochs=s.get("epochs"), batch_size=s.get("batch_size"),

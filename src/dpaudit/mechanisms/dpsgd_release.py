@@ -339,29 +339,6 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def dpsgd_request(model: str, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, epochs, batch_size,
-                  profile, split_seed, prepared, privacy_unit, user_ids, records_per_user, reference_size=None):
-    """(request, in-memory user ids) for the library arguments of :func:`train_and_release`.
-
-    A user-ids *path* goes into the request (it is public and recorded); ids given as an array
-    or mapping stay in memory (the request then names none, as a release made from them must be
-    audited with ``--user-ids``). With ``prepared`` data the request names the prepared dataset.
-    """
-    path = os.fspath(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
-    ids = None if path is not None else user_ids
-    request = DPSGDRequest(
-        model=model, dataset=prepared.name if prepared is not None else (dataset or DEFAULT_DATASET),
-        data_dir=None if data_dir is None else os.fspath(data_dir), epsilon=float(epsilon) if _number(epsilon) else epsilon,
-        delta=float(delta) if _number(delta) else delta, seed=int(seed), non_private=bool(non_private), reproducible_noise=bool(reproducible_noise),
-        noise_source=noise_source, epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, privacy_unit=privacy_unit,
-        records_per_user=records_per_user, user_ids=path, reference_size=reference_size)
-    return request, ids
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_path=None, record: bool = True, progress=True, prepared=None):
     """Release ``request`` through :func:`dpaudit.releasing.release` (``user_ids``: in-memory ids,
     see :class:`DPSGDMechanism`)."""
@@ -371,51 +348,26 @@ def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_
     return release(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
 
 
-def train_and_release(
-    model: str,
-    *,
-    dataset: str = DEFAULT_DATASET,
-    data_dir: str | os.PathLike | None = None,
-    epsilon: float = 2.0,
-    delta: float = 1e-5,
-    seed: int = 42,
-    non_private: bool = False,
-    reproducible_noise: bool = False,
-    noise_source: str = "os-entropy",
-    out_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    profile: str | None = None,
-    split_seed: int | None = None,
-    progress=True,
-    record: bool = True,
-    prepared=None,
-    privacy_unit: str = "record",
-    user_ids=None,
-    records_per_user: int | None = None,
-    reference_size: int | None = None,
-) -> Release:
-    """Load ``dataset``, train ``model`` with the paper's DP-SGD protocol, check, publish.
+def train_and_release(model: str, *, prepared=None, user_ids=None, out_dir: str | os.PathLike | None = None,
+                      ledger_path: str | os.PathLike | None = None, record: bool = True, progress=True, **fields) -> Release:
+    """Train ``model`` with the paper's DP-SGD protocol, check, publish: ``releasing.release`` of
+    the :class:`~dpaudit.requests.DPSGDRequest` of ``fields`` (dataset, epsilon, delta, seed,
+    epochs, privacy_unit, records_per_user, reference_size, ...; its defaults otherwise).
 
-    A thin wrapper: it builds the :class:`~dpaudit.requests.DPSGDRequest` and runs the
-    DP-SGD mechanism (:mod:`dpaudit.mechanisms.dpsgd_release`) through the one release skeleton
-    :func:`dpaudit.releasing.release`.
-
-    ``prepared`` may hold an already loaded :class:`~dpaudit.data.base.PreparedDataset` (then
-    ``dataset``/``data_dir``/``profile``/``split_seed`` are not used to load). ``progress``: True
-    for a rich bar on stderr, False/None for silence, or a callable ``(steps_done, steps_total,
+    ``prepared``: an already loaded :class:`~dpaudit.data.base.PreparedDataset` (the request then
+    names it). ``user_ids``: a ``.npy`` path (recorded in the request: it is public) or ids in
+    memory (an array per row before splitting, or a ``{"train", "val", "test"}`` mapping; a
+    release made from them must be audited with ``--user-ids``). ``progress``: True for a rich
+    bar on stderr, False/None for silence, or a callable ``(steps_done, steps_total,
     epsilon_spent)``. ``record=False`` writes release.json but skips the ledger (tests only; the
     preflight budget check still runs for private releases).
-
-    ``privacy_unit="user"`` trains with user-level DP-SGD (adjacency ``add-remove-user``) given
-    ``user_ids`` and ``records_per_user`` G: see
-    :mod:`dpaudit.mechanisms.user_level`. ``reference_size``: the
-    public size N0 the schedule is built from (default: the dataset definition's train size,
-    ``prepared.reference_size``; users: required).
     """
-    request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
-                                 reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
-                                 profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit=privacy_unit, user_ids=user_ids,
-                                 records_per_user=records_per_user, reference_size=reference_size)
-    return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
+    path = os.fspath(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
+    fields.update({k: float(fields[k]) for k in ("epsilon", "delta") if isinstance(fields.get(k), int) and not isinstance(fields[k], bool)})
+    if fields.get("data_dir") is not None:
+        fields["data_dir"] = os.fspath(fields["data_dir"])
+    if prepared is not None or fields.get("dataset") is None:
+        fields["dataset"] = prepared.name if prepared is not None else DEFAULT_DATASET
+    request = DPSGDRequest(model=model, user_ids=path, **fields)
+    return release_dpsgd(request, user_ids=None if path is not None else user_ids, out_dir=out_dir, ledger_path=ledger_path, record=record,
+                         progress=progress, prepared=prepared)

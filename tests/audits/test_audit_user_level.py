@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from dpaudit.audits.build import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
-from dpaudit.audits.user_level import UserCanary, UserHeadTarget, synthetic_user_ids, train_user_heads_batched, user_clipped_gradient
+from dpaudit.audits.user_level import UserCanary, UserHeadTarget, synthetic_user_ids, user_clipped_gradient
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
@@ -97,7 +97,7 @@ def test_batched_run_equals_the_mechanism_bit_for_bit_with_within_user_sampling(
     cfg = _full_batch_config(index.n_users)
     init = rng.normal(size=(3, 6)) * 0.1
     one = train_heads(z, y, 3, cfg, users=UserSampling(index, 2), noise=NoiseSource("reproducible", seed=11), init=init)  # a release's run
-    many = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
+    many = _user_runs(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
     assert np.array_equal(many.weights[0], one.weights[0])
 
 
@@ -109,7 +109,7 @@ def test_canary_user_is_one_more_user_of_the_mechanism():
     cfg = _full_batch_config(10)
     init = rng.normal(size=(3, 6)) * 0.1
     canary = UserCanary(kind="records", z=zc, y=yc)
-    got = train_user_heads_batched(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
+    got = _user_runs(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
                                    canary_in=np.array([True]), init=init)
     # the mechanism on the data plus the canary user (its normaliser is public and unchanged)
     want = train_heads(np.concatenate([z, zc]), np.concatenate([y, yc]), 3, cfg, users=UserSampling(index_users(np.concatenate([ids, [99] * 4])), 4),
@@ -122,7 +122,7 @@ def test_cryptographic_source_goes_through_its_methods():
     z, _, _, y = _features(rng, 30, 4, 2)
     cfg = DPSGDConfig(sample_rate=0.3, steps=5, normalizer=3, noise_multiplier=1.0)
     canary = UserCanary(kind="gradient", grads=np.ones((2, 1, 5)))
-    res = train_user_heads_batched(z, y, rng.integers(8, size=30), 2, cfg, records_per_user=2, noise=NoiseSource("cryptographic"), runs=3,
+    res = _user_runs(z, y, rng.integers(8, size=30), 2, cfg, records_per_user=2, noise=NoiseSource("cryptographic"), runs=3,
                                    canary=canary, canary_in=np.array([True, False, True]), binary_logit=True)
     assert res.weights.shape == (3, 1, 5) and np.all(np.isfinite(res.weights)) and res.steps_executed == 5
     assert res.canary_samples[1] == 0 and np.all(res.canary_samples <= 5)
@@ -184,10 +184,8 @@ def _per_record_clipped_gradient(grads, clipping_norm):
 class _BrokenPerRecordClipTarget(UserHeadTarget):
     """Test-only: the user-level target whose canary user is clipped per record, still claiming user-level epsilon."""
 
-    def _train(self, canary_in, noise):
-        return train_user_heads_batched(self._z, self._y, self._users, self._n_classes, self._config, records_per_user=self.records_per_user,
-                                        noise=noise, runs=canary_in.size, canary=self._canary, canary_in=canary_in, init=self._init,
-                                        binary_logit=self._binary, clip_user=_per_record_clipped_gradient)
+    def _train(self, canary_in, noise, clip_user=None):
+        return super()._train(canary_in, noise, clip_user=_per_record_clipped_gradient)
 
 
 def test_per_record_clipping_is_caught(monkeypatch):
@@ -277,3 +275,12 @@ def test_cli_bad_privacy_unit_flags_exit_2_with_one_line(args, message):
     assert r.exit_code == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def _user_runs(z, y, users, n_classes, cfg, *, records_per_user, runs, canary=None, canary_in=None, **kw):
+    """R user-level runs with a canary user, as UserHeadTarget trains them (engine.train_heads)."""
+    index = users if hasattr(users, "n_users") else index_users(users)
+    k = 1 if kw.get("binary_logit") and n_classes == 2 else n_classes
+    hook = None if canary is None else canary.hook(np.asarray(canary_in, dtype=bool), k=k, d=z.shape[1], n_classes=n_classes,
+                                                   clipping_norm=cfg.clipping_norm)
+    return train_heads(z, y, n_classes, cfg, runs=runs, users=UserSampling(index, records_per_user), canary=hook, **kw)

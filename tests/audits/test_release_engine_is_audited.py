@@ -19,6 +19,7 @@ import torch
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
 from dpaudit.audits.one_run_modules import module_config, modules_one_run
+from dpaudit.audits import user_level as user_level_audit
 from dpaudit.audits.user_level import UserHeadTarget
 from dpaudit.mechanisms import dpsgd, dpsgd_release, engine
 from dpaudit.noise import NoiseSource
@@ -105,6 +106,7 @@ def test_releases_and_audits_all_run_the_engine(monkeypatch, tmp_path):
 
     monkeypatch.setattr(engine, "train_heads", spy)
     monkeypatch.setattr(dpsgd_release, "train_heads", spy)  # the release's own reference to it
+    monkeypatch.setattr(user_level_audit, "train_heads", spy)  # and the user-level target's
     np.save(tmp_path / "ids.npy", np.arange(1797) // 4)
     _RELEASES["record head"](tmp_path, "r")
     _RELEASES["user head"](tmp_path, "u")

@@ -51,9 +51,10 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
+from ..data.users import UserIndex, index_users
 from ..errors import DataError, UsageError
+from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
@@ -103,7 +104,7 @@ def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.
 
 @dataclass(frozen=True, eq=False)
 class UserCanary:
-    """A canary user for :func:`train_user_heads_batched`.
+    """A canary user of the user-level head audits (:meth:`hook`).
 
     ``kind="gradient"``: ``grads`` (G, K, d+1), the gradients of its G records (independent of
     the model, a Dirac canary); its contribution at each step it is sampled is
@@ -127,70 +128,20 @@ class UserCanary:
     def size(self) -> int:
         return int(np.shape(self.grads if self.kind == "gradient" else self.z)[0])
 
-
-# ----------------------------------------------------------------------------- batched trainer
-
-
-def train_user_heads_batched(
-    z: np.ndarray,
-    y: np.ndarray,
-    users,
-    n_classes: int,
-    config,
-    *,
-    records_per_user: int,
-    noise: NoiseSource,
-    runs: int,
-    canary: UserCanary | None = None,
-    canary_in: np.ndarray | None = None,
-    init: np.ndarray | None = None,
-    binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
-    clip_user=None,
-):
-    """Train ``runs`` independent user-level DP-SGD linear heads at once (for audits).
-
-    Each run is the protocol of a user-level head release (the same :func:`~dpaudit.mechanisms.engine.train_heads`):
-    its own Poisson sample of users (rate ``config.sample_rate``) at every step, min(G, |D_u|)
-    records per sampled user, per-user averaged gradients clipped jointly at C by
-    :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, its own N(0, (sigma C)^2 I), the
-    fixed normaliser and its own Adam state. ``users``: a user id per row of ``z`` or a
-    ``UserIndex``. ``canary_in`` (R,) booleans: runs whose input holds the canary user, which is
-    Poisson-sampled at the same rate q (one more unit).
-
-    ``clip_user`` (the gradient canary user's contribution) defaults to :func:`user_clipped_gradient`.
-
-    Returns a :class:`~dpaudit.mechanisms.engine.BatchedHeadResult`.
-    """
-    from ..data.users import UserIndex, index_users
-    from ..mechanisms.batched import check_batched_inputs
-    from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
-
-    clip_user = user_clipped_gradient if clip_user is None else clip_user
-    runs = positive_int("runs", runs)
-    g = positive_int("records_per_user", records_per_user)
-    z, y, k, canary_in = check_batched_inputs(z, y, n_classes, binary_logit, runs, canary, canary_in)
-    n, d = z.shape
-    index = users if isinstance(users, UserIndex) else index_users(users)
-    if index.n_records != n:
-        raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
-    hook = None
-    if canary is not None and canary.kind == "records":
-        # The canary user's records become rows n..n+G-1 of the engine's features and user
-        # n_users of its index: the ordinary Poisson draw over range(n_users) never samples it,
-        # the engine's canary draw does.
-        cz = np.asarray(canary.z, dtype=np.float64)
-        cy = np.asarray(canary.y, dtype=np.int64)
-        if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
-            raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
-        hook = CanaryHook(included=canary_in, z=cz, y=cy)
-    elif canary is not None:
-        grads = np.asarray(canary.grads, dtype=np.float64)
+    def hook(self, canary_in, *, k: int, d: int, n_classes: int, clipping_norm: float, clip_user=None):
+        """The engine's :class:`~dpaudit.mechanisms.engine.CanaryHook` of this canary user for runs
+        ``canary_in`` (R,): its records as one more user of the index (rows n..n+G-1, user
+        n_users: the ordinary Poisson draw never samples it, the engine's canary draw does), or
+        its gradients' contribution ``clip_user(grads, C)`` (default :func:`user_clipped_gradient`)."""
+        if self.kind == "records":
+            cz, cy = np.asarray(self.z, dtype=np.float64), np.asarray(self.y, dtype=np.int64)
+            if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
+                raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
+            return CanaryHook(included=canary_in, z=cz, y=cy)
+        grads = np.asarray(self.grads, dtype=np.float64)
         if grads.shape[1:] != (k, d + 1):
             raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
-        hook = CanaryHook(included=canary_in, gradient=np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64))
-    return train_heads(z, y, n_classes, config, noise=noise, runs=runs, init=init, users=UserSampling(index, g),
-                       canary=hook, binary_logit=binary_logit, dtype=dtype)
+        return CanaryHook(included=canary_in, gradient=np.asarray((clip_user or user_clipped_gradient)(grads, clipping_norm), dtype=np.float64))
 
 
 # -------------------------------------------------------------------------------------- target
@@ -280,8 +231,6 @@ class UserHeadTarget(AuditTarget):
     def prepare(self) -> None:
         if self._ready:
             return
-        from ..data.users import index_users
-
         data = self._load()
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         users = index_users(data.user_ids["train"])
@@ -343,11 +292,14 @@ class UserHeadTarget(AuditTarget):
         under ``add-remove-user`` adjacency (the privacy unit is the user)."""
         return claimed_event_of(self)
 
-    def _train(self, canary_in: np.ndarray, noise: NoiseSource):
-        """The batched user-level runs (a hook a test may override with a broken mechanism)."""
-        return train_user_heads_batched(self._z, self._y, self._users, self._n_classes, self._config, records_per_user=self.records_per_user,
-                                        noise=noise, runs=canary_in.size, canary=self._canary, canary_in=canary_in, init=self._init,
-                                        binary_logit=self._binary)
+    def _train(self, canary_in: np.ndarray, noise: NoiseSource, clip_user=None):
+        """R user-level runs on the release's head loop (``clip_user``: a test's broken canary clipping)."""
+        index = self._users if isinstance(self._users, UserIndex) else index_users(self._users)
+        hook = self._canary.hook(canary_in, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm,
+                                 clip_user=clip_user)
+        return train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=canary_in.size, init=self._init,
+                           users=UserSampling(index, positive_int("records_per_user", self.records_per_user)), canary=hook,
+                           binary_logit=self._binary)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         self.prepare()

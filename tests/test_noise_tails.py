@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpaudit.mechanisms.dpsgd import gaussian_filler
+from dpaudit.mechanisms.dpsgd_core import gaussian_filler
 from dpaudit.noise import NoiseSource
 
 #: Independent of the code under test: radius of u1 = 2^-106 (53 bits, lowest cell refined).
@@ -249,11 +249,10 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     draw through dpaudit.noise.box_muller."""
     from dpaudit import noise as noise_mod
     from dpaudit.audits.gaussian import GaussianTarget
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd
     from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_batched
     from dpaudit.data.users import index_users
     from dpaudit.mechanisms.engine import UserSampling, train_heads
-    from dpaudit.mechanisms.user_level import train_user_module_dp_sgd
 
     calls = []
     real = noise_mod.box_muller

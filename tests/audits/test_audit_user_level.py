@@ -18,7 +18,7 @@ from dpaudit.audits.user_level import UserCanary, UserHeadTarget, synthetic_user
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms import dpsgd, user_level
+from dpaudit.mechanisms import dpsgd, dpsgd_core, user_level
 from dpaudit.mechanisms.dpsgd import DPSGDConfig
 from dpaudit.mechanisms.engine import UserSampling, train_heads
 from dpaudit.mechanisms.user_level import sample_user_records, user_head_clipped_sum
@@ -64,7 +64,7 @@ def test_gradient_canary_clipping_is_the_mechanism_s_on_explicit_gradients():
     _, z1, zn, y = _features(rng, 5, 6, 3)
     w = (rng.normal(size=(3, 7)) * 0.5).astype(np.float32)
     rows, seg, kk = np.arange(5), np.zeros(5, dtype=np.int64), np.array([5])  # one user holding all five records
-    grads = np.stack([np.outer(r, z) for r, z in zip(dpsgd.residuals_numpy(z1.astype(np.float64) @ w.T.astype(np.float64), y, False), z1)])
+    grads = np.stack([np.outer(r, z) for r, z in zip(dpsgd_core.residuals_numpy(z1.astype(np.float64) @ w.T.astype(np.float64), y, False), z1)])
     for c in (0.01, 1.0, 1e3):  # clipped and unclipped
         np.testing.assert_allclose(user_clipped_gradient(grads, c), user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, c), rtol=1e-5, atol=1e-7)
     e = np.zeros((4, 3, 7))
@@ -172,7 +172,7 @@ def test_no_noise_control_finds_large_leakage():
 
 def _per_record_clipped_sum(w, z1, z1_norm, y, rows, seg, k, clipping_norm, *, binary_logit=False, clip=True):
     """BROKEN on purpose: clips every record at C and sums them (a user of G records moves the model by up to G C)."""
-    return dpsgd.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
+    return dpsgd_core.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
 
 
 def _per_record_clipped_gradient(grads, clipping_norm):

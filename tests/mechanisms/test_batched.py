@@ -9,7 +9,8 @@ import torch
 
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.batched import HeadCanary, check_batched_inputs
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, HeadWorkspace, head_clipped_sum, train_linear_head
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, head_clipped_sum
 from dpaudit.mechanisms.engine import _run_sum, train_heads
 from dpaudit.noise import NoiseSource
 

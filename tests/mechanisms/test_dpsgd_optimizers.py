@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd
+from dpaudit.mechanisms import dpsgd, dpsgd_core
 from dpaudit.mechanisms.contract import DataInfo
-from dpaudit.mechanisms.dpsgd import SGD, DPSGDConfig, gaussian_filler, run_dp_sgd
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, run_dp_sgd
+from dpaudit.mechanisms.dpsgd_core import SGD, gaussian_filler
 from dpaudit.mechanisms.dpsgd_release import MECHANISM
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
@@ -51,7 +52,7 @@ def test_noisy_sgd_step_equals_torch_sgd_on_the_clipped_noisy_gradient(momentum)
 
     def clipped_sum(params, idx):  # per-record gradient x_i, clipped to C
         g = x[torch.as_tensor(idx)]
-        return [(g * dpsgd.clip_factors(g.norm(dim=1), cfg.clipping_norm)[:, None]).sum(0)]
+        return [(g * dpsgd_core.clip_factors(g.norm(dim=1), cfg.clipping_norm)[:, None]).sum(0)]
 
     ours = torch.zeros(5)
     run_dp_sgd([ours], clipped_sum, 30, cfg, noise=NoiseSource("reproducible", seed=8))

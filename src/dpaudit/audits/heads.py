@@ -79,7 +79,7 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
     from ..accounting import compute_epsilon
-    from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
+    from ..mechanisms.dpsgd_core import DPSGDConfig, head_outputs, init_head
     from ..mechanisms.rvfl import plan_schedule
     from ..mechanisms.features import build_features
     from ..mechanisms.rvfl import MODELS, TAG_HEAD

@@ -254,7 +254,7 @@ def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
-    from ..mechanisms.dpsgd import DPSGDConfig
+    from ..mechanisms.dpsgd_core import DPSGDConfig
     from ..mechanisms.rvfl import audit_reference_size, plan_schedule
 
     module_name(model)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..validation import one_of
-from .dpsgd import check_head_inputs
+from .dpsgd_core import check_head_inputs
 from .engine import CanaryHook
 
 

@@ -37,9 +37,9 @@ from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, ReleasePlan, RunOutput
 # The trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import train_module_dp_sgd
+from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
+from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
 from .engine import UserSampling, train_heads
-from .user_level import train_user_module_dp_sgd
 from .rvfl import (
     ACCOUNTANT,
     DEFAULT_DATASET,
@@ -121,8 +121,6 @@ class DPSGDMechanism:
         """Public quantities only: the schedule of the unit's declared reference size (never
         ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
         from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
-        from .dpsgd import DPSGDConfig, optimizer_settings
-
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
         if user and info.n_users is None:
@@ -163,8 +161,6 @@ class DPSGDMechanism:
 
     def dpsgd_config(self, plan: ReleasePlan):
         """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""
-        from .dpsgd import DPSGDConfig
-
         return DPSGDConfig.from_dict(plan.config["dp_sgd"])
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
@@ -173,7 +169,6 @@ class DPSGDMechanism:
         import torch
 
         from ..noise import gaussian_run_tail, public_rng
-        from .dpsgd import head_outputs, head_probabilities, init_head
         from .features import build_features
 
         r: DPSGDRequest = plan.request
@@ -323,8 +318,6 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     """Noise values the run draws (steps x trainable parameters), from public dimensions, so the
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
-    from .dpsgd import head_outputs
-
     if spec.family == "head":
         from .features import feature_dim
 

@@ -13,13 +13,13 @@ appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
 
 1. every unit is included independently with probability q (Poisson sampling from the private
    :class:`~dpaudit.noise.NoiseSource`; the R runs' masks are independent,
-   :func:`~dpaudit.mechanisms.dpsgd.poisson_batch`);
+   :func:`~dpaudit.mechanisms.dpsgd_core.poisson_batch`);
 2. the sampled units' gradients are clipped to joint L2 norm C and summed (:class:`RecordUnits`:
    a unit is a record, closed-form gradients; :class:`UserUnits`: a unit is a user, whose
    min(G, |D_u|) records drawn without replacement are averaged and clipped as one
    contribution); an empty sample gives a zero sum;
 3. N(0, (sigma C)^2 I) is added to each run's sum, the result is divided by the fixed normaliser
-   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd.NoisyStep`, the
+   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`, the
    step shared with the module trainer :func:`~dpaudit.mechanisms.dpsgd.run_dp_sgd`).
 
 Private draws, in this order per step: the R Poisson samples; the canary draw (only with a
@@ -49,7 +49,7 @@ parameter coordinates, for every run and step; exactly the values the sanitised 
 Recording reads the private outputs only, it draws nothing and changes no update.
 
 **Planted faults** are test fixtures (``tests/faults.py``): they monkeypatch the shared clipping
-rule (:func:`~dpaudit.mechanisms.dpsgd.clip_factors`) or noise filler, so a test can show that a
+rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`) or noise filler, so a test can show that a
 fault in the release path reaches the audits. The library has no switch that weakens it.
 """
 
@@ -64,8 +64,8 @@ import torch
 from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import positive_int
-from . import dpsgd
-from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
+from . import dpsgd_core, user_level
+from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
 
 # ---------------------------------------------------------------- the canary hook
 
@@ -172,7 +172,6 @@ class UserUnits:
     ``n_users`` (one more user of the index)."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
-        from . import user_level
 
         index = users.index
         if index.n_records != n:
@@ -448,7 +447,7 @@ def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_can
     report_every = max(1, config.steps // 200)
     steps_done = 0
     for t in range(1, config.steps + 1):
-        flat, offsets = dpsgd.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
+        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
         hit = None
         if included is not None:
             if many:  # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)

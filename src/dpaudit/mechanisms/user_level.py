@@ -46,9 +46,8 @@ import torch
 from ..data.users import UserIndex, index_users
 from ..errors import UsageError
 from ..noise import NoiseSource
-from ..validation import positive_int
-from . import dpsgd
-from .dpsgd import DPSGDConfig, Progress, residuals_numpy
+from . import dpsgd_core
+from .dpsgd_core import residuals_numpy
 
 
 # ---------------------------------------------------------------- within-user sampling
@@ -155,16 +154,16 @@ def user_head_clipped_sum(
     g_u = (1/k_u) sum_{i in S_u} outer(r_i, z1_i); the sum of clip(g_u) is ``(a * R)^T Z1`` over
     the selected rows with a_i = min(1, C / ||g_u||) / k_u for row i of user u: one matrix
     product. Returns (K, d+1). With only singleton users this *is*
-    :func:`dpaudit.mechanisms.dpsgd.head_clipped_sum` (called directly). The norms: :func:`head_user_norms`.
+    :func:`dpaudit.mechanisms.dpsgd_core.head_clipped_sum` (called directly). The norms: :func:`head_user_norms`.
     """
     if np.all(k == 1):
-        return dpsgd.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
+        return dpsgd_core.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
     zr = z1.take(rows, axis=0)
     r = residuals_numpy(zr @ w.T, y[rows], binary_logit)
     kd = k.astype(r.dtype)
     if clip:
         norms = head_user_norms(r, zr, z1_norm[rows], seg, k)
-        coef = dpsgd.clip_factors(np.array(norms), clipping_norm).astype(r.dtype, copy=False)
+        coef = dpsgd_core.clip_factors(np.array(norms), clipping_norm).astype(r.dtype, copy=False)
         weight = coef / kd
     else:
         weight = 1.0 / kd
@@ -186,7 +185,7 @@ def _per_sample_grads(module, params, x, y, loss: str, randomness: str = "differ
     """Unclipped per-sample gradients (n, *shape) with ``torch.func`` (as the record-level engine)."""
     from torch.func import functional_call, grad, vmap
 
-    lf = dpsgd._loss_fn(loss)
+    lf = dpsgd_core._loss_fn(loss)
     buffers = dict(module.named_buffers())
 
     def one(p, xi, yi):
@@ -216,7 +215,7 @@ def user_module_clipped_sum(
     (``index_add_``), clipped per user. Users are processed in groups of at most ``max_chunk``
     rows (a user with more rows than that alone, in sub-chunks), so memory is bounded by
     ``max_chunk`` per-sample gradients. A group of singleton users goes through
-    :func:`dpaudit.mechanisms.dpsgd.per_sample_clipped_sum` itself.
+    :func:`dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum` itself.
     """
     n_users = int(k.size)
     cumk = np.concatenate([[0], np.cumsum(k)])
@@ -229,7 +228,7 @@ def user_module_clipped_sum(
         kc = k[ua:ub]
         if np.all(kc == 1):
             j = torch.as_tensor(rows[r0:r1])
-            part = dpsgd.per_sample_clipped_sum(module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip)
+            part = dpsgd_core.per_sample_clipped_sum(module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip)
         else:
             sums = None
             for s0 in range(r0, r1, max_chunk):
@@ -247,54 +246,10 @@ def user_module_clipped_sum(
                 means[n] = s / kt
             if clip:
                 sq = sum(m.reshape(m.shape[0], -1).pow(2).sum(1) for m in means.values())
-                coef = dpsgd.clip_factors(sq.sqrt(), clipping_norm)
+                coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)
                 part = {n: torch.tensordot(coef, m, dims=([0], [0])) for n, m in means.items()}
             else:
                 part = {n: m.sum(0) for n, m in means.items()}
         total = part if total is None else {n: total[n] + part[n] for n in total}
         ua = ub
     return total
-
-
-def train_user_module_dp_sgd(
-    module: torch.nn.Module,
-    x: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor,
-    users,
-    config: DPSGDConfig,
-    *,
-    records_per_user: int,
-    noise: NoiseSource,
-    loss: str = "cross_entropy",
-    progress: Progress | None = None,
-    max_chunk: int = 1024,
-) -> int:
-    """User-level DP-SGD (Adam) on every trainable parameter of ``module`` (in place).
-
-    Returns executed steps. ``users``: a user id per row of ``x`` (or a ``UserIndex``). Runs
-    :func:`dpaudit.mechanisms.dpsgd.train_module_dp_sgd` with users as its units: training mode,
-    dropout generator, noise and Adam are the record-level ones. When every sampled user
-    contributes one record the record-level clipped sum is used as is; otherwise
-    :func:`user_module_clipped_sum`. Privacy contract: module docstring.
-    """
-    g = positive_int("records_per_user", records_per_user)
-    xt = torch.as_tensor(x)
-    yt = torch.as_tensor(y)
-    index = _check_users(users, int(xt.shape[0]))
-    names = [n for n, p in module.named_parameters() if p.requires_grad]
-    frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
-    clip = not config.non_private
-
-    def units(record_sum):
-        def unit_sum(ps, sampled):
-            rows, seg, k = sample_user_records(index, sampled, g, noise)
-            if np.all(k == 1):
-                return record_sum(ps, rows)
-            pd = dict(zip(names, ps))
-            pd.update(frozen)
-            total = user_module_clipped_sum(module, pd, xt, yt, rows, seg, k, config.clipping_norm, loss=loss, clip=clip, max_chunk=max_chunk)
-            return [total[n] for n in names]
-
-        return index.n_users, unit_sum
-
-    return dpsgd.train_module_dp_sgd(module, xt, yt, config, noise=noise, loss=loss, progress=progress, max_chunk=max_chunk, units=units)

@@ -95,8 +95,9 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_rvfl_vs_opacus as b
 
-    from dpaudit.mechanisms import dpsgd
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, init_head, train_linear_head
+    from dpaudit.mechanisms import dpsgd, dpsgd_core
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+    from dpaudit.mechanisms.dpsgd_core import init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
 
@@ -106,7 +107,7 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
     init = init_head(feats.output_dim, 10, public_rng(42, 0x48454144))
     z = feats.transform(data.x_train, bias_column=True)
     cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=steps, normalizer=sched.normalizer, noise_multiplier=sigma)
-    new_filler = dpsgd.gaussian_filler
+    new_filler = dpsgd_core.gaussian_filler
 
     def old_filler(noise, out, std):  # the trainers' draw before issue 13 (torch.randn float32)
         out_t, gen, shape = torch.from_numpy(out), noise.torch, tuple(out.shape)
@@ -121,12 +122,12 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
         for i in range(repeats):
             arms = list(zip(res, (old_filler, new_filler)))
             for name, f in (arms if i % 2 == 0 else arms[::-1]):  # alternate the order
-                dpsgd.gaussian_filler = f
+                dpsgd_core.gaussian_filler = f
                 t = time.process_time()
                 train_linear_head(z, data.y_train, 10, cfg, noise=NoiseSource(), init=init, z_has_bias_column=True)
                 res[name].append((time.process_time() - t) / steps)
     finally:
-        dpsgd.gaussian_filler = new_filler
+        dpsgd_core.gaussian_filler = new_filler
     print(f"MNIST DP-RVFL head (10 x {feats.output_dim + 1}), sigma {sigma:.4f}, q {sched.sample_rate}, {steps} steps, median of {repeats}:")
     for k, v in res.items():
         print(f"  {k:22s} {statistics.median(v) * 1e3:.3f} ms CPU per step  ({', '.join(f'{x * 1e3:.3f}' for x in v)})")

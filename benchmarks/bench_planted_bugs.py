@@ -3,7 +3,7 @@
 DP-RVFL on the embedded digits, max-clip canary, claim eps = 2 (RDP, delta 1e-5), ``--runs``
 trials (default 2,000), 95 % confidence, final-model threat model (and ``--trajectory`` also the
 trajectory threat model). For each seed it audits the correct mechanism and the same mechanism
-with the noise multiplier halved inside every DP-SGD step (``engine.planted_bug("half-noise")``:
+with the noise multiplier halved inside every DP-SGD step (the ``half-noise`` fault of ``tests/conftest.py``:
 the release path's noise is halved while the claim stays the calibrated one). Acceptance: the
 halved noise is caught (VIOLATED), the correct mechanism is not.
 
@@ -14,7 +14,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 
 import torch
@@ -33,7 +32,13 @@ def main() -> None:
 
     from dpaudit.audits.engine import run_audit
     from dpaudit.audits.heads import HeadTarget
-    from dpaudit.mechanisms import engine
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import plant as plant_fault  # the test fixture's fault (the library has no switch that weakens it)
 
     base = HeadTarget(epsilon=a.eps)
     base.prepare()
@@ -47,7 +52,9 @@ def main() -> None:
             t = base.with_threat_model(tm)
             for seed in a.seeds:
                 t0 = time.perf_counter()
-                with engine.planted_bug(plant) if plant else contextlib.nullcontext():
+                with pytest.MonkeyPatch.context() as mp:  # workers fork: the plant reaches them
+                    if plant:
+                        plant_fault(mp, plant)
                     r = run_audit(t, runs=a.runs, seed=seed, controls=(), reproducible_noise=True, workers=a.workers)
                 dt = time.perf_counter() - t0
                 cc = r.claimed_curve or {}

@@ -13,7 +13,7 @@ loading, calibration or privacy-engine construction), as in the paper's section 
 - ``dpaudit``: :func:`dpaudit.mechanisms.dpsgd.train_linear_head` (closed-form clipped sums; one
   run of the head engine :func:`dpaudit.mechanisms.engine.train_heads`), including the one-off
   feature computation in the timed part.
-- ``dpaudit-batched``: :func:`dpaudit.mechanisms.batched.train_linear_heads_batched`, R runs at once
+- ``dpaudit-batched``: :func:`dpaudit.mechanisms.engine.train_heads`, R runs at once
   (the same engine, as the audits run it);
   per-model time = total / R. Peak memory of a child process that loads MNIST and trains the R
   runs is reported (ru_maxrss).
@@ -114,7 +114,8 @@ def run_opacus(data, sched, sigma, seed, cached, feats, head_init):
 
 
 def run_dpaudit(data, sched, sigma, seed, feats, head_init):
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, head_probabilities, train_linear_head
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+    from dpaudit.mechanisms.dpsgd_core import head_probabilities
     from dpaudit.noise import NoiseSource
 
     cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
@@ -130,7 +131,7 @@ def run_dpaudit(data, sched, sigma, seed, feats, head_init):
 def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
     """``run_dpaudit`` with the noise step as it was before issue 13 (float32 ``torch.randn``,
     truncated at 5.77 sigma): measures what the documented sampler costs, same process."""
-    from dpaudit.mechanisms import dpsgd
+    from dpaudit.mechanisms import dpsgd, dpsgd_core
 
     def old_filler(noise, out, std):
         out_t, gen, shape = torch.from_numpy(out), noise.torch, tuple(out.shape)
@@ -140,18 +141,19 @@ def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
             return np.multiply(out, std, out=out)
         return fill
 
-    new_filler = dpsgd.gaussian_filler
-    dpsgd.gaussian_filler = old_filler
+    new_filler = dpsgd_core.gaussian_filler
+    dpsgd_core.gaussian_filler = old_filler
     try:
         return run_dpaudit(data, sched, sigma, seed, feats, head_init)
     finally:
-        dpsgd.gaussian_filler = new_filler
+        dpsgd_core.gaussian_filler = new_filler
 
 
 def _batched_child(data_dir, runs, threads, chunk, q):
     torch.set_num_threads(threads)
-    from dpaudit.mechanisms.batched import train_linear_heads_batched
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, head_probabilities, init_head
+    from dpaudit.mechanisms.engine import train_heads
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig
+    from dpaudit.mechanisms.dpsgd_core import head_probabilities, init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
 
@@ -163,7 +165,7 @@ def _batched_child(data_dir, runs, threads, chunk, q):
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t, c = time.perf_counter(), time.process_time()
     z = feats.transform(data.x_train)
-    res = train_linear_heads_batched(z, data.y_train, 10, cfg, noise=NoiseSource(), runs=runs, init=init, chunk_runs=chunk)
+    res = train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), runs=runs, init=init, chunk_runs=chunk)
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     zt = feats.transform(data.x_test)
     accs = [float((head_probabilities(w, zt).argmax(1) == data.y_test).mean()) for w in res.weights]
@@ -177,7 +179,8 @@ def profile_single(data_dir) -> int:
     import cProfile
     import pstats
 
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, init_head, train_linear_head
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+    from dpaudit.mechanisms.dpsgd_core import init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
 
@@ -218,7 +221,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     if args.profile_single:
         return profile_single(args.data_dir)
-    from dpaudit.mechanisms.dpsgd import init_head
+    from dpaudit.mechanisms.dpsgd_core import init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import public_rng
 

@@ -21,9 +21,9 @@ import torch
 
 torch.set_num_threads(1)
 
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd  # noqa: E402
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd  # noqa: E402
 from dpaudit.mechanisms.models import Dense  # noqa: E402
-from dpaudit.mechanisms.user_level import train_user_linear_head, train_user_module_dp_sgd  # noqa: E402
+from dpaudit.mechanisms.engine import UserSampling, train_heads  # noqa: E402
 from dpaudit.data.users import index_users  # noqa: E402
 from dpaudit.noise import NoiseSource  # noqa: E402
 
@@ -67,13 +67,15 @@ def main() -> None:
     print("linear head")
     c = cfg(args.n, args.steps)
     a = timed("record level", lambda: train_linear_head(z, y, args.classes, c, noise=NoiseSource("reproducible", seed=1), binary_logit=binary), args.steps)
-    b = timed("user level, one record per user (G=8)", lambda: train_user_linear_head(
-        z, y, np.arange(args.n), args.classes, c, records_per_user=8, noise=NoiseSource("reproducible", seed=1), binary_logit=binary), args.steps)
-    print(f"  identical weights: {np.array_equal(a.weight, b.weight)}")
+    b = timed("user level, one record per user (G=8)", lambda: train_heads(
+        z, y, args.classes, c, users=UserSampling(index_users(np.arange(args.n)), 8), noise=NoiseSource("reproducible", seed=1),
+        binary_logit=binary), args.steps)
+    print(f"  identical weights: {np.array_equal(a.weight, b.weights[0])}")
     cu = cfg(n_users, args.steps)
     for g in (1, 8, 64):
-        timed(f"user level, heavy-tailed users, G={g}", lambda: train_user_linear_head(
-            z, y, ids, args.classes, cu, records_per_user=g, noise=NoiseSource("reproducible", seed=1), binary_logit=binary), args.steps)
+        timed(f"user level, heavy-tailed users, G={g}", lambda: train_heads(
+            z, y, args.classes, cu, users=UserSampling(index_users(ids), g), noise=NoiseSource("reproducible", seed=1), binary_logit=binary),
+            args.steps)
 
     print("dense module (64-32-K), per-sample gradients with torch.func")
     x = torch.as_tensor(z)

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.rvfl import train_and_release
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
 
     work = tempfile.mkdtemp(prefix="dpaudit-bench-")
     os.environ.setdefault("DPAUDIT_LEDGER", os.path.join(work, "ledger.sqlite"))

@@ -49,3 +49,39 @@ def require_file(data_dir: Path, rel: str) -> Path:
     if not p.exists():
         pytest.skip(f"real data file {rel} not found under {data_dir}")
     return p
+
+
+# ------------------------------------------------------------------ planted faults (test fixtures only)
+
+#: Faults :func:`plant` knows, each patching one shared piece every DP-SGD loop uses (record and user
+#: heads, modules; releases and audits alike): "skip-clip" leaves the last unit of every clipped batch
+#: unclipped (an off-by-one in :func:`dpaudit.mechanisms.dpsgd_core.clip_factors`, the one clipping rule);
+#: "half-noise" halves the standard deviation of every step's Gaussian noise (the one noise filler
+#: of the noisy step) while the release still claims the calibrated noise multiplier.
+FAULTS = ("skip-clip", "half-noise")
+
+
+def plant(monkeypatch, name: str) -> None:
+    """Plant fault ``name`` (:data:`FAULTS`) for the rest of the test (undone by ``monkeypatch``)."""
+    from dpaudit.mechanisms import dpsgd_core
+
+    if name == "skip-clip":
+        real_clip = dpsgd_core.clip_factors
+
+        def skip_last(norms, clipping_norm):
+            c = real_clip(norms, clipping_norm)
+            c[-1] = 1.0
+            return c
+
+        monkeypatch.setattr(dpsgd_core, "clip_factors", skip_last)
+    elif name == "half-noise":
+        real_fill = dpsgd_core.gaussian_filler
+        monkeypatch.setattr(dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, std / 2.0))
+    else:
+        raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {name!r}.")
+
+
+@pytest.fixture
+def plant_fault(monkeypatch):
+    """``plant_fault("skip-clip")`` / ``plant_fault("half-noise")``: :func:`plant` for this test."""
+    return lambda name: plant(monkeypatch, name)

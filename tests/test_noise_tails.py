@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpaudit.mechanisms.dpsgd import gaussian_filler
+from dpaudit.mechanisms.dpsgd_core import gaussian_filler
 from dpaudit.noise import NoiseSource
 
 #: Independent of the code under test: radius of u1 = 2^-106 (53 bits, lowest cell refined).
@@ -249,11 +249,10 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     draw through dpaudit.noise.box_muller."""
     from dpaudit import noise as noise_mod
     from dpaudit.audits.gaussian import GaussianTarget
-    from dpaudit.audits.user_level import train_user_heads_batched
-    from dpaudit.mechanisms.batched import train_linear_heads_batched
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd
     from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_runs
-    from dpaudit.mechanisms.user_level import train_user_linear_head, train_user_module_dp_sgd
+    from dpaudit.data.users import index_users
+    from dpaudit.mechanisms.engine import UserSampling, train_heads
 
     calls = []
     real = noise_mod.box_muller
@@ -275,11 +274,11 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
         m.setattr(torch.Tensor, "normal_", forbidden)
         paths = {
             "record head": lambda s: train_linear_head(z, y, 2, cfg, noise=s),
-            "user head": lambda s: train_user_linear_head(z, y, users, 2, cfg, records_per_user=2, noise=s),
+            "user head": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s),
             "record module": lambda s: train_module_dp_sgd(module, x, torch.as_tensor(y), cfg, noise=s),
             "user module": lambda s: train_user_module_dp_sgd(module, x, torch.as_tensor(y), users, cfg, records_per_user=2, noise=s),
-            "batched heads": lambda s: train_linear_heads_batched(z, y, 2, cfg, noise=s, runs=3),
-            "batched user heads": lambda s: train_user_heads_batched(z, y, users, 2, cfg, records_per_user=2, noise=s, runs=3),
+            "batched heads": lambda s: train_heads(z, y, 2, cfg, noise=s, runs=3),
+            "batched user heads": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s, runs=3),
             "mixmin record": lambda s: run_mixmin(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
                 k=d, loss="bce", noise_multiplier=1.0, sample_rate=0.5, expected_batch_size=20.0, steps=3, clipping_norm=1.0,
                 step_size=0.5), noise=s),

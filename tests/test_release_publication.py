@@ -119,7 +119,7 @@ def _no_work(*a, **k):
 
 def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch):
     import dpaudit.data
-    from dpaudit.mechanisms import dp_elm, mixmin_pipeline, rvfl
+    from dpaudit.mechanisms import dp_elm, dpsgd_release, mixmin_pipeline, mixmin_tasks, rvfl
 
     monkeypatch.setattr(dpaudit.data, "load_dataset", _no_work)
     import dpaudit.accounting
@@ -129,8 +129,8 @@ def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch)
     monkeypatch.setattr(mixmin_pipeline, "load_proxy_predictions", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)
     calls = [
-        lambda: rvfl.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
-        lambda: rvfl.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
+        lambda: dpsgd_release.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
+        lambda: dpsgd_release.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
                                        user_ids=np.arange(1797), reference_size=1257),
         lambda: dp_elm.train_and_release_dp_elm(out_dir="/proc/x"),
         lambda: release("mixmin", MixMinRequest(), out_dir="/proc/x"),
@@ -182,7 +182,7 @@ def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, 
     noise: the two release.json files differ only in the output and per-run fields (not in the
     schedule, nor the training count), and neither holds a digest of its data."""
     from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
-    from dpaudit.mechanisms.rvfl import train_and_release
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
 
     full = load_dataset("digits")
     neighbour = neighbour_of(full)

@@ -14,22 +14,21 @@ Layer 6 (docs/architecture.md): above the mechanisms it orchestrates; the audits
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 from .catalogue import ALIASES, CATALOGUE, lookup, names
+from .accounting.events import event_from_dict
+from .audits.targets import prepared
+from .audits.user_level import UserHeadTarget
 from .errors import DataError, UsageError
-from .records import Release, read_release
 from .mechanisms.contract import check_request_matches
+from .records import Release, read_release
 from .release_compat import release_request
 from .requests import AuditRequest
 from .validation import one_of, open_unit, positive_finite, positive_int
 
 #: Privacy units an audit accepts (user: the DP-SGD head models only).
 PRIVACY_UNITS = ("record", "user")
-# HAND-BUILT (temporary): the DP-SGD head targets are still built here from their request instead
-# of by their mechanism's audit_target.
-_HAND_BUILT = ("dp-sgd-head",)
 
 
 def auditable_entry(mechanism: str):
@@ -117,8 +116,8 @@ def target_for(audit: AuditRequest):
     entry = auditable_entry(audit.mechanism)
     check_privacy_unit(audit.mechanism, audit.privacy_unit, audit.records_per_user, audit.user_ids)
     req = family_request(entry, audit)
-    if entry.family in _HAND_BUILT:
-        return _hand_built_target(entry, req, entry_canary(entry, audit.canary), audit.no_noise)
+    if getattr(req, "privacy_unit", "record") == "user" and entry.family == "dp-sgd-head":
+        return _user_head_target(req, entry_canary(entry, audit.canary), audit.no_noise)
     return generic_target(entry.name, req, canary=audit.canary, no_noise=audit.no_noise)
 
 
@@ -160,9 +159,8 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     req = release_request(rel)
     if user_ids is not None and rel.privacy_unit != "user":
         raise UsageError(f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {rel.mechanism}.")
-    if entry.family in _HAND_BUILT:
-        return _hand_built_from_release(entry, req, rel, canary=entry_canary(entry, canary), data_dir=data_dir, no_noise=no_noise,
-                                        user_ids=user_ids)
+    if rel.privacy_unit == "user" and entry.family == "dp-sgd-head":
+        return _user_head_release_target(req, rel, canary=entry_canary(entry, canary), data_dir=data_dir, no_noise=no_noise, user_ids=user_ids)
     if data_dir is not None and "data_dir" in {f.name for f in dataclasses.fields(req)}:
         req = dataclasses.replace(req, data_dir=os.fspath(data_dir))  # where the auditor keeps the data
     mech = entry.mechanism()
@@ -184,58 +182,34 @@ def _release_entry(rel, mechanism: str | None):
     return entry
 
 
-# ------------------------------------------------------------------------------ HAND-BUILT targets
-# Temporary: the DP-SGD head and DP-MixMin targets built from their request here, as before the
-# contract. At merge, H2's DPSGDMechanism.audit_target and H1's DPMixMin.audit_target (same
-# targets, checked by the golden outputs) replace both functions and the _HAND_BUILT list.
+# ------------------------------------------------------------------------------ user-level heads
+# Still built here: a user-level head audit defaults to a public grouping of the rows into users
+# of G (and an old release to its recorded users), which the DP-SGD mechanism's plan cannot load
+# yet; record-level heads go through DPSGDMechanism.audit_target like every other family.
 
 
-def _hand_built_target(entry, req, canary: str, no_noise: bool):
-    """A fresh head or mixmin target from its family request ``req``."""
-    eps, delta = positive_finite("epsilon", req.epsilon), open_unit("delta", req.delta)
-    if req.privacy_unit == "user":
-        from .audits.user_level import UserHeadTarget
-
-        t = UserHeadTarget(model=req.model, records_per_user=req.records_per_user, dataset=req.dataset, data_dir=req.data_dir, epsilon=eps,
-                           delta=delta, canary=canary, seed=req.seed, epochs=req.epochs, user_ids=req.user_ids, profile=req.profile)
-    else:
-        from .audits.heads import HeadTarget
-
-        t = HeadTarget(model=req.model, dataset=req.dataset, data_dir=req.data_dir, epsilon=eps, delta=delta, canary=canary, seed=req.seed,
-                       epochs=req.epochs, profile=req.profile)
-    t.prepare()
-    return t.without_noise() if no_noise else t
+def _user_head_target(req, canary: str, no_noise: bool):
+    """A fresh user-level head target from its family request ``req``."""
+    t = UserHeadTarget(model=req.model, records_per_user=req.records_per_user, dataset=req.dataset, data_dir=req.data_dir,
+                       epsilon=positive_finite("epsilon", req.epsilon), delta=open_unit("delta", req.delta), canary=canary, seed=req.seed,
+                       epochs=req.epochs, user_ids=req.user_ids, profile=req.profile)
+    return prepared(t, no_noise)
 
 
-def _hand_built_from_release(entry, req, rel, *, canary, data_dir, no_noise, user_ids):
-    """A head or mixmin target reproducing ``rel`` (its recorded sigma, schedule, claim, identity)."""
-    from .accounting.events import event_from_dict
-
+def _user_head_release_target(req, rel, *, canary, data_dir, no_noise, user_ids):
+    """A user-level head target reproducing ``rel`` (its recorded sigma, schedule, claim, identity)."""
     ds, cfg = rel.dataset or {}, rel.config or {}
+    check_request_matches(model=(req.model, rel.mechanism), dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
+                          privacy_unit=(req.privacy_unit, rel.privacy_unit), records_per_user=(req.records_per_user, cfg.get("records_per_user")))
     common = dict(dataset=ds.get("name"), data_dir=data_dir, epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
-                  canary=canary, seed=int(req.seed), noise_multiplier=float(rel.noise_multiplier))
-    if True:  # the head families (the one hand-built family left)
-        check_request_matches(model=(req.model, rel.mechanism), dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
-                               privacy_unit=(req.privacy_unit, rel.privacy_unit), records_per_user=(req.records_per_user, cfg.get("records_per_user")))
-        common.update(schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"), split_seed=ds.get("split_seed"),
-                      claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds, event=event_from_dict(rel.guarantee),
-                      accountant=rel.accountant, model=req.model)
-        t = _user_head_from_release(req, rel, common, user_ids) if rel.privacy_unit == "user" else _record_head(rel, common)
-    t.prepare()
-    return t.without_noise() if no_noise else t
-
-
-def _record_head(rel, common):
-    from .audits.heads import HeadTarget
-
-    if rel.privacy_unit != "record":
-        raise UsageError(f"release privacy unit must be record or user, got {rel.privacy_unit!r}.")
-    return HeadTarget(**common)
+                  canary=canary, seed=int(req.seed), noise_multiplier=float(rel.noise_multiplier),
+                  schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"), split_seed=ds.get("split_seed"),
+                  claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds, event=event_from_dict(rel.guarantee),
+                  accountant=rel.accountant, model=req.model)
+    return prepared(_user_head_from_release(req, rel, common, user_ids), no_noise)
 
 
 def _user_head_from_release(req, rel, common, user_ids):
-    from .audits.user_level import UserHeadTarget
-
     cfg, ds = rel.config or {}, rel.dataset or {}
     if rel.adjacency != "add-remove-user":
         raise DataError(f"a user-level release must have adjacency add-remove-user, got {rel.adjacency!r}.")

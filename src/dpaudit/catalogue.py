@@ -60,7 +60,7 @@ class CatalogueEntry:
 
 
 _HEAD_CANARIES = ("max-clip", "mislabeled", "natural")
-_RVFL = "dpaudit.mechanisms.rvfl"
+_RVFL = "dpaudit.mechanisms.dpsgd_release"
 
 #: The one table of mechanism names; one line per mechanism.
 CATALOGUE: dict[str, CatalogueEntry] = {e.name: e for e in (

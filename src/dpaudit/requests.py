@@ -226,6 +226,8 @@ class DPSGDRequest(Request):
     user_ids: str | None = option(None, help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.")
     reference_size: int | None = option(None, help="Public size N0 the schedule (q, T, m0) is built from: training records (default: the "
                                         "dataset definition's train size), or training users (privacy unit user: required).")
+    optimizer: str = option("adam", choices=("adam", "sgd"), help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.")
+    momentum: float = option(0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0).")
 
 
 @dataclass(frozen=True)

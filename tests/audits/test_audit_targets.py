@@ -131,7 +131,7 @@ def test_target_from_elm_release(tmp_path):
 
 
 def test_target_from_rvfl_release(tmp_path):
-    from dpaudit.mechanisms.rvfl import train_and_release
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
 
     rel = train_and_release("dp-rvfl", dataset="digits", epsilon=2.0, seed=5, out_dir=tmp_path, record=False, progress=False, epochs=1)
     t = target_from_release(tmp_path, canary="mislabeled")
@@ -218,7 +218,7 @@ def test_user_level_audit_takes_user_ids_from_the_request_not_the_command(tmp_pa
     import json
 
     from dpaudit.audits.user_level import UserHeadTarget
-    from dpaudit.mechanisms.rvfl import train_and_release
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
 
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)

@@ -14,14 +14,14 @@ from typer.testing import CliRunner
 from dpaudit.auditing import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.heads import HeadTarget
-from dpaudit.audits.user_level import (UserCanary, UserHeadTarget, synthetic_user_ids, train_user_heads_batched, user_clipped_gradient,
-                                       user_head_clipped_sum_gram)
+from dpaudit.audits.user_level import UserCanary, UserHeadTarget, synthetic_user_ids, user_clipped_gradient
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms import dpsgd
+from dpaudit.mechanisms import dpsgd, dpsgd_core, user_level
 from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.user_level import sample_user_records, train_user_linear_head, user_head_clipped_sum
+from dpaudit.mechanisms.engine import UserSampling, train_heads
+from dpaudit.mechanisms.user_level import sample_user_records, user_head_clipped_sum
 from dpaudit.noise import NoiseSource
 
 torch.set_num_threads(1)
@@ -40,7 +40,9 @@ def _features(rng, n, d, k):
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**31), g=st.integers(1, 6), clip=st.sampled_from([0.05, 1.0, 50.0]), binary=st.booleans(),
        n_users=st.integers(2, 40))
-def test_gram_clipped_sum_equals_the_mechanism(seed, g, clip, binary, n_users):
+def test_gram_and_segment_user_norms_agree(seed, g, clip, binary, n_users):
+    """The one user-norm kernel's two algorithms (Gram matrices for small users, segment sums for
+    large ones) give the same clipped sums up to float rounding."""
     rng = np.random.default_rng(seed)
     k = 1 if binary else 4
     n = int(rng.integers(n_users, 4 * n_users + 1))
@@ -50,8 +52,10 @@ def test_gram_clipped_sum_equals_the_mechanism(seed, g, clip, binary, n_users):
     w = (rng.normal(size=(k, 8)) * 0.3).astype(np.float32)
     sampled = np.sort(rng.choice(index.n_users, size=int(rng.integers(1, index.n_users + 1)), replace=False))
     rows, seg, kk = sample_user_records(index, sampled, g, NoiseSource("reproducible", seed=seed))
-    want = user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)
-    got = user_head_clipped_sum_gram(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)
+    got = user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)  # Gram (G <= 6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(user_level, "GRAM_MAX_RECORDS", 0)
+        want = user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, clip, binary_logit=binary)  # segment sums
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6 * max(1.0, np.abs(want).max()))
 
 
@@ -60,7 +64,7 @@ def test_gradient_canary_clipping_is_the_mechanism_s_on_explicit_gradients():
     _, z1, zn, y = _features(rng, 5, 6, 3)
     w = (rng.normal(size=(3, 7)) * 0.5).astype(np.float32)
     rows, seg, kk = np.arange(5), np.zeros(5, dtype=np.int64), np.array([5])  # one user holding all five records
-    grads = np.stack([np.outer(r, z) for r, z in zip(dpsgd.residuals_numpy(z1.astype(np.float64) @ w.T.astype(np.float64), y, False), z1)])
+    grads = np.stack([np.outer(r, z) for r, z in zip(dpsgd_core.residuals_numpy(z1.astype(np.float64) @ w.T.astype(np.float64), y, False), z1)])
     for c in (0.01, 1.0, 1e3):  # clipped and unclipped
         np.testing.assert_allclose(user_clipped_gradient(grads, c), user_head_clipped_sum(w, z1, zn, y, rows, seg, kk, c), rtol=1e-5, atol=1e-7)
     e = np.zeros((4, 3, 7))
@@ -92,12 +96,9 @@ def test_batched_run_equals_the_mechanism_bit_for_bit_with_within_user_sampling(
     index = index_users(ids)
     cfg = _full_batch_config(index.n_users)
     init = rng.normal(size=(3, 6)) * 0.1
-    one = train_user_linear_head(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), init=init)
-    many = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init,
-                                    user_sum=user_head_clipped_sum)
-    assert np.array_equal(many.weights[0], one.weight)
-    fast = train_user_heads_batched(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
-    np.testing.assert_allclose(fast.weights[0], one.weight, rtol=1e-5, atol=1e-6)
+    one = train_heads(z, y, 3, cfg, users=UserSampling(index, 2), noise=NoiseSource("reproducible", seed=11), init=init)  # a release's run
+    many = _user_runs(z, y, index, 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=11), runs=1, init=init)
+    assert np.array_equal(many.weights[0], one.weights[0])
 
 
 def test_canary_user_is_one_more_user_of_the_mechanism():
@@ -108,12 +109,12 @@ def test_canary_user_is_one_more_user_of_the_mechanism():
     cfg = _full_batch_config(10)
     init = rng.normal(size=(3, 6)) * 0.1
     canary = UserCanary(kind="records", z=zc, y=yc)
-    got = train_user_heads_batched(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
-                                   canary_in=np.array([True]), init=init, user_sum=user_head_clipped_sum)
+    got = _user_runs(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
+                                   canary_in=np.array([True]), init=init)
     # the mechanism on the data plus the canary user (its normaliser is public and unchanged)
-    want = train_user_linear_head(np.concatenate([z, zc]), np.concatenate([y, yc]), np.concatenate([ids, [99] * 4]), 3, cfg,
-                                  records_per_user=4, noise=NoiseSource("reproducible", seed=5), init=init)
-    assert np.array_equal(got.weights[0], want.weight) and got.canary_samples.tolist() == [cfg.steps]
+    want = train_heads(np.concatenate([z, zc]), np.concatenate([y, yc]), 3, cfg, users=UserSampling(index_users(np.concatenate([ids, [99] * 4])), 4),
+                       noise=NoiseSource("reproducible", seed=5), init=init)
+    assert np.array_equal(got.weights[0], want.weights[0]) and got.canary_samples.tolist() == [cfg.steps]
 
 
 def test_cryptographic_source_goes_through_its_methods():
@@ -121,7 +122,7 @@ def test_cryptographic_source_goes_through_its_methods():
     z, _, _, y = _features(rng, 30, 4, 2)
     cfg = DPSGDConfig(sample_rate=0.3, steps=5, normalizer=3, noise_multiplier=1.0)
     canary = UserCanary(kind="gradient", grads=np.ones((2, 1, 5)))
-    res = train_user_heads_batched(z, y, rng.integers(8, size=30), 2, cfg, records_per_user=2, noise=NoiseSource("cryptographic"), runs=3,
+    res = _user_runs(z, y, rng.integers(8, size=30), 2, cfg, records_per_user=2, noise=NoiseSource("cryptographic"), runs=3,
                                    canary=canary, canary_in=np.array([True, False, True]), binary_logit=True)
     assert res.weights.shape == (3, 1, 5) and np.all(np.isfinite(res.weights)) and res.steps_executed == 5
     assert res.canary_samples[1] == 0 and np.all(res.canary_samples <= 5)
@@ -171,7 +172,7 @@ def test_no_noise_control_finds_large_leakage():
 
 def _per_record_clipped_sum(w, z1, z1_norm, y, rows, seg, k, clipping_norm, *, binary_logit=False, clip=True):
     """BROKEN on purpose: clips every record at C and sums them (a user of G records moves the model by up to G C)."""
-    return dpsgd.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
+    return dpsgd_core.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
 
 
 def _per_record_clipped_gradient(grads, clipping_norm):
@@ -181,18 +182,18 @@ def _per_record_clipped_gradient(grads, clipping_norm):
 
 
 class _BrokenPerRecordClipTarget(UserHeadTarget):
-    """Test-only: the user-level target with record-level clipping, still claiming user-level epsilon."""
+    """Test-only: the user-level target whose canary user is clipped per record, still claiming user-level epsilon."""
 
-    def _train(self, canary_in, noise):
-        return train_user_heads_batched(self._z, self._y, self._users, self._n_classes, self._config, records_per_user=self.records_per_user,
-                                        noise=noise, runs=canary_in.size, canary=self._canary, canary_in=canary_in, init=self._init,
-                                        binary_logit=self._binary, user_sum=_per_record_clipped_sum, clip_user=_per_record_clipped_gradient)
+    def _train(self, canary_in, noise, clip_user=None):
+        return super()._train(canary_in, noise, clip_user=_per_record_clipped_gradient)
 
 
-def test_per_record_clipping_is_caught():
+def test_per_record_clipping_is_caught(monkeypatch):
     # G = 16 records per user: the broken mechanism's canary user moves W[0, j] by 16 C per sampled step.
     t = _BrokenPerRecordClipTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4)
-    r = run_audit(t, runs=1000, seed=0, controls=(), reproducible_noise=True)
+    with monkeypatch.context() as mp:  # the planted fault: the shared user kernel clips records, not users
+        mp.setattr(user_level, "user_head_clipped_sum", _per_record_clipped_sum)
+        r = run_audit(t, runs=1000, seed=0, controls=(), reproducible_noise=True)
     assert r.claimed_epsilon <= 1.0
     assert r.violated and r.epsilon_lower_bound > 1.3 * r.claimed_epsilon  # 1.6 to 2.2 over public seeds 0-2
     real = UserHeadTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4,
@@ -222,13 +223,13 @@ def test_build_target_user_unit_and_refusals():
 
 def test_target_from_a_user_level_release(tmp_path):
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.user_level import train_and_release_user_level
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
 
     ds = load_dataset("digits")
     n = len(ds.y_train) + len(ds.y_val) + len(ds.y_test)
     ids = np.arange(n) // 3
     np.save(tmp_path / "ids.npy", ids)
-    rel = train_and_release_user_level("dp-rvfl", user_ids=str(tmp_path / "ids.npy"), records_per_user=2, epsilon=3.0, epochs=1,
+    rel = train_and_release("dp-rvfl", privacy_unit="user", user_ids=str(tmp_path / "ids.npy"), records_per_user=2, epsilon=3.0, epochs=1,
                                        out_dir=tmp_path / "rel", progress=False, record=False, reference_size=419)
     t = target_from_release(tmp_path / "rel", canary="max-clip")  # users from the --user-ids file in the release's command
     assert isinstance(t, UserHeadTarget) and t.records_per_user == 2 and t.adjacency == "add-remove-user"
@@ -274,3 +275,12 @@ def test_cli_bad_privacy_unit_flags_exit_2_with_one_line(args, message):
     assert r.exit_code == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def _user_runs(z, y, users, n_classes, cfg, *, records_per_user, runs, canary=None, canary_in=None, **kw):
+    """R user-level runs with a canary user, as UserHeadTarget trains them (engine.train_heads)."""
+    index = users if hasattr(users, "n_users") else index_users(users)
+    k = 1 if kw.get("binary_logit") and n_classes == 2 else n_classes
+    hook = None if canary is None else canary.hook(np.asarray(canary_in, dtype=bool), k=k, d=z.shape[1], n_classes=n_classes,
+                                                   clipping_norm=cfg.clipping_norm)
+    return train_heads(z, y, n_classes, cfg, runs=runs, users=UserSampling(index, records_per_user), canary=hook, **kw)

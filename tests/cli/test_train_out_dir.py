@@ -27,7 +27,7 @@ def no_work(monkeypatch):
 
     monkeypatch.setattr(dpaudit.data, "load_dataset", _no_work)
     monkeypatch.setattr(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", _no_work)
+    monkeypatch.setattr(dpsgd_release, "train_heads", _no_work)
     monkeypatch.setattr(mixmin_tasks, "load_task", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)
 

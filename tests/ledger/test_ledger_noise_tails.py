@@ -107,7 +107,7 @@ def test_releases_without_a_tail_key_still_load_and_count_zero(tmp_path):
 def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
     from dpaudit.mechanisms.dpsgd import head_outputs
     from dpaudit.mechanisms.features import build_features
-    from dpaudit.mechanisms.rvfl import train_and_release
+    from dpaudit.mechanisms.dpsgd_release import train_and_release
     from dpaudit.noise import GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta
 
     data = _synthetic()
@@ -132,9 +132,9 @@ def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monk
     def trained(*a, **k):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", trained)  # the DP-SGD release's trainer
+    monkeypatch.setattr(dpsgd_release, "train_heads", trained)  # the DP-SGD release's trainer
     with pytest.raises(UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got .* for this dp-rvfl run"):
-        rvfl.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
+        dpsgd_release.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
                                progress=False, ledger_path=tmp_path / "l.sqlite")
     assert not (tmp_path / "r" / "release.json").exists()
     with open_ledger(tmp_path / "l.sqlite") as led:

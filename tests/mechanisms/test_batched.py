@@ -1,4 +1,5 @@
-"""Batched trainer: each run is exactly the single-run protocol; canaries; validation."""
+"""R head runs at once (engine.train_heads, as the audits run it): each run is exactly the
+single-run protocol; the audit canaries (HeadCanary.hook); validation."""
 
 from __future__ import annotations
 
@@ -7,9 +8,18 @@ import pytest
 import torch
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.batched import HeadCanary, batched_head_clipped_sum, train_linear_heads_batched
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, head_clipped_sum, train_linear_head
+from dpaudit.mechanisms.batched import HeadCanary, check_batched_inputs
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, head_clipped_sum
+from dpaudit.mechanisms.engine import _run_sum, train_heads
 from dpaudit.noise import NoiseSource
+
+
+def train_linear_heads_batched(z, y, n_classes, cfg, *, runs, canary=None, canary_in=None, chunk_runs=64, **kw):
+    """R runs with an audit canary, as HeadTarget.scores trains them."""
+    z, y, k, canary_in = check_batched_inputs(z, y, n_classes, kw.get("binary_logit", False), runs, canary, canary_in)
+    hook = None if canary is None else canary.hook(canary_in, k=k, d=z.shape[1], n_classes=n_classes, clipping_norm=cfg.clipping_norm)
+    return train_heads(z, y, n_classes, cfg, runs=runs, canary=hook, chunk_runs=chunk_runs, **kw)
 
 
 def _data(n=30, d=4, k=3, seed=0):
@@ -27,7 +37,11 @@ def test_batched_clipped_sum_equals_single_per_run(binary_logit):
     w = rng.normal(size=(5, k, d + 1))
     idx = [np.array([], dtype=np.int64), np.array([3]), np.arange(0, 25, 2), np.array([1, 2, 24]), np.arange(25)]
     norms = np.linalg.norm(z1, axis=1)
-    got, _ = batched_head_clipped_sum(w, z1, norms, y, idx, 0.4, binary_logit=binary_logit)
+    ws = HeadWorkspace(k, d + 1, np.float64, rows=25)
+    got = np.zeros_like(w)
+    w_t, got_t = torch.from_numpy(w), torch.from_numpy(got)
+    for r in range(5):  # the engine's per-run clipped sum on its reused workspace
+        _run_sum(ws, z1, norms, y, idx[r], w_t[r], got_t[r], 0.4, binary_logit, True)
     for r in range(5):
         want = head_clipped_sum(w[r], z1[idx[r]], norms[idx[r]], y[idx[r]], 0.4, binary_logit=binary_logit) if idx[r].size else np.zeros((k, d + 1))
         np.testing.assert_allclose(got[r], want, rtol=1e-12, atol=1e-14)

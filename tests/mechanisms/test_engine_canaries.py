@@ -8,7 +8,7 @@ import torch
 from scipy import sparse
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd
+from dpaudit.mechanisms import dpsgd, dpsgd_core
 from dpaudit.mechanisms.dpsgd import DPSGDConfig
 from dpaudit.mechanisms.engine import CanaryHook, train_heads
 from dpaudit.noise import NoiseSource
@@ -108,7 +108,7 @@ def test_recorded_trajectory_is_what_the_sanitised_step_used(monkeypatch):
     m0 (spy on the shared Adam step); recording changes no draw and no update."""
     z, y, init = _data()
     seen = []
-    real_step = dpsgd.Adam.step
+    real_step = dpsgd_core.Adam.step
 
     def spy(self, grads, t):
         seen.append(grads[0].numpy().copy())
@@ -118,7 +118,7 @@ def test_recorded_trajectory_is_what_the_sanitised_step_used(monkeypatch):
     inc = np.array([True, False, True])
     g = _dirac(1, 3, 5, [(0, 4)], CFG.clipping_norm)[0]
     plain = train_heads(z, y, 3, CFG, noise=_noise(), runs=3, init=init, canary=CanaryHook(included=inc, gradient=g))
-    monkeypatch.setattr(dpsgd.Adam, "step", spy)
+    monkeypatch.setattr(dpsgd_core.Adam, "step", spy)
     rec = train_heads(z, y, 3, CFG, noise=_noise(), runs=3, init=init, canary=CanaryHook(included=inc, gradient=g), record=coords)
     assert np.array_equal(rec.weights, plain.weights)  # recording is read-only
     assert rec.recorded.shape == (3, CFG.steps, 3) and rec.recorded.dtype == np.float32

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,7 +15,8 @@ from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageEr
 from dpaudit import accounting
 from dpaudit.mechanisms import dpsgd_release
 from dpaudit.mechanisms.features import build_features
-from dpaudit.mechanisms.rvfl import MODEL_NAMES, classification_metrics, default_protocol, epsilon_curve, train_and_release
+from dpaudit.mechanisms.dpsgd_release import train_and_release
+from dpaudit.mechanisms.rvfl import MODEL_NAMES, classification_metrics, default_protocol, epsilon_curve
 from dpaudit.records import read_release
 
 
@@ -175,13 +177,13 @@ def test_non_private_release(tmp_path):
 
 
 def test_step_mismatch_fails_loudly_and_publishes_nothing(tmp_path, monkeypatch):
-    real = dpsgd_release.train_linear_head
+    real = dpsgd_release.train_heads
 
     def short(*a, **k):
         res = real(*a, **k)
-        return type(res)(weight=res.weight, steps_executed=res.steps_executed - 1, binary_logit=res.binary_logit)
+        return dataclasses.replace(res, steps_executed=res.steps_executed - 1)
 
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", short)
+    monkeypatch.setattr(dpsgd_release, "train_heads", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
         train_and_release("dp-rvfl", prepared=_synthetic(), out_dir=tmp_path, progress=False, **SAME_ACCOUNTING)
     assert not (tmp_path / "release.json").exists()
@@ -208,7 +210,7 @@ def test_over_cap_is_refused_before_training(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("training must not start")
 
-    monkeypatch.setattr(dpsgd_release, "train_linear_head", boom)
+    monkeypatch.setattr(dpsgd_release, "train_heads", boom)
     with pytest.raises(BudgetExceededError):
         train_and_release("dp-rvfl", prepared=_synthetic(), ledger_path=ledger_path, out_dir=tmp_path / "r", progress=False, **SAME_ACCOUNTING)
     with pytest.raises(BudgetExceededError):

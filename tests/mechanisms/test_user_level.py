@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from itertools import combinations
@@ -18,18 +19,17 @@ from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.data import load_dataset
 from dpaudit.data.users import index_users
 from dpaudit.errors import AccountingMismatchError, DataError, UsageError
-from dpaudit.mechanisms import dpsgd, user_level
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, with_bias_column
+from dpaudit.mechanisms import dpsgd, dpsgd_core, dpsgd_release, user_level
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd
+from dpaudit.mechanisms.dpsgd_core import with_bias_column
 from dpaudit.mechanisms.models import Dense
 from dpaudit.mechanisms.user_level import (
     sample_user_records,
-    train_and_release_user_level,
-    train_user_linear_head,
-    train_user_module_dp_sgd,
     user_head_clipped_sum,
     user_module_clipped_sum,
 )
 from dpaudit.noise import NoiseSource
+from dpaudit.mechanisms.dpsgd_release import train_and_release
 from dpaudit.records import read_release
 
 
@@ -49,7 +49,7 @@ def _record_masks(monkeypatch):
         seen.append(flat[offsets[0]:offsets[1]].copy())
         return flat, offsets
 
-    monkeypatch.setattr(dpsgd, "poisson_batch", spy)
+    monkeypatch.setattr(dpsgd_core, "poisson_batch", spy)
     return seen
 
 
@@ -113,12 +113,13 @@ def test_one_record_per_user_head_equals_record_level(monkeypatch, n_classes, bi
     a = train_linear_head(z, y, n_classes, cfg, noise=NoiseSource("reproducible", seed=9), init=init, binary_logit=binary)
     record_masks = list(masks)
     masks.clear()
-    b = train_user_linear_head(z, y, ids, n_classes, cfg, records_per_user=g, noise=NoiseSource("reproducible", seed=9), init=init, binary_logit=binary)
+    b = _user_head(z, y, ids, n_classes, cfg, records_per_user=g, noise=NoiseSource("reproducible", seed=9), init=init, binary_logit=binary)
+    b = dataclasses.replace(b, weights=b.weights[0])
     assert len(masks) == len(record_masks) == cfg.steps
     assert all(np.array_equal(p, q) for p, q in zip(masks, record_masks))
-    assert np.array_equal(a.weight, b.weight)
+    assert np.array_equal(a.weight, b.weights)
     assert a.steps_executed == b.steps_executed == cfg.steps
-    assert not np.allclose(b.weight[:, :-1], init[:, :-1])  # it trained
+    assert not np.allclose(b.weights[:, :-1], init[:, :-1])  # it trained
 
 
 def test_one_record_per_user_module_equals_record_level(monkeypatch):
@@ -241,7 +242,7 @@ def test_user_with_1000_records_moves_the_noiseless_update_at_most_c(g):
     moved = np.linalg.norm(with_heavy - without)
     assert 0.5 * c < moved <= c * (1 + 1e-12)
     # the same removal under record-level clipping moves the sum by far more than C
-    record_level = dpsgd.head_clipped_sum(w, z1[ids == 0], zn[ids == 0], y[ids == 0], c)
+    record_level = dpsgd_core.head_clipped_sum(w, z1[ids == 0], zn[ids == 0], y[ids == 0], c)
     assert np.linalg.norm(record_level) > 50 * c
 
 
@@ -304,7 +305,7 @@ def test_release_records_user_level_accounting(tmp_path):
     from dpaudit.ledger.book import open_ledger
 
     ds, ids = _digits_user_ids()
-    rel = train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, dataset="digits", epsilon=3.0, delta=1e-5, epochs=2,
+    rel = train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=2, dataset="digits", epsilon=3.0, delta=1e-5, epochs=2,
                                        batch_size=64, reproducible_noise=True, out_dir=tmp_path / "run", progress=False, reference_size=419)
     n_users = rel.config["reference_size"]  # the declared number of training users (1797 rows // 3 -> 599 users, 70 % of them)
     j = math.ceil(n_users / 64)
@@ -327,15 +328,15 @@ def test_release_records_user_level_accounting(tmp_path):
 
 def test_steps_mismatch_withholds_the_release(tmp_path, monkeypatch):
     ds, ids = _digits_user_ids()
-    real = user_level.train_user_linear_head
+    real = dpsgd_release.train_heads
 
     def short(*a, **kw):
         out = real(*a, **kw)
-        return type(out)(weight=out.weight, steps_executed=out.steps_executed - 1, binary_logit=out.binary_logit, config=out.config)
+        return dataclasses.replace(out, steps_executed=out.steps_executed - 1)
 
-    monkeypatch.setattr(user_level, "train_user_linear_head", short)
+    monkeypatch.setattr(dpsgd_release, "train_heads", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
-        train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, epsilon=3.0, epochs=2, batch_size=64, reproducible_noise=True,
+        train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=2, epsilon=3.0, epochs=2, batch_size=64, reproducible_noise=True,
                                      out_dir=tmp_path / "run", progress=False, record=False, reference_size=419)
     assert not (tmp_path / "run" / "release.json").exists()
 
@@ -343,30 +344,28 @@ def test_steps_mismatch_withholds_the_release(tmp_path, monkeypatch):
 def test_user_level_refusals(tmp_path):
     ds, ids = _digits_user_ids()
     with pytest.raises(UsageError, match="user_ids must be given"):
-        train_and_release_user_level("dp-rvfl", records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
+        train_and_release("dp-rvfl", privacy_unit="user", records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
     with pytest.raises(UsageError, match="records_per_user must be an integer >= 1"):
-        train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=0, out_dir=tmp_path, progress=False)
+        train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=0, out_dir=tmp_path, progress=False)
     with pytest.raises(UsageError, match="reference_size must be given"):  # no definition declares a number of users
-        train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=2, out_dir=tmp_path, progress=False)
+        train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=2, out_dir=tmp_path, progress=False)
     n = len(ids)
     from dpaudit.data.splits import split_indices
 
     tr, va, te = split_indices(n, ds.split_seed, 70, 15)
     with pytest.raises(DataError, match="not by records"):
-        train_and_release_user_level("dp-rvfl", prepared=ds, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
+        train_and_release("dp-rvfl", privacy_unit="user", prepared=ds, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
                                      records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
     with pytest.raises(UsageError, match="one id per training record"):
-        train_user_linear_head(np.zeros((4, 2)), np.zeros(4, int), np.arange(3), 2, _cfg(), records_per_user=1, noise=NoiseSource("reproducible", seed=0))
+        _user_head(np.zeros((4, 2)), np.zeros(4, int), np.arange(3), 2, _cfg(), records_per_user=1, noise=NoiseSource("reproducible", seed=0))
 
 
 def test_one_record_per_user_release_equals_record_level_release(tmp_path):
     """End to end on digits: distinct user ids -> same split, schedule, noise, weights, metrics."""
-    from dpaudit.mechanisms.rvfl import train_and_release
-
     common = dict(dataset="digits", epsilon=3.0, delta=1e-5, epochs=2, batch_size=180, seed=5, reproducible_noise=True, progress=False)
     rec = train_and_release("dp-rvfl", out_dir=tmp_path / "rec", ledger_path=tmp_path / "l1.sqlite", **common)
     ids = np.random.default_rng(0).permutation(10**5)[:1797]
-    usr = train_and_release_user_level("dp-rvfl", user_ids=ids, records_per_user=3, out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite",
+    usr = train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=3, out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite",
                                        reference_size=1257, **common)
     assert rec.data_digest == usr.data_digest  # same prepared data (the digest is local only, never published)
     for key in ("sample_rate", "steps", "steps_executed", "normalizer", "noise_multiplier", "epsilon", "guarantee", "metrics"):
@@ -374,3 +373,12 @@ def test_one_record_per_user_release_equals_record_level_release(tmp_path):
     assert (rec.adjacency, usr.adjacency) == ("add-remove-record", "add-remove-user")
     with np.load(tmp_path / "rec" / "weights.npz") as a, np.load(tmp_path / "usr" / "weights.npz") as b:
         assert np.array_equal(a["head_weight"], b["head_weight"])
+
+
+def _user_head(z, y, users, n_classes, cfg, *, records_per_user, **kw):
+    """One user-level head run, as a user-level release trains it (engine.train_heads with user units)."""
+    from dpaudit.data.users import UserIndex, index_users
+    from dpaudit.mechanisms.engine import UserSampling, train_heads
+
+    index = users if isinstance(users, UserIndex) else index_users(users)
+    return train_heads(z, y, n_classes, cfg, users=UserSampling(index, records_per_user), **kw)

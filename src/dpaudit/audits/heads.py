@@ -3,7 +3,7 @@
 Models: ``dp-rvfl``, ``dp-elm-sgd``, ``frozen-dense-matched``, ``logistic-raw``,
 ``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head with the
 paper's DP-SGD protocol (Poisson sampling, per-example clipping, Gaussian noise on the clipped
-sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.batched.train_linear_heads_batched`),
+sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.engine.train_heads`, the release's loop),
 R runs per batched call. Features, initialisation and split are public and fixed across trials.
 
 Canaries and scores (the adversary sees the released head W (K, d+1)):
@@ -79,8 +79,8 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
     from ..accounting import compute_epsilon
-    from ..mechanisms.dpsgd import DPSGDConfig, head_outputs, init_head
-    from ..mechanisms.dpsgd_release import plan_schedule
+    from ..mechanisms.dpsgd_core import DPSGDConfig, head_outputs, init_head
+    from ..mechanisms.rvfl import plan_schedule
     from ..mechanisms.features import build_features
     from ..mechanisms.rvfl import MODELS, TAG_HEAD
 
@@ -94,8 +94,9 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
-    target._config = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                                 noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER)
+    # The plan's optimizer settings (``dp_sgd``, the plan's recorded config; Adam defaults without one).
+    target._config = DPSGDConfig.from_dict(target.dp_sgd or {}, sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
+                                           noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER, non_private=False)
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
     target._n_classes = int(data.n_classes)
     target._binary = target._n_classes == 2
@@ -180,6 +181,7 @@ class HeadTarget(AuditTarget):
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
     threat_model: str = "final-model"  # "trajectory": score every iterate (module docstring)
+    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:
@@ -201,7 +203,7 @@ class HeadTarget(AuditTarget):
             return
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
-        from ..mechanisms.dpsgd_release import audit_reference_size
+        from ..mechanisms.rvfl import audit_reference_size
 
         reference = None
         if self.max_train is not None and self.max_train < len(y):
@@ -251,14 +253,15 @@ class HeadTarget(AuditTarget):
         return claimed_event_of(self)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
-        from ..mechanisms.batched import train_linear_heads_batched
+        from ..mechanisms.engine import train_heads
 
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
         if self.threat_model == "trajectory":
             return self._trajectory_scores(c, noise)
-        res = train_linear_heads_batched(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=self._canary,
-                                         canary_in=c, init=self._init, binary_logit=self._binary)
+        hook = self._canary.hook(c, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm)
+        res = train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=hook, init=self._init,
+                          binary_logit=self._binary, chunk_runs=64)
         w = res.weights  # (R, K, d+1)
         if self.canary == "max-clip":
             return w[:, 0, self._coord]

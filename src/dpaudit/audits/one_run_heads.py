@@ -90,9 +90,7 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
     kept, noise multiplier NO_NOISE_MULTIPLIER.
     """
-    from ..mechanisms.engine import CanaryHook, train_heads
     from .one_run import OneRunScores
-
     from .user_level import UserHeadTarget
 
     user_level = isinstance(target, UserHeadTarget)
@@ -106,68 +104,82 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
         raise UsageError(f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
                          f"contribution is C e_j), got {kind!r}.")
     target.prepare()
-    users = None
-    if user_level:
-        # Canary users: each canary is one more user, Poisson-sampled at the user rate q (the
-        # engine's canary draw), whose jointly clipped contribution is exactly C e_j.
-        from ..data.users import UserIndex, index_users
-        from ..mechanisms.engine import UserSampling
-        from .user_level import user_head_clipped_sum_gram
-
-        index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
-        users = UserSampling(index, target.records_per_user, user_sum=user_head_clipped_sum_gram)
     cfg = target._config
     if not (noise_on and target.noise):
         cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
-    k, c = target._k, cfg.clipping_norm
     # The private coins: each canary in w.p. 1/2, independently (never published).
     included = np.asarray(noise.poisson_mask(m, 0.5), dtype=bool)
     info = {"model": target.model, "dataset": getattr(target, "_dataset_name", None), "n_train": int(target._z.shape[0]), "canaries": m,
             "unit": "user" if user_level else "record",
-            "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": c,
+            "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,
             "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
     if kind == "gradient":
-        free = free_coordinates(target._z, k)
-        extra = max(0, math.ceil((m - len(free)) / k))
-        z, init = with_zero_features(target._z, target._init, extra)
-        d = target._z.shape[1]
-        added = np.array([(r, d + e) for e in range(extra) for r in range(k)], dtype=np.int64).reshape(-1, 2)
-        pool = np.concatenate([free, added])
-        coords = pool[np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])]  # public, distinct
-        from scipy import sparse
-
-        d1 = z.shape[1] + 1
-        grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
-        res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init, users=users,
-                          canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary)
-        moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
-        scores = -moved
-        info.update({"canary": "dirac gradient of norm C at head weights whose data gradient is zero",
-                     "free_coordinates": int(len(free)), "extra_zero_features": int(extra),
-                     "coordinates": coords.tolist(), "score": "-(W_T - W_0)[k, j]"})
+        scores = _gradient_canaries(target, cfg, noise, included, seed, info, _user_sampling(target) if user_level else None)
     else:
-        from ..mechanisms.features import build_features
-        from ..mechanisms.rvfl import MODELS
-        from .targets import load_target_data
-
-        data = load_target_data(target)
-        n_test = len(data.y_test)
-        if m > n_test:
-            raise UsageError(f"canaries must be at most {n_test} (held-out test records) for input-mislabeled, got {m}.")
-        rng = public_rng(seed, _TAG_RECORDS)
-        idx = np.sort(rng.choice(n_test, size=m, replace=False))
-        y_true = np.asarray(data.y_test)[idx].astype(np.int64)
-        n_classes = target._n_classes
-        y_wrong = (y_true + 1 + rng.integers(0, n_classes - 1, size=m)) % n_classes
-        feats = build_features(MODELS[target.model].features, data.n_features, target.seed)  # the target's public features
-        zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
-        res = train_heads(target._z, target._y, n_classes, cfg, noise=noise, runs=1, init=target._init,
-                          canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary)
-        rows = np.arange(m)
-        after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
-        before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]
-        scores = after - before
-        info.update({"canary": "held-out test record with a wrong label, one more record unit",
-                     "test_indices": idx.tolist(), "true_labels": y_true.tolist(), "labels": y_wrong.tolist(),
-                     "score": "log p(wrong label | W_T) - log p(wrong label | W_0)"})
+        scores = _record_canaries(target, cfg, noise, included, seed, info)
     return OneRunScores(scores=scores, included=included, kind=kind, info=info)
+
+
+def _user_sampling(target):
+    """Canary users: each canary is one more user, Poisson-sampled at the user rate q (the
+    engine's canary draw), whose jointly clipped contribution is exactly C e_j."""
+    from ..data.users import UserIndex, index_users
+    from ..mechanisms.engine import UserSampling
+
+    index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
+    return UserSampling(index, target.records_per_user)
+
+
+def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users) -> np.ndarray:
+    """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
+    from scipy import sparse
+
+    from ..mechanisms.engine import CanaryHook, train_heads
+
+    m, k, c = included.size, target._k, cfg.clipping_norm
+    free = free_coordinates(target._z, k)
+    extra = max(0, math.ceil((m - len(free)) / k))
+    z, init = with_zero_features(target._z, target._init, extra)
+    d = target._z.shape[1]
+    added = np.array([(r, d + e) for e in range(extra) for r in range(k)], dtype=np.int64).reshape(-1, 2)
+    pool = np.concatenate([free, added])
+    coords = pool[np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])]  # public, distinct
+    d1 = z.shape[1] + 1
+    grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
+    res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init, users=users,
+                      canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary)
+    moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
+    info.update({"canary": "dirac gradient of norm C at head weights whose data gradient is zero",
+                 "free_coordinates": int(len(free)), "extra_zero_features": int(extra),
+                 "coordinates": coords.tolist(), "score": "-(W_T - W_0)[k, j]"})
+    return -moved
+
+
+def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict) -> np.ndarray:
+    """Held-out test records with a wrong label, one more record unit each: one run, scores."""
+    from ..mechanisms.engine import CanaryHook, train_heads
+    from ..mechanisms.features import build_features
+    from ..mechanisms.rvfl import MODELS
+    from .targets import load_target_data
+
+    m = included.size
+    data = load_target_data(target)
+    n_test = len(data.y_test)
+    if m > n_test:
+        raise UsageError(f"canaries must be at most {n_test} (held-out test records) for input-mislabeled, got {m}.")
+    rng = public_rng(seed, _TAG_RECORDS)
+    idx = np.sort(rng.choice(n_test, size=m, replace=False))
+    y_true = np.asarray(data.y_test)[idx].astype(np.int64)
+    n_classes = target._n_classes
+    y_wrong = (y_true + 1 + rng.integers(0, n_classes - 1, size=m)) % n_classes
+    feats = build_features(MODELS[target.model].features, data.n_features, target.seed)  # the target's public features
+    zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
+    res = train_heads(target._z, target._y, n_classes, cfg, noise=noise, runs=1, init=target._init,
+                      canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary)
+    rows = np.arange(m)
+    after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
+    before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]
+    info.update({"canary": "held-out test record with a wrong label, one more record unit",
+                 "test_indices": idx.tolist(), "true_labels": y_true.tolist(), "labels": y_wrong.tolist(),
+                 "score": "log p(wrong label | W_T) - log p(wrong label | W_0)"})
+    return after - before

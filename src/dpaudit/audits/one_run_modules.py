@@ -207,17 +207,10 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
                     quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
                                "(no data gradient); taken first, the rest uniform")
     else:
-        if m > y_pool.size:
-            raise UsageError(f"canaries must be at most {y_pool.size} (held-out records) for input canaries, got {m}.")
-        rng = public_rng(seed, _TAG_COORDS)
-        rows = rng.choice(y_pool.size, size=m, replace=False)
-        xc = np.asarray(x_pool[rows], dtype=np.float32)
-        yc = (np.asarray(y_pool[rows], dtype=np.int64) + 1 + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)) % n_classes
+        xc, yc = _input_canaries(x_pool, y_pool, m, seed, n_classes, info)
         x = np.concatenate([x, xc[included]])
         y = np.concatenate([y, yc[included]])
         loss_before = _record_losses(module, xc, yc, binary)
-        info.update(records="held-out (test, then validation) rows, public seed", rows=[int(r) for r in rows],
-                    labels=[int(v) for v in yc], score="loss(theta_0) - loss(theta_T) on the canary's wrong label")
     steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
                                 canary_hook=hook)
     info["steps_executed"], info["n_units"] = int(steps), int(y.size)  # units: training records plus included input canaries
@@ -227,6 +220,19 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return one_run_scores_type()(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+
+
+def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dict):
+    """m held-out records (public choice) with public wrong labels: (xc, yc); ``info`` records them."""
+    if m > y_pool.size:
+        raise UsageError(f"canaries must be at most {y_pool.size} (held-out records) for input canaries, got {m}.")
+    rng = public_rng(seed, _TAG_COORDS)
+    rows = rng.choice(y_pool.size, size=m, replace=False)
+    xc = np.asarray(x_pool[rows], dtype=np.float32)
+    yc = (np.asarray(y_pool[rows], dtype=np.int64) + 1 + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)) % n_classes
+    info.update(records="held-out (test, then validation) rows, public seed", rows=[int(r) for r in rows],
+                labels=[int(v) for v in yc], score="loss(theta_0) - loss(theta_T) on the canary's wrong label")
+    return xc, yc
 
 
 def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary: bool) -> np.ndarray:
@@ -248,8 +254,8 @@ def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
-    from ..mechanisms.dpsgd import DPSGDConfig
-    from ..mechanisms.dpsgd_release import audit_reference_size, plan_schedule
+    from ..mechanisms.dpsgd_core import DPSGDConfig
+    from ..mechanisms.rvfl import audit_reference_size, plan_schedule
 
     module_name(model)
     data, _, _ = _data_parts(data)

@@ -14,7 +14,7 @@ user of the same index: it is Poisson-sampled at the same rate q and clipped by 
 **Privacy contract audited.** The release claims (epsilon, delta)-DP under ``add-remove-user``
 adjacency for ``SubsampledGaussian(sigma, q_user, T)`` (RDP accountant), sigma calibrated for
 the target epsilon from the *user* schedule (n_users, expected users per step, epochs) exactly
-as :func:`~dpaudit.mechanisms.user_level.train_and_release_user_level` does. One trial is one
+as a user-level release (:class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`) does. One trial is one
 training run on the base users, plus the canary user in the "in" world: neighbouring inputs
 differ by one whole user (G records), so a sound mechanism must keep the audit's eps_LB at or
 below the claim whatever G is.
@@ -51,10 +51,10 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
+from ..data.users import UserIndex, index_users
 from ..errors import DataError, UsageError
-from ..mechanisms.user_level import user_head_clipped_sum
+from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .canaries import check_canary
@@ -102,46 +102,9 @@ def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.
     return mean * min(1.0, float(clipping_norm) / max(norm, 1e-30))
 
 
-def gram_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """||g_u||_F of the averaged per-user head gradients from Gram matrices (a speed device for
-    the audit's many small runs; a drop-in for ``mechanisms.user_level._head_user_norms``).
-
-    ||g_u||_F^2 = (1/k_u^2) sum_{i, j in S_u} (r_i . r_j)(z1_i . z1_j): two batched (U, G, G)
-    products on the rows padded per user, instead of the mechanism's per-logit segment sums
-    (about 10x faster at digits size; G^2 memory per user, so only for small users). Singleton
-    users: ||r_i|| ||z1_i||, as the mechanism. Pinned against the mechanism by a test.
-    """
-    first = np.cumsum(k) - k
-    norms = np.empty(k.size, dtype=r.dtype)
-    single = k == 1
-    if single.any():
-        fr = first[single]
-        norms[single] = np.sqrt(np.einsum("ij,ij->i", r[fr], r[fr])) * zr_norm[fr]
-    multi = ~single
-    if multi.any():
-        mrows = multi[seg]
-        km = k[multi]
-        u = np.cumsum(multi) - 1  # position of each multi-record user among them
-        pos = np.arange(r.shape[0]) - first[seg]
-        zp = np.zeros((km.size, int(km.max()), zr.shape[1]))
-        rp = np.zeros((km.size, int(km.max()), r.shape[1]))
-        zp[u[seg[mrows]], pos[mrows]] = zr[mrows]
-        rp[u[seg[mrows]], pos[mrows]] = r[mrows]
-        sq = np.einsum("ugh,ugh->u", zp @ zp.transpose(0, 2, 1), rp @ rp.transpose(0, 2, 1))
-        norms[multi] = (np.sqrt(np.maximum(sq, 0.0)) / km).astype(r.dtype)
-    return norms
-
-
-def user_head_clipped_sum_gram(w, z1, z1_norm, y, rows, seg, k, clipping_norm, *, binary_logit: bool = False, clip: bool = True) -> np.ndarray:
-    """:func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` with :func:`gram_user_norms`
-    (same arguments; everything but the norms is the mechanism's own arithmetic)."""
-    return user_head_clipped_sum(w, z1, z1_norm, y, rows, seg, k, clipping_norm, binary_logit=binary_logit, clip=clip,
-                                 user_norms=gram_user_norms)
-
-
 @dataclass(frozen=True, eq=False)
 class UserCanary:
-    """A canary user for :func:`train_user_heads_batched`.
+    """A canary user of the user-level head audits (:meth:`hook`).
 
     ``kind="gradient"``: ``grads`` (G, K, d+1), the gradients of its G records (independent of
     the model, a Dirac canary); its contribution at each step it is sampled is
@@ -165,76 +128,20 @@ class UserCanary:
     def size(self) -> int:
         return int(np.shape(self.grads if self.kind == "gradient" else self.z)[0])
 
-
-# ----------------------------------------------------------------------------- batched trainer
-
-
-def train_user_heads_batched(
-    z: np.ndarray,
-    y: np.ndarray,
-    users,
-    n_classes: int,
-    config,
-    *,
-    records_per_user: int,
-    noise: NoiseSource,
-    runs: int,
-    canary: UserCanary | None = None,
-    canary_in: np.ndarray | None = None,
-    init: np.ndarray | None = None,
-    binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
-    user_sum=None,
-    clip_user=None,
-):
-    """Train ``runs`` independent user-level DP-SGD linear heads at once (for audits).
-
-    Each run is the protocol of :func:`dpaudit.mechanisms.user_level.train_user_linear_head`:
-    its own Poisson sample of users (rate ``config.sample_rate``) at every step, min(G, |D_u|)
-    records per sampled user, per-user averaged gradients clipped jointly at C by
-    :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, its own N(0, (sigma C)^2 I), the
-    fixed normaliser and its own Adam state. ``users``: a user id per row of ``z`` or a
-    ``UserIndex``. ``canary_in`` (R,) booleans: runs whose input holds the canary user, which is
-    Poisson-sampled at the same rate q (one more unit).
-
-    ``user_sum`` (same signature as ``user_head_clipped_sum``) defaults to
-    :func:`user_head_clipped_sum_gram`, the mechanism's clipped sum with faster norms (equal to
-    it, pinned by a test; pass ``user_head_clipped_sum`` itself to run the mechanism's code);
-    ``clip_user`` to :func:`user_clipped_gradient`. A test plugs in a deliberately broken
-    clipping here to check that the audit catches it.
-
-    Returns a :class:`~dpaudit.mechanisms.batched.BatchedHeadResult`.
-    """
-    from ..data.users import UserIndex, index_users
-    from ..mechanisms.batched import check_batched_inputs
-    from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
-
-    user_sum = user_head_clipped_sum_gram if user_sum is None else user_sum
-    clip_user = user_clipped_gradient if clip_user is None else clip_user
-    runs = positive_int("runs", runs)
-    g = positive_int("records_per_user", records_per_user)
-    z, y, k, canary_in = check_batched_inputs(z, y, n_classes, binary_logit, runs, canary, canary_in)
-    n, d = z.shape
-    index = users if isinstance(users, UserIndex) else index_users(users)
-    if index.n_records != n:
-        raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
-    hook = None
-    if canary is not None and canary.kind == "records":
-        # The canary user's records become rows n..n+G-1 of the engine's features and user
-        # n_users of its index: the ordinary Poisson draw over range(n_users) never samples it,
-        # the engine's canary draw does.
-        cz = np.asarray(canary.z, dtype=np.float64)
-        cy = np.asarray(canary.y, dtype=np.int64)
-        if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
-            raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
-        hook = CanaryHook(included=canary_in, z=cz, y=cy)
-    elif canary is not None:
-        grads = np.asarray(canary.grads, dtype=np.float64)
+    def hook(self, canary_in, *, k: int, d: int, n_classes: int, clipping_norm: float, clip_user=None):
+        """The engine's :class:`~dpaudit.mechanisms.engine.CanaryHook` of this canary user for runs
+        ``canary_in`` (R,): its records as one more user of the index (rows n..n+G-1, user
+        n_users: the ordinary Poisson draw never samples it, the engine's canary draw does), or
+        its gradients' contribution ``clip_user(grads, C)`` (default :func:`user_clipped_gradient`)."""
+        if self.kind == "records":
+            cz, cy = np.asarray(self.z, dtype=np.float64), np.asarray(self.y, dtype=np.int64)
+            if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
+                raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
+            return CanaryHook(included=canary_in, z=cz, y=cy)
+        grads = np.asarray(self.grads, dtype=np.float64)
         if grads.shape[1:] != (k, d + 1):
             raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
-        hook = CanaryHook(included=canary_in, gradient=np.asarray(clip_user(grads, config.clipping_norm), dtype=np.float64))
-    return train_heads(z, y, n_classes, config, noise=noise, runs=runs, init=init, users=UserSampling(index, g, user_sum=user_sum),
-                       canary=hook, binary_logit=binary_logit, dtype=dtype)
+        return CanaryHook(included=canary_in, gradient=np.asarray((clip_user or user_clipped_gradient)(grads, clipping_norm), dtype=np.float64))
 
 
 # -------------------------------------------------------------------------------------- target
@@ -276,6 +183,7 @@ class UserHeadTarget(AuditTarget):
     adjacency: str = ADJACENCY
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)
+    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:
@@ -323,8 +231,6 @@ class UserHeadTarget(AuditTarget):
     def prepare(self) -> None:
         if self._ready:
             return
-        from ..data.users import index_users
-
         data = self._load()
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         users = index_users(data.user_ids["train"])
@@ -386,11 +292,14 @@ class UserHeadTarget(AuditTarget):
         under ``add-remove-user`` adjacency (the privacy unit is the user)."""
         return claimed_event_of(self)
 
-    def _train(self, canary_in: np.ndarray, noise: NoiseSource):
-        """The batched user-level runs (a hook a test may override with a broken mechanism)."""
-        return train_user_heads_batched(self._z, self._y, self._users, self._n_classes, self._config, records_per_user=self.records_per_user,
-                                        noise=noise, runs=canary_in.size, canary=self._canary, canary_in=canary_in, init=self._init,
-                                        binary_logit=self._binary)
+    def _train(self, canary_in: np.ndarray, noise: NoiseSource, clip_user=None):
+        """R user-level runs on the release's head loop (``clip_user``: a test's broken canary clipping)."""
+        index = self._users if isinstance(self._users, UserIndex) else index_users(self._users)
+        hook = self._canary.hook(canary_in, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm,
+                                 clip_user=clip_user)
+        return train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=canary_in.size, init=self._init,
+                           users=UserSampling(index, positive_int("records_per_user", self.records_per_user)), canary=hook,
+                           binary_logit=self._binary)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         self.prepare()

@@ -6,12 +6,15 @@ One shared implementation, registered once per model name; all logic lives in
 
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import typer
 
+from ..requests import DPSGDRequest
 from . import options
 from .common import console, emit_json, note
+from .generic import make_command, request_from_options, request_parameters
 
 _DATASET_HELP = "Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files)."
 
@@ -46,31 +49,17 @@ def _ledger_fingerprint(release_id, ledger) -> str | None:
 def _make_command(model: str, description: str):
     def command(
         dataset: Optional[str] = typer.Option(None, "--dataset", help=_DATASET_HELP, show_default=False),
-        data_dir: options.OptionalPath = options.data_dir(),
-        eps: float = options.eps(),
-        delta: float = options.delta(),
-        seed: int = options.seed(),
-        non_private: bool = options.non_private(),
         out: options.OptionalPath = typer.Option(None, "--out", help="Output directory for release.json and weights (default: runs/MODEL-DATASET-seedS-epsE).", show_default=False),
         ledger: options.OptionalPath = options.ledger(),
-        reproducible_noise: bool = options.reproducible_noise(),
         noise_source: str = options.noise_source(),
         noise_seed_file: options.OptionalPath = options.noise_seed_file(),
-        epochs: Optional[int] = typer.Option(None, "--epochs", help="Override the epochs (default: 10 images, 30 tabular).", show_default=False),
-        batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).", show_default=False),
-        profile: Optional[str] = options.profile(),
-        split_seed: Optional[int] = typer.Option(None, "--split-seed", help="Public split seed (default: the dataset's documented default).", show_default=False),
         threads: Optional[int] = typer.Option(None, "--threads", help="Torch intra-op threads (a speed setting; default: torch's choice).", show_default=False),
         privacy_unit: str = typer.Option("record", "--privacy-unit", help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user)."),
-        records_per_user: Optional[int] = typer.Option(None, "--records-per-user", help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.", show_default=False),
-        user_ids: options.OptionalPath = typer.Option(None, "--user-ids", help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.", show_default=False),
-        reference_size: Optional[int] = typer.Option(None, "--reference-size", help="Public size N0 the schedule (q, T, m0) is built from: training records "
-                                                     "(default: the dataset definition's train size) or training users (--privacy-unit user: required).", show_default=False),
         json_out: bool = options.json_out(),
+        **fields,
     ) -> None:
         from ..mechanisms.dpsgd_release import release_dpsgd
         from ..mechanisms.rvfl import DEFAULT_DATASET
-        from ..requests import DPSGDRequest
 
         if threads is not None:
             import torch
@@ -83,12 +72,10 @@ def _make_command(model: str, description: str):
             dataset = DEFAULT_DATASET
             note(f"no --dataset given: using the embedded '{DEFAULT_DATASET}' dataset.")
         # Parse into the request (recorded in release.json; the release's command is derived from it).
-        request = DPSGDRequest(
-            model=model, dataset=dataset, data_dir=None if data_dir is None else str(data_dir), epsilon=eps, delta=delta, seed=seed,
-            non_private=non_private, reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
-            profile=profile, split_seed=split_seed, privacy_unit=privacy_unit, records_per_user=records_per_user,
-            user_ids=None if user_ids is None else str(user_ids), reference_size=reference_size,
-        )
+        # ``fields``: the request's other fields, as generated options (_with_request_options); the
+        # noise source and privacy unit stay plain strings, refused by the request's own checks.
+        request = request_from_options(DPSGDRequest, {"dataset": dataset, "noise_source": noise_source, "privacy_unit": privacy_unit, **fields},
+                                       model=model)
         from ..releasing import secret_noise_seed
 
         with secret_noise_seed(noise_seed_file):
@@ -110,7 +97,15 @@ def _make_command(model: str, description: str):
                       f"release id {release.id}")
 
     command.__doc__ = f"{description}. Writes release.json + weights and records the release in the ledger."
-    return command
+    return _with_request_options(command)
+
+
+def _with_request_options(command):
+    """``command`` with one generated option (:func:`~dpaudit.cli.generic.request_parameters`) for
+    every DPSGDRequest field it does not declare itself, passed to it in ``**fields``."""
+    own = [p for p in inspect.signature(command).parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    taken = {p.name for p in own}
+    return make_command(command, own + request_parameters(DPSGDRequest, skip=tuple(taken)), command.__name__, command.__doc__)
 
 
 def register(train_app: typer.Typer) -> None:

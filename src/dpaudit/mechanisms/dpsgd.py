@@ -1,349 +1,51 @@
-"""The DP-SGD engine: Poisson sampling, per-unit clipping, Gaussian noise, fixed normaliser, Adam.
-
-Protocol (DP-RVFL paper, section 3.2 and Algorithm 1), reproduced to the letter:
-
-1. at each of ``steps`` updates every unit (record) is included independently with probability
-   ``sample_rate`` (eq. 2); the mask comes from the private :class:`~dpaudit.noise.NoiseSource`,
-   because amplification by subsampling assumes the adversary does not know who was sampled;
-2. each included unit's gradient is clipped to joint L2 norm ``clipping_norm`` (eq. 4);
-3. N(0, (noise_multiplier * clipping_norm)^2 I) is added to the clipped *sum* (eq. 5);
-4. the result is divided by the fixed, public ``normalizer`` m0 -- never the realised batch size,
-   which is private;
-5. Adam (eq. 6) updates the parameters from this sanitised gradient only.
-
-An empty batch still produces a noise-only update and counts as one step; the number of executed
-steps is returned so callers can check it against the accounted ``steps``.
+"""The DP-SGD trainers on the shared core (:mod:`dpaudit.mechanisms.dpsgd_core`): the module loop
+:func:`run_dp_sgd`, the module trainers (record or user units) and the one-run head trainer.
 
 **Privacy contract.** Under add/remove-one-unit adjacency the clipped sum has L2 sensitivity
 ``clipping_norm`` conditional on all earlier outputs, so ``steps`` runs of the loop are the event
 ``SubsampledGaussian(noise_multiplier, sample_rate, steps)``. This holds for any function that
-returns a sum of per-unit contributions each of norm <= ``clipping_norm``: the engine takes that
-function as an argument (:func:`run_dp_sgd`), so a per-user (group) gradient function can be swapped
-in without touching the loop. Frozen parts of a model (random features, projections) must be
-built from public randomness only.
+returns a sum of per-unit contributions each of norm <= ``clipping_norm``: the loop takes that
+function as an argument (:func:`run_dp_sgd`), so a per-user (group) gradient function is swapped
+in without touching the loop (:func:`train_user_module_dp_sgd`). An empty batch still produces a
+noise-only update and counts as one step; the number of executed steps is returned so callers can
+check it against the accounted ``steps``. Frozen parts of a model (random features, projections)
+must be built from public randomness only.
 
-Steps 1 and 3-5 are shared by every trainer: :func:`poisson_batch` (sampling), :class:`NoisyAdamStep`
-(noise, normaliser, :class:`Adam`). Two gradient back-ends:
-- linear heads on frozen features (:func:`train_linear_head`, one run of the head engine
-  :mod:`dpaudit.mechanisms.engine`, which also runs every audit of a head, R runs at once):
-  per-example gradients in closed form, ``g_i = outer(p_i - y_i, [z_i, 1])`` with
-  ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix product and no
-  per-example gradient is ever materialised;
-- trainable representations (:func:`train_module_dp_sgd`): per-sample gradients with ``torch.func``
-  (``vmap(grad(...))``), joint norm over all parameters, clipped sum by a weighted reduction.
+Linear heads train on :func:`dpaudit.mechanisms.engine.train_heads` (R runs; :func:`train_linear_head`
+is its one-run form); modules here: per-sample gradients, joint norm over all parameters.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
 
 from ..errors import UsageError
 from ..noise import NoiseSource
-from ..validation import half_open_unit, non_negative_finite, positive_finite, positive_int
+from ..validation import positive_int
+from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs and the config are also read from here (mixmin_tasks, audits)
+    AdamState,
+    DPSGDConfig,
+    NoisyStep,
+    Progress,
+    adam_update,
+    check_head_inputs,
+    head_outputs,
+    linear_ghost_clipped_sum,
+    per_sample_clipped_sum,
+    poisson_batch,
+)
+from .engine import train_heads
+from .user_level import _check_users, sample_user_records, user_module_clipped_sum
 
-#: Progress callback: called as ``progress(steps_done, steps_total)``.
-Progress = Callable[[int, int], None]
 #: Clipped-sum function: ``(params, unit_indices) -> list of tensors shaped like params``; each
 #: unit's contribution must have joint L2 norm <= clipping_norm (the sensitivity of the sum).
 ClippedSum = Callable[[list, np.ndarray], list]
 #: Audit hook: ``hook(step, sums)`` may add canary gradients to the clipped sums before the noise.
 CanaryHook = Callable[[int, list], None]
-
-
-@dataclass(frozen=True)
-class DPSGDConfig:
-    """Public, privacy-relevant settings of one DP-SGD run (paper section 3.2, Table 2).
-
-    sample_rate: Poisson inclusion probability q = 1/J.
-    steps: total updates T = E * J (empty batches included).
-    normalizer: fixed divisor m0 = max(1, floor(q N0)) of the noisy clipped sum.
-    noise_multiplier: sigma = noise std / clipping_norm. 0 only with ``non_private=True``.
-    clipping_norm: C, the joint L2 bound of each unit's gradient.
-    lr, betas, adam_eps: Adam settings (paper: 1e-3, (0.9, 0.999), 1e-8, no weight decay).
-    non_private: plain Adam on Poisson batches with neither clipping nor noise (no claim; the
-        gradient is still divided by m0 so the update scale matches the private runs).
-    """
-
-    sample_rate: float
-    steps: int
-    normalizer: int
-    noise_multiplier: float
-    clipping_norm: float = 1.0
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-8
-    non_private: bool = False
-
-    def __post_init__(self) -> None:
-        half_open_unit("sample_rate", self.sample_rate)
-        positive_int("steps", self.steps)
-        positive_int("normalizer", self.normalizer)
-        positive_finite("clipping_norm", self.clipping_norm)
-        positive_finite("lr", self.lr)
-        positive_finite("adam_eps", self.adam_eps)
-        if len(self.betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in self.betas):
-            raise UsageError(f"betas must be two numbers in [0, 1), got {self.betas!r}.")
-        if self.non_private:
-            non_negative_finite("noise_multiplier", self.noise_multiplier)
-        else:
-            positive_finite("noise_multiplier", self.noise_multiplier)
-
-    @property
-    def noise_std(self) -> float:
-        """Standard deviation of the noise added to the clipped sum (sigma * C)."""
-        return 0.0 if self.non_private else self.noise_multiplier * self.clipping_norm
-
-    def to_dict(self) -> dict:
-        return {
-            "sample_rate": self.sample_rate, "steps": self.steps, "normalizer": self.normalizer,
-            "noise_multiplier": self.noise_multiplier, "clipping_norm": self.clipping_norm,
-            "lr": self.lr, "betas": list(self.betas), "adam_eps": self.adam_eps,
-            "weight_decay": 0.0, "non_private": self.non_private,
-        }
-
-
-# ---------------------------------------------------------------- Adam
-
-
-@dataclass
-class AdamState:
-    """Moments and step counter of Adam (Kingma & Ba 2015), as in ``torch.optim.Adam``."""
-
-    m: list
-    v: list
-    t: int = 0
-
-    @classmethod
-    def zeros_like(cls, params: Sequence[torch.Tensor]) -> "AdamState":
-        return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params], 0)
-
-
-def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], state: AdamState, config: DPSGDConfig) -> None:
-    """One in-place Adam step (no weight decay, no amsgrad), bit for bit the CPU step of
-    ``torch.optim.Adam`` (its single-tensor path: the same operations in the same order).
-
-    The moments only ever see the sanitised gradient (paper, eq. 6). ``config`` needs ``lr``,
-    ``betas`` and ``adam_eps`` only (public training, e.g. the DP-MixMin proxies, passes those).
-    Calling this instead of ``torch.optim.Adam`` also spares the import of ``torch._dynamo`` that an
-    optimizer's first use triggers (~2 s).
-    """
-    b1, b2 = config.betas
-    state.t += 1
-    step = float(state.t)
-    bc1 = 1.0 - b1**step
-    bc2_sqrt = (1.0 - b2**step) ** 0.5
-    step_size = config.lr / bc1
-    with torch.no_grad():
-        for p, g, m, v in zip(params, grads, state.m, state.v):
-            m.lerp_(g, 1.0 - b1)
-            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-            denom = (v.sqrt() / bc2_sqrt).add_(config.adam_eps)
-            p.addcdiv_(m, denom, value=-step_size)
-
-
-def blas_threads():
-    """Limit NumPy's BLAS to torch's intra-op thread count (a speed setting, never a privacy one):
-    the head trainer's matrices are small, and oversubscribed BLAS threads only add contention."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
-
-
-class Adam:
-    """Adam on a list of tensors (updated in place), the arithmetic of ``torch.optim.Adam`` with
-    no weight decay and no amsgrad (paper eq. 6). Shared by every DP-SGD trainer.
-
-    Uses the kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a
-    dozen array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
-    """
-
-    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
-        self.params, self.config = list(params), config
-        self.state = AdamState.zeros_like(self.params)
-        self.fused = getattr(torch, "_fused_adam_", None)
-        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
-
-    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
-        """Adam step number ``t`` (1, 2, ...) with gradients ``grads``."""
-        if self.fused is None:
-            self.state.t = t - 1
-            adam_update(self.params, grads, self.state, self.config)
-            return
-        c = self.config
-        for s in self.steps:
-            s.fill_(t)
-        self.fused(self.params, list(grads), self.state.m, self.state.v, [], self.steps, amsgrad=False, lr=c.lr,
-                   beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
-
-
-class _HeadAdam(Adam):
-    """:class:`Adam` on one NumPy array ``w`` (zero-copy views), gradients given as NumPy arrays."""
-
-    def __init__(self, w: np.ndarray, config: DPSGDConfig):
-        super().__init__([torch.from_numpy(w)], config)
-
-    def step(self, g: np.ndarray, t: int) -> None:  # type: ignore[override]
-        super().step([torch.from_numpy(g)], t)
-
-
-class NoisyAdamStep:
-    """Steps 6-8 of Algorithm 1, shared by every DP-SGD trainer (heads and modules).
-
-    The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
-    like the parameters); :meth:`apply` adds N(0, (sigma C)^2 I) drawn from the private source
-    (:func:`gaussian_filler`, one draw per buffer, in order), divides by the fixed normaliser m0
-    -- never the realised batch size -- and takes one :class:`Adam` step from this sanitised
-    gradient only.
-    """
-
-    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
-        self.config = config
-        self.sums = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
-        self._arrays = [s.numpy() for s in self.sums]
-        std = config.noise_std
-        if _PLANTED_BUG == "half-noise":  # TEST-ONLY fault (engine.planted_bug): the noise multiplier halved
-            std = std / 2.0
-        self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
-        self.adam = Adam(params, config)
-
-    def apply(self, t: int) -> None:
-        for a, fill in zip(self._arrays, self._fills):
-            a += fill()
-        for a in self._arrays:
-            a /= self.config.normalizer
-        self.adam.step(self.sums, t)
-
-
-# ---------------------------------------------------------------- Poisson sampling
-
-
-def poisson_flat(rng: np.random.Generator, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
-    """Independent Bernoulli(q) draws on range(n) for each of ``runs`` runs, as one flat array of
-    kept indices (run r's indices are ``flat[offsets[r]:offsets[r + 1]]``, increasing).
-
-    Gap sampling: in a Bernoulli(q) sequence the gaps between successes are i.i.d. Geometric(q)
-    (support 1, 2, ...), so the included positions are the partial sums of the gaps minus one --
-    exactly the distribution of ``flatnonzero(uniform(n) < q)`` at O(q n) instead of O(n) cost.
-    The runs' masks are consecutive blocks of one Bernoulli sequence of length ``runs * n``
-    (i.i.d. across positions, hence independent across runs), so all runs cost one draw.
-    """
-    total = runs * n
-    if q >= 1.0:
-        return np.tile(np.arange(n), runs), np.arange(runs + 1) * n
-    mean = total * q
-    m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
-    pos = rng.geometric(q, size=m)
-    np.cumsum(pos, out=pos)
-    pos = _extend_gaps(rng, pos, total, q)  # positions 0 .. total - 1 (more gaps drawn if rarely needed)
-    if runs == 1:
-        return pos, np.array([0, pos.size])
-    offsets = np.searchsorted(pos, np.arange(runs + 1) * n)
-    run_of = np.repeat(np.arange(runs), np.diff(offsets))
-    pos -= run_of * n
-    return pos, offsets
-
-
-def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
-    """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n)
-    (:func:`poisson_flat`, split per run)."""
-    if runs == 1 and q < 1.0:  # the per-step call of the single-run trainer: the same draws, less overhead
-        mean = n * q
-        pos = rng.geometric(q, size=int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16))
-        pos.cumsum(out=pos)
-        if pos[-1] <= n:  # rare: the drawn gaps did not reach the end
-            return [_extend_gaps(rng, pos, n, q)]
-        pos = pos[: pos.searchsorted(n, side="right")]
-        pos -= 1
-        return [pos]
-    flat, offsets = poisson_flat(rng, runs, n, q)
-    return [flat[offsets[r]:offsets[r + 1]] for r in range(runs)]
-
-
-def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float) -> np.ndarray:
-    """Continue cumulative gap positions ``pos`` (1-based) until they pass ``total``; return the
-    0-based positions < total."""
-    m = pos.size
-    while pos[-1] <= total:
-        more = rng.geometric(q, size=m)
-        np.cumsum(more, out=more)
-        pos = np.concatenate([pos, pos[-1] + more])
-    pos = pos[: np.searchsorted(pos, total, side="right")]
-    pos -= 1
-    return pos
-
-
-def _numpy_backed(noise: NoiseSource) -> bool:
-    """True when ``noise`` draws its masks with the stock Bernoulli sampler on ``noise.numpy``
-    (os-entropy / reproducible sources), so the same generator may be used more efficiently."""
-    return type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(noise, "cryptographic", False)
-
-
-def poisson_sample(noise: NoiseSource, n: int, q: float, runs: int = 1) -> list[np.ndarray]:
-    """Private Poisson samples (one index array per run) drawn from ``noise``.
-
-    For the numpy-backed sources (``os-entropy``, ``reproducible``), whose stock
-    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``, the same generator is
-    used with gap sampling (same distribution, O(q n)). A cryptographic source, or any source that
-    overrides ``poisson_mask``, is always called through ``poisson_mask``.
-    """
-    if _numpy_backed(noise):
-        return poisson_indices(noise.numpy, runs, n, q)
-    return [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
-
-
-def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
-    """One step's private Poisson samples of range(n) for ``runs`` independent runs, as (flat
-    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending. The
-    sampler of every DP-SGD trainer (heads and modules, one run or many).
-
-    The draws of :func:`poisson_sample` with the same arguments: numpy-backed sources by gap
-    sampling (one draw for all runs, :func:`poisson_flat`; a single run through the lighter
-    :func:`poisson_indices`, the same draws); other sources through ``poisson_mask``, run by run.
-    """
-    if _numpy_backed(noise):
-        if runs == 1:
-            ix = poisson_indices(noise.numpy, 1, n, q)[0]
-            return ix, np.array([0, ix.size])
-        return poisson_flat(noise.numpy, runs, n, q)
-    parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
-    offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
-    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), offsets
-
-
-def gaussian_into(noise: NoiseSource, out: np.ndarray, std: float) -> np.ndarray:
-    """Fill ``out`` with N(0, std^2) from ``noise``: the draw of ``noise.gaussian_torch(out.shape,
-    std)``, written into a reused buffer."""
-    return gaussian_filler(noise, out, std)()
-
-
-def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable[[], np.ndarray]:
-    """A function that refills ``out`` with fresh N(0, std^2) draws from ``noise`` at each call
-    (:func:`gaussian_into` with the per-call checks done once, for the trainers' loops).
-
-    Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
-    (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
-    truncated at 5.77 sigma) written straight into ``out``, the same draws as
-    ``noise.gaussian_torch``; a source that overrides ``gaussian_torch``: that method.
-    """
-    out_t = torch.from_numpy(out)
-    shape, dtype = tuple(out.shape), out_t.dtype
-    if type(noise).gaussian_torch is NoiseSource.gaussian_torch and out.dtype in (np.float32, np.float64) \
-            and out.flags.c_contiguous:
-        def fill() -> np.ndarray:
-            return noise.gaussian_into(out, std)
-    else:
-        def fill() -> np.ndarray:
-            out[...] = noise.gaussian_torch(shape, std, dtype=dtype).numpy()
-            return out
-    return fill
-
-
-# ---------------------------------------------------------------- the loop
 
 
 def run_dp_sgd(
@@ -364,7 +66,7 @@ def run_dp_sgd(
 
     The unit is whatever ``clipped_sum`` says it is: a record (the functions in this module) or,
     for user-level DP, a user whose records' summed gradient is clipped as one contribution; the
-    sampling (:func:`poisson_batch`), noise, normaliser and Adam (:class:`NoisyAdamStep`) are those
+    sampling (:func:`poisson_batch`), noise, normaliser and Adam (:class:`NoisyStep`) are those
     of the linear-head engine (:mod:`dpaudit.mechanisms.engine`), which runs the same steps and
     draws on many heads at once.
 
@@ -375,7 +77,7 @@ def run_dp_sgd(
     loop. Without a hook (every release) the loop and its draws are exactly as before.
     """
     n_units = positive_int("n_units", n_units)
-    sanitise = NoisyAdamStep(params, config, noise=noise)  # noise, m0 and Adam: the head engine's step
+    sanitise = NoisyStep(params, config, noise=noise)  # noise, m0 and Adam: the head engine's step
     steps_done = 0
     report_every = max(1, config.steps // 200)
     for t in range(1, config.steps + 1):
@@ -395,9 +97,6 @@ def run_dp_sgd(
     return steps_done
 
 
-# ---------------------------------------------------------------- linear heads
-
-
 @dataclass(frozen=True)
 class HeadResult:
     """A trained linear head: ``weight`` is (K, d+1), the last column the bias."""
@@ -406,164 +105,6 @@ class HeadResult:
     steps_executed: int
     binary_logit: bool = False
     config: DPSGDConfig | None = field(default=None, compare=False)
-
-
-def head_outputs(n_classes: int, binary_logit: bool) -> int:
-    """Number of logits K: 1 for a binary task with a single sigmoid logit, else n_classes."""
-    n_classes = positive_int("n_classes", n_classes)
-    if n_classes < 2:
-        raise UsageError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
-    return 1 if (binary_logit and n_classes == 2) else n_classes
-
-
-def init_head(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
-    """PyTorch's ``nn.Linear`` default initialisation, U(-1/sqrt(d), 1/sqrt(d)) for weight and bias,
-    drawn from a public generator. Returns (k, d+1) with the bias in the last column."""
-    bound = 1.0 / math.sqrt(d) if d > 0 else 1.0
-    return rng.uniform(-bound, bound, size=(k, d + 1))
-
-
-def with_bias_column(z: np.ndarray | torch.Tensor, dtype=torch.float32) -> torch.Tensor:
-    """[z, 1] as a torch tensor (the bias is the last coefficient of the head)."""
-    zt = torch.as_tensor(np.asarray(z) if not isinstance(z, torch.Tensor) else z, dtype=dtype)
-    return torch.cat([zt, torch.ones(zt.shape[0], 1, dtype=dtype)], dim=1)
-
-
-def residuals(logits: torch.Tensor, y: torch.Tensor, binary_logit: bool) -> torch.Tensor:
-    """dLoss/dlogits per example: p - onehot(y) (softmax CE) or sigmoid(s) - y (single-logit BCE)."""
-    if binary_logit:
-        return torch.sigmoid(logits) - y.to(logits.dtype).unsqueeze(1)
-    r = torch.softmax(logits, dim=1)
-    r[torch.arange(r.shape[0]), y] -= 1.0
-    return r
-
-
-def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np.ndarray:
-    """NumPy twin of :func:`residuals` (in place on ``logits``): fewer dispatch overheads per step."""
-    if binary_logit:
-        r = 1.0 / (1.0 + np.exp(-logits, out=logits))
-        r[:, 0] -= y
-        return r
-    logits -= logits.max(axis=1, keepdims=True)
-    np.exp(logits, out=logits)
-    logits /= logits.sum(axis=1, keepdims=True)
-    logits[np.arange(logits.shape[0]), y] -= 1.0
-    return logits
-
-
-#: TEST-ONLY: a deliberate fault in the clipped sums, set by :func:`dpaudit.mechanisms.engine.planted_bug`
-#: (None: no fault; never set by the library).
-_PLANTED_BUG: str | None = None
-
-
-class HeadWorkspace:
-    """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only).
-
-    Per step the head trainer would otherwise allocate the gathered batch, the (K, b) residuals and
-    the (K, d+1) sum; fresh arrays of this size cost page faults and cache misses. The two matrix
-    products go through torch (MKL, ``torch.get_num_threads()`` threads) on zero-copy views of
-    these NumPy buffers: measured faster than NumPy's BLAS for these skinny shapes.
-    """
-
-    def __init__(self, k: int, d1: int, dtype, rows: int = 1):
-        self.k, self.d1, self.dtype = k, d1, np.dtype(dtype)
-        self.out = np.empty((k, d1), dtype=self.dtype)
-        self.out_t = torch.from_numpy(self.out)
-        self._grow(max(1, rows))
-
-    def _grow(self, rows: int) -> None:
-        self.rows = rows
-        self.batch = np.empty((rows, self.d1), dtype=self.dtype)
-        self.batch_t = torch.from_numpy(self.batch)
-        self.res = np.empty(self.k * rows, dtype=self.dtype)
-        self.res_t = torch.from_numpy(self.res)
-        self.scale = np.empty(rows, dtype=self.dtype)
-        self.cols = np.arange(rows, dtype=np.int64)
-
-    def ensure(self, rows: int) -> None:
-        if rows > self.rows:
-            self._grow(rows)
-
-
-def _clipped_sum_kernel(ws: HeadWorkspace, w_t: torch.Tensor, b: int, zn: np.ndarray, y: np.ndarray,
-                        clipping_norm: float, binary_logit: bool, clip: bool, out_t: torch.Tensor | None = None) -> np.ndarray:
-    """The clipped sum over the first ``b`` rows of ``ws.batch`` into ``ws.out`` (or ``out_t``; see
-    :func:`head_clipped_sum`). Residuals are kept as (K, b) so that both products are plain GEMMs.
-    ``zn`` and ``y``: norms ||[z_i, 1]|| and labels of those rows."""
-    k = ws.k
-    zb_t = ws.batch_t[:b]
-    r = ws.res[: k * b].reshape(k, b)
-    r_t = ws.res_t[: k * b].view(k, b)
-    torch.mm(w_t, zb_t.t(), out=r_t)  # logits s = W [z, 1] for every sampled row, as (K, b)
-    if binary_logit:  # dLoss/ds = sigmoid(s) - y
-        np.negative(r, out=r)
-        np.exp(r, out=r)
-        r += 1.0
-        np.reciprocal(r, out=r)
-        r[0] -= y
-    else:  # dLoss/ds = softmax(s) - onehot(y); max subtracted for a finite exp
-        r -= r.max(axis=0)
-        np.exp(r, out=r)
-        r /= r.sum(axis=0)
-        r.reshape(-1)[y * b + ws.cols[:b]] -= 1.0
-    if clip:
-        # ||g_i|| = ||r_i|| ||[z_i, 1]||; coefficient min(1, C / ||g_i||) written as C / max(||g_i||, C)
-        c = ws.scale[:b]
-        np.einsum("kb,kb->b", r, r, out=c)
-        np.sqrt(c, out=c)
-        c *= zn
-        np.maximum(c, clipping_norm, out=c)
-        np.divide(clipping_norm, c, out=c)
-        if _PLANTED_BUG == "skip-clip":  # TEST-ONLY fault (engine.planted_bug): last unit unclipped
-            c[b - 1] = 1.0
-        r *= c
-    if out_t is not None:
-        torch.mm(r_t, zb_t, out=out_t)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
-        return out_t.numpy()
-    torch.mm(r_t, zb_t, out=ws.out_t)
-    return ws.out
-
-
-def head_clipped_sum(
-    w: np.ndarray | torch.Tensor,
-    z1: np.ndarray | torch.Tensor,
-    z1_norm: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor,
-    clipping_norm: float,
-    *,
-    binary_logit: bool = False,
-    clip: bool = True,
-) -> np.ndarray:
-    """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form.
-
-    g_i = outer(r_i, z1_i) with r_i = p_i - y_i (dLoss/dlogits), so ||g_i||_F = ||r_i|| * ||z1_i||
-    and the clipped sum is ``(c * R)^T Z1`` with c_i = min(1, C / ||g_i||) (eq. 4): one matrix
-    product, no per-example gradient materialised. ``z1_norm`` holds ||z1_i||. Returns (K, d+1).
-    The trainers call the same arithmetic (:func:`_clipped_sum_kernel`) on reused buffers.
-    """
-    w, z1, z1_norm, y = (np.asarray(a) for a in (w, z1, z1_norm, y))
-    dtype = np.result_type(w.dtype, z1.dtype)
-    k, d1 = w.shape
-    b = z1.shape[0]
-    ws = HeadWorkspace(k, d1, dtype, rows=b)
-    if b == 0:
-        return np.zeros((k, d1), dtype=dtype)
-    ws.batch[:b] = z1
-    w_t = torch.from_numpy(np.require(w, dtype=dtype, requirements=["C", "W"]))
-    out = _clipped_sum_kernel(ws, w_t, b, z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False), clipping_norm, binary_logit, clip)
-    return out.copy()
-
-
-def check_head_inputs(z, y, n_classes: int, binary_logit: bool) -> tuple[np.ndarray, np.ndarray, int]:
-    """Features (n, d) with one label in [0, n_classes) per row; returns (z, y, K logits)."""
-    z = np.asarray(z)
-    y = np.asarray(y)
-    if z.ndim != 2 or y.shape != (z.shape[0],):
-        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
-    k = head_outputs(n_classes, binary_logit)
-    if y.size and (y.min() < 0 or y.max() >= n_classes):
-        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
-    return z, y, k
 
 
 def train_linear_head(
@@ -589,11 +130,9 @@ def train_linear_head(
     ``init`` (K, d+1) must come from public randomness; zeros when omitted.
     ``z_has_bias_column=True``: ``z`` is already [z, 1] (its last column all ones, e.g. from
     ``FrozenFeatures.transform(..., bias_column=True)``) and is used without a copy.
-    ``users``: an :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD
-    (:func:`dpaudit.mechanisms.user_level.train_user_linear_head`); records when omitted.
+    ``users``: an :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD; records
+    when omitted.
     """
-    from .engine import train_heads
-
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
     d = z.shape[1] - 1 if z_has_bias_column else z.shape[1]
     if init is not None and np.shape(init) != (k, d + 1):
@@ -601,142 +140,6 @@ def train_linear_head(
     res = train_heads(z, y, n_classes, config, noise=noise, runs=1, init=init, users=users, binary_logit=binary_logit, dtype=dtype,
                       z_has_bias_column=z_has_bias_column, progress=progress)
     return HeadResult(weight=res.weights[0], steps_executed=res.steps_executed, binary_logit=k == 1, config=config)
-
-
-def head_logits(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Logits of a (K, d+1) head on features (n, d)."""
-    weight = np.asarray(weight)
-    return np.asarray(z, dtype=np.float64) @ weight[:, :-1].T.astype(np.float64) + weight[:, -1].astype(np.float64)
-
-
-def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Class probabilities (n, n_classes); a single-logit head gives [1 - s, s]."""
-    s = head_logits(weight, z)
-    if s.shape[1] == 1:
-        p1 = 1.0 / (1.0 + np.exp(-s[:, 0]))
-        return np.stack([1.0 - p1, p1], axis=1)
-    s = s - s.max(axis=1, keepdims=True)
-    e = np.exp(s)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-# ---------------------------------------------------------------- trainable modules
-
-
-def _loss_fn(kind: str):
-    if kind == "cross_entropy":
-        return lambda out, target: torch.nn.functional.cross_entropy(out, target)
-    if kind == "bce":
-        return lambda out, target: torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), target.to(out.dtype).reshape(-1))
-    raise UsageError(f"loss must be one of cross_entropy, bce, got {kind!r}.")
-
-
-def per_sample_clipped_sum(
-    module: torch.nn.Module,
-    params: dict[str, torch.Tensor],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    clipping_norm: float,
-    *,
-    loss: str = "cross_entropy",
-    clip: bool = True,
-    randomness: str = "different",
-) -> dict[str, torch.Tensor]:
-    """Clipped sum of per-sample gradients of ``module`` at ``params`` over the batch (x, y).
-
-    Per-sample gradients via ``torch.func.vmap(torch.func.grad(...))``; each example's gradient is
-    clipped to joint L2 norm ``clipping_norm`` over *all* trainable parameters (eq. 4).
-    ``randomness="different"`` gives each example its own dropout mask, as a batch would.
-    """
-    from torch.func import functional_call, grad, vmap
-
-    lf = _loss_fn(loss)
-    buffers = dict(module.named_buffers())
-
-    def one(p, xi, yi):
-        out = functional_call(module, (p, buffers), (xi.unsqueeze(0),))
-        return lf(out, yi.unsqueeze(0))
-
-    gs = vmap(grad(one), in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
-    if not clip:
-        return {k: g.sum(0) for k, g in gs.items()}
-    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())
-    coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0)
-    return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
-
-
-def linear_ghost_clipped_sum(
-    module: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    clipping_norm: float,
-    *,
-    loss: str = "cross_entropy",
-    clip: bool = True,
-) -> dict[str, torch.Tensor] | None:
-    """Clipped sum of per-sample gradients for a module whose trainable parameters all sit in
-    ``nn.Linear`` layers applied once to 2-D inputs (e.g. :class:`~dpaudit.mechanisms.models.Dense`).
-
-    Per-sample gradients of such a layer are outer products, ``dW_i = outer(g_i, a_i)`` and
-    ``db_i = g_i`` (g_i: gradient of example i's loss w.r.t. the layer output, a_i: its input),
-    so ``||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1)`` and the clipped sum of each layer is
-    ``(c * G)^T A`` -- the closed form of the linear head, per layer ("ghost clipping", Goodfellow
-    2015; Li et al. 2022). Nothing of size batch x parameters is materialised. Returns None when
-    the module does not qualify (then use :func:`per_sample_clipped_sum`).
-    """
-    layers = {n: m for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
-    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
-    owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}
-    if trainable != owned:
-        return None
-    acts: dict[str, list] = {n: [] for n in layers}
-    grads: dict[str, list] = {n: [] for n in layers}
-    handles = []
-
-    def make_hook(name):
-        def hook(mod, inputs, output):
-            acts[name].append(inputs[0].detach())
-            if output.requires_grad:
-                output.register_hook(lambda g: grads[name].append(g.detach()))
-        return hook
-
-    for n, m in layers.items():
-        handles.append(m.register_forward_hook(make_hook(n)))
-    try:
-        with torch.enable_grad():
-            out = module(x)
-            if loss == "bce":
-                value = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), y.to(out.dtype).reshape(-1), reduction="sum")
-            else:
-                value = torch.nn.functional.cross_entropy(out, y, reduction="sum")
-            outputs = [p for p in module.parameters() if p.requires_grad]
-            torch.autograd.grad(value, outputs, allow_unused=True)  # fires the output hooks
-    finally:
-        for h in handles:
-            h.remove()
-    if any(len(acts[n]) != 1 or len(grads[n]) != 1 or acts[n][0].dim() != 2 for n in layers if any(p.requires_grad for p in layers[n].parameters(recurse=False))):
-        return None  # reused layer or sequence input: not covered by the closed form here
-    sq = torch.zeros(x.shape[0], dtype=out.dtype)
-    for n, m in layers.items():
-        if not acts[n]:
-            continue
-        a, g = acts[n][0], grads[n][0]
-        term = a.pow(2).sum(1) if m.weight.requires_grad else torch.zeros_like(sq)
-        if m.bias is not None and m.bias.requires_grad:
-            term = term + 1.0
-        sq = sq + g.pow(2).sum(1) * term
-    coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0) if clip else torch.ones_like(sq)
-    result = {}
-    for n, m in layers.items():
-        if not acts[n]:
-            continue
-        a, g = acts[n][0], grads[n][0] * coef[:, None]
-        prefix = f"{n}." if n else ""
-        if m.weight.requires_grad:
-            result[prefix + "weight"] = g.T @ a
-        if m.bias is not None and m.bias.requires_grad:
-            result[prefix + "bias"] = g.sum(0)
-    return result
 
 
 def train_module_dp_sgd(
@@ -800,3 +203,47 @@ def train_module_dp_sgd(
         n_units, engine_sum = units(clipped_sum) if units is not None else (int(xt.shape[0]), clipped_sum)
         steps = run_dp_sgd(params, engine_sum, n_units, config, noise=noise, progress=progress, canary_hook=canary_hook)
     return steps
+
+
+def train_user_module_dp_sgd(
+    module: torch.nn.Module,
+    x: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    users,
+    config: DPSGDConfig,
+    *,
+    records_per_user: int,
+    noise: NoiseSource,
+    loss: str = "cross_entropy",
+    progress: Progress | None = None,
+    max_chunk: int = 1024,
+) -> int:
+    """User-level DP-SGD (Adam) on every trainable parameter of ``module`` (in place).
+
+    Returns executed steps. ``users``: a user id per row of ``x`` (or a ``UserIndex``). Runs
+    :func:`train_module_dp_sgd` with users as its units: training mode,
+    dropout generator, noise and Adam are the record-level ones. When every sampled user
+    contributes one record the record-level clipped sum is used as is; otherwise
+    :func:`user_module_clipped_sum`. Privacy contract: module docstring.
+    """
+    g = positive_int("records_per_user", records_per_user)
+    xt = torch.as_tensor(x)
+    yt = torch.as_tensor(y)
+    index = _check_users(users, int(xt.shape[0]))
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
+    clip = not config.non_private
+
+    def units(record_sum):
+        def unit_sum(ps, sampled):
+            rows, seg, k = sample_user_records(index, sampled, g, noise)
+            if np.all(k == 1):
+                return record_sum(ps, rows)
+            pd = dict(zip(names, ps))
+            pd.update(frozen)
+            total = user_module_clipped_sum(module, pd, xt, yt, rows, seg, k, config.clipping_norm, loss=loss, clip=clip, max_chunk=max_chunk)
+            return [total[n] for n in names]
+
+        return index.n_users, unit_sum
+
+    return train_module_dp_sgd(module, xt, yt, config, noise=noise, loss=loss, progress=progress, max_chunk=max_chunk, units=units)

@@ -1,12 +1,12 @@
 """The DP-SGD release of the DP-RVFL family on the mechanism contract (record and user level).
 
-One :class:`DPSGDMechanism` (``dpaudit.mechanisms.rvfl.MECHANISM``) serves every model of
+One :class:`DPSGDMechanism` (``MECHANISM``, the catalogue's entry for the family) serves every model of
 :data:`dpaudit.mechanisms.rvfl.MODELS` (frozen-feature heads and trainable modules) at either
 privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-RVFL paper's
 (section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.rvfl`), at user level the one of
 :mod:`dpaudit.mechanisms.user_level`.
 
-:func:`plan_schedule` is the one "schedule -> calibrated sigma -> event" of DP-SGD: the release's
+:func:`~dpaudit.mechanisms.rvfl.plan_schedule` is the one "schedule -> calibrated sigma -> event" of DP-SGD: the release's
 :meth:`DPSGDMechanism.plan`, a sweep's budget (:func:`dpaudit.sweeps.tasks.planned_event`, via
 ``plan``) and the head audits (:func:`dpaudit.audits.heads.setup_head`) all use it.
 
@@ -27,100 +27,35 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataError, UsageError
+from ..records import Release
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
-# The record-level trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import train_linear_head, train_module_dp_sgd
+# The trainers, looked up here at run time (tests substitute them on this module).
+from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
+from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
+from .engine import UserSampling, train_heads
 from .rvfl import (
     ACCOUNTANT,
     DEFAULT_DATASET,
     MODEL_NAMES,
     MODELS,
+    RECORD_ADJACENCY,
     TAG_HEAD,
+    USER_ADJACENCY,
     _progress_callable,
     classification_metrics,
-    default_protocol,
     epsilon_curve,
+    plan_schedule,
+    planned_reference_size,
 )
 
-RECORD_ADJACENCY = "add-remove-record"
-USER_ADJACENCY = "add-remove-user"
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
-
-
-@dataclass(frozen=True)
-class DPSGDSetup:
-    """The public DP-SGD set-up of a run: :func:`plan_schedule`'s result."""
-
-    epochs: int
-    batch_size: int
-    default_epochs: int
-    default_batch_size: int
-    schedule: object  # dpaudit.accounting.schedule.Schedule
-    noise_multiplier: float  # 0.0 for a non-private run
-    event: object  # SubsampledGaussian, None for a non-private run
-    calibrated_epsilon: float  # the calibration's epsilon (inf: non-private; None: sigma given)
-
-
-def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon: float | None, delta: float,
-                  epochs: int | None = None, batch_size: int | None = None, non_private: bool = False,
-                  adjacency: str = RECORD_ADJACENCY, schedule: tuple | None = None,
-                  noise_multiplier: float | None = None) -> DPSGDSetup:
-    """Schedule -> calibrated sigma -> event, from public quantities only.
-
-    The paper's protocol (:func:`~dpaudit.mechanisms.rvfl.default_protocol`) unless ``epochs`` /
-    ``batch_size`` are given; q, T, m0 from ``reference_size`` units (N0 records or n_users);
-    sigma the smallest noise multiplier whose RDP epsilon at ``delta`` under ``adjacency`` does
-    not exceed ``epsilon``. A release's recorded values (``schedule`` = (q, T, m0),
-    ``noise_multiplier``) replace the computed ones: an audit of a release uses exactly them.
-    """
-    from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
-    from ..accounting.schedule import Schedule
-
-    e0, b0 = default_protocol(dataset_name, kind)
-    epochs = positive_int("epochs", epochs) if epochs is not None else e0
-    batch = positive_int("batch_size", batch_size) if batch_size is not None else b0
-    if schedule is not None:
-        q, steps, m0 = schedule
-        sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
-    else:
-        sched = dp_sgd_schedule(int(reference_size), batch, epochs)
-    if non_private:
-        return DPSGDSetup(epochs, batch, e0, b0, sched, 0.0, None, float("inf"))
-    calibrated = None
-    if noise_multiplier is None:
-        cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
-                                         accountant=ACCOUNTANT, adjacency=adjacency)
-        noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
-    sigma = float(noise_multiplier)
-    return DPSGDSetup(epochs, batch, e0, b0, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
-
-
-def planned_reference_size(requested: int | None, declared: int | None, *, unit: str = "record") -> int:
-    """The public size N0 a DP-SGD schedule is built from: ``requested`` (``--reference-size``),
-    else ``declared`` (the dataset definition's train size; none for users). Never the actual
-    count of the private data: that would make q, T and m0 differ between neighbours."""
-    if requested is not None:
-        return positive_int("reference_size", requested)
-    if declared is None:
-        raise UsageError(f"reference_size must be given (--reference-size: the public number of training {unit}s the schedule is "
-                         f"built from) for data whose definition declares none, got None.")
-    return positive_int("reference_size", declared)
-
-
-def audit_reference_size(data, count: int) -> int:
-    """The reference size of an audit's own base data (no release schedule to replay): the
-    declared one, as a release of ``data`` plans, else ``count`` (the audit's fixed base, the
-    same in both of its worlds; e.g. a public subsample of the training rows)."""
-    declared = getattr(data, "reference_size", None)
-    return int(count) if declared is None else int(declared)
 
 
 class DPSGDMechanism(MechanismBase):
@@ -186,8 +121,6 @@ class DPSGDMechanism(MechanismBase):
         """Public quantities only: the schedule of the unit's declared reference size (never
         ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
         from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
-        from .dpsgd import DPSGDConfig
-
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
         if user and info.n_users is None:
@@ -198,7 +131,7 @@ class DPSGDMechanism(MechanismBase):
                               epochs=r.epochs, batch_size=r.batch_size, non_private=r.non_private, adjacency=adjacency)
         sched = setup.schedule
         dp = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                         noise_multiplier=setup.noise_multiplier, non_private=r.non_private)
+                         noise_multiplier=setup.noise_multiplier, non_private=r.non_private, **optimizer_settings(r))
         unit_config = {"privacy_unit": "user", "records_per_user": int(r.records_per_user), "user_sampling": USER_SAMPLING} if user else {}
         config = {
             "model": r.model, "family": spec.family, "description": spec.description,
@@ -227,11 +160,8 @@ class DPSGDMechanism(MechanismBase):
             noise_what=f"{r.model} run", compare_accountants=("prv",))
 
     def dpsgd_config(self, plan: ReleasePlan):
-        from .dpsgd import DPSGDConfig
-
-        f = plan.release_fields
-        return DPSGDConfig(sample_rate=f["sample_rate"], steps=plan.steps, normalizer=f["normalizer"], noise_multiplier=f["noise_multiplier"],
-                           non_private=plan.event is None)
+        """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""
+        return DPSGDConfig.from_dict(plan.config["dp_sgd"])
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
@@ -239,7 +169,6 @@ class DPSGDMechanism(MechanismBase):
         import torch
 
         from ..noise import gaussian_run_tail, public_rng
-        from .dpsgd import head_outputs, head_probabilities, init_head
         from .features import build_features
 
         r: DPSGDRequest = plan.request
@@ -247,20 +176,11 @@ class DPSGDMechanism(MechanismBase):
         config = self.dpsgd_config(plan)
         steps = plan.steps
         private = plan.event is not None
-        train_head, train_module = train_linear_head, train_module_dp_sgd
+        users = None  # the privacy unit: records, or users (the plan's (q, T, m0) whatever their actual number, private)
         if plan.privacy_unit == "user":
             from ..data.users import index_users
-            from .user_level import train_user_linear_head, train_user_module_dp_sgd
 
-            # The plan's (q, T, m0) whatever the actual number of users (private: never published).
-            users = index_users(data.user_ids["train"])
-            g = int(r.records_per_user)
-
-            def train_head(z, y, n_classes, cfg, **kw):
-                return train_user_linear_head(z, y, users, n_classes, cfg, records_per_user=g, **kw)
-
-            def train_module(module, x, y, cfg, **kw):
-                return train_user_module_dp_sgd(module, x, y, users, cfg, records_per_user=g, **kw)
+            users = UserSampling(index_users(data.user_ids["train"]), int(r.records_per_user))
 
         # The spent-epsilon curve costs one RDP evaluation: only build it when progress is shown.
         eps_of = epsilon_curve(config.noise_multiplier, config.sample_rate, plan.delta) if (private and progress not in (None, False)) else None
@@ -290,14 +210,14 @@ class DPSGDMechanism(MechanismBase):
             cb, close = _progress_callable(progress, steps, eps_of)
             t_train = time.perf_counter()
             try:
-                head = train_head(z_train, data.y_train, n_classes, config, noise=noise, init=init, progress=cb, binary_logit=binary,
-                                  z_has_bias_column=True)
+                head = train_heads(z_train, data.y_train, n_classes, config, noise=noise, init=init, users=users, progress=cb,
+                                   binary_logit=binary, z_has_bias_column=True)
             finally:
                 close()
             train_seconds = time.perf_counter() - t_train
-            steps_executed = head.steps_executed
-            proba = head_probabilities(head.weight, feats.transform(data.x_test))
-            arrays = {"head_weight": head.weight.astype(np.float32)}
+            steps_executed, weight = head.steps_executed, head.weights[0]
+            proba = head_probabilities(weight, feats.transform(data.x_test))
+            arrays = {"head_weight": weight.astype(np.float32)}
             for name, a in (("projection", feats.projection), ("hidden_weight", feats.weight), ("hidden_bias", feats.bias)):
                 if a is not None:
                     arrays[name] = a.astype(np.float32)
@@ -318,7 +238,9 @@ class DPSGDMechanism(MechanismBase):
             cb, close = _progress_callable(progress, steps, eps_of)
             t_train = time.perf_counter()
             try:
-                steps_executed = train_module(module, x_train, y_train, config, noise=noise, loss=loss, progress=cb)
+                kw = dict(noise=noise, loss=loss, progress=cb)
+                steps_executed = train_module_dp_sgd(module, x_train, y_train, config, **kw) if users is None else \
+                    train_user_module_dp_sgd(module, x_train, y_train, users.index, config, records_per_user=users.records_per_user, **kw)
             finally:
                 close()
             train_seconds = time.perf_counter() - t_train
@@ -348,10 +270,21 @@ class DPSGDMechanism(MechanismBase):
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
 
-    def audit_target(self, plan: ReleasePlan, canary: str, **opts):
-        """The head audit target of this plan (frozen-feature models): the plan's sigma and
-        schedule, its public seed and dataset. ``opts`` go to the target (``claimed``,
-        ``expected_identity``, ``data_dir``, ``prepared``, ``user_ids``, ...)."""
+    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+        """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
+        schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset.
+
+        ``release``: the :class:`~dpaudit.records.Release` being audited (its recorded claim,
+        event, accountant, dataset identity, and its recorded sigma and schedule, which the plan
+        must equal: for old releases they are the truth). ``user_ids``: the user ids of a
+        user-level audit (default: the request's file; none: a public grouping into users of G).
+        ``no_noise``: the no-noise control. The target a fresh audit or a release audit of the
+        same request built by hand before (``audits/build.py``), with the same scores.
+        """
+        from ..accounting.events import event_from_dict
+        from ..audits.heads import HeadTarget
+        from ..audits.user_level import UserHeadTarget
+
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
             raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
@@ -362,16 +295,20 @@ class DPSGDMechanism(MechanismBase):
                   canary=canary, seed=plan.seed, noise_multiplier=float(f["noise_multiplier"]),
                   schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])), epochs=plan.config["epochs"],
                   batch_size=plan.config["batch_size"], profile=plan.dataset.get("profile", r.profile),
-                  split_seed=plan.dataset.get("split_seed", r.split_seed))
-        kw.update(opts)
+                  split_seed=plan.dataset.get("split_seed", r.split_seed), dp_sgd=plan.config["dp_sgd"])
+        ds = {} if release is None else (release.dataset or {})
+        if release is not None:
+            kw.update(noise_multiplier=float(release.noise_multiplier), schedule=(float(release.sample_rate), int(release.steps), int(release.normalizer)),
+                      claimed=float(release.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds,
+                      event=event_from_dict(release.guarantee), accountant=release.accountant)
         if plan.privacy_unit == "user":
-            from ..audits.user_level import UserHeadTarget
-
-            kw.setdefault("user_ids", r.user_ids)
-            return UserHeadTarget(records_per_user=int(r.records_per_user), **kw)
-        from ..audits.heads import HeadTarget
-
-        return HeadTarget(**kw)
+            extra = {} if release is None else {"expected_user_ids_sha256": ds.get("user_ids_sha256"),
+                                                "expected_n_users": (release.config or {}).get("n_users")}
+            t = UserHeadTarget(records_per_user=int(r.records_per_user), user_ids=r.user_ids if user_ids is None else user_ids, **kw, **extra)
+        else:
+            t = HeadTarget(**kw)
+        t.prepare()
+        return t.without_noise() if no_noise else t
 
 
 MECHANISM = DPSGDMechanism()
@@ -381,8 +318,6 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     """Noise values the run draws (steps x trainable parameters), from public dimensions, so the
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
-    from .dpsgd import head_outputs
-
     if spec.family == "head":
         from .features import feature_dim
 
@@ -397,29 +332,6 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def dpsgd_request(model: str, *, dataset, data_dir, epsilon, delta, seed, non_private, reproducible_noise, noise_source, epochs, batch_size,
-                  profile, split_seed, prepared, privacy_unit, user_ids, records_per_user, reference_size=None):
-    """(request, in-memory user ids) for the library arguments of :func:`train_and_release`.
-
-    A user-ids *path* goes into the request (it is public and recorded); ids given as an array
-    or mapping stay in memory (the request then names none, as a release made from them must be
-    audited with ``--user-ids``). With ``prepared`` data the request names the prepared dataset.
-    """
-    path = os.fspath(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
-    ids = None if path is not None else user_ids
-    request = DPSGDRequest(
-        model=model, dataset=prepared.name if prepared is not None else (dataset or DEFAULT_DATASET),
-        data_dir=None if data_dir is None else os.fspath(data_dir), epsilon=float(epsilon) if _number(epsilon) else epsilon,
-        delta=float(delta) if _number(delta) else delta, seed=int(seed), non_private=bool(non_private), reproducible_noise=bool(reproducible_noise),
-        noise_source=noise_source, epochs=epochs, batch_size=batch_size, profile=profile, split_seed=split_seed, privacy_unit=privacy_unit,
-        records_per_user=records_per_user, user_ids=path, reference_size=reference_size)
-    return request, ids
-
-
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_path=None, record: bool = True, progress=True, prepared=None):
     """Release ``request`` through :func:`dpaudit.releasing.release` (``user_ids``: in-memory ids,
     see :class:`DPSGDMechanism`)."""
@@ -427,3 +339,28 @@ def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_
 
     mech = MECHANISM if user_ids is None else DPSGDMechanism(user_ids=user_ids)
     return release(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
+
+
+def train_and_release(model: str, *, prepared=None, user_ids=None, out_dir: str | os.PathLike | None = None,
+                      ledger_path: str | os.PathLike | None = None, record: bool = True, progress=True, **fields) -> Release:
+    """Train ``model`` with the paper's DP-SGD protocol, check, publish: ``releasing.release`` of
+    the :class:`~dpaudit.requests.DPSGDRequest` of ``fields`` (dataset, epsilon, delta, seed,
+    epochs, privacy_unit, records_per_user, reference_size, ...; its defaults otherwise).
+
+    ``prepared``: an already loaded :class:`~dpaudit.data.base.PreparedDataset` (the request then
+    names it). ``user_ids``: a ``.npy`` path (recorded in the request: it is public) or ids in
+    memory (an array per row before splitting, or a ``{"train", "val", "test"}`` mapping; a
+    release made from them must be audited with ``--user-ids``). ``progress``: True for a rich
+    bar on stderr, False/None for silence, or a callable ``(steps_done, steps_total,
+    epsilon_spent)``. ``record=False`` writes release.json but skips the ledger (tests only; the
+    preflight budget check still runs for private releases).
+    """
+    path = os.fspath(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
+    fields.update({k: float(fields[k]) for k in ("epsilon", "delta") if isinstance(fields.get(k), int) and not isinstance(fields[k], bool)})
+    if fields.get("data_dir") is not None:
+        fields["data_dir"] = os.fspath(fields["data_dir"])
+    if prepared is not None or fields.get("dataset") is None:
+        fields["dataset"] = prepared.name if prepared is not None else DEFAULT_DATASET
+    request = DPSGDRequest(model=model, user_ids=path, **fields)
+    return release_dpsgd(request, user_ids=None if path is not None else user_ids, out_dir=out_dir, ledger_path=ledger_path, record=record,
+                         progress=progress, prepared=prepared)

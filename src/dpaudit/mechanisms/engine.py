@@ -1,26 +1,25 @@
 """The one DP-SGD engine for linear heads on frozen features: R independent runs at once.
 
-R = 1 is a release (:func:`dpaudit.mechanisms.dpsgd.train_linear_head`, record level, and
-:func:`dpaudit.mechanisms.user_level.train_user_linear_head`, user level); R = trials is an audit
-(:func:`dpaudit.mechanisms.batched.train_linear_heads_batched` behind
-:class:`~dpaudit.audits.heads.HeadTarget`, and
-:func:`dpaudit.audits.user_level.train_user_heads_batched` behind
+R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.run`, records or
+:class:`UserSampling` as the unit); R = trials is an audit (:class:`~dpaudit.audits.heads.HeadTarget`
+with a :class:`~dpaudit.mechanisms.batched.HeadCanary`, and
+the same loop with user units behind
 :class:`~dpaudit.audits.user_level.UserHeadTarget`). Because releases and audits run this same loop
 and the same clipped sums, a bug in the released mechanism is a bug in what is audited (pinned by
-``tests/audits/test_release_engine_is_audited.py`` through :func:`planted_bug`).
+``tests/audits/test_release_engine_is_audited.py`` with planted faults).
 
 Protocol per run (DP-RVFL paper, section 3.2 / Algorithm 1; user level: DP-MixMin paper,
 appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
 
 1. every unit is included independently with probability q (Poisson sampling from the private
    :class:`~dpaudit.noise.NoiseSource`; the R runs' masks are independent,
-   :func:`~dpaudit.mechanisms.dpsgd.poisson_batch`);
+   :func:`~dpaudit.mechanisms.dpsgd_core.poisson_batch`);
 2. the sampled units' gradients are clipped to joint L2 norm C and summed (:class:`RecordUnits`:
    a unit is a record, closed-form gradients; :class:`UserUnits`: a unit is a user, whose
    min(G, |D_u|) records drawn without replacement are averaged and clipped as one
    contribution); an empty sample gives a zero sum;
 3. N(0, (sigma C)^2 I) is added to each run's sum, the result is divided by the fixed normaliser
-   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd.NoisyAdamStep`, the
+   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`, the
    step shared with the module trainer :func:`~dpaudit.mechanisms.dpsgd.run_dp_sgd`).
 
 Private draws, in this order per step: the R Poisson samples; the canary draw (only with a
@@ -49,17 +48,15 @@ the privatised sum -- clipped sum plus Gaussian noise, before division by m0 and
 parameter coordinates, for every run and step; exactly the values the sanitised step then used.
 Recording reads the private outputs only, it draws nothing and changes no update.
 
-**Planted bugs (tests only).** :func:`planted_bug` switches on a deliberate fault in the shared
-clipped sums for the duration of a ``with`` block, so a test can show that a fault in the release
-path reaches the audits. Off by default; nothing in the library turns it on.
+**Planted faults** are test fixtures (``tests/faults.py``): they monkeypatch the shared clipping
+rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`) or noise filler, so a test can show that a
+fault in the release path reaches the audits. The library has no switch that weakens it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -67,34 +64,8 @@ import torch
 from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import positive_int
-from . import dpsgd
-from .dpsgd import DPSGDConfig, HeadWorkspace, NoisyAdamStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
-
-#: Planted bugs :func:`planted_bug` knows: "skip-clip" leaves the last unit of every sampled batch
-#: unclipped (an off-by-one in the clipping loop); "half-noise" halves the DP noise of every step.
-PLANTED_BUGS = ("skip-clip", "half-noise")
-
-
-@contextlib.contextmanager
-def planted_bug(name: str):
-    """TEST-ONLY: plant a known fault in the shared clipped sums inside this ``with`` block.
-
-    ``"skip-clip"``: the last unit of each sampled batch (a record, or a user) keeps its full
-    gradient instead of being clipped to C -- the sensitivity bound, hence the privacy claim,
-    no longer holds. ``"half-noise"``: every DP-SGD step (heads and modules: the shared
-    :class:`~dpaudit.mechanisms.dpsgd.NoisyAdamStep`) adds noise of half the calibrated standard
-    deviation, while the release still records (and claims) the calibrated noise multiplier. Used to check that a bug in the release path reaches the audits (both run
-    this engine). Never enable it outside a test.
-    """
-    if name not in PLANTED_BUGS:
-        raise UsageError(f"planted bug must be one of {', '.join(PLANTED_BUGS)}, got {name!r}.")
-    previous = dpsgd._PLANTED_BUG
-    dpsgd._PLANTED_BUG = name
-    try:
-        yield
-    finally:
-        dpsgd._PLANTED_BUG = previous
-
+from . import dpsgd_core, user_level
+from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
 
 # ---------------------------------------------------------------- the canary hook
 
@@ -142,13 +113,10 @@ def canary_draw(noise: NoiseSource, runs: int, q: float) -> np.ndarray:
 @dataclass(frozen=True)
 class UserSampling:
     """User-level units for :func:`train_heads`: ``index`` (a UserIndex over the training rows),
-    ``records_per_user`` G, and optionally ``user_sum``, a replacement with the signature and
-    result of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` (the audits pass a
-    faster equal one)."""
+    ``records_per_user`` G."""
 
     index: object
     records_per_user: int
-    user_sum: Callable | None = None
 
 
 class RecordUnits:
@@ -199,12 +167,11 @@ def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, cl
 class UserUnits:
     """Users as units: Poisson over users, min(G, |D_u|) records per sampled user (private,
     :func:`~dpaudit.mechanisms.user_level.sample_user_records`), per-user averaged gradient
-    clipped jointly (``user_sum``, default
-    :func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`). Canary rows form user
+    clipped jointly (:func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, the kernel of
+    releases and audits alike). Canary rows form user
     ``n_users`` (one more user of the index)."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
-        from .user_level import sample_user_records, user_head_clipped_sum
 
         index = users.index
         if index.n_records != n:
@@ -215,7 +182,7 @@ class UserUnits:
             index = _with_extra_user(index, n, canary_rows)
             self.canary_unit = self.n_units
         self.index, self.g, self.noise = index, positive_int("records_per_user", users.records_per_user), noise
-        self.sample, self.user_sum = sample_user_records, users.user_sum or user_head_clipped_sum
+        self.sample, self.user_sum = user_level.sample_user_records, user_level.user_head_clipped_sum
         self.z1, self.z1_norm, self.y = z1, z1_norm, y
         self.clipping_norm, self.clip, self.binary = config.clipping_norm, not config.non_private, k == 1
 
@@ -336,40 +303,26 @@ def train_heads(
     Privacy contract: module docstring.
     """
     runs = positive_int("runs", runs)
-    if chunk_runs is not None:
-        chunk_runs = positive_int("chunk_runs", chunk_runs)
+    step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
-    included = None
-    if canary is not None:
-        included = np.asarray(canary.included, dtype=bool)
-        if included.shape[0] != runs or (canary.many and included.shape[1] < 1):
-            want = f"({runs},)" if not canary.many else f"({runs}, canaries >= 1)"
-            raise UsageError(f"canary_in must be a boolean array of shape {want}, got {included.shape}.")
+    included = _included(canary, runs)
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     n = z.shape[0]
     z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
-    grad_canary = None
-    if canary is not None and canary.gradient is not None and canary.many:
-        grad_canary = _SparseCanaries(canary.gradient, (included.shape[1], k, d + 1), np_dtype)
-    elif canary is not None and canary.gradient is not None:
-        grad_canary = np.asarray(canary.gradient, dtype=np.float64)
-        if grad_canary.shape != (k, d + 1) or not np.all(np.isfinite(grad_canary)):
-            raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad_canary.shape}.")
-        grad_canary = grad_canary.astype(np_dtype)
+    grad_canary = _gradient_canary(canary, included, k, d, np_dtype)
     canary_rows = z1.shape[0] - n
-    if canary is not None and canary.many and canary.z is not None and canary_rows != included.shape[1]:
+    many = canary is not None and canary.many
+    if many and canary.z is not None and canary_rows != included.shape[1]:
         raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")
-    if users is not None and canary is not None and canary.many and canary.z is None:
-        pass  # many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient
-    elif users is not None and canary is not None and canary.many:
+    # Many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient.
+    if users is not None and many and canary.z is not None:
         raise UsageError(f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}.")
     if users is None:
-        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=canary is not None and canary.many)
+        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=many)
     else:
         units = UserUnits(z1, z1_norm, labels, n, k, config, users, noise, canary_rows=canary_rows)
     coords = None if record is None else _record_coordinates(record, k, d)
     w0 = initial_heads(init, runs, k, d)
-    step = chunk_runs or runs
     weights, counts, executed, recorded = [], [], [], []
     with blas_threads():
         for start in range(0, runs, step):
@@ -384,6 +337,29 @@ def train_heads(
     return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
                              canary_samples=None if canary is None else np.concatenate(counts),
                              recorded=None if coords is None else np.concatenate(recorded))
+
+
+def _included(canary: CanaryHook | None, runs: int) -> np.ndarray | None:
+    """The canary's inclusion marks, (R,) or (R, M), checked against ``runs``."""
+    if canary is None:
+        return None
+    included = np.asarray(canary.included, dtype=bool)
+    if included.shape[0] != runs or (canary.many and included.shape[1] < 1):
+        want = f"({runs},)" if not canary.many else f"({runs}, canaries >= 1)"
+        raise UsageError(f"canary_in must be a boolean array of shape {want}, got {included.shape}.")
+    return included
+
+
+def _gradient_canary(canary: CanaryHook | None, included, k: int, d: int, np_dtype):
+    """A gradient canary's contribution: one (K, d+1) array, or M of them kept sparse; None without one."""
+    if canary is None or canary.gradient is None:
+        return None
+    if canary.many:
+        return _SparseCanaries(canary.gradient, (included.shape[1], k, d + 1), np_dtype)
+    grad = np.asarray(canary.gradient, dtype=np.float64)
+    if grad.shape != (k, d + 1) or not np.all(np.isfinite(grad)):
+        raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad.shape}.")
+    return grad.astype(np_dtype)
 
 
 def _record_coordinates(record, k: int, d: int) -> np.ndarray:
@@ -434,7 +410,7 @@ class _Recorder:
     to Adam. Without noise (``non_private``) it stores the clipped sum itself.
     """
 
-    def __init__(self, sanitise: NoisyAdamStep, sums: np.ndarray, coords: np.ndarray, steps: int):
+    def __init__(self, sanitise: NoisyStep, sums: np.ndarray, coords: np.ndarray, steps: int):
         runs = sums.shape[0]
         self.flat, self.coords, self.t = sums.reshape(runs, -1), coords, 0
         self.values = np.zeros((runs, steps, coords.size), dtype=sums.dtype)
@@ -460,7 +436,7 @@ def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_can
     runs = w0.shape[0]
     w = np.array(w0, dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
     w_t = torch.from_numpy(w)  # shared memory: Adam updates w in place, the clipped sums read w_t
-    sanitise = NoisyAdamStep([w_t], config, noise=noise)
+    sanitise = NoisyStep([w_t], config, noise=noise)
     sums_t = sanitise.sums[0]  # (R, K, d+1), filled by the units, then noised, normalised, applied
     sums = sums_t.numpy()
     w_rows, sum_rows = list(w_t.unbind(0)), list(sums_t.unbind(0))  # per-run views, made once
@@ -471,7 +447,7 @@ def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_can
     report_every = max(1, config.steps // 200)
     steps_done = 0
     for t in range(1, config.steps + 1):
-        flat, offsets = dpsgd.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
+        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
         hit = None
         if included is not None:
             if many:  # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)

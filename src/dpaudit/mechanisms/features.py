@@ -97,7 +97,7 @@ class FrozenFeatures:
         elif x.shape[0] > chunk:
             # NumPy's BLAS limited to torch's thread count, as in the head trainers (speed only;
             # the limiter costs ~3 ms, so small inputs skip it).
-            from .dpsgd import blas_threads
+            from .dpsgd_core import blas_threads
 
             with blas_threads():
                 self._fill(x, out, p, w, b, link, chunk, dtype)

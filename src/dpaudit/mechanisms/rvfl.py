@@ -34,19 +34,18 @@ published. The release itself runs on the mechanism contract (``MECHANISM``, def
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
-from ..accounting import SubsampledGaussian
+from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
 from ..accounting.accountants import rdp_curve, rdp_to_epsilon
+from ..accounting.schedule import Schedule
 from ..catalogue import CATALOGUE
 from ..catalogue import names as catalogue_names
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..records import Release
+from ..errors import UsageError
+from ..validation import positive_int
 
 ADJACENCY = "add-remove-record"
 ACCOUNTANT = "rdp"
@@ -152,63 +151,70 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
     return cb, bar.stop
 
 
-def train_and_release(
-    model: str,
-    *,
-    dataset: str = DEFAULT_DATASET,
-    data_dir: str | os.PathLike | None = None,
-    epsilon: float = 2.0,
-    delta: float = 1e-5,
-    seed: int = 42,
-    non_private: bool = False,
-    reproducible_noise: bool = False,
-    noise_source: str = "os-entropy",
-    out_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    profile: str | None = None,
-    split_seed: int | None = None,
-    progress=True,
-    record: bool = True,
-    prepared=None,
-    privacy_unit: str = "record",
-    user_ids=None,
-    records_per_user: int | None = None,
-    reference_size: int | None = None,
-) -> Release:
-    """Load ``dataset``, train ``model`` with the paper's DP-SGD protocol, check, publish.
+RECORD_ADJACENCY = "add-remove-record"
+USER_ADJACENCY = "add-remove-user"
 
-    A thin wrapper: it builds the :class:`~dpaudit.requests.DPSGDRequest` and runs the
-    DP-SGD mechanism (:mod:`dpaudit.mechanisms.dpsgd_release`) through the one release skeleton
-    :func:`dpaudit.releasing.release`.
 
-    ``prepared`` may hold an already loaded :class:`~dpaudit.data.base.PreparedDataset` (then
-    ``dataset``/``data_dir``/``profile``/``split_seed`` are not used to load). ``progress``: True
-    for a rich bar on stderr, False/None for silence, or a callable ``(steps_done, steps_total,
-    epsilon_spent)``. ``record=False`` writes release.json but skips the ledger (tests only; the
-    preflight budget check still runs for private releases).
+@dataclass(frozen=True)
+class DPSGDSetup:
+    """The public DP-SGD set-up of a run: :func:`plan_schedule`'s result."""
 
-    ``privacy_unit="user"`` trains with user-level DP-SGD (adjacency ``add-remove-user``) given
-    ``user_ids`` and ``records_per_user`` G: see
-    :func:`dpaudit.mechanisms.user_level.train_and_release_user_level`. ``reference_size``: the
-    public size N0 the schedule is built from (default: the dataset definition's train size,
-    ``prepared.reference_size``; users: required).
+    epochs: int
+    batch_size: int
+    default_epochs: int
+    default_batch_size: int
+    schedule: object  # dpaudit.accounting.schedule.Schedule
+    noise_multiplier: float  # 0.0 for a non-private run
+    event: object  # SubsampledGaussian, None for a non-private run
+    calibrated_epsilon: float  # the calibration's epsilon (inf: non-private; None: sigma given)
+
+
+def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon: float | None, delta: float,
+                  epochs: int | None = None, batch_size: int | None = None, non_private: bool = False,
+                  adjacency: str = RECORD_ADJACENCY, schedule: tuple | None = None,
+                  noise_multiplier: float | None = None) -> DPSGDSetup:
+    """Schedule -> calibrated sigma -> event, from public quantities only.
+
+    The paper's protocol (:func:`~dpaudit.mechanisms.rvfl.default_protocol`) unless ``epochs`` /
+    ``batch_size`` are given; q, T, m0 from ``reference_size`` units (N0 records or n_users);
+    sigma the smallest noise multiplier whose RDP epsilon at ``delta`` under ``adjacency`` does
+    not exceed ``epsilon``. A release's recorded values (``schedule`` = (q, T, m0),
+    ``noise_multiplier``) replace the computed ones: an audit of a release uses exactly them.
     """
-    from .dpsgd_release import dpsgd_request, release_dpsgd
+    e0, b0 = default_protocol(dataset_name, kind)
+    epochs = positive_int("epochs", epochs) if epochs is not None else e0
+    batch = positive_int("batch_size", batch_size) if batch_size is not None else b0
+    if schedule is not None:
+        q, steps, m0 = schedule
+        sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
+    else:
+        sched = dp_sgd_schedule(int(reference_size), batch, epochs)
+    if non_private:
+        return DPSGDSetup(epochs, batch, e0, b0, sched, 0.0, None, float("inf"))
+    calibrated = None
+    if noise_multiplier is None:
+        cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
+                                         accountant=ACCOUNTANT, adjacency=adjacency)
+        noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
+    sigma = float(noise_multiplier)
+    return DPSGDSetup(epochs, batch, e0, b0, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
 
-    request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
-                                 reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
-                                 profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit=privacy_unit, user_ids=user_ids,
-                                 records_per_user=records_per_user, reference_size=reference_size)
-    return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
+
+def planned_reference_size(requested: int | None, declared: int | None, *, unit: str = "record") -> int:
+    """The public size N0 a DP-SGD schedule is built from: ``requested`` (``--reference-size``),
+    else ``declared`` (the dataset definition's train size; none for users). Never the actual
+    count of the private data: that would make q, T and m0 differ between neighbours."""
+    if requested is not None:
+        return positive_int("reference_size", requested)
+    if declared is None:
+        raise UsageError(f"reference_size must be given (--reference-size: the public number of training {unit}s the schedule is "
+                         f"built from) for data whose definition declares none, got None.")
+    return positive_int("reference_size", declared)
 
 
-def __getattr__(name: str):
-    # The catalogue imports this module for MECHANISM; the DP-SGD release lives in its own
-    # module (which imports this one), so it is resolved on first use (PEP 562).
-    if name == "MECHANISM":
-        from .dpsgd_release import MECHANISM
-
-        return MECHANISM
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def audit_reference_size(data, count: int) -> int:
+    """The reference size of an audit's own base data (no release schedule to replay): the
+    declared one, as a release of ``data`` plans, else ``count`` (the audit's fixed base, the
+    same in both of its worlds; e.g. a public subsample of the training rows)."""
+    declared = getattr(data, "reference_size", None)
+    return int(count) if declared is None else int(declared)

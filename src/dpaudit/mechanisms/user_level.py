@@ -40,22 +40,14 @@ user contributes more than one record; the record-level ghost-clipping shortcut 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
 from ..data.users import UserIndex, index_users
 from ..errors import UsageError
 from ..noise import NoiseSource
-from ..records import Release
-from ..validation import one_of, positive_int
-from . import dpsgd
-from .dpsgd import DPSGDConfig, HeadResult, Progress, residuals_numpy
-
-ADJACENCY = "add-remove-user"
-PRIVACY_UNIT = "user"
-ACCOUNTANT = "rdp"
+from . import dpsgd_core
+from .dpsgd_core import residuals_numpy
 
 
 # ---------------------------------------------------------------- within-user sampling
@@ -104,31 +96,43 @@ def sample_user_records(
 # ---------------------------------------------------------------- linear heads
 
 
-def _head_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """||g_u||_F of the averaged per-user head gradients g_u = (1/k_u) sum_i outer(r_i, z1_i).
+#: Largest k_u for which :func:`head_user_norms` uses Gram matrices (G^2 memory per user).
+GRAM_MAX_RECORDS = 32
 
-    Singleton users: ||r_i|| ||z1_i|| (rank one, as record-level). Others: the per-user sums
-    R_u^T Z1_u by segment sums (one ``np.add.reduceat`` per logit, float64), never per-record
-    outer products.
+
+def head_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """||g_u||_F of the averaged per-user head gradients g_u = (1/k_u) sum_i outer(r_i, z1_i), the
+    one user-norm kernel of releases and audits (float64 inside, never per-record outer products).
+
+    Singleton users: ||r_i|| ||z1_i|| (rank one, as record-level). Others, with k_u <= GRAM_MAX_RECORDS:
+    ||g_u||^2 = (1/k_u^2) sum_{i, j in S_u} (r_i . r_j)(z1_i . z1_j), two batched (U, G, G) products on
+    the rows padded per user (about 10x faster than segment sums for small users); larger users: the
+    per-user sums R_u^T Z1_u by segment sums (one ``np.add.reduceat`` per logit).
     """
-    out = np.empty(k.size, dtype=r.dtype)
     first = np.cumsum(k) - k
+    out = np.empty(k.size, dtype=r.dtype)
     single = k == 1
-    if single.any():
-        fr = first[single]
-        out[single] = np.sqrt(np.einsum("ij,ij->i", r[fr], r[fr])) * zr_norm[fr]
+    fr = first[single]
+    out[single] = np.sqrt(np.einsum("ij,ij->i", r[fr], r[fr])) * zr_norm[fr]
     multi = ~single
-    if multi.any():
-        mrows = multi[seg]
-        rm = r[mrows].astype(np.float64)
-        zm = zr[mrows].astype(np.float64)
-        km = k[multi]
+    if not multi.any():
+        return out
+    mrows, km = multi[seg], k[multi]
+    if km.max() <= GRAM_MAX_RECORDS:
+        u = (np.cumsum(multi) - 1)[seg[mrows]]  # position of each row's user among the multi-record users
+        pos = (np.arange(r.shape[0]) - first[seg])[mrows]
+        zp = np.zeros((km.size, int(km.max()), zr.shape[1]))
+        rp = np.zeros((km.size, int(km.max()), r.shape[1]))
+        zp[u, pos], rp[u, pos] = zr[mrows], r[mrows]
+        sq = np.maximum(np.einsum("ugh,ugh->u", zp @ zp.transpose(0, 2, 1), rp @ rp.transpose(0, 2, 1)), 0.0)
+    else:
+        rm, zm = r[mrows].astype(np.float64), zr[mrows].astype(np.float64)
         mstart = np.cumsum(km) - km
         sq = np.zeros(km.size)
         for j in range(rm.shape[1]):  # K logits (1 or n_classes): a loop over logits, not users
             s = np.add.reduceat(rm[:, j:j + 1] * zm, mstart, axis=0)
             sq += np.einsum("md,md->m", s, s)
-        out[multi] = (np.sqrt(sq) / km).astype(r.dtype)
+    out[multi] = (np.sqrt(sq) / km).astype(r.dtype)
     return out
 
 
@@ -144,28 +148,22 @@ def user_head_clipped_sum(
     *,
     binary_logit: bool = False,
     clip: bool = True,
-    user_norms=None,
 ) -> np.ndarray:
     """Sum over sampled users of their clipped, averaged head gradients, in closed form.
 
     g_u = (1/k_u) sum_{i in S_u} outer(r_i, z1_i); the sum of clip(g_u) is ``(a * R)^T Z1`` over
     the selected rows with a_i = min(1, C / ||g_u||) / k_u for row i of user u: one matrix
     product. Returns (K, d+1). With only singleton users this *is*
-    :func:`dpaudit.mechanisms.dpsgd.head_clipped_sum` (called directly). ``user_norms``: an
-    alternative ``(r, zr, zr_norm, seg, k) -> ||g_u||`` with the same result (the audits use a
-    Gram-matrix version that is faster for many small users); default :func:`_head_user_norms`.
+    :func:`dpaudit.mechanisms.dpsgd_core.head_clipped_sum` (called directly). The norms: :func:`head_user_norms`.
     """
     if np.all(k == 1):
-        return dpsgd.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
+        return dpsgd_core.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
     zr = z1.take(rows, axis=0)
     r = residuals_numpy(zr @ w.T, y[rows], binary_logit)
     kd = k.astype(r.dtype)
     if clip:
-        norms = (user_norms or _head_user_norms)(r, zr, z1_norm[rows], seg, k)
-        coef = np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-30)).astype(r.dtype, copy=False)
-        if dpsgd._PLANTED_BUG == "skip-clip":  # TEST-ONLY fault (engine.planted_bug): last user unclipped
-            coef = coef.copy()
-            coef[-1] = 1.0
+        norms = head_user_norms(r, zr, z1_norm[rows], seg, k)
+        coef = dpsgd_core.clip_factors(np.array(norms), clipping_norm).astype(r.dtype, copy=False)
         weight = coef / kd
     else:
         weight = 1.0 / kd
@@ -180,38 +178,6 @@ def _check_users(users, n: int) -> UserIndex:
     return index
 
 
-def train_user_linear_head(
-    z: np.ndarray,
-    y: np.ndarray,
-    users,
-    n_classes: int,
-    config: DPSGDConfig,
-    *,
-    records_per_user: int,
-    noise: NoiseSource,
-    init: np.ndarray | None = None,
-    progress: Progress | None = None,
-    binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
-    z_has_bias_column: bool = False,
-) -> HeadResult:
-    """User-level DP-SGD (Adam) on a linear head over frozen features ``z`` (n, d).
-
-    ``users``: a user id per row of ``z`` (or a :class:`~dpaudit.data.users.UserIndex`).
-    ``config.sample_rate`` is the user sampling rate and ``config.normalizer`` the expected
-    number of sampled users. The head engine (:func:`dpaudit.mechanisms.engine.train_heads`, which
-    also trains record-level releases and every audit) runs with users as its units
-    (:class:`~dpaudit.mechanisms.engine.UserUnits`): same preparation, loop, noise draws and
-    Adam. Privacy contract: module docstring.
-    """
-    from .engine import UserSampling
-
-    g = positive_int("records_per_user", records_per_user)
-    index = _check_users(users, int(np.shape(z)[0]))
-    return dpsgd.train_linear_head(z, y, n_classes, config, noise=noise, init=init, progress=progress, binary_logit=binary_logit,
-                                   dtype=dtype, z_has_bias_column=z_has_bias_column, users=UserSampling(index, g))
-
-
 # ---------------------------------------------------------------- trainable modules
 
 
@@ -219,7 +185,7 @@ def _per_sample_grads(module, params, x, y, loss: str, randomness: str = "differ
     """Unclipped per-sample gradients (n, *shape) with ``torch.func`` (as the record-level engine)."""
     from torch.func import functional_call, grad, vmap
 
-    lf = dpsgd._loss_fn(loss)
+    lf = dpsgd_core._loss_fn(loss)
     buffers = dict(module.named_buffers())
 
     def one(p, xi, yi):
@@ -249,7 +215,7 @@ def user_module_clipped_sum(
     (``index_add_``), clipped per user. Users are processed in groups of at most ``max_chunk``
     rows (a user with more rows than that alone, in sub-chunks), so memory is bounded by
     ``max_chunk`` per-sample gradients. A group of singleton users goes through
-    :func:`dpaudit.mechanisms.dpsgd.per_sample_clipped_sum` itself.
+    :func:`dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum` itself.
     """
     n_users = int(k.size)
     cumk = np.concatenate([[0], np.cumsum(k)])
@@ -262,7 +228,7 @@ def user_module_clipped_sum(
         kc = k[ua:ub]
         if np.all(kc == 1):
             j = torch.as_tensor(rows[r0:r1])
-            part = dpsgd.per_sample_clipped_sum(module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip)
+            part = dpsgd_core.per_sample_clipped_sum(module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip)
         else:
             sums = None
             for s0 in range(r0, r1, max_chunk):
@@ -280,110 +246,10 @@ def user_module_clipped_sum(
                 means[n] = s / kt
             if clip:
                 sq = sum(m.reshape(m.shape[0], -1).pow(2).sum(1) for m in means.values())
-                coef = torch.clamp(clipping_norm / torch.clamp(sq.sqrt(), min=1e-30), max=1.0)
+                coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)
                 part = {n: torch.tensordot(coef, m, dims=([0], [0])) for n, m in means.items()}
             else:
                 part = {n: m.sum(0) for n, m in means.items()}
         total = part if total is None else {n: total[n] + part[n] for n in total}
         ua = ub
     return total
-
-
-def train_user_module_dp_sgd(
-    module: torch.nn.Module,
-    x: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor,
-    users,
-    config: DPSGDConfig,
-    *,
-    records_per_user: int,
-    noise: NoiseSource,
-    loss: str = "cross_entropy",
-    progress: Progress | None = None,
-    max_chunk: int = 1024,
-) -> int:
-    """User-level DP-SGD (Adam) on every trainable parameter of ``module`` (in place).
-
-    Returns executed steps. ``users``: a user id per row of ``x`` (or a ``UserIndex``). Runs
-    :func:`dpaudit.mechanisms.dpsgd.train_module_dp_sgd` with users as its units: training mode,
-    dropout generator, noise and Adam are the record-level ones. When every sampled user
-    contributes one record the record-level clipped sum is used as is; otherwise
-    :func:`user_module_clipped_sum`. Privacy contract: module docstring.
-    """
-    g = positive_int("records_per_user", records_per_user)
-    xt = torch.as_tensor(x)
-    yt = torch.as_tensor(y)
-    index = _check_users(users, int(xt.shape[0]))
-    names = [n for n, p in module.named_parameters() if p.requires_grad]
-    frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
-    clip = not config.non_private
-
-    def units(record_sum):
-        def unit_sum(ps, sampled):
-            rows, seg, k = sample_user_records(index, sampled, g, noise)
-            if np.all(k == 1):
-                return record_sum(ps, rows)
-            pd = dict(zip(names, ps))
-            pd.update(frozen)
-            total = user_module_clipped_sum(module, pd, xt, yt, rows, seg, k, config.clipping_norm, loss=loss, clip=clip, max_chunk=max_chunk)
-            return [total[n] for n in names]
-
-        return index.n_users, unit_sum
-
-    return dpsgd.train_module_dp_sgd(module, xt, yt, config, noise=noise, loss=loss, progress=progress, max_chunk=max_chunk, units=units)
-
-
-# ---------------------------------------------------------------- release
-
-
-def train_and_release_user_level(
-    model: str,
-    *,
-    records_per_user: int,
-    user_ids=None,
-    dataset: str | None = None,
-    data_dir: str | os.PathLike | None = None,
-    epsilon: float = 2.0,
-    delta: float = 1e-5,
-    seed: int = 42,
-    non_private: bool = False,
-    reproducible_noise: bool = False,
-    noise_source: str = "os-entropy",
-    out_dir: str | os.PathLike | None = None,
-    ledger_path: str | os.PathLike | None = None,
-    epochs: int | None = None,
-    batch_size: int | None = None,
-    profile: str | None = None,
-    split_seed: int | None = None,
-    progress=True,
-    record: bool = True,
-    prepared=None,
-    reference_size: int | None = None,
-) -> Release:
-    """Train ``model`` (a :data:`dpaudit.mechanisms.rvfl.MODELS` name) with user-level DP-SGD.
-
-    ``user_ids``: one id per row of the dataset before splitting, in loader order (an array or a
-    path to a ``.npy`` file; the data are then re-split by users, see
-    :mod:`dpaudit.data.users`), or a mapping ``{"train", "val", "test"} -> ids`` for an already
-    split ``prepared`` dataset (refused when partitions share a user). May be omitted when
-    ``prepared`` already carries ``user_ids``. ``batch_size`` is the expected number of *users*
-    per step and ``epochs`` counts passes over users (defaults: the paper's protocol,
-    :func:`dpaudit.mechanisms.rvfl.default_protocol`). ``records_per_user`` is G.
-    ``reference_size``: the declared, public number of training users the schedule (q, T, m0)
-    is built from (required: the actual number is private, a neighbour has one user more or less).
-
-    The claim: (epsilon, delta)-DP under ``add-remove-user`` adjacency on the training
-    partition, for ``SubsampledGaussian(sigma, q_user, T)``, sigma calibrated with the RDP
-    accountant. As for record-level releases, executed steps must equal accounted steps and
-    the recomputed epsilon must not exceed the target, else nothing is published.
-    """
-    from ..catalogue import names
-    from .dpsgd_release import dpsgd_request, release_dpsgd
-
-    one_of("model", model, names(family=("dp-sgd-head", "dp-sgd-module")))  # before records_per_user: the refusal order of the CLI
-    positive_int("records_per_user", records_per_user)
-    request, ids = dpsgd_request(model, dataset=dataset, data_dir=data_dir, epsilon=epsilon, delta=delta, seed=seed, non_private=non_private,
-                                 reproducible_noise=reproducible_noise, noise_source=noise_source, epochs=epochs, batch_size=batch_size,
-                                 profile=profile, split_seed=split_seed, prepared=prepared, privacy_unit="user", user_ids=user_ids,
-                                 records_per_user=records_per_user, reference_size=reference_size)
-    return release_dpsgd(request, user_ids=ids, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)

@@ -1,0 +1,686 @@
+"""The DP-SGD core shared by every loop (heads and modules, releases and audits): the public
+config, the pluggable optimizers, the one noisy step, Poisson sampling, the Gaussian filler, the
+one clipping rule and the closed-form head kernel and per-sample module kernels.
+
+Protocol (DP-RVFL paper, section 3.2 and Algorithm 1), reproduced to the letter:
+
+1. at each of ``steps`` updates every unit (record) is included independently with probability
+   ``sample_rate`` (eq. 2); the mask comes from the private :class:`~dpaudit.noise.NoiseSource`,
+   because amplification by subsampling assumes the adversary does not know who was sampled
+   (:func:`poisson_batch`);
+2. each included unit's gradient is clipped to joint L2 norm ``clipping_norm`` (eq. 4;
+   :func:`clip_factors`, in every kernel);
+3. N(0, (noise_multiplier * clipping_norm)^2 I) is added to the clipped *sum* (eq. 5);
+4. the result is divided by the fixed, public ``normalizer`` m0 -- never the realised batch size,
+   which is private;
+5. the optimizer (Adam, eq. 6, or SGD with momentum) updates the parameters from this sanitised
+   gradient only (steps 3-5: :class:`NoisyStep`).
+
+Gradient kernels: linear heads on frozen features in closed form, ``g_i = outer(p_i - y_i,
+[z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix
+product and no per-example gradient is materialised (:func:`_clipped_sum_kernel`); trainable
+modules by ``torch.func`` per-sample gradients (:func:`per_sample_clipped_sum`) or, for
+``nn.Linear``-only modules, the per-layer closed form (:func:`linear_ghost_clipped_sum`). The loops
+are :mod:`dpaudit.mechanisms.engine` (heads, R runs) and :func:`dpaudit.mechanisms.dpsgd.run_dp_sgd`
+(modules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..noise import NoiseSource
+from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+
+#: Progress callback: called as ``progress(steps_done, steps_total)``.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class DPSGDConfig:
+    """Public, privacy-relevant settings of one DP-SGD run (paper section 3.2, Table 2).
+
+    sample_rate: Poisson inclusion probability q = 1/J.
+    steps: total updates T = E * J (empty batches included).
+    normalizer: fixed divisor m0 = max(1, floor(q N0)) of the noisy clipped sum.
+    noise_multiplier: sigma = noise std / clipping_norm. 0 only with ``non_private=True``.
+    clipping_norm: C, the joint L2 bound of each unit's gradient.
+    optimizer: the update rule applied to the sanitised gradient (:data:`OPTIMIZERS`; paper: adam).
+    momentum: the heavy-ball momentum of ``optimizer="sgd"`` in [0, 1) (0 for adam).
+    lr, betas, adam_eps: optimizer settings (paper: Adam, 1e-3, (0.9, 0.999), 1e-8, no weight decay).
+    non_private: the optimizer on Poisson batches with neither clipping nor noise (no claim; the
+        gradient is still divided by m0 so the update scale matches the private runs).
+    A release records :meth:`to_dict` (``config["dp_sgd"]``); :meth:`from_dict` reads it back, so
+    an audit of a plan trains with the plan's own settings.
+    """
+
+    sample_rate: float
+    steps: int
+    normalizer: int
+    noise_multiplier: float
+    clipping_norm: float = 1.0
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    non_private: bool = False
+    optimizer: str = "adam"
+    momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        one_of("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        if not (0.0 <= float(self.momentum) < 1.0) or (self.optimizer != "sgd" and self.momentum):
+            raise UsageError(f"momentum must be in [0, 1) with optimizer sgd and 0 otherwise, got {self.momentum!r} with {self.optimizer}.")
+        half_open_unit("sample_rate", self.sample_rate)
+        positive_int("steps", self.steps)
+        positive_int("normalizer", self.normalizer)
+        positive_finite("clipping_norm", self.clipping_norm)
+        positive_finite("lr", self.lr)
+        positive_finite("adam_eps", self.adam_eps)
+        if len(self.betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in self.betas):
+            raise UsageError(f"betas must be two numbers in [0, 1), got {self.betas!r}.")
+        if self.non_private:
+            non_negative_finite("noise_multiplier", self.noise_multiplier)
+        else:
+            positive_finite("noise_multiplier", self.noise_multiplier)
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise added to the clipped sum (sigma * C)."""
+        return 0.0 if self.non_private else self.noise_multiplier * self.clipping_norm
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return {**d, "betas": list(self.betas), "weight_decay": 0.0}
+
+    @classmethod
+    def from_dict(cls, d: dict, **override) -> "DPSGDConfig":
+        """The config recorded by :meth:`to_dict` (older records lack ``optimizer``: Adam), with
+        ``override`` fields replaced (e.g. a release's recorded schedule)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in {**d, **override}.items() if k in names}
+        if "betas" in kw:
+            kw["betas"] = tuple(kw["betas"])
+        return cls(**kw)
+
+
+#: DPSGDConfig fields a request may set (its optimizer's public settings; the schedule and noise
+#: come from the plan): read by :func:`optimizer_settings`.
+OPTIMIZER_SETTINGS = ("optimizer", "momentum")
+
+
+def optimizer_settings(request) -> dict:
+    """The optimizer settings ``request`` carries (:data:`OPTIMIZER_SETTINGS`), for its DPSGDConfig."""
+    return {k: getattr(request, k) for k in OPTIMIZER_SETTINGS if hasattr(request, k)}
+
+
+# ---------------------------------------------------------------- Adam
+
+
+@dataclass
+class AdamState:
+    """Moments and step counter of Adam (Kingma & Ba 2015), as in ``torch.optim.Adam``."""
+
+    m: list
+    v: list
+    t: int = 0
+
+    @classmethod
+    def zeros_like(cls, params: Sequence[torch.Tensor]) -> "AdamState":
+        return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params], 0)
+
+
+def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], state: AdamState, config: DPSGDConfig) -> None:
+    """One in-place Adam step (no weight decay, no amsgrad), bit for bit the CPU step of
+    ``torch.optim.Adam`` (its single-tensor path: the same operations in the same order).
+
+    The moments only ever see the sanitised gradient (paper, eq. 6). ``config`` needs ``lr``,
+    ``betas`` and ``adam_eps`` only (public training, e.g. the DP-MixMin proxies, passes those).
+    Calling this instead of ``torch.optim.Adam`` also spares the import of ``torch._dynamo`` that an
+    optimizer's first use triggers (~2 s).
+    """
+    b1, b2 = config.betas
+    state.t += 1
+    step = float(state.t)
+    bc1 = 1.0 - b1**step
+    bc2_sqrt = (1.0 - b2**step) ** 0.5
+    step_size = config.lr / bc1
+    with torch.no_grad():
+        for p, g, m, v in zip(params, grads, state.m, state.v):
+            m.lerp_(g, 1.0 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+            denom = (v.sqrt() / bc2_sqrt).add_(config.adam_eps)
+            p.addcdiv_(m, denom, value=-step_size)
+
+
+def blas_threads():
+    """Limit NumPy's BLAS to torch's intra-op thread count (a speed setting, never a privacy one):
+    the head trainer's matrices are small, and oversubscribed BLAS threads only add contention."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
+
+
+class Adam:
+    """Adam on a list of tensors (updated in place), the arithmetic of ``torch.optim.Adam`` with
+    no weight decay and no amsgrad (paper eq. 6). Shared by every DP-SGD trainer.
+
+    Uses the kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a
+    dozen array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
+        self.params, self.config = list(params), config
+        self.state = AdamState.zeros_like(self.params)
+        self.fused = getattr(torch, "_fused_adam_", None)
+        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+
+    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
+        """Adam step number ``t`` (1, 2, ...) with gradients ``grads``."""
+        if self.fused is None:
+            self.state.t = t - 1
+            adam_update(self.params, grads, self.state, self.config)
+            return
+        c = self.config
+        for s in self.steps:
+            s.fill_(t)
+        self.fused(self.params, list(grads), self.state.m, self.state.v, [], self.steps, amsgrad=False, lr=c.lr,
+                   beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
+
+
+class SGD:
+    """SGD with heavy-ball momentum on a list of tensors (in place): the arithmetic of
+    ``torch.optim.SGD(lr, momentum)`` (no dampening, weight decay or Nesterov): b_1 = g_1,
+    b_t = mu b_{t-1} + g_t, p -= lr b_t (p -= lr g_t without momentum)."""
+
+    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
+        self.params, self.config, self.buffers = list(params), config, None
+
+    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
+        lr, mu = self.config.lr, self.config.momentum
+        with torch.no_grad():
+            if mu and self.buffers is None:
+                self.buffers = [g.detach().clone() for g in grads]  # the callers' gradient buffers are reused
+            elif mu:
+                for b, g in zip(self.buffers, grads):
+                    b.mul_(mu).add_(g)
+            for p, d in zip(self.params, self.buffers if mu else grads):
+                p.add_(d, alpha=-lr)
+
+
+#: The update rules of :class:`NoisyStep` by ``DPSGDConfig.optimizer``: a class built as
+#: ``cls(params, config)`` whose ``step(grads, t)`` updates ``params`` in place at step t = 1, 2, ...
+OPTIMIZERS = {"adam": Adam, "sgd": SGD}
+
+
+class NoisyStep:
+    """Steps 6-8 of Algorithm 1, the one noisy step of every DP-SGD loop (heads and modules,
+    releases and audits), in the spirit of Opacus's ``DPOptimizer``.
+
+    The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
+    like the parameters); :meth:`apply` adds N(0, (sigma C)^2 I) drawn from the private source
+    (:func:`gaussian_filler`, one draw per buffer, in order), divides by the fixed normaliser m0
+    -- never the realised batch size -- and takes one step of the config's optimizer
+    (:data:`OPTIMIZERS`) from this sanitised gradient only.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
+        self.config = config
+        self.sums = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
+        self._arrays = [s.numpy() for s in self.sums]
+        std = config.noise_std
+        self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
+        self.optimizer = OPTIMIZERS[config.optimizer](params, config)
+
+    def apply(self, t: int) -> None:
+        for a, fill in zip(self._arrays, self._fills):
+            a += fill()
+        for a in self._arrays:
+            a /= self.config.normalizer
+        self.optimizer.step(self.sums, t)
+
+
+# ---------------------------------------------------------------- Poisson sampling
+
+
+def poisson_flat(rng: np.random.Generator, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Independent Bernoulli(q) draws on range(n) for each of ``runs`` runs, as one flat array of
+    kept indices (run r's indices are ``flat[offsets[r]:offsets[r + 1]]``, increasing).
+
+    Gap sampling: in a Bernoulli(q) sequence the gaps between successes are i.i.d. Geometric(q)
+    (support 1, 2, ...), so the included positions are the partial sums of the gaps minus one --
+    exactly the distribution of ``flatnonzero(uniform(n) < q)`` at O(q n) instead of O(n) cost.
+    The runs' masks are consecutive blocks of one Bernoulli sequence of length ``runs * n``
+    (i.i.d. across positions, hence independent across runs), so all runs cost one draw.
+    """
+    total = runs * n
+    if q >= 1.0:
+        return np.tile(np.arange(n), runs), np.arange(runs + 1) * n
+    mean = total * q
+    m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
+    pos = rng.geometric(q, size=m)
+    np.cumsum(pos, out=pos)
+    pos = _extend_gaps(rng, pos, total, q)  # positions 0 .. total - 1 (more gaps drawn if rarely needed)
+    if runs == 1:
+        return pos, np.array([0, pos.size])
+    offsets = np.searchsorted(pos, np.arange(runs + 1) * n)
+    run_of = np.repeat(np.arange(runs), np.diff(offsets))
+    pos -= run_of * n
+    return pos, offsets
+
+
+def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
+    """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n)
+    (:func:`poisson_flat`, split per run)."""
+    if runs == 1 and q < 1.0:  # the per-step call of the single-run trainer: the same draws, less overhead
+        mean = n * q
+        pos = rng.geometric(q, size=int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16))
+        pos.cumsum(out=pos)
+        if pos[-1] <= n:  # rare: the drawn gaps did not reach the end
+            return [_extend_gaps(rng, pos, n, q)]
+        pos = pos[: pos.searchsorted(n, side="right")]
+        pos -= 1
+        return [pos]
+    flat, offsets = poisson_flat(rng, runs, n, q)
+    return [flat[offsets[r]:offsets[r + 1]] for r in range(runs)]
+
+
+def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float) -> np.ndarray:
+    """Continue cumulative gap positions ``pos`` (1-based) until they pass ``total``; return the
+    0-based positions < total."""
+    m = pos.size
+    while pos[-1] <= total:
+        more = rng.geometric(q, size=m)
+        np.cumsum(more, out=more)
+        pos = np.concatenate([pos, pos[-1] + more])
+    pos = pos[: np.searchsorted(pos, total, side="right")]
+    pos -= 1
+    return pos
+
+
+def _numpy_backed(noise: NoiseSource) -> bool:
+    """True when ``noise`` draws its masks with the stock Bernoulli sampler on ``noise.numpy``
+    (os-entropy / reproducible sources), so the same generator may be used more efficiently."""
+    return type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(noise, "cryptographic", False)
+
+
+def poisson_sample(noise: NoiseSource, n: int, q: float, runs: int = 1) -> list[np.ndarray]:
+    """Private Poisson samples (one index array per run) drawn from ``noise``.
+
+    For the numpy-backed sources (``os-entropy``, ``reproducible``), whose stock
+    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``, the same generator is
+    used with gap sampling (same distribution, O(q n)). A cryptographic source, or any source that
+    overrides ``poisson_mask``, is always called through ``poisson_mask``.
+    """
+    if _numpy_backed(noise):
+        return poisson_indices(noise.numpy, runs, n, q)
+    return [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
+
+
+def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """One step's private Poisson samples of range(n) for ``runs`` independent runs, as (flat
+    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending. The
+    sampler of every DP-SGD trainer (heads and modules, one run or many).
+
+    The draws of :func:`poisson_sample` with the same arguments: numpy-backed sources by gap
+    sampling (one draw for all runs, :func:`poisson_flat`; a single run through the lighter
+    :func:`poisson_indices`, the same draws); other sources through ``poisson_mask``, run by run.
+    """
+    if _numpy_backed(noise):
+        if runs == 1:
+            ix = poisson_indices(noise.numpy, 1, n, q)[0]
+            return ix, np.array([0, ix.size])
+        return poisson_flat(noise.numpy, runs, n, q)
+    parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
+    offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), offsets
+
+
+def gaussian_into(noise: NoiseSource, out: np.ndarray, std: float) -> np.ndarray:
+    """Fill ``out`` with N(0, std^2) from ``noise``: the draw of ``noise.gaussian_torch(out.shape,
+    std)``, written into a reused buffer."""
+    return gaussian_filler(noise, out, std)()
+
+
+def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable[[], np.ndarray]:
+    """A function that refills ``out`` with fresh N(0, std^2) draws from ``noise`` at each call
+    (:func:`gaussian_into` with the per-call checks done once, for the trainers' loops).
+
+    Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
+    (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
+    truncated at 5.77 sigma) written straight into ``out``, the same draws as
+    ``noise.gaussian_torch``; a source that overrides ``gaussian_torch``: that method.
+    """
+    out_t = torch.from_numpy(out)
+    shape, dtype = tuple(out.shape), out_t.dtype
+    if type(noise).gaussian_torch is NoiseSource.gaussian_torch and out.dtype in (np.float32, np.float64) \
+            and out.flags.c_contiguous:
+        def fill() -> np.ndarray:
+            return noise.gaussian_into(out, std)
+    else:
+        def fill() -> np.ndarray:
+            out[...] = noise.gaussian_torch(shape, std, dtype=dtype).numpy()
+            return out
+    return fill
+
+
+# ---------------------------------------------------------------- linear heads
+
+
+def head_outputs(n_classes: int, binary_logit: bool) -> int:
+    """Number of logits K: 1 for a binary task with a single sigmoid logit, else n_classes."""
+    n_classes = positive_int("n_classes", n_classes)
+    if n_classes < 2:
+        raise UsageError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
+    return 1 if (binary_logit and n_classes == 2) else n_classes
+
+
+def init_head(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """PyTorch's ``nn.Linear`` default initialisation, U(-1/sqrt(d), 1/sqrt(d)) for weight and bias,
+    drawn from a public generator. Returns (k, d+1) with the bias in the last column."""
+    bound = 1.0 / math.sqrt(d) if d > 0 else 1.0
+    return rng.uniform(-bound, bound, size=(k, d + 1))
+
+
+def with_bias_column(z: np.ndarray | torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """[z, 1] as a torch tensor (the bias is the last coefficient of the head)."""
+    zt = torch.as_tensor(np.asarray(z) if not isinstance(z, torch.Tensor) else z, dtype=dtype)
+    return torch.cat([zt, torch.ones(zt.shape[0], 1, dtype=dtype)], dim=1)
+
+
+def residuals(logits: torch.Tensor, y: torch.Tensor, binary_logit: bool) -> torch.Tensor:
+    """dLoss/dlogits per example: p - onehot(y) (softmax CE) or sigmoid(s) - y (single-logit BCE)."""
+    if binary_logit:
+        return torch.sigmoid(logits) - y.to(logits.dtype).unsqueeze(1)
+    r = torch.softmax(logits, dim=1)
+    r[torch.arange(r.shape[0]), y] -= 1.0
+    return r
+
+
+def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np.ndarray:
+    """NumPy twin of :func:`residuals` (in place on ``logits``): fewer dispatch overheads per step."""
+    if binary_logit:
+        r = 1.0 / (1.0 + np.exp(-logits, out=logits))
+        r[:, 0] -= y
+        return r
+    logits -= logits.max(axis=1, keepdims=True)
+    np.exp(logits, out=logits)
+    logits /= logits.sum(axis=1, keepdims=True)
+    logits[np.arange(logits.shape[0]), y] -= 1.0
+    return logits
+
+
+def clip_factors(norms, clipping_norm: float):
+    """The clipping coefficients min(1, C / ||g_u||) of per-unit gradient norms (eq. 4), written
+    C / max(||g_u||, C) (the same floats): in place for a NumPy array, a new tensor for a torch one.
+    The one clipping rule of every clipped-sum kernel (record and user heads, modules)."""
+    if isinstance(norms, torch.Tensor):
+        return clipping_norm / torch.clamp(norms, min=clipping_norm)
+    np.maximum(norms, clipping_norm, out=norms)
+    return np.divide(clipping_norm, norms, out=norms)
+
+
+class HeadWorkspace:
+    """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only).
+
+    Per step the head trainer would otherwise allocate the gathered batch, the (K, b) residuals and
+    the (K, d+1) sum; fresh arrays of this size cost page faults and cache misses. The two matrix
+    products go through torch (MKL, ``torch.get_num_threads()`` threads) on zero-copy views of
+    these NumPy buffers: measured faster than NumPy's BLAS for these skinny shapes.
+    """
+
+    def __init__(self, k: int, d1: int, dtype, rows: int = 1):
+        self.k, self.d1, self.dtype = k, d1, np.dtype(dtype)
+        self.out = np.empty((k, d1), dtype=self.dtype)
+        self.out_t = torch.from_numpy(self.out)
+        self._grow(max(1, rows))
+
+    def _grow(self, rows: int) -> None:
+        self.rows = rows
+        self.batch = np.empty((rows, self.d1), dtype=self.dtype)
+        self.batch_t = torch.from_numpy(self.batch)
+        self.res = np.empty(self.k * rows, dtype=self.dtype)
+        self.res_t = torch.from_numpy(self.res)
+        self.scale = np.empty(rows, dtype=self.dtype)
+        self.cols = np.arange(rows, dtype=np.int64)
+
+    def ensure(self, rows: int) -> None:
+        if rows > self.rows:
+            self._grow(rows)
+
+
+def _clipped_sum_kernel(ws: HeadWorkspace, w_t: torch.Tensor, b: int, zn: np.ndarray, y: np.ndarray,
+                        clipping_norm: float, binary_logit: bool, clip: bool, out_t: torch.Tensor | None = None) -> np.ndarray:
+    """The clipped sum over the first ``b`` rows of ``ws.batch`` into ``ws.out`` (or ``out_t``; see
+    :func:`head_clipped_sum`). Residuals are kept as (K, b) so that both products are plain GEMMs.
+    ``zn`` and ``y``: norms ||[z_i, 1]|| and labels of those rows."""
+    k = ws.k
+    zb_t = ws.batch_t[:b]
+    r = ws.res[: k * b].reshape(k, b)
+    r_t = ws.res_t[: k * b].view(k, b)
+    torch.mm(w_t, zb_t.t(), out=r_t)  # logits s = W [z, 1] for every sampled row, as (K, b)
+    if binary_logit:  # dLoss/ds = sigmoid(s) - y
+        np.negative(r, out=r)
+        np.exp(r, out=r)
+        r += 1.0
+        np.reciprocal(r, out=r)
+        r[0] -= y
+    else:  # dLoss/ds = softmax(s) - onehot(y); max subtracted for a finite exp
+        r -= r.max(axis=0)
+        np.exp(r, out=r)
+        r /= r.sum(axis=0)
+        r.reshape(-1)[y * b + ws.cols[:b]] -= 1.0
+    if clip:
+        # ||g_i|| = ||r_i|| ||[z_i, 1]||; coefficient min(1, C / ||g_i||) written as C / max(||g_i||, C)
+        c = ws.scale[:b]
+        np.einsum("kb,kb->b", r, r, out=c)
+        np.sqrt(c, out=c)
+        c *= zn
+        r *= clip_factors(c, clipping_norm)
+    if out_t is not None:
+        torch.mm(r_t, zb_t, out=out_t)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
+        return out_t.numpy()
+    torch.mm(r_t, zb_t, out=ws.out_t)
+    return ws.out
+
+
+def head_clipped_sum(
+    w: np.ndarray | torch.Tensor,
+    z1: np.ndarray | torch.Tensor,
+    z1_norm: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    clipping_norm: float,
+    *,
+    binary_logit: bool = False,
+    clip: bool = True,
+) -> np.ndarray:
+    """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form.
+
+    g_i = outer(r_i, z1_i) with r_i = p_i - y_i (dLoss/dlogits), so ||g_i||_F = ||r_i|| * ||z1_i||
+    and the clipped sum is ``(c * R)^T Z1`` with c_i = min(1, C / ||g_i||) (eq. 4): one matrix
+    product, no per-example gradient materialised. ``z1_norm`` holds ||z1_i||. Returns (K, d+1).
+    The trainers call the same arithmetic (:func:`_clipped_sum_kernel`) on reused buffers.
+    """
+    w, z1, z1_norm, y = (np.asarray(a) for a in (w, z1, z1_norm, y))
+    dtype = np.result_type(w.dtype, z1.dtype)
+    k, d1 = w.shape
+    b = z1.shape[0]
+    ws = HeadWorkspace(k, d1, dtype, rows=b)
+    if b == 0:
+        return np.zeros((k, d1), dtype=dtype)
+    ws.batch[:b] = z1
+    w_t = torch.from_numpy(np.require(w, dtype=dtype, requirements=["C", "W"]))
+    out = _clipped_sum_kernel(ws, w_t, b, z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False), clipping_norm, binary_logit, clip)
+    return out.copy()
+
+
+def check_head_inputs(z, y, n_classes: int, binary_logit: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Features (n, d) with one label in [0, n_classes) per row; returns (z, y, K logits)."""
+    z = np.asarray(z)
+    y = np.asarray(y)
+    if z.ndim != 2 or y.shape != (z.shape[0],):
+        raise UsageError(f"z must be (n, d) and y (n,), got {z.shape} and {y.shape}.")
+    k = head_outputs(n_classes, binary_logit)
+    if y.size and (y.min() < 0 or y.max() >= n_classes):
+        raise UsageError(f"labels must be in [0, {n_classes}), got range [{y.min()}, {y.max()}].")
+    return z, y, k
+
+
+def head_logits(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Logits of a (K, d+1) head on features (n, d)."""
+    weight = np.asarray(weight)
+    return np.asarray(z, dtype=np.float64) @ weight[:, :-1].T.astype(np.float64) + weight[:, -1].astype(np.float64)
+
+
+def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Class probabilities (n, n_classes); a single-logit head gives [1 - s, s]."""
+    s = head_logits(weight, z)
+    if s.shape[1] == 1:
+        p1 = 1.0 / (1.0 + np.exp(-s[:, 0]))
+        return np.stack([1.0 - p1, p1], axis=1)
+    s = s - s.max(axis=1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------- trainable modules
+
+
+def _loss_fn(kind: str):
+    if kind == "cross_entropy":
+        return lambda out, target: torch.nn.functional.cross_entropy(out, target)
+    if kind == "bce":
+        return lambda out, target: torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), target.to(out.dtype).reshape(-1))
+    raise UsageError(f"loss must be one of cross_entropy, bce, got {kind!r}.")
+
+
+def per_sample_clipped_sum(
+    module: torch.nn.Module,
+    params: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clipping_norm: float,
+    *,
+    loss: str = "cross_entropy",
+    clip: bool = True,
+    randomness: str = "different",
+) -> dict[str, torch.Tensor]:
+    """Clipped sum of per-sample gradients of ``module`` at ``params`` over the batch (x, y).
+
+    Per-sample gradients via ``torch.func.vmap(torch.func.grad(...))``; each example's gradient is
+    clipped to joint L2 norm ``clipping_norm`` over *all* trainable parameters (eq. 4).
+    ``randomness="different"`` gives each example its own dropout mask, as a batch would.
+    """
+    from torch.func import functional_call, grad, vmap
+
+    lf = _loss_fn(loss)
+    buffers = dict(module.named_buffers())
+
+    def one(p, xi, yi):
+        out = functional_call(module, (p, buffers), (xi.unsqueeze(0),))
+        return lf(out, yi.unsqueeze(0))
+
+    gs = vmap(grad(one), in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
+    if not clip:
+        return {k: g.sum(0) for k, g in gs.items()}
+    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())
+    coef = clip_factors(sq.sqrt(), clipping_norm)
+    return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
+
+
+def linear_ghost_clipped_sum(
+    module: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clipping_norm: float,
+    *,
+    loss: str = "cross_entropy",
+    clip: bool = True,
+) -> dict[str, torch.Tensor] | None:
+    """Clipped sum of per-sample gradients for a module whose trainable parameters all sit in
+    ``nn.Linear`` layers applied once to 2-D inputs (e.g. :class:`~dpaudit.mechanisms.models.Dense`).
+
+    Per-sample gradients of such a layer are outer products, ``dW_i = outer(g_i, a_i)`` and
+    ``db_i = g_i`` (g_i: gradient of example i's loss w.r.t. the layer output, a_i: its input),
+    so ``||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1)`` and the clipped sum of each layer is
+    ``(c * G)^T A`` -- the closed form of the linear head, per layer ("ghost clipping", Goodfellow
+    2015; Li et al. 2022). Nothing of size batch x parameters is materialised. Returns None when
+    the module does not qualify (then use :func:`per_sample_clipped_sum`).
+    """
+    layers = _linear_layers(module)
+    if layers is None:
+        return None
+    acts, grads, dtype = _layer_io(module, layers, x, y, loss)
+    trained = [n for n, m in layers.items() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    if any(len(acts[n]) != 1 or len(grads[n]) != 1 or acts[n][0].dim() != 2 for n in trained):
+        return None  # reused layer or sequence input: not covered by the closed form here
+    used = [n for n in layers if acts[n]]
+    sq = torch.zeros(x.shape[0], dtype=dtype)
+    for n in used:  # ||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1), summed over the layers
+        sq = sq + grads[n][0].pow(2).sum(1) * _input_term(layers[n], acts[n][0], sq)
+    coef = clip_factors(sq.sqrt(), clipping_norm) if clip else torch.ones_like(sq)
+    return _layer_sums({n: layers[n] for n in used}, acts, grads, coef)
+
+
+def _layer_sums(layers: dict, acts: dict, grads: dict, coef: torch.Tensor) -> dict:
+    """Per layer, the clipped sums ``(c * G)^T A`` (weight) and ``sum_i c_i g_i`` (bias)."""
+    result = {}
+    for n, m in layers.items():
+        a, g = acts[n][0], grads[n][0] * coef[:, None]
+        prefix = f"{n}." if n else ""
+        if m.weight.requires_grad:
+            result[prefix + "weight"] = g.T @ a
+        if m.bias is not None and m.bias.requires_grad:
+            result[prefix + "bias"] = g.sum(0)
+    return result
+
+
+def _input_term(m: torch.nn.Linear, a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """||a_i||^2 (trainable weight) + 1 (trainable bias) per example: a layer's factor of ||grad_i||^2."""
+    term = a.pow(2).sum(1) if m.weight.requires_grad else torch.zeros_like(like)
+    if m.bias is not None and m.bias.requires_grad:
+        term = term + 1.0
+    return term
+
+
+def _linear_layers(module: torch.nn.Module) -> dict | None:
+    """The ``nn.Linear`` layers of ``module`` by name when they hold all its trainable parameters, else None."""
+    layers = {n: m for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
+    owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}
+    return layers if trainable == owned else None
+
+
+def _layer_io(module: torch.nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str):
+    """(inputs, output gradients, dtype): what each of ``layers`` saw in one forward and backward
+    pass of the summed loss over (x, y) (lists: a layer applied twice appears twice)."""
+    acts: dict[str, list] = {n: [] for n in layers}
+    grads: dict[str, list] = {n: [] for n in layers}
+
+    def make_hook(name):
+        def hook(mod, inputs, output):
+            acts[name].append(inputs[0].detach())
+            if output.requires_grad:
+                output.register_hook(lambda g: grads[name].append(g.detach()))
+        return hook
+
+    handles = [m.register_forward_hook(make_hook(n)) for n, m in layers.items()]
+    try:
+        with torch.enable_grad():
+            out = module(x)
+            if loss == "bce":
+                value = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), y.to(out.dtype).reshape(-1), reduction="sum")
+            else:
+                value = torch.nn.functional.cross_entropy(out, y, reduction="sum")
+            outputs = [p for p in module.parameters() if p.requires_grad]
+            torch.autograd.grad(value, outputs, allow_unused=True)  # fires the output hooks
+    finally:
+        for h in handles:
+            h.remove()
+    return acts, grads, out.dtype

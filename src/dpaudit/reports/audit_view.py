@@ -272,12 +272,9 @@ def _point(p: Any) -> dict | None:
 
 
 def curve_view(block: Any) -> dict | None:
-    """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot
-    be drawn (absent, or malformed: the report says so in a note instead of drawing a guess).
-
-    Needs ``curve`` (FPR/FNR lists in [0, 1]), ``point`` (fpr_upper and fnr_upper in [0, 1])
-    and a boolean ``violated``; everything else is optional and read leniently.
-    """
+    """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot be drawn
+    (absent, or without ``curve`` and ``point`` in [0, 1] and a boolean ``violated``: the report says so in
+    a note instead of drawing a guess); everything else is optional and read leniently."""
     if not isinstance(block, dict):
         return None
     curve, point = _pairs(block.get("curve")), _point(block.get("point"))

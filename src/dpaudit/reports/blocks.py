@@ -117,8 +117,7 @@ def _cap(cap: Any) -> str:
 
 
 def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Columns: the preferred ones present (in order); every column when none of them is (an
-    unknown row shape is shown whole)."""
+    """Columns: the preferred ones present (in order); every column when none is (an unknown row shape is shown whole)."""
     cols = [c for c in preferred if any(c in r for r in rows)] or list(dict.fromkeys(k for r in rows for k in r))
     return cols, [[val(r.get(c)) for c in cols] for r in rows]
 

@@ -154,12 +154,10 @@ def _rest_of_sweeps(sweeps: dict[Path, "LoadedSweep"], sweep_of, seen: set[Path]
 
 
 def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
-    """(release files, audit files, given paths, sweeps) found under ``paths``.
-
-    ``sweeps``: one :class:`LoadedSweep` (not yet loaded) per sweep store at or below a given path,
-    holding the release files below its folder; those are not returned as ordinary releases (a
-    reviewer reads a sweep's summary, not hundreds of claim cards), even when also given explicitly.
-    """
+    """(release files, audit files, given paths, sweeps) found under ``paths``; ``sweeps``: one
+    :class:`LoadedSweep` (not yet loaded) per sweep store at or below a given path, holding the release
+    files below its folder, which are not returned as ordinary releases (a reviewer reads a sweep's
+    summary, not hundreds of claim cards), even when also given explicitly."""
     given = _given(list(paths))
     # sweeps first: every release below a sweep folder belongs to that sweep (the innermost one)
     sweeps: dict[Path, LoadedSweep] = {}

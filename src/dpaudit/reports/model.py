@@ -129,14 +129,12 @@ def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
 
 def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.PathLike | None = None, title: str | None = None,
                  command: str | None = None) -> dict:
-    """Build the JSON report model from release/audit paths (files or folders, searched recursively).
+    """Build the JSON report model from release/audit/sweep paths (files or folders, searched recursively).
 
-    ``ledger_path``: the ledger to summarise; None uses ``$DPAUDIT_LEDGER`` or the default path
-    when it exists (a missing default is a note; a missing explicit path is a UsageError).
-    ``command``: the command line that produced this report (shown under "Reproduce").
-    Raises :class:`~dpaudit.errors.UsageError` / :class:`~dpaudit.errors.DataError` (one line)
-    only when nothing readable is found; every other problem becomes a note.
-    """
+    ``ledger_path``: the ledger to summarise; None uses ``$DPAUDIT_LEDGER`` or the default path when it
+    exists (a missing default is a note; a missing explicit path is a UsageError). ``command``: the
+    command line that produced this report (under "Reproduce"). A one-line UsageError / DataError only
+    when nothing readable is found; every other problem becomes a note."""
     inputs = load_inputs(paths)
     notes = list(inputs.notes)
     cache = EpsCache()

@@ -41,9 +41,8 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
         lr = links[i] = _linked(la, by_id, by_dir)
         mech = la.view.mechanism
         if lr is not None and mech is not None and canonical_mechanism(mech) != canonical_mechanism(lr.release.mechanism):
-            notes.append(Note("error", "audit", (
-                f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of mechanism "
-                f"{lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict.")))
+            notes.append(Note("error", "audit", f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
+                                                f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict."))
     return links
 
 

@@ -22,7 +22,7 @@ LAYERS = {
     "claim": 2, "provenance": 2, "budget": 2, "utility": 2, "audit": 2, "verdict": 2, "reproduce": 2, "sweep": 2,
     "model": 3,  # assembles the sections into the JSON model
     "format": 4, "audit_blocks": 4, "sweep_blocks": 4, "blocks": 4, "plots": 4, "html": 4, "markdown": 4, "tradeoff": 4,  # renderers
-    "__init__": 5,  # the package's facade
+    "write": 5, "__init__": 5,  # writing a report; the package's facade (lazy exports)
 }
 
 

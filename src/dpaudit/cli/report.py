@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from .. import reports  # the report builder (and its numerics) loads on first use
 from .common import console, emit_json, note
 from .options import json_out, ledger
 
@@ -32,17 +33,15 @@ def register(app: typer.Typer) -> None:
         as_json: bool = json_out(),
     ):
         """Write a reviewer report: verdict, claim card, provenance, budget, (sweep,) utility, audit, reproduce."""
-        from ..reports import build_report, report_json, write_report
-
         command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None
-        model = build_report(paths, ledger_path=ledger_path, title=title, command=command)
+        model = reports.build_report(paths, ledger_path=ledger_path, title=title, command=command)
         verdicts = model["sections"]["verdict"]
         if fmt is ReportFormat.json and out is None and as_json:  # the model itself, on stdout
             emit_json(model)
         elif fmt is ReportFormat.json and out is None:
-            sys.stdout.write(report_json(model) + "\n")
+            sys.stdout.write(reports.report_json(model) + "\n")
         else:
-            written = write_report(model, out if out is not None else Path(f"report.{fmt.value}"), fmt=fmt.value)
+            written = reports.write_report(model, out if out is not None else Path(f"report.{fmt.value}"), fmt=fmt.value)
             _summary(model, verdicts, written, fmt.value, as_json)
         if fail_on_violation and any(v["status"] in ("violation", "accounting-mismatch") for v in verdicts):
             raise typer.Exit(1)

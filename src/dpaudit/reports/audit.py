@@ -27,11 +27,8 @@ def _linked(la: LoadedAudit, by_id: dict, by_dir: dict) -> LoadedRelease | None:
     v = la.view
     if v.release_id and str(v.release_id) in by_id:
         return by_id[str(v.release_id)]
-    lr = None
-    if v.release_path:
-        p = Path(v.release_path)
-        p = p if p.is_absolute() else la.path / p
-        lr = by_dir.get((p.parent if p.name.endswith(".json") else p).resolve())
+    p = la.path / v.release_path if v.release_path else None  # an absolute release_path stays itself
+    lr = by_dir.get((p.parent if p.name.endswith(".json") else p).resolve()) if p is not None else None
     return lr if lr is not None else by_dir.get(la.path.resolve())
 
 
@@ -44,9 +41,8 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
         lr = links[i] = _linked(la, by_id, by_dir)
         mech = la.view.mechanism
         if lr is not None and mech is not None and canonical_mechanism(mech) != canonical_mechanism(lr.release.mechanism):
-            notes.append(Note("error", "audit", (
-                f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of mechanism "
-                f"{lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict.")))
+            notes.append(Note("error", "audit", f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
+                                                f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict."))
     return links
 
 
@@ -130,9 +126,7 @@ def _is_control(v, label: str, notes: list[Note]) -> bool:
 
 def _unjudgeable(lb: float | None, claim: float | None) -> str | None:
     """Why a record supports no verdict at all (None: it does)."""
-    if lb is None or math.isnan(lb):
-        return "no eps_LB"
-    return "no claimed epsilon" if claim is None else None
+    return "no eps_LB" if lb is None or math.isnan(lb) else "no claimed epsilon" if claim is None else None
 
 
 def _status(entry: dict, la: LoadedAudit, decision: dict | None, label: str, notes: list[Note]) -> str:
@@ -221,12 +215,9 @@ def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[
 
 
 def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
-    """One one-run audit (one_run.json): its bounds, and its own verdict against its claim.
-
-    The record's deciding analysis (f-DP when a claimed event was tested, else Steinke et al.)
-    decides: its bound above the claim is a VIOLATION; an f-DP ``violated`` flag its eps_LB does
-    not back, or a missing claim, is INCONCLUSIVE (fail closed). A no-noise run is a control.
-    """
+    """One one-run audit (one_run.json): its bounds, and its own verdict against its claim (the deciding
+    analysis's bound above the claim is a VIOLATION; an f-DP ``violated`` flag its eps_LB does not back,
+    or a missing claim, is INCONCLUSIVE: fail closed; a no-noise run is a control)."""
     label = f"one-run record {lo.path}"
     view = one_run_view(lo.record)
     if view is None:
@@ -275,13 +266,9 @@ def _row_key(rows: dict, e: dict, can: str) -> tuple:
     return key
 
 
-def _largest(cells: list[dict], k: str) -> float | None:
-    return max((c[k] for c in cells if c[k] is not None), default=None)
-
-
 def _max_cell(cells: list[dict]) -> dict:
-    return {"private": _largest(cells, "private"), "no_noise": _largest(cells, "no_noise"), "ceiling": _largest(cells, "ceiling"),
-            "confidence": None, "trials": None, "status": None}
+    largest = {k: max((c[k] for c in cells if c[k] is not None), default=None) for k in ("private", "no_noise", "ceiling")}
+    return {**largest, "confidence": None, "trials": None, "status": None}
 
 
 def table16(entries: list[dict]) -> dict:

@@ -20,8 +20,7 @@ ONE_RUN_HEADERS = ["record", "mechanism", "canary kind", "m", "included", "claim
 def _table16_cells(cell: dict | None) -> list[str]:
     if cell is None:
         return ["—", "—", "—"]
-    lb = f(cell["private"]) + (" (VIOLATION)" if cell.get("status") == "violation" else "")
-    return [lb, f(cell["no_noise"]), f(cell["ceiling"], 2)]
+    return [f(cell["private"]) + (" (VIOLATION)" if cell.get("status") == "violation" else ""), f(cell["no_noise"]), f(cell["ceiling"], 2)]
 
 
 def _joined(cells: list[dict | None], key: str, fmt) -> str:
@@ -44,22 +43,17 @@ def _method_ref(method: Any, methods: list[str]) -> str:
     """Long method descriptions go below the table once; the cell holds a reference [k]."""
     if not method:
         return DASH
-    m = str(method)
-    if m not in methods:
-        methods.append(m)
-    return f"[{methods.index(m) + 1}]"
+    methods += [] if str(method) in methods else [str(method)]
+    return f"[{methods.index(str(method)) + 1}]"
 
 
 def _detail_row(e: dict, methods: list[str]) -> list[str]:
     cnt = e.get("counts") or {}
-    return [
-        text(e.get("label")), str(e.get("mechanism")), text(e.get("canary")), text(e.get("task") or e.get("dataset")),
-        f(e.get("compared_claim")), g(e.get("delta")), f(e.get("epsilon_lower_bound")), f(e.get("recomputed_epsilon_lower_bound")),
-        f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")), val(e.get("trials")), val(e.get("eval_trials")),
-        either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))),
-        f(e.get("ceiling"), 2), f(e.get("gdp_estimate")), f(e.get("auc")),
-        _method_ref(e.get("method"), methods), e.get("status", "").upper(),
-    ]
+    return [text(e.get("label")), str(e.get("mechanism")), text(e.get("canary")), text(e.get("task") or e.get("dataset")),
+            f(e.get("compared_claim")), g(e.get("delta")), f(e.get("epsilon_lower_bound")), f(e.get("recomputed_epsilon_lower_bound")),
+            f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")), val(e.get("trials")), val(e.get("eval_trials")),
+            either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))), f(e.get("ceiling"), 2), f(e.get("gdp_estimate")),
+            f(e.get("auc")), _method_ref(e.get("method"), methods), e.get("status", "").upper()]
 
 
 def audit_blocks(report: dict) -> list[Block]:

@@ -1,19 +1,14 @@
-"""Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), and the
-issue-15 evidence blocks it draws and tabulates (``claimed_curve``, ``comparison``, ``statistic``,
-one-run records ``one_run.json``).
+"""Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), the issue-15
+evidence blocks (``claimed_curve``, ``comparison``, ``statistic``) and one-run records (one_run.json).
 
 A loader-layer module (it imports nothing of :mod:`dpaudit.reports`); every reader is lenient and
-returns plain, validated values, or None when a block is absent or malformed, so the report says
-"not recorded" or writes a note instead of drawing a guess; nothing here recomputes a bound. :meth:`AuditView.from_dict` reads a record in today's layout after two
-explicit, named schema migrations (:data:`MIGRATIONS`), so no reader downstream guesses key names:
-
-- ``issue-23``: :func:`dpaudit.audits.verdicts.upgrade` (a claimed-curve record written before
-  issue 23 published its claim family's epsilon as eps_LB);
-- ``key-aliases``: the key names of older and foreign writers (``eps_lb``, ``trials``,
-  ``target``, controls as a list, ROC as [fpr, tpr] pairs, an embedded release reference ...)
-  renamed to today's (:data:`KEY_ALIASES`).
-
-Values of the wrong type read as absent (None), so the verdict says INCONCLUSIVE rather than guess.
+returns plain, validated values, or None when a block is absent, malformed or of the wrong type, so
+the report says "not recorded", writes a note or judges INCONCLUSIVE instead of guessing; nothing
+here recomputes a bound. :meth:`AuditView.from_dict` reads a record in today's layout after two
+named schema migrations (:data:`MIGRATIONS`), so no reader downstream guesses key names:
+``issue-23`` (:func:`dpaudit.audits.verdicts.upgrade`: a claimed-curve record written before issue 23
+published its claim family's epsilon as eps_LB) and ``key-aliases`` (the key names of older and
+foreign writers renamed to today's, :data:`KEY_ALIASES`).
 """
 
 from __future__ import annotations
@@ -26,10 +21,8 @@ from ..audits.verdicts import upgrade
 from ..claims import integer, number as num
 
 #: Keys a complete audit record should carry (missing ones are listed in an info note).
-EXPECTED_AUDIT_KEYS = (
-    "mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence",
-    "method", "counts", "ceiling", "controls",
-)
+EXPECTED_AUDIT_KEYS = ("mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "method", "counts",
+                       "ceiling", "controls")
 #: Today's key -> the names older or foreign writers used for it (first non-null wins).
 KEY_ALIASES = {
     "runs": ("trials", "n_runs", "n_trials"), "task": ("target",), "claimed_epsilon": ("epsilon",),
@@ -148,16 +141,13 @@ def _trials(runs: Any, counts: dict | None, eval_size: Any) -> tuple[int | None,
     return trials, eval_trials
 
 
-def _str_or(value: Any, default: Any = None) -> Any:
-    return value if isinstance(value, str) else default
-
 
 def _release_ref(rec: dict) -> tuple[str | None, str | None]:
     """(release id, release path) the record names; an embedded {id, path} reference is read too."""
-    rid, path = _str_or(rec.get("release_id")), rec.get("release_path")
+    rid, path = _str(rec.get("release_id")), rec.get("release_path")
     if isinstance(path, dict):
         rid, path = rid or path.get("id"), path.get("path")
-    return rid, _str_or(path)
+    return rid, _str(path)
 
 
 def _gdp(gdp: Any) -> float | None:
@@ -229,7 +219,7 @@ class AuditView:
             ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
             gdp_estimate=_gdp(rec.get("gdp_estimate")), role=_role(rec.get("role")),
             noise=rec.get("noise", True) is True, canary_inserted=rec.get("canary_inserted", True) is True,
-            direction="less" if rec.get("direction") == "less" else "greater", adjacency=_str_or(rec.get("adjacency")),
+            direction="less" if rec.get("direction") == "less" else "greater", adjacency=_str(rec.get("adjacency")),
             no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]), null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
             roc=roc, auc=_auc(rec.get("auc"), roc), seeds=rec.get("seeds"),
             command=rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
@@ -255,9 +245,7 @@ def _pairs(d: Any) -> dict | None:
     if not isinstance(d, dict):
         return None
     fpr, fnr = _floats(d.get("fpr")), _floats(d.get("fnr"))
-    if fpr is None or fnr is None or len(fpr) != len(fnr) or not fpr:
-        return None
-    if any(not 0.0 <= v <= 1.0 for v in fpr + fnr):
+    if fpr is None or fnr is None or len(fpr) != len(fnr) or not fpr or any(not 0.0 <= v <= 1.0 for v in fpr + fnr):
         return None
     return {"fpr": fpr, "fnr": fnr}
 
@@ -284,75 +272,54 @@ def _point(p: Any) -> dict | None:
 
 
 def curve_view(block: Any) -> dict | None:
-    """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot
-    be drawn (absent, or malformed: the report says so in a note instead of drawing a guess).
-
-    Needs ``curve`` (FPR/FNR lists in [0, 1]), ``point`` (fpr_upper and fnr_upper in [0, 1])
-    and a boolean ``violated``; everything else is optional and read leniently.
-    """
+    """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot be drawn
+    (absent, or without ``curve`` and ``point`` in [0, 1] and a boolean ``violated``: the report says so in
+    a note instead of drawing a guess); everything else is optional and read leniently."""
     if not isinstance(block, dict):
         return None
     curve, point = _pairs(block.get("curve")), _point(block.get("point"))
     if curve is None or not isinstance(block.get("violated"), bool) or point is None:
         return None
     fam = _dict(block.get("family")) or {}
-    return {
-        "statistic": str(block.get("statistic") or "claimed-curve"),
-        "method": _str(block.get("method")),
-        "violated": block["violated"],
-        # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
-        "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
-        "scale_lower_bound": num(block.get("scale_lower_bound")),
-        "family": {"parameter": _str(fam.get("parameter")), "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},
-        "accountant": _str(block.get("accountant")),
-        "adjacency": _str(block.get("adjacency")),
-        "delta": num(block.get("delta")),
-        "confidence": num(block.get("confidence")),
-        "event": _dict(block.get("event")),
-        "direction": block.get("direction") if block.get("direction") in ("greater", "less") else None,
-        "point": point,
-        "points": _pairs(block.get("points")),
-        "curve": curve,
-        "curve_at_lower_bound": _pairs(block.get("curve_at_lower_bound")),
-        "select_size": integer(block.get("select_size")),
-        "eval_size": integer(block.get("eval_size")),
-    }
+    return {"statistic": str(block.get("statistic") or "claimed-curve"), "method": _str(block.get("method")), "violated": block["violated"],
+            # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
+            "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
+            "scale_lower_bound": num(block.get("scale_lower_bound")),
+            "family": {"parameter": _str(fam.get("parameter")), "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},
+            **_read(block, {"accountant": _str, "adjacency": _str, "delta": num, "confidence": num, "event": _dict}),
+            "direction": block.get("direction") if block.get("direction") in ("greater", "less") else None,
+            "point": point, "points": _pairs(block.get("points")), "curve": curve,
+            "curve_at_lower_bound": _pairs(block.get("curve_at_lower_bound")),
+            "select_size": integer(block.get("select_size")), "eval_size": integer(block.get("eval_size"))}
 
 
-def _steinke(st: dict) -> dict:
-    return {"epsilon_lower_bound": num(st.get("epsilon_lower_bound")), "ceiling": num(st.get("ceiling")),
-            "guesses": integer(st.get("guesses")), "correct": integer(st.get("correct")),
-            "k_pos": integer(st.get("k_pos")), "k_neg": integer(st.get("k_neg")), "method": _str(st.get("method"))}
+def _read(block: dict, fields: dict) -> dict:
+    """{key: reader(block[key])} for the ``fields`` (key -> reader) of a block, in their order."""
+    return {k: read(block.get(k)) for k, read in fields.items()}
 
 
-def _fdp(fd: dict) -> dict:
-    return {"epsilon_lower_bound": num(fd.get("epsilon_lower_bound")), "violated": fd.get("violated") if isinstance(fd.get("violated"), bool) else None,
-            "guesses": integer(fd.get("guesses")), "correct": integer(fd.get("correct")), "method": _str(fd.get("method"))}
+def _maybe(fields: dict, block: Any) -> dict | None:
+    return _read(block, fields) if isinstance(block, dict) else None
 
 
-def _maybe(read, block: Any) -> dict | None:
-    return None if not isinstance(block, dict) else read(block)
+#: The readers of the blocks of a one_run.json (``steinke``, ``fdp``) and of audit.json's ``comparison``.
+STEINKE = {"epsilon_lower_bound": num, "ceiling": num, "guesses": integer, "correct": integer, "k_pos": integer, "k_neg": integer,
+           "method": _str}
+FDP = {"epsilon_lower_bound": num, "violated": lambda v: v if isinstance(v, bool) else None, "guesses": integer, "correct": integer,
+       "method": _str}
 
 
 def one_run_view(record: Any) -> dict | None:
     """The numbers of a one_run.json dict a reviewer reads (lenient; None when it is not one)."""
     if not isinstance(record, dict):
         return None
-    st, fd = _maybe(_steinke, record.get("steinke")), _maybe(_fdp, record.get("fdp"))
+    st, fd = _maybe(STEINKE, record.get("steinke")), _maybe(FDP, record.get("fdp"))
     if st is None and fd is None:
         return None
     info = _dict(record.get("info")) or {}
-    return {
-        "mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
-        "kind": name_of(record.get("kind")),
-        "canaries": integer(record.get("canaries")),
-        "included": integer(record.get("included")),
-        "claimed_epsilon": num(record.get("claimed_epsilon")),
-        "delta": num(record.get("delta")),
-        "confidence": num(record.get("confidence")),
-        "steinke": st,
-        "fdp": fd,
-    }
+    return {"mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
+            **_read(record, {"kind": name_of, "canaries": integer, "included": integer, "claimed_epsilon": num, "delta": num, "confidence": num}),
+            "steinke": st, "fdp": fd}
 
 
 def statistic_of(record: dict) -> str:
@@ -371,24 +338,15 @@ def _tpr_at_fpr(ts: Any) -> list[dict]:
             for t in ts or [] if isinstance(t, dict) and num(t.get("fpr")) is not None]
 
 
-def _cp_bonferroni(cp: dict) -> dict:
-    return {"epsilon_lower_bound": num(cp.get("epsilon_lower_bound")), "thresholds_tested": integer(cp.get("thresholds_tested")),
-            "method": _str(cp.get("method"))}
-
-
-def _auroc(au: dict) -> dict:
-    return {"auc": num(au.get("auc")), "interval": _interval(au.get("interval")), "bootstrap": integer(au.get("bootstrap")),
-            "confidence": num(au.get("confidence"))}
-
-
-def _gdp_block(gd: dict) -> dict:
-    return {"kind": "estimate (not a bound)", "epsilon": num(gd.get("epsilon")), "mu": num(gd.get("mu")),
-            "epsilon_interval": _interval(gd.get("epsilon_interval"))}
+COMPARISON = {"cp_bonferroni": {"epsilon_lower_bound": num, "thresholds_tested": integer, "method": _str},
+              "auroc": {"auc": num, "interval": _interval, "bootstrap": integer, "confidence": num},
+              "gdp_estimate": {"kind": lambda _: "estimate (not a bound)", "epsilon": num, "mu": num, "epsilon_interval": _interval}}
 
 
 def comparison_view(block: Any) -> dict | None:
     """The cross-tool statistics of audit.json's ``comparison`` block (each part None when absent)."""
     if not isinstance(block, dict):
         return None
-    return {"cp_bonferroni": _maybe(_cp_bonferroni, block.get("cp_bonferroni")), "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")),
-            "auroc": _maybe(_auroc, block.get("auroc")), "gdp_estimate": _maybe(_gdp_block, block.get("gdp_estimate"))}
+    parts = {k: _maybe(fields, block.get(k)) for k, fields in COMPARISON.items()}
+    return {"cp_bonferroni": parts["cp_bonferroni"], "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")), "auroc": parts["auroc"],
+            "gdp_estimate": parts["gdp_estimate"]}

@@ -17,10 +17,6 @@ from .model import SECTIONS
 from .utility import ordered_metrics
 from .sweep_blocks import sweep_blocks
 
-def _notes_for(report: dict, section: str) -> Block | None:
-    ns = [n for n in report.get("notes", []) if n.get("section") == section]
-    return Block("notes", notes=ns) if ns else None
-
 
 def verdict_blocks(report: dict) -> list[Block]:
     vs = report["sections"]["verdict"]
@@ -42,24 +38,15 @@ def _commit(c: dict) -> str:
 
 def _claim_pairs(c: dict) -> list[tuple[str, str]]:
     chk = c["accounting_check"]
-    return [
-        ("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"),
-        ("accountant (claim)", str(c["accountant"])),
-        ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
-        ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
-        ("accounting check", chk["status"].upper() + (f": {chk['message']}" if chk["message"] else "")),
-        ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)),
-        ("sample rate (Poisson q)", g(c["sample_rate"])),
-        ("steps executed / accounted", f"{val(c['steps_executed'])} / {val(c['steps_accounted'])}"),
-        ("clipping norm (L2)", g(c["clipping_norm"])),
-        ("normaliser", val(c["normalizer"])),
-        ("noise source", c["noise_source_label"]),
-        ("sampler", val(c["sampler"])),
-        ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
-        ("public seed", val(c["seed"])),
-        ("dpaudit version / commit", _commit(c)),
-        ("created", str(c["created_at"])),
-    ]
+    return [("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"), ("accountant (claim)", str(c["accountant"])),
+            ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
+            ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
+            ("accounting check", chk["status"].upper() + (f": {chk['message']}" if chk["message"] else "")),
+            ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)), ("sample rate (Poisson q)", g(c["sample_rate"])),
+            ("steps executed / accounted", f"{val(c['steps_executed'])} / {val(c['steps_accounted'])}"),
+            ("clipping norm (L2)", g(c["clipping_norm"])), ("normaliser", val(c["normalizer"])), ("noise source", c["noise_source_label"]),
+            ("sampler", val(c["sampler"])), ("dataset / partition", f"{c['dataset']} / {c['partition']}"), ("public seed", val(c["seed"])),
+            ("dpaudit version / commit", _commit(c)), ("created", str(c["created_at"]))]
 
 
 def _epsilon_row(e: dict) -> list[str]:
@@ -97,11 +84,8 @@ def _dataset_blocks(d: dict) -> list[Block]:
     return [Block("kv", caption=f"Dataset {d['name']}", pairs=[
         ("data version(s) in the ledger", _listed(d.get("data_versions"))),
         ("kind / features / classes", " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes"))),
-        ("preprocessing profile", val(d.get("profile"))),
-        ("split sizes", sizes_s or DASH),
-        ("split seed(s)", _listed(d.get("split_seeds"))),
-        ("partitions used", _listed(d.get("partitions"))),
-        ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
+        ("preprocessing profile", val(d.get("profile"))), ("split sizes", sizes_s or DASH), ("split seed(s)", _listed(d.get("split_seeds"))),
+        ("partitions used", _listed(d.get("partitions"))), ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
     ]), p(f"Source files of {d['name']}: {', '.join(map(str, files))}." if files else f"{d['name']}: no source files recorded (embedded or synthetic data).")]
 
 
@@ -133,16 +117,13 @@ def _cap(cap: Any) -> str:
 
 
 def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Columns: the preferred ones present (in order); every column when none of them is (an
-    unknown row shape is shown whole)."""
+    """Columns: the preferred ones present (in order); every column when none is (an unknown row shape is shown whole)."""
     cols = [c for c in preferred if any(c in r for r in rows)] or list(dict.fromkeys(k for r in rows for k in r))
     return cols, [[val(r.get(c)) for c in cols] for r in rows]
 
 
 def _integrity(ver: Any) -> str:
-    if not isinstance(ver, dict):
-        return ""
-    return " — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)"
+    return "" if not isinstance(ver, dict) else " — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)"
 
 
 def _ledger_blocks(report: dict, b: dict) -> list[Block]:
@@ -218,9 +199,7 @@ REPRODUCE_KINDS = {"release": "Release", "audit": "Audit", "sweep": "Sweep", "re
 def _reproduce_head(r: dict) -> str:
     what = REPRODUCE_KINDS.get(r["kind"], r["kind"])
     head = f"{what}: {r['mechanism']}" if r.get("mechanism") else what
-    if not r.get("id"):
-        return head
-    return head + (f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})")
+    return head + ((f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})") if r.get("id") else "")
 
 
 def _reproduce_meta(r: dict) -> list[str]:
@@ -250,10 +229,8 @@ def reproduce_blocks(report: dict) -> list[Block]:
                     "not the exact noise draw; metrics agree up to that noise.")]
 
 
-BUILDERS = {
-    "verdict": verdict_blocks, "claim": claim_blocks, "provenance": provenance_blocks, "budget": budget_blocks,
-    "sweep": sweep_blocks, "utility": utility_blocks, "audit": audit_blocks, "reproduce": reproduce_blocks,
-}
+BUILDERS = {"verdict": verdict_blocks, "claim": claim_blocks, "provenance": provenance_blocks, "budget": budget_blocks,
+            "sweep": sweep_blocks, "utility": utility_blocks, "audit": audit_blocks, "reproduce": reproduce_blocks}
 
 
 def sections_of(report: dict) -> list[tuple[str, str]]:
@@ -269,16 +246,10 @@ def sections_of(report: dict) -> list[tuple[str, str]]:
 
 def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
     """(section key, heading, blocks) for every section, notes first in each."""
-    out = []
-    for key, heading in sections_of(report):
-        blocks = []
-        nb = _notes_for(report, key)
-        if key == "verdict":
-            extra = [n for n in report.get("notes", []) if n.get("section") == "inputs"]
-            if extra:
-                blocks.append(Block("notes", notes=extra))
-        if nb:
-            blocks.append(nb)
-        blocks.extend(BUILDERS[key](report))
-        out.append((key, heading, blocks))
-    return out
+    def notes(section: str) -> list[Block]:
+        ns = [n for n in report.get("notes", []) if n.get("section") == section]
+        return [Block("notes", notes=ns)] if ns else []
+
+    # the notes on the inputs head the verdict section
+    return [(key, heading, (notes("inputs") if key == "verdict" else []) + notes(key) + BUILDERS[key](report))
+            for key, heading in sections_of(report)]

@@ -16,6 +16,7 @@ from ..records import public_noise_reason
 from .inputs import LoadedRelease, Note, dataset_name, num
 from .recompute import SIDE_BY_SIDE, EpsCache
 
+
 def _find_key(obj: Any, key: str, depth: int = 4) -> Any:
     """First value stored under ``key`` in nested dicts (breadth-first, bounded depth)."""
     level = [obj]
@@ -40,7 +41,6 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
     if ns.get("reproducible") == "secret-seed":
         return f"secure ({source}, reproducible from a secret noise seed kept out of the release)", True
     return f"secure ({source}, secret)", True
-
 
 
 def _epsilon_row(r, acc: str, delta: float | None, stored: dict, cache: EpsCache) -> dict:
@@ -81,10 +81,8 @@ def _claim_notes(r, check, secure: bool | None, notes: list[Note]) -> None:
 def _sampler(r) -> str:
     sampler = _find_key(r.config if isinstance(r.config, dict) else {}, "sampler")
     q = num(r.sample_rate)
-    if sampler is not None:
-        return sampler
-    if q is None:
-        return "not recorded"
+    if sampler is not None or q is None:
+        return "not recorded" if sampler is None else sampler
     return "full batch (q = 1)" if q >= 1.0 else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
 
 
@@ -98,15 +96,12 @@ def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> dict:
     check = verify_claim(r)
     rows = _epsilon_rows(r, delta, cache)
     _claim_notes(r, check, secure, notes)
-    return {
-        "release_id": r.id, "path": str(lr.path), "mechanism": r.mechanism, "non_private": bool(r.non_private),
-        "privacy_unit": r.privacy_unit, "adjacency": r.adjacency, "accountant": r.accountant,
-        "target_epsilon": check.target_epsilon, "epsilon": check.recorded_epsilon, "delta": delta, "epsilons": rows,
-        "noise_multiplier": num(r.noise_multiplier), "sample_rate": num(r.sample_rate),
-        "steps_accounted": check.steps_accounted, "steps_executed": check.steps_executed, "clipping_norm": num(r.clipping_norm),
-        "normalizer": r.normalizer, "noise_source": r.noise_source if isinstance(r.noise_source, dict) else None,
-        "noise_source_label": label, "noise_secure": secure, "sampler": _sampler(r),
-        "dataset": dataset_name(r.dataset), "partition": r.partition, "seed": r.seed,
-        "dpaudit_version": r.dpaudit_version, "git_commit": r.git_commit, "created_at": r.created_at,
-        "accounting_check": {"status": check.status, "message": check.reason},
-    }
+    return {"release_id": r.id, "path": str(lr.path), "mechanism": r.mechanism, "non_private": bool(r.non_private),
+            "privacy_unit": r.privacy_unit, "adjacency": r.adjacency, "accountant": r.accountant, "target_epsilon": check.target_epsilon,
+            "epsilon": check.recorded_epsilon, "delta": delta, "epsilons": rows, "noise_multiplier": num(r.noise_multiplier),
+            "sample_rate": num(r.sample_rate), "steps_accounted": check.steps_accounted, "steps_executed": check.steps_executed,
+            "clipping_norm": num(r.clipping_norm), "normalizer": r.normalizer,
+            "noise_source": r.noise_source if isinstance(r.noise_source, dict) else None, "noise_source_label": label, "noise_secure": secure,
+            "sampler": _sampler(r), "dataset": dataset_name(r.dataset), "partition": r.partition, "seed": r.seed,
+            "dpaudit_version": r.dpaudit_version, "git_commit": r.git_commit, "created_at": r.created_at,
+            "accounting_check": {"status": check.status, "message": check.reason}}

@@ -71,8 +71,7 @@ def ms(s: dict | None) -> str:
     if not s or num(s.get("mean")) is None:
         return DASH
     sd = num(s.get("sd"))
-    n = s.get("n")
-    return f"{f(s['mean'])} ± {f(sd)} (n={n})" if sd is not None else f"{f(s['mean'])} (n={n})"
+    return f"{f(s['mean'])}" + (f" ± {f(sd)}" if sd is not None else "") + f" (n={s.get('n')})"
 
 
 def val(v: Any) -> str:
@@ -111,16 +110,13 @@ def eps_label(e: Any) -> str:
 def with_interval(x: Any, iv: Any, digits: int = 3) -> str:
     if num(x) is None:
         return DASH
-    if isinstance(iv, list) and len(iv) == 2 and all(num(v) is not None for v in iv):
-        return f"{f(x, digits)} [{f(iv[0], digits)}, {f(iv[1], digits)}]"
-    return f(x, digits)
+    whole = isinstance(iv, list) and len(iv) == 2 and all(num(v) is not None for v in iv)
+    return f(x, digits) + (f" [{f(iv[0], digits)}, {f(iv[1], digits)}]" if whole else "")
 
 
 def declined(error: Any) -> str:
     """Why an accountant gave no number: it declined the event, or its numerics failed."""
-    if not error:
-        return DASH
-    return "failed" if "failed" in str(error) else "declined"
+    return DASH if not error else "failed" if "failed" in str(error) else "declined"
 
 
 def either(cond: Any, text: Any, otherwise: str = DASH) -> str:

@@ -71,10 +71,8 @@ def _is_num(s: str) -> bool:
 
 def _table(b: Block) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in b.headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td class=\"num\">{_e(c)}</td>" if _is_num(str(c)) else f"<td>{_e(c)}</td>" for c in row) + "</tr>"
-        for row in b.rows
-    )
+    body = "".join("<tr>" + "".join(f"<td class=\"num\">{_e(c)}</td>" if _is_num(str(c)) else f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                   for row in b.rows)
     cap = f"<caption>{_e(b.caption)}</caption>" if b.caption else ""
     return f"<div class=\"tablewrap\"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
@@ -96,15 +94,9 @@ def _notes(b: Block) -> str:
 
 
 #: Block kind -> its HTML (figures are drawn by :func:`_block`).
-RENDER = {
-    "p": lambda b: f"<p>{_e(b.text)}</p>",
-    "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
-    "verdict": lambda b: f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>",
-    "table": lambda b: _table(b),
-    "kv": _kv,
-    "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>",
-    "notes": _notes,
-}
+RENDER = {"p": lambda b: f"<p>{_e(b.text)}</p>", "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
+          "verdict": lambda b: f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>",
+          "table": _table, "kv": _kv, "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>", "notes": _notes}
 
 
 def _block(b: Block, figures: list[Figure]) -> str:
@@ -134,11 +126,7 @@ def render_html(report: dict, figures: list[Figure] | None = None) -> str:
             + (f" (commit {_e(str(report['git_commit'])[:12])})" if report.get("git_commit") else "")
             + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)"
             + _sweeps_meta(report))
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{_e(report['title'])}</title><style>{CSS}</style></head><body>"
-        f"<header><h1>{_e(report['title'])}</h1><div class=\"meta\">{meta}</div><nav class=\"toc\">{toc}</nav></header>"
-        + "".join(body)
-        + "</body></html>\n"
-    )
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(report['title'])}</title><style>{CSS}</style></head><body>"
+            f"<header><h1>{_e(report['title'])}</h1><div class=\"meta\">{meta}</div><nav class=\"toc\">{toc}</nav></header>"
+            + "".join(body) + "</body></html>\n")

@@ -2,13 +2,9 @@
 
 The loader layer of :mod:`dpaudit.reports`: every file a report reads is read here (release.json,
 audit.json, a sweep's store and the releases below it; never audit_local.json or scores.npz, which
-are not for publication); an audit record becomes a typed :class:`~.audit_view.AuditView`, the only
-other module of the package this one imports. Imports run one way: loaders (this module,
-:mod:`.audit_view`) -> the shared recomputation (:mod:`.recompute`) -> sections (:mod:`.claim`,
-:mod:`.provenance`, :mod:`.budget`, :mod:`.utility`, :mod:`.audit`, :mod:`.verdict`,
-:mod:`.reproduce`, :mod:`.sweep`) -> the model (:mod:`.model`) -> renderers (:mod:`.format`,
-:mod:`.blocks`, :mod:`.plots`, :mod:`.html`, :mod:`.markdown`); ``tests/reports/test_report_layering.py``
-keeps that graph acyclic.
+are not for publication); an audit record becomes a typed :class:`~.audit_view.AuditView`. Imports
+run one way: loaders -> recomputation -> sections -> model -> renderers (the layers are listed and
+checked in ``tests/reports/test_report_layering.py``).
 
 A sweep folder (one holding ``sweep.sqlite``) or a ``sweep.sqlite`` file is a *sweep input*:
 the releases below it are summarised by the report's sweep section (:mod:`.sweep`) instead of
@@ -92,25 +88,17 @@ class LoadedOneRun:
 
 def dataset_name(ds: Any) -> str:
     """The name of a release's dataset (its ``dataset`` object or a bare name)."""
-    if isinstance(ds, dict):
-        return str(ds.get("name") or "unknown")
-    return str(ds or "unknown")
+    return str((ds.get("name") if isinstance(ds, dict) else ds) or "unknown")
 
 
 def command_str(cmd: Any) -> str | None:
     """A recorded command as one shell line (a list is quoted and joined)."""
-    if cmd is None:
-        return None
-    if isinstance(cmd, (list, tuple)):
-        return shlex.join(str(c) for c in cmd)
-    return str(cmd)
+    return None if cmd is None else shlex.join(str(c) for c in cmd) if isinstance(cmd, (list, tuple)) else str(cmd)
 
 
 def fixed(x: float | None, digits: int = 3) -> str:
     """An epsilon in a verdict line or a note: n/a, inf, or ``digits`` decimals."""
-    if x is None:
-        return "n/a"
-    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+    return "n/a" if x is None else "inf" if math.isinf(x) else f"{x:.{digits}f}"
 
 
 def canonical_mechanism(name: Any) -> str:
@@ -119,11 +107,15 @@ def canonical_mechanism(name: Any) -> str:
     return s[3:] if s.startswith("dp-") and len(s) > 3 else s
 
 
-# ------------------------------------------------------------------ discovery
-
-
 def _visible(f: Path, root: Path) -> bool:
     return not any(part.startswith(".") for part in f.relative_to(root).parts[:-1])
+
+
+def _found(path: Path, name: str) -> list[Path]:
+    """The files called ``name`` at ``path`` (a file given itself) or below it (hidden folders skipped)."""
+    if path.is_file():
+        return [path] if path.name == name else []
+    return sorted({f for f in path.rglob(name) if f.is_file() and _visible(f, path)}, key=str)
 
 
 def _given(paths: Iterable[str | os.PathLike]) -> list[Path]:
@@ -162,18 +154,14 @@ def _rest_of_sweeps(sweeps: dict[Path, "LoadedSweep"], sweep_of, seen: set[Path]
 
 
 def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
-    """(release files, audit files, given paths, sweeps) found under ``paths``.
-
-    ``sweeps``: one :class:`LoadedSweep` (not yet loaded) per sweep store
-    at or below a given path, holding the release files below its folder; those release files
-    are not returned as ordinary releases (a reviewer reads a sweep's summary, not hundreds of
-    claim cards), even when one of them is also given explicitly. A path that does not exist is
-    a :class:`UsageError` (the user mistyped it).
-    """
+    """(release files, audit files, given paths, sweeps) found under ``paths``; ``sweeps``: one
+    :class:`LoadedSweep` (not yet loaded) per sweep store at or below a given path, holding the release
+    files below its folder, which are not returned as ordinary releases (a reviewer reads a sweep's
+    summary, not hundreds of claim cards), even when also given explicitly."""
     given = _given(list(paths))
     # sweeps first: every release below a sweep folder belongs to that sweep (the innermost one)
     sweeps: dict[Path, LoadedSweep] = {}
-    for store in (store for p in given for store in find_sweeps(p)):
+    for store in (store for p in given for store in _found(p, STORE_FILE)):
         sweeps.setdefault(store.parent.resolve(), LoadedSweep(path=store.parent, store=store))
     sweep_of = _innermost(sweeps)
     found: dict[str, list[Path]] = {"release": [], "audit": []}
@@ -186,15 +174,6 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
     _rest_of_sweeps(sweeps, sweep_of, seen)
     return found["release"], found["audit"], given, list(sweeps.values())
 
-
-# ------------------------------------------------------------------ sweeps
-
-
-def find_sweeps(path: Path) -> list[Path]:
-    """Store files of every sweep at or below ``path`` (a sweep.sqlite file given itself; hidden folders skipped)."""
-    if path.is_file():
-        return [path] if path.name == STORE_FILE else []
-    return sorted({f for f in path.rglob(STORE_FILE) if f.is_file() and _visible(f, path)}, key=lambda f: str(f))
 
 
 @dataclass
@@ -242,10 +221,7 @@ def _read_store(sweep: LoadedSweep) -> None:
 
 
 def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
-    """Read the store (records, counts, failures) and the release files of ``sweep`` in place.
-
-    Problems become notes (section ``sweep``); an unreadable store sets ``error``.
-    """
+    """Read the store and the release files of ``sweep`` in place (problems: notes; an unreadable store sets ``error``)."""
     where = str(sweep.path)
     try:
         _read_store(sweep)
@@ -276,9 +252,6 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
             keys = None
     for fl in sweep.failures:
         fl["in_current_spec"] = None if keys is None else fl["key"] in keys
-
-
-# ------------------------------------------------------------------ release field types
 
 
 def _non_empty_str(v: Any) -> bool:
@@ -317,16 +290,12 @@ def _field(rel: Release, name: str) -> Any:
 
 
 def check_release_types(rel: Release, where: Path) -> None:
-    """Raise a one-line DataError when a release field has a type no writer produces.
-
-    A report must never guess around a malformed claim: such a release is skipped with an
-    error note rather than half-rendered.
-    """
+    """Raise a one-line DataError when a release field has a type no writer produces (a report never
+    guesses around a malformed claim: such a release is skipped with an error note, not half-rendered)."""
     for names, rule, ok in RELEASE_TYPES:
-        for name in names:
-            v = _field(rel, name)
-            if not ok(v):
-                raise DataError(f"release {where}: {name} must be {rule}, got {v!r:.60}.")
+        bad = next((n for n in names if not ok(_field(rel, n))), None)
+        if bad is not None:
+            raise DataError(f"release {where}: {bad} must be {rule}, got {_field(rel, bad)!r:.60}.")
 
 
 def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> LoadedRelease | None:
@@ -343,16 +312,11 @@ def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> Load
     return LoadedRelease(f.parent, rel)
 
 
-# ------------------------------------------------------------------ loading
-
-
 def find_one_runs(paths: Iterable[Path]) -> list[Path]:
     """Every ``one_run.json`` at or below ``paths`` (files or folders; hidden folders skipped), each once."""
     found: dict[Path, Path] = {}
-    for p in paths:
-        files = ([p] if p.name == ONE_RUN_FILE else []) if p.is_file() else sorted(f for f in p.rglob(ONE_RUN_FILE) if f.is_file() and _visible(f, p))
-        for f in files:
-            found.setdefault(f.resolve(), f)
+    for f in (f for p in paths for f in sorted(_found(p, ONE_RUN_FILE))):  # Path order, not str order
+        found.setdefault(f.resolve(), f)
     return list(found.values())
 
 

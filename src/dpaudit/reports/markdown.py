@@ -18,23 +18,15 @@ def _cell(s: object) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
-    out = [f"**{caption}**", ""] if caption else []
-    out.append("| " + " | ".join(_cell(h) for h in headers) + " |")
-    out.append("|" + "|".join("---" for _ in headers) + "|")
-    out.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
-    return "\n".join(out)
+    out = ([f"**{caption}**", ""] if caption else []) + ["| " + " | ".join(_cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    return "\n".join(out + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows])
 
 
 #: Block kind -> its Markdown (figures are written by :func:`_block`).
-RENDER = {
-    "p": lambda b: b.text,
-    "h3": lambda b: f"### {b.text}",
-    "verdict": lambda b: f"> {_BADGE.get(b.status, '')} **{b.text}**",
-    "table": lambda b: _table(b.headers, b.rows, b.caption),
-    "kv": lambda b: _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption),
-    "code": lambda b: f"```sh\n{b.text}\n```",
-    "notes": lambda b: "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes),
-}
+RENDER = {"p": lambda b: b.text, "h3": lambda b: f"### {b.text}", "verdict": lambda b: f"> {_BADGE.get(b.status, '')} **{b.text}**",
+          "table": lambda b: _table(b.headers, b.rows, b.caption),
+          "kv": lambda b: _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption), "code": lambda b: f"```sh\n{b.text}\n```",
+          "notes": lambda b: "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes)}
 
 
 def _block(b: Block, figures: list[Figure], asset_rel: str) -> str:

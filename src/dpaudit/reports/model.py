@@ -83,15 +83,8 @@ from .recompute import EpsCache
 from .sweep import sweep_reproduce, sweep_section, sweep_verdict
 
 SCHEMA = "dpaudit-report/1"
-SECTIONS = (
-    ("verdict", "1. Verdict"),
-    ("claim", "2. Claim card"),
-    ("provenance", "3. Data provenance"),
-    ("budget", "4. Budget"),
-    ("utility", "5. Utility"),
-    ("audit", "6. Audit"),
-    ("reproduce", "7. Reproduce"),
-)
+SECTIONS = (("verdict", "1. Verdict"), ("claim", "2. Claim card"), ("provenance", "3. Data provenance"), ("budget", "4. Budget"),
+            ("utility", "5. Utility"), ("audit", "6. Audit"), ("reproduce", "7. Reproduce"))
 
 
 def _datasets(releases: list) -> list[str]:
@@ -127,31 +120,21 @@ def _one_runs(inputs, notes: list) -> list[dict]:
 
 
 def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
-    return {
-        "paths": inputs.paths,
-        "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
-        "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
-        "one_runs": [str(lo.path) for lo in inputs.one_runs],
-        "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps],
-        "ledger": ledger,
-    }
+    return {"paths": inputs.paths,
+            "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
+            "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
+            "one_runs": [str(lo.path) for lo in inputs.one_runs],
+            "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps], "ledger": ledger}
 
 
-def build_report(
-    paths: Iterable[str | os.PathLike],
-    *,
-    ledger_path: str | os.PathLike | None = None,
-    title: str | None = None,
-    command: str | None = None,
-) -> dict:
-    """Build the JSON report model from release/audit paths (files or folders, searched recursively).
+def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.PathLike | None = None, title: str | None = None,
+                 command: str | None = None) -> dict:
+    """Build the JSON report model from release/audit/sweep paths (files or folders, searched recursively).
 
-    ``ledger_path``: the ledger to summarise; None uses ``$DPAUDIT_LEDGER`` or the default path
-    when it exists (a missing default is a note; a missing explicit path is a UsageError).
-    ``command``: the command line that produced this report (shown under "Reproduce").
-    Raises :class:`~dpaudit.errors.UsageError` / :class:`~dpaudit.errors.DataError` (one line)
-    only when nothing readable is found; every other problem becomes a note.
-    """
+    ``ledger_path``: the ledger to summarise; None uses ``$DPAUDIT_LEDGER`` or the default path when it
+    exists (a missing default is a note; a missing explicit path is a UsageError). ``command``: the
+    command line that produced this report (under "Reproduce"). A one-line UsageError / DataError only
+    when nothing readable is found; every other problem becomes a note."""
     inputs = load_inputs(paths)
     notes = list(inputs.notes)
     cache = EpsCache()
@@ -164,24 +147,14 @@ def build_report(
     budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, cache, notes)
     sweeps = _sweeps(inputs, budget_section, cache, notes)
     one_runs = _one_runs(inputs, notes)
-    sections = {
-        "verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps],
-        "claim": claims,
-        "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints),
-        "budget": budget_section,
-        "utility": utility.utility(inputs.releases, notes),
-        "audit": _audit_section(audit_entries, one_runs),
-        "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
-    }
-    if sweeps:
-        sections["sweep"] = sweeps
-    return _json_safe({
-        "schema": SCHEMA, "title": title or "dpaudit reviewer report", "generated_at": now_utc(),
-        "dpaudit_version": __version__, "git_commit": git_commit(),
-        "inputs": _inputs_of(inputs, sweeps, budget_section["ledger"]),
-        "sections": sections,
-        "notes": [n.to_dict() for n in notes],
-    })
+    sections = {"verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps], "claim": claims,
+                "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints), "budget": budget_section,
+                "utility": utility.utility(inputs.releases, notes), "audit": _audit_section(audit_entries, one_runs),
+                "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
+                **({"sweep": sweeps} if sweeps else {})}
+    return _json_safe({"schema": SCHEMA, "title": title or "dpaudit reviewer report", "generated_at": now_utc(), "dpaudit_version": __version__,
+                       "git_commit": git_commit(), "inputs": _inputs_of(inputs, sweeps, budget_section["ledger"]), "sections": sections,
+                       "notes": [n.to_dict() for n in notes]})
 
 
 def read_report(path: str | os.PathLike) -> dict:

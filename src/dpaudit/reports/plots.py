@@ -58,10 +58,7 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], color=PALETTE[j % len(PALETTE)], linewidth=1.6, drawstyle="steps-post", label=lab)
     floor = max(min(floor, 1e-2) / 2, 1e-6)
     ax.plot([floor, 1], [floor, 1], color="#888888", linestyle="--", linewidth=1, label="chance (TPR = FPR)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(floor, 1.05)
-    ax.set_ylim(floor, 1.05)
+    ax.set(xscale="log", yscale="log", xlim=(floor, 1.05), ylim=(floor, 1.05))
     style_axes(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn." if len(es) > MAX_ROC_CURVES else ""
@@ -123,8 +120,7 @@ def eps_figure(report: dict) -> list[Figure]:
     seen: set = set()
     for p in pts:
         _scatter_point(ax, p, num(p["claimed_epsilon"]) + off[str(p.get("canary"))], PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)], top, seen)
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
+    ax.set(xlim=(0, top), ylim=(0, top))
     style_axes(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return [Figure("eps_lb_vs_claimed", "audit", "eps_LB vs claimed epsilon",

@@ -13,11 +13,7 @@ from .inputs import LoadedAudit, LoadedRelease, Note
 def _source_file_names(files: Any) -> list[str]:
     """The names of a dataset's source files: new releases publish a list of names, old ones a
     {name: sha256} dict whose hashes the report does not repeat (they fingerprint the data)."""
-    if isinstance(files, dict):
-        return sorted(str(k) for k in files)
-    if isinstance(files, list):
-        return [str(f) for f in files]
-    return []
+    return sorted(str(k) for k in files) if isinstance(files, dict) else [str(f) for f in files] if isinstance(files, list) else []
 
 
 def _new_entry(name: Any, ds: dict) -> dict:
@@ -58,12 +54,10 @@ def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
 
 
 def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note], fingerprints: dict[str, str] | None = None) -> list[dict]:
-    """Per dataset: its public identity, and the data version labels of its releases
-    (``fingerprints``: release id -> label of the ledger's keyed fingerprint, only when a ledger was read).
-
-    Never an unkeyed digest of the private data: an old release's ``dataset["sha256"]`` (or its
-    source files' hashes) is not repeated here, and such a release gets a warning instead.
-    """
+    """Per dataset: its public identity, and the data version labels of its releases (``fingerprints``:
+    release id -> label of the ledger's keyed fingerprint, only when a ledger was read). Never an unkeyed
+    digest of the private data: an old release's ``dataset["sha256"]`` (or its source files' hashes) is
+    not repeated here, and such a release gets a warning instead."""
     by: dict[str, dict] = {}
     for lr in releases:
         ds = lr.release.dataset if isinstance(lr.release.dataset, dict) else {"name": str(lr.release.dataset)}

@@ -27,26 +27,26 @@ class EpsCache:
 
 
 def compose_sequential(guarantees: Iterable[dict]) -> dict:
-    """Sequential composition of stored guarantees as one event dict.
-
-    Identical leaves are merged (k runs of the same subsampled Gaussian = one run with the
-    summed steps; pure-epsilon counts add), which is exact and keeps the accountants fast;
-    parallel nodes are kept (:func:`dpaudit.ledger.compose.sequential`). Guarantees
-    that do not parse are composed as they are (the accountant then reports the error).
-    """
+    """Sequential composition of stored guarantees as one event dict (the ledger's own,
+    :func:`dpaudit.ledger.compose.sequential`: identical leaves merged, which is exact and
+    keeps the accountants fast). Guarantees that do not parse are composed as they are (the
+    accountant then reports the error)."""
     gs = list(guarantees)
     try:
-        event = sequential([event_from_dict(g) for g in gs])  # the ledger's own composition
+        event = sequential([event_from_dict(g) for g in gs])
     except (DPAuditError, KeyError, TypeError, ValueError):
         return {"type": "composed", "events": gs} if len(gs) != 1 else gs[0]
     return (event or Composed(())).to_dict()
 
 
-def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: str) -> dict[str, dict]:
-    """rdp and prv of one composed tree (accountant -> cache entry), with the ledger's rule: prv is
-    not attempted where the rdp bound is already above
-    :data:`dpaudit.ledger.compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there after
-    seconds and GBs; leaving out a bound never lowers the reported minimum)."""
+def composed(cache: EpsCache, guarantees, delta: float | None, adjacency: str) -> dict[str, dict]:
+    """rdp and prv (accountant -> cache entry) of the sequential composition of ``guarantees`` at ``delta``
+    ({} when delta is not in (0, 1)), with the ledger's rule: prv is not attempted where the rdp bound is
+    already above :data:`dpaudit.ledger.compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there
+    after seconds and GBs; leaving out a bound never lowers the reported minimum)."""
+    if delta is None or not 0 < delta < 1:
+        return {}
+    tree = compose_sequential(guarantees)
     out: dict[str, dict] = {}
     for acc in SIDE_BY_SIDE:
         rdp = out.get("rdp", {}).get("epsilon")
@@ -56,10 +56,3 @@ def compose_side_by_side(cache: EpsCache, tree: dict, delta: float, adjacency: s
             continue
         out[acc] = cache.get(tree, delta, acc, adjacency)
     return out
-
-
-def composed(cache: EpsCache, guarantees, delta: float | None, adjacency: str) -> dict[str, dict]:
-    """rdp and prv of the sequential composition of ``guarantees`` at ``delta`` ({} when delta is not in (0, 1))."""
-    if delta is None or not 0 < delta < 1:
-        return {}
-    return compose_side_by_side(cache, compose_sequential(guarantees), delta, adjacency)

@@ -1,9 +1,8 @@
 """Small, independent statistics the report uses to cross-check audit records.
 
-Nothing here replaces the audit module: the report re-derives a few numbers from the raw
-counts an audit stored (Clopper–Pearson bounds, the ceiling)
-so that a reviewer sees them even when an audit record omits them, and so that a stored
-number that disagrees with its own counts is flagged rather than trusted silently.
+Nothing here replaces the audit module: the report re-derives a few numbers from the raw counts
+an audit stored (Clopper–Pearson bounds, the ceiling) so that a reviewer sees them even when an
+audit record omits them, and so that a stored number that disagrees with its counts is flagged.
 
 Audit bound (docs/architecture.md, "Audit statistics"; Jagielski et al. 2020; Nasr et al. 2021): with
 one-sided Clopper–Pearson upper bounds FPR_hi, FNR_hi at total confidence ``1 - a`` (``a``
@@ -24,10 +23,8 @@ import numpy as np
 
 
 def cp_upper(k: int, n: int, alpha: float) -> float:
-    """One-sided (1 - alpha) Clopper–Pearson upper bound on a rate with ``k`` events in ``n`` trials.
-
-    The (1 - alpha) quantile of Beta(k + 1, n - k); 1 when k = n; 1 when n = 0 (no information).
-    """
+    """One-sided (1 - alpha) Clopper–Pearson upper bound on a rate with ``k`` events in ``n`` trials:
+    the (1 - alpha) quantile of Beta(k + 1, n - k); 1 when k = n or n = 0 (no information)."""
     from scipy.stats import beta
 
     if n <= 0 or k >= n:
@@ -36,11 +33,7 @@ def cp_upper(k: int, n: int, alpha: float) -> float:
 
 
 def _log_ratio(num: float, den: float) -> float:
-    if num <= 0.0:
-        return 0.0
-    if den <= 0.0:
-        return math.inf
-    return math.log(num) - math.log(den)
+    return 0.0 if num <= 0.0 else math.inf if den <= 0.0 else math.log(num) - math.log(den)
 
 
 def epsilon_lower_bound(*, tp: int, fp: int, tn: int, fn: int, delta: float, confidence: float) -> float:

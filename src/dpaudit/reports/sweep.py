@@ -65,9 +65,6 @@ def _store_guarantee(result: dict) -> dict | None:
     return {"type": "subsampled-gaussian", "noise_multiplier": nm, "sample_rate": q, "steps": int(steps)}
 
 
-# ------------------------------------------------------------------ accounting
-
-
 def _ref(lr, **extra) -> dict:
     return {"release_id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path), **extra}
 
@@ -121,9 +118,6 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
             "non_private": n["no-claim"], "reproducible_noise": reproducible, "mismatches": problems, "unverified_releases": unverified}
 
 
-# ------------------------------------------------------------------ budget
-
-
 def _group() -> dict:
     return {"guarantees": [], "claims": [], "deltas": [], "non_private": 0, "unknown": 0, "from_store": 0, "largest": None}
 
@@ -163,8 +157,7 @@ def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, no
     delta = max(g["deltas"]) if g["deltas"] else None
     row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": n_private + g["non_private"] + g["unknown"],
            "private_releases": n_private, "non_private_releases": g["non_private"], "unknown_releases": g["unknown"],
-           "from_store": g["from_store"], "largest_single": g["largest"],
-           "max_single_epsilon": max(g["claims"]) if g["claims"] else None,
+           "from_store": g["from_store"], "largest_single": g["largest"], "max_single_epsilon": max(g["claims"]) if g["claims"] else None,
            "naive_sum": sum(g["claims"]) if g["claims"] else None, "delta": delta,
            "rdp": None, "prv": None, "errors": {}, "unbounded": g["non_private"] > 0, "lower_bound_only": g["unknown"] > 0}
     if g["non_private"]:
@@ -177,11 +170,8 @@ def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, no
 
 
 def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[Note]) -> list[dict]:
-    """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon.
-
-    ``extra``: releases the store names but whose file is missing, as {dataset, partition,
-    adjacency, epsilon, delta, guarantee (or None), non_private, from_store}.
-    """
+    """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon
+    (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
     groups: dict[tuple, dict] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
         _add(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
@@ -191,10 +181,8 @@ def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[
 def _composed_clause(row: dict, where: str) -> str:
     comp, via = (row["rdp"], "rdp") if row["rdp"] is not None or row["prv"] is None else (row["prv"], "prv")
     at_least = "at least " if row["lower_bound_only"] else ""
-    if comp is None:
-        s = f"{row['releases']} releases of this sweep on {where}: composed epsilon could not be computed"
-    else:
-        s = f"{row['releases']} releases of this sweep on {where} compose to eps = {at_least}{fixed(comp)} ({via}) at delta = {row['delta']:g}"
+    s = f"{row['releases']} releases of this sweep on {where}" + (
+        ": composed epsilon could not be computed" if comp is None else f" compose to eps = {at_least}{fixed(comp)} ({via}) at delta = {row['delta']:g}")
     if row["prv"] is not None and via == "rdp":
         return s + f" (prv: {fixed(row['prv'])})"
     if row["prv"] is None and row["errors"].get("prv"):
@@ -217,9 +205,6 @@ def _budget_sentence(row: dict) -> str:
     if row["lower_bound_only"]:
         s += f" ({row['unknown_releases']} release(s) could not be read: the composed epsilon is a lower bound)"
     return s + "."
-
-
-# ------------------------------------------------------------------ ledger
 
 
 def _ledger_entries(sweep: LoadedSweep, ledger_path: str) -> tuple[list, list[dict] | None]:
@@ -307,9 +292,6 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
     return out
 
 
-# ------------------------------------------------------------------ the section
-
-
 def _tables_note(sweep: LoadedSweep, tables: dict, notes: list[Note]) -> str:
     """Compare the sweep's saved tables.json with the recomputed tables (the report trusts the store)."""
     f = sweep.path / "tables.json"
@@ -376,10 +358,9 @@ def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, led
     name = sweep.name or sweep.path.name
     counts = {"done": 0, "failed": 0, "pending": 0, **sweep.counts}
     counts["total"] = sum(counts[k] for k in ("done", "failed", "pending"))
-    entry: dict = {"name": name, "path": str(sweep.path), "store": str(sweep.store), "error": sweep.error,
-                   "counts": counts, "failures": sweep.failures,
-                   "spec": sweep.spec, "releases": len(sweep.releases), "unreadable_releases": sweep.unreadable, "release_ids": [lr.release.id for lr in sweep.releases],
-                   "tables": None, "tables_json": None, "accounting": None, "budget": [], "ledger": None}
+    entry: dict = {"name": name, "path": str(sweep.path), "store": str(sweep.store), "error": sweep.error, "counts": counts, "failures": sweep.failures,
+                   "spec": sweep.spec, "releases": len(sweep.releases), "unreadable_releases": sweep.unreadable,
+                   "release_ids": [lr.release.id for lr in sweep.releases], "tables": None, "tables_json": None, "accounting": None, "budget": [], "ledger": None}
     _task_notes(name, counts, sweep.failures, notes)
     if not sweep.error:
         entry["tables"] = sweep_tables(sweep.records, name=sweep.name)
@@ -419,8 +400,7 @@ def sweep_verdict(entry: dict) -> dict:
         parts.append(f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}")
     flags = ["sweep"] + [f for f, on in (("accounting-mismatch", status == "accounting-mismatch"), ("missing-releases", entry.get("missing_releases")),
                                           ("unreadable-releases", entry.get("unreadable_releases"))) if on]
-    return {"mechanism": head, "key": f"sweep:{name}", "status": status, "flags": flags, "line": f"{head}: " + "; ".join(parts),
-            "max_epsilon_lower_bound": None,
+    return {"mechanism": head, "key": f"sweep:{name}", "status": status, "flags": flags, "line": f"{head}: " + "; ".join(parts), "max_epsilon_lower_bound": None,
             "claimed_epsilons": sorted({b["max_single_epsilon"] for b in entry["budget"] if b.get("max_single_epsilon") is not None}),
             "releases": [], "non_private_releases": [], "audits": [], "sweep": name}
 

@@ -93,13 +93,11 @@ def _sweep_table_blocks(t: dict) -> list[Block]:
 def _sweep_card(sw: dict) -> Block:
     c, acc = sw.get("counts") or {}, sw.get("accounting") or {}
     spec = sw.get("spec") if isinstance(sw.get("spec"), dict) else {}
-    pairs = [
-        ("folder / store", f"{sw['path']} / {sw['store']}"),
-        ("tasks done / failed / pending (total)", " / ".join(val(c.get(k)) for k in ("done", "failed", "pending")) + f" ({val(c.get('total'))})"),
-        ("releases found below the folder", val(sw.get("releases"))),
-        ("accounting check", f"{str(acc.get('status', 'n/a')).upper()}: {acc.get('line', '')}"),
-        ("tables", "recomputed from the store" + TABLES_JSON.get(str(sw.get("tables_json")), "")),
-    ]
+    pairs = [("folder / store", f"{sw['path']} / {sw['store']}"),
+             ("tasks done / failed / pending (total)", " / ".join(val(c.get(k)) for k in ("done", "failed", "pending")) + f" ({val(c.get('total'))})"),
+             ("releases found below the folder", val(sw.get("releases"))),
+             ("accounting check", f"{str(acc.get('status', 'n/a')).upper()}: {acc.get('line', '')}"),
+             ("tables", "recomputed from the store" + TABLES_JSON.get(str(sw.get("tables_json")), ""))]
     pairs += [(label, str(spec[k])) for k, label in (("description", "spec"), ("source", "spec source")) if spec.get(k)]
     return Block("kv", caption=f"Sweep {sw['name']}", pairs=pairs)
 

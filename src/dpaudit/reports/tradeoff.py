@@ -5,25 +5,14 @@ A claim (the release's recorded DP event) is a whole trade-off curve f: for ever
 box of its chosen test, [0, FPR_hi] x [0, FNR_hi] (one-sided Clopper-Pearson upper bounds on
 EVAL trials), lies wholly below that curve: with probability >= the audit's confidence the
 test's true (FPR, FNR) is inside the box, and every correct claim keeps it on or above f.
-The figure shows exactly that, so a reviewer can see *why* an audit says what it says:
-
-- the claimed curve (the claim's event at s = 1), and the member of the claim's family at the
-  certified lower bound (the strongest claim the evidence rules out), when there is one;
-- the EVAL empirical points (descriptive: all thresholds, so no confidence attaches to them);
-- the chosen test's empirical point, its one-sided error bars and the confidence box up to
-  its corner, coloured :data:`VIOLATION_COLOR` (red) and labelled when the audit's own test
-  says the box is below the claimed curve (``claimed_curve.violated``), else
-  :data:`CONSISTENT_COLOR`.
-
-Two panels: linear axes (the whole curve) and log-log axes (the low-FPR and low-FNR corners,
-where large epsilons live). Nothing here recomputes a bound: the colour is the stored test's
-verdict, the numbers are the stored block's (audit.json ``claimed_curve``, schema in
-:mod:`dpaudit.audits.curves`). Matplotlib's object API with the Agg canvas, never ``pyplot``,
-so drawing never touches a user's matplotlib state.
-
-Public API: :func:`tradeoff_figure` (audit dict -> matplotlib Figure), :func:`write_tradeoff_png`
-(what the audit engine calls to write ``tradeoff.png`` next to ``audit.json``) and
-:func:`one_run_figure` (one_run.json -> Figure). The blocks are read by :mod:`.audit_view`.
+The figure shows exactly that, so a reviewer can see *why* an audit says what it says: the
+claimed curve, the family member at the certified lower bound, the EVAL points (descriptive: all
+thresholds, so no confidence attaches to them) and the chosen test's box, in
+:data:`VIOLATION_COLOR` exactly when the audit's own test says it is below the curve
+(``claimed_curve.violated``). Linear axes show the whole curve, log-log ones the corners where
+large epsilons live. Nothing here recomputes a bound: the colour is the stored test's verdict,
+the numbers the stored block's (schema: :mod:`dpaudit.audits.curves`). Matplotlib's object API
+with the Agg canvas, never ``pyplot``, so drawing never touches a user's matplotlib state.
 """
 
 from __future__ import annotations
@@ -81,14 +70,9 @@ LOG_FLOOR = 1e-6
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
-    if x is None:
-        return "n/a"
-    if math.isinf(x):
-        return "inf"
+    if x is None or math.isinf(x):
+        return "n/a" if x is None else "inf"
     return f"{x:.{digits}g}" if x != 0 and abs(x) < 1e-3 else f"{x:.{digits}f}"
-
-
-# ------------------------------------------------------------------ drawing
 
 
 def _family_label(cv: dict) -> str:
@@ -105,9 +89,7 @@ def _family_label(cv: dict) -> str:
 
 def _clip(xs: list[float], ys: list[float], log: bool, floor: float) -> tuple[list[float], list[float]]:
     """Log axes cannot show zeros: clip them to the floor (drawn on the axis)."""
-    if not log:
-        return xs, ys
-    return [max(x, floor) for x in xs], [max(y, floor) for y in ys]
+    return ([max(x, floor) for x in xs], [max(y, floor) for y in ys]) if log else (xs, ys)
 
 
 def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
@@ -142,13 +124,10 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     fu, nu = p["fpr_upper"], p["fnr_upper"]
     x0 = floor if log else 0.0
     w, h = max(fu, x0) - x0, max(nu, x0) - x0
-    box = Rectangle((x0, x0), w, h, facecolor=color, edgecolor=color, alpha=0.18 if viol else 0.12, linewidth=1.6,
-                    label=("confidence box BELOW the claimed curve: VIOLATION" if viol else "confidence box of the chosen test"), zorder=3)
-    box.set_gid("confidence-box")
-    ax.add_patch(box)
-    edge = Rectangle((x0, x0), w, h, facecolor="none", edgecolor=color, linewidth=1.6, zorder=4)
-    edge.set_gid("confidence-box-edge")
-    ax.add_patch(edge)
+    ax.add_patch(Rectangle((x0, x0), w, h, facecolor=color, edgecolor=color, alpha=0.18 if viol else 0.12, linewidth=1.6, zorder=3,
+                           label=("confidence box BELOW the claimed curve: VIOLATION" if viol else "confidence box of the chosen test"),
+                           gid="confidence-box"))
+    ax.add_patch(Rectangle((x0, x0), w, h, facecolor="none", edgecolor=color, linewidth=1.6, zorder=4, gid="confidence-box-edge"))
     if p["fpr"] is not None and p["fnr"] is not None:
         _draw_chosen(ax, p, color, log, floor)
     corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
@@ -172,29 +151,19 @@ def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
     _draw_curves(ax, cv, log, floor)
     _draw_box(ax, cv, log, floor)
     if log:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(floor, 1.3)
-        ax.set_ylim(floor, 1.3)
+        ax.set(xscale="log", yscale="log", xlim=(floor, 1.3), ylim=(floor, 1.3))
         style_axes(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)", size=10)
     else:
-        ax.set_xlim(0.0, 1.0)
-        ax.set_ylim(0.0, 1.0)
-        ax.set_aspect("equal")
+        ax.set(xlim=(0.0, 1.0), ylim=(0.0, 1.0), aspect="equal")
         style_axes(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)", size=10)
 
 
 def _log_floor(cv: dict) -> float:
-    """Lower limit of the log axes: a decade below the box corner and the smallest non-zero
-    empirical rate, never below :data:`LOG_FLOOR`, never above 1e-2."""
-    cands = [1e-2]
-    p = cv["point"]
-    cands += [v / 10 for v in (p["fpr_upper"], p["fnr_upper"]) if v is not None and v > 0]
-    if cv["points"] is not None:
-        nz = [v for v in cv["points"]["fpr"] + cv["points"]["fnr"] if v > 0]
-        if nz:
-            cands.append(min(nz) / 2)
-    return max(LOG_FLOOR, min(cands))
+    """Lower limit of the log axes: a decade below the box corner and half the smallest non-zero rate, in [LOG_FLOOR, 1e-2]."""
+    p, pts = cv["point"], cv["points"]
+    cands = [1e-2] + [v / 10 for v in (p["fpr_upper"], p["fnr_upper"]) if v is not None and v > 0]
+    nz = [v for v in pts["fpr"] + pts["fnr"] if v > 0] if pts is not None else []
+    return max(LOG_FLOOR, min(cands + ([min(nz) / 2] if nz else [])))
 
 
 def title_of(audit: dict, cv: dict) -> str:
@@ -212,12 +181,8 @@ def title_of(audit: dict, cv: dict) -> str:
 
 
 def tradeoff_figure(audit: dict):
-    """The trade-off figure (a ``matplotlib.figure.Figure`` on an Agg canvas) of one audit.json dict.
-
-    Raises :class:`~dpaudit.errors.UsageError` when the audit has no drawable ``claimed_curve``
-    block (an audit without a claimed event, or an old audit.json). The box and its corner are
-    drawn in :data:`VIOLATION_COLOR` exactly when the block's own test says ``violated``.
-    """
+    """The trade-off figure (a ``matplotlib.figure.Figure`` on an Agg canvas) of one audit.json dict;
+    a UsageError when it has no drawable ``claimed_curve`` block (no claimed event, or an old audit.json)."""
     if not isinstance(audit, dict):
         raise UsageError(f"audit must be an audit.json dict, got {type(audit).__name__}.")
     cv = curve_view(audit.get("claimed_curve"))
@@ -245,23 +210,17 @@ def write_tradeoff_png(audit_dict: dict, path: str | os.PathLike) -> Path | None
 
 
 def write_one_run_png(record: dict, path: str | os.PathLike) -> Path:
-    """Write :func:`one_run_figure` of a one-run record as a PNG at ``path`` (a file, or a folder:
-    then ``<folder>/one_run.png``); returns the path."""
+    """Write :func:`one_run_figure` of a one-run record as a PNG at ``path`` (a file, or a folder: ``<folder>/one_run.png``)."""
     return _write_png(one_run_figure(record), path, ONE_RUN_FILE)
 
 
 def _write_png(fig, path: str | os.PathLike, default_name: str) -> Path:
-    out = Path(path)
-    if out.is_dir():
-        out = out / default_name
+    out = Path(path) / default_name if Path(path).is_dir() else Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(png_bytes(fig))
     os.replace(tmp, out)  # never a half-written PNG beside the audit's record
     return out
-
-
-# ------------------------------------------------------------------ one-run results
 
 
 def _bar(label: str, lb: float, bad: bool, gid: str) -> tuple[str, float, str, str]:

@@ -42,12 +42,9 @@ def _curve_key(r: Release) -> str:
     cfg = r.config if isinstance(r.config, dict) else {}
     rest = _strip_eps(cfg)
     ds = r.dataset if isinstance(r.dataset, dict) else {}
-    return json.dumps({
-        "mechanism": canonical_mechanism(r.mechanism), "dataset": dataset_name(r.dataset), "profile": ds.get("profile"),
-        "partition": r.partition, "delta": num(r.delta), "adjacency": r.adjacency,
-        "sample_rate": num(r.sample_rate), "steps": steps_accounted(r), "clipping_norm": num(r.clipping_norm),
-        "config": rest,
-    }, sort_keys=True, default=str)
+    return json.dumps({"mechanism": canonical_mechanism(r.mechanism), "dataset": dataset_name(r.dataset), "profile": ds.get("profile"),
+                       "partition": r.partition, "delta": num(r.delta), "adjacency": r.adjacency, "sample_rate": num(r.sample_rate),
+                       "steps": steps_accounted(r), "clipping_norm": num(r.clipping_norm), "config": rest}, sort_keys=True, default=str)
 
 
 def ordered_metrics(names) -> list[str]:
@@ -60,11 +57,8 @@ def _metric_names(rels: list[Release]) -> list[str]:
 
 
 def _metric_stats(rels: list[Release]) -> dict:
-    out = {}
-    for k in _metric_names(rels):
-        m, sd, n = stats.mean_sd([v for v in (num((r.metrics or {}).get(k)) for r in rels) if v is not None])
-        out[k] = {"mean": m, "sd": sd, "n": n}
-    return out
+    values = {k: [v for v in (num((r.metrics or {}).get(k)) for r in rels) if v is not None] for k in _metric_names(rels)}
+    return {k: dict(zip(("mean", "sd", "n"), stats.mean_sd(vs))) for k, vs in values.items()}
 
 
 def _seeds(rels: list[Release]) -> list:

@@ -17,9 +17,7 @@ CLAIM_MATCH_RTOL = 1e-6
 
 
 def _close(a: float | None, b: float | None, rtol: float) -> bool:
-    if a is None or b is None:
-        return False
-    return abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
+    return a is not None and b is not None and abs(a - b) <= rtol * max(abs(a), abs(b), 1e-12)
 
 
 def _statistics(entries: list[dict]) -> list[str]:
@@ -30,9 +28,7 @@ def _statistics(entries: list[dict]) -> list[str]:
 def _tally(entries: list[dict]) -> str:
     """"claimed-curve" or, for a mix, "claimed-curve (2 audits), clopper-pearson (1)"."""
     names = _statistics(entries)
-    if len(names) == 1:
-        return names[0]
-    return ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
+    return names[0] if len(names) == 1 else ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
 
 
 def _one_run_line(e: dict) -> str:
@@ -47,13 +43,10 @@ def _one_run_line(e: dict) -> str:
 def _one_run_verdict(e: dict) -> dict:
     m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
     name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
-    return {
-        "mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
-        "flags": ["one-run"], "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
-        "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [],
-        "statistics": [stat] if stat else [],
-        "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]],
-    }
+    return {"mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
+            "flags": ["one-run"], "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+            "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [], "statistics": [stat] if stat else [],
+            "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]]}
 
 
 def one_run_verdicts(entries: list[dict]) -> list[dict]:
@@ -226,15 +219,11 @@ def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, no
     if mismatch and status in ("no-evidence", "not-audited", "no-claim"):
         status = "accounting-mismatch"
     numbers = _numbers(g, entries)
-    return {
-        "mechanism": g.name, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
-        "line": f"{g.name}: " + "; ".join(t for _, t in parts),
-        "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"], "decided_by": decided_by,
-        "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
-        "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
-        "audits": [e["path"] for e in entries],
-        "family_wise": family and {"audits": family["audits"], "method": family["method"]},
-    }, entries
+    return {"mechanism": g.name, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
+            "line": f"{g.name}: " + "; ".join(t for _, t in parts), "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"],
+            "decided_by": decided_by, "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
+            "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
+            "audits": [e["path"] for e in entries], "family_wise": family and {"audits": family["audits"], "method": family["method"]}}, entries
 
 
 def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]) -> tuple[list[dict], list[dict]]:
@@ -264,15 +253,18 @@ def _covered(la, link: LoadedRelease | None, key: str, notes: list[Note]) -> lis
     return [link.release]
 
 
+def _decided_lb(e: dict) -> float | None:
+    """The eps_LB that decided ``e``: its family-wise decision's when it has one."""
+    return (e.get("family_decision") or {}).get("epsilon_lower_bound", e["epsilon_lower_bound"])
+
+
 def _excess(e: dict) -> float:
-    d = e.get("family_decision") or {}
-    lb = d.get("epsilon_lower_bound", e["epsilon_lower_bound"])
+    lb = _decided_lb(e)
     return (lb if lb is not None else -math.inf) - (e["compared_claim"] or 0.0)
 
 
 def _violation_text(e: dict) -> str:
-    d = e.get("family_decision") or {}
-    lb = d.get("epsilon_lower_bound", e["epsilon_lower_bound"])
+    lb = _decided_lb(e)
     fam = (e.get("claim_family_bound") or {}).get("statement") if e["statistic"] == "claimed-curve" else None
     if fam:
         return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {fixed(lb)}, claimed {fixed(e['compared_claim'])})"

@@ -7,26 +7,20 @@ Files (read-only; nothing is downloaded, ``download=False`` always):
 - MNIST: ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
 - CIFAR-10: ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
 
-MNIST: the decompressed IDX files in ``<root>/MNIST/raw`` (torchvision's layout) are read with
-:func:`read_idx`, which gives the arrays ``torchvision.datasets.MNIST`` gives (tested) without its
-import.
-The data folder is read-only and holds the ``.gz`` originals, so each ``.gz`` is hashed
-(sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
-once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary
-folder and renamed into place, so a crash never leaves a half-written cache; a folder without
-its ``COMPLETE`` marker is rebuilt). The official test set is the test partition; the 60,000
-training images are split 85/15 (51,000 / 9,000).
+MNIST: the decompressed IDX files in ``<root>/MNIST/raw`` (torchvision's layout) are read with :func:`read_idx`, which gives the
+arrays ``torchvision.datasets.MNIST`` gives (tested) without its import. The data folder is read-only and holds the ``.gz``
+originals, so each ``.gz`` is hashed (sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
+once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary folder and renamed into place, so
+a crash never leaves a half-written cache; a folder without its ``COMPLETE`` marker is rebuilt). The official test set is the test
+partition; the 60,000 training images are split 85/15 (51,000 / 9,000).
 
-CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files.
-Tests use small synthetic batches in the same format, which that check rejects, so
-``_VerifiedCIFAR10`` replaces the md5 check by a structural one: every file is first read
-with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle
-cannot run code), and must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the
-meta file must hold ten ``label_names``. The sha256 of each file is recorded in
-``source_files`` (and checked against ``SHA256SUMS`` when listed there), and the md5 of each is
-compared with the official md5 list: the dataset's ``notes`` say whether these are the official
-CIFAR-10 batches. The 50,000 training images are split 85/15 (42,500 / 7,500); the official test
-batch (10,000) is the test partition.
+CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files. Tests use small synthetic batches
+in the same format, which that check rejects, so ``_VerifiedCIFAR10`` replaces the md5 check by a structural one: every file is
+first read with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle cannot run code), and
+must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the meta file must hold ten ``label_names``. The sha256 of
+each file is recorded in ``source_files`` (and checked against ``SHA256SUMS`` when listed there), and the md5 of each is compared
+with the official md5 list: the dataset's ``notes`` say whether these are the official CIFAR-10 batches. The 50,000 training
+images are split 85/15 (42,500 / 7,500); the official test batch (10,000) is the test partition.
 
 Profiles (fixed, independent of any record; paper section 3.6, Table 7):
 
@@ -38,12 +32,11 @@ profile              transform (torchvision)                                    
 ``half-resolution``  ``Resize((H/2, W/2))`` (PIL bilinear, antialiased), ``ToTensor()``   [0, 1]
 ===================  ==================================================================  =======
 
-``raw01`` and ``centered`` are computed for the whole array at once with exactly the
-arithmetic of ``ToTensor`` (float32 division by 255) and ``Normalize`` (subtract, then divide).
-``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for MNIST, 16 x 16 for
-CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three
-with the torchvision transform pipelines applied image by image. Features are
-flattened in (channel, height, width) order; ``image_shape`` keeps (C, H, W).
+``raw01`` and ``centered`` are computed for the whole array at once with exactly the arithmetic of ``ToTensor`` (float32 division
+by 255) and ``Normalize`` (subtract, then divide). ``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for
+MNIST, 16 x 16 for CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three with the
+torchvision transform pipelines applied image by image. Features are flattened in (channel, height, width) order; ``image_shape``
+keeps (C, H, W).
 """
 
 from __future__ import annotations
@@ -89,10 +82,8 @@ CIFAR_TEST_SIZE = 10_000
 
 
 def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """Fixed profile of uint8 images (n, H, W) or (n, H, W, C) -> float32 (n, C*H'*W'), (C, H', W').
-
-    The profile is a per-record transform with fixed constants: it fits nothing to the data.
-    """
+    """Fixed profile of uint8 images (n, H, W) or (n, H, W, C) -> float32 (n, C*H'*W'), (C, H', W'). The profile is a per-record
+    transform with fixed constants: it fits nothing to the data."""
     if images.dtype != np.uint8 or images.ndim not in (3, 4):
         raise DataError(f"images must be uint8 of shape (n, H, W[, C]), got {images.dtype} {images.shape}.")
     chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
@@ -111,8 +102,8 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms import functional as TF
 
-        # transforms.Resize((H/2, W/2)) on each PIL image (the same call Resize makes), then the
-        # ToTensor arithmetic for the whole batch at once (bit-equal; checked in the tests).
+        # transforms.Resize((H/2, W/2)) on each PIL image (the same call Resize makes), then the ToTensor arithmetic for the whole
+        # batch at once (bit-equal; checked in the tests).
         hh, ww = h // 2, w // 2
         small = np.empty((n, hh, ww, c), dtype=np.uint8)
         hwc = images if images.ndim == 4 else images[..., None]
@@ -167,8 +158,8 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
         try:
             os.rename(tmp, root)
         except OSError:
-            # Either another process finished first (its copy is equivalent), or a stale folder
-            # without the COMPLETE marker is in the way: remove it and put ours in place.
+            # Either another process finished first (its copy is equivalent), or a stale folder without the COMPLETE marker is in
+            # the way: remove it and put ours in place.
             if not done.is_file():
                 shutil.rmtree(root, ignore_errors=True)
                 try:
@@ -183,12 +174,9 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
 
 
 def read_idx(path: Path, ndim: int) -> np.ndarray:
-    """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions.
-
-    The same format check and the same array as torchvision's MNIST reader (magic 0x0000 08 nd,
-    big-endian int32 sizes, then the bytes), without importing torchvision: its import pulls in
-    torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers.
-    """
+    """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions. The same format check and the same array
+    as torchvision's MNIST reader (magic 0x0000 08 nd, big-endian int32 sizes, then the bytes), without importing torchvision: its
+    import pulls in torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers."""
     raw = Path(path).read_bytes()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
         raise DataError(f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
@@ -204,12 +192,10 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
 
 
 def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
-    """The official MNIST split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
-
-    ``x_*`` uint8 (n, 28, 28), ``y_*`` int64. Read from the verified, decompressed cache with
-    :func:`read_idx` (arrays equal to ``torchvision.datasets.MNIST(download=False)``'s; tested).
-    With ``with_sources=True`` a fifth element maps each ``.gz`` file name to its sha256.
-    """
+    """The official MNIST split, unpermuted: ``(x_train, y_train, x_test, y_test)``. ``x_*`` uint8 (n, 28, 28), ``y_*`` int64.
+    Read from the verified, decompressed cache with :func:`read_idx` (arrays equal to
+    ``torchvision.datasets.MNIST(download=False)``'s; tested). With ``with_sources=True`` a fifth element maps each ``.gz`` file
+    name to its sha256."""
 
     data_dir = resolve_data_dir(data_dir)
     root, hashes = _mnist_torchvision_root(data_dir)
@@ -236,8 +222,7 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
 
 # --------------------------------------------------------------------------- CIFAR-10
 
-# md5 of the official python batches (the list torchvision pins); used only to say whether the
-# files read are the official ones.
+# md5 of the official python batches (the list torchvision pins); used only to say whether the files read are the official ones.
 _CIFAR_OFFICIAL_MD5 = {
     "data_batch_1": "c99cafc152244af753f735de768cd75f",
     "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
@@ -300,11 +285,9 @@ def _verified_cifar10_class():
     from torchvision.datasets import CIFAR10
 
     class _VerifiedCIFAR10(CIFAR10):
-        """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring).
-
-        Every file is parsed with a restricted unpickler before torchvision reads it, so a file
-        that is not plain arrays/lists/strings is rejected before any unrestricted ``pickle.load``.
-        """
+        """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring). Every file is parsed with a
+        restricted unpickler before torchvision reads it, so a file that is not plain arrays/lists/strings is rejected before any
+        unrestricted ``pickle.load``."""
 
         def _check_integrity(self) -> bool:
             folder = Path(self.root) / self.base_folder
@@ -335,12 +318,9 @@ def _verified_cifar10_class():
 
 
 def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
-    """The official CIFAR-10 split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
-
-    ``x_*`` uint8 (n, 32, 32, 3) (HWC, as torchvision holds it), ``y_*`` int64. With
-    ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every file's md5
-    equals the official one.
-    """
+    """The official CIFAR-10 split, unpermuted: ``(x_train, y_train, x_test, y_test)``. ``x_*`` uint8 (n, 32, 32, 3) (HWC, as
+    torchvision holds it), ``y_*`` int64. With ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every
+    file's md5 equals the official one."""
 
     data_dir = resolve_data_dir(data_dir)
     root = data_dir / "cifar10"

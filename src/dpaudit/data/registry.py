@@ -11,25 +11,21 @@ digits          image    no     1,257 / 269 / 271           1x8x8       10     r
 breast-cancer   tabular  no     398 / 85 / 86               30          2      default
 ==============  =======  =====  ==========================  ==========  =====  ========================
 
-- Images: the official test set is the test partition; the official training set is split
-  85 / 15 (train / unused validation). Tabular and the bundled digits: 70 / 15 / 15. Always the
-  seeded permutation with integer cut points of :mod:`dpaudit.data.splits`, no stratification,
-  default split seed 2026 (:data:`~dpaudit.data.splits.DEFAULT_SPLIT_SEED`).
-- ``digits`` is scikit-learn's bundled ``load_digits`` (1,797 images, 8 x 8, values 0..16):
-  ``raw01`` divides by the fixed maximum 16, ``centered`` applies ``Normalize(0.5, 0.5)`` after
-  that, ``half-resolution`` applies ``torchvision.transforms.Resize((4, 4))`` (bilinear,
-  antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
-- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular`
-  (every bound is documented there).
-- Profile ``authors`` (MNIST, CIFAR-10, Cardio, Heart): the DP-RVFL authors' published pipeline
-  instead of dpaudit's own (:mod:`dpaudit.data.authors`): their split generator
-  (``numpy.random.default_rng(2026)``) and float ``int()`` cut points, their bounds and column
-  order, and for Heart the Kaggle-format file with duplicates removed (302 rows: 211 / 45 / 46).
-  Its sizes and files come from :func:`profile_split_sizes` and :func:`profile_files`.
+- Images: the official test set is the test partition; the official training set is split 85 / 15 (train / unused validation).
+  Tabular and the bundled digits: 70 / 15 / 15. Always the seeded permutation with integer cut points of
+  :mod:`dpaudit.data.splits`, no stratification, default split seed 2026 (:data:`~dpaudit.data.splits.DEFAULT_SPLIT_SEED`).
+- ``digits`` is scikit-learn's bundled ``load_digits`` (1,797 images, 8 x 8, values 0..16): ``raw01`` divides by the fixed maximum
+  16, ``centered`` applies ``Normalize(0.5, 0.5)`` after that, ``half-resolution`` applies ``torchvision.transforms.Resize((4,
+  4))`` (bilinear, antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
+- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular` (every bound is documented there).
+- Profile ``authors`` (MNIST, CIFAR-10, Cardio, Heart): the DP-RVFL authors' published pipeline instead of dpaudit's own
+  (:mod:`dpaudit.data.authors`): their split generator (``numpy.random.default_rng(2026)``) and float ``int()`` cut points, their
+  bounds and column order, and for Heart the Kaggle-format file with duplicates removed (302 rows: 211 / 45 / 46). Its sizes and
+  files come from :func:`profile_split_sizes` and :func:`profile_files`.
 
-Privacy contract: everything here is public, fixed preprocessing and a public split; no
-statistic is fitted on records. The DP guarantee of a training run covers the training partition
-it receives; cohort cleaning and file audits are outside it (paper section 3.1).
+Privacy contract: everything here is public, fixed preprocessing and a public split; no statistic is fitted on records. The DP
+guarantee of a training run covers the training partition it receives; cohort cleaning and file audits are outside it (paper
+section 3.1).
 """
 
 from __future__ import annotations
@@ -165,8 +161,8 @@ def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
 
 
 def check_profile(name: str, profile: str | None) -> str:
-    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default);
-    an unknown dataset or a profile the dataset does not offer is a :class:`UsageError`."""
+    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default); an unknown dataset or a
+    profile the dataset does not offer is a :class:`UsageError`."""
     return _check_profile(dataset_info(name), profile)
 
 
@@ -189,20 +185,15 @@ def profile_split_sizes(name: str, profile: str | None = None) -> dict:
 def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> PreparedDataset:
     """Load ``name`` with its fixed preprocessing and its seeded public split.
 
-    ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular
-    data); images accept ``raw01``, ``centered``, ``half-resolution``; tabular data accept
-    ``default``; MNIST, CIFAR-10, Cardio and Heart also accept ``authors`` (the DP-RVFL authors'
-    split and encoding, :mod:`dpaudit.data.authors`; there ``split_seed`` seeds
-    ``numpy.random.default_rng`` directly). ``split_seed``: None means the documented default
-    (2026, also the authors' seed). ``data_dir``: the
-    argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer).
-    Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or
-    corrupt files (one line naming the expected files and the folder searched).
+    ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular data); images accept ``raw01``,
+    ``centered``, ``half-resolution``; tabular data accept ``default``; MNIST, CIFAR-10, Cardio and Heart also accept ``authors``
+    (the DP-RVFL authors' split and encoding, :mod:`dpaudit.data.authors`; there ``split_seed`` seeds ``numpy.random.default_rng``
+    directly). ``split_seed``: None means the documented default (2026, also the authors' seed). ``data_dir``: the argument, else
+    ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer). Raises :class:`UsageError` for a bad name/profile/seed and
+    :class:`DataError` for missing or corrupt files (one line naming the expected files and the folder searched).
 
-    The result declares ``reference_size``: the definition's train size under ``profile``
-    (:func:`profile_split_sizes`), whatever the files hold (a file with one row more or less
-    keeps the same DP-SGD schedule).
-    """
+    The result declares ``reference_size``: the definition's train size under ``profile`` (:func:`profile_split_sizes`), whatever
+    the files hold (a file with one row more or less keeps the same DP-SGD schedule)."""
     info = dataset_info(name)
     profile = _check_profile(info, profile)
     seed = _check_split_seed(info, split_seed)

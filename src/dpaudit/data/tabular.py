@@ -1,30 +1,27 @@
 """Cardio, Heart (UCI, four centres) and breast-cancer: fixed, data-independent preprocessing.
 
-Paper 001, section 4.1 and Table 1. No mean, median, variance, category vocabulary or scaler is
-fitted to any record: every constant below is written here, before any data is read.
+Paper 001, section 4.1 and Table 1. No mean, median, variance, category vocabulary or scaler is fitted to any record: every
+constant below is written here, before any data is read.
 
 Encoding rules (section 4.1)
 ----------------------------
-- Numerical field with bounds [lo, hi]: clip to [lo, hi], then ``2 (x - lo) / (hi - lo) - 1``
-  (so the value lies in [-1, 1]). A missing or non-finite value becomes the midpoint (0 after
-  the map) and the field's missingness indicator (``<name>__missing``) is 1, else 0.
-- Categorical field with a prespecified value set: one indicator per value
-  (``<name>=<value>``) plus ``<name>=unknown``, which is 1 for any value outside the set and for
-  a missing value.
+- Numerical field with bounds [lo, hi]: clip to [lo, hi], then ``2 (x - lo) / (hi - lo) - 1`` (so the value lies in [-1, 1]). A
+  missing or non-finite value becomes the midpoint (0 after the map) and the field's missingness indicator (``<name>__missing``)
+  is 1, else 0.
+- Categorical field with a prespecified value set: one indicator per value (``<name>=<value>``) plus ``<name>=unknown``, which is
+  1 for any value outside the set and for a missing value.
 - Labels are binary int64 {0, 1}, 1 = disease present.
 - Splits: 70 / 15 / 15 with the seeded permutation of :mod:`dpaudit.data.splits`.
 
-Missing-value tokens in the CSV files: the empty string, ``?``, ``NA``, ``NaN``/``nan``,
-``null``. ``inf``/``-inf`` parse as non-finite and are treated as missing. Any other non-numeric
-token is a :class:`DataError` naming the file, line and column.
+Missing-value tokens in the CSV files: the empty string, ``?``, ``NA``, ``NaN``/``nan``, ``null``. ``inf``/``-inf`` parse as
+non-finite and are treated as missing. Any other non-numeric token is a :class:`DataError` naming the file, line and column.
 
 Cardio (``<data_dir>/cardio/cardio_train.csv``, ``;``-separated, 70,000 rows)
 --------------------------------------------------------------------------------
-Cleaning: drop ``id``; ``age_years = age_days / 365.25``; ``bmi = weight / (height / 100)^2``.
-Public cohort filters (inclusive; a row with a missing value in a filtered field fails the
-filter): height 120-220 cm, weight 30-200 kg, ap_hi 80-250, ap_lo 40-150, ap_hi >= ap_lo.
-This keeps 68,608 of 70,000 rows (the paper's count); no duplicate removal (the paper records
-zero removed). Target ``cardio`` in {0, 1}.
+Cleaning: drop ``id``; ``age_years = age_days / 365.25``; ``bmi = weight / (height / 100)^2``. Public cohort filters (inclusive; a
+row with a missing value in a filtered field fails the filter): height 120-220 cm, weight 30-200 kg, ap_hi 80-250, ap_lo 40-150,
+ap_hi >= ap_lo. This keeps 68,608 of 70,000 rows (the paper's count); no duplicate removal (the paper records zero removed).
+Target ``cardio`` in {0, 1}.
 
 =============  ==========  ==================  ==============================================
 field          kind        bounds / values     why
@@ -47,13 +44,11 @@ bmi            numerical   [10, 60] kg/m^2     physiological range; larger value
 
 Heart (UCI processed files, ``<data_dir>/heart/processed.<centre>.data``, no header)
 --------------------------------------------------------------------------------------
-Columns ``age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, slope, ca,
-thal, num``; ``?`` = missing. Target ``num > 0``. No cohort filter: all 303 Cleveland rows are
-kept (paper); a row whose target is missing or negative is a :class:`DataError`. In the UCI
-files a value of exactly 0 in ``trestbps`` or ``chol`` is the code for "not measured"
-(Switzerland's ``chol`` is 0 in every row), so it is read as missing; Cleveland has no such 0.
-The primary dataset is Cleveland; :func:`load_heart_centre` gives any centre in the same
-feature space.
+Columns ``age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, slope, ca, thal, num``; ``?`` = missing. Target
+``num > 0``. No cohort filter: all 303 Cleveland rows are kept (paper); a row whose target is missing or negative is a
+:class:`DataError`. In the UCI files a value of exactly 0 in ``trestbps`` or ``chol`` is the code for "not measured"
+(Switzerland's ``chol`` is 0 in every row), so it is read as missing; Cleveland has no such 0. The primary dataset is Cleveland;
+:func:`load_heart_centre` gives any centre in the same feature space.
 
 =============  ==========  ========================  ======================================
 field          kind        bounds / values           why
@@ -73,23 +68,20 @@ ca             categorical {0, 1, 2, 3, 4}           number of major vessels col
 thal           categorical {0, 1, 2, 3, 6, 7}        thallium scan result
 =============  ==========  ========================  ======================================
 
-5 numerical x 2 + (3 + 6 + 3 + 4 + 3 + 5 + 6 + 7) categorical = **47 features** (Table 1).
-The paper's Table S2 (its list of bounds and sets) is not in the text available here, so these
-constants are a reconstruction: the categorical sets are the union of the UCI codes
-(cp 1-4, slope 1-3, ca 0-3, thal 3/6/7) and the codes of the widely used Kaggle recoding of the
-same file (cp 0-3, slope 0-2, ca 0-4, thal 0-3), which is the prespecified schema that gives
-exactly the 47 features of Table 1. With the UCI file the extra codes are always 0.
+5 numerical x 2 + (3 + 6 + 3 + 4 + 3 + 5 + 6 + 7) categorical = **47 features** (Table 1). The paper's Table S2 (its list of
+bounds and sets) is not in the text available here, so these constants are a reconstruction: the categorical sets are the union of
+the UCI codes (cp 1-4, slope 1-3, ca 0-3, thal 3/6/7) and the codes of the widely used Kaggle recoding of the same file (cp 0-3,
+slope 0-2, ca 0-4, thal 0-3), which is the prespecified schema that gives exactly the 47 features of Table 1. With the UCI file
+the extra codes are always 0.
 
 breast-cancer (scikit-learn ``load_breast_cancer``, bundled, 569 rows, 30 features)
 -------------------------------------------------------------------------------------
-Features are the mean, standard error ("error") and worst value of ten nuclear measurements
-from digitised images. All are non-negative by definition, so every lower bound is 0; the upper
-bounds are round numbers fixed here once, generous relative to the value ranges printed in the
-dataset's published description (WDBC, UCI / scikit-learn DESCR) and tied together by geometry
-(perimeter ~ 2 pi radius, area ~ pi radius^2). They are constants, never recomputed from
-records; values above are clipped. No missingness indicators (the bundled copy has no missing
-values; a non-finite value would be encoded as the midpoint). Label: 1 = malignant
-(scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86.
+Features are the mean, standard error ("error") and worst value of ten nuclear measurements from digitised images. All are
+non-negative by definition, so every lower bound is 0; the upper bounds are round numbers fixed here once, generous relative to
+the value ranges printed in the dataset's published description (WDBC, UCI / scikit-learn DESCR) and tied together by geometry
+(perimeter ~ 2 pi radius, area ~ pi radius^2). They are constants, never recomputed from records; values above are clipped. No
+missingness indicators (the bundled copy has no missing values; a non-finite value would be encoded as the midpoint). Label: 1 =
+malignant (scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86.
 
 ===================  ======  ======  ======
 measurement          mean    error   worst
@@ -212,11 +204,9 @@ def _parse_float(tok: str, path: Path, line_no: int, col: str) -> float:
 
 
 def _fast_parse(lines: list[str], sep: str, n_cols: int) -> np.ndarray | None:
-    """NumPy's C parser for the common all-numeric case; None sends the caller to the slow path.
-
-    Any line it cannot parse (missing markers, bad tokens, wrong field counts) makes it give up,
-    and the line-by-line parser then handles missing values and reports errors with line numbers.
-    """
+    """NumPy's C parser for the common all-numeric case; None sends the caller to the slow path. Any line it cannot parse (missing
+    markers, bad tokens, wrong field counts) makes it give up, and the line-by-line parser then handles missing values and reports
+    errors with line numbers."""
     body = [ln for ln in lines if ln.strip()]
     if not body:
         return None
@@ -302,8 +292,8 @@ def cardio_cohort_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def prepare_cardio_file(path: Path, *, with_rows: bool = False):
-    """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with
-    ``with_rows`` also the kept rows' positions in the file (their identity, dpaudit.data.rows)."""
+    """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with ``with_rows`` also the kept rows'
+    positions in the file (their identity, dpaudit.data.rows)."""
     cols = read_table(path, ";", CARDIO_COLUMNS, header=True)
     keep = cardio_cohort_mask(cols)
     cols = {k: v[keep] for k, v in cols.items()}
@@ -363,11 +353,9 @@ def prepare_heart_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarray]:
-    """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``.
-
-    ``centre`` in cleveland, hungarian, switzerland, va. All four share one feature space (the
-    schema above); no row is dropped (Heart has no cohort filter). Rows are in file order.
-    """
+    """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``. ``centre`` in cleveland,
+    hungarian, switzerland, va. All four share one feature space (the schema above); no row is dropped (Heart has no cohort
+    filter). Rows are in file order."""
 
     centre = one_of("centre", centre, HEART_CENTRES)
     data_dir = resolve_data_dir(data_dir)

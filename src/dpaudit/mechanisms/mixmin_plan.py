@@ -1,13 +1,12 @@
 """A-priori guideline for the mixture-learning fraction rho (DP-MixMin paper, appendix A.2).
 
-With T = rho * N private examples for mixture learning and k public sources, the DP-SCO
-trade-off of Lemma 4.1 reads alpha = O(1/sqrt(T) + sqrt(k ln(1/delta)) / (epsilon T)) (eq. 4).
-Asking each term to contribute at most alpha / 2 gives (eqs. 5-7):
+With T = rho * N private examples for mixture learning and k public sources, the DP-SCO trade-off of Lemma 4.1 reads alpha =
+O(1/sqrt(T) + sqrt(k ln(1/delta)) / (epsilon T)) (eq. 4). Asking each term to contribute at most alpha / 2 gives (eqs. 5-7):
   statistics-limited size   T_stat = 4 / alpha^2
   privacy-limited size      T_priv = 2 sqrt(k ln(1/delta)) / (epsilon alpha)
   T >= max(T_stat, T_priv),  rho = T / N,
-and the two regimes cross at epsilon* = (alpha / 2) sqrt(k ln(1/delta)). Constants inside O(.)
-are dropped, exactly as in the paper: this is a guideline for sizing rho, not a guarantee.
+and the two regimes cross at epsilon* = (alpha / 2) sqrt(k ln(1/delta)). Constants inside O(.) are dropped, exactly as in the
+paper: this is a guideline for sizing rho, not a guarantee.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The results store of a sweep: one SQLite file, one row per task, keyed by the task's hash.
 
-Only the coordinating process writes (workers return results; they never touch this file), so
-one connection with immediate commits suffices: every finished task is durable the moment its
-row is written, and a sweep killed at any point resumes from what is on disk. Rows are never
-deleted. Status is ``pending`` (not yet finished), ``done`` (result stored) or ``failed`` (error
+Only the coordinating process writes (workers return results; they never touch this file), so one connection with immediate
+commits suffices: every finished task is durable the moment its row is written, and a sweep killed at any point resumes from what
+is on disk. Rows are never deleted. Status is ``pending`` (not yet finished), ``done`` (result stored) or ``failed`` (error
 stored; retried only on request, which increments ``attempts``).
 """
 

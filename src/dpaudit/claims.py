@@ -16,13 +16,12 @@ The rules, in the order of their precedence (the first that applies decides the 
 1. a non-private release makes no claim (``no-claim``);
 2. steps executed must equal steps accounted (when both are recorded), else ``mismatch``: the stored guarantee does not describe
    what ran, so no epsilon computed from it is a bound;
-3. the achieved (recorded) epsilon must not exceed the release's target epsilon, exactly (no
-   tolerance: both are recorded numbers, and a release path withholds such a release), else ``mismatch``;
+3. the achieved (recorded) epsilon must not exceed the release's target epsilon, exactly (no tolerance: both are recorded numbers,
+   and a release path withholds such a release), else ``mismatch``;
 4. the epsilon recomputed from the stored guarantee with the release's own accountant, under its own adjacency, at its own delta,
    must not exceed the recorded epsilon by more than :data:`CLAIM_RTOL` (relative), else ``mismatch`` (an under-reported claim);
 5. when the recomputation is impossible (an unknown accountant, an invalid delta, an event the accountant does not support, a
-   malformed guarantee, a numerical failure) the claim is
-   ``unverified``: never ``ok`` and never a guessed number.
+   malformed guarantee, a numerical failure) the claim is ``unverified``: never ``ok`` and never a guessed number.
 
 ``release`` arguments are :class:`dpaudit.records.Release` objects (read by attribute only: records imports this module for the
 two rules the release paths apply).

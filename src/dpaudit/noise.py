@@ -324,8 +324,8 @@ class NoiseSource:
       - ``os-entropy`` (default): seeded from ``secrets.randbits(128)``; not reproducible.
       - ``reproducible``: derived from ``seed`` (explicit opt-in, marked in the release; the seed is published, so the release is
         not private).
-      - ``reproducible-secret``: derived from ``seed``, a secret noise seed that is never
-        recorded (``spec.seed`` is None): reproducible by whoever holds the secret only.
+      - ``reproducible-secret``: derived from ``seed``, a secret noise seed that is never recorded (``spec.seed`` is None):
+        reproducible by whoever holds the secret only.
       - ``cryptographic``: a ChaCha20 keystream keyed from ``os.urandom`` (see module docs); ``.numpy``/``.torch`` are then
         auxiliary non-cryptographic generators seeded from it.
 

@@ -159,9 +159,9 @@ class Release:
 def public_noise_reason(noise_source) -> str | None:
     """Why a release whose ``noise_source`` (its recorded dict) is not secret is not private, else None. Noise derived from a seed
     that is published (``--reproducible-noise``: the public ``--seed``, written in release.json) makes the release a deterministic
-    function of the data and public
-    facts: rerunning it on a candidate neighbour tells whether a record was in (an exact membership test). Such a release counts
-    as non-private (unbounded) in the ledger. Old releases without a ``secret`` key are judged by their source name."""
+    function of the data and public facts: rerunning it on a candidate neighbour tells whether a record was in (an exact
+    membership test). Such a release counts as non-private (unbounded) in the ledger. Old releases without a ``secret`` key are
+    judged by their source name."""
     if not isinstance(noise_source, dict):
         return None
     source = noise_source.get("source")
@@ -285,10 +285,9 @@ def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
 def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
     """Check that ``out_dir`` can be created (if absent) and written, and leave it as found. Called by every release function
     before any calibration, budget reservation or training, so a bad ``--out`` costs nothing (and leaves no spent budget behind).
-    A real write is the
-    test (permission bits say nothing about /proc, read-only mounts or root): the missing directories are created, a probe file is
-    written and removed, and the directories created here are removed again, so a run refused later (e.g. over its budget) leaves
-    no trace. Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason."""
+    A real write is the test (permission bits say nothing about /proc, read-only mounts or root): the missing directories are
+    created, a probe file is written and removed, and the directories created here are removed again, so a run refused later (e.g.
+    over its budget) leaves no trace. Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason."""
     path = Path(out_dir).expanduser()
     rule = "a directory dpaudit can create and write"
     if path.exists() and not path.is_dir():

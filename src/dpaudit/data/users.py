@@ -8,10 +8,9 @@ datasets differ by the whole contribution D_u of one user (adjacency ``add-remov
   :func:`split_by_users` draws a public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
   points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a dataset whose partitions share a
   user id (a record-level split of user data) is refused by :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
-- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a
-  column: :func:`user_ids_from_column`). The split is public randomness derived from ``split_seed`` with the record split's
-  generator, so with one record per user the user split equals the record split of the same seed (and user-level DP-SGD equals
-  record-level DP-SGD).
+- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a column: :func:`user_ids_from_column`).
+  The split is public randomness derived from ``split_seed`` with the record split's generator, so with one record per user the
+  user split equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
 
 Loader order: ``--user-ids FILE.npy`` holds one id per row of the dataset *before* splitting, in the order
 :func:`dpaudit.data.load_dataset` reads the rows: the official training rows then the official test rows for MNIST / CIFAR-10, the

@@ -246,10 +246,9 @@ def _user_index(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def run_mixmin(probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_ids=None, init=None) -> MixMinResult:
-    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a
-    release. ``probs`` (n, k): proxy predictions f_i(x) on the private mixture split (computed once). ``labels`` (n,): targets
-    (ignored for ``nll``). ``user_ids`` (n,): required for user
-    level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
+    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a release. ``probs`` (n, k): proxy
+    predictions f_i(x) on the private mixture split (computed once). ``labels`` (n,): targets (ignored for ``nll``). ``user_ids``
+    (n,): required for user level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
     return MixMinResult(run_mixmin_runs(probs, labels, config, noise=noise, user_ids=user_ids, init=init)[0], config.steps)
 
 

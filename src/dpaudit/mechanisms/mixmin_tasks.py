@@ -529,8 +529,8 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
 
 def synthetic_user_ids(n: int, records_per_user: int, seed: int) -> np.ndarray:
     """Public grouping of records into users of ``records_per_user`` records (tasks without users). The grouping defines who the
-    users are, so the pipeline passes the task's constant
-    ``division_key`` (not the run's seed): every release on a task then refers to the same users."""
+    users are, so the pipeline passes the task's constant ``division_key`` (not the run's seed): every release on a task then
+    refers to the same users."""
     perm = public_rng(seed, _TAG_USERS).permutation(n)
     uid = np.empty(n, dtype=np.int64)
     uid[perm] = np.arange(n) // max(1, records_per_user)
@@ -550,11 +550,10 @@ def _id_bytes(value) -> bytes:
 
 def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.ndarray:
     """Boolean (len(ids),): is each identifier in D_mix under :data:`SPLIT_RULE`? Membership of identifier i is ``blake2b(key,
-    unit || i) / 2**64 < rho``, with the key derived from the rule name and the
-    public ``seed``: a keyed pseudo-random function, so the memberships behave as independent Bernoulli(rho) draws, and each
-    depends on that one identifier only (never on n or on the other identifiers). That is the property parallel composition of the
-    two stages needs under add/remove adjacency. The seed is public (it is in the release); the split needs no secret, only
-    independence from the other records."""
+    unit || i) / 2**64 < rho``, with the key derived from the rule name and the public ``seed``: a keyed pseudo-random function,
+    so the memberships behave as independent Bernoulli(rho) draws, and each depends on that one identifier only (never on n or on
+    the other identifiers). That is the property parallel composition of the two stages needs under add/remove adjacency. The seed
+    is public (it is in the release); the split needs no secret, only independence from the other records."""
     if not (0.0 < rho < 1.0):
         raise UsageError(f"rho must be in the open interval (0, 1), got {rho!r}.")
     key = f"dpaudit/mixmin-split/{SPLIT_RULE}/seed={int(seed)}".encode("ascii")

@@ -292,9 +292,9 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
     key: reservation id}``), as a single ``dpaudit train`` holds its own, from the task's planned release
     (:func:`~dpaudit.sweeps.tasks.planned_release`).
 
-    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started
-    meanwhile: the whole sweep is first checked against every cap at once (nothing written), then each reservation is appended
-    with its own cap check (a refusal cancels those already made). The tasks' own pre-checks leave these reservations out
+    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started meanwhile: the whole sweep is
+    first checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
+    cancels those already made). The tasks' own pre-checks leave these reservations out
     (:func:`dpaudit.releasing.held_by_caller`). Each is settled with its task's release, cancelled when the task released nothing,
     left open (spent, voidable) when a release was written but not recorded (:func:`_close_reservations`); a killed sweep leaves
     them open until an operator voids them. Noise derived from a task's published seed is reserved as not private (unbounded)."""

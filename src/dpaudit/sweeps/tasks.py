@@ -101,8 +101,7 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
 def planned_release(config: dict):
     """What a ``train`` task will spend, computed *before* it runs, from its mechanism's own plan. Returns (dataset, partition,
     adjacency, event, noise_tail_delta) of ``mechanism.plan(request, DataInfo.from_registry(dataset, profile))`` (the plan the
-    release
-    runs: the public schedule of the training partition under the task's profile and the calibrated noise; DP-ELM:
+    release runs: the public schedule of the training partition under the task's profile and the calibrated noise; DP-ELM:
     ``PureEpsilon(epsilon)``); ``event`` is None for a non-private task (unbounded cost) and the tail is the plan's sampler tail
     delta (:func:`dpaudit.releasing.planned_noise_tail`), which a sweep's up-front reservation holds with the event. None for
     runners that touch no real data."""

@@ -233,9 +233,7 @@ class NoiseSpec:
 
     def to_dict(self) -> dict:
         d = {
-            "source": self.source,
-            "seed": self.seed,
-            "secret": self.source != "reproducible",
+            "source": self.source, "seed": self.seed, "secret": self.source != "reproducible",
             "generator": _GENERATORS[self.source],
         }
         if self.source in REPRODUCIBLE_SOURCES:  # which seed the noise is a function of

@@ -168,18 +168,11 @@ def split_sizes(name: str) -> dict[str, int]:
 # The file, its columns, the day-to-year factor and the kept-row ranges (inclusive; plus ap_hi >= ap_lo and a present target) are
 # the same as dpaudit's own Cardio profile: shared from tabular.
 CARDIO_SCHEMA: tuple[Field, ...] = (
-    NumericField("age_years", 0.0, 120.0, "years"),
-    NumericField("height", 100.0, 250.0, "cm"),
-    NumericField("weight", 20.0, 300.0, "kg"),
-    NumericField("ap_hi", 40.0, 300.0, "mmHg"),
-    NumericField("ap_lo", 20.0, 200.0, "mmHg"),
-    NumericField("bmi", 5.0, 100.0, "kg/m^2"),
-    CategoricalField("gender", (1.0, 2.0)),
-    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),
-    CategoricalField("gluc", (1.0, 2.0, 3.0)),
-    CategoricalField("smoke", (0.0, 1.0)),
-    CategoricalField("alco", (0.0, 1.0)),
-    CategoricalField("active", (0.0, 1.0)),
+    NumericField("age_years", 0.0, 120.0, "years"), NumericField("height", 100.0, 250.0, "cm"),
+    NumericField("weight", 20.0, 300.0, "kg"), NumericField("ap_hi", 40.0, 300.0, "mmHg"),
+    NumericField("ap_lo", 20.0, 200.0, "mmHg"), NumericField("bmi", 5.0, 100.0, "kg/m^2"), CategoricalField("gender", (1.0, 2.0)),
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)), CategoricalField("gluc", (1.0, 2.0, 3.0)),
+    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),
 )
 CARDIO_N_ROWS = 68_608
 
@@ -216,23 +209,15 @@ def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 HEART_FILE = "heart_kaggle.csv"
 HEART_COLUMNS = (
-    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg",
-    "thalach", "exang", "oldpeak", "slope", "ca", "thal", "target",
+    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "target",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
-    NumericField("age", 0.0, 120.0, "years"),
-    NumericField("trestbps", 40.0, 300.0, "mmHg"),
-    NumericField("chol", 0.0, 700.0, "mg/dl"),
-    NumericField("thalach", 30.0, 250.0, "bpm"),
-    NumericField("oldpeak", 0.0, 10.0, "mm"),
-    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    CategoricalField("restecg", (0.0, 1.0, 2.0)),
-    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
-    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
-    CategoricalField("sex", (0.0, 1.0)),
-    CategoricalField("fbs", (0.0, 1.0)),
-    CategoricalField("exang", (0.0, 1.0)),
+    NumericField("age", 0.0, 120.0, "years"), NumericField("trestbps", 40.0, 300.0, "mmHg"),
+    NumericField("chol", 0.0, 700.0, "mg/dl"), NumericField("thalach", 30.0, 250.0, "bpm"),
+    NumericField("oldpeak", 0.0, 10.0, "mm"), CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    CategoricalField("restecg", (0.0, 1.0, 2.0)), CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
+    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)), CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
+    CategoricalField("sex", (0.0, 1.0)), CategoricalField("fbs", (0.0, 1.0)), CategoricalField("exang", (0.0, 1.0)),
 )
 HEART_N_ROWS = 302  # 303 rows in the file, one exact duplicate
 
@@ -265,10 +250,7 @@ def prepare_heart(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: Files each dataset needs under the authors' profile (relative to the data directory).
-FILES = {
-    "cardio": (f"cardio/{CARDIO_FILE}",),
-    "heart": (f"heart/{HEART_FILE}",),
-}
+FILES = {"cardio": (f"cardio/{CARDIO_FILE}",), "heart": (f"heart/{HEART_FILE}",)}
 
 CARDIO_FEATURES = feature_names(CARDIO_SCHEMA)
 HEART_FEATURES = feature_names(HEART_SCHEMA)

@@ -25,10 +25,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
     if data_dir is None:
         data_dir = os.environ.get(DATA_DIR_ENV)
     if not data_dir:
-        raise DataError(
-            f"no data directory given: pass --data-dir DIR or set {DATA_DIR_ENV} "
-            "(dpaudit never downloads data)."
-        )
+        raise DataError(f"no data directory given: pass --data-dir DIR or set {DATA_DIR_ENV} " "(dpaudit never downloads data).")
     return Path(data_dir).expanduser()
 
 
@@ -117,14 +114,9 @@ class PreparedDataset:
         Deliberately absent: any hash of the records, of the source files or of the user ids (each one distinguishes neighbouring
         datasets exactly). Use :attr:`sha256` locally."""
         out = {
-            "name": self.name,
-            "kind": self.kind,
-            "profile": self.profile,
-            "split_seed": self.split_seed,
+            "name": self.name, "kind": self.kind, "profile": self.profile, "split_seed": self.split_seed,
             "split_sizes": {p: n for p, n in self.split_sizes.items() if p in PUBLISHED_PARTITIONS},
-            "n_features": self.n_features,
-            "n_classes": self.n_classes,
-            "source_files": sorted(self.source_files),
+            "n_features": self.n_features, "n_classes": self.n_classes, "source_files": sorted(self.source_files),
         }
         if self.user_ids is not None:  # user-split data: how many users each partition holds
             import numpy as np

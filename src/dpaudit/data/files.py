@@ -47,10 +47,7 @@ def require_files(folder: Path, names: list[str] | tuple[str, ...], what: str) -
     """Raise one :class:`DataError` line naming every expected file and the folder searched."""
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise DataError(
-            f"{what} files not found: expected {', '.join(names)} in {folder} "
-            f"(missing: {', '.join(missing)})."
-        )
+        raise DataError(f"{what} files not found: expected {', '.join(names)} in {folder} " f"(missing: {', '.join(missing)}).")
 
 
 def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...], what: str) -> dict[str, str]:
@@ -71,8 +68,7 @@ def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, 
         expected = sums.get(rel)
         if expected is not None and expected != digest:
             raise DataError(
-                f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), "
-                f"got {digest}."
+                f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), " f"got {digest}."
             )
         out[name] = digest
     return out

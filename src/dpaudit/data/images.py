@@ -61,10 +61,7 @@ from .files import file_md5, hash_and_verify, require_files
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
 MNIST_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
+    "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
 )
 MNIST_TRAIN_SIZE = 60_000
 MNIST_TEST_SIZE = 10_000
@@ -151,8 +148,7 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
                     shutil.copyfileobj(fin, fout, 1 << 20)
             except (OSError, EOFError, zlib.error) as exc:
                 raise DataError(
-                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} "
-                    f"in {folder}."
+                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} " f"in {folder}."
                 ) from None
         (raw / "COMPLETE").write_text("\n".join(f"{hashes[n]}  {n}" for n in MNIST_FILES) + "\n")
         try:
@@ -208,8 +204,7 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
             y = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1).astype(np.int64)
         except (DataError, OSError) as exc:
             raise DataError(
-                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); "
-                f"expected the IDX files {', '.join(MNIST_FILES)}."
+                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); " f"expected the IDX files {', '.join(MNIST_FILES)}."
             ) from None
         if x.shape != (size, 28, 28) or y.shape != (size,) or y.min() < 0 or y.max() > 9:
             raise DataError(
@@ -224,25 +219,16 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
 
 # md5 of the official python batches (the list torchvision pins); used only to say whether the files read are the official ones.
 _CIFAR_OFFICIAL_MD5 = {
-    "data_batch_1": "c99cafc152244af753f735de768cd75f",
-    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-    "data_batch_4": "634d18415352ddfa80567beed471001a",
-    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-    "test_batch": "40351d587109b95175f43aff81a1287e",
+    "data_batch_1": "c99cafc152244af753f735de768cd75f", "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751", "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb", "test_batch": "40351d587109b95175f43aff81a1287e",
     "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
 }
 
 _SAFE_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
 }
 
 
@@ -337,8 +323,7 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
             raise
         except Exception as exc:
             raise DataError(
-                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); "
-                f"expected {', '.join(CIFAR_FILES)}."
+                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); " f"expected {', '.join(CIFAR_FILES)}."
             ) from None
         out += [np.ascontiguousarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)]
     if official and (len(out[1]) != CIFAR_TRAIN_SIZE or len(out[3]) != CIFAR_TEST_SIZE):

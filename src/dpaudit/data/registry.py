@@ -70,17 +70,10 @@ class DatasetInfo:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name,
-            "kind": self.kind,
-            "needs_files": self.needs_files,
-            "split_sizes": dict(self.split_sizes),
-            "n_features": self.n_features,
-            "n_classes": self.n_classes,
-            "description": self.description,
-            "files": list(self.files),
-            "image_shape": list(self.image_shape) if self.image_shape else None,
-            "profiles": list(self.profiles),
-            "default_profile": self.default_profile,
+            "name": self.name, "kind": self.kind, "needs_files": self.needs_files, "split_sizes": dict(self.split_sizes),
+            "n_features": self.n_features, "n_classes": self.n_classes, "description": self.description,
+            "files": list(self.files), "image_shape": list(self.image_shape) if self.image_shape else None,
+            "profiles": list(self.profiles), "default_profile": self.default_profile,
             "default_split_seed": self.default_split_seed,
         }
 
@@ -234,8 +227,7 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
     tr, va, te = split_indices(len(y), seed, 70, 15)
     rows = row_sets(SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]})
     return PreparedDataset(
-        name=info.name, kind="tabular",
-        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        name=info.name, kind="tabular", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
         n_classes=2, split_seed=seed, profile="default", image_shape=None,
         feature_names=tuple(names), source_files=dict(src), notes=notes, rows=rows,
     )
@@ -249,8 +241,7 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     else:
         x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
         notes = "official CIFAR-10 test batch; training batches split 85/15; " + (
-            "files match the official md5 list."
-            if official
+            "files match the official md5 list." if official
             else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
         ) + " " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)) + "."
     tr, va = train_val_indices(len(y_tr), seed, 85)
@@ -261,8 +252,7 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     x_val, _ = apply_profile(x_tr[va], profile)
     x_test, _ = apply_profile(x_te, profile)
     return PreparedDataset(
-        name=info.name, kind="image",
-        x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
+        name=info.name, kind="image", x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
         n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
         feature_names=None, source_files=dict(src), notes=notes, rows=rows,
     )
@@ -289,10 +279,8 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     x = t.reshape(len(y), -1).numpy().astype(np.float32)
     tr, va, te = split_indices(len(y), seed, 70, 15)
     return PreparedDataset(
-        name="digits", kind="image",
-        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
-        n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
-        feature_names=None, source_files={},
+        name="digits", kind="image", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        n_classes=10, split_seed=seed, profile=profile, image_shape=shape, feature_names=None, source_files={},
         notes="scikit-learn load_digits (bundled); pixels / 16; split 70/15/15.",
         rows=row_sets(SOURCES["digits"], {"train": tr, "val": va, "test": te}),
     )

@@ -46,9 +46,7 @@ def permutation(n: int, split_seed: int) -> np.ndarray:
     return public_rng(int(split_seed), SPLIT_TAG).permutation(int(n)).astype(np.int64)
 
 
-def split_indices(
-    n: int, split_seed: int, train_percent: int, val_percent: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_indices(n: int, split_seed: int, train_percent: int, val_percent: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Index arrays (train, val, test), disjoint and covering ``range(n)``."""
     n_train, n_val, _ = split_counts(n, train_percent, val_percent)
     perm = permutation(n, split_seed)

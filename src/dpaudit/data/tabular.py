@@ -256,8 +256,7 @@ def read_table(path: Path, sep: str, columns: tuple[str, ...], header: bool) -> 
 
 CARDIO_FILE = "cardio_train.csv"
 CARDIO_COLUMNS = (
-    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo",
-    "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
+    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo", "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
 )
 DAYS_PER_YEAR = 365.25
 
@@ -265,17 +264,11 @@ DAYS_PER_YEAR = 365.25
 CARDIO_FILTERS = {"height": (120.0, 220.0), "weight": (30.0, 200.0), "ap_hi": (80.0, 250.0), "ap_lo": (40.0, 150.0)}
 
 CARDIO_SCHEMA: tuple[Field, ...] = (
-    NumericField("age_years", 18.0, 100.0, "years"),
-    CategoricalField("gender", (1.0, 2.0)),
-    NumericField("height", 120.0, 220.0, "cm"),
-    NumericField("weight", 30.0, 200.0, "kg"),
-    NumericField("ap_hi", 80.0, 250.0, "mmHg"),
-    NumericField("ap_lo", 40.0, 150.0, "mmHg"),
-    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),
-    CategoricalField("gluc", (1.0, 2.0, 3.0)),
-    CategoricalField("smoke", (0.0, 1.0)),
-    CategoricalField("alco", (0.0, 1.0)),
-    CategoricalField("active", (0.0, 1.0)),
+    NumericField("age_years", 18.0, 100.0, "years"), CategoricalField("gender", (1.0, 2.0)),
+    NumericField("height", 120.0, 220.0, "cm"), NumericField("weight", 30.0, 200.0, "kg"),
+    NumericField("ap_hi", 80.0, 250.0, "mmHg"), NumericField("ap_lo", 40.0, 150.0, "mmHg"),
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)), CategoricalField("gluc", (1.0, 2.0, 3.0)),
+    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),
     NumericField("bmi", 10.0, 60.0, "kg/m^2"),
 )
 CARDIO_N_ROWS = 68_608
@@ -319,22 +312,15 @@ def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, s
 
 HEART_CENTRES = ("cleveland", "hungarian", "switzerland", "va")
 HEART_COLUMNS = (
-    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg",
-    "thalach", "exang", "oldpeak", "slope", "ca", "thal", "num",
+    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "num",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
-    NumericField("age", 18.0, 100.0, "years"),
-    CategoricalField("sex", (0.0, 1.0)),
-    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),
-    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True),
-    CategoricalField("fbs", (0.0, 1.0)),
-    CategoricalField("restecg", (0.0, 1.0, 2.0)),
-    NumericField("thalach", 60.0, 220.0, "bpm"),
-    CategoricalField("exang", (0.0, 1.0)),
-    NumericField("oldpeak", -3.0, 7.0, "mm"),
-    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
-    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    NumericField("age", 18.0, 100.0, "years"), CategoricalField("sex", (0.0, 1.0)),
+    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)), NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),
+    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True), CategoricalField("fbs", (0.0, 1.0)),
+    CategoricalField("restecg", (0.0, 1.0, 2.0)), NumericField("thalach", 60.0, 220.0, "bpm"),
+    CategoricalField("exang", (0.0, 1.0)), NumericField("oldpeak", -3.0, 7.0, "mm"),
+    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)), CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
     CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
 )
 
@@ -383,16 +369,9 @@ _BC_MEASUREMENTS = (
 )
 #: Upper bounds (mean, error, worst); every lower bound is 0. See the module docstring.
 BREAST_CANCER_UPPER = {
-    "radius": (30.0, 3.0, 40.0),
-    "texture": (40.0, 5.0, 50.0),
-    "perimeter": (200.0, 25.0, 260.0),
-    "area": (2500.0, 550.0, 4500.0),
-    "smoothness": (0.2, 0.04, 0.25),
-    "compactness": (0.4, 0.15, 1.1),
-    "concavity": (0.5, 0.4, 1.3),
-    "concave points": (0.25, 0.06, 0.3),
-    "symmetry": (0.4, 0.08, 0.7),
-    "fractal dimension": (0.1, 0.03, 0.21),
+    "radius": (30.0, 3.0, 40.0), "texture": (40.0, 5.0, 50.0), "perimeter": (200.0, 25.0, 260.0), "area": (2500.0, 550.0, 4500.0),
+    "smoothness": (0.2, 0.04, 0.25), "compactness": (0.4, 0.15, 1.1), "concavity": (0.5, 0.4, 1.3),
+    "concave points": (0.25, 0.06, 0.3), "symmetry": (0.4, 0.08, 0.7), "fractal dimension": (0.1, 0.03, 0.21),
 }
 BREAST_CANCER_SCHEMA: tuple[Field, ...] = tuple(
     [NumericField(f"mean {m}", 0.0, BREAST_CANCER_UPPER[m][0], missing_indicator=False) for m in _BC_MEASUREMENTS]

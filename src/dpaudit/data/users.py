@@ -234,11 +234,7 @@ def n_rows(prepared: PreparedDataset) -> int:
 
 
 def split_prepared_by_users(
-    prepared: PreparedDataset,
-    user_ids,
-    *,
-    split_seed: int | None = None,
-    train_percent: int = USER_SPLIT_PERCENT[0],
+    prepared: PreparedDataset, user_ids, *, split_seed: int | None = None, train_percent: int = USER_SPLIT_PERCENT[0],
     val_percent: int = USER_SPLIT_PERCENT[1],
 ) -> PreparedDataset:
     """Re-split a registry dataset along user boundaries. ``user_ids`` holds one id per row in loader order (see the module

@@ -213,8 +213,7 @@ def _split_info(rule: str, *, rho: float, seed: int, privacy_unit: str, composit
     """
     return {
         "rule": rule, "rho": rho, "seed": int(seed), "unit": privacy_unit, "composition": composition,
-        "stable_under_add_remove": rule in STABLE_SPLIT_RULES,
-        "parallel_composition": bool(parallel),
+        "stable_under_add_remove": rule in STABLE_SPLIT_RULES, "parallel_composition": bool(parallel),
         "key": "record ids = rows of the task's source data" if privacy_unit == "record" else "user ids",
     }
 

@@ -64,7 +64,6 @@ def plan_rho(*, n: int, k: int, epsilon: float, delta: float, alpha: float, rho:
         n=n, k=k, epsilon=epsilon, delta=delta, alpha=alpha,
         statistics_limited_size=t_stat, privacy_limited_size=t_priv, required_size=t_req,
         regime="statistics-limited" if t_stat >= t_priv else "privacy-limited",
-        epsilon_crossover=alpha / 2.0 * root, rho=t_req / n, feasible=t_req <= n,
-        rho_given=rho,
+        epsilon_crossover=alpha / 2.0 * root, rho=t_req / n, feasible=t_req <= n, rho_given=rho,
         alpha_at_rho_given=None if rho is None else alpha_for_size(rho * n, k=k, epsilon=epsilon, delta=delta),
     )

@@ -252,10 +252,8 @@ def default_target(task: MixMinTask) -> str:
 
 def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) -> dict:
     return {
-        "digit-3": (digits == 3).astype(np.int64),
-        "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
-        "small-0to4": (digits <= 4).astype(np.int64),
-        "ink-heavy": (ink > ink_threshold).astype(np.int64),
+        "digit-3": (digits == 3).astype(np.int64), "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
+        "small-0to4": (digits <= 4).astype(np.int64), "ink-heavy": (ink > ink_threshold).astype(np.int64),
     }
 
 

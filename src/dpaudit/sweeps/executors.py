@@ -338,8 +338,7 @@ class DaskExecutor(Executor):
     def describe(self) -> dict:
         return {
             "executor": "dask", "scheduler": self.scheduler or self.client.scheduler.address,
-            "local_cluster": self._cluster is not None, "workers": self.workers,
-            "threads_per_worker": self.threads_per_worker,
+            "local_cluster": self._cluster is not None, "workers": self.workers, "threads_per_worker": self.threads_per_worker,
         }
 
     def close(self) -> None:

@@ -21,13 +21,8 @@ TABLE3_EPSILON = 2.0
 
 #: dpaudit model name -> the paper's row label.
 TABLE3_ROW_LABELS = {
-    "dp-dense": "Dense",
-    "dp-cnn": "CNN",
-    "dp-rvfl": "RVFL",
-    "dp-elm-sgd": "ELM-SGD",
-    "frozen-dense-matched": "FrozenDenseMatched",
-    "logistic-projected": "LogisticProjected",
-    "logistic-raw": "LogisticRaw",
+    "dp-dense": "Dense", "dp-cnn": "CNN", "dp-rvfl": "RVFL", "dp-elm-sgd": "ELM-SGD",
+    "frozen-dense-matched": "FrozenDenseMatched", "logistic-projected": "LogisticProjected", "logistic-raw": "LogisticRaw",
 }
 #: dpaudit dataset name -> the paper's column label.
 TABLE3_COLUMN_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cardio": "Cardio", "heart": "Heart"}

@@ -46,11 +46,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 # Keys of a grid block and their accepted spellings.
 _ALIASES = {
-    "models": ("models", "model", "mechanism", "mechanisms"),
-    "datasets": ("datasets", "dataset"),
-    "epsilons": ("epsilons", "eps", "epsilon"),
-    "seeds": ("seeds", "seed"),
-    "profiles": ("profiles", "profile"),
+    "models": ("models", "model", "mechanism", "mechanisms"), "datasets": ("datasets", "dataset"),
+    "epsilons": ("epsilons", "eps", "epsilon"), "seeds": ("seeds", "seed"), "profiles": ("profiles", "profile"),
 }
 _GRID_KEYS = tuple(a for names in _ALIASES.values() for a in names)
 #: A profiles-axis value meaning "each dataset's own default profile" (no task setting).

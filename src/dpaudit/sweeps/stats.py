@@ -118,8 +118,7 @@ def records_from_rows(rows: Iterable) -> list[dict]:
         c = r.config
         rec = {
             "model": c["model"], "dataset": c["dataset"], "epsilon": c["epsilon"], "seed": int(c["seed"]),
-            "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds,
-            "epsilon_achieved": r.result.get("epsilon"),
+            "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds, "epsilon_achieved": r.result.get("epsilon"),
         }
         profile = (c.get("settings") or {}).get("profile")
         if profile is not None:  # a non-default preprocessing profile (the sweep tables keep it apart)
@@ -203,13 +202,8 @@ class Contrast:
 
 
 def paired_contrasts(
-    records: Iterable[dict],
-    *,
-    reference: str = "dp-rvfl",
-    comparators: Sequence[str] | None = None,
-    metrics: Sequence[str] = PRIMARY_METRICS,
-    tie_tolerance: float = 0.0,
-    min_pairs: int = 2,
+    records: Iterable[dict], *, reference: str = "dp-rvfl", comparators: Sequence[str] | None = None,
+    metrics: Sequence[str] = PRIMARY_METRICS, tie_tolerance: float = 0.0, min_pairs: int = 2,
 ) -> list[Contrast]:
     """All reference-vs-comparator contrasts the records support, Holm-adjusted as one family. A contrast exists for every
     (dataset, epsilon, metric, comparator) where the reference and the comparator share at least ``min_pairs`` seeds; the family

@@ -108,18 +108,14 @@ class SweepStore:
     def add_tasks(self, tasks: Iterable[Task]) -> int:
         """Insert tasks not yet known (by key); returns how many were new."""
         now = now_utc()
-        rows = [
-            (t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now)
-            for t in tasks
-        ]
+        rows = [(t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now) for t in tasks]
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             before = cur.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
             cur.executemany(
                 "INSERT OR IGNORE INTO tasks (key, config, runner, model, dataset, epsilon, seed, status, added_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-                rows,
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)", rows,
             )
             after = cur.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
             cur.execute("COMMIT")
@@ -148,8 +144,7 @@ class SweepStore:
     def _finish(self, key, status, result, error, seconds, worker) -> None:
         cur = self._db.execute(
             "UPDATE tasks SET status = ?, result = ?, error = ?, attempts = attempts + 1, seconds = ?, worker = ?, "
-            "finished_at = ? WHERE key = ? AND status != 'done'",
-            (status, result, error, seconds, worker, now_utc(), key),
+            "finished_at = ? WHERE key = ? AND status != 'done'", (status, result, error, seconds, worker, now_utc(), key),
         )
         if cur.rowcount == 0 and not self._db.execute("SELECT 1 FROM tasks WHERE key = ?", (key,)).fetchone():
             raise DataError(f"task key must be in the sweep store {self.path}, got {key}.")

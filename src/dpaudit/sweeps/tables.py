@@ -232,8 +232,7 @@ def win_tie_loss_markdown(wtl: list[dict]) -> str:
 
 def render_markdown(tables: dict) -> str:
     """The whole sweep report in Markdown (rendered from the JSON of :func:`sweep_tables`)."""
-    parts = [f"# Sweep {tables.get('sweep') or ''}".rstrip(), "",
-             f"{tables['tasks_with_results']} finished tasks.", ""]
+    parts = [f"# Sweep {tables.get('sweep') or ''}".rstrip(), "", f"{tables['tasks_with_results']} finished tasks.", ""]
     parts += ["## Table 3 slice", "", table3_markdown(tables["table3"]), ""]
     for m in tables["metrics"]:
         parts += [f"## {m} per cell", "", cells_markdown(tables["cells"], m), ""]

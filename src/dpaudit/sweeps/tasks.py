@@ -165,11 +165,8 @@ def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     estimate = truth + float(noise.gaussian_numpy((), sigma)) if sigma > 0 else truth
     err = abs(estimate - truth)
     return {
-        "mechanism": f"selftest-{config['model']}",
-        "epsilon": config["epsilon"],
-        "delta": float(s.get("delta", 1e-5)),
-        "noise_scale": sigma,
-        "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
+        "mechanism": f"selftest-{config['model']}", "epsilon": config["epsilon"], "delta": float(s.get("delta", 1e-5)),
+        "noise_scale": sigma, "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
         "timings": {"train_seconds": time.perf_counter() - t0},
     }
 

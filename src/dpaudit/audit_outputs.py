@@ -16,8 +16,7 @@ two files:
 The split is a rule on keys (:func:`split_audit`, :func:`split_one_run`): canary descriptions and one-run ``info`` keep only the
 keys listed as public here (an unknown key stays local: fail closed); everything else is removed at the listed paths. Reports read
 only the shareable part, and :func:`shareable_audit` / :func:`shareable_one_run` strip the private keys from an old file that
-still carries them (the report never re-publishes them). Module without heavy imports: the reports use it.
-"""
+still carries them (the report never re-publishes them). Module without heavy imports: the reports use it."""
 
 from __future__ import annotations
 

@@ -24,8 +24,7 @@ The rules, in the order of their precedence (the first that applies decides the 
    malformed guarantee, a numerical failure) the claim is ``unverified``: never ``ok`` and never a guessed number.
 
 ``release`` arguments are :class:`dpaudit.records.Release` objects (read by attribute only: records imports this module for the
-two rules the release paths apply).
-"""
+two rules the release paths apply)."""
 
 from __future__ import annotations
 
@@ -108,7 +107,6 @@ def exceeds_claim(recomputed: float, claimed: float) -> bool:
 @dataclass(frozen=True)
 class Recomputed:
     """Epsilon of a stored guarantee recomputed by one accountant; ``error`` says why not."""
-
     epsilon: float | None
     lower: float | None = None
     estimate: float | None = None
@@ -153,7 +151,6 @@ class ClaimCheck:
     accounting message). ``ok`` is True only when nothing is wrong with a claim that could be checked (status ok) or there is no
     claim (no-claim); an unverified claim is not ok. ``epsilon_status`` / ``epsilon_reason``: the verdict of rules 3-5 alone
     (before the steps rule), so a caller can tell the two problems apart."""
-
     status: str
     reason: str
     release_id: str

@@ -2,8 +2,7 @@
 
 The library reports progress on stderr (training steps, sweep tasks) through the same console the CLI prints its errors and notes
 to, so a ``--json`` run keeps stdout to exactly one JSON object. These live here, below :mod:`dpaudit.cli`, so that library
-modules never import the CLI package (which would register every command and pull in its imports).
-"""
+modules never import the CLI package (which would register every command and pull in its imports)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 A package that re-exports names from heavy submodules (numpy, scipy, torch behind them) resolves each name on first use, so
 ``dpaudit --help`` and the accounting commands start without loading what they do not need. Every re-exported name stays
-importable as before.
-"""
+importable as before."""
 
 from __future__ import annotations
 

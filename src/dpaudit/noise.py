@@ -71,8 +71,7 @@ the exact discrete sampler of :mod:`dpaudit.mechanisms.laplace`, which draws onl
 numpy/torch generators of the ``os-entropy`` and ``reproducible`` sources are not cryptographically secure (see above).
 (3) Releases made before this sampler (float32 ``torch.randn``) carry no tail statement and
 their recorded delta does not include their tail (issue 13 estimated a floor of about 4.2e-5 under the MNIST DP-RVFL headline
-run's claimed 1e-5); the ledger counts them as 0.
-"""
+run's claimed 1e-5); the ledger counts them as 0."""
 
 from __future__ import annotations
 
@@ -227,7 +226,6 @@ def check_noise_tail(tail_delta: float, delta: float, *, what: str = "release") 
 @dataclass(frozen=True)
 class NoiseSpec:
     """How DP noise was produced, as recorded in a release (``noise_source``)."""
-
     source: str  # one of NOISE_SOURCES
     seed: int | None  # only for "reproducible"; None otherwise (entropy is never recorded)
 
@@ -252,7 +250,6 @@ class _ChaCha20Stream:
 
     def _rekey(self) -> None:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-
         if self._fixed_key is not None:
             key, nonce = self._fixed_key, bytes(16)
             # A fixed (test) key is used for one stream only; re-keying continues from it.
@@ -285,7 +282,6 @@ class _AesCtrStream:
 
     def __init__(self, key: bytes):
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
         self._enc = Cipher(algorithms.AES(bytes(key)), modes.CTR(bytes(16))).encryptor()
         self._zeros = memoryview(b"")
 

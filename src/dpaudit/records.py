@@ -7,8 +7,7 @@ missing, truncated or malformed file.
 and what the guarantee assumes public (see :class:`Release`). What the operator needs locally but must not publish stays off it:
 the unkeyed digest of the prepared data lives only in memory (:attr:`Release.data_digest`, which the ledger turns into a keyed
 fingerprint) and the exact timings go to ``local.json`` beside the release (:data:`LOCAL_FILE`, documented as not for
-publication).
-"""
+publication)."""
 
 from __future__ import annotations
 
@@ -85,7 +84,6 @@ class Release:
     the seed itself is in that file only). ``noise_source`` says which noise the release used: secret (``secret: true``),
     reproducible from a secret seed (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``, not
     private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load."""
-
     mechanism: str
     dataset: dict
     adjacency: str

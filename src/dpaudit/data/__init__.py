@@ -3,8 +3,7 @@
 Paper 001 (DP-RVFL), section 4.1 and Table 1. See :mod:`dpaudit.data.registry` for the table of datasets and split sizes,
 :mod:`dpaudit.data.images` for MNIST / CIFAR-10 and the image profiles, :mod:`dpaudit.data.tabular` for every Cardio / Heart /
 breast-cancer bound, and :mod:`dpaudit.data.splits` for the split rule; :mod:`dpaudit.data.authors` for the DP-RVFL authors' own
-pipeline (profile ``authors``).
-"""
+pipeline (profile ``authors``)."""
 
 from typing import TYPE_CHECKING
 

@@ -71,8 +71,7 @@ Images: ``ToTensor`` only (uint8 / 255, the ``raw01`` arithmetic), pixels in [0,
 Privacy contract: as for every profile, all of this is public, fixed, record-wise preprocessing and a public split chosen before
 training; nothing is fitted to records (the de-duplication and cohort filters are public cleaning, outside the training guarantee,
 paper section 3.1). The guarantee of a run covers the training partition it receives. The ledger accounts per dataset *name* and
-partition, so releases on ``heart`` under both profiles compose (the two Heart files hold the same patients).
-"""
+partition, so releases on ``heart`` under both profiles compose (the two Heart files hold the same patients)."""
 
 from __future__ import annotations
 
@@ -112,7 +111,6 @@ def cut_point(n: int, fraction: float) -> int:
 class SplitIndices:
     """Record indices of each partition, in the order the partition holds them (int64). Tabular data: indices into the cleaned
     rows (file order). Images: ``train``/``val`` index the official training set, ``test`` the official test set."""
-
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
@@ -265,7 +263,6 @@ class AuthorsRows:
 
     Tabular: ``x``/``y`` are all cleaned rows and ``x_test``/``y_test`` are None. Images: ``x``/``y`` are the official training
     set, ``x_test``/``y_test`` the official test set."""
-
     x: np.ndarray
     y: np.ndarray
     x_test: np.ndarray | None
@@ -278,7 +275,6 @@ class AuthorsRows:
 
 def load_rows(name: str, data_dir=None) -> AuthorsRows:
     """Read and encode ``name`` (mnist, cifar10, cardio, heart) under the authors' rules, unsplit."""
-
     root = resolve_data_dir(data_dir)
     if name in ("cardio", "heart"):
         folder = root / name
@@ -316,7 +312,6 @@ def load(info, data_dir=None, split_seed: int | None = None):
     """``(PreparedDataset, SplitIndices)`` for registry entry ``info`` under the authors' profile. The returned indices are the
     ones used to cut the partitions (see :class:`SplitIndices`); their sorted-set SHA-256 is also written into the dataset's
     ``notes``."""
-
     seed = AUTHORS_SPLIT_SEED if split_seed is None else non_negative_int("split_seed", split_seed)
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
@@ -347,7 +342,6 @@ def load(info, data_dir=None, split_seed: int | None = None):
 def _row_sets(info, idx: SplitIndices) -> tuple:
     """Images: rows of the official files (exact). Tabular: the authors' files are filtered or de-duplicated copies of the same
     people in another row order, so every row of the source counts as read privately (fail closed, dpaudit.data.rows)."""
-
     if info.kind == "tabular":
         return (RowSet(SOURCES[info.name], "private", None),)
     return row_sets(SOURCES[info.name], {"train": idx.train, "val": idx.val, "test": TEST_OFFSET[info.name] + idx.test})

@@ -32,7 +32,6 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
 def array_sha256(*arrays: np.ndarray) -> str:
     """SHA-256 over the bytes, dtypes and shapes of prepared arrays (the dataset's identity)."""
     import numpy as np
-
     h = hashlib.sha256()
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -47,7 +46,6 @@ class PreparedDataset:
     """A dataset after fixed, data-independent preprocessing and a seeded public split. Features are float32 arrays of shape (n,
     d) (images flattened; ``image_shape`` keeps (channels, height, width) for models that need it). Labels are int64 class
     indices. Validation is never touched by training."""
-
     name: str
     kind: str  # "image" or "tabular"
     x_train: np.ndarray
@@ -95,7 +93,6 @@ class PreparedDataset:
         if self.user_ids is None:
             return None
         import numpy as np
-
         return array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
 
     def identity(self) -> dict:

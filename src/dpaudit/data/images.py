@@ -36,8 +36,7 @@ profile              transform (torchvision)                                    
 by 255) and ``Normalize`` (subtract, then divide). ``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for
 MNIST, 16 x 16 for CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three with the
 torchvision transform pipelines applied image by image. Features are flattened in (channel, height, width) order; ``image_shape``
-keeps (C, H, W).
-"""
+keeps (C, H, W)."""
 
 from __future__ import annotations
 
@@ -126,7 +125,6 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     require_files(folder, MNIST_FILES, "MNIST")
     hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
     import hashlib
-
     tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
     root = _cache_root() / f"mnist-{tag}"
     done = root / "MNIST" / "raw" / "COMPLETE"
@@ -192,7 +190,6 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
     Read from the verified, decompressed cache with :func:`read_idx` (arrays equal to
     ``torchvision.datasets.MNIST(download=False)``'s; tested). With ``with_sources=True`` a fifth element maps each ``.gz`` file
     name to its sha256."""
-
     data_dir = resolve_data_dir(data_dir)
     root, hashes = _mnist_torchvision_root(data_dir)
     raw = root / "MNIST" / "raw"
@@ -269,7 +266,6 @@ def _check_meta(path: Path) -> None:
 
 def _verified_cifar10_class():
     from torchvision.datasets import CIFAR10
-
     class _VerifiedCIFAR10(CIFAR10):
         """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring). Every file is parsed with a
         restricted unpickler before torchvision reads it, so a file that is not plain arrays/lists/strings is rejected before any
@@ -307,7 +303,6 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
     """The official CIFAR-10 split, unpermuted: ``(x_train, y_train, x_test, y_test)``. ``x_*`` uint8 (n, 32, 32, 3) (HWC, as
     torchvision holds it), ``y_*`` int64. With ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every
     file's md5 equals the official one."""
-
     data_dir = resolve_data_dir(data_dir)
     root = data_dir / "cifar10"
     folder = root / CIFAR_FOLDER

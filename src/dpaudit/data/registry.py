@@ -25,8 +25,7 @@ breast-cancer   tabular  no     398 / 85 / 86               30          2      d
 
 Privacy contract: everything here is public, fixed preprocessing and a public split; no statistic is fitted on records. The DP
 guarantee of a training run covers the training partition it receives; cohort cleaning and file audits are outside it (paper
-section 3.1).
-"""
+section 3.1)."""
 
 from __future__ import annotations
 
@@ -54,7 +53,6 @@ AUTHORS_PROFILE = "authors"
 @dataclass(frozen=True)
 class DatasetInfo:
     """What a dataset is, before loading it."""
-
     name: str
     kind: str  # "image" or "tabular"
     needs_files: bool
@@ -264,7 +262,6 @@ DIGITS_MAX = 16.0  # load_digits pixel values are integer counts 0..16 (fixed by
 def _load_digits(info, seed, profile) -> PreparedDataset:
     import torch
     from sklearn.datasets import load_digits
-
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     y = np.asarray(bunch.target, dtype=np.int64)

@@ -8,8 +8,7 @@ noise (public sources, proxies and pretraining of DP-MixMin, and the validation 
 The ledger (:mod:`dpaudit.accounting.ledger_rows`) keeps only keyed hashes of the ids, composes releases whose private rows
 intersect, and refuses a release that would read as public what another holds private (or the reverse).
 
-Row ids are positions in public files, not data values; still, they never enter release.json.
-"""
+Row ids are positions in public files, not data values; still, they never enter release.json."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ ROLES = ("private", "public")
 @dataclass(frozen=True)
 class RowSet:
     """Rows of ``source`` a release reads in ``role``; ``ids`` None: every row (rows unknown)."""
-
     source: str
     role: str
     ids: tuple | None

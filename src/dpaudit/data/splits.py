@@ -11,8 +11,7 @@ stratification, nothing depends on record values.
   its sizes and rule.
 
 The split is public randomness: it is recorded (``split_seed``) and is outside the DP guarantee of a training run, which covers
-the training partition it is given (paper section 3.1).
-"""
+the training partition it is given (paper section 3.1)."""
 
 from __future__ import annotations
 

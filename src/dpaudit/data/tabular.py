@@ -97,8 +97,7 @@ concave points       0.25    0.06    0.3
 symmetry             0.4     0.08    0.7
 fractal dimension    0.1     0.03    0.21
 ===================  ======  ======  ======
-(upper bounds; all lower bounds 0)
-"""
+(upper bounds; all lower bounds 0)"""
 
 from __future__ import annotations
 
@@ -118,7 +117,6 @@ from .files import hash_and_verify, require_files
 @dataclass(frozen=True)
 class NumericField:
     """A numerical field: clipped to [lower, upper], mapped linearly to [-1, 1]."""
-
     name: str
     lower: float
     upper: float
@@ -130,7 +128,6 @@ class NumericField:
 @dataclass(frozen=True)
 class CategoricalField:
     """A categorical field: one indicator per prespecified value plus an unknown indicator."""
-
     name: str
     values: tuple[float, ...]
 
@@ -342,7 +339,6 @@ def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarra
     """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``. ``centre`` in cleveland,
     hungarian, switzerland, va. All four share one feature space (the schema above); no row is dropped (Heart has no cohort
     filter). Rows are in file order."""
-
     centre = one_of("centre", centre, HEART_CENTRES)
     data_dir = resolve_data_dir(data_dir)
     folder = data_dir / "heart"
@@ -383,7 +379,6 @@ BREAST_CANCER_SCHEMA: tuple[Field, ...] = tuple(
 def load_breast_cancer_encoded() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled WDBC, encoded: ``(x float32 (569, 30) in [-1, 1], y int64, 1 = malignant)``."""
     from sklearn.datasets import load_breast_cancer
-
     bunch = load_breast_cancer()
     names = tuple(str(n) for n in bunch.feature_names)
     expected = tuple(f.name for f in BREAST_CANCER_SCHEMA)

@@ -86,7 +86,6 @@ class UserIndex:
     of ``order``, and ``ids[u]`` is user u's id. With one record per user, user u is record u, so Poisson sampling of users is
     Poisson sampling of records (what makes user-level DP-SGD with G = 1 and singleton users bit-identical to record-level
     DP-SGD)."""
-
     ids: np.ndarray
     order: np.ndarray
     offsets: np.ndarray

@@ -23,8 +23,7 @@ vector f(x):
   - ``nll``  L = -log sum_i lambda_i p_i(x) (generative sources; labels unused):  g = -f(x) / p
   - ``mse``  L = (p - y)^2:  g = 2 (p - y) f(x)
 so ||g|| = |c| ||f(x)|| and clipping scales c only. Releases and audits run the one loop :func:`run_mixmin_runs` (a release: one
-run; an audit: R runs with and without a canary).
-"""
+run; an audit: R runs with and without a canary)."""
 
 from __future__ import annotations
 
@@ -59,7 +58,6 @@ class MixMinConfig:
     step_size: mirror-descent step size eta.
     privacy_unit: ``record`` (Algorithm 1) or ``user`` (Algorithm 2).
     records_per_user: G, the cap k_u = min(G, |D_u|) of records per sampled user (Algorithm 2)."""
-
     k: int
     loss: str
     noise_multiplier: float
@@ -112,7 +110,6 @@ class MixMinCanary:
     that include it; its gradient is clipped like any other.
     kind ``gradient``: whenever sampled (rate q) in an including run, the fixed vector ``direction`` rescaled to norm exactly C is
     added to the clipped sum (the max-clip canary)."""
-
     kind: str
     probs: np.ndarray | None = None
     label: float = 0.0

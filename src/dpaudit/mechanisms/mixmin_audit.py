@@ -9,8 +9,7 @@ Scores (from lambda alone). The canary's clipped gradient g enters the mirror-de
 (then a shift that renormalises), so its footprint on the release is along -g in log-weight space, orthogonal to the all-ones
 shift. The score is <log lambda, -u> with u the zero-sum unit direction of the canary's gradient: the max-clip direction itself,
 or for a record canary its clipped gradient at the adversary's reference mixture (the noiseless, canary-free non-private solution,
-computable by this adversary).
-"""
+computable by this adversary)."""
 
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ class MixMinTarget(AuditTarget):
     records *not* in D_mix, from which the natural and mislabeled canaries are drawn (public seed). ``config`` is a
     :class:`~dpaudit.mechanisms.mixmin.MixMinConfig`; its noise multiplier is what is audited, ``claimed_epsilon`` the release's
     claim for it."""
-
     probs: np.ndarray
     labels: np.ndarray
     config: object  # MixMinConfig

@@ -23,8 +23,7 @@ round(rho U0) and |D_ft| = N0 - round(rho N0); the run keeps them whatever the a
 
 Baselines (section 5): random initialisation (no pretraining), uniform mixture, random search over m mixtures drawn uniformly from
 the simplex (selected NON-privately on D_mix, as in the paper, so it over-estimates private search), and non-private MixMin
-(lambda* on all private training records, no privacy charged for it, then DP fine-tuning on all of them).
-"""
+(lambda* on all private training records, no privacy charged for it, then DP fine-tuning on all of them)."""
 
 from __future__ import annotations
 
@@ -65,7 +64,6 @@ _TAG_PRETRAIN = 0x9E7
 @dataclass(frozen=True)
 class DownstreamSettings:
     """Downstream model: MLP (hidden units) pretrained on public data, then DP fine-tuned head."""
-
     hidden: int = 64
     pretrain_checkpoints: tuple[int, ...] = (1, 2, 3)
     pretrain_objective: str = "weighted-targets"
@@ -118,7 +116,6 @@ def utility_on_test_partition(task: str, target: str | None, weights, *, seed: i
 
 def auc(y: np.ndarray, score: np.ndarray) -> float:
     from sklearn.metrics import roc_auc_score
-
     y = np.asarray(y)
     if len(np.unique(y)) < 2:
         return float("nan")
@@ -236,7 +233,6 @@ class MixMinData:
     """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and the public identity. ``probs``: the
     proxy predictions (a bring-your-own file's; for a task they are computed in :meth:`DPMixMin.run`, after the budget is
     reserved). ``sha256``: the content digest (local only; the ledger keeps a keyed fingerprint)."""
-
     dataset: dict
     sha256: str
     labels: np.ndarray
@@ -260,7 +256,6 @@ class MixMinInfo(DataInfo):
     """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the sources, the split's partitions and
     rule, the target's name, and the task (name, image or not) whose public downstream defaults apply. ``reference_size``: the
     task's declared N0 (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
-
     source_names: tuple = ()
     partition: str = "train"
     split_partition: str | None = None
@@ -347,7 +342,6 @@ class DPMixMin:
     :func:`~.mixmin_tasks.mixture_split` (rule :data:`~.mixmin_tasks.SPLIT_RULE`: per record, or per user, keyed on stable ids),
     the only split whose two sides stay disjoint under add/remove adjacency, hence declared to the ledger as a disjoint partition;
     ``rho`` / mixture settings default to the task's public defaults."""
-
     name = NAME
     request_type = MixMinRequest
     load_uses_ledger = True  # a proxy file is named by its keyed fingerprint (the ledger's key)

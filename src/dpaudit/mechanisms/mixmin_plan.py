@@ -6,8 +6,7 @@ O(1/sqrt(T) + sqrt(k ln(1/delta)) / (epsilon T)) (eq. 4). Asking each term to co
   privacy-limited size      T_priv = 2 sqrt(k ln(1/delta)) / (epsilon alpha)
   T >= max(T_stat, T_priv),  rho = T / N,
 and the two regimes cross at epsilon* = (alpha / 2) sqrt(k ln(1/delta)). Constants inside O(.) are dropped, exactly as in the
-paper: this is a guideline for sizing rho, not a guarantee.
-"""
+paper: this is a guideline for sizing rho, not a guarantee."""
 
 from __future__ import annotations
 

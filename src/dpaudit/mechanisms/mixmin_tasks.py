@@ -22,8 +22,7 @@ public / private division is fixed by a constant of the task (:data:`TASK_DIVISI
 private records, and the D_mix / D_ft split keys on stable record ids (:func:`mixture_split`, :data:`SPLIT_RULE`).
 
 Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k), ``labels`` (n,), optional
-``user_ids`` (n,) and ``source_names`` (k,).
-"""
+``user_ids`` (n,) and ``source_names`` (k,)."""
 
 from __future__ import annotations
 
@@ -96,7 +95,6 @@ def reference_units(n0: int, rho: float, *, records_per_user: int = 1, whole: bo
 @dataclass(frozen=True)
 class MixtureSettings:
     """Hyper-parameters of the mixture stage (defaults: paper A.3.1 C = 13, B = 1000, 200 steps)."""
-
     steps: int = 200
     batch_size: int = 1000
     clipping_norm: float = 13.0
@@ -176,7 +174,6 @@ class MixMinTask:
     ``public_record_ids``: the same for the public rows where they come from the same source (None when the public rows come from
     other files). ``division_key``: the task constant (:data:`TASK_DIVISION_KEYS`) that fixed the public / private division;
     ``seed`` only drives public randomness that never changes which records are private (proxies, pretraining)."""
-
     name: str
     source_names: tuple[str, ...]
     public_x: np.ndarray
@@ -320,7 +317,6 @@ def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
     ``division`` :data:`FORMER_DIVISION_KEY` rebuilds the former one for audits). Record ids are the rows of
     ``sklearn.datasets.load_digits()``."""
     from sklearn.datasets import load_digits
-
     ds = load_digits()
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
@@ -471,7 +467,6 @@ def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int
 @dataclass
 class Proxies:
     """Proxy predictor f(x) -> (n, k) probabilities; trained on public data only."""
-
     mode: str
     models: list
     softmax: bool

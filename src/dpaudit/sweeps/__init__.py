@@ -10,8 +10,7 @@ Python use::
 
 Audits reuse the executors: ``make_executor(...).map_chunks(fn, chunks)`` returns the chunk results in order (see
 :mod:`dpaudit.sweeps.executors`). Names load from their submodule on first use (PEP 562): the runner imports the release path
-(torch), the CLI starts without it.
-"""
+(torch), the CLI starts without it."""
 
 from ..lazy import lazy_exports
 

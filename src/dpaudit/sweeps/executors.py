@@ -24,8 +24,7 @@ affected.
 
 Privacy: the executor changes where work runs, never what it computes (docs/architecture.md, rule 4). With reproducible noise the
 results are identical across executors; with secret noise (the default) every task draws fresh OS entropy on whichever worker runs
-it.
-"""
+it."""
 
 from __future__ import annotations
 
@@ -55,7 +54,6 @@ class ChunkFailedError(DPAuditError):
 @dataclass(frozen=True)
 class Outcome:
     """The result of one item: ``value`` when ``ok``, else ``error`` (one line + traceback tail)."""
-
     index: int
     ok: bool
     value: Any = None
@@ -134,7 +132,6 @@ def _guarded_pool_shared(fn: Callable, index: int, item: Any, threads: int) -> O
 
 class Executor:
     """Base class: subclasses implement :meth:`imap_unordered`."""
-
     kind = "base"
     max_worker_deaths = 3
 
@@ -184,7 +181,6 @@ class Executor:
 
 class LocalExecutor(Executor):
     """Process pool on this machine. ``workers=None`` uses ``os.cpu_count()``; 1 runs in-process."""
-
     kind = "local"
 
     def __init__(self, workers: int | None = None, *, threads_per_worker: int = 1):
@@ -274,7 +270,6 @@ class DaskExecutor(Executor):
     ``scheduler``: address of a running scheduler (``tcp://HOST:8786``); the cluster's workers must have dpaudit installed and see
     the same data directory (and ``--out``/ledger paths if the task writes there). ``workers``: start a ``LocalCluster`` with that
     many worker processes on 127.0.0.1 (no dashboard), torn down on :meth:`close`."""
-
     kind = "dask"
 
     def __init__(self, *, scheduler: str | None = None, workers: int | None = None, threads_per_worker: int = 1):
@@ -282,7 +277,6 @@ class DaskExecutor(Executor):
             raise UsageError(f"workers must be omitted when a scheduler address is given, got workers={workers} and scheduler={scheduler!r}.")
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         from distributed import Client, LocalCluster
-
         self._cluster = None
         self.scheduler = scheduler
         if scheduler is None:
@@ -305,7 +299,6 @@ class DaskExecutor(Executor):
 
     def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
         from distributed import as_completed
-
         items = list(items)
         tag = uuid.uuid4().hex[:8]
         extra: tuple = ()

@@ -8,8 +8,7 @@ here as TABLE9_ATTENTION.
 TABLE5: "Table 5. Numerical DP-ELM test accuracy (%) at eps = 2 for each fixed width, mean +/- SD over five seeds" (section 4.5):
 the closed-form Laplace DP-ELM, pure DP (delta = 0), widths L in {1, 3, 5, 10}, seeds 42-46, suite 1. The paper stresses that
 these are not an equal-guarantee, equal-width or equal-loss comparison with Table 3, so tables label them with their source.
-Values are (mean, SD) in percent, transcribed verbatim from the paper's tables.
-"""
+Values are (mean, SD) in percent, transcribed verbatim from the paper's tables."""
 
 from __future__ import annotations
 

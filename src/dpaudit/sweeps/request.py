@@ -4,8 +4,7 @@
 train NAME`` is generated from a mechanism's Request. The work is done by :mod:`dpaudit.sweeps.runner`
 (:func:`~dpaudit.sweeps.runner.run_request`, :func:`~dpaudit.sweeps.runner.plan_counts`,
 :func:`~dpaudit.sweeps.runner.stored_tables`), so the same request gives the same result from Python. This module loads no
-numerical library.
-"""
+numerical library."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ class SweepRequest:
 
     Fields carry their command-line spelling (:func:`dpaudit.requests.option`); the tuple fields are repeatable options.
     """
-
     spec: str | None = option(None, positional=True, help="TOML sweep spec (grid of models x datasets x eps x seeds).")
     builtin: str | None = option(None, help="A built-in spec: dp-rvfl-primary (the issue's 650-task grid), dp-rvfl-primary-full (the paper's "
                                             "1,540-task primary suite, for a cluster), selftest.")

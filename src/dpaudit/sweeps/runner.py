@@ -66,7 +66,6 @@ class SweepOptions:
     ``record``: record the releases in the ledger at ``ledger_path``. ``retry_failed``: also re-run tasks stored as failed.
     ``task_filter``: run only a slice. ``max_tasks``: run at most this many of the unfinished tasks (the rest stay pending).
     ``progress``: a bar on stderr."""
-
     out: str | os.PathLike = DEFAULT_OUT
     data_dir: str | os.PathLike | None = None
     ledger_path: str | os.PathLike | None = None
@@ -374,7 +373,6 @@ def _progress(enabled: bool, total: int, name: str):
     if not enabled or total == 0:
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                  TimeRemainingColumn(), console=err_console, transient=False)
     p.start()

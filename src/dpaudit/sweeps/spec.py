@@ -23,8 +23,7 @@ skips it. Unknown setting names are refused: a typo in a privacy setting must ne
 Profiles: ``"default"`` (each dataset's own profile) adds nothing to a task, so keys written before the axis existed are
 unchanged; any other profile (e.g. ``"authors"``, :mod:`dpaudit.data.authors`) is the task setting ``profile``.
 :func:`with_profile` moves a whole spec to one profile (``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs
-``dp-rvfl-primary-authors``).
-"""
+``dp-rvfl-primary-authors``)."""
 
 from __future__ import annotations
 
@@ -70,7 +69,6 @@ _TASK_FIELDS = ("dataset", "epsilon", "seed")
 class Task:
     """One unit of work of a sweep: a single training (or self-test) run. ``epsilon`` is ``None`` only for non-private tasks
     (``settings["non_private"]`` true). ``settings`` is a sorted tuple of ``(name, value)`` pairs so the task is hashable."""
-
     runner: str
     model: str
     dataset: str
@@ -164,7 +162,6 @@ class GridBlock:
 @dataclass(frozen=True)
 class SweepSpec:
     """A named grid of tasks. ``blocks`` are expanded in order; duplicates are dropped."""
-
     name: str
     runner: str = "train"
     blocks: tuple[GridBlock, ...] = ()
@@ -191,7 +188,6 @@ class SweepSpec:
 @dataclass(frozen=True)
 class TaskFilter:
     """Run only a slice of a spec (e.g. ``--dataset heart --eps 2``); keys stay those of the full grid."""
-
     models: tuple[str, ...] = ()
     datasets: tuple[str, ...] = ()
     epsilons: tuple[float, ...] = ()

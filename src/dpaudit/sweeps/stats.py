@@ -46,7 +46,6 @@ class CellSummary:
 def summarize(values: Sequence[float], *, confidence: float = 0.95) -> CellSummary:
     """Mean, sample SD and the two-sided Student-t interval at ``confidence`` over seeds."""
     from scipy import stats
-
     x = np.asarray(list(values), dtype=float)
     if x.size == 0:
         raise UsageError("values must be non-empty, got [].")
@@ -93,7 +92,6 @@ def sign_flip_pvalue(differences: Sequence[float]) -> float:
 def holm_adjust(pvalues: Sequence[float]) -> list[float]:
     """Holm step-down adjusted p-values across one family (statsmodels ``multipletests``)."""
     from statsmodels.stats.multitest import multipletests
-
     p = np.asarray(list(pvalues), dtype=float)
     if p.size == 0:
         return []
@@ -175,7 +173,6 @@ def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: floa
 @dataclass(frozen=True)
 class Contrast:
     """Reference minus comparator on one metric in one dataset-budget condition, paired by seed."""
-
     dataset: str
     epsilon: float | None
     metric: str
@@ -253,7 +250,6 @@ def _contrast(cond: tuple, reference: str, comparator: str, seeds: tuple, diffs:
 @dataclass(frozen=True)
 class WinTieLoss:
     """Condition-level counts for one comparator and metric: reference mean above/equal/below."""
-
     reference: str
     comparator: str
     metric: str

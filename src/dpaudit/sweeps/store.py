@@ -3,8 +3,7 @@
 Only the coordinating process writes (workers return results; they never touch this file), so one connection with immediate
 commits suffices: every finished task is durable the moment its row is written, and a sweep killed at any point resumes from what
 is on disk. Rows are never deleted. Status is ``pending`` (not yet finished), ``done`` (result stored) or ``failed`` (error
-stored; retried only on request, which increments ``attempts``).
-"""
+stored; retried only on request, which increments ``attempts``)."""
 
 from __future__ import annotations
 

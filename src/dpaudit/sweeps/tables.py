@@ -20,8 +20,7 @@ Tasks with a non-default preprocessing profile (a record's ``profile``, e.g. ``a
 paper's, whichever profile ran).
 
 Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show accuracy in percent like the
-paper. Nothing here claims significance: the notes say what a five-seed design can and cannot show.
-"""
+paper. Nothing here claims significance: the notes say what a five-seed design can and cannot show."""
 
 from __future__ import annotations
 

@@ -47,7 +47,6 @@ RESULT_CONFIG = ("width", "noise_scale", "sampler")
 @dataclass(frozen=True)
 class RunContext:
     """Where a task writes and reads; not part of the task key (speed/location settings only)."""
-
     sweep: str
     out_dir: str  # the sweep's folder; releases go below it
     data_dir: str | None = None

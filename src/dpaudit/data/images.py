@@ -55,7 +55,7 @@ from ..errors import DataError
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import file_md5, hash_and_verify, require_files
+from .files import file_digest, hash_and_verify, require_files
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
@@ -308,7 +308,7 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
     folder = root / CIFAR_FOLDER
     require_files(folder, CIFAR_FILES, "CIFAR-10")
     hashes = hash_and_verify(data_dir, folder, CIFAR_FILES, "CIFAR-10")
-    official = all(file_md5(folder / n) == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
+    official = all(file_digest(folder / n, "md5") == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
     cls = _verified_cifar10_class()
     out = []
     for train in (True, False):

@@ -88,8 +88,8 @@ from .base import PreparedDataset, resolve_data_dir
 from .files import hash_and_verify, require_files, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
-from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CARDIO_FILTERS, DAYS_PER_YEAR, CategoricalField, Field, NumericField, encode,
-                      feature_names, read_table)
+from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, DAYS_PER_YEAR, CategoricalField, Field, NumericField, cardio_cohort_mask,
+                      encode, feature_names, read_table)
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.
@@ -177,12 +177,7 @@ CARDIO_N_ROWS = 68_608
 
 def cardio_keep_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
     """Rows the authors keep (a missing value fails every comparison, so such a row is dropped)."""
-    keep = np.isfinite(cols["cardio"])
-    with np.errstate(invalid="ignore"):
-        for name, (lo, hi) in CARDIO_FILTERS.items():
-            keep &= (cols[name] >= lo) & (cols[name] <= hi)
-        keep &= cols["ap_hi"] >= cols["ap_lo"]
-    return keep
+    return np.isfinite(cols["cardio"]) & cardio_cohort_mask(cols)
 
 
 def encode_cardio(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

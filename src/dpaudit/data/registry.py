@@ -86,43 +86,31 @@ DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo(
         "mnist", "image", True, _sizes(51_000, 9_000, 10_000), 784, 10,
         "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
-        tuple(f"mnist/{n}" for n in (
-            "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
-        (1, 28, 28), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01",
-    ),
+        tuple(f"mnist/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                                     "t10k-labels-idx1-ubyte.gz")),
+        (1, 28, 28), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01"),
     "cifar10": DatasetInfo(
         "cifar10", "image", True, _sizes(42_500, 7_500, 10_000), 3072, 10,
         "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
         tuple(f"cifar10/cifar-10-batches-py/{n}" for n in (
-            "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
-            "test_batch", "batches.meta")),
-        (3, 32, 32), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01",
-    ),
+            "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta")),
+        (3, 32, 32), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01"),
     "cardio": DatasetInfo(
         "cardio", "tabular", True, _sizes(48_025, 10_291, 10_292), 32, 2,
-        "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; "
-        "fixed bounds to [-1, 1]; split 70/15/15.",
-        ("cardio/cardio_train.csv",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default",
-    ),
+        "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; fixed bounds to [-1, 1]; "
+        "split 70/15/15.", ("cardio/cardio_train.csv",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default"),
     "heart": DatasetInfo(
         "heart", "tabular", True, _sizes(212, 45, 46), 47, 2,
-        "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to "
-        "[-1, 1]; split 70/15/15.",
-        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default",
-    ),
+        "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to [-1, 1]; split 70/15/15.",
+        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default"),
     "digits": DatasetInfo(
         "digits", "image", False, _sizes(1_257, 269, 271), 64, 10,
-        "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); "
-        "split 70/15/15; needs no files.",
-        (), (1, 8, 8), _IMAGE_PROFILES, "raw01",
-    ),
+        "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); split 70/15/15; "
+        "needs no files.", (), (1, 8, 8), _IMAGE_PROFILES, "raw01"),
     "breast-cancer": DatasetInfo(
         "breast-cancer", "tabular", False, _sizes(398, 85, 86), 30, 2,
-        "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed "
-        "bounds to [-1, 1], 1 = malignant; split 70/15/15; needs no files.",
-        (), None, TABULAR_PROFILES, "default",
-    ),
+        "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed bounds to [-1, 1], "
+        "1 = malignant; split 70/15/15; needs no files.", (), None, TABULAR_PROFILES, "default"),
 }
 
 DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)

@@ -338,14 +338,14 @@ class NoiseSource:
         else:
             entropy = secrets.randbits(128)
         self.spec = NoiseSpec(source=source, seed=int(seed) if source == "reproducible" else None)
+        self._init_generators(entropy)
+
+    def _init_generators(self, entropy) -> None:
+        """numpy and torch generators seeded from ``entropy``, and the Gaussian sampler's state: its uniforms' keystream, keyed from
+        ``entropy`` (a cryptographic source keys it from its ChaCha20 keystream instead), and an empty float32 buffer."""
         self.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
         self.torch = torch.Generator()
         self.torch.manual_seed(int(self.numpy.integers(0, 2**63 - 1)))
-        self._init_gaussian(entropy)
-
-    def _init_gaussian(self, entropy) -> None:
-        """The Gaussian sampler's state: its uniforms' keystream, keyed from ``entropy`` (a cryptographic source keys it from its
-        ChaCha20 keystream instead), and an empty float32 buffer."""
         key = self._stream.read(32) if self._stream is not None else _gauss_key(entropy)
         self._gauss = _AesCtrStream(key)
         self._buf32 = np.empty(0, dtype=np.float32)
@@ -356,11 +356,7 @@ class NoiseSource:
         """A ChaCha20 source with a *known* key: for deterministic tests only, never for releases."""
         c = cls("cryptographic")
         c._stream = _ChaCha20Stream(key=bytes(key))
-        entropy = int.from_bytes(c._stream.read(32), "little")
-        c.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
-        c.torch = torch.Generator()
-        c.torch.manual_seed(int(c.numpy.integers(0, 2**63 - 1)))
-        c._init_gaussian(entropy)
+        c._init_generators(int.from_bytes(c._stream.read(32), "little"))
         return c
 
     @property
@@ -378,10 +374,7 @@ class NoiseSource:
             c = object.__new__(NoiseSource)
             c.spec = self.spec
             c._stream = None
-            c.numpy = np.random.default_rng(int(child_seed))
-            c.torch = torch.Generator()
-            c.torch.manual_seed(int(c.numpy.integers(0, 2**63 - 1)))
-            c._init_gaussian(int(child_seed))
+            c._init_generators(int(child_seed))  # default_rng(int) seeds through SeedSequence(int), as _init_generators does
             children.append(c)
         return children
 

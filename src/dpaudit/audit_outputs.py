@@ -1,26 +1,22 @@
 """What an audit may publish, and what stays with the operator (issue 23, point 5).
 
-An audit runs the mechanism many times on the private data, so everything it computes is a
-function of that data, and the release's DP claim covers none of it. As a release does with
-``local.json`` (:mod:`dpaudit.records`), an audit therefore writes two files:
+An audit runs the mechanism many times on the private data, so everything it computes is a function of that data, and the
+release's DP claim covers none of it. As a release does with ``local.json`` (:mod:`dpaudit.records`), an audit therefore writes
+two files:
 
-- ``audit.json`` / ``one_run.json`` (shareable): the claim, the statistic, the counts and rates
-  (TP/FP/TN/FN, Clopper-Pearson bounds, ROC and empirical (FPR, FNR) points: ranks, never score
-  values), the bounds and the ceiling, the verdict inputs and the public configuration;
-- ``audit_local.json`` / ``one_run_local.json`` (NOT for publication), beside ``scores.npz``:
-  every value in score units (thresholds), the data-derived canary choices (a head weight on an
-  input feature that is zero in every training record, how many such features there are, labels
-  and features of held-out records, the data's input box, DP-MixMin's canary direction), the
-  non-private reference optimum (DP-MixMin's ``reference_weights``), a reproducible noise seed and
-  the exact timings (the published ones are rounded as a release's are).
+- ``audit.json`` / ``one_run.json`` (shareable): the claim, the statistic, the counts and rates (TP/FP/TN/FN, Clopper-Pearson
+  bounds, ROC and empirical (FPR, FNR) points: ranks, never score values), the bounds and the ceiling, the verdict inputs and the
+  public configuration;
+- ``audit_local.json`` / ``one_run_local.json`` (NOT for publication), beside ``scores.npz``: every value in score units
+  (thresholds), the data-derived canary choices (a head weight on an input feature that is zero in every training record, how many
+  such features there are, labels and features of held-out records, the data's input box, DP-MixMin's canary direction), the
+  non-private reference optimum (DP-MixMin's ``reference_weights``), a reproducible noise seed and the exact timings (the
+  published ones are rounded as a release's are).
 
-The split is a rule on keys (:func:`split_audit`, :func:`split_one_run`): canary descriptions and
-one-run ``info`` keep only the keys listed as public here (an unknown key stays local: fail
-closed); everything else is removed at the listed paths. Reports read only the shareable part, and
-:func:`shareable_audit` / :func:`shareable_one_run` strip the private keys from an old file that
-still carries them (the report never re-publishes them). Module without heavy imports: the
-reports use it.
-"""
+The split is a rule on keys (:func:`split_audit`, :func:`split_one_run`): canary descriptions and one-run ``info`` keep only the
+keys listed as public here (an unknown key stays local: fail closed); everything else is removed at the listed paths. Reports read
+only the shareable part, and :func:`shareable_audit` / :func:`shareable_one_run` strip the private keys from an old file that
+still carries them (the report never re-publishes them). Module without heavy imports: the reports use it."""
 
 from __future__ import annotations
 
@@ -36,14 +32,14 @@ NOT_FOR_PUBLICATION = ("local facts of this audit: functions of the private data
 NOT_COVERED = ("Audit results are computed on the private data (every trial trains on it) and are not covered by the release's "
                "privacy claim; only the shareable audit.json / one_run.json is read here.")
 
-#: Canary description keys that are public (fixed by the public seed and public sizes): kind, norm,
-#: privacy unit and record count, indices drawn from the public seed, and fixed wording.
+#: Canary description keys that are public (fixed by the public seed and public sizes): kind, norm, privacy unit and record count,
+#: indices drawn from the public seed, and fixed wording.
 PUBLIC_CANARY_KEYS = ("kind", "norm", "unit", "records", "test_index", "holdout_index", "replaced_test_index", "user_contribution")
 #: Paths (tuples of keys) of an audit record (and of each control) that are private.
 LOCAL_AUDIT_PATHS = (("threshold",), ("claimed_curve", "threshold"), ("comparison", "cp_bonferroni", "threshold"),
                      ("config", "reference_weights"), ("seeds", "noise", "seed"), ("scores_file",))
-#: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of
-#: dead features, labels of held-out records) stay local.
+#: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of dead features, labels of held-out
+#: records) stay local.
 PUBLIC_ONE_RUN_INFO = ("model", "dataset", "n_train", "canaries", "unit", "sample_rate", "steps", "normalizer", "clipping_norm",
                        "noise_multiplier", "noise", "noise_on", "seed", "canary", "score", "kind", "dp_sgd", "tensors", "choice",
                        "quiet_rule", "records", "rows", "test_indices", "steps_executed", "n_units", "integration",
@@ -84,8 +80,8 @@ def _round_timings(d: dict, local: dict) -> None:
 
 
 def split_audit(record: dict) -> tuple[dict, dict]:
-    """(shareable, local) parts of an audit.json dict (controls split the same way, under
-    ``controls`` in both). ``record`` is not changed."""
+    """(shareable, local) parts of an audit.json dict (controls split the same way, under ``controls`` in both). ``record`` is not
+    changed."""
     public = copy.deepcopy(record)
     local: dict = {}
     for path in LOCAL_AUDIT_PATHS:

@@ -1,34 +1,30 @@
 """Checking a release's privacy claim: the one place that decides whether a claim holds up.
 
-A release claims ``epsilon`` at ``delta`` under its ``accountant`` and ``adjacency``, for the
-event tree stored in its ``guarantee``. :func:`verify_claim` re-derives that claim from the
-stored data and says whether it holds (:class:`ClaimCheck`). It is used by
+A release claims ``epsilon`` at ``delta`` under its ``accountant`` and ``adjacency``, for the event tree stored in its
+``guarantee``. :func:`verify_claim` re-derives that claim from the stored data and says whether it holds (:class:`ClaimCheck`). It
+is used by
 
-- the reviewer report (:mod:`dpaudit.reports`): the claim card's accounting check and the
-  accounting check of every release of a sweep;
+- the reviewer report (:mod:`dpaudit.reports`): the claim card's accounting check and the accounting check of every release of a
+  sweep;
 - ``dpaudit ledger record``, which re-checks an existing ``release.json`` before recording it;
-- the release paths, through :func:`dpaudit.records.check_accounting`, the thin primitive the
-  training code calls before publishing: it applies the same two rules on steps and on the
-  target (:func:`steps_problem`, :func:`target_problem`) and raises instead of returning.
+- the release paths, through :func:`dpaudit.records.check_accounting`, the thin primitive the training code calls before
+  publishing: it applies the same two rules on steps and on the target (:func:`steps_problem`, :func:`target_problem`) and raises
+  instead of returning.
 
 The rules, in the order of their precedence (the first that applies decides the status):
 
 1. a non-private release makes no claim (``no-claim``);
-2. steps executed must equal steps accounted (when both are recorded), else ``mismatch``: the
-   stored guarantee does not describe what ran, so no epsilon computed from it is a bound;
-3. the achieved (recorded) epsilon must not exceed the release's target epsilon, exactly (no
-   tolerance: both are recorded numbers, and a release path withholds such a release), else
-   ``mismatch``;
-4. the epsilon recomputed from the stored guarantee with the release's own accountant, under
-   its own adjacency, at its own delta, must not exceed the recorded epsilon by more than
-   :data:`CLAIM_RTOL` (relative), else ``mismatch`` (an under-reported claim);
-5. when the recomputation is impossible (an unknown accountant, an invalid delta, an event the
-   accountant does not support, a malformed guarantee, a numerical failure) the claim is
-   ``unverified``: never ``ok`` and never a guessed number.
+2. steps executed must equal steps accounted (when both are recorded), else ``mismatch``: the stored guarantee does not describe
+   what ran, so no epsilon computed from it is a bound;
+3. the achieved (recorded) epsilon must not exceed the release's target epsilon, exactly (no tolerance: both are recorded numbers,
+   and a release path withholds such a release), else ``mismatch``;
+4. the epsilon recomputed from the stored guarantee with the release's own accountant, under its own adjacency, at its own delta,
+   must not exceed the recorded epsilon by more than :data:`CLAIM_RTOL` (relative), else ``mismatch`` (an under-reported claim);
+5. when the recomputation is impossible (an unknown accountant, an invalid delta, an event the accountant does not support, a
+   malformed guarantee, a numerical failure) the claim is ``unverified``: never ``ok`` and never a guessed number.
 
-``release`` arguments are :class:`dpaudit.records.Release` objects (read by attribute only:
-records imports this module for the two rules the release paths apply).
-"""
+``release`` arguments are :class:`dpaudit.records.Release` objects (read by attribute only: records imports this module for the
+two rules the release paths apply)."""
 
 from __future__ import annotations
 
@@ -40,13 +36,11 @@ from typing import Any
 from . import accounting  # its accountants (numpy and up) load on first use, not with this module
 from .errors import DPAuditError
 
-#: Relative tolerance of rule 4: a recomputed epsilon may exceed the recorded one by this
-#: fraction (plus :data:`CLAIM_ATOL`) before the claim is an under-report. It exists because a
-#: release written by another dpaudit version (another RDP order grid, another prv-accountant
-#: discretisation) recomputes to a slightly different number; 1e-3 is far below any
-#: difference that matters for a claim and far above floating-point noise (same-version
-#: recomputations agree to ~1e-12). It is the only tolerance of a claim check: steps and the
-#: target are compared exactly.
+#: Relative tolerance of rule 4: a recomputed epsilon may exceed the recorded one by this fraction (plus :data:`CLAIM_ATOL`)
+#: before the claim is an under-report. It exists because a release written by another dpaudit version (another RDP order grid,
+#: another prv-accountant discretisation) recomputes to a slightly different number; 1e-3 is far below any difference that matters
+#: for a claim and far above floating-point noise (same-version recomputations agree to ~1e-12). It is the only tolerance of a
+#: claim check: steps and the target are compared exactly.
 CLAIM_RTOL = 1e-3
 #: Absolute floor of the same rule, only relevant for claims near 0.
 CLAIM_ATOL = 1e-9
@@ -78,8 +72,8 @@ def integer(value: Any) -> int | None:
 
 
 def steps_accounted(release) -> int | None:
-    """The number of steps the release's guarantee accounts for: ``steps``, else the steps of a
-    top-level subsampled-Gaussian guarantee, else None (not recorded)."""
+    """The number of steps the release's guarantee accounts for: ``steps``, else the steps of a top-level subsampled-Gaussian
+    guarantee, else None (not recorded)."""
     if release.steps is not None:
         return integer(release.steps)
     g = release.guarantee if isinstance(release.guarantee, dict) else {}
@@ -91,9 +85,8 @@ def steps_accounted(release) -> int | None:
 def steps_problem(steps_executed: int | None, steps_accounted: int | None, *, missing_ok: bool = True) -> str | None:
     """Rule 2: why executed and accounted steps disagree, else None.
 
-    ``missing_ok``: a step count that was not recorded (None; releases written before
-    ``steps_executed`` existed) is no problem. The release paths pass False: a run that
-    cannot say how many steps it executed is withheld."""
+    ``missing_ok``: a step count that was not recorded (None; releases written before ``steps_executed`` existed) is no problem.
+    The release paths pass False: a run that cannot say how many steps it executed is withheld."""
     if steps_executed == steps_accounted or (missing_ok and (steps_executed is None or steps_accounted is None)):
         return None
     return f"steps executed ({steps_executed}) differ from steps accounted ({steps_accounted})"
@@ -114,7 +107,6 @@ def exceeds_claim(recomputed: float, claimed: float) -> bool:
 @dataclass(frozen=True)
 class Recomputed:
     """Epsilon of a stored guarantee recomputed by one accountant; ``error`` says why not."""
-
     epsilon: float | None
     lower: float | None = None
     estimate: float | None = None
@@ -124,17 +116,15 @@ class Recomputed:
         return asdict(self)
 
 
-#: Recomputed epsilons are a pure function of (guarantee, delta, accountant, adjacency): one
-#: process-wide cache serves every check and report made in this process (a sweep's hundreds
-#: of releases share a handful of events).
+#: Recomputed epsilons are a pure function of (guarantee, delta, accountant, adjacency): one process-wide cache serves every check
+#: and report made in this process (a sweep's hundreds of releases share a handful of events).
 _RECOMPUTED: dict[str, Recomputed] = {}
 
 
 def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adjacency: str) -> Recomputed:
-    """The epsilon of the stored ``guarantee`` at ``delta`` with ``accountant`` under ``adjacency``.
-
-    Never raises for bad stored data: an unsupported event, a malformed guarantee or a numerical
-    failure of an accountant library is returned as ``error`` with no number (fail closed)."""
+    """The epsilon of the stored ``guarantee`` at ``delta`` with ``accountant`` under ``adjacency``. Never raises for bad stored
+    data: an unsupported event, a malformed guarantee or a numerical failure of an accountant library is returned as ``error``
+    with no number (fail closed)."""
     key = json.dumps([guarantee, delta, accountant, adjacency], sort_keys=True, default=str)
     hit = _RECOMPUTED.get(key)
     if hit is not None:
@@ -157,13 +147,10 @@ def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adja
 class ClaimCheck:
     """The verdict on one release's claim (see the module docstring for the rules).
 
-    ``status``: ok | mismatch | unverified | no-claim; ``reason``: one line saying why (the
-    report shows it as the claim card's accounting message). ``ok`` is True only when nothing
-    is wrong with a claim that could be checked (status ok) or there is no claim (no-claim);
-    an unverified claim is not ok. ``epsilon_status`` / ``epsilon_reason``: the verdict of
-    rules 3-5 alone (before the steps rule), so a caller can tell the two problems apart.
-    """
-
+    ``status``: ok | mismatch | unverified | no-claim; ``reason``: one line saying why (the report shows it as the claim card's
+    accounting message). ``ok`` is True only when nothing is wrong with a claim that could be checked (status ok) or there is no
+    claim (no-claim); an unverified claim is not ok. ``epsilon_status`` / ``epsilon_reason``: the verdict of rules 3-5 alone
+    (before the steps rule), so a caller can tell the two problems apart."""
     status: str
     reason: str
     release_id: str
@@ -228,12 +215,9 @@ def _epsilon_verdict(release, claimed: float | None, delta: float | None, target
 
 
 def verify_claim(release) -> ClaimCheck:
-    """Check ``release``'s claim against its own stored guarantee, steps and target.
-
-    Privacy contract: a release whose stored data give a larger epsilon than it claims, whose
-    executed steps differ from the accounted ones, or whose achieved epsilon is above its
-    target never gets status ``ok``; one that cannot be recomputed is ``unverified``.
-    """
+    """Check ``release``'s claim against its own stored guarantee, steps and target. Privacy contract: a release whose stored data
+    give a larger epsilon than it claims, whose executed steps differ from the accounted ones, or whose achieved epsilon is above
+    its target never gets status ``ok``; one that cannot be recomputed is ``unverified``."""
     claimed = number(release.epsilon)
     delta = number(release.delta)
     target = number(release.target_epsilon)

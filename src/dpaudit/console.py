@@ -1,10 +1,8 @@
 """The rich consoles every layer writes to, importable without the CLI (and without torch).
 
-The library reports progress on stderr (training steps, sweep tasks) through the same console the
-CLI prints its errors and notes to, so a ``--json`` run keeps stdout to exactly one JSON object.
-These live here, below :mod:`dpaudit.cli`, so that library modules never import the CLI package
-(which would register every command and pull in its imports).
-"""
+The library reports progress on stderr (training steps, sweep tasks) through the same console the CLI prints its errors and notes
+to, so a ``--json`` run keeps stdout to exactly one JSON object. These live here, below :mod:`dpaudit.cli`, so that library
+modules never import the CLI package (which would register every command and pull in its imports)."""
 
 from __future__ import annotations
 

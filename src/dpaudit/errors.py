@@ -52,5 +52,5 @@ class LedgerVerificationError(LedgerError):
 
 
 class LedgerAuthorityError(DPAuditError):
-    """A write that would lower a spent budget lacks the authority it needs (a void not signed by the
-    owner, a partition declared over children that already hold releases)."""
+    """A write that would lower a spent budget lacks the authority it needs (a void not signed by the owner, a partition declared
+    over children that already hold releases)."""

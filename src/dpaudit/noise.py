@@ -1,97 +1,77 @@
 """Where DP noise comes from.
 
-Public randomness (data splits, random features, weight initialisation) is derived from the
-user's ``--seed``. The mechanism's private randomness is not: the Gaussian/Laplace noise *and*
-the Poisson sampling masks (amplification by subsampling assumes the adversary does not know
-who was sampled) come from a :class:`NoiseSource`, by default seeded with fresh OS entropy, so
-knowing the public seed tells an adversary nothing about them. Only when the user asks for
-``reproducible`` noise is it derived from the seed, and the release says so.
+Public randomness (data splits, random features, weight initialisation) is derived from the user's ``--seed``. The mechanism's
+private randomness is not: the Gaussian/Laplace noise *and* the Poisson sampling masks (amplification by subsampling assumes the
+adversary does not know who was sampled) come from a :class:`NoiseSource`, by default seeded with fresh OS entropy, so knowing the
+public seed tells an adversary nothing about them. Only when the user asks for ``reproducible`` noise is it derived from the seed,
+and the release says so.
 
 Four sources (``NOISE_SOURCES``):
 
-- ``os-entropy`` (default): numpy PCG64 and torch MT19937 generators seeded with 128 bits from
-  :func:`secrets.randbits` (OS entropy). Fast, unpredictable from the seed, but PCG64 and
-  MT19937 are not cryptographically secure generators: an adversary who saw enough raw output
-  could predict the rest. Opacus calls this mode "not secure". (The Gaussian noise's uniforms
-  come from AES-256-CTR keyed from the same 128 bits; the Poisson masks and Laplace draws from
-  PCG64.)
-- ``reproducible``: the same generators derived from ``seed`` (explicit opt-in, marked in the
-  release as not secret). The seed is published, so the noise is known to anyone: such a release
-  is **not private** and the ledger counts it as unbounded (:func:`dpaudit.records.public_noise_reason`).
+- ``os-entropy`` (default): numpy PCG64 and torch MT19937 generators seeded with 128 bits from :func:`secrets.randbits` (OS
+  entropy). Fast, unpredictable from the seed, but PCG64 and MT19937 are not cryptographically secure generators: an adversary who
+  saw enough raw output could predict the rest. Opacus calls this mode "not secure". (The Gaussian noise's uniforms come from
+  AES-256-CTR keyed from the same 128 bits; the Poisson masks and Laplace draws from PCG64.)
+- ``reproducible``: the same generators derived from ``seed`` (explicit opt-in, marked in the release as not secret). The seed is
+  published, so the noise is known to anyone: such a release is **not private** and the ledger counts it as unbounded
+  (:func:`dpaudit.records.public_noise_reason`).
 - ``reproducible-secret``: the same generators derived from a secret noise seed (``--noise-seed-file``,
-  :func:`dpaudit.releasing.secret_noise_seed`) that is never recorded: reproducible by whoever holds
-  the seed file, private to everyone else.
-- ``cryptographic``: every draw made through the methods of :class:`NoiseSource`
-  (:meth:`~NoiseSource.uniform`, :meth:`~NoiseSource.random_bytes`,
-  :meth:`~NoiseSource.gaussian_numpy`, :meth:`~NoiseSource.gaussian_torch`,
-  :meth:`~NoiseSource.laplace`, :meth:`~NoiseSource.poisson_mask`) is computed from a ChaCha20
-  keystream (OpenSSL, through the ``cryptography`` package) keyed with 256 bits from
-  :func:`os.urandom`, re-keyed from ``os.urandom`` every 2^34 bytes. This replaces Opacus's
-  ``secure_mode`` (which needs torchcsprng, not installable with current torch). Gaussian draws
-  use the sampler below, its AES-256-CTR uniforms keyed from this keystream (also a CSPRNG); the
-  ``.numpy`` and ``.torch`` attributes of a cryptographic source are *auxiliary* generators seeded from the keystream (for randomness outside the
-  privacy analysis, e.g. dropout seeds) and are **not** cryptographic: DP noise and sampling
-  masks must be drawn through the methods.
+  :func:`dpaudit.releasing.secret_noise_seed`) that is never recorded: reproducible by whoever holds the seed file, private to
+  everyone else.
+- ``cryptographic``: every draw made through the methods of :class:`NoiseSource` (:meth:`~NoiseSource.uniform`,
+  :meth:`~NoiseSource.random_bytes`, :meth:`~NoiseSource.gaussian_numpy`, :meth:`~NoiseSource.gaussian_torch`,
+  :meth:`~NoiseSource.laplace`, :meth:`~NoiseSource.poisson_mask`) is computed from a ChaCha20 keystream (OpenSSL, through the
+  ``cryptography`` package) keyed with 256 bits from :func:`os.urandom`, re-keyed from ``os.urandom`` every 2^34 bytes. This
+  replaces Opacus's ``secure_mode`` (which needs torchcsprng, not installable with current torch). Gaussian draws use the sampler
+  below, its AES-256-CTR uniforms keyed from this keystream (also a CSPRNG); the ``.numpy`` and ``.torch`` attributes of a
+  cryptographic source are *auxiliary* generators seeded from the keystream (for randomness outside the privacy analysis, e.g.
+  dropout seeds) and are **not** cryptographic: DP noise and sampling masks must be drawn through the methods.
 
-The Gaussian sampler (every source, every DP path: :data:`GAUSSIAN_SAMPLER`). torch's own
-``torch.randn`` is not used for DP noise: on CPU its float32 draws (tensors of 16 or more
-elements) are Box–Muller on 24-bit uniforms, so every pair has radius at most
-sqrt(48 ln 2) = 5.768 sigma. Truncated noise makes some outputs of a shifted sum impossible
-under the neighbour, a floor under delta that issue 13 estimated at 4.2e-5 for the MNIST DP-RVFL
-release (claimed delta 1e-5). Instead, every Gaussian value is
+The Gaussian sampler (every source, every DP path: :data:`GAUSSIAN_SAMPLER`). torch's own ``torch.randn`` is not used for DP
+noise: on CPU its float32 draws (tensors of 16 or more elements) are Box–Muller on 24-bit uniforms, so every pair has radius at
+most sqrt(48 ln 2) = 5.768 sigma. Truncated noise makes some outputs of a shifted sum impossible under the neighbour, a floor
+under delta that issue 13 estimated at 4.2e-5 for the MNIST DP-RVFL release (claimed delta 1e-5). Instead, every Gaussian value is
 Box–Muller (:func:`box_muller`) on uniforms drawn by this module:
 
-- u1 in (0, 1] from 53 bits: u1 = 1 - k 2^-53 with k uniform on {0, ..., 2^53 - 1}; the
-  lowest cell (u1 = 2^-53, probability 2^-53) is refined once with another 53 bits,
-  u1 = (1 - k' 2^-53) 2^-53 (:func:`refine_lowest_cell`). So u1 is the uniform on (0, 1]
-  rounded up to a grid whose smallest point is :data:`U1_MIN` = 2^-106, and the radius
-  r = sqrt(-2 ln u1), always computed in float64, is at most
-  :data:`MAX_RADIUS` = sqrt(212 ln 2) = 12.13.
-- the angle 2 pi u2: u2 = k 2^-53 and float64 trigonometry for float64 outputs; u2 = k 2^-24
-  and float32 trigonometry for float32 (and narrower) outputs, which are then rounded.
+- u1 in (0, 1] from 53 bits: u1 = 1 - k 2^-53 with k uniform on {0, ..., 2^53 - 1}; the lowest cell (u1 = 2^-53, probability
+  2^-53) is refined once with another 53 bits, u1 = (1 - k' 2^-53) 2^-53 (:func:`refine_lowest_cell`). So u1 is the uniform on (0,
+  1] rounded up to a grid whose smallest point is :data:`U1_MIN` = 2^-106, and the radius r = sqrt(-2 ln u1), always computed in
+  float64, is at most :data:`MAX_RADIUS` = sqrt(212 ln 2) = 12.13.
+- the angle 2 pi u2: u2 = k 2^-53 and float64 trigonometry for float64 outputs; u2 = k 2^-24 and float32 trigonometry for float32
+  (and narrower) outputs, which are then rounded.
 - z = (r cos, r sin), both used, scaled by sigma; the result is rounded to the output dtype.
 
-Uniforms come from an AES-256-CTR keystream (:class:`_AesCtrStream`, a CSPRNG and the fastest
-generator available here) keyed, per source, from the source's own entropy: the public seed for
-``reproducible`` (so reproducible noise stays reproducible from the seed), the 128 secret bits
-for ``os-entropy``, the ChaCha20 keystream for ``cryptographic`` (secret noise stays secret;
-the key derivation uses its own branch, so these uniforms are independent of the Poisson masks'
-generator and buffered Gaussian draws never change which records are sampled). float32 draws are
-computed in chunks of :data:`_CHUNK_PAIRS` pairs and handed out in order (one buffer per
-source): the values a run receives depend only on the seed and the sequence of requests.
+Uniforms come from an AES-256-CTR keystream (:class:`_AesCtrStream`, a CSPRNG and the fastest generator available here) keyed, per
+source, from the source's own entropy: the public seed for ``reproducible`` (so reproducible noise stays reproducible from the
+seed), the 128 secret bits for ``os-entropy``, the ChaCha20 keystream for ``cryptographic`` (secret noise stays secret; the key
+derivation uses its own branch, so these uniforms are independent of the Poisson masks' generator and buffered Gaussian draws
+never change which records are sampled). float32 draws are computed in chunks of :data:`_CHUNK_PAIRS` pairs and handed out in
+order (one buffer per source): the values a run receives depend only on the seed and the sequence of requests.
 
-Tail delta (:func:`noise_tail_delta`). Idealise the uniforms as continuous (rounding them to
-their grids is caveat (1) below). u1 is then uniform on (0, 1] and the pair is exactly N(0, I_2);
-the sampler differs from that only on the lowest u1 cell (0, 2^-106], which it maps to radius
-R = :data:`MAX_RADIUS`: the event "r > R", of probability exp(-R^2 / 2) = 2^-106 =: tau1 per
-pair. A run draws a fixed, public number N of values (steps x noised coordinates, independent
-of the data; every pair it uses holds at least one drawn value, so at most N pairs). Let B be
-the event that none of its pairs falls in the lowest cell: 1 - P(B) =: p <= tau = N tau1 (union
-bound), and B is independent of the data and of the sampling masks. Write M for the ideal
-mechanism, assumed (eps, delta)-DP, M_B for M with its noise conditioned on B, and M~ for the
-real one: M~(D) = (1 - p) M_B(D) + p A(D) for some distribution A(D) (whatever happens when a
-pair hits the lowest cell). For every output set S:
-M_B(D)(S) <= M(D)(S) / (1 - p) <= (e^eps M(D')(S) + delta) / (1 - p) and
-M(D')(S) <= (1 - p) M_B(D')(S) + p, so (1 - p) M_B(D)(S) <= e^eps (1 - p) M_B(D')(S) + delta + e^eps p,
-hence M~(D)(S) <= (1 - p) M_B(D)(S) + p <= e^eps M~(D')(S) + delta + (e^eps + 1) p. The real
-mechanism is (eps, delta + tail)-DP with tail = (e^eps + 1) tau. The same argument applies to a
-composition of releases (eps and delta those of the composition, tau the sum of their tail
-masses); since e^eps + 1 >= 1 each release's tail delta bounds its tail mass, which is how the
-ledger composes them (:func:`dpaudit.ledger.compose.bounds`). For the built-in
-configurations the tail is below 1e-19 even at eps = 8 (BENCHMARKS.md); releases refuse a configuration whose
-tail exceeds 1 % of delta (:func:`check_noise_tail`), before training.
+Tail delta (:func:`noise_tail_delta`). Idealise the uniforms as continuous (rounding them to their grids is caveat (1) below). u1
+is then uniform on (0, 1] and the pair is exactly N(0, I_2); the sampler differs from that only on the lowest u1 cell (0, 2^-106],
+which it maps to radius R = :data:`MAX_RADIUS`: the event "r > R", of probability exp(-R^2 / 2) = 2^-106 =: tau1 per pair. A run
+draws a fixed, public number N of values (steps x noised coordinates, independent of the data; every pair it uses holds at least
+one drawn value, so at most N pairs). Let B be the event that none of its pairs falls in the lowest cell: 1 - P(B) =: p <= tau = N
+tau1 (union bound), and B is independent of the data and of the sampling masks. Write M for the ideal mechanism, assumed (eps,
+delta)-DP, M_B for M with its noise conditioned on B, and M~ for the real one: M~(D) = (1 - p) M_B(D) + p A(D) for some
+distribution A(D) (whatever happens when a pair hits the lowest cell). For every output set S: M_B(D)(S) <= M(D)(S) / (1 - p) <=
+(e^eps M(D')(S) + delta) / (1 - p) and M(D')(S) <= (1 - p) M_B(D')(S) + p, so (1 - p) M_B(D)(S) <= e^eps (1 - p) M_B(D')(S) +
+delta + e^eps p, hence M~(D)(S) <= (1 - p) M_B(D)(S) + p <= e^eps M~(D')(S) + delta + (e^eps + 1) p. The real mechanism is (eps,
+delta + tail)-DP with tail = (e^eps + 1) tau. The same argument applies to a composition of releases (eps and delta those of the
+composition, tau the sum of their tail masses); since e^eps + 1 >= 1 each release's tail delta bounds its tail mass, which is how
+the ledger composes them (:func:`dpaudit.ledger.compose.bounds`). For the built-in configurations the tail is below
+1e-19 even at eps = 8 (BENCHMARKS.md); releases refuse a configuration whose tail exceeds 1 % of delta (:func:`check_noise_tail`),
+before training.
 
-What this does *not* cover (documented caveats): (1) the uniforms are not continuous. Every
-output is a deterministic rounding of the ideal conditioned draw (u1 and u2 to their grids,
-then float64/float32 arithmetic and the rounding of the noisy sum); the set of attainable
-outputs is not shift-invariant, so low bits can leak (Mironov 2012). This is not bounded here;
-for Laplace noise use the exact discrete sampler of :mod:`dpaudit.mechanisms.laplace`, which
-draws only integers from :meth:`random_bytes`. (2) The numpy/torch generators of the
-``os-entropy`` and ``reproducible`` sources are not cryptographically secure (see above).
+What this does *not* cover (documented caveats): (1) the uniforms are not continuous. Every output is a deterministic rounding of
+the ideal conditioned draw (u1 and u2 to their grids, then float64/float32 arithmetic and the rounding of the noisy sum); the set
+of attainable outputs is not shift-invariant, so low bits can leak (Mironov 2012). This is not bounded here; for Laplace noise use
+the exact discrete sampler of :mod:`dpaudit.mechanisms.laplace`, which draws only integers from :meth:`random_bytes`. (2) The
+numpy/torch generators of the ``os-entropy`` and ``reproducible`` sources are not cryptographically secure (see above).
 (3) Releases made before this sampler (float32 ``torch.randn``) carry no tail statement and
-their recorded delta does not include their tail (issue 13 estimated a floor of about 4.2e-5
-under the MNIST DP-RVFL headline run's claimed 1e-5); the ledger counts them as 0.
-"""
+their recorded delta does not include their tail (issue 13 estimated a floor of about 4.2e-5 under the MNIST DP-RVFL headline
+run's claimed 1e-5); the ledger counts them as 0."""
 
 from __future__ import annotations
 
@@ -107,13 +87,13 @@ from .errors import UsageError
 from .validation import one_of
 
 NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
-#: Reproducible sources and the seed their noise is a function of (recorded as ``reproducible``):
-#: the public ``--seed`` (not private, see :func:`dpaudit.records.public_noise_reason`) or a secret noise seed
-#: that is never published (kept in the operator's seed file and ``local.json``).
+#: Reproducible sources and the seed their noise is a function of (recorded as ``reproducible``): the public ``--seed`` (not
+#: private, see :func:`dpaudit.records.public_noise_reason`) or a secret noise seed that is never published (kept in the
+#: operator's seed file and ``local.json``).
 REPRODUCIBLE_SOURCES = {"reproducible": "public-seed", "reproducible-secret": "secret-seed"}
 
-# A fixed, public tag mixed into the seed so that reproducible noise never coincides with the
-# public stream derived from the same seed.
+# A fixed, public tag mixed into the seed so that reproducible noise never coincides with the public stream derived from the same
+# seed.
 _NOISE_STREAM_TAG = 0x6E6F697365  # "noise"
 
 _GENERATORS = {
@@ -132,13 +112,12 @@ _SECRET_STREAM_TAG = 0x736563726574  # "secret"
 _TWO_POW_M53 = 2.0 ** -53
 _REKEY_BYTES = 2**34  # well below the 2^32-block (256 GiB) ChaCha20 counter space
 _CHUNK_BYTES = 1 << 20
-# A fixed, public tag for the generator of the Gaussian uniforms (os-entropy / reproducible):
-# its stream is independent of the masks' generator, so buffered Gaussian draws never change
-# which records a Poisson mask selects.
+# A fixed, public tag for the generator of the Gaussian uniforms (os-entropy / reproducible): its stream is independent of the
+# masks' generator, so buffered Gaussian draws never change which records a Poisson mask selects.
 _GAUSS_STREAM_TAG = 0x6761757373  # "gauss"
-#: float32 Gaussian draws are computed this many pairs at a time (1 MiB of float32 values per
-#: source) and handed out in order: fewer, larger chunks measured fastest on the benchmark machine
-#: (per-call overheads dominate below 64k pairs; 128k and 256k measured equal).
+#: float32 Gaussian draws are computed this many pairs at a time (1 MiB of float32 values per source) and handed out in order:
+#: fewer, larger chunks measured fastest on the benchmark machine (per-call overheads dominate below 64k pairs; 128k and 256k
+#: measured equal).
 _CHUNK_PAIRS = 131072
 
 #: Short public name of the Gaussian sampler of every DP path (recorded in releases).
@@ -159,16 +138,14 @@ GAUSSIAN_SAMPLER_DESCRIPTION = (
 
 def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *, scratch: bool = False,
                work: np.ndarray | None = None) -> np.ndarray:
-    """The Gaussian sampler as a pure function of its uniforms: an array (2, P) holding
-    ``r cos(2 pi u2)`` (row 0) and ``r sin(2 pi u2)`` (row 1), r = sqrt(-2 ln u1).
+    """The Gaussian sampler as a pure function of its uniforms: an array (2, P) holding ``r cos(2 pi u2)`` (row 0) and ``r sin(2
+    pi u2)`` (row 1), r = sqrt(-2 ln u1).
 
-    ``u1``: float64 in (0, 1] (the radius is always computed in float64, so its tails are the
-    same for every output dtype). ``u2``: in [0, 1), float64 (angle and output in float64) or
-    float32 (angle, trigonometry and output in float32, the radius rounded to float32 once).
-    Both of shape (P,). ``out``: an optional C-contiguous (2, P) array of u2's dtype to write
-    into. ``scratch=True`` lets the function overwrite ``u1`` and ``u2`` (contiguous arrays of
-    exactly these dtypes; the samplers' own buffers) instead of allocating temporaries, and
-    ``work`` (float32, shape (P,)) holds the float32 radius.
+    ``u1``: float64 in (0, 1] (the radius is always computed in float64, so its tails are the same for every output dtype).
+    ``u2``: in [0, 1), float64 (angle and output in float64) or float32 (angle, trigonometry and output in float32, the radius
+    rounded to float32 once). Both of shape (P,). ``out``: an optional C-contiguous (2, P) array of u2's dtype to write into.
+    ``scratch=True`` lets the function overwrite ``u1`` and ``u2`` (contiguous arrays of exactly these dtypes; the samplers' own
+    buffers) instead of allocating temporaries, and ``work`` (float32, shape (P,)) holds the float32 radius.
     |z| <= sqrt(-2 ln min(u1)): 12.13 for the smallest u1 this module draws (:data:`U1_MIN`).
     """
     dt = np.float32 if np.asarray(u2).dtype == np.float32 else np.float64
@@ -193,8 +170,8 @@ def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *,
 
 
 def refine_lowest_cell(u1: np.ndarray, fine) -> np.ndarray:
-    """Refine, in place, every ``u1`` in the lowest cell (== 2^-53) with ``fine(m)`` (m uniforms
-    k 2^-53 in [0, 1)): u1 = (1 - k 2^-53) 2^-53 >= 2^-106. Returns ``u1``."""
+    """Refine, in place, every ``u1`` in the lowest cell (== 2^-53) with ``fine(m)`` (m uniforms k 2^-53 in [0, 1)): u1 = (1 - k
+    2^-53) 2^-53 >= 2^-106. Returns ``u1``."""
     low = np.flatnonzero(u1 == _TWO_POW_M53)
     if low.size:
         u1[low] = (1.0 - np.asarray(fine(low.size), dtype=np.float64)) * _TWO_POW_M53
@@ -202,8 +179,8 @@ def refine_lowest_cell(u1: np.ndarray, fine) -> np.ndarray:
 
 
 def noise_tail_mass(n_values: int) -> float:
-    """Upper bound on the probability that a run drawing ``n_values`` Gaussian values touches a
-    pair beyond :data:`MAX_RADIUS` (union bound, one pair per value; module docstring)."""
+    """Upper bound on the probability that a run drawing ``n_values`` Gaussian values touches a pair beyond :data:`MAX_RADIUS`
+    (union bound, one pair per value; module docstring)."""
     n = int(n_values)
     if n < 0:
         raise ValueError(f"n_values must be >= 0, got {n_values}.")
@@ -211,9 +188,9 @@ def noise_tail_mass(n_values: int) -> float:
 
 
 def noise_tail_delta(n_values: int, epsilon: float, delta: float) -> float:
-    """The delta that the sampler's truncated tails add to an (epsilon, delta) claim over a run
-    drawing ``n_values`` Gaussian values: (e^eps + 1) tau with tau = n 2^-106 (module docstring;
-    ``delta`` is accepted for the callers' clarity, the bound does not depend on it).
+    """The delta that the sampler's truncated tails add to an (epsilon, delta) claim over a run drawing ``n_values`` Gaussian
+    values: (e^eps + 1) tau with tau = n 2^-106 (module docstring; ``delta`` is accepted for the callers' clarity, the bound does
+    not depend on it).
 
     0 for a run without Gaussian noise; inf when tau = 1 or e^eps overflows (no claim)."""
     tau = noise_tail_mass(n_values)
@@ -229,11 +206,10 @@ MAX_TAIL_FRACTION = 0.01
 
 
 def gaussian_run_tail(steps: int, values_per_step: int, epsilon: float, delta: float, *, what: str = "release") -> float:
-    """The checked ``noise_tail_delta`` of a Gaussian run that draws ``values_per_step`` noise
-    values at each of ``steps`` steps (both public: every step is noised, empty Poisson batches
-    included): :func:`noise_tail_delta`, refused above 1 % of ``delta`` (:func:`check_noise_tail`).
-    Call it with the target epsilon before training (the tail grows with epsilon) and with the
-    claimed epsilon for the release."""
+    """The checked ``noise_tail_delta`` of a Gaussian run that draws ``values_per_step`` noise values at each of ``steps`` steps
+    (both public: every step is noised, empty Poisson batches included): :func:`noise_tail_delta`, refused above 1 % of ``delta``
+    (:func:`check_noise_tail`). Call it with the target epsilon before training (the tail grows with epsilon) and with the claimed
+    epsilon for the release."""
     return check_noise_tail(noise_tail_delta(int(steps) * int(values_per_step), epsilon, delta), delta, what=what)
 
 
@@ -250,15 +226,12 @@ def check_noise_tail(tail_delta: float, delta: float, *, what: str = "release") 
 @dataclass(frozen=True)
 class NoiseSpec:
     """How DP noise was produced, as recorded in a release (``noise_source``)."""
-
     source: str  # one of NOISE_SOURCES
     seed: int | None  # only for "reproducible"; None otherwise (entropy is never recorded)
 
     def to_dict(self) -> dict:
         d = {
-            "source": self.source,
-            "seed": self.seed,
-            "secret": self.source != "reproducible",
+            "source": self.source, "seed": self.seed, "secret": self.source != "reproducible",
             "generator": _GENERATORS[self.source],
         }
         if self.source in REPRODUCIBLE_SOURCES:  # which seed the noise is a function of
@@ -267,12 +240,9 @@ class NoiseSpec:
 
 
 class _ChaCha20Stream:
-    """A ChaCha20 keystream: the cipher applied to zero bytes, i.e. raw pseudorandom bytes.
-
-    Keyed with 256 bits of OS entropy (``key`` may be given only by tests). The 16-byte nonce is
-    the 4-byte block counter (starting at 0) and 12 random bytes; the stream is re-keyed from
-    ``os.urandom`` after 2^34 bytes so the counter never wraps.
-    """
+    """A ChaCha20 keystream: the cipher applied to zero bytes, i.e. raw pseudorandom bytes. Keyed with 256 bits of OS entropy
+    (``key`` may be given only by tests). The 16-byte nonce is the 4-byte block counter (starting at 0) and 12 random bytes; the
+    stream is re-keyed from ``os.urandom`` after 2^34 bytes so the counter never wraps."""
 
     def __init__(self, key: bytes | None = None):
         self._fixed_key = key
@@ -280,7 +250,6 @@ class _ChaCha20Stream:
 
     def _rekey(self) -> None:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
-
         if self._fixed_key is not None:
             key, nonce = self._fixed_key, bytes(16)
             # A fixed (test) key is used for one stream only; re-keying continues from it.
@@ -307,14 +276,12 @@ class _ChaCha20Stream:
 
 
 class _AesCtrStream:
-    """The Gaussian sampler's uniforms: an AES-256-CTR keystream (OpenSSL, AES-NI) under a
-    32-byte key; counter blocks from 0. A CSPRNG and, on the benchmark machine, about 3x faster
-    per byte than numpy's SFC64 and 4x faster than ChaCha20 (BENCHMARKS.md), which is what
-    keeps 53-bit Box-Muller as cheap as torch's 24-bit ``randn``."""
+    """The Gaussian sampler's uniforms: an AES-256-CTR keystream (OpenSSL, AES-NI) under a 32-byte key; counter blocks from 0. A
+    CSPRNG and, on the benchmark machine, about 3x faster per byte than numpy's SFC64 and 4x faster than ChaCha20 (BENCHMARKS.md),
+    which is what keeps 53-bit Box-Muller as cheap as torch's 24-bit ``randn``."""
 
     def __init__(self, key: bytes):
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
         self._enc = Cipher(algorithms.AES(bytes(key)), modes.CTR(bytes(16))).encryptor()
         self._zeros = memoryview(b"")
 
@@ -334,8 +301,8 @@ class _AesCtrStream:
 
 
 def _gauss_key(entropy) -> bytes:
-    """The 32-byte AES key of the Gaussian uniforms, derived from a source's entropy (its own
-    SeedSequence branch, so independent of the source's numpy/torch streams)."""
+    """The 32-byte AES key of the Gaussian uniforms, derived from a source's entropy (its own SeedSequence branch, so independent
+    of the source's numpy/torch streams)."""
     return np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,)).generate_state(8, np.uint32).astype("<u4").tobytes()
 
 
@@ -347,19 +314,16 @@ def _shape_size(shape) -> tuple[tuple[int, ...], int]:
 
 
 class NoiseSource:
-    """The private randomness of a mechanism: DP noise and Poisson sampling masks.
-
-    ``source``:
+    """The private randomness of a mechanism: DP noise and Poisson sampling masks. ``source``:
       - ``os-entropy`` (default): seeded from ``secrets.randbits(128)``; not reproducible.
-      - ``reproducible``: derived from ``seed`` (explicit opt-in, marked in the release; the
-        seed is published, so the release is not private).
-      - ``reproducible-secret``: derived from ``seed``, a secret noise seed that is never
-        recorded (``spec.seed`` is None): reproducible by whoever holds the secret only.
-      - ``cryptographic``: a ChaCha20 keystream keyed from ``os.urandom`` (see module docs);
-        ``.numpy``/``.torch`` are then auxiliary non-cryptographic generators seeded from it.
+      - ``reproducible``: derived from ``seed`` (explicit opt-in, marked in the release; the seed is published, so the release is
+        not private).
+      - ``reproducible-secret``: derived from ``seed``, a secret noise seed that is never recorded (``spec.seed`` is None):
+        reproducible by whoever holds the secret only.
+      - ``cryptographic``: a ChaCha20 keystream keyed from ``os.urandom`` (see module docs); ``.numpy``/``.torch`` are then
+        auxiliary non-cryptographic generators seeded from it.
 
-    Draw DP noise and masks through the methods; they work for every source.
-    """
+    Draw DP noise and masks through the methods; they work for every source."""
 
     def __init__(self, source: str = "os-entropy", seed: int | None = None):
         one_of("noise_source", source, NOISE_SOURCES)
@@ -374,15 +338,14 @@ class NoiseSource:
         else:
             entropy = secrets.randbits(128)
         self.spec = NoiseSpec(source=source, seed=int(seed) if source == "reproducible" else None)
+        self._init_generators(entropy)
+
+    def _init_generators(self, entropy) -> None:
+        """numpy and torch generators seeded from ``entropy``, and the Gaussian sampler's state: its uniforms' keystream, keyed from
+        ``entropy`` (a cryptographic source keys it from its ChaCha20 keystream instead), and an empty float32 buffer."""
         self.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
         self.torch = torch.Generator()
         self.torch.manual_seed(int(self.numpy.integers(0, 2**63 - 1)))
-        self._init_gaussian(entropy)
-
-    def _init_gaussian(self, entropy) -> None:
-        """The Gaussian sampler's state: its uniforms' keystream, keyed from ``entropy`` (a
-        cryptographic source keys it from its ChaCha20 keystream instead), and an empty
-        float32 buffer."""
         key = self._stream.read(32) if self._stream is not None else _gauss_key(entropy)
         self._gauss = _AesCtrStream(key)
         self._buf32 = np.empty(0, dtype=np.float32)
@@ -393,11 +356,7 @@ class NoiseSource:
         """A ChaCha20 source with a *known* key: for deterministic tests only, never for releases."""
         c = cls("cryptographic")
         c._stream = _ChaCha20Stream(key=bytes(key))
-        entropy = int.from_bytes(c._stream.read(32), "little")
-        c.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
-        c.torch = torch.Generator()
-        c.torch.manual_seed(int(c.numpy.integers(0, 2**63 - 1)))
-        c._init_gaussian(entropy)
+        c._init_generators(int.from_bytes(c._stream.read(32), "little"))
         return c
 
     @property
@@ -415,10 +374,7 @@ class NoiseSource:
             c = object.__new__(NoiseSource)
             c.spec = self.spec
             c._stream = None
-            c.numpy = np.random.default_rng(int(child_seed))
-            c.torch = torch.Generator()
-            c.torch.manual_seed(int(c.numpy.integers(0, 2**63 - 1)))
-            c._init_gaussian(int(child_seed))
+            c._init_generators(int(child_seed))  # default_rng(int) seeds through SeedSequence(int), as _init_generators does
             children.append(c)
         return children
 
@@ -453,8 +409,8 @@ class NoiseSource:
         return (self._gauss.uint64(n) >> np.uint64(11)).astype(np.float64) * _TWO_POW_M53
 
     def _u1(self, n: int, out: np.ndarray | None = None, words: np.ndarray | None = None) -> np.ndarray:
-        """``n`` radius uniforms u1 = 1 - k 2^-53, the lowest cell refined (module docstring),
-        into ``out`` if given (``words``: a uint64 (n,) scratch array)."""
+        """``n`` radius uniforms u1 = 1 - k 2^-53, the lowest cell refined (module docstring), into ``out`` if given (``words``: a
+        uint64 (n,) scratch array)."""
         k = self._gauss.read_into(np.empty(n, dtype=np.uint64) if words is None else words)
         np.right_shift(k, np.uint64(11), out=k)
         lowest = k.max(initial=0) == 2**53 - 1  # u1 = 2^-53, the lowest cell: rare (2^-53)
@@ -463,8 +419,8 @@ class NoiseSource:
         return refine_lowest_cell(u1, self._u53) if lowest else u1
 
     def _u24_into(self, out: np.ndarray, words: np.ndarray | None = None) -> None:
-        """Fill float32 ``out`` with uniforms k 2^-24 in [0, 1) (k = the top 24 bits of a 32-bit
-        keystream word): the float32 angle's uniform (``words``: a uint32 scratch array)."""
+        """Fill float32 ``out`` with uniforms k 2^-24 in [0, 1) (k = the top 24 bits of a 32-bit keystream word): the float32
+        angle's uniform (``words``: a uint32 scratch array)."""
         k = self._gauss.read_into(np.empty(out.size, dtype=np.uint32) if words is None else words)
         np.right_shift(k, np.uint32(8), out=k)
         np.multiply(k.view(np.int32), np.float32(2.0**-24), out=out, casting="unsafe")
@@ -487,8 +443,8 @@ class NoiseSource:
         self._pos32 = 0
 
     def _fill32(self, out: np.ndarray, std: float) -> np.ndarray:
-        """Write ``std`` x the next ``out.size`` float32 N(0, 1) values into float32 ``out``
-        (C-contiguous), from the chunked buffer. Returns ``out``."""
+        """Write ``std`` x the next ``out.size`` float32 N(0, 1) values into float32 ``out`` (C-contiguous), from the chunked
+        buffer. Returns ``out``."""
         flat = out.reshape(-1)
         n, pos = flat.size, 0
         scale = np.float32(std)
@@ -502,9 +458,8 @@ class NoiseSource:
         return out
 
     def gaussian_into(self, out: np.ndarray, std: float) -> np.ndarray:
-        """Fill the C-contiguous float32 or float64 array ``out`` with N(0, std^2) in place (the
-        trainers' reusable buffers); the same draws as :meth:`gaussian_torch` of that shape and
-        dtype. Returns ``out``."""
+        """Fill the C-contiguous float32 or float64 array ``out`` with N(0, std^2) in place (the trainers' reusable buffers); the
+        same draws as :meth:`gaussian_torch` of that shape and dtype. Returns ``out``."""
         if not out.flags.c_contiguous:
             raise UsageError("out must be a C-contiguous array, got a strided view.")
         if out.dtype == np.float32:
@@ -520,8 +475,8 @@ class NoiseSource:
         return (self._standard64(size) * std).reshape(shape)
 
     def gaussian_torch(self, shape, std: float, dtype=torch.float32) -> torch.Tensor:
-        """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU), from :data:`GAUSSIAN_SAMPLER`:
-        float64 arithmetic for float64, float32 for every other dtype (then rounded)."""
+        """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU), from :data:`GAUSSIAN_SAMPLER`: float64 arithmetic for float64,
+        float32 for every other dtype (then rounded)."""
         shape, size = _shape_size(shape)
         if dtype == torch.float64:
             return torch.from_numpy(self.gaussian_numpy(shape, std))
@@ -529,13 +484,10 @@ class NoiseSource:
         return torch.from_numpy(z).to(dtype)
 
     def laplace(self, shape, scale: float) -> np.ndarray:
-        """Textbook inverse-CDF Laplace(0, ``scale``) doubles: ``-scale sgn(V) ln(1 - 2|V|)``.
-
-        V = U - 1/2 with U = (k + 1/2) 2^-52, k uniform on {0, ..., 2^52 - 1} (U and V are exact
-        doubles, U in [2^-53, 1 - 2^-53]), so the logarithm is always finite. **Leaky in floating point** (Mironov 2012): adding these doubles to a
-        real-valued statistic is not epsilon-DP. Kept for comparison with published
-        implementations; DP-ELM uses :func:`dpaudit.mechanisms.laplace.discrete_laplace`.
-        """
+        """Textbook inverse-CDF Laplace(0, ``scale``) doubles: ``-scale sgn(V) ln(1 - 2|V|)``. V = U - 1/2 with U = (k + 1/2)
+        2^-52, k uniform on {0, ..., 2^52 - 1} (U and V are exact doubles, U in [2^-53, 1 - 2^-53]), so the logarithm is always
+        finite. **Leaky in floating point** (Mironov 2012): adding these doubles to a real-valued statistic is not epsilon-DP.
+        Kept for comparison with published implementations; DP-ELM uses :func:`dpaudit.mechanisms.laplace.discrete_laplace`."""
         shape, size = _shape_size(shape)
         if self._stream is not None:
             k = self._stream.uint64(size) >> np.uint64(12)

@@ -1,15 +1,13 @@
 """Release records: the guarantee and everything needed to check or re-create a release.
 
-A :class:`Release` is frozen and written as ``release.json``. Readers get a one-line
-:class:`~dpaudit.errors.DataError` for a missing, truncated or malformed file.
+A :class:`Release` is frozen and written as ``release.json``. Readers get a one-line :class:`~dpaudit.errors.DataError` for a
+missing, truncated or malformed file.
 
-``release.json`` is meant to be published. It therefore holds no function of the private data
-other than the mechanism's output and what the guarantee assumes public (see :class:`Release`).
-What the operator needs locally but must not publish stays off it: the unkeyed digest of the
-prepared data lives only in memory (:attr:`Release.data_digest`, which the ledger turns into a
-keyed fingerprint) and the exact timings go to ``local.json`` beside the release
-(:data:`LOCAL_FILE`, documented as not for publication).
-"""
+``release.json`` is meant to be published. It therefore holds no function of the private data other than the mechanism's output
+and what the guarantee assumes public (see :class:`Release`). What the operator needs locally but must not publish stays off it:
+the unkeyed digest of the prepared data lives only in memory (:attr:`Release.data_digest`, which the ledger turns into a keyed
+fingerprint) and the exact timings go to ``local.json`` beside the release (:data:`LOCAL_FILE`, documented as not for
+publication)."""
 
 from __future__ import annotations
 
@@ -28,11 +26,11 @@ from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
 
 RELEASE_FILE = "release.json"
-#: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for
-#: publication; ``dpaudit report`` never reads it.
+#: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for publication; ``dpaudit report`` never reads
+#: it.
 LOCAL_FILE = "local.json"
-#: Release fields kept in memory (and in the ledger's keyed form) but never written to
-#: ``release.json``: each is a function of the private data that the guarantee does not cover.
+#: Release fields kept in memory (and in the ledger's keyed form) but never written to ``release.json``: each is a function of the
+#: private data that the guarantee does not cover.
 LOCAL_FIELDS = ("data_digest", "exact_timings", "noise_seed_file")
 #: Published timings are rounded to this many significant figures ...
 TIMING_SIGNIFICANT_FIGURES = 2
@@ -56,44 +54,36 @@ def now_utc() -> str:
 
 @dataclass(frozen=True)
 class Release:
-    """One released model (or statistic) and the privacy guarantee it carries.
-
-    ``guarantee`` is the event tree as data (see :mod:`dpaudit.accounting.events`), so any
-    accountant can recompute it. ``epsilon`` is the claim made with ``accountant`` under
+    """One released model (or statistic) and the privacy guarantee it carries. ``guarantee`` is the event tree as data (see
+    :mod:`dpaudit.accounting.events`), so any accountant can recompute it. ``epsilon`` is the claim made with ``accountant`` under
     ``adjacency`` at ``delta``; ``epsilons`` holds other accountants' values for comparison.
 
-    **What a release publishes** (``to_dict`` / ``release.json``). A deterministic function of
-    the private records (a hash of the prepared data, of the source files or of the user ids)
-    would tell neighbouring datasets apart exactly, so none is written. The published fields are:
+    **What a release publishes** (``to_dict`` / ``release.json``). A deterministic function of the private records (a hash of the
+    prepared data, of the source files or of the user ids) would tell neighbouring datasets apart exactly, so none is written. The
+    published fields are:
 
-    - the mechanism's output (weights files, ``metrics["weights"]`` of DP-MixMin) and hashes or
-      post-processing of it;
+    - the mechanism's output (weights files, ``metrics["weights"]`` of DP-MixMin) and hashes or post-processing of it;
     - public configuration: seeds, split seed, profile, schedule, hyper-parameters, command;
-    - sizes the guarantee assumes public: the declared reference size the sampling rate is
-      built from (``config["reference_size"]``, N0 records or users; q = batch / N0 and T are
-      published in ``sample_rate`` / ``steps``), never the actual training count, the dataset's
-      schema (``n_features``, ``n_classes``) and the sizes of the val/test partitions (see next point);
-    - ``metrics`` on the *test* (and, where stated, validation) partition: these are
-      evaluation data outside the training partition the DP claim covers. Their records are
-      NOT protected by this release's guarantee: the metrics are exact functions of them;
-    - ``timings`` rounded to :data:`TIMING_SIGNIFICANT_FIGURES` significant figures and never
-      finer than 0.1 s (:func:`round_timings`). Running time depends on realised Poisson batch
-      sizes, hence on the data; rounding bounds the resolution of this side channel but does not
-      make it DP (a neighbour changes the expected work by about 1/N0 of the total, so it moves
-      a published value only when the exact time lies within that margin of a rounding
-      boundary, and machine jitter, typically larger than both, decides it). Timings are
-      outside the DP claim; the exact ones are written to ``local.json`` only.
+    - sizes the guarantee assumes public: the declared reference size the sampling rate is built from
+      (``config["reference_size"]``, N0 records or users; q = batch / N0 and T are published in ``sample_rate`` / ``steps``),
+      never the actual training count, the dataset's schema (``n_features``, ``n_classes``) and the sizes of the val/test
+      partitions (see next point);
+    - ``metrics`` on the *test* (and, where stated, validation) partition: these are evaluation data outside the training
+      partition the DP claim covers. Their records are NOT protected by this release's guarantee: the metrics are exact functions
+      of them;
+    - ``timings`` rounded to :data:`TIMING_SIGNIFICANT_FIGURES` significant figures and never finer than 0.1 s
+      (:func:`round_timings`). Running time depends on realised Poisson batch sizes, hence on the data; rounding bounds the
+      resolution of this side channel but does not make it DP (a neighbour changes the expected work by about 1/N0 of the total,
+      so it moves a published value only when the exact time lies within that margin of a rounding boundary, and machine jitter,
+      typically larger than both, decides it). Timings are outside the DP claim; the exact ones are written to ``local.json``
+      only.
 
-    Local-only fields (:data:`LOCAL_FIELDS`, never in ``release.json``): ``data_digest``, the
-    unkeyed SHA-256 of the prepared private data, which the ledger stores only as a keyed
-    (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings (``local.json``);
-    ``noise_seed_file``, the file holding a ``reproducible-secret`` release's secret noise seed
-    (``local.json``; the seed itself is in that file only). ``noise_source`` says which noise the
-    release used: secret (``secret: true``), reproducible from a secret seed
-    (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``,
-    not private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load.
-    """
-
+    Local-only fields (:data:`LOCAL_FIELDS`, never in ``release.json``): ``data_digest``, the unkeyed SHA-256 of the prepared
+    private data, which the ledger stores only as a keyed (HMAC) ``dataset_fingerprint``; ``exact_timings``, the unrounded timings
+    (``local.json``); ``noise_seed_file``, the file holding a ``reproducible-secret`` release's secret noise seed (``local.json``;
+    the seed itself is in that file only). ``noise_source`` says which noise the release used: secret (``secret: true``),
+    reproducible from a secret seed (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``, not
+    private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load."""
     mechanism: str
     dataset: dict
     adjacency: str
@@ -119,38 +109,34 @@ class Release:
     timings: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     command: str | None = None
-    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`): public
-    #: by construction; ``command`` is derived from it and the audit of this release rebuilds its
-    #: target from it. None for releases made before it was recorded (they still load; the audit
-    #: then rebuilds the request from the recorded fields).
+    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`): public by construction; ``command`` is
+    #: derived from it and the audit of this release rebuilds its target from it. None for releases made before it was recorded
+    #: (they still load; the audit then rebuilds the request from the recorded fields).
     request: dict | None = None
-    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION for
-    #: Gaussian mechanisms); None for releases made before it was recorded.
+    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION for Gaussian mechanisms); None for
+    #: releases made before it was recorded.
     noise_sampler: str | None = None
-    #: Delta added by the sampler's truncated tails over the whole run (dpaudit.noise module
-    #: docstring): the release is (epsilon, delta + noise_tail_delta)-DP; releases refuse a value
-    #: above 1 % of delta, and the ledger composes it into every total. None: not recorded (old
-    #: releases, made with torch.randn float32 noise truncated at 5.77 sigma).
+    #: Delta added by the sampler's truncated tails over the whole run (dpaudit.noise module docstring): the release is (epsilon,
+    #: delta + noise_tail_delta)-DP; releases refuse a value above 1 % of delta, and the ledger composes it into every total.
+    #: None: not recorded (old releases, made with torch.randn float32 noise truncated at 5.77 sigma).
     noise_tail_delta: float | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created_at: str = field(default_factory=now_utc)
     dpaudit_version: str = __version__
     git_commit: str | None = field(default_factory=git_commit)
-    #: Local only (never in release.json): unkeyed SHA-256 of the prepared private data, for
-    #: the ledger's keyed fingerprint. None for releases read back from disk.
+    #: Local only (never in release.json): unkeyed SHA-256 of the prepared private data, for the ledger's keyed fingerprint. None
+    #: for releases read back from disk.
     data_digest: str | None = None
     #: Local only (written to local.json, not release.json): the unrounded timings.
     exact_timings: dict | None = None
-    #: Local only (local.json): the file holding the secret noise seed of a ``reproducible-secret``
-    #: release (``--noise-seed-file``); the seed itself is written nowhere else.
+    #: Local only (local.json): the file holding the secret noise seed of a ``reproducible-secret`` release
+    #: (``--noise-seed-file``); the seed itself is written nowhere else.
     noise_seed_file: str | None = None
 
     def to_dict(self, *, local: bool = False) -> dict:
-        """The published form (``release.json``): local-only fields dropped, timings rounded.
-
-        ``local=True`` keeps them, for handing a release between processes of one operator
-        (e.g. a sweep worker to the ledger writer); never write that form to a file.
-        """
+        """The published form (``release.json``): local-only fields dropped, timings rounded. ``local=True`` keeps them, for
+        handing a release between processes of one operator (e.g. a sweep worker to the ledger writer); never write that form to a
+        file."""
         d = asdict(self)
         if not local:
             for name in LOCAL_FIELDS:
@@ -169,13 +155,11 @@ class Release:
 
 
 def public_noise_reason(noise_source) -> str | None:
-    """Why a release whose ``noise_source`` (its recorded dict) is not secret is not private, else None.
-
-    Noise derived from a seed that is published (``--reproducible-noise``: the public ``--seed``,
-    written in release.json) makes the release a deterministic function of the data and public
-    facts: rerunning it on a candidate neighbour tells whether a record was in (an exact
-    membership test). Such a release counts as non-private (unbounded) in the ledger. Old
-    releases without a ``secret`` key are judged by their source name."""
+    """Why a release whose ``noise_source`` (its recorded dict) is not secret is not private, else None. Noise derived from a seed
+    that is published (``--reproducible-noise``: the public ``--seed``, written in release.json) makes the release a deterministic
+    function of the data and public facts: rerunning it on a candidate neighbour tells whether a record was in (an exact
+    membership test). Such a release counts as non-private (unbounded) in the ledger. Old releases without a ``secret`` key are
+    judged by their source name."""
     if not isinstance(noise_source, dict):
         return None
     source = noise_source.get("source")
@@ -196,11 +180,8 @@ def round_seconds(seconds: float) -> float:
 
 
 def round_timings(timings):
-    """``timings`` with every float rounded by :func:`round_seconds` (recursively).
-
-    Every float in a release's timings is a duration or derived from one; integers (thread
-    counts) and strings are not functions of the data and are kept.
-    """
+    """``timings`` with every float rounded by :func:`round_seconds` (recursively). Every float in a release's timings is a
+    duration or derived from one; integers (thread counts) and strings are not functions of the data and are kept."""
     if isinstance(timings, dict):
         return {k: round_timings(v) for k, v in timings.items()}
     if isinstance(timings, (list, tuple)):
@@ -252,8 +233,8 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
 
 
 def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
-    """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts
-    of a multi-release run), else None; an unreadable file's id reads ``unreadable``."""
+    """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts of a multi-release run), else
+    None; an unreadable file's id reads ``unreadable``."""
     root = Path(out_dir).expanduser()
     if not root.is_dir():
         return None
@@ -269,9 +250,9 @@ def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
 
 
 def check_release_folder(out_dir: str | os.PathLike, *, release_id: str | None = None, name: str = "out_dir") -> Path:
-    """Refuse (UsageError) a folder that already holds a release (other than ``release_id``): a
-    release folder is never overwritten, since the ledger keeps the old release (its budget
-    spent) and replacing its artefacts would leave that entry without them."""
+    """Refuse (UsageError) a folder that already holds a release (other than ``release_id``): a release folder is never
+    overwritten, since the ledger keeps the old release (its budget spent) and replacing its artefacts would leave that entry
+    without them."""
     hit = existing_release(out_dir)
     if hit is not None and hit[1] != release_id:
         raise UsageError(f"{name} must not hold a release already, got {str(out_dir)!r} (release {hit[1]} in {hit[0]}); "
@@ -280,9 +261,9 @@ def check_release_folder(out_dir: str | os.PathLike, *, release_id: str | None =
 
 
 def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
-    """Write ``release.json`` (the published form) and, when the release carries exact timings,
-    ``local.json`` beside it (local only, not for publication). A folder holding another release
-    is refused (:func:`check_release_folder`); rewriting the same release (its id) is allowed."""
+    """Write ``release.json`` (the published form) and, when the release carries exact timings, ``local.json`` beside it (local
+    only, not for publication). A folder holding another release is refused (:func:`check_release_folder`); rewriting the same
+    release (its id) is allowed."""
     hit = existing_release(out_dir)
     if hit is not None and hit[0] == Path(out_dir).expanduser() / RELEASE_FILE:
         check_release_folder(out_dir, release_id=release.id)
@@ -300,15 +281,11 @@ def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
 
 
 def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
-    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found.
-
-    Called by every release function before any calibration, budget reservation or training,
-    so a bad ``--out`` costs nothing (and leaves no spent budget behind). A real write is the
-    test (permission bits say nothing about /proc, read-only mounts or root): the missing
-    directories are created, a probe file is written and removed, and the directories created
-    here are removed again, so a run refused later (e.g. over its budget) leaves no trace.
-    Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason.
-    """
+    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found. Called by every release function
+    before any calibration, budget reservation or training, so a bad ``--out`` costs nothing (and leaves no spent budget behind).
+    A real write is the test (permission bits say nothing about /proc, read-only mounts or root): the missing directories are
+    created, a probe file is written and removed, and the directories created here are removed again, so a run refused later (e.g.
+    over its budget) leaves no trace. Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason."""
     path = Path(out_dir).expanduser()
     rule = "a directory dpaudit can create and write"
     if path.exists() and not path.is_dir():
@@ -346,12 +323,9 @@ def read_release(path: str | os.PathLike) -> Release:
 
 
 def check_accounting(*, steps_executed: int, steps_accounted: int, epsilon: float, target_epsilon: float | None) -> None:
-    """Fail loudly when a run did not do what was accounted for (before anything is published).
-
-    The thin primitive the release paths call: the steps and target rules of
-    :func:`dpaudit.claims.verify_claim` (which a report or the ledger applies to a written
-    release), raised as :class:`~dpaudit.errors.AccountingMismatchError` instead of returned.
-    """
+    """Fail loudly when a run did not do what was accounted for (before anything is published). The thin primitive the release
+    paths call: the steps and target rules of :func:`dpaudit.claims.verify_claim` (which a report or the ledger applies to a
+    written release), raised as :class:`~dpaudit.errors.AccountingMismatchError` instead of returned."""
     problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(epsilon, target_epsilon)
     if problem is not None:
         raise AccountingMismatchError(f"{problem}; the release is withheld.")

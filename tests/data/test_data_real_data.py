@@ -9,7 +9,7 @@ import pytest
 
 from dpaudit.data import HEART_CENTRES, load_dataset, load_heart_centre, load_mnist_raw
 from dpaudit.data import images
-from dpaudit.data.files import file_sha256, read_sha256sums
+from dpaudit.data.files import file_digest, read_sha256sums
 
 _LOADED: dict = {}
 
@@ -47,7 +47,7 @@ def test_mnist_table_1(mnist):
     assert ds.x_train.min() == 0.0 and ds.x_train.max() == 1.0
     sums = read_sha256sums(d)
     for name, digest in ds.source_files.items():
-        assert digest == file_sha256(d / "mnist" / name)
+        assert digest == file_digest(d / "mnist" / name)
         if f"mnist/{name}" in sums:
             assert sums[f"mnist/{name}"] == digest
 
@@ -78,7 +78,7 @@ def test_cardio_table_1(data_dir):
     for x in (ds.x_train, ds.x_val, ds.x_test):
         assert x.dtype == np.float32 and x.min() >= -1.0 and x.max() <= 1.0
     assert set(np.unique(ds.y_train)) == {0, 1}
-    assert ds.source_files["cardio_train.csv"] == file_sha256(data_dir / "cardio" / "cardio_train.csv")
+    assert ds.source_files["cardio_train.csv"] == file_digest(data_dir / "cardio" / "cardio_train.csv")
     again = load_dataset("cardio", data_dir=data_dir)
     assert again.sha256 == ds.sha256
     other = load_dataset("cardio", data_dir=data_dir, split_seed=2027)

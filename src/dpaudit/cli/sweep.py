@@ -1,8 +1,7 @@
 """`dpaudit sweep [SPEC.toml | --builtin NAME]`: run a resumable grid; `--plan` and `--table` show it.
 
-The command is generated from :class:`dpaudit.sweeps.request.SweepRequest` (one option per
-field); the work is done by :mod:`dpaudit.sweeps.request`. Only printing happens here.
-"""
+The command is generated from :class:`dpaudit.sweeps.request.SweepRequest` (one option per field); the work is done by
+:mod:`dpaudit.sweeps.request`. Only printing happens here."""
 
 from __future__ import annotations
 

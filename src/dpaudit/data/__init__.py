@@ -1,18 +1,16 @@
 """dpaudit.data: datasets with fixed, data-independent preprocessing and seeded public splits.
 
-Paper 001 (DP-RVFL), section 4.1 and Table 1. See :mod:`dpaudit.data.registry` for the table of
-datasets and split sizes, :mod:`dpaudit.data.images` for MNIST / CIFAR-10 and the image profiles,
-:mod:`dpaudit.data.tabular` for every Cardio / Heart / breast-cancer bound, and
-:mod:`dpaudit.data.splits` for the split rule; :mod:`dpaudit.data.authors` for the DP-RVFL authors'
-own pipeline (profile ``authors``).
-"""
+Paper 001 (DP-RVFL), section 4.1 and Table 1. See :mod:`dpaudit.data.registry` for the table of datasets and split sizes,
+:mod:`dpaudit.data.images` for MNIST / CIFAR-10 and the image profiles, :mod:`dpaudit.data.tabular` for every Cardio / Heart /
+breast-cancer bound, and :mod:`dpaudit.data.splits` for the split rule; :mod:`dpaudit.data.authors` for the DP-RVFL authors' own
+pipeline (profile ``authors``)."""
 
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_exports
 
-# The loaders import torch / torchvision (seconds); names load from their submodule on first use
-# (PEP 562), so `from dpaudit.data.base import ...` and the CLI start without them.
+# The loaders import torch / torchvision (seconds); names load from their submodule on first use (PEP 562), so `from
+# dpaudit.data.base import ...` and the CLI start without them.
 _SOURCES = {
     "base": ("DATA_DIR_ENV", "PreparedDataset", "array_sha256", "resolve_data_dir"),
     "images": ("IMAGE_PROFILES", "load_cifar10_raw", "load_mnist_raw"),
@@ -37,27 +35,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
-__all__ = [
-    "AUTHORS_PROFILE",
-    "DATA_DIR_ENV",
-    "DATASETS",
-    "DATASET_NAMES",
-    "DEFAULT_SPLIT_SEED",
-    "DatasetInfo",
-    "HEART_CENTRES",
-    "IMAGE_PROFILES",
-    "PreparedDataset",
-    "TABULAR_PROFILES",
-    "array_sha256",
-    "check_profile",
-    "dataset_info",
-    "load_cifar10_raw",
-    "load_dataset",
-    "load_heart_centre",
-    "load_mnist_raw",
-    "profile_files",
-    "profile_split_sizes",
-    "resolve_data_dir",
-    "split_counts",
-    "split_indices",
-]
+__all__ = sorted(_WHERE)

@@ -1,48 +1,42 @@
 """The DP-RVFL authors' data pipeline as the preprocessing profile ``authors``.
 
-The DP-RVFL paper (paper 001, section 4.1) states its preprocessing in words but leaves out two
-things a reproduction needs: the split rule (which generator, which cut points) and Table S2
-(the bounds and categorical sets). The authors' public code states both. This module
-implements those stated rules (written here from the rules, not from the authors' code) for
-MNIST, CIFAR-10, Cardio and Heart, so a run can use the authors' exact partition and encoding
-(``load_dataset(name, profile="authors")``, ``--profile authors``). dpaudit's own profile
-(``default`` for tabular data, ``raw01`` for images) is unchanged; ``docs/data-profiles.md``
-says how the two differ and why both exist.
+The DP-RVFL paper (paper 001, section 4.1) states its preprocessing in words but leaves out two things a reproduction needs: the
+split rule (which generator, which cut points) and Table S2 (the bounds and categorical sets). The authors' public code states
+both. This module implements those stated rules (written here from the rules, not from the authors' code) for MNIST, CIFAR-10,
+Cardio and Heart, so a run can use the authors' exact partition and encoding (``load_dataset(name, profile="authors")``,
+``--profile authors``). dpaudit's own profile (``default`` for tabular data, ``raw01`` for images) is unchanged;
+``docs/data-profiles.md`` says how the two differ and why both exist.
 
 Split (``split_seed`` default 2026, the authors' seed)
 ------------------------------------------------------
-One generator ``numpy.random.default_rng(split_seed)`` (NumPy's PCG64 seeded directly, *not*
-dpaudit's tagged :func:`dpaudit.noise.public_rng`), and its first call ``permutation(n)`` of
-the cleaned rows in file order. Cut points are ``int(fraction * n)`` in floating point (the
-product is truncated), which is what the rule says; for the sizes used here it agrees with
-dpaudit's exact integer cut points except where the float product is just below an integer.
+One generator ``numpy.random.default_rng(split_seed)`` (NumPy's PCG64 seeded directly, *not* dpaudit's tagged
+:func:`dpaudit.noise.public_rng`), and its first call ``permutation(n)`` of the cleaned rows in file order. Cut points are
+``int(fraction * n)`` in floating point (the product is truncated), which is what the rule says; for the sizes used here it agrees
+with dpaudit's exact integer cut points except where the float product is just below an integer.
 
-- Tabular (Cardio, Heart): ``perm[:int(0.70 n)]`` train, ``perm[int(0.70 n):int(0.85 n)]``
-  validation, ``perm[int(0.85 n):]`` test. Cardio (n = 68,608): 48,025 / 10,291 / 10,292.
+- Tabular (Cardio, Heart): ``perm[:int(0.70 n)]`` train, ``perm[int(0.70 n):int(0.85 n)]`` validation, ``perm[int(0.85 n):]``
+  test. Cardio (n = 68,608): 48,025 / 10,291 / 10,292.
   Heart (n = 302 after de-duplication): 211 / 45 / 46.
-- Images: the permutation is of the official *training* set (60,000 MNIST / 50,000 CIFAR-10
-  images): ``perm[:int(0.85 n)]`` train, the rest validation; the test partition is the
-  official test set, in the order of the same generator's second call
+- Images: the permutation is of the official *training* set (60,000 MNIST / 50,000 CIFAR-10 images): ``perm[:int(0.85 n)]`` train,
+  the rest validation; the test partition is the official test set, in the order of the same generator's second call
   ``permutation(n_test)`` (accuracy does not depend on the order; it is kept for fidelity).
 
-Each partition keeps the permutation's order (records are not re-sorted).
-``--split-seed S`` keeps the rule and replaces the seed (``default_rng(S)``).
+Each partition keeps the permutation's order (records are not re-sorted). ``--split-seed S`` keeps the rule and replaces the seed
+(``default_rng(S)``).
 
 Encoding (record-wise, nothing fitted)
 --------------------------------------
-- Numerical field with bounds [lo, hi]: a missing value becomes (lo + hi) / 2, then the value
-  is clipped to [lo, hi] and mapped to ``2 (x - lo) / (hi - lo) - 1``; a 0/1 missing indicator
-  column follows it. A non-finite value (``inf``) counts as missing too (no such value occurs in
-  the files; the rule is silent about it, and clipping an infinity is no better).
-- Categorical field: one 0/1 column per listed level, then one ``unknown`` column that is 1 for
-  any value not listed (a missing value included).
-- Column order: every numerical field (value, missing) in the listed order, then every
-  categorical field in the listed order. Labels are int64 {0, 1}.
+- Numerical field with bounds [lo, hi]: a missing value becomes (lo + hi) / 2, then the value is clipped to [lo, hi] and mapped to
+  ``2 (x - lo) / (hi - lo) - 1``; a 0/1 missing indicator column follows it. A non-finite value (``inf``) counts as missing too
+  (no such value occurs in the files; the rule is silent about it, and clipping an infinity is no better).
+- Categorical field: one 0/1 column per listed level, then one ``unknown`` column that is 1 for any value not listed (a missing
+  value included).
+- Column order: every numerical field (value, missing) in the listed order, then every categorical field in the listed order.
+  Labels are int64 {0, 1}.
 
-Cardio (``cardio/cardio_train.csv``): ``age_years = age / 365.25``, ``bmi = weight /
-(height / 100)^2``. Rows kept (inclusive): height 120-220, weight 30-200, ap_hi 80-250,
-ap_lo 40-150, ap_hi >= ap_lo, target present; a missing value in a filtered field fails the
-filter. No duplicate removal. 68,608 rows, 32 features.
+Cardio (``cardio/cardio_train.csv``): ``age_years = age / 365.25``, ``bmi = weight / (height / 100)^2``. Rows kept (inclusive):
+height 120-220, weight 30-200, ap_hi 80-250, ap_lo 40-150, ap_hi >= ap_lo, target present; a missing value in a filtered field
+fails the filter. No duplicate removal. 68,608 rows, 32 features.
 
 ==========  ============  ==============================
 field       bounds        categorical levels
@@ -55,10 +49,9 @@ ap_lo       [20, 200]     alco {0, 1}
 bmi         [5, 100]      active {0, 1}
 ==========  ============  ==============================
 
-Heart (``heart/heart_kaggle.csv``, the Kaggle-format ``heart.csv`` with a header and a
-``target`` column; *not* the UCI Cleveland file of the default profile): exact duplicate rows
-are dropped, keeping the first (302 of 303 rows remain), then ``y = 1 if target > 0``. In this
-file ``target = 1`` marks the *absence* of disease relative to the UCI coding (see
+Heart (``heart/heart_kaggle.csv``, the Kaggle-format ``heart.csv`` with a header and a ``target`` column; *not* the UCI Cleveland
+file of the default profile): exact duplicate rows are dropped, keeping the first (302 of 303 rows remain), then ``y = 1 if target
+> 0``. In this file ``target = 1`` marks the *absence* of disease relative to the UCI coding (see
 ``shared/data/heart/SOURCE.md``); the rule takes the column as it is. 47 features.
 
 ==========  ============  ==============================
@@ -75,13 +68,10 @@ then the categorical fields sex {0, 1}, fbs {0, 1}, exang {0, 1}, in that order.
 
 Images: ``ToTensor`` only (uint8 / 255, the ``raw01`` arithmetic), pixels in [0, 1].
 
-Privacy contract: as for every profile, all of this is public, fixed, record-wise
-preprocessing and a public split chosen before training; nothing is fitted to records (the
-de-duplication and cohort filters are public cleaning, outside the training guarantee, paper
-section 3.1). The guarantee of a run covers the training partition it receives. The ledger
-accounts per dataset *name* and partition, so releases on ``heart`` under both profiles compose
-(the two Heart files hold the same patients).
-"""
+Privacy contract: as for every profile, all of this is public, fixed, record-wise preprocessing and a public split chosen before
+training; nothing is fitted to records (the de-duplication and cohort filters are public cleaning, outside the training guarantee,
+paper section 3.1). The guarantee of a run covers the training partition it receives. The ledger accounts per dataset *name* and
+partition, so releases on ``heart`` under both profiles compose (the two Heart files hold the same patients)."""
 
 from __future__ import annotations
 
@@ -98,8 +88,8 @@ from .base import PreparedDataset, resolve_data_dir
 from .files import hash_and_verify, require_files, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
-from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CARDIO_FILTERS, DAYS_PER_YEAR, CategoricalField, Field, NumericField, encode,
-                      feature_names, read_table)
+from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, DAYS_PER_YEAR, CategoricalField, Field, NumericField, cardio_cohort_mask,
+                      encode, feature_names, read_table)
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.
@@ -119,12 +109,8 @@ def cut_point(n: int, fraction: float) -> int:
 
 @dataclass(frozen=True)
 class SplitIndices:
-    """Record indices of each partition, in the order the partition holds them (int64).
-
-    Tabular data: indices into the cleaned rows (file order). Images: ``train``/``val`` index
-    the official training set, ``test`` the official test set.
-    """
-
+    """Record indices of each partition, in the order the partition holds them (int64). Tabular data: indices into the cleaned
+    rows (file order). Images: ``train``/``val`` index the official training set, ``test`` the official test set."""
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
@@ -150,8 +136,8 @@ def tabular_split(n: int, split_seed: int = AUTHORS_SPLIT_SEED) -> SplitIndices:
 
 
 def image_split(n_train: int, n_test: int, split_seed: int = AUTHORS_SPLIT_SEED) -> SplitIndices:
-    """The authors' 85 / 15 rule over the official training set; test = the official test set
-    in the order of the generator's second permutation."""
+    """The authors' 85 / 15 rule over the official training set; test = the official test set in the order of the generator's
+    second permutation."""
     n_train, n_test = non_negative_int("n_train", n_train), non_negative_int("n_test", n_test)
     rng = np.random.default_rng(non_negative_int("split_seed", split_seed))
     perm = rng.permutation(n_train).astype(np.int64)
@@ -177,33 +163,21 @@ def split_sizes(name: str) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- Cardio
 
-# The file, its columns, the day-to-year factor and the kept-row ranges (inclusive; plus ap_hi >=
-# ap_lo and a present target) are the same as dpaudit's own Cardio profile: shared from tabular.
+# The file, its columns, the day-to-year factor and the kept-row ranges (inclusive; plus ap_hi >= ap_lo and a present target) are
+# the same as dpaudit's own Cardio profile: shared from tabular.
 CARDIO_SCHEMA: tuple[Field, ...] = (
-    NumericField("age_years", 0.0, 120.0, "years"),
-    NumericField("height", 100.0, 250.0, "cm"),
-    NumericField("weight", 20.0, 300.0, "kg"),
-    NumericField("ap_hi", 40.0, 300.0, "mmHg"),
-    NumericField("ap_lo", 20.0, 200.0, "mmHg"),
-    NumericField("bmi", 5.0, 100.0, "kg/m^2"),
-    CategoricalField("gender", (1.0, 2.0)),
-    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),
-    CategoricalField("gluc", (1.0, 2.0, 3.0)),
-    CategoricalField("smoke", (0.0, 1.0)),
-    CategoricalField("alco", (0.0, 1.0)),
-    CategoricalField("active", (0.0, 1.0)),
+    NumericField("age_years", 0.0, 120.0, "years"), NumericField("height", 100.0, 250.0, "cm"),
+    NumericField("weight", 20.0, 300.0, "kg"), NumericField("ap_hi", 40.0, 300.0, "mmHg"),
+    NumericField("ap_lo", 20.0, 200.0, "mmHg"), NumericField("bmi", 5.0, 100.0, "kg/m^2"), CategoricalField("gender", (1.0, 2.0)),
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)), CategoricalField("gluc", (1.0, 2.0, 3.0)),
+    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),
 )
 CARDIO_N_ROWS = 68_608
 
 
 def cardio_keep_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
     """Rows the authors keep (a missing value fails every comparison, so such a row is dropped)."""
-    keep = np.isfinite(cols["cardio"])
-    with np.errstate(invalid="ignore"):
-        for name, (lo, hi) in CARDIO_FILTERS.items():
-            keep &= (cols[name] >= lo) & (cols[name] <= hi)
-        keep &= cols["ap_hi"] >= cols["ap_lo"]
-    return keep
+    return np.isfinite(cols["cardio"]) & cardio_cohort_mask(cols)
 
 
 def encode_cardio(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -228,23 +202,15 @@ def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 HEART_FILE = "heart_kaggle.csv"
 HEART_COLUMNS = (
-    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg",
-    "thalach", "exang", "oldpeak", "slope", "ca", "thal", "target",
+    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "target",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
-    NumericField("age", 0.0, 120.0, "years"),
-    NumericField("trestbps", 40.0, 300.0, "mmHg"),
-    NumericField("chol", 0.0, 700.0, "mg/dl"),
-    NumericField("thalach", 30.0, 250.0, "bpm"),
-    NumericField("oldpeak", 0.0, 10.0, "mm"),
-    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    CategoricalField("restecg", (0.0, 1.0, 2.0)),
-    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
-    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
-    CategoricalField("sex", (0.0, 1.0)),
-    CategoricalField("fbs", (0.0, 1.0)),
-    CategoricalField("exang", (0.0, 1.0)),
+    NumericField("age", 0.0, 120.0, "years"), NumericField("trestbps", 40.0, 300.0, "mmHg"),
+    NumericField("chol", 0.0, 700.0, "mg/dl"), NumericField("thalach", 30.0, 250.0, "bpm"),
+    NumericField("oldpeak", 0.0, 10.0, "mm"), CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    CategoricalField("restecg", (0.0, 1.0, 2.0)), CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
+    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)), CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
+    CategoricalField("sex", (0.0, 1.0)), CategoricalField("fbs", (0.0, 1.0)), CategoricalField("exang", (0.0, 1.0)),
 )
 HEART_N_ROWS = 302  # 303 rows in the file, one exact duplicate
 
@@ -277,10 +243,7 @@ def prepare_heart(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 #: Files each dataset needs under the authors' profile (relative to the data directory).
-FILES = {
-    "cardio": (f"cardio/{CARDIO_FILE}",),
-    "heart": (f"heart/{HEART_FILE}",),
-}
+FILES = {"cardio": (f"cardio/{CARDIO_FILE}",), "heart": (f"heart/{HEART_FILE}",)}
 
 CARDIO_FEATURES = feature_names(CARDIO_SCHEMA)
 HEART_FEATURES = feature_names(HEART_SCHEMA)
@@ -293,10 +256,8 @@ HEART_FEATURES = feature_names(HEART_SCHEMA)
 class AuthorsRows:
     """The cleaned, encoded records before the split, in file order.
 
-    Tabular: ``x``/``y`` are all cleaned rows and ``x_test``/``y_test`` are None. Images:
-    ``x``/``y`` are the official training set, ``x_test``/``y_test`` the official test set.
-    """
-
+    Tabular: ``x``/``y`` are all cleaned rows and ``x_test``/``y_test`` are None. Images: ``x``/``y`` are the official training
+    set, ``x_test``/``y_test`` the official test set."""
     x: np.ndarray
     y: np.ndarray
     x_test: np.ndarray | None
@@ -309,7 +270,6 @@ class AuthorsRows:
 
 def load_rows(name: str, data_dir=None) -> AuthorsRows:
     """Read and encode ``name`` (mnist, cifar10, cardio, heart) under the authors' rules, unsplit."""
-
     root = resolve_data_dir(data_dir)
     if name in ("cardio", "heart"):
         folder = root / name
@@ -344,12 +304,9 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
 
 
 def load(info, data_dir=None, split_seed: int | None = None):
-    """``(PreparedDataset, SplitIndices)`` for registry entry ``info`` under the authors' profile.
-
-    The returned indices are the ones used to cut the partitions (see :class:`SplitIndices`);
-    their sorted-set SHA-256 is also written into the dataset's ``notes``.
-    """
-
+    """``(PreparedDataset, SplitIndices)`` for registry entry ``info`` under the authors' profile. The returned indices are the
+    ones used to cut the partitions (see :class:`SplitIndices`); their sorted-set SHA-256 is also written into the dataset's
+    ``notes``."""
     seed = AUTHORS_SPLIT_SEED if split_seed is None else non_negative_int("split_seed", split_seed)
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
@@ -378,10 +335,8 @@ def load(info, data_dir=None, split_seed: int | None = None):
 
 
 def _row_sets(info, idx: SplitIndices) -> tuple:
-    """Images: rows of the official files (exact). Tabular: the authors' files are filtered or
-    de-duplicated copies of the same people in another row order, so every row of the source
-    counts as read privately (fail closed, dpaudit.data.rows)."""
-
+    """Images: rows of the official files (exact). Tabular: the authors' files are filtered or de-duplicated copies of the same
+    people in another row order, so every row of the source counts as read privately (fail closed, dpaudit.data.rows)."""
     if info.kind == "tabular":
         return (RowSet(SOURCES[info.name], "private", None),)
     return row_sets(SOURCES[info.name], {"train": idx.train, "val": idx.val, "test": TEST_OFFSET[info.name] + idx.test})

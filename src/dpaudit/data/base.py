@@ -14,30 +14,24 @@ if TYPE_CHECKING:  # numpy loads in the functions that use it: the CLI reads DAT
     import numpy as np
 
 DATA_DIR_ENV = "DPAUDIT_DATA_DIR"
-#: Partitions whose sizes a release publishes: evaluation data outside the DP claim (the
-#: training partition's actual count is private; see PreparedDataset.identity).
+#: Partitions whose sizes a release publishes: evaluation data outside the DP claim (the training partition's actual count is
+#: private; see PreparedDataset.identity).
 PUBLISHED_PARTITIONS = ("val", "test")
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
-    """The directory to read real data from: ``data_dir`` if given, else ``$DPAUDIT_DATA_DIR``.
-
-    Raises :class:`DataError` when neither is set; nothing is ever downloaded.
-    """
+    """The directory to read real data from: ``data_dir`` if given, else ``$DPAUDIT_DATA_DIR``. Raises :class:`DataError` when
+    neither is set; nothing is ever downloaded."""
     if data_dir is None:
         data_dir = os.environ.get(DATA_DIR_ENV)
     if not data_dir:
-        raise DataError(
-            f"no data directory given: pass --data-dir DIR or set {DATA_DIR_ENV} "
-            "(dpaudit never downloads data)."
-        )
+        raise DataError(f"no data directory given: pass --data-dir DIR or set {DATA_DIR_ENV} " "(dpaudit never downloads data).")
     return Path(data_dir).expanduser()
 
 
 def array_sha256(*arrays: np.ndarray) -> str:
     """SHA-256 over the bytes, dtypes and shapes of prepared arrays (the dataset's identity)."""
     import numpy as np
-
     h = hashlib.sha256()
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -49,13 +43,9 @@ def array_sha256(*arrays: np.ndarray) -> str:
 
 @dataclass(frozen=True)
 class PreparedDataset:
-    """A dataset after fixed, data-independent preprocessing and a seeded public split.
-
-    Features are float32 arrays of shape (n, d) (images flattened; ``image_shape`` keeps
-    (channels, height, width) for models that need it). Labels are int64 class indices.
-    Validation is never touched by training.
-    """
-
+    """A dataset after fixed, data-independent preprocessing and a seeded public split. Features are float32 arrays of shape (n,
+    d) (images flattened; ``image_shape`` keeps (channels, height, width) for models that need it). Labels are int64 class
+    indices. Validation is never touched by training."""
     name: str
     kind: str  # "image" or "tabular"
     x_train: np.ndarray
@@ -71,16 +61,15 @@ class PreparedDataset:
     feature_names: tuple[str, ...] | None = None
     source_files: dict[str, str] = field(default_factory=dict)  # file name -> sha256
     notes: str = ""
-    #: Optional user id per record of each partition ({"train", "val", "test"} -> 1-D array),
-    #: set only for data split along user boundaries (see :mod:`dpaudit.data.users`).
+    #: Optional user id per record of each partition ({"train", "val", "test"} -> 1-D array), set only for data split along user
+    #: boundaries (see :mod:`dpaudit.data.users`).
     user_ids: dict[str, np.ndarray] | None = None
-    #: The declared, public size of the training partition (the dataset definition's, e.g. the
-    #: registry's documented train size), NOT the count of ``x_train``: a record-level DP-SGD
-    #: schedule (q, T, m0) is built from it, so a neighbouring dataset (one record more or less)
-    #: runs the identical mechanism. None: not declared (the request must then give one).
+    #: The declared, public size of the training partition (the dataset definition's, e.g. the registry's documented train size),
+    #: NOT the count of ``x_train``: a record-level DP-SGD schedule (q, T, m0) is built from it, so a neighbouring dataset (one
+    #: record more or less) runs the identical mechanism. None: not declared (the request must then give one).
     reference_size: int | None = None
-    #: The source rows each partition reads (:mod:`dpaudit.data.rows`): the ledger budgets the
-    #: people behind them across dataset names. LOCAL ONLY (never in release.json); empty: unknown.
+    #: The source rows each partition reads (:mod:`dpaudit.data.rows`): the ledger budgets the people behind them across dataset
+    #: names. LOCAL ONLY (never in release.json); empty: unknown.
     rows: tuple = ()
 
     @property
@@ -93,48 +82,38 @@ class PreparedDataset:
 
     @property
     def sha256(self) -> str:
-        """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells
-        neighbouring datasets apart exactly, so it is never published; releases carry it as
-        ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""
+        """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells neighbouring datasets apart exactly, so it
+        is never published; releases carry it as ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""
         return array_sha256(self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test)
 
     @property
     def user_ids_sha256(self) -> str | None:
-        """Unkeyed digest of the user ids of the three partitions (LOCAL ONLY, like :attr:`sha256`);
-        None when the data are not split by users."""
+        """Unkeyed digest of the user ids of the three partitions (LOCAL ONLY, like :attr:`sha256`); None when the data are not
+        split by users."""
         if self.user_ids is None:
             return None
         import numpy as np
-
         return array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
 
     def identity(self) -> dict:
-        """The dataset's *public* identity, as published in ``release.json``.
-
-        Every field is public configuration or a size/schema the guarantee assumes public:
+        """The dataset's *public* identity, as published in ``release.json``. Every field is public configuration or a size/schema
+        the guarantee assumes public:
 
         - ``name``, ``kind``, ``profile``, ``split_seed``: public choices of the operator;
         - ``n_features``, ``n_classes``: the schema, fixed before any record is seen;
-        - ``split_sizes``: the val / test sizes only: evaluation partitions outside the DP
-          claim (their metrics are published too). The training count is private (a neighbour
-          has one record more or less) and is never published: the schedule is built from the
-          declared :attr:`reference_size`, which the release records as a mechanism input;
-        - ``n_users`` (user-split data): users in the val / test partitions, as above (the
-          training users' count is private too; user-level schedules use a declared reference);
+        - ``split_sizes``: the val / test sizes only: evaluation partitions outside the DP claim (their metrics are published
+          too). The training count is private (a neighbour has one record more or less) and is never published: the schedule is
+          built from the declared :attr:`reference_size`, which the release records as a mechanism input;
+        - ``n_users`` (user-split data): users in the val / test partitions, as above (the training users' count is private too;
+          user-level schedules use a declared reference);
         - ``source_files``: the file names read (public paths of the registry), not their hashes.
 
-        Deliberately absent: any hash of the records, of the source files or of the user ids
-        (each one distinguishes neighbouring datasets exactly). Use :attr:`sha256` locally.
-        """
+        Deliberately absent: any hash of the records, of the source files or of the user ids (each one distinguishes neighbouring
+        datasets exactly). Use :attr:`sha256` locally."""
         out = {
-            "name": self.name,
-            "kind": self.kind,
-            "profile": self.profile,
-            "split_seed": self.split_seed,
+            "name": self.name, "kind": self.kind, "profile": self.profile, "split_seed": self.split_seed,
             "split_sizes": {p: n for p, n in self.split_sizes.items() if p in PUBLISHED_PARTITIONS},
-            "n_features": self.n_features,
-            "n_classes": self.n_classes,
-            "source_files": sorted(self.source_files),
+            "n_features": self.n_features, "n_classes": self.n_classes, "source_files": sorted(self.source_files),
         }
         if self.user_ids is not None:  # user-split data: how many users each partition holds
             import numpy as np

@@ -10,20 +10,20 @@ from ..errors import DataError
 SHA256SUMS = "SHA256SUMS"
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file; md5 only to compare with published checksums."""
+    h = hashlib.new(algorithm, usedforsecurity=False)
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
 
 
-def file_md5(path: Path) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def _relative(path: Path, data_dir: Path) -> str | None:
+    try:
+        return path.relative_to(data_dir).as_posix()
+    except ValueError:
+        return None
 
 
 def read_sha256sums(data_dir: Path) -> dict[str, str]:
@@ -47,35 +47,24 @@ def require_files(folder: Path, names: list[str] | tuple[str, ...], what: str) -
     """Raise one :class:`DataError` line naming every expected file and the folder searched."""
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise DataError(
-            f"{what} files not found: expected {', '.join(names)} in {folder} "
-            f"(missing: {', '.join(missing)})."
-        )
+        raise DataError(f"{what} files not found: expected {', '.join(names)} in {folder} (missing: {', '.join(missing)}).")
 
 
 def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...], what: str) -> dict[str, str]:
-    """sha256 of each file; checked against ``<data_dir>/SHA256SUMS`` where it lists the file.
-
-    Returns ``file name -> sha256``. A mismatch is a :class:`DataError` (corrupt or altered file).
-    """
+    """sha256 of each file; checked against ``<data_dir>/SHA256SUMS`` where it lists the file. Returns ``file name -> sha256``. A
+    mismatch is a :class:`DataError` (corrupt or altered file)."""
     sums = read_sha256sums(data_dir)
     out: dict[str, str] = {}
     for name in names:
         path = folder / name
         try:
-            digest = file_sha256(path)
+            digest = file_digest(path)
         except OSError as exc:
             raise DataError(f"cannot read {what} file {path}: {exc.strerror or exc}.") from None
-        try:
-            rel = path.relative_to(data_dir).as_posix()
-        except ValueError:
-            rel = name
-        expected = sums.get(rel)
+        expected = sums.get(_relative(path, data_dir) or name)
         if expected is not None and expected != digest:
-            raise DataError(
-                f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), "
-                f"got {digest}."
-            )
+            raise DataError(f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), "
+                            f"got {digest}.")
         out[name] = digest
     return out
 
@@ -83,12 +72,7 @@ def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, 
 def sums_note(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...]) -> str:
     """One phrase for ``notes``: whether the files' sha256 were checked against SHA256SUMS."""
     sums = read_sha256sums(data_dir)
-    listed = []
-    for name in names:
-        try:
-            listed.append((folder / name).relative_to(data_dir).as_posix() in sums)
-        except ValueError:
-            listed.append(False)
+    listed = [_relative(folder / name, data_dir) in sums for name in names]
     if listed and all(listed):
         return f"sha256 of all {len(names)} source files verified against {SHA256SUMS}"
     if any(listed):

@@ -7,26 +7,20 @@ Files (read-only; nothing is downloaded, ``download=False`` always):
 - MNIST: ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
 - CIFAR-10: ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
 
-MNIST: the decompressed IDX files in ``<root>/MNIST/raw`` (torchvision's layout) are read with
-:func:`read_idx`, which gives the arrays ``torchvision.datasets.MNIST`` gives (tested) without its
-import.
-The data folder is read-only and holds the ``.gz`` originals, so each ``.gz`` is hashed
-(sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
-once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary
-folder and renamed into place, so a crash never leaves a half-written cache; a folder without
-its ``COMPLETE`` marker is rebuilt). The official test set is the test partition; the 60,000
-training images are split 85/15 (51,000 / 9,000).
+MNIST: the decompressed IDX files in ``<root>/MNIST/raw`` (torchvision's layout) are read with :func:`read_idx`, which gives the
+arrays ``torchvision.datasets.MNIST`` gives (tested) without its import. The data folder is read-only and holds the ``.gz``
+originals, so each ``.gz`` is hashed (sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
+once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary folder and renamed into place, so
+a crash never leaves a half-written cache; a folder without its ``COMPLETE`` marker is rebuilt). The official test set is the test
+partition; the 60,000 training images are split 85/15 (51,000 / 9,000).
 
-CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files.
-Tests use small synthetic batches in the same format, which that check rejects, so
-``_VerifiedCIFAR10`` replaces the md5 check by a structural one: every file is first read
-with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle
-cannot run code), and must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the
-meta file must hold ten ``label_names``. The sha256 of each file is recorded in
-``source_files`` (and checked against ``SHA256SUMS`` when listed there), and the md5 of each is
-compared with the official md5 list: the dataset's ``notes`` say whether these are the official
-CIFAR-10 batches. The 50,000 training images are split 85/15 (42,500 / 7,500); the official test
-batch (10,000) is the test partition.
+CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files. Tests use small synthetic batches
+in the same format, which that check rejects, so ``_VerifiedCIFAR10`` replaces the md5 check by a structural one: every file is
+first read with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle cannot run code), and
+must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the meta file must hold ten ``label_names``. The sha256 of
+each file is recorded in ``source_files`` (and checked against ``SHA256SUMS`` when listed there), and the md5 of each is compared
+with the official md5 list: the dataset's ``notes`` say whether these are the official CIFAR-10 batches. The 50,000 training
+images are split 85/15 (42,500 / 7,500); the official test batch (10,000) is the test partition.
 
 Profiles (fixed, independent of any record; paper section 3.6, Table 7):
 
@@ -38,13 +32,11 @@ profile              transform (torchvision)                                    
 ``half-resolution``  ``Resize((H/2, W/2))`` (PIL bilinear, antialiased), ``ToTensor()``   [0, 1]
 ===================  ==================================================================  =======
 
-``raw01`` and ``centered`` are computed for the whole array at once with exactly the
-arithmetic of ``ToTensor`` (float32 division by 255) and ``Normalize`` (subtract, then divide).
-``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for MNIST, 16 x 16 for
-CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three
-with the torchvision transform pipelines applied image by image. Features are
-flattened in (channel, height, width) order; ``image_shape`` keeps (C, H, W).
-"""
+``raw01`` and ``centered`` are computed for the whole array at once with exactly the arithmetic of ``ToTensor`` (float32 division
+by 255) and ``Normalize`` (subtract, then divide). ``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for
+MNIST, 16 x 16 for CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three with the
+torchvision transform pipelines applied image by image. Features are flattened in (channel, height, width) order; ``image_shape``
+keeps (C, H, W)."""
 
 from __future__ import annotations
 
@@ -63,15 +55,12 @@ from ..errors import DataError
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import file_md5, hash_and_verify, require_files
+from .files import file_digest, hash_and_verify, require_files
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
 MNIST_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
+    "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
 )
 MNIST_TRAIN_SIZE = 60_000
 MNIST_TEST_SIZE = 10_000
@@ -89,10 +78,8 @@ CIFAR_TEST_SIZE = 10_000
 
 
 def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[int, int, int]]:
-    """Fixed profile of uint8 images (n, H, W) or (n, H, W, C) -> float32 (n, C*H'*W'), (C, H', W').
-
-    The profile is a per-record transform with fixed constants: it fits nothing to the data.
-    """
+    """Fixed profile of uint8 images (n, H, W) or (n, H, W, C) -> float32 (n, C*H'*W'), (C, H', W'). The profile is a per-record
+    transform with fixed constants: it fits nothing to the data."""
     if images.dtype != np.uint8 or images.ndim not in (3, 4):
         raise DataError(f"images must be uint8 of shape (n, H, W[, C]), got {images.dtype} {images.shape}.")
     chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
@@ -111,8 +98,8 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms import functional as TF
 
-        # transforms.Resize((H/2, W/2)) on each PIL image (the same call Resize makes), then the
-        # ToTensor arithmetic for the whole batch at once (bit-equal; checked in the tests).
+        # transforms.Resize((H/2, W/2)) on each PIL image (the same call Resize makes), then the ToTensor arithmetic for the whole
+        # batch at once (bit-equal; checked in the tests).
         hh, ww = h // 2, w // 2
         small = np.empty((n, hh, ww, c), dtype=np.uint8)
         hwc = images if images.ndim == 4 else images[..., None]
@@ -138,7 +125,6 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     require_files(folder, MNIST_FILES, "MNIST")
     hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
     import hashlib
-
     tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
     root = _cache_root() / f"mnist-{tag}"
     done = root / "MNIST" / "raw" / "COMPLETE"
@@ -160,15 +146,14 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
                     shutil.copyfileobj(fin, fout, 1 << 20)
             except (OSError, EOFError, zlib.error) as exc:
                 raise DataError(
-                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} "
-                    f"in {folder}."
+                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} " f"in {folder}."
                 ) from None
         (raw / "COMPLETE").write_text("\n".join(f"{hashes[n]}  {n}" for n in MNIST_FILES) + "\n")
         try:
             os.rename(tmp, root)
         except OSError:
-            # Either another process finished first (its copy is equivalent), or a stale folder
-            # without the COMPLETE marker is in the way: remove it and put ours in place.
+            # Either another process finished first (its copy is equivalent), or a stale folder without the COMPLETE marker is in
+            # the way: remove it and put ours in place.
             if not done.is_file():
                 shutil.rmtree(root, ignore_errors=True)
                 try:
@@ -183,12 +168,9 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
 
 
 def read_idx(path: Path, ndim: int) -> np.ndarray:
-    """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions.
-
-    The same format check and the same array as torchvision's MNIST reader (magic 0x0000 08 nd,
-    big-endian int32 sizes, then the bytes), without importing torchvision: its import pulls in
-    torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers.
-    """
+    """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions. The same format check and the same array
+    as torchvision's MNIST reader (magic 0x0000 08 nd, big-endian int32 sizes, then the bytes), without importing torchvision: its
+    import pulls in torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers."""
     raw = Path(path).read_bytes()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
         raise DataError(f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
@@ -204,13 +186,10 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
 
 
 def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
-    """The official MNIST split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
-
-    ``x_*`` uint8 (n, 28, 28), ``y_*`` int64. Read from the verified, decompressed cache with
-    :func:`read_idx` (arrays equal to ``torchvision.datasets.MNIST(download=False)``'s; tested).
-    With ``with_sources=True`` a fifth element maps each ``.gz`` file name to its sha256.
-    """
-
+    """The official MNIST split, unpermuted: ``(x_train, y_train, x_test, y_test)``. ``x_*`` uint8 (n, 28, 28), ``y_*`` int64.
+    Read from the verified, decompressed cache with :func:`read_idx` (arrays equal to
+    ``torchvision.datasets.MNIST(download=False)``'s; tested). With ``with_sources=True`` a fifth element maps each ``.gz`` file
+    name to its sha256."""
     data_dir = resolve_data_dir(data_dir)
     root, hashes = _mnist_torchvision_root(data_dir)
     raw = root / "MNIST" / "raw"
@@ -222,8 +201,7 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
             y = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1).astype(np.int64)
         except (DataError, OSError) as exc:
             raise DataError(
-                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); "
-                f"expected the IDX files {', '.join(MNIST_FILES)}."
+                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); " f"expected the IDX files {', '.join(MNIST_FILES)}."
             ) from None
         if x.shape != (size, 28, 28) or y.shape != (size,) or y.min() < 0 or y.max() > 9:
             raise DataError(
@@ -236,28 +214,18 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
 
 # --------------------------------------------------------------------------- CIFAR-10
 
-# md5 of the official python batches (the list torchvision pins); used only to say whether the
-# files read are the official ones.
+# md5 of the official python batches (the list torchvision pins); used only to say whether the files read are the official ones.
 _CIFAR_OFFICIAL_MD5 = {
-    "data_batch_1": "c99cafc152244af753f735de768cd75f",
-    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
-    "data_batch_4": "634d18415352ddfa80567beed471001a",
-    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
-    "test_batch": "40351d587109b95175f43aff81a1287e",
+    "data_batch_1": "c99cafc152244af753f735de768cd75f", "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751", "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb", "test_batch": "40351d587109b95175f43aff81a1287e",
     "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
 }
 
 _SAFE_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
 }
 
 
@@ -298,13 +266,10 @@ def _check_meta(path: Path) -> None:
 
 def _verified_cifar10_class():
     from torchvision.datasets import CIFAR10
-
     class _VerifiedCIFAR10(CIFAR10):
-        """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring).
-
-        Every file is parsed with a restricted unpickler before torchvision reads it, so a file
-        that is not plain arrays/lists/strings is rejected before any unrestricted ``pickle.load``.
-        """
+        """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring). Every file is parsed with a
+        restricted unpickler before torchvision reads it, so a file that is not plain arrays/lists/strings is rejected before any
+        unrestricted ``pickle.load``."""
 
         def _check_integrity(self) -> bool:
             folder = Path(self.root) / self.base_folder
@@ -335,19 +300,15 @@ def _verified_cifar10_class():
 
 
 def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
-    """The official CIFAR-10 split, unpermuted: ``(x_train, y_train, x_test, y_test)``.
-
-    ``x_*`` uint8 (n, 32, 32, 3) (HWC, as torchvision holds it), ``y_*`` int64. With
-    ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every file's md5
-    equals the official one.
-    """
-
+    """The official CIFAR-10 split, unpermuted: ``(x_train, y_train, x_test, y_test)``. ``x_*`` uint8 (n, 32, 32, 3) (HWC, as
+    torchvision holds it), ``y_*`` int64. With ``with_sources=True`` two more elements: ``file name -> sha256`` and whether every
+    file's md5 equals the official one."""
     data_dir = resolve_data_dir(data_dir)
     root = data_dir / "cifar10"
     folder = root / CIFAR_FOLDER
     require_files(folder, CIFAR_FILES, "CIFAR-10")
     hashes = hash_and_verify(data_dir, folder, CIFAR_FILES, "CIFAR-10")
-    official = all(file_md5(folder / n) == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
+    official = all(file_digest(folder / n, "md5") == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
     cls = _verified_cifar10_class()
     out = []
     for train in (True, False):
@@ -357,8 +318,7 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
             raise
         except Exception as exc:
             raise DataError(
-                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); "
-                f"expected {', '.join(CIFAR_FILES)}."
+                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); " f"expected {', '.join(CIFAR_FILES)}."
             ) from None
         out += [np.ascontiguousarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)]
     if official and (len(out[1]) != CIFAR_TRAIN_SIZE or len(out[3]) != CIFAR_TEST_SIZE):

@@ -11,26 +11,21 @@ digits          image    no     1,257 / 269 / 271           1x8x8       10     r
 breast-cancer   tabular  no     398 / 85 / 86               30          2      default
 ==============  =======  =====  ==========================  ==========  =====  ========================
 
-- Images: the official test set is the test partition; the official training set is split
-  85 / 15 (train / unused validation). Tabular and the bundled digits: 70 / 15 / 15. Always the
-  seeded permutation with integer cut points of :mod:`dpaudit.data.splits`, no stratification,
-  default split seed 2026 (:data:`~dpaudit.data.splits.DEFAULT_SPLIT_SEED`).
-- ``digits`` is scikit-learn's bundled ``load_digits`` (1,797 images, 8 x 8, values 0..16):
-  ``raw01`` divides by the fixed maximum 16, ``centered`` applies ``Normalize(0.5, 0.5)`` after
-  that, ``half-resolution`` applies ``torchvision.transforms.Resize((4, 4))`` (bilinear,
-  antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
-- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular`
-  (every bound is documented there).
-- Profile ``authors`` (MNIST, CIFAR-10, Cardio, Heart): the DP-RVFL authors' published pipeline
-  instead of dpaudit's own (:mod:`dpaudit.data.authors`): their split generator
-  (``numpy.random.default_rng(2026)``) and float ``int()`` cut points, their bounds and column
-  order, and for Heart the Kaggle-format file with duplicates removed (302 rows: 211 / 45 / 46).
-  Its sizes and files come from :func:`profile_split_sizes` and :func:`profile_files`.
+- Images: the official test set is the test partition; the official training set is split 85 / 15 (train / unused validation).
+  Tabular and the bundled digits: 70 / 15 / 15. Always the seeded permutation with integer cut points of
+  :mod:`dpaudit.data.splits`, no stratification, default split seed 2026 (:data:`~dpaudit.data.splits.DEFAULT_SPLIT_SEED`).
+- ``digits`` is scikit-learn's bundled ``load_digits`` (1,797 images, 8 x 8, values 0..16): ``raw01`` divides by the fixed maximum
+  16, ``centered`` applies ``Normalize(0.5, 0.5)`` after that, ``half-resolution`` applies ``torchvision.transforms.Resize((4,
+  4))`` (bilinear, antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
+- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular` (every bound is documented there).
+- Profile ``authors`` (MNIST, CIFAR-10, Cardio, Heart): the DP-RVFL authors' published pipeline instead of dpaudit's own
+  (:mod:`dpaudit.data.authors`): their split generator (``numpy.random.default_rng(2026)``) and float ``int()`` cut points, their
+  bounds and column order, and for Heart the Kaggle-format file with duplicates removed (302 rows: 211 / 45 / 46). Its sizes and
+  files come from :func:`profile_split_sizes` and :func:`profile_files`.
 
-Privacy contract: everything here is public, fixed preprocessing and a public split; no
-statistic is fitted on records. The DP guarantee of a training run covers the training partition
-it receives; cohort cleaning and file audits are outside it (paper section 3.1).
-"""
+Privacy contract: everything here is public, fixed preprocessing and a public split; no statistic is fitted on records. The DP
+guarantee of a training run covers the training partition it receives; cohort cleaning and file audits are outside it (paper
+section 3.1)."""
 
 from __future__ import annotations
 
@@ -58,7 +53,6 @@ AUTHORS_PROFILE = "authors"
 @dataclass(frozen=True)
 class DatasetInfo:
     """What a dataset is, before loading it."""
-
     name: str
     kind: str  # "image" or "tabular"
     needs_files: bool
@@ -74,17 +68,10 @@ class DatasetInfo:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name,
-            "kind": self.kind,
-            "needs_files": self.needs_files,
-            "split_sizes": dict(self.split_sizes),
-            "n_features": self.n_features,
-            "n_classes": self.n_classes,
-            "description": self.description,
-            "files": list(self.files),
-            "image_shape": list(self.image_shape) if self.image_shape else None,
-            "profiles": list(self.profiles),
-            "default_profile": self.default_profile,
+            "name": self.name, "kind": self.kind, "needs_files": self.needs_files, "split_sizes": dict(self.split_sizes),
+            "n_features": self.n_features, "n_classes": self.n_classes, "description": self.description,
+            "files": list(self.files), "image_shape": list(self.image_shape) if self.image_shape else None,
+            "profiles": list(self.profiles), "default_profile": self.default_profile,
             "default_split_seed": self.default_split_seed,
         }
 
@@ -99,43 +86,31 @@ DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo(
         "mnist", "image", True, _sizes(51_000, 9_000, 10_000), 784, 10,
         "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
-        tuple(f"mnist/{n}" for n in (
-            "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")),
-        (1, 28, 28), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01",
-    ),
+        tuple(f"mnist/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                                     "t10k-labels-idx1-ubyte.gz")),
+        (1, 28, 28), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01"),
     "cifar10": DatasetInfo(
         "cifar10", "image", True, _sizes(42_500, 7_500, 10_000), 3072, 10,
         "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
         tuple(f"cifar10/cifar-10-batches-py/{n}" for n in (
-            "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5",
-            "test_batch", "batches.meta")),
-        (3, 32, 32), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01",
-    ),
+            "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta")),
+        (3, 32, 32), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01"),
     "cardio": DatasetInfo(
         "cardio", "tabular", True, _sizes(48_025, 10_291, 10_292), 32, 2,
-        "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; "
-        "fixed bounds to [-1, 1]; split 70/15/15.",
-        ("cardio/cardio_train.csv",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default",
-    ),
+        "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; fixed bounds to [-1, 1]; "
+        "split 70/15/15.", ("cardio/cardio_train.csv",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default"),
     "heart": DatasetInfo(
         "heart", "tabular", True, _sizes(212, 45, 46), 47, 2,
-        "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to "
-        "[-1, 1]; split 70/15/15.",
-        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default",
-    ),
+        "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to [-1, 1]; split 70/15/15.",
+        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default"),
     "digits": DatasetInfo(
         "digits", "image", False, _sizes(1_257, 269, 271), 64, 10,
-        "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); "
-        "split 70/15/15; needs no files.",
-        (), (1, 8, 8), _IMAGE_PROFILES, "raw01",
-    ),
+        "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); split 70/15/15; "
+        "needs no files.", (), (1, 8, 8), _IMAGE_PROFILES, "raw01"),
     "breast-cancer": DatasetInfo(
         "breast-cancer", "tabular", False, _sizes(398, 85, 86), 30, 2,
-        "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed "
-        "bounds to [-1, 1], 1 = malignant; split 70/15/15; needs no files.",
-        (), None, TABULAR_PROFILES, "default",
-    ),
+        "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed bounds to [-1, 1], "
+        "1 = malignant; split 70/15/15; needs no files.", (), None, TABULAR_PROFILES, "default"),
 }
 
 DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
@@ -165,8 +140,8 @@ def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
 
 
 def check_profile(name: str, profile: str | None) -> str:
-    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default);
-    an unknown dataset or a profile the dataset does not offer is a :class:`UsageError`."""
+    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default); an unknown dataset or a
+    profile the dataset does not offer is a :class:`UsageError`."""
     return _check_profile(dataset_info(name), profile)
 
 
@@ -189,20 +164,15 @@ def profile_split_sizes(name: str, profile: str | None = None) -> dict:
 def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> PreparedDataset:
     """Load ``name`` with its fixed preprocessing and its seeded public split.
 
-    ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular
-    data); images accept ``raw01``, ``centered``, ``half-resolution``; tabular data accept
-    ``default``; MNIST, CIFAR-10, Cardio and Heart also accept ``authors`` (the DP-RVFL authors'
-    split and encoding, :mod:`dpaudit.data.authors`; there ``split_seed`` seeds
-    ``numpy.random.default_rng`` directly). ``split_seed``: None means the documented default
-    (2026, also the authors' seed). ``data_dir``: the
-    argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer).
-    Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or
-    corrupt files (one line naming the expected files and the folder searched).
+    ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular data); images accept ``raw01``,
+    ``centered``, ``half-resolution``; tabular data accept ``default``; MNIST, CIFAR-10, Cardio and Heart also accept ``authors``
+    (the DP-RVFL authors' split and encoding, :mod:`dpaudit.data.authors`; there ``split_seed`` seeds ``numpy.random.default_rng``
+    directly). ``split_seed``: None means the documented default (2026, also the authors' seed). ``data_dir``: the argument, else
+    ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer). Raises :class:`UsageError` for a bad name/profile/seed and
+    :class:`DataError` for missing or corrupt files (one line naming the expected files and the folder searched).
 
-    The result declares ``reference_size``: the definition's train size under ``profile``
-    (:func:`profile_split_sizes`), whatever the files hold (a file with one row more or less
-    keeps the same DP-SGD schedule).
-    """
+    The result declares ``reference_size``: the definition's train size under ``profile`` (:func:`profile_split_sizes`), whatever
+    the files hold (a file with one row more or less keeps the same DP-SGD schedule)."""
     info = dataset_info(name)
     profile = _check_profile(info, profile)
     seed = _check_split_seed(info, split_seed)
@@ -243,8 +213,7 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
     tr, va, te = split_indices(len(y), seed, 70, 15)
     rows = row_sets(SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]})
     return PreparedDataset(
-        name=info.name, kind="tabular",
-        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        name=info.name, kind="tabular", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
         n_classes=2, split_seed=seed, profile="default", image_shape=None,
         feature_names=tuple(names), source_files=dict(src), notes=notes, rows=rows,
     )
@@ -258,8 +227,7 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     else:
         x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
         notes = "official CIFAR-10 test batch; training batches split 85/15; " + (
-            "files match the official md5 list."
-            if official
+            "files match the official md5 list." if official
             else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
         ) + " " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)) + "."
     tr, va = train_val_indices(len(y_tr), seed, 85)
@@ -270,8 +238,7 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     x_val, _ = apply_profile(x_tr[va], profile)
     x_test, _ = apply_profile(x_te, profile)
     return PreparedDataset(
-        name=info.name, kind="image",
-        x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
+        name=info.name, kind="image", x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
         n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
         feature_names=None, source_files=dict(src), notes=notes, rows=rows,
     )
@@ -283,7 +250,6 @@ DIGITS_MAX = 16.0  # load_digits pixel values are integer counts 0..16 (fixed by
 def _load_digits(info, seed, profile) -> PreparedDataset:
     import torch
     from sklearn.datasets import load_digits
-
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     y = np.asarray(bunch.target, dtype=np.int64)
@@ -298,10 +264,8 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     x = t.reshape(len(y), -1).numpy().astype(np.float32)
     tr, va, te = split_indices(len(y), seed, 70, 15)
     return PreparedDataset(
-        name="digits", kind="image",
-        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
-        n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
-        feature_names=None, source_files={},
+        name="digits", kind="image", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
+        n_classes=10, split_seed=seed, profile=profile, image_shape=shape, feature_names=None, source_files={},
         notes="scikit-learn load_digits (bundled); pixels / 16; split 70/15/15.",
         rows=row_sets(SOURCES["digits"], {"train": tr, "val": va, "test": te}),
     )

@@ -1,19 +1,17 @@
 """The public train / validation / test partition rule (paper 001, section 4.1 and Table 1).
 
-One rule for every dataset: draw a permutation of the record indices from the public split
-seed, then cut it at integer points. No stratification, nothing depends on record values.
+One rule for every dataset: draw a permutation of the record indices from the public split seed, then cut it at integer points. No
+stratification, nothing depends on record values.
 
-- ``n_train = (train_percent * n) // 100`` and ``n_val = (val_percent * n) // 100`` in exact
-  integer arithmetic; the test part takes the remainder. So 70/15/15 gives Cardio
-  48,025 / 10,291 / 10,292 (n = 68,608) and Heart 212 / 45 / 46 (n = 303), and 85/15 of the
-  image training sets gives MNIST 51,000 / 9,000 and CIFAR-10 42,500 / 7,500 (Table 1).
-- The permutation is ``dpaudit.noise.public_rng(split_seed, SPLIT_TAG).permutation(n)``
-  (NumPy PCG64 seeded through a SeedSequence). The paper's own generator is not published, so
-  the same seed does not reproduce the paper's exact partition, only its sizes and rule.
+- ``n_train = (train_percent * n) // 100`` and ``n_val = (val_percent * n) // 100`` in exact integer arithmetic; the test part
+  takes the remainder. So 70/15/15 gives Cardio 48,025 / 10,291 / 10,292 (n = 68,608) and Heart 212 / 45 / 46 (n = 303), and 85/15
+  of the image training sets gives MNIST 51,000 / 9,000 and CIFAR-10 42,500 / 7,500 (Table 1).
+- The permutation is ``dpaudit.noise.public_rng(split_seed, SPLIT_TAG).permutation(n)`` (NumPy PCG64 seeded through a
+  SeedSequence). The paper's own generator is not published, so the same seed does not reproduce the paper's exact partition, only
+  its sizes and rule.
 
-The split is public randomness: it is recorded (``split_seed``) and is outside the DP guarantee
-of a training run, which covers the training partition it is given (paper section 3.1).
-"""
+The split is public randomness: it is recorded (``split_seed``) and is outside the DP guarantee of a training run, which covers
+the training partition it is given (paper section 3.1)."""
 
 from __future__ import annotations
 
@@ -25,17 +23,15 @@ from ..validation import non_negative_int
 #: Tag mixed into the split generator so a split seed never collides with a model seed's stream.
 SPLIT_TAG = 0x5B1  # "split"; a fixed public constant
 
-#: Default public split seed: the primary Heart partition of the paper is split seed 2026
-#: (section 4.8: "The split-2026 result is a separate secure-noise realization from the primary
-#: run"); the paper uses one seed for all primary partitions, so 2026 is the default everywhere.
+#: Default public split seed: the primary Heart partition of the paper is split seed 2026 (section 4.8: "The split-2026 result is
+#: a separate secure-noise realization from the primary run"); the paper uses one seed for all primary partitions, so 2026 is the
+#: default everywhere.
 DEFAULT_SPLIT_SEED = 2026
 
 
 def split_counts(n: int, train_percent: int, val_percent: int) -> tuple[int, int, int]:
-    """Sizes (train, val, test) for ``n`` records under integer cut points.
-
-    ``train_percent`` and ``val_percent`` are integers; the test part is the remainder.
-    """
+    """Sizes (train, val, test) for ``n`` records under integer cut points. ``train_percent`` and ``val_percent`` are integers;
+    the test part is the remainder."""
     n = non_negative_int("n", n)
     if not (0 <= train_percent <= 100 and 0 <= val_percent <= 100 - train_percent):
         raise ValueError(f"bad split percentages {train_percent}/{val_percent}")
@@ -49,9 +45,7 @@ def permutation(n: int, split_seed: int) -> np.ndarray:
     return public_rng(int(split_seed), SPLIT_TAG).permutation(int(n)).astype(np.int64)
 
 
-def split_indices(
-    n: int, split_seed: int, train_percent: int, val_percent: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_indices(n: int, split_seed: int, train_percent: int, val_percent: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Index arrays (train, val, test), disjoint and covering ``range(n)``."""
     n_train, n_val, _ = split_counts(n, train_percent, val_percent)
     perm = permutation(n, split_seed)

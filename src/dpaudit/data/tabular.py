@@ -1,30 +1,27 @@
 """Cardio, Heart (UCI, four centres) and breast-cancer: fixed, data-independent preprocessing.
 
-Paper 001, section 4.1 and Table 1. No mean, median, variance, category vocabulary or scaler is
-fitted to any record: every constant below is written here, before any data is read.
+Paper 001, section 4.1 and Table 1. No mean, median, variance, category vocabulary or scaler is fitted to any record: every
+constant below is written here, before any data is read.
 
 Encoding rules (section 4.1)
 ----------------------------
-- Numerical field with bounds [lo, hi]: clip to [lo, hi], then ``2 (x - lo) / (hi - lo) - 1``
-  (so the value lies in [-1, 1]). A missing or non-finite value becomes the midpoint (0 after
-  the map) and the field's missingness indicator (``<name>__missing``) is 1, else 0.
-- Categorical field with a prespecified value set: one indicator per value
-  (``<name>=<value>``) plus ``<name>=unknown``, which is 1 for any value outside the set and for
-  a missing value.
+- Numerical field with bounds [lo, hi]: clip to [lo, hi], then ``2 (x - lo) / (hi - lo) - 1`` (so the value lies in [-1, 1]). A
+  missing or non-finite value becomes the midpoint (0 after the map) and the field's missingness indicator (``<name>__missing``)
+  is 1, else 0.
+- Categorical field with a prespecified value set: one indicator per value (``<name>=<value>``) plus ``<name>=unknown``, which is
+  1 for any value outside the set and for a missing value.
 - Labels are binary int64 {0, 1}, 1 = disease present.
 - Splits: 70 / 15 / 15 with the seeded permutation of :mod:`dpaudit.data.splits`.
 
-Missing-value tokens in the CSV files: the empty string, ``?``, ``NA``, ``NaN``/``nan``,
-``null``. ``inf``/``-inf`` parse as non-finite and are treated as missing. Any other non-numeric
-token is a :class:`DataError` naming the file, line and column.
+Missing-value tokens in the CSV files: the empty string, ``?``, ``NA``, ``NaN``/``nan``, ``null``. ``inf``/``-inf`` parse as
+non-finite and are treated as missing. Any other non-numeric token is a :class:`DataError` naming the file, line and column.
 
 Cardio (``<data_dir>/cardio/cardio_train.csv``, ``;``-separated, 70,000 rows)
 --------------------------------------------------------------------------------
-Cleaning: drop ``id``; ``age_years = age_days / 365.25``; ``bmi = weight / (height / 100)^2``.
-Public cohort filters (inclusive; a row with a missing value in a filtered field fails the
-filter): height 120-220 cm, weight 30-200 kg, ap_hi 80-250, ap_lo 40-150, ap_hi >= ap_lo.
-This keeps 68,608 of 70,000 rows (the paper's count); no duplicate removal (the paper records
-zero removed). Target ``cardio`` in {0, 1}.
+Cleaning: drop ``id``; ``age_years = age_days / 365.25``; ``bmi = weight / (height / 100)^2``. Public cohort filters (inclusive; a
+row with a missing value in a filtered field fails the filter): height 120-220 cm, weight 30-200 kg, ap_hi 80-250, ap_lo 40-150,
+ap_hi >= ap_lo. This keeps 68,608 of 70,000 rows (the paper's count); no duplicate removal (the paper records zero removed).
+Target ``cardio`` in {0, 1}.
 
 =============  ==========  ==================  ==============================================
 field          kind        bounds / values     why
@@ -47,13 +44,11 @@ bmi            numerical   [10, 60] kg/m^2     physiological range; larger value
 
 Heart (UCI processed files, ``<data_dir>/heart/processed.<centre>.data``, no header)
 --------------------------------------------------------------------------------------
-Columns ``age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, slope, ca,
-thal, num``; ``?`` = missing. Target ``num > 0``. No cohort filter: all 303 Cleveland rows are
-kept (paper); a row whose target is missing or negative is a :class:`DataError`. In the UCI
-files a value of exactly 0 in ``trestbps`` or ``chol`` is the code for "not measured"
-(Switzerland's ``chol`` is 0 in every row), so it is read as missing; Cleveland has no such 0.
-The primary dataset is Cleveland; :func:`load_heart_centre` gives any centre in the same
-feature space.
+Columns ``age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, slope, ca, thal, num``; ``?`` = missing. Target
+``num > 0``. No cohort filter: all 303 Cleveland rows are kept (paper); a row whose target is missing or negative is a
+:class:`DataError`. In the UCI files a value of exactly 0 in ``trestbps`` or ``chol`` is the code for "not measured"
+(Switzerland's ``chol`` is 0 in every row), so it is read as missing; Cleveland has no such 0. The primary dataset is Cleveland;
+:func:`load_heart_centre` gives any centre in the same feature space.
 
 =============  ==========  ========================  ======================================
 field          kind        bounds / values           why
@@ -73,23 +68,20 @@ ca             categorical {0, 1, 2, 3, 4}           number of major vessels col
 thal           categorical {0, 1, 2, 3, 6, 7}        thallium scan result
 =============  ==========  ========================  ======================================
 
-5 numerical x 2 + (3 + 6 + 3 + 4 + 3 + 5 + 6 + 7) categorical = **47 features** (Table 1).
-The paper's Table S2 (its list of bounds and sets) is not in the text available here, so these
-constants are a reconstruction: the categorical sets are the union of the UCI codes
-(cp 1-4, slope 1-3, ca 0-3, thal 3/6/7) and the codes of the widely used Kaggle recoding of the
-same file (cp 0-3, slope 0-2, ca 0-4, thal 0-3), which is the prespecified schema that gives
-exactly the 47 features of Table 1. With the UCI file the extra codes are always 0.
+5 numerical x 2 + (3 + 6 + 3 + 4 + 3 + 5 + 6 + 7) categorical = **47 features** (Table 1). The paper's Table S2 (its list of
+bounds and sets) is not in the text available here, so these constants are a reconstruction: the categorical sets are the union of
+the UCI codes (cp 1-4, slope 1-3, ca 0-3, thal 3/6/7) and the codes of the widely used Kaggle recoding of the same file (cp 0-3,
+slope 0-2, ca 0-4, thal 0-3), which is the prespecified schema that gives exactly the 47 features of Table 1. With the UCI file
+the extra codes are always 0.
 
 breast-cancer (scikit-learn ``load_breast_cancer``, bundled, 569 rows, 30 features)
 -------------------------------------------------------------------------------------
-Features are the mean, standard error ("error") and worst value of ten nuclear measurements
-from digitised images. All are non-negative by definition, so every lower bound is 0; the upper
-bounds are round numbers fixed here once, generous relative to the value ranges printed in the
-dataset's published description (WDBC, UCI / scikit-learn DESCR) and tied together by geometry
-(perimeter ~ 2 pi radius, area ~ pi radius^2). They are constants, never recomputed from
-records; values above are clipped. No missingness indicators (the bundled copy has no missing
-values; a non-finite value would be encoded as the midpoint). Label: 1 = malignant
-(scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86.
+Features are the mean, standard error ("error") and worst value of ten nuclear measurements from digitised images. All are
+non-negative by definition, so every lower bound is 0; the upper bounds are round numbers fixed here once, generous relative to
+the value ranges printed in the dataset's published description (WDBC, UCI / scikit-learn DESCR) and tied together by geometry
+(perimeter ~ 2 pi radius, area ~ pi radius^2). They are constants, never recomputed from records; values above are clipped. No
+missingness indicators (the bundled copy has no missing values; a non-finite value would be encoded as the midpoint). Label: 1 =
+malignant (scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86.
 
 ===================  ======  ======  ======
 measurement          mean    error   worst
@@ -105,8 +97,7 @@ concave points       0.25    0.06    0.3
 symmetry             0.4     0.08    0.7
 fractal dimension    0.1     0.03    0.21
 ===================  ======  ======  ======
-(upper bounds; all lower bounds 0)
-"""
+(upper bounds; all lower bounds 0)"""
 
 from __future__ import annotations
 
@@ -126,7 +117,6 @@ from .files import hash_and_verify, require_files
 @dataclass(frozen=True)
 class NumericField:
     """A numerical field: clipped to [lower, upper], mapped linearly to [-1, 1]."""
-
     name: str
     lower: float
     upper: float
@@ -138,7 +128,6 @@ class NumericField:
 @dataclass(frozen=True)
 class CategoricalField:
     """A categorical field: one indicator per prespecified value plus an unknown indicator."""
-
     name: str
     values: tuple[float, ...]
 
@@ -212,11 +201,9 @@ def _parse_float(tok: str, path: Path, line_no: int, col: str) -> float:
 
 
 def _fast_parse(lines: list[str], sep: str, n_cols: int) -> np.ndarray | None:
-    """NumPy's C parser for the common all-numeric case; None sends the caller to the slow path.
-
-    Any line it cannot parse (missing markers, bad tokens, wrong field counts) makes it give up,
-    and the line-by-line parser then handles missing values and reports errors with line numbers.
-    """
+    """NumPy's C parser for the common all-numeric case; None sends the caller to the slow path. Any line it cannot parse (missing
+    markers, bad tokens, wrong field counts) makes it give up, and the line-by-line parser then handles missing values and reports
+    errors with line numbers."""
     body = [ln for ln in lines if ln.strip()]
     if not body:
         return None
@@ -266,8 +253,7 @@ def read_table(path: Path, sep: str, columns: tuple[str, ...], header: bool) -> 
 
 CARDIO_FILE = "cardio_train.csv"
 CARDIO_COLUMNS = (
-    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo",
-    "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
+    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo", "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
 )
 DAYS_PER_YEAR = 365.25
 
@@ -275,17 +261,11 @@ DAYS_PER_YEAR = 365.25
 CARDIO_FILTERS = {"height": (120.0, 220.0), "weight": (30.0, 200.0), "ap_hi": (80.0, 250.0), "ap_lo": (40.0, 150.0)}
 
 CARDIO_SCHEMA: tuple[Field, ...] = (
-    NumericField("age_years", 18.0, 100.0, "years"),
-    CategoricalField("gender", (1.0, 2.0)),
-    NumericField("height", 120.0, 220.0, "cm"),
-    NumericField("weight", 30.0, 200.0, "kg"),
-    NumericField("ap_hi", 80.0, 250.0, "mmHg"),
-    NumericField("ap_lo", 40.0, 150.0, "mmHg"),
-    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),
-    CategoricalField("gluc", (1.0, 2.0, 3.0)),
-    CategoricalField("smoke", (0.0, 1.0)),
-    CategoricalField("alco", (0.0, 1.0)),
-    CategoricalField("active", (0.0, 1.0)),
+    NumericField("age_years", 18.0, 100.0, "years"), CategoricalField("gender", (1.0, 2.0)),
+    NumericField("height", 120.0, 220.0, "cm"), NumericField("weight", 30.0, 200.0, "kg"),
+    NumericField("ap_hi", 80.0, 250.0, "mmHg"), NumericField("ap_lo", 40.0, 150.0, "mmHg"),
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)), CategoricalField("gluc", (1.0, 2.0, 3.0)),
+    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),
     NumericField("bmi", 10.0, 60.0, "kg/m^2"),
 )
 CARDIO_N_ROWS = 68_608
@@ -302,8 +282,8 @@ def cardio_cohort_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def prepare_cardio_file(path: Path, *, with_rows: bool = False):
-    """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with
-    ``with_rows`` also the kept rows' positions in the file (their identity, dpaudit.data.rows)."""
+    """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with ``with_rows`` also the kept rows'
+    positions in the file (their identity, dpaudit.data.rows)."""
     cols = read_table(path, ";", CARDIO_COLUMNS, header=True)
     keep = cardio_cohort_mask(cols)
     cols = {k: v[keep] for k, v in cols.items()}
@@ -329,22 +309,15 @@ def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, s
 
 HEART_CENTRES = ("cleveland", "hungarian", "switzerland", "va")
 HEART_COLUMNS = (
-    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg",
-    "thalach", "exang", "oldpeak", "slope", "ca", "thal", "num",
+    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "num",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
-    NumericField("age", 18.0, 100.0, "years"),
-    CategoricalField("sex", (0.0, 1.0)),
-    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),
-    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True),
-    CategoricalField("fbs", (0.0, 1.0)),
-    CategoricalField("restecg", (0.0, 1.0, 2.0)),
-    NumericField("thalach", 60.0, 220.0, "bpm"),
-    CategoricalField("exang", (0.0, 1.0)),
-    NumericField("oldpeak", -3.0, 7.0, "mm"),
-    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
-    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    NumericField("age", 18.0, 100.0, "years"), CategoricalField("sex", (0.0, 1.0)),
+    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)), NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),
+    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True), CategoricalField("fbs", (0.0, 1.0)),
+    CategoricalField("restecg", (0.0, 1.0, 2.0)), NumericField("thalach", 60.0, 220.0, "bpm"),
+    CategoricalField("exang", (0.0, 1.0)), NumericField("oldpeak", -3.0, 7.0, "mm"),
+    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)), CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
     CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
 )
 
@@ -363,12 +336,9 @@ def prepare_heart_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarray]:
-    """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``.
-
-    ``centre`` in cleveland, hungarian, switzerland, va. All four share one feature space (the
-    schema above); no row is dropped (Heart has no cohort filter). Rows are in file order.
-    """
-
+    """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``. ``centre`` in cleveland,
+    hungarian, switzerland, va. All four share one feature space (the schema above); no row is dropped (Heart has no cohort
+    filter). Rows are in file order."""
     centre = one_of("centre", centre, HEART_CENTRES)
     data_dir = resolve_data_dir(data_dir)
     folder = data_dir / "heart"
@@ -395,16 +365,9 @@ _BC_MEASUREMENTS = (
 )
 #: Upper bounds (mean, error, worst); every lower bound is 0. See the module docstring.
 BREAST_CANCER_UPPER = {
-    "radius": (30.0, 3.0, 40.0),
-    "texture": (40.0, 5.0, 50.0),
-    "perimeter": (200.0, 25.0, 260.0),
-    "area": (2500.0, 550.0, 4500.0),
-    "smoothness": (0.2, 0.04, 0.25),
-    "compactness": (0.4, 0.15, 1.1),
-    "concavity": (0.5, 0.4, 1.3),
-    "concave points": (0.25, 0.06, 0.3),
-    "symmetry": (0.4, 0.08, 0.7),
-    "fractal dimension": (0.1, 0.03, 0.21),
+    "radius": (30.0, 3.0, 40.0), "texture": (40.0, 5.0, 50.0), "perimeter": (200.0, 25.0, 260.0), "area": (2500.0, 550.0, 4500.0),
+    "smoothness": (0.2, 0.04, 0.25), "compactness": (0.4, 0.15, 1.1), "concavity": (0.5, 0.4, 1.3),
+    "concave points": (0.25, 0.06, 0.3), "symmetry": (0.4, 0.08, 0.7), "fractal dimension": (0.1, 0.03, 0.21),
 }
 BREAST_CANCER_SCHEMA: tuple[Field, ...] = tuple(
     [NumericField(f"mean {m}", 0.0, BREAST_CANCER_UPPER[m][0], missing_indicator=False) for m in _BC_MEASUREMENTS]
@@ -416,7 +379,6 @@ BREAST_CANCER_SCHEMA: tuple[Field, ...] = tuple(
 def load_breast_cancer_encoded() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled WDBC, encoded: ``(x float32 (569, 30) in [-1, 1], y int64, 1 = malignant)``."""
     from sklearn.datasets import load_breast_cancer
-
     bunch = load_breast_cancer()
     names = tuple(str(n) for n in bunch.feature_names)
     expected = tuple(f.name for f in BREAST_CANCER_SCHEMA)

@@ -1,28 +1,22 @@
 """User ids per record, user-boundary splits, and the record grouping user-level DP-SGD uses.
 
-User-level DP (DP-MixMin paper, section 2 and appendix A.9; McMahan et al. 2018) protects all
-records of one user: neighbouring datasets differ by the whole contribution D_u of one user
-(adjacency ``add-remove-user``). Two consequences for the data side:
+User-level DP (DP-MixMin paper, section 2 and appendix A.9; McMahan et al. 2018) protects all records of one user: neighbouring
+datasets differ by the whole contribution D_u of one user (adjacency ``add-remove-user``). Two consequences for the data side:
 
-- **Splits follow user boundaries.** Post-processing and parallel composition hold for user-level
-  DP only when the private data is split along user boundaries (paper 000, section 2), so every
-  user's records land in exactly one of train / validation / test. :func:`split_by_users` draws a
-  public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
-  points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a
-  dataset whose partitions share a user id (a record-level split of user data) is refused by
-  :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
-- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a
-  column: :func:`user_ids_from_column`). The split is public randomness derived from
-  ``split_seed`` with the record split's generator, so with one record per user the user split
-  equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
+- **Splits follow user boundaries.** Post-processing and parallel composition hold for user-level DP only when the private data is
+  split along user boundaries (paper 000, section 2), so every user's records land in exactly one of train / validation / test.
+  :func:`split_by_users` draws a public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
+  points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a dataset whose partitions share a
+  user id (a record-level split of user data) is refused by :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
+- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a column: :func:`user_ids_from_column`).
+  The split is public randomness derived from ``split_seed`` with the record split's generator, so with one record per user the
+  user split equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
 
-Loader order: ``--user-ids FILE.npy`` holds one id per row of the dataset *before* splitting,
-in the order :func:`dpaudit.data.load_dataset` reads the rows: the official training rows then
-the official test rows for MNIST / CIFAR-10, the file order for every other dataset.
-:func:`unsplit` restores that order from a prepared dataset by inverting the public record split
-(the inverse is pinned by a test that re-splits and compares). A user-level dataset is always
-re-split 70 / 15 / 15 *by users* (:data:`USER_SPLIT_PERCENT`), including MNIST / CIFAR-10,
-whose official test set may share users with the training rows.
+Loader order: ``--user-ids FILE.npy`` holds one id per row of the dataset *before* splitting, in the order
+:func:`dpaudit.data.load_dataset` reads the rows: the official training rows then the official test rows for MNIST / CIFAR-10, the
+file order for every other dataset. :func:`unsplit` restores that order from a prepared dataset by inverting the public record
+split (the inverse is pinned by a test that re-splits and compares). A user-level dataset is always re-split 70 / 15 / 15 *by
+users* (:data:`USER_SPLIT_PERCENT`), including MNIST / CIFAR-10, whose official test set may share users with the training rows.
 """
 
 from __future__ import annotations
@@ -56,11 +50,8 @@ PARTITIONS = ("train", "val", "test")
 
 
 def as_user_ids(user_ids, name: str = "user_ids") -> np.ndarray:
-    """``user_ids`` as a 1-D integer or string array (one id per record).
-
-    Floating-point ids are refused (NaN is not equal to itself and 1.0 vs 1 is ambiguous), as
-    are object arrays: convert ids to integers or strings first.
-    """
+    """``user_ids`` as a 1-D integer or string array (one id per record). Floating-point ids are refused (NaN is not equal to
+    itself and 1.0 vs 1 is ambiguous), as are object arrays: convert ids to integers or strings first."""
     a = np.asarray(user_ids)
     if a.ndim != 1:
         raise DataError(f"{name} must be a 1-D array with one id per record, got shape {a.shape}.")
@@ -70,9 +61,8 @@ def as_user_ids(user_ids, name: str = "user_ids") -> np.ndarray:
 
 
 def user_ids_from_column(table, column: str) -> np.ndarray:
-    """The user ids held in ``table[column]`` (a pandas DataFrame, a mapping of arrays or a NumPy
-    structured array). Whole-number float columns (as CSV readers produce) become int64; NaN or
-    fractional values are refused."""
+    """The user ids held in ``table[column]`` (a pandas DataFrame, a mapping of arrays or a NumPy structured array). Whole-number
+    float columns (as CSV readers produce) become int64; NaN or fractional values are refused."""
     try:
         col = np.asarray(table[column])
     except (KeyError, ValueError, IndexError):
@@ -91,15 +81,11 @@ def user_ids_from_column(table, column: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class UserIndex:
-    """Records grouped by user; users numbered 0..n_users-1 in order of first appearance.
-
-    ``order`` lists record indices grouped by user (user 0's records first, each user's records
-    in ascending record order), ``offsets[u]:offsets[u+1]`` is user u's slice of ``order``, and
-    ``ids[u]`` is user u's id. With one record per user, user u is record u, so Poisson
-    sampling of users is Poisson sampling of records (what makes user-level DP-SGD with G = 1
-    and singleton users bit-identical to record-level DP-SGD).
-    """
-
+    """Records grouped by user; users numbered 0..n_users-1 in order of first appearance. ``order`` lists record indices grouped
+    by user (user 0's records first, each user's records in ascending record order), ``offsets[u]:offsets[u+1]`` is user u's slice
+    of ``order``, and ``ids[u]`` is user u's id. With one record per user, user u is record u, so Poisson sampling of users is
+    Poisson sampling of records (what makes user-level DP-SGD with G = 1 and singleton users bit-identical to record-level
+    DP-SGD)."""
     ids: np.ndarray
     order: np.ndarray
     offsets: np.ndarray
@@ -161,16 +147,12 @@ def user_ids_sha256(user_ids) -> str:
 def split_by_users(
     user_ids, *, split_seed: int, train_percent: int = USER_SPLIT_PERCENT[0], val_percent: int = USER_SPLIT_PERCENT[1]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Record index arrays (train, val, test) of a split along user boundaries.
-
-    The users (numbered by first appearance) are permuted with the record split's generator
-    ``public_rng(split_seed, SPLIT_TAG)`` (:func:`dpaudit.data.splits.permutation`); the first
-    ``(train_percent * n_users) // 100`` users go to train, the next
-    ``(val_percent * n_users) // 100`` to validation, the rest to test. Every record follows its
-    user; within a partition, records are listed user by user in permuted user order (each
-    user's records in loader order). So with one record per user the result *is*
-    :func:`dpaudit.data.splits.split_indices` -- element for element.
-    """
+    """Record index arrays (train, val, test) of a split along user boundaries. The users (numbered by first appearance) are
+    permuted with the record split's generator ``public_rng(split_seed, SPLIT_TAG)`` (:func:`dpaudit.data.splits.permutation`);
+    the first ``(train_percent * n_users) // 100`` users go to train, the next ``(val_percent * n_users) // 100`` to validation,
+    the rest to test. Every record follows its user; within a partition, records are listed user by user in permuted user order
+    (each user's records in loader order). So with one record per user the result *is* :func:`dpaudit.data.splits.split_indices`
+    -- element for element."""
     split_seed = non_negative_int("split_seed", split_seed)
     index = index_users(user_ids)
     try:
@@ -190,10 +172,8 @@ def split_by_users(
 
 
 def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
-    """Refuse partitions that share a user (a record-level split of user data).
-
-    User-level DP composes in parallel and survives post-processing only across partitions that
-    follow user boundaries; a user with records in train and in val/test is refused.
+    """Refuse partitions that share a user (a record-level split of user data). User-level DP composes in parallel and survives
+    post-processing only across partitions that follow user boundaries; a user with records in train and in val/test is refused.
     """
     parts = {"train": as_user_ids(train_ids, "train user_ids")}
     for name, ids in (("val", val_ids), ("test", test_ids)):
@@ -218,12 +198,9 @@ def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
 
 
 def unsplit(prepared: PreparedDataset) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of every row of a registry dataset, in loader order (before its record split).
-
-    Inverts the public split of :mod:`dpaudit.data.registry`: ``split_indices(n, seed, 70, 15)``
-    for tabular data and digits; ``train_val_indices(n_official_train, seed, 85)`` followed by the
-    official test rows for MNIST / CIFAR-10.
-    """
+    """(x, y) of every row of a registry dataset, in loader order (before its record split). Inverts the public split of
+    :mod:`dpaudit.data.registry`: ``split_indices(n, seed, 70, 15)`` for tabular data and digits;
+    ``train_val_indices(n_official_train, seed, 85)`` followed by the official test rows for MNIST / CIFAR-10."""
     if prepared.user_ids is not None:
         raise DataError(f"dataset {prepared.name} is already split by users; user ids cannot be attached again.")
     seed = int(prepared.split_seed)
@@ -256,19 +233,12 @@ def n_rows(prepared: PreparedDataset) -> int:
 
 
 def split_prepared_by_users(
-    prepared: PreparedDataset,
-    user_ids,
-    *,
-    split_seed: int | None = None,
-    train_percent: int = USER_SPLIT_PERCENT[0],
+    prepared: PreparedDataset, user_ids, *, split_seed: int | None = None, train_percent: int = USER_SPLIT_PERCENT[0],
     val_percent: int = USER_SPLIT_PERCENT[1],
 ) -> PreparedDataset:
-    """Re-split a registry dataset along user boundaries.
-
-    ``user_ids`` holds one id per row in loader order (see the module docstring). All rows are
-    pooled and split with :func:`split_by_users` (``split_seed`` defaults to the dataset's).
-    The result carries ``user_ids`` per partition and notes how it was split.
-    """
+    """Re-split a registry dataset along user boundaries. ``user_ids`` holds one id per row in loader order (see the module
+    docstring). All rows are pooled and split with :func:`split_by_users` (``split_seed`` defaults to the dataset's). The result
+    carries ``user_ids`` per partition and notes how it was split."""
     ids = as_user_ids(user_ids)
     total = n_rows(prepared)
     if ids.shape[0] != total:
@@ -285,21 +255,17 @@ def split_prepared_by_users(
         x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
         split_seed=seed, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
         notes=(prepared.notes + " " if prepared.notes else "") + note + ".",
-        # Re-split: which source rows train reads is not tracked; the ledger counts every row of
-        # the source as read privately (fail closed).
+        # Re-split: which source rows train reads is not tracked; the ledger counts every row of the source as read privately
+        # (fail closed).
         rows=tuple(RowSet(r.source, "private", None) for r in prepared.rows if r.role == "private"),
     )
 
 
 def attach_user_ids(prepared: PreparedDataset, user_ids, *, split_seed: int | None = None) -> PreparedDataset:
-    """A prepared dataset with user ids, split along user boundaries.
-
-    ``user_ids`` is either a mapping ``{"train": ..., "val": ..., "test": ...}`` with one id per
-    row of each partition (checked: no user in two partitions), or one array with an id per row
-    of the dataset before splitting (then re-split by users, :func:`split_prepared_by_users`).
-    An array holding ids for the training partition only is refused: nothing would show that
-    validation and test hold other users.
-    """
+    """A prepared dataset with user ids, split along user boundaries. ``user_ids`` is either a mapping ``{"train": ..., "val":
+    ..., "test": ...}`` with one id per row of each partition (checked: no user in two partitions), or one array with an id per
+    row of the dataset before splitting (then re-split by users, :func:`split_prepared_by_users`). An array holding ids for the
+    training partition only is refused: nothing would show that validation and test hold other users."""
     if isinstance(user_ids, dict):
         unknown = set(user_ids) - set(PARTITIONS)
         if unknown or "train" not in user_ids:

@@ -1,33 +1,29 @@
 """DP-MixMin: private learning of public-data mixture weights (DP-MixMin paper, Algorithms 1 and 2).
 
-Objective (paper eq. 2/3): F(lambda) = E_{(x,y) ~ D_mix} L(sum_i lambda_i f_i(x), y) over the
-simplex Delta_k, where f_i are proxy predictions computed once on public data only.
+Objective (paper eq. 2/3): F(lambda) = E_{(x,y) ~ D_mix} L(sum_i lambda_i f_i(x), y) over the simplex Delta_k, where f_i are proxy
+predictions computed once on public data only.
 
 Algorithm 1 (record level), exactly as in section 4:
-  lambda_i <- 1/k; for j = 1..n: Poisson-subsample a batch (rate q = B / |D_mix|), per-example
-  gradient g(x, y) = grad_lambda L(f_lambda(x), y), clip to norm C, sum, add N(0, sigma^2 C^2 I),
-  divide by the FIXED expected batch size B (never the realised size, which would leak), entropic
-  mirror-descent step lambda_i <- lambda_i exp(-eta g_i), renormalise onto the simplex.
+  lambda_i <- 1/k; for j = 1..n: Poisson-subsample a batch (rate q = B / |D_mix|), per-example gradient g(x, y) = grad_lambda
+  L(f_lambda(x), y), clip to norm C, sum, add N(0, sigma^2 C^2 I), divide by the FIXED expected batch size B (never the realised
+  size, which would leak), entropic mirror-descent step lambda_i <- lambda_i exp(-eta g_i), renormalise onto the simplex.
 Algorithm 2 (user level, appendix A.9): users are Poisson-sampled with rate q, each sampled user
-  contributes k_u = min(G, |D_u|) of its records (sampled without replacement), the loss is averaged
-  over them before one per-user gradient is clipped; the sum plus noise is divided by the expected
-  number of sampled users.
+  contributes k_u = min(G, |D_u|) of its records (sampled without replacement), the loss is averaged over them before one per-user
+  gradient is clipped; the sum plus noise is divided by the expected number of sampled users.
 
-Privacy contract: with proxies that never saw private data, the released lambda after ``steps``
-steps is exactly a Poisson-subsampled Gaussian mechanism composed ``steps`` times with noise
-multiplier sigma and sample rate q (:class:`~dpaudit.accounting.SubsampledGaussian`), under
-``add-remove-record`` (Algorithm 1) or ``add-remove-user`` (Algorithm 2) adjacency. Everything
-after the noisy sum is post-processing. All private randomness (Poisson masks, record subsampling
-inside users, Gaussian noise) comes from a :class:`~dpaudit.noise.NoiseSource`.
+Privacy contract: with proxies that never saw private data, the released lambda after ``steps`` steps is exactly a
+Poisson-subsampled Gaussian mechanism composed ``steps`` times with noise multiplier sigma and sample rate q
+(:class:`~dpaudit.accounting.SubsampledGaussian`), under ``add-remove-record`` (Algorithm 1) or ``add-remove-user`` (Algorithm 2)
+adjacency. Everything after the noisy sum is post-processing. All private randomness (Poisson masks, record subsampling inside
+users, Gaussian noise) comes from a :class:`~dpaudit.noise.NoiseSource`.
 
-Per-example gradients are closed form. For every supported loss the gradient with respect to
-lambda is a scalar times the proxy vector f(x):
+Per-example gradients are closed form. For every supported loss the gradient with respect to lambda is a scalar times the proxy
+vector f(x):
   - ``bce``  L = -y log p - (1-y) log(1-p), p = lambda . f(x):  g = (-y/p + (1-y)/(1-p)) f(x)
   - ``nll``  L = -log sum_i lambda_i p_i(x) (generative sources; labels unused):  g = -f(x) / p
   - ``mse``  L = (p - y)^2:  g = 2 (p - y) f(x)
-so ||g|| = |c| ||f(x)|| and clipping scales c only. Releases and audits run the one loop
-:func:`run_mixmin_runs` (a release: one run; an audit: R runs with and without a canary).
-"""
+so ||g|| = |c| ||f(x)|| and clipping scales c only. Releases and audits run the one loop :func:`run_mixmin_runs` (a release: one
+run; an audit: R runs with and without a canary)."""
 
 from __future__ import annotations
 
@@ -45,8 +41,8 @@ from ..validation import half_open_unit, non_negative_finite, one_of, positive_f
 
 LOSSES = ("bce", "nll", "mse")
 PRIVACY_UNITS = ("record", "user")
-#: Mixture probabilities are kept inside [PROB_FLOOR, 1 - PROB_FLOOR] in the BCE gradient so a
-#: proxy that outputs exactly 0 or 1 gives a large but finite gradient (clipping bounds it anyway).
+#: Mixture probabilities are kept inside [PROB_FLOOR, 1 - PROB_FLOOR] in the BCE gradient so a proxy that outputs exactly 0 or 1
+#: gives a large but finite gradient (clipping bounds it anyway).
 PROB_FLOOR = 1e-6
 
 
@@ -61,9 +57,7 @@ class MixMinConfig:
     steps: number of mirror-descent steps n. clipping_norm: C (per record, or per user).
     step_size: mirror-descent step size eta.
     privacy_unit: ``record`` (Algorithm 1) or ``user`` (Algorithm 2).
-    records_per_user: G, the cap k_u = min(G, |D_u|) of records per sampled user (Algorithm 2).
-    """
-
+    records_per_user: G, the cap k_u = min(G, |D_u|) of records per sampled user (Algorithm 2)."""
     k: int
     loss: str
     noise_multiplier: float
@@ -112,12 +106,10 @@ class MixMinResult:
 class MixMinCanary:
     """A canary for audits (appendix A.8) of :func:`run_mixmin_runs`.
 
-    kind ``record``: one extra example (``probs`` (k,), ``label``) that is Poisson-sampled with rate
-    q like every record in runs that include it; its gradient is clipped like any other.
-    kind ``gradient``: whenever sampled (rate q) in an including run, the fixed vector
-    ``direction`` rescaled to norm exactly C is added to the clipped sum (the max-clip canary).
-    """
-
+    kind ``record``: one extra example (``probs`` (k,), ``label``) that is Poisson-sampled with rate q like every record in runs
+    that include it; its gradient is clipped like any other.
+    kind ``gradient``: whenever sampled (rate q) in an including run, the fixed vector ``direction`` rescaled to norm exactly C is
+    added to the clipped sum (the max-clip canary)."""
     kind: str
     probs: np.ndarray | None = None
     label: float = 0.0
@@ -135,8 +127,7 @@ class MixMinCanary:
                 raise UsageError("canary direction must be a finite non-zero vector, got norm 0 or non-finite values.")
 
 
-# ---------------------------------------------------------------------------------------------
-# Input checks
+# ---- Input checks
 
 
 def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -175,8 +166,8 @@ def _check_probs(p: np.ndarray, loss: str, k: int | None) -> np.ndarray:
 def _prepare(probs: np.ndarray, labels: np.ndarray, loss: str, dtype) -> tuple[np.ndarray, np.ndarray]:
     F = np.asarray(probs, dtype=dtype)
     if loss == "nll":
-        # The NLL gradient -f/(lambda.f) is invariant to scaling a row by a positive constant;
-        # scaling by the row maximum keeps tiny densities away from underflow.
+        # The NLL gradient -f/(lambda.f) is invariant to scaling a row by a positive constant; scaling by the row maximum keeps
+        # tiny densities away from underflow.
         F = F / F.max(axis=1, keepdims=True)
         y = np.zeros(F.shape[0], dtype=dtype)
     else:
@@ -184,8 +175,7 @@ def _prepare(probs: np.ndarray, labels: np.ndarray, loss: str, dtype) -> tuple[n
     return F, y
 
 
-# ---------------------------------------------------------------------------------------------
-# Closed-form per-example gradients
+# ---- Closed-form per-example gradients
 
 
 def loss_coefficient(p, y, loss: str):
@@ -237,8 +227,7 @@ def _mirror_step(log_w: np.ndarray, grad: np.ndarray, step_size: float) -> np.nd
     return z - (top + np.log(np.sum(np.exp(z - top), axis=-1, keepdims=True)))
 
 
-# ---------------------------------------------------------------------------------------------
-# Algorithm 1 / 2: one run
+# ---- Algorithm 1 / 2: one run
 
 
 def _user_index(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -254,25 +243,20 @@ def _user_index(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def run_mixmin(probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_ids=None, init=None) -> MixMinResult:
-    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a
-    release. ``probs`` (n, k): proxy predictions f_i(x) on the private mixture split (computed
-    once). ``labels`` (n,): targets (ignored for ``nll``). ``user_ids`` (n,): required for user
-    level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
+    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a release. ``probs`` (n, k): proxy
+    predictions f_i(x) on the private mixture split (computed once). ``labels`` (n,): targets (ignored for ``nll``). ``user_ids``
+    (n,): required for user level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
     return MixMinResult(run_mixmin_runs(probs, labels, config, noise=noise, user_ids=user_ids, init=init)[0], config.steps)
 
 
 def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, runs: int = 1, user_ids=None, init=None,
                     canary: MixMinCanary | None = None, canary_in=None) -> np.ndarray:
-    """``runs`` independent runs of Algorithm 1 / 2 through the one loop of releases and audits;
-    the final weights (runs, k).
-
-    Each step draws the Poisson masks of all runs (one ``noise.poisson_mask``), takes each run's
-    clipped sum over its sampled records (users), adds the canary's clipped gradient in the runs
-    where ``canary_in`` is true and the canary is sampled (its own Poisson coin, rate q), then the
-    Gaussian noise of all runs (one draw), divides by the fixed B (never the realised size) and
-    takes the mirror step. One run without a canary draws exactly what a release draws. All
-    private randomness comes from ``noise``. Canaries (audits) are record level only.
-    """
+    """``runs`` independent runs of Algorithm 1 / 2 through the one loop of releases and audits; the final weights (runs, k). Each
+    step draws the Poisson masks of all runs (one ``noise.poisson_mask``), takes each run's clipped sum over its sampled records
+    (users), adds the canary's clipped gradient in the runs where ``canary_in`` is true and the canary is sampled (its own Poisson
+    coin, rate q), then the Gaussian noise of all runs (one draw), divides by the fixed B (never the realised size) and takes the
+    mirror step. One run without a canary draws exactly what a release draws. All private randomness comes from ``noise``.
+    Canaries (audits) are record level only."""
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
     runs, k = positive_int("runs", runs), F.shape[1]
@@ -294,10 +278,9 @@ def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, 
 
 
 def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
-    """(n, clipped_sum(w (R, k), mask (R, n)) -> (R, k)): each run's sum of the clipped per-record
-    gradients over its sampled records, float64. Every (run, record) pair is computed and the
-    unsampled ones zeroed (the same sum), in a few in-place passes: clipping to norm C clamps the
-    scalar c of g = c f(x) to +-C / ||f(x)|| (inf for an all-zero row, whose gradient is zero)."""
+    """(n, clipped_sum(w (R, k), mask (R, n)) -> (R, k)): each run's sum of the clipped per-record gradients over its sampled
+    records, float64. Every (run, record) pair is computed and the unsampled ones zeroed (the same sum), in a few in-place passes:
+    clipping to norm C clamps the scalar c of g = c f(x) to +-C / ||f(x)|| (inf for an all-zero row, whose gradient is zero)."""
     Ft, Fm, yv = torch.from_numpy(np.ascontiguousarray(F.T)), torch.from_numpy(F), torch.from_numpy(y)
     cap = torch.from_numpy(config.clipping_norm / np.linalg.norm(F, axis=1))
     ncap = -cap
@@ -357,9 +340,8 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
 
 
 def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
-    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's clipped gradient at
-    each including run's weights (a record canary, clipped like any record) or the fixed direction
-    at norm exactly C (the max-clip gradient canary)."""
+    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's clipped gradient at each including run's weights (a
+    record canary, clipped like any record) or the fixed direction at norm exactly C (the max-clip gradient canary)."""
     canary_in = np.zeros(runs, dtype=bool) if canary_in is None and canary is None else np.asarray(
         np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
     if canary_in.shape != (runs,):
@@ -390,16 +372,13 @@ def _check_weights(w, k: int) -> np.ndarray:
     return w / w.sum()
 
 
-# ---------------------------------------------------------------------------------------------
-# Non-private MixMin (the reference lambda*)
+# ---- Non-private MixMin (the reference lambda*)
 
 
 def solve_mixmin(probs, labels, loss: str, *, steps: int = 3000, step_size: float = 1.0, tol: float = 1e-10) -> np.ndarray:
-    """Non-private MixMin: full-batch entropic mirror descent on the mean loss, no clipping/noise.
-
-    Returns the minimiser lambda* of the convex objective (paper eq. 2) on the given data, to the
-    precision reachable in ``steps`` steps (stops early when the weights move less than ``tol``).
-    """
+    """Non-private MixMin: full-batch entropic mirror descent on the mean loss, no clipping/noise. Returns the minimiser lambda*
+    of the convex objective (paper eq. 2) on the given data, to the precision reachable in ``steps`` steps (stops early when the
+    weights move less than ``tol``)."""
     check_inputs(probs, labels, loss)
     F, y = _prepare(probs, labels, loss, np.float64)
     n, k = F.shape
@@ -421,15 +400,11 @@ def cosine_similarity(a, b) -> float:
 
 
 def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) -> np.ndarray:
-    """Unit direction for the max-clip gradient canary (appendix A.8).
-
-    Aligned with the ``top`` most-weighted sources of ``weights_reference``: the gradient is
-    negative on those sources (a mirror-descent step moves weight *toward* them) when
-    ``toward`` is true, positive otherwise. The direction has zero sum because a constant shift
-    of the gradient does not change lambda after renormalisation, so all of the canary's clipping
-    norm goes into a component that moves the released weights. The run loop rescales it
-    to exactly the clipping norm C.
-    """
+    """Unit direction for the max-clip gradient canary (appendix A.8). Aligned with the ``top`` most-weighted sources of
+    ``weights_reference``: the gradient is negative on those sources (a mirror-descent step moves weight *toward* them) when
+    ``toward`` is true, positive otherwise. The direction has zero sum because a constant shift of the gradient does not change
+    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights. The
+    run loop rescales it to exactly the clipping norm C."""
     w = np.asarray(weights_reference, dtype=np.float64)
     k = w.shape[0] if w.ndim == 1 else 0
     if k < 2:

@@ -1,18 +1,15 @@
 """Audit target for DP-MixMin's mixture-learning step (DP-MixMin paper, appendix A.8).
 
-Threat model (A.8): the adversary sees the released weights lambda and knows every private
-record except the canary, the proxies and all hyper-parameters. Trials run Algorithm 1 through
-the loop releases run, :func:`~dpaudit.mechanisms.mixmin.run_mixmin_runs` (fresh Poisson masks
-and noise per run), on D_mix with or without the canary. :func:`task_target` builds D_mix exactly
-as :meth:`~dpaudit.mechanisms.mixmin_pipeline.DPMixMin.load` does (its ``audit_target`` calls it).
+Threat model (A.8): the adversary sees the released weights lambda and knows every private record except the canary, the proxies
+and all hyper-parameters. Trials run Algorithm 1 through the loop releases run, :func:`~dpaudit.mechanisms.mixmin.run_mixmin_runs`
+(fresh Poisson masks and noise per run), on D_mix with or without the canary. :func:`task_target` builds D_mix exactly as
+:meth:`~dpaudit.mechanisms.mixmin_pipeline.DPMixMin.load` does (its ``audit_target`` calls it).
 
-Scores (from lambda alone). The canary's clipped gradient g enters the mirror-descent step as
-log lambda <- log lambda - eta g / B (then a shift that renormalises), so its footprint on the
-release is along -g in log-weight space, orthogonal to the all-ones shift. The score is
-<log lambda, -u> with u the zero-sum unit direction of the canary's gradient: the max-clip
-direction itself, or for a record canary its clipped gradient at the adversary's reference
-mixture (the noiseless, canary-free non-private solution, computable by this adversary).
-"""
+Scores (from lambda alone). The canary's clipped gradient g enters the mirror-descent step as log lambda <- log lambda - eta g / B
+(then a shift that renormalises), so its footprint on the release is along -g in log-weight space, orthogonal to the all-ones
+shift. The score is <log lambda, -u> with u the zero-sum unit direction of the canary's gradient: the max-clip direction itself,
+or for a record canary its clipped gradient at the adversary's reference mixture (the noiseless, canary-free non-private solution,
+computable by this adversary)."""
 
 from __future__ import annotations
 
@@ -33,14 +30,10 @@ from .mixmin_tasks import load_task, mixture_split, resolved_rho, train_proxies
 
 @dataclass
 class MixMinTarget(AuditTarget):
-    """DP-MixMin trials on fixed proxy predictions ``probs`` (n, k) and ``labels`` (n,).
-
-    ``holdout_probs`` / ``holdout_labels``: records *not* in D_mix, from which the natural and
-    mislabeled canaries are drawn (public seed). ``config`` is a
-    :class:`~dpaudit.mechanisms.mixmin.MixMinConfig`; its noise multiplier is what is audited,
-    ``claimed_epsilon`` the release's claim for it.
-    """
-
+    """DP-MixMin trials on fixed proxy predictions ``probs`` (n, k) and ``labels`` (n,). ``holdout_probs`` / ``holdout_labels``:
+    records *not* in D_mix, from which the natural and mislabeled canaries are drawn (public seed). ``config`` is a
+    :class:`~dpaudit.mechanisms.mixmin.MixMinConfig`; its noise multiplier is what is audited, ``claimed_epsilon`` the release's
+    claim for it."""
     probs: np.ndarray
     labels: np.ndarray
     config: object  # MixMinConfig
@@ -93,8 +86,8 @@ class MixMinTarget(AuditTarget):
 
     @property
     def claimed_event(self):  # type: ignore[override]
-        """The mixture step's event, SubsampledGaussian(sigma, q, steps) of ``config`` (the no-noise
-        control claims it too): the claim about every record of D_mix, where the canary goes."""
+        """The mixture step's event, SubsampledGaussian(sigma, q, steps) of ``config`` (the no-noise control claims it too): the
+        claim about every record of D_mix, where the canary goes."""
         if self.claimed_epsilon is None or not float(self.config.noise_multiplier) > 0:
             return None  # a configuration without noise claims nothing
         return SubsampledGaussian(float(self.config.noise_multiplier), float(self.config.sample_rate), int(self.config.steps))
@@ -127,16 +120,14 @@ class MixMinTarget(AuditTarget):
 
 def task_target(request, config: MixMinConfig, *, canary: str, claimed: float | None, division: int | None = None,
                 data_dir=None, scope: dict | None = None) -> MixMinTarget:
-    """The :class:`MixMinTarget` of ``request`` (a built-in task's :class:`~dpaudit.requests.MixMinRequest`)
-    run with ``config`` (the plan's, or an old release's recorded one).
+    """The :class:`MixMinTarget` of ``request`` (a built-in task's :class:`~dpaudit.requests.MixMinRequest`) run with ``config``
+    (the plan's, or an old release's recorded one).
 
-    D_mix as the release reads it: proxies trained on public data only, their predictions on the
-    private training records, the keyed ``rho`` split of the stable record ids (rule
-    keyed-bernoulli-v1), or every training record for the sequential pipeline. Canary records
-    for ``natural`` / ``mislabeled`` come from the task's private test rows (never in D_mix).
-    ``division``: the task division a release was made on (its identity's ``split_seed``; None:
-    today's). ``scope``: the ledger's ``{"dataset", "partition"}`` of D_mix.
-    """
+    D_mix as the release reads it: proxies trained on public data only, their predictions on the private training records, the
+    keyed ``rho`` split of the stable record ids (rule keyed-bernoulli-v1), or every training record for the sequential pipeline.
+    Canary records for ``natural`` / ``mislabeled`` come from the task's private test rows (never in D_mix).
+    ``division``: the task division a release was made on (its identity's ``split_seed``; None: today's). ``scope``: the ledger's
+    ``{"dataset", "partition"}`` of D_mix."""
     whole = request.stage == "pipeline" and request.composition == "sequential"
     rho = resolved_rho(request)
     t = load_task(request.task, seed=request.seed, data_dir=data_dir, division=division)
@@ -155,9 +146,9 @@ def task_target(request, config: MixMinConfig, *, canary: str, claimed: float | 
 
 
 def mixmin_config_for(*, n_mix: int, k: int, epsilon: float, delta: float, expected_batch_size: float = 1000.0, **settings):
-    """A MixMinConfig with sigma calibrated (RDP) for (epsilon, delta) at q = B / n_mix, and its
-    claimed epsilon (for targets on given proxy predictions). ``settings``: further MixMinConfig
-    fields (``loss``, ``steps``, ``clipping_norm``, ``step_size``; default bce, 200, 1, 1)."""
+    """A MixMinConfig with sigma calibrated (RDP) for (epsilon, delta) at q = B / n_mix, and its claimed epsilon (for targets on
+    given proxy predictions). ``settings``: further MixMinConfig fields (``loss``, ``steps``, ``clipping_norm``, ``step_size``;
+    default bce, 200, 1, 1)."""
     q = min(1.0, expected_batch_size / n_mix)
     settings = {"loss": "bce", "steps": 200, "clipping_norm": 1.0, "step_size": 1.0, **settings}
     cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=q, steps=settings["steps"], accountant="rdp")

@@ -1,36 +1,29 @@
 """The DP-MixMin pipeline of Figure 1 (DP-MixMin paper, sections 4-5, appendices A.3, A.7, A.10).
 
-1. Split the private training records into D_mix (each record, or each user, independently with
-   probability rho, by a keyed PRF of its stable id: rule ``keyed-bernoulli-v1``) and D_ft (the
-   rest), along user boundaries when the privacy unit is a user (public randomness).
+1. Split the private training records into D_mix (each record, or each user, independently with probability rho, by a keyed PRF of
+   its stable id: rule ``keyed-bernoulli-v1``) and D_ft (the rest), along user boundaries when the privacy unit is a user (public
+   randomness).
 2. Learn lambda with Algorithm 1 / 2 on D_mix (proxies trained on public data only).
-3. Pretrain a downstream model on the PUBLIC data with mixture-weighted targets
-   sum_c lambda_c y_c (BCE; shared input space) or by sampling sources with probability lambda;
-   keep the checkpoint with the best validation AUC (the paper's selection, A.3.1: on the
-   held-out validation split, outside the training partition the guarantee covers).
-4. DP fine-tune on D_ft with the DP-SGD engine: the downstream model's last layer (a linear head
-   on its frozen hidden features, initialised from the pretrained head) via
-   :func:`dpaudit.mechanisms.dpsgd.train_linear_head`.
+3. Pretrain a downstream model on the PUBLIC data with mixture-weighted targets sum_c lambda_c y_c (BCE; shared input space) or by
+   sampling sources with probability lambda; keep the checkpoint with the best validation AUC (the paper's selection, A.3.1: on
+   the held-out validation split, outside the training partition the guarantee covers).
+4. DP fine-tune on D_ft with the DP-SGD engine: the downstream model's last layer (a linear head on its frozen hidden features,
+   initialised from the pretrained head) via :func:`dpaudit.mechanisms.dpsgd.train_linear_head`.
 
-Privacy: with ``composition="parallel"`` the two DP stages touch disjoint records, so the
-end-to-end guarantee is the max of the two (parallel composition), each at the full (epsilon,
-delta). That needs more than disjointness of the realised split: under add/remove adjacency a
-neighbouring dataset must change ONE side only, which the keyed per-record (per-user) rule
-guarantees and a permutation or fixed-size split does not (adding one record reshuffles it);
-only the keyed rule is therefore declared to the ledger as a disjoint partition. With
-``"sequential"`` both stages use all private training records, with epsilon split
-(rho * epsilon, (1 - rho) * epsilon) and the guarantees add (A.7).
+Privacy: with ``composition="parallel"`` the two DP stages touch disjoint records, so the end-to-end guarantee is the max of the
+two (parallel composition), each at the full (epsilon, delta). That needs more than disjointness of the realised split: under
+add/remove adjacency a neighbouring dataset must change ONE side only, which the keyed per-record (per-user) rule guarantees and a
+permutation or fixed-size split does not (adding one record reshuffles it); only the keyed rule is therefore declared to the
+ledger as a disjoint partition. With ``"sequential"`` both stages use all private training records, with epsilon split (rho *
+epsilon, (1 - rho) * epsilon) and the guarantees add (A.7).
 
 Schedules: both stages' (q, T, m0) and noise are built from the task's declared public size N0
-(:data:`~.mixmin_tasks.REFERENCE_SIZES`, or ``--reference-size``) via
-:func:`~.mixmin_tasks.reference_units`, assuming |D_mix| = round(rho U0) and |D_ft| = N0 - round(rho N0);
-the run keeps them whatever the actual (private) counts are.
+(:data:`~.mixmin_tasks.REFERENCE_SIZES`, or ``--reference-size``) via :func:`~.mixmin_tasks.reference_units`, assuming |D_mix| =
+round(rho U0) and |D_ft| = N0 - round(rho N0); the run keeps them whatever the actual (private) counts are.
 
-Baselines (section 5): random initialisation (no pretraining), uniform mixture, random search
-over m mixtures drawn uniformly from the simplex (selected NON-privately on D_mix, as in the
-paper, so it over-estimates private search), and non-private MixMin (lambda* on all private
-training records, no privacy charged for it, then DP fine-tuning on all of them).
-"""
+Baselines (section 5): random initialisation (no pretraining), uniform mixture, random search over m mixtures drawn uniformly from
+the simplex (selected NON-privately on D_mix, as in the paper, so it over-estimates private search), and non-private MixMin
+(lambda* on all private training records, no privacy charged for it, then DP fine-tuning on all of them)."""
 
 from __future__ import annotations
 
@@ -71,7 +64,6 @@ _TAG_PRETRAIN = 0x9E7
 @dataclass(frozen=True)
 class DownstreamSettings:
     """Downstream model: MLP (hidden units) pretrained on public data, then DP fine-tuned head."""
-
     hidden: int = 64
     pretrain_checkpoints: tuple[int, ...] = (1, 2, 3)
     pretrain_objective: str = "weighted-targets"
@@ -103,13 +95,10 @@ def default_downstream_for(name: str | None, image: bool) -> DownstreamSettings:
 
 def utility_on_test_partition(task: str, target: str | None, weights, *, seed: int = 42, data_dir=None,
                            proxy_mode: str = "joint", loss: str = "bce") -> dict:
-    """The mixture's mean loss on the task's private TEST partition, beside two references.
-
-    For the operator's console only, never written into a release (the test records are private
-    and outside the guarantee). References: the uniform mixture (what lambda starts from) and the
-    best single source (the best vertex of the simplex). Lower is better. Uses the same cached
-    task and proxies (public data only) as the release.
-    """
+    """The mixture's mean loss on the task's private TEST partition, beside two references. For the operator's console only, never
+    written into a release (the test records are private and outside the guarantee).
+    References: the uniform mixture (what lambda starts from) and the best single source (the best vertex of the simplex). Lower
+    is better. Uses the same cached task and proxies (public data only) as the release."""
     t = load_task(task, seed=seed, data_dir=data_dir)
     tname, y_all = t.target_labels(target)
     te = t.test_idx
@@ -127,19 +116,13 @@ def utility_on_test_partition(task: str, target: str | None, weights, *, seed: i
 
 def auc(y: np.ndarray, score: np.ndarray) -> float:
     from sklearn.metrics import roc_auc_score
-
     y = np.asarray(y)
     if len(np.unique(y)) < 2:
         return float("nan")
     return float(roc_auc_score(y, score))
 
 
-# ---------------------------------------------------------------------------------------------
-# Mixture stage
-
-
-# ---------------------------------------------------------------------------------------------
-# Downstream model: pretraining on public data, DP fine-tuning of its head
+# ---- Downstream model: pretraining on public data, DP fine-tuning of its head
 
 
 def _soft_targets(task: MixMinTask, weights: np.ndarray) -> np.ndarray:
@@ -150,9 +133,8 @@ def pretrain(task: MixMinTask, weights, *, seed: int, settings: DownstreamSettin
     """Pretrain on public data according to ``weights``; return the best checkpoint on validation.
 
     ``weighted-targets`` (shared input space only): BCE against sum_c lambda_c y_c (A.3.1).
-    ``source-sampling``: each epoch draws N (source, row) pairs, source ~ lambda, row uniform
-    within the source, and trains on that source's label. Returns (model, info dict).
-    """
+    ``source-sampling``: each epoch draws N (source, row) pairs, source ~ lambda, row uniform within the source, and trains on
+    that source's label. Returns (model, info dict)."""
     one_of("pretrain_objective", settings.pretrain_objective, PRETRAIN_OBJECTIVES)
     w = np.asarray(weights, dtype=np.float64)
     d = task.public_x.shape[1]
@@ -224,12 +206,11 @@ ACCOUNTANT = "rdp"
 
 
 def _split_info(rule: str, *, rho: float, seed: int, privacy_unit: str, composition: str, parallel: bool) -> dict:
-    """What the release says about its D_mix / D_ft split (public): which rule made it, and on
-    what basis the two stages compose."""
+    """What the release says about its D_mix / D_ft split (public): which rule made it, and on what basis the two stages compose.
+    """
     return {
         "rule": rule, "rho": rho, "seed": int(seed), "unit": privacy_unit, "composition": composition,
-        "stable_under_add_remove": rule in STABLE_SPLIT_RULES,
-        "parallel_composition": bool(parallel),
+        "stable_under_add_remove": rule in STABLE_SPLIT_RULES, "parallel_composition": bool(parallel),
         "key": "record ids = rows of the task's source data" if privacy_unit == "record" else "user ids",
     }
 
@@ -244,17 +225,14 @@ def _epsilons(event, delta: float, adjacency: str) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# The mechanism (dpaudit.mechanisms.contract): plan, run and audit target of a release
+# ---- The mechanism (dpaudit.mechanisms.contract): plan, run and audit target of a release
 
 
 @dataclass(eq=False)
 class MixMinData:
-    """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and the
-    public identity. ``probs``: the proxy predictions (a bring-your-own file's; for a task they
-    are computed in :meth:`DPMixMin.run`, after the budget is reserved). ``sha256``: the content
-    digest (local only; the ledger keeps a keyed fingerprint)."""
-
+    """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and the public identity. ``probs``: the
+    proxy predictions (a bring-your-own file's; for a task they are computed in :meth:`DPMixMin.run`, after the budget is
+    reserved). ``sha256``: the content digest (local only; the ledger keeps a keyed fingerprint)."""
     dataset: dict
     sha256: str
     labels: np.ndarray
@@ -275,11 +253,9 @@ class MixMinData:
 
 @dataclass(frozen=True)
 class MixMinInfo(DataInfo):
-    """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the
-    sources, the split's partitions and rule, the target's name, and the task (name, image or
-    not) whose public downstream defaults apply. ``reference_size``: the task's declared N0
-    (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
-
+    """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the sources, the split's partitions and
+    rule, the target's name, and the task (name, image or not) whose public downstream defaults apply. ``reference_size``: the
+    task's declared N0 (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
     source_names: tuple = ()
     partition: str = "train"
     split_partition: str | None = None
@@ -293,9 +269,9 @@ class MixMinInfo(DataInfo):
 
     @classmethod
     def from_release(cls, release) -> "MixMinInfo":
-        """The public facts a release records (its identity and config), without the private data:
-        what an audit of it plans from. A release made before reference sizes (no
-        ``config["reference_size"]``) gives its recorded |D_mix|, |D_ft| (its schedules' sizes)."""
+        """The public facts a release records (its identity and config), without the private data: what an audit of it plans from.
+        A release made before reference sizes (no ``config["reference_size"]``) gives its recorded |D_mix|, |D_ft| (its schedules'
+        sizes)."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
         sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit) if split.get("rule") == SPLIT_RULE else None
@@ -308,8 +284,8 @@ class MixMinInfo(DataInfo):
 
 
 def _proxy_data(request, ledger_path) -> MixMinData:
-    """A bring-your-own proxy predictions file: every record is D_mix, named by the keyed
-    fingerprint of its content (a renamed copy shares the budget and the cap, issue 13 point 6)."""
+    """A bring-your-own proxy predictions file: every record is D_mix, named by the keyed fingerprint of its content (a renamed
+    copy shares the budget and the cap, issue 13 point 6)."""
     pp = load_proxy_predictions(request.proxy_predictions, loss=request.loss)
     with open_ledger(ledger_path) as led:
         content_fp = led.fingerprint(pp.sha256)
@@ -346,8 +322,8 @@ def _task_data(request) -> MixMinData:
 
 
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
-    """(D_mix units, D_ft records, what the release records): from the declared reference size
-    (issue 23 point 9), never from the private counts."""
+    """(D_mix units, D_ft records, what the release records): from the declared reference size (issue 23 point 9), never from the
+    private counts."""
     if info.recorded_sizes is not None:  # an old release: the sizes it recorded and built its schedules from
         return (*info.recorded_sizes, {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]})
     n0 = planned_reference_size(request.reference_size, info.reference_size, unit="user" if request.privacy_unit == "user" else "record")
@@ -359,17 +335,13 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
 
 
 class DPMixMin(MechanismBase):
-    """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`).
-
-    A multi-release plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two
-    (lambda, then the DP fine-tuned head on D_ft) whose combined event (``Parallel`` on the
-    declared split, or ``Composed`` on ``train``) is reserved once and settled with both
-    releases (:func:`dpaudit.releasing.release`, e.g. ``release("mixmin", MixMinRequest(...))``).
-    The D_mix / D_ft split is :func:`~.mixmin_tasks.mixture_split` (rule
-    :data:`~.mixmin_tasks.SPLIT_RULE`: per record, or per user, keyed on stable ids), the only
-    split whose two sides stay disjoint under add/remove adjacency, hence declared to the ledger
-    as a disjoint partition; ``rho`` / mixture settings default to the task's public defaults."""
-
+    """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`). A multi-release plan: ``stage="mixture"`` is one
+    part (lambda on D_mix); ``"pipeline"`` two (lambda, then the DP fine-tuned head on D_ft) whose combined event (``Parallel`` on
+    the declared split, or ``Composed`` on ``train``) is reserved once and settled with both releases
+    (:func:`dpaudit.releasing.release`, e.g. ``release("mixmin", MixMinRequest(...))``). The D_mix / D_ft split is
+    :func:`~.mixmin_tasks.mixture_split` (rule :data:`~.mixmin_tasks.SPLIT_RULE`: per record, or per user, keyed on stable ids),
+    the only split whose two sides stay disjoint under add/remove adjacency, hence declared to the ledger as a disjoint partition;
+    ``rho`` / mixture settings default to the task's public defaults."""
     name = NAME
     request_type = MixMinRequest
     load_uses_ledger = True  # a proxy file is named by its keyed fingerprint (the ledger's key)
@@ -411,8 +383,8 @@ class DPMixMin(MechanismBase):
                           task_image=bool(data.task is not None and data.task.image))
 
     def plan(self, request: MixMinRequest, info: MixMinInfo) -> ReleasePlan:
-        """Public quantities only (the request, the task's public defaults and reference size, k):
-        both stages' calibrated noise and events, the combined event reserved, the partitions."""
+        """Public quantities only (the request, the task's public defaults and reference size, k): both stages' calibrated noise
+        and events, the combined event reserved, the partitions."""
         request = self.validate(request)
         stage, composition, rho, delta = request.stage, request.composition, resolved_rho(request), float(request.delta)
         sequential = stage == "pipeline" and composition == "sequential"
@@ -498,9 +470,9 @@ class DPMixMin(MechanismBase):
                 f"C={resolved_mixture(request).clipping_norm:g}"]
 
     def summary(self, release) -> tuple[dict, list[str]]:
-        """What ``dpaudit train mixmin`` prints: the release record (``--json``), and lines with the
-        weights, the claim, the pipeline's AUCs and, for a task, the mixture's utility on the private
-        TEST partition (console only, never in the release)."""
+        """What ``dpaudit train mixmin`` prints: the release record (``--json``), and lines with the weights, the claim, the
+        pipeline's AUCs and, for a task, the mixture's utility on the private TEST partition (console only, never in the release).
+        """
         weights = release.metrics.get("weights", {})
         lines = [f"{release.mechanism}: lambda ({release.dataset.get('name')}, target {release.config.get('target')})"]
         lines += [f"  {name:<16} {w:.4f}" for name, w in sorted(weights.items(), key=lambda kv: -kv[1])]
@@ -540,13 +512,11 @@ class DPMixMin(MechanismBase):
         return plan
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
-        """The audit target of this plan's mixture release: Algorithm 1 on the task's D_mix
-        (:func:`~.mixmin_audit.task_target`) with the plan's sigma, q, B and steps, claiming the
-        plan's mixture event (a ``release``'s own epsilon and accountant when auditing one; an old
-        release without a recorded reference size runs its recorded configuration, whose q came
-        from its actual count, on its own task division). The data are read from the request's
-        ``data_dir`` (where the auditor keeps them). Refused for plans the audit cannot rebuild:
-        bring-your-own proxy predictions, user-level privacy, another split rule."""
+        """The audit target of this plan's mixture release: Algorithm 1 on the task's D_mix (:func:`~.mixmin_audit.task_target`)
+        with the plan's sigma, q, B and steps, claiming the plan's mixture event (a ``release``'s own epsilon and accountant when
+        auditing one; an old release without a recorded reference size runs its recorded configuration, whose q came from its
+        actual count, on its own task division). The data are read from the request's ``data_dir`` (where the auditor keeps them).
+        Refused for plans the audit cannot rebuild: bring-your-own proxy predictions, user-level privacy, another split rule."""
         request, mix = plan.request, plan.parts[0]
         if user_ids is not None:
             raise UsageError(f"user ids must only be given for a user-level release, got a {NAME} release.")

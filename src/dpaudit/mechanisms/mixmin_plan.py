@@ -1,14 +1,12 @@
 """A-priori guideline for the mixture-learning fraction rho (DP-MixMin paper, appendix A.2).
 
-With T = rho * N private examples for mixture learning and k public sources, the DP-SCO
-trade-off of Lemma 4.1 reads alpha = O(1/sqrt(T) + sqrt(k ln(1/delta)) / (epsilon T)) (eq. 4).
-Asking each term to contribute at most alpha / 2 gives (eqs. 5-7):
+With T = rho * N private examples for mixture learning and k public sources, the DP-SCO trade-off of Lemma 4.1 reads alpha =
+O(1/sqrt(T) + sqrt(k ln(1/delta)) / (epsilon T)) (eq. 4). Asking each term to contribute at most alpha / 2 gives (eqs. 5-7):
   statistics-limited size   T_stat = 4 / alpha^2
   privacy-limited size      T_priv = 2 sqrt(k ln(1/delta)) / (epsilon alpha)
   T >= max(T_stat, T_priv),  rho = T / N,
-and the two regimes cross at epsilon* = (alpha / 2) sqrt(k ln(1/delta)). Constants inside O(.)
-are dropped, exactly as in the paper: this is a guideline for sizing rho, not a guarantee.
-"""
+and the two regimes cross at epsilon* = (alpha / 2) sqrt(k ln(1/delta)). Constants inside O(.) are dropped, exactly as in the
+paper: this is a guideline for sizing rho, not a guarantee."""
 
 from __future__ import annotations
 
@@ -65,7 +63,6 @@ def plan_rho(*, n: int, k: int, epsilon: float, delta: float, alpha: float, rho:
         n=n, k=k, epsilon=epsilon, delta=delta, alpha=alpha,
         statistics_limited_size=t_stat, privacy_limited_size=t_priv, required_size=t_req,
         regime="statistics-limited" if t_stat >= t_priv else "privacy-limited",
-        epsilon_crossover=alpha / 2.0 * root, rho=t_req / n, feasible=t_req <= n,
-        rho_given=rho,
+        epsilon_crossover=alpha / 2.0 * root, rho=t_req / n, feasible=t_req <= n, rho_given=rho,
         alpha_at_rho_given=None if rho is None else alpha_for_size(rho * n, k=k, epsilon=epsilon, delta=delta),
     )

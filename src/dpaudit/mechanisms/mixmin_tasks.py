@@ -1,33 +1,28 @@
 """Data-mixing tasks for DP-MixMin: public sources, private targets, proxies (DP-MixMin paper, sec. 4-5).
 
-- ``digits-mix`` (embedded, scikit-learn digits) and ``mnist-mix`` (real MNIST from the data dir):
-  public sources are the images the registry dataset (``digits``, ``mnist``) only validates on,
-  with the ten one-vs-rest digit labels as k = 10 sources sharing one input space; the private
-  training records are the registry dataset's training partition (the same people: the ledger
-  composes the two names), with binary targets with a direct source match (``digit-3``),
-  partial matches (unions of classes: ``loops-0689``, ``small-0to4``) and no match
-  (``ink-heavy``: more ink than the public median, not expressible by the digit sources);
-  validation and test are the registry's test rows, halved.
-- ``heart-mix`` (real UCI Heart): the Hungarian, Switzerland and VA centres are the public
-  sources (k = 3), Cleveland is the private target (heart disease, num > 0), split exactly as
-  the registry's ``heart`` (train private, validation and test read without noise).
+- ``digits-mix`` (embedded, scikit-learn digits) and ``mnist-mix`` (real MNIST from the data dir): public sources are the images
+  the registry dataset (``digits``, ``mnist``) only validates on, with the ten one-vs-rest digit labels as k = 10 sources sharing
+  one input space; the private training records are the registry dataset's training partition (the same people: the ledger
+  composes the two names), with binary targets with a direct source match (``digit-3``), partial matches (unions of classes:
+  ``loops-0689``, ``small-0to4``) and no match (``ink-heavy``: more ink than the public median, not expressible by the digit
+  sources); validation and test are the registry's test rows, halved.
+- ``heart-mix`` (real UCI Heart): the Hungarian, Switzerland and VA centres are the public sources (k = 3), Cleveland is the
+  private target (heart disease, num > 0), split exactly as the registry's ``heart`` (train private, validation and test read
+  without noise).
 
-Every task declares its rows (``MixMinTask.rows``, :mod:`dpaudit.data.rows`) against the same
-sources as the registry: no row a registry dataset trains on privately is a public source here,
-and the private rows both read are composed by the ledger under both names.
+Every task declares its rows (``MixMinTask.rows``, :mod:`dpaudit.data.rows`) against the same sources as the registry: no row a
+registry dataset trains on privately is a public source here, and the private rows both read are composed by the ledger under both
+names.
 
-Proxies are trained on public data only and never see private records (that is what makes the
-mixture stage's privacy cost exactly that of Algorithm 1). Shared-input tasks use one multi-class
-proxy whose coordinates serve as the k source proxies (the paper's cost-saving trick) or, with
-``proxy_mode="per-source"``, one binary proxy per source. All public randomness (splits, proxy
-initialisation and batches) comes from ``public_rng(seed, ...)``, except what decides which
-records are private: each task's public / private division is fixed by a constant of the task
-(:data:`TASK_DIVISION_KEYS`), so a task name always means the same private records, and the
-D_mix / D_ft split keys on stable record ids (:func:`mixture_split`, :data:`SPLIT_RULE`).
+Proxies are trained on public data only and never see private records (that is what makes the mixture stage's privacy cost exactly
+that of Algorithm 1). Shared-input tasks use one multi-class proxy whose coordinates serve as the k source proxies (the paper's
+cost-saving trick) or, with ``proxy_mode="per-source"``, one binary proxy per source. All public randomness (splits, proxy
+initialisation and batches) comes from ``public_rng(seed, ...)``, except what decides which records are private: each task's
+public / private division is fixed by a constant of the task (:data:`TASK_DIVISION_KEYS`), so a task name always means the same
+private records, and the D_mix / D_ft split keys on stable record ids (:func:`mixture_split`, :data:`SPLIT_RULE`).
 
-Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k),
-``labels`` (n,), optional ``user_ids`` (n,) and ``source_names`` (k,).
-"""
+Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k), ``labels`` (n,), optional
+``user_ids`` (n,) and ``source_names`` (k,)."""
 
 from __future__ import annotations
 
@@ -58,40 +53,36 @@ HEART_TARGETS = ("cleveland",)
 PROXY_MODES = ("joint", "per-source")
 _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 
-#: The public key that fixes each task's public / private division (which source rows are
-#: public sources, which are private train / val / test). It is a constant of the task, NOT the
-#: run's ``--seed``: a dataset name must mean one set of private records. Since issue 23 the
-#: division is the registry's split at its default split seed (2026), so the key is that seed:
-#: the ledger then sees the registry dataset and the task read the same private rows, and no
-#: public source row is private under the registry name. (Until then the key was 42 and the
-#: public halves held rows the registry trains on: ledger entries of that division are refused
+#: The public key that fixes each task's public / private division (which source rows are public sources, which are private train
+#: / val / test). It is a constant of the task, NOT the run's ``--seed``: a dataset name must mean one set of private records.
+#: Since issue 23 the division is the registry's split at its default split seed (2026), so the key is that seed: the ledger then
+#: sees the registry dataset and the task read the same private rows, and no public source row is private under the registry name.
+#: (Until then the key was 42 and the public halves held rows the registry trains on: ledger entries of that division are refused
 #: under the new one as another version, see dpaudit.ledger.rows.)
 TASK_DIVISION_KEYS = {"digits-mix": DEFAULT_SPLIT_SEED, "mnist-mix": DEFAULT_SPLIT_SEED, "heart-mix": DEFAULT_SPLIT_SEED}
-#: The division before issue 23 (public halves that held registry training rows). Kept only so
-#: that an audit can rebuild a release made on it (``load_task(..., division=42)``); a new
-#: release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
+#: The division before issue 23 (public halves that held registry training rows). Kept only so that an audit can rebuild a release
+#: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
 
-#: Public name of the D_mix / D_ft split rule of :func:`mixture_split` (recorded in releases and
-#: ledger declarations). Each record (each user) is in D_mix independently with probability rho,
-#: decided by a keyed PRF of its stable identifier, so adding or removing one record (user)
-#: changes that record's (user's) side only: the two stages see disjoint records under
-#: add/remove adjacency and compose in parallel.
+#: Public name of the D_mix / D_ft split rule of :func:`mixture_split` (recorded in releases and ledger declarations). Each record
+#: (each user) is in D_mix independently with probability rho, decided by a keyed PRF of its stable identifier, so adding or
+#: removing one record (user) changes that record's (user's) side only: the two stages see disjoint records under add/remove
+#: adjacency and compose in parallel.
 SPLIT_RULE = "keyed-bernoulli-v1"
 #: Split rules with that stability property; any other split must compose sequentially.
 STABLE_SPLIT_RULES = (SPLIT_RULE,)
 
-#: Declared public size N0 of each task's private training partition (records): the registry
-#: dataset's train size on the same split (a test checks each against the loaded task). Both
-#: stages' schedules (q, T, m0) and noise are built from it (:func:`reference_units`), never from
-#: the private counts |D_mix|, |D_ft|, so a neighbouring dataset runs the identical mechanism.
+#: Declared public size N0 of each task's private training partition (records): the registry dataset's train size on the same
+#: split (a test checks each against the loaded task). Both stages' schedules (q, T, m0) and noise are built from it
+#: (:func:`reference_units`), never from the private counts |D_mix|, |D_ft|, so a neighbouring dataset runs the identical
+#: mechanism.
 REFERENCE_SIZES = {"digits-mix": 1257, "mnist-mix": 51000, "heart-mix": 212}
 
 
 def reference_units(n0: int, rho: float, *, records_per_user: int = 1, whole: bool = False) -> tuple[int, int]:
-    """(D_mix units, D_ft records) a plan assumes for N0 training records: round(rho * U0) of the
-    U0 = ceil(N0 / G) units (users of G records, the grouping of :func:`synthetic_user_ids`; G = 1
-    for records) and the other N0 - round(rho * N0) records; ``whole``: both stages read all N0."""
+    """(D_mix units, D_ft records) a plan assumes for N0 training records: round(rho * U0) of the U0 = ceil(N0 / G) units (users
+    of G records, the grouping of :func:`synthetic_user_ids`; G = 1 for records) and the other N0 - round(rho * N0) records;
+    ``whole``: both stages read all N0."""
     units = -(-int(n0) // int(records_per_user))
     if whole:
         return units, int(n0)
@@ -104,7 +95,6 @@ def reference_units(n0: int, rho: float, *, records_per_user: int = 1, whole: bo
 @dataclass(frozen=True)
 class MixtureSettings:
     """Hyper-parameters of the mixture stage (defaults: paper A.3.1 C = 13, B = 1000, 200 steps)."""
-
     steps: int = 200
     batch_size: int = 1000
     clipping_norm: float = 13.0
@@ -122,14 +112,12 @@ class MixtureSettings:
         )
 
 
-#: Public defaults of the embedded ``digits-mix`` task. Its private training partition has only
-#: 539 records, so the paper's setting (rho = 0.1, C = 13, tuned for tens of thousands of
-#: records) leaves ~54 records whose clipped gradients drown in noise at eps = 1. Two changes,
-#: chosen on PUBLIC data only (``benchmarks/bench_mixmin_defaults.py select``: the task rebuilt
-#: from its public half, seeds 0-9, never the private or test records): C = 1, about the norm of
-#: the per-record gradients near the optimum (the noise is sigma * C, and past convergence the
-#: signal is those small gradients), and rho = 0.5, twice the records per noisy sum. Steps, batch
-#: and step size stay the paper's.
+#: Public defaults of the embedded ``digits-mix`` task. Its private training partition has only 539 records, so the paper's
+#: setting (rho = 0.1, C = 13, tuned for tens of thousands of records) leaves ~54 records whose clipped gradients drown in noise
+#: at eps = 1. Two changes, chosen on PUBLIC data only (``benchmarks/bench_mixmin_defaults.py select``: the task rebuilt from its
+#: public half, seeds 0-9, never the private or test records): C = 1, about the norm of the per-record gradients near the optimum
+#: (the noise is sigma * C, and past convergence the signal is those small gradients), and rho = 0.5, twice the records per noisy
+#: sum. Steps, batch and step size stay the paper's.
 EMBEDDED_MIXTURE = MixtureSettings(steps=200, batch_size=1000, clipping_norm=1.0, step_size=0.5)
 EMBEDDED_RHO = 0.5
 #: Paper defaults (A.3.1) for the other tasks.
@@ -157,8 +145,8 @@ def resolved_rho(request) -> float:
 
 
 def resolved_mixture(request) -> MixtureSettings:
-    """The request's mixture settings: unset options take the task's public defaults, set ones
-    override them; G (default 4) for a task's synthetic users."""
+    """The request's mixture settings: unset options take the task's public defaults, set ones override them; G (default 4) for a
+    task's synthetic users."""
     given = {"steps": request.steps, "batch_size": request.batch_size, "clipping_norm": request.clipping_norm, "step_size": request.step_size}
     mixture = replace(default_mixture(request_task(request)), loss=request.loss, **{k: v for k, v in given.items() if v is not None})
     if request.privacy_unit == "user" and request_task(request) is not None:
@@ -167,31 +155,25 @@ def resolved_mixture(request) -> MixtureSettings:
 
 
 def split_partition(rho: float, seed: int, privacy_unit: str) -> str:
-    """The ledger partition of a keyed split. The rule is in the name: partitions declared by
-    older versions (``train/mixmin-rho0.1-seed42``, a permutation split that was not stable under
-    add/remove) keep their own names and never merge with these."""
+    """The ledger partition of a keyed split. The rule is in the name: partitions declared by older versions
+    (``train/mixmin-rho0.1-seed42``, a permutation split that was not stable under add/remove) keep their own names and never
+    merge with these."""
     unit = "-user" if privacy_unit == "user" else ""
     return f"train/mixmin{unit}-{SPLIT_RULE}-rho{rho:g}-seed{int(seed)}"
 
 
 @dataclass(frozen=True)
 class MixMinTask:
-    """Public sources and a private target dataset.
+    """Public sources and a private target dataset. ``public_x`` (N, d); ``public_y`` (N, k) per-source binary labels (NaN where a
+    row does not belong to a source); ``public_source`` (N,) the source a row belongs to, -1 for rows shared by every source
+    (shared input space). Private: ``private_x`` (n, d), ``private_records`` (n,) the underlying record label (e.g. the digit),
+    ``targets`` name -> (n,) {0, 1}, and the public split of the private rows into ``train`` / ``val`` / ``test`` index arrays.
 
-    ``public_x`` (N, d); ``public_y`` (N, k) per-source binary labels (NaN where a row does not
-    belong to a source); ``public_source`` (N,) the source a row belongs to, -1 for rows shared
-    by every source (shared input space). Private: ``private_x`` (n, d), ``private_records``
-    (n,) the underlying record label (e.g. the digit), ``targets`` name -> (n,) {0, 1}, and the
-    public split of the private rows into ``train`` / ``val`` / ``test`` index arrays.
-
-    ``record_ids`` (n,): a stable identifier of each private row, its row in the task's source
-    data (independent of which other rows exist), used to split D_mix / D_ft per record;
-    ``public_record_ids``: the same for the public rows where they come from the same source
-    (None when the public rows come from other files). ``division_key``: the task constant
-    (:data:`TASK_DIVISION_KEYS`) that fixed the public / private division; ``seed`` only drives
-    public randomness that never changes which records are private (proxies, pretraining).
-    """
-
+    ``record_ids`` (n,): a stable identifier of each private row, its row in the task's source data (independent of which other
+    rows exist), used to split D_mix / D_ft per record;
+    ``public_record_ids``: the same for the public rows where they come from the same source (None when the public rows come from
+    other files). ``division_key``: the task constant (:data:`TASK_DIVISION_KEYS`) that fixed the public / private division;
+    ``seed`` only drives public randomness that never changes which records are private (proxies, pretraining)."""
     name: str
     source_names: tuple[str, ...]
     public_x: np.ndarray
@@ -236,22 +218,20 @@ class MixMinTask:
         return name, self.targets[name]
 
     def data_digest(self) -> str:
-        """Unkeyed SHA-256 of the private training records. LOCAL ONLY (``Release.data_digest``):
-        it tells neighbouring datasets apart, so it is never published; the ledger keeps a keyed
-        fingerprint of it."""
+        """Unkeyed SHA-256 of the private training records. LOCAL ONLY (``Release.data_digest``): it tells neighbouring datasets
+        apart, so it is never published; the ledger keeps a keyed fingerprint of it."""
         tr = self.train_idx
         return array_sha256(self.private_x[tr], self.private_records[tr])
 
     def dataset_identity(self) -> dict:
-        """The public identity of the private training records (all targets share them, so they
-        share one budget). No hash of the records (see :meth:`data_digest`); the sizes are public
-        as in :meth:`dpaudit.data.base.PreparedDataset.identity`: val / test only, the training
-        count is private (plans use :data:`REFERENCE_SIZES`)."""
+        """The public identity of the private training records (all targets share them, so they share one budget). No hash of the
+        records (see :meth:`data_digest`); the sizes are public as in :meth:`dpaudit.data.base.PreparedDataset.identity`: val /
+        test only, the training count is private (plans use :data:`REFERENCE_SIZES`)."""
         return {
             "name": self.name,
             "kind": "image" if self.image else "tabular",
-            # The train/val/test and public/private division is fixed by the task constant, not
-            # by the run's --seed (which only drives proxies and pretraining).
+            # The train/val/test and public/private division is fixed by the task constant, not by the run's --seed (which only
+            # drives proxies and pretraining).
             "split_seed": self.division_key if self.division_key is not None else self.seed,
             "split_sizes": {"val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
             "n_features": int(self.private_x.shape[1]),
@@ -264,16 +244,13 @@ def default_target(task: MixMinTask) -> str:
     return next(iter(task.targets))
 
 
-# ---------------------------------------------------------------------------------------------
-# Task construction
+# ---- Task construction
 
 
 def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) -> dict:
     return {
-        "digit-3": (digits == 3).astype(np.int64),
-        "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
-        "small-0to4": (digits <= 4).astype(np.int64),
-        "ink-heavy": (ink > ink_threshold).astype(np.int64),
+        "digit-3": (digits == 3).astype(np.int64), "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
+        "small-0to4": (digits <= 4).astype(np.int64), "ink-heavy": (ink > ink_threshold).astype(np.int64),
     }
 
 
@@ -285,9 +262,8 @@ def _split_three(n: int, rng: np.random.Generator, fractions=(0.6, 0.2)) -> tupl
 
 
 def _former_division(n_train_file: int, n_test_file: int) -> tuple:
-    """(train, public, val, test) source ids of the division before issue 23: a seeded public half
-    of the training file; the other half private, split 60/20/20 (no test file) or used whole as
-    train with the test file halved into val / test."""
+    """(train, public, val, test) source ids of the division before issue 23: a seeded public half of the training file; the other
+    half private, split 60/20/20 (no test file) or used whole as train with the test file halved into val / test."""
     rng = public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT)
     perm = rng.permutation(n_train_file)
     pub, priv = np.sort(perm[: n_train_file // 2]), np.sort(perm[n_train_file // 2:])
@@ -300,8 +276,8 @@ def _former_division(n_train_file: int, n_test_file: int) -> tuple:
 
 
 def _division(name: str, train, public, held_out, n_train_file: int, n_test_file: int, division: int | None) -> tuple:
-    """(train, public, val, test, rows) source ids of ``division`` (None: the task's current one:
-    the registry's split, ``held_out`` halved into val / test)."""
+    """(train, public, val, test, rows) source ids of ``division`` (None: the task's current one: the registry's split,
+    ``held_out`` halved into val / test)."""
     if division is None or division == TASK_DIVISION_KEYS[name]:
         perm = public_rng(TASK_DIVISION_KEYS[name], _TAG_SPLIT).permutation(len(held_out))
         held_out = np.asarray(held_out)
@@ -315,8 +291,8 @@ def _division(name: str, train, public, held_out, n_train_file: int, n_test_file
 
 
 def _digit_division(name: str, parts: tuple, x, y, seed: int, notes: str, division: int | None) -> MixMinTask:
-    """A digit task from ``parts`` = (train, public, val, test, rows) source ids; ``x``, ``y`` are
-    indexed by source row id (dpaudit.data.rows)."""
+    """A digit task from ``parts`` = (train, public, val, test, rows) source ids; ``x``, ``y`` are indexed by source row id
+    (dpaudit.data.rows)."""
     train, public, val, test, rows = parts
     ids = np.concatenate([train, val, test])
     n_tr, n_va = len(train), len(val)
@@ -335,13 +311,12 @@ def _digit_division(name: str, parts: tuple, x, y, seed: int, notes: str, divisi
 
 
 def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
-    """scikit-learn's bundled 8x8 digits (1,797 images) on the registry ``digits`` split: private
-    train = its 1,257 training rows, public sources = its 269 validation rows, validation / test
+    """scikit-learn's bundled 8x8 digits (1,797 images) on the registry ``digits`` split: private train = its 1,257 training rows,
+    public sources = its 269 validation rows, validation / test
     = its 271 test rows halved (fixed by the task, :data:`TASK_DIVISION_KEYS`, whatever ``seed``;
-    ``division`` :data:`FORMER_DIVISION_KEY` rebuilds the former one for audits).
-    Record ids are the rows of ``sklearn.datasets.load_digits()``."""
+    ``division`` :data:`FORMER_DIVISION_KEY` rebuilds the former one for audits). Record ids are the rows of
+    ``sklearn.datasets.load_digits()``."""
     from sklearn.datasets import load_digits
-
     ds = load_digits()
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
@@ -352,11 +327,10 @@ def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
 
 
 def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
-    """MNIST on the registry ``mnist`` split: private train = its 51,000 training images, public
-    sources = its 9,000 validation images, validation / test = the official test set halved
-    (fixed by the task, :data:`TASK_DIVISION_KEYS`, whatever ``seed``; ``division`` as in
-    :func:`load_digits_task`). Record ids are training-file rows, and 60,000 + row for the
-    official test file (dpaudit.data.rows)."""
+    """MNIST on the registry ``mnist`` split: private train = its 51,000 training images, public sources = its 9,000 validation
+    images, validation / test = the official test set halved (fixed by the task, :data:`TASK_DIVISION_KEYS`, whatever ``seed``;
+    ``division`` as in :func:`load_digits_task`). Record ids are training-file rows, and 60,000 + row for the official test file
+    (dpaudit.data.rows)."""
     x_tr, y_tr, x_te, y_te = load_mnist_raw(data_dir)
     x = np.concatenate([x_tr, x_te]).reshape(len(y_tr) + len(y_te), -1).astype(np.float32) / 255.0
     y = np.concatenate([y_tr, y_te])
@@ -370,10 +344,9 @@ def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) 
 
 
 def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
-    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private, split as the
-    registry's ``heart`` (70/15/15 at split seed 2026: train private, validation / test read
-    without noise), whatever ``seed`` (``division`` as in :func:`load_digits_task`); record ids
-    are the rows of the Cleveland file."""
+    """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private, split as the registry's ``heart`` (70/15/15
+    at split seed 2026: train private, validation / test read without noise), whatever ``seed`` (``division`` as in
+    :func:`load_digits_task`); record ids are the rows of the Cleveland file."""
     xs, ys, src = [], [], []
     names = ("hungarian", "switzerland", "va")
     for i, c in enumerate(names):
@@ -424,8 +397,7 @@ def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None 
     return _TASK_CACHE[key]
 
 
-# ---------------------------------------------------------------------------------------------
-# Small torch models, trained on public data only (proxies and the downstream model)
+# ---- Small torch models, trained on public data only (proxies and the downstream model)
 
 
 class MLP(torch.nn.Module):
@@ -463,9 +435,8 @@ def new_mlp(d: int, hidden: int, out: int, seed: int, *tags: int) -> MLP:
 
 def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int, key: tuple, batch_size: int = 128, lr: float = 1e-3,
         callback=None) -> MLP:
-    """Adam on public data. ``loss``: ``softmax`` (target = class index) or ``bce`` (soft targets
-    (n, out) in [0, 1]). ``key``: (seed, *tags) of the public batch order. ``callback(epoch, model)``
-    after each epoch."""
+    """Adam on public data. ``loss``: ``softmax`` (target = class index) or ``bce`` (soft targets (n, out) in [0, 1]). ``key``:
+    (seed, *tags) of the public batch order. ``callback(epoch, model)`` after each epoch."""
     g = torch_generator(*key)
     xt = torch.as_tensor(x, dtype=torch.float32)
     tt = torch.as_tensor(target, dtype=torch.int64 if loss == "softmax" else torch.float32)
@@ -496,7 +467,6 @@ def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int
 @dataclass
 class Proxies:
     """Proxy predictor f(x) -> (n, k) probabilities; trained on public data only."""
-
     mode: str
     models: list
     softmax: bool
@@ -547,15 +517,13 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
     return prox
 
 
-# ---------------------------------------------------------------------------------------------
-# Splits of the private training records
+# ---- Splits of the private training records
 
 
 def synthetic_user_ids(n: int, records_per_user: int, seed: int) -> np.ndarray:
-    """Public grouping of records into users of ``records_per_user`` records (tasks without users).
-
-    The grouping defines who the users are, so the pipeline passes the task's constant
-    ``division_key`` (not the run's seed): every release on a task then refers to the same users."""
+    """Public grouping of records into users of ``records_per_user`` records (tasks without users). The grouping defines who the
+    users are, so the pipeline passes the task's constant ``division_key`` (not the run's seed): every release on a task then
+    refers to the same users."""
     perm = public_rng(seed, _TAG_USERS).permutation(n)
     uid = np.empty(n, dtype=np.int64)
     uid[perm] = np.arange(n) // max(1, records_per_user)
@@ -574,15 +542,11 @@ def _id_bytes(value) -> bytes:
 
 
 def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.ndarray:
-    """Boolean (len(ids),): is each identifier in D_mix under :data:`SPLIT_RULE`?
-
-    Membership of identifier i is ``blake2b(key, unit || i) / 2**64 < rho``, with the key
-    derived from the rule name and the public ``seed``: a keyed pseudo-random function, so the
-    memberships behave as independent Bernoulli(rho) draws, and each depends on that one
-    identifier only (never on n or on the other identifiers). That is the property parallel
-    composition of the two stages needs under add/remove adjacency. The seed is public (it is in
-    the release); the split needs no secret, only independence from the other records.
-    """
+    """Boolean (len(ids),): is each identifier in D_mix under :data:`SPLIT_RULE`? Membership of identifier i is ``blake2b(key,
+    unit || i) / 2**64 < rho``, with the key derived from the rule name and the public ``seed``: a keyed pseudo-random function,
+    so the memberships behave as independent Bernoulli(rho) draws, and each depends on that one identifier only (never on n or on
+    the other identifiers). That is the property parallel composition of the two stages needs under add/remove adjacency. The seed
+    is public (it is in the release); the split needs no secret, only independence from the other records."""
     if not (0.0 < rho < 1.0):
         raise UsageError(f"rho must be in the open interval (0, 1), got {rho!r}.")
     key = f"dpaudit/mixmin-split/{SPLIT_RULE}/seed={int(seed)}".encode("ascii")
@@ -599,14 +563,12 @@ def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.
 def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint (D_mix, D_ft) position arrays under :data:`SPLIT_RULE` (public randomness only).
 
-    ``record_ids``: a stable identifier per record (its row in the task's source data), or an int
-    n as shorthand for ids 0..n-1 (stable only if positions are, e.g. records are only appended).
-    Each record is in D_mix independently with probability ``rho`` (:func:`keyed_membership`);
-    with ``user_ids`` each *user* is, and all its records follow it. Adding or removing one record
+    ``record_ids``: a stable identifier per record (its row in the task's source data), or an int n as shorthand for ids 0..n-1
+    (stable only if positions are, e.g. records are only appended). Each record is in D_mix independently with probability ``rho``
+    (:func:`keyed_membership`); with ``user_ids`` each *user* is, and all its records follow it. Adding or removing one record
     (user) therefore changes that record's (user's) membership only. The sizes are Binomial, not
-    exactly rho * n: forcing a size would make membership depend on the other records. An empty
-    side is a :class:`UsageError` (never fixed up by moving a record, for the same reason).
-    """
+    exactly rho * n: forcing a size would make membership depend on the other records. An empty side is a :class:`UsageError`
+    (never fixed up by moving a record, for the same reason)."""
     ids = np.arange(int(record_ids)) if np.ndim(record_ids) == 0 else np.asarray(record_ids)
     n = len(ids)
     if user_ids is None:
@@ -629,8 +591,7 @@ def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None
     return mix, ft
 
 
-# ---------------------------------------------------------------------------------------------
-# Bring-your-own proxy predictions
+# ---- Bring-your-own proxy predictions
 
 
 @dataclass(frozen=True)
@@ -644,8 +605,8 @@ class ProxyPredictions:
 
 
 def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> ProxyPredictions:
-    """Read ``FILE.npz``: ``probs`` (n, k), ``labels`` (n,), optional ``user_ids`` (n,) and
-    ``source_names`` (k,). Any problem is a one-line :class:`DataError` naming the bad array."""
+    """Read ``FILE.npz``: ``probs`` (n, k), ``labels`` (n,), optional ``user_ids`` (n,) and ``source_names`` (k,). Any problem is
+    a one-line :class:`DataError` naming the bad array."""
     p = Path(path)
     if not p.is_file():
         raise DataError(f"proxy predictions file not found: {p}.")
@@ -664,10 +625,9 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     except DataError as e:
         raise DataError(f"proxy predictions file {p}: array '{_array_named(str(e))}' is malformed: {e}") from None
     user_ids, source_names = _optional_arrays(p, arrays, *probs.shape)
-    # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed
-    # fingerprint, so a renamed copy of the file shares the budget). Taken over the arrays as
-    # the mechanism uses them (float64), so re-saving the same values in another float dtype
-    # does not escape the budget either.
+    # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed fingerprint, so a renamed copy of
+    # the file shares the budget). Taken over the arrays as the mechanism uses them (float64), so re-saving the same values in
+    # another float dtype does not escape the budget either.
     sha = array_sha256(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64),
                        *([user_ids] if user_ids is not None else []))
     return ProxyPredictions(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64), user_ids, source_names, str(p), sha)

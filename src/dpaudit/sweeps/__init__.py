@@ -1,5 +1,5 @@
-"""Experiment sweeps: TOML grids, a resumable SQLite results store, local and Dask executors,
-and the paired seed-level statistics of the DP-RVFL paper (section 4.2).
+"""Experiment sweeps: TOML grids, a resumable SQLite results store, local and Dask executors, and the paired seed-level statistics
+of the DP-RVFL paper (section 4.2).
 
 Python use::
 
@@ -8,10 +8,9 @@ Python use::
     with make_executor("dask", workers=2) as ex:
         summary = run_sweep(spec, executor=ex, task_filter=TaskFilter(datasets=("heart",), epsilons=(2.0,)))
 
-Audits reuse the executors: ``make_executor(...).map_chunks(fn, chunks)`` returns the chunk
-results in order (see :mod:`dpaudit.sweeps.executors`). Names load from their submodule on
-first use (PEP 562): the runner imports the release path (torch), the CLI starts without it.
-"""
+Audits reuse the executors: ``make_executor(...).map_chunks(fn, chunks)`` returns the chunk results in order (see
+:mod:`dpaudit.sweeps.executors`). Names load from their submodule on first use (PEP 562): the runner imports the release path
+(torch), the CLI starts without it."""
 
 from ..lazy import lazy_exports
 

@@ -2,11 +2,10 @@
 
 Two back ends behind one small interface, so sweeps and audits share a code path:
 
-- :class:`LocalExecutor` (``local``, default): a process pool on this machine (``forkserver``
-  start method with torch preloaded, ``spawn`` where unavailable; one torch thread per worker); ``workers=1`` runs in-process, with no pool at all.
-- :class:`DaskExecutor` (``dask``): ``dask.distributed``. Connects to an existing scheduler
-  (``scheduler="tcp://HOST:8786"``) or starts a ``LocalCluster`` of ``workers`` processes bound to
-  127.0.0.1 only (never a public interface).
+- :class:`LocalExecutor` (``local``, default): a process pool on this machine (``forkserver`` start method with torch preloaded,
+  ``spawn`` where unavailable; one torch thread per worker); ``workers=1`` runs in-process, with no pool at all.
+- :class:`DaskExecutor` (``dask``): ``dask.distributed``. Connects to an existing scheduler (``scheduler="tcp://HOST:8786"``) or
+  starts a ``LocalCluster`` of ``workers`` processes bound to 127.0.0.1 only (never a public interface).
 
 Interface (both)::
 
@@ -15,18 +14,17 @@ Interface (both)::
             ...
         results = ex.map_chunks(fn, chunks)          # ordered list; raises if any chunk failed
 
-``fn`` must be a module-level function (picklable; with a remote scheduler it must also be
-importable on the workers, i.e. dpaudit installed there). Exceptions raised by ``fn`` are caught
-on the worker and come back as ``Outcome(ok=False, error=...)``; they never kill the loop.
+``fn`` must be a module-level function (picklable; with a remote scheduler it must also be importable on the workers, i.e. dpaudit
+installed there). Exceptions raised by ``fn`` are caught on the worker and come back as ``Outcome(ok=False, error=...)``; they
+never kill the loop.
 
-Worker death: the local pool is rebuilt and the items that were in flight are resubmitted; Dask
-reschedules them itself. An item in flight during ``max_worker_deaths`` deaths is reported as
-failed (``"worker died ..."``). Results already yielded are never affected.
+Worker death: the local pool is rebuilt and the items that were in flight are resubmitted; Dask reschedules them itself. An item
+in flight during ``max_worker_deaths`` deaths is reported as failed (``"worker died ..."``). Results already yielded are never
+affected.
 
-Privacy: the executor changes where work runs, never what it computes (docs/architecture.md, rule 4).
-With reproducible noise the results are identical across executors; with secret noise
-(the default) every task draws fresh OS entropy on whichever worker runs it.
-"""
+Privacy: the executor changes where work runs, never what it computes (docs/architecture.md, rule 4). With reproducible noise the
+results are identical across executors; with secret noise (the default) every task draws fresh OS entropy on whichever worker runs
+it."""
 
 from __future__ import annotations
 
@@ -56,7 +54,6 @@ class ChunkFailedError(DPAuditError):
 @dataclass(frozen=True)
 class Outcome:
     """The result of one item: ``value`` when ``ok``, else ``error`` (one line + traceback tail)."""
-
     index: int
     ok: bool
     value: Any = None
@@ -70,8 +67,8 @@ def _worker_id() -> str:
 
 
 def _set_threads(threads: int) -> None:
-    """One torch/OpenMP thread per worker slot: set it now if torch is loaded, else through the
-    environment read when torch is first imported (no torch import just for this)."""
+    """One torch/OpenMP thread per worker slot: set it now if torch is loaded, else through the environment read when torch is
+    first imported (no torch import just for this)."""
     if threads <= 0:  # in-process runs leave the caller's settings alone
         return
     torch = sys.modules.get("torch")
@@ -104,9 +101,8 @@ _PRELOAD = ["dpaudit.sweeps.tasks", "dpaudit.noise", "numpy", "torch"]
 
 
 def _mp_context():
-    """``forkserver`` where available: workers fork from a server that has imported torch and
-    dpaudit once (a pool rebuilt after a worker death starts in milliseconds), without forking
-    the coordinator's own threads; ``spawn`` elsewhere."""
+    """``forkserver`` where available: workers fork from a server that has imported torch and dpaudit once (a pool rebuilt after a
+    worker death starts in milliseconds), without forking the coordinator's own threads; ``spawn`` elsewhere."""
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
@@ -136,29 +132,23 @@ def _guarded_pool_shared(fn: Callable, index: int, item: Any, threads: int) -> O
 
 class Executor:
     """Base class: subclasses implement :meth:`imap_unordered`."""
-
     kind = "base"
     max_worker_deaths = 3
 
     def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:  # pragma: no cover
         """Yield one :class:`Outcome` per item as items finish (``Outcome.index`` = item position).
 
-        ``shared``: an object every call needs (e.g. an audit target with its data), sent once
-        per worker instead of once per item; then ``fn(shared, item)`` is called.
-        """
+        ``shared``: an object every call needs (e.g. an audit target with its data), sent once per worker instead of once per
+        item; then ``fn(shared, item)`` is called."""
         raise NotImplementedError
 
     def map_chunks(self, fn: Callable, chunks: Sequence, *, shared: Any = _NO_SHARED,
                    on_done: Callable[[Outcome], None] | None = None) -> list:
-        """Run ``fn`` on every chunk and return the values in chunk order.
-
-        Meant for audits: split the trials into chunks (each chunk with its own child noise
-        source / seed), submit them here, concatenate the returned scores. With ``shared``,
-        ``fn(shared, chunk)`` is called and ``shared`` travels once per worker. Raises
-        :class:`ChunkFailedError` naming the first failed chunk once all chunks have finished.
-        ``on_done`` is called with each Outcome as it finishes (for a progress bar and
-        per-chunk checkpoints).
-        """
+        """Run ``fn`` on every chunk and return the values in chunk order. Meant for audits: split the trials into chunks (each
+        chunk with its own child noise source / seed), submit them here, concatenate the returned scores. With ``shared``,
+        ``fn(shared, chunk)`` is called and ``shared`` travels once per worker. Raises :class:`ChunkFailedError` naming the first
+        failed chunk once all chunks have finished. ``on_done`` is called with each Outcome as it finishes (for a progress bar and
+        per-chunk checkpoints)."""
         chunks = list(chunks)
         values: list = [None] * len(chunks)
         failed: list[Outcome] = []
@@ -191,7 +181,6 @@ class Executor:
 
 class LocalExecutor(Executor):
     """Process pool on this machine. ``workers=None`` uses ``os.cpu_count()``; 1 runs in-process."""
-
     kind = "local"
 
     def __init__(self, workers: int | None = None, *, threads_per_worker: int = 1):
@@ -231,8 +220,8 @@ class LocalExecutor(Executor):
         yield from self._run(fn, items, _guarded)
 
     def _run(self, fn: Callable, items: list, call: Callable) -> Iterator[Outcome]:
-        # At most `workers` items are submitted at a time, so the items hit by a pool break are
-        # exactly the ones that were running (queued items would otherwise be blamed too).
+        # At most `workers` items are submitted at a time, so the items hit by a pool break are exactly the ones that were running
+        # (queued items would otherwise be blamed too).
         deaths = [0] * len(items)
         queue = deque(range(len(items)))
         inflight: dict[cf.Future, int] = {}
@@ -278,12 +267,9 @@ class LocalExecutor(Executor):
 class DaskExecutor(Executor):
     """``dask.distributed``: an existing scheduler, or a loopback-only ``LocalCluster``.
 
-    ``scheduler``: address of a running scheduler (``tcp://HOST:8786``); the cluster's workers
-    must have dpaudit installed and see the same data directory (and ``--out``/ledger paths if the
-    task writes there). ``workers``: start a ``LocalCluster`` with that many worker processes on
-    127.0.0.1 (no dashboard), torn down on :meth:`close`.
-    """
-
+    ``scheduler``: address of a running scheduler (``tcp://HOST:8786``); the cluster's workers must have dpaudit installed and see
+    the same data directory (and ``--out``/ledger paths if the task writes there). ``workers``: start a ``LocalCluster`` with that
+    many worker processes on 127.0.0.1 (no dashboard), torn down on :meth:`close`."""
     kind = "dask"
 
     def __init__(self, *, scheduler: str | None = None, workers: int | None = None, threads_per_worker: int = 1):
@@ -291,15 +277,14 @@ class DaskExecutor(Executor):
             raise UsageError(f"workers must be omitted when a scheduler address is given, got workers={workers} and scheduler={scheduler!r}.")
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         from distributed import Client, LocalCluster
-
         self._cluster = None
         self.scheduler = scheduler
         if scheduler is None:
             n = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
             self.workers = n
-            # Bound to loopback only: a LocalCluster is never reachable from another machine.
-            # The scheduler always runs a small HTTP server (health/metrics routes); pin it to
-            # loopback on a free port too (the default, 8787, collides with a second cluster).
+            # Bound to loopback only: a LocalCluster is never reachable from another machine. The scheduler always runs a small
+            # HTTP server (health/metrics routes); pin it to loopback on a free port too (the default, 8787, collides with a
+            # second cluster).
             self._cluster = LocalCluster(
                 n_workers=n, threads_per_worker=self.threads_per_worker, processes=True,
                 host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
@@ -314,7 +299,6 @@ class DaskExecutor(Executor):
 
     def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
         from distributed import as_completed
-
         items = list(items)
         tag = uuid.uuid4().hex[:8]
         extra: tuple = ()
@@ -330,8 +314,8 @@ class DaskExecutor(Executor):
             for fut, value in as_completed(futures, with_results=True, raise_errors=False):
                 i = index[fut.key]
                 if fut.status == "error":
-                    # e.g. KilledWorker once the task's workers died too often, or an item that
-                    # could not be unpickled on the worker; `value` is (type, exception, traceback).
+                    # e.g. KilledWorker once the task's workers died too often, or an item that could not be unpickled on the
+                    # worker; `value` is (type, exception, traceback).
                     yield _error_outcome(i, value[1] if isinstance(value, tuple) and len(value) == 3 else value)
                 else:  # _guarded always returns an Outcome
                     yield value
@@ -347,8 +331,7 @@ class DaskExecutor(Executor):
     def describe(self) -> dict:
         return {
             "executor": "dask", "scheduler": self.scheduler or self.client.scheduler.address,
-            "local_cluster": self._cluster is not None, "workers": self.workers,
-            "threads_per_worker": self.threads_per_worker,
+            "local_cluster": self._cluster is not None, "workers": self.workers, "threads_per_worker": self.threads_per_worker,
         }
 
     def close(self) -> None:
@@ -361,8 +344,8 @@ class DaskExecutor(Executor):
 
 
 def check_executor_args(kind: str, scheduler: str | None, workers: int | None) -> None:
-    """The executor choice is consistent (checked before any data is loaded or cluster started):
-    a known kind, ``scheduler`` only with dask, and not both a scheduler and ``workers``."""
+    """The executor choice is consistent (checked before any data is loaded or cluster started): a known kind, ``scheduler`` only
+    with dask, and not both a scheduler and ``workers``."""
     one_of("executor", kind, EXECUTORS)
     if workers is not None:
         positive_int("workers", workers)

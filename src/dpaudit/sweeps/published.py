@@ -1,18 +1,14 @@
 """Published values the sweeps are compared against (data only, with their source).
 
-TABLE3: "Table 3. Private test accuracy (%) at eps = 2 and delta = 1e-5 in the primary suite,
-mean +/- SD over five seeds" of the DP-RVFL paper (``shared/papers/001_5ae1aa25002ee196.txt``,
-section 4.3). Every row is a Gaussian-gradient-mechanism model; seeds 42-46; suite 1.
-The attention control is not in Table 3: it is reported separately in Table 9 ("Compact
-attention-control results, mean +/- SD accuracy (%) over three seeds in the separate attention
-stage", eps = 2, delta = 1e-5, seeds 42-44, section 4.8), kept here as TABLE9_ATTENTION.
-TABLE5: "Table 5. Numerical DP-ELM test accuracy (%) at eps = 2 for each fixed width, mean +/- SD
-over five seeds" (section 4.5): the closed-form Laplace DP-ELM, pure DP (delta = 0), widths
-L in {1, 3, 5, 10}, seeds 42-46, suite 1. The paper stresses that these are not an
-equal-guarantee, equal-width or equal-loss comparison with Table 3, so tables label them with
-their source.
-Values are (mean, SD) in percent, transcribed verbatim from the paper's tables.
-"""
+TABLE3: "Table 3. Private test accuracy (%) at eps = 2 and delta = 1e-5 in the primary suite, mean +/- SD over five seeds" of the
+DP-RVFL paper (``shared/papers/001_5ae1aa25002ee196.txt``, section 4.3). Every row is a Gaussian-gradient-mechanism model; seeds
+42-46; suite 1. The attention control is not in Table 3: it is reported separately in Table 9 ("Compact attention-control results,
+mean +/- SD accuracy (%) over three seeds in the separate attention stage", eps = 2, delta = 1e-5, seeds 42-44, section 4.8), kept
+here as TABLE9_ATTENTION.
+TABLE5: "Table 5. Numerical DP-ELM test accuracy (%) at eps = 2 for each fixed width, mean +/- SD over five seeds" (section 4.5):
+the closed-form Laplace DP-ELM, pure DP (delta = 0), widths L in {1, 3, 5, 10}, seeds 42-46, suite 1. The paper stresses that
+these are not an equal-guarantee, equal-width or equal-loss comparison with Table 3, so tables label them with their source.
+Values are (mean, SD) in percent, transcribed verbatim from the paper's tables."""
 
 from __future__ import annotations
 
@@ -24,13 +20,8 @@ TABLE3_EPSILON = 2.0
 
 #: dpaudit model name -> the paper's row label.
 TABLE3_ROW_LABELS = {
-    "dp-dense": "Dense",
-    "dp-cnn": "CNN",
-    "dp-rvfl": "RVFL",
-    "dp-elm-sgd": "ELM-SGD",
-    "frozen-dense-matched": "FrozenDenseMatched",
-    "logistic-projected": "LogisticProjected",
-    "logistic-raw": "LogisticRaw",
+    "dp-dense": "Dense", "dp-cnn": "CNN", "dp-rvfl": "RVFL", "dp-elm-sgd": "ELM-SGD",
+    "frozen-dense-matched": "FrozenDenseMatched", "logistic-projected": "LogisticProjected", "logistic-raw": "LogisticRaw",
 }
 #: dpaudit dataset name -> the paper's column label.
 TABLE3_COLUMN_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cardio": "Cardio", "heart": "Heart"}

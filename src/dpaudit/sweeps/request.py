@@ -1,11 +1,10 @@
 """``dpaudit sweep`` as a request: what to run (or show) and how.
 
-:class:`SweepRequest` is the command's parsed form: ``dpaudit.cli.sweep`` generates the command
-from its fields, as ``dpaudit train NAME`` is generated from a mechanism's Request. The work is
-done by :mod:`dpaudit.sweeps.runner` (:func:`~dpaudit.sweeps.runner.run_request`,
-:func:`~dpaudit.sweeps.runner.plan_counts`, :func:`~dpaudit.sweeps.runner.stored_tables`), so
-the same request gives the same result from Python. This module loads no numerical library.
-"""
+:class:`SweepRequest` is the command's parsed form: ``dpaudit.cli.sweep`` generates the command from its fields, as ``dpaudit
+train NAME`` is generated from a mechanism's Request. The work is done by :mod:`dpaudit.sweeps.runner`
+(:func:`~dpaudit.sweeps.runner.run_request`, :func:`~dpaudit.sweeps.runner.plan_counts`,
+:func:`~dpaudit.sweeps.runner.stored_tables`), so the same request gives the same result from Python. This module loads no
+numerical library."""
 
 from __future__ import annotations
 
@@ -25,10 +24,8 @@ DEFAULT_OUT = Path("runs") / "sweeps"
 class SweepRequest:
     """``dpaudit sweep [SPEC.toml | --builtin NAME]`` (speed and location only: no field changes a task's key).
 
-    Fields carry their command-line spelling (:func:`dpaudit.requests.option`); the tuple
-    fields are repeatable options.
+    Fields carry their command-line spelling (:func:`dpaudit.requests.option`); the tuple fields are repeatable options.
     """
-
     spec: str | None = option(None, positional=True, help="TOML sweep spec (grid of models x datasets x eps x seeds).")
     builtin: str | None = option(None, help="A built-in spec: dp-rvfl-primary (the issue's 650-task grid), dp-rvfl-primary-full (the paper's "
                                             "1,540-task primary suite, for a cluster), selftest.")

@@ -1,13 +1,11 @@
 """Run a sweep: expand the grid, skip what is finished, execute the rest, store every outcome.
 
-The coordinating process is the only writer of the sweep store; each outcome is committed the
-moment it arrives, so killing the sweep (or losing a worker) never loses a finished task, and
-re-running the same command resumes. Failed tasks keep their error and are retried only with
-``retry_failed=True``.
+The coordinating process is the only writer of the sweep store; each outcome is committed the moment it arrives, so killing the
+sweep (or losing a worker) never loses a finished task, and re-running the same command resumes. Failed tasks keep their error and
+are retried only with ``retry_failed=True``.
 
-Every ``train`` task is its own private release, recorded in the ledger with the sweep's name in
-its configuration; the ledger composes them (a sweep of 30 runs at eps = 2 on one training
-partition spends far more than eps = 2 of that partition's budget).
+Every ``train`` task is its own private release, recorded in the ledger with the sweep's name in its configuration; the ledger
+composes them (a sweep of 30 runs at eps = 2 on one training partition spends far more than eps = 2 of that partition's budget).
 """
 
 from __future__ import annotations
@@ -48,9 +46,8 @@ def resolve_optional_data_dir(data_dir: str | os.PathLike | None) -> Path | None
 
 
 def dataset_available(name: str, data_dir: Path | None, profile: str | None = None) -> bool:
-    """Whether a dataset's files (under ``profile``) are present, per the data registry (embedded
-    datasets always are; unknown names count as present so the trainer, not the sweep, reports
-    what is wrong)."""
+    """Whether a dataset's files (under ``profile``) are present, per the data registry (embedded datasets always are; unknown
+    names count as present so the trainer, not the sweep, reports what is wrong)."""
     info = None if name in SYNTHETIC_DATASETS else DATASETS.get(name)
     if info is None or not info.needs_files:
         return True
@@ -66,11 +63,9 @@ class SweepOptions:
     """How to run a sweep (none of it is part of a task's key).
 
     ``out``: parent folder; the sweep lives in ``out/<name>/`` (``sweep.sqlite`` + releases).
-    ``record``: record the releases in the ledger at ``ledger_path``. ``retry_failed``: also
-    re-run tasks stored as failed. ``task_filter``: run only a slice. ``max_tasks``: run at most
-    this many of the unfinished tasks (the rest stay pending). ``progress``: a bar on stderr.
-    """
-
+    ``record``: record the releases in the ledger at ``ledger_path``. ``retry_failed``: also re-run tasks stored as failed.
+    ``task_filter``: run only a slice. ``max_tasks``: run at most this many of the unfinished tasks (the rest stay pending).
+    ``progress``: a bar on stderr."""
     out: str | os.PathLike = DEFAULT_OUT
     data_dir: str | os.PathLike | None = None
     ledger_path: str | os.PathLike | None = None
@@ -98,8 +93,8 @@ class SweepSummary:
     seconds: float = 0.0
     interrupted: bool = False
     failures: list = field(default_factory=list)
-    #: releases written but not recorded in the ledger: ``{key, release_dir, reservation}``; each
-    #: reservation stays open (its budget spent) until an operator records the release or voids it
+    #: releases written but not recorded in the ledger: ``{key, release_dir, reservation}``; each reservation stays open (its
+    #: budget spent) until an operator records the release or voids it
     unrecorded: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -132,8 +127,7 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
 
     ``options`` (or its fields as keywords, e.g. ``out=``, ``ledger_path=``): :class:`SweepOptions`.
     ``executor``: where tasks run (default: in-process, one task at a time).
-    ``on_outcome``: called in the coordinating process after each outcome has been stored.
-    """
+    ``on_outcome``: called in the coordinating process after each outcome has been stored."""
     opts = options if options is not None else SweepOptions(**option_values)
     t0 = time.perf_counter()
     tasks, skipped = plan(spec, data_dir=opts.data_dir, task_filter=opts.task_filter)
@@ -171,8 +165,8 @@ def _context(name: str, root: Path, opts: SweepOptions) -> RunContext:
 
 
 def _unfinished(spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, summary: SweepSummary) -> list[Task]:
-    """Store the spec and its tasks; the tasks still to run (pending, failed ones too on
-    request, at most ``max_tasks``); the others count as finished in ``summary``."""
+    """Store the spec and its tasks; the tasks still to run (pending, failed ones too on request, at most ``max_tasks``); the
+    others count as finished in ``summary``."""
     store.set_spec(spec.to_dict())
     store.add_tasks(tasks)
     todo = store.to_run([t.key for t in tasks], retry_failed=opts.retry_failed)
@@ -185,8 +179,8 @@ def _unfinished(spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, s
 
 def _execute(run_tasks: list[Task], context: RunContext, executor: Executor, store, summary: SweepSummary, *,
              held: dict[str, str], closed: set[str], after) -> None:
-    """Run the tasks and store each outcome the moment it arrives (a release is recorded in the
-    ledger first, settling its reservation; ``closed`` collects the settled tasks)."""
+    """Run the tasks and store each outcome the moment it arrives (a release is recorded in the ledger first, settling its
+    reservation; ``closed`` collects the settled tasks)."""
     with after as each:
         for out_ in executor.imap_unordered(execute_task, [(t.config(), context.to_dict()) for t in run_tasks]):
             task = run_tasks[out_.index]
@@ -206,9 +200,9 @@ def _execute(run_tasks: list[Task], context: RunContext, executor: Executor, sto
 
 
 def _recorded(out_: Outcome, context: RunContext, reservation: str | None) -> tuple[dict | None, Outcome]:
-    """(stored value, outcome) of a finished task after recording its release; a failure to
-    record makes the outcome a failure (the model exists on disk but is not in the ledger) and
-    leaves its reservation open (spent), as a single run's does (:func:`_close_reservations`)."""
+    """(stored value, outcome) of a finished task after recording its release; a failure to record makes the outcome a failure
+    (the model exists on disk but is not in the ledger) and leaves its reservation open (spent), as a single run's does
+    (:func:`_close_reservations`)."""
     try:
         return _record_release(out_.value, context, reservation), out_
     except Exception as e:  # noqa: BLE001 - any failure to record leaves the budget held
@@ -220,8 +214,8 @@ def _recorded(out_: Outcome, context: RunContext, reservation: str | None) -> tu
 
 @contextlib.contextmanager
 def _after_each(on_outcome, progress: bool, total: int, name: str):
-    """``each(task, outcome)``, called after every stored outcome: advances the progress bar
-    (stopped on exit) and calls ``on_outcome``."""
+    """``each(task, outcome)``, called after every stored outcome: advances the progress bar (stopped on exit) and calls
+    ``on_outcome``."""
     bar = _progress(progress, total, name)
 
     def each(task: Task, out_: Outcome) -> None:
@@ -239,8 +233,8 @@ def _after_each(on_outcome, progress: bool, total: int, name: str):
 
 @contextlib.contextmanager
 def _exclusive(root: Path):
-    """One coordinator per sweep folder: a second one would run the same pending tasks twice
-    (two releases, twice the budget). POSIX advisory lock, released when the process ends."""
+    """One coordinator per sweep folder: a second one would run the same pending tasks twice (two releases, twice the budget).
+    POSIX advisory lock, released when the process ends."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX: no lock
@@ -258,8 +252,8 @@ def _exclusive(root: Path):
 
 
 def _record_release(value: dict, context: RunContext, reservation: str | None = None) -> dict:
-    """Record a task's release in the ledger (coordinator side) and settle its ``reservation``
-    with it (one transaction); return the result to store."""
+    """Record a task's release in the ledger (coordinator side) and settle its ``reservation`` with it (one transaction); return
+    the result to store."""
     if not isinstance(value, dict) or "release" not in value:
         return value
     value = dict(value)
@@ -276,9 +270,8 @@ def _record_release(value: dict, context: RunContext, reservation: str | None = 
 
 
 def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepSummary) -> list[Task]:
-    """Leave out (as failed) the tasks whose folder already holds a release: it was written by an
-    earlier run and not recorded (its budget is still held by that run's open reservation);
-    training the task again would spend the budget twice."""
+    """Leave out (as failed) the tasks whose folder already holds a release: it was written by an earlier run and not recorded
+    (its budget is still held by that run's open reservation); training the task again would spend the budget twice."""
     keep = []
     for t in tasks:
         hit = existing_release(task_dir(context.out_dir, t.config(), t.key))
@@ -294,19 +287,16 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
 
 
 def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
-    """Reserve, before anything runs, the budget of every release the sweep will make: one
-    reservation per ``train`` task (``{task key: reservation id}``), as a single ``dpaudit train``
-    holds its own, from the task's planned release (:func:`~dpaudit.sweeps.tasks.planned_release`).
+    """Reserve, before anything runs, the budget of every release the sweep will make: one reservation per ``train`` task (``{task
+    key: reservation id}``), as a single ``dpaudit train`` holds its own, from the task's planned release
+    (:func:`~dpaudit.sweeps.tasks.planned_release`).
 
-    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started
-    meanwhile: the whole sweep is first checked against every cap at once (nothing written), then
-    each reservation is appended with its own cap check (a refusal cancels those already made).
-    The tasks' own pre-checks leave these reservations out (:func:`dpaudit.releasing.held_by_caller`).
-    Each is settled with its task's release, cancelled when the task released nothing, left open
-    (spent, voidable) when a release was written but not recorded (:func:`_close_reservations`);
-    a killed sweep leaves them open until an operator voids them. Noise derived from a task's
-    published seed is reserved as not private (unbounded).
-    """
+    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started meanwhile: the whole sweep is
+    first checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
+    cancels those already made). The tasks' own pre-checks leave these reservations out
+    (:func:`dpaudit.releasing.held_by_caller`). Each is settled with its task's release, cancelled when the task released nothing,
+    left open (spent, voidable) when a release was written but not recorded (:func:`_close_reservations`); a killed sweep leaves
+    them open until an operator voids them. Noise derived from a task's published seed is reserved as not private (unbounded)."""
     planned = []
     for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":
@@ -329,16 +319,15 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
 
 
 def _noise_reason(task: Task, event) -> str | None:
-    """Why ``task``'s release will not be private because of its noise (derived from its
-    published seed), else None."""
+    """Why ``task``'s release will not be private because of its noise (derived from its published seed), else None."""
     if event is None or not dict(task.settings).get("reproducible_noise"):
         return None
     return public_seed_reason(task.seed)
 
 
 def _check_sweep(ledger, planned: list[dict]) -> None:
-    """Refuse a sweep whose planned releases together exceed a cap (writes nothing): one
-    composed event per (dataset, partition, adjacency) of a capped dataset."""
+    """Refuse a sweep whose planned releases together exceed a cap (writes nothing): one composed event per (dataset, partition,
+    adjacency) of a capped dataset."""
     groups: dict[tuple, list[dict]] = {}
     for p in planned:
         if ledger.entries(dataset=p["dataset"], kind="cap"):
@@ -354,11 +343,10 @@ def _check_sweep(ledger, planned: list[dict]) -> None:
 
 def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
                         written: dict[str, str] | None = None) -> list[dict]:
-    """Close the sweep's task reservations still open when it ends (``held``: task key ->
-    reservation id): cancel those of tasks that released nothing; leave open (spent, voidable)
-    those whose release folder holds anything (``written``: task key -> that folder), since the
-    model may exist although it is not in the ledger (a failed record, an interrupt).
-    Returns the ones left open, as ``{key, release_dir, reservation}``."""
+    """Close the sweep's task reservations still open when it ends (``held``: task key -> reservation id): cancel those of tasks
+    that released nothing; leave open (spent, voidable) those whose release folder holds anything (``written``: task key -> that
+    folder), since the model may exist although it is not in the ledger (a failed record, an interrupt). Returns the ones left
+    open, as ``{key, release_dir, reservation}``."""
     left: list[dict] = []
     if not held:
         return left
@@ -375,8 +363,8 @@ def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | N
 
 
 def _written_folders(context: RunContext, tasks: list[Task], keys) -> dict[str, str]:
-    """Task key -> release folder of the ``tasks`` among ``keys`` whose folder holds anything (a
-    release, or artefacts written just before it), for :func:`_close_reservations`."""
+    """Task key -> release folder of the ``tasks`` among ``keys`` whose folder holds anything (a release, or artefacts written
+    just before it), for :func:`_close_reservations`."""
     folders = {t.key: task_dir(context.out_dir, t.config(), t.key) for t in tasks if t.key in keys}
     return {k: str(d) for k, d in folders.items() if d.is_dir() and any(d.iterdir())}
 
@@ -385,7 +373,6 @@ def _progress(enabled: bool, total: int, name: str):
     if not enabled or total == 0:
         return None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                  TimeRemainingColumn(), console=err_console, transient=False)
     p.start()

@@ -14,20 +14,16 @@ which may override the ``[settings]`` applied to every task::
     profiles = ["default", "authors"]  # optional, train runner only (default: ["default"])
     settings = { epochs = 30 }
 
-A ``train`` task is a catalogue name and a Request (:func:`task_request`); ``dp-elm-L{w}``, the
-name older specs give DP-ELM at width w, is read by :func:`catalogue_request` alone. A task's
-identity is the SHA-256 of its full *public* configuration (runner, model, dataset, epsilon,
-seed and every setting, canonical JSON); where results go, the data directory and the executor
-are not part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a
-cluster has the same key and a resumed sweep skips it. Unknown setting names are refused: a
-typo in a privacy setting must never silently fall back to a default.
+A ``train`` task is a catalogue name and a Request (:func:`task_request`); ``dp-elm-L{w}``, the name older specs give DP-ELM at
+width w, is read by :func:`catalogue_request` alone. A task's identity is the SHA-256 of its full *public* configuration (runner,
+model, dataset, epsilon, seed and every setting, canonical JSON); where results go, the data directory and the executor are not
+part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a cluster has the same key and a resumed sweep
+skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default.
 
-Profiles: ``"default"`` (each dataset's own profile) adds nothing to a task, so keys written
-before the axis existed are unchanged; any other profile (e.g. ``"authors"``,
-:mod:`dpaudit.data.authors`) is the task setting ``profile``. :func:`with_profile` moves a whole
-spec to one profile (``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs
-``dp-rvfl-primary-authors``).
-"""
+Profiles: ``"default"`` (each dataset's own profile) adds nothing to a task, so keys written before the axis existed are
+unchanged; any other profile (e.g. ``"authors"``, :mod:`dpaudit.data.authors`) is the task setting ``profile``.
+:func:`with_profile` moves a whole spec to one profile (``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs
+``dp-rvfl-primary-authors``)."""
 
 from __future__ import annotations
 
@@ -49,25 +45,21 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 # Keys of a grid block and their accepted spellings.
 _ALIASES = {
-    "models": ("models", "model", "mechanism", "mechanisms"),
-    "datasets": ("datasets", "dataset"),
-    "epsilons": ("epsilons", "eps", "epsilon"),
-    "seeds": ("seeds", "seed"),
-    "profiles": ("profiles", "profile"),
+    "models": ("models", "model", "mechanism", "mechanisms"), "datasets": ("datasets", "dataset"),
+    "epsilons": ("epsilons", "eps", "epsilon"), "seeds": ("seeds", "seed"), "profiles": ("profiles", "profile"),
 }
 _GRID_KEYS = tuple(a for names in _ALIASES.values() for a in names)
 #: A profiles-axis value meaning "each dataset's own default profile" (no task setting).
 DEFAULT_PROFILE = "default"
 #: The runners a task can name (:data:`dpaudit.sweeps.tasks.RUNNERS` implements them).
 RUNNER_NAMES = ("train", "selftest")
-#: Settings of the ``train`` runner; each reaches a task's Request where the Request has that
-#: field (a DP-ELM task of a mixed block ignores ``delta``, ``epochs`` and ``batch_size``).
+#: Settings of the ``train`` runner; each reaches a task's Request where the Request has that field (a DP-ELM task of a mixed
+#: block ignores ``delta``, ``epochs`` and ``batch_size``).
 TRAIN_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "epochs", "batch_size")
 SELFTEST_MODELS = ("mean", "median")
 SELFTEST_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "n", "sleep", "fail_seeds", "exit_once_marker")
-#: Model names of specs written before sweeps named catalogue entries: ``dp-elm-L{w}`` is the
-#: catalogue's ``dp-elm`` at width w (paper 001, sections 3.5 and 4.5). Read only by
-#: :func:`catalogue_request`; tasks keep the name, so their keys do not change.
+#: Model names of specs written before sweeps named catalogue entries: ``dp-elm-L{w}`` is the catalogue's ``dp-elm`` at width w
+#: (paper 001, sections 3.5 and 4.5). Read only by :func:`catalogue_request`; tasks keep the name, so their keys do not change.
 LEGACY_MODELS = {f"dp-elm-L{w}": ("dp-elm", {"width": w}) for w in (1, 3, 5, 10)}
 #: Request fields a ``train`` task fills from itself (every sweepable Request has the first three).
 _TASK_FIELDS = ("dataset", "epsilon", "seed")
@@ -75,12 +67,8 @@ _TASK_FIELDS = ("dataset", "epsilon", "seed")
 
 @dataclass(frozen=True)
 class Task:
-    """One unit of work of a sweep: a single training (or self-test) run.
-
-    ``epsilon`` is ``None`` only for non-private tasks (``settings["non_private"]`` true).
-    ``settings`` is a sorted tuple of ``(name, value)`` pairs so the task is hashable.
-    """
-
+    """One unit of work of a sweep: a single training (or self-test) run. ``epsilon`` is ``None`` only for non-private tasks
+    (``settings["non_private"]`` true). ``settings`` is a sorted tuple of ``(name, value)`` pairs so the task is hashable."""
     runner: str
     model: str
     dataset: str
@@ -121,8 +109,8 @@ def catalogue_request(model: str) -> tuple[str, dict]:
 
 
 def request_type(model: str) -> type | None:
-    """The Request type of a ``train`` task of ``model``; None when the model is not sweepable
-    (not in the catalogue, audit-only, or its Request takes no dataset, epsilon and seed)."""
+    """The Request type of a ``train`` task of ``model``; None when the model is not sweepable (not in the catalogue, audit-only,
+    or its Request takes no dataset, epsilon and seed)."""
     entry = CATALOGUE.get(catalogue_request(model)[0])
     if entry is None or entry.audit_only:
         return None
@@ -136,12 +124,9 @@ def train_models() -> tuple[str, ...]:
 
 
 def task_request(config: dict, data_dir: str | None = None):
-    """(catalogue name, Request) of a ``train`` task's public configuration.
-
-    The task's dataset, seed and epsilon (1.0, ignored, for a non-private task), the settings
-    its Request has a field for, the legacy name's fixed fields and the catalogue name in the
-    Request's positional field (a DP-SGD model name). ``data_dir`` is where the data are read.
-    """
+    """(catalogue name, Request) of a ``train`` task's public configuration. The task's dataset, seed and epsilon (1.0, ignored,
+    for a non-private task), the settings its Request has a field for, the legacy name's fixed fields and the catalogue name in
+    the Request's positional field (a DP-SGD model name). ``data_dir`` is where the data are read."""
     name, fixed = catalogue_request(config["model"])
     rtype = request_type(config["model"])
     if rtype is None:
@@ -177,7 +162,6 @@ class GridBlock:
 @dataclass(frozen=True)
 class SweepSpec:
     """A named grid of tasks. ``blocks`` are expanded in order; duplicates are dropped."""
-
     name: str
     runner: str = "train"
     blocks: tuple[GridBlock, ...] = ()
@@ -204,7 +188,6 @@ class SweepSpec:
 @dataclass(frozen=True)
 class TaskFilter:
     """Run only a slice of a spec (e.g. ``--dataset heart --eps 2``); keys stay those of the full grid."""
-
     models: tuple[str, ...] = ()
     datasets: tuple[str, ...] = ()
     epsilons: tuple[float, ...] = ()
@@ -251,12 +234,9 @@ def validate_block(runner: str, models: list[str], datasets: list[str], settings
 
 
 def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> str | None:
-    """The ``profile`` task setting for ``dataset`` under a profiles-axis value.
-
-    None for ``None``, ``"default"`` and the dataset's own default profile (such a task has no
-    profile setting, so its key is that of a grid without the axis); else the profile name,
-    which the dataset must offer (:class:`UsageError` naming the allowed ones otherwise).
-    """
+    """The ``profile`` task setting for ``dataset`` under a profiles-axis value. None for ``None``, ``"default"`` and the
+    dataset's own default profile (such a task has no profile setting, so its key is that of a grid without the axis); else the
+    profile name, which the dataset must offer (:class:`UsageError` naming the allowed ones otherwise)."""
     if profile is None or profile == DEFAULT_PROFILE:
         return None
     info = registry.dataset_info(dataset)
@@ -325,8 +305,8 @@ def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlo
 
 
 def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[str | None]:
-    """The profiles axis of a block: None for ``"default"``; every other name must be offered by
-    every dataset of the block (checked now, before anything runs)."""
+    """The profiles axis of a block: None for ``"default"``; every other name must be offered by every dataset of the block
+    (checked now, before anything runs)."""
     out = [None] if profiles is None else _profile_values(profiles, where)
     named = [p for p in out if p is not None]
     if runner != "train" and named:
@@ -345,12 +325,9 @@ def _profile_values(profiles, where: str) -> list[str | None]:
 
 
 def with_profile(spec: SweepSpec, profile: str | None) -> SweepSpec:
-    """``spec`` with every block's profiles axis replaced by the single ``profile``.
-
-    ``None`` or ``"default"`` returns ``spec`` unchanged (its task keys stay those of the spec).
-    Another profile renames the sweep ``NAME-PROFILE`` (its own store folder and ledger tag) and
-    must be offered by every dataset of the spec, else a :class:`UsageError`.
-    """
+    """``spec`` with every block's profiles axis replaced by the single ``profile``. ``None`` or ``"default"`` returns ``spec``
+    unchanged (its task keys stay those of the spec). Another profile renames the sweep ``NAME-PROFILE`` (its own store folder and
+    ledger tag) and must be offered by every dataset of the spec, else a :class:`UsageError`."""
     if profile is None or profile == DEFAULT_PROFILE:
         return spec
     if not isinstance(profile, str) or not _NAME_RE.match(profile):
@@ -425,9 +402,7 @@ def parse_spec(text: str, *, source: str = "<string>") -> SweepSpec:
     return spec_from_dict(data, source=source)
 
 
-# --------------------------------------------------------------------------------------------
-# Built-in specs
-# --------------------------------------------------------------------------------------------
+# ---- Built-in specs
 
 #: The five frozen-feature and logistic models of the DP-RVFL study (paper 001, section 3).
 FROZEN_AND_LOGISTIC = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected")
@@ -460,11 +435,10 @@ _BUILTINS = {
         "grid": [_grid(FROZEN_AND_LOGISTIC, PRIMARY_DATASETS, PRIMARY_EPSILONS), _grid(TRAINABLE[:2], PRIMARY_DATASETS, [2.0]),
                  _grid(["dp-attention"], IMAGE_DATASETS, [2.0])],
     },
-    # The paper's full primary suite, "1540 primary tasks" (paper 001, sections 4.1-4.3):
-    # (7 gradient models + 4 DP-ELM widths) x 4 datasets x (6 budgets + non-private) x 5 seeds.
-    # The private gradient tasks carry exactly the settings of dp-rvfl-primary (delta = 1e-5),
-    # so a task present in both grids has the same key. DP-ELM tasks carry no delta: the
-    # mechanism is pure epsilon-DP (delta = 0; section 4.1) and its release says so.
+    # The paper's full primary suite, "1540 primary tasks" (paper 001, sections 4.1-4.3): (7 gradient models + 4 DP-ELM widths) x
+    # 4 datasets x (6 budgets + non-private) x 5 seeds. The private gradient tasks carry exactly the settings of dp-rvfl-primary
+    # (delta = 1e-5), so a task present in both grids has the same key. DP-ELM tasks carry no delta: the mechanism is pure
+    # epsilon-DP (delta = 0; section 4.1) and its release says so.
     "dp-rvfl-primary-full": {
         "description": "DP-RVFL full primary suite (paper 001, sections 4.1-4.3, the 1540 primary tasks): the seven gradient-trained models "
                        "(DP-RVFL, DP-ELM-SGD, FrozenDenseMatched, LogisticRaw, LogisticProjected, Dense, CNN; DP-SGD, delta = 1e-5) and the "

@@ -1,18 +1,15 @@
 """Seed-level statistics of a sweep, as specified in section 4.2 of the DP-RVFL paper (001).
 
-- Per cell (dataset x budget x model): mean +/- *sample* SD over seeds (ddof = 1) and the 95 %
-  Student-t interval mean +/- t_{0.975, n-1} SD / sqrt(n) (four degrees of freedom for five
-  seeds). The interval describes training-seed variability on a fixed public test partition,
-  not uncertainty about a population.
-- Paired contrasts: within each dataset-budget condition, the reference model's per-seed metric
-  minus a comparator's, aligned by seed (only seeds both have). Exact two-sided sign-flip test:
-  all 2^n sign assignments of the n differences, p = #{|sum s_i d_i| >= |sum d_i|} / 2^n. With
-  n = 5 the smallest attainable p is 2/32 = 0.0625, so this design cannot reach p < 0.05 even
-  before multiplicity correction (the paper says so; the tables say so too).
-- Holm adjustment across the whole reported family of contrasts (statsmodels ``multipletests``),
-  and win/tie/loss counts: per contrast over seeds, and per comparator over conditions (by mean).
-  Counts are descriptive; no significance is implied and absence of significance is not
-  evidence of equivalence.
+- Per cell (dataset x budget x model): mean +/- *sample* SD over seeds (ddof = 1) and the 95 % Student-t interval mean +/-
+  t_{0.975, n-1} SD / sqrt(n) (four degrees of freedom for five seeds). The interval describes training-seed variability on a
+  fixed public test partition, not uncertainty about a population.
+- Paired contrasts: within each dataset-budget condition, the reference model's per-seed metric minus a comparator's, aligned by
+  seed (only seeds both have). Exact two-sided sign-flip test: all 2^n sign assignments of the n differences, p = #{|sum s_i d_i|
+  >= |sum d_i|} / 2^n. With n = 5 the smallest attainable p is 2/32 = 0.0625, so this design cannot reach p < 0.05 even before
+  multiplicity correction (the paper says so; the tables say so too).
+- Holm adjustment across the whole reported family of contrasts (statsmodels ``multipletests``), and win/tie/loss counts: per
+  contrast over seeds, and per comparator over conditions (by mean). Counts are descriptive; no significance is implied and
+  absence of significance is not evidence of equivalence.
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ class CellSummary:
 def summarize(values: Sequence[float], *, confidence: float = 0.95) -> CellSummary:
     """Mean, sample SD and the two-sided Student-t interval at ``confidence`` over seeds."""
     from scipy import stats
-
     x = np.asarray(list(values), dtype=float)
     if x.size == 0:
         raise UsageError("values must be non-empty, got [].")
@@ -64,13 +60,10 @@ def summarize(values: Sequence[float], *, confidence: float = 0.95) -> CellSumma
 
 
 def sign_flip_pvalue(differences: Sequence[float]) -> float:
-    """Exact two-sided sign-flip (randomisation) test of paired differences.
-
-    Enumerates all 2^n sign vectors s and returns the fraction with |sum s_i d_i| >= |sum d_i|
-    (the observed assignment included, so p >= 2 / 2^n unless every difference is zero, p = 1).
-    Comparisons allow a relative tolerance of 1e-12 so that floating-point rounding of equal
-    sums never makes p smaller than it is.
-    """
+    """Exact two-sided sign-flip (randomisation) test of paired differences. Enumerates all 2^n sign vectors s and returns the
+    fraction with |sum s_i d_i| >= |sum d_i| (the observed assignment included, so p >= 2 / 2^n unless every difference is zero, p
+    = 1). Comparisons allow a relative tolerance of 1e-12 so that floating-point rounding of equal sums never makes p smaller than
+    it is."""
     d = np.asarray(list(differences), dtype=float)
     n = d.size
     if n == 0:
@@ -99,7 +92,6 @@ def sign_flip_pvalue(differences: Sequence[float]) -> float:
 def holm_adjust(pvalues: Sequence[float]) -> list[float]:
     """Holm step-down adjusted p-values across one family (statsmodels ``multipletests``)."""
     from statsmodels.stats.multitest import multipletests
-
     p = np.asarray(list(pvalues), dtype=float)
     if p.size == 0:
         return []
@@ -113,9 +105,7 @@ def min_attainable_pvalue(n: int) -> float:
     return 2.0 / (1 << n) if n >= 1 else 1.0
 
 
-# --------------------------------------------------------------------------------------------
-# Records: one dict per finished task {model, dataset, epsilon, seed, metrics}
-# --------------------------------------------------------------------------------------------
+# ---- Records: one dict per finished task {model, dataset, epsilon, seed, metrics}
 
 def records_from_rows(rows: Iterable) -> list[dict]:
     """Flatten finished store rows (:class:`~dpaudit.sweeps.store.TaskRow`) into records."""
@@ -126,8 +116,7 @@ def records_from_rows(rows: Iterable) -> list[dict]:
         c = r.config
         rec = {
             "model": c["model"], "dataset": c["dataset"], "epsilon": c["epsilon"], "seed": int(c["seed"]),
-            "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds,
-            "epsilon_achieved": r.result.get("epsilon"),
+            "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds, "epsilon_achieved": r.result.get("epsilon"),
         }
         profile = (c.get("settings") or {}).get("profile")
         if profile is not None:  # a non-default preprocessing profile (the sweep tables keep it apart)
@@ -184,7 +173,6 @@ def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: floa
 @dataclass(frozen=True)
 class Contrast:
     """Reference minus comparator on one metric in one dataset-budget condition, paired by seed."""
-
     dataset: str
     epsilon: float | None
     metric: str
@@ -211,21 +199,13 @@ class Contrast:
 
 
 def paired_contrasts(
-    records: Iterable[dict],
-    *,
-    reference: str = "dp-rvfl",
-    comparators: Sequence[str] | None = None,
-    metrics: Sequence[str] = PRIMARY_METRICS,
-    tie_tolerance: float = 0.0,
-    min_pairs: int = 2,
+    records: Iterable[dict], *, reference: str = "dp-rvfl", comparators: Sequence[str] | None = None,
+    metrics: Sequence[str] = PRIMARY_METRICS, tie_tolerance: float = 0.0, min_pairs: int = 2,
 ) -> list[Contrast]:
-    """All reference-vs-comparator contrasts the records support, Holm-adjusted as one family.
-
-    A contrast exists for every (dataset, epsilon, metric, comparator) where the reference and
-    the comparator share at least ``min_pairs`` seeds; the family for Holm's adjustment is
-    exactly the returned list (report all of it: adjusting a subset would understate
-    multiplicity). Seed-level ties are |difference| <= ``tie_tolerance``.
-    """
+    """All reference-vs-comparator contrasts the records support, Holm-adjusted as one family. A contrast exists for every
+    (dataset, epsilon, metric, comparator) where the reference and the comparator share at least ``min_pairs`` seeds; the family
+    for Holm's adjustment is exactly the returned list (report all of it: adjusting a subset would understate multiplicity).
+    Seed-level ties are |difference| <= ``tie_tolerance``."""
     by_cond = _by_condition(list(records), metrics)
     metric_order = {m: i for i, m in enumerate(metrics)}
     out = [_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance)
@@ -236,8 +216,8 @@ def paired_contrasts(
 
 
 def _pairs(models: dict[str, dict[int, float]], reference: str, comparators, min_pairs: int):
-    """(comparator, shared seeds) of one condition's ``models`` ({model: {seed: value}}) with
-    at least ``min_pairs`` seeds in common with the reference (none without the reference)."""
+    """(comparator, shared seeds) of one condition's ``models`` ({model: {seed: value}}) with at least ``min_pairs`` seeds in
+    common with the reference (none without the reference)."""
     if reference not in models:
         return
     for comp in (comparators if comparators is not None else sorted(models)):
@@ -270,7 +250,6 @@ def _contrast(cond: tuple, reference: str, comparator: str, seeds: tuple, diffs:
 @dataclass(frozen=True)
 class WinTieLoss:
     """Condition-level counts for one comparator and metric: reference mean above/equal/below."""
-
     reference: str
     comparator: str
     metric: str
@@ -284,11 +263,8 @@ class WinTieLoss:
 
 
 def win_tie_loss(contrasts: Iterable[Contrast], *, tie_tolerance: float = 0.0) -> list[WinTieLoss]:
-    """Across conditions, how often the reference's mean beats, ties or trails each comparator.
-
-    This is the paper's "higher mean accuracy in 20 of the 24 conditions" count (section 4.3);
-    it is descriptive only.
-    """
+    """Across conditions, how often the reference's mean beats, ties or trails each comparator. This is the paper's "higher mean
+    accuracy in 20 of the 24 conditions" count (section 4.3); it is descriptive only."""
     agg: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
     ref_name = {}
     for c in contrasts:

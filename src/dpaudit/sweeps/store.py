@@ -1,11 +1,9 @@
 """The results store of a sweep: one SQLite file, one row per task, keyed by the task's hash.
 
-Only the coordinating process writes (workers return results; they never touch this file), so
-one connection with immediate commits suffices: every finished task is durable the moment its
-row is written, and a sweep killed at any point resumes from what is on disk. Rows are never
-deleted. Status is ``pending`` (not yet finished), ``done`` (result stored) or ``failed`` (error
-stored; retried only on request, which increments ``attempts``).
-"""
+Only the coordinating process writes (workers return results; they never touch this file), so one connection with immediate
+commits suffices: every finished task is durable the moment its row is written, and a sweep killed at any point resumes from what
+is on disk. Rows are never deleted. Status is ``pending`` (not yet finished), ``done`` (result stored) or ``failed`` (error
+stored; retried only on request, which increments ``attempts``)."""
 
 from __future__ import annotations
 
@@ -109,18 +107,14 @@ class SweepStore:
     def add_tasks(self, tasks: Iterable[Task]) -> int:
         """Insert tasks not yet known (by key); returns how many were new."""
         now = now_utc()
-        rows = [
-            (t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now)
-            for t in tasks
-        ]
+        rows = [(t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now) for t in tasks]
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             before = cur.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
             cur.executemany(
                 "INSERT OR IGNORE INTO tasks (key, config, runner, model, dataset, epsilon, seed, status, added_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-                rows,
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)", rows,
             )
             after = cur.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
             cur.execute("COMMIT")
@@ -149,8 +143,7 @@ class SweepStore:
     def _finish(self, key, status, result, error, seconds, worker) -> None:
         cur = self._db.execute(
             "UPDATE tasks SET status = ?, result = ?, error = ?, attempts = attempts + 1, seconds = ?, worker = ?, "
-            "finished_at = ? WHERE key = ? AND status != 'done'",
-            (status, result, error, seconds, worker, now_utc(), key),
+            "finished_at = ? WHERE key = ? AND status != 'done'", (status, result, error, seconds, worker, now_utc(), key),
         )
         if cur.rowcount == 0 and not self._db.execute("SELECT 1 FROM tasks WHERE key = ?", (key,)).fetchone():
             raise DataError(f"task key must be in the sweep store {self.path}, got {key}.")

@@ -2,31 +2,25 @@
 
 ``sweep_tables(records)`` builds one JSON-able dict:
 
-- ``cells``: per dataset x epsilon x model, mean +/- sample SD and 95 % Student-t interval over
-  seeds, for every metric in ``metrics``;
-- ``contrasts``: reference (DP-RVFL by default) minus each comparator, paired by seed, exact
-  sign-flip p and Holm-adjusted p over the whole family of *private* dataset-budget conditions
-  (all datasets, budgets, comparators and metrics present), with seed-level win/tie/loss. This
-  is the paper's family (section 4.2: "960 reported primary contrasts ... four datasets, six
-  budgets, ten comparators and four metrics", the ten comparators being the six other gradient
-  models and the four DP-ELM widths). Non-private conditions are a different experiment
-  (section 4.3), so their contrasts form a separate family, ``non_private_contrasts``, with its
-  own Holm adjustment; they never enlarge or shrink the private family;
+- ``cells``: per dataset x epsilon x model, mean +/- sample SD and 95 % Student-t interval over seeds, for every metric in
+  ``metrics``;
+- ``contrasts``: reference (DP-RVFL by default) minus each comparator, paired by seed, exact sign-flip p and Holm-adjusted p over
+  the whole family of *private* dataset-budget conditions (all datasets, budgets, comparators and metrics present), with
+  seed-level win/tie/loss. This is the paper's family (section 4.2: "960 reported primary contrasts ... four datasets, six
+  budgets, ten comparators and four metrics", the ten comparators being the six other gradient models and the four DP-ELM widths).
+  Non-private conditions are a different experiment (section 4.3), so their contrasts form a separate family,
+  ``non_private_contrasts``, with its own Holm adjustment; they never enlarge or shrink the private family;
 - ``win_tie_loss``: condition-level counts by mean, per comparator and metric (private family);
-- ``table3``: the eps = 2 accuracy slice in percent next to the published Table 3 values
-  (:mod:`dpaudit.sweeps.published`), with the difference and how many seeds we have; DP-ELM
-  widths (when the sweep ran any) are shown next to Table 5, and every row carries
-  ``published_source`` (Table 3, Table 5 or Table 9), since those values are not
-  equal-guarantee comparisons.
+- ``table3``: the eps = 2 accuracy slice in percent next to the published Table 3 values (:mod:`dpaudit.sweeps.published`), with
+  the difference and how many seeds we have; DP-ELM widths (when the sweep ran any) are shown next to Table 5, and every row
+  carries ``published_source`` (Table 3, Table 5 or Table 9), since those values are not equal-guarantee comparisons.
 
-Tasks with a non-default preprocessing profile (a record's ``profile``, e.g. ``authors``) are
-kept apart: in ``cells`` and ``contrasts`` their dataset reads ``"cardio (authors)"``, and
-``table3`` rows carry ``profile`` (the published values are the paper's, whichever profile ran).
+Tasks with a non-default preprocessing profile (a record's ``profile``, e.g. ``authors``) are kept apart: in ``cells`` and
+``contrasts`` their dataset reads ``"cardio (authors)"``, and ``table3`` rows carry ``profile`` (the published values are the
+paper's, whichever profile ran).
 
-Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show
-accuracy in percent like the paper. Nothing here claims significance: the notes say what a
-five-seed design can and cannot show.
-"""
+Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show accuracy in percent like the
+paper. Nothing here claims significance: the notes say what a five-seed design can and cannot show."""
 
 from __future__ import annotations
 
@@ -77,8 +71,8 @@ def _by_profile(records: Iterable[dict]) -> list[dict]:
     return [r if r.get("profile") is None else {**r, "dataset": dataset_label(r["dataset"], r["profile"])} for r in records]
 
 
-#: Published values a slice row is compared with, in order: (table[model][dataset], source,
-#: budget it was published at; None: compared at any budget).
+#: Published values a slice row is compared with, in order: (table[model][dataset], source, budget it was published at; None:
+#: compared at any budget).
 _PUBLISHED = ((TABLE3, "Table 3", None), ({"dp-attention": TABLE9_ATTENTION}, TABLE9_NOTE, TABLE3_EPSILON),
               ({m: TABLE5_DP_ELM[int(m.rsplit("L", 1)[1])] for m in TABLE5_ROW_LABELS}, TABLE5_NOTE, TABLE5_EPSILON))
 
@@ -125,12 +119,9 @@ def _slice_axes(by: dict) -> tuple[list[str], list[tuple]]:
 
 
 def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) -> dict:
-    """The eps = 2 accuracy slice (percent) beside the published Table 3 values.
-
-    Every Table 3 model is listed for each dataset the slice has results for (``not run`` where
-    missing); the DP-ELM widths are listed next to Table 5 when the sweep has any DP-ELM result
-    at this budget; other models (e.g. the attention control, Table 9) only where they ran.
-    """
+    """The eps = 2 accuracy slice (percent) beside the published Table 3 values. Every Table 3 model is listed for each dataset
+    the slice has results for (``not run`` where missing); the DP-ELM widths are listed next to Table 5 when the sweep has any
+    DP-ELM result at this budget; other models (e.g. the attention control, Table 9) only where they ran."""
     by = _accuracy_by_cell(records, epsilon)
     models, datasets = _slice_axes(by)
     rows = [_slice_row(m, d, profile, *_published(m, d, epsilon), by.get((m, (d, profile))))
@@ -176,9 +167,7 @@ def _dicts(items: Iterable) -> list[dict]:
     return [x.to_dict() for x in items]
 
 
-# --------------------------------------------------------------------------------------------
-# Rows of the rendered tables (Markdown and HTML render the same cells)
-# --------------------------------------------------------------------------------------------
+# ---- Rows of the rendered tables (Markdown and HTML render the same cells)
 
 T3_HEADER = ["model", "dataset", "dpaudit", "seeds", "published", "difference"]
 CONTRAST_HEADER = ["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"]
@@ -206,9 +195,7 @@ def _cell_text(c: dict | None, metric: str) -> str:
     return _pm(scale * s["mean"], scale * s["sd"], digits) + f" (n={s['n']})"
 
 
-# --------------------------------------------------------------------------------------------
-# Markdown
-# --------------------------------------------------------------------------------------------
+# ---- Markdown
 
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -244,8 +231,7 @@ def win_tie_loss_markdown(wtl: list[dict]) -> str:
 
 def render_markdown(tables: dict) -> str:
     """The whole sweep report in Markdown (rendered from the JSON of :func:`sweep_tables`)."""
-    parts = [f"# Sweep {tables.get('sweep') or ''}".rstrip(), "",
-             f"{tables['tasks_with_results']} finished tasks.", ""]
+    parts = [f"# Sweep {tables.get('sweep') or ''}".rstrip(), "", f"{tables['tasks_with_results']} finished tasks.", ""]
     parts += ["## Table 3 slice", "", table3_markdown(tables["table3"]), ""]
     for m in tables["metrics"]:
         parts += [f"## {m} per cell", "", cells_markdown(tables["cells"], m), ""]
@@ -260,9 +246,7 @@ def render_markdown(tables: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-# --------------------------------------------------------------------------------------------
-# HTML fragment (for the reviewer report; no scripts, no external resources)
-# --------------------------------------------------------------------------------------------
+# ---- HTML fragment (for the reviewer report; no scripts, no external resources)
 
 def _html_table(header: list[str], rows: list[list[str]]) -> str:
     e = html.escape

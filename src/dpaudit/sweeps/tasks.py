@@ -1,23 +1,20 @@
 """What one sweep task does on a worker: the runners.
 
-A runner takes the task's public configuration (see :class:`dpaudit.sweeps.spec.Task`) and a
-:class:`RunContext` (where to write, where the data and the ledger are) and returns a JSON-able
-result dict. Runners are plain module-level functions so they pickle to worker processes and to
-Dask workers alike.
+A runner takes the task's public configuration (see :class:`dpaudit.sweeps.spec.Task`) and a :class:`RunContext` (where to write,
+where the data and the ledger are) and returns a JSON-able result dict. Runners are plain module-level functions so they pickle to
+worker processes and to Dask workers alike.
 
-- ``train``: one private (or non-private) release of a catalogue mechanism: the task is a
-  catalogue name and a Request (:func:`dpaudit.sweeps.spec.task_request`), released through
-  :func:`dpaudit.releasing.release` and planned, for the sweep's up-front budget reservation,
-  through the same mechanism's own ``plan`` (:func:`planned_release`). The release is written
-  under the sweep's output folder and recorded in the ledger by the coordinator, tagged with the
-  sweep's name (``config["sweep"]``), so the ledger shows what the whole sweep spent: every task
-  is a separate release on the same training partition, and they compose (the composed epsilon
-  of a sweep is far above any single run's epsilon; the ledger report says so). A task's
-  ``profile`` setting (from the spec's profiles axis; absent = the dataset's default) is the
-  preprocessing profile the data are loaded with, e.g. ``authors`` (:mod:`dpaudit.data.authors`).
-- ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger,
-  no privacy claim), used to check executors and clusters end to end. Its extra settings (``sleep``,
-  ``fail_seeds``, ``exit_once_marker``) exist to test failure handling.
+- ``train``: one private (or non-private) release of a catalogue mechanism: the task is a catalogue name and a Request
+  (:func:`dpaudit.sweeps.spec.task_request`), released through :func:`dpaudit.releasing.release` and planned, for the sweep's
+  up-front budget reservation, through the same mechanism's own ``plan`` (:func:`planned_release`). The release is written under
+  the sweep's output folder and recorded in the ledger by the coordinator, tagged with the sweep's name (``config["sweep"]``), so
+  the ledger shows what the whole sweep spent: every task is a separate release on the same training partition, and they compose
+  (the composed epsilon of a sweep is far above any single run's epsilon; the ledger report says so). A task's ``profile`` setting
+  (from the spec's profiles axis; absent = the dataset's default) is the preprocessing profile the data are loaded with, e.g.
+  ``authors`` (:mod:`dpaudit.data.authors`).
+- ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger, no privacy claim), used to check
+  executors and clusters end to end. Its extra settings (``sleep``, ``fail_seeds``, ``exit_once_marker``) exist to test failure
+  handling.
 """
 
 from __future__ import annotations
@@ -42,22 +39,21 @@ from .spec import RUNNER_NAMES, config_key, task_request
 #: Release fields a sweep table needs (the full release stays in release.json).
 RESULT_FIELDS = ("epsilon", "target_epsilon", "delta", "accountant", "adjacency", "noise_multiplier", "sample_rate", "steps",
                  "steps_executed", "non_private", "noise_source")
-#: Config entries of closed-form mechanisms (DP-ELM: width, Laplace scale L(L+2)/epsilon, sampler),
-#: copied into the result when the release's config records them.
+#: Config entries of closed-form mechanisms (DP-ELM: width, Laplace scale L(L+2)/epsilon, sampler), copied into the result when
+#: the release's config records them.
 RESULT_CONFIG = ("width", "noise_scale", "sampler")
 
 
 @dataclass(frozen=True)
 class RunContext:
     """Where a task writes and reads; not part of the task key (speed/location settings only)."""
-
     sweep: str
     out_dir: str  # the sweep's folder; releases go below it
     data_dir: str | None = None
     ledger_path: str | None = None
     record: bool = True  # record releases in the ledger
-    #: the coordinator's open ledger reservations holding the sweep's budget (the tasks' own
-    #: pre-checks leave them out: their releases are inside them; see releasing.held_by_caller)
+    #: the coordinator's open ledger reservations holding the sweep's budget (the tasks' own pre-checks leave them out: their
+    #: releases are inside them; see releasing.held_by_caller)
     reservations: tuple = ()
 
     def to_dict(self) -> dict:
@@ -80,19 +76,13 @@ def execute_task(payload: tuple[dict, dict]) -> dict:
     return RUNNERS[config["runner"]](config, RunContext(**ctx), config_key(config))
 
 
-# --------------------------------------------------------------------------------------------
-# train
-# --------------------------------------------------------------------------------------------
+# ---- train
 
 def _run_train(config: dict, context: RunContext, key: str) -> dict:
-    """Release the task's Request, write release.json tagged with the sweep, and return it for
-    the coordinator to record.
-
-    The release skeleton runs its own per-release budget preflight against
-    ``context.ledger_path`` (refusing over-cap work before training); the release itself is
-    recorded in the ledger by the coordinating process (:func:`dpaudit.sweeps.runner.run_sweep`),
-    the single writer, so a remote worker never needs the ledger file to be writable.
-    """
+    """Release the task's Request, write release.json tagged with the sweep, and return it for the coordinator to record. The
+    release skeleton runs its own per-release budget preflight against ``context.ledger_path`` (refusing over-cap work before
+    training); the release itself is recorded in the ledger by the coordinating process (:func:`dpaudit.sweeps.runner.run_sweep`),
+    the single writer, so a remote worker never needs the ledger file to be writable."""
     name, request = task_request(config, context.data_dir)
     out = task_dir(context.out_dir, config, key)
     with held_by_caller(context.reservations):
@@ -101,23 +91,19 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
     tagged = dataclasses.replace(rel, config={**rel.config, "sweep": {"name": context.sweep, "task": key}})
     write_release(tagged, out)
     result = release_result(tagged, out)
-    # Handed to the coordinator (the ledger writer) with its local-only data digest, so the
-    # ledger can store the keyed fingerprint; the coordinator pops it before storing the result.
+    # Handed to the coordinator (the ledger writer) with its local-only data digest, so the ledger can store the keyed
+    # fingerprint; the coordinator pops it before storing the result.
     result["release"] = tagged.to_dict(local=True)
     return result
 
 
 def planned_release(config: dict):
-    """What a ``train`` task will spend, computed *before* it runs, from its mechanism's own plan.
-
-    Returns (dataset, partition, adjacency, event, noise_tail_delta) of
-    ``mechanism.plan(request, DataInfo.from_registry(dataset, profile))`` (the plan the release
-    runs: the public schedule of the training partition under the task's profile and the
-    calibrated noise; DP-ELM: ``PureEpsilon(epsilon)``); ``event`` is None for a non-private
-    task (unbounded cost) and the tail is the plan's sampler tail delta
-    (:func:`dpaudit.releasing.planned_noise_tail`), which a sweep's up-front reservation holds
-    with the event. None for runners that touch no real data.
-    """
+    """What a ``train`` task will spend, computed *before* it runs, from its mechanism's own plan. Returns (dataset, partition,
+    adjacency, event, noise_tail_delta) of ``mechanism.plan(request, DataInfo.from_registry(dataset, profile))`` (the plan the
+    release runs: the public schedule of the training partition under the task's profile and the calibrated noise; DP-ELM:
+    ``PureEpsilon(epsilon)``); ``event`` is None for a non-private task (unbounded cost) and the tail is the plan's sampler tail
+    delta (:func:`dpaudit.releasing.planned_noise_tail`), which a sweep's up-front reservation holds with the event. None for
+    runners that touch no real data."""
     if config["runner"] != "train":
         return None
     name, request = task_request(config)
@@ -141,21 +127,16 @@ def release_result(rel, out: Path) -> dict:
             **{k: cfg[k] for k in RESULT_CONFIG if k in cfg}}
 
 
-# --------------------------------------------------------------------------------------------
-# selftest
-# --------------------------------------------------------------------------------------------
+# ---- selftest
 
 def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     """Release a statistic of synthetic data in [0, 1] with the Gaussian mechanism.
 
-    Data: ``n`` public draws from Beta(2, 5) seeded by the task seed. The noise scale is
-    sqrt(2 ln(1.25/delta)) / ((n - 1) epsilon), the classic Gaussian-mechanism formula (Dwork &
-    Roth, Thm 3.22; its guarantee holds for epsilon < 1 only), used here just to give the
-    workload an epsilon-dependent noise level: this runner makes **no privacy claim**, touches
-    no real data, writes no release and records nothing in the ledger. The noise still comes
-    from a NoiseSource (reproducible only on request), like every mechanism's.
-    The ``median`` model is the noisy mean of the lower half (a second, correlated workload).
-    """
+    Data: ``n`` public draws from Beta(2, 5) seeded by the task seed. The noise scale is sqrt(2 ln(1.25/delta)) / ((n - 1)
+    epsilon), the classic Gaussian-mechanism formula (Dwork & Roth, Thm 3.22; its guarantee holds for epsilon < 1 only), used here
+    just to give the workload an epsilon-dependent noise level: this runner makes **no privacy claim**, touches no real data,
+    writes no release and records nothing in the ledger. The noise still comes from a NoiseSource (reproducible only on request),
+    like every mechanism's. The ``median`` model is the noisy mean of the lower half (a second, correlated workload)."""
     s = config["settings"]
     seed = int(config["seed"])
     t0 = time.perf_counter()
@@ -183,11 +164,8 @@ def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     estimate = truth + float(noise.gaussian_numpy((), sigma)) if sigma > 0 else truth
     err = abs(estimate - truth)
     return {
-        "mechanism": f"selftest-{config['model']}",
-        "epsilon": config["epsilon"],
-        "delta": float(s.get("delta", 1e-5)),
-        "noise_scale": sigma,
-        "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
+        "mechanism": f"selftest-{config['model']}", "epsilon": config["epsilon"], "delta": float(s.get("delta", 1e-5)),
+        "noise_scale": sigma, "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
         "timings": {"train_seconds": time.perf_counter() - t0},
     }
 

@@ -122,7 +122,7 @@ def section_mixmin(runs: int, workers: int, data_dir: str | None) -> None:
 
 def section_rvfl(runs: int, workers: int, data_dir: str | None, out: str) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.heads import HeadTarget
+    from dpaudit.mechanisms.head_audit import HeadTarget
 
     if not data_dir:
         print("\n## DP-RVFL MNIST: skipped (no --data-dir)")

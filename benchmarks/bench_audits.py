@@ -83,7 +83,7 @@ def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
 
 def bench_rvfl(runs: int, workers: list[int], data_dir: str | None, chunk: int) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.heads import HeadTarget
+    from dpaudit.mechanisms.head_audit import HeadTarget
 
     t = HeadTarget(model="dp-rvfl", dataset="mnist", data_dir=data_dir, epsilon=2.0, canary="max-clip")
     t0 = time.perf_counter()

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from dpaudit.data import load_dataset
-from dpaudit.mechanisms.dpsgd_release import train_and_release
+from dpaudit.library import train_and_release
 
 
 def widened(data, factor: float):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dpaudit.audits.one_run import one_run_bounds
-from dpaudit.audits.one_run_modules import module_config, modules_one_run
+from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
 from dpaudit.data import load_dataset
 from dpaudit.noise import NoiseSource
 

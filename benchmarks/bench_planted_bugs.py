@@ -31,7 +31,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.heads import HeadTarget
+    from dpaudit.mechanisms.head_audit import HeadTarget
     import sys
     from pathlib import Path
 

@@ -1,6 +1,6 @@
 """Reproduce the DP-RVFL paper's epsilon = 2 accuracies (Table 3) with dpaudit's full protocol.
 
-Runs, each through :func:`dpaudit.mechanisms.rvfl.train_and_release` (calibration, preflight,
+Runs, each through :func:`dpaudit.library.train_and_release` (calibration, preflight,
 training, accounting check, release) into a throw-away ledger and output folder:
 - MNIST, eps = 2, model seeds 42-46: DP-RVFL, LogisticRaw, DP-ELM-SGD
 - Cardio, eps = 2, seeds 42-46: DP-RVFL
@@ -24,6 +24,7 @@ import tempfile
 import time
 
 import torch
+from dpaudit import library
 
 PUBLISHED = {
     ("mnist", "dp-rvfl", False): (90.30, 0.16, 0.6),
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release
 
     work = tempfile.mkdtemp(prefix="dpaudit-bench-")
     os.environ.setdefault("DPAUDIT_LEDGER", os.path.join(work, "ledger.sqlite"))

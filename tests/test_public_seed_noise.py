@@ -16,7 +16,7 @@ import pytest
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError
-from dpaudit.mechanisms.dpsgd_release import train_and_release
+from dpaudit.library import train_and_release
 from dpaudit.records import Release
 
 FAST = dict(dataset="digits", epsilon=1.0, epochs=1, progress=False)

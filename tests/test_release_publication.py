@@ -22,6 +22,7 @@ from dpaudit.errors import UsageError
 from dpaudit.records import LOCAL_FILE, RELEASE_FILE, Release, check_out_dir, read_release, round_seconds, round_timings
 from dpaudit.releasing import release
 from dpaudit.requests import MixMinRequest
+from dpaudit import library
 
 
 # ------------------------------------------------------------------------------ timings rounding
@@ -129,10 +130,10 @@ def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch)
     monkeypatch.setattr(mixmin_pipeline, "load_proxy_predictions", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)
     calls = [
-        lambda: dpsgd_release.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
-        lambda: dpsgd_release.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
+        lambda: library.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
+        lambda: library.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
                                        user_ids=np.arange(1797), reference_size=1257),
-        lambda: dp_elm.train_and_release_dp_elm(out_dir="/proc/x"),
+        lambda: library.train_and_release_dp_elm(out_dir="/proc/x"),
         lambda: release("mixmin", MixMinRequest(), out_dir="/proc/x"),
     ]
     for call in calls:
@@ -181,8 +182,8 @@ def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, 
     """digits and digits with one training record removed (added), same seeds and reproducible
     noise: the two release.json files differ only in the output and per-run fields (not in the
     schedule, nor the training count), and neither holds a digest of its data."""
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.library import train_and_release
 
     full = load_dataset("digits")
     neighbour = neighbour_of(full)

@@ -19,7 +19,7 @@ import os
 from .catalogue import ALIASES, CATALOGUE, lookup, names
 from .accounting.events import event_from_dict
 from .audits.targets import prepared
-from .audits.user_level import UserHeadTarget
+from .mechanisms.user_head_audit import UserHeadTarget
 from .errors import DataError, UsageError
 from .mechanisms.contract import check_request_matches
 from .records import Release, read_release

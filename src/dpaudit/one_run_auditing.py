@@ -5,8 +5,8 @@ ordinary audit would audit -- the head target of a DP-SGD head model (``dpaudit/
 the flags or from ``--release``), or the DP-SGD configuration of ``dp-dense`` / ``dp-cnn`` /
 ``dp-attention`` (the release's recorded schedule and noise, or the release protocol at
 (epsilon, delta)) -- hands it to the score producer
-(:func:`~dpaudit.audits.one_run_heads.heads_one_run` or
-:func:`~dpaudit.audits.one_run_modules.modules_one_run`), then to
+(:func:`~dpaudit.mechanisms.one_run_heads.heads_one_run` or
+:func:`~dpaudit.mechanisms.one_run_modules.modules_one_run`), then to
 :func:`~dpaudit.audits.one_run.one_run_bounds` against the claimed event, and writes
 ``one_run.json``.
 
@@ -30,7 +30,7 @@ from .records import Release, read_release
 from .requests import AuditRequest
 from .validation import positive_int
 
-#: Trainable DP-SGD models audited through :mod:`dpaudit.audits.one_run_modules`.
+#: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.one_run_modules`.
 MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
 
 
@@ -45,7 +45,7 @@ def _module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir,
     from .accounting.events import event_from_dict
     from .data import load_dataset
     from .mechanisms.dpsgd import DPSGDConfig
-    from .audits.one_run_modules import module_config
+    from .mechanisms.one_run_modules import module_config
 
     if release is not None:
         ds = release.dataset or {}
@@ -105,7 +105,7 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
 
 def _modules(name, rel, a: AuditRequest, *, m, noise, cost):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
-    from .audits.one_run_modules import modules_one_run
+    from .mechanisms.one_run_modules import modules_one_run
 
     if a.privacy_unit != "record":
         raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}.")
@@ -133,9 +133,9 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id) 
 def _heads(rel, a: AuditRequest, *, m, noise, cost):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
-    from .audits.heads import HeadTarget
-    from .audits.one_run_heads import heads_one_run
-    from .audits.user_level import UserHeadTarget
+    from .mechanisms.head_audit import HeadTarget
+    from .mechanisms.one_run_heads import heads_one_run
+    from .mechanisms.user_head_audit import UserHeadTarget
 
     if rel is not None:
         target = target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism, user_ids=a.user_ids)

@@ -205,7 +205,7 @@ PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-
 @dataclass(frozen=True)
 class DPSGDRequest(Request):
     """A DP-SGD release of a DP-RVFL-family model (frozen-feature heads and trainable modules),
-    at record or user level (:func:`dpaudit.mechanisms.rvfl.train_and_release`)."""
+    at record or user level (:func:`dpaudit.library.train_and_release`)."""
 
     model: str = option(positional=True, help="Model name (a catalogue entry of family dp-sgd-head or dp-sgd-module).")
     dataset: str = option("digits", help="Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files).")
@@ -232,7 +232,7 @@ class DPSGDRequest(Request):
 
 @dataclass(frozen=True)
 class DPELMRequest(Request):
-    """A Laplace DP-ELM release (pure epsilon-DP; :func:`dpaudit.mechanisms.dp_elm.train_and_release_dp_elm`)."""
+    """A Laplace DP-ELM release (pure epsilon-DP; :func:`dpaudit.library.train_and_release_dp_elm`)."""
 
     COMMAND: ClassVar[str] = "dp-elm"
 

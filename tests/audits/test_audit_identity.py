@@ -12,7 +12,7 @@ from dpaudit.auditing import target_from_release
 from dpaudit.audits.targets import check_release_identity
 from dpaudit.data import load_dataset
 from dpaudit.errors import DataError
-from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+from dpaudit.library import train_and_release_dp_elm
 
 
 @pytest.fixture(scope="module")

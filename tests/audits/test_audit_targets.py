@@ -10,7 +10,7 @@ import pytest
 from dpaudit.auditing import build_target, target_from_release
 from dpaudit.mechanisms.dp_elm import ElmTarget, worst_case_input
 from dpaudit.audits.engine import run_audit
-from dpaudit.audits.heads import HeadTarget
+from dpaudit.mechanisms.head_audit import HeadTarget
 from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
 from dpaudit.errors import UsageError
 
@@ -121,7 +121,7 @@ def test_dp_elm_replace_one_adjacency():
 
 
 def test_target_from_elm_release(tmp_path):
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
 
     rel = train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, out_dir=tmp_path, record=False)
     t = target_from_release(tmp_path)
@@ -131,7 +131,7 @@ def test_target_from_elm_release(tmp_path):
 
 
 def test_target_from_rvfl_release(tmp_path):
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release
 
     rel = train_and_release("dp-rvfl", dataset="digits", epsilon=2.0, seed=5, out_dir=tmp_path, record=False, progress=False, epochs=1)
     t = target_from_release(tmp_path, canary="mislabeled")
@@ -188,7 +188,7 @@ def test_old_release_without_request_still_audits(name, cls, tmp_path):
 def test_old_user_level_release_names_its_user_ids_only_in_the_command(tmp_path):
     # The old audit parsed `--user-ids PATH` out of the command line; it is never parsed now: the
     # auditor passes the file, or the audit is refused with a message that says how.
-    from dpaudit.audits.user_level import UserHeadTarget
+    from dpaudit.mechanisms.user_head_audit import UserHeadTarget
     from dpaudit.records import read_release
 
     with pytest.raises(UsageError, match=r"user ids must be given \(--user-ids FILE.npy\)"):
@@ -203,7 +203,7 @@ def test_old_user_level_release_names_its_user_ids_only_in_the_command(tmp_path)
 def test_release_records_its_request_and_the_command_comes_from_it(tmp_path):
     import shlex
 
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
     from dpaudit.records import read_release
     from dpaudit.requests import DPELMRequest
 
@@ -217,8 +217,8 @@ def test_release_records_its_request_and_the_command_comes_from_it(tmp_path):
 def test_user_level_audit_takes_user_ids_from_the_request_not_the_command(tmp_path):
     import json
 
-    from dpaudit.audits.user_level import UserHeadTarget
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.mechanisms.user_head_audit import UserHeadTarget
+    from dpaudit.library import train_and_release
 
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)
@@ -237,7 +237,7 @@ def test_release_whose_request_disagrees_with_it_is_refused(tmp_path):
     import json
 
     from dpaudit.errors import DataError
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
 
     train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, out_dir=tmp_path, record=False)
     d = json.loads((tmp_path / "release.json").read_text())

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from dpaudit.auditing import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
-from dpaudit.audits.heads import HeadTarget
-from dpaudit.audits.user_level import UserCanary, UserHeadTarget, synthetic_user_ids, user_clipped_gradient
+from dpaudit.mechanisms.head_audit import HeadTarget
+from dpaudit.mechanisms.user_head_audit import UserCanary, UserHeadTarget, synthetic_user_ids, user_clipped_gradient
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
@@ -223,7 +223,7 @@ def test_build_target_user_unit_and_refusals():
 
 def test_target_from_a_user_level_release(tmp_path):
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release
 
     ds = load_dataset("digits")
     n = len(ds.y_train) + len(ds.y_val) + len(ds.y_test)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpaudit.audits.one_run import OneRunScores, one_run_bounds
-from dpaudit.audits.one_run_modules import CANARY_TENSORS, choose_coordinates, modules_one_run
+from dpaudit.mechanisms.one_run_modules import CANARY_TENSORS, choose_coordinates, modules_one_run
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from dpaudit.audits.engine import run_audit
-from dpaudit.audits.heads import HeadTarget
-from dpaudit.audits.one_run_modules import module_config, modules_one_run
-from dpaudit.audits import user_level as user_level_audit
-from dpaudit.audits.user_level import UserHeadTarget
+from dpaudit.mechanisms.head_audit import HeadTarget
+from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
+from dpaudit.mechanisms import user_head_audit as user_level_audit
+from dpaudit.mechanisms.user_head_audit import UserHeadTarget
 from dpaudit.mechanisms import dpsgd, dpsgd_release, engine
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release

@@ -118,7 +118,7 @@ def test_declare_version_through_the_cli(tmp_path):
 
 @pytest.mark.slow
 def test_dp_elm_split_seed_changes_the_identity_but_the_public_seed_does_not(tmp_path):
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
 
     path = tmp_path / "l.sqlite"
     kw = dict(dataset="digits", width=3, epsilon=1.0, ledger_path=path)
@@ -190,7 +190,7 @@ def test_entries_written_before_keyed_fingerprints_are_keyed_when_read_and_keep_
 
 @pytest.mark.slow
 def test_a_textbook_laplace_dp_elm_release_makes_the_total_unbounded_until_voided(tmp_path):
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
 
     path = tmp_path / "l.sqlite"
     kw = dict(dataset="digits", width=3, epsilon=1.0, ledger_path=path)

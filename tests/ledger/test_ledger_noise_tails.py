@@ -15,6 +15,7 @@ from dpaudit.ledger.book import open_ledger
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import UsageError
 from dpaudit.records import Release, read_release
+from dpaudit import library
 
 G1 = SubsampledGaussian(1.0, 0.01, 1000)
 SHA = "ab" * 32
@@ -107,7 +108,7 @@ def test_releases_without_a_tail_key_still_load_and_count_zero(tmp_path):
 def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
     from dpaudit.mechanisms.dpsgd import head_outputs
     from dpaudit.mechanisms.features import build_features
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release
     from dpaudit.noise import GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta
 
     data = _synthetic()
@@ -134,7 +135,7 @@ def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monk
 
     monkeypatch.setattr(dpsgd_release, "train_heads", trained)  # the DP-SGD release's trainer
     with pytest.raises(UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got .* for this dp-rvfl run"):
-        dpsgd_release.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
+        library.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
                                progress=False, ledger_path=tmp_path / "l.sqlite")
     assert not (tmp_path / "r" / "release.json").exists()
     with open_ledger(tmp_path / "l.sqlite") as led:
@@ -142,7 +143,7 @@ def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monk
 
 
 def test_dp_elm_release_states_its_sampler(tmp_path):
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
 
     data = _synthetic(n=120, d=6)
     exact = train_and_release_dp_elm(prepared=data, width=5, epsilon=2.0, out_dir=tmp_path / "e", record=False)

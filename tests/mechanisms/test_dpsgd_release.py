@@ -36,8 +36,8 @@ def test_no_import_circle_between_rvfl_and_user_level():
 
 
 def test_release_sweep_budget_and_audit_share_one_plan(tmp_path):
-    from dpaudit.audits.heads import HeadTarget
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.library import train_and_release
     from dpaudit.sweeps.tasks import planned_event
 
     rel = train_and_release("dp-rvfl", dataset="digits", epsilon=2.0, epochs=1, seed=3, reproducible_noise=True, out_dir=tmp_path / "r",
@@ -63,7 +63,7 @@ def test_release_sweep_budget_and_audit_share_one_plan(tmp_path):
 
 
 def test_user_level_release_records_the_user_ids_file(tmp_path):
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release
 
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)
@@ -73,13 +73,13 @@ def test_user_level_release_records_the_user_ids_file(tmp_path):
     assert rel.request["user_ids"] == str(ids) and rel.request["records_per_user"] == 2 and rel.request["privacy_unit"] == "user"
     assert "--user-ids" in rel.command and rel.config["reference_size"] == rel.request["reference_size"] == 419
     with pytest.raises(UsageError, match="privacy_unit must be 'user' when user ids or records_per_user are given"):
-        from dpaudit.mechanisms.dpsgd_release import train_and_release
+        from dpaudit.library import train_and_release
 
         train_and_release("logistic-raw", records_per_user=2, out_dir=tmp_path / "x", progress=False)
 
 
 def test_dp_elm_release_and_sweep_budget_share_one_plan(tmp_path):
-    from dpaudit.mechanisms.dp_elm import train_and_release_dp_elm
+    from dpaudit.library import train_and_release_dp_elm
     from dpaudit.sweeps.tasks import planned_event
 
     rel = train_and_release_dp_elm(width=3, epsilon=1.5, reproducible_noise=True, out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite")

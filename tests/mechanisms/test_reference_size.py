@@ -111,7 +111,7 @@ def test_user_neighbours_plan_the_identical_schedule(digits):
 
 
 def test_user_level_run_keeps_the_plan_schedule_when_the_count_differs(digits, tmp_path):
-    from dpaudit.mechanisms.dpsgd_release import train_and_release
+    from dpaudit.library import train_and_release
 
     users = _user_split(digits)
     rel = train_and_release("logistic-raw", privacy_unit="user", records_per_user=2, prepared=users, reference_size=420, non_private=True, epochs=1,
@@ -122,7 +122,7 @@ def test_user_level_run_keeps_the_plan_schedule_when_the_count_differs(digits, t
 
 
 def test_head_audit_of_a_neighbour_replays_the_same_schedule(digits):
-    from dpaudit.audits.heads import HeadTarget
+    from dpaudit.mechanisms.head_audit import HeadTarget
 
     configs = []
     for data in (digits, _with_train(digits, extra=1)):

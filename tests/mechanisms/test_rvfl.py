@@ -15,7 +15,7 @@ from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageEr
 from dpaudit import accounting
 from dpaudit.mechanisms import dpsgd_release
 from dpaudit.mechanisms.features import build_features
-from dpaudit.mechanisms.dpsgd_release import train_and_release
+from dpaudit.library import train_and_release
 from dpaudit.mechanisms.rvfl import MODEL_NAMES, classification_metrics, default_protocol, epsilon_curve
 from dpaudit.records import read_release
 

@@ -29,7 +29,7 @@ from dpaudit.mechanisms.user_level import (
     user_module_clipped_sum,
 )
 from dpaudit.noise import NoiseSource
-from dpaudit.mechanisms.dpsgd_release import train_and_release
+from dpaudit.library import train_and_release
 from dpaudit.records import read_release
 
 

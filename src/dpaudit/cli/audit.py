@@ -146,7 +146,7 @@ def _one_run(a: AuditRequest) -> None:
 
 def _check_threat_model(a: AuditRequest) -> None:
     """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads."""
-    from ..audits.heads import THREAT_MODELS
+    from ..mechanisms.head_audit import THREAT_MODELS
     from ..catalogue import ALIASES, CATALOGUE
 
     one_run = a.one_run or a.canaries is not None
@@ -161,8 +161,8 @@ def _check_threat_model(a: AuditRequest) -> None:
 
 
 def _with_threat_model(t, mechanism: str, threat_model: str):
-    """The built target under ``threat_model`` (trajectory: :class:`~dpaudit.audits.heads.HeadTarget` only)."""
-    from ..audits.heads import HeadTarget
+    """The built target under ``threat_model`` (trajectory: :class:`~dpaudit.mechanisms.head_audit.HeadTarget` only)."""
+    from ..mechanisms.head_audit import HeadTarget
 
     if not isinstance(t, HeadTarget):
         raise UsageError(f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}.")

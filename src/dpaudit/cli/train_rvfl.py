@@ -1,7 +1,7 @@
 """`dpaudit train MODEL`: DP-RVFL and its controls (DP-RVFL paper, sections 3-4).
 
 One shared implementation, registered once per model name; all logic lives in
-:func:`dpaudit.mechanisms.rvfl.train_and_release`.
+:func:`dpaudit.library.train_and_release`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _make_command(model: str, description: str):
         json_out: bool = options.json_out(),
         **fields,
     ) -> None:
-        from ..mechanisms.dpsgd_release import release_dpsgd
+        from ..library import release_dpsgd
         from ..mechanisms.rvfl import DEFAULT_DATASET
 
         if threads is not None:

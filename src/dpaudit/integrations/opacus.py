@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..audits.one_run_modules import choose_coordinates
+from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +55,6 @@ from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
-from ..records import Release
 from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
 from .contract import MechanismBase
@@ -373,25 +371,6 @@ def fit_dp_elm(
     feats = elm_features(x.shape[1], width, seed)
     stats = elm_sufficient_statistics(x, y, width, seed, n_classes=n_classes, sampler=sampler if epsilon is not None else "textbook", features=feats)
     return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
-
-
-def train_and_release_dp_elm(*, out_dir: str | os.PathLike | None = None, ledger_path: str | os.PathLike | None = None, record: bool = True,
-                             prepared=None, **fields) -> Release:
-    """Release a Laplace DP-ELM of the :class:`~dpaudit.requests.DPELMRequest` ``fields`` and publish
-    it: :func:`dpaudit.releasing.release` of :data:`MECHANISM` (budget checked before the private
-    statistics are touched, claim recomputed from the event after the fit).
-
-    ``prepared`` may hold an already loaded PreparedDataset (its name is the request's dataset).
-    ``record=False`` skips the ledger (tests only; the preflight still runs). ``non_private=True``
-    fits the closed-form ELM without noise and makes no claim (``epsilon = inf``; the ledger then
-    treats the dataset's budget as spent without bound)."""
-    from ..releasing import release
-
-    casts = {"width": int, "epsilon": float, "seed": int, "non_private": bool, "reproducible_noise": bool, "data_dir": os.fspath}
-    fields = {k: v if v is None or k not in casts else casts[k](v) for k, v in fields.items()}
-    if prepared is not None:
-        fields["dataset"] = prepared.name
-    return release(MECHANISM, DPELMRequest(**fields), out_dir=out_dir, ledger_path=ledger_path, record=record, prepared=prepared)
 
 
 def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float) -> np.ndarray:

@@ -70,7 +70,7 @@ def run_dp_sgd(
     of the linear-head engine (:mod:`dpaudit.mechanisms.engine`), which runs the same steps and
     draws on many heads at once.
 
-    ``canary_hook(t, sums)`` (audits only, e.g. :mod:`dpaudit.audits.one_run_modules`): called at
+    ``canary_hook(t, sums)`` (audits only, e.g. :mod:`dpaudit.mechanisms.one_run_modules`): called at
     step ``t`` after the clipped sum is written into ``sums`` (one tensor per parameter) and before
     the noise is added, so it may add canary gradients of norm <= ``clipping_norm`` in place. It
     draws from a generator of its own (seeded before training), never from ``noise`` inside the

@@ -8,7 +8,7 @@ privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-
 
 :func:`~dpaudit.mechanisms.rvfl.plan_schedule` is the one "schedule -> calibrated sigma -> event" of DP-SGD: the release's
 :meth:`DPSGDMechanism.plan`, a sweep's budget (:func:`dpaudit.sweeps.tasks.planned_event`, via
-``plan``) and the head audits (:func:`dpaudit.audits.heads.setup_head`) all use it.
+``plan``) and the head audits (:func:`dpaudit.mechanisms.head_audit.setup_head`) all use it.
 
 **Privacy contract.** A release is (epsilon, delta)-DP for ``SubsampledGaussian(sigma, q, T)``
 under add/remove of one record (``privacy_unit`` record) or of one user's records (user) on the
@@ -25,14 +25,12 @@ clipping or noise and claims nothing (``epsilon = inf``).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DataError, UsageError
-from ..records import Release
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
@@ -282,8 +280,8 @@ class DPSGDMechanism(MechanismBase):
         same request built by hand before (``audits/build.py``), with the same scores.
         """
         from ..accounting.events import event_from_dict
-        from ..audits.heads import HeadTarget
-        from ..audits.user_level import UserHeadTarget
+        from .head_audit import HeadTarget
+        from .user_head_audit import UserHeadTarget
 
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
@@ -330,37 +328,3 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     except UsageError:
         return None
     return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)
-
-
-def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_path=None, record: bool = True, progress=True, prepared=None):
-    """Release ``request`` through :func:`dpaudit.releasing.release` (``user_ids``: in-memory ids,
-    see :class:`DPSGDMechanism`)."""
-    from ..releasing import release
-
-    mech = MECHANISM if user_ids is None else DPSGDMechanism(user_ids=user_ids)
-    return release(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
-
-
-def train_and_release(model: str, *, prepared=None, user_ids=None, out_dir: str | os.PathLike | None = None,
-                      ledger_path: str | os.PathLike | None = None, record: bool = True, progress=True, **fields) -> Release:
-    """Train ``model`` with the paper's DP-SGD protocol, check, publish: ``releasing.release`` of
-    the :class:`~dpaudit.requests.DPSGDRequest` of ``fields`` (dataset, epsilon, delta, seed,
-    epochs, privacy_unit, records_per_user, reference_size, ...; its defaults otherwise).
-
-    ``prepared``: an already loaded :class:`~dpaudit.data.base.PreparedDataset` (the request then
-    names it). ``user_ids``: a ``.npy`` path (recorded in the request: it is public) or ids in
-    memory (an array per row before splitting, or a ``{"train", "val", "test"}`` mapping; a
-    release made from them must be audited with ``--user-ids``). ``progress``: True for a rich
-    bar on stderr, False/None for silence, or a callable ``(steps_done, steps_total,
-    epsilon_spent)``. ``record=False`` writes release.json but skips the ledger (tests only; the
-    preflight budget check still runs for private releases).
-    """
-    path = os.fspath(user_ids) if isinstance(user_ids, (str, os.PathLike)) else None
-    fields.update({k: float(fields[k]) for k in ("epsilon", "delta") if isinstance(fields.get(k), int) and not isinstance(fields[k], bool)})
-    if fields.get("data_dir") is not None:
-        fields["data_dir"] = os.fspath(fields["data_dir"])
-    if prepared is not None or fields.get("dataset") is None:
-        fields["dataset"] = prepared.name if prepared is not None else DEFAULT_DATASET
-    request = DPSGDRequest(model=model, user_ids=path, **fields)
-    return release_dpsgd(request, user_ids=None if path is not None else user_ids, out_dir=out_dir, ledger_path=ledger_path, record=record,
-                         progress=progress, prepared=prepared)

@@ -1,10 +1,10 @@
 """The one DP-SGD engine for linear heads on frozen features: R independent runs at once.
 
 R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.run`, records or
-:class:`UserSampling` as the unit); R = trials is an audit (:class:`~dpaudit.audits.heads.HeadTarget`
+:class:`UserSampling` as the unit); R = trials is an audit (:class:`~dpaudit.mechanisms.head_audit.HeadTarget`
 with a :class:`~dpaudit.mechanisms.batched.HeadCanary`, and
 the same loop with user units behind
-:class:`~dpaudit.audits.user_level.UserHeadTarget`). Because releases and audits run this same loop
+:class:`~dpaudit.mechanisms.user_head_audit.UserHeadTarget`). Because releases and audits run this same loop
 and the same clipped sums, a bug in the released mechanism is a bug in what is audited (pinned by
 ``tests/audits/test_release_engine_is_audited.py`` with planted faults).
 

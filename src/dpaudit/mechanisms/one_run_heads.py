@@ -10,7 +10,7 @@ Canary kinds (``kind``):
 
 ``gradient``  m Dirac gradient canaries of norm exactly C, canary i on one head weight
               W[k_i, j_i] whose data gradient is zero: j_i is an input feature that is zero in
-              every training record (:func:`~dpaudit.audits.heads.canary_coordinate`; every
+              every training record (:func:`~dpaudit.mechanisms.head_audit.canary_coordinate`; every
               output row k of such a feature is a free coordinate). When m exceeds the free
               coordinates, m' all-zero feature columns are appended to the features for the
               canaries only: their weights multiply a zero input, so the model's outputs on real
@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
-from .heads import NO_NOISE_MULTIPLIER, HeadTarget, dead_features
+from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget, dead_features
 
 HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
 _TAG_COORDS = 0x31484344  # public order of the free canary coordinates
@@ -90,8 +90,8 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
     kept, noise multiplier NO_NOISE_MULTIPLIER.
     """
-    from .one_run import OneRunScores
-    from .user_level import UserHeadTarget
+    from ..audits.one_run import OneRunScores
+    from .user_head_audit import UserHeadTarget
 
     user_level = isinstance(target, UserHeadTarget)
     if not isinstance(target, HeadTarget) and not user_level:
@@ -124,7 +124,7 @@ def _user_sampling(target):
     """Canary users: each canary is one more user, Poisson-sampled at the user rate q (the
     engine's canary draw), whose jointly clipped contribution is exactly C e_j."""
     from ..data.users import UserIndex, index_users
-    from ..mechanisms.engine import UserSampling
+    from .engine import UserSampling
 
     index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
     return UserSampling(index, target.records_per_user)
@@ -134,7 +134,7 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
     from scipy import sparse
 
-    from ..mechanisms.engine import CanaryHook, train_heads
+    from .engine import CanaryHook, train_heads
 
     m, k, c = included.size, target._k, cfg.clipping_norm
     free = free_coordinates(target._z, k)
@@ -157,10 +157,10 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
 
 def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict) -> np.ndarray:
     """Held-out test records with a wrong label, one more record unit each: one run, scores."""
-    from ..mechanisms.engine import CanaryHook, train_heads
-    from ..mechanisms.features import build_features
-    from ..mechanisms.rvfl import MODELS
-    from .targets import load_target_data
+    from .engine import CanaryHook, train_heads
+    from .features import build_features
+    from .rvfl import MODELS
+    from ..audits.targets import load_target_data
 
     m = included.size
     data = load_target_data(target)

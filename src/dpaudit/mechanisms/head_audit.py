@@ -33,8 +33,8 @@ import numpy as np
 from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
-from .canaries import check_canary
-from .targets import AuditTarget, load_target_data, training_partition
+from ..audits.canaries import check_canary
+from ..audits.targets import AuditTarget, load_target_data, training_partition
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
@@ -79,10 +79,10 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
     from ..accounting import compute_epsilon
-    from ..mechanisms.dpsgd_core import DPSGDConfig, head_outputs, init_head
-    from ..mechanisms.rvfl import plan_schedule
-    from ..mechanisms.features import build_features
-    from ..mechanisms.rvfl import MODELS, TAG_HEAD
+    from .dpsgd_core import DPSGDConfig, head_outputs, init_head
+    from .rvfl import plan_schedule
+    from .features import build_features
+    from .rvfl import MODELS, TAG_HEAD
 
     # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too);
     # a release's recorded schedule and noise multiplier replace the computed ones.
@@ -203,7 +203,7 @@ class HeadTarget(AuditTarget):
             return
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
-        from ..mechanisms.rvfl import audit_reference_size
+        from .rvfl import audit_reference_size
 
         reference = None
         if self.max_train is not None and self.max_train < len(y):
@@ -219,7 +219,7 @@ class HeadTarget(AuditTarget):
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
-        from ..mechanisms.batched import HeadCanary
+        from .batched import HeadCanary
 
         d = self._z.shape[1]
         if self.canary == "max-clip":
@@ -253,7 +253,7 @@ class HeadTarget(AuditTarget):
         return claimed_event_of(self)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
-        from ..mechanisms.engine import train_heads
+        from .engine import train_heads
 
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
@@ -270,7 +270,7 @@ class HeadTarget(AuditTarget):
     def _trajectory_scores(self, c: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """Every iterate seen: the exact log-likelihood ratio of the privatised sums at the canary's
         coordinate (module docstring), from the same engine run as a final-model trial."""
-        from ..mechanisms.engine import CanaryHook, train_heads
+        from .engine import CanaryHook, train_heads
 
         cfg = self._config
         # The max-clip canary of the final-model audit (HeadCanary "gradient"): norm exactly C at W[0, j].

@@ -2,7 +2,7 @@
 
 The mechanism audited is :mod:`dpaudit.mechanisms.user_level` (DP-MixMin paper, appendix A.9,
 Algorithm 2, on the DP-SGD engine of the DP-RVFL paper, section 3.2 / Algorithm 1) applied to
-the frozen-feature heads of :mod:`dpaudit.audits.heads` (``dp-rvfl``, ``logistic-raw``, ...):
+the frozen-feature heads of :mod:`dpaudit.mechanisms.head_audit` (``dp-rvfl``, ``logistic-raw``, ...):
 at every step each *user* is Poisson-sampled at the user rate q, a sampled user u contributes
 g_u = (1/k_u) sum_{i in S_u} grad l_i over k_u = min(G, |D_u|) of its records, g_u is clipped
 to L2 norm C, N(0, sigma^2 C^2 I) is added to the sum and the result is divided by the fixed
@@ -31,7 +31,7 @@ Canary users (public, chosen from the seed, recorded in audit.json):
     Score: the mean log-probability of the wrong labels. ``natural``: the same records with
     their true labels.
 With G = 1 and one record per user these are the record-level canaries of
-:class:`~dpaudit.audits.heads.HeadTarget` (same feature, same test record) and the trials are
+:class:`~dpaudit.mechanisms.head_audit.HeadTarget` (same feature, same test record) and the trials are
 bit-identical to it under reproducible noise (pinned by a test).
 
 Users: a release's user ids (``user_ids``, e.g. the ``--user-ids`` file it was trained with), or,
@@ -54,12 +54,12 @@ import numpy as np
 
 from ..data.users import UserIndex, index_users
 from ..errors import DataError, UsageError
-from ..mechanisms.engine import CanaryHook, UserSampling, train_heads
+from .engine import CanaryHook, UserSampling, train_heads
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
-from .canaries import check_canary
-from .heads import HEAD_MODELS, canary_coordinate, claimed_event_of, describe_head, label_log_prob, noiseless_copy, setup_head
-from .targets import AuditTarget, check_release_identity, training_partition
+from ..audits.canaries import check_canary
+from .head_audit import HEAD_MODELS, canary_coordinate, claimed_event_of, describe_head, label_log_prob, noiseless_copy, setup_head
+from ..audits.targets import AuditTarget, check_release_identity, training_partition
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.

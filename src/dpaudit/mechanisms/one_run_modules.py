@@ -39,7 +39,7 @@ import torch
 
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
-from .heads import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
+from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
@@ -58,7 +58,7 @@ def module_name(model: str) -> str:
 
 def one_run_scores_type():
     """:class:`dpaudit.audits.one_run.OneRunScores` (imported lazily: the analysis module)."""
-    from .one_run import OneRunScores
+    from ..audits.one_run import OneRunScores
 
     return OneRunScores
 
@@ -167,8 +167,8 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     control (noise multiplier 1e-12, clipping and sampling kept). ``tensors``: override
     :data:`CANARY_TENSORS`.
     """
-    from ..mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-    from ..mechanisms.models import build_module
+    from .dpsgd import DPSGDConfig, train_module_dp_sgd
+    from .models import build_module
     from ..validation import positive_int
 
     name = module_name(model)
@@ -254,8 +254,8 @@ def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
-    from ..mechanisms.dpsgd_core import DPSGDConfig
-    from ..mechanisms.rvfl import audit_reference_size, plan_schedule
+    from .dpsgd_core import DPSGDConfig
+    from .rvfl import audit_reference_size, plan_schedule
 
     module_name(model)
     data, _, _ = _data_parts(data)

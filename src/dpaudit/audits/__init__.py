@@ -15,9 +15,10 @@ Bring your own mechanism::
 
 Modules: :mod:`.stats` (Clopper–Pearson, eps_LB, ceiling, threshold selection, ROC, GDP estimate),
 :mod:`.engine` (trials, SELECT/EVAL, controls, checkpoints, audit.json schema), :mod:`.canaries`,
-:mod:`.gaussian` (exact-epsilon calibration target), :mod:`.mixmin`, :mod:`.heads` (DP-RVFL and the
-frozen-feature models), :mod:`.user_level` (the same heads trained at user level, audited with a
-whole canary user). Targets from names and releases: :mod:`dpaudit.auditing` (above the mechanisms).
+:mod:`.gaussian` (exact-epsilon calibration target). Each mechanism's own target lives beside it
+(:mod:`dpaudit.mechanisms.head_audit`, :mod:`~dpaudit.mechanisms.user_head_audit`,
+:mod:`~dpaudit.mechanisms.mixmin_audit`, ...); targets from names and releases:
+:mod:`dpaudit.auditing` (above the mechanisms).
 Trials run on the built-in process pool or on any executor of :mod:`dpaudit.sweeps.executors`
 (``run_audit(..., executor=...)``, e.g. a Dask cluster).
 """

@@ -276,8 +276,8 @@ class DPSGDMechanism(MechanismBase):
         event, accountant, dataset identity, and its recorded sigma and schedule, which the plan
         must equal: for old releases they are the truth). ``user_ids``: the user ids of a
         user-level audit (default: the request's file; none: a public grouping into users of G).
-        ``no_noise``: the no-noise control. The target a fresh audit or a release audit of the
-        same request built by hand before (``audits/build.py``), with the same scores.
+        ``no_noise``: the no-noise control. Gives the same target, with the same scores, as the hand-built
+        path it replaced (tests/audits/test_dpsgd_audit_target.py).
         """
         from ..accounting.events import event_from_dict
         from .head_audit import HeadTarget

@@ -546,13 +546,17 @@ def _cp_table(n: int, a: float) -> np.ndarray:
     return np.maximum.accumulate(u)  # non-decreasing in k (guards rounding at the far end)
 
 
+def _poisson_pmf(j: np.ndarray, mu: float) -> np.ndarray:
+    """Poisson(mu) probabilities at the counts ``j`` (mu = 0: all mass at 0)."""
+    if mu <= 0:
+        return (j == 0).astype(float)
+    return np.exp(j * math.log(mu) - mu - special.gammaln(j + 1.0))
+
+
 def _poisson_kernel(mu: float, cap: int) -> np.ndarray:
     """Poisson(mu) probabilities of 0..L-1, L past the mass that matters (the dropped tail < 1e-30
     only lowers the staying probability: the crossing probability errs upwards, a* downwards)."""
-    length = min(cap, int(mu + 14.0 * math.sqrt(mu) + 50.0))
-    j = np.arange(length, dtype=float)
-    with np.errstate(divide="ignore"):
-        return np.exp(j * math.log(mu) - mu - special.gammaln(j + 1.0)) if mu > 0 else (j == 0).astype(float)
+    return _poisson_pmf(np.arange(min(cap, int(mu + 14.0 * math.sqrt(mu) + 50.0)), dtype=float), mu)
 
 
 def crossing_probability(n: int, a: float) -> float:
@@ -570,11 +574,9 @@ def crossing_probability(n: int, a: float) -> float:
         p = np.convolve(p, _poisson_kernel(n * (float(b[k]) - prev), n + 1))[: n + 1]
         p[: k + 1] = 0.0
         prev = float(b[k])
-    j = np.arange(n + 1, dtype=float)
-    rest = n * (1.0 - prev)
-    with np.errstate(divide="ignore"):
-        last = np.exp((n - j) * math.log(rest) - rest - special.gammaln(n - j + 1.0)) if rest > 0 else (j == n).astype(float)
-    stay = float(p @ last) / math.exp(n * math.log(n) - n - special.gammaln(n + 1.0))
+    # the remaining n - j points in (b_{n-1}, 1], over P(N(1) = n)
+    last = _poisson_pmf(n - np.arange(n + 1, dtype=float), n * (1.0 - prev))
+    stay = float(p @ last) / float(_poisson_pmf(np.array([float(n)]), float(n))[0])
     return min(1.0, max(0.0, 1.0 - stay))
 
 

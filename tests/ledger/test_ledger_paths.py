@@ -89,3 +89,24 @@ def test_url_with_an_empty_host_keeps_its_slashes(text):
         assert form.startswith("postgresql:///") or form.startswith("postgresql://:"), form
     assert urllib.parse.urlsplit(loc.url).path == "/team"
     assert "pw" not in loc.display
+
+
+def test_reading_a_missing_postgresql_ledger_creates_nothing(pg_ledger_url, pg_server_url, pg_schema):
+    """Issue 23, point 10 on PostgreSQL: a reading command on a schema that holds no ledger is an
+    error naming it, and the schema is not created (a mistyped URL must not read as an empty ledger)."""
+    import psycopg
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+    from dpaudit.errors import LedgerError
+    from dpaudit.ledger.book import open_ledger
+
+    with pytest.raises(LedgerError, match="does not exist"):
+        open_ledger(pg_ledger_url, create=False)
+    for cmd in (["ledger", "summary"], ["ledger", "list"], ["ledger", "verify"]):
+        r = CliRunner().invoke(app, cmd + ["--ledger", pg_ledger_url])
+        assert r.exit_code == 2 and "does not exist" in r.output, (cmd, r.output)
+    with psycopg.connect(pg_server_url) as c:
+        assert c.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s", (pg_schema,)).fetchone()[0] == 0
+    with open_ledger(pg_ledger_url) as led:  # a writing command still creates it
+        assert led.entries() == []

@@ -200,3 +200,36 @@ def test_composed_epsilon_over_every_release_touching_a_capped_row_stays_within_
         if touching:
             total = lc.bounds(lc.sequential(touching), delta=1e-5, adjacency=ADJ)
             assert total["epsilon"] <= cap + 1e-9, (name, cap, accepted)
+
+
+def _audit(led, name, event, audit_id, release_id=None):
+    return led.record_audit(audit_id=audit_id, dataset=name, partition="train", adjacency=ADJ, event=event, trials=1,
+                            mechanism="dp-rvfl", release_id=release_id)
+
+
+def test_a_cap_that_includes_audits_counts_the_audits_of_its_people_under_every_name(ledger_path):
+    """Issue 23, points 1 and 5 together: audits train on the private rows of the release they audit,
+    so a cap that includes audits counts the audits recorded under another name that reads its people."""
+    with open_ledger(ledger_path) as led:
+        _reserve(led, "heart", _rows(range(10)))  # 0.8
+        led.cap("heart", 2.0, 1e-5, include_audits=True)
+        rid = _reserve(led, "heart-mix", _rows(range(5, 15)), PureEpsilon(0.5))  # 1.3 with heart's people
+        with pytest.raises(BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"):
+            _audit(led, "heart-mix", PureEpsilon(1.0), "a" * 32, release_id=rid)
+        assert led.entries(kind="audit") == []
+        _audit(led, "heart-mix", PureEpsilon(0.5), "b" * 32, release_id=rid)  # 1.8 <= 2
+        # a later release on heart is checked with the audit of heart-mix counted
+        assert not led.check(dataset="heart", partition="train", event=PureEpsilon(0.3), adjacency=ADJ,
+                             data_rows=_rows(range(10)))["allowed"]
+        # an audit of people heart does not hold is not charged to heart
+        other = _reserve(led, "other", _rows(range(100, 110)), PureEpsilon(0.1))
+        _audit(led, "other", PureEpsilon(5.0), "c" * 32, release_id=other)
+
+
+def test_a_cap_that_counts_releases_only_ignores_audits_under_other_names(ledger_path):
+    with open_ledger(ledger_path) as led:
+        _reserve(led, "heart", _rows(range(10)))
+        led.cap("heart", 2.0, 1e-5)
+        rid = _reserve(led, "heart-mix", _rows(range(5, 15)), PureEpsilon(0.5))
+        _audit(led, "heart-mix", PureEpsilon(5.0), "a" * 32, release_id=rid)
+        assert led.check(dataset="heart", partition="train", event=PureEpsilon(0.3), adjacency=ADJ, data_rows=_rows(range(10)))["allowed"]

@@ -190,11 +190,12 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
-    naming it, and nothing is created."""
+    naming it, and nothing is created (on PostgreSQL: a schema without a ledger, left uncreated)."""
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
-    return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner)
+    return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner,
+                  create=create)
 
 
 class Ledger:
@@ -214,13 +215,13 @@ class Ledger:
     require its signed registration, so a ledger stripped of it fails closed."""
 
     def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
-                 signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None) -> None:
+                 signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None, create: bool = True) -> None:
         self._owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
         self._busy_timeout = float(busy_timeout)
         self._key_bytes: bytes | None = None
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
-            self._store = PostgresStore(path, busy_timeout=self._busy_timeout)
+            self._store = PostgresStore(path, busy_timeout=self._busy_timeout, initialise=create)
             self.path = path.display
         else:
             p = path.path if isinstance(path, LedgerLocation) else path
@@ -662,13 +663,30 @@ class Ledger:
         if non_private:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._write():
+            audited = [e for e in self.entries() if e.id == release_id] if release_id else []
+            if audited and isinstance(audited[0].payload.get("rows"), dict):
+                payload["rows"] = audited[0].payload["rows"]  # the audit trains on the audited release's rows
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             current = state.with_audits().adjacency()
             if current is not None:
                 require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}")
+            view = lc.release_view(audit_id, dataset, payload, kind="audit")
             if state.cap is not None and state.cap_includes_audits:
-                self._check_audit_cap(state, lc.release_view(audit_id, dataset, payload, kind="audit"), payload)
+                self._check_audit_cap(state, view, payload)
+            self._audit_people_check(dataset, view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
+
+    def _audit_people_check(self, dataset: str, planned: lc.ReleaseView, payload: dict) -> None:
+        """Every cap that includes audits and shares people with ``dataset`` (ledger.rows), with the planned audit."""
+        states, index = self._people_index()
+        footprint = index.footprint(dataset, payload)
+        before = dict(states)
+        st = states.get(dataset) or lc.DatasetState(dataset)
+        states[dataset] = dataclasses.replace(st, audits=st.audits + [planned])
+        _, refusal = lr.check_caps(index.with_planned(dataset, footprint), before, states, dataset, payload["partition"], footprint,
+                                   what="audit")
+        if refusal is not None:
+            raise BudgetExceededError(refusal)
 
     def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
         cap_eps, cap_delta = state.cap

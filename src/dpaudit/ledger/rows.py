@@ -115,6 +115,15 @@ def entry_spec(dataset: str, payload: dict) -> list[tuple[str, str, str]]:
     return [(role, source, sid) for role in ("private", "public") for source, sid in sorted((spec.get(role) or {}).items())]
 
 
+def footprint_of(spec, sets: dict) -> dict:
+    """``{role: {source: Side}}`` of an entry's ``(role, source, set id)`` s (:func:`entry_spec`)."""
+    fp = _empty()
+    for role, source, sid in sorted(spec):
+        # A set id the ledger does not hold cannot be tested: every row (fail closed).
+        _merge(fp, {role: {source: Side(every=True) if sid == EVERY_ROW or sid not in sets else Side(hashes=sets[sid])}})
+    return fp
+
+
 def _merge(into: dict, footprint: dict) -> None:
     """Add ``footprint``'s rows to ``into`` (new Side objects: footprints are shared, never mutated)."""
     for role, by_source in footprint.items():
@@ -133,23 +142,22 @@ class PeopleIndex:
     """Per dataset name: the rows (per role and source) its live releases and reservations read."""
 
     names: dict  # name -> footprint
+    sets: dict = field(default_factory=dict)  # stored row sets: set id -> keyed hashes
 
     @classmethod
     def build(cls, raw_rows, entries, states: dict) -> "PeopleIndex":
         sets = _stored_sets(raw_rows)
-        live = {r.id for st in states.values() for r in st.releases}
+        # audits train on the private rows of what they audit: they link names as releases do
+        live = {r.id for st in states.values() for r in st.releases + st.audits}
         specs: dict = {}
         for e in entries:
-            if e.kind in ("release", "reservation") and e.id in live:
+            if e.kind in ("release", "reservation", "audit") and e.id in live:
                 specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
-        names: dict = {}
-        for name, spec in specs.items():
-            fp = names[name] = _empty()
-            for role, source, sid in sorted(spec):
-                # A set id the ledger does not hold cannot be tested: every row (fail closed).
-                side = Side(every=True) if sid == EVERY_ROW or sid not in sets else Side(hashes=sets[sid])
-                _merge(fp, {role: {source: side}})
-        return cls(names)
+        return cls({name: footprint_of(spec, sets) for name, spec in specs.items()}, sets)
+
+    def footprint(self, dataset: str, payload: dict) -> dict:
+        """The rows a recorded (or planned) entry's payload says it reads."""
+        return footprint_of(entry_spec(dataset, payload), self.sets)
 
     def collisions(self, dataset: str, planned: dict) -> None:
         """Refuse a planned release on ``dataset`` that reads as public rows held private (or the reverse)."""
@@ -165,7 +173,7 @@ class PeopleIndex:
     def with_planned(self, dataset: str, planned: dict) -> "PeopleIndex":
         names = {n: {r: dict(by_source) for r, by_source in fp.items()} for n, fp in self.names.items()}
         _merge(names.setdefault(dataset, _empty()), planned)
-        return PeopleIndex(names)
+        return PeopleIndex(names, self.sets)
 
     def sharing(self, name: str) -> list[str]:
         """Other names whose private rows meet ``name``'s private rows."""
@@ -175,13 +183,14 @@ class PeopleIndex:
         return sorted(n for n, fp in self.names.items() if n != name and _meet(mine, fp, "private", "private"))
 
 
-def people_total(states: dict, names) -> lc.NodeTotal:
-    """The names' dataset totals composed sequentially (they may share people); one adjacency."""
+def people_total(states: dict, names, audits: bool = False) -> lc.NodeTotal:
+    """The names' dataset totals (with their audits when ``audits``) composed sequentially (they may
+    share people); one adjacency."""
     adjacencies = {n: states[n].adjacency() for n in names if n in states and states[n].adjacency() is not None}
     if len(set(adjacencies.values())) > 1:
         shown = ", ".join(f"{n} ({a})" for n, a in sorted(adjacencies.items()))
         raise AdjacencyMismatchError(f"releases on datasets that share people must use one adjacency to be composed, got {shown}.")
-    return lc._sequential_totals([lc.dataset_total(states[n]) for n in names if n in states])
+    return lc._sequential_totals([lc.dataset_total(states[n].with_audits() if audits else states[n]) for n in names if n in states])
 
 
 def caps_to_check(index: PeopleIndex, states: dict, dataset: str, planned: dict) -> list[tuple[str, list[str]]]:
@@ -203,23 +212,30 @@ def adjacency_of(states: dict, names) -> str | None:
     return next((states[n].adjacency() for n in names if n in states and states[n].adjacency()), None)
 
 
-def _epsilon(states: dict, names, delta: float) -> float:
-    total = people_total(states, [n for n in names if n in states])
+def _epsilon(states: dict, names, delta: float, audits: bool = False) -> float:
+    total = people_total(states, [n for n in names if n in states], audits)
     return lc.total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
 
 
-def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict) -> tuple[list, str | None]:
+def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict, *,
+               what: str = "release") -> tuple[list, str | None]:
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
-    the planned release (``after``: states with it): the checked caps, and the refusal of the
-    first cap exceeded (None if none is)."""
+    the planned release or audit (``what``; ``after``: states with it): the checked caps, and the
+    refusal of the first cap exceeded (None if none is). A cap that includes audits composes every
+    name's audits too; a planned audit is checked against those caps only."""
     checked, refusal = [], None
     for name, group in caps_to_check(index, after, dataset, planned):
+        audits = after[name].cap_includes_audits
+        if what == "audit" and not audits:
+            continue
         cap_eps, cap_delta = after[name].cap
-        total = _epsilon(after, group, cap_delta)
+        total = _epsilon(after, group, cap_delta, audits)
         checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
         if total > cap_eps and refusal is None:
-            refusal = (f"budget of dataset {name!r} exceeded through shared people: the releases of {', '.join(group)} read rows "
-                       f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta))}; with this release on "
-                       f"{dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap epsilon={lc.fmt_epsilon(cap_eps)} "
-                       f"at delta={cap_delta:g}; refused before training.")
+            spent = "releases and audits" if audits else "releases"
+            refusal = (f"budget of dataset {name!r} exceeded through shared people: the {spent} of {', '.join(group)} read rows "
+                       f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta, audits))}; with this "
+                       f"{what} on {dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap "
+                       f"epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g}; refused before "
+                       f"{'any trial ran' if what == 'audit' else 'training'}.")
     return checked, refusal

@@ -25,15 +25,19 @@ clipping or noise and claims nothing (``epsilon = inf``).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ..data import load_dataset
+from ..data.users import attach_user_ids, check_user_split, load_user_ids, n_rows
 from ..errors import DataError, UsageError
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
-from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
+from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
 from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
@@ -52,6 +56,7 @@ from .rvfl import (
     plan_schedule,
     planned_reference_size,
 )
+from .user_head_audit import synthetic_user_ids
 
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
 
@@ -91,22 +96,21 @@ class DPSGDMechanism(MechanismBase):
         elif prepared is not None:
             data = prepared
         else:
-            from ..data import load_dataset
-
             data = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
         if data.y_train.size == 0:
             raise DataError(f"dataset {data.name} has an empty training partition.")
         return data
 
-    def _load_users(self, r: DPSGDRequest, prepared):
-        from ..data.users import attach_user_ids, check_user_split, load_user_ids
+    def _user_ids(self, r: DPSGDRequest):
+        """The request's user ids (a ``.npy`` path, or an array from a library audit), else the instance's."""
+        ids = self.user_ids if r.user_ids is None else r.user_ids
+        return load_user_ids(Path(ids)) if isinstance(ids, (str, os.PathLike)) else ids
 
-        ids = load_user_ids(Path(r.user_ids)) if r.user_ids is not None else self.user_ids
+    def _load_users(self, r: DPSGDRequest, prepared):
+        ids = self._user_ids(r)
         if ids is None and getattr(prepared, "user_ids", None) is None:
             raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
         if prepared is None:
-            from ..data import load_dataset
-
             data = attach_user_ids(load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile), ids)
         elif ids is not None:
             data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
@@ -156,6 +160,34 @@ class DPSGDMechanism(MechanismBase):
                             "noise_sampler": "none (non-private)" if r.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
             noise_values=None if r.non_private else _noised_parameters(spec, info, r.seed, steps=int(sched.steps)),
             noise_what=f"{r.model} run", compare_accountants=("prv",))
+
+    def plan_of_audit(self, r: DPSGDRequest) -> ReleasePlan:
+        """A fresh audit's plan. At user level the audit's users are the request's (``user_ids``), else the
+        rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.user_head_audit.synthetic_user_ids`),
+        and without a declared reference size the schedule counts the audit's own training users: an
+        audit's data are the auditor's, and that count is the same in both worlds (the canary user is extra)."""
+        if r.privacy_unit != "user":
+            return super().plan_of_audit(r)
+        data = load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
+        ids = self._user_ids(r)
+        info = self.data_info(r, attach_user_ids(data, synthetic_user_ids(n_rows(data), r.records_per_user, r.seed) if ids is None else ids))
+        r = self.validate(r if r.reference_size is not None else dataclasses.replace(r, reference_size=info.n_users))
+        return self.plan(r, info)
+
+    def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
+        """The release's plan (checked, :func:`~dpaudit.mechanisms.contract.check_plan_matches_release`). A
+        user-level release predating recorded reference sizes is replayed from its recorded ``n_users``;
+        one that names its user-ids file only in its command line (never parsed) needs ``r.user_ids``."""
+        if r.privacy_unit == "user":
+            if r.user_ids is None and release.request is None and "--user-ids" in (release.command or "").split():
+                raise UsageError("user ids must be given (--user-ids FILE.npy) to audit this release: it predates recorded requests and names "
+                                 "its user-ids file only in its command line, which is never parsed; got none.")
+            n_users = (release.config or {}).get("n_users")
+            if r.reference_size is None and n_users is not None:
+                r = dataclasses.replace(r, reference_size=int(n_users))
+        plan = self.plan_of_audit(r)
+        check_plan_matches_release(plan, release)
+        return plan
 
     def dpsgd_config(self, plan: ReleasePlan):
         """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""

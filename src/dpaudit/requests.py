@@ -316,7 +316,7 @@ class AuditRequest(Request):
                                              "ledger", "json_out")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
-    canary: str | None = option(None, help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).")
+    canary: str | None = option(None, help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).")
     runs: int = option(1000, help="Trials R (half with the canary, half without).")
     epsilon: float | None = option(None, flag="--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")

@@ -65,6 +65,7 @@ HEAD_CANARIES: dict[str, str] = {
     "max-clip": "dpaudit.mechanisms.head_canaries:max_clip",
     "mislabeled": "dpaudit.mechanisms.head_canaries:mislabeled",
     "natural": "dpaudit.mechanisms.head_canaries:natural",
+    "ood-record": "dpaudit.mechanisms.canary_ood:ood_record",
 }
 _HEAD_CANARIES = tuple(HEAD_CANARIES)
 

@@ -250,9 +250,9 @@ class Mechanism(Protocol):
     def notes(self, request) -> list[str]:
         """One-line notes for people on ``request`` before it runs (``dpaudit train`` prints them)."""
 
-    def summary(self, release) -> tuple[dict, list[str]] | None:
-        """What ``dpaudit train`` prints of ``release``: (its ``--json`` object, its lines); None: the
-        release record and the generic lines."""
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]] | None:
+        """What ``dpaudit train`` prints of ``release`` (recorded in ``ledger``, a path or None for the
+        default): (its ``--json`` object, its lines); None: the release record and the generic lines."""
 
     def plan_of_audit(self, request) -> ReleasePlan:
         """The plan of a fresh audit of ``request`` (the release's code path on the auditor's data)."""
@@ -296,7 +296,7 @@ class MechanismBase:
     def notes(self, request) -> list[str]:
         return []
 
-    def summary(self, release) -> tuple[dict, list[str]] | None:
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]] | None:
         return None
 
     def plan_of_audit(self, request) -> ReleasePlan:

@@ -35,6 +35,7 @@ import numpy as np
 from ..data import load_dataset
 from ..data.users import attach_user_ids, check_user_split, load_user_ids, n_rows
 from ..errors import DataError, UsageError
+from ..ledger.book import open_ledger
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
@@ -300,6 +301,30 @@ class DPSGDMechanism(MechanismBase):
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
 
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]]:
+        """What ``dpaudit train MODEL`` prints: the published fields (rounded timings, no hash of the data) with the keyed
+        dataset fingerprint the ledger stored (``--json``), and lines with the claim, the schedule and the test metrics."""
+        d = release.to_dict()
+        keys = ["id", "mechanism", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "epsilons", "noise_multiplier", "sample_rate",
+                "steps", "steps_executed", "clipping_norm", "normalizer", "seed", "non_private", "noise_source", "metrics", "timings", "artefacts",
+                "command", "privacy_unit"]
+        out = {k: d.get(k) for k in keys}
+        out["dataset"] = d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
+        out["dataset_fingerprint"] = _ledger_fingerprint(d.get("id"), ledger)
+        claim = "no privacy claim (non-private)" if release.non_private else (
+            f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}), delta={release.delta:g}, {release.accountant}, {release.adjacency}")
+        lines = [f"[bold]{out['mechanism']}[/] on {out['dataset']}: {claim}"]
+        if not release.non_private:
+            lines.append(f"  noise_multiplier={release.noise_multiplier:.4f} sample_rate={release.sample_rate:.6f} steps={release.steps_executed}/{release.steps} "
+                         f"normalizer={release.normalizer}")
+        if out["privacy_unit"] == "user":
+            lines.append(f"  privacy unit: user (schedule for {release.config['reference_size']} training users, records_per_user "
+                         f"G={release.config['records_per_user']})")
+        lines.append("  test " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in release.metrics.items()))
+        lines.append(f"  train {release.timings['train_seconds']:g}s, setup {release.timings['setup_seconds']:g}s (rounded as published); "
+                     f"release id {release.id}")
+        return out, lines
+
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
         """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
         schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset.
@@ -342,6 +367,18 @@ class DPSGDMechanism(MechanismBase):
 
 
 MECHANISM = DPSGDMechanism()
+
+
+def _ledger_fingerprint(release_id, ledger) -> str | None:
+    """The keyed ``dataset_fingerprint`` of a recorded release (HMAC under the ledger's key), read
+    from its ledger entry; None when there is no entry or the ledger stores none (old ledgers)."""
+    if not release_id:
+        return None
+    try:
+        with open_ledger(ledger, create=False) as led:
+            return led.get(str(release_id)).payload.get("dataset_fingerprint")
+    except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
+        return None
 
 
 def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | None:

@@ -3,7 +3,7 @@
 This is the library behind ``dpaudit audit MECHANISM ...`` (the CLI only parses). Both paths
 are the same four steps: a request (the family's :class:`~dpaudit.requests.Request`, built from
 an :class:`~dpaudit.requests.AuditRequest` by :func:`family_request`, or rebuilt from a release by
-:func:`dpaudit.release_compat.release_request`), the mechanism's plan of it (:func:`plan_of`: the
+:func:`dpaudit.release_compat.release_request`), the mechanism's plan of it (``plan_of_audit``: the
 same code path as its release), for a release the one check that the plan is the release's
 (:func:`~dpaudit.mechanisms.contract.check_plan_matches_release`), then ``mechanism.audit_target(plan, canary, ...)``.
 
@@ -17,15 +17,11 @@ import dataclasses
 import os
 
 from .catalogue import ALIASES, CATALOGUE, lookup, names
-from .accounting.events import event_from_dict
-from .audits.targets import prepared
-from .mechanisms.user_head_audit import UserHeadTarget
-from .errors import DataError, UsageError
-from .mechanisms.contract import check_request_matches
+from .errors import UsageError
 from .records import Release, read_release
 from .release_compat import release_request
 from .requests import AuditRequest
-from .validation import one_of, open_unit, positive_finite, positive_int
+from .validation import one_of, positive_int
 
 #: Privacy units an audit accepts (user: the DP-SGD head models only).
 PRIVACY_UNITS = ("record", "user")
@@ -115,10 +111,7 @@ def target_for(audit: AuditRequest):
     request (:func:`family_request`), its plan, the mechanism's ``audit_target``."""
     entry = auditable_entry(audit.mechanism)
     check_privacy_unit(audit.mechanism, audit.privacy_unit, audit.records_per_user, audit.user_ids)
-    req = family_request(entry, audit)
-    if getattr(req, "privacy_unit", "record") == "user" and entry.family == "dp-sgd-head":
-        return _user_head_target(req, entry_canary(entry, audit.canary), audit.no_noise)
-    return generic_target(entry.name, req, canary=audit.canary, no_noise=audit.no_noise)
+    return generic_target(entry.name, family_request(entry, audit), canary=audit.canary, no_noise=audit.no_noise)
 
 
 def generic_target(mechanism: str, request, *, canary: str | None = None, no_noise: bool = False):
@@ -129,13 +122,7 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
         raise UsageError(f"mechanism must be auditable (a catalogue entry with canaries), got {mechanism!r}.")
     mech = entry.mechanism()
     canary = entry_canary(entry, canary)
-    return mech.audit_target(plan_of(mech, request), canary, no_noise=no_noise)
-
-
-def plan_of(mech, request):
-    """``mech``'s plan of ``request``: validate, load (public facts of the data), plan."""
-    request = mech.validate(request)
-    return mech.plan(request, mech.data_info(request, mech.load(request)))
+    return mech.audit_target(mech.plan_of_audit(request), canary, no_noise=no_noise)
 
 
 # ------------------------------------------------------------------------------ a release
@@ -159,10 +146,9 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     req = release_request(rel)
     if user_ids is not None and rel.privacy_unit != "user":
         raise UsageError(f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {rel.mechanism}.")
-    if rel.privacy_unit == "user" and entry.family == "dp-sgd-head":
-        return _user_head_release_target(req, rel, canary=entry_canary(entry, canary), data_dir=data_dir, no_noise=no_noise, user_ids=user_ids)
-    if data_dir is not None and "data_dir" in {f.name for f in dataclasses.fields(req)}:
-        req = dataclasses.replace(req, data_dir=os.fspath(data_dir))  # where the auditor keeps the data
+    # where the auditor keeps the data, and the users it was made with (a user-level release's plan loads them)
+    given = {"data_dir": None if data_dir is None else os.fspath(data_dir), "user_ids": user_ids}
+    req = dataclasses.replace(req, **{k: v for k, v in given.items() if v is not None and k in {f.name for f in dataclasses.fields(req)}})
     mech = entry.mechanism()
     plan = mech.plan_of_release(req, rel)  # checked against the release (contract.check_plan_matches_release)
     return mech.audit_target(plan, entry_canary(entry, canary), release=rel, user_ids=user_ids, no_noise=no_noise)
@@ -180,44 +166,3 @@ def _release_entry(rel, mechanism: str | None):
     if entry.audit_only:  # gaussian releases are not produced by dpaudit train
         raise UsageError(f"release mechanism must be a trained model, got {rel.mechanism!r}.")
     return entry
-
-
-# ------------------------------------------------------------------------------ user-level heads
-# Still built here: a user-level head audit defaults to a public grouping of the rows into users
-# of G (and an old release to its recorded users), which the DP-SGD mechanism's plan cannot load
-# yet; record-level heads go through DPSGDMechanism.audit_target like every other family.
-
-
-def _user_head_target(req, canary: str, no_noise: bool):
-    """A fresh user-level head target from its family request ``req``."""
-    t = UserHeadTarget(model=req.model, records_per_user=req.records_per_user, dataset=req.dataset, data_dir=req.data_dir,
-                       epsilon=positive_finite("epsilon", req.epsilon), delta=open_unit("delta", req.delta), canary=canary, seed=req.seed,
-                       epochs=req.epochs, user_ids=req.user_ids, profile=req.profile)
-    return prepared(t, no_noise)
-
-
-def _user_head_release_target(req, rel, *, canary, data_dir, no_noise, user_ids):
-    """A user-level head target reproducing ``rel`` (its recorded sigma, schedule, claim, identity)."""
-    ds, cfg = rel.dataset or {}, rel.config or {}
-    check_request_matches(model=(req.model, rel.mechanism), dataset=(req.dataset, ds.get("name")), seed=(req.seed, int(rel.seed)),
-                          privacy_unit=(req.privacy_unit, rel.privacy_unit), records_per_user=(req.records_per_user, cfg.get("records_per_user")))
-    common = dict(dataset=ds.get("name"), data_dir=data_dir, epsilon=float(rel.target_epsilon or rel.epsilon), delta=float(rel.delta),
-                  canary=canary, seed=int(req.seed), noise_multiplier=float(rel.noise_multiplier),
-                  schedule=(float(rel.sample_rate), int(rel.steps), int(rel.normalizer)), profile=ds.get("profile"), split_seed=ds.get("split_seed"),
-                  claimed=float(rel.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds, event=event_from_dict(rel.guarantee),
-                  accountant=rel.accountant, model=req.model)
-    return prepared(_user_head_from_release(req, rel, common, user_ids), no_noise)
-
-
-def _user_head_from_release(req, rel, common, user_ids):
-    cfg, ds = rel.config or {}, rel.dataset or {}
-    if rel.adjacency != "add-remove-user":
-        raise DataError(f"a user-level release must have adjacency add-remove-user, got {rel.adjacency!r}.")
-    if cfg.get("records_per_user") is None:
-        raise DataError("release must record records_per_user for a user-level audit, got none.")
-    user_ids = req.user_ids if user_ids is None else user_ids
-    if user_ids is None and rel.request is None and "--user-ids" in (rel.command or "").split():
-        raise UsageError("user ids must be given (--user-ids FILE.npy) to audit this release: it predates recorded requests and names "
-                         "its user-ids file only in its command line, which is never parsed; got none.")
-    return UserHeadTarget(records_per_user=int(cfg["records_per_user"]), user_ids=user_ids, epochs=cfg.get("epochs"), batch_size=cfg.get("batch_size"),
-                          expected_user_ids_sha256=ds.get("user_ids_sha256"), expected_n_users=cfg.get("n_users"), **common)

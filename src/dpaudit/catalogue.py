@@ -59,7 +59,21 @@ class CatalogueEntry:
         return self.mechanism().request_type
 
 
-_HEAD_CANARIES = ("max-clip", "mislabeled", "natural")
+#: The head canary kinds (first = the default) -> the "module:function" that chooses one
+#: (dpaudit.mechanisms.head_canaries); a new kind is its module and one line here.
+HEAD_CANARIES: dict[str, str] = {
+    "max-clip": "dpaudit.mechanisms.head_canaries:max_clip",
+    "mislabeled": "dpaudit.mechanisms.head_canaries:mislabeled",
+    "natural": "dpaudit.mechanisms.head_canaries:natural",
+    "ood-record": "dpaudit.mechanisms.canary_ood:ood_record",
+}
+_HEAD_CANARIES = tuple(HEAD_CANARIES)
+
+
+def head_canary(name: str):
+    """The chooser of head canary kind ``name`` (:data:`HEAD_CANARIES`), imported on first use."""
+    module, function = HEAD_CANARIES[name].split(":")
+    return getattr(importlib.import_module(module), function)
 _RVFL = "dpaudit.mechanisms.dpsgd_release"
 
 #: The one table of mechanism names; one line per mechanism.

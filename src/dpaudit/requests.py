@@ -31,16 +31,17 @@ _MISSING = dataclasses.MISSING
 
 
 def option(default: Any = _MISSING, *, flag: str | None = None, help: str = "", choices: tuple[str, ...] | None = None,
-           positional: bool = False, hidden: bool = False, path: bool = False):
+           positional: bool = False, hidden: bool = False, path: bool = False, note: str | None = None):
     """A request field with its command-line spelling.
 
     ``flag`` (default ``--field-name``) is the option's name; ``choices`` the allowed strings
     (the generic CLI refuses others); ``positional`` marks the argument right after
     ``dpaudit train`` (the model name of a family that registers one command per model);
-    ``hidden`` keeps a test-only switch out of ``--help``; ``path`` parses a string field as a path.
+    ``hidden`` keeps a test-only switch out of ``--help``; ``path`` parses a string field as a path;
+    ``note``: what the generic CLI says on stderr when the option is left at its default.
     """
     meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden,
-            "path": path}
+            "path": path, "note": note}
     if default is _MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)
@@ -69,6 +70,8 @@ class Request:
     """
 
     COMMAND: ClassVar[str | None] = None
+    #: A torch training run: its ``train`` command takes ``--threads`` and shows a progress bar.
+    TORCH_RUN: ClassVar[bool] = False
 
     # ---------------------------------------------------------------- field reflection
     @classmethod
@@ -207,21 +210,23 @@ class DPSGDRequest(Request):
     """A DP-SGD release of a DP-RVFL-family model (frozen-feature heads and trainable modules),
     at record or user level (:func:`dpaudit.library.train_and_release`)."""
 
+    TORCH_RUN: ClassVar[bool] = True
+
     model: str = option(positional=True, help="Model name (a catalogue entry of family dp-sgd-head or dp-sgd-module).")
-    dataset: str = option("digits", help="Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files).")
+    dataset: str = option("digits", help="Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files).",
+                          note="no --dataset given: using the embedded 'digits' dataset.")
     data_dir: str | None = option(None, help=_DATA_DIR_HELP)
     epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
     seed: int = option(42, help=_SEED_HELP)
     non_private: bool = option(False, help="Train without clipping or noise (no privacy claim).")
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
-    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
+    noise_source: str = option("os-entropy", help=_NOISE_HELP)  # a plain string: the release refuses others in one line
     epochs: int | None = option(None, help="Override the epochs (default: 10 images, 30 tabular).")
     batch_size: int | None = option(None, help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).")
     profile: str | None = option(None, help=PROFILE_HELP)
     split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
-    privacy_unit: str = option("record", choices=("record", "user"),
-                               help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
+    privacy_unit: str = option("record", help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
     records_per_user: int | None = option(None, help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.")
     user_ids: str | None = option(None, help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.")
     reference_size: int | None = option(None, help="Public size N0 the schedule (q, T, m0) is built from: training records (default: the "
@@ -316,7 +321,7 @@ class AuditRequest(Request):
                                              "ledger", "json_out")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
-    canary: str | None = option(None, help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).")
+    canary: str | None = option(None, help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).")
     runs: int = option(1000, help="Trials R (half with the canary, half without).")
     epsilon: float | None = option(None, flag="--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")

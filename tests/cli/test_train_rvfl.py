@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from dpaudit.cli import app
 from dpaudit.mechanisms.rvfl import MODEL_NAMES
-from dpaudit import library
+from dpaudit import releasing
 
 try:  # click >= 8.2 keeps stderr apart by default; older versions need mix_stderr=False
     runner = CliRunner(mix_stderr=False)
@@ -57,7 +57,7 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
         def to_dict(self):
             return {"mechanism": "dp-cnn", "dataset": {"name": "heart"}, "metrics": self.metrics, "timings": self.timings}
 
-    def fake(request, **kw):
+    def fake(name, request, **kw):
         seen["request"] = request
         seen.update(kw)
         return _Rel()
@@ -65,7 +65,7 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
     from dpaudit.mechanisms import dpsgd_release
     from dpaudit.requests import DPSGDRequest
 
-    monkeypatch.setattr(library, "release_dpsgd", fake)
+    monkeypatch.setattr(releasing, "release", fake)
     argv = ["train", "dp-cnn", "--dataset", "heart", "--data-dir", str(tmp_path), "--eps", "0.5", "--delta", "1e-06",
             "--seed", "44", "--non-private", "--out", str(tmp_path / "o"), "--reproducible-noise", "--epochs", "3",
             "--batch-size", "32", "--split-seed", "2027", "--threads", "1", "--json"]

@@ -8,8 +8,7 @@ list, booleans as flags), the options are parsed into the Request and handed to 
 and :func:`dpaudit.audits.engine.run_audit` for ``audit``). Nothing here decides anything about
 privacy: parsing only.
 
-A ``train`` command registered by hand (the DP-RVFL models, ``dp-elm``, ``mixmin``) is kept
-(:func:`register_train` skips names already registered). ``dpaudit audit NAME`` of a built-in
+A ``train`` command registered by hand is kept (:func:`register_train` skips names already registered). ``dpaudit audit NAME`` of a built-in
 family's request (:data:`dpaudit.requests.REQUEST_TYPES`) is the one command generated from
 :class:`~dpaudit.requests.AuditRequest` (:mod:`dpaudit.cli.audit`); a mechanism that declares its
 own request type gets its generic ``audit NAME`` here, whose options are its request's.
@@ -26,7 +25,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer._click.core import ParameterSource
+from typer._click.globals import get_current_context
 
+from ..validation import positive_int
 from . import options
 from .common import console, emit_json, note, recorded_argv
 
@@ -105,33 +107,47 @@ def make_command(func, params: list[inspect.Parameter], name: str, doc: str):
 _RUN_OPTIONS = ("out", "ledger", "json_out")
 
 
-def _run_parameters(name: str) -> list[inspect.Parameter]:
+def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
+    threads = typer.Option(None, "--threads", help="Torch intra-op threads (a speed setting; default: torch's choice).", show_default=False)
     return [
         inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
                           default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/{name}-DATASET-seedS-epsE).",
                                                show_default=False)),
         inspect.Parameter("ledger", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.ledger()),
         inspect.Parameter("noise_seed_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.noise_seed_file()),
+        *([inspect.Parameter("threads", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[int], default=threads)] if rtype.TORCH_RUN else []),
         inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=options.json_out()),
     ]
+
+
+def _default_notes(rtype) -> list[str]:
+    """The notes (option metadata ``note``) of the request's options this command left at their default."""
+    ctx = get_current_context()
+    return [f.metadata["note"] for f in dataclasses.fields(rtype) if f.metadata.get("note") and ctx.get_parameter_source(f.name) is ParameterSource.DEFAULT]
 
 
 def make_train_command(entry):
     """The ``dpaudit train NAME`` command of catalogue ``entry`` (parse -> Request -> release)."""
     rtype = entry.request_type()
-    params = request_parameters(rtype) + [p for p in _run_parameters(entry.name) if p.name not in {f.name for f in dataclasses.fields(rtype)}]
+    fields = dataclasses.fields(rtype)
+    params = request_parameters(rtype) + [p for p in _run_parameters(entry.name, rtype) if p.name not in {f.name for f in fields}]
+    named = {f.name: entry.name for f in fields if f.metadata.get("positional")}  # the model a per-model command releases
 
     def command(**kwargs):
         from ..releasing import release, secret_noise_seed
 
-        out, ledger, json_out, seed_file = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file"))
-        request = request_from_options(rtype, kwargs)
+        out, ledger, json_out, seed_file, threads = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file", "threads"))
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(positive_int("threads", threads))
+        request = request_from_options(rtype, kwargs, **named)
         mech = entry.mechanism()
-        for line in mech.notes(request):  # on stderr: --json output stays clean
+        for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean
             note(line)
         with secret_noise_seed(seed_file):
-            rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
-        shown = mech.summary(rel)
+            rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True if rtype.TORCH_RUN else None)
+        shown = mech.summary(rel, ledger)
         if json_out:
             emit_json(rel.to_dict() if shown is None else shown[0])
             return

@@ -11,9 +11,8 @@ train_app = new_app("Train a DP model, write release.json and record the release
 
 
 def register(app: typer.Typer) -> None:
-    from . import generic, train_rvfl
+    from . import generic
 
-    train_rvfl.register(train_app)
-    # Every other catalogue entry: `train NAME` built from its Request's fields (cli/generic.py).
+    # Every catalogue entry: `train NAME` built from its Request's fields (cli/generic.py).
     generic.register_train(train_app)
     app.add_typer(train_app, name="train")

@@ -250,9 +250,12 @@ class Mechanism(Protocol):
     def notes(self, request) -> list[str]:
         """One-line notes for people on ``request`` before it runs (``dpaudit train`` prints them)."""
 
-    def summary(self, release) -> tuple[dict, list[str]] | None:
-        """What ``dpaudit train`` prints of ``release``: (its ``--json`` object, its lines); None: the
-        release record and the generic lines."""
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]] | None:
+        """What ``dpaudit train`` prints of ``release`` (recorded in ``ledger``, a path or None for the
+        default): (its ``--json`` object, its lines); None: the release record and the generic lines."""
+
+    def plan_of_audit(self, request) -> ReleasePlan:
+        """The plan of a fresh audit of ``request`` (the release's code path on the auditor's data)."""
 
     def plan_of_release(self, request, release) -> ReleasePlan:
         """The plan ``release`` was made with, rebuilt from its ``request``; refused (DataError)
@@ -293,13 +296,17 @@ class MechanismBase:
     def notes(self, request) -> list[str]:
         return []
 
-    def summary(self, release) -> tuple[dict, list[str]] | None:
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]] | None:
         return None
+
+    def plan_of_audit(self, request) -> ReleasePlan:
+        """Validate, load (public facts of the data), plan: the release's code path."""
+        request = self.validate(request)
+        return self.plan(request, self.data_info(request, self.load(request)))
 
     def plan_of_release(self, request, release) -> ReleasePlan:
         """From the request and the loaded data's public facts, as the release was planned."""
-        request = self.validate(request)
-        plan = self.plan(request, self.data_info(request, self.load(request)))
+        plan = self.plan_of_audit(request)
         check_plan_matches_release(plan, release)
         return plan
 

@@ -607,7 +607,7 @@ class DPELMMechanism(MechanismBase):
                  "the release is marked certified: false."] if r.sampler == "textbook" else []
         return leaky + [f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={r.width}, eps={r.epsilon:g})"]
 
-    def summary(self, rel) -> tuple[dict, list[str]]:
+    def summary(self, rel, ledger=None) -> tuple[dict, list[str]]:
         cfg = rel.config
         d = {"mechanism": rel.mechanism, "dataset": rel.dataset["name"], "width": cfg["width"], "noise_scale": cfg["noise_scale"],
              "sampler": cfg["sampler"], "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],

@@ -25,15 +25,20 @@ clipping or noise and claims nothing (``epsilon = inf``).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ..data import load_dataset
+from ..data.users import attach_user_ids, check_user_split, load_user_ids, n_rows
 from ..errors import DataError, UsageError
+from ..ledger.book import open_ledger
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
-from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
+from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
 from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
@@ -52,6 +57,7 @@ from .rvfl import (
     plan_schedule,
     planned_reference_size,
 )
+from .user_head_audit import synthetic_user_ids
 
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
 
@@ -91,22 +97,21 @@ class DPSGDMechanism(MechanismBase):
         elif prepared is not None:
             data = prepared
         else:
-            from ..data import load_dataset
-
             data = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
         if data.y_train.size == 0:
             raise DataError(f"dataset {data.name} has an empty training partition.")
         return data
 
-    def _load_users(self, r: DPSGDRequest, prepared):
-        from ..data.users import attach_user_ids, check_user_split, load_user_ids
+    def _user_ids(self, r: DPSGDRequest):
+        """The request's user ids (a ``.npy`` path, or an array from a library audit), else the instance's."""
+        ids = self.user_ids if r.user_ids is None else r.user_ids
+        return load_user_ids(Path(ids)) if isinstance(ids, (str, os.PathLike)) else ids
 
-        ids = load_user_ids(Path(r.user_ids)) if r.user_ids is not None else self.user_ids
+    def _load_users(self, r: DPSGDRequest, prepared):
+        ids = self._user_ids(r)
         if ids is None and getattr(prepared, "user_ids", None) is None:
             raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
         if prepared is None:
-            from ..data import load_dataset
-
             data = attach_user_ids(load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile), ids)
         elif ids is not None:
             data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
@@ -156,6 +161,34 @@ class DPSGDMechanism(MechanismBase):
                             "noise_sampler": "none (non-private)" if r.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
             noise_values=None if r.non_private else _noised_parameters(spec, info, r.seed, steps=int(sched.steps)),
             noise_what=f"{r.model} run", compare_accountants=("prv",))
+
+    def plan_of_audit(self, r: DPSGDRequest) -> ReleasePlan:
+        """A fresh audit's plan. At user level the audit's users are the request's (``user_ids``), else the
+        rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.user_head_audit.synthetic_user_ids`),
+        and without a declared reference size the schedule counts the audit's own training users: an
+        audit's data are the auditor's, and that count is the same in both worlds (the canary user is extra)."""
+        if r.privacy_unit != "user":
+            return super().plan_of_audit(r)
+        data = load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
+        ids = self._user_ids(r)
+        info = self.data_info(r, attach_user_ids(data, synthetic_user_ids(n_rows(data), r.records_per_user, r.seed) if ids is None else ids))
+        r = self.validate(r if r.reference_size is not None else dataclasses.replace(r, reference_size=info.n_users))
+        return self.plan(r, info)
+
+    def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
+        """The release's plan (checked, :func:`~dpaudit.mechanisms.contract.check_plan_matches_release`). A
+        user-level release predating recorded reference sizes is replayed from its recorded ``n_users``;
+        one that names its user-ids file only in its command line (never parsed) needs ``r.user_ids``."""
+        if r.privacy_unit == "user":
+            if r.user_ids is None and release.request is None and "--user-ids" in (release.command or "").split():
+                raise UsageError("user ids must be given (--user-ids FILE.npy) to audit this release: it predates recorded requests and names "
+                                 "its user-ids file only in its command line, which is never parsed; got none.")
+            n_users = (release.config or {}).get("n_users")
+            if r.reference_size is None and n_users is not None:
+                r = dataclasses.replace(r, reference_size=int(n_users))
+        plan = self.plan_of_audit(r)
+        check_plan_matches_release(plan, release)
+        return plan
 
     def dpsgd_config(self, plan: ReleasePlan):
         """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""
@@ -268,6 +301,30 @@ class DPSGDMechanism(MechanismBase):
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
 
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]]:
+        """What ``dpaudit train MODEL`` prints: the published fields (rounded timings, no hash of the data) with the keyed
+        dataset fingerprint the ledger stored (``--json``), and lines with the claim, the schedule and the test metrics."""
+        d = release.to_dict()
+        keys = ["id", "mechanism", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "epsilons", "noise_multiplier", "sample_rate",
+                "steps", "steps_executed", "clipping_norm", "normalizer", "seed", "non_private", "noise_source", "metrics", "timings", "artefacts",
+                "command", "privacy_unit"]
+        out = {k: d.get(k) for k in keys}
+        out["dataset"] = d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
+        out["dataset_fingerprint"] = _ledger_fingerprint(d.get("id"), ledger)
+        claim = "no privacy claim (non-private)" if release.non_private else (
+            f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}), delta={release.delta:g}, {release.accountant}, {release.adjacency}")
+        lines = [f"[bold]{out['mechanism']}[/] on {out['dataset']}: {claim}"]
+        if not release.non_private:
+            lines.append(f"  noise_multiplier={release.noise_multiplier:.4f} sample_rate={release.sample_rate:.6f} steps={release.steps_executed}/{release.steps} "
+                         f"normalizer={release.normalizer}")
+        if out["privacy_unit"] == "user":
+            lines.append(f"  privacy unit: user (schedule for {release.config['reference_size']} training users, records_per_user "
+                         f"G={release.config['records_per_user']})")
+        lines.append("  test " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in release.metrics.items()))
+        lines.append(f"  train {release.timings['train_seconds']:g}s, setup {release.timings['setup_seconds']:g}s (rounded as published); "
+                     f"release id {release.id}")
+        return out, lines
+
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
         """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
         schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset.
@@ -310,6 +367,18 @@ class DPSGDMechanism(MechanismBase):
 
 
 MECHANISM = DPSGDMechanism()
+
+
+def _ledger_fingerprint(release_id, ledger) -> str | None:
+    """The keyed ``dataset_fingerprint`` of a recorded release (HMAC under the ledger's key), read
+    from its ledger entry; None when there is no entry or the ledger stores none (old ledgers)."""
+    if not release_id:
+        return None
+    try:
+        with open_ledger(ledger, create=False) as led:
+            return led.get(str(release_id)).payload.get("dataset_fingerprint")
+    except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
+        return None
 
 
 def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..catalogue import names as catalogue_names
+from ..catalogue import head_canary, names as catalogue_names
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..audits.canaries import check_canary
@@ -68,6 +68,15 @@ def label_log_prob(w: np.ndarray, z: np.ndarray, label: int) -> np.ndarray:
     m = logits.max(axis=1, keepdims=True)
     logp = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
     return logp[:, label]
+
+
+def canary_scores(target, w: np.ndarray) -> np.ndarray:
+    """Each run's score of a head target's canary (its ``_choice``, :mod:`dpaudit.mechanisms.head_canaries`)
+    from its head ``w`` (R, K, d+1): the gradient canary's weight, else the mean log-probability of its records' labels."""
+    ch = target._choice
+    if ch.coordinate is not None:
+        return w[:, 0, ch.coordinate]
+    return sum(label_log_prob(w, z, int(y)) for z, y in zip(ch.z, ch.y)) / len(ch.z)
 
 
 def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: int, adjacency: str = "add-remove-record"):
@@ -221,25 +230,14 @@ class HeadTarget(AuditTarget):
     def _build_canary(self, data, feats) -> None:
         from .batched import HeadCanary
 
-        d = self._z.shape[1]
-        if self.canary == "max-clip":
-            j, why, n_dead = canary_coordinate(self._z)
-            direction = np.zeros((self._k, d + 1))
-            direction[0, j] = 1.0
-            self._canary = HeadCanary(kind="gradient", direction=direction)
-            self._coord = j
-            self._canary_info = {"kind": "max-clip", "coordinate": [0, j], "why": why, "dead_features": n_dead,
-                                 "norm": self._config.clipping_norm}
+        ch = self._choice = head_canary(self.canary)(self, data, feats, None)
+        self._canary_info, self._coord = ch.info, ch.coordinate
+        if ch.coordinate is None:
+            self._canary = HeadCanary(kind="record", z=ch.z[0], y=int(ch.y[0]))
         else:
-            rng = public_rng(self.seed, 0xCA7A)
-            i = int(rng.integers(len(data.y_test)))
-            x_c = np.asarray(data.x_test[i : i + 1])
-            y_true = int(data.y_test[i])
-            y_c = (y_true + 1) % self._n_classes if self.canary == "mislabeled" else y_true
-            self._zc = feats.transform(x_c)[0].astype(np.float64)
-            self._yc = y_c
-            self._canary = HeadCanary(kind="record", z=self._zc, y=y_c)
-            self._canary_info = {"kind": self.canary, "test_index": i, "true_label": y_true, "label": y_c}
+            direction = np.zeros((self._k, self._z.shape[1] + 1))
+            direction[0, ch.coordinate] = 1.0
+            self._canary = HeadCanary(kind="gradient", direction=direction)
 
     # -------------------------------------------------------------------------------- trials
     @property
@@ -262,10 +260,7 @@ class HeadTarget(AuditTarget):
         hook = self._canary.hook(c, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm)
         res = train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=hook, init=self._init,
                           binary_logit=self._binary, chunk_runs=64)
-        w = res.weights  # (R, K, d+1)
-        if self.canary == "max-clip":
-            return w[:, 0, self._coord]
-        return label_log_prob(w, self._zc, self._yc)
+        return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)
 
     def _trajectory_scores(self, c: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """Every iterate seen: the exact log-likelihood ratio of the privatised sums at the canary's

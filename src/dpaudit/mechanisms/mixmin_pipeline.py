@@ -469,7 +469,7 @@ class DPMixMin(MechanismBase):
         return [f"DP-MixMin {request.stage} on {on}: eps={request.epsilon:g}, delta={request.delta:g}, rho={resolved_rho(request):g}, "
                 f"C={resolved_mixture(request).clipping_norm:g}"]
 
-    def summary(self, release) -> tuple[dict, list[str]]:
+    def summary(self, release, ledger=None) -> tuple[dict, list[str]]:
         """What ``dpaudit train mixmin`` prints: the release record (``--json``), and lines with the weights, the claim, the
         pipeline's AUCs and, for a task, the mixture's utility on the private TEST partition (console only, never in the release).
         """

@@ -53,19 +53,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..data.users import UserIndex, index_users
+from ..catalogue import head_canary
 from ..errors import DataError, UsageError
 from .engine import CanaryHook, UserSampling, train_heads
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from ..audits.canaries import check_canary
-from .head_audit import HEAD_MODELS, canary_coordinate, claimed_event_of, describe_head, label_log_prob, noiseless_copy, setup_head
+from .head_audit import HEAD_MODELS, canary_scores, claimed_event_of, describe_head, noiseless_copy, setup_head
 from ..audits.targets import AuditTarget, check_release_identity, training_partition
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.
 TAG_USERS = 0x05E25
-#: Public tag of the canary record choice (the record-level head target's, so G = 1 picks the same record).
-TAG_CANARY = 0xCA7A
 
 
 # ------------------------------------------------------------------------------------- users
@@ -251,34 +250,14 @@ class UserHeadTarget(AuditTarget):
 
     def _build_canary(self, data, feats) -> None:
         g = self.records_per_user
-        d = self._z.shape[1]
-        if self.canary == "max-clip":
-            j, why, n_dead = canary_coordinate(self._z)
-            grad = np.zeros((self._k, d + 1))
-            grad[0, j] = self._config.clipping_norm  # each record's gradient: norm exactly C on W[0, j]
-            self._canary = UserCanary(kind="gradient", grads=np.broadcast_to(grad, (g,) + grad.shape).copy())
-            self._coord = j
-            self._canary_info = {"kind": "max-clip", "unit": "user", "records": g, "coordinate": [0, j], "why": why,
-                                 "dead_features": n_dead, "norm": self._config.clipping_norm,
-                                 "user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"}
+        ch = self._choice = head_canary(self.canary)(self, data, feats, g)
+        self._canary_info = ch.info
+        if ch.coordinate is None:
+            self._canary = UserCanary(kind="records", z=ch.z, y=ch.y)
             return
-        rng = public_rng(self.seed, TAG_CANARY)
-        y_test = np.asarray(data.y_test)
-        if y_test.size == 0:
-            raise DataError(f"dataset {data.name} has no held-out test records for a {self.canary} canary user.")
-        i = int(rng.integers(len(y_test)))  # the record-level head target's draw: G = 1 picks the same record
-        y_true = int(y_test[i])
-        same = np.flatnonzero(y_test == y_true)
-        others = same[same != i]
-        picks = [i] + [int(v) for v in rng.permutation(others)[: g - 1]]
-        copies = g - len(picks)
-        picks += [picks[m % len(picks)] for m in range(copies)]  # too few distinct records of that class: repeat
-        y_c = (y_true + 1) % self._n_classes if self.canary == "mislabeled" else y_true
-        self._zc = feats.transform(np.asarray(data.x_test)[picks]).astype(np.float64)
-        self._yc = y_c
-        self._canary = UserCanary(kind="records", z=self._zc, y=np.full(g, y_c, dtype=np.int64))
-        self._canary_info = {"kind": self.canary, "unit": "user", "records": g, "test_indices": picks, "true_label": y_true, "label": y_c,
-                             "repeated_records": copies}
+        grad = np.zeros((self._k, self._z.shape[1] + 1))
+        grad[0, ch.coordinate] = self._config.clipping_norm  # each record's gradient: norm exactly C on W[0, j]
+        self._canary = UserCanary(kind="gradient", grads=np.broadcast_to(grad, (g,) + grad.shape).copy())
 
     # -------------------------------------------------------------------------------- trials
     @property
@@ -304,11 +283,7 @@ class UserHeadTarget(AuditTarget):
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
-        w = self._train(c, noise).weights  # (R, K, d+1)
-        if self.canary == "max-clip":
-            return w[:, 0, self._coord]
-        # the record-level score per canary record, averaged over the canary user's records
-        return sum(label_log_prob(w, zc, self._yc) for zc in self._zc) / len(self._zc)
+        return canary_scores(self, self._train(c, noise).weights)  # the record-level score, averaged over the user's records
 
     private_data = training_partition  # every trial trains on the training partition
 

@@ -178,14 +178,11 @@ def train_module_dp_sgd(
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     # Views of the module's own parameters: Adam updates them in place.
     params = [p.detach() for n, p in module.named_parameters() if p.requires_grad]
-    frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
     clip = not config.non_private
     module.train()
 
-    def clipped_sum(ps, idx, seg=None, k=None):
-        pd = dict(zip(names, ps))
-        pd.update(frozen)
-        total = module_clipped_sum(module, pd, xt, yt, idx, config.clipping_norm, loss=loss, clip=clip, seg=seg, k=k, max_chunk=max_chunk)
+    def clipped_sum(ps, idx, seg=None, k=None):  # frozen parameters: the module's own, outside the clipped norm
+        total = module_clipped_sum(module, dict(zip(names, ps)), xt, yt, idx, config.clipping_norm, loss=loss, clip=clip, seg=seg, k=k, max_chunk=max_chunk)
         return [total[n] for n in names]
 
     with torch.random.fork_rng(devices=[]):

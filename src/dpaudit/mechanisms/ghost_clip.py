@@ -113,7 +113,7 @@ def _weight_term(m: nn.Module, calls: list, units) -> tuple:
             sq = au.pow(2).sum((1, 2)) * gu.pow(2).sum((1, 2))
         else:
             sq = (au @ au.mT).mul_(gu @ gu.mT).sum((1, 2)).clamp_(min=0.0)
-        return sq, lambda w, rw: torch.einsum("nsp,nsd->pd", g * rw[:, None, None], a).reshape(m.weight.shape)
+        return sq, lambda w, rw: ((g * rw[:, None, None]).reshape(-1, p).mT @ a.reshape(-1, d)).reshape(m.weight.shape)
     per = _per_unit(sum(_per_record(m, a, g) for a, g in calls), units)
     return per.pow(2).sum((1, 2)), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
 

@@ -4,6 +4,7 @@ and the non-private step; and the MNIST dp-cnn release / one-run audit, old code
     DPAUDIT_DATA_DIR=/work/shared/data PYTHONPATH=src .venv/bin/python benchmarks/bench_module_clipping.py steps --rounds 20
     ... bench_module_clipping.py memory            # peak RSS, one subprocess per (model, mode)
     ... bench_module_clipping.py release --old-src /work/main/src --steps 30 --repeats 2
+    ... bench_module_clipping.py difference --steps 30    # ghost vs vmap: clipped sums, trained weights
 
 ``steps``: in one process, one thread, MNIST (N = 60,000, 28x28), the same initial model for
 every mode; each round draws one Poisson batch (q = 255/N, mean 255) that every mode then trains
@@ -35,10 +36,15 @@ import numpy as np
 import torch
 
 from dpaudit.data import load_dataset
-from dpaudit.mechanisms import dpsgd_core, ghost_clip
+from dpaudit.mechanisms import dpsgd_core
 from dpaudit.mechanisms.dpsgd_core import DPSGDConfig, NoisyStep, poisson_batch
 from dpaudit.mechanisms.models import build_module
 from dpaudit.noise import NoiseSource
+
+try:
+    from dpaudit.mechanisms import ghost_clip
+except ImportError:  # children running the old code (``release``, ``difference``): no ghost kernel there
+    ghost_clip = None
 
 MODES = ("non-private", "dpaudit ghost", "dpaudit vmap", "opacus ghost", "opacus hooks")
 B, C, SIGMA = 255, 1.0, 1.0
@@ -180,14 +186,52 @@ def child_release(n_steps):
                       "sample_rate": cfg.sample_rate, "normalizer": cfg.normalizer}))
 
 
+def difference(args):
+    """Ghost vs vmap kernel in float32 on one MNIST batch (dropout off: both kernels then compute the
+    same function), against a float64 reference; then the final weights of a short reproducible-noise
+    training with the old code (``--old-src``) and the new, in subprocesses (dropout on, as released)."""
+    x, y = _data()
+    j = torch.as_tensor(poisson_batch(NoiseSource("reproducible", seed=3), 1, x.shape[0], B / x.shape[0])[0][0])
+    for name in args.models:
+        m = _model(name).eval()
+        p32 = {n: p.detach() for n, p in m.named_parameters()}
+        new = ghost_clip.ghost_clipped_sum(m, x[j], y[j], C)
+        old = dpsgd_core.per_sample_clipped_sum(m, p32, x[j], y[j], C)
+        m64 = copy.deepcopy(m).double()
+        ref = ghost_clip.ghost_clipped_sum(m64, x[j].double(), y[j], C)
+        err = {k: max(float((v[n].double() - ref[n]).abs().max()) for n in ref) for k, v in (("ghost", new), ("vmap", old))}
+        print(json.dumps({"model": name, "batch": int(j.numel()), "max_abs_ghost_minus_vmap": max(float((new[n] - old[n]).abs().max()) for n in new),
+                          "max_abs_vs_float64": err, "max_abs_entry": max(float(v.abs().max()) for v in ref.values())}), flush=True)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    for name in args.models:
+        w = []
+        for src in (args.old_src, here):
+            subprocess.run([sys.executable, __file__, "child-train", name, str(args.steps), "/tmp/_w.npy"], env={**os.environ, "PYTHONPATH": src}, check=True)
+            w.append(np.load("/tmp/_w.npy"))
+        print(json.dumps({"model": name, "steps": args.steps, "max_abs_weight_diff_old_vs_new": float(np.abs(w[0] - w[1]).max()),
+                          "max_abs_weight": float(np.abs(w[0]).max())}), flush=True)
+
+
+def child_train(name, n_steps, out):
+    from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
+
+    x, y = _data()
+    m = _model(name)
+    train_module_dp_sgd(m, x, y, DPSGDConfig(sample_rate=B / x.shape[0], steps=n_steps, normalizer=B, noise_multiplier=SIGMA),
+                        noise=NoiseSource("reproducible", seed=7))
+    np.save(out, torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy())
+
+
 def main():
     torch.set_num_threads(1)
     if sys.argv[1] == "child-memory":
         return child_memory(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "child-release":
         return child_release(int(sys.argv[2]))
+    if sys.argv[1] == "child-train":
+        return child_train(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     p = argparse.ArgumentParser()
-    p.add_argument("what", choices=["steps", "memory", "release"])
+    p.add_argument("what", choices=["steps", "memory", "release", "difference"])
     p.add_argument("--models", nargs="+", default=["cnn", "dense", "attention"])
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--old-src", default="/work/main/src")
@@ -196,7 +240,7 @@ def main():
     args = p.parse_args()
     print(json.dumps({"torch": torch.__version__, "opacus": __import__("opacus").__version__, "threads": torch.get_num_threads(),
                       "load": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}), flush=True)
-    {"steps": steps, "memory": memory, "release": release}[args.what](args)
+    {"steps": steps, "memory": memory, "release": release, "difference": difference}[args.what](args)
 
 
 if __name__ == "__main__":

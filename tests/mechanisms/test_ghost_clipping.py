@@ -107,7 +107,7 @@ def test_module_kernel_equals_the_reference_on_random_units(model, sizes, log_sc
 
 
 class _Shared(torch.nn.Module):
-    """A Linear applied twice and a frozen Linear: both still go through the ghost kernel."""
+    """A Linear applied twice (to a 2-token sequence, then to rows) and a frozen Linear: still ghost."""
 
     def __init__(self):
         super().__init__()
@@ -115,7 +115,8 @@ class _Shared(torch.nn.Module):
         self.frozen.requires_grad_(False)
 
     def forward(self, x):
-        return self.out(self.frozen(torch.tanh(self.a(torch.tanh(self.a(x))))))
+        h = torch.tanh(self.a(torch.stack([x, x.flip(1)], 1))).mean(1)
+        return self.out(self.frozen(torch.tanh(self.a(h))))
 
 
 class _Normed(torch.nn.Module):

@@ -84,7 +84,7 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
         if m.weight.requires_grad:
             terms[prefix + "weight"] = _weight_term(m, calls, units)
         if m.bias is not None and m.bias.requires_grad:
-            b = _per_unit(sum(_rows(m, g) for _, g in calls).sum(1), units)
+            b = _per_unit(sum(_rows(m, g).sum(1) for _, g in calls), units)
             terms[prefix + "bias"] = (b.pow(2).sum(1), lambda w, rw, b=b: w @ b)
     sq = sum(t[0] for t in terms.values())
     kt = torch.ones(x.shape[0], dtype=sq.dtype) if units is None else units[1].to(sq.dtype)

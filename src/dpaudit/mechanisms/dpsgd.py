@@ -12,7 +12,7 @@ check it against the accounted ``steps``. Frozen parts of a model (random featur
 must be built from public randomness only.
 
 Linear heads train on :func:`dpaudit.mechanisms.engine.train_heads` (R runs; :func:`train_linear_head`
-is its one-run form); modules here: per-sample gradients, joint norm over all parameters.
+is its one-run form); modules here: per-unit norms by ghost clipping, joint over all trainable parameters.
 """
 
 from __future__ import annotations

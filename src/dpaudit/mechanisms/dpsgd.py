@@ -12,7 +12,7 @@ check it against the accounted ``steps``. Frozen parts of a model (random featur
 must be built from public randomness only.
 
 Linear heads train on :func:`dpaudit.mechanisms.engine.train_heads` (R runs; :func:`train_linear_head`
-is its one-run form); modules here: per-sample gradients, joint norm over all parameters.
+is its one-run form); modules here: per-unit norms by ghost clipping, joint over all trainable parameters.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs a
     adam_update,
     check_head_inputs,
     head_outputs,
-    linear_ghost_clipped_sum,
     per_sample_clipped_sum,
     poisson_batch,
 )
 from .engine import train_heads
-from .user_level import _check_users, sample_user_records, user_module_clipped_sum
+from .ghost_clip import module_clipped_sum
+from .user_level import _check_users, sample_user_records
 
 #: Clipped-sum function: ``(params, unit_indices) -> list of tensors shaped like params``; each
 #: unit's contribution must have joint L2 norm <= clipping_norm (the sensitivity of the sum).
@@ -162,12 +162,13 @@ def train_module_dp_sgd(
     generator seeded from the private noise source inside a forked RNG, so global torch RNG
     state is left untouched. Same privacy contract as :func:`run_dp_sgd`.
 
-    Per-sample clipping: modules made only of ``nn.Linear`` layers use the closed form
-    (:func:`linear_ghost_clipped_sum`); others ``torch.func`` per-sample gradients
-    (:func:`per_sample_clipped_sum`). Both are tested against Opacus.
+    Clipped sums: :func:`~dpaudit.mechanisms.ghost_clip.module_clipped_sum`, the one kernel of
+    module models (ghost norms; ``torch.func`` per-sample gradients where a layer is not covered).
     ``units``: optional privacy-unit hook (user-level DP-SGD): ``units(record_sum)`` returns
-    ``(n_units, unit_sum)``, where ``record_sum(params, rows)`` is this function's per-record
-    clipped sum; the engine then Poisson-samples range(n_units) and calls ``unit_sum``.
+    ``(n_units, unit_sum)``, where ``record_sum(params, rows, seg=None, k=None)`` is this
+    function's clipped sum over ``rows`` (grouped into units by ``seg``/``k`` as
+    :func:`module_clipped_sum` takes them); the engine then Poisson-samples range(n_units) and
+    calls ``unit_sum``.
     ``canary_hook``: one-run audits only (:func:`run_dp_sgd`); None for releases.
     """
     xt = torch.as_tensor(x)
@@ -177,25 +178,11 @@ def train_module_dp_sgd(
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     # Views of the module's own parameters: Adam updates them in place.
     params = [p.detach() for n, p in module.named_parameters() if p.requires_grad]
-    frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
     clip = not config.non_private
     module.train()
-    use_ghost = [True]
 
-    def clipped_sum(ps, idx):
-        total = None
-        for start in range(0, idx.size, max_chunk):  # bounds memory of per-sample gradients
-            j = torch.as_tensor(idx[start:start + max_chunk])
-            part = None
-            if use_ghost[0]:
-                part = linear_ghost_clipped_sum(module, xt[j], yt[j], config.clipping_norm, loss=loss, clip=clip)
-                if part is None:
-                    use_ghost[0] = False
-            if part is None:
-                pd = dict(zip(names, ps))
-                pd.update(frozen)
-                part = per_sample_clipped_sum(module, pd, xt[j], yt[j], config.clipping_norm, loss=loss, clip=clip)
-            total = part if total is None else {k: total[k] + part[k] for k in total}
+    def clipped_sum(ps, idx, seg=None, k=None):  # frozen parameters: the module's own, outside the clipped norm
+        total = module_clipped_sum(module, dict(zip(names, ps)), xt, yt, idx, config.clipping_norm, loss=loss, clip=clip, seg=seg, k=k, max_chunk=max_chunk)
         return [total[n] for n in names]
 
     with torch.random.fork_rng(devices=[]):
@@ -222,27 +209,18 @@ def train_user_module_dp_sgd(
 
     Returns executed steps. ``users``: a user id per row of ``x`` (or a ``UserIndex``). Runs
     :func:`train_module_dp_sgd` with users as its units: training mode,
-    dropout generator, noise and Adam are the record-level ones. When every sampled user
-    contributes one record the record-level clipped sum is used as is; otherwise
-    :func:`user_module_clipped_sum`. Privacy contract: module docstring.
+    dropout generator, noise, Adam and clipped-sum kernel are the record-level ones (with every
+    sampled user contributing one record, the very same computation). Privacy contract: module docstring.
     """
     g = positive_int("records_per_user", records_per_user)
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
     index = _check_users(users, int(xt.shape[0]))
-    names = [n for n, p in module.named_parameters() if p.requires_grad]
-    frozen = {n: p.detach() for n, p in module.named_parameters() if not p.requires_grad}
-    clip = not config.non_private
 
     def units(record_sum):
         def unit_sum(ps, sampled):
             rows, seg, k = sample_user_records(index, sampled, g, noise)
-            if np.all(k == 1):
-                return record_sum(ps, rows)
-            pd = dict(zip(names, ps))
-            pd.update(frozen)
-            total = user_module_clipped_sum(module, pd, xt, yt, rows, seg, k, config.clipping_norm, loss=loss, clip=clip, max_chunk=max_chunk)
-            return [total[n] for n in names]
+            return record_sum(ps, rows, seg, k)
 
         return index.n_users, unit_sum
 

@@ -19,8 +19,8 @@ Protocol (DP-RVFL paper, section 3.2 and Algorithm 1), reproduced to the letter:
 Gradient kernels: linear heads on frozen features in closed form, ``g_i = outer(p_i - y_i,
 [z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix
 product and no per-example gradient is materialised (:func:`_clipped_sum_kernel`); trainable
-modules by ``torch.func`` per-sample gradients (:func:`per_sample_clipped_sum`) or, for
-``nn.Linear``-only modules, the per-layer closed form (:func:`linear_ghost_clipped_sum`). The loops
+modules by ghost clipping (:mod:`dpaudit.mechanisms.ghost_clip`) with ``torch.func`` per-sample
+gradients (:func:`per_sample_clipped_sum`) as reference and fallback. The loops
 are :mod:`dpaudit.mechanisms.engine` (heads, R runs) and :func:`dpaudit.mechanisms.dpsgd.run_dp_sgd`
 (modules).
 """
@@ -552,11 +552,11 @@ def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- trainable modules
 
 
-def _loss_fn(kind: str):
+def _loss_fn(kind: str, reduction: str = "mean"):
     if kind == "cross_entropy":
-        return lambda out, target: torch.nn.functional.cross_entropy(out, target)
+        return lambda out, target: torch.nn.functional.cross_entropy(out, target, reduction=reduction)
     if kind == "bce":
-        return lambda out, target: torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), target.to(out.dtype).reshape(-1))
+        return lambda out, target: torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), target.to(out.dtype).reshape(-1), reduction=reduction)
     raise UsageError(f"loss must be one of cross_entropy, bce, got {kind!r}.")
 
 
@@ -592,95 +592,3 @@ def per_sample_clipped_sum(
     sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())
     coef = clip_factors(sq.sqrt(), clipping_norm)
     return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
-
-
-def linear_ghost_clipped_sum(
-    module: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    clipping_norm: float,
-    *,
-    loss: str = "cross_entropy",
-    clip: bool = True,
-) -> dict[str, torch.Tensor] | None:
-    """Clipped sum of per-sample gradients for a module whose trainable parameters all sit in
-    ``nn.Linear`` layers applied once to 2-D inputs (e.g. :class:`~dpaudit.mechanisms.models.Dense`).
-
-    Per-sample gradients of such a layer are outer products, ``dW_i = outer(g_i, a_i)`` and
-    ``db_i = g_i`` (g_i: gradient of example i's loss w.r.t. the layer output, a_i: its input),
-    so ``||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1)`` and the clipped sum of each layer is
-    ``(c * G)^T A`` -- the closed form of the linear head, per layer ("ghost clipping", Goodfellow
-    2015; Li et al. 2022). Nothing of size batch x parameters is materialised. Returns None when
-    the module does not qualify (then use :func:`per_sample_clipped_sum`).
-    """
-    layers = _linear_layers(module)
-    if layers is None:
-        return None
-    acts, grads, dtype = _layer_io(module, layers, x, y, loss)
-    trained = [n for n, m in layers.items() if any(p.requires_grad for p in m.parameters(recurse=False))]
-    if any(len(acts[n]) != 1 or len(grads[n]) != 1 or acts[n][0].dim() != 2 for n in trained):
-        return None  # reused layer or sequence input: not covered by the closed form here
-    used = [n for n in layers if acts[n]]
-    sq = torch.zeros(x.shape[0], dtype=dtype)
-    for n in used:  # ||dW_i||^2 + ||db_i||^2 = ||g_i||^2 (||a_i||^2 + 1), summed over the layers
-        sq = sq + grads[n][0].pow(2).sum(1) * _input_term(layers[n], acts[n][0], sq)
-    coef = clip_factors(sq.sqrt(), clipping_norm) if clip else torch.ones_like(sq)
-    return _layer_sums({n: layers[n] for n in used}, acts, grads, coef)
-
-
-def _layer_sums(layers: dict, acts: dict, grads: dict, coef: torch.Tensor) -> dict:
-    """Per layer, the clipped sums ``(c * G)^T A`` (weight) and ``sum_i c_i g_i`` (bias)."""
-    result = {}
-    for n, m in layers.items():
-        a, g = acts[n][0], grads[n][0] * coef[:, None]
-        prefix = f"{n}." if n else ""
-        if m.weight.requires_grad:
-            result[prefix + "weight"] = g.T @ a
-        if m.bias is not None and m.bias.requires_grad:
-            result[prefix + "bias"] = g.sum(0)
-    return result
-
-
-def _input_term(m: torch.nn.Linear, a: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """||a_i||^2 (trainable weight) + 1 (trainable bias) per example: a layer's factor of ||grad_i||^2."""
-    term = a.pow(2).sum(1) if m.weight.requires_grad else torch.zeros_like(like)
-    if m.bias is not None and m.bias.requires_grad:
-        term = term + 1.0
-    return term
-
-
-def _linear_layers(module: torch.nn.Module) -> dict | None:
-    """The ``nn.Linear`` layers of ``module`` by name when they hold all its trainable parameters, else None."""
-    layers = {n: m for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
-    trainable = {n for n, p in module.named_parameters() if p.requires_grad}
-    owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}
-    return layers if trainable == owned else None
-
-
-def _layer_io(module: torch.nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str):
-    """(inputs, output gradients, dtype): what each of ``layers`` saw in one forward and backward
-    pass of the summed loss over (x, y) (lists: a layer applied twice appears twice)."""
-    acts: dict[str, list] = {n: [] for n in layers}
-    grads: dict[str, list] = {n: [] for n in layers}
-
-    def make_hook(name):
-        def hook(mod, inputs, output):
-            acts[name].append(inputs[0].detach())
-            if output.requires_grad:
-                output.register_hook(lambda g: grads[name].append(g.detach()))
-        return hook
-
-    handles = [m.register_forward_hook(make_hook(n)) for n, m in layers.items()]
-    try:
-        with torch.enable_grad():
-            out = module(x)
-            if loss == "bce":
-                value = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), y.to(out.dtype).reshape(-1), reduction="sum")
-            else:
-                value = torch.nn.functional.cross_entropy(out, y, reduction="sum")
-            outputs = [p for p in module.parameters() if p.requires_grad]
-            torch.autograd.grad(value, outputs, allow_unused=True)  # fires the output hooks
-    finally:
-        for h in handles:
-            h.remove()
-    return acts, grads, out.dtype

@@ -33,9 +33,10 @@ With the user split of :mod:`dpaudit.data.users` (singleton users split exactly 
 this holds for whole releases too.
 
 Speed: the linear head stays closed form (segment sums, no per-record gradient materialised).
-Trainable modules use ``torch.func`` per-record gradients averaged per user whenever some sampled
-user contributes more than one record; the record-level ghost-clipping shortcut for
-``nn.Linear``-only modules is used only for singleton samples (benchmarks/bench_user_level.py).
+Trainable modules use the record-level kernel with users as units
+(:func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum`: per-user ghost norms, exact cross terms
+between a user's records); :func:`user_module_clipped_sum` (``torch.func`` per-record gradients
+averaged per user) is its reference and fallback.
 """
 
 from __future__ import annotations
@@ -217,13 +218,9 @@ def user_module_clipped_sum(
     ``max_chunk`` per-sample gradients. A group of singleton users goes through
     :func:`dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum` itself.
     """
-    n_users = int(k.size)
     cumk = np.concatenate([[0], np.cumsum(k)])
     total = None
-    ua = 0
-    while ua < n_users:
-        ub = max(ua + 1, int(np.searchsorted(cumk, cumk[ua] + max_chunk, side="right")) - 1)
-        ub = min(ub, n_users)
+    for ua, ub in unit_chunks(k, max_chunk):
         r0, r1 = int(cumk[ua]), int(cumk[ub])
         kc = k[ua:ub]
         if np.all(kc == 1):
@@ -251,5 +248,15 @@ def user_module_clipped_sum(
             else:
                 part = {n: m.sum(0) for n, m in means.items()}
         total = part if total is None else {n: total[n] + part[n] for n in total}
-        ua = ub
     return total
+
+
+def unit_chunks(k: np.ndarray, max_chunk: int):
+    """Consecutive unit ranges (ua, ub) of at most ``max_chunk`` rows each (``k[u]`` rows for unit
+    u; a unit with more rows comes alone): the memory bound of the module kernels."""
+    cumk = np.concatenate([[0], np.cumsum(k)])
+    ua = 0
+    while ua < k.size:
+        ub = min(k.size, max(ua + 1, int(np.searchsorted(cumk, cumk[ua] + max_chunk, side="right")) - 1))
+        yield ua, ub
+        ua = ub

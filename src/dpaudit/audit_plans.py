@@ -50,8 +50,6 @@ SCHEMA = "dpaudit.audit-plan/1"
 PLAN_FILE = "plan.json"
 PLAN_LOCAL_FILE = "plan.local.json"
 _SIG_DOMAIN = "dpaudit-audit-plan-sig-v1"
-#: AuditRequest fields a plan leaves to the command line: how the result is printed, never what is computed.
-FREE_FIELDS = ("json_out",)
 NOT_FOR_PUBLICATION = ("the salt and seeds committed to by plan.json: keep this file private until the run reveals them "
                        "in its audit file")
 
@@ -115,7 +113,7 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
         raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
     seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
     salt = secrets.token_hex(32)
-    request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", *FREE_FIELDS)}
+    request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
     request["out"] = str(out)
     plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": a.mechanism, "release_id": claim.pop("release_id"), "claim": claim,
             "audit": {"kind": "one-run" if a.one_run else "trials", "canary": a.one_run_kind if a.one_run else entry_canary(auditable_entry(a.mechanism), a.canary),

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from ..reports.verify import failed, make_bundle, verify_bundle
+from .. import reports  # make_bundle / verify_bundle load on first use (numpy, torch)
 from . import options
 from .common import console, emit_json
 
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ) -> None:
         """Collect what a reviewer needs to verify a claim: releases, audits and their plans (shareable parts only), the ledger's export and head."""
-        made = make_bundle(inputs, ledger=ledger, out=out)
+        made = reports.make_bundle(inputs, ledger=ledger, out=out)
         if json_out:
             emit_json({"bundle": str(out), **made})
             return
@@ -40,15 +40,16 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ) -> None:
         """Re-check a bundle without the private data: claims, ledger, plans, audits. Exit 1 on any failed check."""
-        checks = verify_bundle(bundle, anchor=anchor, owner=owner)
+        checks = reports.verify_bundle(bundle, anchor=anchor, owner=owner)
+        bad = reports.failed(checks)
         if json_out:
-            emit_json({"bundle": str(bundle), "ok": not failed(checks), "checks": [c.__dict__ for c in checks]})
+            emit_json({"bundle": str(bundle), "ok": not bad, "checks": [c.__dict__ for c in checks]})
         else:
             t = Table("check", "subject", "result", "detail", width=min(console.width, 80))
             for c in checks:
                 t.add_row(c.name, c.subject, {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}.get(c.status, "[yellow]note[/]"), c.detail)
             console.print(t)
-            console.print(f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed." if failed(checks) else
+            console.print(f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed." if bad else
                           f"all {len(checks)} checks passed.", highlight=False)
-        if failed(checks):
+        if bad:
             raise typer.Exit(1)

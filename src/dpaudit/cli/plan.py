@@ -11,11 +11,15 @@ from typing import Optional
 
 import typer
 
-from ..audit_plans import FREE_FIELDS, load_plan, make_plan
+import dpaudit  # make_plan / load_plan load with the audit library on first use (dpaudit.__getattr__)
+
 from ..errors import UsageError
 from ..requests import AuditRequest
 from . import generic
 from .common import console, emit_json
+
+#: What --plan leaves to the command line: how the result is printed, never what is computed.
+_FREE = ("json_out",)
 
 _P = inspect.Parameter
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
@@ -39,10 +43,10 @@ def dispatch(values: dict, check) -> tuple | None:
             raise UsageError("MECHANISM must follow `dpaudit audit plan`, got none.")
         a = generic.request_from_options(AuditRequest, values, mechanism=planned)
         check(a)
-        return _written(make_plan(a, key=key), a.json_out)
+        return _written(dpaudit.make_plan(a, key=key), a.json_out)
     if plan is not None:
         _refuse_others(values, mechanism, planned, key)
-        a, run = load_plan(plan)
+        a, run = dpaudit.load_plan(plan)
         return dataclasses.replace(a, json_out=values["json_out"]), run
     if mechanism is None or planned is not None or key is not None:
         what = "none" if mechanism is None else (f"--key {key}" if planned is None else f"an extra argument {planned!r}")
@@ -57,7 +61,7 @@ def _refuse_others(values: dict, mechanism, planned, key) -> None:
         raise UsageError(f"MECHANISM and --key must not be given with --plan (the plan fixes every option), got {got}.")
     req = generic.request_from_options(AuditRequest, values, mechanism="-")
     for f in dataclasses.fields(AuditRequest):
-        if f.name not in ("mechanism", *FREE_FIELDS) and getattr(req, f.name) != f.default:
+        if f.name not in ("mechanism", *_FREE) and getattr(req, f.name) != f.default:
             flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
             raise UsageError(f"{flag} must not be given with --plan (the plan fixes every option), got {getattr(req, f.name)!r}.")
 

@@ -1,28 +1,21 @@
 """Pre-registered audits (issue 27): what an audit will do, fixed, signed and in the ledger before it runs.
 
-A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores,
-and report the best. ``dpaudit audit plan MECHANISM ...`` (:func:`make_plan`) therefore writes,
-before anything is trained:
+A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores.
+``dpaudit audit plan MECHANISM ...`` (:func:`make_plan`) therefore writes, before anything is trained,
+``plan.json`` (shareable: mechanism, claim tested (the release's when one is given), canary kind and
+count, trials or one run, deciding statistic, confidence, SELECT share, every option of the run, and a
+commitment ``SHA-256(canonical {salt, seeds})`` to the seeds that fix the canaries and the inclusion
+coins (trials: worlds and SELECT split; one run: each canary's coin), signed with the auditor's Ed25519
+key), ``plan.local.json`` (private until the run: the fresh salt, the seeds, the key and ledger to use)
+and a signed ``plan`` entry in the ledger (the plan's id, SHA-256 and commitment).
 
-- ``plan.json`` (shareable): the mechanism and the claim tested (event, epsilon, delta, adjacency,
-  accountant: the release's when one is given), canary kind and count, trials or one run, the
-  deciding statistic, the confidence, the SELECT share, every option of the run, and a commitment
-  ``SHA-256(canonical {salt, seeds})`` to the seeds that fix the canaries and the inclusion coins
-  (trials: worlds and SELECT split; one run: each canary's coin); signed with the auditor's Ed25519
-  key (the ledger's keys, :mod:`dpaudit.ledger.signing`);
-- ``plan.local.json`` (not for publication before the run): the fresh 256-bit salt, the seeds, the
-  signing key and the ledger the run must use;
-- a signed ``plan`` entry in the ledger: the plan's id, the SHA-256 of plan.json, the commitment.
+``dpaudit audit --plan plan.json`` (:func:`load_plan`) runs exactly that plan after checking signature,
+commitment and registration; the run is recorded under the plan before it computes anything
+(:class:`PlanRun`) and its result's SHA-256 after it; its audit file reveals plan id, seeds and salt.
+A second run is a second ``run`` entry: ``dpaudit verify`` fails a bundle that leaves one out.
 
-``dpaudit audit --plan plan.json`` (:func:`load_plan`) runs exactly that plan: the signature, the
-commitment and the ledger registration are checked first; the run is recorded under the plan
-before it computes anything (:class:`PlanRun`), its result's SHA-256 after it, and its audit file
-reveals the plan id, the seeds and the salt. A second run of a plan is a second ``run`` entry: the
-ledger shows every run, and ``dpaudit verify`` fails a bundle that leaves one out.
-
-Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, the
-one-run inclusion coins, which are independent of the data and of the DP noise); the DP noise
-never derives from them. The salt keeps the seeds hidden until the run reveals them.
+Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, one-run
+coins, independent of the data and of the DP noise); the DP noise never derives from them.
 """
 
 from __future__ import annotations
@@ -99,6 +92,15 @@ def _claim(a: AuditRequest) -> dict:
             "adjacency": str(adjacency), "accountant": accountant}
 
 
+def _settings(a: AuditRequest, claim: dict) -> dict:
+    """The plan's "audit" block: what a verifier holds the run to."""
+    if a.one_run:
+        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": a.canaries, "trials": None, "statistic": statistic_for(True, claim["event"]),
+                "confidence": a.confidence, "select_fraction": None}
+    return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None, "trials": a.runs,
+            "statistic": statistic_for(False, claim["event"]), "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
+
+
 def make_plan(a: AuditRequest, *, key=None) -> Path:
     """Write plan.json and plan.local.json into the audit's output folder (``a.out``, default
     ``audits/MECHANISM-plan-ID``) and register the plan in ``a.ledger``, signed with ``key``
@@ -114,12 +116,9 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
     salt = secrets.token_hex(32)
     request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
-    request["out"] = str(out)
     plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": a.mechanism, "release_id": claim.pop("release_id"), "claim": claim,
-            "audit": {"kind": "one-run" if a.one_run else "trials", "canary": a.one_run_kind if a.one_run else entry_canary(auditable_entry(a.mechanism), a.canary),
-                      "canaries": a.canaries, "trials": None if a.one_run else a.runs, "statistic": statistic_for(a.one_run, claim["event"]),
-                      "confidence": a.confidence, "select_fraction": None if a.one_run else SELECT_FRACTION},
-            "request": request, "commitment": commitment(salt, seeds), "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
+            "audit": _settings(a, claim), "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
+            "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
     plan["signature"] = signing.sign(_material(plan))
     with open_ledger(a.ledger, signing_key=signing) as led:
         led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan), "commitment": plan["commitment"], "key_id": signing.key_id})

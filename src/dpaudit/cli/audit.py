@@ -75,10 +75,8 @@ def run(a: AuditRequest, plan=None) -> None:
     resolved, always = _recorded(a, t, out)
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=CONTROLS if a.controls else (), control_runs=a.control_runs,
                   chunk_size=a.chunk_size, out_dir=out, reproducible_noise=a.reproducible_noise, progress=True,
-                  command=shlex.join(recorded_argv(values=resolved, always=always, omit=NOT_RECORDED)),
+                  command=_command(plan, values=resolved, always=always),
                   release_id=release_id, release_path=release_path, ledger_path=a.ledger, plan=plan)
-    if plan is not None:
-        kwargs["command"] = shlex.join(["dpaudit", "audit", "--plan", plan.path])
     # Trajectory: also the final-model audit of the same configuration and seed, side by side
     # (stored in OUT/final-model; its command is this one without --threat-model).
     final_dir = out / "final-model"
@@ -89,6 +87,11 @@ def run(a: AuditRequest, plan=None) -> None:
     results = _run_all(a, audits, run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_runs(plan, a.json_out)
+
+
+def _command(plan, **recorded) -> str:
+    """The recorded command: the plan's run, or the options that re-create the audit."""
+    return shlex.join(["dpaudit", "audit", "--plan", plan.path] if plan is not None else recorded_argv(omit=NOT_RECORDED, **recorded))
 
 
 def _note_runs(plan, json_out: bool) -> None:
@@ -153,9 +156,8 @@ def _one_run(a: AuditRequest, plan=None) -> None:
     from ..one_run_auditing import run_one_run
 
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-one-run{'-no-noise' if a.no_noise else ''}"
-    cmd = ["dpaudit", "audit", "--plan", plan.path] if plan is not None else \
-        recorded_argv(values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"), omit=NOT_RECORDED)
-    result = run_one_run(a, out_dir=out, command=shlex.join(cmd), ledger_path=a.ledger, plan=plan)
+    cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
+    result = run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)
     if a.json_out:
         from ..audit_outputs import shareable_one_run

@@ -38,32 +38,33 @@ def dispatch(values: dict, check) -> tuple | None:
     """(AuditRequest, PlanRun or None) to run, or None when ``audit plan`` wrote a plan.
     ``check(request)``: the audit command's checks, run before a plan is written."""
     mechanism, planned, plan, key = (values.pop(k) for k in ("mechanism", "planned", "plan", "key"))
-    if mechanism == "plan" and plan is None:
-        if planned is None:
-            raise UsageError("MECHANISM must follow `dpaudit audit plan`, got none.")
-        a = generic.request_from_options(AuditRequest, values, mechanism=planned)
-        check(a)
-        return _written(dpaudit.make_plan(a, key=key), a.json_out)
     if plan is not None:
         _refuse_others(values, mechanism, planned, key)
         a, run = dpaudit.load_plan(plan)
         return dataclasses.replace(a, json_out=values["json_out"]), run
-    if mechanism is None or planned is not None or key is not None:
-        what = "none" if mechanism is None else (f"--key {key}" if planned is None else f"an extra argument {planned!r}")
-        raise UsageError(f"MECHANISM must be given alone (or `audit plan MECHANISM ...`, or --plan plan.json), got {what}.")
-    return generic.request_from_options(AuditRequest, values, mechanism=mechanism), None
+    if mechanism == "plan" and planned is not None:
+        a = generic.request_from_options(AuditRequest, values, mechanism=planned)
+        check(a)
+        return _written(dpaudit.make_plan(a, key=key), a.json_out)
+    return generic.request_from_options(AuditRequest, values, mechanism=_alone(mechanism, planned, key)), None
+
+
+def _alone(mechanism, planned, key) -> str:
+    """An ordinary audit's MECHANISM: no second argument, no --key."""
+    if mechanism in (None, "plan") or planned is not None or key is not None:
+        got = " ".join(str(x) for x in (mechanism, planned, key and f"--key {key}") if x) or "none"
+        raise UsageError(f"MECHANISM must be given alone (or `audit plan MECHANISM ...`, or --plan plan.json), got {got}.")
+    return mechanism
 
 
 def _refuse_others(values: dict, mechanism, planned, key) -> None:
     """``--plan``: every option is the plan's; anything else on the command line is refused."""
-    if mechanism is not None or planned is not None or key is not None:
-        got = " ".join(str(x) for x in (mechanism, planned) if x is not None) or f"--key {key}"
-        raise UsageError(f"MECHANISM and --key must not be given with --plan (the plan fixes every option), got {got}.")
     req = generic.request_from_options(AuditRequest, values, mechanism="-")
-    for f in dataclasses.fields(AuditRequest):
-        if f.name not in ("mechanism", *_FREE) and getattr(req, f.name) != f.default:
-            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-            raise UsageError(f"{flag} must not be given with --plan (the plan fixes every option), got {getattr(req, f.name)!r}.")
+    given = [(n, v) for n, v in (("MECHANISM", mechanism), ("MECHANISM", planned), ("--key", key)) if v is not None]
+    given += [(f.metadata.get("flag") or "--" + f.name.replace("_", "-"), getattr(req, f.name)) for f in dataclasses.fields(AuditRequest)
+              if f.name not in ("mechanism", *_FREE) and getattr(req, f.name) != f.default]
+    if given:
+        raise UsageError(f"{given[0][0]} must not be given with --plan (the plan fixes every option), got {given[0][1]!r}.")
 
 
 def _written(path: Path, json_out: bool) -> None:

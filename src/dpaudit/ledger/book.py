@@ -348,18 +348,9 @@ class Ledger:
         that run's result (``stage`` "result": the SHA-256 of its shareable audit file). A run needs
         its plan registered before it; a plan is registered once; a stage already recorded for the
         same run (a resumed audit) returns its entry. Returns the entry id."""
-        stage, pid = payload.get("stage"), payload.get("plan_id")
-        if stage not in PLAN_STAGES or not isinstance(pid, str) or (stage != "registered") != isinstance(payload.get("audit_id"), str):
-            raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a run, its audit_id; got {payload!r}.")
         with self._write():
             plans = [(r[1], json.loads(r[5])) for r in self._store.rows() if r[2] == sg.PLAN_KIND]
-            same = [eid for eid, p in plans if p.get("plan_id") == pid and p.get("stage") == stage and p.get("audit_id") == payload.get("audit_id")]
-            if same and stage != "registered":
-                return same[0]
-            if same or (stage != "registered" and not any(p.get("plan_id") == pid and p.get("stage") == "registered" for _, p in plans)):
-                why = "is already registered" if same else "is not registered in it"
-                raise UsageError(f"plan must be registered once in ledger {self.path} before it runs, got plan {pid} that {why}.")
-            return self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
+            return _recorded_plan_entry(payload, plans, self.path) or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
         """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
@@ -954,6 +945,19 @@ class Ledger:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
+
+
+def _recorded_plan_entry(payload: dict, plans, path) -> str | None:
+    """The entry that already records ``payload`` (a resumed run), else None; a malformed payload, a
+    plan registered twice or a run of an unregistered plan is refused (:meth:`Ledger.record_plan`)."""
+    key = (payload.get("plan_id"), payload.get("stage"), payload.get("audit_id"))
+    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or (key[1] != "registered") != isinstance(key[2], str):
+        raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a run, its audit_id; got {payload!r}.")
+    registered = any((p.get("plan_id"), p.get("stage")) == (key[0], "registered") for _, p in plans)
+    if registered == (key[1] == "registered"):
+        why = "is already registered" if registered else "is not registered in it"
+        raise UsageError(f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} that {why}.")
+    return next((eid for eid, p in plans if (p.get("plan_id"), p.get("stage"), p.get("audit_id")) == key), None)
 
 
 @dataclass(frozen=True)

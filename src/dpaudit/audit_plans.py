@@ -70,11 +70,6 @@ def signature_ok(plan: dict) -> bool:
     return kid == signer.get("key_id") and sg.signature_ok(signer["public_key"], plan.get("signature", ""), _material(plan))
 
 
-def statistic_for(one_run: bool, event) -> str:
-    """The deciding statistic an audit uses (fixed by the claim: an event is tested as a curve)."""
-    return ("f-dp" if event else "steinke") if one_run else ("claimed-curve" if event else "clopper-pearson")
-
-
 def _claim(a: AuditRequest) -> dict:
     """The claim the run will test: the release's, else the target's (public facts only; nothing is trained)."""
     if a.release is not None:
@@ -93,12 +88,13 @@ def _claim(a: AuditRequest) -> dict:
 
 
 def _settings(a: AuditRequest, claim: dict) -> dict:
-    """The plan's "audit" block: what a verifier holds the run to."""
+    """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
+    claim: an event is tested as a curve, f-DP in one run)."""
     if a.one_run:
-        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": a.canaries, "trials": None, "statistic": statistic_for(True, claim["event"]),
-                "confidence": a.confidence, "select_fraction": None}
+        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": a.canaries, "trials": None,
+                "statistic": "f-dp" if claim["event"] else "steinke", "confidence": a.confidence, "select_fraction": None}
     return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None, "trials": a.runs,
-            "statistic": statistic_for(False, claim["event"]), "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
+            "statistic": "claimed-curve" if claim["event"] else "clopper-pearson", "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
 
 
 def make_plan(a: AuditRequest, *, key=None) -> Path:

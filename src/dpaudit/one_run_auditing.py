@@ -21,10 +21,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import uuid
 from pathlib import Path
 
 from .auditing import target_for, target_from_release
-from .audits.one_run import OneRunResult, one_run_bounds, write_one_run
+from .audit_outputs import shareable_one_run
+from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
 from .errors import UsageError
 from .records import Release, read_release
 from .requests import AuditRequest
@@ -40,7 +42,7 @@ def _noise(reproducible_noise: bool, seed: int):
     return NoiseSource("reproducible", seed=seed) if reproducible_noise else NoiseSource()
 
 
-def _module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
+def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
     """(model, data, DPSGDConfig, claim dict) for a dp-dense / dp-cnn / dp-attention audit."""
     from .accounting.events import event_from_dict
     from .data import load_dataset
@@ -66,7 +68,7 @@ def _module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir,
 
 
 def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None, command: str | None = None, record: bool = True,
-                ledger_path=None) -> OneRunResult:
+                ledger_path=None, plan=None) -> OneRunResult:
     """One-run audit of ``audit.mechanism`` (a DP-SGD head model or dp-dense / dp-cnn /
     dp-attention) with ``audit.canaries`` canaries of ``audit.one_run_kind``; ``audit.release``
     (a Release or its path) audits the recorded configuration and claim. Returns the
@@ -75,7 +77,11 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
 
     ``record``: the one training run on the private data is recorded in the ledger at
     ``ledger_path`` as an ``audit`` entry (its event once; unbounded with ``no_noise``) before it
-    runs, refused when the dataset's cap includes audits and would be exceeded."""
+    runs, refused when the dataset's cap includes audits and would be exceeded.
+
+    ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run; its inclusion coins
+    come from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`), the run is
+    recorded under the plan before it trains and its result after, and one_run.json reveals the seeds."""
     m = positive_int("canaries", audit.canaries)
     if m < 2:
         raise UsageError(f"canaries must be an integer >= 2, got {audit.canaries!r}.")
@@ -86,51 +92,56 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
         raise UsageError(f"MECHANISM must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
     name = rel.mechanism if rel is not None else audit.mechanism
     noise = _noise(audit.reproducible_noise, audit.seed)
-    cost = (ledger_path, release_id) if record else None
+    run_id = uuid.uuid4().hex
+    cost = (ledger_path, release_id, run_id) if record else None
+    coins = None if plan is None else plan_coins(plan.seeds["coins"], m)
+    if plan is not None:
+        plan.started(run_id)
     t0 = time.perf_counter()
     if name in MODULE_MODELS:
-        claim, scores = _modules(name, rel, audit, m=m, noise=noise, cost=cost)
+        claim, scores = _modules(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     else:
-        claim, scores = _heads(rel, audit, m=m, noise=noise, cost=cost)
+        claim, scores = _heads(rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     t1 = time.perf_counter()
     bounds = one_run_bounds(scores, delta=claim["delta"], confidence=audit.confidence, claim=claim["event"], accountant=claim["accountant"],
                             adjacency=claim["adjacency"], claimed_epsilon=claim["claimed_epsilon"])
     t2 = time.perf_counter()
     result = OneRunResult(bounds=bounds, mechanism=name, noise=not audit.no_noise, command=command, release_id=release_id,
-                          release_path=release_path, timings={"train_and_score_s": t1 - t0, "analysis_s": t2 - t1})
+                          release_path=release_path, timings={"train_and_score_s": t1 - t0, "analysis_s": t2 - t1}, id=run_id,
+                          plan=None if plan is None else plan.reveal)
     if out_dir is not None:
         write_one_run(result, out_dir)
+    if plan is not None:
+        plan.finished(run_id, shareable_one_run(result.to_dict()))
     return result
 
 
-def _modules(name, rel, a: AuditRequest, *, m, noise, cost):
+def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
     from .mechanisms.one_run_modules import modules_one_run
 
     if a.privacy_unit != "record":
         raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}.")
-    model, data, cfg, claim = _module_setup(name, release=rel, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
+    model, data, cfg, claim = module_setup(name, release=rel, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
                                             profile=a.profile, epochs=a.epochs)
     if cost is not None:
         _record_cost(name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost)
     scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed), kind=a.one_run_kind,
-                             noise_on=not a.no_noise)
+                             noise_on=not a.no_noise, coins=coins)
     return claim, scores
 
 
-def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id) -> None:
+def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, run_id) -> None:
     """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
-    import uuid
-
     from .ledger.book import open_ledger
 
     with open_ledger(ledger_path) as led:
-        led.record_audit(audit_id=uuid.uuid4().hex, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
+        led.record_audit(audit_id=run_id, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
                          mechanism=mechanism, unbounded_reason=None if event is not None else "the no-noise one-run control trains without DP noise",
                          release_id=release_id)
 
 
-def _heads(rel, a: AuditRequest, *, m, noise, cost):
+def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     from .mechanisms.head_audit import HeadTarget
@@ -148,7 +159,7 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost):
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
         scope = target.private_data()
         _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
-    scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise)
+    scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins)
     claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
                  delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
     return claim, scores

@@ -27,7 +27,7 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake(target, *, canaries, noise, seed, kind="gradient", noise_on=True):
+    def fake(target, *, canaries, noise, seed, kind="gradient", noise_on=True, coins=None):
         seen.update(target=target, canaries=canaries, seed=seed, kind=kind, noise_on=noise_on)
         return _fake_scores(canaries, 50.0, kind=kind, info={"fake": True})
 
@@ -54,7 +54,7 @@ def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake(model, data, config, *, canaries, noise, seed, kind="gradient", noise_on=True, tensors=None, progress=None):
+    def fake(model, data, config, *, canaries, noise, seed, kind="gradient", noise_on=True, tensors=None, progress=None, coins=None):
         seen.update(model=model, config=config, canaries=canaries, noise_on=noise_on, kind=kind)
         return _fake_scores(canaries, 1e-6, kind=kind)
 

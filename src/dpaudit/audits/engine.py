@@ -101,6 +101,7 @@ import numpy as np
 import torch
 
 from .. import __version__
+from ..audit_outputs import shareable_audit
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
@@ -182,6 +183,7 @@ class AuditResult:
     general_bound: dict | None = None  # how eps_LB is computed and recomputed (None in files before issue 23)
     claim_family_bound: dict | None = None  # the claimed-curve result in the claim's units (None without an event)
     epsilon_lower_bound_note: str | None = None  # set when an old file's eps_LB was re-read (verdicts.upgrade)
+    plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
 
     @property
     def violated(self) -> bool:
@@ -616,6 +618,10 @@ class AuditOptions:
     an object with ``map_chunks(fn, chunks, shared=, on_done=)`` (:mod:`dpaudit.sweeps.executors`,
     local processes or Dask) used instead of the built-in pool; chunks and their noise are the same.
 
+    ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, recorded under its plan
+    before any trial (``plan.started``) and with its result's digest after (``plan.finished``);
+    audit.json reveals its seeds and salt.
+
     ``record`` (default): a target that trains on private data (``target.private_data()``) gets
     an ``audit`` entry in the ledger at ``ledger_path`` (default the default ledger) with what its
     trials compose to, written before any trial runs and refused when the dataset's cap includes
@@ -640,6 +646,7 @@ class AuditOptions:
     executor: Any = None
     record: bool = True
     ledger_path: str | os.PathLike | None = None
+    plan: Any = None
 
     def checked(self, target: AuditTarget) -> "AuditOptions":
         """Validated, with the target's defaults filled in (control runs, chunk size; no no-noise
@@ -680,6 +687,8 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
 
         audit_id = record_audit_cost(target, roles, audit_id=audit_id, ledger_path=o.ledger_path, release_id=o.release_id, checkpoint_root=root,
                                      plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest())
+    if o.plan is not None:
+        o.plan.started(audit_id)
     t0 = time.perf_counter()
     scores, busy, cpu = _run_roles(jobs, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
                                    checkpoints={r: _Checkpoint(root, r, prints[r]) for r in roles}, progress=o.progress, executor=o.executor)
@@ -690,6 +699,8 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     if root is not None:
         write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
         shutil.rmtree(root / ".checkpoint", ignore_errors=True)
+    if o.plan is not None:
+        o.plan.finished(main.id, shareable_audit(main.to_dict()))
     return main
 
 
@@ -729,7 +740,8 @@ def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, 
         task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
         canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if o.out_dir is not None else None, timings=timings,
         git_commit=git_commit(), command=o.command, release_id=o.release_id, release_path=o.release_path,
-        threat_model=one_of("threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS), id=audit_id, **ev,
+        threat_model=one_of("threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS), id=audit_id,
+        plan=o.plan.reveal if o.plan is not None and role == "main" else None, **ev,
     )
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,7 @@ import numpy as np
 from scipy import special, stats
 
 from ..errors import DataError, UsageError
+from ..noise import public_rng
 from ..validation import one_of, open_unit
 
 SCHEMA = "dpaudit.one-run/1"
@@ -56,6 +58,7 @@ _FDP_GRID = np.concatenate([[0.0], np.logspace(-12.0, 0.0, 3001)])
 _SCALE_TOLERANCE = 1e-3
 _PROFILE_TOLERANCE = 1e-2
 _SCALE_RANGE = (1e-6, 1e6)
+_TAG_PLAN_COINS = 0xC011
 
 
 def _significance(confidence: float) -> float:
@@ -105,6 +108,13 @@ class OneRunScores:
     @property
     def m(self) -> int:
         return int(self.scores.size)
+
+
+def plan_coins(seed: int, m: int) -> np.ndarray:
+    """The m fair inclusion coins of a pre-registered one-run audit, from the seed its plan commits
+    to (:mod:`dpaudit.audit_plans`): secret until the run reveals the seed, then checkable by anyone.
+    Independent of the DP noise, which never derives from it."""
+    return public_rng(seed, _TAG_PLAN_COINS).random(int(m)) < 0.5
 
 
 def guess_grid(m: int) -> list[tuple[int, int]]:
@@ -391,6 +401,21 @@ def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accou
             "violated": bool(found["violated"]), "ceiling": ceiling}
 
 
+def recompute_bounds(rec: dict, *, claim=None, accountant: str = "rdp", adjacency: str = "add-remove-record") -> dict:
+    """The eps_LB of both analyses recomputed from a one_run.json's stored counts (the guesses and
+    correct guesses at each point of the public grid) alone: {"steinke": eps, "fdp": eps or None
+    (no ``claim`` event)}. A grid other than :func:`guess_grid`'s is a DataError."""
+    m, delta, alpha = int(rec["canaries"]), float(rec["delta"]), _significance(float(rec["confidence"]))
+    rows = rec["steinke"]["per_grid"]
+    grid, counts = [(int(g["k_pos"]), int(g["k_neg"])) for g in rows], [(int(g["guesses"]), int(g["correct"])) for g in rows]
+    if grid != guess_grid(m):
+        raise DataError(f"one-run grid must be the public grid of {m} canaries, got {grid}.")
+    steinke = max(steinke_epsilon(m, r, v, delta=delta, significance=alpha / len(grid)) for r, v in counts)
+    fdp = None if claim is None else _fdp_block(counts, grid, m, claim=claim, delta=delta, alpha=alpha, accountant=accountant,
+                                                 adjacency=adjacency)["epsilon_lower_bound"]
+    return {"steinke": float(steinke), "fdp": fdp}
+
+
 def audit_one_run(scores, included, *, kind: str = "gradient", info: dict | None = None, **bounds) -> dict:
     """Bring your own: the one-run bounds (:func:`one_run_bounds`, whose keywords ``bounds`` are:
     ``delta``, ``confidence``, ``claim``, ``accountant``, ``adjacency``, ``claimed_epsilon``) of
@@ -410,6 +435,8 @@ class OneRunResult:
     release_id: str | None = None
     release_path: str | None = None
     timings: dict = field(default_factory=dict)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the ledger's audit entry (and plan run) of this run
+    plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
 
     @property
     def statistic(self) -> str:
@@ -440,7 +467,7 @@ class OneRunResult:
 
         d = dict(self.bounds)
         d.update(mechanism=self.mechanism, noise=self.noise, command=self.command, release_id=self.release_id,
-                 release_path=self.release_path, timings=dict(self.timings), statistic=self.statistic,
+                 release_path=self.release_path, timings=dict(self.timings), id=self.id, plan=self.plan, statistic=self.statistic,
                  epsilon_lower_bound=self.epsilon_lower_bound, violated=self.violated)
         return _json_safe(d)
 

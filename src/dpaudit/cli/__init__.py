@@ -29,11 +29,11 @@ from .common import LazyCommands, _fast_options, light_rich_help, new_app
 #: tests/cli/test_cli_startup.py fails until it is added.
 COMMAND_FAMILIES: dict[str, str] = {
     "account": "accounting", "calibrate": "accounting", "schedule": "accounting",
-    "audit": "audit", "report": "report", "sweep": "sweep",
+    "audit": "audit", "bundle": "bundle", "verify": "bundle", "report": "report", "sweep": "sweep",
     "train": "train", "ledger": "ledger", "mixmin": "mixmin",
 }
 #: The order the families register in (the order of the commands in ``dpaudit --help``).
-FAMILY_ORDER = ("accounting", "train", "ledger", "audit", "report", "sweep", "mixmin")
+FAMILY_ORDER = ("accounting", "train", "ledger", "audit", "bundle", "report", "sweep", "mixmin")
 
 
 def _command_name(info) -> str:

@@ -9,18 +9,19 @@ import inspect
 import os
 import shlex
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from ..errors import UsageError
 from ..requests import AuditRequest
-from . import generic
+from . import generic, plan as plan_cli
 from .audit_render import render_one_run, show
 from .common import console, emit_json, note, recorded_argv
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
-NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger")
+NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger", "planned", "plan", "key")
 
 _DOC = ("Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "
         "mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls.")
@@ -37,23 +38,35 @@ def register(app: typer.Typer) -> None:
 
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
     mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
-    arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str, default=typer.Argument(..., help=f"{mechanisms}."))
+    arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str],
+                            default=typer.Argument(None, help=f"{mechanisms}. `audit plan MECHANISM ...`: write a pre-registered plan."))
 
     def audit(**kwargs):
-        run(generic.request_from_options(AuditRequest, kwargs))
+        todo = plan_cli.dispatch(kwargs, _check)
+        if todo is not None:
+            run(*todo)
 
-    app.command("audit")(generic.make_command(audit, [arg, *generic.request_parameters(AuditRequest)], "audit", _DOC))
+    app.command("audit")(generic.make_command(audit, [arg, *plan_cli.PARAMETERS, *generic.request_parameters(AuditRequest)], "audit", _DOC))
 
 
-def run(a: AuditRequest) -> None:
-    """The ``dpaudit audit`` command on its parsed request: build the target, run, render."""
-    from ..audits.engine import CONTROLS, run_audit
+def _check(a: AuditRequest) -> None:
+    """What is checked before any data is loaded or a cluster is started."""
     from ..sweeps.executors import check_executor_args
 
-    check_executor_args(a.executor, a.scheduler, a.workers)  # before any data is loaded or a cluster is started
+    check_executor_args(a.executor, a.scheduler, a.workers)
     _check_threat_model(a)
     if a.one_run or a.canaries is not None:
-        return _one_run(a)
+        _check_one_run(a)
+
+
+def run(a: AuditRequest, plan=None) -> None:
+    """The ``dpaudit audit`` command on its parsed request: build the target, run, render
+    (``plan``: a run under a pre-registered plan, :class:`dpaudit.audit_plans.PlanRun`)."""
+    from ..audits.engine import CONTROLS, run_audit
+
+    _check(a)
+    if a.one_run or a.canaries is not None:
+        return _one_run(a, plan)
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else Path("audits") / (
@@ -62,8 +75,8 @@ def run(a: AuditRequest) -> None:
     resolved, always = _recorded(a, t, out)
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=CONTROLS if a.controls else (), control_runs=a.control_runs,
                   chunk_size=a.chunk_size, out_dir=out, reproducible_noise=a.reproducible_noise, progress=True,
-                  command=shlex.join(recorded_argv(values=resolved, always=always, omit=NOT_RECORDED)),
-                  release_id=release_id, release_path=release_path, ledger_path=a.ledger)
+                  command=_command(plan, values=resolved, always=always),
+                  release_id=release_id, release_path=release_path, ledger_path=a.ledger, plan=plan)
     # Trajectory: also the final-model audit of the same configuration and seed, side by side
     # (stored in OUT/final-model; its command is this one without --threat-model).
     final_dir = out / "final-model"
@@ -73,6 +86,17 @@ def run(a: AuditRequest) -> None:
         audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
     results = _run_all(a, audits, run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
+    _note_runs(plan, a.json_out)
+
+
+def _command(plan, **recorded) -> str:
+    """The recorded command: the plan's run, or the options that re-create the audit."""
+    return shlex.join(["dpaudit", "audit", "--plan", plan.path] if plan is not None else recorded_argv(omit=NOT_RECORDED, **recorded))
+
+
+def _note_runs(plan, json_out: bool) -> None:
+    if plan is not None and plan.runs > 1 and not json_out:
+        note(f"{plan.runs} runs of plan {plan.plan['id']}: the ledger records every run, and `dpaudit verify` fails a bundle without all of them.")
 
 
 def _target(a: AuditRequest):
@@ -120,17 +144,21 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
 
 
-def _one_run(a: AuditRequest) -> None:
-    """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
+def _check_one_run(a: AuditRequest) -> None:
     if not a.one_run:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
     if a.canaries is None:
         raise UsageError("canaries must be given with --one-run (--canaries M, M >= 2), got none.")
+
+
+def _one_run(a: AuditRequest, plan=None) -> None:
+    """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
     from ..one_run_auditing import run_one_run
 
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-one-run{'-no-noise' if a.no_noise else ''}"
-    cmd = recorded_argv(values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"), omit=NOT_RECORDED)
-    result = run_one_run(a, out_dir=out, command=shlex.join(cmd), ledger_path=a.ledger)
+    cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
+    result = run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
+    _note_runs(plan, a.json_out)
     if a.json_out:
         from ..audit_outputs import shareable_one_run
 

@@ -66,6 +66,8 @@ from .store_pg import PostgresStore
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
 from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
+#: Stages of a ``plan`` entry (:meth:`Ledger.record_plan`).
+PLAN_STAGES = ("registered", "run", "result")
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
@@ -338,6 +340,18 @@ class Ledger:
                     return r[1]
             # Signatures are required from the owner's registration on; the policy entry records it.
             return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
+
+    def record_plan(self, payload: dict) -> str:
+        """Append a signed ``plan`` entry (ledger-wide; every ledger-wide entry needs a registered
+        key): the registration of a pre-registered audit plan (``stage`` "registered": its id, the
+        SHA-256 of its plan.json, its seed commitment; :mod:`dpaudit.audit_plans`), one run under it
+        (``stage`` "run", written before the run computes anything, so that no run can be hidden) or
+        that run's result (``stage`` "result": the SHA-256 of its shareable audit file). A run needs
+        its plan registered before it; a plan is registered once; a stage already recorded for the
+        same run (a resumed audit) returns its entry. Returns the entry id."""
+        with self._write():
+            plans = [(r[1], json.loads(r[5])) for r in self._store.rows() if r[2] == sg.PLAN_KIND]
+            return _recorded_plan_entry(payload, plans, self.path) or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
         """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
@@ -949,6 +963,19 @@ class Ledger:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
+
+
+def _recorded_plan_entry(payload: dict, plans, path) -> str | None:
+    """The entry that already records ``payload`` (a resumed run), else None; a malformed payload, a
+    plan registered twice or a run of an unregistered plan is refused (:meth:`Ledger.record_plan`)."""
+    key = (payload.get("plan_id"), payload.get("stage"), payload.get("audit_id"))
+    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or (key[1] != "registered") != isinstance(key[2], str):
+        raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a run, its audit_id; got {payload!r}.")
+    registered = any((p.get("plan_id"), p.get("stage")) == (key[0], "registered") for _, p in plans)
+    if registered == (key[1] == "registered"):
+        why = "is already registered" if registered else "is not registered in it"
+        raise UsageError(f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} that {why}.")
+    return next((eid for eid, p in plans if (p.get("plan_id"), p.get("stage"), p.get("audit_id")) == key), None)
 
 
 @dataclass(frozen=True)

@@ -356,8 +356,8 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                     # declaration leaves the children as undeclared subsets: sequential (sound).
                     continue
                 state(e.dataset).add_partition(str(p["parent"]), tuple(p["children"]), str(p.get("declared_by", "")))
-            elif e.kind in ("key", "policy", "rows"):
-                continue  # ledger-wide (signing keys, signature policy, row sets): no budget of any dataset
+            elif e.kind in ("key", "policy", "rows", "plan"):
+                continue  # ledger-wide (signing keys, signature policy, row sets, audit plans): no budget of any dataset
             else:
                 raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a newer dpaudit or edited.")
         except (KeyError, TypeError, ValueError) as ex:

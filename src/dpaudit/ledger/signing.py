@@ -64,8 +64,10 @@ PUBLIC_PREFIX = "ed25519:"
 SIG_DOMAIN = "dpaudit-ledger-sig-v1"
 KEY_KIND = "key"
 POLICY_KIND = "policy"
-#: Entry kinds that belong to the ledger as a whole, not to a dataset.
-LEDGER_KINDS = (KEY_KIND, POLICY_KIND)
+#: A pre-registered audit plan, a run under it, or that run's result (:meth:`~dpaudit.ledger.book.Ledger.record_plan`).
+PLAN_KIND = "plan"
+#: Entry kinds that belong to the ledger as a whole, not to a dataset (each must be signed by a registered key).
+LEDGER_KINDS = (KEY_KIND, POLICY_KIND, PLAN_KIND)
 #: The ``dataset`` column of ledger-wide entries (no dataset name can be empty).
 LEDGER_SCOPE = ""
 _KEY_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -229,6 +231,15 @@ def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> boo
         Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes.fromhex(signature_hex), material)
         return True
     except (InvalidSignature, ValueError, TypeError):
+        return False
+
+
+def signature_ok(public_key: str, signature_hex: str, material: bytes) -> bool:
+    """Whether ``signature_hex`` is the signature of ``material`` by ``public_key`` (``ed25519:BASE64``);
+    False for anything malformed (a signed document outside the ledger, e.g. an audit plan)."""
+    try:
+        return _signature_ok(parse_public_key(public_key), str(signature_hex), material)
+    except UsageError:
         return False
 
 

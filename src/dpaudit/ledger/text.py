@@ -59,6 +59,10 @@ _BRIEF = {
                          + (", audits included" if p.get("include_audits") else "")),
     "key": lambda e, p: (f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}"
                          + (f", signed by {e.signer}" if e.signer else "")),
+    "plan": lambda e, p: {"registered": f"audit plan {p.get('plan_id')} registered (seeds committed)",
+                          "run": f"run {p.get('audit_id')} of audit plan {p.get('plan_id')}",
+                          "result": f"result of run {p.get('audit_id')} of audit plan {p.get('plan_id')}: sha256 {str(p.get('sha256'))[:12]}"}.get(
+                              p.get("stage"), "plan"),
     "policy": lambda e, p: "signatures required from here on" if p.get("require_signatures") else "policy",
     "rows": lambda e, p: (f"row set {str(p.get('set'))[:12]} of source {p.get('source')}: {p.get('count')} rows "
                           "(keyed hashes, for overlap tests)"),

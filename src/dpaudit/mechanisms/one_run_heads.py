@@ -83,9 +83,12 @@ def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
     return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
 
 
-def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True):
+def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
+                  coins=None):
     """Train ``target``'s head once with ``canaries`` independent canaries; returns
     :class:`~dpaudit.audits.one_run.OneRunScores` (module docstring: canaries, scores, contract).
+    ``coins``: the inclusion coins of a pre-registered audit (from its committed seed, revealed after
+    the run: :func:`dpaudit.audits.one_run.plan_coins`); default: drawn from ``noise``.
 
     ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
     kept, noise multiplier NO_NOISE_MULTIPLIER.
@@ -107,8 +110,8 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     cfg = target._config
     if not (noise_on and target.noise):
         cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
-    # The private coins: each canary in w.p. 1/2, independently (never published).
-    included = np.asarray(noise.poisson_mask(m, 0.5), dtype=bool)
+    # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
+    included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
     info = {"model": target.model, "dataset": getattr(target, "_dataset_name", None), "n_train": int(target._z.shape[0]), "canaries": m,
             "unit": "user" if user_level else "record",
             "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,

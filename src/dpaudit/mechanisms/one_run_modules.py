@@ -157,7 +157,7 @@ def _data_parts(data):
 
 
 def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient",
-                    noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None):
+                    noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None, coins=None):
     """Train ``model`` (dp-dense / dp-cnn / dp-attention) ONCE with DP-SGD ``config`` on ``data``
     (a :class:`~dpaudit.data.base.PreparedDataset` or a dataset name) with ``canaries`` canaries of
     ``kind`` (module docstring), and return their :class:`~dpaudit.audits.one_run.OneRunScores`.
@@ -165,7 +165,8 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     ``seed``: the public seed (model initialisation, canary coordinates / records). ``noise``: the
     private source (DP noise, Poisson sampling, canary coins). ``noise_on=False``: the no-noise
     control (noise multiplier 1e-12, clipping and sampling kept). ``tensors``: override
-    :data:`CANARY_TENSORS`.
+    :data:`CANARY_TENSORS`. ``coins``: a pre-registered audit's inclusion coins (committed seed,
+    revealed after the run); the per-step canary draws stay private either way.
     """
     from .dpsgd import DPSGDConfig, train_module_dp_sgd
     from .models import build_module
@@ -190,7 +191,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     # The canary coins and per-step draws: private, from a generator seeded by the private source
     # (drawn before training; the source's later draws are the DP noise and data sampling).
     crng = np.random.default_rng(noise.aux_seed())
-    included = crng.random(m) < 0.5
+    included = crng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool)
     x = np.asarray(data.x_train, dtype=np.float32)
     y = np.asarray(data.y_train, dtype=np.int64)
     loss = "bce" if binary else "cross_entropy"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..lazy import lazy_exports
 
 _WHERE = {"SCHEMA": "model", "SECTIONS": "model", "build_report": "model", "read_report": "model", "render_html": "html",
-          "render_markdown": "markdown", "FORMATS": "write", "write_report": "write", "report_json": "write"}
+          "render_markdown": "markdown", "FORMATS": "write", "write_report": "write", "report_json": "write",
+          "make_bundle": "verify", "verify_bundle": "verify", "failed": "verify"}
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 __all__ = ["FORMATS", "SCHEMA", "SECTIONS", "build_report", "read_report", "render_html", "render_markdown", "write_report", "report_json"]

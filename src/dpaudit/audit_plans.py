@@ -1,0 +1,194 @@
+"""Pre-registered audits (issue 27): what an audit will do, fixed, signed and in the ledger before it runs.
+
+A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores.
+``dpaudit audit plan MECHANISM ...`` (:func:`make_plan`) therefore writes, before anything is trained,
+``plan.json`` (shareable: mechanism, claim tested (the release's when one is given), canary kind and
+count, trials or one run, deciding statistic, confidence, SELECT share, every option of the run, and a
+commitment ``SHA-256(canonical {salt, seeds})`` to the seeds that fix the canaries and the inclusion
+coins (trials: worlds and SELECT split; one run: each canary's coin), signed with the auditor's Ed25519
+key), ``plan.local.json`` (private until the run: the fresh salt, the seeds, the key and ledger to use)
+and a signed ``plan`` entry in the ledger (the plan's id, SHA-256 and commitment).
+
+``dpaudit audit --plan plan.json`` (:func:`load_plan`) runs exactly that plan after checking signature,
+commitment and registration; the run is recorded under the plan before it computes anything
+(:class:`PlanRun`) and its result's SHA-256 after it; its audit file reveals plan id, seeds and salt.
+A second run is a second ``run`` entry: ``dpaudit verify`` fails a bundle that leaves one out.
+
+Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, one-run
+coins, independent of the data and of the DP noise); the DP noise never derives from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from .auditing import auditable_entry, entry_canary, target_for
+from .audits.engine import SELECT_FRACTION
+from .errors import DataError, UsageError
+from .ledger import signing as sg
+from .ledger.book import open_ledger
+from .ledger.integrity import canonical_json
+from .one_run_auditing import MODULE_MODELS, module_setup
+from .records import now_utc, read_json, read_release, write_json_atomic
+from .requests import AuditRequest
+
+SCHEMA = "dpaudit.audit-plan/1"
+PLAN_FILE = "plan.json"
+PLAN_LOCAL_FILE = "plan.local.json"
+_SIG_DOMAIN = "dpaudit-audit-plan-sig-v1"
+NOT_FOR_PUBLICATION = ("the salt and seeds committed to by plan.json: keep this file private until the run reveals them "
+                       "in its audit file")
+
+
+def digest(doc: dict) -> str:
+    """SHA-256 of a document's canonical JSON (the ledger's serialisation)."""
+    return hashlib.sha256(canonical_json(doc).encode("utf-8")).hexdigest()
+
+
+def commitment(salt: str, seeds: dict) -> str:
+    return digest({"salt": salt, "seeds": seeds})
+
+
+def _material(plan: dict) -> bytes:
+    return json.dumps([_SIG_DOMAIN, canonical_json({k: v for k, v in plan.items() if k != "signature"})]).encode("utf-8")
+
+
+def signature_ok(plan: dict) -> bool:
+    """plan.json is signed by the key it names (and was not changed since)."""
+    signer = plan.get("signer") if isinstance(plan.get("signer"), dict) else {}
+    try:
+        kid = sg.key_id(sg.parse_public_key(str(signer.get("public_key"))))
+    except UsageError:
+        return False
+    return kid == signer.get("key_id") and sg.signature_ok(signer["public_key"], plan.get("signature", ""), _material(plan))
+
+
+def _claim(a: AuditRequest) -> dict:
+    """The claim the run will test: the release's, else the target's (public facts only; nothing is trained)."""
+    if a.release is not None:
+        rel = read_release(a.release)
+        return {"release_id": rel.id, "event": rel.guarantee, "epsilon": rel.epsilon, "delta": rel.delta, "adjacency": rel.adjacency,
+                "accountant": rel.accountant}
+    if a.one_run and a.mechanism in MODULE_MODELS:
+        c = module_setup(a.mechanism, release=None, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
+                         profile=a.profile, epochs=a.epochs)[3]
+        event, eps, delta, adjacency, accountant = c["event"], c["claimed_epsilon"], c["delta"], c["adjacency"], c["accountant"]
+    else:
+        t = target_for(dataclasses.replace(a, canary=None, no_noise=False) if a.one_run else a)
+        event, eps, delta, adjacency, accountant = t.claimed_event, t.claimed_epsilon, t.delta, t.adjacency, t.accountant
+    return {"release_id": None, "event": None if event is None else event.to_dict(), "epsilon": eps, "delta": delta,
+            "adjacency": str(adjacency), "accountant": accountant}
+
+
+def _settings(a: AuditRequest, claim: dict) -> dict:
+    """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
+    claim: an event is tested as a curve, f-DP in one run)."""
+    if a.one_run:
+        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": a.canaries, "trials": None,
+                "statistic": "f-dp" if claim["event"] else "steinke", "confidence": a.confidence, "select_fraction": None}
+    return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None, "trials": a.runs,
+            "statistic": "claimed-curve" if claim["event"] else "clopper-pearson", "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
+
+
+def make_plan(a: AuditRequest, *, key=None) -> Path:
+    """Write plan.json and plan.local.json into the audit's output folder (``a.out``, default
+    ``audits/MECHANISM-plan-ID``) and register the plan in ``a.ledger``, signed with ``key``
+    (module docstring). Returns plan.json's path. Nothing is trained."""
+    if a.threat_model != "final-model":
+        raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
+    signing = sg.load_signing_key(key, required=True)
+    claim = _claim(a)
+    pid = uuid.uuid4().hex
+    out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-plan-{pid[:8]}"
+    if (out / PLAN_FILE).exists():
+        raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
+    seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
+    salt = secrets.token_hex(32)
+    request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
+    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": a.mechanism, "release_id": claim.pop("release_id"), "claim": claim,
+            "audit": _settings(a, claim), "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
+            "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
+    plan["signature"] = signing.sign(_material(plan))
+    with open_ledger(a.ledger, signing_key=signing) as led:
+        led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan), "commitment": plan["commitment"], "key_id": signing.key_id})
+    write_json_atomic(out / PLAN_LOCAL_FILE, {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt, "seeds": seeds,
+                                              "key": str(signing.path)})
+    return write_json_atomic(out / PLAN_FILE, plan)
+
+
+def plan_entries(entries) -> dict:
+    """plan id -> {"registered": (seq, signer, payload) or None, "runs": [audit ids, in ledger order],
+    "results": {audit id: sha256}} from the ledger's ``plan`` entries given as (seq, signer, payload)."""
+    out: dict = {}
+    for seq, signer, p in entries:
+        rec = out.setdefault(p.get("plan_id"), {"registered": None, "runs": [], "results": {}})
+        if p.get("stage") == "registered":
+            rec["registered"] = (seq, signer, p)
+        elif p.get("stage") == "run" and p.get("audit_id") not in rec["runs"]:
+            rec["runs"].append(p.get("audit_id"))
+        elif p.get("stage") == "result":
+            rec["results"][p.get("audit_id")] = p.get("sha256")
+    return out
+
+
+def _ledger_plans(led) -> dict:
+    return plan_entries((e.seq, e.signer, e.payload) for e in led.entries(kind=sg.PLAN_KIND))
+
+
+@dataclass
+class PlanRun:
+    """One run under a plan, as the engines see it (``AuditOptions.plan``, ``run_one_run(plan=)``):
+    ``started`` records the run before it computes anything, ``finished`` its result's digest;
+    ``reveal`` is what its audit file publishes."""
+
+    plan: dict
+    salt: str
+    seeds: dict
+    key: str | None
+    ledger: str | None
+    path: str
+    runs: int = 0  # runs of this plan in the ledger, this one included (set by started)
+
+    @property
+    def reveal(self) -> dict:
+        return {"id": self.plan["id"], "salt": self.salt, "seeds": self.seeds, "path": self.path}
+
+    def _record(self, **payload) -> dict:
+        with open_ledger(self.ledger, signing_key=self.key) as led:
+            led.record_plan({"plan_id": self.plan["id"], **payload})
+            return _ledger_plans(led)[self.plan["id"]]
+
+    def started(self, audit_id: str) -> None:
+        self.runs = len(self._record(stage="run", audit_id=audit_id)["runs"])
+
+    def finished(self, audit_id: str, shareable: dict) -> None:
+        self._record(stage="result", audit_id=audit_id, sha256=digest(shareable))
+
+
+def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
+    """The request a plan fixes and its :class:`PlanRun`, after checking that plan.json is signed by
+    its key, that plan.local.json's salt and seeds are the ones committed to, and that the ledger
+    registered exactly this plan.json (DataError otherwise: nothing runs)."""
+    p = Path(path)
+    p = p / PLAN_FILE if p.is_dir() else p
+    plan = read_json(p, "audit plan")
+    if plan.get("schema") != SCHEMA or not signature_ok(plan):
+        raise DataError(f"plan must be a dpaudit audit plan signed by the key it names, got {str(p)!r} (edited after signing, or not a plan).")
+    local = read_json(p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)")
+    if local.get("plan_id") != plan["id"] or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]:
+        raise DataError(f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others.")
+    req = plan["request"]
+    with open_ledger(req.get("ledger"), create=False) as led:
+        reg = _ledger_plans(led).get(plan["id"], {}).get("registered")
+    if reg is None or reg[2].get("sha256") != digest(plan):
+        raise DataError(f"plan {plan['id']} must be registered in the ledger as it is, got "
+                        + ("no registration." if reg is None else "a registration of another plan.json (edited after registering)."))
+    a = AuditRequest(**req, seed=int(local["seeds"]["public"]))
+    return a, PlanRun(plan, local["salt"], local["seeds"], local.get("key"), req.get("ledger"), str(p.resolve()))

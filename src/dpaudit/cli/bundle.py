@@ -1,0 +1,55 @@
+"""`dpaudit bundle RELEASES... AUDITS... --ledger L --out B` and `dpaudit verify B`: a claim's
+evidence collected (shareable parts only) and re-checked without the private data
+(:mod:`dpaudit.reports.verify`). Parsing and rendering only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from .. import reports  # make_bundle / verify_bundle load on first use (numpy, torch)
+from . import options
+from .common import console, emit_json
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bundle")
+    def bundle(
+        inputs: List[Path] = typer.Argument(..., help="release folders or release.json, audit folders (audit.json / one_run.json), plan.json files."),
+        ledger: Optional[Path] = options.ledger(),
+        out: Path = typer.Option(..., "--out", help="A new folder for the bundle."),
+        json_out: bool = options.json_out(),
+    ) -> None:
+        """Collect what a reviewer needs to verify a claim: releases, audits and their plans (shareable parts only), the ledger's export and head."""
+        made = reports.make_bundle(inputs, ledger=ledger, out=out)
+        if json_out:
+            emit_json({"bundle": str(out), **made})
+            return
+        console.print(f"wrote {out}: {len(made['releases'])} release(s), {len(made['audits'])} audit(s), {len(made['plans'])} plan(s), "
+                      f"the ledger's export and head {made['head']['hash'][:16]} (shareable parts only); check it with: dpaudit verify {out}",
+                      highlight=False, soft_wrap=True)
+
+    @app.command("verify")
+    def verify(
+        bundle: Path = typer.Argument(..., help="A folder written by `dpaudit bundle`."),
+        anchor: Optional[str] = typer.Option(None, "--anchor", help="A head hash published earlier (`ledger head`): the chain must contain it.", show_default=False),
+        owner: Optional[str] = typer.Option(None, "--owner", help="The ledger owner's key id, known from outside the bundle.", show_default=False),
+        json_out: bool = options.json_out(),
+    ) -> None:
+        """Re-check a bundle without the private data: claims, ledger, plans, audits. Exit 1 on any failed check."""
+        checks = reports.verify_bundle(bundle, anchor=anchor, owner=owner)
+        bad = reports.failed(checks)
+        if json_out:
+            emit_json({"bundle": str(bundle), "ok": not bad, "checks": [c.__dict__ for c in checks]})
+        else:
+            t = Table("check", "subject", "result", "detail", width=min(console.width, 80))
+            for c in checks:
+                t.add_row(c.name, c.subject, {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}.get(c.status, "[yellow]note[/]"), c.detail)
+            console.print(t)
+            console.print(f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed." if bad else
+                          f"all {len(checks)} checks passed.", highlight=False)
+        if bad:
+            raise typer.Exit(1)

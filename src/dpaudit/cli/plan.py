@@ -1,0 +1,81 @@
+"""`dpaudit audit plan MECHANISM ...` (write a pre-registered audit plan) and `dpaudit audit --plan
+plan.json` (run exactly that plan): :mod:`dpaudit.audit_plans`. Parsing and rendering only."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+import dpaudit  # make_plan / load_plan load with the audit library on first use (dpaudit.__getattr__)
+
+from ..errors import UsageError
+from ..requests import AuditRequest
+from . import generic
+from .common import console, emit_json
+
+#: What --plan leaves to the command line: how the result is printed, never what is computed.
+_FREE = ("json_out",)
+
+_P = inspect.Parameter
+#: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
+PARAMETERS = [
+    _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True)),
+    _P("plan", _P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
+        None, "--plan", show_default=False, help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
+                                                 "no other option may be given.")),
+    _P("key", _P.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
+        None, "--key", show_default=False, help="audit plan: your Ed25519 signing key (name or path; default $DPAUDIT_SIGNING_KEY or "
+                                                "'default'), registered in the ledger.")),
+]
+
+
+def dispatch(values: dict, check) -> tuple | None:
+    """(AuditRequest, PlanRun or None) to run, or None when ``audit plan`` wrote a plan.
+    ``check(request)``: the audit command's checks, run before a plan is written."""
+    mechanism, planned, plan, key = (values.pop(k) for k in ("mechanism", "planned", "plan", "key"))
+    if plan is not None:
+        _refuse_others(values, mechanism, planned, key)
+        a, run = dpaudit.load_plan(plan)
+        return dataclasses.replace(a, json_out=values["json_out"]), run
+    if mechanism == "plan" and planned is not None:
+        a = generic.request_from_options(AuditRequest, values, mechanism=planned)
+        check(a)
+        return _written(dpaudit.make_plan(a, key=key), a.json_out)
+    return generic.request_from_options(AuditRequest, values, mechanism=_alone(mechanism, planned, key)), None
+
+
+def _alone(mechanism, planned, key) -> str:
+    """An ordinary audit's MECHANISM: no second argument, no --key."""
+    if mechanism in (None, "plan") or planned is not None or key is not None:
+        got = " ".join(str(x) for x in (mechanism, planned, key and f"--key {key}") if x) or "none"
+        raise UsageError(f"MECHANISM must be given alone (or `audit plan MECHANISM ...`, or --plan plan.json), got {got}.")
+    return mechanism
+
+
+def _refuse_others(values: dict, mechanism, planned, key) -> None:
+    """``--plan``: every option is the plan's; anything else on the command line is refused."""
+    req = generic.request_from_options(AuditRequest, values, mechanism="-")
+    given = [(n, v) for n, v in (("MECHANISM", mechanism), ("MECHANISM", planned), ("--key", key)) if v is not None]
+    given += [(f.metadata.get("flag") or "--" + f.name.replace("_", "-"), getattr(req, f.name)) for f in dataclasses.fields(AuditRequest)
+              if f.name not in ("mechanism", *_FREE) and getattr(req, f.name) != f.default]
+    if given:
+        raise UsageError(f"{given[0][0]} must not be given with --plan (the plan fixes every option), got {given[0][1]!r}.")
+
+
+def _written(path: Path, json_out: bool) -> None:
+    plan = json.loads(path.read_text())
+    if json_out:
+        emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
+        return
+    a = plan["audit"]
+    what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
+    console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, statistic {a['statistic']} at confidence {a['confidence']:g}; "
+                  f"seeds committed ({plan['commitment'][:16]}), signed by {plan['signer']['key_id'][:12]} and registered in the ledger.",
+                  highlight=False, soft_wrap=True)
+    console.print(f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (keep private until the run); "
+                  f"run it with: dpaudit audit --plan {path}", highlight=False, soft_wrap=True)

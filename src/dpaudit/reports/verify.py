@@ -1,0 +1,286 @@
+"""``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data (issue 27).
+
+A bundle (:func:`make_bundle`) is one folder: ``bundle.json`` (contents, the ledger's published head),
+``ledger.json`` (the ledger's export, without the fingerprint key), ``releases/ID/release.json``,
+``audits/ID/audit.json`` or ``one_run.json`` (shareable parts) and ``plans/ID/plan.json``; never a
+``local.json``, ``*_local.json``, ``plan.local.json`` or ``scores.npz``. :func:`verify_bundle` re-checks,
+one :class:`Check` per finding: the ledger (hash chain up to the published head, entries, signatures:
+an entry dropped or edited is named); each release (its claim recomputed from its event with its own
+accountant and adjacency, :func:`dpaudit.claims.verify_claim`; equal to its signed ledger entry); each
+plan (signed by its key, the key registered, this very plan.json registered, its runs in the ledger
+equal to its audits in the bundle: a hidden run fails); each audit (pre-registered; revealed salt and
+seeds hash to the commitment and were used: seeded worlds and SELECT split, or one-run coins;
+statistic, confidence, trials and canaries as planned; bound recomputed from its stored counts with
+the planned statistic and claim; file digest as recorded in the ledger after the run; it tests a
+bundled release's event at its delta).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..accounting.events import event_from_dict
+from ..audit_outputs import shareable_audit, shareable_one_run
+from ..audit_plans import PLAN_FILE, commitment, digest, plan_entries, signature_ok
+from ..audits.engine import AUDIT_FILE, plan_trials
+from ..audits.one_run import ONE_RUN_FILE, plan_coins, recompute_bounds
+from ..audits.verdicts import decision_at, general_epsilon_at, violated
+from ..claims import verify_claim
+from ..errors import DPAuditError, UsageError
+from ..ledger import signing as sg
+from ..ledger.book import open_ledger
+from ..ledger.integrity import Snapshot, verify_snapshot
+from ..records import RELEASE_FILE, Release, now_utc, read_json, write_json_atomic
+
+SCHEMA = "dpaudit.bundle/1"
+BUNDLE_FILE, LEDGER_FILE = "bundle.json", "ledger.json"
+#: Release fields that must equal the release's ledger entry (the ledger's entry is signed).
+RELEASE_FIELDS = ("mechanism", "guarantee", "epsilon", "delta", "accountant", "adjacency", "noise_multiplier", "sample_rate", "steps",
+                  "clipping_norm")
+_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    subject: str
+    status: str  # "pass" | "FAIL" | "note"
+    detail: str
+
+
+# ------------------------------------------------------------------------------ bundle
+
+_KINDS = {RELEASE_FILE: "releases", AUDIT_FILE: "audits", ONE_RUN_FILE: "audits", PLAN_FILE: "plans"}
+
+
+def _inputs(paths) -> dict:
+    """kind -> [file] of the inputs (a file, or a folder holding release.json / audit.json / one_run.json / plan.json)."""
+    found: dict = {"releases": [], "audits": [], "plans": []}
+    for p in map(Path, paths):
+        hits = [f for f in ([p / n for n in _KINDS] if p.is_dir() else [p]) if f.is_file() and f.name in _KINDS]
+        if not hits:
+            raise UsageError(f"inputs must be release, audit, one-run or plan files (or folders holding one), got {str(p)!r}.")
+        for f in hits:
+            found[_KINDS[f.name]].append(f)
+    return found
+
+
+def _put(out: Path, kind: str, name: str, doc: dict) -> str:
+    if not doc.get("id"):
+        raise UsageError(f"{name} must carry its id (written by this dpaudit), got none.")
+    write_json_atomic(out / kind / str(doc["id"]) / name, doc)
+    return str(doc["id"])
+
+
+def _copy(found: dict, out: Path) -> dict:
+    """Write the shareable part of each input under ``out``; kind -> ids."""
+    audits = [(f.name, read_json(f, "audit")) for f in found["audits"]]
+    planned = [Path(p) for p in ((r.get("plan") or {}).get("path") for _, r in audits) if p and Path(p).is_file()]
+    shareable = {AUDIT_FILE: shareable_audit, ONE_RUN_FILE: shareable_one_run}
+    return {"releases": [_put(out, "releases", RELEASE_FILE, read_json(f, "release")) for f in found["releases"]],
+            "audits": [_put(out, "audits", n, shareable[n](r)) for n, r in audits],
+            "plans": sorted({_put(out, "plans", PLAN_FILE, read_json(f, "audit plan")) for f in found["plans"] + planned})}  # never plan.local.json
+
+
+def make_bundle(paths, *, ledger, out) -> dict:
+    """Write the shareable parts of ``paths`` (releases, audits, one-run audits, plans; an audit's
+    plan is also found from its revealed path), the ledger's export without its fingerprint key and
+    its head into the new folder ``out``; returns bundle.json's content."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"out must be a new or empty folder, got {str(out)!r}.")
+    found = _inputs(paths)
+    with open_ledger(ledger, create=False) as led:
+        dump, head = led.export_rows(include_key=False), led.head()
+    made = {"schema": SCHEMA, "created_at": now_utc(), "head": {k: head[k] for k in ("hash", "seq", "entries")}, **_copy(found, out)}
+    write_json_atomic(out / LEDGER_FILE, dump)
+    write_json_atomic(out / BUNDLE_FILE, made)
+    return made
+
+
+# ------------------------------------------------------------------------------ verify
+
+
+def _check(name: str, subject: str, problems, ok: str) -> Check:
+    """FAIL naming ``problems`` (a list, one string, or None), else pass saying ``ok``."""
+    problems = [problems] if isinstance(problems, str) else list(problems or ())
+    return Check(name, subject, "FAIL" if problems else "pass", "; ".join(problems) or ok)
+
+
+def _read_all(root: Path) -> tuple[dict, list, dict]:
+    """The bundle's releases (by id), audits and plans (by id)."""
+    def docs(pattern: str, what: str) -> list[dict]:
+        return [read_json(p, what) for p in sorted(root.glob(pattern))]
+    return ({r.get("id"): r for r in docs(f"releases/*/{RELEASE_FILE}", "release")},
+            docs(f"audits/*/{AUDIT_FILE}", "audit") + docs(f"audits/*/{ONE_RUN_FILE}", "one-run audit"),
+            {p.get("id"): p for p in docs(f"plans/*/{PLAN_FILE}", "audit plan")})
+
+
+def _ledger(root: Path, anchor, owner) -> tuple[Check, set, list]:
+    """The ledger's check, its registered key ids and its entries (seq, kind, signer, payload)."""
+    meta, dump = read_json(root / BUNDLE_FILE, "bundle"), read_json(root / LEDGER_FILE, "ledger export")
+    rows, head = [tuple(r) for r in dump.get("rows") or []], meta.get("head") or {}
+    rep = verify_snapshot(Snapshot(str(root / LEDGER_FILE), "export", int(dump.get("schema_version") or 0),
+                                   (head.get("seq"), head.get("entries"), head.get("hash")), rows), anchor=anchor, owner=owner)
+    check = _check("ledger", LEDGER_FILE, [p.message for p in rep.problems],
+                   f"{rep.entries} entries, chain and signatures intact up to head {str(head.get('hash'))[:12]}")
+    entries = [(r[0], r[2], r[8], p) for r in rows for p in [_payload(r[5])] if p is not None]
+    return check, {k["key_id"] for k in rep.signatures.get("keys", [])}, entries
+
+
+def _payload(text) -> dict | None:
+    try:
+        p = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return p if isinstance(p, dict) else None
+
+
+def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) -> list[Check]:
+    """Every check of the module docstring on the bundle at ``path`` (``anchor``: a head hash
+    published elsewhere, which the chain must contain; ``owner``: the ledger owner's key id)."""
+    root = Path(path)
+    if not (root / BUNDLE_FILE).is_file():
+        raise UsageError(f"bundle must be a folder written by `dpaudit bundle`, got {str(path)!r} (no {BUNDLE_FILE}).")
+    ledger, keys, entries = _ledger(root, anchor, owner)
+    releases, audits, plans = _read_all(root)
+    in_ledger = {p.get("release_id"): p for _, kind, _, p in entries if kind == "release"}
+    by_plan = plan_entries((seq, signer, p) for seq, kind, signer, p in entries if kind == sg.PLAN_KIND)
+    checks = [ledger] + [c for rid, rel in releases.items() for c in _release_checks(rid, rel, in_ledger.get(rid))]
+    checks += [c for pid, plan in plans.items() for c in _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)]
+    return checks + _all_audit_checks(audits, plans, by_plan, releases)
+
+
+def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
+    return [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+
+
+def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
+    try:
+        claim = verify_claim(Release.from_dict(rel))
+        out = [Check("claim", rid[:12], "pass" if claim.ok else "FAIL", claim.reason)]
+    except (DPAuditError, KeyError, TypeError, ValueError) as e:
+        out = [Check("claim", rid[:12], "FAIL", f"release.json cannot be read: {e}")]
+    differ = ["no release entry with this id in the ledger"] if entry is None else \
+        [k for k in RELEASE_FIELDS if k in entry and not _same(rel.get(k), entry.get(k))]
+    return out + [_check("release = ledger", rid[:12], differ and [f"differs from its signed ledger entry in {', '.join(differ)}"],
+                         "equal to its signed ledger entry")]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b or math.isclose(a, b, rel_tol=1e-12)
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
+    kid = (plan.get("signer") or {}).get("key_id")
+    out = [] if signature_ok(plan) else ["its signature does not verify (edited after signing)"]
+    out += [] if kid in keys else [f"its key {str(kid)[:12]} is not registered in the ledger"]
+    if reg is None:
+        return out + ["the ledger holds no registration of it"]
+    return out + [why for bad, why in ((reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
+                                       (reg[1] != kid, "its ledger registration is not signed by its key")) if bad]
+
+
+def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:
+    signer = str((plan.get("signer") or {}).get("key_id"))[:12]
+    present = [a.get("id") for a in audits if (a.get("plan") or {}).get("id") == pid]
+    return [_check("plan", pid[:12], _plan_problems(plan, led.get("registered"), keys), f"signed by {signer}, registered in the ledger"),
+            _runs_check(pid, list(led.get("runs", [])), present)]
+
+
+def _runs_check(pid: str, runs: list, present: list) -> Check:
+    """The plan's runs in the ledger against its audits in the bundle: a hidden run fails, a second one is noted."""
+    n = f"{len(runs)} run{'s' * (len(runs) != 1)} of plan {pid[:12]}"
+    why = "".join(f"; {label}: {', '.join(str(i)[:12] for i in ids)}" for label, ids in (
+        ("not in the bundle", [r for r in runs if r not in present]), ("not recorded under the plan", [a for a in present if a not in runs])) if ids)
+    if why:
+        return Check("runs", pid[:12], "FAIL", f"{n} in the ledger, {len(present)} in the bundle{why}")
+    return Check("runs", pid[:12], "note" if len(runs) > 1 else "pass", f"{n} in the ledger, all in the bundle")
+
+
+def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list[Check]:
+    aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
+    plan = plans.get(reveal.get("id"))
+    if plan is None:
+        return [Check("audit vs plan", aid, "FAIL", f"not pre-registered: no plan in the bundle (plan {str(reveal.get('id'))[:12]})")]
+    try:
+        diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
+    except (DPAuditError, KeyError, TypeError, ValueError) as e:
+        diffs, bound = [f"cannot be read ({type(e).__name__}: {e})"], "not recomputable"
+    recorded = by_plan.get(plan["id"], {}).get("results", {}).get(rec.get("id"))
+    result = None if recorded == digest(rec) else \
+        "no result recorded under the plan" if recorded is None else "differs from the result the ledger recorded after the run"
+    return [_check("audit vs plan", aid, diffs, "commitment, seeds and settings as planned"),
+            _check("bound", aid, bound, f"recomputed from its counts ({plan['audit']['statistic']})"),
+            _check("result = ledger", aid, result, "the file whose digest the ledger recorded after the run"),
+            _release_match(aid, rec, releases.get(rec.get("release_id")))]
+
+
+def _settings(rec: dict, plan: dict, seeds: dict) -> tuple[dict, dict]:
+    """(what the audit records, what its plan fixed) for each planned setting."""
+    a = plan["audit"]
+    got = {"statistic": rec.get("statistic"), "confidence": rec.get("confidence"), "release": rec.get("release_id")}
+    want = {"statistic": a["statistic"], "confidence": a["confidence"], "release": plan.get("release_id")}
+    if a["kind"] == "one-run":
+        return {**got, "canaries": rec.get("canaries"), "canary": rec.get("kind")}, {**want, "canaries": a["canaries"], "canary": a["canary"]}
+    got.update(trials=rec.get("runs"), canary=rec.get("canary"), select_fraction=rec.get("select_fraction"), seed=(rec.get("seeds") or {}).get("public"))
+    return got, {**want, "trials": a["trials"], "canary": a["canary"], "select_fraction": a["select_fraction"], "seed": seeds.get("public")}
+
+
+def _plan_differences(rec: dict, plan: dict, reveal: dict) -> list[str]:
+    seeds = reveal.get("seeds") or {}
+    got, want = _settings(rec, plan, seeds)
+    out = [] if commitment(reveal.get("salt"), seeds) == plan["commitment"] else ["revealed salt and seeds do not hash to the commitment"]
+    return out + [f"{k} {got[k]!r}, planned {want[k]!r}" for k in want if got[k] != want[k]] or _seeds_unused(rec, plan["audit"], seeds)
+
+
+def _seeds_unused(rec: dict, a: dict, seeds: dict) -> list[str]:
+    """Whether the run used the revealed seeds: the one-run coins, or the seeded worlds and SELECT split."""
+    if a["kind"] == "one-run":
+        used = int(plan_coins(seeds["coins"], a["canaries"]).sum()) if "coins" in seeds else None
+        return [] if used == rec.get("included") else [f"{rec.get('included')} canaries included, the committed coins include {used}"]
+    tp = plan_trials(a["trials"], seed=seeds["public"], select_fraction=a["select_fraction"])
+    c, ev = rec["counts"], ~tp.select
+    sizes = (int((tp.world & ev).sum()), int((~tp.world & ev).sum()))
+    return [] if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes else [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
+
+
+def _one_run_bound_problem(rec: dict, plan: dict) -> str | None:
+    claim, stat = plan["claim"], plan["audit"]["statistic"]
+    key = "fdp" if stat == "f-dp" else "steinke"
+    got = recompute_bounds(rec, claim=event_from_dict(claim["event"]) if key == "fdp" else None, accountant=claim["accountant"],
+                           adjacency=claim["adjacency"])[key]
+    stored = (rec.get(key) or {}).get("epsilon_lower_bound")
+    return None if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6 else \
+        f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
+
+
+def _bound_problem(rec: dict, plan: dict) -> str | None:
+    """Why the stored result differs from the one recomputed from its counts with the planned statistic and claim (None: equal)."""
+    if plan["audit"]["kind"] == "one-run":
+        return _one_run_bound_problem(rec, plan)
+    claim, stat, conf = plan["claim"], plan["audit"]["statistic"], float(plan["audit"]["confidence"])
+    lb, stored = general_epsilon_at(rec, conf), float(rec["epsilon_lower_bound"])
+    if lb is None or abs(lb - stored) > _TOL * max(1.0, stored):
+        return f"eps_LB {stored} stored, {lb} recomputed from its counts"
+    planned = dict(rec, statistic=stat, claimed_curve=dict(rec.get("claimed_curve") or {}, event=claim["event"]) if claim["event"] else None)
+    decided = decision_at(planned, conf)["violated"]
+    return None if decided == violated(rec) else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
+
+
+def _release_match(aid: str, rec: dict, rel: dict | None) -> Check:
+    if rel is None:
+        return Check("audit = release", aid, "FAIL", f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle")
+    tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
+    same = tested is not None and rel.get("guarantee") is not None and \
+        event_from_dict(tested).to_dict() == event_from_dict(rel["guarantee"]).to_dict() and _same(rec.get("delta"), rel.get("delta"))
+    return _check("audit = release", aid, None if same else "the event or delta tested is not the release's", "tests the release's event at its delta")
+
+
+def failed(checks) -> bool:
+    return any(c.status == "FAIL" for c in checks)

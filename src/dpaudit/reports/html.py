@@ -29,7 +29,7 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 .verdict.no-evidence { border-color: var(--ok); color: var(--ok); }
 .verdict.no-claim { border-color: var(--muted); color: var(--muted); }
 table { border-collapse: collapse; margin: 8px 0 14px; font-size: 12.5px; width: auto; max-width: 100%; }
-th, td { overflow-wrap: anywhere; } td.violation, td.accounting-mismatch { color: var(--bad); font-weight: 600; }
+th, td { overflow-wrap: break-word; } table.many th, table.many td { overflow-wrap: anywhere; font-size: 11.5px; } td.violation, td.accounting-mismatch { color: var(--bad); font-weight: 600; }
 td.inconclusive, td.not-audited { color: var(--warn); font-weight: 600; } td.no-evidence { color: var(--ok); }
 details.section > summary { cursor: pointer; } details.section > summary h2 { display: inline-block; margin: 24px 0 4px; }
 details.notes > summary { cursor: pointer; font-size: 12.5px; color: var(--muted); }
@@ -85,7 +85,8 @@ def _table(b: Block) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in b.headers)
     body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
     cap = f"<caption>{_e(b.caption)}</caption>" if b.caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    many = " class=\"many\"" * (len(b.headers) > 14)  # so many columns that only breaking inside words fits them in the page
+    return f"<table{many}>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _figure(fig: Figure) -> str:

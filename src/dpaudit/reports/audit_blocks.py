@@ -76,17 +76,8 @@ def audit_blocks(report: dict) -> list[Block]:
     det = [_detail_row(e, methods) for e in entries]
     return ([covered, _table16_block(a["table16"]),
              table("Every audit in detail (the statistic that decided it recomputed by this report from the stored counts)", DETAIL_HEADERS, det)]
-            + [p(f"Method [{k}]: {m}") for k, m in enumerate(methods, 1)]
+            + [Block("more", text=f"Method [{k}]: {m.split(';')[0]}", caption=m) for k, m in enumerate(methods, 1)]
             + _statistic_blocks(entries) + [Block("figures", figures=["eps_lb_vs_claimed", "roc"])] + _one_run_blocks(one_runs))
-
-
-def _family_text(fam: dict) -> str:
-    if not fam.get("parameter"):
-        return DASH
-    if fam.get("lower_bound") is None:
-        return f"nothing ruled out (claimed {fam['parameter']} {f(fam.get('claimed'), 4)})"
-    rel = "<=" if fam["parameter"] == "epsilon" else ">="
-    return f"{fam['parameter']} {rel} {f(fam.get('lower_bound'), 4)} ruled out (claimed {f(fam.get('claimed'), 4)})"
 
 
 def _comparison_cells(cmp_: dict) -> list[str]:
@@ -102,7 +93,8 @@ def _comparison_cells(cmp_: dict) -> list[str]:
 
 def _statistic_row(e: dict) -> list[str]:
     cv = e.get("claimed_curve") or {}
-    fam = either(cv, f"{_family_text(cv.get('family') or {})} ({f(cv.get('family_epsilon'))}): {verdict_word(cv.get('violated'))}")
+    cfb = e.get("claim_family_bound") or {}
+    fam = either(cfb, f"{cfb.get('statement')} ({f(cv.get('family_epsilon'))}): {verdict_word(cfb.get('violated'))}")
     return ([text(e.get("label")), text(e.get("statistic")), f(e.get("epsilon_lower_bound")), f(e.get("compared_claim")), fam,
              f(e.get("clopper_pearson_epsilon"))] + _comparison_cells(e.get("comparison") or {}) + [text(e.get("threat_model"))])
 

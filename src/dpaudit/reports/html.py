@@ -31,7 +31,8 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 table { border-collapse: collapse; margin: 8px 0 14px; font-size: 12.5px; width: auto; max-width: 100%; }
 th, td { overflow-wrap: break-word; } table.many th, table.many td { overflow-wrap: anywhere; font-size: 11.5px; } td.violation, td.accounting-mismatch { color: var(--bad); font-weight: 600; }
 td.inconclusive, td.not-audited { color: var(--warn); font-weight: 600; } td.no-evidence { color: var(--ok); }
-details.section > summary { cursor: pointer; } details.section > summary h2 { display: inline-block; margin: 24px 0 4px; }
+details.section > summary { cursor: pointer; border-bottom: 2px solid var(--fg); margin-top: 26px; }
+details.section > summary h2 { display: inline; border: 0; }
 details.notes > summary { cursor: pointer; font-size: 12.5px; color: var(--muted); }
 caption { text-align: left; font-weight: 600; padding: 4px 0; caption-side: top; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; text-align: left; vertical-align: top; }
@@ -114,6 +115,7 @@ def _notes(b: Block) -> str:
 #: Block kind -> its HTML (figures are drawn by :func:`_block`).
 RENDER = {"p": lambda b: f"<p>{_e(b.text)}</p>", "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
           "verdict": lambda b: f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>",
+          "more": lambda b: f"<details class=\"notes\"><summary>{_e(b.text)} (expand)</summary><p>{_e(b.caption)}</p></details>",
           "table": _table, "kv": _kv, "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>", "notes": _notes}
 
 

@@ -29,7 +29,8 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 .verdict.no-evidence { border-color: var(--ok); color: var(--ok); }
 .verdict.no-claim { border-color: var(--muted); color: var(--muted); }
 table { border-collapse: collapse; margin: 8px 0 14px; font-size: 12.5px; width: auto; max-width: 100%; }
-th, td { overflow-wrap: break-word; } table.many th, table.many td { overflow-wrap: anywhere; font-size: 11.5px; } td.violation, td.accounting-mismatch { color: var(--bad); font-weight: 600; }
+th, td { overflow-wrap: break-word; } table.many th, table.many td, td.long { overflow-wrap: anywhere; } table.many { font-size: 11.5px; }
+td.violation, td.accounting-mismatch { color: var(--bad); font-weight: 600; }
 td.inconclusive, td.not-audited { color: var(--warn); font-weight: 600; } td.no-evidence { color: var(--ok); }
 details.section > summary { cursor: pointer; border-bottom: 2px solid var(--fg); margin-top: 26px; }
 details.section > summary h2 { display: inline; border: 0; }
@@ -78,7 +79,7 @@ _STATUS = {w: k for k, w in VERDICT_WORDS.items()}
 
 
 def _td(c: object) -> str:
-    cls = "num" if _is_num(str(c)) else _STATUS.get(str(c).split(":")[0], "")
+    cls = ("num" if _is_num(str(c)) else _STATUS.get(str(c).split(":")[0], "")) + " long" * any(len(w) > 24 for w in str(c).split())
     return f"<td class=\"{cls}\">{_e(c)}</td>" if cls else f"<td>{_e(c)}</td>"
 
 

@@ -240,11 +240,16 @@ def _row(mech: str, claim: tuple, status: str, hits: list[dict], release: str | 
             "reason": fam or ("eps_LB above the claim" if status == "violation" else "audit underpowered (ceiling below the claim)" if weak else "")}
 
 
+def _worst(es: list[dict], pools: tuple, default: str) -> tuple[str, list[dict]]:
+    """The worst verdict among audit entries ``es`` (pools: violations, incomplete, no-evidence after any
+    family-wise decision) and the entries behind it; ``default`` when none is in a pool."""
+    return next(((s, h) for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools)
+                 if (h := [e for e in es if any(e is x for x in pool)])), (default, []))
+
+
 def _release_status(r, entries: list[dict], pools: tuple, card: dict | None) -> tuple[str, list[dict]]:
-    """A release's verdict from the audits that cover it (family-wise decisions when K > 1), fail closed."""
-    mine = [e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"]
-    status, hits = next(((s, h) for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools)
-                         if (h := [e for e in mine if any(e is x for x in pool)])), ("not-audited", []))
+    """A release's verdict from the audits that cover it, fail closed."""
+    status, hits = _worst([e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"], pools, "not-audited")
     mismatch = card is not None and card["accounting_check"]["status"] == "mismatch"
     return ("accounting-mismatch" if mismatch and status != "violation" else status), hits
 
@@ -256,9 +261,8 @@ def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> li
     rows += [_row(r.mechanism, (None, None, None, None), "no-claim", [], release=r.id) for r in g.non_private]
     for e in entries:
         if not e["covers_releases"] and e["status"] != "control":
-            status = next((s for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools) if any(e is x for x in pool)), "inconclusive")
-            rows.append(_row(e["mechanism"] or g.name, (e["compared_claim"], e["delta"], e["adjacency"], (e.get("claimed_curve") or {}).get("accountant")),
-                             status, [e]))
+            claim = (e["compared_claim"], e["delta"], e["adjacency"], (e.get("claimed_curve") or {}).get("accountant"))
+            rows.append(_row(e["mechanism"] or g.name, claim, _worst([e], pools, "inconclusive")[0], [e]))
     return rows
 
 

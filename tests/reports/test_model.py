@@ -359,3 +359,26 @@ def test_audit_without_mechanism_supports_no_clean_verdict(tmp_path):
     rep = build_report([tmp_path])
     assert [v["status"] for v in rep["sections"]["verdict"]] == ["inconclusive"]
     assert any("names no mechanism" in m for m in _notes(rep, "error"))
+
+
+def test_first_table_gives_each_release_the_verdict_of_the_audit_that_covers_it(tmp_path):
+    """One row per release: a release whose own audit certifies eps_LB above its claim is a VIOLATION, a
+    release no audit covers is NOT AUDITED, a claim its events do not support is an ACCOUNTING MISMATCH;
+    each row names the plan (None without one) and the statistic of its audit, its eps_LB and ceiling."""
+    from dpaudit.reports.verdict import summary_rows
+
+    bad = make_release(tmp_path / "bad", noise_multiplier=1.0, sample_rate=0.05, steps=100, seed=1)
+    lone = make_release(tmp_path / "lone", noise_multiplier=2.0, sample_rate=0.05, steps=100, seed=2)
+    wrong = make_release(tmp_path / "wrong", noise_multiplier=1.0, sample_rate=0.05, steps=100, seed=3, epsilon=0.2)
+    res, *_ = synthetic_audit(claimed_epsilon=bad.epsilon, shift=5.0)
+    rec = write_audit_record(tmp_path / "bad" / "audit", res, release_id=bad.id)
+    write_raw_audit(tmp_path / "bad" / "audit", {**rec, "plan_id": "plan-0123456789abcdef"})
+    rows = {r["release"]: r for r in summary_rows(build_report([tmp_path])["sections"]["verdict"])}
+    assert set(rows) == {bad.id, lone.id, wrong.id}
+    b = rows[bad.id]
+    assert (b["status"], b["plans"], b["statistics"], b["reason"]) == ("violation", ["plan-0123456789abcdef"], ["clopper-pearson"], "eps_LB above the claim")
+    assert b["epsilon_lower_bound"] == pytest.approx(res.epsilon_lower_bound) and res.epsilon_lower_bound > bad.epsilon
+    assert b["ceiling"] == pytest.approx(res.ceiling)
+    assert (b["epsilon"], b["delta"], b["adjacency"], b["accountant"]) == (pytest.approx(bad.epsilon), 1e-5, "add-remove-record", "rdp")
+    assert (rows[lone.id]["status"], rows[lone.id]["plans"], rows[lone.id]["epsilon_lower_bound"]) == ("not-audited", [], None)
+    assert rows[wrong.id]["status"] == "accounting-mismatch"

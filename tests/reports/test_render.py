@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html as html_mod
+import json
 import re
 import shutil
 import subprocess
@@ -87,8 +89,6 @@ def test_markdown_writes_pngs_beside_it(rendered):
 
 
 def test_html_and_markdown_show_the_same_verdicts(rendered):
-    import html as html_mod
-
     rep, _, html, md_path = rendered
     md = md_path.read_text()
 
@@ -98,36 +98,77 @@ def test_html_and_markdown_show_the_same_verdicts(rendered):
 
 
 def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return None
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
+
+
+#: Run in a copy of the page (the report itself has no script): where the verdict table lies on
+#: the first screen as served, then, with every section and note unfolded, whether anything is
+#: wider than the window. The answer is written into the title, read back with --dump-dom.
+PROBE = """<script>
+const r = document.querySelector('#verdict table').getBoundingClientRect();
+const out = {top: r.top, bottom: r.bottom, right: r.right, w: innerWidth, h: innerHeight, scroll: document.documentElement.scrollWidth};
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+out.open_scroll = document.documentElement.scrollWidth;
+out.wide = [...document.querySelectorAll('table, figure, pre')].filter(x => x.getBoundingClientRect().right > innerWidth)
+  .map(x => (x.textContent || '').slice(0, 60));
+document.title = JSON.stringify(out);
+</script>"""
 
 
 @pytest.mark.slow
-def test_html_renders_non_blank_in_headless_chromium(rendered, tmp_path):
+def test_verdict_table_fits_the_first_screen_of_a_1280x800_browser(rendered, tmp_path):
+    """Headless Chromium at 1280x800: the screenshot is not blank, the verdict table lies wholly
+    inside the first screen, and no table, figure or code block is wider than the page (no
+    sideways scroll) with every section unfolded."""
     browser = _chromium()
     if browser is None:
-        pytest.skip("chromium not installed (Debian: apt-get install -y chromium); headless rendering not checked")
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium); the report was not checked in a browser")
     from PIL import Image
 
-    page = tmp_path / "report.html"
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,800",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    page, probe, shot = tmp_path / "report.html", tmp_path / "probe.html", tmp_path / "shot.png"
     page.write_text(rendered[2])
-    shot = tmp_path / "shot.png"
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars"]
-    run = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,2400", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    probe.write_text(rendered[2].replace("</body>", PROBE + "</body>"))
+    run = subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert shot.exists(), run.stderr[-2000:]
     img = Image.open(shot).convert("L")
-    assert img.size == (1200, 2400)
+    assert img.size == (1280, 800)
     hist = img.histogram()
-    dark = sum(hist[:128]) / (img.size[0] * img.size[1])
-    assert dark > 0.01, "screenshot is blank"  # text, tables and the verdict boxes draw dark pixels
-    assert sum(1 for c in hist if c) > 16  # more than a flat fill
-    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert sum(hist[:128]) / (1280 * 800) > 0.01 and sum(1 for c in hist if c) > 16, "screenshot is blank"
+    dom = subprocess.run(flags + ["--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r"<title>(\{.*?\})</title>", dom)
+    assert m, dom[:500]
+    got = json.loads(html_mod.unescape(m.group(1)))
+    # the whole table on the first screen (the screenshot's 800 px; --dump-dom's innerHeight is the window less its frame)
+    assert got["w"] == 1280 and 0 <= got["top"] and got["bottom"] <= 800 and got["right"] <= 1280, got
+    assert got["scroll"] <= 1280 and got["open_scroll"] <= 1280 and not got["wide"], json.dumps(got)  # nothing scrolls sideways
     for key, heading in SECTIONS:
         assert f'id="{key}"' in dom and heading in dom
     assert "VIOLATION" in dom
+
+
+def test_first_table_has_a_row_per_release_in_both_formats(rendered):
+    """The verdict table comes first, a row per release (and one per audit that covers none), with the
+    same cells in HTML and Markdown; warnings fold into one line."""
+    from dpaudit.reports.blocks import FIRST_HEADERS, layout
+
+    rep, _, html, md_path = rendered
+    md = md_path.read_text()
+    (key, _, blocks), *_ = layout(rep)
+    first = blocks[0]
+    assert key == "verdict" and first.kind == "table" and first.headers == FIRST_HEADERS
+    ids = [r["id"] for r in rep["inputs"]["releases"]]
+    unlinked = [e for e in rep["sections"]["audit"]["audits"] if not e["covers_releases"]]
+    assert len(unlinked) == 2 and len(first.rows) == len(ids) + 2  # + a row per audit that records no release
+    for rid in ids:
+        assert sum(row[0].endswith(rid[:8]) for row in first.rows) == 1
+    broken = next(row for row in first.rows if row[0].startswith("broken-gaussian"))
+    assert sum(row[0] == "dp-rvfl (no release)" and row[4] == "no evidence of a violation" for row in first.rows) == 1
+    assert broken[0] == "broken-gaussian (no release)" and broken[4].startswith("VIOLATION")
+    assert sum(row[4] == "no claim (non-private)" for row in first.rows) == 1
+    head = "| " + " | ".join(FIRST_HEADERS) + " |"
+    assert md.index(head) < md.index("## 2.") and md.index(head) < md.index("<details><summary>")
+    assert html.index("Verdict per release") < html.index('<details class="notes">') < html.index('id="claim"')
+    assert "<summary>" in html and re.search(r"\d+ warnings?[^<]*\(expand\)</summary>", html)

@@ -147,7 +147,7 @@ def test_html_and_markdown_render_the_sweep_section(report, tmp_path):
     for text in ("Table 3 comparison", "accuracy (%) per cell", "p (Holm)", "W/T/L seeds", "Budget of this sweep"):
         assert text in md and text in html
     assert sentence in md and sentence in html
-    assert '<section id="sweep" data-section="sweep"><h2>5. Sweep</h2>' in html
+    assert '<section id="sweep" data-section="sweep"><details class="section"><summary><h2>5. Sweep</h2>' in html
     assert "4 ledger entries of sweep tiny-report are summarised in the Sweep section" in md
 
 

@@ -166,7 +166,9 @@ def test_report_states_the_deciding_statistic_and_the_comparison_statistics(tmp_
     assert e["statistic"] == "claimed-curve" and e["clopper_pearson_epsilon"] == pytest.approx(CP_EPS)
     assert e["claimed_curve"]["violated"] is True and e["comparison"]["auroc"]["auc"] == 0.871
     # the counts are the Clopper-Pearson test's: checked against clopper_pearson_epsilon, not the curve's eps_LB
-    assert not [n for n in rep["notes"] if "differs" in n["message"]]
+    assert not [n for n in rep["notes"] if "Clopper-Pearson eps_LB" in n["message"] and "differs" in n["message"]]
+    # the constructed block's family result does not follow from its counts: the recomputation says so
+    assert any("stored claimed-curve result" in n["message"] for n in rep["notes"])
     figs = all_figures(rep)
     trade = [f for f in figs if f.name.startswith("tradeoff")]
     assert len(trade) == 1 and trade[0].png[:8] == PNG_MAGIC
@@ -292,3 +294,25 @@ def test_figure_of_a_real_engine_audit_follows_its_violated_flag(tmp_path):
         want = VIOLATION_COLOR if expect else CONSISTENT_COLOR
         assert all(to_rgb(b.get_facecolor()) == to_rgb(want) for b in _artists(fig, "confidence-box"))
     assert write_tradeoff_png(d, tmp_path).read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("claim", [(3.0, 1.0, 1), (1.2, 0.05, 40)])  # closed-form Gaussian; subsampled (PLD profile)
+def test_report_recomputes_the_deciding_claimed_curve_statistic(tmp_path, claim):
+    """The cross-check the report shows is the statistic that decided (the claimed-curve family search on the
+    stored box counts), equal to the engine's own result; an edited box count changes it and is noted."""
+    from dpaudit.accounting import SubsampledGaussian
+    from dpaudit.audits.engine import audit_scores
+    from dpaudit.audits.curves import family_statement
+
+    rng = np.random.default_rng(5)
+    res = audit_scores(rng.normal(2.5, 1, 500), rng.normal(0, 1, 500), delta=DELTA, claim=SubsampledGaussian(*claim), mechanism="gaussian", canary="c")
+    rec = json.loads(json.dumps(res.to_dict()))
+    rep = _report(tmp_path / "a", {"a": rec})
+    (e,) = rep["sections"]["audit"]["audits"]
+    cc = rec["claimed_curve"]
+    assert e["recomputed"] == {"statistic": "claimed-curve", "statement": family_statement(cc["family"]), "violated": cc["violated"]}
+    assert not [n for n in rep["notes"] if "stored claimed-curve result" in n["message"]]
+    rec["claimed_curve"]["counts"]["fn"] += 40  # the box edited after the fact
+    rep = _report(tmp_path / "b", {"a": rec})
+    assert rep["sections"]["audit"]["audits"][0]["recomputed"]["statement"] != family_statement(cc["family"])
+    assert any("stored claimed-curve result" in n["message"] for n in rep["notes"])

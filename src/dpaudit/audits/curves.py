@@ -505,6 +505,14 @@ def _search(fam: _Family) -> float | None:
     return math.exp(hi)
 
 
+def family_ruled_out(event: Event, adjacency: "str | Adjacency", fpr_upper: float, fnr_upper: float) -> dict:
+    """What a box with these upper corners rules out, by the search of :func:`curve_test`:
+    {parameter, claimed, lower_bound (None: nothing), scale_lower_bound, violated (s_LB <= 1)}."""
+    box = Box(math.nan, "greater", math.nan, math.nan, float(fpr_upper), float(fnr_upper), 0, 0)
+    s = _search(_Family(event, Adjacency.parse(adjacency).value, box))
+    return {**_family_parameter(event, s), "scale_lower_bound": s, "violated": s is not None and s <= 1.0}
+
+
 def _num(x):
     """A float for JSON: infinities as the strings "inf" / "-inf"."""
     if x is None:

@@ -97,7 +97,7 @@ def general_epsilon_at(rec: dict, confidence: float) -> float | None:
     return stats.epsilon_lower_bound(**counts, delta=delta, confidence=confidence).epsilon
 
 
-def _box_counts(rec: dict) -> dict | None:
+def box_counts(rec: dict) -> dict | None:
     """(fp, n_out, fn, n_in) of the claimed-curve box; older records: from its rates and the EVAL size."""
     cc = rec.get("claimed_curve") or {}
     bc = cc.get("counts")
@@ -116,7 +116,7 @@ def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
     from .curves import claimed_curve
 
     cc = rec.get("claimed_curve") or {}
-    box = _box_counts(rec)
+    box = box_counts(rec)
     if box is None or not isinstance(cc.get("event"), dict):
         return None
     fpr_hi = stats.cp_upper(box["fp"], box["n_out"], confidence, split=2)

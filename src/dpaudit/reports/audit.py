@@ -13,9 +13,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..audits.curves import family_statement
-from ..audits.verdicts import decision_at, upgrade, violated
-from ..errors import DPAuditError
+from ..accounting.events import event_from_dict
+from ..audits import stats as audit_stats
+from ..audits.curves import family_ruled_out, family_statement
+from ..audits.verdicts import box_counts, decision_at, upgrade, violated
+from ..errors import DataError, DPAuditError
 from ..records import Release
 from . import stats
 from .audit_view import STATISTICS, comparison_view, curve_view, one_run_view, statistic_of
@@ -47,7 +49,7 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
 
 
 #: The fields of an audit's view its entry repeats as they are.
-ENTRY_FIELDS = ("id", "mechanism", "canary", "task", "dataset", "trials", "eval_trials", "claimed_epsilon", "delta",
+ENTRY_FIELDS = ("id", "mechanism", "canary", "task", "dataset", "adjacency", "trials", "eval_trials", "claimed_epsilon", "delta",
                 "epsilon_lower_bound", "confidence", "method", "counts", "ceiling", "ceiling_source",
                 "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing")
 
@@ -58,6 +60,7 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}
     entry.update(index=i, path=str(la.path), label=la.path.name or str(la.path), command=command_str(v.command),
+                 plan_id=la.record.get("plan_id") if isinstance(la.record.get("plan_id"), str) else None,
                  covers_releases=[r.id for r in covered], compared_claim=_compared_claim(v.claimed_epsilon, covered))
     _record_notes(v, label, notes)
     _evidence(entry, la, label, notes)
@@ -93,7 +96,7 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     """Recompute the bound, the ceiling and the decision from the EVAL counts (an independent
     cross-check); the decision of :func:`dpaudit.audits.verdicts.decision_at`, or None."""
     c, delta, conf = la.view.counts, la.view.delta, la.view.confidence
-    entry["recomputed_epsilon_lower_bound"] = None
+    entry["recomputed_epsilon_lower_bound"] = entry["recomputed"] = None
     if c is None or delta is None or conf is None or not 0 < conf < 1:
         if entry["ceiling"] is None:
             notes.append(Note("warning", "audit", f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown."))
@@ -113,7 +116,30 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
         notes.append(Note("warning", "audit", f"{label}: its decision could not be recomputed from its counts ({e})."))
         return None
     entry["recomputed_epsilon_lower_bound"] = decision["epsilon_lower_bound"]
+    entry["recomputed"] = _deciding(la.record, conf, decision, entry["statistic"], label, notes)
     return decision
+
+
+def _deciding(rec: dict, conf: float, decision: dict, statistic: str, label: str, notes: list[Note]) -> dict | None:
+    """The statistic that decides the audit, recomputed from its stored counts: the claimed-curve
+    family search on the Clopper-Pearson box corners, or the published eps_LB (None: not recomputable)."""
+    cc = rec.get("claimed_curve")
+    if statistic != "claimed-curve" or not isinstance(cc, dict):
+        return {"statistic": statistic, "epsilon_lower_bound": decision["epsilon_lower_bound"]}
+    box = box_counts(upgrade(rec))
+    try:
+        if box is None:
+            raise DataError("no box counts")
+        hi = [audit_stats.cp_upper(k, n, conf, split=2) for k, n in ((box["fp"], box["n_out"]), (box["fn"], box["n_in"]))]
+        fam = family_ruled_out(event_from_dict(cc["event"]), cc.get("adjacency") or rec.get("adjacency") or "add-remove-record", *hi)
+    except (DPAuditError, ValueError, KeyError, TypeError) as e:
+        notes.append(Note("warning", "audit", f"{label}: its claimed-curve test could not be recomputed from its counts ({e})."))
+        return None
+    stored = (cc.get("family") or {}).get("lower_bound")
+    if (stored is None) != (fam["lower_bound"] is None) or stored is not None and _far(float(stored), fam["lower_bound"]):
+        notes.append(Note("warning", "audit", f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
+                                              f"from the one recomputed from its counts ({family_statement(fam)})."))
+    return {"statistic": statistic, "statement": family_statement(fam), "violated": fam["violated"]}
 
 
 def _is_control(v, label: str, notes: list[Note]) -> bool:

@@ -8,9 +8,9 @@ from typing import Any
 from ..audit_outputs import NOT_COVERED
 from .format import DASH, Block, either, f, g, num, p, table, text, val, verdict_word, with_interval
 
-DETAIL_HEADERS = ["audit", "mechanism", "canary", "task", "claim", "delta", "eps_LB", "eps_LB (recomputed)", "null ctrl", "confidence",
-                  "trials", "EVAL trials", "TP/FP/TN/FN", "ceiling", "GDP est.", "AUC", "method", "status"]
-STATISTIC_HEADERS = ["audit", "statistic (decides)", "eps_LB", "claim", "family epsilon (not a bound)", "claim's family", "claimed curve",
+DETAIL_HEADERS = ["audit", "mechanism / canary / task", "claim (delta)", "eps_LB", "deciding statistic, recomputed from the counts",
+                  "null ctrl", "confidence", "trials (EVAL)", "TP/FP/TN/FN", "ceiling", "GDP est. / AUC", "method", "status"]
+STATISTIC_HEADERS = ["audit", "statistic (decides)", "eps_LB", "claim", "claim's family: ruled out (family epsilon, not a bound)",
                      "CP eps_LB (SELECT/EVAL)", "CP eps_LB (Bonferroni)", "TPR at FPR 0.1 % [CI]", "TPR at FPR 1 % [CI]",
                      "AUROC [bootstrap CI]", "GDP eps (estimate)", "threat model"]
 ONE_RUN_HEADERS = ["record", "mechanism", "canary kind", "m", "included", "claim", "delta", "confidence", "correct / guesses",
@@ -47,13 +47,23 @@ def _method_ref(method: Any, methods: list[str]) -> str:
     return f"[{methods.index(str(method)) + 1}]"
 
 
+def _recomputed(r: dict | None) -> str:
+    """The deciding statistic recomputed by the report (the claimed-curve search, or the eps_LB)."""
+    if not r:
+        return DASH
+    if "statement" in r:
+        return f"{r['statistic']}: {r['statement']}: {verdict_word(r['violated'])}"
+    return f"{r['statistic']}: eps_LB {f(r.get('epsilon_lower_bound'))}"
+
+
 def _detail_row(e: dict, methods: list[str]) -> list[str]:
     cnt = e.get("counts") or {}
-    return [text(e.get("label")), str(e.get("mechanism")), text(e.get("canary")), text(e.get("task") or e.get("dataset")),
-            f(e.get("compared_claim")), g(e.get("delta")), f(e.get("epsilon_lower_bound")), f(e.get("recomputed_epsilon_lower_bound")),
-            f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")), val(e.get("trials")), val(e.get("eval_trials")),
-            either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))), f(e.get("ceiling"), 2), f(e.get("gdp_estimate")),
-            f(e.get("auc")), _method_ref(e.get("method"), methods), e.get("status", "").upper()]
+    what = " / ".join(text(x) for x in (e.get("mechanism"), e.get("canary"), e.get("task") or e.get("dataset")))
+    return [text(e.get("label")), what, f"{f(e.get('compared_claim'))} ({g(e.get('delta'))})", f(e.get("epsilon_lower_bound")),
+            _recomputed(e.get("recomputed")), f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")),
+            f"{val(e.get('trials'))} ({val(e.get('eval_trials'))})", either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))),
+            f(e.get("ceiling"), 2), f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}", _method_ref(e.get("method"), methods),
+            e.get("status", "").upper()]
 
 
 def audit_blocks(report: dict) -> list[Block]:
@@ -65,18 +75,9 @@ def audit_blocks(report: dict) -> list[Block]:
     methods: list[str] = []
     det = [_detail_row(e, methods) for e in entries]
     return ([covered, _table16_block(a["table16"]),
-             table("Every audit in detail (eps_LB recomputed by this report from the stored EVAL counts as a cross-check)", DETAIL_HEADERS, det)]
-            + [p(f"Method [{k}]: {m}") for k, m in enumerate(methods, 1)]
+             table("Every audit in detail (the statistic that decided it recomputed by this report from the stored counts)", DETAIL_HEADERS, det)]
+            + [Block("more", text=f"Method [{k}]: {m.split(';')[0]}", caption=m) for k, m in enumerate(methods, 1)]
             + _statistic_blocks(entries) + [Block("figures", figures=["eps_lb_vs_claimed", "roc"])] + _one_run_blocks(one_runs))
-
-
-def _family_text(fam: dict) -> str:
-    if not fam.get("parameter"):
-        return DASH
-    if fam.get("lower_bound") is None:
-        return f"nothing ruled out (claimed {fam['parameter']} {f(fam.get('claimed'), 4)})"
-    rel = "<=" if fam["parameter"] == "epsilon" else ">="
-    return f"{fam['parameter']} {rel} {f(fam.get('lower_bound'), 4)} ruled out (claimed {f(fam.get('claimed'), 4)})"
 
 
 def _comparison_cells(cmp_: dict) -> list[str]:
@@ -92,8 +93,9 @@ def _comparison_cells(cmp_: dict) -> list[str]:
 
 def _statistic_row(e: dict) -> list[str]:
     cv = e.get("claimed_curve") or {}
-    return ([text(e.get("label")), text(e.get("statistic")), f(e.get("epsilon_lower_bound")), f(e.get("compared_claim")),
-             either(cv, f(cv.get("family_epsilon"))), _family_text(cv.get("family") or {}), either(cv, verdict_word(cv.get("violated"))),
+    cfb = e.get("claim_family_bound") or {}
+    fam = either(cfb, f"{cfb.get('statement')} ({f(cv.get('family_epsilon'))}): {verdict_word(cfb.get('violated'))}")
+    return ([text(e.get("label")), text(e.get("statistic")), f(e.get("epsilon_lower_bound")), f(e.get("compared_claim")), fam,
              f(e.get("clopper_pearson_epsilon"))] + _comparison_cells(e.get("comparison") or {}) + [text(e.get("threat_model"))])
 
 
@@ -103,16 +105,13 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
     when some audit records them (an audit.json from before claimed-curve audits has none)."""
     if not any(e.get("claimed_curve") or e.get("comparison") or e.get("statistic") == "claimed-curve" for e in entries):
         return []
-    out = [table("Statistic that decided each audit, and the statistics reviewers compare across tools "
-                 "(claimed-curve: the confidence box of one test chosen on SELECT against the claimed trade-off curve; "
-                 "it decides; eps_LB: a lower bound on epsilon for any mechanism; family epsilon: the epsilon of the "
-                 "strongest member of the claim's family ruled out, a statement about that family only, no bound on "
-                 "epsilon; Clopper-Pearson: the SELECT/EVAL rule's eps_LB; the GDP value is an estimate, not a bound)",
+    out = [table("Statistic that decided each audit, and those reviewers compare across tools (claimed-curve: the box of one "
+                 "test chosen on SELECT against the claimed curve; eps_LB: a bound for any mechanism; family epsilon: no bound; "
+                 "GDP: an estimate)",
                  STATISTIC_HEADERS, [_statistic_row(e) for e in entries])]
     if any(e.get("claimed_curve") for e in entries):
-        out += [p("Trade-off figures: the claimed curve (FNR against FPR) with the audit's EVAL points and the "
-                  "chosen test's confidence box [0, FPR_hi] x [0, FNR_hi]; a box wholly below the claimed curve "
-                  "falsifies the claim at the audit's confidence and is drawn in red."), Block("figures", figures=["tradeoff"])]
+        out += [p("Trade-off figures: the claimed curve, the EVAL points and the confidence box (red: wholly below the curve, "
+                  "the claim is falsified)."), Block("figures", figures=["tradeoff"])]
     return out
 
 

@@ -15,21 +15,35 @@ from .audit_blocks import audit_blocks
 from .format import DASH, Block, f, g, ms, p, table, text, val
 from .model import SECTIONS
 from .utility import ordered_metrics
+from .verdict import summary_rows
 from .sweep_blocks import sweep_blocks
+
+
+#: A row's verdict as the first table words it.
+VERDICT_WORDS = {"violation": "VIOLATION", "accounting-mismatch": "ACCOUNTING MISMATCH", "inconclusive": "INCONCLUSIVE",
+                 "not-audited": "NOT AUDITED", "no-evidence": "no evidence of a violation", "no-claim": "no claim (non-private)"}
+FIRST_HEADERS = ["release", "claim (eps, delta, adjacency, accountant)", "audited by (plan, statistic)", "eps_LB (ceiling)", "verdict"]
+
+
+def _first_row(r: dict) -> list[str]:
+    claim = "no claim" if r["epsilon"] is None else ", ".join(
+        [f"eps {f(r['epsilon'])}", f"delta {g(r['delta'])}"] + [str(x) for x in (r["adjacency"], r["accountant"]) if x])
+    plans = ", ".join(str(x)[:12] if x else "—" for x in r["plans"]) or "—"
+    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (f"plan {plans}; {', '.join(r['statistics'])}" if r["statistics"] else "—")
+    lb = DASH if r["epsilon_lower_bound"] is None else f(r["epsilon_lower_bound"]) + (f" ({f(r['ceiling'], 2)})" if r["ceiling"] is not None else "")
+    return [f"{r['mechanism']} {str(r['release'])[:8]}" if r["release"] else f"{r['mechanism']} (no release)", claim, audited, lb,
+            VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else "")]
 
 
 def verdict_blocks(report: dict) -> list[Block]:
     vs = report["sections"]["verdict"]
-    out = [Block("verdict", text=v["line"], status=v["status"]) for v in vs]
     if not vs:
-        out.append(Block("p", text="No mechanism found among the inputs."))
-    out.append(Block("p", text=(
-        "A VIOLATION means an audit certified (at its stated confidence) a lower bound on epsilon above the claim. "
-        "“No evidence of a violation” is not a proof of privacy: it is bounded by the audit's ceiling and attack strength. "
-        "Each line names the statistic that decided it: claimed-curve (the audit's confidence box tested against the claim's whole "
-        "trade-off curve, reported as the strongest member of the claim's family it rules out) or clopper-pearson (one (eps, delta) "
-        "point, the statistic of audits without a claimed event and of older audit records).")))
-    return out
+        return [p("No mechanism found among the inputs.")]
+    return [table("Verdict per release", FIRST_HEADERS, [_first_row(r) for r in summary_rows(vs)])] + [
+        Block("verdict", text=v["line"], status=v["status"]) for v in vs] + [p(
+            "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
+            "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
+            "trade-off curve; clopper-pearson: one (eps, delta) point.")]
 
 
 def _commit(c: dict) -> str:
@@ -245,11 +259,14 @@ def sections_of(report: dict) -> list[tuple[str, str]]:
 
 
 def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
-    """(section key, heading, blocks) for every section, notes first in each."""
-    def notes(section: str) -> list[Block]:
-        ns = [n for n in report.get("notes", []) if n.get("section") == section]
+    """(section key, heading, blocks) for every section, its notes first (in the verdict section: after the first table)."""
+    def notes(*sections: str) -> list[Block]:
+        ns = [n for n in report.get("notes", []) if n.get("section") in sections]
         return [Block("notes", notes=ns)] if ns else []
 
-    # the notes on the inputs head the verdict section
-    return [(key, heading, (notes("inputs") if key == "verdict" else []) + notes(key) + BUILDERS[key](report))
-            for key, heading in sections_of(report)]
+    out = []
+    for key, heading in sections_of(report):
+        blocks = BUILDERS[key](report)
+        at = 1 if key == "verdict" and blocks and blocks[0].kind == "table" else 0
+        out.append((key, heading, blocks[:at] + notes(*(("inputs", key) if key == "verdict" else (key,))) + blocks[at:]))
+    return out

@@ -18,7 +18,7 @@ DASH = "n/a"
 
 @dataclass
 class Block:
-    kind: str  # p | verdict | table | kv | code | figures | notes | h3
+    kind: str  # p | verdict | table | kv | code | figures | notes | h3 | more (text, folded caption)
     text: str = ""
     status: str = ""
     caption: str = ""

@@ -1,7 +1,8 @@
 """Self-contained HTML: inline CSS, figures as base64 PNG data URIs, no script, no network.
 
-The page prints well (A4/Letter): tables and figures avoid page breaks, colours survive
-grey-scale printing because every verdict also carries a word (VIOLATION, ...).
+The first screen is the verdict table; notes fold into one line each section, every section after
+the verdict folds (``<details>``: open them before printing). Cells wrap, so no table is wider than
+the page. Colours survive grey-scale printing because every verdict also carries a word.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 
-from .blocks import Block, layout
+from .blocks import VERDICT_WORDS, Block, layout
 from .format import chosen
 from .plots import Figure, all_figures
 
@@ -28,12 +29,17 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 .verdict.no-evidence { border-color: var(--ok); color: var(--ok); }
 .verdict.no-claim { border-color: var(--muted); color: var(--muted); }
 table { border-collapse: collapse; margin: 8px 0 14px; font-size: 12.5px; width: auto; max-width: 100%; }
+th, td { overflow-wrap: break-word; } table.many th, table.many td, td.long { overflow-wrap: anywhere; } table.many { font-size: 11.5px; }
+td.violation, td.accounting-mismatch { color: var(--bad); font-weight: 600; }
+td.inconclusive, td.not-audited { color: var(--warn); font-weight: 600; } td.no-evidence { color: var(--ok); }
+details.section > summary { cursor: pointer; border-bottom: 2px solid var(--fg); margin-top: 26px; }
+details.section > summary h2 { display: inline; border: 0; }
+details.notes > summary { cursor: pointer; font-size: 12.5px; color: var(--muted); }
 caption { text-align: left; font-weight: 600; padding: 4px 0; caption-side: top; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; text-align: left; vertical-align: top; }
 th { background: #f1f3f4; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.kv th { width: 290px; font-weight: 500; }
-.tablewrap { overflow-x: auto; }
 pre { background: #f6f8fa; border: 1px solid var(--line); padding: 8px 10px; white-space: pre-wrap; word-break: break-all; font-size: 12px; }
 .notes { list-style: none; padding: 0; margin: 6px 0 12px; }
 .notes li { padding: 4px 8px; margin: 3px 0; border-left: 4px solid var(--line); background: #fafafa; font-size: 12.5px; }
@@ -48,9 +54,8 @@ nav.toc { font-size: 13px; margin: 10px 0; } nav.toc a { margin-right: 12px; col
   h2 { break-after: avoid; page-break-after: avoid; }
   table, figure, .verdict, pre { break-inside: avoid; page-break-inside: avoid; }
   nav.toc { display: none; }
-  .tablewrap { overflow: visible; }
   table { font-size: 8.5px; max-width: 100%; }
-  th, td { padding: 2px 3px; overflow-wrap: anywhere; }
+  th, td { padding: 2px 3px; }
   figure img { max-width: 90%; }
 }
 @page { margin: 14mm 12mm; }
@@ -69,12 +74,21 @@ def _is_num(s: str) -> bool:
         return False
 
 
+#: First-table verdict words -> the status class that colours the cell.
+_STATUS = {w: k for k, w in VERDICT_WORDS.items()}
+
+
+def _td(c: object) -> str:
+    cls = ("num" if _is_num(str(c)) else _STATUS.get(str(c).split(":")[0], "")) + " long" * any(len(w) > 24 for w in str(c).split())
+    return f"<td class=\"{cls}\">{_e(c)}</td>" if cls else f"<td>{_e(c)}</td>"
+
+
 def _table(b: Block) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in b.headers)
-    body = "".join("<tr>" + "".join(f"<td class=\"num\">{_e(c)}</td>" if _is_num(str(c)) else f"<td>{_e(c)}</td>" for c in row) + "</tr>"
-                   for row in b.rows)
+    body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
     cap = f"<caption>{_e(b.caption)}</caption>" if b.caption else ""
-    return f"<div class=\"tablewrap\"><table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    many = " class=\"many\"" * (len(b.headers) > 14)  # so many columns that only breaking inside words fits them in the page
+    return f"<table{many}>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _figure(fig: Figure) -> str:
@@ -85,17 +99,24 @@ def _figure(fig: Figure) -> str:
 
 def _kv(b: Block) -> str:
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in b.pairs)
-    return f"<div class=\"tablewrap\"><table class=\"kv\"><caption>{_e(b.caption)}</caption><tbody>{rows}</tbody></table></div>"
+    return f"<table class=\"kv\"><caption>{_e(b.caption)}</caption><tbody>{rows}</tbody></table>"
+
+
+def notes_summary(notes: list[dict]) -> str:
+    """"2 errors, 3 warnings, 4 notes": the one line a section's notes fold into."""
+    n = {lv: sum(1 for x in notes if x["level"] == lv) for lv in ("error", "warning", "info")}
+    return ", ".join(f"{k} {w}{'s' * (k > 1)}" for w, k in (("error", n["error"]), ("warning", n["warning"]), ("note", n["info"])) if k)
 
 
 def _notes(b: Block) -> str:
     items = "".join(f"<li class=\"{_e(n['level'])}\"><b>{_e(n['level'])}</b> {_e(n['message'])}</li>" for n in b.notes)
-    return f"<ul class=\"notes\">{items}</ul>"
+    return f"<details class=\"notes\"><summary>{_e(notes_summary(b.notes))} (expand)</summary><ul class=\"notes\">{items}</ul></details>"
 
 
 #: Block kind -> its HTML (figures are drawn by :func:`_block`).
 RENDER = {"p": lambda b: f"<p>{_e(b.text)}</p>", "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
           "verdict": lambda b: f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>",
+          "more": lambda b: f"<details class=\"notes\"><summary>{_e(b.text)} (expand)</summary><p>{_e(b.caption)}</p></details>",
           "table": _table, "kv": _kv, "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>", "notes": _notes}
 
 
@@ -119,9 +140,11 @@ def render_html(report: dict, figures: list[Figure] | None = None) -> str:
     toc = "".join(f"<a href=\"#{k}\">{_e(h)}</a>" for k, h, _ in secs)
     body = []
     for key, heading, blocks in secs:
-        body.append(f"<section id=\"{key}\" data-section=\"{key}\"><h2>{_e(heading)}</h2>")
+        fold = key != "verdict"
+        body.append(f"<section id=\"{key}\" data-section=\"{key}\">" + ("<details class=\"section\"><summary>" * fold) + f"<h2>{_e(heading)}</h2>"
+                    + "</summary>" * fold)
         body.extend(_block(b, figures) for b in blocks)
-        body.append("</section>")
+        body.append("</details>" * fold + "</section>")
     meta = (f"generated {_e(report['generated_at'])} by dpaudit {_e(report['dpaudit_version'])}"
             + (f" (commit {_e(str(report['git_commit'])[:12])})" if report.get("git_commit") else "")
             + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)"

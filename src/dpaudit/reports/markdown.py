@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .blocks import Block, layout
 from .format import chosen
-from .html import _sweeps_meta
+from .html import _sweeps_meta, notes_summary
 from .plots import Figure, all_figures
 
 _BADGE = {"violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️"}
@@ -24,9 +24,11 @@ def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
 
 #: Block kind -> its Markdown (figures are written by :func:`_block`).
 RENDER = {"p": lambda b: b.text, "h3": lambda b: f"### {b.text}", "verdict": lambda b: f"> {_BADGE.get(b.status, '')} **{b.text}**",
+          "more": lambda b: f"<details><summary>{b.text} (expand)</summary>\n\n{b.caption}\n\n</details>",
           "table": lambda b: _table(b.headers, b.rows, b.caption),
           "kv": lambda b: _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption), "code": lambda b: f"```sh\n{b.text}\n```",
-          "notes": lambda b: "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes)}
+          "notes": lambda b: f"<details><summary>{notes_summary(b.notes)} (expand)</summary>\n\n"
+                             + "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes) + "\n\n</details>"}
 
 
 def _block(b: Block, figures: list[Figure], asset_rel: str) -> str:

@@ -53,7 +53,8 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   with status, compared_claim (the claim the audit recorded; a linked release's epsilon only when
   it records none), covers_releases (the release it records, by id, path or folder; never one
   matched by epsilon), family_decision (with K > 1), claim_family_bound, recomputed_epsilon_lower_bound
-  (the published eps_LB from the stored counts), ceiling (+ source), controls,
+  (the published eps_LB from the stored counts), recomputed (the statistic that decided,
+  recomputed from the stored counts: the claimed-curve family search, or the eps_LB), plan_id, ceiling (+ source), controls,
   roc, histogram, statistic (claimed-curve | clopper-pearson: what decides its verdict; an old
   audit.json means clopper-pearson), clopper_pearson_epsilon, threat_model, claimed_curve (the
   validated audit.json block, drawn as the trade-off figure; null without one), comparison
@@ -61,7 +62,11 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
   one_run: [one entry per one_run.json: mechanism, kind, canaries, claimed_epsilon, delta,
   confidence, steinke, fdp, epsilon_lower_bound, statistic, status]};
 - ``sections.verdict`` entries also carry ``decided_by`` and ``statistics`` (the statistics
-  behind the line); a one-run record with a claim gets a verdict line of its own;
+  behind the line) and ``rows``: the report's first table, a row per release of the mechanism
+  and one per audit covering none ({release, mechanism, epsilon, delta, adjacency, accountant,
+  plans (audit.json ``plan_id``; None without a plan), statistics, audits, epsilon_lower_bound,
+  ceiling, status, reason}; :func:`dpaudit.reports.verdict.summary_rows`); a one-run record with
+  a claim gets a verdict line of its own;
 - ``sections.reproduce``: [{kind: release | audit | sweep | report, mechanism, id, path, command,
   seed, noise, parameters?}];
 - ``sections.sweep`` (present only when the inputs include a sweep): one entry per sweep, its

@@ -219,11 +219,58 @@ def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, no
     if mismatch and status in ("no-evidence", "not-audited", "no-claim"):
         status = "accounting-mismatch"
     numbers = _numbers(g, entries)
-    return {"mechanism": g.name, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
+    rows = _rows(g, entries, (violations, incomplete, ok), claim_by_id)
+    return {"mechanism": g.name, "rows": rows, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
             "line": f"{g.name}: " + "; ".join(t for _, t in parts), "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"],
             "decided_by": decided_by, "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
             "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
             "audits": [e["path"] for e in entries], "family_wise": family and {"audits": family["audits"], "method": family["method"]}}, entries
+
+
+def _row(mech: str, claim: tuple, status: str, hits: list[dict], release: str | None = None) -> dict:
+    """One row of the first table: a claim (epsilon, delta, adjacency, accountant), the audits that decided its
+    verdict (plan id, statistic), the largest eps_LB among them with that audit's ceiling, and the verdict."""
+    top = max(hits, key=lambda e: e["epsilon_lower_bound"] if e["epsilon_lower_bound"] is not None else -math.inf, default={})
+    fam = next(((e.get("claim_family_bound") or {}).get("statement") for e in hits if e["status"] == "violation"
+                and e["statistic"] == "claimed-curve"), None)
+    weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
+    return {"release": release, "mechanism": mech, "epsilon": claim[0], "delta": claim[1], "adjacency": claim[2], "accountant": claim[3],
+            "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)), "statistics": _statistics(hits), "audits": [e["path"] for e in hits],
+            "epsilon_lower_bound": top.get("epsilon_lower_bound"), "ceiling": top.get("ceiling"), "status": status,
+            "reason": fam or ("eps_LB above the claim" if status == "violation" else "audit underpowered (ceiling below the claim)" if weak else "")}
+
+
+def _worst(es: list[dict], pools: tuple, default: str) -> tuple[str, list[dict]]:
+    """The worst verdict among audit entries ``es`` (pools: violations, incomplete, no-evidence after any
+    family-wise decision) and the entries behind it; ``default`` when none is in a pool."""
+    return next(((s, h) for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools)
+                 if (h := [e for e in es if any(e is x for x in pool)])), (default, []))
+
+
+def _release_status(r, entries: list[dict], pools: tuple, card: dict | None) -> tuple[str, list[dict]]:
+    """A release's verdict from the audits that cover it, fail closed."""
+    status, hits = _worst([e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"], pools, "not-audited")
+    mismatch = card is not None and card["accounting_check"]["status"] == "mismatch"
+    return ("accounting-mismatch" if mismatch and status != "violation" else status), hits
+
+
+def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> list[dict]:
+    """A row per release of the group, then one per audit that covers none of them."""
+    rows = [_row(r.mechanism, (num(r.epsilon), num(r.delta), r.adjacency, r.accountant), *_release_status(r, entries, pools, claim_by_id.get(r.id)),
+                 release=r.id) for r in g.releases]
+    rows += [_row(r.mechanism, (None, None, None, None), "no-claim", [], release=r.id) for r in g.non_private]
+    for e in entries:
+        if not e["covers_releases"] and e["status"] != "control":
+            claim = (e["compared_claim"], e["delta"], e["adjacency"], (e.get("claimed_curve") or {}).get("accountant"))
+            rows.append(_row(e["mechanism"] or g.name, claim, _worst([e], pools, "inconclusive")[0], [e]))
+    return rows
+
+
+def summary_rows(verdicts: list[dict]) -> list[dict]:
+    """The first table's rows: every mechanism's, and one per one-run audit or sweep (their verdict line's numbers)."""
+    return [row for v in verdicts for row in v.get("rows") or [
+        _row(v["mechanism"], (max(v["claimed_epsilons"], default=None), None, None, None), v["status"], []) | {
+            "statistics": v.get("statistics") or [], "epsilon_lower_bound": v["max_epsilon_lower_bound"]}]]
 
 
 def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]) -> tuple[list[dict], list[dict]]:

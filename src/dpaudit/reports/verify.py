@@ -164,10 +164,10 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         out = [Check("claim", rid[:12], "pass" if claim.ok else "FAIL", claim.reason)]
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         out = [Check("claim", rid[:12], "FAIL", f"release.json cannot be read: {e}")]
-    differ = ["no release entry with this id in the ledger"] if entry is None else \
-        [k for k in RELEASE_FIELDS if k in entry and not _same(rel.get(k), entry.get(k))]
-    return out + [_check("release = ledger", rid[:12], differ and [f"differs from its signed ledger entry in {', '.join(differ)}"],
-                         "equal to its signed ledger entry")]
+    differ = [k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))]
+    problem = "no release entry with this id in the ledger" if entry is None else \
+        differ and f"differs from its signed ledger entry in {', '.join(differ)}"
+    return out + [_check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry")]
 
 
 def _same(a, b) -> bool:
@@ -207,7 +207,8 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        return [Check("audit vs plan", aid, "FAIL", f"not pre-registered: no plan in the bundle (plan {str(reveal.get('id'))[:12]})")]
+        return [Check("audit vs plan", aid, "FAIL", f"not pre-registered: its plan {str(reveal['id'])[:12]} is not in the bundle"
+                      if reveal.get("id") else "not pre-registered: it names no plan")]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
     except (DPAuditError, KeyError, TypeError, ValueError) as e:

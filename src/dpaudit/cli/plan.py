@@ -70,12 +70,10 @@ def _refuse_others(values: dict, mechanism, planned, key) -> None:
 def _written(path: Path, json_out: bool) -> None:
     plan = json.loads(path.read_text())
     if json_out:
-        emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
-        return
+        return emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
     a = plan["audit"]
     what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
-    console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, statistic {a['statistic']} at confidence {a['confidence']:g}; "
-                  f"seeds committed ({plan['commitment'][:16]}), signed by {plan['signer']['key_id'][:12]} and registered in the ledger.",
+    console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
+                  f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
+                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: dpaudit audit --plan {path}",
                   highlight=False, soft_wrap=True)
-    console.print(f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (keep private until the run); "
-                  f"run it with: dpaudit audit --plan {path}", highlight=False, soft_wrap=True)

@@ -1,18 +1,13 @@
 """``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data (issue 27).
 
-A bundle (:func:`make_bundle`) is one folder: ``bundle.json`` (contents, the ledger's published head),
-``ledger.json`` (the ledger's export, without the fingerprint key), ``releases/ID/release.json``,
-``audits/ID/audit.json`` or ``one_run.json`` (shareable parts) and ``plans/ID/plan.json``; never a
-``local.json``, ``*_local.json``, ``plan.local.json`` or ``scores.npz``. :func:`verify_bundle` re-checks,
-one :class:`Check` per finding: the ledger (hash chain up to the published head, entries, signatures:
-an entry dropped or edited is named); each release (its claim recomputed from its event with its own
-accountant and adjacency, :func:`dpaudit.claims.verify_claim`; equal to its signed ledger entry); each
-plan (signed by its key, the key registered, this very plan.json registered, its runs in the ledger
-equal to its audits in the bundle: a hidden run fails); each audit (pre-registered; revealed salt and
-seeds hash to the commitment and were used: seeded worlds and SELECT split, or one-run coins;
-statistic, confidence, trials and canaries as planned; bound recomputed from its stored counts with
-the planned statistic and claim; file digest as recorded in the ledger after the run; it tests a
-bundled release's event at its delta).
+A bundle (:func:`make_bundle`): ``bundle.json`` (contents, the ledger's head), ``ledger.json`` (the ledger's export without
+its fingerprint key), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and
+``plans/ID/plan.json``; never a local file or scores. :func:`verify_bundle` re-checks, one :class:`Check` per finding: the
+ledger (chain up to the head, entries, signatures); each release (claim recomputed from its event with its accountant and
+adjacency; equal to its signed ledger entry); each plan (signed, its key registered, this plan.json registered, its runs in
+the ledger = its audits in the bundle); each audit (pre-registered; revealed salt and seeds = the commitment, and used;
+settings as planned; bound recomputed from its counts with the planned statistic and claim; file = the digest the ledger
+recorded after the run; it tests a bundled release's event at its delta).
 """
 
 from __future__ import annotations

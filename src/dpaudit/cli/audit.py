@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
     mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
     arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str],
-                            default=typer.Argument(None, help=f"{mechanisms}. `audit plan MECHANISM ...`: write a pre-registered plan."))
+                            default=typer.Argument(None, metavar="MECHANISM|plan", help=f"{mechanisms}. `audit plan MECHANISM ...`: write a pre-registered plan."))
 
     def audit(**kwargs):
         todo = plan_cli.dispatch(kwargs, _check)

@@ -24,7 +24,7 @@ _FREE = ("json_out",)
 _P = inspect.Parameter
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
 PARAMETERS = [
-    _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True)),
+    _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True, metavar="MECHANISM")),
     _P("plan", _P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
         None, "--plan", show_default=False, help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
                                                  "no other option may be given.")),

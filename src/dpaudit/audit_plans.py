@@ -1,21 +1,16 @@
 """Pre-registered audits (issue 27): what an audit will do, fixed, signed and in the ledger before it runs.
 
-A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores.
-``dpaudit audit plan MECHANISM ...`` (:func:`make_plan`) therefore writes, before anything is trained,
-``plan.json`` (shareable: mechanism, claim tested (the release's when one is given), canary kind and
-count, trials or one run, deciding statistic, confidence, SELECT share, every option of the run, and a
-commitment ``SHA-256(canonical {salt, seeds})`` to the seeds that fix the canaries and the inclusion
-coins (trials: worlds and SELECT split; one run: each canary's coin), signed with the auditor's Ed25519
-key), ``plan.local.json`` (private until the run: the fresh salt, the seeds, the key and ledger to use)
-and a signed ``plan`` entry in the ledger (the plan's id, SHA-256 and commitment).
+A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores. :func:`make_plan`
+(``dpaudit audit plan MECHANISM ...``) writes, before anything is trained, ``plan.json`` (shareable: mechanism, claim,
+canaries, trials or one run, statistic, confidence, SELECT share, every option, and ``SHA-256(canonical {salt, seeds})``
+committing to the seeds that fix the canaries and the inclusion coins; signed with the auditor's Ed25519 key),
+``plan.local.json`` (private until the run: salt, seeds, key, ledger) and a signed ``plan`` entry in the ledger.
+:func:`load_plan` (``dpaudit audit --plan plan.json``) checks signature, commitment and registration; the run is recorded
+under the plan before it computes anything (:class:`PlanRun`), its result's SHA-256 after, and its audit file reveals
+plan id, seeds and salt. A second run is a second ``run`` entry, which ``dpaudit verify`` will not let a bundle hide.
 
-``dpaudit audit --plan plan.json`` (:func:`load_plan`) runs exactly that plan after checking signature,
-commitment and registration; the run is recorded under the plan before it computes anything
-(:class:`PlanRun`) and its result's SHA-256 after it; its audit file reveals plan id, seeds and salt.
-A second run is a second ``run`` entry: ``dpaudit verify`` fails a bundle that leaves one out.
-
-Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, one-run
-coins, independent of the data and of the DP noise); the DP noise never derives from them.
+Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, one-run coins: independent
+of the data and of the DP noise); the DP noise never derives from them.
 """
 
 from __future__ import annotations
@@ -91,8 +86,12 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
     """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
     claim: an event is tested as a curve, f-DP in one run)."""
     if a.one_run:
+        if a.canaries < 2:
+            raise UsageError(f"canaries must be an integer >= 2, got {a.canaries!r}.")
         return {"kind": "one-run", "canary": a.one_run_kind, "canaries": a.canaries, "trials": None,
                 "statistic": "f-dp" if claim["event"] else "steinke", "confidence": a.confidence, "select_fraction": None}
+    if a.runs < 4:
+        raise UsageError(f"runs must be an integer >= 4, got {a.runs!r}.")
     return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None, "trials": a.runs,
             "statistic": "claimed-curve" if claim["event"] else "clopper-pearson", "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
 
@@ -104,6 +103,7 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     if a.threat_model != "final-model":
         raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
     signing = sg.load_signing_key(key, required=True)
+    _settings(a, {"event": None})  # its checks, before the claim is built
     claim = _claim(a)
     pid = uuid.uuid4().hex
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-plan-{pid[:8]}"

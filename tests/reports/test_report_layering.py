@@ -23,6 +23,7 @@ LAYERS = {
     "model": 3,  # assembles the sections into the JSON model
     "format": 4, "audit_blocks": 4, "sweep_blocks": 4, "blocks": 4, "plots": 4, "html": 4, "markdown": 4, "tradeoff": 4,  # renderers
     "write": 5, "__init__": 5,  # writing a report; the package's facade (lazy exports)
+    "verify": 2,  # `dpaudit bundle` / `dpaudit verify`: the evidence re-checked (no report module imported)
 }
 
 

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
     mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
     arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str],
-                            default=typer.Argument(None, help=f"{mechanisms}. `audit plan MECHANISM ...`: write a pre-registered plan."))
+                            default=typer.Argument(None, metavar="MECHANISM|plan", help=f"{mechanisms}. `audit plan MECHANISM ...`: write a pre-registered plan."))
 
     def audit(**kwargs):
         todo = plan_cli.dispatch(kwargs, _check)
@@ -55,8 +55,10 @@ def _check(a: AuditRequest) -> None:
 
     check_executor_args(a.executor, a.scheduler, a.workers)
     _check_threat_model(a)
-    if a.one_run or a.canaries is not None:
-        _check_one_run(a)
+    if a.canaries is not None and not a.one_run:
+        raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
+    if a.one_run and a.canaries is None:
+        raise UsageError("canaries must be given with --one-run (--canaries M, M >= 2), got none.")
 
 
 def run(a: AuditRequest, plan=None) -> None:
@@ -142,13 +144,6 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
         note("executor dask: " + (f"scheduler {a.scheduler}" if a.scheduler else f"LocalCluster of {a.workers or _default_workers()} workers on 127.0.0.1"))
     with make_executor("dask", scheduler=a.scheduler, workers=None if a.scheduler else (a.workers or _default_workers())) as ex:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
-
-
-def _check_one_run(a: AuditRequest) -> None:
-    if not a.one_run:
-        raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
-    if a.canaries is None:
-        raise UsageError("canaries must be given with --one-run (--canaries M, M >= 2), got none.")
 
 
 def _one_run(a: AuditRequest, plan=None) -> None:

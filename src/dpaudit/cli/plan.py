@@ -24,7 +24,7 @@ _FREE = ("json_out",)
 _P = inspect.Parameter
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
 PARAMETERS = [
-    _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True)),
+    _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True, metavar="MECHANISM")),
     _P("plan", _P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
         None, "--plan", show_default=False, help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
                                                  "no other option may be given.")),
@@ -70,12 +70,10 @@ def _refuse_others(values: dict, mechanism, planned, key) -> None:
 def _written(path: Path, json_out: bool) -> None:
     plan = json.loads(path.read_text())
     if json_out:
-        emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
-        return
+        return emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
     a = plan["audit"]
     what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
-    console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, statistic {a['statistic']} at confidence {a['confidence']:g}; "
-                  f"seeds committed ({plan['commitment'][:16]}), signed by {plan['signer']['key_id'][:12]} and registered in the ledger.",
+    console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
+                  f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
+                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: dpaudit audit --plan {path}",
                   highlight=False, soft_wrap=True)
-    console.print(f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (keep private until the run); "
-                  f"run it with: dpaudit audit --plan {path}", highlight=False, soft_wrap=True)

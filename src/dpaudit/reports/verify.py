@@ -1,18 +1,13 @@
 """``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data (issue 27).
 
-A bundle (:func:`make_bundle`) is one folder: ``bundle.json`` (contents, the ledger's published head),
-``ledger.json`` (the ledger's export, without the fingerprint key), ``releases/ID/release.json``,
-``audits/ID/audit.json`` or ``one_run.json`` (shareable parts) and ``plans/ID/plan.json``; never a
-``local.json``, ``*_local.json``, ``plan.local.json`` or ``scores.npz``. :func:`verify_bundle` re-checks,
-one :class:`Check` per finding: the ledger (hash chain up to the published head, entries, signatures:
-an entry dropped or edited is named); each release (its claim recomputed from its event with its own
-accountant and adjacency, :func:`dpaudit.claims.verify_claim`; equal to its signed ledger entry); each
-plan (signed by its key, the key registered, this very plan.json registered, its runs in the ledger
-equal to its audits in the bundle: a hidden run fails); each audit (pre-registered; revealed salt and
-seeds hash to the commitment and were used: seeded worlds and SELECT split, or one-run coins;
-statistic, confidence, trials and canaries as planned; bound recomputed from its stored counts with
-the planned statistic and claim; file digest as recorded in the ledger after the run; it tests a
-bundled release's event at its delta).
+A bundle (:func:`make_bundle`): ``bundle.json`` (contents, the ledger's head), ``ledger.json`` (the ledger's export without
+its fingerprint key), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and
+``plans/ID/plan.json``; never a local file or scores. :func:`verify_bundle` re-checks, one :class:`Check` per finding: the
+ledger (chain up to the head, entries, signatures); each release (claim recomputed from its event with its accountant and
+adjacency; equal to its signed ledger entry); each plan (signed, its key registered, this plan.json registered, its runs in
+the ledger = its audits in the bundle); each audit (pre-registered; revealed salt and seeds = the commitment, and used;
+settings as planned; bound recomputed from its counts with the planned statistic and claim; file = the digest the ledger
+recorded after the run; it tests a bundled release's event at its delta).
 """
 
 from __future__ import annotations
@@ -164,10 +159,10 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         out = [Check("claim", rid[:12], "pass" if claim.ok else "FAIL", claim.reason)]
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         out = [Check("claim", rid[:12], "FAIL", f"release.json cannot be read: {e}")]
-    differ = ["no release entry with this id in the ledger"] if entry is None else \
-        [k for k in RELEASE_FIELDS if k in entry and not _same(rel.get(k), entry.get(k))]
-    return out + [_check("release = ledger", rid[:12], differ and [f"differs from its signed ledger entry in {', '.join(differ)}"],
-                         "equal to its signed ledger entry")]
+    differ = [k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))]
+    problem = "no release entry with this id in the ledger" if entry is None else \
+        differ and f"differs from its signed ledger entry in {', '.join(differ)}"
+    return out + [_check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry")]
 
 
 def _same(a, b) -> bool:
@@ -207,7 +202,8 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        return [Check("audit vs plan", aid, "FAIL", f"not pre-registered: no plan in the bundle (plan {str(reveal.get('id'))[:12]})")]
+        return [Check("audit vs plan", aid, "FAIL", f"not pre-registered: its plan {str(reveal['id'])[:12]} is not in the bundle"
+                      if reveal.get("id") else "not pre-registered: it names no plan")]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
     except (DPAuditError, KeyError, TypeError, ValueError) as e:

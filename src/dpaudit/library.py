@@ -17,13 +17,6 @@ from .releasing import release
 from .requests import DPELMRequest, DPSGDRequest
 
 
-def release_dpsgd(request: DPSGDRequest, *, user_ids=None, out_dir=None, ledger_path=None, record: bool = True, progress=True, prepared=None):
-    """Release ``request`` through :func:`dpaudit.releasing.release` (``user_ids``: in-memory ids,
-    see :class:`DPSGDMechanism`)."""
-    mech = DPSGD if user_ids is None else DPSGDMechanism(user_ids=user_ids)
-    return release(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress, prepared=prepared)
-
-
 def train_and_release(model: str, *, prepared=None, user_ids=None, out_dir: str | os.PathLike | None = None,
                       ledger_path: str | os.PathLike | None = None, record: bool = True, progress=True, **fields) -> Release:
     """Train ``model`` with the paper's DP-SGD protocol, check, publish: ``releasing.release`` of
@@ -44,9 +37,9 @@ def train_and_release(model: str, *, prepared=None, user_ids=None, out_dir: str 
         fields["data_dir"] = os.fspath(fields["data_dir"])
     if prepared is not None or fields.get("dataset") is None:
         fields["dataset"] = prepared.name if prepared is not None else DEFAULT_DATASET
-    request = DPSGDRequest(model=model, user_ids=path, **fields)
-    return release_dpsgd(request, user_ids=None if path is not None else user_ids, out_dir=out_dir, ledger_path=ledger_path, record=record,
-                         progress=progress, prepared=prepared)
+    mech = DPSGD if path is not None or user_ids is None else DPSGDMechanism(user_ids=user_ids)
+    return release(mech, DPSGDRequest(model=model, user_ids=path, **fields), out_dir=out_dir, ledger_path=ledger_path, record=record,
+                   progress=progress, prepared=prepared)
 
 
 def train_and_release_dp_elm(*, out_dir: str | os.PathLike | None = None, ledger_path: str | os.PathLike | None = None, record: bool = True,

@@ -30,8 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ledger", ("dpaudit.ledger",)),
     ("audit core", ("dpaudit.audits", "dpaudit.audit_outputs")),
     ("mechanisms", ("dpaudit.mechanisms",)),
-    ("release and audit orchestration", ("dpaudit.releasing", "dpaudit.release_compat", "dpaudit.auditing", "dpaudit.one_run_auditing",
-                                         "dpaudit.library")),
+    ("release and audit orchestration", ("dpaudit.releasing", "dpaudit.release_compat", "dpaudit.auditing", "dpaudit.one_run_auditing")),
     ("applications", ("dpaudit.integrations", "dpaudit.sweeps", "dpaudit.reports")),
     ("command line", ("dpaudit.cli",)),
 )

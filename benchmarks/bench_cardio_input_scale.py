@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from dpaudit.data import load_dataset
-from dpaudit.library import train_and_release
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
 
 
 def widened(data, factor: float):
@@ -53,8 +54,9 @@ def main() -> None:
             accs, t0 = [], time.perf_counter()
             for seed in args.seeds:
                 with tempfile.TemporaryDirectory() as tmp:
-                    rel = train_and_release("dp-rvfl", dataset="cardio", prepared=data, epsilon=eps, seed=seed, out_dir=tmp,
-                                            record=False, progress=False, data_dir=args.data_dir)
+                    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="cardio", epsilon=eps, seed=seed,
+                                  data_dir=args.data_dir),
+                                  prepared=data, out_dir=tmp, record=False, progress=False)
                 accs.append(100 * rel.metrics["accuracy"])
             sd = statistics.stdev(accs) if len(accs) > 1 else float("nan")
             print(f"eps={eps:g} bounds x{factor:g}: accuracy {statistics.mean(accs):.2f} ± {sd:.2f} "

@@ -1,6 +1,6 @@
 """Reproduce the DP-RVFL paper's epsilon = 2 accuracies (Table 3) with dpaudit's full protocol.
 
-Runs, each through :func:`dpaudit.library.train_and_release` (calibration, preflight,
+Runs, each through :func:`dpaudit.releasing.release` (calibration, preflight,
 training, accounting check, release) into a throw-away ledger and output folder:
 - MNIST, eps = 2, model seeds 42-46: DP-RVFL, LogisticRaw, DP-ELM-SGD
 - Cardio, eps = 2, seeds 42-46: DP-RVFL
@@ -24,7 +24,8 @@ import tempfile
 import time
 
 import torch
-from dpaudit import library
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
 
 PUBLISHED = {
     ("mnist", "dp-rvfl", False): (90.30, 0.16, 0.6),
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     from dpaudit.data import load_dataset
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
 
     work = tempfile.mkdtemp(prefix="dpaudit-bench-")
     os.environ.setdefault("DPAUDIT_LEDGER", os.path.join(work, "ledger.sqlite"))
@@ -53,9 +55,10 @@ def main(argv=None) -> int:
     for (ds, model, non_private), (pub, pub_sd, window) in PUBLISHED.items():
         accs, secs = [], []
         for seed in args.seeds:
-            rel = train_and_release(model, prepared=data[ds], epsilon=2.0, delta=1e-5, seed=seed, non_private=non_private,
-                                    out_dir=os.path.join(work, f"{ds}-{model}-{non_private}-{seed}"), progress=False,
-                                    ledger_path=os.path.join(work, "ledger.sqlite"))
+            rel = release(model, DPSGDRequest(model=model, dataset=data[ds].name, epsilon=2.0, delta=1e-5, seed=seed,
+                          non_private=non_private),
+                          prepared=data[ds], out_dir=os.path.join(work, f"{ds}-{model}-{non_private}-{seed}"), progress=False,
+                          ledger_path=os.path.join(work, "ledger.sqlite"))
             accs.append(100.0 * rel.metrics["accuracy"])
             secs.append(rel.exact_timings["train_seconds"])  # exact, local (release.json has them rounded)
             runs.append({"dataset": ds, "model": model, "non_private": non_private, "seed": seed, "accuracy": rel.metrics["accuracy"],

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("audit core", ("dpaudit.audits", "dpaudit.audit_outputs")),
     ("mechanisms", ("dpaudit.mechanisms",)),
     ("release and audit orchestration", ("dpaudit.releasing", "dpaudit.release_compat", "dpaudit.auditing", "dpaudit.one_run_auditing",
-                                         "dpaudit.library", "dpaudit.audit_plans")),
+                                         "dpaudit.audit_plans")),
     ("applications", ("dpaudit.integrations", "dpaudit.sweeps", "dpaudit.reports")),
     ("command line", ("dpaudit.cli",)),
 )

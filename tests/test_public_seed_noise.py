@@ -16,10 +16,11 @@ import pytest
 from dpaudit.accounting import SubsampledGaussian
 from dpaudit.ledger.book import open_ledger
 from dpaudit.errors import BudgetExceededError
-from dpaudit.library import train_and_release
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
 from dpaudit.records import Release
 
-FAST = dict(dataset="digits", epsilon=1.0, epochs=1, progress=False)
+FAST = dict(dataset="digits", epsilon=1.0, epochs=1)
 
 
 def test_public_seed_noise_is_refused_against_a_cap_before_training(tmp_path):
@@ -27,17 +28,19 @@ def test_public_seed_noise_is_refused_against_a_cap_before_training(tmp_path):
     with open_ledger(led) as ledger:
         ledger.cap("digits", 5.0, 1e-5)
     with pytest.raises(BudgetExceededError, match="noise derived from a published seed"):
-        train_and_release("dp-rvfl", reproducible_noise=True, out_dir=tmp_path / "r", ledger_path=led, **FAST)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", reproducible_noise=True, **FAST),
+                out_dir=tmp_path / "r", ledger_path=led, progress=False)
     assert not (tmp_path / "r").exists()
     with open_ledger(led) as ledger:
         assert [e.kind for e in ledger.entries()] == ["cap"]  # nothing reserved, nothing released
     # the same request with secret noise fits the cap
-    train_and_release("dp-rvfl", out_dir=tmp_path / "s", ledger_path=led, **FAST)
+    release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **FAST), out_dir=tmp_path / "s", ledger_path=led, progress=False)
 
 
 def test_public_seed_noise_is_recorded_unbounded_and_reports_say_why(tmp_path):
     led = tmp_path / "l.sqlite"
-    rel = train_and_release("dp-rvfl", reproducible_noise=True, out_dir=tmp_path / "r", ledger_path=led, **FAST)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", reproducible_noise=True, **FAST),
+                  out_dir=tmp_path / "r", ledger_path=led, progress=False)
     assert rel.noise_source["reproducible"] == "public-seed" and rel.noise_source["seed"] == 42
     with open_ledger(led) as ledger:
         total = next(r for r in ledger.summary("digits") if r["partition"] == "*")
@@ -77,8 +80,10 @@ def test_a_recorded_release_with_public_noise_makes_the_budget_unbounded(tmp_pat
 
 def test_two_public_seed_runs_are_identical_so_their_noise_is_known(tmp_path):
     """Why it is not private: the same public facts give bit-identical weights."""
-    a = train_and_release("dp-rvfl", reproducible_noise=True, out_dir=tmp_path / "a", ledger_path=tmp_path / "l.sqlite", **FAST)
-    b = train_and_release("dp-rvfl", reproducible_noise=True, out_dir=tmp_path / "b", ledger_path=tmp_path / "l.sqlite", **FAST)
+    a = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", reproducible_noise=True, **FAST),
+                out_dir=tmp_path / "a", ledger_path=tmp_path / "l.sqlite", progress=False)
+    b = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", reproducible_noise=True, **FAST),
+                out_dir=tmp_path / "b", ledger_path=tmp_path / "l.sqlite", progress=False)
     wa, wb = (np.load(tmp_path / d / "weights.npz")["head_weight"] for d in ("a", "b"))
     assert a.id != b.id and np.array_equal(wa, wb)
 
@@ -94,13 +99,13 @@ def test_a_secret_noise_seed_is_reproducible_private_and_never_published(tmp_pat
     with open_ledger(led) as ledger:
         ledger.cap("digits", 5.0, 1e-5)
     with secret_noise_seed(seed_file):  # created with 256 fresh bits on first use (mode 0600)
-        a = train_and_release("dp-rvfl", out_dir=tmp_path / "a", ledger_path=led, **FAST)
-        b = train_and_release("dp-rvfl", out_dir=tmp_path / "b", ledger_path=led, **FAST)
+        a = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **FAST), out_dir=tmp_path / "a", ledger_path=led, progress=False)
+        b = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **FAST), out_dir=tmp_path / "b", ledger_path=led, progress=False)
     secret = seed_file.read_text().strip()
     assert len(secret) == 64 and (seed_file.stat().st_mode & 0o777) == 0o600
     wa, wb = (np.load(tmp_path / d / "weights.npz")["head_weight"] for d in ("a", "b"))
     assert np.array_equal(wa, wb)  # reproducible by whoever holds the seed file ...
-    c = train_and_release("dp-rvfl", out_dir=tmp_path / "c", ledger_path=led, **FAST)
+    c = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **FAST), out_dir=tmp_path / "c", ledger_path=led, progress=False)
     assert not np.array_equal(wa, np.load(tmp_path / "c" / "weights.npz")["head_weight"])  # ... and only with it
     published = (tmp_path / "a" / "release.json").read_text()
     assert secret not in published and str(int(secret, 16)) not in published
@@ -115,6 +120,6 @@ def test_a_secret_noise_seed_is_reproducible_private_and_never_published(tmp_pat
     bad.write_text("abc123\n")
     for path, kw in ((seed_file, {"reproducible_noise": True}), (bad, {})):
         with secret_noise_seed(path), pytest.raises(UsageError, match="noise seed file must"):
-            train_and_release("dp-rvfl", out_dir=tmp_path / "x", ledger_path=led, **FAST, **kw)
+            release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **FAST, **kw), out_dir=tmp_path / "x", ledger_path=led, progress=False)
     with open_ledger(led) as ledger:
         assert len(ledger.entries()) == n_entries  # refused before anything was reserved

@@ -21,8 +21,10 @@ from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
 from dpaudit.records import LOCAL_FILE, RELEASE_FILE, Release, check_out_dir, read_release, round_seconds, round_timings
 from dpaudit.releasing import release
-from dpaudit.requests import MixMinRequest
-from dpaudit import library
+from dpaudit.requests import DPELMRequest, MixMinRequest
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
+from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
 
 
 # ------------------------------------------------------------------------------ timings rounding
@@ -130,10 +132,11 @@ def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch)
     monkeypatch.setattr(mixmin_pipeline, "load_proxy_predictions", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)
     calls = [
-        lambda: library.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False),
-        lambda: library.train_and_release("dp-rvfl", out_dir="/proc/x", progress=False, privacy_unit="user", records_per_user=2,
-                                       user_ids=np.arange(1797), reference_size=1257),
-        lambda: library.train_and_release_dp_elm(out_dir="/proc/x"),
+        lambda: release("dp-rvfl", DPSGDRequest(model="dp-rvfl"), out_dir="/proc/x", progress=False),
+        lambda: release(DPSGDMechanism(user_ids=np.arange(1797)), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2,
+                        reference_size=1257),
+                        out_dir="/proc/x", progress=False),
+        lambda: release("dp-elm", DPELMRequest(), out_dir="/proc/x"),
         lambda: release("mixmin", MixMinRequest(), out_dir="/proc/x"),
     ]
     for call in calls:
@@ -182,8 +185,9 @@ def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, 
     """digits and digits with one training record removed (added), same seeds and reproducible
     noise: the two release.json files differ only in the output and per-run fields (not in the
     schedule, nor the training count), and neither holds a digest of its data."""
-    from dpaudit.library import train_and_release_dp_elm
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
+    from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
 
     full = load_dataset("digits")
     neighbour = neighbour_of(full)
@@ -191,10 +195,10 @@ def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, 
     for tag, data in (("full", full), ("neighbour", neighbour)):
         out = tmp_path / tag
         if mechanism == "dp-elm":  # private: pure epsilon, no calibration, so cheap
-            rel = train_and_release_dp_elm(prepared=data, epsilon=1.0, width=5, seed=3, reproducible_noise=True, out_dir=out, record=False)
+            rel = release("dp-elm", DPELMRequest(dataset=data.name, epsilon=1.0, width=5, seed=3, reproducible_noise=True), prepared=data, out_dir=out, record=False)
         else:  # the DP-SGD release block (batch 419: 1,258 records would give another q, T, m0); non-private: no calibration
-            rel = train_and_release("dp-rvfl", prepared=data, non_private=True, epochs=1, batch_size=419, seed=3, out_dir=out, progress=False,
-                                    record=False)
+            rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset=data.name, non_private=True, epochs=1, batch_size=419, seed=3),
+                          prepared=data, out_dir=out, progress=False, record=False)
         text = (out / RELEASE_FILE).read_text()
         for digest in (full.sha256, neighbour.sha256):
             assert digest not in text

@@ -208,7 +208,7 @@ PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-
 @dataclass(frozen=True)
 class DPSGDRequest(Request):
     """A DP-SGD release of a DP-RVFL-family model (frozen-feature heads and trainable modules),
-    at record or user level (:func:`dpaudit.library.train_and_release`)."""
+    at record or user level (``dpaudit.releasing.release(model, DPSGDRequest(model=model, ...))``)."""
 
     TORCH_RUN: ClassVar[bool] = True
 
@@ -237,7 +237,7 @@ class DPSGDRequest(Request):
 
 @dataclass(frozen=True)
 class DPELMRequest(Request):
-    """A Laplace DP-ELM release (pure epsilon-DP; :func:`dpaudit.library.train_and_release_dp_elm`)."""
+    """A Laplace DP-ELM release (pure epsilon-DP; ``dpaudit.releasing.release("dp-elm", DPELMRequest(...))``)."""
 
     COMMAND: ClassVar[str] = "dp-elm"
 

@@ -12,7 +12,8 @@ from dpaudit.auditing import target_from_release
 from dpaudit.audits.targets import check_release_identity
 from dpaudit.data import load_dataset
 from dpaudit.errors import DataError
-from dpaudit.library import train_and_release_dp_elm
+from dpaudit.releasing import release
+from dpaudit.requests import DPELMRequest
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def digits():
 
 
 def _elm_release(out, prepared):
-    return train_and_release_dp_elm(prepared=prepared, epsilon=2.0, width=3, seed=1, out_dir=out, record=False)
+    return release("dp-elm", DPELMRequest(dataset=prepared.name, epsilon=2.0, width=3, seed=1), out_dir=out, record=False, prepared=prepared)
 
 
 def test_audit_of_a_new_release_accepts_its_data_and_refuses_other_public_identity(tmp_path, digits):

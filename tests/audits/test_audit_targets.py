@@ -121,9 +121,10 @@ def test_dp_elm_replace_one_adjacency():
 
 
 def test_target_from_elm_release(tmp_path):
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
 
-    rel = train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, out_dir=tmp_path, record=False)
+    rel = release("dp-elm", DPELMRequest(dataset="digits", width=3, epsilon=1.5, seed=7), out_dir=tmp_path, record=False)
     t = target_from_release(tmp_path)
     assert isinstance(t, ElmTarget) and t.width == 3 and t.epsilon == rel.epsilon and t.seed == 7
     r = run_audit(t, runs=100, seed=0, controls=(), reproducible_noise=True)
@@ -131,9 +132,11 @@ def test_target_from_elm_release(tmp_path):
 
 
 def test_target_from_rvfl_release(tmp_path):
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
 
-    rel = train_and_release("dp-rvfl", dataset="digits", epsilon=2.0, seed=5, out_dir=tmp_path, record=False, progress=False, epochs=1)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="digits", epsilon=2.0, seed=5, epochs=1),
+                  out_dir=tmp_path, record=False, progress=False)
     t = target_from_release(tmp_path, canary="mislabeled")
     assert isinstance(t, HeadTarget)
     assert t.claimed_epsilon == pytest.approx(rel.epsilon)
@@ -203,11 +206,12 @@ def test_old_user_level_release_names_its_user_ids_only_in_the_command(tmp_path)
 def test_release_records_its_request_and_the_command_comes_from_it(tmp_path):
     import shlex
 
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
     from dpaudit.records import read_release
     from dpaudit.requests import DPELMRequest
 
-    train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, sampler="textbook", out_dir=tmp_path, record=False)
+    release("dp-elm", DPELMRequest(dataset="digits", width=3, epsilon=1.5, seed=7, sampler="textbook"), out_dir=tmp_path, record=False)
     rel = read_release(tmp_path)
     req = DPELMRequest.from_dict(rel.request)
     assert req == DPELMRequest(width=3, epsilon=1.5, seed=7, sampler="textbook")
@@ -218,13 +222,15 @@ def test_user_level_audit_takes_user_ids_from_the_request_not_the_command(tmp_pa
     import json
 
     from dpaudit.mechanisms.user_head_audit import UserHeadTarget
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
 
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)
     out = tmp_path / "rel"
-    train_and_release("dp-rvfl", epsilon=2.0, epochs=1, privacy_unit="user", records_per_user=2, user_ids=ids, out_dir=out, record=False, progress=False,
-                      reference_size=419)
+    release("dp-rvfl", DPSGDRequest(model="dp-rvfl", user_ids=str(ids), epsilon=2.0, epochs=1, privacy_unit="user", records_per_user=2,
+            reference_size=419),
+            out_dir=out, record=False, progress=False)
     d = json.loads((out / "release.json").read_text())
     assert d["request"]["user_ids"] == str(ids) and d["request"]["records_per_user"] == 2
     d["command"] = "dpaudit train dp-rvfl"  # the command is informative only: nothing reads it back
@@ -237,9 +243,10 @@ def test_release_whose_request_disagrees_with_it_is_refused(tmp_path):
     import json
 
     from dpaudit.errors import DataError
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
 
-    train_and_release_dp_elm(dataset="digits", width=3, epsilon=1.5, seed=7, out_dir=tmp_path, record=False)
+    release("dp-elm", DPELMRequest(dataset="digits", width=3, epsilon=1.5, seed=7), out_dir=tmp_path, record=False)
     d = json.loads((tmp_path / "release.json").read_text())
     bad = {**d, "request": {**d["request"], "width": 5}}
     (tmp_path / "release.json").write_text(json.dumps(bad))

@@ -223,14 +223,16 @@ def test_build_target_user_unit_and_refusals():
 
 def test_target_from_a_user_level_release(tmp_path):
     from dpaudit.data import load_dataset
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
 
     ds = load_dataset("digits")
     n = len(ds.y_train) + len(ds.y_val) + len(ds.y_test)
     ids = np.arange(n) // 3
     np.save(tmp_path / "ids.npy", ids)
-    rel = train_and_release("dp-rvfl", privacy_unit="user", user_ids=str(tmp_path / "ids.npy"), records_per_user=2, epsilon=3.0, epochs=1,
-                                       out_dir=tmp_path / "rel", progress=False, record=False, reference_size=419)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", privacy_unit="user", user_ids=str(tmp_path / "ids.npy"), records_per_user=2,
+                  epsilon=3.0, epochs=1, reference_size=419),
+                  out_dir=tmp_path / "rel", progress=False, record=False)
     t = target_from_release(tmp_path / "rel", canary="max-clip")  # users from the --user-ids file in the release's command
     assert isinstance(t, UserHeadTarget) and t.records_per_user == 2 and t.adjacency == "add-remove-user"
     assert t.claimed_epsilon == pytest.approx(rel.epsilon) and t._config.noise_multiplier == rel.noise_multiplier

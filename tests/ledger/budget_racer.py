@@ -4,7 +4,7 @@ Usage: python budget_racer.py LEDGER OUT_DIR
 
 Builds a small synthetic dataset (the same in every racer), prints "ready" and waits for a line
 on stdin (the start barrier, released by the parent once every racer is ready), then runs the
-real DP-ELM release path (:func:`dpaudit.library.train_and_release_dp_elm`, pure
+real DP-ELM release path (:func:`dpaudit.releasing.release` of a DPELMRequest, pure
 epsilon 1). Its training step (the sufficient statistics) is slowed by 1.5 s and prints
 "training" when it starts, so every racer is past the budget check before any has released
 anything, and the parent can tell whether a refused racer trained. Prints "released ID" (exit 0)
@@ -21,7 +21,8 @@ import numpy as np
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import DPAuditError
 from dpaudit.mechanisms import dp_elm
-from dpaudit import library
+from dpaudit.releasing import release
+from dpaudit.requests import DPELMRequest
 
 
 def dataset() -> PreparedDataset:
@@ -46,7 +47,7 @@ def main() -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     try:
-        rel = library.train_and_release_dp_elm(dataset="race", width=3, epsilon=1.0, prepared=data, ledger_path=ledger, out_dir=out)
+        rel = release("dp-elm", DPELMRequest(dataset="race", width=3, epsilon=1.0), prepared=data, ledger_path=ledger, out_dir=out)
     except DPAuditError as e:
         print(f"refused {type(e).__name__}: {e}", flush=True)
         sys.exit(3)

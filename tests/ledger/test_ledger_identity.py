@@ -118,14 +118,15 @@ def test_declare_version_through_the_cli(tmp_path):
 
 @pytest.mark.slow
 def test_dp_elm_split_seed_changes_the_identity_but_the_public_seed_does_not(tmp_path):
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
 
     path = tmp_path / "l.sqlite"
-    kw = dict(dataset="digits", width=3, epsilon=1.0, ledger_path=path)
-    train_and_release_dp_elm(seed=1, split_seed=5, out_dir=tmp_path / "a", **kw)
-    train_and_release_dp_elm(seed=2, split_seed=5, out_dir=tmp_path / "b", **kw)  # random features only: same data
+    kw = dict(dataset="digits", width=3, epsilon=1.0)
+    release("dp-elm", DPELMRequest(seed=1, split_seed=5, **kw), out_dir=tmp_path / "a", ledger_path=path)
+    release("dp-elm", DPELMRequest(seed=2, split_seed=5, **kw), out_dir=tmp_path / "b", ledger_path=path)  # random features only: same data
     with pytest.raises(DPAuditError, match="the split differs: split_seed 6 here, 5 in the recorded releases") as e:
-        train_and_release_dp_elm(seed=1, split_seed=6, out_dir=tmp_path / "c", **kw)
+        release("dp-elm", DPELMRequest(seed=1, split_seed=6, **kw), out_dir=tmp_path / "c", ledger_path=path)
     assert "refused before training" in str(e.value) and not (tmp_path / "c" / "release.json").exists()
     with open_ledger(path) as led:
         assert len(led.entries(kind="release")) == 2 and len(total(led, "digits")["dataset_fingerprints"]) == 1
@@ -190,12 +191,13 @@ def test_entries_written_before_keyed_fingerprints_are_keyed_when_read_and_keep_
 
 @pytest.mark.slow
 def test_a_textbook_laplace_dp_elm_release_makes_the_total_unbounded_until_voided(tmp_path):
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
 
     path = tmp_path / "l.sqlite"
-    kw = dict(dataset="digits", width=3, epsilon=1.0, ledger_path=path)
-    train_and_release_dp_elm(out_dir=tmp_path / "a", **kw)
-    rel = train_and_release_dp_elm(out_dir=tmp_path / "b", sampler="textbook", **kw)
+    kw = dict(dataset="digits", width=3, epsilon=1.0)
+    release("dp-elm", DPELMRequest(**kw), out_dir=tmp_path / "a", ledger_path=path)
+    rel = release("dp-elm", DPELMRequest(sampler="textbook", **kw), out_dir=tmp_path / "b", ledger_path=path)
     with open_ledger(path) as led:
         row = total(led, "digits")
         assert math.isinf(row["epsilon"]) and row["unbounded"] and row["uncertified_releases"] == 1
@@ -211,7 +213,7 @@ def test_a_textbook_laplace_dp_elm_release_makes_the_total_unbounded_until_voide
         led.cap("digits", 5.0, 1e-5)
     # With a cap, an uncertified release is refused before training (it would be unbounded).
     with pytest.raises(BudgetExceededError, match="textbook"):
-        train_and_release_dp_elm(out_dir=tmp_path / "c", sampler="textbook", **kw)
+        release("dp-elm", DPELMRequest(sampler="textbook", **kw), out_dir=tmp_path / "c", ledger_path=path)
     assert not (tmp_path / "c" / "release.json").exists()
 
 

@@ -15,7 +15,8 @@ from dpaudit.ledger.book import open_ledger
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import UsageError
 from dpaudit.records import Release, read_release
-from dpaudit import library
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
 
 G1 = SubsampledGaussian(1.0, 0.01, 1000)
 SHA = "ab" * 32
@@ -108,12 +109,13 @@ def test_releases_without_a_tail_key_still_load_and_count_zero(tmp_path):
 def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
     from dpaudit.mechanisms.dpsgd import head_outputs
     from dpaudit.mechanisms.features import build_features
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
     from dpaudit.noise import GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta
 
     data = _synthetic()
-    rel = train_and_release("dp-rvfl", prepared=data, epsilon=4.0, epochs=2, batch_size=64, out_dir=tmp_path / "r", progress=False,
-                            ledger_path=tmp_path / "l.sqlite")
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset=data.name, epsilon=4.0, epochs=2, batch_size=64),
+                  prepared=data, out_dir=tmp_path / "r", progress=False, ledger_path=tmp_path / "l.sqlite")
     d = 1 * (build_features("rvfl", 8, rel.seed).output_dim + 1)
     assert head_outputs(2, binary_logit=True) == 1
     assert rel.noise_sampler == GAUSSIAN_SAMPLER_DESCRIPTION
@@ -123,7 +125,8 @@ def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
     assert read_release(tmp_path / "r").noise_tail_delta == rel.noise_tail_delta
     with open_ledger(tmp_path / "l.sqlite") as led:
         assert led.get(rel.id).payload["noise_tail_delta"] == rel.noise_tail_delta
-    nonpriv = train_and_release("logistic-raw", prepared=data, non_private=True, out_dir=tmp_path / "n", progress=False, record=False)
+    nonpriv = release("logistic-raw", DPSGDRequest(model="logistic-raw", dataset=data.name, non_private=True),
+                      prepared=data, out_dir=tmp_path / "n", progress=False, record=False)
     assert nonpriv.noise_tail_delta == 0.0 and nonpriv.noise_sampler.startswith("none")
 
 
@@ -135,20 +138,21 @@ def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monk
 
     monkeypatch.setattr(dpsgd_release, "train_heads", trained)  # the DP-SGD release's trainer
     with pytest.raises(UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got .* for this dp-rvfl run"):
-        library.train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=80.0, epochs=2, batch_size=64, out_dir=tmp_path / "r",
-                               progress=False, ledger_path=tmp_path / "l.sqlite")
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", epsilon=80.0, epochs=2, batch_size=64),
+                prepared=_synthetic(), out_dir=tmp_path / "r", progress=False, ledger_path=tmp_path / "l.sqlite")
     assert not (tmp_path / "r" / "release.json").exists()
     with open_ledger(tmp_path / "l.sqlite") as led:
         assert led.open_reservations() == []  # the refused run holds no budget
 
 
 def test_dp_elm_release_states_its_sampler(tmp_path):
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
 
     data = _synthetic(n=120, d=6)
-    exact = train_and_release_dp_elm(prepared=data, width=5, epsilon=2.0, out_dir=tmp_path / "e", record=False)
+    exact = release("dp-elm", DPELMRequest(dataset=data.name, width=5, epsilon=2.0), prepared=data, out_dir=tmp_path / "e", record=False)
     assert exact.noise_tail_delta == 0.0 and exact.noise_sampler.startswith("discrete-laplace: exact")
-    text = train_and_release_dp_elm(prepared=data, width=5, epsilon=2.0, sampler="textbook", out_dir=tmp_path / "t", record=False)
+    text = release("dp-elm", DPELMRequest(dataset=data.name, width=5, epsilon=2.0, sampler="textbook"), prepared=data, out_dir=tmp_path / "t", record=False)
     n = 5 * 5 + 5 * 2  # gram L x L + cross L x K
     assert text.noise_tail_delta == pytest.approx((math.exp(2.0) + 1) * n * 2.0**-52, rel=1e-12)
     assert text.noise_sampler.startswith("textbook")

@@ -16,7 +16,8 @@ from dpaudit.errors import BudgetExceededError, DataError, UsageError
 from dpaudit.mechanisms import dp_elm as elm
 from dpaudit.noise import NoiseSource, public_rng
 from dpaudit.records import read_release
-from dpaudit import library
+from dpaudit.releasing import release
+from dpaudit.requests import DPELMRequest
 
 
 def synthetic(n=600, d=12, k=3, seed=0, name="synthetic-elm") -> PreparedDataset:
@@ -207,8 +208,9 @@ def test_private_fit_reports_what_it_did_and_is_cheap_for_trials():
 
 # ---------------------------------------------------------------- release
 def _release(tmp_path, name="r", **kw):
-    kw.setdefault("prepared", synthetic())
-    return library.train_and_release_dp_elm(out_dir=tmp_path / name, seed=42, **kw)
+    prepared = kw.pop("prepared", None) or synthetic()
+    run = {k: kw.pop(k) for k in ("ledger_path", "record") if k in kw}
+    return release("dp-elm", DPELMRequest(dataset=prepared.name, seed=42, **kw), out_dir=tmp_path / name, prepared=prepared, **run)
 
 
 def test_release_records_the_pure_claim_both_analyses_and_the_sampler(tmp_path):
@@ -274,7 +276,7 @@ def test_release_refuses_bad_arguments_before_loading(tmp_path):
 
 
 def test_digits_release_end_to_end(tmp_path):
-    rel = library.train_and_release_dp_elm(dataset="digits", width=10, epsilon=2.0, seed=42, out_dir=tmp_path / "d", record=False)
+    rel = release("dp-elm", DPELMRequest(dataset="digits", width=10, epsilon=2.0, seed=42), out_dir=tmp_path / "d", record=False)
     assert rel.dataset["name"] == "digits" and rel.config["noise_scale"] == 60.0
     assert 0.0 <= rel.metrics["accuracy"] <= 1.0
 

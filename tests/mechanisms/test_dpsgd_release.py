@@ -37,11 +37,12 @@ def test_no_import_circle_between_rvfl_and_user_level():
 
 def test_release_sweep_budget_and_audit_share_one_plan(tmp_path):
     from dpaudit.mechanisms.head_audit import HeadTarget
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
     from dpaudit.sweeps.tasks import planned_event
 
-    rel = train_and_release("dp-rvfl", dataset="digits", epsilon=2.0, epochs=1, seed=3, reproducible_noise=True, out_dir=tmp_path / "r",
-                            ledger_path=tmp_path / "l.sqlite", progress=False)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="digits", epsilon=2.0, epochs=1, seed=3, reproducible_noise=True),
+                  out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", progress=False)
     # The claim is the RDP epsilon of the recorded event, at most the target; steps match.
     ev = event_from_dict(rel.guarantee)
     assert rel.epsilon == compute_epsilon(ev, delta=1e-5, accountant="rdp", adjacency="add-remove-record").epsilon <= 2.0
@@ -63,26 +64,30 @@ def test_release_sweep_budget_and_audit_share_one_plan(tmp_path):
 
 
 def test_user_level_release_records_the_user_ids_file(tmp_path):
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
 
     ids = tmp_path / "ids.npy"
     np.save(ids, np.arange(1797) // 3)
-    rel = train_and_release("logistic-raw", privacy_unit="user", records_per_user=2, user_ids=ids, epochs=1, reproducible_noise=True, reference_size=419,
-                                       out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", progress=False)
+    rel = release("logistic-raw", DPSGDRequest(model="logistic-raw", user_ids=str(ids), privacy_unit="user", records_per_user=2, epochs=1,
+                  reproducible_noise=True, reference_size=419),
+                  out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", progress=False)
     assert rel.adjacency == "add-remove-user" and rel.privacy_unit == "user" and rel.epsilon <= 2.0
     assert rel.request["user_ids"] == str(ids) and rel.request["records_per_user"] == 2 and rel.request["privacy_unit"] == "user"
     assert "--user-ids" in rel.command and rel.config["reference_size"] == rel.request["reference_size"] == 419
     with pytest.raises(UsageError, match="privacy_unit must be 'user' when user ids or records_per_user are given"):
-        from dpaudit.library import train_and_release
+        from dpaudit.releasing import release
+        from dpaudit.requests import DPSGDRequest
 
-        train_and_release("logistic-raw", records_per_user=2, out_dir=tmp_path / "x", progress=False)
+        release("logistic-raw", DPSGDRequest(model="logistic-raw", records_per_user=2), out_dir=tmp_path / "x", progress=False)
 
 
 def test_dp_elm_release_and_sweep_budget_share_one_plan(tmp_path):
-    from dpaudit.library import train_and_release_dp_elm
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPELMRequest
     from dpaudit.sweeps.tasks import planned_event
 
-    rel = train_and_release_dp_elm(width=3, epsilon=1.5, reproducible_noise=True, out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite")
+    rel = release("dp-elm", DPELMRequest(width=3, epsilon=1.5, reproducible_noise=True), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite")
     assert rel.epsilon == 1.5 and rel.delta == 0.0 and rel.guarantee == {"type": "pure-epsilon", "epsilon": 1.5, "count": 1}
     assert DPELMRequest.from_dict(rel.request) == DPELMRequest(width=3, epsilon=1.5, reproducible_noise=True)
     assert rel.artefacts["out_dir"] == str(tmp_path / "r") and (tmp_path / "r" / "weights.npz").exists()

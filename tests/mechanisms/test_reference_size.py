@@ -111,11 +111,13 @@ def test_user_neighbours_plan_the_identical_schedule(digits):
 
 
 def test_user_level_run_keeps_the_plan_schedule_when_the_count_differs(digits, tmp_path):
-    from dpaudit.library import train_and_release
+    from dpaudit.releasing import release
+    from dpaudit.requests import DPSGDRequest
 
     users = _user_split(digits)
-    rel = train_and_release("logistic-raw", privacy_unit="user", records_per_user=2, prepared=users, reference_size=420, non_private=True, epochs=1,
-                                       out_dir=tmp_path / "r", record=False, progress=False)
+    rel = release("logistic-raw", DPSGDRequest(model="logistic-raw", dataset=users.name, privacy_unit="user", records_per_user=2,
+                  reference_size=420, non_private=True, epochs=1),
+                  prepared=users, out_dir=tmp_path / "r", record=False, progress=False)
     sched = dp_sgd_schedule(420, 64, 1)  # 419 actual training users: the declared 420 decides
     assert (rel.sample_rate, rel.steps, rel.steps_executed, rel.normalizer) == (sched.sample_rate, sched.steps, sched.steps, sched.normalizer)
     assert rel.config["reference_size"] == 420 and "users" not in rel.config and "train" not in rel.dataset["n_users"]

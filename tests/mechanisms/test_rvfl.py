@@ -1,4 +1,4 @@
-"""DP-RVFL models and train_and_release: features per sections 3.4-3.5, release contract, fail-closed."""
+"""DP-RVFL models and their release (releasing.release of a DPSGDRequest): features per sections 3.4-3.5, release contract, fail-closed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageEr
 from dpaudit import accounting
 from dpaudit.mechanisms import dpsgd_release
 from dpaudit.mechanisms.features import build_features
-from dpaudit.library import train_and_release
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
+from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
 from dpaudit.mechanisms.rvfl import MODEL_NAMES, classification_metrics, default_protocol, epsilon_curve
 from dpaudit.records import read_release
 
@@ -132,7 +134,8 @@ PRIVATE_CHECKED = ("dp-rvfl", "dp-cnn")
 def test_every_model_releases_on_synthetic_data(model, tmp_path):
     data = _synthetic(kind="image", n_classes=3, d=16) if model == "dp-attention" else _synthetic()
     private = model in PRIVATE_CHECKED
-    rel = train_and_release(model, prepared=data, seed=1, out_dir=tmp_path / "r", progress=False, non_private=not private, **SAME_ACCOUNTING)
+    rel = release(model, DPSGDRequest(model=model, dataset=data.name, seed=1, non_private=not private, **SAME_ACCOUNTING),
+                  prepared=data, out_dir=tmp_path / "r", progress=False)
     on_disk = json.loads((tmp_path / "r" / "release.json").read_text())
     for key in REQUIRED_KEYS:
         assert key in on_disk, key
@@ -153,8 +156,8 @@ def test_every_model_releases_on_synthetic_data(model, tmp_path):
 
 
 def test_heads_learn_and_binary_uses_one_logit(tmp_path):
-    rel = train_and_release("dp-rvfl", prepared=_synthetic(n=2000), non_private=True, out_dir=tmp_path, progress=False, record=False,
-                            batch_size=128, epochs=10)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", non_private=True, batch_size=128, epochs=10),
+                  prepared=_synthetic(n=2000), out_dir=tmp_path, progress=False, record=False)
     assert rel.metrics["accuracy"] > 0.85
     assert rel.config["head_outputs"] == 1 and rel.config["trainable_parameters"] == 8 + 200 + 1
     w = np.load(tmp_path / "weights.npz")
@@ -163,15 +166,18 @@ def test_heads_learn_and_binary_uses_one_logit(tmp_path):
 
 def test_validation_split_is_never_read(tmp_path):
     # Non-private and Poisson masks from reproducible noise: any read of validation would show.
-    kw = dict(progress=False, record=False, reproducible_noise=True, epochs=2, non_private=True)
-    a = train_and_release("dp-elm-sgd", prepared=_synthetic(), out_dir=tmp_path / "a", **kw)
-    b = train_and_release("dp-elm-sgd", prepared=_synthetic(val_fill=np.nan), out_dir=tmp_path / "b", **kw)
+    kw = dict(reproducible_noise=True, epochs=2, non_private=True)
+    a = release("dp-elm-sgd", DPSGDRequest(model="dp-elm-sgd", dataset="synthetic", **kw),
+                prepared=_synthetic(), out_dir=tmp_path / "a", progress=False, record=False)
+    b = release("dp-elm-sgd", DPSGDRequest(model="dp-elm-sgd", dataset="synthetic", **kw),
+                prepared=_synthetic(val_fill=np.nan), out_dir=tmp_path / "b", progress=False, record=False)
     np.testing.assert_array_equal(np.load(tmp_path / "a" / "weights.npz")["head_weight"], np.load(tmp_path / "b" / "weights.npz")["head_weight"])
     assert a.metrics == b.metrics and a.config["validation_used"] is False
 
 
 def test_non_private_release(tmp_path):
-    rel = train_and_release("logistic-raw", prepared=_synthetic(), non_private=True, out_dir=tmp_path, progress=False)
+    rel = release("logistic-raw", DPSGDRequest(model="logistic-raw", dataset="synthetic", non_private=True),
+                  prepared=_synthetic(), out_dir=tmp_path, progress=False)
     assert rel.non_private and rel.epsilon == float("inf") and rel.guarantee == {"type": "non-private"}
     assert rel.noise_multiplier == 0.0 and rel.target_epsilon is None
 
@@ -185,7 +191,8 @@ def test_step_mismatch_fails_loudly_and_publishes_nothing(tmp_path, monkeypatch)
 
     monkeypatch.setattr(dpsgd_release, "train_heads", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
-        train_and_release("dp-rvfl", prepared=_synthetic(), out_dir=tmp_path, progress=False, **SAME_ACCOUNTING)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", **SAME_ACCOUNTING),
+                prepared=_synthetic(), out_dir=tmp_path, progress=False)
     assert not (tmp_path / "release.json").exists()
 
 
@@ -198,7 +205,8 @@ def test_epsilon_over_target_fails_loudly(tmp_path, monkeypatch):
 
     monkeypatch.setattr(accounting, "compute_epsilon", inflated)  # the release skeleton recomputes the claim with it
     with pytest.raises(AccountingMismatchError, match="exceeds the target"):
-        train_and_release("dp-rvfl", prepared=_synthetic(), out_dir=tmp_path, progress=False, **SAME_ACCOUNTING)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", **SAME_ACCOUNTING),
+                prepared=_synthetic(), out_dir=tmp_path, progress=False)
     assert not (tmp_path / "release.json").exists()
 
 
@@ -212,15 +220,17 @@ def test_over_cap_is_refused_before_training(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dpsgd_release, "train_heads", boom)
     with pytest.raises(BudgetExceededError):
-        train_and_release("dp-rvfl", prepared=_synthetic(), ledger_path=ledger_path, out_dir=tmp_path / "r", progress=False, **SAME_ACCOUNTING)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", **SAME_ACCOUNTING),
+                prepared=_synthetic(), ledger_path=ledger_path, out_dir=tmp_path / "r", progress=False)
     with pytest.raises(BudgetExceededError):
-        train_and_release("dp-rvfl", prepared=_synthetic(), non_private=True, ledger_path=ledger_path, out_dir=tmp_path / "r", progress=False)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", non_private=True),
+                prepared=_synthetic(), ledger_path=ledger_path, out_dir=tmp_path / "r", progress=False)
 
 
 def test_progress_callable_reports_spent_epsilon(tmp_path):
     seen = []
-    rel = train_and_release("logistic-raw", prepared=_synthetic(), out_dir=tmp_path, record=False, **SAME_ACCOUNTING,
-                            progress=lambda done, total, eps: seen.append((done, total, eps)))
+    rel = release("logistic-raw", DPSGDRequest(model="logistic-raw", dataset="synthetic", **SAME_ACCOUNTING),
+                  prepared=_synthetic(), out_dir=tmp_path, record=False, progress=lambda done, total, eps: seen.append((done, total, eps)))
     assert seen[-1][0] == seen[-1][1] == rel.steps
     assert seen[-1][2] == pytest.approx(rel.epsilon, rel=1e-9)
     assert all(a[2] <= b[2] for a, b in zip(seen, seen[1:]))
@@ -228,15 +238,15 @@ def test_progress_callable_reports_spent_epsilon(tmp_path):
 
 def test_bad_arguments():
     with pytest.raises(UsageError, match="model must be"):
-        train_and_release("dp-nope", prepared=_synthetic(), progress=False)
+        release(DPSGDMechanism(), DPSGDRequest(model="dp-nope", dataset="synthetic"), prepared=_synthetic(), progress=False)
     with pytest.raises(UsageError, match="epsilon must be"):
-        train_and_release("dp-rvfl", prepared=_synthetic(), epsilon=-1.0, progress=False)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", epsilon=-1.0), prepared=_synthetic(), progress=False)
     with pytest.raises(UsageError, match="delta must be"):
-        train_and_release("dp-rvfl", prepared=_synthetic(), delta=1.5, progress=False)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", delta=1.5), prepared=_synthetic(), progress=False)
 
 
 def test_default_dataset_digits(tmp_path):
-    rel = train_and_release("dp-rvfl", out_dir=tmp_path, progress=False, record=False)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl"), out_dir=tmp_path, progress=False, record=False)
     assert rel.dataset["name"] == "digits" and rel.steps_executed == rel.steps
     assert rel.metrics["accuracy"] > 0.5  # 10 classes: chance is 0.1
 
@@ -245,6 +255,7 @@ def test_mnist_one_epoch(data_dir, tmp_path):
     """Real MNIST (skipped without data): one epoch of the paper protocol already beats 80 %."""
     if not (data_dir / "mnist").is_dir():
         pytest.skip(f"real data folder mnist not found under {data_dir}")
-    rel = train_and_release("dp-rvfl", dataset="mnist", data_dir=data_dir, epochs=1, out_dir=tmp_path, progress=False, record=False)
+    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="mnist", data_dir=data_dir, epochs=1),
+                  out_dir=tmp_path, progress=False, record=False)
     assert rel.sample_rate == 0.005 and rel.normalizer == 255 and rel.steps == 200
     assert rel.metrics["accuracy"] > 0.8

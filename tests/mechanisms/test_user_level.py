@@ -29,7 +29,9 @@ from dpaudit.mechanisms.user_level import (
     user_module_clipped_sum,
 )
 from dpaudit.noise import NoiseSource
-from dpaudit.library import train_and_release
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
+from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
 from dpaudit.records import read_release
 
 
@@ -305,8 +307,9 @@ def test_release_records_user_level_accounting(tmp_path):
     from dpaudit.ledger.book import open_ledger
 
     ds, ids = _digits_user_ids()
-    rel = train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=2, dataset="digits", epsilon=3.0, delta=1e-5, epochs=2,
-                                       batch_size=64, reproducible_noise=True, out_dir=tmp_path / "run", progress=False, reference_size=419)
+    rel = release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2, dataset="digits",
+                  epsilon=3.0, delta=1e-5, epochs=2, batch_size=64, reproducible_noise=True, reference_size=419),
+                  out_dir=tmp_path / "run", progress=False)
     n_users = rel.config["reference_size"]  # the declared number of training users (1797 rows // 3 -> 599 users, 70 % of them)
     j = math.ceil(n_users / 64)
     assert rel.adjacency == "add-remove-user" and rel.privacy_unit == "user" and rel.accountant == "rdp"
@@ -336,37 +339,44 @@ def test_steps_mismatch_withholds_the_release(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dpsgd_release, "train_heads", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
-        train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=2, epsilon=3.0, epochs=2, batch_size=64, reproducible_noise=True,
-                                     out_dir=tmp_path / "run", progress=False, record=False, reference_size=419)
+        release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2, epsilon=3.0, epochs=2,
+                batch_size=64, reproducible_noise=True, reference_size=419),
+                out_dir=tmp_path / "run", progress=False, record=False)
     assert not (tmp_path / "run" / "release.json").exists()
 
 
 def test_user_level_refusals(tmp_path):
     ds, ids = _digits_user_ids()
     with pytest.raises(UsageError, match="user_ids must be given"):
-        train_and_release("dp-rvfl", privacy_unit="user", records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
+        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2, reference_size=419),
+                out_dir=tmp_path, progress=False)
     with pytest.raises(UsageError, match="records_per_user must be an integer >= 1"):
-        train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=0, out_dir=tmp_path, progress=False)
+        release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=0),
+                out_dir=tmp_path, progress=False)
     with pytest.raises(UsageError, match="reference_size must be given"):  # no definition declares a number of users
-        train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=2, out_dir=tmp_path, progress=False)
+        release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2),
+                out_dir=tmp_path, progress=False)
     n = len(ids)
     from dpaudit.data.splits import split_indices
 
     tr, va, te = split_indices(n, ds.split_seed, 70, 15)
     with pytest.raises(DataError, match="not by records"):
-        train_and_release("dp-rvfl", privacy_unit="user", prepared=ds, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
-                                     records_per_user=2, out_dir=tmp_path, progress=False, reference_size=419)
+        release(DPSGDMechanism(user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]}), DPSGDRequest(model="dp-rvfl",
+                dataset=ds.name, privacy_unit="user", records_per_user=2, reference_size=419),
+                prepared=ds, out_dir=tmp_path, progress=False)
     with pytest.raises(UsageError, match="one id per training record"):
         _user_head(np.zeros((4, 2)), np.zeros(4, int), np.arange(3), 2, _cfg(), records_per_user=1, noise=NoiseSource("reproducible", seed=0))
 
 
 def test_one_record_per_user_release_equals_record_level_release(tmp_path):
     """End to end on digits: distinct user ids -> same split, schedule, noise, weights, metrics."""
-    common = dict(dataset="digits", epsilon=3.0, delta=1e-5, epochs=2, batch_size=180, seed=5, reproducible_noise=True, progress=False)
-    rec = train_and_release("dp-rvfl", out_dir=tmp_path / "rec", ledger_path=tmp_path / "l1.sqlite", **common)
+    common = dict(dataset="digits", epsilon=3.0, delta=1e-5, epochs=2, batch_size=180, seed=5, reproducible_noise=True)
+    rec = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **common),
+                  out_dir=tmp_path / "rec", ledger_path=tmp_path / "l1.sqlite", progress=False)
     ids = np.random.default_rng(0).permutation(10**5)[:1797]
-    usr = train_and_release("dp-rvfl", privacy_unit="user", user_ids=ids, records_per_user=3, out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite",
-                                       reference_size=1257, **common)
+    usr = release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=3, reference_size=1257,
+                  **common),
+                  out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite", progress=False)
     assert rec.data_digest == usr.data_digest  # same prepared data (the digest is local only, never published)
     for key in ("sample_rate", "steps", "steps_executed", "normalizer", "noise_multiplier", "epsilon", "guarantee", "metrics"):
         assert getattr(rec, key) == getattr(usr, key), key

@@ -251,29 +251,18 @@ class HeadTarget(AuditTarget):
         return claimed_event_of(self)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        """Final model: the canary's score on each run's head. Trajectory (every iterate seen): the exact
+        log-likelihood ratio of the privatised sums at the max-clip canary's coordinate (module docstring)."""
         from .engine import train_heads
 
         self.prepare()
-        c = np.asarray(canary_in, dtype=bool)
-        if self.threat_model == "trajectory":
-            return self._trajectory_scores(c, noise)
-        hook = self._canary.hook(c, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm)
-        res = train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, canary=hook, init=self._init,
-                          binary_logit=self._binary, chunk_runs=64)
-        return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)
-
-    def _trajectory_scores(self, c: np.ndarray, noise: NoiseSource) -> np.ndarray:
-        """Every iterate seen: the exact log-likelihood ratio of the privatised sums at the canary's
-        coordinate (module docstring), from the same engine run as a final-model trial."""
-        from .engine import CanaryHook, train_heads
-
-        cfg = self._config
-        # The max-clip canary of the final-model audit (HeadCanary "gradient"): norm exactly C at W[0, j].
-        grad = np.zeros((self._k, self._z.shape[1] + 1))
-        grad[0, self._coord] = cfg.clipping_norm
-        res = train_heads(self._z, self._y, self._n_classes, cfg, noise=noise, runs=c.size, init=self._init,
-                          canary=CanaryHook(included=c, gradient=grad), binary_logit=self._binary, chunk_runs=64,
-                          record=[(0, self._coord)])
+        c, cfg = np.asarray(canary_in, dtype=bool), self._config
+        every = self.threat_model == "trajectory"
+        hook = self._canary.hook(c, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=cfg.clipping_norm)
+        res = train_heads(self._z, self._y, self._n_classes, cfg, noise=noise, runs=c.size, canary=hook, init=self._init,
+                          binary_logit=self._binary, chunk_runs=64, record=[(0, self._coord)] if every else None)
+        if not every:
+            return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)
         return trajectory_log_lr(res.recorded[:, :, 0], sample_rate=cfg.sample_rate, noise_multiplier=cfg.noise_multiplier,
                                  clipping_norm=cfg.clipping_norm)
 

@@ -1,18 +1,15 @@
-"""Head canary kinds of the DP-SGD head audits, record and user level (one registry, one shape).
+"""Head canary kinds of the DP-SGD head audits, record and user level: one registry, one shape.
 
-Each kind is a function ``(target, data, feats, users) -> HeadCanaryChoice`` registered by name in
-:data:`dpaudit.catalogue.HEAD_CANARIES` (``"module:function"``, loaded on first use); ``users`` is
-G for a canary user of G records (:class:`~dpaudit.mechanisms.user_head_audit.UserHeadTarget`),
-None for one canary record (:class:`~dpaudit.mechanisms.head_audit.HeadTarget`). ``target`` is
-prepared up to its canary (``_z``, ``_k``, ``_n_classes``, ``_config``, ``seed``, ``canary``). A kind
-either moves one head weight by a gradient of norm C (``coordinate``; score: that weight) or is
-input records trained on like any record (``z``, ``y``; score: the mean log-probability of their
-labels, :func:`~dpaudit.mechanisms.head_audit.canary_scores`). A new kind is its own module and one line in the catalogue.
+A kind is a chooser ``(target, data, feats, users) -> HeadCanaryChoice`` registered by name in
+:data:`dpaudit.catalogue.HEAD_CANARIES` ("module:function", loaded on first use); ``users`` is G for
+a canary user, None for one canary record; ``target`` is prepared up to its canary (``_z``, ``_k``,
+``_n_classes``, ``_config``, ``seed``, ``canary``). A kind moves one head weight by a gradient of
+norm C (``coordinate``), or is input records trained on like any record (``z``, ``y``); scores:
+:func:`~dpaudit.mechanisms.head_audit.canary_scores`.
 
-**Privacy contract.** A kind is public: its name, and what it reads to choose the canary goes in
-``info`` (audit.json ``canary_info``; :mod:`dpaudit.audit_outputs` keeps only public keys there,
-the rest in audit_local.json). The canary is inserted through the release's own loop and kernels
-(:func:`~dpaudit.mechanisms.engine.train_heads`), so the audit measures the released mechanism.
+**Privacy contract.** A kind's choice is public and goes in ``info`` (audit.json ``canary_info``;
+:mod:`dpaudit.audit_outputs` keeps any key read from the data local); the canary goes through the
+release's own loop and kernels (:func:`~dpaudit.mechanisms.engine.train_heads`).
 """
 
 from __future__ import annotations

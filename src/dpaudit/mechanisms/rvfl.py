@@ -28,7 +28,7 @@ never read. After training, executed steps must equal accounted steps and the re
 must not exceed the target, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing is
 published. The release itself runs on the mechanism contract (``MECHANISM``, defined in
 :mod:`dpaudit.mechanisms.dpsgd_release`) through :func:`dpaudit.releasing.release`
-(docs/architecture.md); :func:`train_and_release` is its thin library wrapper. ``non_private=True`` trains without clipping or noise and makes no claim
+(docs/architecture.md); ``non_private=True`` trains without clipping or noise and makes no claim
 (``epsilon = inf``).
 """
 

@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .requests import REQUEST_TYPES
 
 #: Families: how a mechanism releases (the audits and sweeps group mechanisms by it).
 FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin", "gaussian", "other")
@@ -52,11 +53,7 @@ class CatalogueEntry:
         Built-in families have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
         import needed); any other mechanism declares ``request_type`` on its ``MECHANISM``.
         """
-        from .requests import REQUEST_TYPES
-
-        if self.family in REQUEST_TYPES:
-            return REQUEST_TYPES[self.family]
-        return self.mechanism().request_type
+        return REQUEST_TYPES.get(self.family) or REQUEST_TYPES.get(self.name) or self.mechanism().request_type
 
 
 _HEAD_CANARIES = ("max-clip", "mislabeled", "natural")

@@ -33,6 +33,7 @@ import numpy as np
 from scipy import special  # scipy.stats / scipy.optimize are imported where used (start-up of `dpaudit audit`)
 
 from ..errors import DataError, UsageError
+from ..noise import public_rng
 from ..validation import non_negative_finite, open_unit, positive_finite
 
 DIRECTIONS = ("greater", "less")
@@ -456,8 +457,6 @@ def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95,
     with replacement) from the public stream ``public_rng(seed, TAG_AUROC_BOOTSTRAP)``. Vectorised:
     each resample is a weight vector over the distinct scores, and the AUC is a cumulative sum.
     """
-    from ..noise import public_rng
-
     confidence = _check_confidence(confidence)
     s, y = _check_scores(scores, labels)
     if direction not in DIRECTIONS:

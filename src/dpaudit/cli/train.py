@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import typer
 
+from . import generic, train_rvfl
 from .common import new_app
 
 train_app = new_app("Train a DP model, write release.json and record the release in the ledger.")
 
 
 def register(app: typer.Typer) -> None:
-    from . import generic, train_rvfl
-
     train_rvfl.register(train_app)
     # Every other catalogue entry: `train NAME` built from its Request's fields (cli/generic.py).
     generic.register_train(train_app)

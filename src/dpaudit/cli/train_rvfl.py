@@ -11,10 +11,18 @@ from typing import Optional
 
 import typer
 
+from ..catalogue import CATALOGUE, names
+from ..lazy import lazy_module
 from ..requests import DPSGDRequest
+from ..validation import positive_int
 from . import options
 from .common import console, emit_json, note
 from .generic import make_command, request_from_options, request_parameters
+
+# torch and the release path, loaded when a command runs (registering the commands does not).
+book = lazy_module("dpaudit.ledger.book")
+library = lazy_module("dpaudit.library")
+releasing = lazy_module("dpaudit.releasing")
 
 _DATASET_HELP = "Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files)."
 
@@ -38,9 +46,7 @@ def _ledger_fingerprint(release_id, ledger) -> str | None:
     if not release_id:
         return None
     try:
-        from ..ledger.book import open_ledger
-
-        with open_ledger(ledger, create=False) as led:
+        with book.open_ledger(ledger, create=False) as led:
             return led.get(str(release_id)).payload.get("dataset_fingerprint")
     except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
         return None
@@ -58,28 +64,21 @@ def _make_command(model: str, description: str):
         json_out: bool = options.json_out(),
         **fields,
     ) -> None:
-        from ..library import release_dpsgd
-        from ..mechanisms.rvfl import DEFAULT_DATASET
-
         if threads is not None:
             import torch
-
-            from ..validation import positive_int
 
             torch.set_num_threads(positive_int("threads", threads))
 
         if dataset is None:
-            dataset = DEFAULT_DATASET
-            note(f"no --dataset given: using the embedded '{DEFAULT_DATASET}' dataset.")
+            dataset = library.DEFAULT_DATASET
+            note(f"no --dataset given: using the embedded '{dataset}' dataset.")
         # Parse into the request (recorded in release.json; the release's command is derived from it).
         # ``fields``: the request's other fields, as generated options (_with_request_options); the
         # noise source and privacy unit stay plain strings, refused by the request's own checks.
         request = request_from_options(DPSGDRequest, {"dataset": dataset, "noise_source": noise_source, "privacy_unit": privacy_unit, **fields},
                                        model=model)
-        from ..releasing import secret_noise_seed
-
-        with secret_noise_seed(noise_seed_file):
-            release = release_dpsgd(request, out_dir=out, ledger_path=ledger, progress=True)
+        with releasing.secret_noise_seed(noise_seed_file):
+            release = library.release_dpsgd(request, out_dir=out, ledger_path=ledger, progress=True)
         summary = _summary(release, ledger)
         if json_out:
             emit_json(summary)
@@ -111,8 +110,6 @@ def _with_request_options(command):
 def register(train_app: typer.Typer) -> None:
     # Names and descriptions from the torch-free catalogue (the table rvfl.MODELS lists), so that
     # registering the commands does not import torch; the mechanism loads when a command runs.
-    from ..catalogue import CATALOGUE, names
-
     for name in names(family=("dp-sgd-head", "dp-sgd-module")):
         description = CATALOGUE[name].description
         train_app.command(name, help=f"{description[:1].upper()}{description[1:]} (DP-RVFL paper protocol).")(_make_command(name, description))

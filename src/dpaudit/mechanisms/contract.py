@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from ..errors import DataError, UsageError
+from .. import data as registry  # a lazy package: its numerical loaders load on first use
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
     from ..accounting.events import Event
@@ -103,10 +104,8 @@ class DataInfo:
     def from_registry(cls, name: str, profile: str | None = None) -> "DataInfo":
         """Public facts of a registered dataset *before* loading it (from the registry's sizes
         under ``profile``): what a sweep coordinator knows when it reserves budgets."""
-        from ..data import dataset_info, profile_split_sizes
-
-        info = dataset_info(name)
-        n0 = int(profile_split_sizes(info.name, profile)["train"])  # the definition's declared size
+        info = registry.dataset_info(name)
+        n0 = int(registry.profile_split_sizes(info.name, profile)["train"])  # the definition's declared size
         return cls(name=info.name, kind=info.kind, n_train=n0, n_features=int(info.n_features), n_classes=int(info.n_classes),
                    profile=profile, reference_size=n0)
 

@@ -52,6 +52,14 @@ from .rvfl import (
     plan_schedule,
     planned_reference_size,
 )
+from ..accounting.events import event_from_dict
+from ..data import load_dataset
+from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids
+from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
+from .features import build_features, feature_dim
+from .head_audit import HeadTarget
+from .models import build_module
+from .user_head_audit import UserHeadTarget
 
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
 
@@ -91,22 +99,16 @@ class DPSGDMechanism(MechanismBase):
         elif prepared is not None:
             data = prepared
         else:
-            from ..data import load_dataset
-
             data = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
         if data.y_train.size == 0:
             raise DataError(f"dataset {data.name} has an empty training partition.")
         return data
 
     def _load_users(self, r: DPSGDRequest, prepared):
-        from ..data.users import attach_user_ids, check_user_split, load_user_ids
-
         ids = load_user_ids(Path(r.user_ids)) if r.user_ids is not None else self.user_ids
         if ids is None and getattr(prepared, "user_ids", None) is None:
             raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
         if prepared is None:
-            from ..data import load_dataset
-
             data = attach_user_ids(load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile), ids)
         elif ids is not None:
             data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
@@ -118,7 +120,6 @@ class DPSGDMechanism(MechanismBase):
     def plan(self, r: DPSGDRequest, info: DataInfo) -> ReleasePlan:
         """Public quantities only: the schedule of the unit's declared reference size (never
         ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
-        from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
         if user and info.n_users is None:
@@ -166,8 +167,6 @@ class DPSGDMechanism(MechanismBase):
         :mod:`dpaudit.mechanisms.user_level`) and evaluate on the test partition."""
         import torch
 
-        from ..noise import gaussian_run_tail, public_rng
-        from .features import build_features
 
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
@@ -176,8 +175,6 @@ class DPSGDMechanism(MechanismBase):
         private = plan.event is not None
         users = None  # the privacy unit: records, or users (the plan's (q, T, m0) whatever their actual number, private)
         if plan.privacy_unit == "user":
-            from ..data.users import index_users
-
             users = UserSampling(index_users(data.user_ids["train"]), int(r.records_per_user))
 
         # The spent-epsilon curve costs one RDP evaluation: only build it when progress is shown.
@@ -221,8 +218,6 @@ class DPSGDMechanism(MechanismBase):
                     arrays[name] = a.astype(np.float32)
             weights_name = "weights.npz"
         else:
-            from .models import build_module
-
             module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
                                   seed=plan.seed)
             loss = "bce" if binary else "cross_entropy"
@@ -279,10 +274,6 @@ class DPSGDMechanism(MechanismBase):
         ``no_noise``: the no-noise control. Gives the same target, with the same scores, as the hand-built
         path it replaced (tests/audits/test_dpsgd_audit_target.py).
         """
-        from ..accounting.events import event_from_dict
-        from .head_audit import HeadTarget
-        from .user_head_audit import UserHeadTarget
-
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
             raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
@@ -317,11 +308,7 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
     if spec.family == "head":
-        from .features import feature_dim
-
         return steps * head_outputs(info.n_classes, binary_logit=info.n_classes == 2) * (feature_dim(spec.features, info.n_features) + 1)
-    from .models import build_module
-
     try:
         module = build_module(spec.module, kind=info.kind, n_features=info.n_features, n_classes=info.n_classes,
                               image_shape=info.image_shape, seed=seed)

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..noise import public_rng
 from ..validation import one_of, positive_int
+from .dpsgd_core import blas_threads
 
 PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this
 PROJECTION_DIM = 1024
@@ -97,8 +98,6 @@ class FrozenFeatures:
         elif x.shape[0] > chunk:
             # NumPy's BLAS limited to torch's thread count, as in the head trainers (speed only;
             # the limiter costs ~3 ms, so small inputs skip it).
-            from .dpsgd_core import blas_threads
-
             with blas_threads():
                 self._fill(x, out, p, w, b, link, chunk, dtype)
         else:

@@ -30,17 +30,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..accounting import compute_epsilon
+from ..audits.canaries import check_canary
+from ..audits.targets import AuditTarget, load_target_data, training_partition
 from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
-from ..audits.canaries import check_canary
-from ..audits.targets import AuditTarget, load_target_data, training_partition
+from ..requests import THREAT_MODELS
+from .batched import HeadCanary
+from .dpsgd_core import DPSGDConfig, head_outputs, init_head
+from .engine import CanaryHook, train_heads
+from .features import build_features
+from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
 NO_NOISE_MULTIPLIER = 1e-12
-#: What the adversary sees: the released head, or every iterate (the privatised sums).
-THREAT_MODELS = ("final-model", "trajectory")
 
 
 def trajectory_log_lr(x: np.ndarray, *, sample_rate: float, noise_multiplier: float, clipping_norm: float) -> np.ndarray:
@@ -78,12 +83,6 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     rows and the public head initialisation. Sets the target's ``_event``, ``_rdp_epsilon``, ``_claimed``,
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
-    from ..accounting import compute_epsilon
-    from .dpsgd_core import DPSGDConfig, head_outputs, init_head
-    from .rvfl import plan_schedule
-    from .features import build_features
-    from .rvfl import MODELS, TAG_HEAD
-
     # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too);
     # a release's recorded schedule and noise multiplier replace the computed ones.
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=reference_size, epsilon=target.epsilon, delta=target.delta,
@@ -203,8 +202,6 @@ class HeadTarget(AuditTarget):
             return
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
-        from .rvfl import audit_reference_size
-
         reference = None
         if self.max_train is not None and self.max_train < len(y):
             keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))
@@ -219,8 +216,6 @@ class HeadTarget(AuditTarget):
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
-        from .batched import HeadCanary
-
         d = self._z.shape[1]
         if self.canary == "max-clip":
             j, why, n_dead = canary_coordinate(self._z)
@@ -253,8 +248,6 @@ class HeadTarget(AuditTarget):
         return claimed_event_of(self)
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
-        from .engine import train_heads
-
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
         if self.threat_model == "trajectory":
@@ -270,8 +263,6 @@ class HeadTarget(AuditTarget):
     def _trajectory_scores(self, c: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """Every iterate seen: the exact log-likelihood ratio of the privatised sums at the canary's
         coordinate (module docstring), from the same engine run as a final-model trial."""
-        from .engine import CanaryHook, train_heads
-
         cfg = self._config
         # The max-clip canary of the final-model audit (HeadCanary "gradient"): norm exactly C at W[0, j].
         grad = np.zeros((self._k, self._z.shape[1] + 1))

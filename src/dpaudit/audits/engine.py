@@ -98,7 +98,6 @@ from typing import Any
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .. import __version__
 from ..accounting import compute_epsilon
@@ -562,6 +561,8 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             # Trials are many skinny matrix products: one thread each, as in the worker processes.
             # Extra intra-op threads only spin against other jobs on a busy machine (measured
             # about 10x slower for the MNIST head audit with 2 threads under load).
+            import torch  # here: the audit core imports without torch (a mechanism's module brings it)
+
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             try:

@@ -32,7 +32,7 @@ This module is torch-free (only dataclasses and typing), so catalogues and CLIs 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
@@ -165,9 +165,6 @@ class ReleasePlan:
     @property
     def non_private(self) -> bool:
         return self.event is None
-
-    def with_config(self, **extra) -> "ReleasePlan":
-        return replace(self, config={**self.config, **extra})
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ derived from :data:`CATALOGUE`, so adding a mechanism is one module plus one lin
 
 The entry names the module that implements the mechanism; it is imported only when the
 mechanism is used (:meth:`CatalogueEntry.mechanism`), so this module stays torch-free: it
-imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.validation` only.
+imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.requests` only.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class CatalogueEntry:
     def request_type(self) -> type:
         """The :class:`~dpaudit.requests.Request` subclass this mechanism is asked with.
 
-        Built-in families have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
+        Built-in families and ``noisy-sum`` have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
         import needed); any other mechanism declares ``request_type`` on its ``MECHANISM``.
         """
         return REQUEST_TYPES.get(self.family) or REQUEST_TYPES.get(self.name) or self.mechanism().request_type

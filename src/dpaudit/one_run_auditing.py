@@ -120,7 +120,6 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id) 
     """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
     import uuid
 
-
     with open_ledger(ledger_path) as led:
         led.record_audit(audit_id=uuid.uuid4().hex, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
                          mechanism=mechanism, unbounded_reason=None if event is not None else "the no-noise one-run control trains without DP noise",

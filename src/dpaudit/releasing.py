@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
 from .accounting import compute_epsilon
 from .accounting.events import Event
 from .catalogue import lookup
@@ -440,7 +442,7 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
     request = plan.request
     command = mech.command_line(plan, out_dir)  # derived from the request, never parsed back
     extra = {}
-    if hasattr(request, "to_dict") and "request" in {f.name for f in _release_fields()}:
+    if hasattr(request, "to_dict") and "request" in {f.name for f in dataclasses.fields(Release)}:
         extra["request"] = request.to_dict()
     artefacts = dict(output.artefacts)
     if (output.arrays is not None or output.save is not None) and output.weights_name:
@@ -485,15 +487,7 @@ def write_artefacts(output, out_dir) -> None:
     if output.save is not None:
         output.save(out)
     elif output.arrays is not None:
-        import numpy as np
-
         np.savez(out / output.weights_name, **output.arrays)
-
-
-def _release_fields():
-    from dataclasses import fields as dc_fields
-
-    return dc_fields(Release)
 
 
 def planned_noise_tail(plan) -> float:

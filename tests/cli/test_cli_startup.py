@@ -2,8 +2,9 @@
 
 Importing torch alone costs seconds, so `dpaudit --help`, `--version`, `account`, `calibrate`,
 `schedule` and `ledger summary` must not load it (nor torchvision, Opacus's package, scikit-learn,
-matplotlib, Dask, psycopg): the CLI imports mechanisms inside the commands that train or audit,
-the package ``__init__``s load heavy names on first use, and the rdp accountant runs Opacus's
+matplotlib, Dask, psycopg): the CLI names the numerical library with ``dpaudit.lazy.lazy_module``
+(imported when a command runs) and reaches mechanisms by name through the catalogue, the package
+``__init__``s load heavy names on first use, and the rdp accountant runs Opacus's
 analysis file without the ``opacus`` package (:mod:`dpaudit.accounting.opacus_rdp`). The commands
 that compute nothing numerical must not even load numpy.
 

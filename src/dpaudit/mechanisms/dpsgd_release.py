@@ -29,8 +29,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from ..accounting.events import event_from_dict
+from ..data import load_dataset
+from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids
 from ..errors import DataError, UsageError
+from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
@@ -38,6 +43,9 @@ from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
 from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
 from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
 from .engine import UserSampling, train_heads
+from .features import build_features, feature_dim
+from .head_audit import HeadTarget
+from .models import build_module
 from .rvfl import (
     ACCOUNTANT,
     DEFAULT_DATASET,
@@ -52,13 +60,6 @@ from .rvfl import (
     plan_schedule,
     planned_reference_size,
 )
-from ..accounting.events import event_from_dict
-from ..data import load_dataset
-from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids
-from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
-from .features import build_features, feature_dim
-from .head_audit import HeadTarget
-from .models import build_module
 from .user_head_audit import UserHeadTarget
 
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
@@ -165,9 +166,6 @@ class DPSGDMechanism(MechanismBase):
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
         :mod:`dpaudit.mechanisms.user_level`) and evaluate on the test partition."""
-        import torch
-
-
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
         config = self.dpsgd_config(plan)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..noise import public_rng
 from ..validation import one_of, positive_int
@@ -118,8 +119,6 @@ class FrozenFeatures:
     def _fill_torch(self, x, out, p, w, b, link, chunk, dtype) -> None:
         import warnings
 
-        import torch
-
         ot = torch.from_numpy(out)
         pt = torch.from_numpy(p) if p is not None else None
         wt = torch.from_numpy(w) if w is not None else None
@@ -156,8 +155,6 @@ def _empty_small_pages(shape, dtype) -> np.ndarray:
     for the 200 MB MNIST feature matrix, vs ~0.1 s with ordinary pages). Memory from torch's
     allocator carries no such advice; the array keeps its tensor alive through ``.base``.
     """
-    import torch
-
     try:
         tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
     except TypeError:  # a dtype torch does not have

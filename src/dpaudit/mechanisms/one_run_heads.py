@@ -135,7 +135,6 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
     from scipy import sparse
 
-
     m, k, c = included.size, target._k, cfg.clipping_norm
     free = free_coordinates(target._z, k)
     extra = max(0, math.ceil((m - len(free)) / k))

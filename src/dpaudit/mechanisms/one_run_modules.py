@@ -37,13 +37,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from ..noise import NoiseSource, public_rng
-from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 from ..audits.one_run import OneRunScores
 from ..data import load_dataset
+from ..errors import UsageError
+from ..noise import NoiseSource, public_rng
 from ..validation import positive_int
 from .dpsgd import DPSGDConfig, train_module_dp_sgd
+from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 from .models import build_module
 from .rvfl import audit_reference_size, plan_schedule
 
@@ -60,11 +60,6 @@ def module_name(model: str) -> str:
     if name not in CANARY_TENSORS:
         raise UsageError(f"model must be one of dp-dense, dp-cnn, dp-attention, got {model!r}.")
     return name
-
-
-def one_run_scores_type():
-    """:class:`dpaudit.audits.one_run.OneRunScores` (imported lazily: the analysis module)."""
-    return OneRunScores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +212,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
         scores = np.array([-(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in gc.coords])
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
-    return one_run_scores_type()(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+    return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
 
 
 def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dict):

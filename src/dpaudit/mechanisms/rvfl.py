@@ -138,7 +138,6 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
         return (lambda done, total: progress(done, total, eps_of(done) if eps_of else float("inf"))), lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
     bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("steps  eps spent {task.fields[eps]}"), TimeElapsedColumn(), console=err_console, transient=False)
     task = bar.add_task("training", total=steps, eps="0.000" if eps_of else "inf")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,24 @@ def plant(monkeypatch, name: str) -> None:
 def plant_fault(monkeypatch):
     """``plant_fault("skip-clip")`` / ``plant_fault("half-noise")``: :func:`plant` for this test."""
     return lambda name: plant(monkeypatch, name)
+
+
+def _patch_everywhere(monkeypatch, owner, name: str, value) -> None:
+    """``owner.name = value`` and the same for every dpaudit module that bound the original at its top (dpaudit imports its
+    own modules at module top, tests/test_import_graph.py: patching the defining module alone misses those bindings).
+    The release, audit and mechanism modules are imported first, so none binds ``value`` for good while it is set."""
+    from dpaudit.catalogue import CATALOGUE
+
+    for module in {e.module for e in CATALOGUE.values()} | {"dpaudit.releasing", "dpaudit.auditing", "dpaudit.one_run_auditing", "dpaudit.library"}:
+        importlib.import_module(module)
+    original = getattr(owner, name)
+    monkeypatch.setattr(owner, name, value)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("dpaudit") and vars(module).get(name) is original:
+            monkeypatch.setattr(module, name, value)
+
+
+@pytest.fixture
+def patch_everywhere(monkeypatch):
+    """``patch_everywhere(owner, name, value)``: :func:`_patch_everywhere` for this test."""
+    return lambda owner, name, value: _patch_everywhere(monkeypatch, owner, name, value)

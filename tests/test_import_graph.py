@@ -5,8 +5,10 @@ Every ``import`` / ``from ... import`` statement is counted, including those ins
 :data:`LAYERS` (docs/architecture.md, "Layers"); a module may import its own layer or a lower one
 only. Inside functions only third-party modules should be imported (torch, scipy, matplotlib, ...:
 heavy imports kept off the start-up path); dpaudit's own modules are imported at the top, where
-the graph is visible (the remaining exceptions are capped and only decrease). The catalogue and the CLI load mechanism modules and command families by
-name (``importlib.import_module``) on purpose: those are plug-in look-ups, not import edges.
+the graph is visible: none inside a function. The command line binds the numerical library modules at its top with
+:func:`dpaudit.lazy.lazy_module` (executed on first use, so ``dpaudit --help`` stays light): those are edges like any
+import. The catalogue and the CLI load mechanism modules and command families by name (``importlib.import_module``) on
+purpose: those are plug-in look-ups, not import edges.
 """
 
 from __future__ import annotations
@@ -79,7 +81,18 @@ def import_edges(sources: dict[str, tuple[str, bool]]) -> list[tuple[str, str, i
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges += [(mod, t, node.lineno, id(node) in nested) for t in _targets(node, package, modules) if t != mod]
+            elif _lazy_module_arg(node) in modules:
+                edges.append((mod, _lazy_module_arg(node), node.lineno, id(node) in nested))
     return edges
+
+
+def _lazy_module_arg(node) -> str | None:
+    """``X`` of a ``lazy_module("X")`` call (:func:`dpaudit.lazy.lazy_module`: an import whose execution waits)."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        fn = node.func
+        if (fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")) == "lazy_module":
+            return node.args[0].value
+    return None
 
 
 def cycles(edges) -> list[list[str]]:
@@ -147,16 +160,18 @@ def test_imports_point_down_the_layers(edges):
     assert not up, "imports against the layer order:\n" + "\n".join(sorted(up))
 
 
-#: Internal imports still inside functions (481 before issue 24's redesign, mostly the CLI and the
-#: audit orchestration keeping torch off the start-up path). The rule is "none": this cap only goes
-#: down, and a new module adds none.
-MAX_LAZY_INTERNAL_IMPORTS = 194
-
-
-def test_internal_imports_inside_functions_only_decrease(edges):
+def test_no_internal_import_inside_a_function(edges):
+    """dpaudit's own modules are imported at module top; only heavy third-party modules (torch, scipy, matplotlib, ...) may
+    wait inside a function (481 internal ones before issue 24's redesign)."""
     lazy = sorted(f"{a}:{line} imports {b} inside a function" for a, b, line, inside in edges if inside)
-    assert len(lazy) <= MAX_LAZY_INTERNAL_IMPORTS, (f"{len(lazy)} internal imports inside functions (at most {MAX_LAZY_INTERNAL_IMPORTS}; "
-                                                   "import dpaudit modules at module top level):\n" + "\n".join(lazy))
+    assert not lazy, "import dpaudit modules at module top level:\n" + "\n".join(lazy)
+
+
+def test_deferred_modules_only_on_the_command_line():
+    """``lazy_module`` keeps numpy and torch off the CLI's start-up (tests/cli/test_cli_startup.py); the library imports."""
+    used = [(m, node.lineno) for m, (text, _) in _package_sources().items() if layer(m) != len(LAYERS) - 1 and m != "dpaudit.lazy"
+            for node in ast.walk(ast.parse(text)) if _lazy_module_arg(node)]
+    assert not used, used
 
 
 def test_every_module_has_a_layer():
@@ -172,6 +187,14 @@ def test_detector_sees_a_cycle_hidden_in_a_function():
     files = {"pkg": "", "pkg.a": "from . import b\n", "pkg.b": "def f():\n    from .a import x\n"}
     e = _edges_of(files)
     assert ("pkg.b", "pkg.a", 2, True) in e
+    assert cycles(e) == [["pkg.a", "pkg.b"]]
+
+
+def test_detector_sees_a_deferred_module():
+    files = {"pkg": "", "pkg.a": "from .lazy import lazy_module\nb = lazy_module('pkg.b')\n", "pkg.b": "def f():\n    lazy_module('pkg.a')\n",
+             "pkg.lazy": ""}
+    e = _edges_of(files)
+    assert ("pkg.a", "pkg.b", 2, False) in e and ("pkg.b", "pkg.a", 2, True) in e
     assert cycles(e) == [["pkg.a", "pkg.b"]]
 
 

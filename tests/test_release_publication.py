@@ -120,14 +120,14 @@ def _no_work(*a, **k):
     raise AssertionError("work started before the output directory was checked")
 
 
-def test_python_api_release_functions_check_out_dir_before_any_work(monkeypatch):
+def test_python_api_release_functions_check_out_dir_before_any_work(patch_everywhere, monkeypatch):
     import dpaudit.data
     from dpaudit.mechanisms import dp_elm, dpsgd_release, mixmin_pipeline, mixmin_tasks, rvfl
 
-    monkeypatch.setattr(dpaudit.data, "load_dataset", _no_work)
+    patch_everywhere(dpaudit.data, "load_dataset", _no_work)
     import dpaudit.accounting
 
-    monkeypatch.setattr(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)  # DP-SGD plans calibrate through it
+    patch_everywhere(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)  # DP-SGD plans calibrate through it
     monkeypatch.setattr(mixmin_pipeline, "load_task", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "load_proxy_predictions", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)

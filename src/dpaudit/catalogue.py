@@ -8,7 +8,7 @@ derived from :data:`CATALOGUE`, so adding a mechanism is one module plus one lin
 
 The entry names the module that implements the mechanism; it is imported only when the
 mechanism is used (:meth:`CatalogueEntry.mechanism`), so this module stays torch-free: it
-imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.validation` only.
+imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.requests` only.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .requests import REQUEST_TYPES
 
 #: Families: how a mechanism releases (the audits and sweeps group mechanisms by it).
 FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin", "gaussian", "other")
@@ -49,14 +50,10 @@ class CatalogueEntry:
     def request_type(self) -> type:
         """The :class:`~dpaudit.requests.Request` subclass this mechanism is asked with.
 
-        Built-in families have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
+        Built-in families and ``noisy-sum`` have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
         import needed); any other mechanism declares ``request_type`` on its ``MECHANISM``.
         """
-        from .requests import REQUEST_TYPES
-
-        if self.family in REQUEST_TYPES:
-            return REQUEST_TYPES[self.family]
-        return self.mechanism().request_type
+        return REQUEST_TYPES.get(self.family) or REQUEST_TYPES.get(self.name) or self.mechanism().request_type
 
 
 #: The head canary kinds (first = the default) -> the "module:function" that chooses one

@@ -81,7 +81,6 @@ import secrets
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from .errors import UsageError
 from .validation import one_of
@@ -148,6 +147,8 @@ def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *,
     buffers) instead of allocating temporaries, and ``work`` (float32, shape (P,)) holds the float32 radius.
     |z| <= sqrt(-2 ln min(u1)): 12.13 for the smallest u1 this module draws (:data:`U1_MIN`).
     """
+    import torch  # here: requests and mechanisms validate without torch (docs/architecture.md, rule 2)
+
     dt = np.float32 if np.asarray(u2).dtype == np.float32 else np.float64
     if not scratch:
         u1 = np.array(u1, dtype=np.float64)
@@ -343,6 +344,8 @@ class NoiseSource:
     def _init_generators(self, entropy) -> None:
         """numpy and torch generators seeded from ``entropy``, and the Gaussian sampler's state: its uniforms' keystream, keyed from
         ``entropy`` (a cryptographic source keys it from its ChaCha20 keystream instead), and an empty float32 buffer."""
+        import torch
+
         self.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
         self.torch = torch.Generator()
         self.torch.manual_seed(int(self.numpy.integers(0, 2**63 - 1)))
@@ -474,9 +477,12 @@ class NoiseSource:
         shape, size = _shape_size(shape)
         return (self._standard64(size) * std).reshape(shape)
 
-    def gaussian_torch(self, shape, std: float, dtype=torch.float32) -> torch.Tensor:
-        """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU), from :data:`GAUSSIAN_SAMPLER`: float64 arithmetic for float64,
-        float32 for every other dtype (then rounded)."""
+    def gaussian_torch(self, shape, std: float, dtype=None) -> torch.Tensor:
+        """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU; default float32), from :data:`GAUSSIAN_SAMPLER`: float64 arithmetic
+        for float64, float32 for every other dtype (then rounded)."""
+        import torch
+
+        dtype = torch.float32 if dtype is None else dtype
         shape, size = _shape_size(shape)
         if dtype == torch.float64:
             return torch.from_numpy(self.gaussian_numpy(shape, std))

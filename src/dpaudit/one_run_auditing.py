@@ -24,31 +24,33 @@ import time
 import uuid
 from pathlib import Path
 
+from .accounting.events import event_from_dict
 from .auditing import target_for, target_from_release
 from .audit_outputs import shareable_one_run
 from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
+from .data import load_dataset
 from .errors import UsageError
+from .ledger.book import open_ledger
+from .mechanisms.dpsgd import DPSGDConfig
+from .mechanisms.head_audit import HeadTarget
+from .mechanisms.one_run_heads import heads_one_run
+from .mechanisms.one_run_modules import module_config, modules_one_run
+from .mechanisms.user_head_audit import UserHeadTarget
+from .noise import NoiseSource
 from .records import Release, read_release
 from .requests import AuditRequest
-from .validation import positive_int
+from .validation import open_unit, positive_finite, positive_int
 
 #: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.one_run_modules`.
 MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
 
 
 def _noise(reproducible_noise: bool, seed: int):
-    from .noise import NoiseSource
-
     return NoiseSource("reproducible", seed=seed) if reproducible_noise else NoiseSource()
 
 
 def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
     """(model, data, DPSGDConfig, claim dict) for a dp-dense / dp-cnn / dp-attention audit."""
-    from .accounting.events import event_from_dict
-    from .data import load_dataset
-    from .mechanisms.dpsgd import DPSGDConfig
-    from .mechanisms.one_run_modules import module_config
-
     if release is not None:
         ds = release.dataset or {}
         data = load_dataset(ds.get("name") or "digits", data_dir=data_dir, split_seed=ds.get("split_seed"), profile=ds.get("profile"))
@@ -57,8 +59,6 @@ def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, 
         claim = dict(event=event_from_dict(release.guarantee), accountant=release.accountant, adjacency=release.adjacency,
                      delta=float(release.delta), claimed_epsilon=float(release.epsilon))
         return release.mechanism, data, cfg, claim
-    from .validation import open_unit, positive_finite
-
     eps = positive_finite("epsilon", 2.0 if epsilon is None else epsilon)
     delta = open_unit("delta", delta)
     data = load_dataset(dataset or "digits", data_dir=data_dir, profile=profile)
@@ -118,8 +118,6 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
 
 def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
-    from .mechanisms.one_run_modules import modules_one_run
-
     if a.privacy_unit != "record":
         raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}.")
     model, data, cfg, claim = module_setup(name, release=rel, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
@@ -133,8 +131,6 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
 
 def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, run_id) -> None:
     """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
-    from .ledger.book import open_ledger
-
     with open_ledger(ledger_path) as led:
         led.record_audit(audit_id=run_id, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
                          mechanism=mechanism, unbounded_reason=None if event is not None else "the no-noise one-run control trains without DP noise",
@@ -144,10 +140,6 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, 
 def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
-    from .mechanisms.head_audit import HeadTarget
-    from .mechanisms.one_run_heads import heads_one_run
-    from .mechanisms.user_head_audit import UserHeadTarget
-
     if rel is not None:
         target = target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism, user_ids=a.user_ids)
         seed = int(rel.seed)

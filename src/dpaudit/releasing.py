@@ -30,10 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
+from .accounting import compute_epsilon
 from .accounting.events import Event
+from .catalogue import lookup
 from .errors import AccountingMismatchError, UsageError
-from .noise import NoiseSource
-from .records import Release, check_out_dir, check_release_folder, write_release
+from .ledger.book import open_ledger
+from .ledger.paths import ledger_missing, resolve_ledger
+from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
+from .records import Release, check_accounting, check_out_dir, check_release_folder, public_noise_reason, round_timings, write_release
+from .requests import NOISE_SOURCES
+from .validation import one_of
 
 
 def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",
@@ -105,9 +113,6 @@ def planned_secret_seed(request) -> tuple[int | None, str | None]:
 def check_noise_source(noise_source: str) -> str:
     """Refuse a ``noise_source`` a request may not name (one-line UsageError), before anything
     is loaded or reserved: a typo must cost no ledger entry."""
-    from .requests import NOISE_SOURCES
-    from .validation import one_of
-
     return one_of("noise_source", noise_source, NOISE_SOURCES)
 
 
@@ -122,9 +127,6 @@ def planned_noise_reason(request, plan) -> str | None:
 
 def public_seed_reason(seed: int) -> str:
     """The ledger's reason for a release whose noise is derived from the published ``seed``."""
-    from .noise import NoiseSpec
-    from .records import public_noise_reason
-
     return public_noise_reason(NoiseSpec("reproducible", int(seed)).to_dict())
 
 
@@ -141,8 +143,6 @@ class ReleaseSession:
         """Settle the published releases with the reservation, or cancel it when there are none."""
         if self.reservation_id is None:
             return
-        from .ledger.book import open_ledger
-
         with open_ledger(self.ledger_path) as ledger:
             if self.published:
                 # Released files exist even when the run failed afterwards: they are recorded.
@@ -234,8 +234,6 @@ def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLi
     if session.reservation_id is not None:
         raise UsageError(f"a run must reserve its budget once (reserve the combined event), got a second reservation "
                          f"after {session.reservation_id}.")
-    from .ledger.book import open_ledger
-
     with open_ledger(ledger_path) as ledger:
         rid = ledger.reserve(**check.keywords())
     session.ledger_path = ledger_path
@@ -268,9 +266,6 @@ def preflight(check: BudgetCheck | None = None, /, *, ledger_path: str | os.Path
     exceed a cap or change the dataset's data (writes nothing; :func:`reserve` also holds the
     budget). A ledger file that does not exist holds no cap and no identity to check against:
     nothing is checked and nothing is created."""
-    from .ledger.book import open_ledger
-    from .ledger.paths import ledger_missing, resolve_ledger
-
     check = check or BudgetCheck(**fields)
     if ledger_missing(resolve_ledger(ledger_path)):
         return
@@ -290,8 +285,6 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
         if session is not None and session.reservation_id is not None:
             session.published.append((release, artefact))
             return path
-        from .ledger.book import open_ledger
-
         with open_ledger(ledger_path) as ledger:
             ledger.record(release, artefact_path=artefact)
     return path
@@ -303,8 +296,6 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
 def resolve_mechanism(mechanism):
     """A mechanism object from itself or from its catalogue name (:mod:`dpaudit.catalogue`)."""
     if isinstance(mechanism, str):
-        from .catalogue import lookup
-
         return lookup(mechanism).mechanism()
     return mechanism
 
@@ -415,8 +406,6 @@ def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
 def declare_partition(declaration, ledger_path=None) -> None:
     """Declare ``declaration`` (:class:`~dpaudit.mechanisms.contract.PartitionDeclaration`):
     its parent splits into disjoint children in the ledger."""
-    from .ledger.book import open_ledger
-
     with open_ledger(ledger_path) as ledger:
         ledger.declare_partition(declaration.dataset, declaration.parent, tuple(declaration.children), declaration.declared_by)
 
@@ -428,9 +417,6 @@ def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
     ``plan.steps`` or the recomputed epsilon exceeds ``plan.target_epsilon``. A non-private plan
     (event None) claims nothing: ``(inf, {})``.
     """
-    from .accounting import compute_epsilon
-    from .records import check_accounting
-
     if plan.event is None:
         return float("inf"), {}
     claimed = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency).epsilon
@@ -447,8 +433,6 @@ def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
 def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dict | None = None) -> Release:
     """The :class:`Release` of a verified run (:func:`verify_planned_claim` runs here: an unverified claim
     never becomes a Release)."""
-    from .records import round_timings
-
     claimed, epsilons = verify_planned_claim(plan, output.steps_executed)
     times = {**(timings or {}), **output.timings}
     fields = {**plan.release_fields, **output.release_fields}
@@ -458,7 +442,7 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
     request = plan.request
     command = mech.command_line(plan, out_dir)  # derived from the request, never parsed back
     extra = {}
-    if hasattr(request, "to_dict") and "request" in {f.name for f in _release_fields()}:
+    if hasattr(request, "to_dict") and "request" in {f.name for f in dataclasses.fields(Release)}:
         extra["request"] = request.to_dict()
     artefacts = dict(output.artefacts)
     if (output.arrays is not None or output.save is not None) and output.weights_name:
@@ -503,15 +487,7 @@ def write_artefacts(output, out_dir) -> None:
     if output.save is not None:
         output.save(out)
     elif output.arrays is not None:
-        import numpy as np
-
         np.savez(out / output.weights_name, **output.arrays)
-
-
-def _release_fields():
-    from dataclasses import fields as dc_fields
-
-    return dc_fields(Release)
 
 
 def planned_noise_tail(plan) -> float:
@@ -527,8 +503,6 @@ def planned_noise_tail(plan) -> float:
 
 
 def _noise_tail(plan, values: int, epsilon, *, what: str | None = None) -> float:
-    from .noise import gaussian_run_tail
-
     return gaussian_run_tail(1, int(values), float(epsilon), plan.delta, what=what or plan.noise_what)
 
 

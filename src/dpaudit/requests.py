@@ -364,11 +364,38 @@ class AuditRequest(Request):
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
 
 
-#: The request type of each built-in family (a new mechanism's type comes from its MECHANISM).
+NOISY_SUM_ACCOUNTANTS = ("pld", "rdp", "prv")
+#: What an audit's adversary sees: the released model, or every iterate (DP-SGD head models).
+THREAT_MODELS = ("final-model", "trajectory")
+
+
+@dataclass(frozen=True)
+class NoisySumRequest(Request):
+    """``dpaudit train noisy-sum`` (:mod:`dpaudit.mechanisms.noisy_sum`): the clipped sum of a dataset's training rows plus Gaussian
+    noise. Here, not in its module, so the CLI builds its commands without loading the mechanism (numpy)."""
+
+    COMMAND: ClassVar[str] = "noisy-sum"
+
+    dataset: str = option("digits", help="Dataset (digits, breast-cancer embedded; others need --data-dir).")
+    data_dir: str | None = option(None, help="Directory with real data (default: $DPAUDIT_DATA_DIR).")
+    epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    clipping_norm: float = option(1.0, help="L2 norm C every row is clipped to (the sum's sensitivity).")
+    accountant: str = option("pld", choices=NOISY_SUM_ACCOUNTANTS, help="Accountant calibrating sigma and making the claim (pld: tight).")
+    seed: int = option(42, help="Public seed (recorded; the audit's public randomness).")
+    non_private: bool = option(False, help="Release the exact clipped sum (no privacy claim).")
+    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
+    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help="os-entropy (default), cryptographic.")
+    profile: str | None = option(None, help="Preprocessing profile (default: the dataset's).")
+    split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
+
+
+#: The request type of each built-in family, or of a mechanism by name (any other mechanism's comes from its MECHANISM).
 REQUEST_TYPES: dict[str, type[Request]] = {
     "dp-sgd-head": DPSGDRequest,
     "dp-sgd-module": DPSGDRequest,
     "dp-elm": DPELMRequest,
     "dp-mixmin": MixMinRequest,
     "gaussian": GaussianRequest,
+    "noisy-sum": NoisySumRequest,
 }

@@ -95,7 +95,7 @@ def test_a_planted_fault_changes_the_audit_scores(plant_fault, kind, fault):
     assert not np.allclose(clean, scores(kind), rtol=0, atol=1e-6), kind
 
 
-def test_releases_and_audits_all_run_the_engine(monkeypatch, tmp_path):
+def test_releases_and_audits_all_run_the_engine(patch_everywhere, tmp_path):
     """Every head trainer, release or audit, record or user level, is one call of engine.train_heads."""
     calls = []
     real = engine.train_heads
@@ -104,9 +104,8 @@ def test_releases_and_audits_all_run_the_engine(monkeypatch, tmp_path):
         calls.append((kw.get("runs", 1), kw.get("users") is not None, kw.get("canary") is not None))
         return real(*a, **kw)
 
-    monkeypatch.setattr(engine, "train_heads", spy)
-    monkeypatch.setattr(dpsgd_release, "train_heads", spy)  # the release's own reference to it
-    monkeypatch.setattr(user_level_audit, "train_heads", spy)  # and the user-level target's
+    patch_everywhere(engine, "train_heads", spy)  # the engine's and every caller's reference to it
+    assert dpsgd_release.train_heads is spy and user_level_audit.train_heads is spy
     np.save(tmp_path / "ids.npy", np.arange(1797) // 4)
     _RELEASES["record head"](tmp_path, "r")
     _RELEASES["user head"](tmp_path, "u")

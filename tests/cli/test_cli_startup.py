@@ -2,8 +2,9 @@
 
 Importing torch alone costs seconds, so `dpaudit --help`, `--version`, `account`, `calibrate`,
 `schedule` and `ledger summary` must not load it (nor torchvision, Opacus's package, scikit-learn,
-matplotlib, Dask, psycopg): the CLI imports mechanisms inside the commands that train or audit,
-the package ``__init__``s load heavy names on first use, and the rdp accountant runs Opacus's
+matplotlib, Dask, psycopg): the CLI names the numerical library with ``dpaudit.lazy.lazy_module``
+(imported when a command runs) and reaches mechanisms by name through the catalogue, the package
+``__init__``s load heavy names on first use, and the rdp accountant runs Opacus's
 analysis file without the ``opacus`` package (:mod:`dpaudit.accounting.opacus_rdp`). The commands
 that compute nothing numerical must not even load numpy.
 
@@ -221,3 +222,35 @@ def test_an_audit_loads_no_statsmodels_metrics_or_compiler(tmp_path):
     forbidden = {"statsmodels", "sklearn.metrics", "torch._dynamo"}
     loaded = _top(modules) | set(modules)
     assert not loaded & forbidden, sorted(loaded & forbidden)
+
+
+# ---------------------------------------------------------------- issue 24: no internal import inside a function
+# (tests/test_import_graph.py); the CLI names the library with dpaudit.lazy.lazy_module, so start-up stays light.
+
+#: Commands that print help or refuse their input before anything is computed: torch stays unloaded
+#: (issue 25: the whole request is checked first). dp-elm and noisy-sum validate in their mechanism,
+#: loaded by name through the catalogue without torch.
+REFUSED = {
+    "train-help": (["train", "dp-rvfl", "--help"], 0),
+    "audit-help": (["audit", "--help"], 0),
+    "ledger-help": (["ledger", "--help"], 0),
+    "eps-not-a-number": (["train", "dp-rvfl", "--eps", "abc"], 2),
+    "dp-elm-width": (["train", "dp-elm", "--width", "0"], 2),
+    "noisy-sum-eps": (["train", "noisy-sum", "--eps", "-1"], 2),
+}
+
+
+@pytest.mark.parametrize("args,code", list(REFUSED.values()), ids=list(REFUSED))
+def test_help_and_refused_input_do_not_import_torch(args, code):
+    got, modules, stdout = _run(args)
+    assert got == code, stdout
+    assert not _top(modules) & set(HEAVY), f"dpaudit {' '.join(args)} imported {sorted(_top(modules) & set(HEAVY))}"
+
+
+def test_the_whole_app_builds_without_torch():
+    """Every command family registered and converted (the eager path of CliRunner and typer): no heavy stack."""
+    code = "import sys, typer\nfrom dpaudit.cli import app\ntyper.main.get_command(app)\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(json.loads(proc.stdout.strip().replace("'", '"')))
+    assert "dpaudit" in loaded and not loaded & set(HEAVY + NUMERIC), sorted(loaded & set(HEAVY + NUMERIC))

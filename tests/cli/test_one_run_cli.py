@@ -22,7 +22,7 @@ def _fake_scores(m: int, sigma: float, seed: int = 0, kind: str = "gradient", in
     return OneRunScores(scores=inc + sigma * rng.standard_normal(m), included=inc, kind=kind, info=dict(info or {}))
 
 
-def test_head_model_one_run_json_and_file(tmp_path, monkeypatch):
+def test_head_model_one_run_json_and_file(tmp_path, monkeypatch, patch_everywhere):
     from dpaudit.mechanisms import head_audit as heads, one_run_heads
 
     seen = {}
@@ -31,7 +31,7 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch):
         seen.update(target=target, canaries=canaries, seed=seed, kind=kind, noise_on=noise_on)
         return _fake_scores(canaries, 50.0, kind=kind, info={"fake": True})
 
-    monkeypatch.setattr(one_run_heads, "heads_one_run", fake)
+    patch_everywhere(one_run_heads, "heads_one_run", fake)
     out = tmp_path / "o"
     r = runner.invoke(app, ["audit", "dp-rvfl", "--one-run", "--canaries", "300", "--eps", "2", "--seed", "5", "--out", str(out), "--json"])
     assert r.exit_code == 0, r.output
@@ -45,7 +45,7 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch):
     assert on_disk["steinke"] == d["steinke"] and "--one-run" in on_disk["command"]
 
 
-def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch):
+def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch, patch_everywhere):
     from dpaudit.audits import one_run
     from dpaudit.mechanisms import one_run_modules
 
@@ -58,7 +58,7 @@ def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch):
         seen.update(model=model, config=config, canaries=canaries, noise_on=noise_on, kind=kind)
         return _fake_scores(canaries, 1e-6, kind=kind)
 
-    monkeypatch.setattr(one_run_modules, "modules_one_run", fake)
+    patch_everywhere(one_run_modules, "modules_one_run", fake)
     r = runner.invoke(app, ["audit", "dp-cnn", "--one-run", "--canaries", "200", "--no-noise", "--one-run-kind", "input-mislabeled",
                             "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output

@@ -19,14 +19,14 @@ def _no_work(*a, **k):
 
 
 @pytest.fixture
-def no_work(monkeypatch):
+def no_work(patch_everywhere, monkeypatch):
     """Every expensive first step of a train command fails the test if it is reached."""
     import dpaudit.accounting
     import dpaudit.data
     from dpaudit.mechanisms import dpsgd_release, mixmin_pipeline, mixmin_tasks
 
-    monkeypatch.setattr(dpaudit.data, "load_dataset", _no_work)
-    monkeypatch.setattr(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)
+    patch_everywhere(dpaudit.data, "load_dataset", _no_work)
+    patch_everywhere(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)
     monkeypatch.setattr(dpsgd_release, "train_heads", _no_work)
     monkeypatch.setattr(mixmin_tasks, "load_task", _no_work)
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)

@@ -12,7 +12,7 @@ from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.ledger.book import open_ledger
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageError
-from dpaudit import accounting
+from dpaudit import accounting, releasing
 from dpaudit.mechanisms import dpsgd_release
 from dpaudit.mechanisms.features import build_features
 from dpaudit.releasing import release
@@ -203,7 +203,7 @@ def test_epsilon_over_target_fails_loudly(tmp_path, monkeypatch):
         r = real(event, **kw)
         return type(r)(**{**r.to_dict(), "epsilon": r.epsilon + 1.0})
 
-    monkeypatch.setattr(accounting, "compute_epsilon", inflated)  # the release skeleton recomputes the claim with it
+    monkeypatch.setattr(releasing, "compute_epsilon", inflated)  # the release skeleton recomputes the claim with it (not the plan)
     with pytest.raises(AccountingMismatchError, match="exceeds the target"):
         release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="synthetic", **SAME_ACCOUNTING),
                 prepared=_synthetic(), out_dir=tmp_path, progress=False)

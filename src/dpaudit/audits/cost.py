@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..ledger.book import open_ledger
+from ..ledger.compose import sequential
 from ..records import read_json, write_json_atomic
 
 _RESUME_FILE = "ledger.json"  # in OUT/.checkpoint: the entry an interrupted audit already recorded
@@ -29,8 +31,6 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
     """(event, unbounded reason, trials) of the trials of ``roles`` (role -> (target, runs)).
 
     ``event`` is the sequential composition of every trial's event (None when unbounded)."""
-    from ..ledger.compose import sequential
-
     events, reason, trials = [], None, 0
     for role, (t, n) in roles.items():
         trials += int(n)
@@ -59,8 +59,6 @@ def record_audit_cost(target, roles: dict, *, audit_id: str, ledger_path=None, r
         return audit_id
     event, reason, trials = trial_cost(roles)
     resume = _resumed_id(checkpoint_root, plan_key)
-    from ..ledger.book import open_ledger
-
     with open_ledger(ledger_path) as led:
         if resume is not None and any(e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")):
             return resume

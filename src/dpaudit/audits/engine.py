@@ -98,16 +98,21 @@ from typing import Any
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .. import __version__
 from ..audit_outputs import shareable_audit
+from ..accounting import compute_epsilon
+from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
+from ..requests import THREAT_MODELS
 from ..validation import non_negative_int, one_of, open_unit, positive_int
 from . import stats
-from .targets import AuditTarget
+from .cost import record_audit_cost
+from .curves import curve_test, family_statement
+from .targets import AuditTarget, CallableTarget
+from .verdicts import upgrade, violated as rule
 
 AUDIT_FILE = "audit.json"
 SCORES_FILE = "scores.npz"
@@ -115,7 +120,6 @@ SCHEMA = "dpaudit.audit/1"
 METHOD = ("Jagielski et al. 2020: threshold and direction chosen on SELECT; one-sided Clopper-Pearson "
           "(beta) upper bounds on FPR and FNR on EVAL, significance split between them; delta term kept")
 STATISTICS = ("claimed-curve", "clopper-pearson")
-THREAT_MODELS = ("final-model", "trajectory")
 ROLES = ("main", "no-noise", "null")
 #: Share of each world's trials that choose the test (SELECT); the rest (EVAL) bound it. Choosing
 #: a threshold needs fewer trials than bounding it: measured on 2,000 trials (seeds 0-9), 0.3
@@ -204,8 +208,6 @@ class AuditResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> "AuditResult":
-        from .verdicts import upgrade
-
         data = upgrade(data)
         known = {f.name for f in dataclasses.fields(cls)}
         required = ["mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "counts", "ceiling"]
@@ -231,16 +233,12 @@ class AuditResult:
 
 def violated(audit: dict) -> bool:
     """The verdict rule, on an audit.json dict (the one definition: :func:`.verdicts.violated`)."""
-    from .verdicts import violated as rule
-
     return rule(audit)
 
 
 def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
     """Read ``audit.json`` (or a directory holding one); with ``local`` (the operator's view) the
     private parts in ``audit_local.json`` beside it are put back when that file is there."""
-    from ..audit_outputs import AUDIT_LOCAL_FILE, merge_local
-
     p = Path(path)
     if p.is_dir():
         p = p / AUDIT_FILE
@@ -294,8 +292,6 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
     is reported either way (``clopper_pearson_epsilon``), and the comparison statistics
     (``comparison``; ``seed``: public seed of its bootstrap) with the direction chosen on SELECT.
     """
-    from .curves import curve_test
-
     s = np.asarray(scores, dtype=float)
     w = np.asarray(world, dtype=bool)
     sel = np.asarray(select, dtype=bool)
@@ -362,8 +358,6 @@ def claim_family_bound(curve: dict | None) -> dict | None:
     ("noise_multiplier >= X ruled out"); it decides the verdict (``violated``). None without an event."""
     if curve is None:
         return None
-    from .curves import family_statement
-
     fam = curve["family"]
     return {"parameter": fam["parameter"], "claimed": fam["claimed"], "ruled_out_from": fam["lower_bound"],
             "scale_lower_bound": curve.get("scale_lower_bound"), "family_epsilon": curve.get("family_epsilon"),
@@ -399,8 +393,6 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     lab = _labels(labels)
     mechanism, canary, adjacency, accountant = lab["mechanism"], lab["canary"], lab["adjacency"], lab["accountant"]
     if claim is not None and claimed_epsilon is None:
-        from ..accounting import compute_epsilon
-
         claimed_epsilon = float(compute_epsilon(claim, delta=delta, accountant=accountant, adjacency=adjacency).epsilon)
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
@@ -571,6 +563,8 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             # Trials are many skinny matrix products: one thread each, as in the worker processes.
             # Extra intra-op threads only spin against other jobs on a busy machine (measured
             # about 10x slower for the MNIST head audit with 2 threads under load).
+            import torch  # here: the audit core imports without torch (a mechanism's module brings it)
+
             threads = torch.get_num_threads()
             torch.set_num_threads(1)
             try:
@@ -683,8 +677,6 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     prints = {r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed) for r, (t, n) in roles.items()}
     audit_id = uuid.uuid4().hex
     if o.record:  # before any trial: the cap check (when it counts audits) and the entry
-        from .cost import record_audit_cost
-
         audit_id = record_audit_cost(target, roles, audit_id=audit_id, ledger_path=o.ledger_path, release_id=o.release_id, checkpoint_root=root,
                                      plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest())
     if o.plan is not None:
@@ -749,8 +741,6 @@ def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict
     """Write ``audit.json`` (shareable), ``audit_local.json`` (not for publication) and, when
     per-trial scores are given, ``scores.npz`` (not for publication) under ``out_dir``
     (:mod:`dpaudit.audit_outputs` says which key goes where)."""
-    from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, split_audit
-
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     if scores:
@@ -786,12 +776,8 @@ def audit_callable(mechanism, score, runs: int, *, delta: float, claimed_epsilon
     ``delta`` under that accountant. Without a claim the statistic is the Clopper–Pearson
     eps_LB ("clopper-pearson") against ``claimed_epsilon``.
     """
-    from .targets import CallableTarget
-
     lab = _labels({"mechanism" if k == "mechanism_name" else k: kw.pop(k) for k in list(kw) if k in ("mechanism_name", "canary", "adjacency", "accountant")})
     if claim is not None and claimed_epsilon is None:
-        from ..accounting import compute_epsilon
-
         claimed_epsilon = float(compute_epsilon(claim, delta=delta, accountant=lab["accountant"], adjacency=lab["adjacency"]).epsilon)
     target = CallableTarget(mechanism_fn=mechanism, score_fn=score, claimed_epsilon=claimed_epsilon, delta=delta,
                             noiseless_mechanism=noiseless_mechanism, claimed_event=claim, **lab)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, open_unit, positive_finite, positive_int
@@ -96,8 +97,6 @@ class GaussianTarget(AuditTarget):
     def claimed_event(self):  # type: ignore[override]
         """One Gaussian release with the *correct* noise multiplier (the broken variant and the
         no-noise control claim the same): ``SubsampledGaussian(noise_multiplier, 1.0, 1)``."""
-        from ..accounting.events import SubsampledGaussian
-
         return SubsampledGaussian(float(self.noise_multiplier), 1.0, 1)
 
     @classmethod

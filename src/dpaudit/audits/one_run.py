@@ -40,9 +40,15 @@ from typing import Callable
 import numpy as np
 from scipy import special, stats
 
+from ..accounting.accountants import compute_epsilon
+from ..accounting.events import PureEpsilon, SubsampledGaussian
+from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, merge_local, split_one_run
 from ..errors import DataError, UsageError
 from ..noise import public_rng
+from ..records import _json_safe, read_json, write_json_atomic
 from ..validation import one_of, open_unit
+from . import curves
+from .curves import claimed_curve, scale_event
 
 SCHEMA = "dpaudit.one-run/1"
 ONE_RUN_FILE = "one_run.json"
@@ -252,8 +258,6 @@ def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, si
 
 def _family(event, s: float | None) -> dict:
     """The claim's own parameter at s = 1 and at the lower bound (as curves.curve_test reports)."""
-    from ..accounting.events import PureEpsilon, SubsampledGaussian
-
     if isinstance(event, SubsampledGaussian):
         return {"parameter": "noise_multiplier", "claimed": float(event.noise_multiplier),
                 "lower_bound": None if s is None else float(event.noise_multiplier) * s}
@@ -364,15 +368,10 @@ def one_run_bounds(s: OneRunScores, *, delta: float, confidence: float = 0.95, c
 
 
 def _epsilon_of(event, delta: float, accountant: str, adjacency: str) -> float:
-    from ..accounting.accountants import compute_epsilon
-
     return float(compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency).epsilon)
 
 
 def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accountant: str, adjacency: str) -> dict:
-    from . import curves
-    from .curves import claimed_curve, scale_event
-
     closed = claimed_curve(claim, adjacency=adjacency).closed_form is not None
     scale_range = curves.SCALE_RANGE_CLOSED if closed else curves.SCALE_RANGE_PROFILE
 
@@ -463,8 +462,6 @@ class OneRunResult:
         return float(self.bounds["steinke"]["epsilon_lower_bound"]) > float(claim)
 
     def to_dict(self) -> dict:
-        from ..records import _json_safe
-
         d = dict(self.bounds)
         d.update(mechanism=self.mechanism, noise=self.noise, command=self.command, release_id=self.release_id,
                  release_path=self.release_path, timings=dict(self.timings), id=self.id, plan=self.plan, statistic=self.statistic,
@@ -487,9 +484,6 @@ class OneRunResult:
 def write_one_run(result: OneRunResult, out_dir: str | os.PathLike) -> Path:
     """Write ``one_run.json`` (shareable) and ``one_run_local.json`` (not for publication: the
     data-derived canary coordinates, labels, exact timings; :mod:`dpaudit.audit_outputs`) under ``out_dir``."""
-    from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, split_one_run
-    from ..records import write_json_atomic
-
     public, local = split_one_run(result.to_dict())
     write_json_atomic(Path(out_dir) / ONE_RUN_LOCAL_FILE, local_document(result.release_id, local, key="release_id"))
     return write_json_atomic(Path(out_dir) / ONE_RUN_FILE, public)
@@ -498,9 +492,6 @@ def write_one_run(result: OneRunResult, out_dir: str | os.PathLike) -> Path:
 def read_one_run(path: str | os.PathLike, *, local: bool = True) -> OneRunResult:
     """Read ``one_run.json`` (or a directory holding one); with ``local`` the private parts in
     ``one_run_local.json`` beside it are put back when that file is there."""
-    from ..audit_outputs import ONE_RUN_LOCAL_FILE, merge_local
-    from ..records import read_json
-
     p = Path(path)
     if p.is_dir():
         p = p / ONE_RUN_FILE

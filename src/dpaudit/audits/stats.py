@@ -33,7 +33,8 @@ import numpy as np
 from scipy import special  # scipy.stats / scipy.optimize are imported where used (start-up of `dpaudit audit`)
 
 from ..errors import DataError, UsageError
-from ..validation import non_negative_finite, open_unit, positive_finite
+from ..noise import public_rng
+from ..validation import non_negative_finite, one_of, open_unit, positive_finite
 
 DIRECTIONS = ("greater", "less")
 GDP_FALLBACK_DELTA = 1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims  # "greater": predict "canary in" when score >= threshold
@@ -131,11 +132,18 @@ def _check_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, n
     return s, y
 
 
+def _worlds(y: np.ndarray, what: str = "") -> tuple[int, int]:
+    """(canary-in, canary-out) trial counts of the labels ``y``; UsageError unless both are >= 1."""
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos < 1 or n_neg < 1:
+        raise UsageError(f"{what}trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    return n_pos, n_neg
+
+
 def confusion(scores, labels, threshold: float, direction: str) -> tuple[int, int, int, int]:
     """(tp, fp, tn, fn) of the rule "canary in iff score >= threshold" (or <= for ``less``)."""
     s, y = _check_scores(scores, labels)
-    if direction not in DIRECTIONS:
-        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    one_of("direction", direction, DIRECTIONS)
     pred = s >= threshold if direction == "greater" else s <= threshold
     tp = int(np.sum(pred & y))
     fp = int(np.sum(pred & ~y))
@@ -169,9 +177,7 @@ def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) 
     broken by the largest |TPR - FPR| (Youden), then by the rule closest to the median score.
     """
     s, y = _check_scores(scores, labels)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"SELECT trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    n_pos, n_neg = _worlds(y, "SELECT ")
     cands, pos_ge, neg_ge, _ = rule_counts(s, y)
     best: tuple | None = None
     for direction in DIRECTIONS:
@@ -303,9 +309,7 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
     """
     s, y = _check_scores(scores, labels)
     o = s if direction == "greater" else -s
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    n_pos, n_neg = _worlds(y)
     # A pure-DP claim (delta = 0) has no finite GDP epsilon; report it at a stated delta instead.
     delta_used = delta if delta > 0 else GDP_FALLBACK_DELTA
     auc = mann_whitney_u(o[y], o[~y]) / (n_pos * n_neg)
@@ -363,9 +367,7 @@ def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> 
     confidence = _check_confidence(confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    n_pos, n_neg = _worlds(y)
     cands, tp_ge, fp_ge, n_unique = rule_counts(s, y)
     rules = 2 * cands.size
     m = max(rules, s.size + 2)
@@ -423,11 +425,8 @@ def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, co
     """
     confidence = _check_confidence(confidence)
     s, y = _check_scores(scores, labels)
-    if direction not in DIRECTIONS:
-        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    one_of("direction", direction, DIRECTIONS)
+    n_pos, n_neg = _worlds(y)
     o = s if direction == "greater" else -s
     _, tp, fp, _ = rule_counts(o, y)
     out = []
@@ -456,17 +455,12 @@ def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95,
     with replacement) from the public stream ``public_rng(seed, TAG_AUROC_BOOTSTRAP)``. Vectorised:
     each resample is a weight vector over the distinct scores, and the AUC is a cumulative sum.
     """
-    from ..noise import public_rng
-
     confidence = _check_confidence(confidence)
     s, y = _check_scores(scores, labels)
-    if direction not in DIRECTIONS:
-        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    one_of("direction", direction, DIRECTIONS)
     if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
         raise UsageError(f"resamples must be an integer >= 1, got {resamples!r}.")
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    n_pos, n_neg = _worlds(y)
     o = s if direction == "greater" else -s
     u, codes = np.unique(o, return_inverse=True)
     codes = codes.ravel()
@@ -498,16 +492,13 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
     """
     confidence = _check_confidence(confidence)
     delta = _check_delta(delta)
-    if direction not in DIRECTIONS:
-        raise UsageError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}.")
+    one_of("direction", direction, DIRECTIONS)
     s, w = _check_scores(scores, world)
     sel = np.asarray(select, dtype=bool).ravel()
     if sel.shape != s.shape:
         raise UsageError(f"select must have one entry per trial, got {sel.size} for {s.size} trials.")
     ev = ~sel
-    e_pos, e_neg = int(np.sum(w & ev)), int(np.sum(~w & ev))
-    if e_pos < 1 or e_neg < 1:
-        raise UsageError(f"EVAL trials per world must be >= 1, got {e_pos} with and {e_neg} without the canary.")
+    _worlds(w[ev], "EVAL ")
     return {
         "cp_bonferroni": cp_bonferroni(s, w, delta=delta, confidence=confidence),
         "tpr_at_fpr": tpr_at_fpr(s[ev], w[ev], direction, confidence=confidence),
@@ -630,9 +621,7 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
     confidence = _check_confidence(confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+    n_pos, n_neg = _worlds(y)
     _, tp_ge, fp_ge, _ = rule_counts(s, y)
     cells = {}
     for direction in DIRECTIONS:

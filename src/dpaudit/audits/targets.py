@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..data import load_dataset
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource
 
@@ -71,8 +72,6 @@ def load_target_data(target):
     releases that published one, its data checksum (``target.expected_sha256``)."""
     data = target.prepared
     if data is None:
-        from ..data import load_dataset
-
         data = load_dataset(target.dataset, data_dir=target.data_dir, split_seed=target.split_seed, profile=target.profile)
     check_release_identity(data, getattr(target, "expected_identity", None), expected_sha256=target.expected_sha256)
     return data

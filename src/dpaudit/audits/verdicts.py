@@ -27,7 +27,9 @@ import copy
 import math
 from typing import Any
 
+from ..accounting.events import event_from_dict
 from . import stats
+from .curves import claimed_curve
 
 
 def _num(x: Any) -> float | None:
@@ -112,9 +114,6 @@ def box_counts(rec: dict) -> dict | None:
 
 
 def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
-    from ..accounting.events import event_from_dict
-    from .curves import claimed_curve
-
     cc = rec.get("claimed_curve") or {}
     box = box_counts(rec)
     if box is None or not isinstance(cc.get("event"), dict):

@@ -11,8 +11,14 @@ import typer
 # `dpaudit --help` and the other commands start without them.
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
+from ..accounting.schedule import dp_sgd_schedule
+from ..lazy import lazy_module
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json
+
+# numpy and the accountants' libraries, for `account` and `calibrate` only (`schedule` and `--help` compute no numbers).
+accountants = lazy_module("dpaudit.accounting.accountants")
+calibration = lazy_module("dpaudit.accounting.calibration")
 
 
 def _choice(name: str, values) -> type[Enum]:
@@ -39,15 +45,13 @@ def register(app: typer.Typer) -> None:
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
         from rich.table import Table
 
-        from ..accounting.accountants import compare, compared_accountants
-
         positive_finite("noise_multiplier", noise_multiplier)
         half_open_unit("sample_rate", sample_rate)
         positive_int("steps", steps)
         open_unit("delta", delta)
         adj = Adjacency.parse(adjacency.value)
-        names = compared_accountants(adj) if accountant is AccountantChoice.all else [accountant.value]
-        results, skipped = compare(SubsampledGaussian(noise_multiplier, sample_rate, steps), delta=delta, adjacency=adj, names=names)
+        names = accountants.compared_accountants(adj) if accountant is AccountantChoice.all else [accountant.value]
+        results, skipped = accountants.compare(SubsampledGaussian(noise_multiplier, sample_rate, steps), delta=delta, adjacency=adj, names=names)
         for r in results:
             r.update(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
         if json_out:
@@ -78,16 +82,13 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Smallest noise multiplier whose epsilon does not exceed the target."""
-        from ..accounting import calibrate_noise_multiplier
-        from ..accounting.accountants import supports
-
         adj = Adjacency.parse(adjacency.value)
         if accountant is not None:
             name = accountant.value
         else:
             half_open_unit("sample_rate", sample_rate)
-            name = "rdp" if supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj) else "pld"
-        c = calibrate_noise_multiplier(
+            name = "rdp" if accountants.supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj) else "pld"
+        c = calibration.calibrate_noise_multiplier(
             target_epsilon=eps, delta=delta, sample_rate=sample_rate, steps=steps,
             accountant=name, adjacency=adj, use_cache=not no_cache,
         )
@@ -111,8 +112,6 @@ def register(app: typer.Typer) -> None:
     ):
         """DP-SGD schedule from public quantities: J = ceil(N0/B), q = 1/J, T = E*J, m0 = floor(q N0)."""
         from rich.table import Table
-
-        from ..accounting.schedule import dp_sgd_schedule
 
         s = dp_sgd_schedule(n, batch_size, epochs)
         if json_out:

@@ -13,11 +13,23 @@ from typing import Optional
 
 import typer
 
+from ..audit_outputs import shareable_one_run
+from ..catalogue import ALIASES, CATALOGUE, lookup, names
 from ..errors import UsageError
-from ..requests import AuditRequest
-from . import generic, plan as plan_cli
+from . import plan as plan_cli
+from ..lazy import lazy_module
+from ..records import read_release
+from ..requests import THREAT_MODELS, AuditRequest
+from ..sweeps.executors import check_executor_args, make_executor
+from . import generic
 from .audit_render import render_one_run, show
 from .common import console, emit_json, note, recorded_argv
+
+# The numerical library (numpy, torch), executed when an audit runs: `dpaudit --help` stays light.
+auditing = lazy_module("dpaudit.auditing")
+engine = lazy_module("dpaudit.audits.engine")
+one_run_auditing = lazy_module("dpaudit.one_run_auditing")
+tradeoff = lazy_module("dpaudit.reports.tradeoff")
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
@@ -34,8 +46,6 @@ def _default_workers() -> int:
 def register(app: typer.Typer) -> None:
     # `dpaudit audit NAME` of catalogue entries with their own request options goes to its generic command.
     generic.register_audit(app)
-    from ..catalogue import CATALOGUE, names
-
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
     mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
     arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str],
@@ -51,8 +61,6 @@ def register(app: typer.Typer) -> None:
 
 def _check(a: AuditRequest) -> None:
     """What is checked before any data is loaded or a cluster is started."""
-    from ..sweeps.executors import check_executor_args
-
     check_executor_args(a.executor, a.scheduler, a.workers)
     _check_threat_model(a)
     if a.canaries is not None and not a.one_run:
@@ -64,8 +72,6 @@ def _check(a: AuditRequest) -> None:
 def run(a: AuditRequest, plan=None) -> None:
     """The ``dpaudit audit`` command on its parsed request: build the target, run, render
     (``plan``: a run under a pre-registered plan, :class:`dpaudit.audit_plans.PlanRun`)."""
-    from ..audits.engine import CONTROLS, run_audit
-
     _check(a)
     if a.one_run or a.canaries is not None:
         return _one_run(a, plan)
@@ -75,7 +81,7 @@ def run(a: AuditRequest, plan=None) -> None:
         f"{t.mechanism}-{t.canary}{'-user' if user_level else ''}{'-no-noise' if a.no_noise else ''}"
         f"{'-' + a.threat_model if a.threat_model != 'final-model' else ''}")
     resolved, always = _recorded(a, t, out)
-    kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=CONTROLS if a.controls else (), control_runs=a.control_runs,
+    kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,
                   chunk_size=a.chunk_size, out_dir=out, reproducible_noise=a.reproducible_noise, progress=True,
                   command=_command(plan, values=resolved, always=always),
                   release_id=release_id, release_path=release_path, ledger_path=a.ledger, plan=plan)
@@ -86,7 +92,7 @@ def run(a: AuditRequest, plan=None) -> None:
     if a.threat_model != "final-model":
         final_cmd = recorded_argv(values={**resolved, "threat_model": "final-model", "out": final_dir}, always=always, omit=NOT_RECORDED)
         audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
-    results = _run_all(a, audits, run_audit)
+    results = _run_all(a, audits, engine.run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_runs(plan, a.json_out)
 
@@ -103,19 +109,16 @@ def _note_runs(plan, json_out: bool) -> None:
 
 def _target(a: AuditRequest):
     """(target, release id, release path) of a fresh audit or of ``--release``."""
-    from ..auditing import check_release_unit, target_for, target_from_release
-    from ..records import read_release
-
     if a.release is None:
-        t = target_for(a)
+        t = auditing.target_for(a)
         if not a.json_out and a.task is None and a.dataset is None and a.mechanism != "gaussian":
             note(f"no --task/--dataset given: auditing {a.mechanism} on the embedded {t.describe().get('dataset')}.")
     else:
         if a.profile is not None:  # the release records the profile its data were prepared with
             raise UsageError(f"profile must not be given with --release (the release records its own), got {a.profile!r}.")
         rel = read_release(a.release)
-        check_release_unit(rel, a.privacy_unit, a.records_per_user)  # the release decides the privacy unit
-        t = target_from_release(rel, canary=a.canary, data_dir=a.data_dir, no_noise=a.no_noise, mechanism=a.mechanism, user_ids=a.user_ids)
+        auditing.check_release_unit(rel, a.privacy_unit, a.records_per_user)  # the release decides the privacy unit
+        t = auditing.target_from_release(rel, canary=a.canary, data_dir=a.data_dir, no_noise=a.no_noise, mechanism=a.mechanism, user_ids=a.user_ids)
     if a.threat_model != "final-model":
         t = _with_threat_model(t, a.mechanism, a.threat_model)
     return (t, None, None) if a.release is None else (t, rel.id, str(Path(a.release).resolve()))
@@ -125,8 +128,6 @@ def _recorded(a: AuditRequest, t, out: Path):
     """The recorded command's resolved values and always-written options: every parameter as
     parsed, the defaults this audit resolved (canary, epsilon) written out, so that it re-creates
     the audit under later defaults too."""
-    from ..catalogue import lookup
-
     fresh = a.release is None
     resolved = {"canary": t.canary, "out": out, "epsilon": None if not fresh else (a.epsilon if a.epsilon is not None else lookup(a.mechanism).default_epsilon)}
     always = ("canary", "runs", "confidence", "seed") + (("epsilon", "delta") if fresh else ()) \
@@ -138,8 +139,6 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
     if a.executor != "dask":
         return [run_audit(t, workers=a.workers or _default_workers(), **kw) for t, kw in audits]
     # The executor changes where chunks run, never what they compute: same chunks, same noise.
-    from ..sweeps.executors import make_executor
-
     if not a.json_out:
         note("executor dask: " + (f"scheduler {a.scheduler}" if a.scheduler else f"LocalCluster of {a.workers or _default_workers()} workers on 127.0.0.1"))
     with make_executor("dask", scheduler=a.scheduler, workers=None if a.scheduler else (a.workers or _default_workers())) as ex:
@@ -148,30 +147,21 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
 
 def _one_run(a: AuditRequest, plan=None) -> None:
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
-    from ..one_run_auditing import run_one_run
-
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-one-run{'-no-noise' if a.no_noise else ''}"
     cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
-    result = run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
+    result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)
     if a.json_out:
-        from ..audit_outputs import shareable_one_run
-
         d = shareable_one_run(result.to_dict())
         d["audit_dir"] = str(out)
         emit_json(d)
         return
     render_one_run(result, out)
-    from ..reports.tradeoff import write_one_run_png
-
-    console.print(f"wrote {write_one_run_png(result.to_dict(), out)}", soft_wrap=True)
+    console.print(f"wrote {tradeoff.write_one_run_png(result.to_dict(), out)}", soft_wrap=True)
 
 
 def _check_threat_model(a: AuditRequest) -> None:
     """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads."""
-    from ..mechanisms.head_audit import THREAT_MODELS
-    from ..catalogue import ALIASES, CATALOGUE
-
     one_run = a.one_run or a.canaries is not None
     if a.threat_model not in THREAT_MODELS:
         raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {a.threat_model!r}.")
@@ -184,9 +174,7 @@ def _check_threat_model(a: AuditRequest) -> None:
 
 
 def _with_threat_model(t, mechanism: str, threat_model: str):
-    """The built target under ``threat_model`` (trajectory: :class:`~dpaudit.mechanisms.head_audit.HeadTarget` only)."""
-    from ..mechanisms.head_audit import HeadTarget
-
-    if not isinstance(t, HeadTarget):
+    """The built target under ``threat_model`` (trajectory: DP-SGD head targets only, those with ``with_threat_model``)."""
+    if not hasattr(t, "with_threat_model"):
         raise UsageError(f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}.")
     return t.with_threat_model(threat_model)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..audit_outputs import shareable_audit
+from ..lazy import lazy_module
 from .common import console, emit_json
+
+tradeoff = lazy_module("dpaudit.reports.tradeoff")  # matplotlib and the audit core: for the figure only
 
 
 def show(results: list, out_dirs: list, *, json_out: bool) -> None:
     """Print an audit (one JSON object, or its tables) and write its figures; a second result is
     the final-model audit run beside a trajectory audit (in ``out_dirs[1]``)."""
     if json_out:
-        from ..audit_outputs import shareable_audit
-
         d = shareable_audit(results[0].to_dict())  # what audit.json holds; the rest is in audit_local.json
         d["audit_dir"] = str(out_dirs[0])
         if len(results) > 1:
@@ -30,9 +32,7 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
 def write_figure(result, out: Path) -> Path | None:
     """The reviewer's picture next to ``out/audit.json``: the claimed trade-off curve with the audit's
     empirical points and confidence box (reports/tradeoff.py); nothing without a claimed event."""
-    from ..reports.tradeoff import write_tradeoff_png
-
-    path = write_tradeoff_png(result.to_dict(), out)
+    path = tradeoff.write_tradeoff_png(result.to_dict(), out)
     if path is not None:
         console.print(f"wrote {path}", soft_wrap=True)
     return path

@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 from ..console import console, err_console  # noqa: F401  (re-exported: commands import them from here)
 from ..errors import DPAuditError
 from ..records import _json_safe
+from .coercion import install
 
 
 #: (command, first argument) -> factory of the click command that handles ``dpaudit COMMAND ARG
@@ -74,8 +75,6 @@ class LazyCommands(MutableMapping):
 def _fast_options(command: Any) -> Any:
     """Plain options converted without pydantic (:mod:`dpaudit.cli.coercion`), this command and,
     for a group built eagerly, its sub-commands."""
-    from .coercion import install
-
     install(command)
     subs = getattr(command, "commands", None)
     if isinstance(subs, dict):

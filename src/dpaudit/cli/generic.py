@@ -29,15 +29,24 @@ from typer._click.core import ParameterSource
 from typer._click.globals import get_current_context
 
 from ..validation import positive_int
+from ..catalogue import CATALOGUE, lookup, names
+from ..errors import UsageError
+from ..lazy import lazy_module
+from ..records import read_release
+from ..requests import REQUEST_TYPES, AuditRequest
 from . import options
-from .common import console, emit_json, note, recorded_argv
+from .audit_render import show
+from .common import ROUTES, console, emit_json, new_app, note, recorded_argv
+
+# The library that runs a command (numpy, torch), executed when one runs: `dpaudit --help` stays light.
+auditing = lazy_module("dpaudit.auditing")
+engine = lazy_module("dpaudit.audits.engine")
+releasing = lazy_module("dpaudit.releasing")
+
 
 def generic_audit_names() -> tuple[str, ...]:
     """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
     request type is their mechanism's own (not a built-in family's, which AuditRequest covers)."""
-    from ..catalogue import CATALOGUE
-    from ..requests import REQUEST_TYPES
-
     return tuple(n for n, e in CATALOGUE.items() if e.canaries and e.family not in REQUEST_TYPES)
 
 
@@ -134,8 +143,6 @@ def make_train_command(entry):
     named = {f.name: entry.name for f in fields if f.metadata.get("positional")}  # the model a per-model command releases
 
     def command(**kwargs):
-        from ..releasing import release, secret_noise_seed
-
         out, ledger, json_out, seed_file, threads = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file", "threads"))
         if threads is not None:
             import torch
@@ -145,8 +152,8 @@ def make_train_command(entry):
         mech = entry.mechanism()
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean
             note(line)
-        with secret_noise_seed(seed_file):
-            rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True if rtype.TORCH_RUN else None)
+        with releasing.secret_noise_seed(seed_file):
+            rel = releasing.release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True if rtype.TORCH_RUN else None)
         shown = mech.summary(rel, ledger)
         if json_out:
             emit_json(rel.to_dict() if shown is None else shown[0])
@@ -168,8 +175,6 @@ def make_train_command(entry):
 
 def register_train(train_app: typer.Typer) -> None:
     """Register ``train NAME`` for every trainable catalogue entry not registered by hand."""
-    from ..catalogue import CATALOGUE, names
-
     taken = {c.name or c.callback.__name__.replace("_", "-") for c in train_app.registered_commands}
     for name in names(trainable=True):
         entry = CATALOGUE[name]
@@ -189,8 +194,6 @@ _AUDIT_OPTIONS = ("runs", "confidence", "release", "out", "no_noise", "controls"
 
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
     """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
-    from ..requests import AuditRequest
-
     canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
     canary = inspect.Parameter("canary", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[canary_enum],
                                default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False))
@@ -206,9 +209,6 @@ def make_audit_command(entry):
     params = request_parameters(rtype) + _audit_parameters(entry, field_names)
 
     def command(**kwargs):
-        from ..auditing import generic_target, target_from_release
-        from ..audits.engine import CONTROLS, run_audit
-
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
@@ -216,28 +216,23 @@ def make_audit_command(entry):
         data_dir = kwargs.get("data_dir", audit.get("data_dir"))
         release_id = release_path = None
         if audit["release"] is not None:
-            from ..errors import UsageError
-            from ..records import read_release
-
             given = [f"{f.metadata.get('flag') or '--' + f.name.replace('_', '-')}" for f in dataclasses.fields(rtype)
                      if f.name not in ("seed", "data_dir", "reproducible_noise") and getattr(request, f.name) != f.default]
             if given:  # the release records its own request: a second one would be silently ignored
                 raise UsageError(f"{given[0]} must not be given with --release (the release records its own request), got {getattr(request, given[0][2:].replace('-', '_'), None)!r}.")
             rel = read_release(audit["release"])
             release_id, release_path = rel.id, str(Path(audit["release"]).resolve())
-            t = target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
+            t = auditing.target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
         else:
-            t = generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
+            t = auditing.generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
         out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
         argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"), omit=("json_out", "workers", "ledger"))
         argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
-        result = run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=CONTROLS if audit["controls"] else (),
+        result = engine.run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=engine.CONTROLS if audit["controls"] else (),
                            control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
                            reproducible_noise=bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False))),
                            progress=not audit["json_out"], command=shlex.join(argv), release_id=release_id, release_path=release_path,
                            workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)), ledger_path=audit.get("ledger"))
-        from .audit_render import show
-
         show([result], [out], json_out=audit["json_out"])
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
@@ -246,9 +241,6 @@ def make_audit_command(entry):
 
 def audit_click_command(name: str):
     """The click command of ``dpaudit audit NAME`` (built on first use)."""
-    from ..catalogue import lookup
-    from .common import new_app
-
     sub = new_app(f"audit {name}")
     sub.command(name)(make_audit_command(lookup(name)))
     return typer.main.get_command(sub)
@@ -257,7 +249,5 @@ def audit_click_command(name: str):
 def register_audit(app: typer.Typer) -> None:
     """Route ``dpaudit audit NAME ...`` to the generic command of every auditable catalogue entry
     without a bespoke audit target (the bespoke ``audit MECHANISM`` command keeps the others)."""
-    from .common import ROUTES
-
     for name in generic_audit_names():
         ROUTES[("audit", name)] = lambda name=name: audit_click_command(name)

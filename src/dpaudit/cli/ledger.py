@@ -13,10 +13,15 @@ from rich.table import Table
 
 from ..claims import verify_claim
 from ..errors import UsageError
-from ..ledger import store_pg, text
+from ..lazy import lazy_module
+from ..ledger import signing, store_pg, text
 from ..records import read_release
 from . import options
 from .common import console, emit_json, err_console, new_app
+
+# The book and the result cache load the accountants (numpy): when a command runs, not for `--help`.
+book = lazy_module("dpaudit.ledger.book")
+result_cache = lazy_module("dpaudit.ledger.result_cache")
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
@@ -31,11 +36,8 @@ def _say(json_out: bool, obj, text: str, **print_kw) -> None:
 
 
 def open_ledger(*args, **kwargs):
-    """:func:`dpaudit.ledger.book.open_ledger`, imported when a command runs: the ledger loads
-    the accountants (numpy) and cryptography, which `dpaudit --help` and the other commands do not need."""
-    from ..ledger.book import open_ledger as _open_ledger
-
-    return _open_ledger(*args, **kwargs)
+    """:func:`dpaudit.ledger.book.open_ledger` (loaded when a command runs)."""
+    return book.open_ledger(*args, **kwargs)
 
 
 def register(app: typer.Typer) -> None:
@@ -48,8 +50,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
-        from ..ledger import result_cache  # the accountants (numpy): for this command only
-
         # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
         with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep)
@@ -244,9 +244,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
-        from ..ledger.signing import keygen  # cryptography, for this command only
-
-        k = keygen(name)
+        k = signing.keygen(name)
         if json_out:
             emit_json({"name": k.name, "key_id": k.key_id, "public_key": k.public_text, "private_key_path": str(k.path)})
             return

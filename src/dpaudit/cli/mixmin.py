@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from ..mechanisms.mixmin_plan import plan_rho
 from . import options
 from .common import console, emit_json, new_app
 
@@ -25,8 +26,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Statistics- and privacy-limited mixing sizes and the rho needed for excess error alpha (eq. 4-7)."""
-        from ..mechanisms.mixmin_plan import plan_rho
-
         p = plan_rho(n=n, k=k, epsilon=epsilon, delta=delta, alpha=alpha, rho=rho)
         if json_out:
             emit_json(p.to_dict())

@@ -38,6 +38,8 @@ from typing import Iterable
 import numpy as np
 import torch
 
+from ..accounting.events import SubsampledGaussian
+from ..audits.one_run import OneRunScores
 from ..errors import UsageError
 from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
@@ -160,8 +162,6 @@ class OpacusCanaries:
     def scores(self, model: torch.nn.Module | None = None):
         """:class:`~dpaudit.audits.one_run.OneRunScores` of the trained model (default: the
         parameters seen at construction): ``-(theta_T - theta_0)[j]``."""
-        from ..audits.one_run import OneRunScores
-
         if model is None:
             params = self._params
         else:
@@ -179,8 +179,6 @@ class OpacusCanaries:
     def claim(self):
         """The event Opacus's run claims: SubsampledGaussian(noise multiplier, sample rate, steps
         seen by the hook)."""
-        from ..accounting.events import SubsampledGaussian
-
         if self._optimizer is None and self.sample_rate is None:
             raise UsageError("canaries must be attached and trained with before claim(), got no attached optimizer.")
         return SubsampledGaussian(self.noise_multiplier, self.sample_rate, max(1, self.steps))

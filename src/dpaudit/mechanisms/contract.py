@@ -32,10 +32,11 @@ This module is torch-free (only dataclasses and typing), so catalogues and CLIs 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
+from .. import data as registry  # a lazy package: its numerical loaders load on first use
 from ..errors import DataError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
@@ -103,10 +104,8 @@ class DataInfo:
     def from_registry(cls, name: str, profile: str | None = None) -> "DataInfo":
         """Public facts of a registered dataset *before* loading it (from the registry's sizes
         under ``profile``): what a sweep coordinator knows when it reserves budgets."""
-        from ..data import dataset_info, profile_split_sizes
-
-        info = dataset_info(name)
-        n0 = int(profile_split_sizes(info.name, profile)["train"])  # the definition's declared size
+        info = registry.dataset_info(name)
+        n0 = int(registry.profile_split_sizes(info.name, profile)["train"])  # the definition's declared size
         return cls(name=info.name, kind=info.kind, n_train=n0, n_features=int(info.n_features), n_classes=int(info.n_classes),
                    profile=profile, reference_size=n0)
 
@@ -166,9 +165,6 @@ class ReleasePlan:
     @property
     def non_private(self) -> bool:
         return self.event is None
-
-    def with_config(self, **extra) -> "ReleasePlan":
-        return replace(self, config={**self.config, **extra})
 
 
 @dataclass(frozen=True)

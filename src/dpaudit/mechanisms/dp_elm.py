@@ -53,12 +53,15 @@ from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
+from ..data import load_dataset
 from ..errors import DataError, UsageError
+from ..ledger.book import sampler_uncertified_reason
 from ..noise import NoiseSource, public_rng
 from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
-from .contract import MechanismBase
+from .contract import MechanismBase, ReleasePlan, RunOutput
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
+from .rvfl import classification_metrics
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
 ACCOUNTANT = "pure"
@@ -437,8 +440,6 @@ class ElmTarget(AuditTarget):
     @property
     def claimed_event(self):  # type: ignore[override]
         """The release's event: one pure epsilon-DP Laplace release, ``PureEpsilon(epsilon)``."""
-        from ..accounting.events import PureEpsilon
-
         return PureEpsilon(float(self.epsilon))
 
     def prepare(self) -> None:
@@ -530,8 +531,6 @@ class DPELMMechanism(MechanismBase):
 
     def load(self, r, prepared=None):
         if prepared is None:
-            from ..data import load_dataset
-
             prepared = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
         if prepared.y_train.size == 0:
             raise DataError(f"dataset {prepared.name} has an empty training partition.")
@@ -539,9 +538,6 @@ class DPELMMechanism(MechanismBase):
 
     def plan(self, r, info):
         """Public quantities only: the event, the noise scale and the analyses of ``width``."""
-        from ..ledger.book import sampler_uncertified_reason
-        from .contract import ReleasePlan
-
         width, non_private, sampler, adjacency = int(r.width), bool(r.non_private), r.sampler, r.adjacency
         epsilon = None if non_private else float(r.epsilon)
         event = None if non_private else PureEpsilon(epsilon)
@@ -570,9 +566,6 @@ class DPELMMechanism(MechanismBase):
             release_fields=_noise_tail_fields(sampler, non_private, epsilon if epsilon is not None else math.inf, n_values))
 
     def run(self, plan, data, noise, *, progress=None):
-        from .contract import RunOutput
-        from .rvfl import classification_metrics
-
         r = plan.request
         width, seed, sampler = int(r.width), int(r.seed), r.sampler
         private = plan.event is not None

@@ -394,17 +394,8 @@ def with_bias_column(z: np.ndarray | torch.Tensor, dtype=torch.float32) -> torch
     return torch.cat([zt, torch.ones(zt.shape[0], 1, dtype=dtype)], dim=1)
 
 
-def residuals(logits: torch.Tensor, y: torch.Tensor, binary_logit: bool) -> torch.Tensor:
-    """dLoss/dlogits per example: p - onehot(y) (softmax CE) or sigmoid(s) - y (single-logit BCE)."""
-    if binary_logit:
-        return torch.sigmoid(logits) - y.to(logits.dtype).unsqueeze(1)
-    r = torch.softmax(logits, dim=1)
-    r[torch.arange(r.shape[0]), y] -= 1.0
-    return r
-
-
 def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np.ndarray:
-    """NumPy twin of :func:`residuals` (in place on ``logits``): fewer dispatch overheads per step."""
+    """dLoss/dlogits per example, in place on ``logits``: p - onehot(y) (softmax CE) or sigmoid(s) - y (single-logit BCE)."""
     if binary_logit:
         r = 1.0 / (1.0 + np.exp(-logits, out=logits))
         r[:, 0] -= y

@@ -31,11 +31,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..data import load_dataset
-from ..data.users import attach_user_ids, check_user_split, load_user_ids, n_rows
+from ..accounting.events import event_from_dict
+from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ..errors import DataError, UsageError
 from ..ledger.book import open_ledger
+from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
 from ..requests import DPSGDRequest
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
@@ -43,6 +46,9 @@ from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_pla
 from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
 from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
 from .engine import UserSampling, train_heads
+from .features import build_features, feature_dim
+from .head_audit import HeadTarget
+from .models import build_module
 from .rvfl import (
     ACCOUNTANT,
     DEFAULT_DATASET,
@@ -58,6 +64,7 @@ from .rvfl import (
     planned_reference_size,
 )
 from .user_head_audit import synthetic_user_ids
+from .user_head_audit import UserHeadTarget
 
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
 
@@ -123,7 +130,6 @@ class DPSGDMechanism(MechanismBase):
     def plan(self, r: DPSGDRequest, info: DataInfo) -> ReleasePlan:
         """Public quantities only: the schedule of the unit's declared reference size (never
         ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
-        from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
         if user and info.n_users is None:
@@ -197,11 +203,6 @@ class DPSGDMechanism(MechanismBase):
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
         :mod:`dpaudit.mechanisms.user_level`) and evaluate on the test partition."""
-        import torch
-
-        from ..noise import gaussian_run_tail, public_rng
-        from .features import build_features
-
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
         config = self.dpsgd_config(plan)
@@ -209,8 +210,6 @@ class DPSGDMechanism(MechanismBase):
         private = plan.event is not None
         users = None  # the privacy unit: records, or users (the plan's (q, T, m0) whatever their actual number, private)
         if plan.privacy_unit == "user":
-            from ..data.users import index_users
-
             users = UserSampling(index_users(data.user_ids["train"]), int(r.records_per_user))
 
         # The spent-epsilon curve costs one RDP evaluation: only build it when progress is shown.
@@ -254,8 +253,6 @@ class DPSGDMechanism(MechanismBase):
                     arrays[name] = a.astype(np.float32)
             weights_name = "weights.npz"
         else:
-            from .models import build_module
-
             module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
                                   seed=plan.seed)
             loss = "bce" if binary else "cross_entropy"
@@ -336,10 +333,6 @@ class DPSGDMechanism(MechanismBase):
         ``no_noise``: the no-noise control. Gives the same target, with the same scores, as the hand-built
         path it replaced (tests/audits/test_dpsgd_audit_target.py).
         """
-        from ..accounting.events import event_from_dict
-        from .head_audit import HeadTarget
-        from .user_head_audit import UserHeadTarget
-
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
             raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
@@ -386,11 +379,7 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
     if spec.family == "head":
-        from .features import feature_dim
-
         return steps * head_outputs(info.n_classes, binary_logit=info.n_classes == 2) * (feature_dim(spec.features, info.n_features) + 1)
-    from .models import build_module
-
     try:
         module = build_module(spec.module, kind=info.kind, n_features=info.n_features, n_classes=info.n_classes,
                               image_shape=info.image_shape, seed=seed)

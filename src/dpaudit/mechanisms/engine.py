@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..data.users import UserIndex
 from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import positive_int
@@ -201,8 +202,6 @@ class UserUnits:
 
 def _with_extra_user(index, first_row: int, size: int):
     """``index`` with one more user (number ``index.n_users``) owning rows first_row..first_row+size-1."""
-    from ..data.users import UserIndex
-
     return UserIndex(ids=np.arange(index.n_users + 1, dtype=np.int64),
                      order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
                      offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64))

@@ -20,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..noise import public_rng
 from ..validation import one_of, positive_int
+from .dpsgd_core import blas_threads
 
 PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this
 PROJECTION_DIM = 1024
@@ -97,8 +99,6 @@ class FrozenFeatures:
         elif x.shape[0] > chunk:
             # NumPy's BLAS limited to torch's thread count, as in the head trainers (speed only;
             # the limiter costs ~3 ms, so small inputs skip it).
-            from .dpsgd_core import blas_threads
-
             with blas_threads():
                 self._fill(x, out, p, w, b, link, chunk, dtype)
         else:
@@ -118,8 +118,6 @@ class FrozenFeatures:
 
     def _fill_torch(self, x, out, p, w, b, link, chunk, dtype) -> None:
         import warnings
-
-        import torch
 
         ot = torch.from_numpy(out)
         pt = torch.from_numpy(p) if p is not None else None
@@ -157,8 +155,6 @@ def _empty_small_pages(shape, dtype) -> np.ndarray:
     for the 200 MB MNIST feature matrix, vs ~0.1 s with ordinary pages). Memory from torch's
     allocator carries no such advice; the array keeps its tensor alive through ``.base``.
     """
-    import torch
-
     try:
         tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
     except TypeError:  # a dtype torch does not have

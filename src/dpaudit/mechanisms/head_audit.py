@@ -30,17 +30,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..catalogue import head_canary, names as catalogue_names
-from ..errors import UsageError
-from ..noise import NoiseSource, public_rng
+from ..catalogue import head_canary
+from ..accounting import compute_epsilon
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, training_partition
+from ..catalogue import names as catalogue_names
+from ..errors import UsageError
+from ..noise import NoiseSource, public_rng
+from ..requests import THREAT_MODELS
+from .batched import HeadCanary
+from .dpsgd_core import DPSGDConfig, head_outputs, init_head
+from .engine import train_heads
+from .features import build_features
+from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
 NO_NOISE_MULTIPLIER = 1e-12
-#: What the adversary sees: the released head, or every iterate (the privatised sums).
-THREAT_MODELS = ("final-model", "trajectory")
 
 
 def trajectory_log_lr(x: np.ndarray, *, sample_rate: float, noise_multiplier: float, clipping_norm: float) -> np.ndarray:
@@ -87,12 +93,6 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     rows and the public head initialisation. Sets the target's ``_event``, ``_rdp_epsilon``, ``_claimed``,
     ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
     returns (epochs, batch size, noise multiplier, features)."""
-    from ..accounting import compute_epsilon
-    from .dpsgd_core import DPSGDConfig, head_outputs, init_head
-    from .rvfl import plan_schedule
-    from .features import build_features
-    from .rvfl import MODELS, TAG_HEAD
-
     # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too);
     # a release's recorded schedule and noise multiplier replace the computed ones.
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=reference_size, epsilon=target.epsilon, delta=target.delta,
@@ -212,8 +212,6 @@ class HeadTarget(AuditTarget):
             return
         data = load_target_data(self)
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
-        from .rvfl import audit_reference_size
-
         reference = None
         if self.max_train is not None and self.max_train < len(y):
             keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))
@@ -228,8 +226,6 @@ class HeadTarget(AuditTarget):
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
-        from .batched import HeadCanary
-
         ch = self._choice = head_canary(self.canary)(self, data, feats, None)
         self._canary_info, self._coord = ch.info, ch.coordinate
         if ch.coordinate is None:
@@ -253,8 +249,6 @@ class HeadTarget(AuditTarget):
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """Final model: the canary's score on each run's head. Trajectory (every iterate seen): the exact
         log-likelihood ratio of the privatised sums at the max-clip canary's coordinate (module docstring)."""
-        from .engine import train_heads
-
         self.prepare()
         c, cfg = np.asarray(canary_in, dtype=bool), self._config
         every = self.threat_model == "trajectory"

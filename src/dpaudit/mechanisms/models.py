@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import UsageError
+from ..noise import public_rng
 
 TRAINABLE_MODELS = ("dense", "cnn", "attention")
 
@@ -135,8 +136,6 @@ def build_module(model: str, *, kind: str, n_features: int, n_classes: int, imag
     """A freshly initialised baseline for a dataset. Initialisation uses a torch generator seeded
     from the public seed inside a forked RNG (global RNG state untouched)."""
     n_out = 1 if n_classes == 2 else n_classes
-    from ..noise import public_rng
-
     torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed)

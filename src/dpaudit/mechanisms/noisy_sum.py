@@ -21,49 +21,31 @@ sigma, C and d (canaries ``max-clip`` and ``natural``): the code that is release
 that is audited, and the exact (analytic Gaussian) epsilon of sigma is the claim the audit checks
 (it never exceeds the release's accountant bound).
 
-Files a new mechanism touches (this one is the example): this module, one line in
+Files a new mechanism touches (this one is the example): this module, its Request in
+:data:`dpaudit.requests.REQUEST_TYPES` (the CLI builds its commands without loading this module), one line in
 :data:`dpaudit.catalogue.CATALOGUE`, and its tests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import numpy as np
 
+from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
+from ..audits.gaussian import GaussianTarget
+from ..audits.targets import prepared
+from ..data import load_dataset
 from ..errors import DataError, UsageError
-from ..requests import NOISE_SOURCES, Request, option
+from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
+from ..requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
 from ..validation import one_of, open_unit, positive_finite
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
 
 NAME = "noisy-sum"
 ADJACENCY = "add-remove-record"
-ACCOUNTANTS = ("pld", "rdp", "prv")
 
 
-@dataclass(frozen=True)
-class NoisySumRequest(Request):
-    """``dpaudit train noisy-sum``: the clipped sum of a dataset's training rows plus Gaussian noise."""
-
-    COMMAND: ClassVar[str] = NAME
-
-    dataset: str = option("digits", help="Dataset (digits, breast-cancer embedded; others need --data-dir).")
-    data_dir: str | None = option(None, help="Directory with real data (default: $DPAUDIT_DATA_DIR).")
-    epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
-    delta: float = option(1e-5, help="Target delta in (0, 1).")
-    clipping_norm: float = option(1.0, help="L2 norm C every row is clipped to (the sum's sensitivity).")
-    accountant: str = option("pld", choices=ACCOUNTANTS, help="Accountant calibrating sigma and making the claim (pld: tight).")
-    seed: int = option(42, help="Public seed (recorded; the audit's public randomness).")
-    non_private: bool = option(False, help="Release the exact clipped sum (no privacy claim).")
-    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
-    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help="os-entropy (default), cryptographic.")
-    profile: str | None = option(None, help="Preprocessing profile (default: the dataset's).")
-    split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
-
-
-def clipped_rows(x: "np.ndarray", clipping_norm: float) -> "np.ndarray":
+def clipped_rows(x: np.ndarray, clipping_norm: float) -> np.ndarray:
     """Rows of ``x`` (float64) scaled to L2 norm at most ``clipping_norm`` (zero rows stay zero)."""
-    import numpy as np  # here, not at import: `dpaudit --help` lists this mechanism without numpy
-
     x = np.asarray(x, dtype=np.float64)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x * np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-300))
@@ -89,8 +71,6 @@ class NoisySum(MechanismBase):
 
     def load(self, request: NoisySumRequest, prepared=None):
         if prepared is None:
-            from ..data import load_dataset
-
             prepared = load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
         if prepared.y_train.size == 0:
             raise DataError(f"dataset {prepared.name} has an empty training partition.")
@@ -98,15 +78,11 @@ class NoisySum(MechanismBase):
 
     def plan(self, request: NoisySumRequest, info: DataInfo) -> ReleasePlan:
         """Public quantities only: sigma from (epsilon, delta) and the accountant; d from the schema."""
-        from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
-
         d = int(info.n_features)
         c = float(request.clipping_norm)
         if request.non_private:
             sigma, event, calibrated = 0.0, None, float("inf")
         else:
-            from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
-
             cal = calibrate_noise_multiplier(target_epsilon=request.epsilon, delta=request.delta, sample_rate=1.0, steps=1,
                                              accountant=request.accountant, adjacency=ADJACENCY)
             sigma, calibrated = cal.noise_multiplier, cal.epsilon
@@ -125,8 +101,6 @@ class NoisySum(MechanismBase):
             compare_accountants=tuple(a for a in ("rdp", "pld") if a != request.accountant))
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
-        import numpy as np
-
         c = plan.config["clipping_norm"]
         total = clipped_rows(data.x_train, c).sum(axis=0)
         if plan.event is not None:
@@ -144,9 +118,6 @@ class NoisySum(MechanismBase):
         on N0 synthetic public records (the plan's reference size). Its ``claimed_event`` is the
         plan's event, SubsampledGaussian(sigma, 1, 1), stated with the PLD accountant (exact for one
         Gaussian: the exact epsilon the audit checks)."""
-        from ..audits.gaussian import GaussianTarget  # here: `dpaudit --help` imports this module without numpy
-        from ..audits.targets import prepared
-
         if plan.event is None:
             raise UsageError("release must be private to be audited (a noisy-sum claim), got a non-private release.")
         target = GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,

@@ -40,10 +40,17 @@ import math
 
 import numpy as np
 
+from ..audits.one_run import OneRunScores
+from ..audits.targets import load_target_data
+from ..data.users import UserIndex, index_users
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
+from .engine import CanaryHook, UserSampling, train_heads
+from .features import build_features
 from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget, dead_features
+from .rvfl import MODELS
+from .user_head_audit import UserHeadTarget
 
 HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
 _TAG_COORDS = 0x31484344  # public order of the free canary coordinates
@@ -93,9 +100,6 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
     kept, noise multiplier NO_NOISE_MULTIPLIER.
     """
-    from ..audits.one_run import OneRunScores
-    from .user_head_audit import UserHeadTarget
-
     user_level = isinstance(target, UserHeadTarget)
     if not isinstance(target, HeadTarget) and not user_level:
         raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")
@@ -126,9 +130,6 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
 def _user_sampling(target):
     """Canary users: each canary is one more user, Poisson-sampled at the user rate q (the
     engine's canary draw), whose jointly clipped contribution is exactly C e_j."""
-    from ..data.users import UserIndex, index_users
-    from .engine import UserSampling
-
     index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
     return UserSampling(index, target.records_per_user)
 
@@ -136,8 +137,6 @@ def _user_sampling(target):
 def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users) -> np.ndarray:
     """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
     from scipy import sparse
-
-    from .engine import CanaryHook, train_heads
 
     m, k, c = included.size, target._k, cfg.clipping_norm
     free = free_coordinates(target._z, k)
@@ -160,11 +159,6 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
 
 def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict) -> np.ndarray:
     """Held-out test records with a wrong label, one more record unit each: one run, scores."""
-    from .engine import CanaryHook, train_heads
-    from .features import build_features
-    from .rvfl import MODELS
-    from ..audits.targets import load_target_data
-
     m = included.size
     data = load_target_data(target)
     n_test = len(data.y_test)

@@ -37,9 +37,15 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..audits.one_run import OneRunScores
+from ..data import load_dataset
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
+from ..validation import positive_int
+from .dpsgd import DPSGDConfig, train_module_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
+from .models import build_module
+from .rvfl import audit_reference_size, plan_schedule
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
@@ -54,13 +60,6 @@ def module_name(model: str) -> str:
     if name not in CANARY_TENSORS:
         raise UsageError(f"model must be one of dp-dense, dp-cnn, dp-attention, got {model!r}.")
     return name
-
-
-def one_run_scores_type():
-    """:class:`dpaudit.audits.one_run.OneRunScores` (imported lazily: the analysis module)."""
-    from ..audits.one_run import OneRunScores
-
-    return OneRunScores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,8 +147,6 @@ def _data_parts(data):
     """(dataset, x_pool, y_pool): a prepared dataset (loaded when a name is given) and its
     held-out pool (test, then validation rows) for input canaries."""
     if isinstance(data, str):
-        from ..data import load_dataset
-
         data = load_dataset(data)
     x_pool = np.concatenate([data.x_test, data.x_val]) if getattr(data, "x_val", None) is not None and len(data.x_val) else data.x_test
     y_pool = np.concatenate([data.y_test, data.y_val]) if getattr(data, "y_val", None) is not None and len(data.y_val) else data.y_test
@@ -168,10 +165,6 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     :data:`CANARY_TENSORS`. ``coins``: a pre-registered audit's inclusion coins (committed seed,
     revealed after the run); the per-step canary draws stay private either way.
     """
-    from .dpsgd import DPSGDConfig, train_module_dp_sgd
-    from .models import build_module
-    from ..validation import positive_int
-
     name = module_name(model)
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
@@ -220,7 +213,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
         scores = np.array([-(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in gc.coords])
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
-    return one_run_scores_type()(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+    return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
 
 
 def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dict):
@@ -255,9 +248,6 @@ def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
-    from .dpsgd_core import DPSGDConfig
-    from .rvfl import audit_reference_size, plan_schedule
-
     module_name(model)
     data, _, _ = _data_parts(data)
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=audit_reference_size(data, len(data.y_train)),

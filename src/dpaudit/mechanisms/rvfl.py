@@ -42,8 +42,8 @@ import numpy as np
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
 from ..accounting.accountants import rdp_curve, rdp_to_epsilon
 from ..accounting.schedule import Schedule
-from ..catalogue import CATALOGUE
-from ..catalogue import names as catalogue_names
+from ..catalogue import CATALOGUE, names as catalogue_names
+from ..console import err_console
 from ..errors import UsageError
 from ..validation import positive_int
 
@@ -137,8 +137,6 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
     if callable(progress):
         return (lambda done, total: progress(done, total, eps_of(done) if eps_of else float("inf"))), lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..console import err_console
 
     bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("steps  eps spent {task.fields[eps]}"), TimeElapsedColumn(), console=err_console, transient=False)

@@ -52,15 +52,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.users import UserIndex, index_users
+from ..audits.canaries import check_canary
+from ..audits.targets import AuditTarget, check_release_identity, training_partition
 from ..catalogue import head_canary
+from ..data import load_dataset
+from ..data.users import UserIndex, attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ..errors import DataError, UsageError
-from .engine import CanaryHook, UserSampling, train_heads
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
-from ..audits.canaries import check_canary
+from .engine import CanaryHook, UserSampling, train_heads
 from .head_audit import HEAD_MODELS, canary_scores, claimed_event_of, describe_head, noiseless_copy, setup_head
-from ..audits.targets import AuditTarget, check_release_identity, training_partition
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.
@@ -199,12 +200,8 @@ class UserHeadTarget(AuditTarget):
     # ------------------------------------------------------------------ public set-up (once)
     def _load(self):
         """The dataset split by users, checked against the release's identity when given."""
-        from ..data.users import attach_user_ids, check_user_split, load_user_ids, n_rows
-
         data = self.prepared
         if data is None:
-            from ..data import load_dataset
-
             data = load_dataset(self.dataset, data_dir=self.data_dir, split_seed=self.split_seed, profile=self.profile)
         if data.user_ids is None:
             ids = self.user_ids

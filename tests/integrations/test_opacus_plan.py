@@ -161,7 +161,7 @@ def test_a_run_other_than_planned_is_refused(flow, monkeypatch):
     monkeypatch.setenv("DPAUDIT_LEDGER", str(flow["root"] / "ledger.sqlite"))
     with pytest.raises(UsageError, match=f"canaries must be the planned {M}"):
         OpacusCanaries.from_plan(Tiny(), "p/plan.json", canaries=M - 1)
-    with pytest.raises(UsageError, match="noise_multiplier must be the planned 1.0"):
+    with pytest.raises(UsageError, match="noise_multiplier must be at least the planned 1.0"):
         _train("p/plan.json", sigma=0.5)
     with pytest.raises(UsageError, match="an Opacus plan runs in your training script"):
         load_plan("p/plan.json")

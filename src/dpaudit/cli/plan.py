@@ -109,7 +109,9 @@ def _written(path: Path, json_out: bool) -> None:
         return emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
     a = plan["audit"]
     what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
+    run = f"dpaudit audit --plan {path}" if plan["mechanism"] != "opacus" else \
+        f"OpacusCanaries.from_plan(model, {str(path)!r}) in your training script"
     console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
                   f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
-                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: dpaudit audit --plan {path}",
+                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: {run}",
                   highlight=False, soft_wrap=True)

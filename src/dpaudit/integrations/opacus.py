@@ -33,15 +33,15 @@ the result of the analysis, never :attr:`OpacusCanaries.included` before the aud
 **Pre-registered** (:func:`dpaudit.audit_plans.opacus_plan`, ``dpaudit audit plan opacus ...``):
 ``OpacusCanaries.from_plan(model, "plan.json")`` takes the canary count and tensors from the plan and
 the coordinates and inclusion coins from its committed seeds (checked against the signed plan and
-its ledger registration); ``attach`` refuses an optimizer whose noise multiplier or sample rate is not
-the planned claim's and records the run under the plan in the ledger before training; :meth:`audit`
+its ledger registration); ``attach`` refuses an optimizer less private than the planned claim (a
+smaller noise multiplier, a larger sample rate) and records the run under the plan in the ledger
+before training; :meth:`audit`
 tests the planned claim with the planned statistic and confidence, writes one_run.json (plan id,
 revealed salt and seeds) and records its digest, for ``dpaudit bundle`` / ``dpaudit verify``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from pathlib import Path
@@ -59,6 +59,7 @@ from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
+_TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
 _WRAP_PREFIXES = ("_module.",)  # GradSampleModule (and DPDDP) wrap the user's module under _module
 
 
@@ -175,11 +176,14 @@ class OpacusCanaries:
         return self
 
     def _start_planned_run(self) -> None:
-        """The plan's claim is what this optimizer does (else refused); the run goes in the ledger before training."""
-        ev = self._planned_event()
-        for flag, got, want in (("noise_multiplier", self.noise_multiplier, ev.noise_multiplier), ("sample_rate", self.sample_rate, ev.sample_rate)):
-            if not math.isclose(got, want, rel_tol=1e-9):
-                raise UsageError(f"{flag} must be the planned {want!r} (plan {self._plan.plan['id'][:12]}), got {got!r}.")
+        """The optimizer is at least as private as the planned claim (noise multiplier not below it,
+        sample rate not above it: the claim holds for this run), else refused; then the run goes in the
+        ledger, before training."""
+        ev, pid = self._planned_event(), self._plan.plan["id"][:12]
+        for flag, rule, want, ok in (("noise_multiplier", "at least", ev.noise_multiplier, self.noise_multiplier >= ev.noise_multiplier * (1 - _TOL)),
+                                     ("sample_rate", "at most", ev.sample_rate, self.sample_rate <= ev.sample_rate * (1 + _TOL))):
+            if not ok:
+                raise UsageError(f"{flag} must be {rule} the planned {want!r} (plan {pid}), got {getattr(self, flag)!r}.")
         self._plan.started(self.id)
 
     def _planned_event(self) -> SubsampledGaussian:
@@ -244,7 +248,7 @@ class OpacusCanaries:
         ``delta`` (confidence default 0.95), written as one_run.json (shareable) under ``out`` when
         given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
         must not be given), written under ``out`` or the plan's folder, its digest recorded under the
-        plan; a run of other than the planned steps is refused (its ``run`` entry stays in the ledger, without result)."""
+        plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result)."""
         t0 = time.perf_counter()
         bounds = self._bounds(model, delta, confidence)
         result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
@@ -261,8 +265,8 @@ class OpacusCanaries:
         p, ev = self._plan.plan, self._planned_event()
         if delta is not None or confidence is not None:
             raise UsageError(f"delta and confidence must not be given under a plan (plan {p['id'][:12]} fixes them), got {delta!r}, {confidence!r}.")
-        if self.steps != ev.steps:
-            raise UsageError(f"steps must be the planned {ev.steps} (plan {p['id'][:12]}), got {self.steps}.")
+        if self.steps > ev.steps:
+            raise UsageError(f"steps must be at most the planned {ev.steps} (plan {p['id'][:12]}), got {self.steps}.")
         c = p["claim"]
         return one_run_bounds(self.scores(model), delta=c["delta"], confidence=p["audit"]["confidence"], claim=ev, accountant=c["accountant"],
                               adjacency=c["adjacency"])

@@ -270,25 +270,27 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
     return None if decided == violated(rec) else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
 
 
+def _tests(rec: dict, event, delta) -> bool:
+    """The audit tested ``event`` (a stored event) at ``delta``."""
+    tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
+    return tested is not None and event is not None and event_from_dict(tested).to_dict() == event_from_dict(event).to_dict() and \
+        _same(rec.get("delta"), delta)
+
+
 def _release_match(aid: str, rec: dict, rel: dict | None) -> Check:
     if rel is None:
         return Check("audit = release", aid, "FAIL", f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle")
-    tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
-    same = tested is not None and rel.get("guarantee") is not None and \
-        event_from_dict(tested).to_dict() == event_from_dict(rel["guarantee"]).to_dict() and _same(rec.get("delta"), rel.get("delta"))
+    same = _tests(rec, rel.get("guarantee"), rel.get("delta"))
     return _check("audit = release", aid, None if same else "the event or delta tested is not the release's", "tests the release's event at its delta")
 
 
 def _claim_match(aid: str, rec: dict, claim: dict) -> Check:
-    """An audit planned without a release (an Opacus run): it tests its plan's claim, whose epsilon is recomputed from the event."""
-    tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
+    """An audit planned without a release (an Opacus run) tests its plan's claim, whose epsilon is recomputed from its event."""
     eps = recompute_epsilon(claim.get("event"), claim.get("delta"), claim.get("accountant"), claim.get("adjacency")).epsilon
-    problems = [why for bad, why in (
-        (tested is None or claim.get("event") is None or event_from_dict(tested).to_dict() != event_from_dict(claim["event"]).to_dict(),
-         "the event tested is not the plan's"), (not _same(rec.get("delta"), claim.get("delta")), "the delta tested is not the plan's"),
-        (eps is None or not (_same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))),
-         f"claimed epsilon: plan {claim.get('epsilon')}, audit {rec.get('claimed_epsilon')}, recomputed {eps}")) if bad]
-    return _check("audit = claim", aid, problems, f"tests its plan's claim (eps {eps:.4g} recomputed at its delta)" if eps else "")
+    problems = [] if _tests(rec, claim.get("event"), claim.get("delta")) else ["the event or delta tested is not the plan's"]
+    if eps is None or not (_same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))):
+        problems.append(f"claimed epsilon {claim.get('epsilon')} planned, {rec.get('claimed_epsilon')} audited, {eps} recomputed")
+    return _check("audit = claim", aid, problems, f"tests its plan's claim (eps {eps:.4g} recomputed from its event)" if eps else "")
 
 
 def failed(checks) -> bool:

@@ -13,6 +13,7 @@ from opacus import PrivacyEngine
 from torch import nn
 from typer.testing import CliRunner
 
+from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.audit_plans import OPACUS, load_plan, opacus_plan
 from dpaudit.audits.one_run import plan_coins
 from dpaudit.cli import app
@@ -165,6 +166,12 @@ def test_a_run_other_than_planned_is_refused(flow, monkeypatch):
         _train("p/plan.json", sigma=0.5)
     with pytest.raises(UsageError, match="an Opacus plan runs in your training script"):
         load_plan("p/plan.json")
+    short = opacus_plan(SubsampledGaussian(1.0, BATCH / N, 4), delta=1e-5, canaries=M, tensors=["side.weight"], out="short", key=flow["key"])
+    c, model = _train(short)  # 8 steps, 4 planned
+    with pytest.raises(UsageError, match="steps must be at most the planned 4"):
+        c.audit(model)
+    with pytest.raises(UsageError, match="canaries must be attached to the optimizer"):
+        OpacusCanaries.from_plan(Tiny(), "p/plan.json").audit()
     with pytest.raises(UsageError, match="delta and confidence must not be given under a plan"):
         flow["first"].audit(flow["model"], delta=1e-3)
     r = runner.invoke(app, ["audit", "plan", "opacus", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--runs", "9"])

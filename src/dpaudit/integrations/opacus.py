@@ -265,6 +265,8 @@ class OpacusCanaries:
         p, ev = self._plan.plan, self._planned_event()
         if delta is not None or confidence is not None:
             raise UsageError(f"delta and confidence must not be given under a plan (plan {p['id'][:12]} fixes them), got {delta!r}, {confidence!r}.")
+        if self.sample_rate is None:
+            raise UsageError("canaries must be attached to the optimizer (which records the run under the plan) before audit(), got no attach().")
         if self.steps > ev.steps:
             raise UsageError(f"steps must be at most the planned {ev.steps} (plan {p['id'][:12]}), got {self.steps}.")
         c = p["claim"]

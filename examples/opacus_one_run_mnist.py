@@ -2,6 +2,12 @@
 
     DPAUDIT_DATA_DIR=/work/shared/data python examples/opacus_one_run_mnist.py --epochs 1 --canaries 1000
 
+Pre-registered (docs/one_run.md): plan first, then train under the plan; one_run.json goes beside plan.json.
+
+    dpaudit audit plan opacus --noise-multiplier 1.1 --sample-rate 0.0042553 --epochs 1 --delta 1e-5 \
+        --canaries 1000 --tensors fc1.weight --out plan-mnist
+    DPAUDIT_DATA_DIR=/work/shared/data python examples/opacus_one_run_mnist.py --plan plan-mnist/plan.json
+
 MNIST is read from $DPAUDIT_DATA_DIR/mnist (the four standard .gz files; never downloaded).
 The training loop below is an ordinary Opacus loop; the only dpaudit lines are marked "dpaudit".
 """
@@ -11,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,6 +52,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--max-train", type=int, default=None, help="use only the first N training records (a quick smoke run)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plan", default=None, help="plan.json of `dpaudit audit plan opacus ...`: its canaries, noise multiplier and claim")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     data = load_dataset("mnist")  # $DPAUDIT_DATA_DIR/mnist; raises a clear error when the files are missing
@@ -55,11 +63,17 @@ def main() -> None:
     loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size)
     model = SmallCNN()
     # dpaudit: canaries chosen and theta_0 recorded BEFORE training, at coordinates of fc1.weight.
-    canaries = OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
+    if a.plan:  # dpaudit: the plan fixes canaries, tensors, coordinates and coins, and the claim (noise multiplier, delta)
+        canaries = OpacusCanaries.from_plan(model, a.plan)
+        claim = json.loads(Path(a.plan).read_text())["claim"]
+        a.delta, private = claim["delta"], {"noise_multiplier": claim["event"]["noise_multiplier"]}
+    else:
+        canaries = OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
+        private = {"epochs": a.epochs, "target_epsilon": a.epsilon, "target_delta": a.delta}
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     engine = PrivacyEngine(accountant="rdp")
-    model, optimizer, loader = engine.make_private_with_epsilon(module=model, optimizer=optimizer, data_loader=loader, epochs=a.epochs,
-                                                                target_epsilon=a.epsilon, target_delta=a.delta, max_grad_norm=1.0)
+    make = engine.make_private if a.plan else engine.make_private_with_epsilon
+    model, optimizer, loader = make(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=1.0, **private)
     canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
     t = time.perf_counter()
     for _ in range(a.epochs):
@@ -71,8 +85,13 @@ def main() -> None:
     model.eval()
     with torch.no_grad():
         acc = float((model(torch.as_tensor(data.x_test)).argmax(1).numpy() == data.y_test).mean())
-    bounds = one_run_bounds(canaries.scores(model), delta=a.delta, claim=canaries.claim())  # dpaudit
-    print(json.dumps({"train_seconds": round(seconds, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
+    t = time.perf_counter()
+    if a.plan:  # dpaudit: the planned analysis; one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
+        bounds = canaries.audit(model).bounds
+    else:
+        bounds = one_run_bounds(canaries.scores(model), delta=a.delta, claim=canaries.claim())  # dpaudit
+    analysis = time.perf_counter() - t
+    print(json.dumps({"train_seconds": round(seconds, 1), "analysis_seconds": round(analysis, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
                       "noise_multiplier": optimizer.noise_multiplier, "steps": canaries.steps,
                       "steinke_epsilon_lower_bound": bounds["steinke"]["epsilon_lower_bound"],
                       "fdp_epsilon_lower_bound": (bounds["fdp"] or {}).get("epsilon_lower_bound"),

@@ -95,7 +95,7 @@ def _patch_everywhere(monkeypatch, owner, name: str, value) -> None:
     The release, audit and mechanism modules are imported first, so none binds ``value`` for good while it is set."""
     from dpaudit.catalogue import CATALOGUE
 
-    for module in {e.module for e in CATALOGUE.values()} | {"dpaudit.releasing", "dpaudit.auditing", "dpaudit.one_run_auditing", "dpaudit.library"}:
+    for module in {e.module for e in CATALOGUE.values()} | {"dpaudit.releasing", "dpaudit.auditing", "dpaudit.one_run_auditing"}:
         importlib.import_module(module)
     original = getattr(owner, name)
     monkeypatch.setattr(owner, name, value)

@@ -8,6 +8,8 @@ committing to the seeds that fix the canaries and the inclusion coins; signed wi
 :func:`load_plan` (``dpaudit audit --plan plan.json``) checks signature, commitment and registration; the run is recorded
 under the plan before it computes anything (:class:`PlanRun`), its result's SHA-256 after, and its audit file reveals
 plan id, seeds and salt. A second run is a second ``run`` entry, which ``dpaudit verify`` will not let a bundle hide.
+:func:`opacus_plan` (``dpaudit audit plan opacus ...``) plans the one-run audit of an Opacus training run, which
+``OpacusCanaries.from_plan`` carries out inside the user's own training script.
 
 Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, one-run coins: independent
 of the data and of the DP noise); the DP noise never derives from them.
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .auditing import auditable_entry, entry_canary, target_for
+from .accounting.accountants import compute_epsilon
+from .accounting.events import SubsampledGaussian
 from .audits.engine import SELECT_FRACTION
 from .errors import DataError, UsageError
 from .ledger import signing as sg
@@ -33,8 +37,10 @@ from .ledger.integrity import canonical_json
 from .one_run_auditing import MODULE_MODELS, module_setup
 from .records import now_utc, read_json, read_release, write_json_atomic
 from .requests import AuditRequest
+from .validation import open_unit, positive_int
 
 SCHEMA = "dpaudit.audit-plan/1"
+OPACUS = "opacus"  # the mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus)
 PLAN_FILE = "plan.json"
 PLAN_LOCAL_FILE = "plan.local.json"
 _SIG_DOMAIN = "dpaudit-audit-plan-sig-v1"
@@ -105,18 +111,50 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     signing = sg.load_signing_key(key, required=True)
     _settings(a, {"event": None})  # its checks, before the claim is built
     claim = _claim(a)
+    release_id = claim.pop("release_id")
+    seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
+    request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
+    return _write_plan(signing, a.mechanism, release_id, claim, _settings(a, claim), request, seeds, a.out)
+
+
+def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tensors=None, confidence: float = 0.95, out=None, ledger=None,
+                key=None) -> Path:
+    """The plan of a one-run audit of an Opacus training run (``dpaudit audit plan opacus ...``;
+    run it with :meth:`dpaudit.integrations.opacus.OpacusCanaries.from_plan`): the claim is
+    ``event`` (Opacus's noise multiplier, sample rate and steps) at ``delta``, add-remove-record,
+    rdp accountant; ``canaries`` Dirac gradient canaries in ``tensors`` (parameter names, public;
+    None: every trainable parameter), decided by the f-DP analysis at ``confidence``. The committed
+    seeds (fresh OS entropy, private until the run) fix the canary coordinates and inclusion coins.
+    Written and registered as :func:`make_plan` does."""
+    signing = sg.load_signing_key(key, required=True)
+    if not isinstance(event, SubsampledGaussian):
+        raise UsageError(f"event must be a SubsampledGaussian (Opacus's noise multiplier, sample rate and steps), got {event!r}.")
+    m = positive_int("canaries", canaries)
+    if m < 2:
+        raise UsageError(f"canaries must be an integer >= 2, got {canaries!r}.")
+    if tensors is not None and (isinstance(tensors, str) or not tensors):
+        raise UsageError(f"tensors must be a list of parameter names (or None: every trainable parameter), got {tensors!r}.")
+    delta, confidence = open_unit("delta", delta), open_unit("confidence", confidence)
+    claim = {"event": event.to_dict(), "epsilon": float(compute_epsilon(event, delta=delta, accountant="rdp").epsilon), "delta": delta,
+             "adjacency": "add-remove-record", "accountant": "rdp"}
+    audit = {"kind": "one-run", "canary": "gradient", "canaries": m, "trials": None, "statistic": "f-dp", "confidence": confidence,
+             "select_fraction": None}
+    request = {"tensors": None if tensors is None else [str(t) for t in tensors], "ledger": None if ledger is None else os.fspath(ledger)}
+    return _write_plan(signing, OPACUS, None, claim, audit, request, {"public": secrets.randbits(63), "coins": secrets.randbits(63)}, out)
+
+
+def _write_plan(signing, mechanism: str, release_id, claim: dict, audit: dict, request: dict, seeds: dict, out) -> Path:
+    """Commit to ``seeds`` under a fresh salt, sign, register in ``request["ledger"]``, write plan.json and plan.local.json."""
     pid = uuid.uuid4().hex
-    out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-plan-{pid[:8]}"
+    out = Path(out) if out is not None else Path("audits") / f"{mechanism}-plan-{pid[:8]}"
     if (out / PLAN_FILE).exists():
         raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
-    seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
     salt = secrets.token_hex(32)
-    request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
-    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": a.mechanism, "release_id": claim.pop("release_id"), "claim": claim,
-            "audit": _settings(a, claim), "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
+    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism, "release_id": release_id, "claim": claim,
+            "audit": audit, "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
             "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
     plan["signature"] = signing.sign(_material(plan))
-    with open_ledger(a.ledger, signing_key=signing) as led:
+    with open_ledger(request.get("ledger"), signing_key=signing) as led:
         led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan), "commitment": plan["commitment"], "key_id": signing.key_id})
     write_json_atomic(out / PLAN_LOCAL_FILE, {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt, "seeds": seeds,
                                               "key": str(signing.path)})
@@ -172,10 +210,10 @@ class PlanRun:
         self._record(stage="result", audit_id=audit_id, sha256=digest(shareable))
 
 
-def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
-    """The request a plan fixes and its :class:`PlanRun`, after checking that plan.json is signed by
-    its key, that plan.local.json's salt and seeds are the ones committed to, and that the ledger
-    registered exactly this plan.json (DataError otherwise: nothing runs)."""
+def open_plan(path: str | os.PathLike) -> PlanRun:
+    """The :class:`PlanRun` of plan.json at ``path`` (or its folder), after checking that it is
+    signed by its key, that plan.local.json's salt and seeds are the ones committed to, and that the
+    ledger registered exactly this plan.json (DataError otherwise: nothing runs)."""
     p = Path(path)
     p = p / PLAN_FILE if p.is_dir() else p
     plan = read_json(p, "audit plan")
@@ -184,11 +222,19 @@ def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
     local = read_json(p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)")
     if local.get("plan_id") != plan["id"] or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]:
         raise DataError(f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others.")
-    req = plan["request"]
-    with open_ledger(req.get("ledger"), create=False) as led:
+    ledger = plan["request"].get("ledger")
+    with open_ledger(ledger, create=False) as led:
         reg = _ledger_plans(led).get(plan["id"], {}).get("registered")
     if reg is None or reg[2].get("sha256") != digest(plan):
         raise DataError(f"plan {plan['id']} must be registered in the ledger as it is, got "
                         + ("no registration." if reg is None else "a registration of another plan.json (edited after registering)."))
-    a = AuditRequest(**req, seed=int(local["seeds"]["public"]))
-    return a, PlanRun(plan, local["salt"], local["seeds"], local.get("key"), req.get("ledger"), str(p.resolve()))
+    return PlanRun(plan, local["salt"], local["seeds"], local.get("key"), ledger, str(p.resolve()))
+
+
+def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
+    """The request a plan fixes and its :class:`PlanRun` (checked by :func:`open_plan`)."""
+    run = open_plan(path)
+    if run.plan["mechanism"] == OPACUS:
+        raise UsageError(f"plan must be run by dpaudit (an Opacus plan runs in your training script: OpacusCanaries.from_plan(model, "
+                         f"{run.path!r})), got plan {run.plan['id']} for opacus.")
+    return AuditRequest(**run.plan["request"], seed=int(run.seeds["public"])), run

@@ -29,22 +29,37 @@ the canary draws come from a separate NumPy generator), its noise multiplier, cl
 and its accountant hook (``step_hook``) are untouched. The canary coins and draws come from
 ``noise_seed`` (None: OS entropy, not reproducible) and are private: publish only the scores and
 the result of the analysis, never :attr:`OpacusCanaries.included` before the audit is done.
+
+**Pre-registered** (:func:`dpaudit.audit_plans.opacus_plan`, ``dpaudit audit plan opacus ...``):
+``OpacusCanaries.from_plan(model, "plan.json")`` takes the canary count and tensors from the plan and
+the coordinates and inclusion coins from its committed seeds (checked against the signed plan and
+its ledger registration); ``attach`` refuses an optimizer less private than the planned claim (a
+smaller noise multiplier, a larger sample rate) and records the run under the plan in the ledger
+before training; :meth:`audit`
+tests the planned claim with the planned statistic and confidence, writes one_run.json (plan id,
+revealed salt and seeds) and records its digest, for ``dpaudit bundle`` / ``dpaudit verify``.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import torch
 
-from ..accounting.events import SubsampledGaussian
-from ..audits.one_run import OneRunScores
+from ..accounting.events import SubsampledGaussian, event_from_dict
+from ..audit_outputs import shareable_one_run
+from ..audit_plans import OPACUS, open_plan
+from ..audits.one_run import OneRunResult, OneRunScores, one_run_bounds, plan_coins, write_one_run
 from ..errors import UsageError
 from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
+_TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
 _WRAP_PREFIXES = ("_module.",)  # GradSampleModule (and DPDDP) wrap the user's module under _module
 
 
@@ -66,11 +81,12 @@ class OpacusCanaries:
     ``tensors``: parameter names holding the canaries (default: all trainable parameters); pick
     coordinates the data moves little (e.g. first-layer weights on always-blank image borders) for
     power -- the choice never affects soundness. ``noise_seed``: seed of the private canary
-    generator (tests / reproducible audits only; None draws OS entropy).
+    generator (tests / reproducible audits only; None draws OS entropy). ``coins``: the m inclusion
+    coins (private; default: drawn from that generator; a plan's: :meth:`from_plan`).
     """
 
     def __init__(self, model: torch.nn.Module, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None,
-                 noise_seed: int | None = None):
+                 noise_seed: int | None = None, coins=None):
         m = positive_int("canaries", canaries)
         named = {_plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
         names = list(named) if tensors is None else [str(t) for t in tensors]
@@ -85,7 +101,7 @@ class OpacusCanaries:
         self.coords = chosen.coords
         self.seed = int(seed)
         self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
-        self.included = self._rng.random(m) < 0.5
+        self.included = self._rng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool).reshape(m)
         self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}  # parameter name -> (canary ids, coordinates)
         self._theta0 = {n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()}
         self._params = {n: named[n] for n in self._groups}
@@ -95,6 +111,26 @@ class OpacusCanaries:
         self.steps = 0
         self.sampled = np.zeros(m, dtype=np.int64)  # private: how often each canary was added
         self._optimizer = None
+        self.id = uuid.uuid4().hex  # this run's id (its plan's run and result entries)
+        self._plan = None
+
+    @classmethod
+    def from_plan(cls, model: torch.nn.Module, plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None,
+                  noise_seed: int | None = None) -> "OpacusCanaries":
+        """The canaries a pre-registered plan fixes (module docstring): ``plan`` is plan.json (or
+        its folder) with plan.local.json beside it; ``canaries`` / ``tensors``, when given, must be
+        the plan's (a run other than the planned one is refused)."""
+        run = open_plan(plan)
+        p = run.plan
+        if p.get("mechanism") != OPACUS:
+            raise UsageError(f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}.")
+        m, names = p["audit"]["canaries"], p["request"]["tensors"]
+        for flag, given, planned in (("canaries", canaries, m), ("tensors", None if tensors is None else list(tensors), names)):
+            if given is not None and given != planned:
+                raise UsageError(f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}.")
+        c = cls(model, canaries=m, seed=run.seeds["public"], tensors=names, noise_seed=noise_seed, coins=plan_coins(run.seeds["coins"], m))
+        c._plan = run
+        return c
 
     @property
     def m(self) -> int:
@@ -127,6 +163,8 @@ class OpacusCanaries:
                 raise UsageError(f"tensors must be optimised by the DPOptimizer, got {n!r} outside its parameters.")
         self.sample_rate, self.clipping_norm = q, float(norm)
         self.noise_multiplier = float(optimizer.noise_multiplier)
+        if self._plan is not None:
+            self._start_planned_run()
         original = optimizer.add_noise  # the bound method: Opacus's noise, unchanged
 
         def add_noise():
@@ -136,6 +174,20 @@ class OpacusCanaries:
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
         self._optimizer, self._original = optimizer, original
         return self
+
+    def _start_planned_run(self) -> None:
+        """The optimizer is at least as private as the planned claim (noise multiplier not below it,
+        sample rate not above it: the claim holds for this run), else refused; then the run goes in the
+        ledger, before training."""
+        ev, pid = self._planned_event(), self._plan.plan["id"][:12]
+        for flag, rule, want, ok in (("noise_multiplier", "at least", ev.noise_multiplier, self.noise_multiplier >= ev.noise_multiplier * (1 - _TOL)),
+                                     ("sample_rate", "at most", ev.sample_rate, self.sample_rate <= ev.sample_rate * (1 + _TOL))):
+            if not ok:
+                raise UsageError(f"{flag} must be {rule} the planned {want!r} (plan {pid}), got {getattr(self, flag)!r}.")
+        self._plan.started(self.id)
+
+    def _planned_event(self) -> SubsampledGaussian:
+        return event_from_dict(self._plan.plan["claim"]["event"])
 
     def detach(self) -> None:
         """Remove the hook (the optimizer's own ``add_noise`` again)."""
@@ -190,3 +242,33 @@ class OpacusCanaries:
                 "noise_multiplier": self.noise_multiplier, "steps": self.steps, "score": "-(theta_T - theta_0)[j]",
                 "injection": "max_grad_norm * e_j added to p.summed_grad before DPOptimizer.add_noise, each included canary "
                              "Poisson-sampled per step at sample_rate"}
+
+    def audit(self, model: torch.nn.Module | None = None, *, out=None, delta: float | None = None, confidence: float | None = None) -> OneRunResult:
+        """The one-run analysis of the trained ``model`` (:meth:`scores`) against :meth:`claim` at
+        ``delta`` (confidence default 0.95), written as one_run.json (shareable) under ``out`` when
+        given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
+        must not be given), written under ``out`` or the plan's folder, its digest recorded under the
+        plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result)."""
+        t0 = time.perf_counter()
+        bounds = self._bounds(model, delta, confidence)
+        result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
+                              timings={"analysis_s": time.perf_counter() - t0})
+        if out is not None or self._plan is not None:
+            write_one_run(result, out if out is not None else Path(self._plan.path).parent)
+        if self._plan is not None:
+            self._plan.finished(self.id, shareable_one_run(result.to_dict()))
+        return result
+
+    def _bounds(self, model, delta, confidence) -> dict:
+        if self._plan is None:
+            return one_run_bounds(self.scores(model), delta=delta, confidence=0.95 if confidence is None else confidence, claim=self.claim())
+        p, ev = self._plan.plan, self._planned_event()
+        if delta is not None or confidence is not None:
+            raise UsageError(f"delta and confidence must not be given under a plan (plan {p['id'][:12]} fixes them), got {delta!r}, {confidence!r}.")
+        if self.sample_rate is None:
+            raise UsageError("canaries must be attached to the optimizer (which records the run under the plan) before audit(), got no attach().")
+        if self.steps > ev.steps:
+            raise UsageError(f"steps must be at most the planned {ev.steps} (plan {p['id'][:12]}), got {self.steps}.")
+        c = p["claim"]
+        return one_run_bounds(self.scores(model), delta=c["delta"], confidence=p["audit"]["confidence"], claim=ev, accountant=c["accountant"],
+                              adjacency=c["adjacency"])

@@ -7,7 +7,8 @@ ledger (chain up to the head, entries, signatures); each release (claim recomput
 adjacency; equal to its signed ledger entry); each plan (signed, its key registered, this plan.json registered, its runs in
 the ledger = its audits in the bundle); each audit (pre-registered; revealed salt and seeds = the commitment, and used;
 settings as planned; bound recomputed from its counts with the planned statistic and claim; file = the digest the ledger
-recorded after the run; it tests a bundled release's event at its delta).
+recorded after the run; it tests a bundled release's event at its delta, or, planned without a release as an Opacus run
+is, its plan's claim).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..audit_plans import PLAN_FILE, commitment, digest, plan_entries, signature
 from ..audits.engine import AUDIT_FILE, plan_trials
 from ..audits.one_run import ONE_RUN_FILE, plan_coins, recompute_bounds
 from ..audits.verdicts import decision_at, general_epsilon_at, violated
-from ..claims import verify_claim
+from ..claims import recompute_epsilon, verify_claim
 from ..errors import DPAuditError, UsageError
 from ..ledger import signing as sg
 from ..ledger.book import open_ledger
@@ -214,7 +215,7 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     return [_check("audit vs plan", aid, diffs, "commitment, seeds and settings as planned"),
             _check("bound", aid, bound, f"recomputed from its counts ({plan['audit']['statistic']})"),
             _check("result = ledger", aid, result, "the file whose digest the ledger recorded after the run"),
-            _release_match(aid, rec, releases.get(rec.get("release_id")))]
+            _release_match(aid, rec, releases.get(rec.get("release_id"))) if plan.get("release_id") else _claim_match(aid, rec, plan["claim"])]
 
 
 def _settings(rec: dict, plan: dict, seeds: dict) -> tuple[dict, dict]:
@@ -269,13 +270,27 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
     return None if decided == violated(rec) else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
 
 
+def _tests(rec: dict, event, delta) -> bool:
+    """The audit tested ``event`` (a stored event) at ``delta``."""
+    tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
+    return tested is not None and event is not None and event_from_dict(tested).to_dict() == event_from_dict(event).to_dict() and \
+        _same(rec.get("delta"), delta)
+
+
 def _release_match(aid: str, rec: dict, rel: dict | None) -> Check:
     if rel is None:
         return Check("audit = release", aid, "FAIL", f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle")
-    tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
-    same = tested is not None and rel.get("guarantee") is not None and \
-        event_from_dict(tested).to_dict() == event_from_dict(rel["guarantee"]).to_dict() and _same(rec.get("delta"), rel.get("delta"))
+    same = _tests(rec, rel.get("guarantee"), rel.get("delta"))
     return _check("audit = release", aid, None if same else "the event or delta tested is not the release's", "tests the release's event at its delta")
+
+
+def _claim_match(aid: str, rec: dict, claim: dict) -> Check:
+    """An audit planned without a release (an Opacus run) tests its plan's claim, whose epsilon is recomputed from its event."""
+    eps = recompute_epsilon(claim.get("event"), claim.get("delta"), claim.get("accountant"), claim.get("adjacency")).epsilon
+    problems = [] if _tests(rec, claim.get("event"), claim.get("delta")) else ["the event or delta tested is not the plan's"]
+    if eps is None or not (_same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))):
+        problems.append(f"claimed epsilon {claim.get('epsilon')} planned, {rec.get('claimed_epsilon')} audited, {eps} recomputed")
+    return _check("audit = claim", aid, problems, f"tests its plan's claim (eps {eps:.4g} recomputed from its event)" if eps else "")
 
 
 def failed(checks) -> bool:

@@ -12,7 +12,7 @@ import typer
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .common import console, emit_json
+from .common import console, emit_json, print_table
 
 
 def _choice(name: str, values) -> type[Enum]:
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
             t.add_row(r["accountant"], *(("skipped", "", "", "") if r["epsilon"] is None else (
                 f"{r['epsilon']:.6f}", *("" if r[k] is None else f"{r[k]:.6f}" for k in ("epsilon_lower", "epsilon_estimate")),
                 "" if r["optimal_order"] is None else f"{r['optimal_order']:g}")))
-        console.print(t)
+        print_table(t)
         for name, reason in skipped.items():
             console.print(f"{name} skipped: {reason}", highlight=False, soft_wrap=True)
 
@@ -122,4 +122,4 @@ def register(app: typer.Typer) -> None:
         for col in ("batches_per_epoch", "sample_rate", "steps", "normalizer"):
             t.add_column(col)
         t.add_row(str(s.batches_per_epoch), f"{s.sample_rate:.8g}", str(s.steps), str(s.normalizer))
-        console.print(t)
+        print_table(t)

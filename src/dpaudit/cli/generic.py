@@ -28,7 +28,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .common import console, emit_json, note, recorded_argv
+from .common import console, emit_json, note, recorded_argv, say
 
 def generic_audit_names() -> tuple[str, ...]:
     """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
@@ -143,8 +143,8 @@ def make_train_command(entry):
             f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
         console.print(f"[bold]{rel.mechanism}[/] on {(rel.dataset or {}).get('name')}: {claim}")
         if rel.metrics:
-            console.print("  " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
-        console.print(f"  release id {rel.id}; command: {rel.command}", soft_wrap=True)
+            say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
+        say(f"release id {rel.id};", f"command: {rel.command}")
 
     doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
     return make_command(command, params, f"train_{entry.name}", doc)

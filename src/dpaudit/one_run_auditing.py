@@ -26,6 +26,7 @@ from pathlib import Path
 from .auditing import target_for, target_from_release
 from .audits.one_run import OneRunResult, one_run_bounds, write_one_run
 from .errors import UsageError
+from .progress import JobProgress
 from .records import Release, read_release
 from .requests import AuditRequest
 from .validation import positive_int
@@ -113,8 +114,9 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost):
                                             profile=a.profile, epochs=a.epochs)
     if cost is not None:
         _record_cost(name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost)
-    scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed), kind=a.one_run_kind,
-                             noise_on=not a.no_noise)
+    with JobProgress("steps") as bar:
+        scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed),
+                                 kind=a.one_run_kind, noise_on=not a.no_noise, progress=bar.steps(f"one-run training ({m} canaries)"))
     return claim, scores
 
 
@@ -148,7 +150,9 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost):
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
         scope = target.private_data()
         _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
-    scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise)
+    with JobProgress("steps") as bar:
+        scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise,
+                               progress=bar.steps(f"one-run training ({m} canaries)"))
     claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
                  delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
     return claim, scores

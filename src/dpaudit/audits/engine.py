@@ -102,6 +102,7 @@ import torch
 
 from .. import __version__
 from ..errors import DataError, UsageError
+from ..progress import JobProgress
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
 from ..validation import non_negative_int, one_of, open_unit, positive_int
@@ -536,21 +537,15 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             else:
                 pending.append((role, c, inserted[sl]))
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("[bold]audit[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("trials"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
-                   disable=not progress, transient=False)
     busy = cpu = 0.0
-    with bar:
-        tasks = {role: bar.add_task(role, total=inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
+    with JobProgress("trials", enabled=progress) as bar:
+        tasks = {role: bar.add(f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
                  for role, (_, inserted) in jobs.items()}
 
         def finish(role: str, c: int, s: np.ndarray) -> None:
             results[role][c * chunk_size: c * chunk_size + s.size] = s
             checkpoints[role].save(c, s)
-            bar.advance(tasks[role], s.size)
+            bar.update(tasks[role], advance=s.size)
 
         if executor is not None:  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
             def on_done(outcome) -> None:

@@ -130,7 +130,7 @@ def make_train_command(entry):
         for line in mech.notes(request):  # on stderr: --json output stays clean
             note(line)
         with secret_noise_seed(seed_file):
-            rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=None)
+            rel = release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True)
         shown = mech.summary(rel)
         if json_out:
             emit_json(rel.to_dict() if shown is None else shown[0])

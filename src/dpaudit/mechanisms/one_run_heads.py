@@ -83,12 +83,13 @@ def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
     return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
 
 
-def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True):
+def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
+                  progress=None):
     """Train ``target``'s head once with ``canaries`` independent canaries; returns
     :class:`~dpaudit.audits.one_run.OneRunScores` (module docstring: canaries, scores, contract).
 
     ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
-    kept, noise multiplier NO_NOISE_MULTIPLIER.
+    kept, noise multiplier NO_NOISE_MULTIPLIER. ``progress(done, total)``: training steps.
     """
     from ..audits.one_run import OneRunScores
     from .user_head_audit import UserHeadTarget
@@ -114,9 +115,9 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
             "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,
             "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
     if kind == "gradient":
-        scores = _gradient_canaries(target, cfg, noise, included, seed, info, _user_sampling(target) if user_level else None)
+        scores = _gradient_canaries(target, cfg, noise, included, seed, info, _user_sampling(target) if user_level else None, progress)
     else:
-        scores = _record_canaries(target, cfg, noise, included, seed, info)
+        scores = _record_canaries(target, cfg, noise, included, seed, info, progress)
     return OneRunScores(scores=scores, included=included, kind=kind, info=info)
 
 
@@ -130,7 +131,7 @@ def _user_sampling(target):
     return UserSampling(index, target.records_per_user)
 
 
-def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users) -> np.ndarray:
+def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users, progress) -> np.ndarray:
     """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
     from scipy import sparse
 
@@ -147,7 +148,7 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     d1 = z.shape[1] + 1
     grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
     res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init, users=users,
-                      canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary)
+                      canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary, progress=progress)
     moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
     info.update({"canary": "dirac gradient of norm C at head weights whose data gradient is zero",
                  "free_coordinates": int(len(free)), "extra_zero_features": int(extra),
@@ -155,7 +156,7 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     return -moved
 
 
-def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict) -> np.ndarray:
+def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, progress) -> np.ndarray:
     """Held-out test records with a wrong label, one more record unit each: one run, scores."""
     from .engine import CanaryHook, train_heads
     from .features import build_features
@@ -175,7 +176,7 @@ def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)  # the target's public features
     zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
     res = train_heads(target._z, target._y, n_classes, cfg, noise=noise, runs=1, init=target._init,
-                      canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary)
+                      canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary, progress=progress)
     rows = np.arange(m)
     after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
     before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]

@@ -46,6 +46,7 @@ from ..catalogue import CATALOGUE
 from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 from ..validation import positive_int
+from ..progress import JobProgress
 
 ADJACENCY = "add-remove-record"
 ACCOUNTANT = "rdp"
@@ -136,19 +137,13 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
         return None, lambda: None
     if callable(progress):
         return (lambda done, total: progress(done, total, eps_of(done) if eps_of else float("inf"))), lambda: None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..console import err_console
-
-    bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("steps  eps spent {task.fields[eps]}"), TimeElapsedColumn(), console=err_console, transient=False)
-    task = bar.add_task("training", total=steps, eps="0.000" if eps_of else "inf")
-    bar.start()
+    bar = JobProgress("steps").__enter__()
+    task = bar.add("training", steps, info="eps spent 0.000" if eps_of else "(non-private)")
 
     def cb(done, total):
-        bar.update(task, completed=done, eps=f"{eps_of(done):.3f}" if eps_of else "inf (non-private)")
+        bar.update(task, completed=done, info=f"eps spent {eps_of(done):.3f}" if eps_of else None)
 
-    return cb, bar.stop
+    return cb, lambda: bar.__exit__(None, None, None)
 
 
 RECORD_ADJACENCY = "add-remove-record"

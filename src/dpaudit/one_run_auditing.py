@@ -77,14 +77,12 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     ``record``: the one training run on the private data is recorded in the ledger at
     ``ledger_path`` as an ``audit`` entry (its event once; unbounded with ``no_noise``) before it
     runs, refused when the dataset's cap includes audits and would be exceeded."""
-    m = positive_int("canaries", audit.canaries)
-    if m < 2:
-        raise UsageError(f"canaries must be an integer >= 2, got {audit.canaries!r}.")
+    m = positive_int("canaries", audit.canaries, 2)
     rel = None if audit.release is None else audit.release if isinstance(audit.release, Release) else read_release(audit.release)
     release_id = None if rel is None else rel.id
     release_path = None if rel is None or isinstance(audit.release, Release) else str(Path(audit.release).resolve())
     if rel is not None and rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
-        raise UsageError(f"MECHANISM must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
+        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
     name = rel.mechanism if rel is not None else audit.mechanism
     noise = _noise(audit.reproducible_noise, audit.seed)
     cost = (ledger_path, release_id) if record else None

@@ -313,7 +313,7 @@ class AuditRequest(Request):
     #: How, where and in what format the audit runs (never part of the family's request).
     RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
                                              "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
-                                             "ledger", "json_out")
+                                             "ledger", "json_out", "fail_on_violation")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
     canary: str | None = option(None, help="natural, max-clip, mislabeled, worst-case (default: the mechanism's strongest).")
@@ -357,6 +357,7 @@ class AuditRequest(Request):
                                "final-model audit also runs, into OUT/final-model).")
     ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
+    fail_on_violation: bool = option(False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes).")
 
 
 #: The request type of each built-in family (a new mechanism's type comes from its MECHANISM).

@@ -84,7 +84,7 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--eps", "-1"], "epsilon must be"),
+        (["--eps", "-1"], "--eps must be"),
         (["--delta", "2"], "delta must be"),
         (["--dataset", "nope"], "nope"),
         (["--epochs", "0"], "epochs must be"),

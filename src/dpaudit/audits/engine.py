@@ -262,11 +262,13 @@ class TrialPlan:
     select: np.ndarray  # bool (runs,): SELECT (True) or EVAL (False)
 
 
+#: Fewest trials an audit can split into both worlds and SELECT / EVAL halves.
+MIN_RUNS = 4
+
+
 def plan_trials(runs: int, *, seed: int, select_fraction: float = SELECT_FRACTION) -> TrialPlan:
     """Exactly runs//2 canary-in trials (random order), split per world into SELECT and EVAL."""
-    runs = positive_int("runs", runs)
-    if runs < 4:
-        raise UsageError(f"runs must be an integer >= 4, got {runs!r}.")
+    runs = positive_int("runs", runs, MIN_RUNS)
     open_unit("select_fraction", select_fraction)
     rng = public_rng(seed, 0xA0D17)
     world = np.zeros(runs, dtype=bool)
@@ -639,10 +641,10 @@ class AuditOptions:
     def checked(self, target: AuditTarget) -> "AuditOptions":
         """Validated, with the target's defaults filled in (control runs, chunk size; no no-noise
         control for a target that already is noiseless)."""
-        runs = positive_int("runs", self.runs)
+        runs = positive_int("runs", self.runs, MIN_RUNS)
         checked = dict(runs=runs, confidence=open_unit("confidence", self.confidence), seed=non_negative_int("seed", self.seed),
                        workers=positive_int("workers", self.workers),
-                       control_runs=runs if self.control_runs is None else positive_int("control_runs", self.control_runs))
+                       control_runs=runs if self.control_runs is None else positive_int("control_runs", self.control_runs, MIN_RUNS))
         controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
         controls = tuple(c for c in controls if target.noise or c != "no-noise")  # a noiseless main audit is its own control
         chunk = positive_int("chunk_size", self.chunk_size if self.chunk_size is not None else target.default_chunk_size)

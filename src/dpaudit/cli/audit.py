@@ -13,14 +13,16 @@ from pathlib import Path
 import typer
 
 from ..errors import UsageError
+from ..records import check_out_dir
 from ..requests import AuditRequest
+from ..validation import positive_int
 from . import generic
 from .audit_render import render_one_run, show
-from .common import console, emit_json, note, recorded_argv
+from .common import console, emit_json, exit_on_violation, note, recorded_argv
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
-NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger")
+NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation")
 
 _DOC = ("Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "
         "mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls.")
@@ -47,13 +49,16 @@ def register(app: typer.Typer) -> None:
 
 def run(a: AuditRequest) -> None:
     """The ``dpaudit audit`` command on its parsed request: build the target, run, render."""
-    from ..audits.engine import CONTROLS, run_audit
+    from ..audits.engine import CONTROLS, MIN_RUNS, run_audit
     from ..sweeps.executors import check_executor_args
 
     check_executor_args(a.executor, a.scheduler, a.workers)  # before any data is loaded or a cluster is started
+    positive_int("runs", a.runs, MIN_RUNS)
+    if a.out is not None:  # before any training: a bad --out must not throw a long run away
+        check_out_dir(a.out, name="out")
     _check_threat_model(a)
     if a.one_run or a.canaries is not None:
-        return _one_run(a)
+        return exit_on_violation(a.fail_on_violation, [_one_run(a)])
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else Path("audits") / (
@@ -73,6 +78,7 @@ def run(a: AuditRequest) -> None:
         audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
     results = _run_all(a, audits, run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
+    exit_on_violation(a.fail_on_violation, results)
 
 
 def _target(a: AuditRequest):
@@ -120,12 +126,12 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
 
 
-def _one_run(a: AuditRequest) -> None:
+def _one_run(a: AuditRequest):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
     if not a.one_run:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
     if a.canaries is None:
-        raise UsageError("canaries must be given with --one-run (--canaries M, M >= 2), got none.")
+        raise UsageError("canaries must be given with --one-run (an integer >= 2), got none.")
     from ..one_run_auditing import run_one_run
 
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-one-run{'-no-noise' if a.no_noise else ''}"
@@ -137,11 +143,12 @@ def _one_run(a: AuditRequest) -> None:
         d = shareable_one_run(result.to_dict())
         d["audit_dir"] = str(out)
         emit_json(d)
-        return
+        return result
     render_one_run(result, out)
     from ..reports.tradeoff import write_one_run_png
 
     console.print(f"wrote {write_one_run_png(result.to_dict(), out)}", soft_wrap=True)
+    return result
 
 
 def _check_threat_model(a: AuditRequest) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
 import textwrap
 import types
@@ -88,8 +89,34 @@ def _fast_options(command: Any) -> Any:
     return command
 
 
+#: Library parameter names the command line spells otherwise (``out_dir`` is ``--out``).
+FLAG_ALIASES = {"out_dir": "out", "epsilon": "eps"}
+
+
+def flag_names(message: str, command: Any) -> str:
+    """``message`` (a library error) with the parameter names the user typed as flags: every
+    ``snake_case`` name, and any name before the first " must", that is an option of ``command``."""
+    flags = {p.name: p.opts[0] for p in getattr(command, "params", ()) if p.param_type_name == "option" and p.opts[0].startswith("--")}
+    flags.update({a: flags[b] for a, b in FLAG_ALIASES.items() if b in flags and a not in flags})
+    head, sep, tail = message.partition(" must ")
+    if not sep:
+        head, tail = "", message
+
+    def spell(m: re.Match, any_name: bool) -> str:
+        word = m.group(0)
+        return flags.get(word, word) if any_name or "_" in word else word
+
+    ident = r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])"
+    return re.sub(ident, lambda m: spell(m, True), head) + sep + re.sub(ident, lambda m: spell(m, False), tail)
+
+
 class DPAuditGroup(TyperGroup):
     """Turns every domain error raised below into one line on stderr and exit code 2."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.commands, LazyCommands):  # built eagerly (typer.main.get_command): the same converters as lazily
+            _fast_options(self)
 
     def list_commands(self, ctx):
         return list(self.commands)  # names only: a lazy group builds a command when it is looked up
@@ -98,14 +125,17 @@ class DPAuditGroup(TyperGroup):
         if len(args) >= 2 and isinstance(self.commands, LazyCommands):
             self.commands.get(args[0])  # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
         if len(args) >= 2 and (args[0], args[1]) in ROUTES:
-            return f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
-        return super().resolve_command(ctx, args)
+            found = f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
+        else:
+            found = super().resolve_command(ctx, args)
+        ctx.meta["dpaudit.command"] = found[1]  # the innermost one wins: its flags name the parameters in errors
+        return found
 
     def invoke(self, ctx):  # noqa: D401
         try:
             return super().invoke(ctx)
         except DPAuditError as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
             err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
@@ -247,6 +277,12 @@ def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), 
             spelt = [p.opts[0], repr(v) if isinstance(v, float) else os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
         (tail if p.name in last else body).extend(spelt)
     return head + body + tail
+
+
+def exit_on_violation(fail: bool, results: list) -> None:
+    """``--fail-on-violation``: exit code 1 when any audit's verdict is VIOLATION (after its output is written)."""
+    if fail and any(r.violated for r in results):
+        raise typer.Exit(1)
 
 
 def emit_json(obj: Any) -> None:

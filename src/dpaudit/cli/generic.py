@@ -27,8 +27,9 @@ from typing import Optional
 
 import typer
 
+from ..records import check_out_dir
 from . import options
-from .common import console, emit_json, note, recorded_argv, say
+from .common import console, emit_json, exit_on_violation, note, recorded_argv, say
 
 def generic_audit_names() -> tuple[str, ...]:
     """Catalogue names that get the generic ``audit NAME`` command: auditable entries whose
@@ -168,7 +169,7 @@ def register_train(train_app: typer.Typer) -> None:
 
 #: The AuditRequest options a generic ``audit NAME`` command adds to its request's own.
 _AUDIT_OPTIONS = ("runs", "confidence", "release", "out", "no_noise", "controls", "control_runs", "workers", "chunk_size", "seed",
-                  "reproducible_noise", "data_dir", "ledger", "json_out")
+                  "reproducible_noise", "data_dir", "ledger", "json_out", "fail_on_violation")
 
 
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
@@ -194,6 +195,8 @@ def make_audit_command(entry):
         from ..audits.engine import CONTROLS, run_audit
 
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
+        if audit["out"] is not None:
+            check_out_dir(audit["out"], name="out")
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
         seed = int(getattr(request, "seed", audit.get("seed", 42)))
@@ -213,7 +216,8 @@ def make_audit_command(entry):
         else:
             t = generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
         out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
-        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"), omit=("json_out", "workers", "ledger"))
+        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"),
+                             omit=("json_out", "workers", "ledger", "fail_on_violation"))
         argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
         result = run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=CONTROLS if audit["controls"] else (),
                            control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
@@ -223,6 +227,7 @@ def make_audit_command(entry):
         from .audit_render import show
 
         show([result], [out], json_out=audit["json_out"])
+        exit_on_violation(audit["fail_on_violation"], [result])
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
     return make_command(command, params, f"audit_{entry.name}", doc)

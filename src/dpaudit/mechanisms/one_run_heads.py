@@ -97,9 +97,7 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     user_level = isinstance(target, UserHeadTarget)
     if not isinstance(target, HeadTarget) and not user_level:
         raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")
-    m = positive_int("canaries", canaries)
-    if m < 2:
-        raise UsageError(f"canaries must be an integer >= 2, got {canaries!r}.")
+    m = positive_int("canaries", canaries, 2)
     one_of("kind", kind, HEAD_ONE_RUN_KINDS)
     if user_level and kind != "gradient":
         raise UsageError(f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "

@@ -54,21 +54,23 @@ def test_request_types_of_the_builtin_families():
     assert CATALOGUE["dp-elm"].request_type() is DPELMRequest and CATALOGUE["dp-mixmin"].request_type() is MixMinRequest
 
 
-def test_default_request_argv_is_the_bare_command():
-    assert DPSGDRequest("dp-cnn").to_argv() == ["dpaudit", "train", "dp-cnn"]
-    assert DPELMRequest().to_argv() == ["dpaudit", "train", "dp-elm"]
-    assert MixMinRequest().to_argv() == ["dpaudit", "train", "mixmin"]
+def test_default_request_argv_is_the_command_with_its_privacy_target():
+    assert DPSGDRequest("dp-cnn").to_argv() == ["dpaudit", "train", "dp-cnn", "--eps", "2.0", "--delta", "1e-05"]
+    assert DPELMRequest().to_argv() == ["dpaudit", "train", "dp-elm", "--width", "10", "--eps", "2.0"]  # pure: no delta field
+    assert MixMinRequest().to_argv() == ["dpaudit", "train", "mixmin", "--eps", "1.0", "--delta", "1e-05"]
+    assert "--data-dir" not in DPSGDRequest("dp-cnn", data_dir="/home/me/data").to_argv()  # this machine's, never recorded
+    assert "--data-dir data" in DPSGDRequest("dp-cnn", data_dir="data").command()
 
 
 def test_argv_spells_each_non_default_field_once():
     r = DPSGDRequest("dp-rvfl", dataset="mnist", epsilon=3.0, non_private=True, privacy_unit="user", records_per_user=2,
                      user_ids="/tmp/a b.npy", split_seed=7)
-    assert r.to_argv(out="runs/x") == ["dpaudit", "train", "dp-rvfl", "--dataset", "mnist", "--eps", "3.0", "--non-private",
+    assert r.to_argv(out="runs/x") == ["dpaudit", "train", "dp-rvfl", "--dataset", "mnist", "--eps", "3.0", "--delta", "1e-05", "--non-private",
                                        "--split-seed", "7", "--privacy-unit", "user", "--records-per-user", "2",
                                        "--user-ids", "/tmp/a b.npy", "--out", "runs/x"]
     assert r.command(out="runs/x").endswith("--user-ids '/tmp/a b.npy' --out runs/x")
     # floats are written exactly (repr round-trips every double)
-    assert DPELMRequest(epsilon=0.1 + 0.2).to_argv() == ["dpaudit", "train", "dp-elm", "--eps", repr(0.1 + 0.2)]
+    assert DPELMRequest(epsilon=0.1 + 0.2).to_argv() == ["dpaudit", "train", "dp-elm", "--width", "10", "--eps", repr(0.1 + 0.2)]
 
 
 def test_bool_with_true_default_is_written_as_no_flag():

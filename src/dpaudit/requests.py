@@ -121,8 +121,10 @@ class Request:
         """The ``dpaudit train NAME ...`` argument list that makes this request.
 
         Written once for every request type from the fields' metadata: fields equal to their
-        default are omitted, booleans are bare flags (``--no-x`` for a False whose default is
-        True), floats are written with ``repr`` (exact round trip). ``out`` appends the output
+        default are omitted, except the privacy target and the model size (:data:`ALWAYS_RECORDED`:
+        the command re-creates the release under later defaults too); an absolute ``data_dir`` is
+        this machine's, never recorded; booleans are bare flags (``--no-x`` for a False whose default
+        is True), floats are written with ``repr`` (exact round trip). ``out`` appends the output
         directory (``--out``), which is where a release goes, not what it is.
         """
         argv = ["dpaudit", "train", self.command_name()]
@@ -130,7 +132,9 @@ class Request:
             if f.metadata.get("positional"):
                 continue
             value = getattr(self, f.name)
-            if f.default is not _MISSING and _same(value, f.default):
+            if f.default is not _MISSING and _same(value, f.default) and not (f.name in ALWAYS_RECORDED and value is not None):
+                continue
+            if f.name == "data_dir" and value is not None and os.path.isabs(os.fspath(value)):
                 continue
             flag = flag_of(f)
             if isinstance(value, bool):
@@ -157,6 +161,10 @@ class Request:
 
     def replace(self, **changes) -> "Request":
         return dataclasses.replace(self, **changes)
+
+
+#: Request fields a recorded command always writes, defaults included: what the claim is about.
+ALWAYS_RECORDED = ("epsilon", "delta", "width")
 
 
 def _same(a, b) -> bool:

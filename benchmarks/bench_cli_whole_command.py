@@ -8,6 +8,7 @@ run and prints the 25 largest cumulative entries.
 
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --runs 5
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --threads 1 2 --neighbour
+    .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --trees /tmp/before/src src
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --profile /tmp/train.prof
 
 Figures go to benchmarks/RESULTS-issue25.md with the command, the date and ``uptime``'s load.
@@ -34,12 +35,13 @@ def _argv(data_dir: str, out: Path, threads: int | None) -> list[str]:
             "--ledger", str(out.parent / "ledger.sqlite"), "--json", *extra]
 
 
-def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool) -> float:
+def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool, tree: str | None = None) -> float:
     out = Path(tempfile.mkdtemp(dir=root)) / "r"
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if neighbour else None
+    env = dict(os.environ, **({"PYTHONPATH": tree} if tree else {}))
     try:
         t0 = time.perf_counter()
-        subprocess.run(_argv(data_dir, out, threads), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(_argv(data_dir, out, threads), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         return time.perf_counter() - t0
     finally:
         if busy is not None:
@@ -52,26 +54,26 @@ def main() -> None:
     ap.add_argument("--data-dir", default=os.environ.get("DPAUDIT_DATA_DIR"), required="DPAUDIT_DATA_DIR" not in os.environ)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, nargs="*", default=[None], help="torch threads to compare (default: the command's own).")
+    ap.add_argument("--trees", nargs="*", default=[None], help="source trees (PYTHONPATH) to compare, e.g. before/after a change")
     ap.add_argument("--neighbour", action="store_true", help="one busy-loop process beside each timed run")
     ap.add_argument("--profile", type=Path, help="write a cProfile of one in-process run here and print its top entries")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if a.profile:
-            code = ("import sys; from dpaudit.cli import app; sys.argv = ['dpaudit'] + sys.argv[1:]\n"
-                    "try:\n    app()\nexcept SystemExit:\n    pass")
-            subprocess.run([sys.executable, "-m", "cProfile", "-o", str(a.profile), "-c", code, *_argv(a.data_dir, root / "p", None)[1:]],
+            subprocess.run([sys.executable, "-m", "cProfile", "-o", str(a.profile), *_argv(a.data_dir, root / "p", None)],
                            check=True, stdout=subprocess.DEVNULL)
             pstats.Stats(str(a.profile)).sort_stats("cumulative").print_stats(25)
             return
-        _one(a.data_dir, root, a.threads[0], False)  # untimed: bytecode and calibration caches as after a first use
-        times: dict = {t: [] for t in a.threads}
+        for tree in a.trees:  # untimed: bytecode and calibration caches as after a first use
+            _one(a.data_dir, root, a.threads[0], False, tree)
+        times: dict = {(tree, t): [] for tree in a.trees for t in a.threads}
         for _ in range(a.runs):
-            for t in a.threads:
-                times[t].append(_one(a.data_dir, root, t, a.neighbour))
+            for tree, t in times:
+                times[tree, t].append(_one(a.data_dir, root, t, a.neighbour, tree))
     load = os.getloadavg()[0]
-    for t, ts in times.items():
-        print(f"threads={t or 'default'} neighbour={a.neighbour}: median {statistics.median(ts):.2f} s "
+    for (tree, t), ts in times.items():
+        print(f"tree={tree or 'installed'} threads={t or 'default'} neighbour={a.neighbour}: median {statistics.median(ts):.2f} s "
               f"(min {min(ts):.2f}, max {max(ts):.2f}, n={len(ts)}); load {load:.2f}")
 
 

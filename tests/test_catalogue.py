@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from dpaudit.catalogue import ALIASES, CATALOGUE, lookup, names
 from dpaudit.errors import DataError, UsageError
-from dpaudit.requests import REQUEST_TYPES, DPELMRequest, DPSGDRequest, MixMinRequest, Request, flag_of, option
+from dpaudit.requests import ALWAYS_RECORDED, REQUEST_TYPES, DPELMRequest, DPSGDRequest, MixMinRequest, Request, flag_of, option
 
 REQUESTS = (DPSGDRequest, DPELMRequest, MixMinRequest)
 
@@ -106,12 +107,15 @@ def test_dict_round_trip_through_json(r):
 
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(REQUESTS).flatmap(_requests))
-def test_argv_names_exactly_the_non_default_fields(r):
+def test_argv_names_exactly_the_non_default_fields_and_the_privacy_target(r):
     argv = r.to_argv()
     assert argv[:3] == ["dpaudit", "train", r.command_name()]
     flags = {flag_of(f): f for f in dataclasses.fields(r) if not f.metadata.get("positional")}
     seen = [a for a in argv[3:] if a in flags or (a.startswith("--no-") and "--" + a[5:] in flags)]
-    non_default = {flag_of(f) for f in flags.values() if getattr(r, f.name) != f.default}
+    local = r.data_dir is not None and os.path.isabs(r.data_dir) if hasattr(r, "data_dir") else False  # never recorded
+    non_default = {flag_of(f) for f in flags.values()
+                   if (getattr(r, f.name) != f.default or f.name in ALWAYS_RECORDED and getattr(r, f.name) is not None)
+                   and not (f.name == "data_dir" and local)}
     assert {a if a in flags else "--" + a[5:] for a in seen} == non_default
 
 

@@ -28,6 +28,7 @@ def _one_line(args) -> str:
     (["audit", "dp-rvfl", "--one-run"], "--canaries must be given with --one-run (an integer >= 2), got none."),
     (["audit", "dp-rvfl", "--privacy-unit", "user"], "--records-per-user must be given (an integer G >= 1) with --privacy-unit user"),
     (["train", "dp-elm", "--eps", "-1"], "--eps must be a finite number > 0, got -1.0."),
+    (["train", "dp-elm", "--width", "0"], "--width must be an integer >= 1, got 0."),  # no note on defaults before it
     (["ledger", "summary", "--ledger", "foo://x"], "got 'foo://x' (unknown scheme 'foo')"),
 ])
 def test_messages_name_flags_and_rules_as_typed(args, says):

@@ -128,6 +128,7 @@ def make_train_command(entry):
         out, ledger, json_out, seed_file = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file"))
         request = request_from_options(rtype, kwargs)
         mech = entry.mechanism()
+        request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in mech.notes(request):  # on stderr: --json output stays clean
             note(line)
         with secret_noise_seed(seed_file):

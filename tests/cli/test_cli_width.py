@@ -100,3 +100,16 @@ def test_accounting_outputs_fit(width):
                  ["schedule", "--n", "60000", "--batch-size", "256", "--epochs", "10"]):
         out = _run(args, width)
         assert all(cell_len(line) <= width for line in out.splitlines())
+
+
+def test_every_commands_normal_output_fits(tmp_path, width, monkeypatch):
+    """train, audit, ledger verify, report and sweep at 80 / 120 columns through a pipe: no cut cell,
+    every table line within the width (plain messages may run longer: they soft-wrap)."""
+    monkeypatch.chdir(tmp_path)
+    led = ["--ledger", str(tmp_path / "l.sqlite")]
+    for args in (["train", "dp-elm", "--width", "5", "--out", "rel", *led], ["audit", "noisy-sum", "--runs", "8", "--out", "aud", *led],
+                 ["ledger", "verify", *led], ["ledger", "summary", *led], ["report", "rel", "aud", "--out", "r.md", "--format", "md", *led],
+                 ["sweep", "--builtin", "selftest", "--out", "sw", *led]):
+        out = _run(args, width)
+        table = [line for line in out.splitlines() if line[:1] in "┃│┏┡└"]
+        assert all(cell_len(line) <= width for line in table), (args, out)

@@ -94,20 +94,15 @@ FLAG_ALIASES = {"out_dir": "out", "epsilon": "eps"}
 
 
 def flag_names(message: str, command: Any) -> str:
-    """``message`` (a library error) with the parameter names the user typed as flags: every
-    ``snake_case`` name, and any name before the first " must", that is an option of ``command``."""
+    """``message`` (a library error) with the parameter names the user typed as flags: its first
+    word and every ``snake_case`` name (not quoted values) that is an option of ``command``."""
     flags = {p.name: p.opts[0] for p in getattr(command, "params", ()) if p.param_type_name == "option" and p.opts[0].startswith("--")}
     flags.update({a: flags[b] for a, b in FLAG_ALIASES.items() if b in flags and a not in flags})
-    head, sep, tail = message.partition(" must ")
-    if not sep:
-        head, tail = "", message
 
-    def spell(m: re.Match, any_name: bool) -> str:
-        word = m.group(0)
-        return flags.get(word, word) if any_name or "_" in word else word
+    def spell(m: re.Match) -> str:
+        return flags.get(m.group(0), m.group(0)) if m.start() == 0 or "_" in m.group(0) else m.group(0)
 
-    ident = r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])"
-    return re.sub(ident, lambda m: spell(m, True), head) + sep + re.sub(ident, lambda m: spell(m, False), tail)
+    return re.sub(r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])", spell, message)
 
 
 class DPAuditGroup(TyperGroup):

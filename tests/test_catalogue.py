@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from dpaudit.catalogue import ALIASES, CATALOGUE, lookup, names
 from dpaudit.errors import DataError, UsageError
-from dpaudit.requests import REQUEST_TYPES, DPELMRequest, DPSGDRequest, MixMinRequest, Request, flag_of, option
+from dpaudit.requests import ALWAYS_RECORDED, REQUEST_TYPES, DPELMRequest, DPSGDRequest, MixMinRequest, Request, flag_of, option
 
 REQUESTS = (DPSGDRequest, DPELMRequest, MixMinRequest)
 
@@ -54,21 +55,23 @@ def test_request_types_of_the_builtin_families():
     assert CATALOGUE["dp-elm"].request_type() is DPELMRequest and CATALOGUE["dp-mixmin"].request_type() is MixMinRequest
 
 
-def test_default_request_argv_is_the_bare_command():
-    assert DPSGDRequest("dp-cnn").to_argv() == ["dpaudit", "train", "dp-cnn"]
-    assert DPELMRequest().to_argv() == ["dpaudit", "train", "dp-elm"]
-    assert MixMinRequest().to_argv() == ["dpaudit", "train", "mixmin"]
+def test_default_request_argv_is_the_command_with_its_privacy_target():
+    assert DPSGDRequest("dp-cnn").to_argv() == ["dpaudit", "train", "dp-cnn", "--eps", "2.0", "--delta", "1e-05"]
+    assert DPELMRequest().to_argv() == ["dpaudit", "train", "dp-elm", "--width", "10", "--eps", "2.0"]  # pure: no delta field
+    assert MixMinRequest().to_argv() == ["dpaudit", "train", "mixmin", "--eps", "1.0", "--delta", "1e-05"]
+    assert "--data-dir" not in DPSGDRequest("dp-cnn", data_dir="/home/me/data").to_argv()  # this machine's, never recorded
+    assert "--data-dir data" in DPSGDRequest("dp-cnn", data_dir="data").command()
 
 
 def test_argv_spells_each_non_default_field_once():
     r = DPSGDRequest("dp-rvfl", dataset="mnist", epsilon=3.0, non_private=True, privacy_unit="user", records_per_user=2,
                      user_ids="/tmp/a b.npy", split_seed=7)
-    assert r.to_argv(out="runs/x") == ["dpaudit", "train", "dp-rvfl", "--dataset", "mnist", "--eps", "3.0", "--non-private",
+    assert r.to_argv(out="runs/x") == ["dpaudit", "train", "dp-rvfl", "--dataset", "mnist", "--eps", "3.0", "--delta", "1e-05", "--non-private",
                                        "--split-seed", "7", "--privacy-unit", "user", "--records-per-user", "2",
                                        "--user-ids", "/tmp/a b.npy", "--out", "runs/x"]
     assert r.command(out="runs/x").endswith("--user-ids '/tmp/a b.npy' --out runs/x")
     # floats are written exactly (repr round-trips every double)
-    assert DPELMRequest(epsilon=0.1 + 0.2).to_argv() == ["dpaudit", "train", "dp-elm", "--eps", repr(0.1 + 0.2)]
+    assert DPELMRequest(epsilon=0.1 + 0.2).to_argv() == ["dpaudit", "train", "dp-elm", "--width", "10", "--eps", repr(0.1 + 0.2)]
 
 
 def test_bool_with_true_default_is_written_as_no_flag():
@@ -104,12 +107,15 @@ def test_dict_round_trip_through_json(r):
 
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(REQUESTS).flatmap(_requests))
-def test_argv_names_exactly_the_non_default_fields(r):
+def test_argv_names_exactly_the_non_default_fields_and_the_privacy_target(r):
     argv = r.to_argv()
     assert argv[:3] == ["dpaudit", "train", r.command_name()]
     flags = {flag_of(f): f for f in dataclasses.fields(r) if not f.metadata.get("positional")}
     seen = [a for a in argv[3:] if a in flags or (a.startswith("--no-") and "--" + a[5:] in flags)]
-    non_default = {flag_of(f) for f in flags.values() if getattr(r, f.name) != f.default}
+    local = r.data_dir is not None and os.path.isabs(r.data_dir) if hasattr(r, "data_dir") else False  # never recorded
+    non_default = {flag_of(f) for f in flags.values()
+                   if (getattr(r, f.name) != f.default or f.name in ALWAYS_RECORDED and getattr(r, f.name) is not None)
+                   and not (f.name == "data_dir" and local)}
     assert {a if a in flags else "--" + a[5:] for a in seen} == non_default
 
 

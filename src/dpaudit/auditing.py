@@ -38,7 +38,7 @@ def entry_canary(entry, canary: str | None) -> str:
     canary = canary or entry.canaries[0]
     if canary not in entry.canaries:
         fam = "head" if entry.family == "dp-sgd-head" else entry.name
-        raise UsageError(f"canary for {fam} must be one of {', '.join(entry.canaries)}, got {canary!r}.")
+        raise UsageError(f"canary must be one of {', '.join(entry.canaries)} for {fam} models, got {canary!r}.")
     return canary
 
 
@@ -56,7 +56,7 @@ def check_privacy_unit(mechanism: str, privacy_unit: str, records_per_user: int 
     if auditable_entry(mechanism).family != "dp-sgd-head":
         raise UsageError(f"mechanism must be a DP-SGD head model ({', '.join(names(family='dp-sgd-head'))}) for privacy_unit user, got {mechanism!r}.")
     if records_per_user is None:
-        raise UsageError("records_per_user must be given for privacy_unit user (G >= 1), got None.")
+        raise UsageError("records_per_user must be given (an integer G >= 1) with privacy_unit user, got none.")
     return positive_int("records_per_user", records_per_user)
 
 
@@ -156,7 +156,7 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
 
 def _release_entry(rel, mechanism: str | None):
     if mechanism is not None and ALIASES.get(mechanism, mechanism) != ALIASES.get(rel.mechanism, rel.mechanism):
-        raise UsageError(f"MECHANISM must match the release's mechanism {rel.mechanism!r}, got {mechanism!r}.")
+        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {mechanism!r}.")
     if rel.mechanism not in ALIASES or not lookup(rel.mechanism).canaries:
         auditable = sorted({n for n, e in CATALOGUE.items() if e.canaries})
         raise UsageError(f"release mechanism must be one of {', '.join(auditable)}, got {rel.mechanism!r}.")

@@ -37,6 +37,7 @@ from .mechanisms.one_run_heads import heads_one_run
 from .mechanisms.one_run_modules import module_config, modules_one_run
 from .mechanisms.user_head_audit import UserHeadTarget
 from .noise import NoiseSource
+from .progress import JobProgress
 from .records import Release, read_release
 from .requests import AuditRequest
 from .validation import open_unit, positive_finite, positive_int
@@ -82,14 +83,12 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run; its inclusion coins
     come from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`), the run is
     recorded under the plan before it trains and its result after, and one_run.json reveals the seeds."""
-    m = positive_int("canaries", audit.canaries)
-    if m < 2:
-        raise UsageError(f"canaries must be an integer >= 2, got {audit.canaries!r}.")
+    m = positive_int("canaries", audit.canaries, 2)
     rel = None if audit.release is None else audit.release if isinstance(audit.release, Release) else read_release(audit.release)
     release_id = None if rel is None else rel.id
     release_path = None if rel is None or isinstance(audit.release, Release) else str(Path(audit.release).resolve())
     if rel is not None and rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
-        raise UsageError(f"MECHANISM must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
+        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
     name = rel.mechanism if rel is not None else audit.mechanism
     noise = _noise(audit.reproducible_noise, audit.seed)
     run_id = uuid.uuid4().hex
@@ -124,8 +123,10 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
                                             profile=a.profile, epochs=a.epochs)
     if cost is not None:
         _record_cost(name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost)
-    scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed), kind=a.one_run_kind,
-                             noise_on=not a.no_noise, coins=coins)
+    with JobProgress("steps") as bar:
+        scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed),
+                                 kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
+                                 progress=bar.steps(f"one-run training ({m} canaries)"))
     return claim, scores
 
 
@@ -151,7 +152,9 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
         scope = target.private_data()
         _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
-    scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins)
+    with JobProgress("steps") as bar:
+        scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
+                               progress=bar.steps(f"one-run training ({m} canaries)"))
     claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
                  delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
     return claim, scores

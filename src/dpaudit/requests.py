@@ -124,8 +124,10 @@ class Request:
         """The ``dpaudit train NAME ...`` argument list that makes this request.
 
         Written once for every request type from the fields' metadata: fields equal to their
-        default are omitted, booleans are bare flags (``--no-x`` for a False whose default is
-        True), floats are written with ``repr`` (exact round trip). ``out`` appends the output
+        default are omitted, except the privacy target and the model size (:data:`ALWAYS_RECORDED`:
+        the command re-creates the release under later defaults too); an absolute ``data_dir`` is
+        this machine's, never recorded; booleans are bare flags (``--no-x`` for a False whose default
+        is True), floats are written with ``repr`` (exact round trip). ``out`` appends the output
         directory (``--out``), which is where a release goes, not what it is.
         """
         argv = ["dpaudit", "train", self.command_name()]
@@ -133,7 +135,9 @@ class Request:
             if f.metadata.get("positional"):
                 continue
             value = getattr(self, f.name)
-            if f.default is not _MISSING and _same(value, f.default):
+            if f.default is not _MISSING and _same(value, f.default) and not (f.name in ALWAYS_RECORDED and value is not None):
+                continue
+            if f.name == "data_dir" and value is not None and os.path.isabs(os.fspath(value)):
                 continue
             flag = flag_of(f)
             if isinstance(value, bool):
@@ -160,6 +164,10 @@ class Request:
 
     def replace(self, **changes) -> "Request":
         return dataclasses.replace(self, **changes)
+
+
+#: Request fields a recorded command always writes, defaults included: what the claim is about.
+ALWAYS_RECORDED = ("epsilon", "delta", "width")
 
 
 def _same(a, b) -> bool:
@@ -318,7 +326,7 @@ class AuditRequest(Request):
     #: How, where and in what format the audit runs (never part of the family's request).
     RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
                                              "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
-                                             "ledger", "json_out")
+                                             "ledger", "json_out", "fail_on_violation")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
     canary: str | None = option(None, help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).")
@@ -362,6 +370,7 @@ class AuditRequest(Request):
                                "final-model audit also runs, into OUT/final-model).")
     ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
+    fail_on_violation: bool = option(False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes).")
 
 
 NOISY_SUM_ACCOUNTANTS = ("pld", "rdp", "prv")

@@ -53,10 +53,12 @@ def half_open_unit(name: str, value: object) -> float:
     return v
 
 
-def positive_int(name: str, value: object) -> int:
-    rule = "an integer >= 1"
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < 1:  # type: ignore[arg-type]
-        _fail(name, rule, value)
+def positive_int(name: str, value: object, low: int = 1) -> int:
+    """``value`` as an int >= ``low`` (1: positive); None reads "got none" (a required value not given)."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < low:  # type: ignore[arg-type]
+        if value is None:
+            raise UsageError(f"{name} must be given (an integer >= {low}), got none.")
+        _fail(name, f"an integer >= {low}", value)
     return int(value)  # type: ignore[arg-type]
 
 

@@ -267,10 +267,10 @@ def test_cli_user_level_audit_json(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--privacy-unit", "user", "--records-per-user", "0"], "records_per_user must be an integer >= 1, got 0."),
-    (["--privacy-unit", "team", "--records-per-user", "4"], "privacy_unit must be one of record, user, got 'team'."),
-    (["--privacy-unit", "user"], "records_per_user must be given"),
-    (["--records-per-user", "4"], "privacy_unit must be user"),
+    (["--privacy-unit", "user", "--records-per-user", "0"], "--records-per-user must be an integer >= 1, got 0."),
+    (["--privacy-unit", "team", "--records-per-user", "4"], "--privacy-unit must be one of record, user, got 'team'."),
+    (["--privacy-unit", "user"], "--records-per-user must be given"),
+    (["--records-per-user", "4"], "--privacy-unit must be user"),
 ])
 def test_cli_bad_privacy_unit_flags_exit_2_with_one_line(args, message):
     r = runner.invoke(app, ["audit", "dp-rvfl", *args, "--runs", "40", "--json"])

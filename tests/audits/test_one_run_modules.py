@@ -57,7 +57,7 @@ def test_choose_coordinates_prefers_quiet_then_uniform():
     assert len(set(flat)) == 6 and {0, 1, 2, 21}.issubset(flat) and all(0 <= f < 23 for f in flat)
     only_quiet = choose_coordinates(shapes, ("w", "v"), 2, seed=0, quiet=np.array([0, 1, 2, 21]))
     assert {i if n == "w" else 20 + i for n, i in only_quiet.coords} <= {0, 1, 2, 21}
-    with pytest.raises(UsageError, match="canaries must be an integer in \\[1, 23\\]"):
+    with pytest.raises(UsageError, match="canaries must be an integer in \\[2, 23\\]"):
         choose_coordinates(shapes, ("w", "v"), 24, seed=0)
 
 

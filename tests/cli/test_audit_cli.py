@@ -69,7 +69,7 @@ def test_audit_of_a_release(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["audit", "nope"], "mechanism must be one of"),
-    (["audit", "gaussian", "--canary", "mislabeled"], "canary for gaussian must be one of"),
+    (["audit", "gaussian", "--canary", "mislabeled"], "--canary must be one of"),
     (["audit", "gaussian", "--runs", "2"], "runs must be"),
     (["audit", "gaussian", "--confidence", "1.5"], "confidence must be"),
     (["audit", "dp-rvfl", "--release", "/nonexistent/release.json"], "not found"),

@@ -3,7 +3,7 @@
 Every option of the whole app that gets a fast converter is fed the same values through both
 converters: a tricky set of strings (numbers spelt oddly, choices in other cases, paths) and
 Python values (defaults). Results must be equal and of the same type, or both must fail with the
-same message.
+same message (dpaudit's adds ", got VALUE." where typer's does not name the value).
 """
 
 from __future__ import annotations
@@ -70,7 +70,10 @@ def test_fast_conversion_equals_typer(label, command, param, tmp_path, monkeypat
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         values = values + list(annotation) + [m.value for m in annotation] + [m.value.upper() for m in annotation]
     for value in values:
-        assert _outcome(fast, value, param, ctx) == _outcome(slow, value, param, ctx), (label, value)
+        want = _outcome(slow, value, param, ctx)
+        if want[0] == "error" and repr(value) not in want[1]:  # dpaudit's converter also echoes the value typed
+            want = ("error", f"{want[1].rstrip('.')}, got {value!r}.")
+        assert _outcome(fast, value, param, ctx) == want, (label, value)
 
 
 def test_installed_on_a_command_and_its_help_option():

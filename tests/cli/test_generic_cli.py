@@ -170,7 +170,7 @@ def test_noisy_sum_train_then_audit_its_release(tmp_path, monkeypatch):
     r = runner.invoke(app, ["train", "noisy-sum", "--eps", "1.5", "--reproducible-noise", "--out", str(rel_dir), "--json"])
     assert r.exit_code == 0, r.output
     rel = json.loads((rel_dir / "release.json").read_text())
-    assert rel["request"]["epsilon"] == 1.5 and rel["command"] == f"dpaudit train noisy-sum --eps 1.5 --reproducible-noise --out {rel_dir}"
+    assert rel["request"]["epsilon"] == 1.5 and rel["command"] == f"dpaudit train noisy-sum --eps 1.5 --delta 1e-05 --reproducible-noise --out {rel_dir}"
     r = runner.invoke(app, ["audit", "noisy-sum", "--release", str(rel_dir), "--runs", "200", "--no-controls", "--out", str(aud), "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)

@@ -170,7 +170,7 @@ def test_reading_a_missing_ledger_is_an_error_and_creates_nothing(tmp_path, comm
 def test_bad_input_gives_one_line_exit_2(tmp_path):
     led = tmp_path / "l.sqlite"
     rid = _record(tmp_path, led, A)
-    assert "epsilon must be" in _one_line_error(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "-1", "--delta", "1e-5", "--ledger", str(led)]))
+    assert "--eps must be" in _one_line_error(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "-1", "--delta", "1e-5", "--ledger", str(led)]))
     assert "delta must be" in _one_line_error(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "1", "--delta", "0", "--ledger", str(led)]))
     assert "entry id must be" in _one_line_error(runner.invoke(app, ["ledger", "show", "zzzzzzzz", "--ledger", str(led)]))
     assert "reason must be" in _one_line_error(runner.invoke(app, ["ledger", "void", rid, "--reason", " ", "--never-published", "--ledger", str(led)]))

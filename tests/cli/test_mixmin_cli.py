@@ -41,7 +41,7 @@ def test_bad_proxy_file_is_one_line_exit_2(tmp_path):
 
 def test_bad_values_exit_2(tmp_path):
     res = runner.invoke(app, ["train", "mixmin", "--eps", "-1", "--out", str(tmp_path / "o")])
-    assert res.exit_code == 2 and "epsilon must be a finite number > 0" in res.stderr
+    assert res.exit_code == 2 and "--eps must be a finite number > 0" in res.stderr
     res = runner.invoke(app, ["train", "mixmin", "--rho", "1.0", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "rho must be in the open interval (0, 1)" in res.stderr
     res = runner.invoke(app, ["train", "mixmin", "--target", "nope", "--out", str(tmp_path / "o")])

@@ -27,7 +27,7 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch, patch_everywher
 
     seen = {}
 
-    def fake(target, *, canaries, noise, seed, kind="gradient", noise_on=True, coins=None):
+    def fake(target, *, canaries, noise, seed, kind="gradient", noise_on=True, coins=None, progress=None):
         seen.update(target=target, canaries=canaries, seed=seed, kind=kind, noise_on=noise_on)
         return _fake_scores(canaries, 50.0, kind=kind, info={"fake": True})
 

@@ -67,7 +67,7 @@ def test_cryptographic_source_and_textbook_sampler_flags(tmp_path):
 
 
 def test_bad_values_exit_2_with_one_line(tmp_path):
-    for extra, msg in ((["--width", "0"], "width must be an integer >= 1"), (["--eps", "-1"], "epsilon must be a finite number > 0"),
+    for extra, msg in ((["--width", "0"], "width must be an integer >= 1"), (["--eps", "-1"], "--eps must be a finite number > 0"),
                        (["--dataset", "nope"], "dataset")):
         r = _run(tmp_path, "g", *extra)
         assert r.exit_code == 2, r.output

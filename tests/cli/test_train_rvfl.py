@@ -76,7 +76,8 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
                                            non_private=True, reproducible_noise=True, epochs=3, batch_size=32, split_seed=2027)
     assert str(seen["out_dir"]) == str(tmp_path / "o")
     # ... and the request's argv is the command it was parsed from (less the run-only flags)
-    assert sorted(seen["request"].to_argv(out=tmp_path / "o")[1:]) == sorted(a for a in argv if a not in ("--threads", "1", "--json"))
+    # (an absolute --data-dir is this machine's: never recorded)
+    assert sorted(seen["request"].to_argv(out=tmp_path / "o")[1:]) == sorted(a for a in argv if a not in ("--threads", "1", "--json", "--data-dir", str(tmp_path)))
     assert "no --dataset" not in res.stderr
     assert json.loads(res.stdout)["mechanism"] == "dp-cnn"
 
@@ -84,7 +85,7 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--eps", "-1"], "epsilon must be"),
+        (["--eps", "-1"], "--eps must be"),
         (["--delta", "2"], "delta must be"),
         (["--dataset", "nope"], "nope"),
         (["--epochs", "0"], "epochs must be"),

@@ -157,7 +157,7 @@ def test_cli_train_audit_and_report(tmp_path):
     assert on_disk["mechanism"] == "noisy-sum" and on_disk["epsilon"] <= 1.5
     assert on_disk["request"] == NoisySumRequest(epsilon=1.5, clipping_norm=2.0, reproducible_noise=True).to_dict()
     bad = runner.invoke(app, ["train", "noisy-sum", "--eps", "-1", "--out", str(tmp_path / "bad"), "--ledger", ledger])
-    assert bad.exit_code == 2 and "epsilon must be" in bad.output and not (tmp_path / "bad").exists()
+    assert bad.exit_code == 2 and "--eps must be" in bad.output and not (tmp_path / "bad").exists()
 
     res = runner.invoke(app, ["audit", "noisy-sum", "--release", str(tmp_path / "rel"), "--runs", "200", "--no-controls", "--reproducible-noise",
                               "--workers", "1", "--out", str(tmp_path / "aud"), "--json"])

@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.ledger.book import open_ledger
@@ -97,6 +99,27 @@ def test_metrics_match_sklearn_definitions():
     pb = rng.random(100)
     mb = classification_metrics(yb, np.stack([1 - pb, pb], 1))
     assert mb["auroc"] == pytest.approx(roc_auc_score(yb, pb)) and mb["auprc"] == pytest.approx(average_precision_score(yb, pb))
+
+
+@given(st.integers(2, 5), st.integers(0, 2**16), st.sampled_from([1, 2, 8]))
+@settings(max_examples=60, deadline=None)
+def test_metrics_equal_sklearn_with_ties_and_missing_classes(k, seed, decimals):
+    from sklearn.metrics import average_precision_score, precision_recall_fscore_support, roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, 40)
+    p = np.round(rng.dirichlet(np.ones(k), 40), decimals)  # coarse rounding: many tied scores
+    m = classification_metrics(y, p)
+    pr, rc, f1, _ = precision_recall_fscore_support(y, p.argmax(1), labels=np.arange(k), average="macro", zero_division=0)
+    assert (m["precision_macro"], m["recall_macro"], m["f1_macro"]) == pytest.approx((pr, rc, f1), rel=1e-12, abs=1e-15)
+    present = np.unique(y)
+    if k == 2:  # binary: the positive class's figures (nan unless both classes occur)
+        assert present.size < 2 or (m["auroc"], m["auprc"]) == pytest.approx((roc_auc_score(y, p[:, 1]), average_precision_score(y, p[:, 1])), rel=1e-12)
+        return
+    onehot = (y[:, None] == np.arange(k)).astype(int)
+    assert m["auprc"] == pytest.approx(average_precision_score(onehot[:, present], p[:, present], average="macro"), rel=1e-12)
+    if present.size == k:
+        assert m["auroc"] == pytest.approx(np.mean([roc_auc_score(y == c, p[:, c]) for c in range(k)]), rel=1e-12)
 
 
 def _synthetic(kind="tabular", n_classes=2, n=300, d=8, seed=0, val_fill=None):

@@ -44,5 +44,5 @@ SUPPORTED: dict[str, tuple[str, ...]] = {audit_family(e): e.canaries for e in CA
 def check_canary(family: str, canary: str) -> str:
     allowed = SUPPORTED[family]
     if canary not in allowed:
-        raise UsageError(f"canary for {family} must be one of {', '.join(allowed)}, got {canary!r}.")
+        raise UsageError(f"canary must be one of {', '.join(allowed)} for {family} models, got {canary!r}.")
     return canary

@@ -104,6 +104,7 @@ from ..audit_outputs import shareable_audit
 from ..accounting import compute_epsilon
 from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
 from ..errors import DataError, UsageError
+from ..progress import JobProgress
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
 from ..requests import THREAT_MODELS
@@ -261,11 +262,13 @@ class TrialPlan:
     select: np.ndarray  # bool (runs,): SELECT (True) or EVAL (False)
 
 
+#: Fewest trials an audit can split into both worlds and SELECT / EVAL halves.
+MIN_RUNS = 4
+
+
 def plan_trials(runs: int, *, seed: int, select_fraction: float = SELECT_FRACTION) -> TrialPlan:
     """Exactly runs//2 canary-in trials (random order), split per world into SELECT and EVAL."""
-    runs = positive_int("runs", runs)
-    if runs < 4:
-        raise UsageError(f"runs must be an integer >= 4, got {runs!r}.")
+    runs = positive_int("runs", runs, MIN_RUNS)
     open_unit("select_fraction", select_fraction)
     rng = public_rng(seed, 0xA0D17)
     world = np.zeros(runs, dtype=bool)
@@ -530,21 +533,15 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             else:
                 pending.append((role, c, inserted[sl]))
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("[bold]audit[/] {task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("trials"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
-                   disable=not progress, transient=False)
     busy = cpu = 0.0
-    with bar:
-        tasks = {role: bar.add_task(role, total=inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
+    with JobProgress("trials", enabled=progress) as bar:
+        tasks = {role: bar.add(f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
                  for role, (_, inserted) in jobs.items()}
 
         def finish(role: str, c: int, s: np.ndarray) -> None:
             results[role][c * chunk_size: c * chunk_size + s.size] = s
             checkpoints[role].save(c, s)
-            bar.advance(tasks[role], s.size)
+            bar.update(tasks[role], advance=s.size)
 
         if executor is not None:  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
             def on_done(outcome) -> None:
@@ -645,10 +642,10 @@ class AuditOptions:
     def checked(self, target: AuditTarget) -> "AuditOptions":
         """Validated, with the target's defaults filled in (control runs, chunk size; no no-noise
         control for a target that already is noiseless)."""
-        runs = positive_int("runs", self.runs)
+        runs = positive_int("runs", self.runs, MIN_RUNS)
         checked = dict(runs=runs, confidence=open_unit("confidence", self.confidence), seed=non_negative_int("seed", self.seed),
                        workers=positive_int("workers", self.workers),
-                       control_runs=runs if self.control_runs is None else positive_int("control_runs", self.control_runs))
+                       control_runs=runs if self.control_runs is None else positive_int("control_runs", self.control_runs, MIN_RUNS))
         controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
         controls = tuple(c for c in controls if target.noise or c != "no-noise")  # a noiseless main audit is its own control
         chunk = positive_int("chunk_size", self.chunk_size if self.chunk_size is not None else target.default_chunk_size)

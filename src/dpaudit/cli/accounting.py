@@ -14,7 +14,7 @@ from ..accounting.events import SubsampledGaussian
 from ..accounting.schedule import dp_sgd_schedule
 from ..lazy import lazy_module
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .common import console, emit_json
+from .common import console, emit_json, print_table
 
 # numpy and the accountants' libraries, for `account` and `calibrate` only (`schedule` and `--help` compute no numbers).
 accountants = lazy_module("dpaudit.accounting.accountants")
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
             t.add_row(r["accountant"], *(("skipped", "", "", "") if r["epsilon"] is None else (
                 f"{r['epsilon']:.6f}", *("" if r[k] is None else f"{r[k]:.6f}" for k in ("epsilon_lower", "epsilon_estimate")),
                 "" if r["optimal_order"] is None else f"{r['optimal_order']:g}")))
-        console.print(t)
+        print_table(t)
         for name, reason in skipped.items():
             console.print(f"{name} skipped: {reason}", highlight=False, soft_wrap=True)
 
@@ -121,4 +121,4 @@ def register(app: typer.Typer) -> None:
         for col in ("batches_per_epoch", "sample_rate", "steps", "normalizer"):
             t.add_column(col)
         t.add_row(str(s.batches_per_epoch), f"{s.sample_rate:.8g}", str(s.steps), str(s.normalizer))
-        console.print(t)
+        print_table(t)

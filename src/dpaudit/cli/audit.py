@@ -16,14 +16,14 @@ import typer
 from ..audit_outputs import shareable_one_run
 from ..catalogue import ALIASES, CATALOGUE, lookup, names
 from ..errors import UsageError
-from . import plan as plan_cli
 from ..lazy import lazy_module
-from ..records import read_release
+from ..records import check_out_dir, read_release
 from ..requests import THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
-from . import generic
+from ..validation import positive_int
+from . import generic, plan as plan_cli
 from .audit_render import render_one_run, show
-from .common import console, emit_json, note, recorded_argv
+from .common import console, emit_json, exit_on_violation, note, recorded_argv
 
 # The numerical library (numpy, torch), executed when an audit runs: `dpaudit --help` stays light.
 auditing = lazy_module("dpaudit.auditing")
@@ -33,7 +33,7 @@ tradeoff = lazy_module("dpaudit.reports.tradeoff")
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
-NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger", "planned", "plan", "key")
+NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger", "planned", "plan", "key", "fail_on_violation")
 
 _DOC = ("Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "
         "mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls.")
@@ -62,11 +62,14 @@ def register(app: typer.Typer) -> None:
 def _check(a: AuditRequest) -> None:
     """What is checked before any data is loaded or a cluster is started."""
     check_executor_args(a.executor, a.scheduler, a.workers)
+    positive_int("runs", a.runs, engine.MIN_RUNS)
+    if a.out is not None:  # before any training: a bad --out must not throw a long run away
+        check_out_dir(a.out, name="out")
     _check_threat_model(a)
     if a.canaries is not None and not a.one_run:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
     if a.one_run and a.canaries is None:
-        raise UsageError("canaries must be given with --one-run (--canaries M, M >= 2), got none.")
+        raise UsageError("canaries must be given with --one-run (an integer >= 2), got none.")
 
 
 def run(a: AuditRequest, plan=None) -> None:
@@ -74,7 +77,7 @@ def run(a: AuditRequest, plan=None) -> None:
     (``plan``: a run under a pre-registered plan, :class:`dpaudit.audit_plans.PlanRun`)."""
     _check(a)
     if a.one_run or a.canaries is not None:
-        return _one_run(a, plan)
+        return exit_on_violation(a.fail_on_violation, [_one_run(a, plan)])
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else Path("audits") / (
@@ -95,6 +98,7 @@ def run(a: AuditRequest, plan=None) -> None:
     results = _run_all(a, audits, engine.run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_runs(plan, a.json_out)
+    exit_on_violation(a.fail_on_violation, results)
 
 
 def _command(plan, **recorded) -> str:
@@ -145,7 +149,7 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
 
 
-def _one_run(a: AuditRequest, plan=None) -> None:
+def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-one-run{'-no-noise' if a.no_noise else ''}"
     cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
@@ -155,9 +159,10 @@ def _one_run(a: AuditRequest, plan=None) -> None:
         d = shareable_one_run(result.to_dict())
         d["audit_dir"] = str(out)
         emit_json(d)
-        return
+        return result
     render_one_run(result, out)
     console.print(f"wrote {tradeoff.write_one_run_png(result.to_dict(), out)}", soft_wrap=True)
+    return result
 
 
 def _check_threat_model(a: AuditRequest) -> None:

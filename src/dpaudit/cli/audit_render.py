@@ -7,6 +7,7 @@ from pathlib import Path
 from ..audit_outputs import shareable_audit
 from ..lazy import lazy_module
 from .common import console, emit_json
+from .common import console, emit_json, print_table
 
 tradeoff = lazy_module("dpaudit.reports.tradeoff")  # matplotlib and the audit core: for the figure only
 
@@ -52,7 +53,7 @@ def render_one_run(result, out: Path) -> None:
     if fdp and fdp.get("epsilon_lower_bound") is not None:
         table.add_row("f-DP (claimed curve)" + ("" if result.noise else ", no noise"), _fmt(fdp["epsilon_lower_bound"]),
                       _fmt(b.get("claimed_epsilon")), _fmt(fdp.get("ceiling")), "", "")
-    console.print(table)
+    print_table(table)
     console.print(f"deciding statistic: {result.statistic}" + ("" if fdp else " (no claimed event: the (eps, delta) analysis decides)"))
     if fdp and fdp.get("unavailable"):
         console.print(f"f-DP analysis not computed: {fdp['unavailable']}.")
@@ -149,7 +150,7 @@ def render(result, out: Path) -> None:
             ("GDP est. [CI]", [escape(_gdp_cell(r)) for r, _ in cells])]
     for label, values in rows:
         table.add_row(label, *values)
-    console.print(table)
+    print_table(table)
     console.print(_statistic_line(result), soft_wrap=True)
     if result.violated or result.noise:
         console.print(_verdict_line(result), soft_wrap=True)

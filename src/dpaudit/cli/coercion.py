@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 try:
+    from typer._click.exceptions import BadParameter
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_choice, coerce_cli_path
     from typer.core import _TyperParameter
@@ -91,7 +92,12 @@ if RuntimeParam is not None:
                 return out
             if not self.slow:
                 self.slow.append(build_runtime_param(self.descriptor))
-            return self.slow[0]._coerce_value(value, param=param, ctx=ctx)
+            try:
+                return self.slow[0]._coerce_value(value, param=param, ctx=ctx)
+            except BadParameter as e:  # pydantic's words name the rule, not the value typed
+                if repr(value) not in e.message:
+                    e.message = f"{e.message.rstrip('.')}, got {value!r}."
+                raise
 
 
 def fast_runtime_param(param: Any) -> Any:

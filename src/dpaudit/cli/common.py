@@ -5,13 +5,18 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
+import textwrap
 import types
 from collections.abc import MutableMapping
 from typing import Any, Callable, Optional
 
 import typer
-from typer.core import TyperGroup
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 # The consoles live below the CLI so library modules can print progress without importing it.
 from ..console import console, err_console  # noqa: F401  (re-exported: commands import them from here)
@@ -83,8 +88,29 @@ def _fast_options(command: Any) -> Any:
     return command
 
 
+#: Library parameter names the command line spells otherwise (``out_dir`` is ``--out``).
+FLAG_ALIASES = {"out_dir": "out", "epsilon": "eps"}
+
+
+def flag_names(message: str, command: Any) -> str:
+    """``message`` (a library error) with the parameter names the user typed as flags: its first
+    word and every ``snake_case`` name (not quoted values) that is an option of ``command``."""
+    flags = {p.name: p.opts[0] for p in getattr(command, "params", ()) if p.param_type_name == "option" and p.opts[0].startswith("--")}
+    flags.update({a: flags[b] for a, b in FLAG_ALIASES.items() if b in flags and a not in flags})
+
+    def spell(m: re.Match) -> str:
+        return flags.get(m.group(0), m.group(0)) if m.start() == 0 or "_" in m.group(0) else m.group(0)
+
+    return re.sub(r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])", spell, message)
+
+
 class DPAuditGroup(TyperGroup):
     """Turns every domain error raised below into one line on stderr and exit code 2."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.commands, LazyCommands):  # built eagerly (typer.main.get_command): the same converters as lazily
+            _fast_options(self)
 
     def list_commands(self, ctx):
         return list(self.commands)  # names only: a lazy group builds a command when it is looked up
@@ -93,14 +119,17 @@ class DPAuditGroup(TyperGroup):
         if len(args) >= 2 and isinstance(self.commands, LazyCommands):
             self.commands.get(args[0])  # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
         if len(args) >= 2 and (args[0], args[1]) in ROUTES:
-            return f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
-        return super().resolve_command(ctx, args)
+            found = f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
+        else:
+            found = super().resolve_command(ctx, args)
+        ctx.meta["dpaudit.command"] = found[1]  # the innermost one wins: its flags name the parameters in errors
+        return found
 
     def invoke(self, ctx):  # noqa: D401
         try:
             return super().invoke(ctx)
         except DPAuditError as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
             err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
@@ -151,6 +180,40 @@ def light_rich_help() -> None:
                 del sys.modules[module]
     if "typer.rich_utils" not in sys.modules:
         importlib.import_module("typer.rich_utils")
+
+
+class HelpTable(Table):
+    """typer's options and commands tables in ``--help``: flag names and metavars are never cut or
+    broken mid-word; where they would leave the help text under 30 columns (an 80-column
+    terminal), each option's help goes on the lines beneath its names instead."""
+
+    def __rich_console__(self, console, options):
+        *names, text = self.columns
+        for c in names:
+            c.no_wrap, c.overflow = True, "fold"
+        text.ratio = text.ratio or 1
+        used = sum(w + 2 for w in (max((console.measure(x).maximum for x in c.cells), default=0) for c in names) if w)
+        if options.max_width - used >= 30:
+            yield from super().__rich_console__(console, options)
+            return
+        for *head, body in zip(*(c.cells for c in self.columns)):
+            yield Text(" ").join(h if isinstance(h, Text) else Text(str(h)) for h in head if str(h).strip())
+            yield Padding(body, (0, 0, 0, 4))
+
+
+def _help_format(format_help: Callable) -> Callable:
+    def wrapped(self, ctx, formatter):
+        light_rich_help()
+        sys.modules["typer.rich_utils"].Table = HelpTable
+        for p in self.get_params(ctx):
+            if getattr(p, "is_flag", False) and not getattr(p, "count", False):
+                p.metavar = ""  # a flag takes no value: no <bool>
+        return format_help(self, ctx, formatter)
+
+    return wrapped
+
+
+TyperCommand.format_help, TyperGroup.format_help = _help_format(TyperCommand.format_help), _help_format(TyperGroup.format_help)
 
 
 def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
@@ -210,10 +273,57 @@ def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), 
     return head + body + tail
 
 
+def exit_on_violation(fail: bool, results: list) -> None:
+    """``--fail-on-violation``: exit code 1 when any audit's verdict is VIOLATION (after its output is written)."""
+    if fail and any(r.violated for r in results):
+        raise typer.Exit(1)
+
+
 def emit_json(obj: Any) -> None:
     """Write one JSON object to stdout and nothing else."""
     sys.stdout.write(json.dumps(_json_safe(obj), indent=2) + "\n")
     sys.stdout.flush()
+
+
+def pack(fields: list[str], width: int, indent: str = "") -> list[str]:
+    """``fields`` on lines of at most ``width`` characters, broken only between fields (a field
+    longer than a line wraps on its own, indented further), so no value is split from its name."""
+    groups = [""]
+    for f in fields:
+        if groups[-1] and len(f"{indent}{groups[-1]} {f}") > width:
+            groups.append("")
+        groups[-1] += (" " if groups[-1] else "") + f
+    return [line for g in groups for line in textwrap.wrap(g, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                                             break_on_hyphens=False)]
+
+
+def say(*fields: str, indent: str = "  ") -> None:
+    """One summary line of ``fields``, continued on indented lines between fields where too wide."""
+    console.print(Text("\n".join(pack(list(fields), console.width, indent))), soft_wrap=True)
+
+
+def print_table(table: Any, out: Any = None) -> None:
+    """``table`` as it is where it fits the console (a pipe: $COLUMNS or 80); else stacked: each row's
+    first cell on its own line, then ``column=value`` for its other cells, wrapped between pairs.
+    Numbers never give way: rich would shrink their columns to nothing rather than wrap a long name."""
+    out = out or console
+    for col in table.columns:
+        col.overflow = "fold"  # a too-long word is folded, never cut with an ellipsis
+    wide = out.options.update_width(10_000)  # rich's own minimum ignores no_wrap: a no_wrap column needs its widest cell
+    need = sum(3 + max(getattr(out.measure(x, options=wide), "maximum" if col.no_wrap else "minimum") for x in (col.header, *col.cells))
+               for col in table.columns)
+    if need + 1 <= out.width:
+        out.print(table)
+        return
+    if table.title:
+        out.print(table.title, highlight=False, soft_wrap=True)
+    plain = [[c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain for c in col.cells] for col in table.columns]
+    heads = [str(col.header).replace(" ", "") for col in table.columns]
+    for label, *rest in zip(*plain):
+        indent = " " * (len(label) - len(label.lstrip()) + 4)
+        lines = [f"#{label}" if heads[0] == "#" else label]
+        lines += pack([f"{h}={v}" for h, v in zip(heads[1:], rest) if v.strip()], out.width, indent)
+        out.print(Text("\n".join(lines)), soft_wrap=True)
 
 
 def note(message: str) -> None:

@@ -32,11 +32,11 @@ from ..validation import positive_int
 from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
 from ..lazy import lazy_module
-from ..records import read_release
+from ..records import check_out_dir, read_release
 from ..requests import REQUEST_TYPES, AuditRequest
 from . import options
 from .audit_render import show
-from .common import ROUTES, console, emit_json, new_app, note, recorded_argv
+from .common import ROUTES, console, emit_json, exit_on_violation, new_app, note, recorded_argv, say
 
 # The library that runs a command (numpy, torch), executed when one runs: `dpaudit --help` stays light.
 auditing = lazy_module("dpaudit.auditing")
@@ -150,10 +150,11 @@ def make_train_command(entry):
             torch.set_num_threads(positive_int("threads", threads))
         request = request_from_options(rtype, kwargs, **named)
         mech = entry.mechanism()
+        request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean
             note(line)
         with releasing.secret_noise_seed(seed_file):
-            rel = releasing.release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True if rtype.TORCH_RUN else None)
+            rel = releasing.release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True)
         shown = mech.summary(rel, ledger)
         if json_out:
             emit_json(rel.to_dict() if shown is None else shown[0])
@@ -166,8 +167,8 @@ def make_train_command(entry):
             f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
         console.print(f"[bold]{rel.mechanism}[/] on {(rel.dataset or {}).get('name')}: {claim}")
         if rel.metrics:
-            console.print("  " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
-        console.print(f"  release id {rel.id}; command: {rel.command}", soft_wrap=True)
+            say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
+        say(f"release id {rel.id};", f"command: {rel.command}")
 
     doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
     return make_command(command, params, f"train_{entry.name}", doc)
@@ -189,7 +190,7 @@ def register_train(train_app: typer.Typer) -> None:
 
 #: The AuditRequest options a generic ``audit NAME`` command adds to its request's own.
 _AUDIT_OPTIONS = ("runs", "confidence", "release", "out", "no_noise", "controls", "control_runs", "workers", "chunk_size", "seed",
-                  "reproducible_noise", "data_dir", "ledger", "json_out")
+                  "reproducible_noise", "data_dir", "ledger", "json_out", "fail_on_violation")
 
 
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
@@ -210,6 +211,8 @@ def make_audit_command(entry):
 
     def command(**kwargs):
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
+        if audit["out"] is not None:
+            check_out_dir(audit["out"], name="out")
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
         seed = int(getattr(request, "seed", audit.get("seed", 42)))
@@ -226,7 +229,8 @@ def make_audit_command(entry):
         else:
             t = auditing.generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
         out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
-        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"), omit=("json_out", "workers", "ledger"))
+        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"),
+                             omit=("json_out", "workers", "ledger", "fail_on_violation"))
         argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
         result = engine.run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=engine.CONTROLS if audit["controls"] else (),
                            control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
@@ -234,6 +238,7 @@ def make_audit_command(entry):
                            progress=not audit["json_out"], command=shlex.join(argv), release_id=release_id, release_path=release_path,
                            workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)), ledger_path=audit.get("ledger"))
         show([result], [out], json_out=audit["json_out"])
+        exit_on_violation(audit["fail_on_violation"], [result])
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
     return make_command(command, params, f"audit_{entry.name}", doc)

@@ -17,7 +17,7 @@ from ..lazy import lazy_module
 from ..ledger import signing, store_pg, text
 from ..records import read_release
 from . import options
-from .common import console, emit_json, err_console, new_app
+from .common import console, emit_json, err_console, new_app, print_table
 
 # The book and the result cache load the accountants (numpy): when a command runs, not for `--help`.
 book = lazy_module("dpaudit.ledger.book")
@@ -62,10 +62,10 @@ def register(app: typer.Typer) -> None:
             return
         t = Table(title=f"privacy budget spent ({path})" if sweep is None else f"privacy budget spent by sweep {sweep} ({path})")
         for col in text.SUMMARY_COLUMNS:
-            t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=col == "partition")
+            t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=True)
         for cells in text.summary_table(rows):
             t.add_row(*cells)
-        console.print(t)
+        print_table(t)
         for line in text.summary_notes(rows):
             console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(text.SUMMARY_LEGEND, style="dim", highlight=False)
@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             t.add_column(col)
         for e in es:
             t.add_row(str(e.seq), e.id[:12], e.created_at[:19], e.kind, escape(text.describe(e)))
-        console.print(t)
+        print_table(t)
 
     @ledger_app.command("show")
     def show(
@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(rep.to_dict())
         elif rep.ok:
-            console.print(str(rep), highlight=False)
+            console.print(str(rep), highlight=False, soft_wrap=True)
         else:
             console.print(f"[bold red]ledger {escape(rep.path)} FAILED verification ({len(rep.problems)} problem(s)):[/]", highlight=False)
             for p in rep.problems:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..mechanisms.mixmin_plan import plan_rho
 from . import options
-from .common import console, emit_json, new_app
+from .common import console, emit_json, print_table, new_app
 
 mixmin_app = new_app("DP-MixMin helpers: plan the mixture-learning fraction rho (paper appendix A.2).")
 
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         t.add_row("rho needed", f"{p.rho:.4f}" + ("" if p.feasible else " (> 1: not enough data)"))
         if p.rho_given is not None:
             t.add_row(f"alpha at rho={p.rho_given:g}", f"{p.alpha_at_rho_given:.4f}")
-        console.print(t)
+        print_table(t)
         console.print("A guideline from the DP-SCO rate with constants dropped (paper A.2), not a guarantee.")
 
     app.add_typer(mixmin_app, name="mixmin")

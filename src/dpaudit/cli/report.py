@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 
 from .. import reports  # the report builder (and its numerics) loads on first use
+from ..records import check_out_dir
 from .common import console, emit_json, note
 from .options import json_out, ledger
 
@@ -33,6 +34,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = json_out(),
     ):
         """Write a reviewer report: verdict, claim card, provenance, budget, (sweep,) utility, audit, reproduce."""
+        if out is not None:  # before the report is built: one line, exit 2
+            check_out_dir(out.parent, name="out")
         command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None
         model = reports.build_report(paths, ledger_path=ledger_path, title=title, command=command)
         verdicts = model["sections"]["verdict"]

@@ -17,7 +17,7 @@ from rich.table import Table
 from .. import sweeps  # the runner (and the release path behind it) loads on first use
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
-from .common import console, emit_json, note
+from .common import console, emit_json, print_table, note
 
 
 def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
@@ -67,7 +67,7 @@ def _print_run(summary, result: dict) -> None:
         t.add_column(col)
     t.add_row(*map(str, (summary.tasks, summary.done, summary.failed, summary.pending, summary.ran, summary.ran_failed,
                          summary.skipped_finished)), f"{summary.seconds:.1f}")
-    console.print(t)
+    print_table(t)
     for f in summary.failures[:10]:
         note(f"failed: {f['model']} {f['dataset']} eps={f['epsilon']} seed={f['seed']}: {f['error']}")
     if result["table3"]["rows"]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ class PreparedDataset:
     def split_sizes(self) -> dict[str, int]:
         return {"train": len(self.y_train), "val": len(self.y_val), "test": len(self.y_test)}
 
-    @property
+    @functools.cached_property  # hashed once per run (data load, reservation, release)
     def sha256(self) -> str:
         """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells neighbouring datasets apart exactly, so it
         is never published; releases carry it as ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""

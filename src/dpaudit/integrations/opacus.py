@@ -87,7 +87,7 @@ class OpacusCanaries:
 
     def __init__(self, model: torch.nn.Module, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None,
                  noise_seed: int | None = None, coins=None):
-        m = positive_int("canaries", canaries)
+        m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
         named = {_plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
         names = list(named) if tensors is None else [str(t) for t in tensors]
         missing = [n for n in names if n not in named]

@@ -98,10 +98,15 @@ def with_schema(url: str, schema: str | None) -> str:
     return _unsplit(parts._replace(query=urllib.parse.urlencode(q)))
 
 
+def _slashes(text: str) -> str:
+    """``text`` as typed: the "//" after a scheme that pathlib collapsed restored (for messages)."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.\-]+):/(?!/)", r"\1://", text)
+
+
 def _from_url(text: str, scheme: str, rest: str) -> LedgerLocation:
     if scheme.lower() not in POSTGRES_SCHEMES:
         raise UsageError(
-            f"ledger must be a file path (SQLite) or a postgresql://USER@HOST[:PORT]/DB URL, got {text!r} "
+            f"ledger must be a file path (SQLite) or a postgresql://USER@HOST[:PORT]/DB URL, got {_slashes(text)!r} "
             f"(unknown scheme {scheme!r})."
         )
     # Restore the "//" that pathlib collapses (Path("postgresql://u@h/db") == "postgresql:/u@h/db").

@@ -88,10 +88,12 @@ SUMMARY_LEGEND = (
 def summary_table(rows: list[dict]) -> list[tuple]:
     """The cells of the summary table (:data:`SUMMARY_COLUMNS`): each node indented under its
     dataset, then the dataset's audits and releases + audits after its partitions."""
-    out = []
+    out, shown = [], {(r["dataset"], r["partition"]) for r in rows}
     for i, r in enumerate(rows):
-        whole = r["partition"] == "*"
-        label = ("  " * (0 if whole else 1 + r["partition"].count("/"))) + (r["dataset"] + " (total)" if whole else r["partition"])
+        whole, (parent, _, last) = r["partition"] == "*", r["partition"].rpartition("/")
+        # a child shows its last segment under its parent's row (the tree): long names leave room for the numbers
+        name = last if (r["dataset"], parent) in shown else r["partition"]
+        label = ("  " * (0 if whole else 1 + r["partition"].count("/"))) + (r["dataset"] + " (total)" if whole else name)
         cap = r["cap"]
         out.append((label, f"{r['releases_subtree']}" if whole else f"{r['releases']}/{r['releases_subtree']}",
                     num(r["epsilon"], 3), num(r["epsilon_rdp"], 3), num(r["epsilon_prv"], 3), num(r["naive_epsilon"], 3), f"{r['delta']:g}",

@@ -27,6 +27,7 @@ are :mod:`dpaudit.mechanisms.engine` (heads, R runs) and :func:`dpaudit.mechanis
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -165,6 +166,22 @@ def blas_threads():
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
+
+
+@contextlib.contextmanager
+def head_threads():
+    """One torch and BLAS thread while heads train (a speed setting, never a privacy one): their
+    skinny products gain nothing from a second thread on a quiet 2-core machine and ran 5x slower
+    with two threads beside other jobs (benchmarks/RESULTS-issue25.md); restored afterwards."""
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Adam:

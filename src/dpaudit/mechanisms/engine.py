@@ -66,7 +66,7 @@ from ..errors import UsageError
 from ..noise import NoiseSource
 from ..validation import positive_int
 from . import dpsgd_core, user_level
-from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, blas_threads, check_head_inputs
+from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, check_head_inputs, head_threads
 
 # ---------------------------------------------------------------- the canary hook
 
@@ -323,7 +323,7 @@ def train_heads(
     coords = None if record is None else _record_coordinates(record, k, d)
     w0 = initial_heads(init, runs, k, d)
     weights, counts, executed, recorded = [], [], [], []
-    with blas_threads():
+    with head_threads():
         for start in range(0, runs, step):
             stop = min(runs, start + step)
             w, steps_done, c, rec = _loop(units, config, noise=noise, w0=w0[start:stop], np_dtype=np_dtype,

@@ -41,6 +41,7 @@ from ..accounting.events import Composed, Parallel
 from ..ledger.book import open_ledger
 from ..errors import DataError, UsageError
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, NoiseSource, public_rng
+from ..progress import stage
 from ..records import write_json_atomic
 from ..requests import MixMinRequest
 from ..validation import one_of, open_unit, positive_finite
@@ -413,9 +414,8 @@ class DPMixMin(MechanismBase):
                            declarations=declarations, config={"stage": stage, "composition": composition, "rho": rho}, **common)
 
     def run(self, plan: ReleasePlan, data: MixMinData, noise: NoiseSource, *, progress=None) -> RunOutput:
-        def say(message: str) -> None:  # ``progress(message)``: stage updates for a progress display
-            if progress is not None:
-                progress(message)
+        def say(message: str) -> None:  # stage updates (dpaudit.progress.stage)
+            stage(progress, message)
 
         started, timings, probs = time.perf_counter(), {}, data.probs
         if data.task is not None:

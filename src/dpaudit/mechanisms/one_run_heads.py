@@ -91,21 +91,19 @@ def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
 
 
 def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
-                  coins=None):
+                  coins=None, progress=None):
     """Train ``target``'s head once with ``canaries`` independent canaries; returns
     :class:`~dpaudit.audits.one_run.OneRunScores` (module docstring: canaries, scores, contract).
     ``coins``: the inclusion coins of a pre-registered audit (from its committed seed, revealed after
     the run: :func:`dpaudit.audits.one_run.plan_coins`); default: drawn from ``noise``.
 
     ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
-    kept, noise multiplier NO_NOISE_MULTIPLIER.
+    kept, noise multiplier NO_NOISE_MULTIPLIER. ``progress(done, total)``: training steps.
     """
     user_level = isinstance(target, UserHeadTarget)
     if not isinstance(target, HeadTarget) and not user_level:
         raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")
-    m = positive_int("canaries", canaries)
-    if m < 2:
-        raise UsageError(f"canaries must be an integer >= 2, got {canaries!r}.")
+    m = positive_int("canaries", canaries, 2)
     one_of("kind", kind, HEAD_ONE_RUN_KINDS)
     if user_level and kind != "gradient":
         raise UsageError(f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
@@ -121,9 +119,9 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
             "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,
             "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
     if kind == "gradient":
-        scores = _gradient_canaries(target, cfg, noise, included, seed, info, _user_sampling(target) if user_level else None)
+        scores = _gradient_canaries(target, cfg, noise, included, seed, info, _user_sampling(target) if user_level else None, progress)
     else:
-        scores = _record_canaries(target, cfg, noise, included, seed, info)
+        scores = _record_canaries(target, cfg, noise, included, seed, info, progress)
     return OneRunScores(scores=scores, included=included, kind=kind, info=info)
 
 
@@ -134,7 +132,7 @@ def _user_sampling(target):
     return UserSampling(index, target.records_per_user)
 
 
-def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users) -> np.ndarray:
+def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users, progress) -> np.ndarray:
     """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
     from scipy import sparse
 
@@ -149,7 +147,7 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     d1 = z.shape[1] + 1
     grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
     res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init, users=users,
-                      canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary)
+                      canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary, progress=progress)
     moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
     info.update({"canary": "dirac gradient of norm C at head weights whose data gradient is zero",
                  "free_coordinates": int(len(free)), "extra_zero_features": int(extra),
@@ -157,7 +155,7 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     return -moved
 
 
-def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict) -> np.ndarray:
+def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, progress) -> np.ndarray:
     """Held-out test records with a wrong label, one more record unit each: one run, scores."""
     m = included.size
     data = load_target_data(target)
@@ -172,7 +170,7 @@ def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)  # the target's public features
     zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
     res = train_heads(target._z, target._y, n_classes, cfg, noise=noise, runs=1, init=target._init,
-                      canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary)
+                      canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary, progress=progress)
     rows = np.arange(m)
     after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
     before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]

@@ -94,8 +94,8 @@ def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[
         raise UsageError(f"canary tensors must be trainable parameters of the model, got {missing!r}.")
     sizes = [int(np.prod(named_shapes[t])) for t in tensors]
     total = sum(sizes)
-    if not 1 <= m <= total:
-        raise UsageError(f"canaries must be an integer in [1, {total}] (coordinates of {', '.join(tensors)}), got {m!r}.")
+    if not 2 <= m <= total:
+        raise UsageError(f"canaries must be an integer in [2, {total}] (coordinates of {', '.join(tensors)}), got {m!r}.")
     rng = public_rng(seed, tag)
     quiet = np.zeros(0, dtype=np.int64) if quiet is None else np.unique(np.asarray(quiet, dtype=np.int64))
     if quiet.size >= m:

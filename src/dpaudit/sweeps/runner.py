@@ -21,10 +21,10 @@ from typing import Callable
 from ..accounting import Composed
 from ..ledger.book import open_ledger
 from ..ledger.paths import resolve_ledger
-from ..console import err_console
 from ..data import DATASETS, profile_files
 from ..data.base import DATA_DIR_ENV
 from ..errors import DataError, UsageError
+from ..progress import JobProgress
 from ..records import Release, existing_release, write_json_atomic
 from ..releasing import public_seed_reason
 from .executors import Executor, LocalExecutor, Outcome, make_executor
@@ -216,19 +216,15 @@ def _recorded(out_: Outcome, context: RunContext, reservation: str | None) -> tu
 def _after_each(on_outcome, progress: bool, total: int, name: str):
     """``each(task, outcome)``, called after every stored outcome: advances the progress bar (stopped on exit) and calls
     ``on_outcome``."""
-    bar = _progress(progress, total, name)
+    with JobProgress("tasks", enabled=progress and total > 0) as bar:
+        task_id = bar.add(name, total)
 
-    def each(task: Task, out_: Outcome) -> None:
-        if bar is not None:
-            bar[0].update(bar[1], advance=1, description=f"{name}: {task.model} {task.dataset} eps={task.epsilon} seed={task.seed}")
-        if on_outcome is not None:
-            on_outcome(task, out_)
+        def each(task: Task, out_: Outcome) -> None:
+            bar.update(task_id, advance=1, info=f"(last: {task.model} {task.dataset} eps={task.epsilon} seed={task.seed})")
+            if on_outcome is not None:
+                on_outcome(task, out_)
 
-    try:
         yield each
-    finally:
-        if bar is not None:
-            bar[0].stop()
 
 
 @contextlib.contextmanager
@@ -367,16 +363,6 @@ def _written_folders(context: RunContext, tasks: list[Task], keys) -> dict[str, 
     just before it), for :func:`_close_reservations`."""
     folders = {t.key: task_dir(context.out_dir, t.config(), t.key) for t in tasks if t.key in keys}
     return {k: str(d) for k, d in folders.items() if d.is_dir() and any(d.iterdir())}
-
-
-def _progress(enabled: bool, total: int, name: str):
-    if not enabled or total == 0:
-        return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                 TimeRemainingColumn(), console=err_console, transient=False)
-    p.start()
-    return p, p.add_task(name, total=total)
 
 
 def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]:

@@ -90,7 +90,8 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
     kt = torch.ones(x.shape[0], dtype=sq.dtype) if units is None else units[1].to(sq.dtype)
     w = (dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)) / kt
     rw = w if units is None else w[units[0]]
-    return {name: t[1](w, rw) for name, t in terms.items()}
+    sums = {name: t[1](w, rw) for name, t in terms.items()}
+    return {n: sums[n] if n in sums else torch.zeros_like(p) for n, p in module.named_parameters() if p.requires_grad}  # unused layer: 0
 
 
 def _use_ghost(rows: int, units: int, t: int, s: int, d: int, p: int) -> bool:

@@ -169,7 +169,7 @@ def _rows(m: nn.Module, g: torch.Tensor, a: torch.Tensor | None = None) -> torch
     return nn.functional.unfold(a, lift(m.kernel_size, 1), dilation=lift(m.dilation, 1), padding=lift(m.padding, 0), stride=lift(m.stride, 1)).mT
 
 
-def _per_record(m: nn.Module, a: torch.Tensor, g: torch.Tensor, block: int = 32) -> torch.Tensor:
+def _per_record(m: nn.Module, a: torch.Tensor, g: torch.Tensor, block: int = 64) -> torch.Tensor:
     """One call's per-record weight gradients (n, p, d): a batched product for ``nn.Linear``; for a
     convolution its weight gradient with ``block`` records as groups (no unfolded input). Fixed
     blocks (the last one zero padded): oneDNN caches a primitive per group count (measured ~2.6 MB

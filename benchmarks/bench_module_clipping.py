@@ -37,8 +37,10 @@ import torch
 
 from dpaudit.data import load_dataset
 from dpaudit.mechanisms import dpsgd_core
+from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
 from dpaudit.mechanisms.dpsgd_core import DPSGDConfig, NoisyStep, poisson_batch
 from dpaudit.mechanisms.models import build_module
+from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
 from dpaudit.noise import NoiseSource
 
 try:
@@ -153,24 +155,21 @@ def child_memory(name, mode):
 
 
 def release(args):
-    """Old (``--old-src``) and new code, alternating subprocesses, each timing ``--steps`` steps."""
+    """New and old (``--old-src``) code, alternating subprocesses, each timing ``--steps`` steps."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     res = {"old": [], "new": []}
     for _ in range(args.repeats):
-        for tag, src in (("old", args.old_src), ("new", here)):
+        for tag, src in (("new", here), ("old", args.old_src)):
             env = {**os.environ, "PYTHONPATH": src}
-            r = subprocess.run([sys.executable, __file__, "child-release", str(args.steps)], capture_output=True, text=True, env=env, check=True)
+            r = subprocess.run([sys.executable, __file__, "child-release", str(args.steps), *args.parts], capture_output=True, text=True, env=env, check=True)
             res[tag].append(json.loads(r.stdout.strip().splitlines()[-1]))
             print(tag, res[tag][-1], flush=True)
-    for what in ("release", "one_run"):
+    for what in args.parts:
         old, new = (min(v[what]["extrapolated_2000_s"] for v in res[t]) for t in ("old", "new"))
         print(json.dumps({what: {"old_2000_steps_s": old, "new_2000_steps_s": new, "speedup": round(old / new, 2)}}))
 
 
-def child_release(n_steps):
-    from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
-    from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
-
+def child_release(n_steps, parts):
     torch.set_num_threads(1)
     data = load_dataset("mnist")
     plan, _ = module_config("dp-cnn", data, epsilon=8.0, delta=1e-5)
@@ -180,11 +179,14 @@ def child_release(n_steps):
     out = {"sample_rate": cfg.sample_rate, "normalizer": cfg.normalizer, "steps": n_steps, "plan_steps": plan.steps}
     for what, run in (("release", lambda p: train_module_dp_sgd(m, x, torch.as_tensor(data.y_train), cfg, noise=NoiseSource("os-entropy"), progress=p)),
                       ("one_run", lambda p: modules_one_run("dp-cnn", data, cfg, canaries=1000, noise=NoiseSource("os-entropy"), seed=0, progress=p))):
+        if what not in parts:
+            continue
         stamps, t = [], time.perf_counter()
-        run(lambda done, total: stamps.append(time.perf_counter()))  # called after every step (steps <= 200)
-        per = (stamps[-1] - stamps[0]) / (len(stamps) - 1)  # steady state: steps 2..n
+        run(lambda done, total: stamps.append(time.perf_counter()))  # after every step up to 200 steps, then every steps/200
+        per = (stamps[-1] - stamps[0]) / (n_steps - n_steps / len(stamps))  # steady state: after the first report
         total = time.perf_counter() - t
-        out[what] = {"s_per_step": round(per, 4), "fixed_s": round(total - n_steps * per, 2), "extrapolated_2000_s": round(total - n_steps * per + 2000 * per)}
+        out[what] = {"s_per_step": round(per, 4), "fixed_s": round(total - n_steps * per, 2), "extrapolated_2000_s": round(total - n_steps * per + 2000 * per),
+                     "peak_rss_mb_so_far": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     print(json.dumps(out))
 
 
@@ -214,8 +216,6 @@ def difference(args):
 
 
 def child_train(name, n_steps, out):
-    from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
-
     x, y = _data()
     m = _model(name)
     train_module_dp_sgd(m, x, y, DPSGDConfig(sample_rate=B / x.shape[0], steps=n_steps, normalizer=B, noise_multiplier=SIGMA),
@@ -228,7 +228,7 @@ def main():
     if sys.argv[1] == "child-memory":
         return child_memory(sys.argv[2], sys.argv[3])
     if sys.argv[1] == "child-release":
-        return child_release(int(sys.argv[2]))
+        return child_release(int(sys.argv[2]), sys.argv[3:])
     if sys.argv[1] == "child-train":
         return child_train(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     p = argparse.ArgumentParser()
@@ -238,6 +238,7 @@ def main():
     p.add_argument("--old-src", default="/work/main/src")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--parts", nargs="+", default=["release", "one_run"], choices=["release", "one_run"])
     args = p.parse_args()
     print(json.dumps({"torch": torch.__version__, "opacus": __import__("opacus").__version__, "threads": torch.get_num_threads(),
                       "load": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}), flush=True)

@@ -107,11 +107,13 @@ def test_module_kernel_equals_the_reference_on_random_units(model, sizes, log_sc
 
 
 class _Shared(torch.nn.Module):
-    """A Linear applied twice (to a 2-token sequence, then to rows) and a frozen Linear: still ghost."""
+    """A Linear applied twice (to a 2-token sequence, then to rows), a frozen Linear and an unused
+    one: still ghost."""
 
     def __init__(self):
         super().__init__()
         self.a, self.frozen, self.out = torch.nn.Linear(5, 5), torch.nn.Linear(5, 4), torch.nn.Linear(4, 3)
+        self.unused = torch.nn.Conv1d(1, 2, 3)
         self.frozen.requires_grad_(False)
 
     def forward(self, x):

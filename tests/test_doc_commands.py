@@ -25,7 +25,7 @@ REAL_DATA = {"mnist", "cifar10", "cardio", "heart", "mnist-mix", "heart-mix"}
 #: Placeholders a reader replaces: such a command is parsed, never run.
 PLACEHOLDER = re.compile(r"\b(ID|HASH|OWNER_KEY_ID|TEXT|NAME|SPEC\.toml|spec\.toml|HOST|PATH|FILE)\b|\.\.\.|tcp://|users\.npy")
 RUNS = {("account",), ("calibrate",), ("schedule",), ("train",), ("audit",), ("report",), ("ledger", "summary"), ("ledger", "list"),
-        ("ledger", "verify"), ("ledger", "cap")}
+        ("ledger", "verify"), ("ledger", "cap"), ("ledger", "keygen"), ("ledger", "register-key"), ("bundle",), ("verify",)}
 SMALL = {"train": ["--epochs", "1"], "audit": ["--runs", "40", "--no-controls"]}
 
 
@@ -80,6 +80,7 @@ def test_each_command_parses_and_names_its_data(doc, line, argv):
 
 def test_the_cheap_commands_run_as_pasted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the walk-through's own signing key
     runner = CliRunner()
     ran = set()
     for doc, line, argv in CASES:
@@ -87,7 +88,9 @@ def test_the_cheap_commands_run_as_pasted(tmp_path, monkeypatch):
         if tuple(argv) in ran or PLACEHOLDER.search(" ".join(argv)) or not ({words[:1], words[:2]} & RUNS) \
                 or {"--data-dir", "--profile", "--threat-model", "--one-run", "--task", "--privacy-unit", "--dataset", "--sweep", "--ledger"} & set(argv):
             continue
-        r = runner.invoke(app, argv[1:] + SMALL.get(words[0], []))
+        # a pre-registered plan runs exactly as planned: nothing may be added to `audit --plan`
+        r = runner.invoke(app, argv[1:] + ([] if "--plan" in argv else SMALL.get(words[0], [])))
         assert r.exit_code == 0, f"{doc}:{line}: {shlex.join(argv)}\n{r.output}"
         ran.add(tuple(argv))
     assert len(ran) >= 10
+    assert ("dpaudit", "verify", "bundle") in ran  # README's review: plan -> audit -> bundle -> verify, as pasted

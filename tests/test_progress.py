@@ -51,3 +51,38 @@ def test_training_and_audits_report_progress_through_a_pipe(tmp_path):
     r = CliRunner().invoke(app, ["audit", "noisy-sum", "--runs", "8", "--no-controls", "--out", str(tmp_path / "a")])
     assert r.exit_code == 0, r.output
     assert "audit main: 8/8 trials (100%)" in r.stderr
+
+
+def test_a_usually_quick_job_is_silent_in_a_pipe_until_its_grace_period_passes():
+    buf = io.StringIO()
+    with JobProgress("steps", console=Console(file=buf, width=200), quiet_s=3600.0) as bar:
+        bar.update(bar.add("building the report", 3), completed=3)
+    assert buf.getvalue() == ""
+    buf = io.StringIO()
+    with JobProgress("steps", console=Console(file=buf, width=200), quiet_s=0.0) as bar:
+        bar.update(bar.add("building the report", 3), completed=3)
+    assert "building the report: 3/3 steps (100%)" in buf.getvalue()
+
+
+def test_report_building_and_ledger_summary_advance_one_step_per_claim_and_dataset(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from dpaudit.accounting.events import PureEpsilon
+    from dpaudit.ledger.book import open_ledger
+    from dpaudit.reports.model import build_report
+
+    seen = []
+    real = JobProgress.update
+    monkeypatch.setattr(JobProgress, "update", lambda self, task, **kw: seen.append(self.lines[task].description) or real(self, task, **kw))
+    with open_ledger(tmp_path / "ledger.sqlite") as led:
+        for name in ("heart", "cardio"):
+            led.reserve(dataset=name, partition="train", event=PureEpsilon(0.5), adjacency="add-remove-record")
+        led.summary(progress=True)
+    assert seen == ["composing the ledger"] * 2
+    seen.clear()
+    for name in ("rvfl", "elm"):  # releases written by earlier versions: the report reads them as they are
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "release.json").write_text((Path(__file__).parent / "audits" / "old_releases" / f"{name}.json").read_text())
+    model = build_report([tmp_path / "runs"], ledger_path=tmp_path / "ledger.sqlite", progress=True)
+    assert len(model["sections"]["claim"]) == 2
+    assert seen == ["building the report"] * (len(model["sections"]["claim"]) + 2)

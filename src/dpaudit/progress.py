@@ -33,10 +33,11 @@ class _Line:
 
 class JobProgress:
     """Tasks of one job, each ``description done/total unit``; ``info`` is free text after it
-    (e.g. the epsilon spent). ``enabled=False`` shows nothing. Use as a context manager."""
+    (e.g. the epsilon spent). ``enabled=False`` shows nothing; ``quiet_s``: a pipe gets no line
+    before that many seconds (a job that is usually quick stays silent). Use as a context manager."""
 
-    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float = 10.0) -> None:
-        self.unit, self.enabled, self.every_s = unit, enabled, every_s
+    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float = 10.0, quiet_s: float = 0.0) -> None:
+        self.unit, self.enabled, self.every_s, self.quiet_s = unit, enabled, every_s, quiet_s
         self.console = console or err_console
         self.live = enabled and self.console.is_terminal
         self.lines: list[_Line] = []
@@ -71,6 +72,8 @@ class JobProgress:
     def _say(self, line: _Line) -> None:
         """A plain line when ``every_s`` passed, a new tenth was reached, or the task finished."""
         now, tenth = time.monotonic(), 10 * line.done // max(line.total, 1)
+        if now - line.start < self.quiet_s:
+            return
         if now - line.said_at < self.every_s and tenth == line.said_tenth and line.done < line.total:
             return
         line.said_at, line.said_tenth = now, tenth

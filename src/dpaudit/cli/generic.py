@@ -120,7 +120,7 @@ def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
     threads = typer.Option(None, "--threads", help="Torch intra-op threads (a speed setting; default: torch's choice).", show_default=False)
     return [
         inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
-                          default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/{name}-DATASET-seedS-epsE).",
+                          default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
                                                show_default=False)),
         inspect.Parameter("ledger", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.ledger()),
         inspect.Parameter("noise_seed_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.noise_seed_file()),

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
         # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
         with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
-            rows = led.summary(dataset, sweep=sweep)
+            rows = led.summary(dataset, sweep=sweep, progress=not json_out)
             path = str(led.path)
         if json_out:
             emit_json({"ledger": path, "sweep": sweep, "rows": rows})

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         if out is not None:  # before the report is built: one line, exit 2
             check_out_dir(out.parent, name="out")
         command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None
-        model = reports.build_report(paths, ledger_path=ledger_path, title=title, command=command)
+        model = reports.build_report(paths, ledger_path=ledger_path, title=title, command=command, progress=True)
         verdicts = model["sections"]["verdict"]
         if fmt is ReportFormat.json and out is None and as_json:  # the model itself, on stdout
             emit_json(model)

@@ -873,7 +873,8 @@ class Ledger:
             payload = {"dataset": dataset, "fingerprint": fp, "reason": reason, "previous": sorted(state.fingerprints)}
             return self._append("version", dataset, payload)
 
-    def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None) -> list[dict]:
+    def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None,
+                progress: bool = False) -> list[dict]:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition.
 
         Each row: releases (directly on it / in its subtree), composed epsilon bounds at the
@@ -886,6 +887,7 @@ class Ledger:
 
         ``sweep``: compose only the releases recorded under that sweep (what the sweep alone
         spent); ``remaining`` is then None, since it is a property of the whole dataset.
+        ``progress``: one step per dataset composed, on stderr (dpaudit.progress).
         """
         if dataset is not None:
             _check_name("dataset", dataset)
@@ -897,7 +899,7 @@ class Ledger:
         if dataset is not None and dataset not in states:
             raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
         people = self._people_summary(accountants) if sweep is None else {}
-        return queries.summary_rows(states, people, accountants, whole=sweep is None)
+        return queries.summary_rows(states, people, accountants, whole=sweep is None, progress=progress)
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who

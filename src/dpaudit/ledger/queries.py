@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 from ..errors import AdjacencyMismatchError
+from ..progress import JobProgress
 from . import compose as lc
 from . import rows as lr
 
@@ -67,10 +68,16 @@ def people_summary(states: dict, index: lr.PeopleIndex, accountants) -> dict:
     return out
 
 
-def summary_rows(states: dict, people: dict, accountants, *, whole: bool) -> list[dict]:
+def summary_rows(states: dict, people: dict, accountants, *, whole: bool, progress: bool = False) -> list[dict]:
     """The rows of :meth:`.book.Ledger.summary` for ``states`` (``people``: :func:`people_summary`;
     ``whole``: all of each dataset's releases, so ``remaining`` is defined)."""
-    return [row for name in sorted(states) for row in _dataset_rows(states[name], people.get(name), accountants, whole)]
+    rows = []
+    with JobProgress("datasets", enabled=progress, quiet_s=2.0) as bar:
+        task = bar.add("composing the ledger", len(states))
+        for name in sorted(states):
+            rows += _dataset_rows(states[name], people.get(name), accountants, whole)
+            bar.update(task, advance=1)
+    return rows
 
 
 def _dataset_rows(st: lc.DatasetState, shared: dict | None, accountants, whole: bool) -> list[dict]:

@@ -81,6 +81,7 @@ from typing import Iterable
 from .. import __version__
 from ..audit_outputs import NOT_COVERED
 from ..errors import DataError
+from ..progress import JobProgress
 from ..records import _json_safe, git_commit, now_utc, read_json
 from . import audit, budget, claim, provenance, reproduce, utility, verdict
 from .inputs import dataset_name, load_inputs
@@ -133,24 +134,32 @@ def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
 
 
 def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.PathLike | None = None, title: str | None = None,
-                 command: str | None = None) -> dict:
+                 command: str | None = None, progress: bool = False) -> dict:
     """Build the JSON report model from release/audit/sweep paths (files or folders, searched recursively).
 
     ``ledger_path``: the ledger to summarise; None uses ``$DPAUDIT_LEDGER`` or the default path when it
     exists (a missing default is a note; a missing explicit path is a UsageError). ``command``: the
     command line that produced this report (under "Reproduce"). A one-line UsageError / DataError only
-    when nothing readable is found; every other problem becomes a note."""
+    when nothing readable is found; every other problem becomes a note. ``progress``: a bar (a
+    terminal) or periodic lines (a pipe) on stderr, one step per release claim re-checked."""
     inputs = load_inputs(paths)
     notes = list(inputs.notes)
     cache = EpsCache()
-    claims = [claim.claim_card(lr, cache, notes) for lr in inputs.releases]
-    links = audit.link_audits(inputs, notes)
-    verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes)
-    # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
-    # provenance and in the composition of everything this report covers.
-    covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]
-    budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, cache, notes)
-    sweeps = _sweeps(inputs, budget_section, cache, notes)
+    with JobProgress("steps", enabled=progress, quiet_s=2.0) as bar:
+        task = bar.add("building the report", len(inputs.releases) + 2)
+        claims = []
+        for lr in inputs.releases:  # each claim re-checked from its event: the slow part
+            claims.append(claim.claim_card(lr, cache, notes))
+            bar.update(task, advance=1)
+        links = audit.link_audits(inputs, notes)
+        verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes)
+        # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
+        # provenance and in the composition of everything this report covers.
+        covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]
+        budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, cache, notes)
+        bar.update(task, advance=1)
+        sweeps = _sweeps(inputs, budget_section, cache, notes)
+        bar.update(task, advance=1)
     one_runs = _one_runs(inputs, notes)
     sections = {"verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps], "claim": claims,
                 "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints), "budget": budget_section,

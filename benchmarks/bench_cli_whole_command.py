@@ -11,7 +11,7 @@ run and prints the 25 largest cumulative entries.
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --trees /tmp/before/src src
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --profile /tmp/train.prof
 
-Figures go to benchmarks/RESULTS-issue25.md with the command, the date and ``uptime``'s load.
+Figures go to BENCHMARKS.md, section 4 with the command, the date and ``uptime``'s load.
 """
 
 from __future__ import annotations

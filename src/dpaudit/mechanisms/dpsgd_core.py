@@ -172,7 +172,7 @@ def blas_threads():
 def head_threads():
     """One torch and BLAS thread while heads train (a speed setting, never a privacy one): their
     skinny products gain nothing from a second thread on a quiet 2-core machine and ran 5x slower
-    with two threads beside other jobs (benchmarks/RESULTS-issue25.md); restored afterwards."""
+    with two threads beside other jobs (BENCHMARKS.md, section 4); restored afterwards."""
     from threadpoolctl import threadpool_limits
 
     before = torch.get_num_threads()

@@ -25,7 +25,8 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from .errors import DataError
+from .errors import DataError, UsageError
+from .validation import one_of, open_unit, positive_finite, positive_int
 
 _MISSING = dataclasses.MISSING
 
@@ -72,6 +73,11 @@ class Request:
     COMMAND: ClassVar[str | None] = None
     #: A torch training run: its ``train`` command takes ``--threads`` and shows a progress bar.
     TORCH_RUN: ClassVar[bool] = False
+
+    def check(self) -> None:
+        """The checks of the request's own values that need no mechanism module: the CLI runs them
+        before any numerical library loads (a refused value costs no torch import); the mechanism's
+        ``validate`` runs them too."""
 
     # ---------------------------------------------------------------- field reflection
     @classmethod
@@ -241,6 +247,22 @@ class DPSGDRequest(Request):
                                         "dataset definition's train size), or training users (privacy unit user: required).")
     optimizer: str = option("adam", choices=("adam", "sgd"), help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.")
     momentum: float = option(0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0).")
+
+    def check(self) -> None:
+        one_of("privacy_unit", self.privacy_unit, ("record", "user"))
+        if self.privacy_unit == "record" and (self.user_ids is not None or self.records_per_user is not None):
+            # never ignore a request for user-level privacy
+            raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
+        if self.privacy_unit == "user":
+            positive_int("records_per_user", self.records_per_user)
+            if self.reference_size is None:  # no dataset definition declares a user count
+                raise UsageError("reference_size must be given (--reference-size: the public number of training users the schedule is "
+                                 "built from) for data whose definition declares none, got None.")
+        if self.reference_size is not None:
+            positive_int("reference_size", self.reference_size)
+        if not self.non_private:
+            positive_finite("epsilon", self.epsilon)
+        open_unit("delta", self.delta)
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,10 @@ REFUSED = {
     "eps-not-a-number": (["train", "dp-rvfl", "--eps", "abc"], 2),
     "dp-elm-width": (["train", "dp-elm", "--width", "0"], 2),
     "noisy-sum-eps": (["train", "noisy-sum", "--eps", "-1"], 2),
+    "dp-rvfl-eps": (["train", "dp-rvfl", "--eps", "-1"], 2),
+    "dp-rvfl-delta": (["train", "dp-cnn", "--delta", "2"], 2),
+    "dp-rvfl-user-without-g": (["train", "dp-rvfl", "--privacy-unit", "user"], 2),
+    "dp-rvfl-threads": (["train", "dp-rvfl", "--threads", "0"], 2),
 }
 
 

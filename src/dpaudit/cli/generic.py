@@ -144,11 +144,13 @@ def make_train_command(entry):
 
     def command(**kwargs):
         out, ledger, json_out, seed_file, threads = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file", "threads"))
+        request = request_from_options(rtype, kwargs, **named)
+        request.check()  # before the mechanism's module (and torch) loads
         if threads is not None:
+            positive_int("threads", threads)
             import torch
 
-            torch.set_num_threads(positive_int("threads", threads))
-        request = request_from_options(rtype, kwargs, **named)
+            torch.set_num_threads(threads)
         mech = entry.mechanism()
         request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean

@@ -40,7 +40,7 @@ from ..errors import DataError, UsageError
 from ..ledger.book import open_ledger
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
 from ..requests import DPSGDRequest
-from ..validation import one_of, open_unit, positive_finite, positive_int
+from ..validation import one_of
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
@@ -82,20 +82,10 @@ class DPSGDMechanism(MechanismBase):
 
     # ------------------------------------------------------------------ contract
     def validate(self, r: DPSGDRequest) -> DPSGDRequest:
-        one_of("privacy_unit", r.privacy_unit, ("record", "user"))
-        user_given = r.user_ids is not None or self.user_ids is not None
-        if r.privacy_unit == "record" and (user_given or r.records_per_user is not None):
-            # never ignore a request for user-level privacy
+        if r.privacy_unit == "record" and self.user_ids is not None:  # never ignore a request for user-level privacy
             raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
+        r.check()
         one_of("model", r.model, MODEL_NAMES)
-        if r.privacy_unit == "user":
-            positive_int("records_per_user", r.records_per_user)
-            planned_reference_size(r.reference_size, None, unit="user")  # no definition declares a user count
-        elif r.reference_size is not None:
-            positive_int("reference_size", r.reference_size)
-        if not r.non_private:
-            positive_finite("epsilon", r.epsilon)
-        open_unit("delta", r.delta)
         return r
 
     def load(self, r: DPSGDRequest, prepared=None):

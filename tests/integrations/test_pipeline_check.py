@@ -15,6 +15,7 @@ from dpaudit.accounting.accountants import compute_epsilon
 from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.integrations.opacus import OpacusCanaries
 from dpaudit.integrations.pipeline import NOT_CERTIFIED, PipelineCheck, fixed_size_chance
+from dpaudit.reports.model import build_report
 
 BATCH = 10
 
@@ -78,6 +79,8 @@ def test_findings_go_into_the_one_run_record(tmp_path):
     c.audit(model, out=tmp_path, delta=1e-5, pipeline=check)
     rec = json.loads((tmp_path / "one_run.json").read_text())
     assert rec["certified"] == NOT_CERTIFIED and "not-poisson" in {f["code"] for f in rec["findings"]}
+    notes = [n["message"] for n in build_report([tmp_path])["notes"]]
+    assert any("not certified: pipeline findings (not-poisson" in m for m in notes)
 
 
 def _plain(n: int, steps: int, *, fixed: bool = False, skip_every: int = 0, sigma: float = 1.0, q: float = 0.1, seed: int = 0):

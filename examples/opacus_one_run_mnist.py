@@ -1,6 +1,8 @@
 """Audit an Opacus-trained MNIST CNN in ONE training run with dpaudit's canaries.
 
-    DPAUDIT_DATA_DIR=/work/shared/data python examples/opacus_one_run_mnist.py --epochs 1 --canaries 1000
+    DPAUDIT_DATA_DIR=/work/shared/data python examples/opacus_one_run_mnist.py --epochs 1 --canaries 1000 [--fixed-batches]
+
+--fixed-batches plants shuffled fixed-size batches behind Poisson accounting: the pipeline check reports it.
 
 Pre-registered (docs/one_run.md): plan first, then train under the plan; one_run.json goes beside plan.json.
 
@@ -27,6 +29,7 @@ from torch import nn
 from dpaudit.audits.one_run import one_run_bounds  # dpaudit
 from dpaudit.data import load_dataset
 from dpaudit.integrations.opacus import OpacusCanaries  # dpaudit
+from dpaudit.integrations.pipeline import PipelineCheck  # dpaudit
 
 
 class SmallCNN(nn.Module):
@@ -52,6 +55,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--max-train", type=int, default=None, help="use only the first N training records (a quick smoke run)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fixed-batches", action="store_true", help="a planted mismatch: shuffled fixed-size batches behind Poisson accounting")
     p.add_argument("--plan", default=None, help="plan.json of `dpaudit audit plan opacus ...`: its canaries, noise multiplier and claim")
     a = p.parse_args()
     torch.manual_seed(a.seed)
@@ -60,7 +64,7 @@ def main() -> None:
     if a.max_train:
         x, y = x[: a.max_train], y[: a.max_train]
     train = torch.utils.data.TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y))
-    loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size)
+    loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size, shuffle=a.fixed_batches)
     model = SmallCNN()
     # dpaudit: canaries chosen and theta_0 recorded BEFORE training, at coordinates of fc1.weight.
     if a.plan:  # dpaudit: the plan fixes canaries, tensors, coordinates and coins, and the claim (noise multiplier, delta)
@@ -73,8 +77,10 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     engine = PrivacyEngine(accountant="rdp")
     make = engine.make_private if a.plan else engine.make_private_with_epsilon
-    model, optimizer, loader = make(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=1.0, **private)
+    model, optimizer, loader = make(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=1.0,
+                                     poisson_sampling=not a.fixed_batches, **private)
     canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
+    check = PipelineCheck().attach(optimizer, data_loader=loader, accountant=engine.accountant)  # dpaudit: the pipeline check
     t = time.perf_counter()
     for _ in range(a.epochs):
         for xb, yb in loader:
@@ -87,15 +93,18 @@ def main() -> None:
         acc = float((model(torch.as_tensor(data.x_test)).argmax(1).numpy() == data.y_test).mean())
     t = time.perf_counter()
     if a.plan:  # dpaudit: the planned analysis; one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
-        bounds = canaries.audit(model).bounds
+        bounds = canaries.audit(model, pipeline=check).bounds
     else:
         bounds = one_run_bounds(canaries.scores(model), delta=a.delta, claim=canaries.claim())  # dpaudit
+        bounds.update(check.record(a.delta))  # dpaudit: findings (and, for non-Poisson batches, the no-amplification bound)
     analysis = time.perf_counter() - t
     print(json.dumps({"train_seconds": round(seconds, 1), "analysis_seconds": round(analysis, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
                       "noise_multiplier": optimizer.noise_multiplier, "steps": canaries.steps,
                       "steinke_epsilon_lower_bound": bounds["steinke"]["epsilon_lower_bound"],
                       "fdp_epsilon_lower_bound": (bounds["fdp"] or {}).get("epsilon_lower_bound"),
-                      "claimed_epsilon": bounds["claimed_epsilon"]}, indent=1))
+                      "claimed_epsilon": bounds["claimed_epsilon"], "pipeline_findings": [f["code"] for f in bounds["findings"]],
+                      "pipeline": bounds.get("certified", "no findings"),
+                      "no_amplification_epsilon": (bounds.get("no_amplification") or {}).get("epsilon")}, indent=1))
 
 
 if __name__ == "__main__":

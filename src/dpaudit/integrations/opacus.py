@@ -243,14 +243,19 @@ class OpacusCanaries:
                 "injection": "max_grad_norm * e_j added to p.summed_grad before DPOptimizer.add_noise, each included canary "
                              "Poisson-sampled per step at sample_rate"}
 
-    def audit(self, model: torch.nn.Module | None = None, *, out=None, delta: float | None = None, confidence: float | None = None) -> OneRunResult:
+    def audit(self, model: torch.nn.Module | None = None, *, out=None, delta: float | None = None, confidence: float | None = None,
+              pipeline=None) -> OneRunResult:
         """The one-run analysis of the trained ``model`` (:meth:`scores`) against :meth:`claim` at
         ``delta`` (confidence default 0.95), written as one_run.json (shareable) under ``out`` when
         given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
         must not be given), written under ``out`` or the plan's folder, its digest recorded under the
-        plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result)."""
+        plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result).
+        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run; its findings go in the
+        record, and with any the claim is marked not certified."""
         t0 = time.perf_counter()
         bounds = self._bounds(model, delta, confidence)
+        if pipeline is not None:
+            bounds.update(pipeline.record(bounds["delta"]))
         result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
                               timings={"analysis_s": time.perf_counter() - t0})
         if out is not None or self._plan is not None:

@@ -264,6 +264,8 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         notes.append(Note("info", "verdict", f"{label} is a control run (no noise or no canary); no privacy claim applies to it."))
         return e
     e["status"] = _one_run_status(e, view, stat, label, notes)
+    if rec.get("findings"):  # a pipeline mismatch: the accountant's epsilon is not certified (integrations.pipeline)
+        notes.append(Note("error", "verdict", f"{label}: not certified: pipeline findings ({', '.join(f.get('code', '?') for f in rec['findings'])})."))
     _other_analysis_note(e, stat, lbs, label, notes)
     return e
 

@@ -27,6 +27,9 @@ forward pass (no batch norm), as in :mod:`dpaudit.mechanisms.models`.
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 import numpy as np
 import torch
 from torch import nn
@@ -84,8 +87,8 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
         if m.weight.requires_grad:
             terms[prefix + "weight"] = _weight_term(m, calls, units)
         if m.bias is not None and m.bias.requires_grad:
-            b = _per_unit(sum(_rows(m, g).sum(1) for _, g in calls), units)
-            terms[prefix + "bias"] = (b.pow(2).sum(1), lambda w, rw, b=b: w @ b)
+            b = _per_unit(reduce(operator.add, (_rows(m, g).sum(1) for _, g in calls)), units)
+            terms[prefix + "bias"] = (_sq(b), lambda w, rw, b=b: w @ b)
     sq = sum(t[0] for t in terms.values())
     kt = torch.ones(x.shape[0], dtype=sq.dtype) if units is None else units[1].to(sq.dtype)
     w = (dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)) / kt
@@ -107,16 +110,27 @@ def _weight_term(m: nn.Module, calls: list, units) -> tuple:
     t = sum(g.numel() for _, g in calls) // (n * p)  # positions per record, all calls
     u, kmax = (n, 1) if units is None else (units[1].numel(), int(units[1].max()))
     if _use_ghost(n, u, t, kmax * t, d, p):
-        a = torch.cat([_rows(m, g, a) for a, g in calls], 1)
-        g = torch.cat([_rows(m, g) for _, g in calls], 1)
+        a = _join([_rows(m, g, a) for a, g in calls])
+        g = _join([_rows(m, g) for _, g in calls])
         au, gu = (a, g) if units is None else (_by_unit(a, *units, kmax), _by_unit(g, *units, kmax))
         if au.shape[1] == 1:
-            sq = au.pow(2).sum((1, 2)) * gu.pow(2).sum((1, 2))
+            sq = _sq(au) * _sq(gu)
         else:
             sq = (au @ au.mT).mul_(gu @ gu.mT).sum((1, 2)).clamp_(min=0.0)
         return sq, lambda w, rw: ((g * rw[:, None, None]).reshape(-1, p).mT @ a.reshape(-1, d)).reshape(m.weight.shape)
-    per = _per_unit(sum(_per_record(m, a, g) for a, g in calls), units)
-    return per.pow(2).sum((1, 2)), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
+    per = _per_unit(reduce(operator.add, (_per_record(m, a, g) for a, g in calls)), units)
+    return _sq(per), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
+
+
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    """Squared L2 norm of each t[i] (no squared copy of t: measured ~1.5 ms a step on dp-cnn)."""
+    f = t.reshape(t.shape[0], -1)
+    return torch.linalg.vecdot(f, f)
+
+
+def _join(parts: list) -> torch.Tensor:
+    """Calls' rows side by side along the positions (no copy for a single call)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
 def _per_unit(per: torch.Tensor, units) -> torch.Tensor:

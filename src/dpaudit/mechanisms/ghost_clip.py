@@ -27,6 +27,9 @@ forward pass (no batch norm), as in :mod:`dpaudit.mechanisms.models`.
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 import numpy as np
 import torch
 from torch import nn
@@ -84,8 +87,8 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
         if m.weight.requires_grad:
             terms[prefix + "weight"] = _weight_term(m, calls, units)
         if m.bias is not None and m.bias.requires_grad:
-            b = _per_unit(sum(_rows(m, g).sum(1) for _, g in calls), units)
-            terms[prefix + "bias"] = (b.pow(2).sum(1), lambda w, rw, b=b: w @ b)
+            b = _per_unit(reduce(operator.add, (_rows(m, g).sum(1) for _, g in calls)), units)
+            terms[prefix + "bias"] = (_sq(b), lambda w, rw, b=b: w @ b)
     sq = sum(t[0] for t in terms.values())
     kt = torch.ones(x.shape[0], dtype=sq.dtype) if units is None else units[1].to(sq.dtype)
     w = (dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)) / kt
@@ -107,16 +110,26 @@ def _weight_term(m: nn.Module, calls: list, units) -> tuple:
     t = sum(g.numel() for _, g in calls) // (n * p)  # positions per record, all calls
     u, kmax = (n, 1) if units is None else (units[1].numel(), int(units[1].max()))
     if _use_ghost(n, u, t, kmax * t, d, p):
-        a = torch.cat([_rows(m, g, a) for a, g in calls], 1)
-        g = torch.cat([_rows(m, g) for _, g in calls], 1)
+        a = _join([_rows(m, g, a) for a, g in calls])
+        g = _join([_rows(m, g) for _, g in calls])
         au, gu = (a, g) if units is None else (_by_unit(a, *units, kmax), _by_unit(g, *units, kmax))
         if au.shape[1] == 1:
-            sq = au.pow(2).sum((1, 2)) * gu.pow(2).sum((1, 2))
+            sq = _sq(au) * _sq(gu)
         else:
             sq = (au @ au.mT).mul_(gu @ gu.mT).sum((1, 2)).clamp_(min=0.0)
         return sq, lambda w, rw: ((g * rw[:, None, None]).reshape(-1, p).mT @ a.reshape(-1, d)).reshape(m.weight.shape)
-    per = _per_unit(sum(_per_record(m, a, g) for a, g in calls), units)
-    return per.pow(2).sum((1, 2)), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
+    per = _per_unit(reduce(operator.add, (_per_record(m, a, g) for a, g in calls)), units)
+    return _sq(per), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
+
+
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    """Squared L2 norm of each t[i] (no squared copy of t: measured ~1.5 ms a step on dp-cnn)."""
+    return torch.linalg.vector_norm(t.reshape(t.shape[0], -1), dim=1).square()
+
+
+def _join(parts: list) -> torch.Tensor:
+    """Calls' rows side by side along the positions (no copy for a single call)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
 def _per_unit(per: torch.Tensor, units) -> torch.Tensor:
@@ -172,13 +185,30 @@ def _rows(m: nn.Module, g: torch.Tensor, a: torch.Tensor | None = None) -> torch
 def _per_record(m: nn.Module, a: torch.Tensor, g: torch.Tensor, block: int = 64) -> torch.Tensor:
     """One call's per-record weight gradients (n, p, d): a batched product for ``nn.Linear``; for a
     convolution its weight gradient with ``block`` records as groups (no unfolded input). Fixed
-    blocks (the last one zero padded): oneDNN caches a primitive per group count (measured ~2.6 MB
-    each), so the group count of a whole Poisson batch would add hundreds of MB over a run."""
+    blocks: oneDNN caches a primitive per group count (measured ~2.6 MB each), so the group count
+    of a whole Poisson batch would add hundreds of MB over a run. The last block is the batch's
+    last ``block`` records (overlapping rows dropped; zero padded only when n < block): no copy."""
     n, p = g.shape[0], m.weight.shape[0]
     if isinstance(m, nn.Linear):
         return torch.einsum("nsp,nsd->npd", _rows(m, g), _rows(m, g, a))  # measured 2x faster than bmm here
+    if n < block:  # zero records: zero gradients, dropped below
+        a, g = (torch.cat([t, t.new_zeros((block - n, *t.shape[1:]))]) for t in (a, g))
+    out = []
+    for i in range(0, n, block):
+        j = min(i, max(n, block) - block)
+        out.append(_conv_weight_grads(m, a[j:j + block], g[j:j + block])[i - j:min(block, n - j)])
+    return torch.cat(out)
+
+
+def _conv_weight_grads(m: nn.Module, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """Per-record weight gradients (b, p, d) of convolution m for b records: a weight gradient with
+    the records as groups; with one input channel, a forward convolution of the inputs with the
+    output gradients as kernels (equal to float rounding, measured ~30% faster on dp-cnn's conv1)."""
+    b, p, k = a.shape[0], m.weight.shape[0], m.kernel_size
+    if m.in_channels == 1:
+        conv = nn.functional.conv2d if isinstance(m, nn.Conv2d) else nn.functional.conv1d
+        o = conv(a.reshape(1, b, *a.shape[2:]), g.reshape(b * p, 1, *g.shape[2:]), None, m.dilation, m.padding, m.stride, b)
+        return o[(..., *(slice(0, s) for s in k))].reshape(b, p, -1)
     wgrad = torch.nn.grad.conv2d_weight if isinstance(m, nn.Conv2d) else torch.nn.grad.conv1d_weight
-    pad = -n % block
-    a, g = (torch.cat([t, t.new_zeros((pad, *t.shape[1:]))]) for t in (a, g))  # zero records: zero gradients, dropped below
-    return torch.cat([wgrad(a[i:i + block].reshape(1, -1, *a.shape[2:]), (block * p, *m.weight.shape[1:]), g[i:i + block].reshape(1, -1, *g.shape[2:]),
-                            m.stride, m.padding, m.dilation, groups=block) for i in range(0, n + pad, block)]).reshape(n + pad, p, -1)[:n]
+    return wgrad(a.reshape(1, -1, *a.shape[2:]), (b * p, *m.weight.shape[1:]), g.reshape(1, -1, *g.shape[2:]),
+                 m.stride, m.padding, m.dilation, groups=b).reshape(b, p, -1)

@@ -382,3 +382,20 @@ def test_first_table_gives_each_release_the_verdict_of_the_audit_that_covers_it(
     assert (b["epsilon"], b["delta"], b["adjacency"], b["accountant"]) == (pytest.approx(bad.epsilon), 1e-5, "add-remove-record", "rdp")
     assert (rows[lone.id]["status"], rows[lone.id]["plans"], rows[lone.id]["epsilon_lower_bound"]) == ("not-audited", [], None)
     assert rows[wrong.id]["status"] == "accounting-mismatch"
+
+
+def test_an_audit_run_under_a_plan_names_it_and_repeated_runs_are_counted(tmp_path):
+    """Issue 27: the plan an audit ran under is read from its revealed ``plan`` (audit --plan writes it), and
+    a second run under the same plan shows in the first table as "2 runs of plan X" (both audits listed)."""
+    from dpaudit.reports.blocks import _first_row
+    from dpaudit.reports.verdict import summary_rows
+
+    rel = make_release(tmp_path / "r", noise_multiplier=2.0, sample_rate=0.05, steps=100, seed=1)
+    res, *_ = synthetic_audit(claimed_epsilon=rel.epsilon, shift=0.0)
+    plan = {"id": "a7e1dfa9d0cb4695ae24005287d14bfa", "salt": "00" * 32, "seeds": {"public": 42}}
+    for run in ("run1", "run2"):
+        rec = write_audit_record(tmp_path / "r" / run, res, release_id=rel.id)
+        write_raw_audit(tmp_path / "r" / run, {**rec, "plan": plan})
+    (row,) = summary_rows(build_report([tmp_path])["sections"]["verdict"])
+    assert row["plans"] == [plan["id"]] and row["plan_runs"] == {plan["id"]: 2} and len(row["audits"]) == 2
+    assert "2 audits: 2 runs of plan a7e1dfa9d0cb;" in _first_row(row)[2]

@@ -54,13 +54,20 @@ ENTRY_FIELDS = ("id", "mechanism", "canary", "task", "dataset", "adjacency", "tr
                 "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing")
 
 
+def plan_id(record: dict) -> str | None:
+    """The id of the pre-registered plan an audit ran under: its revealed ``plan`` (dpaudit.audit_plans), or a
+    bare ``plan_id``; None without a plan."""
+    pid = (record.get("plan") or {}).get("id") if isinstance(record.get("plan"), dict) else record.get("plan_id")
+    return pid if isinstance(pid, str) else None
+
+
 def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note]) -> dict:
     """One audit's entry (raw scores are local, issue 23 point 5: the report never reads them)."""
     v = la.view
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}
     entry.update(index=i, path=str(la.path), label=la.path.name or str(la.path), command=command_str(v.command),
-                 plan_id=la.record.get("plan_id") if isinstance(la.record.get("plan_id"), str) else None,
+                 plan_id=plan_id(la.record),
                  covers_releases=[r.id for r in covered], compared_claim=_compared_claim(v.claimed_epsilon, covered))
     _record_notes(v, label, notes)
     _evidence(entry, la, label, notes)

@@ -28,8 +28,10 @@ FIRST_HEADERS = ["release", "claim (eps, delta, adjacency, accountant)", "audite
 def _first_row(r: dict) -> list[str]:
     claim = "no claim" if r["epsilon"] is None else ", ".join(
         [f"eps {f(r['epsilon'])}", f"delta {g(r['delta'])}"] + [str(x) for x in (r["adjacency"], r["accountant"]) if x])
-    plans = ", ".join(str(x)[:12] if x else "—" for x in r["plans"]) or "—"
-    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (f"plan {plans}; {', '.join(r['statistics'])}" if r["statistics"] else "—")
+    runs = r.get("plan_runs") or {}
+    plans = ", ".join((f"{runs[x]} runs of plan {str(x)[:12]}" if runs.get(x, 1) > 1 else f"plan {str(x)[:12]}") if x else "plan —"
+                      for x in r["plans"]) or "plan —"
+    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (f"{plans}; {', '.join(r['statistics'])}" if r["statistics"] else "—")
     lb = DASH if r["epsilon_lower_bound"] is None else f(r["epsilon_lower_bound"]) + (f" ({f(r['ceiling'], 2)})" if r["ceiling"] is not None else "")
     return [f"{r['mechanism']} {str(r['release'])[:8]}" if r["release"] else f"{r['mechanism']} (no release)", claim, audited, lb,
             VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else "")]

@@ -64,7 +64,7 @@ JSON model (``"schema": "dpaudit-report/1"``; non-finite floats are the strings 
 - ``sections.verdict`` entries also carry ``decided_by`` and ``statistics`` (the statistics
   behind the line) and ``rows``: the report's first table, a row per release of the mechanism
   and one per audit covering none ({release, mechanism, epsilon, delta, adjacency, accountant,
-  plans (audit.json ``plan_id``; None without a plan), statistics, audits, epsilon_lower_bound,
+  plans (the revealed ``plan.id`` of audit.json; None without a plan), plan_runs (audits per plan), statistics, audits, epsilon_lower_bound,
   ceiling, status, reason}; :func:`dpaudit.reports.verdict.summary_rows`); a one-run record with
   a claim gets a verdict line of its own;
 - ``sections.reproduce``: [{kind: release | audit | sweep | report, mechanism, id, path, command,

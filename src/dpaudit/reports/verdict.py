@@ -4,6 +4,7 @@ docstring), from the claim cards and the audit entries."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,6 +237,7 @@ def _row(mech: str, claim: tuple, status: str, hits: list[dict], release: str | 
     weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
     return {"release": release, "mechanism": mech, "epsilon": claim[0], "delta": claim[1], "adjacency": claim[2], "accountant": claim[3],
             "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)), "statistics": _statistics(hits), "audits": [e["path"] for e in hits],
+            "plan_runs": {p: n for p, n in Counter(e.get("plan_id") for e in hits).items() if p},
             "epsilon_lower_bound": top.get("epsilon_lower_bound"), "ceiling": top.get("ceiling"), "status": status,
             "reason": fam or ("eps_LB above the claim" if status == "violation" else "audit underpowered (ceiling below the claim)" if weak else "")}
 

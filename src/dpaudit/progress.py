@@ -14,6 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .console import err_console
 
 
+#: Seconds a task runs before a pipe or log gets its first progress line (a sub-second training prints none).
+QUIET_S = 2.0
+
+
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
@@ -33,11 +37,12 @@ class _Line:
 
 class JobProgress:
     """Tasks of one job, each ``description done/total unit``; ``info`` is free text after it
-    (e.g. the epsilon spent). ``enabled=False`` shows nothing; ``quiet_s``: a pipe gets no line
-    before that many seconds (a job that is usually quick stays silent). Use as a context manager."""
+    (e.g. the epsilon spent). ``enabled=False`` shows nothing; ``quiet_s`` (default :data:`QUIET_S`): a pipe
+    gets no line before a task has run that long, so a job that ends sooner stays silent. Use as a context manager."""
 
-    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float = 10.0, quiet_s: float = 0.0) -> None:
-        self.unit, self.enabled, self.every_s, self.quiet_s = unit, enabled, every_s, quiet_s
+    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float = 10.0, quiet_s: float | None = None) -> None:
+        self.unit, self.enabled, self.every_s = unit, enabled, every_s
+        self.quiet_s = QUIET_S if quiet_s is None else quiet_s
         self.console = console or err_console
         self.live = enabled and self.console.is_terminal
         self.lines: list[_Line] = []

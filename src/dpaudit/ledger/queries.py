@@ -72,7 +72,7 @@ def summary_rows(states: dict, people: dict, accountants, *, whole: bool, progre
     """The rows of :meth:`.book.Ledger.summary` for ``states`` (``people``: :func:`people_summary`;
     ``whole``: all of each dataset's releases, so ``remaining`` is defined)."""
     rows = []
-    with JobProgress("datasets", enabled=progress, quiet_s=2.0) as bar:
+    with JobProgress("datasets", enabled=progress) as bar:
         task = bar.add("composing the ledger", len(states))
         for name in sorted(states):
             rows += _dataset_rows(states[name], people.get(name), accountants, whole)

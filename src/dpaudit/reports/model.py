@@ -145,7 +145,7 @@ def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.Pa
     inputs = load_inputs(paths)
     notes = list(inputs.notes)
     cache = EpsCache()
-    with JobProgress("steps", enabled=progress, quiet_s=2.0) as bar:
+    with JobProgress("steps", enabled=progress) as bar:
         task = bar.add("building the report", len(inputs.releases) + 2)
         claims = []
         for lr in inputs.releases:  # each claim re-checked from its event: the slow part

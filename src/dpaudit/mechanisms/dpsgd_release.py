@@ -43,7 +43,7 @@ from ..requests import DPSGDRequest
 from ..validation import one_of
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import train_module_dp_sgd, train_user_module_dp_sgd
+from .dpsgd import train_module_dp_sgd
 from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
 from .engine import UserSampling, train_heads
 from .features import build_features, feature_dim
@@ -256,9 +256,7 @@ class DPSGDMechanism(MechanismBase):
             cb, close = _progress_callable(progress, steps, eps_of)
             t_train = time.perf_counter()
             try:
-                kw = dict(noise=noise, loss=loss, progress=cb)
-                steps_executed = train_module_dp_sgd(module, x_train, y_train, config, **kw) if users is None else \
-                    train_user_module_dp_sgd(module, x_train, y_train, users.index, config, records_per_user=users.records_per_user, **kw)
+                steps_executed = train_module_dp_sgd(module, x_train, y_train, config, noise=noise, users=users, loss=loss, progress=cb)
             finally:
                 close()
             train_seconds = time.perf_counter() - t_train

@@ -1,12 +1,14 @@
-"""The one DP-SGD engine for linear heads on frozen features: R independent runs at once.
+"""The one DP-SGD loop, :func:`run_dp_sgd`: linear heads and trainable modules, R runs at once,
+releases and audits alike.
 
-R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.run`, records or
-:class:`UserSampling` as the unit); R = trials is an audit (:class:`~dpaudit.mechanisms.head_audit.HeadTarget`
-with a :class:`~dpaudit.mechanisms.batched.HeadCanary`, and
-the same loop with user units behind
-:class:`~dpaudit.mechanisms.user_head_audit.UserHeadTarget`). Because releases and audits run this same loop
-and the same clipped sums, a bug in the released mechanism is a bug in what is audited (pinned by
-``tests/audits/test_release_engine_is_audited.py`` with planted faults).
+R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.run`: heads through
+:func:`train_heads`, modules through :func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`);
+R = trials is a head audit (:class:`~dpaudit.mechanisms.head_audit.HeadTarget`,
+:class:`~dpaudit.mechanisms.user_head_audit.UserHeadTarget`); one-run audits are R = 1 with
+canaries (:mod:`~dpaudit.mechanisms.one_run_heads`, :mod:`~dpaudit.mechanisms.one_run_modules`).
+Because releases and audits run this same loop and the same clipped sums, a bug in the released
+mechanism is a bug in what is audited (pinned by ``tests/audits/test_release_engine_is_audited.py``
+with planted faults).
 
 Protocol per run (DP-RVFL paper, section 3.2 / Algorithm 1; user level: DP-MixMin paper,
 appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
@@ -14,43 +16,50 @@ appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
 1. every unit is included independently with probability q (Poisson sampling from the private
    :class:`~dpaudit.noise.NoiseSource`; the R runs' masks are independent,
    :func:`~dpaudit.mechanisms.dpsgd_core.poisson_batch`);
-2. the sampled units' gradients are clipped to joint L2 norm C and summed (:class:`RecordUnits`:
-   a unit is a record, closed-form gradients; :class:`UserUnits`: a unit is a user, whose
-   min(G, |D_u|) records drawn without replacement are averaged and clipped as one
-   contribution); an empty sample gives a zero sum;
+2. the sampled units' gradients are clipped to joint L2 norm C and summed by the *units*
+   strategy, which fixes the privacy unit and the model kind: :class:`RecordUnits` (a unit is a
+   record of a head, closed-form gradients), :class:`UserUnits` (a unit is a user of a head,
+   whose min(G, |D_u|) records drawn without replacement are averaged and clipped as one
+   contribution), :class:`SumUnits` (a clipped-sum function: module records or users,
+   :mod:`dpaudit.mechanisms.dpsgd`); an empty sample gives a zero sum;
 3. N(0, (sigma C)^2 I) is added to each run's sum, the result is divided by the fixed normaliser
-   m0, and Adam updates each run's head (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`, the
-   step shared with the module trainer :func:`~dpaudit.mechanisms.dpsgd.run_dp_sgd`).
+   m0, and the optimizer updates each run's parameters
+   (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`).
 
-Private draws, in this order per step: the R Poisson samples; the canary draw (only with a
-:class:`CanaryHook`); within-user record samples (user units, run by run); the Gaussian noise of
-shape (R, K, d+1). With R = 1 and no canary these are exactly the draws of the single-run release
-trainer as it was before this engine existed, so a ``--reproducible-noise`` release is unchanged.
+Private draws from ``noise``, in this order per step: the R Poisson samples; the canary draw
+(head canaries only); within-user record samples (user units, run by run); the Gaussian noise
+(one draw per parameter buffer: (R, K, d+1) for heads). Module canaries draw from a generator of
+their own, never from ``noise``. Without canaries these are exactly the draws of a release, so a
+``--reproducible-noise`` release is unchanged by any audit instrument.
 
 **Privacy contract.** Each run is ``SubsampledGaussian(noise_multiplier, q, steps)`` under
-add/remove-one-unit adjacency: the clipped sum has sensitivity C conditional on earlier outputs.
-The canary hook is an audit instrument only: it adds one more unit (or a fixed contribution) to
-the runs it marks, as a neighbouring input would.
+add/remove-one-unit adjacency: the clipped sum has L2 sensitivity C conditional on all earlier
+outputs. This holds for any units strategy whose sum is over per-unit contributions of norm
+<= C, so the unit (record, user) is swapped without touching the loop. An empty batch still
+produces a noise-only update and counts as one step; the executed steps are returned so callers
+check them against the accounted ``steps``. Frozen parts of a model (random features,
+projections, initialisation) must come from public randomness only.
 
-**Canary hook.** Mechanisms know nothing about canaries except :class:`CanaryHook`: in runs marked
-``included`` the canary is Poisson-sampled with rate q at every step; when sampled, either its
-rows (one record, or one user made of those records) join that run's sample as one more unit,
-clipped by the same code as every unit, or a fixed ``gradient`` is added to the clipped sum (a
-Dirac canary). The audit-side canary classes (``HeadCanary``, ``UserCanary``) translate to it.
-*Many canaries* (one-run audits): ``included`` (R, M) marks which of M canaries each run holds
-(the caller's private draw); every included canary is Poisson-sampled independently with rate q
-at every step (one Bernoulli(q) draw per run and canary, row-major, so M = 1 is exactly the
-single-canary draw) and, when sampled, its own gradient (``gradient`` (M, K, d+1)) is added to
-the clipped sum, or its record (``z`` (M, d), record units only) joins the sample as one more unit.
+**Canaries** (audits only; None for every release) enter through one interface: an object with
+``draw()``, the canaries sampled at this step (private), ``add(hit, sums)``, which adds fixed
+canary gradients to the clipped sums before the noise, and ``rows``, True when the sampled
+canaries are instead units of the units strategy (their rows join the sample and are clipped by
+the same code as every unit). Head canaries: :class:`CanaryHook` (the audits' description) made
+into :class:`_HeadCanaries`; in runs marked ``included`` each canary is Poisson-sampled with rate
+q at every step (one Bernoulli(q) draw per run and canary, row-major, from ``noise``). Module
+canaries: :class:`~dpaudit.mechanisms.one_run_modules.DiracCanaries`. A canary adds one more unit
+(or a contribution of norm <= C) to the runs it marks, as a neighbouring input would.
 
-**Recording the trajectory** (``record``, an audit instrument for the trajectory threat model):
-the privatised sum -- clipped sum plus Gaussian noise, before division by m0 and Adam -- at given
-parameter coordinates, for every run and step; exactly the values the sanitised step then used.
-Recording reads the private outputs only, it draws nothing and changes no update.
+**Recording the trajectory** (``record``, heads, an audit instrument for the trajectory threat
+model): the privatised sum -- clipped sum plus Gaussian noise, before division by m0 and the
+optimizer -- at given parameter coordinates, for every run and step; exactly the values the
+sanitised step then used. Recording reads the private outputs only, it draws nothing and changes
+no update.
 
-**Planted faults** are test fixtures (``tests/faults.py``): they monkeypatch the shared clipping
-rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`) or noise filler, so a test can show that a
-fault in the release path reaches the audits. The library has no switch that weakens it.
+**Planted faults** are test fixtures (``tests/conftest.py``): they monkeypatch the shared clipping
+rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`), the noise filler or this loop, so a
+test can show that a fault in the release path reaches the audits. The library has no switch that
+weakens it.
 """
 
 from __future__ import annotations
@@ -103,9 +112,28 @@ class CanaryHook:
         return np.ndim(self.included) == 2
 
 
-def canary_draw(noise: NoiseSource, runs: int, q: float) -> np.ndarray:
-    """One step's canary inclusion, independent Bernoulli(q) per run, from the private source."""
-    return np.asarray(noise.poisson_mask(runs, q), dtype=bool)
+class _HeadCanaries:
+    """A :class:`CanaryHook` for one group of runs of the loop (module docstring, canaries):
+    ``included`` (R,) or (R, M); ``gradient`` None (canary rows, units of the units strategy),
+    one (K, d+1) array or :class:`_SparseCanaries`. ``counts``: steps at which each was sampled."""
+
+    def __init__(self, included: np.ndarray, gradient, noise: NoiseSource, q: float):
+        self.included, self.gradient, self.noise, self.q = included, gradient, noise, q
+        self.rows = gradient is None
+        self.counts = np.zeros(included.shape, dtype=np.int64)
+
+    def draw(self) -> np.ndarray:
+        # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)
+        hit = np.asarray(self.noise.poisson_mask(self.included.size, self.q), dtype=bool).reshape(self.included.shape) & self.included
+        self.counts += hit
+        return hit
+
+    def add(self, hit: np.ndarray, sums: list) -> None:
+        if isinstance(self.gradient, _SparseCanaries):
+            self.gradient.add_to(sums[0].numpy(), hit)
+        elif self.gradient is not None:
+            s = sums[0].numpy()
+            s += hit.astype(s.dtype)[:, None, None] * self.gradient
 
 
 # ---------------------------------------------------------------- units
@@ -120,7 +148,15 @@ class UserSampling:
     records_per_user: int
 
 
-class RecordUnits:
+class _HeadUnits:
+    """Head units: ``bind`` makes the per-run views of the heads (R, K, d+1) and their sums once."""
+
+    def bind(self, params: list, sums: list):
+        w_rows, sum_rows = list(params[0].unbind(0)), list(sums[0].unbind(0))
+        return lambda flat, offsets, hit: self.step(flat, offsets, hit, w_rows, sum_rows)
+
+
+class RecordUnits(_HeadUnits):
     """Records as units: the closed-form clipped sum of head gradients over sampled rows.
 
     Unit i is row i of ``z1`` (rows n.. hold canary records, never drawn by the ordinary sample:
@@ -165,7 +201,7 @@ def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, cl
                         out_t=out_t)
 
 
-class UserUnits:
+class UserUnits(_HeadUnits):
     """Users as units: Poisson over users, min(G, |D_u|) records per sampled user (private,
     :func:`~dpaudit.mechanisms.user_level.sample_user_records`), per-user averaged gradient
     clipped jointly (:func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, the kernel of
@@ -173,10 +209,7 @@ class UserUnits:
     ``n_users`` (one more user of the index)."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
-
-        index = users.index
-        if index.n_records != n:
-            raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
+        index = user_level._check_users(users.index, n)
         self.n_units = index.n_users
         self.canary_unit = None
         if canary_rows:
@@ -205,6 +238,28 @@ def _with_extra_user(index, first_row: int, size: int):
     return UserIndex(ids=np.arange(index.n_users + 1, dtype=np.int64),
                      order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
                      offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64))
+
+
+class SumUnits:
+    """Units whose clipped sum is a function, one run (trainable modules,
+    :func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`): ``clipped_sum(params, idx)`` returns the
+    sum over the sampled units ``idx`` (indices into range(n_units)) of their gradients clipped to
+    joint norm C (unclipped for ``non_private`` configs), one tensor per parameter. It is never
+    called for an empty sample: the sum is then zero (Algorithm 1, step 6)."""
+
+    def __init__(self, clipped_sum, n_units: int):
+        self.clipped_sum, self.n_units = clipped_sum, positive_int("n_units", n_units)
+
+    def bind(self, params: list, sums: list):
+        def step(idx, offsets, hit) -> None:
+            if idx.size:
+                for buf, part in zip(sums, self.clipped_sum(params, idx)):
+                    buf.copy_(part)
+            else:
+                for buf in sums:
+                    buf.zero_()
+
+        return step
 
 
 # ---------------------------------------------------------------- inputs
@@ -326,13 +381,15 @@ def train_heads(
     with head_threads():
         for start in range(0, runs, step):
             stop = min(runs, start + step)
-            w, steps_done, c, rec = _loop(units, config, noise=noise, w0=w0[start:stop], np_dtype=np_dtype,
-                                          included=None if included is None else included[start:stop], grad_canary=grad_canary,
-                                          progress=progress, coords=coords)
-            weights.append(w)
-            counts.append(c)
-            executed.append(steps_done)
-            recorded.append(rec)
+            w = np.array(w0[start:stop], dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
+            hook = None if included is None else _HeadCanaries(included[start:stop], grad_canary, noise, config.sample_rate)
+            recorder = None if coords is None else _Recorder(coords, config.steps)
+            # w_t shares w's memory: the optimizer updates w in place, the clipped sums read w_t
+            executed.append(run_dp_sgd(units, [torch.from_numpy(w)], config, noise=noise, runs=stop - start, canary=hook, recorder=recorder,
+                                       progress=progress))
+            weights.append(w.astype(np.float64))
+            counts.append(None if hook is None else hook.counts)
+            recorded.append(None if recorder is None else recorder.values)
     return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
                              canary_samples=None if canary is None else np.concatenate(counts),
                              recorded=None if coords is None else np.concatenate(recorded))
@@ -401,21 +458,25 @@ class _SparseCanaries:
 
 
 class _Recorder:
-    """Records the privatised sum at flat coordinates ``coords`` of every run, step by step.
+    """Records the privatised sum of a head loop at flat coordinates ``coords`` of every run, step by step.
 
     The sanitiser adds its noise as ``sums += fill()``; the recorder wraps that filler (the noise
     draw itself is untouched) and stores ``sums[coords] + noise[coords]`` -- the same
     floating-point additions, hence bit for bit the values the step then divides by m0 and hands
-    to Adam. Without noise (``non_private``) it stores the clipped sum itself.
+    to the optimizer. Without noise (``non_private``) it stores the clipped sum itself.
     """
 
-    def __init__(self, sanitise: NoisyStep, sums: np.ndarray, coords: np.ndarray, steps: int):
+    def __init__(self, coords: np.ndarray, steps: int):
+        self.coords, self.steps, self.t = coords, steps, 0
+
+    def attach(self, sanitise: NoisyStep) -> None:
+        sums = sanitise.sums[0].numpy()  # the one (R, K, d+1) buffer of the heads' sanitiser
         runs = sums.shape[0]
-        self.flat, self.coords, self.t = sums.reshape(runs, -1), coords, 0
-        self.values = np.zeros((runs, steps, coords.size), dtype=sums.dtype)
+        self.flat = sums.reshape(runs, -1)
+        self.values = np.zeros((runs, self.steps, self.coords.size), dtype=sums.dtype)
         self.noised = bool(sanitise._fills)
         if self.noised:
-            fill = sanitise._fills[0]  # the one (R, K, d+1) buffer of the heads' sanitiser
+            fill = sanitise._fills[0]
 
             def observed_fill() -> np.ndarray:
                 drawn = fill()
@@ -430,40 +491,37 @@ class _Recorder:
             self.values[:, t] = self.flat[:, self.coords]
 
 
-def _loop(units, config: DPSGDConfig, *, noise, w0, np_dtype, included, grad_canary, progress, coords=None):
-    """The DP-SGD loop for one group of runs (module docstring: protocol and order of draws)."""
-    runs = w0.shape[0]
-    w = np.array(w0, dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
-    w_t = torch.from_numpy(w)  # shared memory: Adam updates w in place, the clipped sums read w_t
-    sanitise = NoisyStep([w_t], config, noise=noise)
-    sums_t = sanitise.sums[0]  # (R, K, d+1), filled by the units, then noised, normalised, applied
-    sums = sums_t.numpy()
-    w_rows, sum_rows = list(w_t.unbind(0)), list(sums_t.unbind(0))  # per-run views, made once
-    q = config.sample_rate
-    many = included is not None and included.ndim == 2
-    counts = np.zeros(included.shape, dtype=np.int64) if included is not None else None
-    recorder = None if coords is None else _Recorder(sanitise, sums, coords, config.steps)
+# ---------------------------------------------------------------- the loop
+
+
+def run_dp_sgd(units, params: list, config: DPSGDConfig, *, noise: NoiseSource, runs: int = 1, canary=None, recorder=None,
+               progress: Progress | None = None) -> int:
+    """Algorithm 1 on ``params`` (tensors, updated in place) for ``runs`` runs: the one DP-SGD loop
+    (module docstring: protocol, order of draws, privacy contract). Returns the executed steps.
+
+    ``units``: the privacy unit and model kind (:class:`RecordUnits`, :class:`UserUnits`,
+    :class:`SumUnits`): ``units.n_units``, and ``units.bind(params, sums)``, a function
+    ``step(flat, offsets, hit)`` that writes each run's clipped sum over its sampled units
+    ``flat[offsets[r]:offsets[r + 1]]`` (plus the sampled canary units ``hit``) into ``sums``.
+    ``canary``: an audit's canaries (module docstring); ``recorder``: a :class:`_Recorder`.
+    """
+    sanitise = NoisyStep(params, config, noise=noise)
+    step = units.bind(params, sanitise.sums)
+    rows = canary is not None and canary.rows
+    if recorder is not None:
+        recorder.attach(sanitise)
     report_every = max(1, config.steps // 200)
     steps_done = 0
     for t in range(1, config.steps + 1):
-        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, q)  # module lookup: tests may spy on it
-        hit = None
-        if included is not None:
-            if many:  # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)
-                hit = canary_draw(noise, included.size, q).reshape(included.shape) & included
-            else:
-                hit = canary_draw(noise, runs, q) & included
-            counts += hit
-        units.step(flat, offsets, hit if grad_canary is None else None, w_rows, sum_rows)
-        if grad_canary is not None:
-            if many:
-                grad_canary.add_to(sums, hit)
-            else:
-                sums += hit.astype(sums.dtype)[:, None, None] * grad_canary
+        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, config.sample_rate)  # module lookup: tests may spy on it
+        hit = None if canary is None else canary.draw()
+        step(flat, offsets, hit if rows else None)
+        if canary is not None:
+            canary.add(hit, sanitise.sums)
         if recorder is not None:
             recorder.before_apply(t - 1)
-        sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, Adam: exactly torch.optim.Adam, every run at once
+        sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
         steps_done += 1  # one accountant step, empty batches included
         if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
             progress(steps_done, config.steps)
-    return w.astype(np.float64), steps_done, counts, None if recorder is None else recorder.values
+    return steps_done

@@ -14,7 +14,7 @@ Canary kinds (``kind``):
               attention: ``ff1.weight`` and ``ff2.weight``). At every step each included canary
               is Poisson-sampled with the run's sample rate q (private draw) and, when sampled,
               C * e_j is added to the clipped gradient sum before the Gaussian noise (through the
-              engine's ``canary_hook``): exactly one extra privacy unit of sensitivity C per
+              loop's canary interface, :class:`DiracCanaries`): exactly one extra privacy unit of sensitivity C per
               canary. Score: -(theta_T - theta_0)[j] (descent lowers the coordinate; higher =
               more likely included).
 ``input-mislabeled``  m held-out records (test, then validation partition; chosen from the public
@@ -32,7 +32,6 @@ bound for the claimed event of every included canary (each canary is one add/rem
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
 
 import numpy as np
 import torch
@@ -75,7 +74,7 @@ class GradientCanaries:
 
     def by_tensor(self) -> list[tuple[str, np.ndarray, torch.Tensor]]:
         """(tensor name, canary ids, their flat coordinates as an index tensor) for each tensor
-        holding canaries: what a hook adds C * e_j through, one ``index_add_`` per tensor."""
+        holding canaries: what :class:`DiracCanaries` adds C * e_j through, one ``index_add_`` per tensor."""
         out = []
         for t in self.tensors:
             ids = np.array([k for k, (n, _) in enumerate(self.coords) if n == t], dtype=np.int64)
@@ -109,23 +108,27 @@ def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[
     return GradientCanaries(tuple(tensors), coords)
 
 
-def dirac_hook(canaries: GradientCanaries, names: list[str], included: np.ndarray, sample_rate: float, clipping_norm: float,
-               rng: np.random.Generator) -> Callable[[int, list], None]:
-    """The engine hook (:func:`dpaudit.mechanisms.dpsgd.run_dp_sgd`): at each step, each included
-    canary is sampled w.p. ``sample_rate`` (``rng``, private) and adds C * e_j to the clipped sum."""
-    index = {n: i for i, n in enumerate(names)}
-    groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]  # (parameter index, canary ids, coordinates)
-    inc = np.asarray(included, dtype=bool)
-    m = inc.size
+class DiracCanaries:
+    """The loop's canaries (:func:`dpaudit.mechanisms.engine.run_dp_sgd`): at each step, each
+    included canary is sampled w.p. ``sample_rate`` (``rng``, private, never the loop's ``noise``)
+    and adds C * e_j to the clipped sum."""
 
-    def hook(step: int, sums: list) -> None:
-        active = inc & (rng.random(m) < sample_rate)
-        for p, ids, flat in groups:
-            on = active[ids]
+    rows = False  # fixed gradients, no units of their own
+
+    def __init__(self, canaries: GradientCanaries, names: list[str], included: np.ndarray, sample_rate: float, clipping_norm: float,
+                 rng: np.random.Generator):
+        index = {n: i for i, n in enumerate(names)}
+        self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]  # (parameter index, canary ids, coordinates)
+        self.included, self.q, self.c, self.rng = np.asarray(included, dtype=bool), sample_rate, float(clipping_norm), rng
+
+    def draw(self) -> np.ndarray:
+        return self.included & (self.rng.random(self.included.size) < self.q)
+
+    def add(self, hit: np.ndarray, sums: list) -> None:
+        for p, ids, flat in self.groups:
+            on = hit[ids]
             if on.any():
-                sums[p].view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), float(clipping_norm), dtype=sums[p].dtype))
-
-    return hook
+                sums[p].view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), self.c, dtype=sums[p].dtype))
 
 
 def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray) -> np.ndarray:
@@ -190,13 +193,13 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     loss = "bce" if binary else "cross_entropy"
     info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "kind": kind, "seed": int(seed),
             "noise_on": bool(noise_on), "dp_sgd": config.to_dict(), "n_train": int(y.size)}
-    hook = None
+    canary = None
     if kind == "gradient":
         shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
         chosen = tuple(tensors or CANARY_TENSORS[name])
         quiet = _quiet_coordinates(name, chosen, shapes, x)
         gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
-        hook = dirac_hook(gc, names, included, config.sample_rate, config.clipping_norm, crng)
+        canary = DiracCanaries(gc, names, included, config.sample_rate, config.clipping_norm, crng)
         info.update(gc.describe(), score="-(theta_T - theta_0)[j]", quiet_coordinates=int(quiet.size),
                     quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
                                "(no data gradient); taken first, the rest uniform")
@@ -206,7 +209,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
         y = np.concatenate([y, yc[included]])
         loss_before = _record_losses(module, xc, yc, binary)
     steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
-                                canary_hook=hook)
+                                canary=canary)
     info["steps_executed"], info["n_units"] = int(steps), int(y.size)  # units: training records plus included input canaries
     if kind == "gradient":
         params = dict(module.named_parameters())

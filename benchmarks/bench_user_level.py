@@ -21,7 +21,7 @@ import torch
 
 torch.set_num_threads(1)
 
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd  # noqa: E402
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd  # noqa: E402
 from dpaudit.mechanisms.models import Dense  # noqa: E402
 from dpaudit.mechanisms.engine import UserSampling, train_heads  # noqa: E402
 from dpaudit.data.users import index_users  # noqa: E402
@@ -92,8 +92,8 @@ def main() -> None:
     timed("record level", lambda: train_module_dp_sgd(module(), x, yt, c, noise=NoiseSource("reproducible", seed=1), loss=loss), ms)
     cu = cfg(n_users, ms)
     for g in (1, 8):
-        timed(f"user level, heavy-tailed users, G={g}", lambda: train_user_module_dp_sgd(
-            module(), x, yt, ids, cu, records_per_user=g, noise=NoiseSource("reproducible", seed=1), loss=loss), ms)
+        timed(f"user level, heavy-tailed users, G={g}", lambda: train_module_dp_sgd(
+            module(), x, yt, cu, users=UserSampling(ids, g), noise=NoiseSource("reproducible", seed=1), loss=loss), ms)
 
 
 if __name__ == "__main__":

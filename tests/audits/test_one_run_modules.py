@@ -1,5 +1,5 @@
 """One-run audits of the trainable DP-SGD modules (dp-dense / dp-cnn / dp-attention) and the
-engine's canary hook."""
+loop's canary interface."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpaudit.audits.one_run import OneRunScores, one_run_bounds
-from dpaudit.mechanisms.one_run_modules import CANARY_TENSORS, choose_coordinates, modules_one_run
+from dpaudit.mechanisms.one_run_modules import CANARY_TENSORS, DiracCanaries, choose_coordinates, modules_one_run
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
@@ -61,35 +61,51 @@ def test_choose_coordinates_prefers_quiet_then_uniform():
         choose_coordinates(shapes, ("w", "v"), 24, seed=0)
 
 
-def test_hook_adds_exactly_the_sampled_canaries_before_the_noise(digits):
-    # With a hook that records its step and adds C at one coordinate every step, the no-hook and
-    # hook runs share every private draw: only that coordinate's gradient differs, and a hook that
-    # adds nothing reproduces the plain run bit for bit.
+class _Noop:
+    """A canary of the loop's interface that draws nothing private and adds nothing."""
+
+    rows = False
+
+    def __init__(self):
+        self.seen = []
+
+    def draw(self):
+        return np.zeros(0, dtype=bool)
+
+    def add(self, hit, sums):
+        self.seen.append(len(sums))
+
+
+def test_a_canary_that_adds_nothing_leaves_the_run_unchanged(digits):
+    # A canary is called once per step with every parameter's clipped sum, before the noise; one that
+    # adds nothing (and draws nothing from the run's noise) reproduces the plain run bit for bit.
     x, y = digits.x_train[:200], digits.y_train[:200]
     cfg = DPSGDConfig(sample_rate=0.2, steps=5, normalizer=40, noise_multiplier=0.7)
 
-    def run(hook):
+    def run(**kw):
         m = build_module("dense", kind="image", n_features=64, n_classes=10, image_shape=(1, 8, 8), seed=0)
-        train_module_dp_sgd(m, x, y, cfg, noise=NoiseSource("reproducible", seed=9), canary_hook=hook)
+        train_module_dp_sgd(m, x, y, cfg, noise=NoiseSource("reproducible", seed=9), **kw)
         return {n: p.detach().clone() for n, p in m.named_parameters()}
 
-    seen = []
-    plain = run(None)
-    noop = run(lambda t, sums: seen.append((t, len(sums))))
-    assert seen == [(t, 6) for t in range(1, 6)]
-    assert all(torch.equal(plain[n], noop[n]) for n in plain)
+    noop = _Noop()
+    plain, none, with_noop = run(), run(canary=None), run(canary=noop)
+    assert noop.seen == [6] * 5
+    assert all(torch.equal(plain[n], none[n]) and torch.equal(plain[n], with_noop[n]) for n in plain)
 
 
-def test_default_release_path_is_unchanged(digits):
-    # The same call without the new argument and with canary_hook=None: identical parameters.
-    x, y = digits.x_train[:40], digits.y_train[:40]
-    cfg = DPSGDConfig(sample_rate=0.2, steps=2, normalizer=8, noise_multiplier=1.3)
-    outs = []
-    for kw in ({}, {"canary_hook": None}):
-        m = build_module("dense", kind="image", n_features=64, n_classes=10, image_shape=(1, 8, 8), seed=1)
-        train_module_dp_sgd(m, x, y, cfg, noise=NoiseSource("reproducible", seed=4), **kw)
-        outs.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
-    assert torch.equal(outs[0], outs[1])
+def test_dirac_canaries_add_c_at_their_coordinates_when_sampled():
+    g = choose_coordinates({"w": (3, 4), "v": (5,)}, ("w", "v"), 4, seed=1)
+    included = np.array([True, True, False, True])
+    canaries = DiracCanaries(g, ["w", "v"], included, 1.0, 0.5, np.random.default_rng(0))
+    hit = canaries.draw()
+    assert np.array_equal(hit, included)  # q = 1: every included canary is sampled
+    sums = [torch.zeros(3, 4), torch.zeros(5)]
+    canaries.add(hit, sums)
+    want = {("w", i): 0.0 for i in range(12)} | {("v", i): 0.0 for i in range(5)}
+    for j, coord in enumerate(g.coords):
+        want[coord] += 0.5 * included[j]
+    assert [float(sums[0].view(-1)[i]) for i in range(12)] == [want["w", i] for i in range(12)]
+    assert [float(sums[1][i]) for i in range(5)] == [want["v", i] for i in range(5)]
 
 
 @pytest.mark.parametrize("model", ["dp-cnn", "dp-attention"])

@@ -8,16 +8,17 @@ import pytest
 import torch
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.batched import HeadCanary, check_batched_inputs
+from dpaudit.mechanisms.batched import HeadCanary
 from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
-from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, head_clipped_sum
+from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, check_head_inputs, head_clipped_sum
 from dpaudit.mechanisms.engine import _run_sum, train_heads
 from dpaudit.noise import NoiseSource
 
 
 def train_linear_heads_batched(z, y, n_classes, cfg, *, runs, canary=None, canary_in=None, chunk_runs=64, **kw):
     """R runs with an audit canary, as HeadTarget.scores trains them."""
-    z, y, k, canary_in = check_batched_inputs(z, y, n_classes, kw.get("binary_logit", False), runs, canary, canary_in)
+    z, y, k = check_head_inputs(z, y, n_classes, kw.get("binary_logit", False))
+    canary_in = None if canary_in is None else np.asarray(canary_in, dtype=bool)
     hook = None if canary is None else canary.hook(canary_in, k=k, d=z.shape[1], n_classes=n_classes, clipping_norm=cfg.clipping_norm)
     return train_heads(z, y, n_classes, cfg, runs=runs, canary=hook, chunk_runs=chunk_runs, **kw)
 
@@ -121,7 +122,7 @@ def test_validation():
     z, y, _ = _data()
     cfg = DPSGDConfig(sample_rate=0.5, steps=2, normalizer=3, noise_multiplier=1.0)
     noise = NoiseSource("reproducible", seed=0)
-    with pytest.raises(UsageError, match="canary_in must be"):
+    with pytest.raises(UsageError, match="canary included must have shape"):
         train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=2, canary=HeadCanary(kind="gradient", direction=np.ones((3, 5))))
     with pytest.raises(UsageError, match="direction must have shape"):
         train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=2, canary=HeadCanary(kind="gradient", direction=np.ones((2, 5))), canary_in=np.ones(2, bool))

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import dpsgd, dpsgd_core
-from dpaudit.mechanisms.dpsgd import AdamState, DPSGDConfig, adam_update, run_dp_sgd, train_linear_head
+from dpaudit.mechanisms.dpsgd import AdamState, DPSGDConfig, adam_update, train_linear_head
+from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd
 from dpaudit.mechanisms.dpsgd_core import head_clipped_sum, head_probabilities, poisson_indices
 from dpaudit.noise import NoiseSource
 
@@ -180,7 +181,7 @@ def test_engine_normalizer_noise_and_empty_batches(monkeypatch):
         return [torch.full((2,), float(len(idx)), dtype=torch.float64)]
 
     p = torch.zeros(2, dtype=torch.float64)
-    steps = run_dp_sgd([p], clipped_sum, 3, cfg, noise=noise)
+    steps = run_dp_sgd(SumUnits(clipped_sum, 3), [p], cfg, noise=noise)
     assert steps == 4 and noise.mask_calls == 4
     assert seen_idx == [[0, 2], [0, 1, 2]]  # never called for an empty batch
     noise_term = 0.25 * 2.0 * 0.5  # noise_value * sigma * C
@@ -206,7 +207,7 @@ def test_train_linear_head_matches_slow_reference_float64(n, q):
     opt = torch.optim.Adam([w], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
     empty = 0
     for _ in range(cfg.steps):
-        idx = dpsgd_core.poisson_sample(noise, n, cfg.sample_rate)[0]
+        idx = dpsgd_core.poisson_batch(noise, 1, n, cfg.sample_rate)[0]
         empty += idx.size == 0
         g = torch.tensor(_reference_clipped_sum(w.detach().numpy(), z[idx], y[idx], cfg.clipping_norm, False))
         g = g + noise.gaussian_torch((k, d + 1), cfg.noise_multiplier * cfg.clipping_norm, dtype=torch.float64)
@@ -234,8 +235,8 @@ def test_cryptographic_source_goes_through_poisson_mask():
     calls = []
     orig = noise.poisson_mask
     noise.poisson_mask = lambda n, q: calls.append(n) or orig(n, q)  # instance attribute spy
-    idx = dpsgd_core.poisson_sample(noise, 100, 0.5, runs=2)
-    assert calls == [100, 100] and len(idx) == 2
+    flat, offsets = dpsgd_core.poisson_batch(noise, 2, 100, 0.5)
+    assert calls == [100, 100] and offsets.shape == (3,) and offsets[-1] == flat.size
 
 
 def test_linear_head_learns_separable_data():
@@ -326,8 +327,9 @@ def test_gap_extension_keeps_bernoulli_rates():
 
 
 @pytest.mark.parametrize("source,runs", [("reproducible", 1), ("reproducible", 5), ("cryptographic", 3)])
-def test_poisson_batch_is_poisson_sample_flattened(source, runs):
-    """The one sampler of every trainer draws exactly what poisson_sample draws (same order)."""
+def test_poisson_batch_is_gap_sampling_on_the_sources_generator(source, runs):
+    """The one sampler of every trainer draws, for numpy-backed sources, exactly the gap samples of
+    poisson_indices on the source's own generator (same order)."""
     seed = 21 if source == "reproducible" else None
     a = NoiseSource(source, seed=seed)
     b = a if source == "cryptographic" else NoiseSource(source, seed=seed)
@@ -335,7 +337,7 @@ def test_poisson_batch_is_poisson_sample_flattened(source, runs):
         flat, offsets = dpsgd.poisson_batch(a, runs, 500, 0.03)
         assert offsets.shape == (runs + 1,) and offsets[-1] == flat.size
         if source == "reproducible":
-            want = dpsgd_core.poisson_sample(b, 500, 0.03, runs=runs)
+            want = dpsgd_core.poisson_indices(b.numpy, runs, 500, 0.03)
             for r in range(runs):
                 np.testing.assert_array_equal(flat[offsets[r]:offsets[r + 1]], want[r])
         else:

@@ -18,7 +18,8 @@ from dpaudit.cli import app
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import dpsgd, dpsgd_core
 from dpaudit.mechanisms.contract import DataInfo
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, run_dp_sgd
+from dpaudit.mechanisms.dpsgd import DPSGDConfig
+from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd
 from dpaudit.mechanisms.dpsgd_core import SGD, gaussian_filler
 from dpaudit.mechanisms.dpsgd_release import MECHANISM
 from dpaudit.noise import NoiseSource
@@ -55,7 +56,7 @@ def test_noisy_sgd_step_equals_torch_sgd_on_the_clipped_noisy_gradient(momentum)
         return [(g * dpsgd_core.clip_factors(g.norm(dim=1), cfg.clipping_norm)[:, None]).sum(0)]
 
     ours = torch.zeros(5)
-    run_dp_sgd([ours], clipped_sum, 30, cfg, noise=NoiseSource("reproducible", seed=8))
+    run_dp_sgd(SumUnits(clipped_sum, 30), [ours], cfg, noise=NoiseSource("reproducible", seed=8))
     ref = torch.nn.Parameter(torch.zeros(5))
     opt = torch.optim.SGD([ref], lr=cfg.lr, momentum=momentum)
     noise = NoiseSource("reproducible", seed=8)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from dpaudit.data import load_dataset
 from dpaudit.mechanisms import dpsgd_core, ghost_clip, user_level
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd, train_user_module_dp_sgd
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
+from dpaudit.mechanisms.engine import UserSampling
 from dpaudit.mechanisms.models import CNN1d, CNN2d, CompactAttention, Dense
 from dpaudit.mechanisms.one_run_modules import modules_one_run
 from dpaudit.noise import NoiseSource
@@ -181,7 +182,7 @@ def test_releases_and_one_run_audits_run_the_ghost_kernel(monkeypatch, model):
             monkeypatch.setattr(ghost_clip, "ghost_layers", lambda m: None)
         torch.manual_seed(0)
         m = {"dense": lambda: Dense(64, (32, 16), 10, dropout=0.0), "cnn": lambda: CNN2d((1, 8, 8)), "attention": lambda: CompactAttention((1, 8, 8))}[model]()
-        train_user_module_dp_sgd(m, x, y, np.arange(200) // 3, cfg, records_per_user=2, noise=NoiseSource("reproducible", seed=5))
+        train_module_dp_sgd(m, x, y, cfg, users=UserSampling(np.arange(200) // 3, 2), noise=NoiseSource("reproducible", seed=5))
         train_module_dp_sgd(m, x, y, cfg, noise=NoiseSource("reproducible", seed=6))
         weights.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
         if not fallback:

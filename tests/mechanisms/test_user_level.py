@@ -20,8 +20,8 @@ from dpaudit.data import load_dataset
 from dpaudit.data.users import index_users
 from dpaudit.errors import AccountingMismatchError, DataError, UsageError
 from dpaudit.mechanisms import dpsgd, dpsgd_core, dpsgd_release, user_level
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd
-from dpaudit.mechanisms.dpsgd_core import with_bias_column
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd
+from dpaudit.mechanisms.engine import UserSampling
 from dpaudit.mechanisms.models import Dense
 from dpaudit.mechanisms.user_level import (
     sample_user_records,
@@ -137,7 +137,7 @@ def test_one_record_per_user_module_equals_record_level(monkeypatch):
     s1 = train_module_dp_sgd(m1, x, y, cfg, noise=NoiseSource("reproducible", seed=4), max_chunk=7)
     record_masks = list(masks)
     masks.clear()
-    s2 = train_user_module_dp_sgd(m2, x, y, np.arange(n) * 3 + 1, cfg, records_per_user=3, noise=NoiseSource("reproducible", seed=4), max_chunk=7)
+    s2 = train_module_dp_sgd(m2, x, y, cfg, users=UserSampling(np.arange(n) * 3 + 1, 3), noise=NoiseSource("reproducible", seed=4), max_chunk=7)
     assert s1 == s2 == cfg.steps
     assert all(np.array_equal(p, q) for p, q in zip(masks, record_masks))
     for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
@@ -177,7 +177,7 @@ def test_user_head_clipped_sum_matches_autograd(binary, c):
     ix = index_users(ids)
     w = rng.normal(size=(k_out, d + 1))
     rows, seg, k = sample_user_records(ix, np.arange(ix.n_users), 3, NoiseSource("reproducible", seed=0))
-    z1t = with_bias_column(z, torch.float64)
+    z1t = torch.as_tensor(np.hstack([z, np.ones((len(z), 1))]), dtype=torch.float64)
     ours = user_head_clipped_sum(w, z1t.numpy(), torch.linalg.vector_norm(z1t, dim=1).numpy(), y, rows, seg, k, c, binary_logit=binary)
     groups = [rows[seg == j] for j in range(k.size)]
     ref = _reference_user_head_sum(w, z, y, groups, c, binary)
@@ -231,7 +231,7 @@ def test_user_with_1000_records_moves_the_noiseless_update_at_most_c(g):
     ids, z, y = _heavy_user_data()
     c = 1.0
     w = np.random.default_rng(1).normal(size=(3, 9))
-    z1t = with_bias_column(z, torch.float64)
+    z1t = torch.as_tensor(np.hstack([z, np.ones((len(z), 1))]), dtype=torch.float64)
     z1, zn = z1t.numpy(), torch.linalg.vector_norm(z1t, dim=1).numpy()
 
     def update(keep):
@@ -276,7 +276,7 @@ def test_removing_any_user_moves_the_clipped_sum_at_most_c(sizes, g, c, seed):
     z = rng.normal(size=(ids.size, 3)) * rng.uniform(0.1, 20)
     y = rng.integers(0, 2, ids.size)
     w = rng.normal(size=(1, 4))
-    z1t = with_bias_column(z, torch.float64)
+    z1t = torch.as_tensor(np.hstack([z, np.ones((len(z), 1))]), dtype=torch.float64)
     z1, zn = z1t.numpy(), torch.linalg.vector_norm(z1t, dim=1).numpy()
     victim = int(rng.integers(0, len(sizes)))
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from ..errors import UsageError
 from ..validation import one_of
-from .dpsgd_core import check_head_inputs
 from .engine import CanaryHook
 
 
@@ -53,13 +52,3 @@ class HeadCanary:
             raise UsageError(f"gradient canary direction must have shape {(k, d + 1)}, got {direction.shape}.")
         # the worst case clipping allows: norm exactly C
         return CanaryHook(included=canary_in, gradient=direction * (clipping_norm / np.linalg.norm(direction)))
-
-
-def check_batched_inputs(z, y, n_classes: int, binary_logit: bool, runs: int, canary, canary_in):
-    """Validate the inputs every batched head audit takes; returns (z, y, K, canary_in)."""
-    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
-    if canary is not None:
-        if canary_in is None or np.shape(canary_in) != (runs,):
-            raise UsageError(f"canary_in must be a boolean array of shape ({runs},), got {None if canary_in is None else np.shape(canary_in)}.")
-        canary_in = np.asarray(canary_in, dtype=bool)
-    return z, y, k, canary_in

@@ -327,27 +327,16 @@ def _numpy_backed(noise: NoiseSource) -> bool:
     return type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(noise, "cryptographic", False)
 
 
-def poisson_sample(noise: NoiseSource, n: int, q: float, runs: int = 1) -> list[np.ndarray]:
-    """Private Poisson samples (one index array per run) drawn from ``noise``.
-
-    For the numpy-backed sources (``os-entropy``, ``reproducible``), whose stock
-    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``, the same generator is
-    used with gap sampling (same distribution, O(q n)). A cryptographic source, or any source that
-    overrides ``poisson_mask``, is always called through ``poisson_mask``.
-    """
-    if _numpy_backed(noise):
-        return poisson_indices(noise.numpy, runs, n, q)
-    return [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
-
-
 def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
     """One step's private Poisson samples of range(n) for ``runs`` independent runs, as (flat
     indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending. The
     sampler of every DP-SGD trainer (heads and modules, one run or many).
 
-    The draws of :func:`poisson_sample` with the same arguments: numpy-backed sources by gap
-    sampling (one draw for all runs, :func:`poisson_flat`; a single run through the lighter
-    :func:`poisson_indices`, the same draws); other sources through ``poisson_mask``, run by run.
+    Numpy-backed sources (``os-entropy``, ``reproducible``, whose stock
+    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``): the same generator
+    by gap sampling (same distribution, O(q n); one draw for all runs, :func:`poisson_flat`; a
+    single run through the lighter :func:`poisson_indices`, the same draws). A cryptographic
+    source, or any source that overrides ``poisson_mask``: through ``poisson_mask``, run by run.
     """
     if _numpy_backed(noise):
         if runs == 1:
@@ -359,15 +348,9 @@ def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.n
     return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)), offsets
 
 
-def gaussian_into(noise: NoiseSource, out: np.ndarray, std: float) -> np.ndarray:
-    """Fill ``out`` with N(0, std^2) from ``noise``: the draw of ``noise.gaussian_torch(out.shape,
-    std)``, written into a reused buffer."""
-    return gaussian_filler(noise, out, std)()
-
-
 def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable[[], np.ndarray]:
     """A function that refills ``out`` with fresh N(0, std^2) draws from ``noise`` at each call
-    (:func:`gaussian_into` with the per-call checks done once, for the trainers' loops).
+    (the per-call checks done once, for the loop).
 
     Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
     (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
@@ -403,12 +386,6 @@ def init_head(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
     drawn from a public generator. Returns (k, d+1) with the bias in the last column."""
     bound = 1.0 / math.sqrt(d) if d > 0 else 1.0
     return rng.uniform(-bound, bound, size=(k, d + 1))
-
-
-def with_bias_column(z: np.ndarray | torch.Tensor, dtype=torch.float32) -> torch.Tensor:
-    """[z, 1] as a torch tensor (the bias is the last coefficient of the head)."""
-    zt = torch.as_tensor(np.asarray(z) if not isinstance(z, torch.Tensor) else z, dtype=dtype)
-    return torch.cat([zt, torch.ones(zt.shape[0], 1, dtype=dtype)], dim=1)
 
 
 def residuals_numpy(logits: np.ndarray, y: np.ndarray, binary_logit: bool) -> np.ndarray:

@@ -117,25 +117,6 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     return epochs, batch, sigma, feats
 
 
-def claimed_event_of(target):
-    """A head target's claimed event: the release's recorded one, else the plan's (set up once)."""
-    if target.event is not None:
-        return target.event
-    target.prepare()
-    return target._event
-
-
-def describe_head(target) -> dict:
-    """A head audit target's describe(): its recorded set-up, and the noise multiplier actually
-    used when it is the no-noise control."""
-    target.prepare()
-    cfg = dict(target._info)
-    if not target.noise:
-        cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
-    cfg["threat_model"] = getattr(target, "threat_model", "final-model")  # user-level head targets: final model only
-    return {"task": None, "dataset": target._dataset_name, "config": cfg, "canary_info": target._canary_info}
-
-
 def dead_features(z: np.ndarray) -> np.ndarray:
     """Indices of the input features (columns of ``z``, records in rows) that are zero in every
     training record: weights on them get no data gradient, so a gradient canary there is alone."""
@@ -152,18 +133,63 @@ def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
     return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
 
 
-def noiseless_copy(target):
-    """The no-noise control of a head target: the same public set-up (features, canary, schedule)
-    with the noise multiplier set to NO_NOISE_MULTIPLIER."""
-    t = dataclasses.replace(target, noise=False)
-    if target._ready:  # reuse the public set-up; only the noise multiplier changes
-        t.__dict__.update({k: v for k, v in target.__dict__.items() if k.startswith("_")})
-        t._config = dataclasses.replace(target._config, noise_multiplier=NO_NOISE_MULTIPLIER)
-    return t
+class HeadAuditTarget(AuditTarget):
+    """What the record- and user-level head targets share: the model check, the claim of their
+    public set-up (:func:`setup_head`, in ``prepare``), the no-noise control and ``describe``."""
+
+    def __post_init__(self) -> None:
+        if self.model not in HEAD_MODELS:
+            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
+        check_canary("head", self.canary)
+        self._ready = False
+
+    @property
+    def mechanism(self) -> str:  # type: ignore[override]
+        return self.model
+
+    @property
+    def claimed_epsilon(self) -> float:  # type: ignore[override]
+        self.prepare()
+        return self._claimed
+
+    @property
+    def claimed_event(self):  # type: ignore[override]
+        """The claim as an event: the release's (``event``), else the plan's SubsampledGaussian(sigma, q, T)
+        under the target's adjacency (q the user rate at user level)."""
+        if self.event is not None:
+            return self.event
+        self.prepare()
+        return self._event
+
+    private_data = training_partition  # every trial trains on the training partition
+
+    def _replace(self, **changes):
+        """The same target with ``changes``, reusing the public set-up when prepared."""
+        t = dataclasses.replace(self, **changes)
+        if self._ready:
+            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
+        return t
+
+    def without_noise(self):
+        """The no-noise control: the same public set-up (features, canary, schedule) with the noise
+        multiplier set to NO_NOISE_MULTIPLIER."""
+        t = self._replace(noise=False)
+        if self._ready:
+            t._config = dataclasses.replace(self._config, noise_multiplier=NO_NOISE_MULTIPLIER)
+        return t
+
+    def describe(self) -> dict:
+        """The recorded set-up, with the noise multiplier actually used by the no-noise control."""
+        self.prepare()
+        cfg = dict(self._info)
+        if not self.noise:
+            cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
+        cfg["threat_model"] = getattr(self, "threat_model", "final-model")  # user-level head targets: final model only
+        return {"task": None, "dataset": self._dataset_name, "config": cfg, "canary_info": self._canary_info}
 
 
 @dataclass
-class HeadTarget(AuditTarget):
+class HeadTarget(HeadAuditTarget):
     """Audit of one frozen-feature model's DP-SGD head (see module docstring)."""
 
     model: str = "dp-rvfl"
@@ -193,18 +219,11 @@ class HeadTarget(AuditTarget):
     dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
-        if self.model not in HEAD_MODELS:
-            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
-        check_canary("head", self.canary)
+        super().__post_init__()
         if self.threat_model not in THREAT_MODELS:
             raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {self.threat_model!r}.")
         if self.threat_model == "trajectory" and self.canary != "max-clip":
             raise UsageError(f"canary must be max-clip with the trajectory threat model (its coordinate's per-step likelihood ratio), got {self.canary!r}.")
-        self._ready = False
-
-    @property
-    def mechanism(self) -> str:  # type: ignore[override]
-        return self.model
 
     # ------------------------------------------------------------------ public set-up (once)
     def prepare(self) -> None:
@@ -236,16 +255,6 @@ class HeadTarget(AuditTarget):
             self._canary = HeadCanary(kind="gradient", direction=direction)
 
     # -------------------------------------------------------------------------------- trials
-    @property
-    def claimed_epsilon(self) -> float:  # type: ignore[override]
-        self.prepare()
-        return self._claimed
-
-    @property
-    def claimed_event(self):  # type: ignore[override]
-        """The claim as an event: the release's (``event``) or the plan's SubsampledGaussian(sigma, q, T)."""
-        return claimed_event_of(self)
-
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """Final model: the canary's score on each run's head. Trajectory (every iterate seen): the exact
         log-likelihood ratio of the privatised sums at the max-clip canary's coordinate (module docstring)."""
@@ -262,15 +271,4 @@ class HeadTarget(AuditTarget):
 
     def with_threat_model(self, threat_model: str) -> "HeadTarget":
         """The same audit (public set-up reused when prepared) under another threat model."""
-        t = dataclasses.replace(self, threat_model=threat_model)
-        if self._ready:
-            t.__dict__.update({k: v for k, v in self.__dict__.items() if k.startswith("_")})
-        return t
-
-    private_data = training_partition  # every trial trains on the training partition
-
-    def without_noise(self) -> "HeadTarget":
-        return noiseless_copy(self)
-
-    def describe(self) -> dict:
-        return describe_head(self)
+        return self._replace(threat_model=threat_model)

@@ -52,8 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..audits.canaries import check_canary
-from ..audits.targets import AuditTarget, check_release_identity, training_partition
+from ..audits.targets import check_release_identity
 from ..catalogue import head_canary
 from ..data import load_dataset
 from ..data.users import UserIndex, attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
@@ -61,7 +60,7 @@ from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
-from .head_audit import HEAD_MODELS, canary_scores, claimed_event_of, describe_head, noiseless_copy, setup_head
+from .head_audit import HeadAuditTarget, canary_scores, setup_head
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.
@@ -148,7 +147,7 @@ class UserCanary:
 
 
 @dataclass
-class UserHeadTarget(AuditTarget):
+class UserHeadTarget(HeadAuditTarget):
     """User-level audit of one frozen-feature model's DP-SGD head (see module docstring).
 
     ``records_per_user`` is G (records per canary user, and the mechanism's per-step records
@@ -186,16 +185,9 @@ class UserHeadTarget(AuditTarget):
     dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
-        if self.model not in HEAD_MODELS:
-            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
+        super().__post_init__()
         positive_int("records_per_user", self.records_per_user)
-        check_canary("head", self.canary)
         one_of("adjacency", self.adjacency, (ADJACENCY,))
-        self._ready = False
-
-    @property
-    def mechanism(self) -> str:  # type: ignore[override]
-        return self.model
 
     # ------------------------------------------------------------------ public set-up (once)
     def _load(self):
@@ -257,17 +249,6 @@ class UserHeadTarget(AuditTarget):
         self._canary = UserCanary(kind="gradient", grads=np.broadcast_to(grad, (g,) + grad.shape).copy())
 
     # -------------------------------------------------------------------------------- trials
-    @property
-    def claimed_epsilon(self) -> float:  # type: ignore[override]
-        self.prepare()
-        return self._claimed
-
-    @property
-    def claimed_event(self):  # type: ignore[override]
-        """The claim as an event: the release's (``event``) or the plan's SubsampledGaussian(sigma, q_user, T),
-        under ``add-remove-user`` adjacency (the privacy unit is the user)."""
-        return claimed_event_of(self)
-
     def _train(self, canary_in: np.ndarray, noise: NoiseSource, clip_user=None):
         """R user-level runs on the release's head loop (``clip_user``: a test's broken canary clipping)."""
         index = self._users if isinstance(self._users, UserIndex) else index_users(self._users)
@@ -281,11 +262,3 @@ class UserHeadTarget(AuditTarget):
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
         return canary_scores(self, self._train(c, noise).weights)  # the record-level score, averaged over the user's records
-
-    private_data = training_partition  # every trial trains on the training partition
-
-    def without_noise(self) -> "UserHeadTarget":
-        return noiseless_copy(self)
-
-    def describe(self) -> dict:
-        return describe_head(self)

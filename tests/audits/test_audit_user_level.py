@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,7 +15,9 @@ from typer.testing import CliRunner
 from dpaudit.auditing import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
 from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms.user_head_audit import UserCanary, UserHeadTarget, synthetic_user_ids, user_clipped_gradient
+from dpaudit.mechanisms import user_head_audit
+from dpaudit.mechanisms.engine import CanaryHook
+from dpaudit.mechanisms.user_head_audit import UserHeadTarget, synthetic_user_ids, user_clipped_gradient
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
@@ -108,7 +111,7 @@ def test_canary_user_is_one_more_user_of_the_mechanism():
     zc, yc = rng.normal(size=(4, 5)), np.array([2, 2, 2, 2])
     cfg = _full_batch_config(10)
     init = rng.normal(size=(3, 6)) * 0.1
-    canary = UserCanary(kind="records", z=zc, y=yc)
+    canary = CanaryHook(np.zeros(1, bool), z=zc, y=yc)
     got = _user_runs(z, y, ids, 3, cfg, records_per_user=4, noise=NoiseSource("reproducible", seed=5), runs=1, canary=canary,
                                    canary_in=np.array([True]), init=init)
     # the mechanism on the data plus the canary user (its normaliser is public and unchanged)
@@ -121,7 +124,7 @@ def test_cryptographic_source_goes_through_its_methods():
     rng = np.random.default_rng(2)
     z, _, _, y = _features(rng, 30, 4, 2)
     cfg = DPSGDConfig(sample_rate=0.3, steps=5, normalizer=3, noise_multiplier=1.0)
-    canary = UserCanary(kind="gradient", grads=np.ones((2, 1, 5)))
+    canary = CanaryHook(np.zeros(1, bool), gradient=user_clipped_gradient(np.ones((2, 1, 5)), cfg.clipping_norm))
     res = _user_runs(z, y, rng.integers(8, size=30), 2, cfg, records_per_user=2, noise=NoiseSource("cryptographic"), runs=3,
                                    canary=canary, canary_in=np.array([True, False, True]), binary_logit=True)
     assert res.weights.shape == (3, 1, 5) and np.all(np.isfinite(res.weights)) and res.steps_executed == 5
@@ -181,18 +184,12 @@ def _per_record_clipped_gradient(grads, clipping_norm):
     return (g * np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-30))[:, None, None]).sum(axis=0)
 
 
-class _BrokenPerRecordClipTarget(UserHeadTarget):
-    """Test-only: the user-level target whose canary user is clipped per record, still claiming user-level epsilon."""
-
-    def _train(self, canary_in, noise, clip_user=None):
-        return super()._train(canary_in, noise, clip_user=_per_record_clipped_gradient)
-
-
 def test_per_record_clipping_is_caught(monkeypatch):
     # G = 16 records per user: the broken mechanism's canary user moves W[0, j] by 16 C per sampled step.
-    t = _BrokenPerRecordClipTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4)
-    with monkeypatch.context() as mp:  # the planted fault: the shared user kernel clips records, not users
+    t = UserHeadTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4)
+    with monkeypatch.context() as mp:  # the planted fault: the shared user kernel, and the canary user's contribution, clip records, not users
         mp.setattr(user_level, "user_head_clipped_sum", _per_record_clipped_sum)
+        mp.setattr(user_head_audit, "user_clipped_gradient", _per_record_clipped_gradient)
         r = run_audit(t, runs=1000, seed=0, controls=(), reproducible_noise=True)
     assert r.claimed_epsilon <= 1.0
     assert r.violated and r.epsilon_lower_bound > 1.3 * r.claimed_epsilon  # 1.6 to 2.2 over public seeds 0-2
@@ -282,7 +279,5 @@ def test_cli_bad_privacy_unit_flags_exit_2_with_one_line(args, message):
 def _user_runs(z, y, users, n_classes, cfg, *, records_per_user, runs, canary=None, canary_in=None, **kw):
     """R user-level runs with a canary user, as UserHeadTarget trains them (engine.train_heads)."""
     index = users if hasattr(users, "n_users") else index_users(users)
-    k = 1 if kw.get("binary_logit") and n_classes == 2 else n_classes
-    hook = None if canary is None else canary.hook(np.asarray(canary_in, dtype=bool), k=k, d=z.shape[1], n_classes=n_classes,
-                                                   clipping_norm=cfg.clipping_norm)
+    hook = None if canary is None else dataclasses.replace(canary, included=np.asarray(canary_in, dtype=bool))
     return train_heads(z, y, n_classes, cfg, runs=runs, users=UserSampling(index, records_per_user), canary=hook, **kw)

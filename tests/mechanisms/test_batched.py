@@ -1,25 +1,25 @@
 """R head runs at once (engine.train_heads, as the audits run it): each run is exactly the
-single-run protocol; the audit canaries (HeadCanary.hook); validation."""
+single-run protocol; the audit canaries (a CanaryHook per trial batch); validation."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.batched import HeadCanary
 from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
 from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, check_head_inputs, head_clipped_sum
-from dpaudit.mechanisms.engine import _run_sum, train_heads
+from dpaudit.mechanisms.engine import CanaryHook, _run_sum, train_heads
 from dpaudit.noise import NoiseSource
 
 
 def train_linear_heads_batched(z, y, n_classes, cfg, *, runs, canary=None, canary_in=None, chunk_runs=64, **kw):
-    """R runs with an audit canary, as HeadTarget.scores trains them."""
-    z, y, k = check_head_inputs(z, y, n_classes, kw.get("binary_logit", False))
-    canary_in = None if canary_in is None else np.asarray(canary_in, dtype=bool)
-    hook = None if canary is None else canary.hook(canary_in, k=k, d=z.shape[1], n_classes=n_classes, clipping_norm=cfg.clipping_norm)
+    """R runs with an audit canary (a CanaryHook whose ``included`` is replaced by ``canary_in``), as HeadTarget.scores trains them."""
+    z, y, _ = check_head_inputs(z, y, n_classes, kw.get("binary_logit", False))
+    hook = None if canary is None else dataclasses.replace(canary, included=canary_in)
     return train_heads(z, y, n_classes, cfg, runs=runs, canary=hook, chunk_runs=chunk_runs, **kw)
 
 
@@ -87,7 +87,7 @@ def test_gradient_canary_is_added_only_in_including_runs():
     z, y, init = _data()
     cfg = DPSGDConfig(sample_rate=1.0, steps=8, normalizer=30, noise_multiplier=0.0, non_private=True, clipping_norm=0.7)
     direction = np.random.default_rng(2).normal(size=(3, 5))
-    canary = HeadCanary(kind="gradient", direction=direction)
+    canary = CanaryHook(np.zeros(1, bool), gradient=direction * (0.7 / np.linalg.norm(direction)))  # norm C
     res = train_linear_heads_batched(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=4, init=init,
                                      canary=canary, canary_in=np.array([True, False, True, False]), dtype=torch.float64, chunk_runs=2)
     single = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weight
@@ -102,7 +102,7 @@ def test_record_canary_equals_training_with_the_extra_record():
     cz, cy = np.full(4, 2.0), 1
     cfg = DPSGDConfig(sample_rate=1.0, steps=8, normalizer=30, noise_multiplier=0.0, non_private=True)
     res = train_linear_heads_batched(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=2, init=init,
-                                     canary=HeadCanary(kind="record", z=cz, y=cy), canary_in=np.array([True, False]), dtype=torch.float64)
+                                     canary=CanaryHook(np.zeros(1, bool), z=cz[None], y=np.array([cy])), canary_in=np.array([True, False]), dtype=torch.float64)
     with_canary = train_linear_head(np.vstack([z, cz]), np.append(y, cy), 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weight
     without = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weight
     np.testing.assert_allclose(res.weights[0], with_canary, rtol=1e-10)
@@ -113,7 +113,7 @@ def test_canary_sampling_rate_is_q():
     z, y, _ = _data(n=10)
     cfg = DPSGDConfig(sample_rate=0.25, steps=400, normalizer=3, noise_multiplier=1.0)
     res = train_linear_heads_batched(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=1), runs=8,
-                                     canary=HeadCanary(kind="gradient", direction=np.ones((3, 5))), canary_in=np.ones(8, dtype=bool))
+                                     canary=CanaryHook(np.zeros(1, bool), gradient=np.ones((3, 5))), canary_in=np.ones(8, dtype=bool))
     rate = res.canary_samples.sum() / (8 * 400)
     assert abs(rate - 0.25) < 5 * np.sqrt(0.25 * 0.75 / 3200)
 
@@ -122,14 +122,12 @@ def test_validation():
     z, y, _ = _data()
     cfg = DPSGDConfig(sample_rate=0.5, steps=2, normalizer=3, noise_multiplier=1.0)
     noise = NoiseSource("reproducible", seed=0)
-    with pytest.raises(UsageError, match="canary included must have shape"):
-        train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=2, canary=HeadCanary(kind="gradient", direction=np.ones((3, 5))))
-    with pytest.raises(UsageError, match="direction must have shape"):
-        train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=2, canary=HeadCanary(kind="gradient", direction=np.ones((2, 5))), canary_in=np.ones(2, bool))
-    with pytest.raises(UsageError, match="must be a finite non-zero"):
-        HeadCanary(kind="gradient", direction=np.zeros((3, 5)))
-    with pytest.raises(UsageError, match="canary kind must be"):
-        HeadCanary(kind="user")
+    with pytest.raises(UsageError, match="canary_in must be a boolean array of shape"):
+        train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=2, canary=CanaryHook(np.zeros(1, bool), gradient=np.ones((3, 5))), canary_in=np.ones(3, bool))
+    with pytest.raises(UsageError, match="canary gradient must be a finite array of shape"):
+        train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=2, canary=CanaryHook(np.zeros(1, bool), gradient=np.ones((2, 5))), canary_in=np.ones(2, bool))
+    with pytest.raises(UsageError, match="either rows"):
+        CanaryHook(np.ones(2, bool))
     with pytest.raises(UsageError, match="runs must be"):
         train_linear_heads_batched(z, y, 3, cfg, noise=noise, runs=0)
 

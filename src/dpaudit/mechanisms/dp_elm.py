@@ -65,7 +65,6 @@ from .rvfl import classification_metrics
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
 ACCOUNTANT = "pure"
-DEFAULT_ADJACENCY = "add-remove-record"
 ADJACENCIES = ("add-remove-record", "replace-record")
 ELM_WIDTHS = (1, 3, 5, 10)
 CHUNK = 1024  # records per accumulation chunk (section 3.5)

@@ -38,9 +38,8 @@ from ..catalogue import names as catalogue_names
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..requests import THREAT_MODELS
-from .batched import HeadCanary
 from .dpsgd_core import DPSGDConfig, head_outputs, init_head
-from .engine import train_heads
+from .engine import CanaryHook, train_heads
 from .features import build_features
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 
@@ -115,6 +114,14 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     target._init = init_head(feats.output_dim, target._k, public_rng(target.seed, TAG_HEAD))
     target._dataset_name = data.name
     return epochs, batch, sigma, feats
+
+
+def dirac_gradient(target, j: int) -> np.ndarray:
+    """C e_(0, j) on a (K, d+1) head of a prepared target: a gradient canary of norm exactly C,
+    the worst case clipping allows."""
+    grad = np.zeros((target._k, target._z.shape[1] + 1))
+    grad[0, j] = target._config.clipping_norm
+    return grad
 
 
 def dead_features(z: np.ndarray) -> np.ndarray:
@@ -247,12 +254,10 @@ class HeadTarget(HeadAuditTarget):
     def _build_canary(self, data, feats) -> None:
         ch = self._choice = head_canary(self.canary)(self, data, feats, None)
         self._canary_info, self._coord = ch.info, ch.coordinate
-        if ch.coordinate is None:
-            self._canary = HeadCanary(kind="record", z=ch.z[0], y=int(ch.y[0]))
+        if ch.coordinate is None:  # one record, trained on like any record
+            self._canary = CanaryHook(included=np.zeros(1, bool), z=np.asarray(ch.z[:1], dtype=np.float64), y=np.asarray(ch.y[:1], dtype=np.int64))
         else:
-            direction = np.zeros((self._k, self._z.shape[1] + 1))
-            direction[0, ch.coordinate] = 1.0
-            self._canary = HeadCanary(kind="gradient", direction=direction)
+            self._canary = CanaryHook(included=np.zeros(1, bool), gradient=dirac_gradient(self, ch.coordinate))
 
     # -------------------------------------------------------------------------------- trials
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
@@ -261,8 +266,7 @@ class HeadTarget(HeadAuditTarget):
         self.prepare()
         c, cfg = np.asarray(canary_in, dtype=bool), self._config
         every = self.threat_model == "trajectory"
-        hook = self._canary.hook(c, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=cfg.clipping_norm)
-        res = train_heads(self._z, self._y, self._n_classes, cfg, noise=noise, runs=c.size, canary=hook, init=self._init,
+        res = train_heads(self._z, self._y, self._n_classes, cfg, noise=noise, runs=c.size, canary=dataclasses.replace(self._canary, included=c), init=self._init,
                           binary_logit=self._binary, chunk_runs=64, record=[(0, self._coord)] if every else None)
         if not every:
             return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)

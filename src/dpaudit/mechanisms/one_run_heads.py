@@ -42,13 +42,12 @@ import numpy as np
 
 from ..audits.one_run import OneRunScores
 from ..audits.targets import load_target_data
-from ..data.users import UserIndex, index_users
 from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
 from .features import build_features
-from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget, dead_features
+from .head_audit import NO_NOISE_MULTIPLIER, HeadAuditTarget, dead_features
 from .rvfl import MODELS
 from .user_head_audit import UserHeadTarget
 
@@ -90,7 +89,7 @@ def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
     return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
 
 
-def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
+def heads_one_run(target: HeadAuditTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
                   coins=None, progress=None):
     """Train ``target``'s head once with ``canaries`` independent canaries; returns
     :class:`~dpaudit.audits.one_run.OneRunScores` (module docstring: canaries, scores, contract).
@@ -101,7 +100,7 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
     kept, noise multiplier NO_NOISE_MULTIPLIER. ``progress(done, total)``: training steps.
     """
     user_level = isinstance(target, UserHeadTarget)
-    if not isinstance(target, HeadTarget) and not user_level:
+    if not isinstance(target, HeadAuditTarget):
         raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")
     m = positive_int("canaries", canaries, 2)
     one_of("kind", kind, HEAD_ONE_RUN_KINDS)
@@ -119,17 +118,11 @@ def heads_one_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed
             "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,
             "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
     if kind == "gradient":
-        scores = _gradient_canaries(target, cfg, noise, included, seed, info, _user_sampling(target) if user_level else None, progress)
+        users = UserSampling(target._users, target.records_per_user) if user_level else None  # each canary: one more user, exactly C e_j
+        scores = _gradient_canaries(target, cfg, noise, included, seed, info, users, progress)
     else:
         scores = _record_canaries(target, cfg, noise, included, seed, info, progress)
     return OneRunScores(scores=scores, included=included, kind=kind, info=info)
-
-
-def _user_sampling(target):
-    """Canary users: each canary is one more user, Poisson-sampled at the user rate q (the
-    engine's canary draw), whose jointly clipped contribution is exactly C e_j."""
-    index = target._users if isinstance(target._users, UserIndex) else index_users(target._users)
-    return UserSampling(index, target.records_per_user)
 
 
 def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users, progress) -> np.ndarray:

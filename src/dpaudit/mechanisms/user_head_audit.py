@@ -47,6 +47,7 @@ Gaussian draw of shape (R, K, d+1) and one Adam update of all runs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -55,12 +56,12 @@ import numpy as np
 from ..audits.targets import check_release_identity
 from ..catalogue import head_canary
 from ..data import load_dataset
-from ..data.users import UserIndex, attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
+from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ..errors import DataError, UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
-from .head_audit import HeadAuditTarget, canary_scores, setup_head
+from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, setup_head
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.
@@ -99,48 +100,6 @@ def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.
     mean = g.sum(axis=0) / g.shape[0]
     norm = float(np.sqrt(np.sum(mean * mean)))
     return mean * min(1.0, float(clipping_norm) / max(norm, 1e-30))
-
-
-@dataclass(frozen=True, eq=False)
-class UserCanary:
-    """A canary user of the user-level head audits (:meth:`hook`).
-
-    ``kind="gradient"``: ``grads`` (G, K, d+1), the gradients of its G records (independent of
-    the model, a Dirac canary); its contribution at each step it is sampled is
-    ``clip_user(grads, C)``. ``kind="records"``: G input records ``z`` (G, d) with labels ``y``
-    (G,), one more user of the index, sampled and clipped like every user.
-    """
-
-    kind: str
-    grads: np.ndarray | None = None
-    z: np.ndarray | None = None
-    y: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        one_of("canary user kind", self.kind, ("gradient", "records"))
-        if self.kind == "gradient" and (self.grads is None or np.ndim(self.grads) != 3 or not np.all(np.isfinite(self.grads))):
-            raise UsageError("a gradient canary user must have finite grads of shape (G, K, d+1), got an invalid array.")
-        if self.kind == "records" and (self.z is None or self.y is None or np.ndim(self.z) != 2 or np.shape(self.y) != (np.shape(self.z)[0],)):
-            raise UsageError("a records canary user must have z (G, d) and y (G,), got an invalid pair.")
-
-    @property
-    def size(self) -> int:
-        return int(np.shape(self.grads if self.kind == "gradient" else self.z)[0])
-
-    def hook(self, canary_in, *, k: int, d: int, n_classes: int, clipping_norm: float, clip_user=None):
-        """The engine's :class:`~dpaudit.mechanisms.engine.CanaryHook` of this canary user for runs
-        ``canary_in`` (R,): its records as one more user of the index (rows n..n+G-1, user
-        n_users: the ordinary Poisson draw never samples it, the engine's canary draw does), or
-        its gradients' contribution ``clip_user(grads, C)`` (default :func:`user_clipped_gradient`)."""
-        if self.kind == "records":
-            cz, cy = np.asarray(self.z, dtype=np.float64), np.asarray(self.y, dtype=np.int64)
-            if cz.shape[1] != d or cy.min() < 0 or cy.max() >= n_classes:
-                raise UsageError(f"canary user records must have {d} features and labels in [0, {n_classes}), got {cz.shape[1]} and {cy.tolist()}.")
-            return CanaryHook(included=canary_in, z=cz, y=cy)
-        grads = np.asarray(self.grads, dtype=np.float64)
-        if grads.shape[1:] != (k, d + 1):
-            raise UsageError(f"canary user gradients must have shape (G, {k}, {d + 1}), got {grads.shape}.")
-        return CanaryHook(included=canary_in, gradient=np.asarray((clip_user or user_clipped_gradient)(grads, clipping_norm), dtype=np.float64))
 
 
 # -------------------------------------------------------------------------------------- target
@@ -238,27 +197,24 @@ class UserHeadTarget(HeadAuditTarget):
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
+        """The canary user: its records as one more user of the index (rows n..n+G-1, user n_users: the
+        ordinary Poisson draw never samples it, the loop's canary draw does), or G records whose
+        gradients are all C e_j, contributing :func:`user_clipped_gradient` of them."""
         g = self.records_per_user
         ch = self._choice = head_canary(self.canary)(self, data, feats, g)
         self._canary_info = ch.info
         if ch.coordinate is None:
-            self._canary = UserCanary(kind="records", z=ch.z, y=ch.y)
+            self._canary = CanaryHook(included=np.zeros(1, bool), z=np.asarray(ch.z, dtype=np.float64), y=np.asarray(ch.y, dtype=np.int64))
             return
-        grad = np.zeros((self._k, self._z.shape[1] + 1))
-        grad[0, ch.coordinate] = self._config.clipping_norm  # each record's gradient: norm exactly C on W[0, j]
-        self._canary = UserCanary(kind="gradient", grads=np.broadcast_to(grad, (g,) + grad.shape).copy())
+        grads = np.broadcast_to(dirac_gradient(self, ch.coordinate), (g, self._k, self._z.shape[1] + 1)).copy()
+        self._canary = CanaryHook(included=np.zeros(1, bool), gradient=user_clipped_gradient(grads, self._config.clipping_norm))
 
     # -------------------------------------------------------------------------------- trials
-    def _train(self, canary_in: np.ndarray, noise: NoiseSource, clip_user=None):
-        """R user-level runs on the release's head loop (``clip_user``: a test's broken canary clipping)."""
-        index = self._users if isinstance(self._users, UserIndex) else index_users(self._users)
-        hook = self._canary.hook(canary_in, k=self._k, d=self._z.shape[1], n_classes=self._n_classes, clipping_norm=self._config.clipping_norm,
-                                 clip_user=clip_user)
-        return train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=canary_in.size, init=self._init,
-                           users=UserSampling(index, positive_int("records_per_user", self.records_per_user)), canary=hook,
-                           binary_logit=self._binary)
-
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
+        """R user-level runs on the release's head loop; the record-level score, averaged over the user's records."""
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
-        return canary_scores(self, self._train(c, noise).weights)  # the record-level score, averaged over the user's records
+        res = train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, init=self._init,
+                          users=UserSampling(self._users, self.records_per_user), canary=dataclasses.replace(self._canary, included=c),
+                          binary_logit=self._binary)
+        return canary_scores(self, res.weights)

@@ -12,7 +12,7 @@ Parts (all by default):
   "dpaudit f32" is the new one (``NoiseSource.gaussian_into`` on a float32 buffer, the chunked
   refills included); "dpaudit f64" is ``gaussian_numpy``; "cryptographic f32" the same draw on a
   cryptographic source.
-- ``e2e`` (needs ``--data-dir``): ``train_linear_head`` on MNIST DP-RVFL features (sigma
+- ``e2e`` (needs ``--data-dir``): ``train_heads`` (one run) on MNIST DP-RVFL features (sigma
   0.8794, q 0.005), ``--steps`` steps, CPU time per step with the old filler (torch.randn) and
   with the new one, interleaved, medians.
 - ``tails``: noise_tail_delta of each built-in configuration (dimensions from the code).
@@ -96,7 +96,8 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
     import bench_rvfl_vs_opacus as b
 
     from dpaudit.mechanisms import dpsgd, dpsgd_core
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig
+    from dpaudit.mechanisms.engine import train_heads
     from dpaudit.mechanisms.dpsgd_core import init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
@@ -124,7 +125,7 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
             for name, f in (arms if i % 2 == 0 else arms[::-1]):  # alternate the order
                 dpsgd_core.gaussian_filler = f
                 t = time.process_time()
-                train_linear_head(z, data.y_train, 10, cfg, noise=NoiseSource(), init=init, z_has_bias_column=True)
+                train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), init=init, z_has_bias_column=True)
                 res[name].append((time.process_time() - t) / steps)
     finally:
         dpsgd_core.gaussian_filler = new_filler

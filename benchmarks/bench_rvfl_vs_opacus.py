@@ -10,7 +10,7 @@ loading, calibration or privacy-engine construction), as in the paper's section 
   trainable ``nn.Linear`` head; Adam(1e-3); mean loss with expected batch size m0.
 - ``opacus-cached``: the same, on precomputed features z (isolates the per-example-gradient
   engine from the feature computation).
-- ``dpaudit``: :func:`dpaudit.mechanisms.dpsgd.train_linear_head` (closed-form clipped sums; one
+- ``dpaudit``: :func:`dpaudit.mechanisms.engine.train_heads` with R = 1 (closed-form clipped sums; one
   run of the head engine :func:`dpaudit.mechanisms.engine.train_heads`), including the one-off
   feature computation in the timed part.
 - ``dpaudit-batched``: :func:`dpaudit.mechanisms.engine.train_heads`, R runs at once
@@ -114,17 +114,18 @@ def run_opacus(data, sched, sigma, seed, cached, feats, head_init):
 
 
 def run_dpaudit(data, sched, sigma, seed, feats, head_init):
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig
+    from dpaudit.mechanisms.engine import train_heads
     from dpaudit.mechanisms.dpsgd_core import head_probabilities
     from dpaudit.noise import NoiseSource
 
     cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
     t, c = time.perf_counter(), time.process_time()
     z = feats.transform(data.x_train, bias_column=True)
-    res = train_linear_head(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
+    res = train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     assert res.steps_executed == sched.steps
-    acc = float((head_probabilities(res.weight, feats.transform(data.x_test)).argmax(1) == data.y_test).mean())
+    acc = float((head_probabilities(res.weights[0], feats.transform(data.x_test)).argmax(1) == data.y_test).mean())
     return secs, cpu, acc
 
 
@@ -179,7 +180,8 @@ def profile_single(data_dir) -> int:
     import cProfile
     import pstats
 
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig
+    from dpaudit.mechanisms.engine import train_heads
     from dpaudit.mechanisms.dpsgd_core import init_head
     from dpaudit.mechanisms.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
@@ -196,7 +198,7 @@ def profile_single(data_dir) -> int:
     prof = cProfile.Profile()
     c = time.process_time()
     prof.enable()
-    train_linear_head(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
+    train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
     prof.disable()
     c_train = time.process_time() - c
     print(f"features {z.shape}: {c_feat:.2f} CPU s; training loop ({sched.steps} steps, cProfile on): {c_train:.2f} CPU s; "

@@ -3,7 +3,7 @@
 Synthetic data (public seed 0): n records of d features, K classes; users with a heavy-tailed
 number of records (geometric sizes, a few users with 1,000 records). Reports seconds per step
 and steps per second for
-  - record-level DP-SGD (train_linear_head / train_module_dp_sgd), batch B records;
+  - record-level DP-SGD (train_heads / train_module_dp_sgd), batch B records;
   - user-level DP-SGD with one record per user (must equal record level: checked);
   - user-level DP-SGD on the heavy-tailed users at G in {1, 8, 64}, batch B users.
 
@@ -21,7 +21,7 @@ import torch
 
 torch.set_num_threads(1)
 
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd  # noqa: E402
+from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd  # noqa: E402
 from dpaudit.mechanisms.models import Dense  # noqa: E402
 from dpaudit.mechanisms.engine import UserSampling, train_heads  # noqa: E402
 from dpaudit.data.users import index_users  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
 
     print("linear head")
     c = cfg(args.n, args.steps)
-    a = timed("record level", lambda: train_linear_head(z, y, args.classes, c, noise=NoiseSource("reproducible", seed=1), binary_logit=binary), args.steps)
+    a = timed("record level", lambda: train_heads(z, y, args.classes, c, noise=NoiseSource("reproducible", seed=1), binary_logit=binary), args.steps)
     b = timed("user level, one record per user (G=8)", lambda: train_heads(
         z, y, args.classes, c, users=UserSampling(index_users(np.arange(args.n)), 8), noise=NoiseSource("reproducible", seed=1),
         binary_logit=binary), args.steps)

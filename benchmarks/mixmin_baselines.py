@@ -17,7 +17,8 @@ import numpy as np
 
 from dpaudit.accounting import calibrate_noise_multiplier, dp_sgd_schedule
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+from dpaudit.mechanisms.dpsgd import DPSGDConfig
+from dpaudit.mechanisms.engine import train_heads
 from dpaudit.mechanisms.mixmin import run_mixmin, solve_mixmin
 from dpaudit.mechanisms.mixmin_pipeline import (_TAG_PRETRAIN, DownstreamSettings, auc, default_downstream, features, head_init, head_scores,
                                                 model_scores, pretrain)
@@ -48,13 +49,13 @@ def learn_mixture(probs, labels, *, epsilon: float, delta: float, settings: Mixt
 
 def finetune_head(model, x_ft, y_ft, *, epsilon: float, delta: float, settings: DownstreamSettings, noise: NoiseSource,
                   init: np.ndarray | None, accountant: str = "rdp"):
-    """DP-SGD on the head over frozen features of D_ft. Returns (HeadResult, DPSGDConfig, calibration, schedule)."""
+    """DP-SGD on the head over frozen features of D_ft. Returns (the head (K, d+1), DPSGDConfig, calibration, schedule)."""
     z = features(model, x_ft).astype(np.float32)
     sched = dp_sgd_schedule(len(y_ft), min(settings.finetune_batch_size, len(y_ft)), settings.finetune_epochs)
     cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps, accountant=accountant)
     cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
                       noise_multiplier=cal.noise_multiplier, clipping_norm=settings.finetune_clipping_norm, lr=settings.finetune_lr)
-    head = train_linear_head(z, np.asarray(y_ft, dtype=np.int64), 2, cfg, noise=noise, init=init, binary_logit=True)
+    head = train_heads(z, np.asarray(y_ft, dtype=np.int64), 2, cfg, noise=noise, init=init, binary_logit=True).weights[0]
     return head, cfg, cal, sched
 
 
@@ -129,5 +130,5 @@ def run_method(method: str, task: MixMinTask, target: str, probs_train: np.ndarr
                                             settings=downstream, noise=noise, init=init)
     info.update(finetune_noise_multiplier=fcal.noise_multiplier, finetune_records=int(len(ft_idx)),
                 finetune_steps=sched.steps, finetune_sample_rate=sched.sample_rate)
-    auc_ft = auc(y_te, head_scores(model, head.weight, x_te))
+    auc_ft = auc(y_te, head_scores(model, head, x_te))
     return MethodResult(method, weights, auc_pre, auc_ft, info)

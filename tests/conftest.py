@@ -55,12 +55,13 @@ def require_file(data_dir: Path, rel: str) -> Path:
 
 # ------------------------------------------------------------------ planted faults (test fixtures only)
 
-#: Faults :func:`plant` knows, each patching one shared piece every DP-SGD loop uses (record and user
+#: Faults :func:`plant` knows, each patching one shared piece of the one DP-SGD loop (record and user
 #: heads, modules; releases and audits alike): "skip-clip" leaves the last unit of every clipped batch
 #: unclipped (an off-by-one in :func:`dpaudit.mechanisms.dpsgd_core.clip_factors`, the one clipping rule);
 #: "half-noise" halves the standard deviation of every step's Gaussian noise (the one noise filler
-#: of the noisy step) while the release still claims the calibrated noise multiplier.
-FAULTS = ("skip-clip", "half-noise")
+#: of the noisy step) while the release still claims the calibrated noise multiplier; "double-rate"
+#: makes the loop's Poisson sampler include every unit at twice the rate the accountant is told.
+FAULTS = ("skip-clip", "half-noise", "double-rate")
 
 
 def plant(monkeypatch, name: str) -> None:
@@ -79,6 +80,9 @@ def plant(monkeypatch, name: str) -> None:
     elif name == "half-noise":
         real_fill = dpsgd_core.gaussian_filler
         monkeypatch.setattr(dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, std / 2.0))
+    elif name == "double-rate":
+        real_batch = dpsgd_core.poisson_batch
+        monkeypatch.setattr(dpsgd_core, "poisson_batch", lambda noise, runs, n, q: real_batch(noise, runs, n, min(1.0, 2.0 * q)))
     else:
         raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {name!r}.")
 

@@ -249,7 +249,7 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     draw through dpaudit.noise.box_muller."""
     from dpaudit import noise as noise_mod
     from dpaudit.audits.gaussian import GaussianTarget
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head, train_module_dp_sgd, train_user_module_dp_sgd
+    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
     from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_runs
     from dpaudit.data.users import index_users
     from dpaudit.mechanisms.engine import UserSampling, train_heads
@@ -273,10 +273,10 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
         m.setattr(torch, "normal", forbidden)
         m.setattr(torch.Tensor, "normal_", forbidden)
         paths = {
-            "record head": lambda s: train_linear_head(z, y, 2, cfg, noise=s),
+            "record head": lambda s: train_heads(z, y, 2, cfg, noise=s),
             "user head": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s),
             "record module": lambda s: train_module_dp_sgd(module, x, torch.as_tensor(y), cfg, noise=s),
-            "user module": lambda s: train_user_module_dp_sgd(module, x, torch.as_tensor(y), users, cfg, records_per_user=2, noise=s),
+            "user module": lambda s: train_module_dp_sgd(module, x, torch.as_tensor(y), cfg, users=UserSampling(users, 2), noise=s),
             "batched heads": lambda s: train_heads(z, y, 2, cfg, noise=s, runs=3),
             "batched user heads": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s, runs=3),
             "mixmin record": lambda s: run_mixmin(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(

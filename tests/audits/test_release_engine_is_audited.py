@@ -1,13 +1,15 @@
-"""Releases and audits train with one DP-SGD core, so a fault planted in it reaches both.
+"""Releases and audits train with one DP-SGD loop, so a fault planted in it reaches both.
 
 Before the engine (issue 14) the release trained its head with its own loop and the audits with
-another, so a fault in the released mechanism could not move an audit's eps_LB. Here known faults
-are planted as test fixtures (``plant_fault`` in ``tests/conftest.py``, monkeypatching the one
-clipping rule or the one noise filler every loop uses; the library has no such switch):
+another, and modules had a loop of their own (issue 24); a fault in the released mechanism could
+not move an audit's eps_LB. Now every release and audit, head or module, record or user level, is
+a call of ``engine.run_dp_sgd``. Known faults are planted as test fixtures (``plant_fault`` in
+``tests/conftest.py``, monkeypatching a piece of the one loop; the library has no such switch):
 "skip-clip" (the last unit of every clipped batch keeps its full gradient, an off-by-one in the
-clipping loop) and "half-noise" (every step's noise at half the calibrated standard deviation).
-Each must change (a) what the release path publishes and (b) the scores of the audits, for
-record-level heads, user-level heads and a trainable module.
+one clipping rule), "half-noise" (every step's noise at half the calibrated standard deviation)
+and "double-rate" (the loop's sampler includes units at twice the accounted rate). Each must
+change (a) what the release path publishes and (b) the scores of the audits, for record-level
+heads, user-level heads and a trainable module.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ import torch
 from dpaudit.audits.engine import run_audit
 from dpaudit.mechanisms.head_audit import HeadTarget
 from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
-from dpaudit.mechanisms import user_head_audit as user_level_audit
 from dpaudit.mechanisms.user_head_audit import UserHeadTarget
-from dpaudit.mechanisms import dpsgd, dpsgd_release, engine
+from dpaudit.mechanisms import dpsgd, engine
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
 
-FAULTS = ("skip-clip", "half-noise")
+FAULTS = ("skip-clip", "half-noise", "double-rate")
 
 
 def _released_weights(tmp_path, tag: str, **request) -> np.ndarray:
@@ -95,23 +96,25 @@ def test_a_planted_fault_changes_the_audit_scores(plant_fault, kind, fault):
     assert not np.allclose(clean, scores(kind), rtol=0, atol=1e-6), kind
 
 
-def test_releases_and_audits_all_run_the_engine(patch_everywhere, tmp_path):
-    """Every head trainer, release or audit, record or user level, is one call of engine.train_heads."""
+def test_releases_and_audits_all_run_the_one_loop(patch_everywhere, tmp_path):
+    """Every release and audit -- heads and modules, record and user level -- is one call of engine.run_dp_sgd."""
     calls = []
-    real = engine.train_heads
+    real = engine.run_dp_sgd
 
-    def spy(*a, **kw):
-        calls.append((kw.get("runs", 1), kw.get("users") is not None, kw.get("canary") is not None))
-        return real(*a, **kw)
+    def spy(units, params, config, **kw):
+        calls.append((type(units).__name__, kw.get("runs", 1), kw.get("canary") is not None))
+        return real(units, params, config, **kw)
 
-    patch_everywhere(engine, "train_heads", spy)  # the engine's and every caller's reference to it
-    assert dpsgd_release.train_heads is spy and user_level_audit.train_heads is spy
+    patch_everywhere(engine, "run_dp_sgd", spy)  # the engine's and every caller's reference to it
+    assert dpsgd.run_dp_sgd is spy
     np.save(tmp_path / "ids.npy", np.arange(1797) // 4)
-    _RELEASES["record head"](tmp_path, "r")
-    _RELEASES["user head"](tmp_path, "u")
+    for kind in ("record head", "user head", "module"):
+        _RELEASES[kind](tmp_path, kind)
     _head_scores("record head")
     _head_scores("user head")
-    assert calls == [(1, False, False), (1, True, False), (8, False, True), (8, True, True)]
+    _module_scores("module")
+    assert calls == [("RecordUnits", 1, False), ("UserUnits", 1, False), ("SumUnits", 1, False),
+                     ("RecordUnits", 8, True), ("UserUnits", 8, True), ("SumUnits", 1, False)]
 
 
 def test_audit_of_the_release_mechanism_sees_the_planted_fault(plant_fault):

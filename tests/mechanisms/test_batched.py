@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_linear_head
+from dpaudit.mechanisms.dpsgd import DPSGDConfig
 from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, check_head_inputs, head_clipped_sum
 from dpaudit.mechanisms.engine import CanaryHook, _run_sum, train_heads
 from dpaudit.noise import NoiseSource
@@ -49,14 +49,14 @@ def test_batched_clipped_sum_equals_single_per_run(binary_logit):
 
 
 def test_deterministic_runs_equal_the_single_trainer():
-    """q = 1 and no noise: every run is deterministic and must equal train_linear_head."""
+    """q = 1 and no noise: every run is deterministic and must equal a single run."""
     z, y, init = _data()
     cfg = DPSGDConfig(sample_rate=1.0, steps=15, normalizer=30, noise_multiplier=0.0, non_private=True)
-    single = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64)
+    single = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64)
     batched = train_linear_heads_batched(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=4, init=init, dtype=torch.float64, chunk_runs=3)
     assert batched.weights.shape == (4, 3, 5) and batched.steps_executed == 15
     for r in range(4):
-        np.testing.assert_allclose(batched.weights[r], single.weight, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(batched.weights[r], single.weights[0], rtol=1e-10, atol=1e-12)
 
 
 def test_private_runs_are_independent_and_reproducible():
@@ -77,7 +77,7 @@ def test_batched_matches_single_in_distribution():
     runs = 150
     batched = train_linear_heads_batched(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=5), runs=runs, init=init).weights
     src = NoiseSource("reproducible", seed=6)
-    single = np.stack([train_linear_head(z, y, 2, cfg, noise=src, init=init).weight for _ in range(runs)])
+    single = np.stack([train_heads(z, y, 2, cfg, noise=src, init=init).weights[0] for _ in range(runs)])
     se = np.sqrt((batched.var(0) + single.var(0)) / runs)
     assert np.all(np.abs(batched.mean(0) - single.mean(0)) < 5 * se + 1e-6)
     assert np.all(np.abs(batched.std(0) / single.std(0) - 1) < 0.35)
@@ -90,7 +90,7 @@ def test_gradient_canary_is_added_only_in_including_runs():
     canary = CanaryHook(np.zeros(1, bool), gradient=direction * (0.7 / np.linalg.norm(direction)))  # norm C
     res = train_linear_heads_batched(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=4, init=init,
                                      canary=canary, canary_in=np.array([True, False, True, False]), dtype=torch.float64, chunk_runs=2)
-    single = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weight
+    single = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weights[0]
     assert res.canary_samples.tolist() == [8, 0, 8, 0]  # q = 1: sampled at every step
     np.testing.assert_allclose(res.weights[1], single, rtol=1e-10)
     np.testing.assert_allclose(res.weights[0], res.weights[2], rtol=1e-10)
@@ -103,8 +103,8 @@ def test_record_canary_equals_training_with_the_extra_record():
     cfg = DPSGDConfig(sample_rate=1.0, steps=8, normalizer=30, noise_multiplier=0.0, non_private=True)
     res = train_linear_heads_batched(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), runs=2, init=init,
                                      canary=CanaryHook(np.zeros(1, bool), z=cz[None], y=np.array([cy])), canary_in=np.array([True, False]), dtype=torch.float64)
-    with_canary = train_linear_head(np.vstack([z, cz]), np.append(y, cy), 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weight
-    without = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weight
+    with_canary = train_heads(np.vstack([z, cz]), np.append(y, cy), 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weights[0]
+    without = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=0), init=init, dtype=torch.float64).weights[0]
     np.testing.assert_allclose(res.weights[0], with_canary, rtol=1e-10)
     np.testing.assert_allclose(res.weights[1], without, rtol=1e-10)
 

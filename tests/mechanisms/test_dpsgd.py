@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms import dpsgd, dpsgd_core
-from dpaudit.mechanisms.dpsgd import AdamState, DPSGDConfig, adam_update, train_linear_head
-from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd
+from dpaudit.mechanisms.dpsgd import AdamState, DPSGDConfig, adam_update
+from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd, train_heads
 from dpaudit.mechanisms.dpsgd_core import head_clipped_sum, head_probabilities, poisson_indices
 from dpaudit.noise import NoiseSource
 
@@ -191,7 +191,7 @@ def test_engine_normalizer_noise_and_empty_batches(monkeypatch):
 
 
 @pytest.mark.parametrize("n,q", [(40, 0.2), (6, 0.1)])  # the second has many empty batches
-def test_train_linear_head_matches_slow_reference_float64(n, q):
+def test_one_head_run_matches_slow_reference_float64(n, q):
     """Fast trainer == per-example autograd loop + torch Adam, replaying the same private draws."""
     rng = np.random.default_rng(4)
     d, k = 5, 3
@@ -199,7 +199,7 @@ def test_train_linear_head_matches_slow_reference_float64(n, q):
     y = rng.integers(0, k, n)
     init = rng.normal(size=(k, d + 1)) * 0.1
     cfg = DPSGDConfig(sample_rate=q, steps=12, normalizer=8, noise_multiplier=0.8, clipping_norm=0.9)
-    fast = train_linear_head(z, y, k, cfg, noise=NoiseSource("reproducible", seed=9), init=init, dtype=torch.float64)
+    fast = train_heads(z, y, k, cfg, noise=NoiseSource("reproducible", seed=9), init=init, dtype=torch.float64)
     assert fast.steps_executed == 12
 
     noise = NoiseSource("reproducible", seed=9)
@@ -213,7 +213,7 @@ def test_train_linear_head_matches_slow_reference_float64(n, q):
         g = g + noise.gaussian_torch((k, d + 1), cfg.noise_multiplier * cfg.clipping_norm, dtype=torch.float64)
         w.grad = g / cfg.normalizer
         opt.step()
-    np.testing.assert_allclose(fast.weight, w.detach().numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast.weights[0], w.detach().numpy(), rtol=1e-9, atol=1e-12)
     assert (empty > 2) == (n == 6)
 
 
@@ -221,11 +221,11 @@ def test_private_noise_comes_from_the_noise_source():
     rng = np.random.default_rng(5)
     z, y = rng.normal(size=(30, 4)), rng.integers(0, 2, 30)
     cfg = _cfg(steps=10, sample_rate=0.3, normalizer=9)
-    a = train_linear_head(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=1)).weight
-    b = train_linear_head(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=1)).weight
-    c = train_linear_head(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=2)).weight
-    e1 = train_linear_head(z, y, 2, cfg, noise=NoiseSource("os-entropy")).weight
-    e2 = train_linear_head(z, y, 2, cfg, noise=NoiseSource("os-entropy")).weight
+    a = train_heads(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=1)).weights[0]
+    b = train_heads(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=1)).weights[0]
+    c = train_heads(z, y, 2, cfg, noise=NoiseSource("reproducible", seed=2)).weights[0]
+    e1 = train_heads(z, y, 2, cfg, noise=NoiseSource("os-entropy")).weights[0]
+    e2 = train_heads(z, y, 2, cfg, noise=NoiseSource("os-entropy")).weights[0]
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c) and not np.allclose(e1, e2)
 
@@ -246,32 +246,32 @@ def test_linear_head_learns_separable_data():
     z = rng.normal(size=(n, 5)) * 0.3
     z[np.arange(n), y] += 2.0
     cfg = DPSGDConfig(sample_rate=0.1, steps=300, normalizer=60, noise_multiplier=0.5, lr=0.05)
-    res = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=3))
-    acc = (head_probabilities(res.weight, z).argmax(1) == y).mean()
+    res = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=3))
+    acc = (head_probabilities(res.weights[0], z).argmax(1) == y).mean()
     assert acc > 0.95
-    binary = train_linear_head(z[y < 2], y[y < 2], 2, cfg, noise=NoiseSource("reproducible", seed=3), binary_logit=True)
-    assert binary.weight.shape == (1, 6) and binary.binary_logit
-    assert (head_probabilities(binary.weight, z[y < 2]).argmax(1) == y[y < 2]).mean() > 0.95
+    binary = train_heads(z[y < 2], y[y < 2], 2, cfg, noise=NoiseSource("reproducible", seed=3), binary_logit=True)
+    assert binary.weights.shape == (1, 1, 6)
+    assert (head_probabilities(binary.weights[0], z[y < 2]).argmax(1) == y[y < 2]).mean() > 0.95
 
 
 def test_linear_head_input_validation():
     cfg = _cfg()
     with pytest.raises(UsageError, match="labels must be"):
-        train_linear_head(np.zeros((3, 2)), np.array([0, 1, 5]), 3, cfg, noise=NoiseSource("reproducible", seed=0))
+        train_heads(np.zeros((3, 2)), np.array([0, 1, 5]), 3, cfg, noise=NoiseSource("reproducible", seed=0))
     with pytest.raises(UsageError, match="init must have shape"):
-        train_linear_head(np.zeros((3, 2)), np.array([0, 1, 1]), 2, cfg, noise=NoiseSource("reproducible", seed=0), init=np.zeros((2, 2)))
+        train_heads(np.zeros((3, 2)), np.array([0, 1, 1]), 2, cfg, noise=NoiseSource("reproducible", seed=0), init=np.zeros((2, 2)))
 
 
 def test_z_with_bias_column_is_the_same_training():
     rng = np.random.default_rng(7)
     z, y = rng.normal(size=(50, 4)), rng.integers(0, 3, 50)
     cfg = _cfg(steps=6, sample_rate=0.3, normalizer=15)
-    plain = train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64).weight
+    plain = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64).weights[0]
     z1 = np.concatenate([z, np.ones((50, 1))], axis=1)
-    pre = train_linear_head(z1, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64, z_has_bias_column=True).weight
+    pre = train_heads(z1, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64, z_has_bias_column=True).weights[0]
     np.testing.assert_array_equal(plain, pre)
     with pytest.raises(UsageError, match="column of ones"):
-        train_linear_head(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), z_has_bias_column=True)
+        train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), z_has_bias_column=True)
 
 
 def test_poisson_flat_runs_are_independent_bernoulli_blocks():

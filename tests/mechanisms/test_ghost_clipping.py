@@ -52,7 +52,7 @@ def _close(ours: dict, ref: dict) -> None:
 
 def _norms(params, x, y, module, loss, seg=None):
     """Per-unit gradient norms by the reference (unclipped per-sample gradients)."""
-    gs = user_level._per_sample_grads(module, params, x, y, loss)
+    gs = dpsgd_core.per_sample_grads(module, params, x, y, loss)
     flat = torch.cat([g.reshape(x.shape[0], -1) for g in gs.values()], 1)
     if seg is not None:
         k = torch.as_tensor(np.bincount(seg), dtype=flat.dtype)

@@ -1,11 +1,9 @@
-"""The DP-SGD trainers on the one loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`): the module
-trainer (record or user units, per-unit norms by ghost clipping, joint over all trainable
-parameters) and the one-run head trainer. Privacy contract: :mod:`dpaudit.mechanisms.engine`.
+"""The module trainer on the one DP-SGD loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`; heads:
+:func:`dpaudit.mechanisms.engine.train_heads`): record or user units, per-unit norms by ghost
+clipping, joint over all trainable parameters. Privacy contract: :mod:`dpaudit.mechanisms.engine`.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,54 +22,9 @@ from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs a
     per_sample_clipped_sum,
     poisson_batch,
 )
-from .engine import SumUnits, UserSampling, run_dp_sgd, train_heads
+from .engine import SumUnits, UserSampling, run_dp_sgd
 from .ghost_clip import module_clipped_sum
 from .user_level import _check_users, sample_user_records
-
-
-@dataclass(frozen=True)
-class HeadResult:
-    """A trained linear head: ``weight`` is (K, d+1), the last column the bias."""
-
-    weight: np.ndarray
-    steps_executed: int
-    binary_logit: bool = False
-    config: DPSGDConfig | None = field(default=None, compare=False)
-
-
-def train_linear_head(
-    z: np.ndarray,
-    y: np.ndarray,
-    n_classes: int,
-    config: DPSGDConfig,
-    *,
-    noise: NoiseSource,
-    init: np.ndarray | None = None,
-    progress: Progress | None = None,
-    binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
-    z_has_bias_column: bool = False,
-    users=None,
-) -> HeadResult:
-    """DP-SGD (Adam) on a linear softmax head over frozen features ``z`` (n, d): one run of the
-    head engine :func:`dpaudit.mechanisms.engine.train_heads` -- the engine the audits run.
-
-    Loss: softmax cross-entropy over ``n_classes`` logits; with ``binary_logit=True`` and two
-    classes, one logit with sigmoid binary cross-entropy (the paper's K = 1, section 3.5).
-    Privacy contract: :mod:`dpaudit.mechanisms.engine`, one unit per row of ``z``.
-    ``init`` (K, d+1) must come from public randomness; zeros when omitted.
-    ``z_has_bias_column=True``: ``z`` is already [z, 1] (its last column all ones, e.g. from
-    ``FrozenFeatures.transform(..., bias_column=True)``) and is used without a copy.
-    ``users``: an :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD; records
-    when omitted.
-    """
-    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
-    d = z.shape[1] - 1 if z_has_bias_column else z.shape[1]
-    if init is not None and np.shape(init) != (k, d + 1):
-        raise UsageError(f"init must have shape {(k, d + 1)}, got {np.shape(init)}.")
-    res = train_heads(z, y, n_classes, config, noise=noise, runs=1, init=init, users=users, binary_logit=binary_logit, dtype=dtype,
-                      z_has_bias_column=z_has_bias_column, progress=progress)
-    return HeadResult(weight=res.weights[0], steps_executed=res.steps_executed, binary_logit=k == 1, config=config)
 
 
 def train_module_dp_sgd(

@@ -1,28 +1,14 @@
-"""The DP-SGD core shared by every loop (heads and modules, releases and audits): the public
-config, the pluggable optimizers, the one noisy step, Poisson sampling, the Gaussian filler, the
-one clipping rule and the closed-form head kernel and per-sample module kernels.
-
-Protocol (DP-RVFL paper, section 3.2 and Algorithm 1), reproduced to the letter:
-
-1. at each of ``steps`` updates every unit (record) is included independently with probability
-   ``sample_rate`` (eq. 2); the mask comes from the private :class:`~dpaudit.noise.NoiseSource`,
-   because amplification by subsampling assumes the adversary does not know who was sampled
-   (:func:`poisson_batch`);
-2. each included unit's gradient is clipped to joint L2 norm ``clipping_norm`` (eq. 4;
-   :func:`clip_factors`, in every kernel);
-3. N(0, (noise_multiplier * clipping_norm)^2 I) is added to the clipped *sum* (eq. 5);
-4. the result is divided by the fixed, public ``normalizer`` m0 -- never the realised batch size,
-   which is private;
-5. the optimizer (Adam, eq. 6, or SGD with momentum) updates the parameters from this sanitised
-   gradient only (steps 3-5: :class:`NoisyStep`).
+"""The pieces of the one DP-SGD loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`, where the
+protocol and the privacy contract are stated): the public config, Poisson sampling from the
+private source (:func:`poisson_batch`), the one clipping rule (:func:`clip_factors`, eq. 4), the
+one noisy step with a pluggable optimizer (:class:`NoisyStep`: Gaussian noise on the clipped sum,
+the fixed normaliser m0, Adam (eq. 6) or SGD with momentum), and the clipped-sum kernels.
 
 Gradient kernels: linear heads on frozen features in closed form, ``g_i = outer(p_i - y_i,
 [z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix
 product and no per-example gradient is materialised (:func:`_clipped_sum_kernel`); trainable
 modules by ghost clipping (:mod:`dpaudit.mechanisms.ghost_clip`) with ``torch.func`` per-sample
-gradients (:func:`per_sample_clipped_sum`) as reference and fallback. The loops
-are :mod:`dpaudit.mechanisms.engine` (heads, R runs) and :func:`dpaudit.mechanisms.dpsgd.run_dp_sgd`
-(modules).
+gradients (:func:`per_sample_clipped_sum`) as reference and fallback.
 """
 
 from __future__ import annotations
@@ -237,7 +223,7 @@ OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
 class NoisyStep:
-    """Steps 6-8 of Algorithm 1, the one noisy step of every DP-SGD loop (heads and modules,
+    """Steps 6-8 of Algorithm 1, the one noisy step of the DP-SGD loop (heads and modules,
     releases and audits), in the spirit of Opacus's ``DPOptimizer``.
 
     The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
@@ -545,6 +531,23 @@ def _loss_fn(kind: str, reduction: str = "mean"):
     raise UsageError(f"loss must be one of cross_entropy, bce, got {kind!r}.")
 
 
+def per_sample_grads(module: torch.nn.Module, params: dict, x: torch.Tensor, y: torch.Tensor, loss: str,
+                     randomness: str = "different") -> dict[str, torch.Tensor]:
+    """Unclipped per-sample gradients (n, *shape) of ``module`` at ``params`` over (x, y), by
+    ``torch.func.vmap(torch.func.grad(...))``; ``randomness="different"`` gives each example its
+    own dropout mask, as a batch would."""
+    from torch.func import functional_call, grad, vmap
+
+    lf = _loss_fn(loss)
+    buffers = dict(module.named_buffers())
+
+    def one(p, xi, yi):
+        out = functional_call(module, (p, buffers), (xi.unsqueeze(0),))
+        return lf(out, yi.unsqueeze(0))
+
+    return vmap(grad(one), in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
+
+
 def per_sample_clipped_sum(
     module: torch.nn.Module,
     params: dict[str, torch.Tensor],
@@ -558,20 +561,10 @@ def per_sample_clipped_sum(
 ) -> dict[str, torch.Tensor]:
     """Clipped sum of per-sample gradients of ``module`` at ``params`` over the batch (x, y).
 
-    Per-sample gradients via ``torch.func.vmap(torch.func.grad(...))``; each example's gradient is
-    clipped to joint L2 norm ``clipping_norm`` over *all* trainable parameters (eq. 4).
-    ``randomness="different"`` gives each example its own dropout mask, as a batch would.
+    Per-sample gradients by :func:`per_sample_grads`; each example's gradient is clipped to joint
+    L2 norm ``clipping_norm`` over *all* trainable parameters (eq. 4).
     """
-    from torch.func import functional_call, grad, vmap
-
-    lf = _loss_fn(loss)
-    buffers = dict(module.named_buffers())
-
-    def one(p, xi, yi):
-        out = functional_call(module, (p, buffers), (xi.unsqueeze(0),))
-        return lf(out, yi.unsqueeze(0))
-
-    gs = vmap(grad(one), in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
+    gs = per_sample_grads(module, params, x, y, loss, randomness)
     if not clip:
         return {k: g.sum(0) for k, g in gs.items()}
     sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())

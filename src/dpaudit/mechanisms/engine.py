@@ -10,21 +10,23 @@ Because releases and audits run this same loop and the same clipped sums, a bug 
 mechanism is a bug in what is audited (pinned by ``tests/audits/test_release_engine_is_audited.py``
 with planted faults).
 
-Protocol per run (DP-RVFL paper, section 3.2 / Algorithm 1; user level: DP-MixMin paper,
-appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
+Protocol per run (DP-RVFL paper, section 3.2 / Algorithm 1, reproduced to the letter; user
+level: DP-MixMin paper, appendix A.9, Algorithm 2), at each of ``config.steps`` steps:
 
-1. every unit is included independently with probability q (Poisson sampling from the private
-   :class:`~dpaudit.noise.NoiseSource`; the R runs' masks are independent,
+1. every unit is included independently with probability q (eq. 2; Poisson sampling from the
+   private :class:`~dpaudit.noise.NoiseSource`, because amplification by subsampling assumes the
+   adversary does not know who was sampled; the R runs' masks are independent,
    :func:`~dpaudit.mechanisms.dpsgd_core.poisson_batch`);
-2. the sampled units' gradients are clipped to joint L2 norm C and summed by the *units*
+2. the sampled units' gradients are clipped to joint L2 norm C (eq. 4) and summed by the *units*
    strategy, which fixes the privacy unit and the model kind: :class:`RecordUnits` (a unit is a
    record of a head, closed-form gradients), :class:`UserUnits` (a unit is a user of a head,
    whose min(G, |D_u|) records drawn without replacement are averaged and clipped as one
    contribution), :class:`SumUnits` (a clipped-sum function: module records or users,
    :mod:`dpaudit.mechanisms.dpsgd`); an empty sample gives a zero sum;
-3. N(0, (sigma C)^2 I) is added to each run's sum, the result is divided by the fixed normaliser
-   m0, and the optimizer updates each run's parameters
-   (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`).
+3. N(0, (sigma C)^2 I) is added to each run's sum (eq. 5), the result is divided by the fixed,
+   public normaliser m0 -- never the realised batch size, which is private -- and the optimizer
+   (Adam, eq. 6, or SGD with momentum) updates each run's parameters from this sanitised
+   gradient only (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`).
 
 Private draws from ``noise``, in this order per step: the R Poisson samples; the canary draw
 (head canaries only); within-user record samples (user units, run by run); the Gaussian noise
@@ -384,7 +386,7 @@ def train_heads(
             w = np.array(w0[start:stop], dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
             hook = None if included is None else _HeadCanaries(included[start:stop], grad_canary, noise, config.sample_rate)
             recorder = None if coords is None else _Recorder(coords, config.steps)
-            # w_t shares w's memory: the optimizer updates w in place, the clipped sums read w_t
+            # torch.from_numpy(w) shares w's memory: the optimizer updates w in place, the clipped sums read it
             executed.append(run_dp_sgd(units, [torch.from_numpy(w)], config, noise=noise, runs=stop - start, canary=hook, recorder=recorder,
                                        progress=progress))
             weights.append(w.astype(np.float64))

@@ -8,7 +8,7 @@
    sampling sources with probability lambda; keep the checkpoint with the best validation AUC (the paper's selection, A.3.1: on
    the held-out validation split, outside the training partition the guarantee covers).
 4. DP fine-tune on D_ft with the DP-SGD engine: the downstream model's last layer (a linear head on its frozen hidden features,
-   initialised from the pretrained head) via :func:`dpaudit.mechanisms.dpsgd.train_linear_head`.
+   initialised from the pretrained head) via :func:`dpaudit.mechanisms.engine.train_heads`.
 
 Privacy: with ``composition="parallel"`` the two DP stages touch disjoint records, so the end-to-end guarantee is the max of the
 two (parallel composition), each at the full (epsilon, delta). That needs more than disjointness of the realised split: under
@@ -46,7 +46,8 @@ from ..records import write_json_atomic
 from ..requests import MixMinRequest
 from ..validation import one_of, open_unit, positive_finite
 from .contract import DataInfo, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput, check_plan_matches_release
-from .dpsgd import DPSGDConfig, train_linear_head
+from .dpsgd import DPSGDConfig
+from .engine import train_heads
 from .dpsgd_release import planned_reference_size
 from .mixmin import MixMinConfig, objective, run_mixmin
 from .mixmin_audit import task_target
@@ -595,12 +596,12 @@ def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, 
     say("DP fine-tuning on D_ft")
     fcfg = DPSGDConfig(**{k: v for k, v in ft_plan.config["dpsgd_config"].items() if k in ("sample_rate", "steps", "normalizer", "noise_multiplier",
                                                                                          "clipping_norm", "lr")})
-    head = train_linear_head(features(model, x_tr[data.ft_idx]).astype(np.float32), y_tr[data.ft_idx], 2, fcfg, noise=noise,
-                             init=head_init(model), binary_logit=True)
+    head = train_heads(features(model, x_tr[data.ft_idx]).astype(np.float32), y_tr[data.ft_idx], 2, fcfg, noise=noise,
+                       init=head_init(model), binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t
     stage_metrics = {
         "weights": weights,
-        "auc": {"pretrained": auc_pre, "finetuned": auc(y_te, head_scores(model, head.weight, x_te))},
+        "auc": {"pretrained": auc_pre, "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te))},
         "pretrain": pinfo,
         "mixture_release_id": None,  # the mixture release's id (link_releases)
         "end_to_end": {"composition": request.composition, "event": plan.event.to_dict(), "epsilon": _epsilons(plan.event, plan.delta, plan.adjacency),
@@ -609,7 +610,7 @@ def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, 
     }
 
     def save_ft(folder) -> None:
-        np.save(folder / "head.npy", head.weight)
+        np.save(folder / "head.npy", head.weights[0])
         torch.save(model.state_dict(), folder / "pretrained.pt")
 
     mix_out = RunOutput(steps_executed=res.steps_executed, metrics={"weights": weights, "auc": {"pretrained": auc_pre}}, timings=mix_timings)

@@ -1,7 +1,7 @@
 """One-run audits of the DP-SGD heads (``dp-rvfl`` and the other frozen-feature head models).
 
 Steinke, Nasr & Jagielski (2023): insert m canaries, each included independently with probability
-1/2 (a private coin), train the head ONCE with the release's protocol (the head engine
+1/2 (a private coin), train the head ONCE with the release's protocol (the one loop,
 :func:`dpaudit.mechanisms.engine.train_heads`, R = 1, the release's schedule and noise
 multiplier), score every canary from the released head, and hand the scores to
 :func:`dpaudit.audits.one_run.one_run_bounds`.

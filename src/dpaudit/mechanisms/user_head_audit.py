@@ -39,10 +39,8 @@ for datasets without users (the embedded ``digits``), a public, seeded grouping 
 into users of exactly G records (:func:`synthetic_user_ids`); either way the data are split 70 /
 15 / 15 *by users* (:mod:`dpaudit.data.users`), as a user-level release splits them.
 
-Trials run on the head engine that trains user-level releases,
-:func:`dpaudit.mechanisms.engine.train_heads` with user units, R runs at once: per step one
-Poisson draw of users for all runs, one canary draw, each run's per-user clipped sum, one
-Gaussian draw of shape (R, K, d+1) and one Adam update of all runs.
+Trials run on the loop that trains user-level releases, :func:`dpaudit.mechanisms.engine.train_heads`
+with user units, R runs at once.
 """
 
 from __future__ import annotations

@@ -22,10 +22,9 @@ the *user* sampling rate, and the RDP accountant's (epsilon, delta) is a user-le
 The number of users n_users is treated as public (as N0 is for record-level DP-SGD, paper 001
 section 3.2); frozen features, initialisation and the user split are public randomness.
 
-The trainers are the record-level ones run with users as their units (the head engine
-:mod:`dpaudit.mechanisms.engine`, which also runs the audits; the module trainer's ``units``
-hook): same loop, Poisson sampler, noise draws, normaliser and Adam;
-only the clipped sum differs. So with one record per user (and any G >= 1) a run is
+Users are a units strategy of the one DP-SGD loop (:mod:`dpaudit.mechanisms.engine`, which also
+runs the audits: ``UserUnits`` for heads, the module trainer's ``users``): same loop, Poisson
+sampler, noise draws, normaliser and optimizer; only the clipped sum differs. So with one record per user (and any G >= 1) a run is
 bit-identical to record-level DP-SGD on the same noise stream: users are numbered by first
 appearance (user u is record u), the user Poisson mask is the record mask, no within-user
 randomness is drawn, and a sample of singleton users goes through the record-level clipped sum.
@@ -182,20 +181,6 @@ def _check_users(users, n: int) -> UserIndex:
 # ---------------------------------------------------------------- trainable modules
 
 
-def _per_sample_grads(module, params, x, y, loss: str, randomness: str = "different") -> dict:
-    """Unclipped per-sample gradients (n, *shape) with ``torch.func`` (as the record-level engine)."""
-    from torch.func import functional_call, grad, vmap
-
-    lf = dpsgd_core._loss_fn(loss)
-    buffers = dict(module.named_buffers())
-
-    def one(p, xi, yi):
-        out = functional_call(module, (p, buffers), (xi.unsqueeze(0),))
-        return lf(out, yi.unsqueeze(0))
-
-    return vmap(grad(one), in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
-
-
 def user_module_clipped_sum(
     module: torch.nn.Module,
     params: dict[str, torch.Tensor],
@@ -231,7 +216,7 @@ def user_module_clipped_sum(
             for s0 in range(r0, r1, max_chunk):
                 s1 = min(r1, s0 + max_chunk)
                 j = torch.as_tensor(rows[s0:s1])
-                gs = _per_sample_grads(module, params, x[j], y[j], loss)
+                gs = dpsgd_core.per_sample_grads(module, params, x[j], y[j], loss)
                 sidx = torch.as_tensor(seg[s0:s1] - ua)
                 if sums is None:
                     sums = {n: torch.zeros((ub - ua,) + g.shape[1:], dtype=g.dtype) for n, g in gs.items()}

@@ -503,15 +503,11 @@ def check_head_inputs(z, y, n_classes: int, binary_logit: bool) -> tuple[np.ndar
     return z, y, k
 
 
-def head_logits(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Logits of a (K, d+1) head on features (n, d)."""
-    weight = np.asarray(weight)
-    return np.asarray(z, dtype=np.float64) @ weight[:, :-1].T.astype(np.float64) + weight[:, -1].astype(np.float64)
-
-
 def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """Class probabilities (n, n_classes); a single-logit head gives [1 - s, s]."""
-    s = head_logits(weight, z)
+    """Class probabilities (n, n_classes) of a (K, d+1) head on features (n, d) from its logits s;
+    a single-logit head gives [1 - s, s]."""
+    weight = np.asarray(weight)
+    s = np.asarray(z, dtype=np.float64) @ weight[:, :-1].T.astype(np.float64) + weight[:, -1].astype(np.float64)
     if s.shape[1] == 1:
         p1 = 1.0 / (1.0 + np.exp(-s[:, 0]))
         return np.stack([1.0 - p1, p1], axis=1)

@@ -84,7 +84,7 @@ from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clippe
 
 @dataclass(frozen=True, eq=False)
 class CanaryHook:
-    """Where an audit's canary (or canaries) enters the clipped sums (see module docstring).
+    """Where an audit's head canary (or canaries) enters the clipped sums (module docstring).
 
     One canary: ``included`` (R,), the runs whose input holds it. Exactly one of:
     ``z`` (G, d) with labels ``y`` (G,): canary rows, one more unit (G = 1 for record units);
@@ -353,10 +353,9 @@ def train_heads(
     (R, K, d+1), from public randomness; zeros when omitted. ``canary``: an audit's
     :class:`CanaryHook` (one canary or M). ``chunk_runs`` (speed/memory only): runs are trained in
     groups of this many, one group after another; ``progress(steps_done, steps)`` is reported
-    per group. ``record``: parameter coordinates (P, 2) as (row k, column j), j = d the bias;
-    the result's ``recorded`` (R, T, P) (in ``dtype``, float32 by default) then holds, per run
-    and step, the privatised sum (clipped sum + noise, before /m0 and Adam) at those coordinates.
-    Privacy contract: module docstring.
+    per group. ``record``: parameter coordinates (P, 2) as (row k, column j), j = d the bias,
+    whose privatised sums the result's ``recorded`` (R, T, P) holds. Privacy contract: module
+    docstring.
     """
     runs = positive_int("runs", runs)
     step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
@@ -460,13 +459,10 @@ class _SparseCanaries:
 
 
 class _Recorder:
-    """Records the privatised sum of a head loop at flat coordinates ``coords`` of every run, step by step.
-
-    The sanitiser adds its noise as ``sums += fill()``; the recorder wraps that filler (the noise
-    draw itself is untouched) and stores ``sums[coords] + noise[coords]`` -- the same
-    floating-point additions, hence bit for bit the values the step then divides by m0 and hands
-    to the optimizer. Without noise (``non_private``) it stores the clipped sum itself.
-    """
+    """Records the privatised sums of a head loop at flat coordinates ``coords`` (module docstring):
+    it wraps the sanitiser's filler (the draw itself untouched) and stores ``sums[coords] +
+    noise[coords]``, the same float additions as ``sums += fill()``, hence bit for bit the values
+    the step then uses; without noise (``non_private``), the clipped sum itself."""
 
     def __init__(self, coords: np.ndarray, steps: int):
         self.coords, self.steps, self.t = coords, steps, 0

@@ -140,9 +140,35 @@ def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
     return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
 
 
+@dataclass
 class HeadAuditTarget(AuditTarget):
-    """What the record- and user-level head targets share: the model check, the claim of their
-    public set-up (:func:`setup_head`, in ``prepare``), the no-noise control and ``describe``."""
+    """What the record- and user-level head targets share: their fields, the model check, the
+    claim of their public set-up (:func:`setup_head`, in ``prepare``), the no-noise control and
+    ``describe``. At user level ``epsilon``, ``batch_size``, ``epochs`` and the claim count users."""
+
+    model: str = "dp-rvfl"
+    dataset: str | None = "digits"
+    data_dir: str | None = None
+    epsilon: float = 2.0  # target epsilon the noise is calibrated for (RDP accountant)
+    delta: float = 1e-5
+    canary: str = "max-clip"
+    seed: int = 42  # public model seed (features, head initialisation; synthetic users)
+    epochs: int | None = None
+    batch_size: int | None = None
+    profile: str | None = None
+    split_seed: int | None = None
+    noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
+    schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
+    claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
+    event: object | None = None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q, T))
+    accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
+    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
+    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
+    noise: bool = True
+    adjacency: str = "add-remove-record"
+    default_chunk_size: int = 64
+    prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
+    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:
@@ -199,31 +225,8 @@ class HeadAuditTarget(AuditTarget):
 class HeadTarget(HeadAuditTarget):
     """Audit of one frozen-feature model's DP-SGD head (see module docstring)."""
 
-    model: str = "dp-rvfl"
-    dataset: str | None = "digits"
-    data_dir: str | None = None
-    epsilon: float = 2.0  # target epsilon the noise is calibrated for (RDP accountant)
-    delta: float = 1e-5
-    canary: str = "max-clip"
-    seed: int = 42  # public model seed (features, head initialisation)
-    epochs: int | None = None
-    batch_size: int | None = None
-    profile: str | None = None
-    split_seed: int | None = None
     max_train: int | None = None  # public subsample of the training partition (fast tests only)
-    noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
-    schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
-    claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
-    event: object | None = None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q, T))
-    accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
-    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
-    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
-    noise: bool = True
-    adjacency: str = "add-remove-record"
-    default_chunk_size: int = 64
-    prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
     threat_model: str = "final-model"  # "trajectory": score every iterate (module docstring)
-    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,15 +1,10 @@
 """Audit target for *user-level* DP-SGD heads: one whole canary user, adjacency ``add-remove-user``.
 
-The mechanism audited is :mod:`dpaudit.mechanisms.user_level` (DP-MixMin paper, appendix A.9,
-Algorithm 2, on the DP-SGD engine of the DP-RVFL paper, section 3.2 / Algorithm 1) applied to
-the frozen-feature heads of :mod:`dpaudit.mechanisms.head_audit` (``dp-rvfl``, ``logistic-raw``, ...):
-at every step each *user* is Poisson-sampled at the user rate q, a sampled user u contributes
-g_u = (1/k_u) sum_{i in S_u} grad l_i over k_u = min(G, |D_u|) of its records, g_u is clipped
-to L2 norm C, N(0, sigma^2 C^2 I) is added to the sum and the result is divided by the fixed
-normaliser. The clipped per-user sums are computed by the mechanism's own functions
-(:func:`~dpaudit.mechanisms.user_level.sample_user_records` and
-:func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`), with the canary user as one more
-user of the same index: it is Poisson-sampled at the same rate q and clipped by the same code.
+The mechanism audited is user-level DP-SGD (:mod:`dpaudit.mechanisms.user_level`, the protocol)
+on the frozen-feature heads of :mod:`dpaudit.mechanisms.head_audit` (``dp-rvfl``,
+``logistic-raw``, ...), trained by the release's own loop and kernels, with the canary user as
+one more user of the same index: it is Poisson-sampled at the same rate q and clipped by the
+same code.
 
 **Privacy contract audited.** The release claims (epsilon, delta)-DP under ``add-remove-user``
 adjacency for ``SubsampledGaussian(sigma, q_user, T)`` (RDP accountant), sigma calibrated for
@@ -39,8 +34,7 @@ for datasets without users (the embedded ``digits``), a public, seeded grouping 
 into users of exactly G records (:func:`synthetic_user_ids`); either way the data are split 70 /
 15 / 15 *by users* (:mod:`dpaudit.data.users`), as a user-level release splits them.
 
-Trials run on the loop that trains user-level releases, :func:`dpaudit.mechanisms.engine.train_heads`
-with user units, R runs at once.
+Trials run R at once on :func:`dpaudit.mechanisms.engine.train_heads` with user units.
 """
 
 from __future__ import annotations
@@ -113,33 +107,11 @@ class UserHeadTarget(HeadAuditTarget):
     *users* per step and ``epochs`` counts passes over users (the release's meaning).
     """
 
-    model: str = "dp-rvfl"
     records_per_user: int = 1
-    dataset: str | None = "digits"
-    data_dir: str | None = None
-    epsilon: float = 2.0  # target epsilon the noise is calibrated for (RDP accountant, user level)
-    delta: float = 1e-5
-    canary: str = "max-clip"
-    seed: int = 42  # public seed: features, head initialisation, synthetic users, canary
     user_ids: object | None = field(default=None, repr=False)
-    epochs: int | None = None
-    batch_size: int | None = None
-    profile: str | None = None
-    split_seed: int | None = None
-    noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
-    schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
-    claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
-    event: object | None = None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q_user, T))
-    accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
-    expected_sha256: str | None = None  # an old release's data checksum (after the user split)
     expected_user_ids_sha256: str | None = None  # an old release's user-id checksum
-    expected_identity: dict | None = None  # the release's public dataset identity (n_users per partition included)
-    expected_n_users: int | None = None
-    noise: bool = True
+    expected_n_users: int | None = None  # an old release's recorded number of training users
     adjacency: str = ADJACENCY
-    default_chunk_size: int = 64
-    prepared: object | None = field(default=None, repr=False)
-    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
 
     def __post_init__(self) -> None:
         super().__post_init__()

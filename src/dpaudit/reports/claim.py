@@ -87,7 +87,7 @@ def _sampler(r) -> str:
 
 
 def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> dict:
-    """One claim card (its fields: the report model's docstring, ``sections.claim``): the accounting
+    """One claim card (its fields: docs/review-walkthrough.md, ``sections.claim``): the accounting
     check of :func:`dpaudit.claims.verify_claim` and, side by side, the epsilon of the stored events
     under rdp and prv (and the claimed accountant)."""
     r = lr.release

@@ -8,30 +8,7 @@ cleanly), cross-checked against the release ids its store's finished tasks recor
 names whose file is missing is composed from the parameters the store kept (error note; without
 them the composed epsilon is a lower bound). Every task is a separate release on the same training
 partition, so they compose sequentially: the sweep's cost is far above any single run's epsilon.
-
-Its ``sections.sweep`` entry: ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error``
-(unreadable store, else null), ``counts`` {done, failed, pending, total}, ``failures`` [{key,
-model, dataset, epsilon, seed, error, in_current_spec (false: left from an earlier version of the
-spec; null: unknown)}], ``spec`` (as stored), ``releases`` (release files read below the folder),
-``release_ids``, ``missing_releases`` (named by the store, no readable file), ``orphan_releases``
-(on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables` recomputed from the
-store: cells, paired contrasts with exact sign-flip and Holm-adjusted p and seed-level
-win/tie/loss, the Table 3 comparison of the DP-RVFL paper), ``tables_json`` (matches | differs |
-unreadable | absent: the saved tables.json against the recomputed ones), ``accounting`` (every
-release's claim checked by :func:`dpaudit.claims.verify_claim`: {status: ok | mismatch |
-unverified | no-claim, line, checked, ok, mismatch, unverified, non_private, reproducible_noise,
-mismatches [{release_id, mechanism, path, epsilon, message}], unverified_releases}; any mismatch
-makes the sweep's verdict ACCOUNTING MISMATCH), ``budget`` [per (dataset, partition, adjacency):
-releases, private_releases, non_private_releases, unknown_releases, from_store, largest_single
-{epsilon, release_id, mechanism, target_epsilon}, max_single_epsilon, naive_sum, delta, rdp, prv
-(composed at delta; inf with a non-private release among them), errors {accountant: why it
-declined}, unbounded, lower_bound_only, sentence] and ``ledger`` (with a ledger: {ledger,
-recorded (found by id), tagged (entries whose payload carries the sweep's name),
-tagged_elsewhere, voided, missing, missing_ids, composition (the ledger's stored events, rdp),
-summary (``Ledger.summary(sweep=...)`` when the ledger knows the sweep), error}, else null).
-The sweep's verdict line: ``ACCOUNTING MISMATCH`` (fail closed), ``INCONCLUSIVE`` when its store
-cannot be read, else ``NOT AUDITED`` (a sweep is not audited as a whole) with its accounting
-tally and its largest composed epsilon.
+The ``sections.sweep`` fields and the sweep's verdict line: docs/review-walkthrough.md.
 """
 
 from __future__ import annotations
@@ -353,7 +330,7 @@ def _release_sets(sweep: LoadedSweep) -> tuple[set[str], set[str], list[dict], s
 
 
 def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, ledger_path: str | None = None) -> dict:
-    """The ``sections.sweep`` entry of one sweep (see the report model's docstring)."""
+    """The ``sections.sweep`` entry of one sweep (fields: docs/review-walkthrough.md)."""
     notes.extend(sweep.notes)
     name = sweep.name or sweep.path.name
     counts = {"done": 0, "failed": 0, "pending": 0, **sweep.counts}

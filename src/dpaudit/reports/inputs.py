@@ -1,20 +1,12 @@
 """Finding and reading the inputs of a report: releases, audits (their shareable part only), sweeps.
 
-The loader layer of :mod:`dpaudit.reports`: every file a report reads is read here (release.json,
-audit.json, a sweep's store and the releases below it; never audit_local.json or scores.npz, which
-are not for publication); an audit record becomes a typed :class:`~.audit_view.AuditView`. Imports
-run one way: loaders -> recomputation -> sections -> model -> renderers (the layers are listed and
-checked in ``tests/reports/test_report_layering.py``).
-
-A sweep folder (one holding ``sweep.sqlite``) or a ``sweep.sqlite`` file is a *sweep input*:
-the releases below it are summarised by the report's sweep section (:mod:`.sweep`) instead of
-becoming one claim card each, and are never also read as ordinary releases. A folder searched
-recursively may hold sweep folders next to ordinary releases; each is treated as what it is.
-
-Every reader here is tolerant by design: a truncated or malformed file becomes a *note* in the
-report (never a traceback, never silently dropped), and an audit record that lacks a key the
-verdict needs is marked incomplete so that the verdict says INCONCLUSIVE rather than guessing.
-Only an input list that yields nothing readable at all is an error (one line).
+The loader layer of :mod:`dpaudit.reports` (layers: ``tests/reports/test_report_layering.py``):
+every file a report reads is read here (never audit_local.json or scores.npz, which are not for
+publication); an audit record becomes a typed :class:`~.audit_view.AuditView`; the releases below
+a sweep folder become its sweep's (:func:`discover_inputs`). Every reader is tolerant: a truncated
+or malformed file becomes a *note* in the report (never a traceback, never silently dropped), and
+an audit record that lacks a key the verdict needs makes the verdict INCONCLUSIVE rather than a
+guess. Only an input list that yields nothing readable at all is an error (one line).
 """
 
 from __future__ import annotations

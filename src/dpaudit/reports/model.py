@@ -23,7 +23,6 @@ from ..progress import JobProgress
 from ..records import _json_safe, git_commit, now_utc, read_json
 from . import audit, budget, claim, provenance, reproduce, utility, verdict
 from .inputs import dataset_name, load_inputs
-from .recompute import EpsCache
 from .sweep import sweep_reproduce, sweep_section, sweep_verdict
 
 SCHEMA = "dpaudit-report/1"
@@ -41,17 +40,17 @@ def _eps_point(e: dict) -> dict:
             "ceiling": e["ceiling"], "status": e["status"]}
 
 
-def _budget_section(inputs, covered: list, ledger_path, cache: EpsCache, notes: list) -> tuple[dict, dict[str, str]]:
+def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[dict, dict[str, str]]:
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
     datasets = _datasets(covered)
     ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
     fingerprints = ledger.pop("data_versions", {})
-    return {**ledger, "composition": budget.release_composition(covered, cache, notes), "datasets": datasets}, fingerprints
+    return {**ledger, "composition": budget.release_composition(covered, notes), "datasets": datasets}, fingerprints
 
 
-def _sweeps(inputs, budget_section: dict, cache: EpsCache, notes: list) -> list[dict]:
+def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
     ledger = budget_section["ledger"] if budget_section["available"] else None
-    return [sweep_section(sw, cache, notes, ledger_path=ledger) for sw in inputs.sweeps]
+    return [sweep_section(sw, notes, ledger_path=ledger) for sw in inputs.sweeps]
 
 
 def _audit_section(entries: list[dict], one_runs: list[dict]) -> dict:
@@ -82,21 +81,20 @@ def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.Pa
     terminal) or periodic lines (a pipe) on stderr, one step per release claim re-checked."""
     inputs = load_inputs(paths)
     notes = list(inputs.notes)
-    cache = EpsCache()
     with JobProgress("steps", enabled=progress) as bar:
         task = bar.add("building the report", len(inputs.releases) + 2)
         claims = []
         for lr in inputs.releases:  # each claim re-checked from its event: the slow part
-            claims.append(claim.claim_card(lr, cache, notes))
+            claims.append(claim.claim_card(lr, notes))
             bar.update(task, advance=1)
         links = audit.link_audits(inputs, notes)
         verdicts, audit_entries = verdict.mechanism_verdicts(inputs, claims, links, notes)
         # A sweep's releases are summarised (sections.sweep), not carded; they still count in the
         # provenance and in the composition of everything this report covers.
         covered = inputs.releases + [lr for sw in inputs.sweeps for lr in sw.releases]
-        budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, cache, notes)
+        budget_section, fingerprints = _budget_section(inputs, covered, ledger_path, notes)
         bar.update(task, advance=1)
-        sweeps = _sweeps(inputs, budget_section, cache, notes)
+        sweeps = _sweeps(inputs, budget_section, notes)
         bar.update(task, advance=1)
     one_runs = _one_runs(inputs, notes)
     sections = {"verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps], "claim": claims,

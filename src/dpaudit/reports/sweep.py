@@ -26,7 +26,7 @@ from ..records import _json_safe, read_json
 from ..sweeps import sweep_tables
 from .claim import noise_label
 from .inputs import LoadedSweep, Note, dataset_name, fixed, num
-from .recompute import EpsCache, compose_sequential, composed
+from .recompute import compose_sequential, composed, recomputed
 
 #: At most this many mismatching releases are named one by one (the rest are counted).
 MAX_LISTED = 20
@@ -128,7 +128,7 @@ def _compose_into(row: dict, res: dict[str, dict], sweep_name: str | None, notes
                                             f"{row['errors'].get('rdp')}"))
 
 
-def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, notes: list[Note]) -> dict:
+def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
     ds, part, adj = key
     n_private = len(g["guarantees"])
     delta = max(g["deltas"]) if g["deltas"] else None
@@ -141,18 +141,18 @@ def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, no
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
     elif n_private:
-        _compose_into(row, composed(cache, g["guarantees"], delta, adj), sweep_name, notes)
+        _compose_into(row, composed(g["guarantees"], delta, adj), sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
 
 
-def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[Note]) -> list[dict]:
+def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[dict]:
     """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon
     (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
     groups: dict[tuple, dict] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
         _add(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
-    return [_budget_row(key, g, cache, sweep.name, notes) for key, g in groups.items()]
+    return [_budget_row(key, g, sweep.name, notes) for key, g in groups.items()]
 
 
 def _composed_clause(row: dict, where: str) -> str:
@@ -222,25 +222,25 @@ def _match(out: dict, entries: list, release_ids: set[str], name: str | None) ->
     return ours
 
 
-def _ledger_rdp(private: list, n: int, delta: float | None, adj: str, cache: EpsCache) -> float | None:
+def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float | None:
     """rdp epsilon of the ledger's stored events (inf when a non-private release is among the ``n``)."""
     if len(private) < n:
         return math.inf
     if not private or delta is None or not 0 < delta < 1:
         return None
-    return cache.get(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
+    return recomputed(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
 
 
-def _ledger_row(key: tuple, es: list, cache: EpsCache) -> dict:
+def _ledger_row(key: tuple, es: list) -> dict:
     ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
     delta = max((d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None)
     return {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(es), "non_private_releases": len(es) - len(private),
             "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private), "delta": delta,
-            "rdp": _ledger_rdp(private, len(es), delta, adj, cache)}
+            "rdp": _ledger_rdp(private, len(es), delta, adj)}
 
 
-def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache: EpsCache, notes: list[Note]) -> dict | None:
+def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], notes: list[Note]) -> dict | None:
     """What the ledger recorded for this sweep: by release id and by the entries' ``sweep`` tag."""
     if not ledger_path:
         return None
@@ -265,7 +265,7 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
     groups: dict[tuple, list] = {}
     for e in ours:
         groups.setdefault((str(e.payload.get("dataset_name") or e.dataset), str(e.payload.get("partition")), str(e.payload.get("adjacency"))), []).append(e)
-    out["composition"] = [_ledger_row(key, es, cache) for key, es in groups.items()]
+    out["composition"] = [_ledger_row(key, es) for key, es in groups.items()]
     return out
 
 
@@ -329,7 +329,7 @@ def _release_sets(sweep: LoadedSweep) -> tuple[set[str], set[str], list[dict], s
     return on_disk, store_ids, missing, (on_disk - store_ids) if store_ids else set()
 
 
-def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, ledger_path: str | None = None) -> dict:
+def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | None = None) -> dict:
     """The ``sections.sweep`` entry of one sweep (fields: docs/review-walkthrough.md)."""
     notes.extend(sweep.notes)
     name = sweep.name or sweep.path.name
@@ -347,8 +347,8 @@ def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, led
     entry["missing_releases"] = [str(r["release_id"]) for r in missing]
     entry["orphan_releases"] = sorted(orphans)
     entry["accounting"] = _accounting(sweep, notes)
-    entry["budget"] = _budget(sweep, [_from_store(r) for r in missing], cache, notes)
-    entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, cache, notes)
+    entry["budget"] = _budget(sweep, [_from_store(r) for r in missing], notes)
+    entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, notes)
     return entry
 
 

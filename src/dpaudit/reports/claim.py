@@ -1,9 +1,6 @@
 """Section ``claim``: one claim card per release (Release fields a reviewer checks, every
-accountant's epsilon recomputed from the stored events, and the accounting check).
-
-The accounting check is :func:`dpaudit.claims.verify_claim`, the one claim check dpaudit has
-(also used by ``dpaudit ledger record`` and, through :func:`dpaudit.records.check_accounting`,
-by the release paths); this module only turns its verdict into the card and the notes.
+accountant's epsilon recomputed from the stored events, and the accounting check of
+:func:`dpaudit.claims.verify_claim`, dpaudit's one claim check, turned into the card and notes).
 """
 
 from __future__ import annotations

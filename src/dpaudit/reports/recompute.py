@@ -1,9 +1,6 @@
-"""Epsilons the report recomputes from stored events, shared by the claim, budget and sweep sections.
-
-Every recomputation goes through :func:`dpaudit.claims.recompute_epsilon` (one process-wide
-cache, the same one :func:`dpaudit.claims.verify_claim` uses), so a claim card's rows, its
-accounting check and the compositions never compute one epsilon twice or two ways.
-"""
+"""Epsilons the report recomputes from stored events (claim, budget and sweep sections), all through
+:func:`dpaudit.claims.recompute_epsilon` and its cache, the one :func:`dpaudit.claims.verify_claim`
+uses: no epsilon is computed twice or two ways."""
 
 from __future__ import annotations
 

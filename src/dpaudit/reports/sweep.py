@@ -33,11 +33,9 @@ MAX_LISTED = 20
 
 
 def _store_guarantee(result: dict) -> dict | None:
-    """A release's event rebuilt from what the store kept (only when its release.json is gone)."""
-    if result.get("non_private"):
-        return {"type": "non-private"}
+    """A release's event rebuilt from what the store kept (only when its release.json is gone; None: non-private or unknown)."""
     nm, q, steps = num(result.get("noise_multiplier")), num(result.get("sample_rate")), num(result.get("steps"))
-    if nm is None or q is None or steps is None:
+    if result.get("non_private") or nm is None or q is None or steps is None:
         return None
     return {"type": "subsampled-gaussian", "noise_multiplier": nm, "sample_rate": q, "steps": int(steps)}
 
@@ -62,6 +60,7 @@ def _accounting_notes(name: str, problems: list[dict], unverified: list[dict], c
 
 
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
+    no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
     if n["mismatch"]:
         status, line = "mismatch", f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)"
     elif n["unverified"]:
@@ -69,10 +68,8 @@ def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     elif checked:
         status, line = "ok", f"{n['ok']} of {checked} releases check out"
     else:
-        return "no-claim", "no private release below the sweep's folder (nothing to check)" + (
-            f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else "")
-    line += " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
-    return status, line + (f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else "")
+        return "no-claim", "no private release below the sweep's folder (nothing to check)" + no_claim
+    return status, line + " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)" + no_claim
 
 
 def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
@@ -303,10 +300,9 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
 
 def _from_store(r: dict) -> dict:
     """A release the store names but whose file is missing, from what the store kept."""
-    g = _store_guarantee(r)
     return {"dataset": dataset_name(r.get("dataset")), "partition": str(r.get("partition") or "train"),
             "adjacency": str(r.get("adjacency") or "add-remove-record"), "epsilon": num(r.get("epsilon")),
-            "delta": num(r.get("delta")), "guarantee": g if g is None or g.get("type") != "non-private" else None,
+            "delta": num(r.get("delta")), "guarantee": _store_guarantee(r),
             "non_private": bool(r.get("non_private")), "from_store": True}
 
 

@@ -26,17 +26,10 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
     render(results[0], Path(out_dirs[0]))
     if len(results) > 1:
         render_threat_models(results[0], results[1], Path(out_dirs[1]))
-    for r, out in zip(results, out_dirs):
-        write_figure(r, Path(out))
-
-
-def write_figure(result, out: Path) -> Path | None:
-    """The reviewer's picture next to ``out/audit.json``: the claimed trade-off curve with the audit's
-    empirical points and confidence box (reports/tradeoff.py); nothing without a claimed event."""
-    path = tradeoff.write_tradeoff_png(result.to_dict(), out)
-    if path is not None:
-        console.print(f"wrote {path}", soft_wrap=True)
-    return path
+    for r, out in zip(results, out_dirs):  # the trade-off figure beside audit.json; none without a claimed event
+        path = tradeoff.write_tradeoff_png(r.to_dict(), Path(out))
+        if path is not None:
+            console.print(f"wrote {path}", soft_wrap=True)
 
 
 def render_one_run(result, out: Path) -> None:
@@ -83,12 +76,8 @@ def _statistic_line(result) -> str:
                 "mechanism (the SELECT rule's EVAL counts and every threshold on all trials)")
     acc = (result.claimed_curve or {}).get("accountant", "")
     return (f"statistic: claimed-curve: {fam['statement']}, decides the verdict (family epsilon "
-            f"{_fmt(_float(fam.get('family_epsilon')))}, {acc} accountant: a statement about the claim's family only); "
+            f"{_fmt(None if fam.get('family_epsilon') is None else float(fam['family_epsilon']))}, {acc} accountant: a statement about the claim's family only); "
             "eps_LB bounds any mechanism")
-
-
-def _float(x):
-    return None if x is None else float(x)
 
 
 def _verdict_line(result) -> str:

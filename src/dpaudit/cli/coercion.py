@@ -1,18 +1,12 @@
 """Option values of plain types converted without pydantic (start-up of the light commands).
 
-typer 0.29 converts every option value through a pydantic ``TypeAdapter`` that it builds the first
-time the option is processed, defaults included: the first command with options then imports
-pydantic (~0.15 s of the 0.5 s budget of ``dpaudit calibrate`` / ``ledger summary``). The values
-these commands take are plain: numbers, strings, paths, enum choices. :func:`install` gives each
-such option of a click command a converter that handles the values whose result is certain -- a
-decimal integer, a decimal or exponent float, a string, a path string, an exact enum choice, or a
-value already of the option's type -- exactly as typer's adapter would, and hands everything else
-(errors, odd spellings such as ``1_000`` or ``" 2"``, lists, constrained numbers) to typer's own
-converter, built on first need. So every message and every accepted value stays typer's;
-tests/cli/test_cli_coercion.py compares both converters value for value.
-
-This reaches into typer's private coercion classes; if they are not there (another typer), nothing
-is installed and typer converts as usual.
+typer converts every option value through a pydantic ``TypeAdapter`` built on first use, so the
+first command with options imports pydantic (~0.15 s of the 0.5 s budget of ``dpaudit calibrate``).
+:func:`install` gives each plain option (number, string, path, enum choice) a converter for the
+values whose result is certain, exactly as typer's adapter would, and hands everything else
+(errors, odd spellings such as ``1_000``, lists, constrained numbers) to typer's own converter:
+every message and accepted value stays typer's (tests/cli/test_cli_coercion.py compares both).
+Without typer's private coercion classes (another typer) nothing is installed.
 """
 
 from __future__ import annotations

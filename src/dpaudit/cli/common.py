@@ -152,15 +152,10 @@ def _stand_in(module: str, name: str) -> type:
 
 
 def light_rich_help() -> None:
-    """Import typer's rich help renderer without ``rich.markdown`` and ``rich.traceback``.
-
-    ``typer.rich_utils`` imports both at the top (markdown_it, pygments and attrs behind them:
-    ~0.25 s, half of ``dpaudit --help``) but uses them only for ``rich_markup_mode="markdown"``
-    and for pretty tracebacks, neither of which dpaudit uses. While it is imported, those two
-    modules are stand-ins whose classes import the real module when first used; afterwards they
-    are removed from ``sys.modules``, so any later ``import rich.markdown`` gets the real one.
-    If typer ever needs more from them, the normal import runs instead (nothing is lost).
-    """
+    """Import typer's rich help renderer without ``rich.markdown`` and ``rich.traceback`` (~0.25 s, half
+    of ``dpaudit --help``; typer uses them only for markdown markup and pretty tracebacks, which dpaudit
+    does not): stand-ins that import the real module when first used, removed from ``sys.modules``
+    afterwards. If typer ever needs more from them, the normal import runs instead."""
     if "typer.rich_utils" in sys.modules:
         return
     stubs = {}
@@ -228,16 +223,11 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
 
 
 def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), omit=(), last=("out",)) -> list[str]:
-    """The command line that re-creates what this command computes, from its *parsed* parameters
-    (written once for every command that records its command line, e.g. ``audit.json``).
-
-    ``dpaudit``, the command path, every argument, then each option whose value is not its
-    default (or is named in ``always``), in the order the command declares them; the options in
-    ``last`` come at the end. ``values`` replaces parsed values (a default resolved by the command,
-    e.g. the epsilon actually used); ``omit`` names options that say how or where the command runs
-    or prints (workers, output format), never what it computes. Flags are spelt ``--x`` /
-    ``--no-x``; floats with ``repr`` (exact round trip); ``ctx`` defaults to the current context.
-    """
+    """The command line that re-creates what this command computes, from its *parsed* parameters:
+    ``dpaudit``, the command path, every argument, then each option not at its default (or named in
+    ``always``) in declaration order, ``last`` at the end. ``values`` replaces parsed values (a
+    default the command resolved); ``omit``: options that say how or where it runs, never what it
+    computes. Flags are ``--x`` / ``--no-x``, floats ``repr`` (exact round trip)."""
     from enum import Enum
 
     if ctx is None:

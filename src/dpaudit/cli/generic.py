@@ -1,17 +1,11 @@
 """Generic ``dpaudit train NAME`` and ``dpaudit audit NAME`` commands for catalogue entries.
 
-A mechanism added to :data:`dpaudit.catalogue.CATALOGUE` without a bespoke command gets both
-commands from its :class:`~dpaudit.requests.Request` dataclass: every field becomes an option
-(type from the annotation, flag and help from the field's metadata, ``choices`` as a choice
-list, booleans as flags), the options are parsed into the Request and handed to the library
-(:func:`dpaudit.releasing.release` for ``train``; the mechanism's ``audit_target(plan, canary)``
-and :func:`dpaudit.audits.engine.run_audit` for ``audit``). Nothing here decides anything about
-privacy: parsing only.
-
-A ``train`` command registered by hand is kept (:func:`register_train` skips names already registered). ``dpaudit audit NAME`` of a built-in
-family's request (:data:`dpaudit.requests.REQUEST_TYPES`) is the one command generated from
-:class:`~dpaudit.requests.AuditRequest` (:mod:`dpaudit.cli.audit`); a mechanism that declares its
-own request type gets its generic ``audit NAME`` here, whose options are its request's.
+Every field of an entry's :class:`~dpaudit.requests.Request` becomes an option (type from the
+annotation, flag, help and ``choices`` from the field's metadata, booleans as flags); the options
+are parsed into the Request and handed to the library (:func:`dpaudit.releasing.release`; the
+mechanism's ``audit_target(plan, canary)`` and :func:`dpaudit.audits.engine.run_audit`). Parsing
+only. ``audit NAME`` of a built-in family is the one command of :mod:`dpaudit.cli.audit`; an entry
+that declares its own request type gets its generic ``audit NAME`` here.
 """
 
 from __future__ import annotations

@@ -126,11 +126,9 @@ def register(app: typer.Typer) -> None:
         """Set a dataset's budget cap; later releases (and, with --include-audits, audits) that would exceed it are refused before they run."""
         with open_ledger(ledger) as led:
             eid = led.cap(dataset, eps, delta, include_audits=include_audits)
-        if json_out:
-            emit_json({"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits})
-            return
         counts = "releases and audits" if include_audits else "releases only (audits are shown, not counted)"
-        console.print(f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid}).")
+        _say(json_out, {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits},
+             f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid}).")
 
     @ledger_app.command("verify")
     def verify(
@@ -171,11 +169,9 @@ def register(app: typer.Typer) -> None:
             vid = led.void(entry_id, reason, published=published)
             target = led.get(vid).payload["target"]
             kind = led.get(target).kind
-        if json_out:
-            emit_json({"id": vid, "target": target, "kind": kind, "reason": reason, "artefacts_published": published})
-            return
         counted = "its budget stays spent (published)" if published else "no longer counted"
-        console.print(f"{kind} {target} voided (entry {vid}; {counted}).")
+        _say(json_out, {"id": vid, "target": target, "kind": kind, "reason": reason, "artefacts_published": published},
+             f"{kind} {target} voided (entry {vid}; {counted}).")
 
     @ledger_app.command("declare-version")
     def declare_version(
@@ -189,11 +185,9 @@ def register(app: typer.Typer) -> None:
         with open_ledger(ledger) as led:
             eid = led.declare_version(dataset, fingerprint, reason)
             previous = led.get(eid).payload.get("previous", [])
-        if json_out:
-            emit_json({"id": eid, "dataset": dataset, "fingerprint": fingerprint.strip().lower(), "previous": previous, "reason": reason})
-            return
-        console.print(f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
-                      "its releases compose sequentially with the earlier versions'.", highlight=False)
+        _say(json_out, {"id": eid, "dataset": dataset, "fingerprint": fingerprint.strip().lower(), "previous": previous, "reason": reason},
+             f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
+             "its releases compose sequentially with the earlier versions'.", highlight=False)
 
     @ledger_app.command("declare-partition")
     def declare_partition(
@@ -319,12 +313,9 @@ def register(app: typer.Typer) -> None:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private data's history (and maybe the key)
         with os.fdopen(fd, "w") as f:
             json.dump(dump, f)
-        if json_out:
-            emit_json({"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"], "fingerprint_key": include_key})
-            return
         keyed = "with" if include_key else "without (--include-key to carry it)"
-        console.print(f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key (head {dump['head_hash'][:16]}).",
-                      highlight=False)
+        _say(json_out, {"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"], "fingerprint_key": include_key},
+             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key (head {dump['head_hash'][:16]}).", highlight=False)
 
     @ledger_app.command("import")
     def import_(

@@ -1,12 +1,7 @@
 """Section ``audit``: one entry per audit record (its own verdict, recomputed bound and ceiling,
 ROC), the Table-16-shaped table (DP-MixMin paper, Table 16) and the links between audits and the
-releases they belong to.
-
-Only the shareable part of an audit is read (audit.json / one_run.json, with any private key an
-old file still carries removed on loading, :func:`dpaudit.audit_outputs.shareable_audit`): never
-``audit_local.json`` or the raw scores (``scores.npz``), which are functions of the private data
-in score units. Audit results are not covered by the release's claim; the section says so
-(:data:`dpaudit.audit_outputs.NOT_COVERED`)."""
+releases they belong to. Only the shareable part of an audit is read (:mod:`.inputs`); audit
+results are not covered by the release's claim (:data:`dpaudit.audit_outputs.NOT_COVERED`)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), the issue-15
 evidence blocks (``claimed_curve``, ``comparison``, ``statistic``) and one-run records (one_run.json).
 
-A loader-layer module (it imports nothing of :mod:`dpaudit.reports`); every reader is lenient and
-returns plain, validated values, or None when a block is absent, malformed or of the wrong type, so
-the report says "not recorded", writes a note or judges INCONCLUSIVE instead of guessing; nothing
-here recomputes a bound. :meth:`AuditView.from_dict` reads a record in today's layout after two
-named schema migrations (:data:`MIGRATIONS`), so no reader downstream guesses key names:
-``issue-23`` (:func:`dpaudit.audits.verdicts.upgrade`: a claimed-curve record written before issue 23
-published its claim family's epsilon as eps_LB) and ``key-aliases`` (the key names of older and
-foreign writers renamed to today's, :data:`KEY_ALIASES`).
+A loader-layer module; every reader is lenient and returns plain, validated values, or None when a
+block is absent, malformed or of the wrong type, so the report says "not recorded", writes a note
+or judges INCONCLUSIVE instead of guessing; nothing here recomputes a bound. :meth:`AuditView.from_dict`
+reads a record in today's layout after the named schema migrations of :data:`MIGRATIONS`, so no
+reader downstream guesses key names.
 """
 
 from __future__ import annotations
@@ -42,7 +39,8 @@ def _aliases(rec: dict, aliases: dict[str, tuple[str, ...]] = KEY_ALIASES) -> di
     return out
 
 
-#: Named migrations, applied in order to every record.
+#: Named migrations, applied in order to every record (issue-23: a claimed-curve record written
+#: before issue 23 published its claim family's epsilon as eps_LB).
 MIGRATIONS = (("issue-23", upgrade), ("key-aliases", _aliases))
 
 

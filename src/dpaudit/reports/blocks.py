@@ -1,8 +1,6 @@
-"""The report model laid out as blocks (paragraphs, tables, key-value cards, code, figures).
-
-HTML and Markdown render the same blocks, so both formats always show the same numbers in
-the same order. Only :mod:`.model` decides *what* the numbers are; this module decides how
-they are worded and rounded.
+"""The report model laid out as blocks (paragraphs, tables, key-value cards, code, figures): HTML
+and Markdown render the same blocks, so both show the same numbers in the same order. Only
+:mod:`.model` decides *what* the numbers are; the blocks decide how they are worded and rounded.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from ..ledger.paths import resolve_ledger
 from ..errors import DPAuditError, UsageError
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num
-from .recompute import EpsCache, composed
+from .recompute import composed
 
 
 def _rows_of(rows: Any) -> list[dict]:
@@ -72,12 +72,9 @@ def _read_ledger(path, datasets: list[str], notes: list[Note]) -> tuple[list[dic
 
 
 def _integrity_note(ver: dict, path, notes: list[Note]) -> None:
-    ok = ver.get("ok")
-    if ok is None and "problems" in ver:
-        ok = not ver["problems"]
-    if ok is False:
-        msgs = "; ".join(str(p.get("message", p)) for p in ver.get("problems", [])[:3] if isinstance(p, dict))
-        notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs or 'see ledger verify'}."))
+    if not ver["ok"]:  # a VerifyReport's dict, or _verify's own when the check raised
+        msgs = "; ".join(str(p["message"]) for p in ver["problems"][:3])
+        notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs}."))
 
 
 def _release_id(e: dict) -> str | None:
@@ -145,24 +142,24 @@ def _parallel_row(ds: str, rs: list[dict]) -> dict:
             "delta": _max_of(rs, "delta"), "rdp": _max_of(rs, "rdp"), "prv": _max_of(rs, "prv")}
 
 
-def _composition_row(key: tuple, rels: list[Release], cache: EpsCache, notes: list[Note]) -> dict:
+def _composition_row(key: tuple, rels: list[Release], notes: list[Note]) -> dict:
     ds, part, adj = key
     deltas = [num(r.delta) for r in rels if num(r.delta) is not None]
     row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(rels),
            "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels), "delta": max(deltas) if deltas else None, "rdp": None, "prv": None}
-    for acc, res in composed(cache, (r.guarantee for r in rels), row["delta"], adj).items():
+    for acc, res in composed((r.guarantee for r in rels), row["delta"], adj).items():
         row[acc] = res["epsilon"]
         if res["error"]:
             notes.append(Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}"))
     return row
 
 
-def release_composition(releases: list[LoadedRelease], cache: EpsCache, notes: list[Note]) -> list[dict]:
+def release_composition(releases: list[LoadedRelease], notes: list[Note]) -> list[dict]:
     """Sequential composition per (dataset, partition); parallel (max) over partitions."""
     groups: dict[tuple, list[Release]] = {}
     for r in (lr.release for lr in releases if not lr.release.non_private):
         groups.setdefault((dataset_name(r.dataset), str(r.partition), str(r.adjacency)), []).append(r)
-    rows = [_composition_row(key, rels, cache, notes) for key, rels in groups.items()]
+    rows = [_composition_row(key, rels, notes) for key, rels in groups.items()]
     by_ds: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_ds[row["dataset"]].append(row)

@@ -1,9 +1,6 @@
 """Section ``claim``: one claim card per release (Release fields a reviewer checks, every
-accountant's epsilon recomputed from the stored events, and the accounting check).
-
-The accounting check is :func:`dpaudit.claims.verify_claim`, the one claim check dpaudit has
-(also used by ``dpaudit ledger record`` and, through :func:`dpaudit.records.check_accounting`,
-by the release paths); this module only turns its verdict into the card and the notes.
+accountant's epsilon recomputed from the stored events, and the accounting check of
+:func:`dpaudit.claims.verify_claim`, dpaudit's one claim check, turned into the card and notes).
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from ..accounting import ACCOUNTANTS
 from ..claims import verify_claim
 from ..records import public_noise_reason
 from .inputs import LoadedRelease, Note, dataset_name, num
-from .recompute import SIDE_BY_SIDE, EpsCache
+from .recompute import SIDE_BY_SIDE, recomputed
 
 
 def _find_key(obj: Any, key: str, depth: int = 4) -> Any:
@@ -43,17 +40,17 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
     return f"secure ({source}, secret)", True
 
 
-def _epsilon_row(r, acc: str, delta: float | None, stored: dict, cache: EpsCache) -> dict:
+def _epsilon_row(r, acc: str, delta: float | None, stored: dict) -> dict:
     if delta is None or not (0 < delta < 1) and acc != "pure":
         return {"accountant": acc, "epsilon": None, "stored": num(stored.get(acc)), "lower": None, "estimate": None,
                 "error": f"delta must be in (0, 1), got {r.delta!r}"}
-    res = cache.get(r.guarantee, delta, acc, r.adjacency)
+    res = recomputed(r.guarantee, delta, acc, r.adjacency)
     st = stored.get(acc)
     return {"accountant": acc, "epsilon": res["epsilon"], "stored": num(st.get("epsilon")) if isinstance(st, dict) else num(st),
             "lower": res["lower"], "estimate": res["estimate"], "error": res["error"], "claimed_with": acc == r.accountant}
 
 
-def _epsilon_rows(r, delta: float | None, cache: EpsCache) -> list[dict]:
+def _epsilon_rows(r, delta: float | None) -> list[dict]:
     """The stored events' epsilon under rdp and prv, and under the claimed accountant (none for a non-private release)."""
     if r.non_private:
         return []
@@ -61,7 +58,7 @@ def _epsilon_rows(r, delta: float | None, cache: EpsCache) -> list[dict]:
     if r.accountant not in accountants and r.accountant in ACCOUNTANTS:
         accountants.insert(0, r.accountant)  # the claimed accountant always gets its row
     stored = r.epsilons if isinstance(r.epsilons, dict) else {}
-    return [_epsilon_row(r, acc, delta, stored, cache) for acc in accountants]
+    return [_epsilon_row(r, acc, delta, stored) for acc in accountants]
 
 
 def _claim_notes(r, check, secure: bool | None, notes: list[Note]) -> None:
@@ -86,15 +83,15 @@ def _sampler(r) -> str:
     return "full batch (q = 1)" if q >= 1.0 else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
 
 
-def claim_card(lr: LoadedRelease, cache: EpsCache, notes: list[Note]) -> dict:
-    """One claim card (its fields: the report model's docstring, ``sections.claim``): the accounting
+def claim_card(lr: LoadedRelease, notes: list[Note]) -> dict:
+    """One claim card (its fields: docs/review-walkthrough.md, ``sections.claim``): the accounting
     check of :func:`dpaudit.claims.verify_claim` and, side by side, the epsilon of the stored events
     under rdp and prv (and the claimed accountant)."""
     r = lr.release
     label, secure = noise_label(r.noise_source)
     delta = num(r.delta)
     check = verify_claim(r)
-    rows = _epsilon_rows(r, delta, cache)
+    rows = _epsilon_rows(r, delta)
     _claim_notes(r, check, secure, notes)
     return {"release_id": r.id, "path": str(lr.path), "mechanism": r.mechanism, "non_private": bool(r.non_private),
             "privacy_unit": r.privacy_unit, "adjacency": r.adjacency, "accountant": r.accountant, "target_epsilon": check.target_epsilon,

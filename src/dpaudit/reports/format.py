@@ -1,8 +1,4 @@
-"""How the report's numbers are worded and rounded, and the :class:`Block` every renderer draws.
-
-HTML and Markdown render the same blocks (:mod:`.blocks`, :mod:`.sweep_blocks`), so both formats
-always show the same numbers in the same order.
-"""
+"""How the report's numbers are worded and rounded, and the :class:`Block` every renderer draws."""
 
 from __future__ import annotations
 

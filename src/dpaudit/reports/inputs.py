@@ -1,20 +1,12 @@
 """Finding and reading the inputs of a report: releases, audits (their shareable part only), sweeps.
 
-The loader layer of :mod:`dpaudit.reports`: every file a report reads is read here (release.json,
-audit.json, a sweep's store and the releases below it; never audit_local.json or scores.npz, which
-are not for publication); an audit record becomes a typed :class:`~.audit_view.AuditView`. Imports
-run one way: loaders -> recomputation -> sections -> model -> renderers (the layers are listed and
-checked in ``tests/reports/test_report_layering.py``).
-
-A sweep folder (one holding ``sweep.sqlite``) or a ``sweep.sqlite`` file is a *sweep input*:
-the releases below it are summarised by the report's sweep section (:mod:`.sweep`) instead of
-becoming one claim card each, and are never also read as ordinary releases. A folder searched
-recursively may hold sweep folders next to ordinary releases; each is treated as what it is.
-
-Every reader here is tolerant by design: a truncated or malformed file becomes a *note* in the
-report (never a traceback, never silently dropped), and an audit record that lacks a key the
-verdict needs is marked incomplete so that the verdict says INCONCLUSIVE rather than guessing.
-Only an input list that yields nothing readable at all is an error (one line).
+The loader layer of :mod:`dpaudit.reports` (layers: ``tests/reports/test_report_layering.py``):
+every file a report reads is read here (never audit_local.json or scores.npz, which are not for
+publication); an audit record becomes a typed :class:`~.audit_view.AuditView`; the releases below
+a sweep folder become its sweep's (:func:`discover_inputs`). Every reader is tolerant: a truncated
+or malformed file becomes a *note* in the report (never a traceback, never silently dropped), and
+an audit record that lacks a key the verdict needs makes the verdict INCONCLUSIVE rather than a
+guess. Only an input list that yields nothing readable at all is an error (one line).
 """
 
 from __future__ import annotations
@@ -320,28 +312,20 @@ def find_one_runs(paths: Iterable[Path]) -> list[Path]:
     return list(found.values())
 
 
-def _read_record(f: Path, what: str, shareable, notes: list[Note]) -> dict | None:
-    """The shareable part of a record (keys an old file still publishes — scores in score units,
-    data-derived canary choices, reference optima — dropped), or None with an error note."""
-    try:
-        return shareable(read_json(f, what))
-    except DPAuditError as e:
-        notes.append(Note("error", "inputs", f"{what} skipped: {e}"))
-        return None
+def _records(files: list[Path], what: str, shareable, loaded, notes: list[Note]) -> list:
+    """``loaded(file, shareable part)`` of each readable record (keys an old file still publishes — scores in
+    score units, data-derived canary choices, reference optima — dropped); an unreadable one is an error note."""
+    out = []
+    for f in files:
+        try:
+            out.append(loaded(f, shareable(read_json(f, what))))
+        except DPAuditError as e:
+            notes.append(Note("error", "inputs", f"{what} skipped: {e}"))
+    return out
 
 
 def _loaded(files: list[Path], read) -> list:
     return [x for x in map(read, files) if x is not None]
-
-
-def _audit_at(f: Path, notes: list[Note]) -> LoadedAudit | None:
-    r = _read_record(f, "audit", shareable_audit, notes)
-    return None if r is None else LoadedAudit(f.parent, r, AuditView.from_dict(r))
-
-
-def _one_run_at(f: Path, notes: list[Note]) -> LoadedOneRun | None:
-    r = _read_record(f, "one-run record", shareable_one_run, notes)
-    return None if r is None else LoadedOneRun(f, r)
 
 
 def _nothing_readable(files_found: bool, notes: list[Note], given: list[Path]) -> DataError:
@@ -360,8 +344,8 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     out.sweeps = [load_sweep(sw) for sw in sweeps]
     out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
     one_run_files = find_one_runs(given)
-    out.audits = _loaded(audit_files, lambda f: _audit_at(f, out.notes))
-    out.one_runs = _loaded(one_run_files, lambda f: _one_run_at(f, out.notes))
+    out.audits = _records(audit_files, "audit", shareable_audit, lambda f, r: LoadedAudit(f.parent, r, AuditView.from_dict(r)), out.notes)
+    out.one_runs = _records(one_run_files, "one-run record", shareable_one_run, LoadedOneRun, out.notes)
     if not (out.releases or out.audits or out.sweeps or out.one_runs):
         raise _nothing_readable(bool(release_files or audit_files or one_run_files), out.notes, given)
     return out

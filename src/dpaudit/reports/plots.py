@@ -1,9 +1,5 @@
-"""Figures of a report, drawn from the report model only (never from the raw inputs).
-
-Matplotlib's object API with the Agg canvas is used directly (no ``pyplot``, no global backend
-switch), so rendering a report never changes a user's matplotlib state. One style for all
-figures: same size, fonts, palette and grid; every axis is labelled with its unit.
-"""
+"""Figures of a report, drawn from the report model only (never from the raw inputs), in the one
+style of :mod:`.tradeoff` (its Agg canvas, never ``pyplot``): every axis labelled with its unit."""
 
 from __future__ import annotations
 

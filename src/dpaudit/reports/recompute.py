@@ -1,9 +1,6 @@
-"""Epsilons the report recomputes from stored events, shared by the claim, budget and sweep sections.
-
-Every recomputation goes through :func:`dpaudit.claims.recompute_epsilon` (one process-wide
-cache, the same one :func:`dpaudit.claims.verify_claim` uses), so a claim card's rows, its
-accounting check and the compositions never compute one epsilon twice or two ways.
-"""
+"""Epsilons the report recomputes from stored events (claim, budget and sweep sections), all through
+:func:`dpaudit.claims.recompute_epsilon` and its cache, the one :func:`dpaudit.claims.verify_claim`
+uses: no epsilon is computed twice or two ways."""
 
 from __future__ import annotations
 
@@ -18,12 +15,9 @@ from ..errors import DPAuditError
 SIDE_BY_SIDE = ("rdp", "prv")
 
 
-class EpsCache:
-    """Recomputed epsilons as the report's dicts {epsilon, lower, estimate, error}, keyed by
-    (guarantee, delta, accountant, adjacency) in :func:`dpaudit.claims.recompute_epsilon`."""
-
-    def get(self, guarantee: Any, delta: float | None, accountant: str, adjacency: str) -> dict:
-        return recompute_epsilon(guarantee, delta, accountant, str(adjacency)).to_dict()
+def recomputed(guarantee: Any, delta: float | None, accountant: str, adjacency: str) -> dict:
+    """{epsilon, lower, estimate, error} of :func:`dpaudit.claims.recompute_epsilon` (cached there)."""
+    return recompute_epsilon(guarantee, delta, accountant, str(adjacency)).to_dict()
 
 
 def compose_sequential(guarantees: Iterable[dict]) -> dict:
@@ -39,8 +33,8 @@ def compose_sequential(guarantees: Iterable[dict]) -> dict:
     return (event or Composed(())).to_dict()
 
 
-def composed(cache: EpsCache, guarantees, delta: float | None, adjacency: str) -> dict[str, dict]:
-    """rdp and prv (accountant -> cache entry) of the sequential composition of ``guarantees`` at ``delta``
+def composed(guarantees, delta: float | None, adjacency: str) -> dict[str, dict]:
+    """rdp and prv (accountant -> :func:`recomputed`) of the sequential composition of ``guarantees`` at ``delta``
     ({} when delta is not in (0, 1)), with the ledger's rule: prv is not attempted where the rdp bound is
     already above :data:`dpaudit.ledger.compose.PRV_SKIP_ABOVE_RDP_EPSILON` (it fails there
     after seconds and GBs; leaving out a bound never lowers the reported minimum)."""
@@ -54,5 +48,5 @@ def composed(cache: EpsCache, guarantees, delta: float | None, adjacency: str) -
             out[acc] = {"epsilon": None, "lower": None, "estimate": None,
                         "error": f"not attempted: the rdp bound {rdp:.1f} exceeds {PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable"}
             continue
-        out[acc] = cache.get(tree, delta, acc, adjacency)
+        out[acc] = recomputed(tree, delta, acc, adjacency)
     return out

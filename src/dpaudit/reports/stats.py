@@ -1,17 +1,10 @@
 """Small, independent statistics the report uses to cross-check audit records.
 
-Nothing here replaces the audit module: the report re-derives a few numbers from the raw counts
-an audit stored (Clopper–Pearson bounds, the ceiling) so that a reviewer sees them even when an
-audit record omits them, and so that a stored number that disagrees with its counts is flagged.
-
-Audit bound (docs/architecture.md, "Audit statistics"; Jagielski et al. 2020; Nasr et al. 2021): with
-one-sided Clopper–Pearson upper bounds FPR_hi, FNR_hi at total confidence ``1 - a`` (``a``
-split evenly across the two bounds),
-
-    eps_LB = max(0, ln((1 - delta - FNR_hi) / FPR_hi), ln((1 - delta - FPR_hi) / FNR_hi)).
-
-The *ceiling* is that bound at perfect separation (0 errors) with the same trial counts: no
-audit with these many EVAL trials can certify a larger epsilon.
+Nothing here replaces the audit module: the report re-derives the Clopper–Pearson bound (its
+formula: docs/architecture.md, "Audit statistics") and the *ceiling* (that bound at perfect
+separation with the same trial counts: no audit with these many EVAL trials can certify more)
+from the counts an audit stored, so a reviewer sees them even when a record omits them, and a
+stored number that disagrees with its counts is flagged.
 """
 
 from __future__ import annotations

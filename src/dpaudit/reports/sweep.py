@@ -8,30 +8,7 @@ cleanly), cross-checked against the release ids its store's finished tasks recor
 names whose file is missing is composed from the parameters the store kept (error note; without
 them the composed epsilon is a lower bound). Every task is a separate release on the same training
 partition, so they compose sequentially: the sweep's cost is far above any single run's epsilon.
-
-Its ``sections.sweep`` entry: ``name``, ``path`` (folder), ``store`` (sweep.sqlite), ``error``
-(unreadable store, else null), ``counts`` {done, failed, pending, total}, ``failures`` [{key,
-model, dataset, epsilon, seed, error, in_current_spec (false: left from an earlier version of the
-spec; null: unknown)}], ``spec`` (as stored), ``releases`` (release files read below the folder),
-``release_ids``, ``missing_releases`` (named by the store, no readable file), ``orphan_releases``
-(on disk, no finished task), ``tables`` (:func:`dpaudit.sweeps.sweep_tables` recomputed from the
-store: cells, paired contrasts with exact sign-flip and Holm-adjusted p and seed-level
-win/tie/loss, the Table 3 comparison of the DP-RVFL paper), ``tables_json`` (matches | differs |
-unreadable | absent: the saved tables.json against the recomputed ones), ``accounting`` (every
-release's claim checked by :func:`dpaudit.claims.verify_claim`: {status: ok | mismatch |
-unverified | no-claim, line, checked, ok, mismatch, unverified, non_private, reproducible_noise,
-mismatches [{release_id, mechanism, path, epsilon, message}], unverified_releases}; any mismatch
-makes the sweep's verdict ACCOUNTING MISMATCH), ``budget`` [per (dataset, partition, adjacency):
-releases, private_releases, non_private_releases, unknown_releases, from_store, largest_single
-{epsilon, release_id, mechanism, target_epsilon}, max_single_epsilon, naive_sum, delta, rdp, prv
-(composed at delta; inf with a non-private release among them), errors {accountant: why it
-declined}, unbounded, lower_bound_only, sentence] and ``ledger`` (with a ledger: {ledger,
-recorded (found by id), tagged (entries whose payload carries the sweep's name),
-tagged_elsewhere, voided, missing, missing_ids, composition (the ledger's stored events, rdp),
-summary (``Ledger.summary(sweep=...)`` when the ledger knows the sweep), error}, else null).
-The sweep's verdict line: ``ACCOUNTING MISMATCH`` (fail closed), ``INCONCLUSIVE`` when its store
-cannot be read, else ``NOT AUDITED`` (a sweep is not audited as a whole) with its accounting
-tally and its largest composed epsilon.
+The ``sections.sweep`` fields and the sweep's verdict line: docs/review-walkthrough.md.
 """
 
 from __future__ import annotations
@@ -49,18 +26,16 @@ from ..records import _json_safe, read_json
 from ..sweeps import sweep_tables
 from .claim import noise_label
 from .inputs import LoadedSweep, Note, dataset_name, fixed, num
-from .recompute import EpsCache, compose_sequential, composed
+from .recompute import compose_sequential, composed, recomputed
 
 #: At most this many mismatching releases are named one by one (the rest are counted).
 MAX_LISTED = 20
 
 
 def _store_guarantee(result: dict) -> dict | None:
-    """A release's event rebuilt from what the store kept (only when its release.json is gone)."""
-    if result.get("non_private"):
-        return {"type": "non-private"}
+    """A release's event rebuilt from what the store kept (only when its release.json is gone; None: non-private or unknown)."""
     nm, q, steps = num(result.get("noise_multiplier")), num(result.get("sample_rate")), num(result.get("steps"))
-    if nm is None or q is None or steps is None:
+    if result.get("non_private") or nm is None or q is None or steps is None:
         return None
     return {"type": "subsampled-gaussian", "noise_multiplier": nm, "sample_rate": q, "steps": int(steps)}
 
@@ -85,6 +60,7 @@ def _accounting_notes(name: str, problems: list[dict], unverified: list[dict], c
 
 
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
+    no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
     if n["mismatch"]:
         status, line = "mismatch", f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)"
     elif n["unverified"]:
@@ -92,10 +68,8 @@ def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     elif checked:
         status, line = "ok", f"{n['ok']} of {checked} releases check out"
     else:
-        return "no-claim", "no private release below the sweep's folder (nothing to check)" + (
-            f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else "")
-    line += " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
-    return status, line + (f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else "")
+        return "no-claim", "no private release below the sweep's folder (nothing to check)" + no_claim
+    return status, line + " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)" + no_claim
 
 
 def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
@@ -151,7 +125,7 @@ def _compose_into(row: dict, res: dict[str, dict], sweep_name: str | None, notes
                                             f"{row['errors'].get('rdp')}"))
 
 
-def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, notes: list[Note]) -> dict:
+def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
     ds, part, adj = key
     n_private = len(g["guarantees"])
     delta = max(g["deltas"]) if g["deltas"] else None
@@ -164,18 +138,18 @@ def _budget_row(key: tuple, g: dict, cache: EpsCache, sweep_name: str | None, no
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
     elif n_private:
-        _compose_into(row, composed(cache, g["guarantees"], delta, adj), sweep_name, notes)
+        _compose_into(row, composed(g["guarantees"], delta, adj), sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
 
 
-def _budget(sweep: LoadedSweep, extra: list[dict], cache: EpsCache, notes: list[Note]) -> list[dict]:
+def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[dict]:
     """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon
     (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
     groups: dict[tuple, dict] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
         _add(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
-    return [_budget_row(key, g, cache, sweep.name, notes) for key, g in groups.items()]
+    return [_budget_row(key, g, sweep.name, notes) for key, g in groups.items()]
 
 
 def _composed_clause(row: dict, where: str) -> str:
@@ -245,25 +219,25 @@ def _match(out: dict, entries: list, release_ids: set[str], name: str | None) ->
     return ours
 
 
-def _ledger_rdp(private: list, n: int, delta: float | None, adj: str, cache: EpsCache) -> float | None:
+def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float | None:
     """rdp epsilon of the ledger's stored events (inf when a non-private release is among the ``n``)."""
     if len(private) < n:
         return math.inf
     if not private or delta is None or not 0 < delta < 1:
         return None
-    return cache.get(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
+    return recomputed(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
 
 
-def _ledger_row(key: tuple, es: list, cache: EpsCache) -> dict:
+def _ledger_row(key: tuple, es: list) -> dict:
     ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
     delta = max((d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None)
     return {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(es), "non_private_releases": len(es) - len(private),
             "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private), "delta": delta,
-            "rdp": _ledger_rdp(private, len(es), delta, adj, cache)}
+            "rdp": _ledger_rdp(private, len(es), delta, adj)}
 
 
-def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], cache: EpsCache, notes: list[Note]) -> dict | None:
+def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], notes: list[Note]) -> dict | None:
     """What the ledger recorded for this sweep: by release id and by the entries' ``sweep`` tag."""
     if not ledger_path:
         return None
@@ -288,7 +262,7 @@ def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[
     groups: dict[tuple, list] = {}
     for e in ours:
         groups.setdefault((str(e.payload.get("dataset_name") or e.dataset), str(e.payload.get("partition")), str(e.payload.get("adjacency"))), []).append(e)
-    out["composition"] = [_ledger_row(key, es, cache) for key, es in groups.items()]
+    out["composition"] = [_ledger_row(key, es) for key, es in groups.items()]
     return out
 
 
@@ -326,10 +300,9 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
 
 def _from_store(r: dict) -> dict:
     """A release the store names but whose file is missing, from what the store kept."""
-    g = _store_guarantee(r)
     return {"dataset": dataset_name(r.get("dataset")), "partition": str(r.get("partition") or "train"),
             "adjacency": str(r.get("adjacency") or "add-remove-record"), "epsilon": num(r.get("epsilon")),
-            "delta": num(r.get("delta")), "guarantee": g if g is None or g.get("type") != "non-private" else None,
+            "delta": num(r.get("delta")), "guarantee": _store_guarantee(r),
             "non_private": bool(r.get("non_private")), "from_store": True}
 
 
@@ -352,8 +325,8 @@ def _release_sets(sweep: LoadedSweep) -> tuple[set[str], set[str], list[dict], s
     return on_disk, store_ids, missing, (on_disk - store_ids) if store_ids else set()
 
 
-def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, ledger_path: str | None = None) -> dict:
-    """The ``sections.sweep`` entry of one sweep (see the report model's docstring)."""
+def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | None = None) -> dict:
+    """The ``sections.sweep`` entry of one sweep (fields: docs/review-walkthrough.md)."""
     notes.extend(sweep.notes)
     name = sweep.name or sweep.path.name
     counts = {"done": 0, "failed": 0, "pending": 0, **sweep.counts}
@@ -370,8 +343,8 @@ def sweep_section(sweep: LoadedSweep, cache: EpsCache, notes: list[Note], *, led
     entry["missing_releases"] = [str(r["release_id"]) for r in missing]
     entry["orphan_releases"] = sorted(orphans)
     entry["accounting"] = _accounting(sweep, notes)
-    entry["budget"] = _budget(sweep, [_from_store(r) for r in missing], cache, notes)
-    entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, cache, notes)
+    entry["budget"] = _budget(sweep, [_from_store(r) for r in missing], notes)
+    entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, notes)
     return entry
 
 

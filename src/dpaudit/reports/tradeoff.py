@@ -1,18 +1,12 @@
 """The reviewer's picture of one audit: the claimed trade-off curve against the audit's evidence.
 
-A claim (the release's recorded DP event) is a whole trade-off curve f: for every test of
-"canary in" vs "canary out", FNR >= f(FPR). An audit falsifies the claim when the confidence
-box of its chosen test, [0, FPR_hi] x [0, FNR_hi] (one-sided Clopper-Pearson upper bounds on
-EVAL trials), lies wholly below that curve: with probability >= the audit's confidence the
-test's true (FPR, FNR) is inside the box, and every correct claim keeps it on or above f.
-The figure shows exactly that, so a reviewer can see *why* an audit says what it says: the
-claimed curve, the family member at the certified lower bound, the EVAL points (descriptive: all
-thresholds, so no confidence attaches to them) and the chosen test's box, in
-:data:`VIOLATION_COLOR` exactly when the audit's own test says it is below the curve
-(``claimed_curve.violated``). Linear axes show the whole curve, log-log ones the corners where
-large epsilons live. Nothing here recomputes a bound: the colour is the stored test's verdict,
-the numbers the stored block's (schema: :mod:`dpaudit.audits.curves`). Matplotlib's object API
-with the Agg canvas, never ``pyplot``, so drawing never touches a user's matplotlib state.
+A claim (the release's recorded DP event) is a whole trade-off curve f: every test of "canary in"
+vs "canary out" has FNR >= f(FPR). An audit falsifies the claim when the confidence box of its
+chosen test, [0, FPR_hi] x [0, FNR_hi] (one-sided Clopper-Pearson upper bounds on EVAL trials),
+lies wholly below that curve. The figure draws the curve, the family member at the certified lower
+bound, the EVAL points (descriptive: all thresholds) and the box, in :data:`VIOLATION_COLOR`
+exactly when the stored test says it is below the curve; nothing here recomputes a bound (schema:
+:mod:`dpaudit.audits.curves`). Matplotlib's object API on an Agg canvas, never ``pyplot``.
 """
 
 from __future__ import annotations

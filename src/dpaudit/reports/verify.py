@@ -2,13 +2,8 @@
 
 A bundle (:func:`make_bundle`): ``bundle.json`` (contents, the ledger's head), ``ledger.json`` (the ledger's export without
 its fingerprint key), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and
-``plans/ID/plan.json``; never a local file or scores. :func:`verify_bundle` re-checks, one :class:`Check` per finding: the
-ledger (chain up to the head, entries, signatures); each release (claim recomputed from its event with its accountant and
-adjacency; equal to its signed ledger entry); each plan (signed, its key registered, this plan.json registered, its runs in
-the ledger = its audits in the bundle); each audit (pre-registered; revealed salt and seeds = the commitment, and used;
-settings as planned; bound recomputed from its counts with the planned statistic and claim; file = the digest the ledger
-recorded after the run; it tests a bundled release's event at its delta, or, planned without a release as an Opacus run
-is, its plan's claim).
+``plans/ID/plan.json``; never a local file or scores. :func:`verify_bundle` re-checks it, one :class:`Check` per finding;
+the checks are listed in docs/review-walkthrough.md (step 5).
 """
 
 from __future__ import annotations
@@ -136,7 +131,7 @@ def _payload(text) -> dict | None:
 
 
 def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) -> list[Check]:
-    """Every check of the module docstring on the bundle at ``path`` (``anchor``: a head hash
+    """Every check (docs/review-walkthrough.md, step 5) on the bundle at ``path`` (``anchor``: a head hash
     published elsewhere, which the chain must contain; ``owner``: the ledger owner's key id)."""
     root = Path(path)
     if not (root / BUNDLE_FILE).is_file():

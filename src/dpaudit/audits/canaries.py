@@ -27,8 +27,6 @@ from __future__ import annotations
 from ..catalogue import CATALOGUE
 from ..errors import UsageError
 
-CANARY_KINDS = ("natural", "max-clip", "mislabeled", "worst-case")
-
 
 def audit_family(entry) -> str:
     """The audit family of a catalogue entry: ``head`` for the DP-SGD head models (one audit

@@ -113,15 +113,13 @@ from . import stats
 from .cost import record_audit_cost
 from .curves import curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
-from .verdicts import upgrade, violated as rule
+from .verdicts import upgrade, violated
 
 AUDIT_FILE = "audit.json"
 SCORES_FILE = "scores.npz"
 SCHEMA = "dpaudit.audit/1"
 METHOD = ("Jagielski et al. 2020: threshold and direction chosen on SELECT; one-sided Clopper-Pearson "
           "(beta) upper bounds on FPR and FNR on EVAL, significance split between them; delta term kept")
-STATISTICS = ("claimed-curve", "clopper-pearson")
-ROLES = ("main", "no-noise", "null")
 #: Share of each world's trials that choose the test (SELECT); the rest (EVAL) bound it. Choosing
 #: a threshold needs fewer trials than bounding it: measured on 2,000 trials (seeds 0-9), 0.3
 #: instead of 0.5 raised the claimed-curve eps_LB of an exact Gaussian at eps 2 from 0.82 to 1.06
@@ -232,11 +230,6 @@ class AuditResult:
         return cls(**kw)
 
 
-def violated(audit: dict) -> bool:
-    """The verdict rule, on an audit.json dict (the one definition: :func:`.verdicts.violated`)."""
-    return rule(audit)
-
-
 def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
     """Read ``audit.json`` (or a directory holding one); with ``local`` (the operator's view) the
     private parts in ``audit_local.json`` beside it are put back when that file is there."""
@@ -274,12 +267,17 @@ def plan_trials(runs: int, *, seed: int, select_fraction: float = SELECT_FRACTIO
     world = np.zeros(runs, dtype=bool)
     world[: runs // 2] = True
     world = world[rng.permutation(runs)]
-    select = np.zeros(runs, dtype=bool)
+    return TrialPlan(world=world, select=_select(rng, world, select_fraction))
+
+
+def _select(rng: np.random.Generator, world: np.ndarray, select_fraction: float) -> np.ndarray:
+    """The SELECT mask: per world (in, then out) a random share ``select_fraction`` of its trials, at least one, never all."""
+    select = np.zeros(world.size, dtype=bool)
     for w in (True, False):
         idx = np.flatnonzero(world == w)
         n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
         select[rng.choice(idx, size=n_sel, replace=False)] = True
-    return TrialPlan(world=world, select=select)
+    return select
 
 
 # --------------------------------------------------------------------------------- evaluation
@@ -400,14 +398,10 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
     world = np.concatenate([np.ones(s_in.size, bool), np.zeros(s_out.size, bool)])
-    rng = public_rng(seed, 0x5E1EC7)
-    select = np.zeros(s.size, bool)
-    for wv in (True, False):
-        idx = np.flatnonzero(world == wv)
-        if idx.size < 2:
-            raise UsageError(f"trials per world must be >= 2, got {idx.size}.")
-        n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
-        select[rng.choice(idx, size=n_sel, replace=False)] = True
+    for n in (s_in.size, s_out.size):
+        if n < 2:
+            raise UsageError(f"trials per world must be >= 2, got {n}.")
+    select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
     ev = evaluate_scores(s, world, select, delta=delta, confidence=confidence, event=claim, accountant=accountant, adjacency=adjacency,
                          seed=seed)
     return AuditResult(mechanism=mechanism, canary=canary, role="main", noise=True, canary_inserted=True, runs=int(s.size),

@@ -81,7 +81,7 @@ from ..accounting.accountants import branches, compute_epsilon, get_accountant, 
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..errors import DataError, UnsupportedEventError, UsageError
-from ..validation import non_negative_finite, open_unit, positive_finite
+from ..validation import open_unit, positive_finite
 from . import stats
 
 #: pld discretisation of the privacy loss (the accountants' default). For noise multipliers below
@@ -572,9 +572,7 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
     about the claim's family only: for a mechanism of another shape it is no bound on epsilon.
     """
     confidence = open_unit("confidence", confidence)
-    delta = non_negative_finite("delta", delta)
-    if delta >= 1.0:
-        raise UsageError(f"delta must be in [0, 1), got {delta!r}.")
+    delta = stats._check_delta(delta)
     adj = Adjacency.parse(adjacency)
     acc = get_accountant(accountant)
     if getattr(acc, "uses_delta", True):

@@ -5,18 +5,12 @@ One audit (Jagielski, Ullman & Oprea 2020; DP-MixMin paper appendix A.8):
      public permutation). Each trial re-runs the mechanism with fresh private noise and fresh
      Poisson sampling; nothing else changes between trials.
   2. Trials are split (seeded, stratified by world) into disjoint SELECT (default 30 %) and EVAL sets.
-  3. The deciding statistic. With a claimed event (the target's ``claimed_event``: the release's
-     DP event, e.g. SubsampledGaussian(sigma, q, T) or PureEpsilon(eps)), the claimed-curve test
-     (:func:`dpaudit.audits.curves.curve_test`): threshold and direction on SELECT, one-sided
-     Clopper–Pearson upper bounds on (FPR, FNR) on EVAL, and the strongest member of the claim's
-     own family whose trade-off curve that box lies strictly below; its epsilon (the target's
-     ``accountant``) is eps_LB. Without an event, today's Clopper–Pearson eps_LB decides:
-     threshold and direction chosen on SELECT (:func:`stats.select_threshold`), on EVAL one-sided
-     Clopper–Pearson upper bounds on FPR and FNR, significance split between them, through the
-     (eps, delta) inequalities (:mod:`dpaudit.audits.stats`); it is always reported as well
-     (``clopper_pearson_epsilon``). Also: the ceiling of the EVAL trial count, the ROC/AUC on
-     EVAL, a Gaussian-DP *estimate* on all trials, and the statistics reviewers compare across
-     tools (:func:`stats.comparison_statistics`).
+  3. The statistics (:func:`evaluate_scores`): with a claimed event (the target's ``claimed_event``,
+     the release's DP event) the claimed-curve test decides ``violated``
+     (:func:`dpaudit.audits.curves.curve_test`); the published eps_LB is :func:`general_bound`'s,
+     valid for any mechanism; the Clopper–Pearson eps_LB of the rule chosen on SELECT and bounded
+     on EVAL (:mod:`dpaudit.audits.stats`) is always reported, as are the ceiling, the ROC/AUC on
+     EVAL, a Gaussian-DP *estimate* and :func:`stats.comparison_statistics`.
   4. Controls, each a full audit of its own: ``no-noise`` (the mechanism without its DP noise:
      must find large leakage, else the canary/score is too weak to mean anything) and ``null``
      (worlds assigned but the canary never inserted: must find none, else the pipeline leaks
@@ -33,48 +27,28 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   model only; "trajectory": every iterate), statistic ("claimed-curve" when the claim is known
   as an event, else "clopper-pearson"; files without it are "clopper-pearson": the statistic that
   decides ``violated``), method (of the deciding statistic), epsilon_lower_bound (eps_LB: a lower
-  bound on the epsilon of ANY mechanism at delta, whatever the claim's shape; see general_bound),
-  general_bound {epsilon_lower_bound, confidence, delta, rule_epsilon, band {cells, events,
-  trials_per_world, ...}, method} (:func:`general_bound`: recomputable at another confidence from
-  counts + band, :func:`dpaudit.audits.verdicts.decision_at`), claim_family_bound {parameter,
-  claimed, ruled_out_from, scale_lower_bound, family_epsilon, violated, statement} (the
-  claimed-curve result in the claim's units, e.g. "noise_multiplier >= 0.81 ruled out"; null
-  without an event), claimed_curve (the block of :func:`dpaudit.audits.curves.curve_test`: event,
-  accountant, family {parameter, claimed, lower_bound}, scale_lower_bound, family_epsilon,
-  violated (the claimed event itself is ruled out), counts {fp, n_out, fn, n_in} (the box's EVAL
-  counts), threshold, direction, point, points, curve, curve_at_lower_bound, ...; null without an
-  event; files before issue 23 call family_epsilon epsilon_lower_bound and published it as the
-  top-level eps_LB: :func:`dpaudit.audits.verdicts.upgrade` reads them), clopper_pearson_epsilon
-  (the SELECT/EVAL Clopper–Pearson eps_LB below at full confidence; files without it:
-  = epsilon_lower_bound), comparison {cp_bonferroni {epsilon_lower_bound,
-  thresholds_tested, threshold, direction, method}, tpr_at_fpr [{fpr, tpr, tpr_interval}],
-  auroc {auc, interval, bootstrap, confidence}, gdp_estimate} (:func:`stats.comparison_statistics`;
-  {} in older files); the Clopper–Pearson test: threshold (float or "inf"/"-inf"),
-  direction ("greater": canary in iff score >= threshold; "less": iff score <= threshold),
-  select_epsilon (eps_LB of the chosen rule on SELECT; biased, for information), counts
-  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling (of the Clopper-Pearson test on EVAL;
-  general_bound.ceiling is the published eps_LB's), underpowered (ceiling < claimed),
-  gdp_estimate {kind, method, auc, mu, mu_interval, delta, epsilon, epsilon_interval,
-  interval_confidence, significant, saturated, trials} (all trials, orientation from SELECT;
-  an estimate, never a bound), roc {fpr: [...], tpr: [...]} (EVAL, oriented so that higher =
-  "in"), auc (EVAL), select_size,
-  eval_size, select_fraction, trials_per_world {in, out}, seeds {public, noise {source, seed,
-  secret}}, task, dataset, config, canary_info, scores_file, timings {seconds (wall, all roles),
-  trials_per_second, chunk_size, workers, compute_seconds (wall inside batched calls),
-  cpu_seconds (CPU time inside batched calls, summed over workers; chunks resumed from a
-  checkpoint are not counted), executor ("built-in" pool, or the external executor's
-  describe(), e.g. {executor: dask, scheduler, workers, ...})}, controls {"no-noise": {...}, "null": {...}} (the
-  same keys, without "controls"), command (re-creates the audit), release_id, release_path (the
-  audited release, if any), id, created_at, dpaudit_version, git_commit.
-What is written is split (issue 23, point 5; :mod:`dpaudit.audit_outputs`): audit.json holds the
-shareable keys only; the score-unit values (``threshold``, ``claimed_curve.threshold``,
-``comparison.cp_bonferroni.threshold``), the data-derived canary choices (``canary_info`` beyond
-its public keys), DP-MixMin's ``config.reference_weights``, a reproducible noise seed,
-``scores_file`` and the exact timings (audit.json's are rounded) go to ``audit_local.json``, which
-like scores.npz is not for publication. :func:`read_audit` puts them back when the file is there.
-``violated`` is derived, never stored: role == "main" and noise and canary inserted and a claim,
-and then the claimed-curve test's ``violated`` when a claimed event was tested, else
-epsilon_lower_bound > claimed_epsilon (one rule: :func:`dpaudit.audits.verdicts.violated`).
+  bound on the epsilon of ANY mechanism at delta, whatever the claim's shape), general_bound
+  (:func:`general_bound`; recomputable at another confidence, :func:`dpaudit.audits.verdicts.decision_at`),
+  claim_family_bound (:func:`claim_family_bound`; null without an event), claimed_curve (the block
+  of :func:`dpaudit.audits.curves.curve_test`; null without an event; files before issue 23:
+  :func:`dpaudit.audits.verdicts.upgrade`), clopper_pearson_epsilon (the SELECT/EVAL
+  Clopper–Pearson eps_LB below; files without it: = epsilon_lower_bound), comparison
+  (:func:`stats.comparison_statistics`; {} in older files); the Clopper–Pearson test: threshold
+  (float or "inf"/"-inf"), direction ("greater": canary in iff score >= threshold; "less": iff
+  score <= threshold), select_epsilon (biased, for information), counts {tp, fp, tn, fn} (EVAL),
+  fpr_upper, fnr_upper, ceiling (of that test; general_bound.ceiling is the published eps_LB's),
+  underpowered (ceiling < claimed), gdp_estimate (:func:`stats.gdp_estimate` on all trials: an
+  estimate, never a bound), roc {fpr, tpr} and auc (EVAL, oriented so that higher = "in"),
+  select_size, eval_size, select_fraction, trials_per_world {in, out}, seeds {public, noise
+  {source, seed, secret}}, task, dataset, config, canary_info, scores_file, timings {seconds,
+  trials_per_second, chunk_size, workers, compute_seconds and cpu_seconds (inside batched calls;
+  resumed chunks not counted), executor ("built-in" or the executor's describe())}, controls
+  {"no-noise": {...}, "null": {...}} (the same keys, without "controls"), command (re-creates the
+  audit), release_id, release_path (the audited release, if any), id, created_at,
+  dpaudit_version, git_commit, plan.
+What is written is split (:mod:`dpaudit.audit_outputs`): audit.json holds the shareable keys only,
+``audit_local.json`` (like scores.npz, not for publication) the rest; :func:`read_audit` puts them
+back when the file is there. ``violated`` is derived, never stored (:func:`dpaudit.audits.verdicts.violated`).
 
 scores.npz holds, per role r in (main, no_noise, null): ``{r}_score`` (float64), ``{r}_world``
 (bool: canary-in world), ``{r}_select`` (bool: SELECT trial), ``{r}_inserted`` (bool).
@@ -594,14 +568,11 @@ class AuditOptions:
 
     ``seed`` fixes the public parts of the audit (worlds, SELECT/EVAL split). DP noise and
     sampling come from fresh OS entropy per chunk, unless ``reproducible_noise`` (then derived
-    from ``noise_seed``, default ``seed``). ``controls`` lists the controls to run besides the
-    main audit (``no-noise``, ``null``), each with ``control_runs`` trials (default ``runs``).
-    ``workers`` > 1 runs chunks on a process pool; ``chunk_size`` trials per batched call.
-    Neither changes any trial. With ``out_dir``, chunks are checkpointed and an interrupted
-    audit with the same configuration resumes. ``command``, ``release_id`` and ``release_path``
-    are recorded as given (how to re-create the audit; which release it audits). ``executor``:
-    an object with ``map_chunks(fn, chunks, shared=, on_done=)`` (:mod:`dpaudit.sweeps.executors`,
-    local processes or Dask) used instead of the built-in pool; chunks and their noise are the same.
+    from ``noise_seed``, default ``seed``). ``controls`` run besides the main audit, each with
+    ``control_runs`` trials (default ``runs``). ``workers``, ``chunk_size`` and ``executor`` (an
+    object with ``map_chunks``, :mod:`dpaudit.sweeps.executors`, instead of the built-in pool)
+    never change a trial. With ``out_dir``, chunks are checkpointed and an interrupted audit with
+    the same configuration resumes. ``command``, ``release_id`` and ``release_path`` are recorded.
 
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, recorded under its plan
     before any trial (``plan.started``) and with its result's digest after (``plan.finished``);
@@ -758,14 +729,8 @@ def audit_callable(mechanism, score, runs: int, *, delta: float, claimed_epsilon
     mechanism must draw all its randomness from it. The null control runs by default; the
     no-noise control also runs when ``noiseless_mechanism`` is given. Other keyword arguments
     go to :func:`run_audit` (``confidence``, ``seed``, ``out_dir``, ``workers``, ...), except the
-    target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``.
-
-    ``claim``: the claim as a DP event (e.g. ``SubsampledGaussian(sigma, 1.0, 1)`` for one
-    Gaussian release, ``SubsampledGaussian(sigma, q, T)``, ``PureEpsilon(eps)``, a composition)
-    with the ``accountant`` that states its epsilon: the audit tests its whole trade-off curve
-    (``statistic`` "claimed-curve"); ``claimed_epsilon`` defaults to the event's epsilon at
-    ``delta`` under that accountant. Without a claim the statistic is the Clopper–Pearson
-    eps_LB ("clopper-pearson") against ``claimed_epsilon``.
+    target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``. ``claim``
+    and ``claimed_epsilon``: as in :func:`audit_scores`.
     """
     lab = _labels({"mechanism" if k == "mechanism_name" else k: kw.pop(k) for k in list(kw) if k in ("mechanism_name", "canary", "adjacency", "accountant")})
     if claim is not None and claimed_epsilon is None:

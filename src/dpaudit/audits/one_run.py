@@ -40,7 +40,6 @@ import numpy as np
 from scipy import special, stats
 
 from ..accounting.accountants import compute_epsilon
-from ..accounting.events import PureEpsilon, SubsampledGaussian
 from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, split_one_run
 from ..errors import DataError, UsageError
 from ..noise import public_rng
@@ -255,16 +254,6 @@ def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, si
     return r + h > total * (1.0 + 1e-9)
 
 
-def _family(event, s: float | None) -> dict:
-    """The claim's own parameter at s = 1 and at the lower bound (as curves.curve_test reports)."""
-    if isinstance(event, SubsampledGaussian):
-        return {"parameter": "noise_multiplier", "claimed": float(event.noise_multiplier),
-                "lower_bound": None if s is None else float(event.noise_multiplier) * s}
-    if isinstance(event, PureEpsilon):
-        return {"parameter": "epsilon", "claimed": float(event.epsilon), "lower_bound": None if s is None else float(event.epsilon) / s}
-    return {"parameter": "noise_scale", "claimed": 1.0, "lower_bound": s}
-
-
 def fdp_family_search(counts: list[tuple[int, int]], m: int, *, curve_at: Callable[[float], Callable], significance: float,
                       tolerance: float = _SCALE_TOLERANCE, scale_range: tuple[float, float] = _SCALE_RANGE) -> dict:
     """Smallest scale s (within ``scale_range``) whose curve ``curve_at(s)`` (a ``fnr`` callable;
@@ -395,7 +384,7 @@ def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accou
               f"s ruled out (log-bisection to {tol:g} relative, reported at a rejected s); eps_LB = epsilon of "
               f"scale_event(claim, s_LB) at delta with the {accountant} accountant.")
     return {"method": method, "event": claim.to_dict(), "accountant": accountant, "adjacency": str(adjacency),
-            "family": _family(claim, s_lb), "scale_lower_bound": s_lb, "epsilon_lower_bound": float(eps_lb),
+            "family": curves._family_parameter(claim, s_lb), "scale_lower_bound": s_lb, "epsilon_lower_bound": float(eps_lb),
             "violated": bool(found["violated"]), "ceiling": ceiling}
 
 

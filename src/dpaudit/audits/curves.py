@@ -382,32 +382,9 @@ def _check_inputs(scores, world, select) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> tuple[float, str]:
     """(threshold, direction) maximising ``criterion`` ("gdp-mu" or "pure-epsilon") of the
-    Clopper–Pearson box corner on these (SELECT) trials. Candidates: midpoints between distinct
-    scores and +-inf, both directions; ties broken by |TPR - FPR|, then closeness to the median."""
-    s = np.asarray(scores, float)
-    y = np.asarray(labels, bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    cands, pos_ge, neg_ge, _ = stats.rule_counts(s, y)
-    med = float(np.median(s))
-    closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
+    Clopper–Pearson box corner on these (SELECT) trials (:func:`dpaudit.audits.stats.best_rule`)."""
     score_of = _gdp_mu if criterion == "gdp-mu" else _pure_eps
-    # Clopper–Pearson upper bounds for every possible error count, once per world (k = 0..n),
-    # then looked up: the same numbers as bounding each candidate, at a fraction of the time.
-    fpr_table = np.atleast_1d(stats.cp_upper(np.arange(n_neg + 1), np.full(n_neg + 1, n_neg), confidence, split=2))
-    fnr_table = np.atleast_1d(stats.cp_upper(np.arange(n_pos + 1), np.full(n_pos + 1, n_pos), confidence, split=2))
-    best = None
-    for direction in stats.DIRECTIONS:
-        tp, fp = (pos_ge, neg_ge) if direction == "greater" else (n_pos - pos_ge, n_neg - neg_ge)
-        fpr_hi = fpr_table[fp]
-        fnr_hi = fnr_table[n_pos - tp]
-        crit = np.nan_to_num(score_of(fpr_hi, fnr_hi), nan=-np.inf, posinf=np.inf)
-        youden = np.abs(tp / n_pos - fp / n_neg)
-        i = int(np.lexsort((closeness, youden, crit))[-1])
-        key = (float(crit[i]), float(youden[i]), float(closeness[i]))
-        if best is None or key > best[0]:
-            best = (key, float(cands[i]), direction)
-    assert best is not None
-    return best[1], best[2]
+    return stats.best_rule(np.asarray(scores, float), np.asarray(labels, bool), score_of, confidence)[:2]
 
 
 def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95) -> Box:

@@ -361,8 +361,6 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     epsilon: its whole trade-off curve is tested (``statistic`` "claimed-curve") and, when
     ``claimed_epsilon`` is None, the claimed epsilon is the event's at ``delta`` under that
     accountant. Without a claim the statistic is the Clopper–Pearson eps_LB ("clopper-pearson").
-    The comparison statistics (CP with Bonferroni over thresholds, TPR at FPR 0.1 % / 1 %, AUROC
-    with a bootstrap interval, the GDP estimate) are computed either way (``result.comparison``).
     ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
     lab = _labels(labels)
@@ -432,11 +430,6 @@ def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, f
     return _worker_run(role, chunk, inserted, noise_seed)
 
 
-def _describe_executor(executor) -> dict | str:
-    describe = getattr(executor, "describe", None)
-    return describe() if callable(describe) else type(executor).__name__
-
-
 def _fingerprint(target: AuditTarget, role: str, runs: int, seed: int, select_fraction: float, chunk_size: int, noise_seed: int | None) -> str:
     d = target.describe()
     payload = {"mechanism": target.mechanism, "canary": target.canary, "claimed_epsilon": target.claimed_epsilon,
@@ -502,29 +495,25 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
                 pending.append((role, c, inserted[sl]))
 
     busy = cpu = 0.0
+    targets = {r: t for r, (t, _) in jobs.items()}
     with JobProgress("trials", enabled=progress) as bar:
         tasks = {role: bar.add(f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
                  for role, (_, inserted) in jobs.items()}
 
-        def finish(role: str, c: int, s: np.ndarray) -> None:
+        def finish(role: str, c: int, s: np.ndarray, dt: float, dc: float) -> None:
+            nonlocal busy, cpu
+            busy += dt
+            cpu += dc
             results[role][c * chunk_size: c * chunk_size + s.size] = s
             checkpoints[role].save(c, s)
             bar.update(tasks[role], advance=s.size)
 
         if executor is not None:  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
-            def on_done(outcome) -> None:
-                nonlocal busy, cpu
-                if outcome.ok:
-                    role, c, s, dt, dc = outcome.value
-                    busy += dt
-                    cpu += dc
-                    finish(role, c, s)
-
-            executor.map_chunks(_executor_chunk, [(r, c, ins, noise_seed) for r, c, ins in pending],
-                                shared={r: t for r, (t, _) in jobs.items()}, on_done=on_done)
+            executor.map_chunks(_executor_chunk, [(r, c, ins, noise_seed) for r, c, ins in pending], shared=targets,
+                                on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None)
         elif workers <= 1 or len(pending) <= 1:
             _WORKER_TARGETS.clear()
-            _WORKER_TARGETS.update({r: t for r, (t, _) in jobs.items()})
+            _WORKER_TARGETS.update(targets)
             # Trials are many skinny matrix products: one thread each, as in the worker processes.
             # Extra intra-op threads only spin against other jobs on a busy machine (measured
             # about 10x slower for the MNIST head audit with 2 threads under load).
@@ -534,14 +523,10 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             torch.set_num_threads(1)
             try:
                 for role, c, ins in pending:
-                    _, _, s, dt, dc = _worker_run(role, c, ins, noise_seed)
-                    busy += dt
-                    cpu += dc
-                    finish(role, c, s)
+                    finish(*_worker_run(role, c, ins, noise_seed))
             finally:
                 torch.set_num_threads(threads)
         else:
-            targets = {r: t for r, (t, _) in jobs.items()}
             # fork where the platform has it: workers inherit the prepared targets without pickling
             # (and closures work); elsewhere the targets are pickled once per worker.
             methods = multiprocessing.get_all_start_methods()
@@ -555,10 +540,7 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
                         running.add(pool.submit(_worker_run, role, c, ins, noise_seed))
                     finished, running = wait(running, return_when=FIRST_COMPLETED)
                     for fut in finished:
-                        role, c, s, dt, dc = fut.result()
-                        busy += dt
-                        cpu += dc
-                        finish(role, c, s)
+                        finish(*fut.result())
     return results, busy, cpu
 
 
@@ -676,7 +658,7 @@ def _inserted(role: str, plan, n: int) -> np.ndarray:
 def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: float) -> dict:
     return {"seconds": seconds, "trials_per_second": trials / max(seconds, 1e-9), "chunk_size": o.chunk_size,
             "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
-            "executor": "built-in" if o.executor is None else _describe_executor(o.executor)}
+            "executor": "built-in" if o.executor is None else getattr(o.executor, "describe", lambda: type(o.executor).__name__)()}
 
 
 def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id) -> AuditResult:

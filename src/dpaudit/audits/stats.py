@@ -169,36 +169,37 @@ class Threshold:
     select_epsilon: float  # eps_LB of this rule on the SELECT trials (biased upwards; for information)
 
 
-def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) -> Threshold:
-    """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there.
-
-    Candidates are midpoints between consecutive distinct scores plus +-inf, in both directions,
-    all evaluated at once from cumulative counts. Ties (e.g. all eps_LB = 0 on null scores) are
-    broken by the largest |TPR - FPR| (Youden), then by the rule closest to the median score.
-    """
-    s, y = _check_scores(scores, labels)
-    n_pos, n_neg = _worlds(y, "SELECT ")
+def best_rule(s: np.ndarray, y: np.ndarray, criterion, confidence: float) -> tuple[float, str, float]:
+    """(threshold, direction, criterion) of the rule on these (SELECT) trials maximising ``criterion(fpr_hi, fnr_hi)`` of
+    its one-sided Clopper–Pearson upper bounds (significance split in two). Candidates are midpoints between consecutive
+    distinct scores plus +-inf, in both directions, all evaluated at once from cumulative counts. Ties (e.g. all eps_LB = 0
+    on null scores) are broken by the largest |TPR - FPR| (Youden), then by the rule closest to the median score."""
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
     cands, pos_ge, neg_ge, _ = rule_counts(s, y)
+    closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - np.median(s))
+    # the bounds for every possible error count, once per world, then looked up (the same numbers, a fraction of the time)
+    fpr_table = np.atleast_1d(cp_upper(np.arange(n_neg + 1), np.full(n_neg + 1, n_neg), confidence))
+    fnr_table = np.atleast_1d(cp_upper(np.arange(n_pos + 1), np.full(n_pos + 1, n_pos), confidence))
     best: tuple | None = None
     for direction in DIRECTIONS:
-        if direction == "greater":
-            tp, fp = pos_ge, neg_ge
-        else:  # predicted in iff s <= t; with midpoint thresholds no score equals t except +-inf
-            tp, fp = n_pos - pos_ge, n_neg - neg_ge
-        fn = n_pos - tp
-        fpr_hi = cp_upper(fp, np.full(fp.shape, n_neg), confidence)
-        fnr_hi = cp_upper(fn, np.full(fn.shape, n_pos), confidence)
-        eps = epsilon_from_rates(fpr_hi, fnr_hi, delta)
+        # "less": predicted in iff s <= t; with midpoint thresholds no score equals t except +-inf
+        tp, fp = (pos_ge, neg_ge) if direction == "greater" else (n_pos - pos_ge, n_neg - neg_ge)
+        crit = np.nan_to_num(criterion(fpr_table[fp], fnr_table[n_pos - tp]), nan=-np.inf, posinf=np.inf)
         youden = np.abs(tp / n_pos - fp / n_neg)
-        med = np.median(s)
-        closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
-        order = np.lexsort((closeness, youden, eps))  # last key is primary
-        i = int(order[-1])
-        key = (float(eps[i]), float(youden[i]), float(closeness[i]))
+        i = int(np.lexsort((closeness, youden, crit))[-1])  # last key is primary
+        key = (float(crit[i]), float(youden[i]), float(closeness[i]))
         if best is None or key > best[0]:
-            best = (key, float(cands[i]), direction, float(eps[i]))
+            best = (key, float(cands[i]), direction)
     assert best is not None
-    return Threshold(threshold=best[1], direction=best[2], select_epsilon=best[3])
+    return best[1], best[2], best[0][0]
+
+
+def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) -> Threshold:
+    """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there (:func:`best_rule`)."""
+    s, y = _check_scores(scores, labels)
+    _worlds(y, "SELECT ")
+    threshold, direction, eps = best_rule(s, y, lambda fpr_hi, fnr_hi: epsilon_from_rates(fpr_hi, fnr_hi, delta), confidence)
+    return Threshold(threshold=threshold, direction=direction, select_epsilon=eps)
 
 
 def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) -> dict:

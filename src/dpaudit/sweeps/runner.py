@@ -283,16 +283,12 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
 
 
 def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
-    """Reserve, before anything runs, the budget of every release the sweep will make: one reservation per ``train`` task (``{task
-    key: reservation id}``), as a single ``dpaudit train`` holds its own, from the task's planned release
-    (:func:`~dpaudit.sweeps.tasks.planned_release`).
-
-    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started meanwhile: the whole sweep is
-    first checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
-    cancels those already made). The tasks' own pre-checks leave these reservations out
-    (:func:`dpaudit.releasing.held_by_caller`). Each is settled with its task's release, cancelled when the task released nothing,
-    left open (spent, voidable) when a release was written but not recorded (:func:`_close_reservations`); a killed sweep leaves
-    them open until an operator voids them. Noise derived from a task's published seed is reserved as not private (unbounded)."""
+    """Reserve, before anything runs, the budget of every release the sweep will make (docs/sweeps.md, "Privacy budget"): one
+    reservation per ``train`` task (``{task key: reservation id}``) from its planned release
+    (:func:`~dpaudit.sweeps.tasks.planned_release`). Parallel tasks cannot see each other's releases, so the whole sweep is first
+    checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
+    cancels those already made). The tasks' own pre-checks leave them out (:func:`dpaudit.releasing.held_by_caller`). Noise
+    derived from a task's published seed is reserved as not private (unbounded)."""
     planned = []
     for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":

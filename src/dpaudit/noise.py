@@ -356,25 +356,6 @@ class NoiseSource:
         c._init_generators(int.from_bytes(c._stream.read(32), "little"))
         return c
 
-    @property
-    def cryptographic(self) -> bool:
-        return self._stream is not None
-
-    def spawn(self, n: int) -> list["NoiseSource"]:
-        """Independent child sources (one per trial), same kind of source."""
-        if self._stream is not None:
-            if self._stream._fixed_key is not None:  # test key: children keyed from the stream
-                return [NoiseSource._cryptographic_with_key(self._stream.read(32)) for _ in range(n)]
-            return [NoiseSource("cryptographic") for _ in range(n)]
-        children = []
-        for child_seed in self.numpy.integers(0, 2**63 - 1, size=n):
-            c = object.__new__(NoiseSource)
-            c.spec = self.spec
-            c._stream = None
-            c._init_generators(int(child_seed))  # default_rng(int) seeds through SeedSequence(int), as _init_generators does
-            children.append(c)
-        return children
-
     # ------------------------------------------------------------------ primitives
     def random_bytes(self, n: int) -> bytes:
         """``n`` uniformly random bytes (the input of the exact integer samplers)."""

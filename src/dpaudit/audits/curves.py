@@ -400,10 +400,6 @@ def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95)
                fnr_upper=float(stats.cp_upper(fn, n_in, confidence, split=2)), n_in=n_in, n_out=n_out)
 
 
-def _criterion(curve: ClaimedCurve) -> str:
-    return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
-
-
 class _Family:
     """Curves of scale_event(event, s), cached per s, and the box test against them."""
 
@@ -559,7 +555,7 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
         raise UnsupportedEventError(reason)
     curve = claimed_curve(event, adj)
     s, w, sel = _check_inputs(scores, world, select)
-    criterion = _criterion(curve)
+    criterion = "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
     box = eval_box(s, w, sel, criterion=criterion, confidence=confidence)
     fam = _Family(event, adj.value, box)
     s_lb = _search(fam)

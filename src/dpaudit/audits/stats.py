@@ -40,10 +40,6 @@ DIRECTIONS = ("greater", "less")
 GDP_FALLBACK_DELTA = 1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims  # "greater": predict "canary in" when score >= threshold
 
 
-def _check_confidence(confidence: float) -> float:
-    return open_unit("confidence", confidence)
-
-
 def _check_delta(delta: float) -> float:
     d = non_negative_finite("delta", delta)
     if d >= 1:
@@ -61,7 +57,7 @@ def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
     ``proportion_confint(method="beta")`` (tests compare the two). Vectorised over arrays of
     ``errors`` / ``trials``.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     a = (1.0 - confidence) / split  # one-sided significance of each bound
     k = np.asarray(errors, dtype=float)
     n = np.asarray(trials, dtype=float)
@@ -365,7 +361,7 @@ def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> 
     over 2 (n_neg + 1) + 2 (n_pos + 1) = 2 (n + 2) events, so m = max(2 (U + 1), n + 2): equal to
     the number of rules when the scores are distinct, larger (more conservative) under heavy ties.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
     n_pos, n_neg = _worlds(y)
@@ -424,7 +420,7 @@ def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, co
     Clopper–Pearson interval on the TPR (at ``confidence``) is optimistic. The trivial rule
     (nothing predicted in) always qualifies, so TPR is 0 when no other rule does.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     s, y = _check_scores(scores, labels)
     one_of("direction", direction, DIRECTIONS)
     n_pos, n_neg = _worlds(y)
@@ -456,7 +452,7 @@ def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95,
     with replacement) from the public stream ``public_rng(seed, TAG_AUROC_BOOTSTRAP)``. Vectorised:
     each resample is a weight vector over the distinct scores, and the AUC is a cumulative sum.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     s, y = _check_scores(scores, labels)
     one_of("direction", direction, DIRECTIONS)
     if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
@@ -491,7 +487,7 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
       ``direction`` (chosen on SELECT): descriptive, not privacy guarantees;
     - gdp_estimate: :func:`gdp_estimate` on all trials, an ESTIMATE under a Gaussian-shift model.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     delta = _check_delta(delta)
     one_of("direction", direction, DIRECTIONS)
     s, w = _check_scores(scores, world)
@@ -619,7 +615,7 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
     rules that can attain the maximum: with ``trials_per_world`` it recomputes the bound at any other
     confidence (:func:`band_epsilon`), e.g. a Bonferroni share over audits.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
     n_pos, n_neg = _worlds(y)
@@ -646,7 +642,7 @@ def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = 
     ``confidence`` (its own, or a stricter one). ``best``: also the direction and the (FP, FN) cell
     that attain it. Records of the earlier grid band (issue 23's first version) hold counts rounded
     up to a grid: the same computation bounds them conservatively (u_k grows with k)."""
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     n_pos, n_neg = int(record["trials_per_world"]["in"]), int(record["trials_per_world"]["out"])
     share = (1.0 - confidence) / BAND_FAMILIES
     u_pos, u_neg = _cp_table(n_pos, band_level(n_pos, share)), _cp_table(n_neg, band_level(n_neg, share))
@@ -678,7 +674,7 @@ def general_split(n_pos: int, n_neg: int, confidence: float) -> tuple[float, flo
     valid): then every rule is bounded at least as tightly as there, so eps_LB is at least that
     bound on every score set. Half for about 30 or more trials per world; more below.
     """
-    alpha = 1.0 - _check_confidence(confidence)
+    alpha = 1.0 - open_unit("confidence", confidence)
     reference = alpha / (2.0 * (n_pos + n_neg + 1))
     share = BAND_SHARES[-1]
     for f in BAND_SHARES:
@@ -695,6 +691,6 @@ def general_epsilon(counts: dict, band: dict, *, delta: float, confidence: float
     by :func:`general_split`. Valid for any mechanism, and at least the one-sided Clopper-Pearson
     bound with Bonferroni over every threshold at ``confidence``."""
     tpw = band["trials_per_world"]
-    box_conf, band_conf = general_split(int(tpw["in"]), int(tpw["out"]), _check_confidence(confidence))
+    box_conf, band_conf = general_split(int(tpw["in"]), int(tpw["out"]), open_unit("confidence", confidence))
     box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=box_conf).epsilon
     return max(box, band_epsilon(band, delta=delta, confidence=band_conf))

@@ -51,9 +51,7 @@ def flag_of(f: dataclasses.Field) -> str:
 def _base_type(tp) -> type:
     """``int`` for ``int``, ``Optional[int]`` and ``int | None`` (the scalar type of a field)."""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if args:
-        return args[0]
-    return tp
+    return args[0] if args else tp
 
 
 @dataclass(frozen=True)
@@ -113,9 +111,7 @@ class Request:
         if unknown:
             raise DataError(f"request keys must be among {', '.join(sorted(known))} for {cls.__name__}, got {', '.join(unknown)}.")
         types = cls.field_types()
-        kwargs = {}
-        for name, value in data.items():
-            kwargs[name] = _coerce(name, value, types[name])
+        kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
         missing = [f.name for f in fields(cls) if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")
@@ -142,10 +138,7 @@ class Request:
                 continue
             flag = flag_of(f)
             if isinstance(value, bool):
-                if value:
-                    argv.append(flag)
-                else:
-                    argv.append("--no-" + flag[2:])
+                argv.append(flag if value else "--no-" + flag[2:])
             elif value is None:
                 # A None whose default is not None cannot be spelled on the command line.
                 raise ValueError(f"{f.name} must not be None in a request whose default is {f.default!r}.")

@@ -387,6 +387,10 @@ def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> 
     return stats.best_rule(np.asarray(scores, float), np.asarray(labels, bool), score_of, confidence)[:2]
 
 
+def _criterion(curve: ClaimedCurve) -> str:
+    return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
+
+
 def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95) -> Box:
     """Choose the rule on SELECT (:func:`select_rule`), bound its FPR and FNR on EVAL (one-sided
     Clopper–Pearson, significance split in two: jointly at ``confidence``)."""
@@ -555,8 +559,7 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
         raise UnsupportedEventError(reason)
     curve = claimed_curve(event, adj)
     s, w, sel = _check_inputs(scores, world, select)
-    criterion = "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
-    box = eval_box(s, w, sel, criterion=criterion, confidence=confidence)
+    box = eval_box(s, w, sel, criterion=_criterion(curve), confidence=confidence)
     fam = _Family(event, adj.value, box)
     s_lb = _search(fam)
     eps_lb = 0.0 if s_lb is None else float(compute_epsilon(scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj).epsilon)

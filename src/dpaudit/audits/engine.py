@@ -557,13 +557,9 @@ class AuditOptions:
     the same configuration resumes. ``command``, ``release_id`` and ``release_path`` are recorded.
 
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, recorded under its plan
-    before any trial (``plan.started``) and with its result's digest after (``plan.finished``);
-    audit.json reveals its seeds and salt.
-
-    ``record`` (default): a target that trains on private data (``target.private_data()``) gets
-    an ``audit`` entry in the ledger at ``ledger_path`` (default the default ledger) with what its
-    trials compose to, written before any trial runs and refused when the dataset's cap includes
-    audits and would be exceeded (:mod:`dpaudit.audits.cost`). Its id is the audit's ``id``.
+    before any trial and with its result's digest after; audit.json reveals its seeds and salt.
+    ``record`` (default): the ``audit`` ledger entry at ``ledger_path`` of a target that trains on
+    private data, written before any trial runs (:mod:`dpaudit.audits.cost`); its id is the audit's.
     """
 
     runs: int = 1000

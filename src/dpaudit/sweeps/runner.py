@@ -393,9 +393,8 @@ def plan_counts(request: SweepRequest) -> dict:
 def run_request(request: SweepRequest, spec: SweepSpec | None = None, *, progress: bool = False) -> tuple[SweepSummary, dict]:
     """Run the sweep and write its tables; (summary, its dict with ``tables_json``, ``tables_md``, ``table3``)."""
     spec = spec if spec is not None else request.checked()
-    filt = request.task_filter()
     options = SweepOptions(out=request.out, data_dir=request.data_dir, ledger_path=request.ledger, retry_failed=request.retry_failed,
-                           task_filter=None if filt.is_empty() else filt, max_tasks=request.max_tasks, progress=progress)
+                           task_filter=request.task_filter(), max_tasks=request.max_tasks, progress=progress)
     with make_executor(request.executor, scheduler=request.scheduler, workers=request.workers) as ex:
         summary = run_sweep(spec, options, executor=ex)
     name, records = load_records(summary.store)

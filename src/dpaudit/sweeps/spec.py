@@ -176,9 +176,6 @@ class TaskFilter:
         return all(not wanted or value in wanted for wanted, value in
                    ((self.models, task.model), (self.datasets, task.dataset), (self.seeds, task.seed)))
 
-    def is_empty(self) -> bool:
-        return not (self.models or self.datasets or self.epsilons or self.seeds)
-
 
 def validate_name(name: object) -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):

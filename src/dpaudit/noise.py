@@ -356,6 +356,10 @@ class NoiseSource:
         c._init_generators(int.from_bytes(c._stream.read(32), "little"))
         return c
 
+    @property
+    def cryptographic(self) -> bool:
+        return self._stream is not None
+
     # ------------------------------------------------------------------ primitives
     def random_bytes(self, n: int) -> bytes:
         """``n`` uniformly random bytes (the input of the exact integer samplers)."""

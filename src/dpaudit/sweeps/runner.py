@@ -4,8 +4,8 @@ The coordinating process is the only writer of the sweep store; each outcome is 
 sweep (or losing a worker) never loses a finished task, and re-running the same command resumes. Failed tasks keep their error and
 are retried only with ``retry_failed=True``.
 
-Every ``train`` task is its own private release, recorded in the ledger with the sweep's name in its configuration; the ledger
-composes them (a sweep of 30 runs at eps = 2 on one training partition spends far more than eps = 2 of that partition's budget).
+Every ``train`` task is its own private release, recorded in the ledger with the sweep's name; the ledger composes them
+(docs/sweeps.md, "Privacy budget").
 """
 
 from __future__ import annotations

@@ -36,14 +36,14 @@ PUBLISHED_MAX_CLIP = 0.131  # DP-MixMin paper, Table 16: max over the 14 NIH tas
 
 def section_gaussian(runs: int, seeds: list[int]) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.gaussian import GaussianTarget, calibrate_exact, exact_epsilon, gaussian_target
+    from dpaudit.audits.gaussian import GaussianTarget, calibrate_exact, exact_epsilon
 
     print(f"\n## Gaussian mechanism: auditor calibration ({runs} trials, seeds {seeds})")
     print("| exact eps | sigma | seed | eps_LB (CP, 95%) | GDP estimate | GDP 95% interval | within 30% |")
     print("|---|---|---|---|---|---|---|")
     for eps in (1.0, 2.0, 4.0):
         for s in seeds:
-            r = run_audit(gaussian_target(epsilon=eps, seed=s), runs=runs, seed=s, controls=(), reproducible_noise=True)
+            r = run_audit(GaussianTarget.for_epsilon(epsilon=eps, seed=s), runs=runs, seed=s, controls=(), reproducible_noise=True)
             g = r.gdp_estimate
             ok = abs(g["epsilon"] - eps) <= 0.3 * eps
             print(f"| {eps:g} | {calibrate_exact(eps, DELTA):.4f} | {s} | {r.epsilon_lower_bound:.3f} | {g['epsilon']:.3f} | "
@@ -82,14 +82,14 @@ def section_soundness(runs: int, seeds: list[int]) -> None:
 
 def section_broken(runs: int) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.gaussian import gaussian_target
+    from dpaudit.audits.gaussian import GaussianTarget
 
     print("\n## Deliberately broken Gaussian mechanism (noise / 4, claim unchanged)")
     print("| claimed eps | trials | eps_LB | ceiling | violated |")
     print("|---|---|---|---|---|")
     for eps in (1.0, 2.0):
         for n in (runs, 10_000):
-            r = run_audit(gaussian_target(epsilon=eps, broken_noise_factor=4.0), runs=n, seed=0, controls=(), reproducible_noise=True)
+            r = run_audit(GaussianTarget.for_epsilon(epsilon=eps, broken_noise_factor=4.0), runs=n, seed=0, controls=(), reproducible_noise=True)
             print(f"| {eps:g} | {n} | {r.epsilon_lower_bound:.3f} | {r.ceiling:.3f} | {r.violated} |")
 
 

@@ -92,19 +92,6 @@ def test_fixed_key_cryptographic_source_is_deterministic():
     assert np.array_equal(a.laplace(9, 2.0), b.laplace(9, 2.0))
 
 
-@pytest.mark.parametrize("kind", NOISE_SOURCES)
-def test_spawn_gives_independent_children_of_the_same_kind(kind):
-    src = NoiseSource(kind, seed=1 if kind in ("reproducible", "reproducible-secret") else None)
-    kids = src.spawn(3)
-    assert len(kids) == 3 and all(k.spec == src.spec for k in kids)
-    draws = [k.gaussian_numpy(8, 1.0) for k in kids]
-    assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
-    assert all(k.cryptographic == (kind == "cryptographic") for k in kids)
-    if kind == "reproducible":
-        again = NoiseSource(kind, seed=1).spawn(3)
-        assert np.array_equal(again[2].gaussian_numpy(8, 1.0), draws[2])
-
-
 @pytest.mark.parametrize("kind", SOURCE_KINDS)
 def test_uniform_has_53_bit_resolution_and_range(kind):
     u = fixed_sources()[kind].uniform((100, 50))

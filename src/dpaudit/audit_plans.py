@@ -1,15 +1,10 @@
 """Pre-registered audits (issue 27): what an audit will do, fixed, signed and in the ledger before it runs.
 
-A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores. :func:`make_plan`
-(``dpaudit audit plan MECHANISM ...``) writes, before anything is trained, ``plan.json`` (shareable: mechanism, claim,
-canaries, trials or one run, statistic, confidence, SELECT share, every option, and ``SHA-256(canonical {salt, seeds})``
-committing to the seeds that fix the canaries and the inclusion coins; signed with the auditor's Ed25519 key),
-``plan.local.json`` (private until the run: salt, seeds, key, ledger) and a signed ``plan`` entry in the ledger.
-:func:`load_plan` (``dpaudit audit --plan plan.json``) checks signature, commitment and registration; the run is recorded
-under the plan before it computes anything (:class:`PlanRun`), its result's SHA-256 after, and its audit file reveals
-plan id, seeds and salt. A second run is a second ``run`` entry, which ``dpaudit verify`` will not let a bundle hide.
-:func:`opacus_plan` (``dpaudit audit plan opacus ...``) plans the one-run audit of an Opacus training run, which
-``OpacusCanaries.from_plan`` carries out inside the user's own training script.
+A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores. The walk-through is in
+docs/review-walkthrough.md (and docs/one_run.md for Opacus): :func:`make_plan` writes the signed ``plan.json`` (committing to
+the seeds by ``SHA-256(canonical {salt, seeds})``), the private ``plan.local.json`` and a signed ``plan`` ledger entry;
+:func:`load_plan` checks signature, commitment and registration; :class:`PlanRun` records each run before it computes and its
+result's digest after. :func:`opacus_plan` plans the one-run audit of an Opacus training run.
 
 Privacy contract: the committed seeds fix public parts only (canaries, worlds, SELECT split, one-run coins: independent
 of the data and of the DP noise); the DP noise never derives from them.
@@ -92,13 +87,10 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
     """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
     claim: an event is tested as a curve, f-DP in one run)."""
     if a.one_run:
-        if a.canaries < 2:
-            raise UsageError(f"canaries must be an integer >= 2, got {a.canaries!r}.")
-        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": a.canaries, "trials": None,
+        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": positive_int("canaries", a.canaries, 2), "trials": None,
                 "statistic": "f-dp" if claim["event"] else "steinke", "confidence": a.confidence, "select_fraction": None}
-    if a.runs < 4:
-        raise UsageError(f"runs must be an integer >= 4, got {a.runs!r}.")
-    return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None, "trials": a.runs,
+    return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None,
+            "trials": positive_int("runs", a.runs, 4),
             "statistic": "claimed-curve" if claim["event"] else "clopper-pearson", "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
 
 
@@ -129,9 +121,7 @@ def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tenso
     signing = sg.load_signing_key(key, required=True)
     if not isinstance(event, SubsampledGaussian):
         raise UsageError(f"event must be a SubsampledGaussian (Opacus's noise multiplier, sample rate and steps), got {event!r}.")
-    m = positive_int("canaries", canaries)
-    if m < 2:
-        raise UsageError(f"canaries must be an integer >= 2, got {canaries!r}.")
+    m = positive_int("canaries", canaries, 2)
     if tensors is not None and (isinstance(tensors, str) or not tensors):
         raise UsageError(f"tensors must be a list of parameter names (or None: every trainable parameter), got {tensors!r}.")
     delta, confidence = open_unit("delta", delta), open_unit("confidence", confidence)

@@ -315,16 +315,10 @@ def _shape_size(shape) -> tuple[tuple[int, ...], int]:
 
 
 class NoiseSource:
-    """The private randomness of a mechanism: DP noise and Poisson sampling masks. ``source``:
-      - ``os-entropy`` (default): seeded from ``secrets.randbits(128)``; not reproducible.
-      - ``reproducible``: derived from ``seed`` (explicit opt-in, marked in the release; the seed is published, so the release is
-        not private).
-      - ``reproducible-secret``: derived from ``seed``, a secret noise seed that is never recorded (``spec.seed`` is None):
-        reproducible by whoever holds the secret only.
-      - ``cryptographic``: a ChaCha20 keystream keyed from ``os.urandom`` (see module docs); ``.numpy``/``.torch`` are then
-        auxiliary non-cryptographic generators seeded from it.
-
-    Draw DP noise and masks through the methods; they work for every source."""
+    """The private randomness of a mechanism: DP noise and Poisson sampling masks, from one of the four ``source`` kinds of the
+    module docstring (``seed`` only for the reproducible ones; a secret noise seed is never recorded: ``spec.seed`` is None).
+    Draw DP noise and masks through the methods; they work for every source (``.numpy``/``.torch`` of a cryptographic source are
+    auxiliary, non-cryptographic generators)."""
 
     def __init__(self, source: str = "os-entropy", seed: int | None = None):
         one_of("noise_source", source, NOISE_SOURCES)
@@ -365,21 +359,6 @@ class NoiseSource:
     @property
     def cryptographic(self) -> bool:
         return self._stream is not None
-
-    def spawn(self, n: int) -> list["NoiseSource"]:
-        """Independent child sources (one per trial), same kind of source."""
-        if self._stream is not None:
-            if self._stream._fixed_key is not None:  # test key: children keyed from the stream
-                return [NoiseSource._cryptographic_with_key(self._stream.read(32)) for _ in range(n)]
-            return [NoiseSource("cryptographic") for _ in range(n)]
-        children = []
-        for child_seed in self.numpy.integers(0, 2**63 - 1, size=n):
-            c = object.__new__(NoiseSource)
-            c.spec = self.spec
-            c._stream = None
-            c._init_generators(int(child_seed))  # default_rng(int) seeds through SeedSequence(int), as _init_generators does
-            children.append(c)
-        return children
 
     # ------------------------------------------------------------------ primitives
     def random_bytes(self, n: int) -> bytes:

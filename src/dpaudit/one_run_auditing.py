@@ -1,14 +1,8 @@
 """``dpaudit audit MODEL --one-run --canaries M``: one training run, m canaries, one_run.json.
 
-The library behind the CLI option (the CLI only parses). :func:`run_one_run` builds what the
-ordinary audit would audit -- the head target of a DP-SGD head model (``dpaudit/auditing.py``, from
-the flags or from ``--release``), or the DP-SGD configuration of ``dp-dense`` / ``dp-cnn`` /
-``dp-attention`` (the release's recorded schedule and noise, or the release protocol at
-(epsilon, delta)) -- hands it to the score producer
-(:func:`~dpaudit.mechanisms.one_run_heads.heads_one_run` or
-:func:`~dpaudit.mechanisms.one_run_modules.modules_one_run`), then to
-:func:`~dpaudit.audits.one_run.one_run_bounds` against the claimed event, and writes
-``one_run.json``.
+The library behind the CLI option (the CLI only parses): :func:`run_one_run` builds what the
+ordinary audit would audit (a DP-SGD head target, or the DP-SGD configuration of a module model),
+hands it to its score producer, then to :func:`~dpaudit.audits.one_run.one_run_bounds`.
 
 Privacy contract: the canaries' inclusion coins and the DP noise come from a private
 :class:`~dpaudit.noise.NoiseSource` (OS entropy unless ``reproducible_noise``); only the public
@@ -46,10 +40,6 @@ from .validation import open_unit, positive_finite, positive_int
 MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
 
 
-def _noise(reproducible_noise: bool, seed: int):
-    return NoiseSource("reproducible", seed=seed) if reproducible_noise else NoiseSource()
-
-
 def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
     """(model, data, DPSGDConfig, claim dict) for a dp-dense / dp-cnn / dp-attention audit."""
     if release is not None:
@@ -76,9 +66,8 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     :class:`~dpaudit.audits.one_run.OneRunResult` and writes ``one_run.json`` (shareable) and
     ``one_run_local.json`` under ``out_dir`` when given.
 
-    ``record``: the one training run on the private data is recorded in the ledger at
-    ``ledger_path`` as an ``audit`` entry (its event once; unbounded with ``no_noise``) before it
-    runs, refused when the dataset's cap includes audits and would be exceeded.
+    ``record``: the one training run is an ``audit`` entry in the ledger at ``ledger_path``
+    (its event once; unbounded with ``no_noise``), written before it runs (docs/ledger.md).
 
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run; its inclusion coins
     come from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`), the run is
@@ -90,7 +79,7 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     if rel is not None and rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
         raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
     name = rel.mechanism if rel is not None else audit.mechanism
-    noise = _noise(audit.reproducible_noise, audit.seed)
+    noise = NoiseSource("reproducible", seed=audit.seed) if audit.reproducible_noise else NoiseSource()
     run_id = uuid.uuid4().hex
     cost = (ledger_path, release_id, run_id) if record else None
     coins = None if plan is None else plan_coins(plan.seeds["coins"], m)

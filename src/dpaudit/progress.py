@@ -87,7 +87,6 @@ class JobProgress:
         self.console.print(f"{line.description}: {line.done}/{line.total} {self.unit} ({100 * line.done // max(line.total, 1)}%)"
                            f"{' ' + line.info if line.info else ''}, elapsed {_clock(spent)}{left}", highlight=False, soft_wrap=True)
 
-
     def steps(self, description: str):
         """A ``progress(done, total)`` callback (the training loops') whose task is added on its first call."""
         task: list[int] = []

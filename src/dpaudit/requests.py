@@ -1,16 +1,11 @@
 """Requests: what a user asked a mechanism to release, as one frozen dataclass per mechanism.
 
-A request is the parsed form of ``dpaudit train NAME ...`` (and of the matching library call).
-It is public by construction (names, seeds, targets, hyper-parameters, paths the operator typed),
-so a release stores it whole (``Release.request``) and the audit of a release rebuilds its
-target from it (:func:`dpaudit.auditing.target_from_release`), never from a parsed command
-line: the recorded ``command`` is *derived* from the request (:meth:`Request.to_argv`), not the
-other way round.
-
-Every field carries its command-line spelling in its metadata (:func:`option`), so
-:meth:`Request.to_argv`, :meth:`Request.to_dict`, :meth:`Request.from_dict` and the generic
-``dpaudit train NAME`` command (:mod:`dpaudit.cli.generic`) are written once for every request
-type. A new mechanism defines its request type in its own module, subclassing :class:`Request`.
+Public by construction (docs/architecture.md, "request"): a release stores its request whole and
+the audit of a release rebuilds its target from it, never from the recorded ``command``, which is
+derived from it (:meth:`Request.to_argv`). Every field carries its command-line spelling in its
+metadata (:func:`option`), so :meth:`Request.to_argv`, :meth:`Request.to_dict`,
+:meth:`Request.from_dict` and the generic ``dpaudit train NAME`` command (:mod:`dpaudit.cli.generic`)
+are written once for every request type.
 
 This module is torch-free (stdlib and :mod:`dpaudit.errors` only): the CLI and the catalogue
 import it without loading any numerical library.
@@ -56,9 +51,7 @@ def flag_of(f: dataclasses.Field) -> str:
 def _base_type(tp) -> type:
     """``int`` for ``int``, ``Optional[int]`` and ``int | None`` (the scalar type of a field)."""
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if args:
-        return args[0]
-    return tp
+    return args[0] if args else tp
 
 
 @dataclass(frozen=True)
@@ -118,9 +111,7 @@ class Request:
         if unknown:
             raise DataError(f"request keys must be among {', '.join(sorted(known))} for {cls.__name__}, got {', '.join(unknown)}.")
         types = cls.field_types()
-        kwargs = {}
-        for name, value in data.items():
-            kwargs[name] = _coerce(name, value, types[name])
+        kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
         missing = [f.name for f in fields(cls) if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")
@@ -147,10 +138,7 @@ class Request:
                 continue
             flag = flag_of(f)
             if isinstance(value, bool):
-                if value:
-                    argv.append(flag)
-                else:
-                    argv.append("--no-" + flag[2:])
+                argv.append(flag if value else "--no-" + flag[2:])
             elif value is None:
                 # A None whose default is not None cannot be spelled on the command line.
                 raise ValueError(f"{f.name} must not be None in a request whose default is {f.default!r}.")
@@ -168,9 +156,6 @@ class Request:
 
         return shlex.join(self.to_argv(out=out))
 
-    def replace(self, **changes) -> "Request":
-        return dataclasses.replace(self, **changes)
-
 
 #: Request fields a recorded command always writes, defaults included: what the claim is about.
 ALWAYS_RECORDED = ("epsilon", "delta", "width")
@@ -178,33 +163,25 @@ ALWAYS_RECORDED = ("epsilon", "delta", "width")
 
 def _same(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
-        return a is b or (isinstance(a, bool) and isinstance(b, bool) and a == b)
+        return a is b
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return a == b
 
 
+#: Scalar field type -> (JSON types it may be recorded as, what the error says).
+_JSON_TYPES = {bool: ((bool,), "true or false"), float: ((int, float), "a number"), int: ((int,), "an integer"),
+               str: ((str,), "a string")}
+
+
 def _coerce(name: str, value, tp):
     """A recorded JSON value as the field's type (JSON writes 2.0 as 2; paths are strings)."""
-    if value is None:
-        return None
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise DataError(f"request {name} must be true or false, got {value!r}.")
+    if value is None or tp not in _JSON_TYPES:
         return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DataError(f"request {name} must be a number, got {value!r}.")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DataError(f"request {name} must be an integer, got {value!r}.")
-        return int(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise DataError(f"request {name} must be a string, got {value!r}.")
-        return value
-    return value
+    types, rule = _JSON_TYPES[tp]
+    if not isinstance(value, types) or (isinstance(value, bool) and tp is not bool):
+        raise DataError(f"request {name} must be {rule}, got {value!r}.")
+    return tp(value)
 
 
 # ---------------------------------------------------------------------------- existing mechanisms

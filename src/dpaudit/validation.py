@@ -12,45 +12,30 @@ def _fail(name: str, rule: str, value: object) -> None:
     raise UsageError(f"{name} must be {rule}, got {value!r}.")
 
 
-def _as_float(name: str, value: object, rule: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
+def _real(name: str, value: object, rule: str, ok) -> float:
+    """``value`` as a float when it is a real number (not a bool) for which ``ok`` holds."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not ok(float(value)):  # type: ignore[arg-type]
         _fail(name, rule, value)
     return float(value)  # type: ignore[arg-type]
 
 
 def positive_finite(name: str, value: object) -> float:
     """Return ``value`` as float if it is finite and > 0."""
-    rule = "a finite number > 0"
-    v = _as_float(name, value, rule)
-    if not (math.isfinite(v) and v > 0):
-        _fail(name, rule, value)
-    return v
+    return _real(name, value, "a finite number > 0", lambda v: math.isfinite(v) and v > 0)
 
 
 def non_negative_finite(name: str, value: object) -> float:
-    rule = "a finite number >= 0"
-    v = _as_float(name, value, rule)
-    if not (math.isfinite(v) and v >= 0):
-        _fail(name, rule, value)
-    return v
+    return _real(name, value, "a finite number >= 0", lambda v: math.isfinite(v) and v >= 0)
 
 
 def open_unit(name: str, value: object) -> float:
     """Return ``value`` if it lies in the open interval (0, 1) (e.g. delta for approximate DP)."""
-    rule = "in the open interval (0, 1)"
-    v = _as_float(name, value, rule)
-    if not (0.0 < v < 1.0):
-        _fail(name, rule, value)
-    return v
+    return _real(name, value, "in the open interval (0, 1)", lambda v: 0.0 < v < 1.0)
 
 
 def half_open_unit(name: str, value: object) -> float:
     """Return ``value`` if it lies in (0, 1] (e.g. a sample rate)."""
-    rule = "in (0, 1]"
-    v = _as_float(name, value, rule)
-    if not (0.0 < v <= 1.0):
-        _fail(name, rule, value)
-    return v
+    return _real(name, value, "in (0, 1]", lambda v: 0.0 < v <= 1.0)
 
 
 def positive_int(name: str, value: object, low: int = 1) -> int:

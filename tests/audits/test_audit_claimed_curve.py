@@ -13,7 +13,7 @@ import pytest
 from dpaudit.accounting import compute_epsilon
 from dpaudit.accounting.events import PureEpsilon, SubsampledGaussian
 from dpaudit.audits.engine import AUDIT_FILE, AuditResult, audit_callable, audit_scores, read_audit, run_audit, violated
-from dpaudit.audits.gaussian import gaussian_target
+from dpaudit.audits.gaussian import GaussianTarget
 
 DELTA = 1e-5
 OLD_AUDITS = Path(__file__).parent / "old_audits"  # audit.json files written by the code before the claimed-curve statistic
@@ -40,7 +40,7 @@ def _check_consistent(d: dict, *, claim_event: dict) -> None:
 
 
 def test_audit_json_carries_the_claimed_curve_and_comparison(tmp_path):
-    t = gaussian_target(epsilon=1.0, broken_noise_factor=3.0)
+    t = GaussianTarget.for_epsilon(epsilon=1.0, broken_noise_factor=3.0)
     r = run_audit(t, runs=400, seed=2, out_dir=tmp_path, reproducible_noise=True)
     d = json.loads((tmp_path / AUDIT_FILE).read_text())
     claim = SubsampledGaussian(t.noise_multiplier, 1.0, 1).to_dict()
@@ -62,7 +62,7 @@ def test_audit_json_carries_the_claimed_curve_and_comparison(tmp_path):
 
 
 def test_no_noise_control_is_far_below_the_claimed_curve():
-    r = run_audit(gaussian_target(epsilon=1.0), runs=400, seed=1, controls=("no-noise",), reproducible_noise=True)
+    r = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=400, seed=1, controls=("no-noise",), reproducible_noise=True)
     nn = r.controls["no-noise"]
     # no claim applies to it (never a verdict), but the curve test is evaluated and rules the claim out
     assert nn.claimed_curve["violated"] and not nn.violated and nn.epsilon_lower_bound > r.claimed_epsilon
@@ -127,7 +127,7 @@ def test_audit_callable_takes_the_claim_as_an_event():
 def test_unclipped_canary_is_caught_by_the_claimed_curve_where_cp_is_not():
     """The issue's planted bug: a canary three times the sensitivity (noise / 3, claim unchanged) at a
     claim of eps = 1, 2,000 trials, through the normal run_audit path."""
-    t = gaussian_target(epsilon=1.0, broken_noise_factor=3.0)
+    t = GaussianTarget.for_epsilon(epsilon=1.0, broken_noise_factor=3.0)
     r = run_audit(t, runs=2000, seed=1, controls=(), reproducible_noise=True)
     assert r.claimed_epsilon == pytest.approx(1.0)
     assert r.clopper_pearson_epsilon <= r.claimed_epsilon  # the CP statistic alone misses it (0.908 at seed 1)
@@ -136,7 +136,7 @@ def test_unclipped_canary_is_caught_by_the_claimed_curve_where_cp_is_not():
 
 
 def test_correct_gaussian_mechanism_is_not_flagged():
-    r = run_audit(gaussian_target(epsilon=1.0), runs=2000, seed=0, controls=(), reproducible_noise=True)
+    r = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=2000, seed=0, controls=(), reproducible_noise=True)
     assert not r.claimed_curve["violated"] and not r.violated and r.epsilon_lower_bound <= r.claimed_epsilon
 
 

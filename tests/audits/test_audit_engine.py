@@ -11,7 +11,7 @@ import pytest
 from dpaudit.audits import stats
 from dpaudit.audits.engine import (AUDIT_FILE, SCORES_FILE, SELECT_FRACTION, AuditResult, audit_callable, audit_scores, plan_trials, read_audit,
                                    run_audit, violated)
-from dpaudit.audits.gaussian import GaussianTarget, calibrate_exact, exact_epsilon, gaussian_target
+from dpaudit.audits.gaussian import GaussianTarget, calibrate_exact, exact_epsilon
 from dpaudit.errors import UsageError
 
 DELTA = 1e-5
@@ -50,7 +50,7 @@ def test_soundness_gaussian_several_sigmas_and_seeds(sigma):
 
 
 def test_controls_no_noise_finds_leakage_and_null_finds_none():
-    r = run_audit(gaussian_target(epsilon=1.0), runs=1000, seed=1, reproducible_noise=True)
+    r = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=1000, seed=1, reproducible_noise=True)
     nn, null = r.controls["no-noise"], r.controls["null"]
     # the Clopper–Pearson test and eps_LB (a bound for any mechanism) reach their ceilings; the
     # claim's Gaussian family result (which decides) goes beyond them, far above the claim
@@ -65,7 +65,7 @@ def test_controls_no_noise_finds_leakage_and_null_finds_none():
 @pytest.mark.parametrize("eps", [1.0, 2.0])
 def test_broken_mechanism_is_caught(eps):
     """Noise divided by 4, claim unchanged: the audit must certify epsilon above the claim."""
-    t = gaussian_target(epsilon=eps, broken_noise_factor=4.0)
+    t = GaussianTarget.for_epsilon(epsilon=eps, broken_noise_factor=4.0)
     r = run_audit(t, runs=10_000, seed=0, controls=(), reproducible_noise=True)
     assert r.claimed_epsilon == pytest.approx(eps)
     assert r.epsilon_lower_bound > r.claimed_epsilon
@@ -74,14 +74,14 @@ def test_broken_mechanism_is_caught(eps):
 
 @pytest.mark.parametrize("eps", [1.0, 2.0, 4.0])
 def test_gdp_estimate_calibration_within_30_percent(eps):
-    r = run_audit(gaussian_target(epsilon=eps), runs=2000, seed=5, controls=(), reproducible_noise=True)
+    r = run_audit(GaussianTarget.for_epsilon(epsilon=eps), runs=2000, seed=5, controls=(), reproducible_noise=True)
     g = r.gdp_estimate
     assert abs(g["epsilon"] - eps) <= 0.3 * eps, g
     assert r.epsilon_lower_bound <= eps  # the CP bound, reported beside it, stays sound
 
 
 def test_audit_json_schema_scores_and_round_trip(tmp_path):
-    r = run_audit(gaussian_target(epsilon=1.0), runs=200, seed=2, out_dir=tmp_path, reproducible_noise=True)
+    r = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=200, seed=2, out_dir=tmp_path, reproducible_noise=True)
     d = json.loads((tmp_path / AUDIT_FILE).read_text())
     for key in ("mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "method",
                 "counts", "ceiling", "gdp_estimate", "controls", "roc", "auc", "seeds", "task", "dataset",
@@ -149,7 +149,7 @@ def test_checkpoint_of_another_configuration_is_not_reused(tmp_path):
 
 
 def test_two_workers_give_the_same_trials_as_one():
-    t = gaussian_target(epsilon=1.0)
+    t = GaussianTarget.for_epsilon(epsilon=1.0)
     a = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, workers=1)
     b = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, workers=2)
     assert a.counts == b.counts and a.threshold == b.threshold
@@ -157,7 +157,7 @@ def test_two_workers_give_the_same_trials_as_one():
 
 
 def test_fresh_noise_without_reproducible_flag():
-    t = gaussian_target(epsilon=1.0)
+    t = GaussianTarget.for_epsilon(epsilon=1.0)
     a = run_audit(t, runs=200, seed=4, controls=())
     b = run_audit(t, runs=200, seed=4, controls=())
     assert a.threshold != b.threshold
@@ -210,15 +210,15 @@ def test_audit_scores_and_validation():
     assert r.epsilon_lower_bound > 1.0 and r.violated
     assert isinstance(AuditResult.from_dict(r.to_dict()), AuditResult)
     with pytest.raises(UsageError):
-        run_audit(gaussian_target(epsilon=1.0), runs=3)
+        run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=3)
     with pytest.raises(UsageError):
-        run_audit(gaussian_target(epsilon=1.0), runs=100, controls=("bogus",))
+        run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=100, controls=("bogus",))
     assert stats.ceiling(50, 50, delta=1e-5) < 3
 
 
 def test_external_executor_gives_the_same_trials():
     executors = pytest.importorskip("dpaudit.sweeps.executors")
-    t = gaussian_target(epsilon=1.0)
+    t = GaussianTarget.for_epsilon(epsilon=1.0)
     a = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True)
     for n in (1, 2):
         with executors.LocalExecutor(n) as ex:

@@ -22,7 +22,7 @@ from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.ledger.book import open_ledger
 from dpaudit.audit_outputs import merge_local, split_audit
 from dpaudit.audits.engine import read_audit, run_audit
-from dpaudit.audits.gaussian import gaussian_target
+from dpaudit.audits.gaussian import GaussianTarget
 from dpaudit.mechanisms.head_audit import HeadTarget, dead_features
 from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
 from dpaudit.errors import BudgetExceededError
@@ -75,7 +75,7 @@ def test_head_audit_json_has_no_dead_feature_information(tmp_path):
 
 
 def test_split_is_undone_by_merge_and_old_private_keys_are_dropped(tmp_path):
-    full = run_audit(gaussian_target(epsilon=1.0), runs=40, seed=0, controls=("null",), record=False).to_dict()
+    full = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=40, seed=0, controls=("null",), record=False).to_dict()
     full["config"]["reference_weights"] = [0.5, 0.5]  # as an old DP-MixMin audit.json published it
     full["canary_info"].update(coordinate=[0, 3], dead_features=12)
     public, local = split_audit(full)
@@ -87,7 +87,7 @@ def test_split_is_undone_by_merge_and_old_private_keys_are_dropped(tmp_path):
 def test_report_never_republishes_private_keys_of_an_old_audit(tmp_path):
     from dpaudit.reports.model import build_report
 
-    rec = run_audit(gaussian_target(epsilon=1.0), runs=40, seed=0, controls=(), record=False).to_dict()
+    rec = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=40, seed=0, controls=(), record=False).to_dict()
     rec["config"]["reference_weights"] = [0.123456789, 0.876543211]  # an old file that published them
     rec["canary_info"].update(coordinate=[0, 3], dead_features=12, why="input feature 3 is zero in every training record")
     (tmp_path / "a").mkdir()
@@ -128,7 +128,7 @@ def test_no_noise_control_makes_the_audit_unbounded_and_synthetic_audits_need_no
     run_audit(_head(), runs=8, seed=1, control_runs=4, ledger_path=led_path)  # default controls: no-noise too
     row = _summary_row(led_path, "digits")
     assert math.isinf(row["audit_epsilon"]) and row["audit_unbounded_reasons"]
-    run_audit(gaussian_target(epsilon=1.0), runs=8, seed=0, ledger_path=led_path)  # synthetic data
+    run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=8, seed=0, ledger_path=led_path)  # synthetic data
     run_audit(_mixmin_target(), runs=8, seed=0, controls=(), ledger_path=led_path)  # unnamed proxy predictions
     with open_ledger(led_path) as led:
         assert len(led.entries(kind="audit")) == 1

@@ -3,6 +3,7 @@ soundness on simulated exactly-calibrated mechanisms, the no-noise control, brin
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from scipy import optimize, special, stats
 
 from dpaudit.audits import one_run as O
-from dpaudit.errors import DataError, UsageError
+from dpaudit.errors import UsageError
 
 
 def _binom_pmf(k: int, n: int, q: float) -> float:
@@ -195,9 +196,9 @@ def test_bring_your_own_and_the_record(tmp_path):
     assert d["claimed_epsilon"] > 2.0  # the rdp accountant's epsilon of the event (>= the exact 2)
     res = O.OneRunResult(bounds=d, mechanism="gaussian", command="x")
     O.write_one_run(res, tmp_path)
-    back = O.read_one_run(tmp_path)
-    assert back.to_dict() == res.to_dict() and back.statistic == "f-dp" and not back.violated
-    assert back.epsilon_lower_bound == d["fdp"]["epsilon_lower_bound"]
+    back = json.loads((tmp_path / "one_run.json").read_text())
+    assert back["statistic"] == "f-dp" and back["violated"] is False and back["command"] == "x"
+    assert back["epsilon_lower_bound"] == res.epsilon_lower_bound == d["fdp"]["epsilon_lower_bound"]
     # without a claim the Steinke analysis decides
     d2 = O.audit_one_run(inc.astype(float), inc, delta=1e-5, claimed_epsilon=1.0)
     r2 = O.OneRunResult(bounds=d2)
@@ -219,5 +220,3 @@ def test_bad_input_is_refused():
         O.audit_one_run(np.zeros(4), np.zeros(4, bool), delta=1e-5, kind="bogus")
     with pytest.raises(UsageError, match="confidence must be"):
         O.audit_one_run(np.zeros(4), np.zeros(4, bool), delta=1e-5, confidence=1.5)
-    with pytest.raises(DataError, match="schema"):
-        O.OneRunResult.from_dict({"schema": "other"})

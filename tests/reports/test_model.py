@@ -53,14 +53,14 @@ def test_underpowered_when_ceiling_below_claim(tmp_path):
 
 def test_real_broken_gaussian_mechanism_is_caught_and_sound_one_is_not(tmp_path):
     from dpaudit.audits.engine import run_audit
-    from dpaudit.audits.gaussian import gaussian_target
+    from dpaudit.audits.gaussian import GaussianTarget
 
-    run_audit(gaussian_target(epsilon=1.0, broken_noise_factor=8.0), runs=1000, out_dir=tmp_path / "broken", seed=3)
+    run_audit(GaussianTarget.for_epsilon(epsilon=1.0, broken_noise_factor=8.0), runs=1000, out_dir=tmp_path / "broken", seed=3)
     rep = build_report([tmp_path / "broken"])
     v = _verdict(rep, "gaussian")
     assert v["status"] == "violation" and "VIOLATION: the claimed event is ruled out (noise_multiplier >=" in v["line"]
     assert v["max_epsilon_lower_bound"] > 1.0
-    run_audit(gaussian_target(epsilon=1.0), runs=1000, out_dir=tmp_path / "sound", seed=3)
+    run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=1000, out_dir=tmp_path / "sound", seed=3)
     assert _verdict(build_report([tmp_path / "sound"]), "gaussian")["status"] == "no-evidence"
 
 

@@ -45,7 +45,7 @@ def test_local_cluster_is_loopback_only_and_small(cluster):
     info = cluster.describe()
     assert info["local_cluster"] and info["workers"] == 2
     assert info["scheduler"].startswith("tcp://127.0.0.1:")
-    assert all(a.startswith("tcp://127.0.0.1:") for a in cluster.worker_addresses())
+    assert all(a.startswith("tcp://127.0.0.1:") for a in cluster.client.scheduler_info()["workers"])
     # the scheduler's HTTP server (health/metrics routes) listens on loopback too
     http = cluster._cluster.scheduler.http_server
     hosts = {sock.getsockname()[0] for sock in http._sockets.values()}  # tornado's listening sockets

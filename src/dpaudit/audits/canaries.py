@@ -17,17 +17,13 @@
 =============  ==========================================================================
 
 A canary's kind and norm are public (audit.json ``canary_info``); whatever its choice read from
-the private data (a head weight on an input feature that is zero in every training record and
-how many there are, labels and features of held-out records, the data's input box, DP-MixMin's
-direction from its reference mixture) is written to audit_local.json only (dpaudit.audit_outputs).
+the private data is written to audit_local.json only (:mod:`dpaudit.audit_outputs` lists which).
 """
 
 from __future__ import annotations
 
 from ..catalogue import CATALOGUE
 from ..errors import UsageError
-
-CANARY_KINDS = ("natural", "max-clip", "mislabeled", "worst-case")
 
 
 def audit_family(entry) -> str:

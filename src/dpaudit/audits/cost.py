@@ -1,19 +1,11 @@
-"""What an audit's trials cost the private data, and its ``audit`` entry in the ledger.
+"""What an audit's trials cost the private data, and its ``audit`` entry in the ledger (docs/ledger.md, "Audits on the
+private data"): R trials of a mechanism with event E cost E composed R times; a trial without DP noise (the no-noise control,
+``--no-noise``) makes the audit unbounded. The entry is written before any trial runs, after the cap check when the dataset's
+cap includes audits.
 
-Every trial of a canary audit runs the audited mechanism on the private records, with or without
-the canary (for a record of the private data both worlds are the mechanism on its dataset), so
-the trials compose sequentially: R trials of a mechanism with event E cost ``E`` composed R
-times (a subsampled Gaussian's steps add: R x T steps; a pure epsilon's count adds). The no-noise
-control (and a ``--no-noise`` main audit) trains without DP noise: its outputs are not private,
-and the audit is recorded as unbounded, like a non-private release. The published part of an
-audit (audit.json) is a function of all of it.
-
-Which audits train on private data (:meth:`~dpaudit.audits.targets.AuditTarget.private_data`):
-the DP-SGD heads (record and user level), DP-ELM and DP-MixMin built from a task (its D_mix
-partition) do; the Gaussian target (also the audit of ``noisy-sum``, on a synthetic base) and a
-bring-your-own :class:`~dpaudit.audits.targets.CallableTarget` do not name a dataset and get no
-entry. The entry is written before any trial runs, after the cap check when the dataset's cap
-includes audits (``dpaudit ledger cap --include-audits``); a cap counts releases only by default.
+Which audits train on private data (:meth:`~dpaudit.audits.targets.AuditTarget.private_data`): the DP-SGD heads, DP-ELM and
+DP-MixMin built from a task do; the Gaussian target (also the audit of ``noisy-sum``, on a synthetic base) and a bring-your-own
+:class:`~dpaudit.audits.targets.CallableTarget` name no dataset and get no entry.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ from ..accounting.accountants import branches, compute_epsilon, get_accountant, 
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..errors import DataError, UnsupportedEventError, UsageError
-from ..validation import non_negative_finite, open_unit, positive_finite
+from ..validation import open_unit, positive_finite
 from . import stats
 
 #: pld discretisation of the privacy loss (the accountants' default). For noise multipliers below
@@ -382,32 +382,13 @@ def _check_inputs(scores, world, select) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> tuple[float, str]:
     """(threshold, direction) maximising ``criterion`` ("gdp-mu" or "pure-epsilon") of the
-    Clopper–Pearson box corner on these (SELECT) trials. Candidates: midpoints between distinct
-    scores and +-inf, both directions; ties broken by |TPR - FPR|, then closeness to the median."""
-    s = np.asarray(scores, float)
-    y = np.asarray(labels, bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    cands, pos_ge, neg_ge, _ = stats.rule_counts(s, y)
-    med = float(np.median(s))
-    closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
+    Clopper–Pearson box corner on these (SELECT) trials (:func:`dpaudit.audits.stats.best_rule`)."""
     score_of = _gdp_mu if criterion == "gdp-mu" else _pure_eps
-    # Clopper–Pearson upper bounds for every possible error count, once per world (k = 0..n),
-    # then looked up: the same numbers as bounding each candidate, at a fraction of the time.
-    fpr_table = np.atleast_1d(stats.cp_upper(np.arange(n_neg + 1), np.full(n_neg + 1, n_neg), confidence, split=2))
-    fnr_table = np.atleast_1d(stats.cp_upper(np.arange(n_pos + 1), np.full(n_pos + 1, n_pos), confidence, split=2))
-    best = None
-    for direction in stats.DIRECTIONS:
-        tp, fp = (pos_ge, neg_ge) if direction == "greater" else (n_pos - pos_ge, n_neg - neg_ge)
-        fpr_hi = fpr_table[fp]
-        fnr_hi = fnr_table[n_pos - tp]
-        crit = np.nan_to_num(score_of(fpr_hi, fnr_hi), nan=-np.inf, posinf=np.inf)
-        youden = np.abs(tp / n_pos - fp / n_neg)
-        i = int(np.lexsort((closeness, youden, crit))[-1])
-        key = (float(crit[i]), float(youden[i]), float(closeness[i]))
-        if best is None or key > best[0]:
-            best = (key, float(cands[i]), direction)
-    assert best is not None
-    return best[1], best[2]
+    return stats.best_rule(np.asarray(scores, float), np.asarray(labels, bool), score_of, confidence)[:2]
+
+
+def _criterion(curve: ClaimedCurve) -> str:
+    return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
 
 
 def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95) -> Box:
@@ -421,10 +402,6 @@ def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95)
     return Box(threshold=threshold, direction=direction, fpr=fp / n_out, fnr=fn / n_in,
                fpr_upper=float(stats.cp_upper(fp, n_out, confidence, split=2)),
                fnr_upper=float(stats.cp_upper(fn, n_in, confidence, split=2)), n_in=n_in, n_out=n_out)
-
-
-def _criterion(curve: ClaimedCurve) -> str:
-    return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
 
 
 class _Family:
@@ -572,9 +549,7 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
     about the claim's family only: for a mechanism of another shape it is no bound on epsilon.
     """
     confidence = open_unit("confidence", confidence)
-    delta = non_negative_finite("delta", delta)
-    if delta >= 1.0:
-        raise UsageError(f"delta must be in [0, 1), got {delta!r}.")
+    delta = stats._check_delta(delta)
     adj = Adjacency.parse(adjacency)
     acc = get_accountant(accountant)
     if getattr(acc, "uses_delta", True):
@@ -584,8 +559,7 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
         raise UnsupportedEventError(reason)
     curve = claimed_curve(event, adj)
     s, w, sel = _check_inputs(scores, world, select)
-    criterion = _criterion(curve)
-    box = eval_box(s, w, sel, criterion=criterion, confidence=confidence)
+    box = eval_box(s, w, sel, criterion=_criterion(curve), confidence=confidence)
     fam = _Family(event, adj.value, box)
     s_lb = _search(fam)
     eps_lb = 0.0 if s_lb is None else float(compute_epsilon(scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj).epsilon)

@@ -5,18 +5,12 @@ One audit (Jagielski, Ullman & Oprea 2020; DP-MixMin paper appendix A.8):
      public permutation). Each trial re-runs the mechanism with fresh private noise and fresh
      Poisson sampling; nothing else changes between trials.
   2. Trials are split (seeded, stratified by world) into disjoint SELECT (default 30 %) and EVAL sets.
-  3. The deciding statistic. With a claimed event (the target's ``claimed_event``: the release's
-     DP event, e.g. SubsampledGaussian(sigma, q, T) or PureEpsilon(eps)), the claimed-curve test
-     (:func:`dpaudit.audits.curves.curve_test`): threshold and direction on SELECT, one-sided
-     Clopper–Pearson upper bounds on (FPR, FNR) on EVAL, and the strongest member of the claim's
-     own family whose trade-off curve that box lies strictly below; its epsilon (the target's
-     ``accountant``) is eps_LB. Without an event, today's Clopper–Pearson eps_LB decides:
-     threshold and direction chosen on SELECT (:func:`stats.select_threshold`), on EVAL one-sided
-     Clopper–Pearson upper bounds on FPR and FNR, significance split between them, through the
-     (eps, delta) inequalities (:mod:`dpaudit.audits.stats`); it is always reported as well
-     (``clopper_pearson_epsilon``). Also: the ceiling of the EVAL trial count, the ROC/AUC on
-     EVAL, a Gaussian-DP *estimate* on all trials, and the statistics reviewers compare across
-     tools (:func:`stats.comparison_statistics`).
+  3. The statistics (:func:`evaluate_scores`): with a claimed event (the target's ``claimed_event``,
+     the release's DP event) the claimed-curve test decides ``violated``
+     (:func:`dpaudit.audits.curves.curve_test`); the published eps_LB is :func:`general_bound`'s,
+     valid for any mechanism; the Clopper–Pearson eps_LB of the rule chosen on SELECT and bounded
+     on EVAL (:mod:`dpaudit.audits.stats`) is always reported, as are the ceiling, the ROC/AUC on
+     EVAL, a Gaussian-DP *estimate* and :func:`stats.comparison_statistics`.
   4. Controls, each a full audit of its own: ``no-noise`` (the mechanism without its DP noise:
      must find large leakage, else the canary/score is too weak to mean anything) and ``null``
      (worlds assigned but the canary never inserted: must find none, else the pipeline leaks
@@ -33,48 +27,28 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   model only; "trajectory": every iterate), statistic ("claimed-curve" when the claim is known
   as an event, else "clopper-pearson"; files without it are "clopper-pearson": the statistic that
   decides ``violated``), method (of the deciding statistic), epsilon_lower_bound (eps_LB: a lower
-  bound on the epsilon of ANY mechanism at delta, whatever the claim's shape; see general_bound),
-  general_bound {epsilon_lower_bound, confidence, delta, rule_epsilon, band {cells, events,
-  trials_per_world, ...}, method} (:func:`general_bound`: recomputable at another confidence from
-  counts + band, :func:`dpaudit.audits.verdicts.decision_at`), claim_family_bound {parameter,
-  claimed, ruled_out_from, scale_lower_bound, family_epsilon, violated, statement} (the
-  claimed-curve result in the claim's units, e.g. "noise_multiplier >= 0.81 ruled out"; null
-  without an event), claimed_curve (the block of :func:`dpaudit.audits.curves.curve_test`: event,
-  accountant, family {parameter, claimed, lower_bound}, scale_lower_bound, family_epsilon,
-  violated (the claimed event itself is ruled out), counts {fp, n_out, fn, n_in} (the box's EVAL
-  counts), threshold, direction, point, points, curve, curve_at_lower_bound, ...; null without an
-  event; files before issue 23 call family_epsilon epsilon_lower_bound and published it as the
-  top-level eps_LB: :func:`dpaudit.audits.verdicts.upgrade` reads them), clopper_pearson_epsilon
-  (the SELECT/EVAL Clopper–Pearson eps_LB below at full confidence; files without it:
-  = epsilon_lower_bound), comparison {cp_bonferroni {epsilon_lower_bound,
-  thresholds_tested, threshold, direction, method}, tpr_at_fpr [{fpr, tpr, tpr_interval}],
-  auroc {auc, interval, bootstrap, confidence}, gdp_estimate} (:func:`stats.comparison_statistics`;
-  {} in older files); the Clopper–Pearson test: threshold (float or "inf"/"-inf"),
-  direction ("greater": canary in iff score >= threshold; "less": iff score <= threshold),
-  select_epsilon (eps_LB of the chosen rule on SELECT; biased, for information), counts
-  {tp, fp, tn, fn} (EVAL), fpr_upper, fnr_upper, ceiling (of the Clopper-Pearson test on EVAL;
-  general_bound.ceiling is the published eps_LB's), underpowered (ceiling < claimed),
-  gdp_estimate {kind, method, auc, mu, mu_interval, delta, epsilon, epsilon_interval,
-  interval_confidence, significant, saturated, trials} (all trials, orientation from SELECT;
-  an estimate, never a bound), roc {fpr: [...], tpr: [...]} (EVAL, oriented so that higher =
-  "in"), auc (EVAL), select_size,
-  eval_size, select_fraction, trials_per_world {in, out}, seeds {public, noise {source, seed,
-  secret}}, task, dataset, config, canary_info, scores_file, timings {seconds (wall, all roles),
-  trials_per_second, chunk_size, workers, compute_seconds (wall inside batched calls),
-  cpu_seconds (CPU time inside batched calls, summed over workers; chunks resumed from a
-  checkpoint are not counted), executor ("built-in" pool, or the external executor's
-  describe(), e.g. {executor: dask, scheduler, workers, ...})}, controls {"no-noise": {...}, "null": {...}} (the
-  same keys, without "controls"), command (re-creates the audit), release_id, release_path (the
-  audited release, if any), id, created_at, dpaudit_version, git_commit.
-What is written is split (issue 23, point 5; :mod:`dpaudit.audit_outputs`): audit.json holds the
-shareable keys only; the score-unit values (``threshold``, ``claimed_curve.threshold``,
-``comparison.cp_bonferroni.threshold``), the data-derived canary choices (``canary_info`` beyond
-its public keys), DP-MixMin's ``config.reference_weights``, a reproducible noise seed,
-``scores_file`` and the exact timings (audit.json's are rounded) go to ``audit_local.json``, which
-like scores.npz is not for publication. :func:`read_audit` puts them back when the file is there.
-``violated`` is derived, never stored: role == "main" and noise and canary inserted and a claim,
-and then the claimed-curve test's ``violated`` when a claimed event was tested, else
-epsilon_lower_bound > claimed_epsilon (one rule: :func:`dpaudit.audits.verdicts.violated`).
+  bound on the epsilon of ANY mechanism at delta, whatever the claim's shape), general_bound
+  (:func:`general_bound`; recomputable at another confidence, :func:`dpaudit.audits.verdicts.decision_at`),
+  claim_family_bound (:func:`claim_family_bound`; null without an event), claimed_curve (the block
+  of :func:`dpaudit.audits.curves.curve_test`; null without an event; files before issue 23:
+  :func:`dpaudit.audits.verdicts.upgrade`), clopper_pearson_epsilon (the SELECT/EVAL
+  Clopper–Pearson eps_LB below; files without it: = epsilon_lower_bound), comparison
+  (:func:`stats.comparison_statistics`; {} in older files); the Clopper–Pearson test: threshold
+  (float or "inf"/"-inf"), direction ("greater": canary in iff score >= threshold; "less": iff
+  score <= threshold), select_epsilon (biased, for information), counts {tp, fp, tn, fn} (EVAL),
+  fpr_upper, fnr_upper, ceiling (of that test; general_bound.ceiling is the published eps_LB's),
+  underpowered (ceiling < claimed), gdp_estimate (:func:`stats.gdp_estimate` on all trials: an
+  estimate, never a bound), roc {fpr, tpr} and auc (EVAL, oriented so that higher = "in"),
+  select_size, eval_size, select_fraction, trials_per_world {in, out}, seeds {public, noise
+  {source, seed, secret}}, task, dataset, config, canary_info, scores_file, timings {seconds,
+  trials_per_second, chunk_size, workers, compute_seconds and cpu_seconds (inside batched calls;
+  resumed chunks not counted), executor ("built-in" or the executor's describe())}, controls
+  {"no-noise": {...}, "null": {...}} (the same keys, without "controls"), command (re-creates the
+  audit), release_id, release_path (the audited release, if any), id, created_at,
+  dpaudit_version, git_commit, plan.
+What is written is split (:mod:`dpaudit.audit_outputs`): audit.json holds the shareable keys only,
+``audit_local.json`` (like scores.npz, not for publication) the rest; :func:`read_audit` puts them
+back when the file is there. ``violated`` is derived, never stored (:func:`dpaudit.audits.verdicts.violated`).
 
 scores.npz holds, per role r in (main, no_noise, null): ``{r}_score`` (float64), ``{r}_world``
 (bool: canary-in world), ``{r}_select`` (bool: SELECT trial), ``{r}_inserted`` (bool).
@@ -113,15 +87,13 @@ from . import stats
 from .cost import record_audit_cost
 from .curves import curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
-from .verdicts import upgrade, violated as rule
+from .verdicts import upgrade, violated
 
 AUDIT_FILE = "audit.json"
 SCORES_FILE = "scores.npz"
 SCHEMA = "dpaudit.audit/1"
 METHOD = ("Jagielski et al. 2020: threshold and direction chosen on SELECT; one-sided Clopper-Pearson "
           "(beta) upper bounds on FPR and FNR on EVAL, significance split between them; delta term kept")
-STATISTICS = ("claimed-curve", "clopper-pearson")
-ROLES = ("main", "no-noise", "null")
 #: Share of each world's trials that choose the test (SELECT); the rest (EVAL) bound it. Choosing
 #: a threshold needs fewer trials than bounding it: measured on 2,000 trials (seeds 0-9), 0.3
 #: instead of 0.5 raised the claimed-curve eps_LB of an exact Gaussian at eps 2 from 0.82 to 1.06
@@ -232,11 +204,6 @@ class AuditResult:
         return cls(**kw)
 
 
-def violated(audit: dict) -> bool:
-    """The verdict rule, on an audit.json dict (the one definition: :func:`.verdicts.violated`)."""
-    return rule(audit)
-
-
 def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
     """Read ``audit.json`` (or a directory holding one); with ``local`` (the operator's view) the
     private parts in ``audit_local.json`` beside it are put back when that file is there."""
@@ -274,12 +241,17 @@ def plan_trials(runs: int, *, seed: int, select_fraction: float = SELECT_FRACTIO
     world = np.zeros(runs, dtype=bool)
     world[: runs // 2] = True
     world = world[rng.permutation(runs)]
-    select = np.zeros(runs, dtype=bool)
+    return TrialPlan(world=world, select=_select(rng, world, select_fraction))
+
+
+def _select(rng: np.random.Generator, world: np.ndarray, select_fraction: float) -> np.ndarray:
+    """The SELECT mask: per world (in, then out) a random share ``select_fraction`` of its trials, at least one, never all."""
+    select = np.zeros(world.size, dtype=bool)
     for w in (True, False):
         idx = np.flatnonzero(world == w)
         n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
         select[rng.choice(idx, size=n_sel, replace=False)] = True
-    return TrialPlan(world=world, select=select)
+    return select
 
 
 # --------------------------------------------------------------------------------- evaluation
@@ -389,8 +361,6 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     epsilon: its whole trade-off curve is tested (``statistic`` "claimed-curve") and, when
     ``claimed_epsilon`` is None, the claimed epsilon is the event's at ``delta`` under that
     accountant. Without a claim the statistic is the Clopper–Pearson eps_LB ("clopper-pearson").
-    The comparison statistics (CP with Bonferroni over thresholds, TPR at FPR 0.1 % / 1 %, AUROC
-    with a bootstrap interval, the GDP estimate) are computed either way (``result.comparison``).
     ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
     lab = _labels(labels)
@@ -400,14 +370,10 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
     world = np.concatenate([np.ones(s_in.size, bool), np.zeros(s_out.size, bool)])
-    rng = public_rng(seed, 0x5E1EC7)
-    select = np.zeros(s.size, bool)
-    for wv in (True, False):
-        idx = np.flatnonzero(world == wv)
-        if idx.size < 2:
-            raise UsageError(f"trials per world must be >= 2, got {idx.size}.")
-        n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
-        select[rng.choice(idx, size=n_sel, replace=False)] = True
+    for n in (s_in.size, s_out.size):
+        if n < 2:
+            raise UsageError(f"trials per world must be >= 2, got {n}.")
+    select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
     ev = evaluate_scores(s, world, select, delta=delta, confidence=confidence, event=claim, accountant=accountant, adjacency=adjacency,
                          seed=seed)
     return AuditResult(mechanism=mechanism, canary=canary, role="main", noise=True, canary_inserted=True, runs=int(s.size),
@@ -462,11 +428,6 @@ def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, f
         targets[role].prepare()
         _WORKER_TARGETS[role] = targets[role]
     return _worker_run(role, chunk, inserted, noise_seed)
-
-
-def _describe_executor(executor) -> dict | str:
-    describe = getattr(executor, "describe", None)
-    return describe() if callable(describe) else type(executor).__name__
 
 
 def _fingerprint(target: AuditTarget, role: str, runs: int, seed: int, select_fraction: float, chunk_size: int, noise_seed: int | None) -> str:
@@ -534,29 +495,25 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
                 pending.append((role, c, inserted[sl]))
 
     busy = cpu = 0.0
+    targets = {r: t for r, (t, _) in jobs.items()}
     with JobProgress("trials", enabled=progress) as bar:
         tasks = {role: bar.add(f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
                  for role, (_, inserted) in jobs.items()}
 
-        def finish(role: str, c: int, s: np.ndarray) -> None:
+        def finish(role: str, c: int, s: np.ndarray, dt: float, dc: float) -> None:
+            nonlocal busy, cpu
+            busy += dt
+            cpu += dc
             results[role][c * chunk_size: c * chunk_size + s.size] = s
             checkpoints[role].save(c, s)
             bar.update(tasks[role], advance=s.size)
 
         if executor is not None:  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
-            def on_done(outcome) -> None:
-                nonlocal busy, cpu
-                if outcome.ok:
-                    role, c, s, dt, dc = outcome.value
-                    busy += dt
-                    cpu += dc
-                    finish(role, c, s)
-
-            executor.map_chunks(_executor_chunk, [(r, c, ins, noise_seed) for r, c, ins in pending],
-                                shared={r: t for r, (t, _) in jobs.items()}, on_done=on_done)
+            executor.map_chunks(_executor_chunk, [(r, c, ins, noise_seed) for r, c, ins in pending], shared=targets,
+                                on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None)
         elif workers <= 1 or len(pending) <= 1:
             _WORKER_TARGETS.clear()
-            _WORKER_TARGETS.update({r: t for r, (t, _) in jobs.items()})
+            _WORKER_TARGETS.update(targets)
             # Trials are many skinny matrix products: one thread each, as in the worker processes.
             # Extra intra-op threads only spin against other jobs on a busy machine (measured
             # about 10x slower for the MNIST head audit with 2 threads under load).
@@ -566,14 +523,10 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             torch.set_num_threads(1)
             try:
                 for role, c, ins in pending:
-                    _, _, s, dt, dc = _worker_run(role, c, ins, noise_seed)
-                    busy += dt
-                    cpu += dc
-                    finish(role, c, s)
+                    finish(*_worker_run(role, c, ins, noise_seed))
             finally:
                 torch.set_num_threads(threads)
         else:
-            targets = {r: t for r, (t, _) in jobs.items()}
             # fork where the platform has it: workers inherit the prepared targets without pickling
             # (and closures work); elsewhere the targets are pickled once per worker.
             methods = multiprocessing.get_all_start_methods()
@@ -587,10 +540,7 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
                         running.add(pool.submit(_worker_run, role, c, ins, noise_seed))
                     finished, running = wait(running, return_when=FIRST_COMPLETED)
                     for fut in finished:
-                        role, c, s, dt, dc = fut.result()
-                        busy += dt
-                        cpu += dc
-                        finish(role, c, s)
+                        finish(*fut.result())
     return results, busy, cpu
 
 
@@ -600,23 +550,16 @@ class AuditOptions:
 
     ``seed`` fixes the public parts of the audit (worlds, SELECT/EVAL split). DP noise and
     sampling come from fresh OS entropy per chunk, unless ``reproducible_noise`` (then derived
-    from ``noise_seed``, default ``seed``). ``controls`` lists the controls to run besides the
-    main audit (``no-noise``, ``null``), each with ``control_runs`` trials (default ``runs``).
-    ``workers`` > 1 runs chunks on a process pool; ``chunk_size`` trials per batched call.
-    Neither changes any trial. With ``out_dir``, chunks are checkpointed and an interrupted
-    audit with the same configuration resumes. ``command``, ``release_id`` and ``release_path``
-    are recorded as given (how to re-create the audit; which release it audits). ``executor``:
-    an object with ``map_chunks(fn, chunks, shared=, on_done=)`` (:mod:`dpaudit.sweeps.executors`,
-    local processes or Dask) used instead of the built-in pool; chunks and their noise are the same.
+    from ``noise_seed``, default ``seed``). ``controls`` run besides the main audit, each with
+    ``control_runs`` trials (default ``runs``). ``workers``, ``chunk_size`` and ``executor`` (an
+    object with ``map_chunks``, :mod:`dpaudit.sweeps.executors`, instead of the built-in pool)
+    never change a trial. With ``out_dir``, chunks are checkpointed and an interrupted audit with
+    the same configuration resumes. ``command``, ``release_id`` and ``release_path`` are recorded.
 
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, recorded under its plan
-    before any trial (``plan.started``) and with its result's digest after (``plan.finished``);
-    audit.json reveals its seeds and salt.
-
-    ``record`` (default): a target that trains on private data (``target.private_data()``) gets
-    an ``audit`` entry in the ledger at ``ledger_path`` (default the default ledger) with what its
-    trials compose to, written before any trial runs and refused when the dataset's cap includes
-    audits and would be exceeded (:mod:`dpaudit.audits.cost`). Its id is the audit's ``id``.
+    before any trial and with its result's digest after; audit.json reveals its seeds and salt.
+    ``record`` (default): the ``audit`` ledger entry at ``ledger_path`` of a target that trains on
+    private data, written before any trial runs (:mod:`dpaudit.audits.cost`); its id is the audit's.
     """
 
     runs: int = 1000
@@ -711,7 +654,7 @@ def _inserted(role: str, plan, n: int) -> np.ndarray:
 def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: float) -> dict:
     return {"seconds": seconds, "trials_per_second": trials / max(seconds, 1e-9), "chunk_size": o.chunk_size,
             "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
-            "executor": "built-in" if o.executor is None else _describe_executor(o.executor)}
+            "executor": "built-in" if o.executor is None else getattr(o.executor, "describe", lambda: type(o.executor).__name__)()}
 
 
 def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id) -> AuditResult:
@@ -764,14 +707,8 @@ def audit_callable(mechanism, score, runs: int, *, delta: float, claimed_epsilon
     mechanism must draw all its randomness from it. The null control runs by default; the
     no-noise control also runs when ``noiseless_mechanism`` is given. Other keyword arguments
     go to :func:`run_audit` (``confidence``, ``seed``, ``out_dir``, ``workers``, ...), except the
-    target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``.
-
-    ``claim``: the claim as a DP event (e.g. ``SubsampledGaussian(sigma, 1.0, 1)`` for one
-    Gaussian release, ``SubsampledGaussian(sigma, q, T)``, ``PureEpsilon(eps)``, a composition)
-    with the ``accountant`` that states its epsilon: the audit tests its whole trade-off curve
-    (``statistic`` "claimed-curve"); ``claimed_epsilon`` defaults to the event's epsilon at
-    ``delta`` under that accountant. Without a claim the statistic is the Clopper–Pearson
-    eps_LB ("clopper-pearson") against ``claimed_epsilon``.
+    target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``. ``claim``
+    and ``claimed_epsilon``: as in :func:`audit_scores`.
     """
     lab = _labels({"mechanism" if k == "mechanism_name" else k: kw.pop(k) for k in list(kw) if k in ("mechanism_name", "canary", "adjacency", "accountant")})
     if claim is not None and claimed_epsilon is None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..accounting.events import SubsampledGaussian
-from ..errors import UsageError
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .stats import gdp_epsilon, gdp_mu_for_epsilon
@@ -135,12 +134,3 @@ class GaussianTarget(AuditTarget):
             "canary_info": {"kind": self.canary, "norm": float(np.linalg.norm(self._canary_vec))},
         }
 
-
-def gaussian_target(*, canary: str = "max-clip", epsilon: float | None = None, noise_multiplier: float | None = None,
-                    delta: float = 1e-5, **kw) -> GaussianTarget:
-    """Gaussian target from either a target ``epsilon`` (exact calibration) or a ``noise_multiplier``."""
-    if (epsilon is None) == (noise_multiplier is None):
-        raise UsageError(f"exactly one of epsilon, noise_multiplier must be given, got {epsilon!r}, {noise_multiplier!r}.")
-    if epsilon is not None:
-        return GaussianTarget.for_epsilon(epsilon, delta, canary=canary, **kw)
-    return GaussianTarget(noise_multiplier=noise_multiplier, delta=delta, canary=canary, **kw)

@@ -29,7 +29,6 @@ an eps_LB above the claim falsifies it at the stated confidence.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import uuid
@@ -41,11 +40,10 @@ import numpy as np
 from scipy import special, stats
 
 from ..accounting.accountants import compute_epsilon
-from ..accounting.events import PureEpsilon, SubsampledGaussian
-from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, merge_local, split_one_run
+from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, split_one_run
 from ..errors import DataError, UsageError
 from ..noise import public_rng
-from ..records import _json_safe, read_json, write_json_atomic
+from ..records import _json_safe, write_json_atomic
 from ..validation import one_of, open_unit
 from . import curves
 from .curves import claimed_curve, scale_event
@@ -256,16 +254,6 @@ def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, si
     return r + h > total * (1.0 + 1e-9)
 
 
-def _family(event, s: float | None) -> dict:
-    """The claim's own parameter at s = 1 and at the lower bound (as curves.curve_test reports)."""
-    if isinstance(event, SubsampledGaussian):
-        return {"parameter": "noise_multiplier", "claimed": float(event.noise_multiplier),
-                "lower_bound": None if s is None else float(event.noise_multiplier) * s}
-    if isinstance(event, PureEpsilon):
-        return {"parameter": "epsilon", "claimed": float(event.epsilon), "lower_bound": None if s is None else float(event.epsilon) / s}
-    return {"parameter": "noise_scale", "claimed": 1.0, "lower_bound": s}
-
-
 def fdp_family_search(counts: list[tuple[int, int]], m: int, *, curve_at: Callable[[float], Callable], significance: float,
                       tolerance: float = _SCALE_TOLERANCE, scale_range: tuple[float, float] = _SCALE_RANGE) -> dict:
     """Smallest scale s (within ``scale_range``) whose curve ``curve_at(s)`` (a ``fnr`` callable;
@@ -396,7 +384,7 @@ def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accou
               f"s ruled out (log-bisection to {tol:g} relative, reported at a rejected s); eps_LB = epsilon of "
               f"scale_event(claim, s_LB) at delta with the {accountant} accountant.")
     return {"method": method, "event": claim.to_dict(), "accountant": accountant, "adjacency": str(adjacency),
-            "family": _family(claim, s_lb), "scale_lower_bound": s_lb, "epsilon_lower_bound": float(eps_lb),
+            "family": curves._family_parameter(claim, s_lb), "scale_lower_bound": s_lb, "epsilon_lower_bound": float(eps_lb),
             "violated": bool(found["violated"]), "ceiling": ceiling}
 
 
@@ -468,18 +456,6 @@ class OneRunResult:
                  epsilon_lower_bound=self.epsilon_lower_bound, violated=self.violated)
         return _json_safe(d)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "OneRunResult":
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise DataError(f"one-run file schema must be {SCHEMA!r}, got {data.get('schema') if isinstance(data, dict) else data!r}.")
-        absent = [k for k in ("canaries", "steinke", "delta", "confidence") if k not in data]
-        if absent:
-            raise DataError(f"one-run file is missing required keys: {', '.join(absent)}.")
-        meta = {f.name for f in dataclasses.fields(cls)} - {"bounds"}
-        derived = ("violated", "statistic", "epsilon_lower_bound")
-        bounds = {k: v for k, v in data.items() if k not in meta and k not in derived}
-        return cls(bounds=bounds, **{k: data[k] for k in meta if k in data})
-
 
 def write_one_run(result: OneRunResult, out_dir: str | os.PathLike) -> Path:
     """Write ``one_run.json`` (shareable) and ``one_run_local.json`` (not for publication: the
@@ -488,16 +464,3 @@ def write_one_run(result: OneRunResult, out_dir: str | os.PathLike) -> Path:
     write_json_atomic(Path(out_dir) / ONE_RUN_LOCAL_FILE, local_document(result.release_id, local, key="release_id"))
     return write_json_atomic(Path(out_dir) / ONE_RUN_FILE, public)
 
-
-def read_one_run(path: str | os.PathLike, *, local: bool = True) -> OneRunResult:
-    """Read ``one_run.json`` (or a directory holding one); with ``local`` the private parts in
-    ``one_run_local.json`` beside it are put back when that file is there."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / ONE_RUN_FILE
-    data = read_json(p, "one-run file")
-    lp = p.parent / ONE_RUN_LOCAL_FILE
-    if local and lp.is_file():
-        private = read_json(lp, "one-run local file")
-        data = merge_local(data, {k: v for k, v in private.items() if k not in ("release_id", "not_for_publication")})
-    return OneRunResult.from_dict(data)

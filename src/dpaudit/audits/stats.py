@@ -40,10 +40,6 @@ DIRECTIONS = ("greater", "less")
 GDP_FALLBACK_DELTA = 1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims  # "greater": predict "canary in" when score >= threshold
 
 
-def _check_confidence(confidence: float) -> float:
-    return open_unit("confidence", confidence)
-
-
 def _check_delta(delta: float) -> float:
     d = non_negative_finite("delta", delta)
     if d >= 1:
@@ -61,7 +57,7 @@ def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
     ``proportion_confint(method="beta")`` (tests compare the two). Vectorised over arrays of
     ``errors`` / ``trials``.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     a = (1.0 - confidence) / split  # one-sided significance of each bound
     k = np.asarray(errors, dtype=float)
     n = np.asarray(trials, dtype=float)
@@ -169,36 +165,37 @@ class Threshold:
     select_epsilon: float  # eps_LB of this rule on the SELECT trials (biased upwards; for information)
 
 
-def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) -> Threshold:
-    """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there.
-
-    Candidates are midpoints between consecutive distinct scores plus +-inf, in both directions,
-    all evaluated at once from cumulative counts. Ties (e.g. all eps_LB = 0 on null scores) are
-    broken by the largest |TPR - FPR| (Youden), then by the rule closest to the median score.
-    """
-    s, y = _check_scores(scores, labels)
-    n_pos, n_neg = _worlds(y, "SELECT ")
+def best_rule(s: np.ndarray, y: np.ndarray, criterion, confidence: float) -> tuple[float, str, float]:
+    """(threshold, direction, criterion) of the rule on these (SELECT) trials maximising ``criterion(fpr_hi, fnr_hi)`` of
+    its one-sided Clopper–Pearson upper bounds (significance split in two). Candidates are midpoints between consecutive
+    distinct scores plus +-inf, in both directions, all evaluated at once from cumulative counts. Ties (e.g. all eps_LB = 0
+    on null scores) are broken by the largest |TPR - FPR| (Youden), then by the rule closest to the median score."""
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
     cands, pos_ge, neg_ge, _ = rule_counts(s, y)
+    closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - np.median(s))
+    # the bounds for every possible error count, once per world, then looked up (the same numbers, a fraction of the time)
+    fpr_table = np.atleast_1d(cp_upper(np.arange(n_neg + 1), np.full(n_neg + 1, n_neg), confidence))
+    fnr_table = np.atleast_1d(cp_upper(np.arange(n_pos + 1), np.full(n_pos + 1, n_pos), confidence))
     best: tuple | None = None
     for direction in DIRECTIONS:
-        if direction == "greater":
-            tp, fp = pos_ge, neg_ge
-        else:  # predicted in iff s <= t; with midpoint thresholds no score equals t except +-inf
-            tp, fp = n_pos - pos_ge, n_neg - neg_ge
-        fn = n_pos - tp
-        fpr_hi = cp_upper(fp, np.full(fp.shape, n_neg), confidence)
-        fnr_hi = cp_upper(fn, np.full(fn.shape, n_pos), confidence)
-        eps = epsilon_from_rates(fpr_hi, fnr_hi, delta)
+        # "less": predicted in iff s <= t; with midpoint thresholds no score equals t except +-inf
+        tp, fp = (pos_ge, neg_ge) if direction == "greater" else (n_pos - pos_ge, n_neg - neg_ge)
+        crit = np.nan_to_num(criterion(fpr_table[fp], fnr_table[n_pos - tp]), nan=-np.inf, posinf=np.inf)
         youden = np.abs(tp / n_pos - fp / n_neg)
-        med = np.median(s)
-        closeness = -np.abs(np.where(np.isfinite(cands), cands, np.sign(cands) * 1e300) - med)
-        order = np.lexsort((closeness, youden, eps))  # last key is primary
-        i = int(order[-1])
-        key = (float(eps[i]), float(youden[i]), float(closeness[i]))
+        i = int(np.lexsort((closeness, youden, crit))[-1])  # last key is primary
+        key = (float(crit[i]), float(youden[i]), float(closeness[i]))
         if best is None or key > best[0]:
-            best = (key, float(cands[i]), direction, float(eps[i]))
+            best = (key, float(cands[i]), direction)
     assert best is not None
-    return Threshold(threshold=best[1], direction=best[2], select_epsilon=best[3])
+    return best[1], best[2], best[0][0]
+
+
+def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) -> Threshold:
+    """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there (:func:`best_rule`)."""
+    s, y = _check_scores(scores, labels)
+    _worlds(y, "SELECT ")
+    threshold, direction, eps = best_rule(s, y, lambda fpr_hi, fnr_hi: epsilon_from_rates(fpr_hi, fnr_hi, delta), confidence)
+    return Threshold(threshold=threshold, direction=direction, select_epsilon=eps)
 
 
 def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) -> dict:
@@ -364,7 +361,7 @@ def cp_bonferroni(scores, labels, *, delta: float, confidence: float = 0.95) -> 
     over 2 (n_neg + 1) + 2 (n_pos + 1) = 2 (n + 2) events, so m = max(2 (U + 1), n + 2): equal to
     the number of rules when the scores are distinct, larger (more conservative) under heavy ties.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
     n_pos, n_neg = _worlds(y)
@@ -423,7 +420,7 @@ def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, co
     Clopper–Pearson interval on the TPR (at ``confidence``) is optimistic. The trivial rule
     (nothing predicted in) always qualifies, so TPR is 0 when no other rule does.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     s, y = _check_scores(scores, labels)
     one_of("direction", direction, DIRECTIONS)
     n_pos, n_neg = _worlds(y)
@@ -455,7 +452,7 @@ def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95,
     with replacement) from the public stream ``public_rng(seed, TAG_AUROC_BOOTSTRAP)``. Vectorised:
     each resample is a weight vector over the distinct scores, and the AUC is a cumulative sum.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     s, y = _check_scores(scores, labels)
     one_of("direction", direction, DIRECTIONS)
     if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
@@ -490,7 +487,7 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
       ``direction`` (chosen on SELECT): descriptive, not privacy guarantees;
     - gdp_estimate: :func:`gdp_estimate` on all trials, an ESTIMATE under a Gaussian-shift model.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     delta = _check_delta(delta)
     one_of("direction", direction, DIRECTIONS)
     s, w = _check_scores(scores, world)
@@ -618,7 +615,7 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
     rules that can attain the maximum: with ``trials_per_world`` it recomputes the bound at any other
     confidence (:func:`band_epsilon`), e.g. a Bonferroni share over audits.
     """
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     delta = _check_delta(delta)
     s, y = _check_scores(scores, labels)
     n_pos, n_neg = _worlds(y)
@@ -645,7 +642,7 @@ def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = 
     ``confidence`` (its own, or a stricter one). ``best``: also the direction and the (FP, FN) cell
     that attain it. Records of the earlier grid band (issue 23's first version) hold counts rounded
     up to a grid: the same computation bounds them conservatively (u_k grows with k)."""
-    confidence = _check_confidence(confidence)
+    confidence = open_unit("confidence", confidence)
     n_pos, n_neg = int(record["trials_per_world"]["in"]), int(record["trials_per_world"]["out"])
     share = (1.0 - confidence) / BAND_FAMILIES
     u_pos, u_neg = _cp_table(n_pos, band_level(n_pos, share)), _cp_table(n_neg, band_level(n_neg, share))
@@ -677,7 +674,7 @@ def general_split(n_pos: int, n_neg: int, confidence: float) -> tuple[float, flo
     valid): then every rule is bounded at least as tightly as there, so eps_LB is at least that
     bound on every score set. Half for about 30 or more trials per world; more below.
     """
-    alpha = 1.0 - _check_confidence(confidence)
+    alpha = 1.0 - open_unit("confidence", confidence)
     reference = alpha / (2.0 * (n_pos + n_neg + 1))
     share = BAND_SHARES[-1]
     for f in BAND_SHARES:
@@ -694,6 +691,6 @@ def general_epsilon(counts: dict, band: dict, *, delta: float, confidence: float
     by :func:`general_split`. Valid for any mechanism, and at least the one-sided Clopper-Pearson
     bound with Bonferroni over every threshold at ``confidence``."""
     tpw = band["trials_per_world"]
-    box_conf, band_conf = general_split(int(tpw["in"]), int(tpw["out"]), _check_confidence(confidence))
+    box_conf, band_conf = general_split(int(tpw["in"]), int(tpw["out"]), open_unit("confidence", confidence))
     box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=box_conf).epsilon
     return max(box, band_epsilon(band, delta=delta, confidence=band_conf))

@@ -147,15 +147,11 @@ Score = Callable[[Any], float]
 
 @dataclass
 class CallableTarget(AuditTarget):
-    """Audit any Python mechanism: ``mechanism(include_canary, rng) -> release``, ``score(release)``.
-
-    ``rng`` is a fresh :class:`numpy.random.Generator` per trial, drawn from the audit's private
-    noise source: the mechanism must take *all* its randomness (noise, sampling) from it, else
-    the trials are not independent and the bound is not valid. ``noiseless_mechanism``, if given,
-    is used for the no-noise control. ``claimed_event`` (with its ``accountant``), if given, is
-    the claim whose trade-off curve the audit tests. Trials run one by one (no batching); pass ``workers=2``
-    to :func:`~dpaudit.audits.engine.run_audit` with picklable (module-level) callables to use
-    two processes.
+    """Audit any Python mechanism: ``mechanism(include_canary, rng) -> release``, ``score(release)``
+    (:func:`~dpaudit.audits.engine.audit_callable`). ``rng`` is a fresh :class:`numpy.random.Generator`
+    per trial from the audit's private noise source: the mechanism must take *all* its randomness
+    from it, else the trials are not independent and the bound is not valid. Trials run one by one;
+    ``workers=2`` with picklable (module-level) callables uses two processes.
     """
 
     mechanism_fn: Mechanism

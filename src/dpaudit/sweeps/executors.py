@@ -7,16 +7,9 @@ Two back ends behind one small interface, so sweeps and audits share a code path
 - :class:`DaskExecutor` (``dask``): ``dask.distributed``. Connects to an existing scheduler (``scheduler="tcp://HOST:8786"``) or
   starts a ``LocalCluster`` of ``workers`` processes bound to 127.0.0.1 only (never a public interface).
 
-Interface (both)::
-
-    with make_executor("dask", workers=2) as ex:
-        for out in ex.imap_unordered(fn, items):   # Outcome per item, as they finish
-            ...
-        results = ex.map_chunks(fn, chunks)          # ordered list; raises if any chunk failed
-
-``fn`` must be a module-level function (picklable; with a remote scheduler it must also be importable on the workers, i.e. dpaudit
-installed there). Exceptions raised by ``fn`` are caught on the worker and come back as ``Outcome(ok=False, error=...)``; they
-never kill the loop.
+Interface (both): ``imap_unordered(fn, items)`` yields an :class:`Outcome` per item as it finishes, ``map_chunks(fn, chunks)``
+returns the values in order (docs/sweeps.md). ``fn`` must be a module-level function (importable on remote workers); an exception
+it raises comes back as ``Outcome(ok=False, error=...)`` and never kills the loop.
 
 Worker death: the local pool is rebuilt and the items that were in flight are resubmitted; Dask reschedules them itself. An item
 in flight during ``max_worker_deaths`` deaths is reported as failed (``"worker died ..."``). Results already yielded are never
@@ -144,11 +137,8 @@ class Executor:
 
     def map_chunks(self, fn: Callable, chunks: Sequence, *, shared: Any = _NO_SHARED,
                    on_done: Callable[[Outcome], None] | None = None) -> list:
-        """Run ``fn`` on every chunk and return the values in chunk order. Meant for audits: split the trials into chunks (each
-        chunk with its own child noise source / seed), submit them here, concatenate the returned scores. With ``shared``,
-        ``fn(shared, chunk)`` is called and ``shared`` travels once per worker. Raises :class:`ChunkFailedError` naming the first
-        failed chunk once all chunks have finished. ``on_done`` is called with each Outcome as it finishes (for a progress bar and
-        per-chunk checkpoints)."""
+        """The values of ``fn`` on every chunk, in chunk order (``shared``: as in :meth:`imap_unordered`); ``on_done`` sees each
+        Outcome as it finishes. Raises :class:`ChunkFailedError` naming the first failed chunk once all have finished."""
         chunks = list(chunks)
         values: list = [None] * len(chunks)
         failed: list[Outcome] = []
@@ -324,9 +314,6 @@ class DaskExecutor(Executor):
             for f in futures:
                 if not f.done():
                     f.cancel()
-
-    def worker_addresses(self) -> list[str]:
-        return sorted(self.client.scheduler_info().get("workers", {}))
 
     def describe(self) -> dict:
         return {

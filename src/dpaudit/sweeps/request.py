@@ -1,10 +1,7 @@
 """``dpaudit sweep`` as a request: what to run (or show) and how.
 
-:class:`SweepRequest` is the command's parsed form: ``dpaudit.cli.sweep`` generates the command from its fields, as ``dpaudit
-train NAME`` is generated from a mechanism's Request. The work is done by :mod:`dpaudit.sweeps.runner`
-(:func:`~dpaudit.sweeps.runner.run_request`, :func:`~dpaudit.sweeps.runner.plan_counts`,
-:func:`~dpaudit.sweeps.runner.stored_tables`), so the same request gives the same result from Python. This module loads no
-numerical library."""
+:class:`SweepRequest` is the command's parsed form (``dpaudit.cli.sweep`` is generated from its fields); the work is done by
+:mod:`dpaudit.sweeps.runner`, so the same request gives the same result from Python. This module loads no numerical library."""
 
 from __future__ import annotations
 

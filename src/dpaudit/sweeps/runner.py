@@ -4,8 +4,8 @@ The coordinating process is the only writer of the sweep store; each outcome is 
 sweep (or losing a worker) never loses a finished task, and re-running the same command resumes. Failed tasks keep their error and
 are retried only with ``retry_failed=True``.
 
-Every ``train`` task is its own private release, recorded in the ledger with the sweep's name in its configuration; the ledger
-composes them (a sweep of 30 runs at eps = 2 on one training partition spends far more than eps = 2 of that partition's budget).
+Every ``train`` task is its own private release, recorded in the ledger with the sweep's name; the ledger composes them
+(docs/sweeps.md, "Privacy budget").
 """
 
 from __future__ import annotations
@@ -283,16 +283,12 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
 
 
 def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
-    """Reserve, before anything runs, the budget of every release the sweep will make: one reservation per ``train`` task (``{task
-    key: reservation id}``), as a single ``dpaudit train`` holds its own, from the task's planned release
-    (:func:`~dpaudit.sweeps.tasks.planned_release`).
-
-    Parallel tasks cannot see each other's unrecorded releases, nor a ``dpaudit train`` started meanwhile: the whole sweep is
-    first checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
-    cancels those already made). The tasks' own pre-checks leave these reservations out
-    (:func:`dpaudit.releasing.held_by_caller`). Each is settled with its task's release, cancelled when the task released nothing,
-    left open (spent, voidable) when a release was written but not recorded (:func:`_close_reservations`); a killed sweep leaves
-    them open until an operator voids them. Noise derived from a task's published seed is reserved as not private (unbounded)."""
+    """Reserve, before anything runs, the budget of every release the sweep will make (docs/sweeps.md, "Privacy budget"): one
+    reservation per ``train`` task (``{task key: reservation id}``) from its planned release
+    (:func:`~dpaudit.sweeps.tasks.planned_release`). Parallel tasks cannot see each other's releases, so the whole sweep is first
+    checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
+    cancels those already made). The tasks' own pre-checks leave them out (:func:`dpaudit.releasing.held_by_caller`). Noise
+    derived from a task's published seed is reserved as not private (unbounded)."""
     planned = []
     for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":
@@ -397,9 +393,8 @@ def plan_counts(request: SweepRequest) -> dict:
 def run_request(request: SweepRequest, spec: SweepSpec | None = None, *, progress: bool = False) -> tuple[SweepSummary, dict]:
     """Run the sweep and write its tables; (summary, its dict with ``tables_json``, ``tables_md``, ``table3``)."""
     spec = spec if spec is not None else request.checked()
-    filt = request.task_filter()
     options = SweepOptions(out=request.out, data_dir=request.data_dir, ledger_path=request.ledger, retry_failed=request.retry_failed,
-                           task_filter=None if filt.is_empty() else filt, max_tasks=request.max_tasks, progress=progress)
+                           task_filter=request.task_filter(), max_tasks=request.max_tasks, progress=progress)
     with make_executor(request.executor, scheduler=request.scheduler, workers=request.workers) as ex:
         summary = run_sweep(spec, options, executor=ex)
     name, records = load_records(summary.store)

@@ -1,29 +1,11 @@
-"""Sweep specifications: a TOML grid of tasks (runner x model x dataset x epsilon x seed).
-
-Read with :mod:`tomllib`; one grid at the top level, or several ``[[grid]]`` blocks, each of
-which may override the ``[settings]`` applied to every task::
-
-    name = "my-grid"                 # default: the file's stem
-    [settings]                       # alias: fixed
-    delta = 1e-5
-    [[grid]]
-    models = ["dp-rvfl", "dp-elm-L3"]  # alias: model, mechanism, mechanisms (catalogue names)
-    datasets = ["heart"]             # alias: dataset
-    epsilons = [0.5, 2]              # alias: eps, epsilon; omitted with non_private = true
-    seeds = [42, 43]                 # alias: seed
-    profiles = ["default", "authors"]  # optional, train runner only (default: ["default"])
-    settings = { epochs = 30 }
+"""Sweep specifications: a TOML grid of tasks (runner x model x dataset x epsilon x seed; format: docs/sweeps.md).
 
 A ``train`` task is a catalogue name and a Request (:func:`task_request`); ``dp-elm-L{w}``, the name older specs give DP-ELM at
 width w, is read by :func:`catalogue_request` alone. A task's identity is the SHA-256 of its full *public* configuration (runner,
 model, dataset, epsilon, seed and every setting, canonical JSON); where results go, the data directory and the executor are not
 part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a cluster has the same key and a resumed sweep
-skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default.
-
-Profiles: ``"default"`` (each dataset's own profile) adds nothing to a task, so keys written before the axis existed are
-unchanged; any other profile (e.g. ``"authors"``, :mod:`dpaudit.data.authors`) is the task setting ``profile``.
-:func:`with_profile` moves a whole spec to one profile (``dpaudit sweep --builtin dp-rvfl-primary --profile authors`` runs
-``dp-rvfl-primary-authors``)."""
+skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default. The
+``"default"`` profile adds nothing to a task, so keys written before the profiles axis existed are unchanged."""
 
 from __future__ import annotations
 
@@ -84,11 +66,6 @@ class Task:
     @property
     def key(self) -> str:
         return config_key(self.config())
-
-    @classmethod
-    def from_config(cls, config: dict) -> "Task":
-        return cls(runner=config["runner"], model=config["model"], dataset=config["dataset"], epsilon=config["epsilon"],
-                   seed=int(config["seed"]), settings=_settings_tuple(config.get("settings", {})))
 
 
 def canonical_json(obj) -> str:
@@ -198,9 +175,6 @@ class TaskFilter:
             return False
         return all(not wanted or value in wanted for wanted, value in
                    ((self.models, task.model), (self.datasets, task.dataset), (self.seeds, task.seed)))
-
-    def is_empty(self) -> bool:
-        return not (self.models or self.datasets or self.epsilons or self.seeds)
 
 
 def validate_name(name: object) -> str:
@@ -383,23 +357,20 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Read a TOML sweep spec; the sweep name defaults to the file's stem."""
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            data = tomllib.load(f)
+        text = p.read_bytes().decode()  # as tomllib.load reads a file
     except FileNotFoundError:
         raise DataError(f"sweep spec not found: {p}.") from None
-    except tomllib.TOMLDecodeError as e:
-        raise DataError(f"sweep spec {p} is not valid TOML: {e}.") from None
     except OSError as e:
         raise DataError(f"cannot read sweep spec {p}: {e.strerror}.") from None
-    return spec_from_dict(data, source=str(p), default_name=p.stem)
+    return parse_spec(text, source=str(p), default_name=p.stem)
 
 
-def parse_spec(text: str, *, source: str = "<string>") -> SweepSpec:
+def parse_spec(text: str, *, source: str = "<string>", default_name: str | None = None) -> SweepSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DataError(f"sweep spec {source} is not valid TOML: {e}.") from None
-    return spec_from_dict(data, source=source)
+    return spec_from_dict(data, source=source, default_name=default_name)
 
 
 # ---- Built-in specs

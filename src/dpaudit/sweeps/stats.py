@@ -1,16 +1,6 @@
-"""Seed-level statistics of a sweep, as specified in section 4.2 of the DP-RVFL paper (001).
-
-- Per cell (dataset x budget x model): mean +/- *sample* SD over seeds (ddof = 1) and the 95 % Student-t interval mean +/-
-  t_{0.975, n-1} SD / sqrt(n) (four degrees of freedom for five seeds). The interval describes training-seed variability on a
-  fixed public test partition, not uncertainty about a population.
-- Paired contrasts: within each dataset-budget condition, the reference model's per-seed metric minus a comparator's, aligned by
-  seed (only seeds both have). Exact two-sided sign-flip test: all 2^n sign assignments of the n differences, p = #{|sum s_i d_i|
-  >= |sum d_i|} / 2^n. With n = 5 the smallest attainable p is 2/32 = 0.0625, so this design cannot reach p < 0.05 even before
-  multiplicity correction (the paper says so; the tables say so too).
-- Holm adjustment across the whole reported family of contrasts (statsmodels ``multipletests``), and win/tie/loss counts: per
-  contrast over seeds, and per comparator over conditions (by mean). Counts are descriptive; no significance is implied and
-  absence of significance is not evidence of equivalence.
-"""
+"""Seed-level statistics of a sweep, as specified in section 4.2 of the DP-RVFL paper (001; docs/sweeps.md, "Tables"): per
+cell mean, sample SD and Student-t interval over seeds; paired contrasts by seed with the exact two-sided sign-flip test (five
+seeds cannot reach p < 0.05) and Holm adjustment over the reported family; descriptive win/tie/loss counts."""
 
 from __future__ import annotations
 

@@ -1,26 +1,9 @@
-"""Tables of a finished (or partly finished) sweep: JSON first, Markdown and HTML rendered from it.
+"""Tables of a finished (or partly finished) sweep: JSON first (:func:`sweep_tables`), Markdown and HTML rendered from it.
 
-``sweep_tables(records)`` builds one JSON-able dict:
-
-- ``cells``: per dataset x epsilon x model, mean +/- sample SD and 95 % Student-t interval over seeds, for every metric in
-  ``metrics``;
-- ``contrasts``: reference (DP-RVFL by default) minus each comparator, paired by seed, exact sign-flip p and Holm-adjusted p over
-  the whole family of *private* dataset-budget conditions (all datasets, budgets, comparators and metrics present), with
-  seed-level win/tie/loss. This is the paper's family (section 4.2: "960 reported primary contrasts ... four datasets, six
-  budgets, ten comparators and four metrics", the ten comparators being the six other gradient models and the four DP-ELM widths).
-  Non-private conditions are a different experiment (section 4.3), so their contrasts form a separate family,
-  ``non_private_contrasts``, with its own Holm adjustment; they never enlarge or shrink the private family;
-- ``win_tie_loss``: condition-level counts by mean, per comparator and metric (private family);
-- ``table3``: the eps = 2 accuracy slice in percent next to the published Table 3 values (:mod:`dpaudit.sweeps.published`), with
-  the difference and how many seeds we have; DP-ELM widths (when the sweep ran any) are shown next to Table 5, and every row
-  carries ``published_source`` (Table 3, Table 5 or Table 9), since those values are not equal-guarantee comparisons.
-
-Tasks with a non-default preprocessing profile (a record's ``profile``, e.g. ``authors``) are kept apart: in ``cells`` and
-``contrasts`` their dataset reads ``"cardio (authors)"``, and ``table3`` rows carry ``profile`` (the published values are the
-paper's, whichever profile ran).
-
-Accuracy and the other metrics are stored by the mechanisms as fractions in [0, 1]; tables show accuracy in percent like the
-paper. Nothing here claims significance: the notes say what a five-seed design can and cannot show."""
+What they hold is in docs/sweeps.md ("Tables"): cells, the private Holm family of paired contrasts and a separate non-private
+one (a different experiment never enlarges or shrinks the paper's family), win/tie/loss, and the eps = 2 accuracy slice beside
+the published Tables 3, 5 and 9, each row naming its source. A non-default preprocessing profile is kept apart (dataset
+``"cardio (authors)"``). Metrics are stored as fractions; accuracy is shown in percent like the paper."""
 
 from __future__ import annotations
 

@@ -4,14 +4,9 @@ A runner takes the task's public configuration (see :class:`dpaudit.sweeps.spec.
 where the data and the ledger are) and returns a JSON-able result dict. Runners are plain module-level functions so they pickle to
 worker processes and to Dask workers alike.
 
-- ``train``: one private (or non-private) release of a catalogue mechanism: the task is a catalogue name and a Request
-  (:func:`dpaudit.sweeps.spec.task_request`), released through :func:`dpaudit.releasing.release` and planned, for the sweep's
-  up-front budget reservation, through the same mechanism's own ``plan`` (:func:`planned_release`). The release is written under
-  the sweep's output folder and recorded in the ledger by the coordinator, tagged with the sweep's name (``config["sweep"]``), so
-  the ledger shows what the whole sweep spent: every task is a separate release on the same training partition, and they compose
-  (the composed epsilon of a sweep is far above any single run's epsilon; the ledger report says so). A task's ``profile`` setting
-  (from the spec's profiles axis; absent = the dataset's default) is the preprocessing profile the data are loaded with, e.g.
-  ``authors`` (:mod:`dpaudit.data.authors`).
+- ``train``: one release of a catalogue mechanism (:func:`_run_train`), its budget planned up front by the mechanism's own
+  ``plan`` (:func:`planned_release`) and recorded in the ledger by the coordinator, tagged with the sweep's name: the tasks
+  of a sweep compose on their training partition.
 - ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger, no privacy claim), used to check
   executors and clusters end to end. Its extra settings (``sleep``, ``fail_seeds``, ``exit_once_marker``) exist to test failure
   handling.

@@ -22,8 +22,7 @@ from . import compose as lc
 from . import rows as lr
 from . import signing as sg
 from .fingerprint import is_fingerprint
-from .paths import GENESIS_HASH
-from .store_sqlite import ENTRY_COLUMNS
+from .paths import ENTRY_COLUMNS, GENESIS_HASH
 
 ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"

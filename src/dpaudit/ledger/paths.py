@@ -167,6 +167,42 @@ def resolve_ledger_path(path: str | os.PathLike | None = None) -> Path:
     return loc.path
 
 
+#: Every column of an entry, in the order the ledger's rows use (both stores, the export).
+ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
+
+
+class StoreReads:
+    """The reads both stores share: a store sets ``_prefix`` (its schema, qualifying the table
+    names) and ``_mark`` (its parameter placeholder) and provides ``execute``."""
+
+    _prefix = ""
+    _mark = "?"
+
+    def schema_version(self) -> int:
+        row = self.execute(f"SELECT MAX(version) FROM {self._prefix}schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def head(self) -> tuple[int, int, str] | None:
+        return self.execute(f"SELECT seq, count, hash FROM {self._prefix}chain_head WHERE one = 1").fetchone()
+
+    def last(self) -> tuple[int, str] | None:
+        return self.execute(f"SELECT seq, hash FROM {self._prefix}entries ORDER BY seq DESC LIMIT 1").fetchone()
+
+    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
+        """Rows as :data:`ENTRY_COLUMNS` tuples in append (seq) order."""
+        where, params = "", ()
+        if dataset is not None:
+            where, params = f"WHERE dataset = {self._mark}", (dataset,)
+        elif entry_id is not None:
+            where, params = f"WHERE id = {self._mark}", (entry_id,)
+        return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {self._prefix}entries {where} ORDER BY seq", params).fetchall()
+
+    def count_keyed(self) -> int:
+        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
+        return int(self.execute(f"SELECT count(*) FROM {self._prefix}entries WHERE kind IN ('version', 'rows') OR payload LIKE {self._mark}",
+                                ('%"dataset_fingerprint":"%',)).fetchone()[0])
+
+
 def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:
     """Both stores refuse a ledger written by a newer dpaudit (its schema may mean more than this
     code can check) before reading or migrating anything."""

@@ -1,11 +1,6 @@
-"""PostgreSQL storage for the team ledger: one budget shared by many analysts on many machines.
-
-The ledger's semantics (entries, hash chain, composition, caps, partitions, voids, reservations,
-versions, signatures) live in :mod:`dpaudit.ledger.book` and do not depend on where the
-rows are kept. This module is the storage layer for ``--ledger postgresql://USER@HOST/DB``: the
-same tables as the SQLite file (``schema_version``, ``entries``, ``chain_head``) in one schema
-(default ``dpaudit``; ``?schema=NAME`` in the URL), plus ``secret`` (the key of the dataset
-fingerprints, which the SQLite ledger keeps in ``<ledger>.key``).
+"""PostgreSQL storage for the team ledger (``--ledger postgresql://USER@HOST/DB``): the tables of
+the SQLite file in one schema (default ``dpaudit``; ``?schema=NAME``), plus ``secret`` (the key
+of the dataset fingerprints, which the SQLite ledger keeps in ``<ledger>.key``).
 
 Enforced in the database, not only in dpaudit:
 
@@ -36,10 +31,8 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .paths import GENESIS_HASH, LedgerLocation, refuse_newer_schema, utc_now
+from .paths import ENTRY_COLUMNS, GENESIS_HASH, LedgerLocation, StoreReads, refuse_newer_schema, utc_now  # noqa: F401
 
-#: Every column of an entry, in the order the ledger's rows use.
-ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
                      "chain_head_guard", "chain_head_no_truncate")
@@ -159,10 +152,11 @@ def describe_pg_error(where: str, e: BaseException) -> str:
     return f"ledger {where}: {msg}."
 
 
-class PostgresStore:
+class PostgresStore(StoreReads):
     """The rows of one ledger in a PostgreSQL schema. Not thread-safe (one per process/thread)."""
 
     backend = "postgresql"
+    _mark = "%s"
 
     def __init__(self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True) -> None:
         if location.backend != "postgresql":
@@ -171,6 +165,7 @@ class PostgresStore:
         self.display = location.display
         self.schema = location.schema or "dpaudit"
         self.s = _q(self.schema)
+        self._prefix = self.s + "."
         self._busy_timeout = float(busy_timeout)
         # The advisory lock of this ledger: one 64-bit key from its schema name.
         self._lock_key = int.from_bytes(hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()[:8], "big", signed=True)
@@ -344,24 +339,12 @@ class PostgresStore:
             self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",
                               (v, utc_now(), __version__))
 
-    def schema_version(self) -> int:
-        row = self.execute(f"SELECT MAX(version) FROM {self.s}.schema_version").fetchone()
-        return int(row[0] or 0)
-
     def _columns(self) -> set[str]:
         rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
                             (self.schema,)).fetchall()
         return {r[0] for r in rows}
 
     # -- rows
-    def head(self) -> tuple[int, int, str] | None:
-        row = self.execute(f"SELECT seq, count, hash FROM {self.s}.chain_head WHERE one = 1").fetchone()
-        return None if row is None else (int(row[0]), int(row[1]), row[2])
-
-    def last(self) -> tuple[int, str] | None:
-        row = self.execute(f"SELECT seq, hash FROM {self.s}.entries ORDER BY seq DESC LIMIT 1").fetchone()
-        return None if row is None else (int(row[0]), row[1])
-
     def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
                signer: str | None = None, signature: str | None = None) -> int:
         """Append one row inside :meth:`write`; the server's trigger checks ``prev_hash`` and moves the head."""
@@ -373,22 +356,6 @@ class PostgresStore:
             (entry_id, kind, created_at, dataset, payload_text, prev_hash, hash_, signer, signature),
         ).fetchone()
         return int(row[0])
-
-    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        """Rows as ``ENTRY_COLUMNS`` tuples in append (seq) order."""
-        where, params = "", ()
-        if dataset is not None:
-            where, params = "WHERE dataset = %s", (dataset,)
-        elif entry_id is not None:
-            where, params = "WHERE id = %s", (entry_id,)
-        rows = self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {self.s}.entries {where} ORDER BY seq", params).fetchall()
-        return [(int(r[0]),) + tuple(r[1:]) for r in rows]
-
-    def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
-        return int(self.execute(
-            f"SELECT count(*) FROM {self.s}.entries WHERE kind IN ('version', 'rows') OR payload LIKE '%%\"dataset_fingerprint\":\"%%'"
-        ).fetchone()[0])
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:
         """The 32-byte key of the dataset fingerprints, kept in the database (shared by the team)."""

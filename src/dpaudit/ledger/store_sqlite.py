@@ -1,20 +1,8 @@
-"""SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``).
-
-The ledger's semantics live in :mod:`dpaudit.ledger.book`; this module keeps its rows, with
-the same interface as :class:`dpaudit.ledger.store_pg.PostgresStore` (``write``, ``read``,
-``head``, ``last``, ``insert``, ``rows``, ``count_keyed``, ``fingerprint_key``,
-``schema_version``, ``health``, ``close``):
-
-- WAL mode with ``synchronous=FULL``; every write is one ``BEGIN IMMEDIATE`` transaction (an
-  entry is fully there or absent, even if the process is killed half-way; concurrent writers
-  queue on the lock instead of interleaving).
-- Triggers refuse UPDATE and DELETE on ``entries``; ``chain_head`` holds the last hash and the
-  entry count, advanced by :meth:`SqliteStore.insert` in the same transaction.
-- ``PRAGMA application_id`` marks a dpaudit ledger; the schema has a version table and ordered
-  migrations (:data:`MIGRATIONS`). A newer schema, a corrupt or non-SQLite file or a read-only
-  location is refused with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
-- The key of the dataset fingerprints is the file ``<ledger>.key`` beside it
-  (:mod:`dpaudit.ledger.fingerprint`).
+"""SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``),
+with the interface of :class:`~dpaudit.ledger.store_pg.PostgresStore`. WAL mode with
+``synchronous=FULL``, one ``BEGIN IMMEDIATE`` transaction per write, triggers refusing UPDATE and
+DELETE, ``PRAGMA application_id``, a version table and ordered :data:`MIGRATIONS`, checks before
+anything is written (docs/ledger.md, "Reliability"); the fingerprint key is ``<ledger>.key``.
 """
 
 from __future__ import annotations
@@ -28,13 +16,11 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key
-from .paths import GENESIS_HASH, refuse_newer_schema, utc_now
+from .paths import ENTRY_COLUMNS, GENESIS_HASH, StoreReads, refuse_newer_schema, utc_now  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-#: Every column of an entry, in the order the ledger's rows use (the same as store_pg's).
-ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
 
 
@@ -99,7 +85,7 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         raise LedgerError(describe_sqlite_error(path, e)) from None
 
 
-class SqliteStore:
+class SqliteStore(StoreReads):
     """The rows of one ledger file."""
 
     backend = "sqlite"
@@ -207,10 +193,6 @@ class SqliteStore:
             self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, utc_now(), __version__))
         self.conn.execute(f"PRAGMA user_version = {latest}")
 
-    def schema_version(self) -> int:
-        row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return int(row[0] or 0)
-
     # -- transactions
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -252,12 +234,6 @@ class SqliteStore:
                     conn.execute("COMMIT")
 
     # -- rows
-    def head(self) -> tuple[int, int, str] | None:
-        return self.execute("SELECT seq, count, hash FROM chain_head WHERE one = 1").fetchone()
-
-    def last(self) -> tuple[int, str] | None:
-        return self.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-
     def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
                signer: str | None = None, signature: str | None = None) -> int:
         """Append one row inside :meth:`write` and advance the chain head."""
@@ -271,21 +247,6 @@ class SqliteStore:
             )
             self.conn.execute("UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1", (cur.lastrowid, hash_))
         return int(cur.lastrowid)
-
-    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        """Rows as ``ENTRY_COLUMNS`` tuples in append (seq) order."""
-        where, params = "", ()
-        if dataset is not None:
-            where, params = "WHERE dataset = ?", (dataset,)
-        elif entry_id is not None:
-            where, params = "WHERE id = ?", (entry_id,)
-        return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries {where} ORDER BY seq", params).fetchall()
-
-    def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
-        return int(self.execute(
-            "SELECT count(*) FROM entries WHERE kind IN ('version', 'rows') OR payload LIKE '%\"dataset_fingerprint\":\"%'"
-        ).fetchone()[0])
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:
         """The 32-byte key of the dataset fingerprints: ``<ledger>.key`` beside the file."""

@@ -34,11 +34,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def keyed_fingerprint(key: bytes, digest: str) -> str:
-    """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters.
-
-    ``digest`` is the plain (unkeyed) identity of the data, e.g. the SHA-256 hex of the
-    prepared arrays; it is hashed as its ASCII text, so the same digest always gives the same
-    fingerprint under one key."""
+    """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters (``digest``: the plain identity
+    of the data, e.g. the SHA-256 hex of the prepared arrays, hashed as its text)."""
     if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
         raise UsageError(f"key must be {KEY_BYTES} bytes, got {type(key).__name__} of length {len(key) if hasattr(key, '__len__') else '?'}.")
     if not isinstance(digest, str) or not digest:
@@ -79,20 +76,24 @@ def ledger_key(ledger_path: str | os.PathLike, *, create: bool = True) -> bytes:
     return data
 
 
+def write_secret(path: str | os.PathLike, data: bytes) -> None:
+    """Create ``path`` holding ``data``, mode 0600 from its creation (never readable by others, not
+    even briefly), synced to disk; FileExistsError if it exists (a secret is never overwritten)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(bytes(data))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _create_key(path: Path) -> bytes:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_secret(tmp, os.urandom(KEY_BYTES))
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(KEY_BYTES))
-                f.flush()
-                os.fsync(f.fileno())
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(tmp, path)  # atomic, and fails if another process created the key first
-            except FileExistsError:
-                pass
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

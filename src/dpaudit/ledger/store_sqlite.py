@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from .. import __version__
 from ..errors import LedgerError
-from .fingerprint import key_path, ledger_key
+from .fingerprint import key_path, ledger_key, write_secret
 from .paths import ENTRY_COLUMNS, GENESIS_HASH, StoreReads, refuse_newer_schema, utc_now  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
@@ -256,15 +256,10 @@ class SqliteStore(StoreReads):
         """Import: adopt the key of the ledger being imported (the file must not exist yet)."""
         p = key_path(self.path)
         try:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            write_secret(p, key)
         except FileExistsError:
-            if p.read_bytes() == bytes(key):
-                return
-            raise LedgerError(f"ledger key {p} exists with another key; import into a new ledger.") from None
-        with os.fdopen(fd, "wb") as f:
-            f.write(bytes(key))
-            f.flush()
-            os.fsync(f.fileno())
+            if p.read_bytes() != bytes(key):
+                raise LedgerError(f"ledger key {p} exists with another key; import into a new ledger.") from None
 
     # -- integrity
     def health(self) -> list[tuple[str, str]]:

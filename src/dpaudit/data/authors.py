@@ -24,49 +24,14 @@ with dpaudit's exact integer cut points except where the float product is just b
 Each partition keeps the permutation's order (records are not re-sorted). ``--split-seed S`` keeps the rule and replaces the seed
 (``default_rng(S)``).
 
-Encoding (record-wise, nothing fitted)
---------------------------------------
-- Numerical field with bounds [lo, hi]: a missing value becomes (lo + hi) / 2, then the value is clipped to [lo, hi] and mapped to
-  ``2 (x - lo) / (hi - lo) - 1``; a 0/1 missing indicator column follows it. A non-finite value (``inf``) counts as missing too
-  (no such value occurs in the files; the rule is silent about it, and clipping an infinity is no better).
-- Categorical field: one 0/1 column per listed level, then one ``unknown`` column that is 1 for any value not listed (a missing
-  value included).
-- Column order: every numerical field (value, missing) in the listed order, then every categorical field in the listed order.
-  Labels are int64 {0, 1}.
-
-Cardio (``cardio/cardio_train.csv``): ``age_years = age / 365.25``, ``bmi = weight / (height / 100)^2``. Rows kept (inclusive):
-height 120-220, weight 30-200, ap_hi 80-250, ap_lo 40-150, ap_hi >= ap_lo, target present; a missing value in a filtered field
-fails the filter. No duplicate removal. 68,608 rows, 32 features.
-
-==========  ============  ==============================
-field       bounds        categorical levels
-==========  ============  ==============================
-age_years   [0, 120]      gender {1, 2}
-height      [100, 250]    cholesterol {1, 2, 3}
-weight      [20, 300]     gluc {1, 2, 3}
-ap_hi       [40, 300]     smoke {0, 1}
-ap_lo       [20, 200]     alco {0, 1}
-bmi         [5, 100]      active {0, 1}
-==========  ============  ==============================
-
-Heart (``heart/heart_kaggle.csv``, the Kaggle-format ``heart.csv`` with a header and a ``target`` column; *not* the UCI Cleveland
-file of the default profile): exact duplicate rows are dropped, keeping the first (302 of 303 rows remain), then ``y = 1 if target
-> 0``. In this file ``target = 1`` marks the *absence* of disease relative to the UCI coding (see
-``shared/data/heart/SOURCE.md``); the rule takes the column as it is. 47 features.
-
-==========  ============  ==============================
-field       bounds        categorical levels
-==========  ============  ==============================
-age         [0, 120]      cp {0, 1, 2, 3, 4}
-trestbps    [40, 300]     restecg {0, 1, 2}
-chol        [0, 700]      slope {0, 1, 2, 3}
-thalach     [30, 250]     ca {0, 1, 2, 3, 4}
-oldpeak     [0, 10]       thal {0, 1, 2, 3, 6, 7}
-==========  ============  ==============================
-
-then the categorical fields sex {0, 1}, fbs {0, 1}, exang {0, 1}, in that order.
-
-Images: ``ToTensor`` only (uint8 / 255, the ``raw01`` arithmetic), pixels in [0, 1].
+Encoding (record-wise, nothing fitted): as :mod:`dpaudit.data.tabular`, with the authors' bounds and
+levels (:data:`CARDIO_SCHEMA`, :data:`HEART_SCHEMA`; compared in ``docs/data-profiles.md``), except that
+a missing value becomes (lo + hi) / 2 before clipping, a non-finite one counts as missing, and the
+columns are every numerical field (value, missing) first, then every categorical field. Cardio:
+dpaudit's cohort filters, plus a present target; no duplicate removal (68,608 rows). Heart reads
+``heart/heart_kaggle.csv`` (the Kaggle-format file, *not* the UCI Cleveland file of the default
+profile), drops exact duplicate rows keeping the first (302 of 303) and takes ``y = target > 0``
+as the file codes it (see ``shared/data/heart/SOURCE.md``). Images: ``ToTensor`` only, [0, 1].
 
 Privacy contract: as for every profile, all of this is public, fixed, record-wise preprocessing and a public split chosen before
 training; nothing is fitted to records (the de-duplication and cohort filters are public cleaning, outside the training guarantee,

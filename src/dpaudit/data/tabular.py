@@ -81,23 +81,7 @@ non-negative by definition, so every lower bound is 0; the upper bounds are roun
 the value ranges printed in the dataset's published description (WDBC, UCI / scikit-learn DESCR) and tied together by geometry
 (perimeter ~ 2 pi radius, area ~ pi radius^2). They are constants, never recomputed from records; values above are clipped. No
 missingness indicators (the bundled copy has no missing values; a non-finite value would be encoded as the midpoint). Label: 1 =
-malignant (scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86.
-
-===================  ======  ======  ======
-measurement          mean    error   worst
-===================  ======  ======  ======
-radius               30      3       40
-texture              40      5       50
-perimeter            200     25      260
-area                 2500    550     4500
-smoothness           0.2     0.04    0.25
-compactness          0.4     0.15    1.1
-concavity            0.5     0.4     1.3
-concave points       0.25    0.06    0.3
-symmetry             0.4     0.08    0.7
-fractal dimension    0.1     0.03    0.21
-===================  ======  ======  ======
-(upper bounds; all lower bounds 0)"""
+malignant (scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86. The bounds: :data:`BREAST_CANCER_UPPER`."""
 
 from __future__ import annotations
 
@@ -339,13 +323,8 @@ def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarra
     """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``. ``centre`` in cleveland,
     hungarian, switzerland, va. All four share one feature space (the schema above); no row is dropped (Heart has no cohort
     filter). Rows are in file order."""
-    centre = one_of("centre", centre, HEART_CENTRES)
-    data_dir = resolve_data_dir(data_dir)
-    folder = data_dir / "heart"
-    name = heart_file(centre)
-    require_files(folder, (name,), "Heart")
-    hash_and_verify(data_dir, folder, (name,), "Heart")
-    return prepare_heart_file(folder / name)
+    x, y, _ = load_heart_raw(resolve_data_dir(data_dir), one_of("centre", centre, HEART_CENTRES))
+    return x, y
 
 
 def load_heart_raw(data_dir: Path, centre: str = "cleveland") -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
@@ -363,7 +342,7 @@ _BC_MEASUREMENTS = (
     "radius", "texture", "perimeter", "area", "smoothness",
     "compactness", "concavity", "concave points", "symmetry", "fractal dimension",
 )
-#: Upper bounds (mean, error, worst); every lower bound is 0. See the module docstring.
+#: Upper bounds (mean, error, worst); every lower bound is 0 (how they were chosen: the module docstring).
 BREAST_CANCER_UPPER = {
     "radius": (30.0, 3.0, 40.0), "texture": (40.0, 5.0, 50.0), "perimeter": (200.0, 25.0, 260.0), "area": (2500.0, 550.0, 4500.0),
     "smoothness": (0.2, 0.04, 0.25), "compactness": (0.4, 0.15, 1.1), "concavity": (0.5, 0.4, 1.3),

@@ -8,7 +8,7 @@ datasets differ by the whole contribution D_u of one user (adjacency ``add-remov
   :func:`split_by_users` draws a public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
   points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a dataset whose partitions share a
   user id (a record-level split of user data) is refused by :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
-- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a column: :func:`user_ids_from_column`).
+- **User ids are given by the analyst** (a ``user_ids`` array with one id per record).
   The split is public randomness derived from ``split_seed`` with the record split's generator, so with one record per user the
   user split equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
 
@@ -60,25 +60,6 @@ def as_user_ids(user_ids, name: str = "user_ids") -> np.ndarray:
     return a
 
 
-def user_ids_from_column(table, column: str) -> np.ndarray:
-    """The user ids held in ``table[column]`` (a pandas DataFrame, a mapping of arrays or a NumPy structured array). Whole-number
-    float columns (as CSV readers produce) become int64; NaN or fractional values are refused."""
-    try:
-        col = np.asarray(table[column])
-    except (KeyError, ValueError, IndexError):
-        raise DataError(f"user id column must be a column of the table, got {column!r}.") from None
-    if col.dtype.kind == "f":
-        if not np.all(np.isfinite(col)) or not np.all(col == np.round(col)):
-            raise DataError(f"user id column {column!r} must hold whole numbers or strings, got non-integral or missing values.")
-        col = col.astype(np.int64)
-    elif col.dtype.kind == "O":
-        try:
-            col = col.astype(str) if all(isinstance(v, str) for v in col) else col.astype(np.int64)
-        except (TypeError, ValueError):
-            raise DataError(f"user id column {column!r} must hold integers or strings.") from None
-    return as_user_ids(col, f"user id column {column!r}")
-
-
 @dataclass(frozen=True)
 class UserIndex:
     """Records grouped by user; users numbered 0..n_users-1 in order of first appearance. ``order`` lists record indices grouped
@@ -102,12 +83,6 @@ class UserIndex:
     def counts(self) -> np.ndarray:
         """|D_u| for every user (int64)."""
         return np.diff(self.offsets)
-
-    def user_of_record(self) -> np.ndarray:
-        """The user number of every record (int64, length n_records)."""
-        out = np.empty(self.n_records, dtype=np.int64)
-        out[self.order] = np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
-        return out
 
     def describe(self) -> dict:
         c = self.counts

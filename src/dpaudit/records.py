@@ -124,13 +124,9 @@ class Release:
     created_at: str = field(default_factory=now_utc)
     dpaudit_version: str = __version__
     git_commit: str | None = field(default_factory=git_commit)
-    #: Local only (never in release.json): unkeyed SHA-256 of the prepared private data, for the ledger's keyed fingerprint. None
-    #: for releases read back from disk.
+    # Local only (LOCAL_FIELDS, see above); None for releases read back from disk.
     data_digest: str | None = None
-    #: Local only (written to local.json, not release.json): the unrounded timings.
     exact_timings: dict | None = None
-    #: Local only (local.json): the file holding the secret noise seed of a ``reproducible-secret`` release
-    #: (``--noise-seed-file``); the seed itself is written nowhere else.
     noise_seed_file: str | None = None
 
     def to_dict(self, *, local: bool = False) -> dict:
@@ -281,11 +277,10 @@ def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
 
 
 def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
-    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found. Called by every release function
-    before any calibration, budget reservation or training, so a bad ``--out`` costs nothing (and leaves no spent budget behind).
-    A real write is the test (permission bits say nothing about /proc, read-only mounts or root): the missing directories are
-    created, a probe file is written and removed, and the directories created here are removed again, so a run refused later (e.g.
-    over its budget) leaves no trace. Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason."""
+    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found (one-line UsageError otherwise).
+    Called by every release function before any calibration, budget reservation or training, so a bad ``--out`` costs nothing.
+    A real write is the test (permission bits say nothing about /proc, read-only mounts or root); directories made here are
+    removed again, so a run refused later leaves no trace."""
     path = Path(out_dir).expanduser()
     rule = "a directory dpaudit can create and write"
     if path.exists() and not path.is_dir():
@@ -323,9 +318,8 @@ def read_release(path: str | os.PathLike) -> Release:
 
 
 def check_accounting(*, steps_executed: int, steps_accounted: int, epsilon: float, target_epsilon: float | None) -> None:
-    """Fail loudly when a run did not do what was accounted for (before anything is published). The thin primitive the release
-    paths call: the steps and target rules of :func:`dpaudit.claims.verify_claim` (which a report or the ledger applies to a
-    written release), raised as :class:`~dpaudit.errors.AccountingMismatchError` instead of returned."""
+    """Fail loudly when a run did not do what was accounted for, before anything is published: rules 2 and 3 of
+    :mod:`dpaudit.claims`, raised as :class:`~dpaudit.errors.AccountingMismatchError`."""
     problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(epsilon, target_epsilon)
     if problem is not None:
         raise AccountingMismatchError(f"{problem}; the release is withheld.")

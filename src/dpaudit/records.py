@@ -24,6 +24,7 @@ from pathlib import Path
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
+from .paths import write_atomically
 
 RELEASE_FILE = "release.json"
 #: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for publication; ``dpaudit report`` never reads
@@ -203,12 +204,7 @@ def _json_safe(obj):
 def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
     """Write JSON so that a crash leaves either the old file or the complete new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(_json_safe(data), f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
     return path
 
 

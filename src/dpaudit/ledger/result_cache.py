@@ -30,13 +30,12 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from .. import __version__
 from ..accounting.accountants import AccountantResult
 from ..errors import UnsupportedEventError
+from ..paths import cache_dir, write_atomically
 
 #: Accountants whose answers are cached (rdp is recomputed: numpy only, milliseconds).
 CACHED_ACCOUNTANTS = frozenset({"prv"})
@@ -63,8 +62,7 @@ def enabled():
 
 
 def _cache_path() -> Path:
-    env = os.environ.get("DPAUDIT_CACHE_DIR")  # as calibration.cache_dir(), without importing it
-    return (Path(env) if env else Path.home() / ".cache" / "dpaudit") / _FILE
+    return cache_dir() / _FILE
 
 
 def _code_fingerprint() -> str:
@@ -138,22 +136,13 @@ def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
         value = {"epsilon": float(result.epsilon), "epsilon_lower": result.epsilon_lower, "epsilon_estimate": result.epsilon_estimate}
         if not all(isinstance(v, float) for v in value.values()):
             return
-    path = _cache_path()
     try:
         key = _key(event, delta, accountant, adjacency)
-        path.parent.mkdir(parents=True, exist_ok=True)
         entries = _load().get("entries", {})
         entries.pop(key, None)
         entries[key] = {"value": value, "check": _check(key, value)}
         while len(entries) > MAX_ENTRIES:
             entries.pop(next(iter(entries)))
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".prv_results.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"format": _FORMAT, "entries": entries}, f)
-            os.replace(tmp, path)  # atomic: readers see the old or the new file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomically(_cache_path(), json.dumps({"format": _FORMAT, "entries": entries}))
     except (OSError, TypeError, ValueError, AttributeError):
         pass

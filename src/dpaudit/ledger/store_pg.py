@@ -244,27 +244,20 @@ class PostgresStore(StoreReads):
             try:
                 conn.execute(f"SET LOCAL lock_timeout = {int(self._busy_timeout * 1000)}")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+                yield
             except BaseException:
                 self._rollback()
                 raise
-        try:
-            yield
-        except psycopg.Error as e:
-            self._rollback()
-            raise LedgerError(describe_pg_error(self.display, e)) from None
-        except BaseException:
-            self._rollback()
-            raise
-        try:
-            self.conn.execute("COMMIT")
-        except psycopg.Error as e:
-            self._rollback()
-            if self.conn.broken or self.conn.closed:
-                raise LedgerError(
-                    f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({_first_line(e)}); "
-                    "the last write may or may not be recorded -- check with `dpaudit ledger list` before running again."
-                ) from None
-            raise LedgerError(describe_pg_error(self.display, e)) from None
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as e:
+                self._rollback()
+                if conn.broken or conn.closed:
+                    raise LedgerError(
+                        f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({_first_line(e)}); "
+                        "the last write may or may not be recorded -- check with `dpaudit ledger list` before running again."
+                    ) from None
+                raise
 
     def _rollback(self) -> None:
         with contextlib.suppress(Exception):

@@ -200,20 +200,10 @@ class SqliteStore(StoreReads):
         conn = self.conn
         with self.errors():
             conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except sqlite3.Error as e:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise LedgerError(describe_sqlite_error(self.path, e)) from None
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        with self.errors():
             try:
+                yield conn
                 conn.execute("COMMIT")
-            except sqlite3.Error:
+            except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise

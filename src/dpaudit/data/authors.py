@@ -50,7 +50,7 @@ import numpy as np
 from ..errors import DataError
 from ..validation import non_negative_int
 from .base import PreparedDataset, resolve_data_dir
-from .files import hash_and_verify, require_files, sums_note
+from .files import hash_and_verify, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, DAYS_PER_YEAR, CategoricalField, Field, NumericField, cardio_cohort_mask,
@@ -240,7 +240,6 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
         folder = root / name
         fname = CARDIO_FILE if name == "cardio" else HEART_FILE
         what = "Cardio" if name == "cardio" else "Heart (Kaggle format)"
-        require_files(folder, (fname,), what)
         src = hash_and_verify(root, folder, (fname,), what)
         if name == "cardio":
             x, y = prepare_cardio(folder / fname)

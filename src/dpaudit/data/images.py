@@ -44,7 +44,7 @@ from ..errors import DataError
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import file_digest, hash_and_verify, require_files
+from .files import file_digest, hash_and_verify
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
@@ -111,7 +111,6 @@ def _cache_root() -> Path:
 def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     """Verify the four ``.gz`` files and return a torchvision root holding ``MNIST/raw/*``."""
     folder = data_dir / "mnist"
-    require_files(folder, MNIST_FILES, "MNIST")
     hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
     import hashlib
     tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
@@ -295,7 +294,6 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
     data_dir = resolve_data_dir(data_dir)
     root = data_dir / "cifar10"
     folder = root / CIFAR_FOLDER
-    require_files(folder, CIFAR_FILES, "CIFAR-10")
     hashes = hash_and_verify(data_dir, folder, CIFAR_FILES, "CIFAR-10")
     official = all(file_digest(folder / n, "md5") == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
     cls = _verified_cifar10_class()

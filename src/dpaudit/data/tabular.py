@@ -95,7 +95,7 @@ import numpy as np
 from ..errors import DataError
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import hash_and_verify, require_files
+from .files import hash_and_verify
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,6 @@ def prepare_cardio_file(path: Path, *, with_rows: bool = False):
 
 def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, str], np.ndarray]:
     folder = data_dir / "cardio"
-    require_files(folder, (CARDIO_FILE,), "Cardio")
     hashes = hash_and_verify(data_dir, folder, (CARDIO_FILE,), "Cardio")
     x, y, rows = prepare_cardio_file(folder / CARDIO_FILE, with_rows=True)
     return x, y, hashes, rows
@@ -330,7 +329,6 @@ def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarra
 def load_heart_raw(data_dir: Path, centre: str = "cleveland") -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
     folder = data_dir / "heart"
     name = heart_file(centre)
-    require_files(folder, (name,), "Heart")
     hashes = hash_and_verify(data_dir, folder, (name,), "Heart")
     x, y = prepare_heart_file(folder / name)
     return x, y, hashes

@@ -22,7 +22,6 @@ users* (:data:`USER_SPLIT_PERCENT`), including MNIST / CIFAR-10, whose official 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ import numpy as np
 
 from ..errors import DataError, UsageError
 from ..validation import non_negative_int
-from .base import PreparedDataset
+from .base import PreparedDataset, array_sha256
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
 
@@ -108,12 +107,7 @@ def index_users(user_ids) -> UserIndex:
 
 def user_ids_sha256(user_ids) -> str:
     """Identity of a user-id array (dtype, shape and bytes)."""
-    a = np.ascontiguousarray(as_user_ids(user_ids))
-    h = hashlib.sha256()
-    h.update(str(a.dtype).encode())
-    h.update(str(a.shape).encode())
-    h.update(a.tobytes())
-    return h.hexdigest()
+    return array_sha256(as_user_ids(user_ids))
 
 
 # ---------------------------------------------------------------- splits

@@ -216,11 +216,6 @@ class Ledger:
     def schema_version(self) -> int:
         return self._store.schema_version()
 
-    # -- transactions
-    def _write(self):
-        """One write transaction holding the ledger's lock: all of it commits, or none of it."""
-        return self._store.write()
-
     def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
         """Append one entry inside the caller's write transaction and advance the chain head.
 
@@ -279,7 +274,7 @@ class Ledger:
         if key is None:
             raise UsageError("signing key must exist to register keys, got none (create one with `dpaudit ledger keygen`).")
         raw = key.public_raw if public_key is None else sg.parse_public_key(public_key)
-        with self._write():
+        with self._store.write():
             ring = self.key_ring()
             kid = sg.key_id(raw)
             if kid in ring.keys:
@@ -295,7 +290,7 @@ class Ledger:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
         Since the owner's registration is itself the policy (see :mod:`~dpaudit.ledger.signing`),
         this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
-        with self._write():
+        with self._store.write():
             for r in self._store.rows():
                 if r[2] == sg.POLICY_KIND and r[8] is not None:
                     return r[1]
@@ -310,7 +305,7 @@ class Ledger:
         that run's result (``stage`` "result": the SHA-256 of its shareable audit file). A run needs
         its plan registered before it; a plan is registered once; a stage already recorded for the
         same run (a resumed audit) returns its entry. Returns the entry id."""
-        with self._write():
+        with self._store.write():
             plans = [(r[1], json.loads(r[5])) for r in self._store.rows() if r[2] == sg.PLAN_KIND]
             return _recorded_plan_entry(payload, plans, self.path) or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
@@ -458,7 +453,7 @@ class Ledger:
         or data fingerprint than the dataset's (see :meth:`declare_version`). An uncertified release
         is recorded as such (unbounded until voided). The cap is *not* enforced here: the model
         exists, and an unrecorded release is worse than an over-cap one (:meth:`reserve` refuses)."""
-        with self._write():
+        with self._store.write():
             return self._record(release, artefact_path)
 
     def _release_payload(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> tuple[str, dict]:
@@ -539,7 +534,7 @@ class Ledger:
         payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta}
         if include_audits:
             payload["include_audits"] = True  # absent otherwise: caps written before audits read the same
-        with self._write():
+        with self._store.write():
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
@@ -562,7 +557,7 @@ class Ledger:
             raise UsageError(f"children must be distinct and differ from the parent {parent!r}, got {list(children)!r}.")
         if not isinstance(declared_by, str) or not declared_by.strip():
             raise UsageError(f"declared_by must be a non-empty string naming who made the split, got {declared_by!r}.")
-        with self._write():
+        with self._store.write():
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             if state.check_partition(parent, children):
                 for e in self.entries(dataset=dataset, kind="partition"):
@@ -580,7 +575,7 @@ class Ledger:
         reason = _check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
-        with self._write():
+        with self._store.write():
             self._check_void_authority(published)
             target = self.get(entry_id)
             if target.kind not in ("release", "reservation", "audit"):
@@ -623,7 +618,7 @@ class Ledger:
                    "release_id": release_id, "dpaudit_version": __version__}
         if non_private:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
-        with self._write():
+        with self._store.write():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
@@ -743,7 +738,7 @@ class Ledger:
         ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
         plan = PlannedSpend(**planned)
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
-        with self._write():
+        with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
             info = plan.data_info or {}
             payload = {
@@ -774,7 +769,7 @@ class Ledger:
         reservation, in one transaction; returns the release ids. Either all of it is in the
         ledger afterwards, or none of it (and the reservation stays open, spent)."""
         items = [(r, None) if isinstance(r, Release) else tuple(r) for r in releases]
-        with self._write():
+        with self._store.write():
             target = self._open_reservation(reservation_id)
             ids = [self._record(rel, art, target.payload.get("rows")) for rel, art in items]
             self._append("settle", target.dataset, {"target": target.id, "releases": ids})
@@ -783,7 +778,7 @@ class Ledger:
     def cancel(self, reservation_id: str, reason: str) -> str:
         """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
         reason = _check_reason(reason)
-        with self._write():
+        with self._store.write():
             target = self._open_reservation(reservation_id)
             return self._append("cancel", target.dataset, {"target": target.id, "reason": reason})
 
@@ -804,7 +799,7 @@ class Ledger:
         if not is_fingerprint(fp):
             raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
         reason = _check_reason(reason)
-        with self._write():
+        with self._store.write():
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             if fp in state.versions:
                 return state.versions[fp]
@@ -828,7 +823,7 @@ class Ledger:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
             raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
-        people = self._people_summary(accountants) if sweep is None else {}
+        people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
         return queries.summary_rows(states, people, accountants, whole=sweep is None, progress=progress)
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
@@ -840,11 +835,6 @@ class Ledger:
         if adjust is not None:
             states = {n: adjust(st) for n, st in states.items()}
         return states, lr.PeopleIndex.build(rows, entries, states)
-
-    def _people_summary(self, accountants) -> dict:
-        """Per dataset sharing people with others (ledger.rows): the other names and the epsilon of
-        all of them composed sequentially, at the dataset's delta."""
-        return queries.people_summary(*self._people_index(), accountants)
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
@@ -886,7 +876,7 @@ class Ledger:
         the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
         integrity.require_export(dump)
         key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
-        with self._write():
+        with self._store.write():
             if self._store.rows():
                 raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
             rows = integrity.import_chain(dump)

@@ -7,22 +7,10 @@ Cardio and Heart, so a run can use the authors' exact partition and encoding (``
 ``--profile authors``). dpaudit's own profile (``default`` for tabular data, ``raw01`` for images) is unchanged;
 ``docs/data-profiles.md`` says how the two differ and why both exist.
 
-Split (``split_seed`` default 2026, the authors' seed)
-------------------------------------------------------
-One generator ``numpy.random.default_rng(split_seed)`` (NumPy's PCG64 seeded directly, *not* dpaudit's tagged
-:func:`dpaudit.noise.public_rng`), and its first call ``permutation(n)`` of the cleaned rows in file order. Cut points are
-``int(fraction * n)`` in floating point (the product is truncated), which is what the rule says; for the sizes used here it agrees
-with dpaudit's exact integer cut points except where the float product is just below an integer.
-
-- Tabular (Cardio, Heart): ``perm[:int(0.70 n)]`` train, ``perm[int(0.70 n):int(0.85 n)]`` validation, ``perm[int(0.85 n):]``
-  test. Cardio (n = 68,608): 48,025 / 10,291 / 10,292.
-  Heart (n = 302 after de-duplication): 211 / 45 / 46.
-- Images: the permutation is of the official *training* set (60,000 MNIST / 50,000 CIFAR-10 images): ``perm[:int(0.85 n)]`` train,
-  the rest validation; the test partition is the official test set, in the order of the same generator's second call
-  ``permutation(n_test)`` (accuracy does not depend on the order; it is kept for fidelity).
-
-Each partition keeps the permutation's order (records are not re-sorted). ``--split-seed S`` keeps the rule and replaces the seed
-(``default_rng(S)``).
+Split (``split_seed`` default 2026): ``numpy.random.default_rng(split_seed)`` (PCG64 seeded directly, *not* dpaudit's tagged
+:func:`dpaudit.noise.public_rng`), its first ``permutation(n)`` of the cleaned rows in file order, cut at ``int(fraction * n)``
+(the float product truncated): tabular 70 / 15 / 15; images 85 / 15 of the official training set, the official test set being
+the test partition in the order of the generator's second ``permutation(n_test)``. Partitions keep the permutation's order.
 
 Encoding (record-wise, nothing fitted): as :mod:`dpaudit.data.tabular`, with the authors' bounds and
 levels (:data:`CARDIO_SCHEMA`, :data:`HEART_SCHEMA`; compared in ``docs/data-profiles.md``), except that

@@ -1,14 +1,10 @@
 """Keyed dataset fingerprints: how the ledger names a dataset's records without publishing a hash of them.
 
-Why keyed. A plain SHA-256 of the prepared private data is a deterministic function of the
-data: published in a release, it tells neighbouring datasets apart exactly (one record more or
-less gives another hash), which no DP guarantee allows. The ledger still needs to know whether
-two releases used the same records. It therefore stores ``HMAC-SHA256(key, digest)``, where
-``digest`` is the plain SHA-256 the mechanism computed (never stored) and ``key`` is a 32-byte
-secret kept in a file beside the ledger (``<ledger>.key``, mode 0600, created with
-``os.urandom`` on first use). Without the key the fingerprint is a random-looking string that
-reveals nothing about the data; with it, the same data always maps to the same fingerprint, so
-the ledger can refuse a release whose data differ from what a dataset name meant before.
+Why keyed. A plain SHA-256 of the private data tells neighbouring datasets apart exactly, which
+no DP guarantee allows; the ledger still needs to know whether two releases used the same records.
+It stores ``HMAC-SHA256(key, digest)`` (``digest``: the plain SHA-256, never stored; ``key``: 32
+random bytes in ``<ledger>.key``, mode 0600). Without the key it reveals nothing about the data;
+with it, the same data always map to the same fingerprint.
 
 The key never enters a release. Losing it does not lose budget: the ledger keeps every entry,
 and new releases simply cannot be matched to old fingerprints (they are refused until the

@@ -3,9 +3,8 @@
 A file path selects the embedded SQLite ledger (the default). ``postgresql://USER@HOST[:PORT]/DB``
 (or ``postgres://``) selects a PostgreSQL team ledger (:mod:`dpaudit.ledger.store_pg`); an
 optional ``?schema=NAME`` query parameter keeps several ledgers in one database (default schema
-``dpaudit``). Any other ``scheme://`` is refused (:class:`~dpaudit.errors.UsageError`, exit 2):
-before this check ``--ledger postgresql://...`` silently became an SQLite file under a folder
-named ``postgresql:``, i.e. a private ledger that no teammate's cap could see.
+``dpaudit``). Any other ``scheme://`` is refused (:class:`~dpaudit.errors.UsageError`, exit 2),
+never taken for a file path (a private ledger no teammate's cap could see).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """On-disk cache of the prv accountant's answers for ledger totals (``dpaudit ledger summary``).
 
-``import prv_accountant`` alone takes ~1.3 s (it imports scipy.signal, stats, integrate and
-optimize) and its composition more; a ledger summary asks it about the same composed events every
-time until a release is recorded. So, inside :func:`enabled` (the ``ledger summary`` command),
-:func:`dpaudit.ledger.compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
-directory of the calibration cache: ``$DPAUDIT_CACHE_DIR``, else ``~/.cache/dpaudit``).
+``import prv_accountant`` alone takes ~1.3 s, and a ledger summary asks it about the same composed
+events until a release is recorded. So, inside :func:`enabled` (``ledger summary``), the prv answers
+(bounds or refusals) are kept in ``prv_results.json`` in :func:`dpaudit.paths.cache_dir`.
 
 Privacy contract:
 
@@ -16,10 +14,8 @@ Privacy contract:
 - Each entry carries a hash of its key and its values; a damaged or half-written entry (or file)
   is ignored, never read as a number. Writes are atomic (rename), so readers see an old or a new
   file, never a mix.
-- The rdp bound of every total is always recomputed (it is cheap), and the ledger reports the
-  smaller of the bounds, as before. The cache is trusted as the calibration cache and the
-  installed code are: it lives in the user's own cache directory; the ledger's hash chain and
-  signatures protect its entries, not this local memo of a computation.
+- The rdp bound is always recomputed. The cache is trusted as the calibration cache and the
+  installed code are (the user's own cache directory), not protected by the ledger's chain.
 - A cached refusal only drops the prv bound (the total can only go up); a failure that is not a
   refusal (:class:`~dpaudit.errors.UnsupportedEventError`) is never cached.
 """

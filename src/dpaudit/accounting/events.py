@@ -93,17 +93,3 @@ def event_from_dict(data: dict) -> Event:
     if kind == "parallel":
         return Parallel(tuple(event_from_dict(e) for e in data["events"]))
     raise UnsupportedEventError(f"event type must be one of subsampled-gaussian, pure-epsilon, composed, parallel, got {kind!r}.")
-
-
-def flatten(event: Event) -> list[SubsampledGaussian | PureEpsilon]:
-    """Leaves of a purely sequential event tree. A Parallel node inside is handled by callers."""
-    if isinstance(event, (SubsampledGaussian, PureEpsilon)):
-        return [event]
-    if isinstance(event, Composed):
-        out: list = []
-        for e in event.events:
-            out.extend(flatten(e))
-        return out
-    if isinstance(event, Parallel):
-        raise UnsupportedEventError("a parallel event cannot be flattened into a sequential one.")
-    raise UnsupportedEventError(f"unknown event {event!r}.")

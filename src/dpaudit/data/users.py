@@ -3,14 +3,10 @@
 User-level DP (DP-MixMin paper, section 2 and appendix A.9; McMahan et al. 2018) protects all records of one user: neighbouring
 datasets differ by the whole contribution D_u of one user (adjacency ``add-remove-user``). Two consequences for the data side:
 
-- **Splits follow user boundaries.** Post-processing and parallel composition hold for user-level DP only when the private data is
-  split along user boundaries (paper 000, section 2), so every user's records land in exactly one of train / validation / test.
-  :func:`split_by_users` draws a public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
-  points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a dataset whose partitions share a
-  user id (a record-level split of user data) is refused by :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
+- **Splits follow user boundaries** (paper 000, section 2: post-processing and parallel composition hold for user-level DP
+  only then): :func:`split_by_users` cuts a public, seeded permutation of the users with the record split's rule and generator
+  (with one record per user it *is* the record split); :func:`check_user_split` refuses partitions that share a user.
 - **User ids are given by the analyst** (a ``user_ids`` array with one id per record).
-  The split is public randomness derived from ``split_seed`` with the record split's generator, so with one record per user the
-  user split equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
 
 Loader order: ``--user-ids FILE.npy`` holds one id per row of the dataset *before* splitting, in the order
 :func:`dpaudit.data.load_dataset` reads the rows: the official training rows then the official test rows for MNIST / CIFAR-10, the

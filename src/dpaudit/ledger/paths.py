@@ -157,15 +157,6 @@ def require_existing(loc: LedgerLocation) -> LedgerLocation:
     return loc
 
 
-def resolve_ledger_path(path: str | os.PathLike | None = None) -> Path:
-    """The SQLite file of ``path`` (see :func:`resolve_ledger`); a URL is refused here (this
-    function's callers need a file), an unknown scheme always."""
-    loc = resolve_ledger(path)
-    if loc.backend != "sqlite":
-        raise UsageError(f"ledger must be a file path here, got the {loc.backend} ledger {loc.display!r}.")
-    return loc.path
-
-
 #: Every column of an entry, in the order the ledger's rows use (both stores, the export).
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 

@@ -305,8 +305,8 @@ class PostgresStore(StoreReads):
         try:
             with self.write():
                 # Re-check under the lock: another machine may have created it while we waited.
-                if self._tables():
-                    tables = self._tables()
+                tables = self._tables()
+                if tables:
                     if "schema_version" in tables:
                         return
                     raise LedgerError(f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched.")
@@ -324,9 +324,8 @@ class PostgresStore(StoreReads):
                 ) from None
             raise
 
-    def _apply_migrations(self, current: int, upto: int | None = None) -> None:
-        latest = latest_schema_version() if upto is None else upto
-        for v in range(current + 1, latest + 1):
+    def _apply_migrations(self, current: int) -> None:
+        for v in range(current + 1, latest_schema_version() + 1):
             for stmt in PG_MIGRATIONS[v](self.s):
                 self.conn.execute(stmt)
             self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",

@@ -41,8 +41,8 @@ from .base import PreparedDataset, resolve_data_dir
 from .files import hash_and_verify, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
-from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, DAYS_PER_YEAR, CategoricalField, Field, NumericField, cardio_cohort_mask,
-                      encode, feature_names, read_table)
+from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CategoricalField, Field, NumericField, cardio_cohort_mask, cardio_kept, encode,
+                      feature_names, read_table)
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.
@@ -135,16 +135,8 @@ def cardio_keep_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 def encode_cardio(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Filter, derive and encode raw Cardio columns (NaN = missing): ``(x float32 (n, 32), y int64)``."""
-    keep = cardio_keep_mask(cols)
-    cols = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in cols.items()}
-    y = cols["cardio"]
-    bad = ~np.isin(y, (0.0, 1.0))
-    if bad.any():
-        raise DataError(f"Cardio column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}.")
-    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
-    return encode(cols, CARDIO_SCHEMA), y.astype(np.int64)
+    cols, y = cardio_kept(cols, cardio_keep_mask(cols), "Cardio")
+    return encode(cols, CARDIO_SCHEMA), y
 
 
 def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:

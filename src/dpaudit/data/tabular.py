@@ -265,20 +265,27 @@ def cardio_cohort_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
     return keep
 
 
+def cardio_kept(cols: dict[str, np.ndarray], keep: np.ndarray, what: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The kept Cardio rows with the derived ``age_years`` and ``bmi``, and the target (DataError naming ``what`` unless 0/1)."""
+    cols = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in cols.items()}
+    y = cols["cardio"]
+    bad = ~np.isin(y, (0.0, 1.0))
+    if bad.any():
+        raise DataError(f"{what} column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}.")
+    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
+    return cols, y.astype(np.int64)
+
+
 def prepare_cardio_file(path: Path, *, with_rows: bool = False):
     """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with ``with_rows`` also the kept rows'
     positions in the file (their identity, dpaudit.data.rows)."""
     cols = read_table(path, ";", CARDIO_COLUMNS, header=True)
     keep = cardio_cohort_mask(cols)
-    cols = {k: v[keep] for k, v in cols.items()}
-    y = cols["cardio"]
-    if not np.all(np.isin(y, (0.0, 1.0))):
-        raise DataError(f"{path} column cardio must be 0 or 1 in every row, got {sorted(set(y[~np.isin(y, (0.0, 1.0))].tolist()))[:5]}.")
-    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
+    cols, y = cardio_kept(cols, keep, str(path))
     x = encode(cols, CARDIO_SCHEMA)
-    return (x, y.astype(np.int64), np.flatnonzero(keep)) if with_rows else (x, y.astype(np.int64))
+    return (x, y, np.flatnonzero(keep)) if with_rows else (x, y)
 
 
 def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, str], np.ndarray]:

@@ -245,11 +245,12 @@ def _check_batch(path: Path) -> int:
     return int(data.shape[0])
 
 
-def _check_meta(path: Path) -> None:
+def _label_names(path: Path) -> list:
     obj = _safe_load(path)
     names = obj.get("label_names") if isinstance(obj, dict) else None
     if not isinstance(names, list) or len(names) != 10:
         raise ValueError("'label_names' must be a list of 10 names")
+    return names
 
 
 def _verified_cifar10_class():
@@ -274,14 +275,12 @@ def _verified_cifar10_class():
         def _load_meta(self) -> None:
             path = Path(self.root) / self.base_folder / self.meta["filename"]
             try:
-                _check_meta(path)
+                self.classes = _label_names(path)
             except Exception as exc:
                 raise DataError(
                     f"CIFAR-10 file {path} is corrupt or not in the cifar-10-batches-py format ({exc}); "
                     f"expected {', '.join(CIFAR_FILES)} in {path.parent}."
                 ) from None
-            obj = _safe_load(path)
-            self.classes = obj["label_names"]
             self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
     return _VerifiedCIFAR10

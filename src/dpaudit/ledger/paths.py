@@ -32,8 +32,6 @@ DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 #: Default PostgreSQL schema that holds the ledger's tables.
 DEFAULT_PG_SCHEMA = "dpaudit"
-#: Query parameters dpaudit consumes itself (libpq would reject them).
-_OWN_PARAMS = ("schema",)
 # "scheme://..." as typed, or "scheme:/..." once pathlib collapsed the double slash (the CLI's
 # --ledger option is a Path). A Windows drive ("C:\\x", "C:/x") has a one-letter scheme: a path.
 _URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]+):/(?P<rest>.*)$", re.S)
@@ -112,13 +110,9 @@ def _from_url(text: str, scheme: str, rest: str) -> LedgerLocation:
     url = f"postgresql://{rest[1:] if rest.startswith('/') else rest}"
     parts = urllib.parse.urlsplit(url)
     params = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    schema = DEFAULT_PG_SCHEMA
-    kept = []
-    for k, v in params:
-        if k == "schema":
-            schema = v
-        else:
-            kept.append((k, v))
+    # ``schema`` is dpaudit's own parameter (libpq would reject it); the last one given counts.
+    schema = next((v for k, v in reversed(params) if k == "schema"), DEFAULT_PG_SCHEMA)
+    kept = [(k, v) for k, v in params if k != "schema"]
     if not _SCHEMA_RE.match(schema):
         raise UsageError(f"ledger schema must be a lower-case SQL name (letters, digits, '_', at most 63), got {schema!r}.")
     if not parts.path.strip("/"):
@@ -161,12 +155,19 @@ def require_existing(loc: LedgerLocation) -> LedgerLocation:
 ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 
 
-class StoreReads:
-    """The reads both stores share: a store sets ``_prefix`` (its schema, qualifying the table
-    names) and ``_mark`` (its parameter placeholder) and provides ``execute``."""
+class StoreBase:
+    """What both stores share: a store sets ``_prefix`` (its schema, qualifying the table names),
+    ``_mark`` (its parameter placeholder), ``display`` and ``_conn``, and provides ``execute``."""
 
     _prefix = ""
     _mark = "?"
+    _conn = None
+
+    @property
+    def conn(self):
+        if self._conn is None:
+            raise LedgerError(f"ledger {self.display} is closed.")
+        return self._conn
 
     def schema_version(self) -> int:
         row = self.execute(f"SELECT MAX(version) FROM {self._prefix}schema_version").fetchone()

@@ -31,7 +31,7 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .paths import ENTRY_COLUMNS, GENESIS_HASH, LedgerLocation, StoreReads, refuse_newer_schema, utc_now  # noqa: F401
+from .paths import ENTRY_COLUMNS, GENESIS_HASH, LedgerLocation, StoreBase, refuse_newer_schema, utc_now  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
@@ -152,7 +152,7 @@ def describe_pg_error(where: str, e: BaseException) -> str:
     return f"ledger {where}: {msg}."
 
 
-class PostgresStore(StoreReads):
+class PostgresStore(StoreBase):
     """The rows of one ledger in a PostgreSQL schema. Not thread-safe (one per process/thread)."""
 
     backend = "postgresql"
@@ -186,12 +186,6 @@ class PostgresStore(StoreReads):
                                          application_name="dpaudit")
         except psycopg.Error as e:
             raise LedgerError(describe_pg_error(self.display, e)) from None
-
-    @property
-    def conn(self):
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.display} is closed.")
-        return self._conn
 
     def close(self) -> None:
         if self._conn is not None:

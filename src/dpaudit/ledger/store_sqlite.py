@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from .. import __version__
 from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key, write_secret
-from .paths import ENTRY_COLUMNS, GENESIS_HASH, StoreReads, refuse_newer_schema, utc_now  # noqa: F401
+from .paths import ENTRY_COLUMNS, GENESIS_HASH, StoreBase, refuse_newer_schema, utc_now  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
@@ -85,7 +85,7 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         raise LedgerError(describe_sqlite_error(path, e)) from None
 
 
-class SqliteStore(StoreReads):
+class SqliteStore(StoreBase):
     """The rows of one ledger file."""
 
     backend = "sqlite"
@@ -108,12 +108,6 @@ class SqliteStore(StoreReads):
                 conn.close()
             self._conn = None
             raise
-
-    @property
-    def conn(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.path} is closed.")
-        return self._conn
 
     def close(self) -> None:
         if self._conn is not None:

@@ -165,10 +165,8 @@ def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, pro
 def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if profile == AUTHORS_PROFILE:
         return authors.load(info, data_dir, seed)[0]
-    if name == "mnist":
-        return _load_official_image(info, "mnist", data_dir, seed, profile)
-    if name == "cifar10":
-        return _load_official_image(info, "cifar10", data_dir, seed, profile)
+    if name in ("mnist", "cifar10"):
+        return _load_official_image(info, name, data_dir, seed, profile)
     if name == "digits":
         return _load_digits(info, seed, profile)
     if name == "breast-cancer":

@@ -171,20 +171,14 @@ def unsplit(prepared: PreparedDataset) -> tuple[np.ndarray, np.ndarray]:
     seed = int(prepared.split_seed)
     x_parts = (prepared.x_train, prepared.x_val, prepared.x_test)
     y_parts = (prepared.y_train, prepared.y_val, prepared.y_test)
-    if prepared.name in OFFICIAL_TEST_DATASETS:
-        n_off = len(prepared.y_train) + len(prepared.y_val)
-        tr, va = train_val_indices(n_off, seed, OFFICIAL_TRAIN_PERCENT)
-        if (len(tr), len(va)) != (len(prepared.y_train), len(prepared.y_val)):
-            raise DataError(f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids.")
-        x = np.empty((n_off + len(prepared.y_test),) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
-        y = np.empty(n_off + len(prepared.y_test), dtype=prepared.y_train.dtype)
-        x[tr], x[va], x[n_off:] = x_parts
-        y[tr], y[va], y[n_off:] = y_parts
-        return x, y
     n = sum(len(p) for p in y_parts)
-    tr, va, te = split_indices(n, seed, 70, 15)
+    if prepared.name in OFFICIAL_TEST_DATASETS:  # the official test rows follow the training rows
+        n_off = len(prepared.y_train) + len(prepared.y_val)
+        (tr, va), te = train_val_indices(n_off, seed, OFFICIAL_TRAIN_PERCENT), np.arange(n_off, n)
+    else:
+        tr, va, te = split_indices(n, seed, 70, 15)
     if (len(tr), len(va), len(te)) != tuple(len(p) for p in y_parts):
-        raise DataError(f"dataset {prepared.name} was not split by the registry rule (70/15/15); pass per-partition user ids.")
+        raise DataError(f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids.")
     x = np.empty((n,) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
     y = np.empty(n, dtype=prepared.y_train.dtype)
     for idx, xp, yp in zip((tr, va, te), x_parts, y_parts):

@@ -282,12 +282,8 @@ def calibrate_noise_multiplier(
     under ``adjacency`` (add/remove of a record or, at user level, of a user; or replace-one):
     :func:`calibrate` of ``lambda s: SubsampledGaussian(s, sample_rate, steps)`` on
     ``[MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER]`` from 1.0, plus an on-disk cache (built-in
-    accountants only: a user accountant's name is not a stable cache key).
-
-    Raises :class:`UnsupportedEventError` (one line, naming an accountant that supports the
-    pair) when ``accountant`` does not support the run under ``adjacency``, and when it declines
-    the noise levels it would need to certify a result within the tolerance of the target.
-    """
+    accountants only: a user accountant's name is not a stable cache key; a cached value is
+    re-verified, and an unsupported pair is refused by :func:`calibrate` as ever)."""
     target = positive_finite("epsilon", target_epsilon)
     delta = open_unit("delta", delta)
     q = half_open_unit("sample_rate", sample_rate)
@@ -297,11 +293,6 @@ def calibrate_noise_multiplier(
 
     def make_event(sigma: float) -> SubsampledGaussian:
         return SubsampledGaussian(sigma, q, steps)
-
-    # Structural support does not depend on the noise multiplier: refuse before anything else.
-    reason = acc.support_error(make_event(1.0), adj)
-    if reason is not None:
-        raise UnsupportedEventError(_refusal(acc, make_event(1.0), adj, reason))
 
     cacheable = use_cache and isinstance(accountant, str) and accountant in ACCOUNTANTS
     key = _cache_key(acc.name, target, delta, q, steps, adj) if cacheable else None

@@ -1,13 +1,7 @@
 """Release records: the guarantee and everything needed to check or re-create a release.
 
-A :class:`Release` is frozen and written as ``release.json``. Readers get a one-line :class:`~dpaudit.errors.DataError` for a
-missing, truncated or malformed file.
-
-``release.json`` is meant to be published. It therefore holds no function of the private data other than the mechanism's output
-and what the guarantee assumes public (see :class:`Release`). What the operator needs locally but must not publish stays off it:
-the unkeyed digest of the prepared data lives only in memory (:attr:`Release.data_digest`, which the ledger turns into a keyed
-fingerprint) and the exact timings go to ``local.json`` beside the release (:data:`LOCAL_FILE`, documented as not for
-publication)."""
+A :class:`Release` is frozen and written as ``release.json``, which is meant to be published (what it may hold, and what stays
+local: :class:`Release`). Readers get a one-line :class:`~dpaudit.errors.DataError` for a missing, truncated or malformed file."""
 
 from __future__ import annotations
 

@@ -298,12 +298,9 @@ class Ledger:
             return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
 
     def record_plan(self, payload: dict) -> str:
-        """Append a signed ``plan`` entry (ledger-wide; every ledger-wide entry needs a registered
-        key): the registration of a pre-registered audit plan (``stage`` "registered": its id, the
-        SHA-256 of its plan.json, its seed commitment; :mod:`dpaudit.audit_plans`), one run under it
-        (``stage`` "run", written before the run computes anything, so that no run can be hidden) or
-        that run's result (``stage`` "result": the SHA-256 of its shareable audit file). A run needs
-        its plan registered before it; a plan is registered once; a stage already recorded for the
+        """Append a signed ``plan`` entry (:mod:`dpaudit.audit_plans`): a plan's registration, one run
+        under it (written before the run computes anything, so that no run can be hidden) or that
+        run's result. A plan is registered once, before its runs; a stage already recorded for the
         same run (a resumed audit) returns its entry. Returns the entry id."""
         with self._store.write():
             plans = [(r[1], json.loads(r[5])) for r in self._store.rows() if r[2] == sg.PLAN_KIND]
@@ -538,14 +535,11 @@ class Ledger:
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
-        """Record that ``parent`` is the disjoint union of ``children`` (as stated by ``declared_by``,
-        the mechanism or person that made the split). Releases on the children then compose in
-        parallel. Re-declaring the identical split returns the existing entry id.
-
-        Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child, or a partition inside
-        one, already holds a release or an open reservation: those were composed sequentially with
-        everything else on ``parent``, and a later declaration would turn that into parallel
-        composition and lower what was spent."""
+        """Record that ``parent`` is the disjoint union of ``children`` (as stated by ``declared_by``);
+        releases on the children then compose in parallel. Re-declaring the identical split returns
+        its entry id. Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child already
+        holds a release or an open reservation: parallel composition after the fact would lower what
+        was spent."""
         _check_name("dataset", dataset)
         _check_name("parent partition", parent)
         children = tuple(children)
@@ -787,13 +781,10 @@ class Ledger:
         return [e for e in self.entries(dataset=dataset, kind="reservation") if e.closed_by is None]
 
     def declare_version(self, dataset: str, fingerprint: str, reason: str) -> str:
-        """Accept data with keyed ``fingerprint`` as a new version of ``dataset``.
-
-        Privacy contract: nothing is assumed about how the versions' records relate (they may
-        share any of them), so the releases of each version compose on their own tree and the
-        versions compose *sequentially* in every total (never in parallel). ``fingerprint`` is the
-        64-hex keyed fingerprint printed by the refusal. Declaring an already declared version
-        returns its entry id."""
+        """Accept data with keyed ``fingerprint`` (the 64 hex printed by the refusal) as a new version
+        of ``dataset``; an already declared version returns its entry id. Privacy contract: the
+        versions may share any records, so they compose *sequentially* in every total
+        (:meth:`~.compose.DatasetState.version_groups`)."""
         _check_name("dataset", dataset)
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):

@@ -17,9 +17,8 @@ Enforced in the database, not only in dpaudit:
   transaction stays READ COMMITTED on purpose: each statement after the lock sees every commit
   made before the lock was granted (a REPEATABLE READ / SERIALIZABLE snapshot would be taken at
   the lock statement itself, *before* the wait, and miss the previous holder's entry).
-- Faults: the server's transaction is the unit of atomicity, so a server restart or a dropped
-  connection mid-write leaves no half-written entry; the caller gets one :class:`LedgerError`
-  line. A lost connection is re-opened at the start of the next transaction (never inside one).
+- Faults: a server restart or a dropped connection mid-write leaves no half-written entry (one
+  :class:`LedgerError` line); the connection is re-opened before the next transaction, never inside one.
 """
 
 from __future__ import annotations

@@ -126,12 +126,6 @@ def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
     return non_negative_int("split_seed", split_seed)
 
 
-def check_profile(name: str, profile: str | None) -> str:
-    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default); an unknown dataset or a
-    profile the dataset does not offer is a :class:`UsageError`."""
-    return _check_profile(dataset_info(name), profile)
-
-
 def profile_files(name: str, profile: str | None = None) -> tuple[str, ...]:
     """Files (relative to the data directory) that ``name`` needs under ``profile``."""
     info = dataset_info(name)

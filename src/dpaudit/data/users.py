@@ -112,12 +112,9 @@ def user_ids_sha256(user_ids) -> str:
 def split_by_users(
     user_ids, *, split_seed: int, train_percent: int = USER_SPLIT_PERCENT[0], val_percent: int = USER_SPLIT_PERCENT[1]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Record index arrays (train, val, test) of a split along user boundaries. The users (numbered by first appearance) are
-    permuted with the record split's generator ``public_rng(split_seed, SPLIT_TAG)`` (:func:`dpaudit.data.splits.permutation`);
-    the first ``(train_percent * n_users) // 100`` users go to train, the next ``(val_percent * n_users) // 100`` to validation,
-    the rest to test. Every record follows its user; within a partition, records are listed user by user in permuted user order
-    (each user's records in loader order). So with one record per user the result *is* :func:`dpaudit.data.splits.split_indices`
-    -- element for element."""
+    """Record index arrays (train, val, test) of a split along user boundaries: the users (numbered by first appearance) are
+    split by the record split's rule and generator (:mod:`dpaudit.data.splits`), and every record follows its user, listed user
+    by user in permuted order. With one record per user the result *is* :func:`~dpaudit.data.splits.split_indices`."""
     split_seed = non_negative_int("split_seed", split_seed)
     index = index_users(user_ids)
     try:
@@ -137,9 +134,7 @@ def split_by_users(
 
 
 def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
-    """Refuse partitions that share a user (a record-level split of user data). User-level DP composes in parallel and survives
-    post-processing only across partitions that follow user boundaries; a user with records in train and in val/test is refused.
-    """
+    """Refuse partitions that share a user (a record-level split of user data; see the module docstring)."""
     parts = {"train": as_user_ids(train_ids, "train user_ids")}
     for name, ids in (("val", val_ids), ("test", test_ids)):
         if ids is not None:

@@ -104,12 +104,10 @@ class Release:
     timings: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     command: str | None = None
-    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`): public by construction; ``command`` is
-    #: derived from it and the audit of this release rebuilds its target from it. None for releases made before it was recorded
-    #: (they still load; the audit then rebuilds the request from the recorded fields).
+    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`; public by construction): ``command`` and
+    #: the audit's target are rebuilt from it. None for releases made before it was recorded (rebuilt from the recorded fields).
     request: dict | None = None
-    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION for Gaussian mechanisms); None for
-    #: releases made before it was recorded.
+    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION); None for older releases.
     noise_sampler: str | None = None
     #: Delta added by the sampler's truncated tails over the whole run (dpaudit.noise module docstring): the release is (epsilon,
     #: delta + noise_tail_delta)-DP; releases refuse a value above 1 % of delta, and the ledger composes it into every total.

@@ -242,12 +242,10 @@ def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountan
     from ``search.start`` until it brackets the target, then bisects; optimality (epsilon within
     ``search.epsilon_tolerance`` below the target, or ``parameter == lo``, unless the bisection runs
     out of floating-point resolution: the larger noise is then returned) assumes epsilon does not
-    increase with p.
-
-    ``accountant`` is a registered name or an :class:`~dpaudit.accounting.accountants.Accountant`.
-    Raises :class:`UnsupportedEventError` when the accountant does not support the event under
-    ``adjacency`` (checked at ``start``), or declines the parameters it would need to certify a
-    result within the tolerance; :class:`CalibrationError` when even ``hi`` misses the target.
+    increase with p. Raises :class:`UnsupportedEventError` when the accountant (a name or an
+    :class:`~dpaudit.accounting.accountants.Accountant`) does not support the event under
+    ``adjacency``, or declines the parameters it would need to certify a result within the
+    tolerance; :class:`CalibrationError` when even ``hi`` misses the target.
     """
     target = positive_finite("target_epsilon", target_epsilon)
     acc = get_accountant(accountant)

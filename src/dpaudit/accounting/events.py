@@ -14,12 +14,8 @@ from ..validation import half_open_unit, non_negative_int, positive_finite
 
 @dataclass(frozen=True)
 class SubsampledGaussian:
-    """``steps`` applications of the Gaussian mechanism on a Poisson subsample.
-
-    noise_multiplier: std of the noise divided by the L2 sensitivity (clipping norm).
-    sample_rate: Poisson inclusion probability q (1.0 = no subsampling).
-    steps: number of compositions T.
-    """
+    """``steps`` (T) applications of the Gaussian mechanism, with noise std ``noise_multiplier`` times the
+    L2 sensitivity (clipping norm), on a Poisson subsample of rate ``sample_rate`` (q; 1.0: none)."""
 
     noise_multiplier: float
     sample_rate: float

@@ -168,14 +168,11 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
 class Ledger:
     """An open ledger on a path (SQLite) or a ``postgresql://`` :class:`LedgerLocation`. Use as a
     context manager; every method is safe across processes (and, on PostgreSQL, machines).
-
-    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`,
-    a key name or path; default ``$DPAUDIT_SIGNING_KEY`` or the ``default`` key if it exists).
-    Entries are signed with it once it is registered in this ledger (see :meth:`register_key`).
-
-    ``owner``: the key id (or public key) the ledger's owner must have, pinned from outside the
-    ledger (default ``$DPAUDIT_LEDGER_OWNER``); every budget answer and :meth:`verify` then
-    require its signed registration, so a ledger stripped of it fails closed."""
+    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`, name
+    or path; default: :func:`~dpaudit.ledger.signing.load_signing_key`), used once registered
+    (:meth:`register_key`). ``owner``: the owner's key id (or public key), pinned from outside
+    (default ``$DPAUDIT_LEDGER_OWNER``): every budget answer and :meth:`verify` then require its
+    signed registration, so a ledger stripped of it fails closed."""
 
     def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
                  signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None, create: bool = True) -> None:
@@ -652,13 +649,11 @@ class Ledger:
 
     # -- budget
     def check(self, *, exclude_reservations=(), **planned) -> dict:
-        """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do
-        to the budget (no write). Open reservations count like releases, except
-        ``exclude_reservations``: those that already hold this planned release (a sweep's, checked
-        by one of its tasks). A data digest unknown to the dataset raises
-        :class:`DatasetIdentityError`; rows read as public that another release holds private (or
-        the reverse) raise :class:`~dpaudit.errors.RowRoleCollisionError`; every cap of a dataset
-        sharing people with it is checked too (:mod:`.rows`)."""
+        """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do to
+        the budget (no write). Open reservations count like releases, except ``exclude_reservations``
+        (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
+        unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
+        every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
         plan = PlannedSpend(**planned)
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""

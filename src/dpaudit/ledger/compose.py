@@ -68,8 +68,7 @@ class ReleaseView:
     event: Event | None  # None only for a non-private release
     non_private: bool
     mechanism: str = ""
-    #: the dataset identity the release was made on: the keyed fingerprint (or, for entries
-    #: written before keyed fingerprints, the key applied to their stored sha256); "" unknown.
+    #: the dataset identity the release was made on (:func:`entry_identity`); "" unknown.
     fingerprint: str = ""
     #: "release", or "reservation" for budget held by a run that has not released yet.
     kind: str = "release"

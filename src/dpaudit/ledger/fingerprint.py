@@ -51,12 +51,9 @@ def key_path(ledger_path: str | os.PathLike) -> Path:
 
 
 def ledger_key(ledger_path: str | os.PathLike, *, create: bool = True) -> bytes:
-    """The 32-byte secret of the ledger at ``ledger_path``, created on first use if ``create``.
-
-    Creation is race-free across processes: the key is written to a private temporary file and
-    hard-linked into place, which fails if another process got there first (then its key is
-    read). The file is created with mode 0600. A key file of the wrong size is an error, never
-    replaced (replacing it would silently change every fingerprint)."""
+    """The 32-byte secret of the ledger at ``ledger_path``, created on first use if ``create``: race-free
+    (written privately, then hard-linked into place; another process's key wins and is read). A key
+    file of the wrong size is an error, never replaced (that would change every fingerprint)."""
     path = key_path(ledger_path)
     try:
         data = path.read_bytes()

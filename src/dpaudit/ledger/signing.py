@@ -368,13 +368,10 @@ def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: st
 
 def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
                      verified: "set[str] | frozenset[str]" = frozenset()) -> tuple[KeyRing, list[SignatureFinding]]:
-    """Replay ``rows`` (append order): register keys, apply the policy, and check every signature.
-
-    ``owner``: the key id the verifier expects as the ledger's owner (pinned from outside the
-    ledger); a different first key, or none, is a finding. ``verify=False`` skips the Ed25519
-    checks themselves, ``verified`` skips them for the rows with those ids (rows already verified
-    with the same hash by the caller); who signed what and the policy are checked either way.
-    Returns the key ring and the findings, each naming its entry and the reason."""
+    """Replay ``rows`` (append order): register keys, apply the policy, check every signature; returns
+    the key ring and the findings. ``owner``: the pinned owner's key id (another first key, or none,
+    is a finding). ``verify=False`` skips the Ed25519 checks, ``verified`` skips them for those row
+    ids (already verified by the caller); who signed what and the policy are checked either way."""
     ring = KeyRing()
     out: list[SignatureFinding] = []
 

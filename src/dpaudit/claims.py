@@ -128,12 +128,9 @@ def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adja
 
 @dataclass(frozen=True)
 class ClaimCheck:
-    """The verdict on one release's claim (see the module docstring for the rules).
-
-    ``status``: ok | mismatch | unverified | no-claim; ``reason``: one line saying why (the report shows it as the claim card's
-    accounting message). ``ok`` is True only when nothing is wrong with a claim that could be checked (status ok) or there is no
-    claim (no-claim); an unverified claim is not ok. ``epsilon_status`` / ``epsilon_reason``: the verdict of rules 3-5 alone
-    (before the steps rule), so a caller can tell the two problems apart."""
+    """The verdict on one release's claim (the rules: module docstring). ``status``: ok | mismatch | unverified | no-claim, with
+    a one-line ``reason``; ``ok`` only for ok and no-claim (an unverified claim is not ok). ``epsilon_status`` /
+    ``epsilon_reason``: rules 3-5 alone (before the steps rule), so a caller can tell the two problems apart."""
     status: str
     reason: str
     release_id: str

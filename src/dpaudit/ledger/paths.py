@@ -9,6 +9,7 @@ never taken for a file path (a private ledger no teammate's cap could see).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import re
@@ -168,6 +169,12 @@ class StoreBase:
         if self._conn is None:
             raise LedgerError(f"ledger {self.display} is closed.")
         return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing a connection the server dropped
+                self._conn.close()
+            self._conn = None
 
     def schema_version(self) -> int:
         row = self.execute(f"SELECT MAX(version) FROM {self._prefix}schema_version").fetchone()

@@ -180,17 +180,9 @@ class PostgresStore(StoreBase):
     def _connect(self) -> None:
         import psycopg
 
-        try:
+        with self.errors():
             self._conn = psycopg.connect(self.location.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                                          application_name="dpaudit")
-        except psycopg.Error as e:
-            raise LedgerError(describe_pg_error(self.display, e)) from None
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
 
     def _ensure_connection(self) -> None:
         """Re-open a connection the server dropped (restart, network) -- only between transactions."""

@@ -77,14 +77,6 @@ def describe_sqlite_error(path: Path, e: BaseException) -> str:
     return f"ledger {path}: {text}."
 
 
-@contextlib.contextmanager
-def sqlite_errors(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as e:
-        raise LedgerError(describe_sqlite_error(path, e)) from None
-
-
 class SqliteStore(StoreBase):
     """The rows of one ledger file."""
 
@@ -109,13 +101,12 @@ class SqliteStore(StoreBase):
             self._conn = None
             raise
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def errors(self):
-        return sqlite_errors(self.path)
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise LedgerError(describe_sqlite_error(self.path, e)) from None
 
     def execute(self, sql: str, params: tuple = ()):
         with self.errors():

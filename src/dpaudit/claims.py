@@ -1,15 +1,9 @@
 """Checking a release's privacy claim: the one place that decides whether a claim holds up.
 
 A release claims ``epsilon`` at ``delta`` under its ``accountant`` and ``adjacency``, for the event tree stored in its
-``guarantee``. :func:`verify_claim` re-derives that claim from the stored data and says whether it holds (:class:`ClaimCheck`). It
-is used by
-
-- the reviewer report (:mod:`dpaudit.reports`): the claim card's accounting check and the accounting check of every release of a
-  sweep;
-- ``dpaudit ledger record``, which re-checks an existing ``release.json`` before recording it;
-- the release paths, through :func:`dpaudit.records.check_accounting`, the thin primitive the training code calls before
-  publishing: it applies the same two rules on steps and on the target (:func:`steps_problem`, :func:`target_problem`) and raises
-  instead of returning.
+``guarantee``. :func:`verify_claim` re-derives that claim from the stored data and says whether it holds (:class:`ClaimCheck`),
+for the reviewer report and ``dpaudit ledger record``; the release paths apply rules 2 and 3 before publishing and raise instead
+(:func:`dpaudit.records.check_accounting`).
 
 The rules, in the order of their precedence (the first that applies decides the status):
 
@@ -36,31 +30,22 @@ from typing import Any
 from . import accounting  # its accountants (numpy and up) load on first use, not with this module
 from .errors import DPAuditError
 
-#: Relative tolerance of rule 4: a recomputed epsilon may exceed the recorded one by this fraction (plus :data:`CLAIM_ATOL`)
-#: before the claim is an under-report. It exists because a release written by another dpaudit version (another RDP order grid,
-#: another prv-accountant discretisation) recomputes to a slightly different number; 1e-3 is far below any difference that matters
-#: for a claim and far above floating-point noise (same-version recomputations agree to ~1e-12). It is the only tolerance of a
-#: claim check: steps and the target are compared exactly.
+#: Relative tolerance of rule 4 (plus :data:`CLAIM_ATOL`), the only tolerance of a claim check: a release written by another
+#: dpaudit version (another RDP order grid, prv discretisation) recomputes slightly differently; 1e-3 is far below any difference
+#: that matters and far above floating-point noise (same-version recomputations agree to ~1e-12).
 CLAIM_RTOL = 1e-3
 #: Absolute floor of the same rule, only relevant for claims near 0.
 CLAIM_ATOL = 1e-9
 
-#: Statuses of a :class:`ClaimCheck`.
-STATUSES = ("ok", "mismatch", "unverified", "no-claim")
-
 
 def number(value: Any) -> float | None:
     """A float from a JSON value (numbers or the strings "inf"/"nan" records use), else None."""
-    if isinstance(value, bool) or value is None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
+    try:
         return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    except ValueError:
+        return None
 
 
 def integer(value: Any) -> int | None:
@@ -83,10 +68,8 @@ def steps_accounted(release) -> int | None:
 
 
 def steps_problem(steps_executed: int | None, steps_accounted: int | None, *, missing_ok: bool = True) -> str | None:
-    """Rule 2: why executed and accounted steps disagree, else None.
-
-    ``missing_ok``: a step count that was not recorded (None; releases written before ``steps_executed`` existed) is no problem.
-    The release paths pass False: a run that cannot say how many steps it executed is withheld."""
+    """Rule 2: why executed and accounted steps disagree, else None. ``missing_ok``: a count not recorded (None: older releases)
+    is no problem; the release paths pass False (a run that cannot say how many steps it executed is withheld)."""
     if steps_executed == steps_accounted or (missing_ok and (steps_executed is None or steps_accounted is None)):
         return None
     return f"steps executed ({steps_executed}) differ from steps accounted ({steps_accounted})"
@@ -145,12 +128,9 @@ def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adja
 
 @dataclass(frozen=True)
 class ClaimCheck:
-    """The verdict on one release's claim (see the module docstring for the rules).
-
-    ``status``: ok | mismatch | unverified | no-claim; ``reason``: one line saying why (the report shows it as the claim card's
-    accounting message). ``ok`` is True only when nothing is wrong with a claim that could be checked (status ok) or there is no
-    claim (no-claim); an unverified claim is not ok. ``epsilon_status`` / ``epsilon_reason``: the verdict of rules 3-5 alone
-    (before the steps rule), so a caller can tell the two problems apart."""
+    """The verdict on one release's claim (the rules: module docstring). ``status``: ok | mismatch | unverified | no-claim, with
+    a one-line ``reason``; ``ok`` only for ok and no-claim (an unverified claim is not ok). ``epsilon_status`` /
+    ``epsilon_reason``: rules 3-5 alone (before the steps rule), so a caller can tell the two problems apart."""
     status: str
     reason: str
     release_id: str

@@ -1,13 +1,7 @@
 """Release records: the guarantee and everything needed to check or re-create a release.
 
-A :class:`Release` is frozen and written as ``release.json``. Readers get a one-line :class:`~dpaudit.errors.DataError` for a
-missing, truncated or malformed file.
-
-``release.json`` is meant to be published. It therefore holds no function of the private data other than the mechanism's output
-and what the guarantee assumes public (see :class:`Release`). What the operator needs locally but must not publish stays off it:
-the unkeyed digest of the prepared data lives only in memory (:attr:`Release.data_digest`, which the ledger turns into a keyed
-fingerprint) and the exact timings go to ``local.json`` beside the release (:data:`LOCAL_FILE`, documented as not for
-publication)."""
+A :class:`Release` is frozen and written as ``release.json``, which is meant to be published (what it may hold, and what stays
+local: :class:`Release`). Readers get a one-line :class:`~dpaudit.errors.DataError` for a missing, truncated or malformed file."""
 
 from __future__ import annotations
 
@@ -24,6 +18,7 @@ from pathlib import Path
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
+from .paths import write_atomically
 
 RELEASE_FILE = "release.json"
 #: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for publication; ``dpaudit report`` never reads
@@ -109,12 +104,10 @@ class Release:
     timings: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     command: str | None = None
-    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`): public by construction; ``command`` is
-    #: derived from it and the audit of this release rebuilds its target from it. None for releases made before it was recorded
-    #: (they still load; the audit then rebuilds the request from the recorded fields).
+    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`; public by construction): ``command`` and
+    #: the audit's target are rebuilt from it. None for releases made before it was recorded (rebuilt from the recorded fields).
     request: dict | None = None
-    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION for Gaussian mechanisms); None for
-    #: releases made before it was recorded.
+    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION); None for older releases.
     noise_sampler: str | None = None
     #: Delta added by the sampler's truncated tails over the whole run (dpaudit.noise module docstring): the release is (epsilon,
     #: delta + noise_tail_delta)-DP; releases refuse a value above 1 % of delta, and the ledger composes it into every total.
@@ -124,13 +117,9 @@ class Release:
     created_at: str = field(default_factory=now_utc)
     dpaudit_version: str = __version__
     git_commit: str | None = field(default_factory=git_commit)
-    #: Local only (never in release.json): unkeyed SHA-256 of the prepared private data, for the ledger's keyed fingerprint. None
-    #: for releases read back from disk.
+    # Local only (LOCAL_FIELDS, see above); None for releases read back from disk.
     data_digest: str | None = None
-    #: Local only (written to local.json, not release.json): the unrounded timings.
     exact_timings: dict | None = None
-    #: Local only (local.json): the file holding the secret noise seed of a ``reproducible-secret`` release
-    #: (``--noise-seed-file``); the seed itself is written nowhere else.
     noise_seed_file: str | None = None
 
     def to_dict(self, *, local: bool = False) -> dict:
@@ -207,12 +196,7 @@ def _json_safe(obj):
 def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
     """Write JSON so that a crash leaves either the old file or the complete new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(_json_safe(data), f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(_json_safe(data), indent=2, sort_keys=False) + "\n")
     return path
 
 
@@ -281,11 +265,10 @@ def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
 
 
 def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
-    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found. Called by every release function
-    before any calibration, budget reservation or training, so a bad ``--out`` costs nothing (and leaves no spent budget behind).
-    A real write is the test (permission bits say nothing about /proc, read-only mounts or root): the missing directories are
-    created, a probe file is written and removed, and the directories created here are removed again, so a run refused later (e.g.
-    over its budget) leaves no trace. Raises a one-line :class:`~dpaudit.errors.UsageError` naming the path and the reason."""
+    """Check that ``out_dir`` can be created (if absent) and written, and leave it as found (one-line UsageError otherwise).
+    Called by every release function before any calibration, budget reservation or training, so a bad ``--out`` costs nothing.
+    A real write is the test (permission bits say nothing about /proc, read-only mounts or root); directories made here are
+    removed again, so a run refused later leaves no trace."""
     path = Path(out_dir).expanduser()
     rule = "a directory dpaudit can create and write"
     if path.exists() and not path.is_dir():
@@ -323,9 +306,8 @@ def read_release(path: str | os.PathLike) -> Release:
 
 
 def check_accounting(*, steps_executed: int, steps_accounted: int, epsilon: float, target_epsilon: float | None) -> None:
-    """Fail loudly when a run did not do what was accounted for (before anything is published). The thin primitive the release
-    paths call: the steps and target rules of :func:`dpaudit.claims.verify_claim` (which a report or the ledger applies to a
-    written release), raised as :class:`~dpaudit.errors.AccountingMismatchError` instead of returned."""
+    """Fail loudly when a run did not do what was accounted for, before anything is published: rules 2 and 3 of
+    :mod:`dpaudit.claims`, raised as :class:`~dpaudit.errors.AccountingMismatchError`."""
     problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(epsilon, target_epsilon)
     if problem is not None:
         raise AccountingMismatchError(f"{problem}; the release is withheld.")

@@ -18,7 +18,6 @@ from dpaudit.data.users import (
     check_user_split,
     index_users,
     load_user_ids,
-    user_ids_from_column,
     split_by_users,
     unsplit,
 )
@@ -32,7 +31,6 @@ def test_index_users_first_appearance_order():
     assert ix.counts.tolist() == [3, 2, 1, 1]
     assert ix.offsets.tolist() == [0, 3, 5, 6, 7]
     assert ix.order.tolist() == [0, 1, 5, 2, 4, 3, 6]
-    assert ix.user_of_record().tolist() == [0, 0, 1, 2, 1, 0, 3]
     # each user's slice of `order` holds exactly the records carrying its id, ascending
     for u in range(ix.n_users):
         recs = ix.order[ix.offsets[u]:ix.offsets[u + 1]]
@@ -193,15 +191,3 @@ def test_prepared_dataset_field_is_optional():
     ds = _digits()
     assert ds.user_ids is None
     assert dataclasses.replace(ds, notes="x").identity().keys() == ds.identity().keys()
-
-
-def test_user_ids_from_column():
-    table = {"user": np.array([3.0, 1.0, 3.0]), "name": np.array(["a", "b", "a"], dtype=object), "bad": np.array([1.5, np.nan, 2.0])}
-    assert user_ids_from_column(table, "user").tolist() == [3, 1, 3] and user_ids_from_column(table, "user").dtype == np.int64
-    assert user_ids_from_column(table, "name").tolist() == ["a", "b", "a"]
-    with pytest.raises(DataError, match="whole numbers"):
-        user_ids_from_column(table, "bad")
-    with pytest.raises(DataError, match="must be a column"):
-        user_ids_from_column(table, "nope")
-    rec = np.array([(7, 0.5), (8, 0.1)], dtype=[("uid", "i8"), ("x", "f8")])
-    assert user_ids_from_column(rec, "uid").tolist() == [7, 8]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dpaudit.accounting import Composed, Parallel, PureEpsilon, SubsampledGaussian, compute_epsilon
 from dpaudit.ledger.book import Ledger, canonical_json, entry_hash, latest_schema_version, open_ledger
-from dpaudit.ledger.paths import resolve_ledger_path
+from dpaudit.ledger.paths import resolve_ledger
 from dpaudit.errors import AdjacencyMismatchError, BudgetExceededError, LedgerAuthorityError, LedgerError, UnsupportedEventError, UsageError
 from dpaudit.records import Release
 
@@ -70,7 +70,7 @@ def ledger(request, tmp_path):
 def test_default_path_comes_from_environment_and_parent_dirs_are_created(tmp_path, monkeypatch):
     target = tmp_path / "a" / "b" / "l.sqlite"
     monkeypatch.setenv("DPAUDIT_LEDGER", str(target))
-    assert resolve_ledger_path() == target
+    assert resolve_ledger().path == target
     with open_ledger() as led:
         assert led.path == target
         assert led.schema_version == latest_schema_version()

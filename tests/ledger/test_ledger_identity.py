@@ -172,7 +172,7 @@ def test_entries_written_before_keyed_fingerprints_are_keyed_when_read_and_keep_
         old = {"release_id": "old1", "mechanism": "dp-rvfl", "dataset_name": "digits-mix", "dataset_sha256": SHA_A,
                "partition": "train", "adjacency": "add-remove-record", "guarantee": MIX.to_dict(), "epsilon": 1.0,
                "delta": 1e-5, "non_private": False}
-        with led._write():
+        with led.store.write():
             led._append("release", "digits-mix", old, entry_id="old1")
     with open_ledger(path) as led:
         e = led.get("old1")

@@ -9,7 +9,7 @@ import urllib.parse
 import pytest
 from typer.testing import CliRunner
 
-from dpaudit.ledger.paths import DEFAULT_LEDGER, resolve_ledger, resolve_ledger_path
+from dpaudit.ledger.paths import DEFAULT_LEDGER, resolve_ledger
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
 
@@ -19,7 +19,7 @@ def test_a_path_stays_sqlite_and_the_default_is_unchanged(tmp_path, monkeypatch)
     assert resolve_ledger().backend == "sqlite" and resolve_ledger().path == DEFAULT_LEDGER
     loc = resolve_ledger(tmp_path / "l.sqlite")
     assert (loc.backend, loc.path) == ("sqlite", tmp_path / "l.sqlite")
-    assert resolve_ledger_path(str(tmp_path / "x")) == tmp_path / "x"
+    assert resolve_ledger(str(tmp_path / "x")).path == tmp_path / "x"
     # A Windows drive letter or a colon later in the name is still a path.
     assert resolve_ledger("C:/ledgers/l.sqlite").backend == "sqlite"
     assert resolve_ledger("runs/a:b/l.sqlite").backend == "sqlite"

@@ -233,3 +233,16 @@ def test_a_cap_that_counts_releases_only_ignores_audits_under_other_names(ledger
         rid = _reserve(led, "heart-mix", _rows(range(5, 15)), PureEpsilon(0.5))
         _audit(led, "heart-mix", PureEpsilon(5.0), "a" * 32, release_id=rid)
         assert led.check(dataset="heart", partition="train", event=PureEpsilon(0.3), adjacency=ADJ, data_rows=_rows(range(10)))["allowed"]
+
+
+def test_record_audit_reads_the_verified_entries_once(ledger_path, monkeypatch):
+    """The audited release's rows, the caps and the people index come from one verified snapshot
+    (it read and verified the whole ledger twice before)."""
+    with open_ledger(ledger_path) as led:
+        rid = _reserve(led, "heart-mix", _rows(range(5, 15)), PureEpsilon(0.5))
+        snapshots = []
+        real = led._snapshot
+        monkeypatch.setattr(led, "_snapshot", lambda **kw: snapshots.append(kw) or real(**kw))
+        _audit(led, "heart-mix", PureEpsilon(0.5), "a" * 32, release_id=rid)
+        assert len(snapshots) == 1
+        assert led.get("a" * 32).payload["rows"] == led.get(rid).payload["rows"]

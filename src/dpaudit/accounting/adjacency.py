@@ -34,12 +34,8 @@ class Adjacency(str, Enum):
 
 
 def require_same(a: "str | Adjacency", b: "str | Adjacency", what: str = "guarantees") -> Adjacency:
-    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error.
-
-    No silent conversion is applied: e.g. an add/remove-one guarantee of epsilon implies a
-    replace-one guarantee of 2*epsilon (group privacy of size 2), but that doubling must be
-    asked for explicitly with :func:`convert`.
-    """
+    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error, never
+    a silent conversion (that must be asked for explicitly: :func:`convert`)."""
     a, b = Adjacency.parse(a), Adjacency.parse(b)
     if a is not b:
         raise AdjacencyMismatchError(

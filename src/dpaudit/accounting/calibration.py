@@ -7,16 +7,10 @@ Laplace scale, ...), an accountant and an adjacency, it finds the smallest p in 
 less privacy loss). :func:`calibrate_noise_multiplier` is that search for a Poisson-subsampled
 Gaussian run (DP-SGD), with an on-disk cache.
 
-Search: from ``start`` (1.0 by default) the parameter doubles until the target is met (at most up
-to ``hi``), or halves while it is still met (at most down to ``lo``); then bisection with an
-epsilon tolerance of 1e-4 (:data:`EPSILON_TOLERANCE`). The returned parameter always has epsilon
-<= target (never overshoots: the returned epsilon is the accountant's own value at the returned
-parameter, never an interpolation) and epsilon >= target - tolerance unless the bisection ran out
-of resolution (the conservative, larger noise is then returned) or ``lo`` itself meets the target
-(``lo`` is returned). When even ``hi`` cannot meet the target, :class:`CalibrationError` says so.
-Results of :func:`calibrate_noise_multiplier` are cached on disk per public configuration; a
-cached value is re-verified with the accountant before it is returned, so a stale or edited cache
-can never under-report epsilon.
+The search (:func:`calibrate`) never overshoots: the returned epsilon is the accountant's own
+value at the returned parameter, <= target. Results of :func:`calibrate_noise_multiplier` are
+cached on disk per public configuration and re-verified with the accountant before use, so a
+stale or edited cache can never under-report epsilon.
 
 Calibration is made under a declared adjacency with an accountant that supports it
 (:func:`~dpaudit.accounting.accountants.support_error`): e.g. replace-record with sample_rate < 1
@@ -31,13 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..errors import CalibrationError, UnsupportedEventError, UsageError
+from ..paths import cache_dir, write_atomically
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .accountants import (
     ACCOUNTANTS,
@@ -55,11 +48,7 @@ from .events import Event, SubsampledGaussian
 EPSILON_TOLERANCE = 1e-4
 MAX_NOISE_MULTIPLIER = 1e6
 MIN_NOISE_MULTIPLIER = 1e-3
-CACHE_ENV = "DPAUDIT_CACHE_DIR"
 _CACHE_VERSION = 1
-#: Built-in accountants that can calibrate a Poisson-subsampled Gaussian (pure cannot: it accounts
-#: only for pure-epsilon events). Any registered accountant that supports the run can be used too.
-CALIBRATION_ACCOUNTANTS = ("rdp", "prv", "pld")
 
 
 @dataclass(frozen=True)
@@ -75,11 +64,6 @@ class Calibration:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "dpaudit"
 
 
 def _cache_key(accountant: str, target: float, delta: float, q: float, steps: int, adjacency: Adjacency = Adjacency.ADD_REMOVE_RECORD) -> str:
@@ -108,15 +92,10 @@ def _load_cache() -> dict:
 
 
 def _store_cache(key: str, value: float) -> None:
-    path = _cache_path()
+    data = _load_cache()
+    data[key] = value
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _load_cache()
-        data[key] = value
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".calibration.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)  # atomic: readers see the old or the new file, never half of one
+        write_atomically(_cache_path(), json.dumps(data))
     except OSError:
         pass  # a cache that cannot be written only costs time
 
@@ -259,15 +238,14 @@ def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountan
 
     Privacy contract: the returned ``epsilon`` is the accountant's own value for
     ``make_event(parameter)`` at ``delta`` under ``adjacency`` and never exceeds
-    ``target_epsilon``, whatever ``make_event`` does. Optimality (epsilon within
-    ``search.epsilon_tolerance`` below the target, or ``parameter == lo``) assumes epsilon does not
-    increase with p; the search is a doubling / halving bracket from ``search.start`` followed by
-    bisection (see the module docstring).
-
-    ``accountant`` is a registered name or an :class:`~dpaudit.accounting.accountants.Accountant`.
-    Raises :class:`UnsupportedEventError` when the accountant does not support the event under
-    ``adjacency`` (checked at ``start``), or declines the parameters it would need to certify a
-    result within the tolerance; :class:`CalibrationError` when even ``hi`` misses the target.
+    ``target_epsilon``, whatever ``make_event`` does. The search doubles (or halves) the parameter
+    from ``search.start`` until it brackets the target, then bisects; optimality (epsilon within
+    ``search.epsilon_tolerance`` below the target, or ``parameter == lo``, unless the bisection runs
+    out of floating-point resolution: the larger noise is then returned) assumes epsilon does not
+    increase with p. Raises :class:`UnsupportedEventError` when the accountant (a name or an
+    :class:`~dpaudit.accounting.accountants.Accountant`) does not support the event under
+    ``adjacency``, or declines the parameters it would need to certify a result within the
+    tolerance; :class:`CalibrationError` when even ``hi`` misses the target.
     """
     target = positive_finite("target_epsilon", target_epsilon)
     acc = get_accountant(accountant)
@@ -302,12 +280,8 @@ def calibrate_noise_multiplier(
     under ``adjacency`` (add/remove of a record or, at user level, of a user; or replace-one):
     :func:`calibrate` of ``lambda s: SubsampledGaussian(s, sample_rate, steps)`` on
     ``[MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER]`` from 1.0, plus an on-disk cache (built-in
-    accountants only: a user accountant's name is not a stable cache key).
-
-    Raises :class:`UnsupportedEventError` (one line, naming an accountant that supports the
-    pair) when ``accountant`` does not support the run under ``adjacency``, and when it declines
-    the noise levels it would need to certify a result within the tolerance of the target.
-    """
+    accountants only: a user accountant's name is not a stable cache key; a cached value is
+    re-verified, and an unsupported pair is refused by :func:`calibrate` as ever)."""
     target = positive_finite("epsilon", target_epsilon)
     delta = open_unit("delta", delta)
     q = half_open_unit("sample_rate", sample_rate)
@@ -317,11 +291,6 @@ def calibrate_noise_multiplier(
 
     def make_event(sigma: float) -> SubsampledGaussian:
         return SubsampledGaussian(sigma, q, steps)
-
-    # Structural support does not depend on the noise multiplier: refuse before anything else.
-    reason = acc.support_error(make_event(1.0), adj)
-    if reason is not None:
-        raise UnsupportedEventError(_refusal(acc, make_event(1.0), adj, reason))
 
     cacheable = use_cache and isinstance(accountant, str) and accountant in ACCOUNTANTS
     key = _cache_key(acc.name, target, delta, q, steps, adj) if cacheable else None

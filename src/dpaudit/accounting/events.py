@@ -14,12 +14,8 @@ from ..validation import half_open_unit, non_negative_int, positive_finite
 
 @dataclass(frozen=True)
 class SubsampledGaussian:
-    """``steps`` applications of the Gaussian mechanism on a Poisson subsample.
-
-    noise_multiplier: std of the noise divided by the L2 sensitivity (clipping norm).
-    sample_rate: Poisson inclusion probability q (1.0 = no subsampling).
-    steps: number of compositions T.
-    """
+    """``steps`` (T) applications of the Gaussian mechanism, with noise std ``noise_multiplier`` times the
+    L2 sensitivity (clipping norm), on a Poisson subsample of rate ``sample_rate`` (q; 1.0: none)."""
 
     noise_multiplier: float
     sample_rate: float
@@ -93,17 +89,3 @@ def event_from_dict(data: dict) -> Event:
     if kind == "parallel":
         return Parallel(tuple(event_from_dict(e) for e in data["events"]))
     raise UnsupportedEventError(f"event type must be one of subsampled-gaussian, pure-epsilon, composed, parallel, got {kind!r}.")
-
-
-def flatten(event: Event) -> list[SubsampledGaussian | PureEpsilon]:
-    """Leaves of a purely sequential event tree. A Parallel node inside is handled by callers."""
-    if isinstance(event, (SubsampledGaussian, PureEpsilon)):
-        return [event]
-    if isinstance(event, Composed):
-        out: list = []
-        for e in event.events:
-            out.extend(flatten(e))
-        return out
-    if isinstance(event, Parallel):
-        raise UnsupportedEventError("a parallel event cannot be flattened into a sequential one.")
-    raise UnsupportedEventError(f"unknown event {event!r}.")

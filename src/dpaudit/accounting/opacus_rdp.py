@@ -2,20 +2,12 @@
 
 The rdp accountant uses Opacus's own analysis (``opacus/accountants/analysis/rdp.py``:
 ``compute_rdp`` and ``get_privacy_spent``; Mironov, Talwar & Zhang 2019; Balle et al. 2020).
-``import opacus.accountants.analysis.rdp`` first runs ``opacus/__init__.py``, which imports torch
-and the privacy engine (seconds), although the analysis file itself needs only ``math``, numpy
-and ``scipy.special``. So that ``dpaudit account`` / ``calibrate`` / ``ledger summary`` start
-quickly, this module executes that same installed file on its own (the package's ``__init__`` is
-not run). The code that computes epsilon is Opacus's, unchanged: nothing is copied or rewritten
-here, so the privacy numbers are exactly those of ``opacus.accountants.analysis.rdp``
-(tests/accounting/test_opacus_rdp.py compares them bit for bit).
-
-When Opacus is already imported (a training run), its module is used directly.
-
-Since the start-up work of issue 14 the rdp accountant computes these numbers with numpy alone
-(:mod:`dpaudit.accounting.rdp_sgm`, equal to this module's to floating-point rounding); this
-module is its reference, and computes the inputs that one hands back (extreme parameters,
-orders next to the binomial overflow, large fractional orders).
+Importing it runs ``opacus/__init__.py`` (torch and the privacy engine: seconds), although the
+file needs only ``math``, numpy and ``scipy.special``; so this module executes that installed file
+on its own (or uses Opacus's module when already imported). The code is Opacus's, unchanged: the
+numbers are exactly those of ``opacus.accountants.analysis.rdp`` (tests/accounting/test_opacus_rdp.py).
+It is the reference of :mod:`dpaudit.accounting.rdp_sgm`, and computes the inputs that one hands
+back (extreme parameters, orders next to the binomial overflow, large fractional orders).
 """
 
 from __future__ import annotations

@@ -5,17 +5,9 @@ Mironov, Talwar & Zhang 2019, Sec. 3.3; conversion of Balle et al. 2020, Thm. 21
 needs ``scipy.special`` (``binom``, ``log_ndtr``) and evaluates each order in a Python loop: with
 the 350 orders of ``RDP_ORDERS`` (up to 16384) a curve costs ~0.4 s plus ~0.3 s of scipy import,
 most of the start-up of ``dpaudit account`` / ``calibrate`` / ``ledger summary``. This module
-computes the same quantities, written independently, the same way:
-
-- integer order a: ``log A_a = log sum_i C(a, i) q^i (1-q)^(a-i) exp((i^2 - i) / (2 s^2))``,
-  accumulated over i in order with the same log-add as the reference (``np.logaddexp.reduce``),
-  for blocks of orders at once; the binomial coefficients are scipy's multiplication formula
-  where scipy uses it (min(i, a-i) < 20, bit for bit) and a running product elsewhere, where
-  scipy goes through its Beta function (closer to the exact value than scipy's there);
-- fractional order: the reference's two-sided series term by term (scalar), with the
-  generalised binomial coefficient evaluated as scipy does (math.gamma / math.lgamma for its
-  Beta function) and ``log erfc`` as scipy's ``log_ndtr`` evaluates it (:func:`log_erfc`);
-- the conversion: the same numpy expression, so bit for bit.
+computes the same series, written independently, the same way (integer orders in blocks with
+numpy: :func:`_log_a_int`; fractional orders term by term: :func:`_log_a_frac`; the conversion
+with the same numpy expression).
 
 Privacy contract: :func:`compute_rdp` returns the reference's curve to within the rounding of
 the reference itself: both evaluate the same series in doubles with different special functions,

@@ -14,7 +14,7 @@ from ..lazy import lazy_exports
 _SOURCES = {
     "base": ("DATA_DIR_ENV", "PreparedDataset", "array_sha256", "resolve_data_dir"),
     "images": ("IMAGE_PROFILES", "load_cifar10_raw", "load_mnist_raw"),
-    "registry": ("AUTHORS_PROFILE", "DATASET_NAMES", "DATASETS", "TABULAR_PROFILES", "DatasetInfo", "check_profile", "dataset_info",
+    "registry": ("AUTHORS_PROFILE", "DATASET_NAMES", "DATASETS", "TABULAR_PROFILES", "DatasetInfo", "dataset_info",
                  "load_dataset", "profile_files", "profile_split_sizes"),
     "splits": ("DEFAULT_SPLIT_SEED", "split_counts", "split_indices"),
     "tabular": ("HEART_CENTRES", "load_heart_centre"),
@@ -26,7 +26,7 @@ _WHERE = {name: module for module, names in _SOURCES.items() for name in names}
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
     from .base import DATA_DIR_ENV, PreparedDataset, array_sha256, resolve_data_dir  # noqa: F401
     from .images import IMAGE_PROFILES, load_cifar10_raw, load_mnist_raw  # noqa: F401
-    from .registry import (AUTHORS_PROFILE, DATASET_NAMES, DATASETS, TABULAR_PROFILES, DatasetInfo, check_profile,  # noqa: F401
+    from .registry import (AUTHORS_PROFILE, DATASET_NAMES, DATASETS, TABULAR_PROFILES, DatasetInfo,  # noqa: F401
                            dataset_info, load_dataset, profile_files, profile_split_sizes)
     from .splits import DEFAULT_SPLIT_SEED, split_counts, split_indices  # noqa: F401
     from .tabular import HEART_CENTRES, load_heart_centre  # noqa: F401

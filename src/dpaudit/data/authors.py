@@ -7,66 +7,19 @@ Cardio and Heart, so a run can use the authors' exact partition and encoding (``
 ``--profile authors``). dpaudit's own profile (``default`` for tabular data, ``raw01`` for images) is unchanged;
 ``docs/data-profiles.md`` says how the two differ and why both exist.
 
-Split (``split_seed`` default 2026, the authors' seed)
-------------------------------------------------------
-One generator ``numpy.random.default_rng(split_seed)`` (NumPy's PCG64 seeded directly, *not* dpaudit's tagged
-:func:`dpaudit.noise.public_rng`), and its first call ``permutation(n)`` of the cleaned rows in file order. Cut points are
-``int(fraction * n)`` in floating point (the product is truncated), which is what the rule says; for the sizes used here it agrees
-with dpaudit's exact integer cut points except where the float product is just below an integer.
+Split (``split_seed`` default 2026): ``numpy.random.default_rng(split_seed)`` (PCG64 seeded directly, *not* dpaudit's tagged
+:func:`dpaudit.noise.public_rng`), its first ``permutation(n)`` of the cleaned rows in file order, cut at ``int(fraction * n)``
+(the float product truncated): tabular 70 / 15 / 15; images 85 / 15 of the official training set, the official test set being
+the test partition in the order of the generator's second ``permutation(n_test)``. Partitions keep the permutation's order.
 
-- Tabular (Cardio, Heart): ``perm[:int(0.70 n)]`` train, ``perm[int(0.70 n):int(0.85 n)]`` validation, ``perm[int(0.85 n):]``
-  test. Cardio (n = 68,608): 48,025 / 10,291 / 10,292.
-  Heart (n = 302 after de-duplication): 211 / 45 / 46.
-- Images: the permutation is of the official *training* set (60,000 MNIST / 50,000 CIFAR-10 images): ``perm[:int(0.85 n)]`` train,
-  the rest validation; the test partition is the official test set, in the order of the same generator's second call
-  ``permutation(n_test)`` (accuracy does not depend on the order; it is kept for fidelity).
-
-Each partition keeps the permutation's order (records are not re-sorted). ``--split-seed S`` keeps the rule and replaces the seed
-(``default_rng(S)``).
-
-Encoding (record-wise, nothing fitted)
---------------------------------------
-- Numerical field with bounds [lo, hi]: a missing value becomes (lo + hi) / 2, then the value is clipped to [lo, hi] and mapped to
-  ``2 (x - lo) / (hi - lo) - 1``; a 0/1 missing indicator column follows it. A non-finite value (``inf``) counts as missing too
-  (no such value occurs in the files; the rule is silent about it, and clipping an infinity is no better).
-- Categorical field: one 0/1 column per listed level, then one ``unknown`` column that is 1 for any value not listed (a missing
-  value included).
-- Column order: every numerical field (value, missing) in the listed order, then every categorical field in the listed order.
-  Labels are int64 {0, 1}.
-
-Cardio (``cardio/cardio_train.csv``): ``age_years = age / 365.25``, ``bmi = weight / (height / 100)^2``. Rows kept (inclusive):
-height 120-220, weight 30-200, ap_hi 80-250, ap_lo 40-150, ap_hi >= ap_lo, target present; a missing value in a filtered field
-fails the filter. No duplicate removal. 68,608 rows, 32 features.
-
-==========  ============  ==============================
-field       bounds        categorical levels
-==========  ============  ==============================
-age_years   [0, 120]      gender {1, 2}
-height      [100, 250]    cholesterol {1, 2, 3}
-weight      [20, 300]     gluc {1, 2, 3}
-ap_hi       [40, 300]     smoke {0, 1}
-ap_lo       [20, 200]     alco {0, 1}
-bmi         [5, 100]      active {0, 1}
-==========  ============  ==============================
-
-Heart (``heart/heart_kaggle.csv``, the Kaggle-format ``heart.csv`` with a header and a ``target`` column; *not* the UCI Cleveland
-file of the default profile): exact duplicate rows are dropped, keeping the first (302 of 303 rows remain), then ``y = 1 if target
-> 0``. In this file ``target = 1`` marks the *absence* of disease relative to the UCI coding (see
-``shared/data/heart/SOURCE.md``); the rule takes the column as it is. 47 features.
-
-==========  ============  ==============================
-field       bounds        categorical levels
-==========  ============  ==============================
-age         [0, 120]      cp {0, 1, 2, 3, 4}
-trestbps    [40, 300]     restecg {0, 1, 2}
-chol        [0, 700]      slope {0, 1, 2, 3}
-thalach     [30, 250]     ca {0, 1, 2, 3, 4}
-oldpeak     [0, 10]       thal {0, 1, 2, 3, 6, 7}
-==========  ============  ==============================
-
-then the categorical fields sex {0, 1}, fbs {0, 1}, exang {0, 1}, in that order.
-
-Images: ``ToTensor`` only (uint8 / 255, the ``raw01`` arithmetic), pixels in [0, 1].
+Encoding (record-wise, nothing fitted): as :mod:`dpaudit.data.tabular`, with the authors' bounds and
+levels (:data:`CARDIO_SCHEMA`, :data:`HEART_SCHEMA`; compared in ``docs/data-profiles.md``), except that
+a missing value becomes (lo + hi) / 2 before clipping, a non-finite one counts as missing, and the
+columns are every numerical field (value, missing) first, then every categorical field. Cardio:
+dpaudit's cohort filters, plus a present target; no duplicate removal (68,608 rows). Heart reads
+``heart/heart_kaggle.csv`` (the Kaggle-format file, *not* the UCI Cleveland file of the default
+profile), drops exact duplicate rows keeping the first (302 of 303) and takes ``y = target > 0``
+as the file codes it (see ``shared/data/heart/SOURCE.md``). Images: ``ToTensor`` only, [0, 1].
 
 Privacy contract: as for every profile, all of this is public, fixed, record-wise preprocessing and a public split chosen before
 training; nothing is fitted to records (the de-duplication and cohort filters are public cleaning, outside the training guarantee,
@@ -85,11 +38,11 @@ import numpy as np
 from ..errors import DataError
 from ..validation import non_negative_int
 from .base import PreparedDataset, resolve_data_dir
-from .files import hash_and_verify, require_files, sums_note
+from .files import hash_and_verify, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
-from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, DAYS_PER_YEAR, CategoricalField, Field, NumericField, cardio_cohort_mask,
-                      encode, feature_names, read_table)
+from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CategoricalField, Field, NumericField, cardio_cohort_mask, cardio_kept, encode,
+                      feature_names, read_table)
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.
@@ -182,16 +135,8 @@ def cardio_keep_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 def encode_cardio(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Filter, derive and encode raw Cardio columns (NaN = missing): ``(x float32 (n, 32), y int64)``."""
-    keep = cardio_keep_mask(cols)
-    cols = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in cols.items()}
-    y = cols["cardio"]
-    bad = ~np.isin(y, (0.0, 1.0))
-    if bad.any():
-        raise DataError(f"Cardio column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}.")
-    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
-    return encode(cols, CARDIO_SCHEMA), y.astype(np.int64)
+    cols, y = cardio_kept(cols, cardio_keep_mask(cols), "Cardio")
+    return encode(cols, CARDIO_SCHEMA), y
 
 
 def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -275,7 +220,6 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
         folder = root / name
         fname = CARDIO_FILE if name == "cardio" else HEART_FILE
         what = "Cardio" if name == "cardio" else "Heart (Kaggle format)"
-        require_files(folder, (fname,), what)
         src = hash_and_verify(root, folder, (fname,), what)
         if name == "cardio":
             x, y = prepare_cardio(folder / fname)

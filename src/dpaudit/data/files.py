@@ -51,8 +51,9 @@ def require_files(folder: Path, names: list[str] | tuple[str, ...], what: str) -
 
 
 def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...], what: str) -> dict[str, str]:
-    """sha256 of each file; checked against ``<data_dir>/SHA256SUMS`` where it lists the file. Returns ``file name -> sha256``. A
-    mismatch is a :class:`DataError` (corrupt or altered file)."""
+    """sha256 of each file (all must exist: :func:`require_files`); checked against ``<data_dir>/SHA256SUMS`` where it lists the
+    file. Returns ``file name -> sha256``. A mismatch is a :class:`DataError` (corrupt or altered file)."""
+    require_files(folder, names, what)
     sums = read_sha256sums(data_dir)
     out: dict[str, str] = {}
     for name in names:

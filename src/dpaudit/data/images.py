@@ -7,20 +7,12 @@ Files (read-only; nothing is downloaded, ``download=False`` always):
 - MNIST: ``<data_dir>/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
 - CIFAR-10: ``<data_dir>/cifar10/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}``
 
-MNIST: the decompressed IDX files in ``<root>/MNIST/raw`` (torchvision's layout) are read with :func:`read_idx`, which gives the
-arrays ``torchvision.datasets.MNIST`` gives (tested) without its import. The data folder is read-only and holds the ``.gz``
-originals, so each ``.gz`` is hashed (sha256, checked against ``<data_dir>/SHA256SUMS`` when that file lists it) and decompressed
-once into ``cache_dir()/data/mnist-<hash of the four sha256>/MNIST/raw`` (written in a temporary folder and renamed into place, so
-a crash never leaves a half-written cache; a folder without its ``COMPLETE`` marker is rebuilt). The official test set is the test
-partition; the 60,000 training images are split 85/15 (51,000 / 9,000).
-
-CIFAR-10: ``torchvision.datasets.CIFAR10`` checks each pickle's md5 against the official files. Tests use small synthetic batches
-in the same format, which that check rejects, so ``_VerifiedCIFAR10`` replaces the md5 check by a structural one: every file is
-first read with a restricted unpickler (only the NumPy array constructors are allowed, so a crafted pickle cannot run code), and
-must hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the meta file must hold ten ``label_names``. The sha256 of
-each file is recorded in ``source_files`` (and checked against ``SHA256SUMS`` when listed there), and the md5 of each is compared
-with the official md5 list: the dataset's ``notes`` say whether these are the official CIFAR-10 batches. The 50,000 training
-images are split 85/15 (42,500 / 7,500); the official test batch (10,000) is the test partition.
+MNIST: each ``.gz`` is hashed (sha256, checked against ``<data_dir>/SHA256SUMS`` when listed there) and decompressed once
+into ``cache_dir()/data/mnist-<hash>/MNIST/raw`` (built in a temporary folder and renamed into place; a folder without its
+``COMPLETE`` marker is rebuilt), then read with :func:`read_idx`. CIFAR-10: torchvision's class, with its md5 check replaced by
+a structural one behind a restricted unpickler (:func:`_verified_cifar10_class`); the notes say whether the md5s are the
+official ones. Partitions: the official test set is the test partition; the training images are split 85/15 (MNIST
+51,000 / 9,000; CIFAR-10 42,500 / 7,500).
 
 Profiles (fixed, independent of any record; paper section 3.6, Table 7):
 
@@ -32,11 +24,8 @@ profile              transform (torchvision)                                    
 ``half-resolution``  ``Resize((H/2, W/2))`` (PIL bilinear, antialiased), ``ToTensor()``   [0, 1]
 ===================  ==================================================================  =======
 
-``raw01`` and ``centered`` are computed for the whole array at once with exactly the arithmetic of ``ToTensor`` (float32 division
-by 255) and ``Normalize`` (subtract, then divide). ``half-resolution`` calls torchvision's resize on each PIL image (14 x 14 for
-MNIST, 16 x 16 for CIFAR-10), then the ``ToTensor`` arithmetic on the batch. Tests check bit-equality of all three with the
-torchvision transform pipelines applied image by image. Features are flattened in (channel, height, width) order; ``image_shape``
-keeps (C, H, W)."""
+All three are bit-equal to the torchvision pipelines applied image by image (tested; :func:`apply_profile`). Features are
+flattened in (channel, height, width) order; ``image_shape`` keeps (C, H, W)."""
 
 from __future__ import annotations
 
@@ -55,7 +44,7 @@ from ..errors import DataError
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import file_digest, hash_and_verify, require_files
+from .files import file_digest, hash_and_verify
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
@@ -122,7 +111,6 @@ def _cache_root() -> Path:
 def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     """Verify the four ``.gz`` files and return a torchvision root holding ``MNIST/raw/*``."""
     folder = data_dir / "mnist"
-    require_files(folder, MNIST_FILES, "MNIST")
     hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
     import hashlib
     tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
@@ -257,19 +245,20 @@ def _check_batch(path: Path) -> int:
     return int(data.shape[0])
 
 
-def _check_meta(path: Path) -> None:
+def _label_names(path: Path) -> list:
     obj = _safe_load(path)
     names = obj.get("label_names") if isinstance(obj, dict) else None
     if not isinstance(names, list) or len(names) != 10:
         raise ValueError("'label_names' must be a list of 10 names")
+    return names
 
 
 def _verified_cifar10_class():
     from torchvision.datasets import CIFAR10
     class _VerifiedCIFAR10(CIFAR10):
-        """CIFAR10 whose md5 check is replaced by a structural check (see the module docstring). Every file is parsed with a
-        restricted unpickler before torchvision reads it, so a file that is not plain arrays/lists/strings is rejected before any
-        unrestricted ``pickle.load``."""
+        """CIFAR10 whose md5 check (which synthetic test batches fail) is replaced by a structural one: every file is parsed
+        with a restricted unpickler (NumPy array constructors only) before torchvision's unrestricted ``pickle.load``, and must
+        hold ``data`` uint8 (n, 3072) and ``labels`` (n ints in 0..9); the meta file ten ``label_names``."""
 
         def _check_integrity(self) -> bool:
             folder = Path(self.root) / self.base_folder
@@ -286,14 +275,12 @@ def _verified_cifar10_class():
         def _load_meta(self) -> None:
             path = Path(self.root) / self.base_folder / self.meta["filename"]
             try:
-                _check_meta(path)
+                self.classes = _label_names(path)
             except Exception as exc:
                 raise DataError(
                     f"CIFAR-10 file {path} is corrupt or not in the cifar-10-batches-py format ({exc}); "
                     f"expected {', '.join(CIFAR_FILES)} in {path.parent}."
                 ) from None
-            obj = _safe_load(path)
-            self.classes = obj["label_names"]
             self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
     return _VerifiedCIFAR10
@@ -306,7 +293,6 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
     data_dir = resolve_data_dir(data_dir)
     root = data_dir / "cifar10"
     folder = root / CIFAR_FOLDER
-    require_files(folder, CIFAR_FILES, "CIFAR-10")
     hashes = hash_and_verify(data_dir, folder, CIFAR_FILES, "CIFAR-10")
     official = all(file_digest(folder / n, "md5") == _CIFAR_OFFICIAL_MD5[n] for n in CIFAR_FILES)
     cls = _verified_cifar10_class()

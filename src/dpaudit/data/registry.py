@@ -1,15 +1,5 @@
-"""The dataset registry and :func:`load_dataset` (paper 001, section 4.1 and Table 1).
-
-==============  =======  =====  ==========================  ==========  =====  ========================
-name            kind     files  split (train / val / test)  features    class  profiles
-==============  =======  =====  ==========================  ==========  =====  ========================
-mnist           image    yes    51,000 / 9,000 / 10,000     1x28x28     10     raw01, centered, half-res, authors
-cifar10         image    yes    42,500 / 7,500 / 10,000     3x32x32     10     raw01, centered, half-res, authors
-cardio          tabular  yes    48,025 / 10,291 / 10,292    32          2      default, authors
-heart           tabular  yes    212 / 45 / 46               47          2      default, authors
-digits          image    no     1,257 / 269 / 271           1x8x8       10     raw01, centered, half-res
-breast-cancer   tabular  no     398 / 85 / 86               30          2      default
-==============  =======  =====  ==========================  ==========  =====  ========================
+"""The dataset registry (:data:`DATASETS`: kind, files, split sizes, features, profiles) and :func:`load_dataset`
+(paper 001, section 4.1 and Table 1).
 
 - Images: the official test set is the test partition; the official training set is split 85 / 15 (train / unused validation).
   Tabular and the bundled digits: 70 / 15 / 15. Always the seeded permutation with integer cut points of
@@ -17,11 +7,8 @@ breast-cancer   tabular  no     398 / 85 / 86               30          2      d
 - ``digits`` is scikit-learn's bundled ``load_digits`` (1,797 images, 8 x 8, values 0..16): ``raw01`` divides by the fixed maximum
   16, ``centered`` applies ``Normalize(0.5, 0.5)`` after that, ``half-resolution`` applies ``torchvision.transforms.Resize((4,
   4))`` (bilinear, antialiased) to the [0, 1] float image (the pixels are not uint8, so no PIL round trip).
-- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular` (every bound is documented there).
-- Profile ``authors`` (MNIST, CIFAR-10, Cardio, Heart): the DP-RVFL authors' published pipeline instead of dpaudit's own
-  (:mod:`dpaudit.data.authors`): their split generator (``numpy.random.default_rng(2026)``) and float ``int()`` cut points, their
-  bounds and column order, and for Heart the Kaggle-format file with duplicates removed (302 rows: 211 / 45 / 46). Its sizes and
-  files come from :func:`profile_split_sizes` and :func:`profile_files`.
+- Preprocessing of each source: :mod:`dpaudit.data.images` and :mod:`dpaudit.data.tabular` (every bound is documented there);
+  profile ``authors``: :mod:`dpaudit.data.authors` and ``docs/data-profiles.md``.
 
 Privacy contract: everything here is public, fixed preprocessing and a public split; no statistic is fitted on records. The DP
 guarantee of a training run covers the training partition it receives; cohort cleaning and file audits are outside it (paper
@@ -139,12 +126,6 @@ def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
     return non_negative_int("split_seed", split_seed)
 
 
-def check_profile(name: str, profile: str | None) -> str:
-    """The profile ``load_dataset(name, profile=profile)`` would use (None = the dataset's default); an unknown dataset or a
-    profile the dataset does not offer is a :class:`UsageError`."""
-    return _check_profile(dataset_info(name), profile)
-
-
 def profile_files(name: str, profile: str | None = None) -> tuple[str, ...]:
     """Files (relative to the data directory) that ``name`` needs under ``profile``."""
     info = dataset_info(name)
@@ -162,14 +143,9 @@ def profile_split_sizes(name: str, profile: str | None = None) -> dict:
 
 
 def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> PreparedDataset:
-    """Load ``name`` with its fixed preprocessing and its seeded public split.
-
-    ``profile``: None means the dataset's default (``raw01`` for images, ``default`` for tabular data); images accept ``raw01``,
-    ``centered``, ``half-resolution``; tabular data accept ``default``; MNIST, CIFAR-10, Cardio and Heart also accept ``authors``
-    (the DP-RVFL authors' split and encoding, :mod:`dpaudit.data.authors`; there ``split_seed`` seeds ``numpy.random.default_rng``
-    directly). ``split_seed``: None means the documented default (2026, also the authors' seed). ``data_dir``: the argument, else
-    ``$DPAUDIT_DATA_DIR`` (not needed for digits and breast-cancer). Raises :class:`UsageError` for a bad name/profile/seed and
-    :class:`DataError` for missing or corrupt files (one line naming the expected files and the folder searched).
+    """Load ``name`` with its fixed preprocessing and its seeded public split. ``profile`` / ``split_seed``: None means the
+    dataset's default (:data:`DATASETS`; seed 2026). ``data_dir``: the argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits
+    and breast-cancer). Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or corrupt files.
 
     The result declares ``reference_size``: the definition's train size under ``profile`` (:func:`profile_split_sizes`), whatever
     the files hold (a file with one row more or less keeps the same DP-SGD schedule)."""
@@ -183,10 +159,8 @@ def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, pro
 def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if profile == AUTHORS_PROFILE:
         return authors.load(info, data_dir, seed)[0]
-    if name == "mnist":
-        return _load_official_image(info, "mnist", data_dir, seed, profile)
-    if name == "cifar10":
-        return _load_official_image(info, "cifar10", data_dir, seed, profile)
+    if name in ("mnist", "cifar10"):
+        return _load_official_image(info, name, data_dir, seed, profile)
     if name == "digits":
         return _load_digits(info, seed, profile)
     if name == "breast-cancer":

@@ -1,14 +1,7 @@
-"""Which people a dataset reads: row ids in named sources, each as private or public.
-
-A person's privacy budget belongs to the person, not to the name of a dataset: ``heart`` and ``heart-mix`` both read rows of the
-Cleveland file. Every built-in dataset and MixMin task therefore declares, per partition, the rows it reads as :class:`RowSet` s:
-a *source* (one file or bundled collection, :data:`SOURCES`), the row ids in it (a row's position in the source file, 60,000 + row
-for MNIST's test file), and a role. ``private``: the partition a release trains on under its DP claim. ``public``: read without
-noise (public sources, proxies and pretraining of DP-MixMin, and the validation and test partitions whose metrics are published).
-The ledger (:mod:`dpaudit.ledger.rows`) keeps only keyed hashes of the ids, composes releases whose private rows
-intersect, and refuses a release that would read as public what another holds private (or the reverse).
-
-Row ids are positions in public files, not data values; still, they never enter release.json."""
+"""Which people a dataset reads: row ids in named sources (:data:`SOURCES`), each as private (trained on under the DP claim)
+or public (read without noise). Every built-in dataset and MixMin task declares its :class:`RowSet` s; the ledger
+(:mod:`dpaudit.ledger.rows`) budgets people across dataset names from them (docs/ledger.md, "One budget per person"). Row ids
+are positions in public files, not data values; still, they never enter release.json."""
 
 from __future__ import annotations
 

@@ -4,8 +4,7 @@ One rule for every dataset: draw a permutation of the record indices from the pu
 stratification, nothing depends on record values.
 
 - ``n_train = (train_percent * n) // 100`` and ``n_val = (val_percent * n) // 100`` in exact integer arithmetic; the test part
-  takes the remainder. So 70/15/15 gives Cardio 48,025 / 10,291 / 10,292 (n = 68,608) and Heart 212 / 45 / 46 (n = 303), and 85/15
-  of the image training sets gives MNIST 51,000 / 9,000 and CIFAR-10 42,500 / 7,500 (Table 1).
+  takes the remainder (the sizes of Table 1: :data:`dpaudit.data.registry.DATASETS`).
 - The permutation is ``dpaudit.noise.public_rng(split_seed, SPLIT_TAG).permutation(n)`` (NumPy PCG64 seeded through a
   SeedSequence). The paper's own generator is not published, so the same seed does not reproduce the paper's exact partition, only
   its sizes and rule.

@@ -23,23 +23,7 @@ row with a missing value in a filtered field fails the filter): height 120-220 c
 ap_hi >= ap_lo. This keeps 68,608 of 70,000 rows (the paper's count); no duplicate removal (the paper records zero removed).
 Target ``cardio`` in {0, 1}.
 
-=============  ==========  ==================  ==============================================
-field          kind        bounds / values     why
-=============  ==========  ==================  ==============================================
-age_years      numerical   [18, 100] years     adult lifespan; cohort ages are 29-65
-gender         categorical {1, 2}              file codes (1 = women, 2 = men)
-height         numerical   [120, 220] cm       the cohort filter range
-weight         numerical   [30, 200] kg        the cohort filter range
-ap_hi          numerical   [80, 250] mmHg      the cohort filter range (systolic)
-ap_lo          numerical   [40, 150] mmHg      the cohort filter range (diastolic)
-cholesterol    categorical {1, 2, 3}           normal / above normal / well above normal
-gluc           categorical {1, 2, 3}           normal / above normal / well above normal
-smoke          categorical {0, 1}              binary flag
-alco           categorical {0, 1}              binary flag
-active         categorical {0, 1}              binary flag
-bmi            numerical   [10, 60] kg/m^2     physiological range; larger values are clipped
-=============  ==========  ==================  ==============================================
-
+Fields, bounds and value sets, each with its reason: :data:`CARDIO_SCHEMA`.
 6 numerical x 2 + (3 + 4 + 4 + 3 + 3 + 3) categorical = **32 features** (Table 1).
 
 Heart (UCI processed files, ``<data_dir>/heart/processed.<centre>.data``, no header)
@@ -50,24 +34,7 @@ Columns ``age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, s
 (Switzerland's ``chol`` is 0 in every row), so it is read as missing; Cleveland has no such 0. The primary dataset is Cleveland;
 :func:`load_heart_centre` gives any centre in the same feature space.
 
-=============  ==========  ========================  ======================================
-field          kind        bounds / values           why
-=============  ==========  ========================  ======================================
-age            numerical   [18, 100] years           adult lifespan (same as Cardio)
-sex            categorical {0, 1}                    file codes
-cp             categorical {0, 1, 2, 3, 4}           chest-pain type
-trestbps       numerical   [80, 250] mmHg            resting systolic; Cardio's ap_hi range
-chol           numerical   [100, 600] mg/dl          serum cholesterol, physiological range
-fbs            categorical {0, 1}                    fasting blood sugar > 120 mg/dl
-restecg        categorical {0, 1, 2}                 resting ECG result
-thalach        numerical   [60, 220] bpm             maximum heart rate achieved
-exang          categorical {0, 1}                    exercise-induced angina
-oldpeak        numerical   [-3, 7] mm                ST depression (negatives occur in UCI)
-slope          categorical {0, 1, 2, 3}              slope of the peak exercise ST segment
-ca             categorical {0, 1, 2, 3, 4}           number of major vessels coloured
-thal           categorical {0, 1, 2, 3, 6, 7}        thallium scan result
-=============  ==========  ========================  ======================================
-
+Fields, bounds and value sets, each with its reason: :data:`HEART_SCHEMA`.
 5 numerical x 2 + (3 + 6 + 3 + 4 + 3 + 5 + 6 + 7) categorical = **47 features** (Table 1). The paper's Table S2 (its list of
 bounds and sets) is not in the text available here, so these constants are a reconstruction: the categorical sets are the union of
 the UCI codes (cp 1-4, slope 1-3, ca 0-3, thal 3/6/7) and the codes of the widely used Kaggle recoding of the same file (cp 0-3,
@@ -81,23 +48,7 @@ non-negative by definition, so every lower bound is 0; the upper bounds are roun
 the value ranges printed in the dataset's published description (WDBC, UCI / scikit-learn DESCR) and tied together by geometry
 (perimeter ~ 2 pi radius, area ~ pi radius^2). They are constants, never recomputed from records; values above are clipped. No
 missingness indicators (the bundled copy has no missing values; a non-finite value would be encoded as the midpoint). Label: 1 =
-malignant (scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86.
-
-===================  ======  ======  ======
-measurement          mean    error   worst
-===================  ======  ======  ======
-radius               30      3       40
-texture              40      5       50
-perimeter            200     25      260
-area                 2500    550     4500
-smoothness           0.2     0.04    0.25
-compactness          0.4     0.15    1.1
-concavity            0.5     0.4     1.3
-concave points       0.25    0.06    0.3
-symmetry             0.4     0.08    0.7
-fractal dimension    0.1     0.03    0.21
-===================  ======  ======  ======
-(upper bounds; all lower bounds 0)"""
+malignant (scikit-learn's target 0), 0 = benign. Split 70 / 15 / 15: 398 / 85 / 86. The bounds: :data:`BREAST_CANCER_UPPER`."""
 
 from __future__ import annotations
 
@@ -111,7 +62,7 @@ import numpy as np
 from ..errors import DataError
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import hash_and_verify, require_files
+from .files import hash_and_verify
 
 
 @dataclass(frozen=True)
@@ -261,12 +212,16 @@ DAYS_PER_YEAR = 365.25
 CARDIO_FILTERS = {"height": (120.0, 220.0), "weight": (30.0, 200.0), "ap_hi": (80.0, 250.0), "ap_lo": (40.0, 150.0)}
 
 CARDIO_SCHEMA: tuple[Field, ...] = (
-    NumericField("age_years", 18.0, 100.0, "years"), CategoricalField("gender", (1.0, 2.0)),
-    NumericField("height", 120.0, 220.0, "cm"), NumericField("weight", 30.0, 200.0, "kg"),
-    NumericField("ap_hi", 80.0, 250.0, "mmHg"), NumericField("ap_lo", 40.0, 150.0, "mmHg"),
-    CategoricalField("cholesterol", (1.0, 2.0, 3.0)), CategoricalField("gluc", (1.0, 2.0, 3.0)),
-    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),
-    NumericField("bmi", 10.0, 60.0, "kg/m^2"),
+    NumericField("age_years", 18.0, 100.0, "years"),  # adult lifespan; cohort ages are 29-65
+    CategoricalField("gender", (1.0, 2.0)),  # file codes (1 = women, 2 = men)
+    NumericField("height", 120.0, 220.0, "cm"),  # the cohort filter range
+    NumericField("weight", 30.0, 200.0, "kg"),  # the cohort filter range
+    NumericField("ap_hi", 80.0, 250.0, "mmHg"),  # the cohort filter range (systolic)
+    NumericField("ap_lo", 40.0, 150.0, "mmHg"),  # the cohort filter range (diastolic)
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),  # normal / above normal / well above normal
+    CategoricalField("gluc", (1.0, 2.0, 3.0)),  # normal / above normal / well above normal
+    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),  # flags
+    NumericField("bmi", 10.0, 60.0, "kg/m^2"),  # physiological range; larger values are clipped
 )
 CARDIO_N_ROWS = 68_608
 
@@ -281,25 +236,31 @@ def cardio_cohort_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
     return keep
 
 
+def cardio_kept(cols: dict[str, np.ndarray], keep: np.ndarray, what: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The kept Cardio rows with the derived ``age_years`` and ``bmi``, and the target (DataError naming ``what`` unless 0/1)."""
+    cols = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in cols.items()}
+    y = cols["cardio"]
+    bad = ~np.isin(y, (0.0, 1.0))
+    if bad.any():
+        raise DataError(f"{what} column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}.")
+    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
+    return cols, y.astype(np.int64)
+
+
 def prepare_cardio_file(path: Path, *, with_rows: bool = False):
     """Cleaned, encoded Cardio rows in file order: ``(x float32 (n, 32), y int64)``; with ``with_rows`` also the kept rows'
     positions in the file (their identity, dpaudit.data.rows)."""
     cols = read_table(path, ";", CARDIO_COLUMNS, header=True)
     keep = cardio_cohort_mask(cols)
-    cols = {k: v[keep] for k, v in cols.items()}
-    y = cols["cardio"]
-    if not np.all(np.isin(y, (0.0, 1.0))):
-        raise DataError(f"{path} column cardio must be 0 or 1 in every row, got {sorted(set(y[~np.isin(y, (0.0, 1.0))].tolist()))[:5]}.")
-    cols["age_years"] = cols["age"] / DAYS_PER_YEAR
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
+    cols, y = cardio_kept(cols, keep, str(path))
     x = encode(cols, CARDIO_SCHEMA)
-    return (x, y.astype(np.int64), np.flatnonzero(keep)) if with_rows else (x, y.astype(np.int64))
+    return (x, y, np.flatnonzero(keep)) if with_rows else (x, y)
 
 
 def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, str], np.ndarray]:
     folder = data_dir / "cardio"
-    require_files(folder, (CARDIO_FILE,), "Cardio")
     hashes = hash_and_verify(data_dir, folder, (CARDIO_FILE,), "Cardio")
     x, y, rows = prepare_cardio_file(folder / CARDIO_FILE, with_rows=True)
     return x, y, hashes, rows
@@ -312,13 +273,19 @@ HEART_COLUMNS = (
     "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "num",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
-    NumericField("age", 18.0, 100.0, "years"), CategoricalField("sex", (0.0, 1.0)),
-    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)), NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),
-    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True), CategoricalField("fbs", (0.0, 1.0)),
-    CategoricalField("restecg", (0.0, 1.0, 2.0)), NumericField("thalach", 60.0, 220.0, "bpm"),
-    CategoricalField("exang", (0.0, 1.0)), NumericField("oldpeak", -3.0, 7.0, "mm"),
-    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)), CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
+    NumericField("age", 18.0, 100.0, "years"),  # adult lifespan (same as Cardio)
+    CategoricalField("sex", (0.0, 1.0)),  # file codes
+    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),  # chest-pain type
+    NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),  # resting systolic; Cardio's ap_hi range
+    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True),  # serum cholesterol, physiological range
+    CategoricalField("fbs", (0.0, 1.0)),  # fasting blood sugar > 120 mg/dl
+    CategoricalField("restecg", (0.0, 1.0, 2.0)),  # resting ECG result
+    NumericField("thalach", 60.0, 220.0, "bpm"),  # maximum heart rate achieved
+    CategoricalField("exang", (0.0, 1.0)),  # exercise-induced angina
+    NumericField("oldpeak", -3.0, 7.0, "mm"),  # ST depression (negatives occur in UCI)
+    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),  # slope of the peak exercise ST segment
+    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),  # number of major vessels coloured
+    CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),  # thallium scan result
 )
 
 
@@ -339,19 +306,13 @@ def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarra
     """One UCI Heart centre with the fixed Heart preprocessing: ``(x float32 (n, 47), y int64 {0,1})``. ``centre`` in cleveland,
     hungarian, switzerland, va. All four share one feature space (the schema above); no row is dropped (Heart has no cohort
     filter). Rows are in file order."""
-    centre = one_of("centre", centre, HEART_CENTRES)
-    data_dir = resolve_data_dir(data_dir)
-    folder = data_dir / "heart"
-    name = heart_file(centre)
-    require_files(folder, (name,), "Heart")
-    hash_and_verify(data_dir, folder, (name,), "Heart")
-    return prepare_heart_file(folder / name)
+    x, y, _ = load_heart_raw(resolve_data_dir(data_dir), one_of("centre", centre, HEART_CENTRES))
+    return x, y
 
 
 def load_heart_raw(data_dir: Path, centre: str = "cleveland") -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
     folder = data_dir / "heart"
     name = heart_file(centre)
-    require_files(folder, (name,), "Heart")
     hashes = hash_and_verify(data_dir, folder, (name,), "Heart")
     x, y = prepare_heart_file(folder / name)
     return x, y, hashes
@@ -363,7 +324,7 @@ _BC_MEASUREMENTS = (
     "radius", "texture", "perimeter", "area", "smoothness",
     "compactness", "concavity", "concave points", "symmetry", "fractal dimension",
 )
-#: Upper bounds (mean, error, worst); every lower bound is 0. See the module docstring.
+#: Upper bounds (mean, error, worst); every lower bound is 0 (how they were chosen: the module docstring).
 BREAST_CANCER_UPPER = {
     "radius": (30.0, 3.0, 40.0), "texture": (40.0, 5.0, 50.0), "perimeter": (200.0, 25.0, 260.0), "area": (2500.0, 550.0, 4500.0),
     "smoothness": (0.2, 0.04, 0.25), "compactness": (0.4, 0.15, 1.1), "concavity": (0.5, 0.4, 1.3),

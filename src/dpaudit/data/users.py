@@ -3,14 +3,10 @@
 User-level DP (DP-MixMin paper, section 2 and appendix A.9; McMahan et al. 2018) protects all records of one user: neighbouring
 datasets differ by the whole contribution D_u of one user (adjacency ``add-remove-user``). Two consequences for the data side:
 
-- **Splits follow user boundaries.** Post-processing and parallel composition hold for user-level DP only when the private data is
-  split along user boundaries (paper 000, section 2), so every user's records land in exactly one of train / validation / test.
-  :func:`split_by_users` draws a public, seeded permutation of the *users* (in order of first appearance) and cuts it at integer
-  points with the same rule as :mod:`dpaudit.data.splits` (``(percent * n_users) // 100``); a dataset whose partitions share a
-  user id (a record-level split of user data) is refused by :func:`check_user_split` with a :class:`~dpaudit.errors.DataError`.
-- **User ids are given by the analyst** (a ``user_ids`` array with one id per record, or a column: :func:`user_ids_from_column`).
-  The split is public randomness derived from ``split_seed`` with the record split's generator, so with one record per user the
-  user split equals the record split of the same seed (and user-level DP-SGD equals record-level DP-SGD).
+- **Splits follow user boundaries** (paper 000, section 2: post-processing and parallel composition hold for user-level DP
+  only then): :func:`split_by_users` cuts a public, seeded permutation of the users with the record split's rule and generator
+  (with one record per user it *is* the record split); :func:`check_user_split` refuses partitions that share a user.
+- **User ids are given by the analyst** (a ``user_ids`` array with one id per record).
 
 Loader order: ``--user-ids FILE.npy`` holds one id per row of the dataset *before* splitting, in the order
 :func:`dpaudit.data.load_dataset` reads the rows: the official training rows then the official test rows for MNIST / CIFAR-10, the
@@ -22,7 +18,6 @@ users* (:data:`USER_SPLIT_PERCENT`), including MNIST / CIFAR-10, whose official 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +26,7 @@ import numpy as np
 
 from ..errors import DataError, UsageError
 from ..validation import non_negative_int
-from .base import PreparedDataset
+from .base import PreparedDataset, array_sha256
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
 
@@ -60,25 +55,6 @@ def as_user_ids(user_ids, name: str = "user_ids") -> np.ndarray:
     return a
 
 
-def user_ids_from_column(table, column: str) -> np.ndarray:
-    """The user ids held in ``table[column]`` (a pandas DataFrame, a mapping of arrays or a NumPy structured array). Whole-number
-    float columns (as CSV readers produce) become int64; NaN or fractional values are refused."""
-    try:
-        col = np.asarray(table[column])
-    except (KeyError, ValueError, IndexError):
-        raise DataError(f"user id column must be a column of the table, got {column!r}.") from None
-    if col.dtype.kind == "f":
-        if not np.all(np.isfinite(col)) or not np.all(col == np.round(col)):
-            raise DataError(f"user id column {column!r} must hold whole numbers or strings, got non-integral or missing values.")
-        col = col.astype(np.int64)
-    elif col.dtype.kind == "O":
-        try:
-            col = col.astype(str) if all(isinstance(v, str) for v in col) else col.astype(np.int64)
-        except (TypeError, ValueError):
-            raise DataError(f"user id column {column!r} must hold integers or strings.") from None
-    return as_user_ids(col, f"user id column {column!r}")
-
-
 @dataclass(frozen=True)
 class UserIndex:
     """Records grouped by user; users numbered 0..n_users-1 in order of first appearance. ``order`` lists record indices grouped
@@ -102,12 +78,6 @@ class UserIndex:
     def counts(self) -> np.ndarray:
         """|D_u| for every user (int64)."""
         return np.diff(self.offsets)
-
-    def user_of_record(self) -> np.ndarray:
-        """The user number of every record (int64, length n_records)."""
-        out = np.empty(self.n_records, dtype=np.int64)
-        out[self.order] = np.repeat(np.arange(self.n_users, dtype=np.int64), self.counts)
-        return out
 
     def describe(self) -> dict:
         c = self.counts
@@ -133,12 +103,7 @@ def index_users(user_ids) -> UserIndex:
 
 def user_ids_sha256(user_ids) -> str:
     """Identity of a user-id array (dtype, shape and bytes)."""
-    a = np.ascontiguousarray(as_user_ids(user_ids))
-    h = hashlib.sha256()
-    h.update(str(a.dtype).encode())
-    h.update(str(a.shape).encode())
-    h.update(a.tobytes())
-    return h.hexdigest()
+    return array_sha256(as_user_ids(user_ids))
 
 
 # ---------------------------------------------------------------- splits
@@ -147,12 +112,9 @@ def user_ids_sha256(user_ids) -> str:
 def split_by_users(
     user_ids, *, split_seed: int, train_percent: int = USER_SPLIT_PERCENT[0], val_percent: int = USER_SPLIT_PERCENT[1]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Record index arrays (train, val, test) of a split along user boundaries. The users (numbered by first appearance) are
-    permuted with the record split's generator ``public_rng(split_seed, SPLIT_TAG)`` (:func:`dpaudit.data.splits.permutation`);
-    the first ``(train_percent * n_users) // 100`` users go to train, the next ``(val_percent * n_users) // 100`` to validation,
-    the rest to test. Every record follows its user; within a partition, records are listed user by user in permuted user order
-    (each user's records in loader order). So with one record per user the result *is* :func:`dpaudit.data.splits.split_indices`
-    -- element for element."""
+    """Record index arrays (train, val, test) of a split along user boundaries: the users (numbered by first appearance) are
+    split by the record split's rule and generator (:mod:`dpaudit.data.splits`), and every record follows its user, listed user
+    by user in permuted order. With one record per user the result *is* :func:`~dpaudit.data.splits.split_indices`."""
     split_seed = non_negative_int("split_seed", split_seed)
     index = index_users(user_ids)
     try:
@@ -172,9 +134,7 @@ def split_by_users(
 
 
 def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
-    """Refuse partitions that share a user (a record-level split of user data). User-level DP composes in parallel and survives
-    post-processing only across partitions that follow user boundaries; a user with records in train and in val/test is refused.
-    """
+    """Refuse partitions that share a user (a record-level split of user data; see the module docstring)."""
     parts = {"train": as_user_ids(train_ids, "train user_ids")}
     for name, ids in (("val", val_ids), ("test", test_ids)):
         if ids is not None:
@@ -206,20 +166,14 @@ def unsplit(prepared: PreparedDataset) -> tuple[np.ndarray, np.ndarray]:
     seed = int(prepared.split_seed)
     x_parts = (prepared.x_train, prepared.x_val, prepared.x_test)
     y_parts = (prepared.y_train, prepared.y_val, prepared.y_test)
-    if prepared.name in OFFICIAL_TEST_DATASETS:
-        n_off = len(prepared.y_train) + len(prepared.y_val)
-        tr, va = train_val_indices(n_off, seed, OFFICIAL_TRAIN_PERCENT)
-        if (len(tr), len(va)) != (len(prepared.y_train), len(prepared.y_val)):
-            raise DataError(f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids.")
-        x = np.empty((n_off + len(prepared.y_test),) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
-        y = np.empty(n_off + len(prepared.y_test), dtype=prepared.y_train.dtype)
-        x[tr], x[va], x[n_off:] = x_parts
-        y[tr], y[va], y[n_off:] = y_parts
-        return x, y
     n = sum(len(p) for p in y_parts)
-    tr, va, te = split_indices(n, seed, 70, 15)
+    if prepared.name in OFFICIAL_TEST_DATASETS:  # the official test rows follow the training rows
+        n_off = len(prepared.y_train) + len(prepared.y_val)
+        (tr, va), te = train_val_indices(n_off, seed, OFFICIAL_TRAIN_PERCENT), np.arange(n_off, n)
+    else:
+        tr, va, te = split_indices(n, seed, 70, 15)
     if (len(tr), len(va), len(te)) != tuple(len(p) for p in y_parts):
-        raise DataError(f"dataset {prepared.name} was not split by the registry rule (70/15/15); pass per-partition user ids.")
+        raise DataError(f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids.")
     x = np.empty((n,) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
     y = np.empty(n, dtype=prepared.y_train.dtype)
     for idx, xp, yp in zip((tr, va, te), x_parts, y_parts):

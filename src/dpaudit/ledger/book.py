@@ -1,38 +1,11 @@
 """The privacy budget ledger: a durable, append-only record of every release of every dataset.
 
-One SQLite file (standard library ``sqlite3``; default ``./.dpaudit/ledger.sqlite``, or
-``$DPAUDIT_LEDGER``, or ``--ledger PATH``), in WAL mode with ``synchronous=FULL``, or a team
-ledger on PostgreSQL (``--ledger postgresql://USER@HOST/DB``). The storage layers
-(:mod:`~dpaudit.ledger.store_sqlite`, :mod:`~dpaudit.ledger.store_pg`) keep the rows,
-the transactions and the append-only rules; everything below is written once, for both:
-
-- Every write is one ``BEGIN IMMEDIATE`` transaction, so an entry is either fully there or
-  absent, even if the writing process is killed (SIGKILL) half-way; concurrent writers queue
-  on the lock (busy timeout) instead of failing or interleaving.
-- Entries are append-only (``release``, ``void``, ``cap``, ``partition``, ``reservation``,
-  ``settle``, ``cancel``, ``version``). Triggers refuse UPDATE and DELETE; a release withdrawn
-  by mistake gets a ``void`` entry referencing it.
-- Budget is reserved before training (:meth:`Ledger.reserve`: the cap check and the
-  ``reservation`` entry in one ``BEGIN IMMEDIATE`` transaction, so concurrent runs cannot all
-  pass the check), and the reservation is closed when the run ends: ``settle`` (its releases
-  are recorded in the same transaction) or ``cancel`` (nothing was released). An open
-  reservation counts like a release; a run killed before closing it leaves it spent until an
-  operator voids it.
-- A dataset name means one set of records: every release and reservation stores the keyed
-  fingerprint of its data (:mod:`dpaudit.ledger.fingerprint`; the key lives in
-  ``<ledger>.key``, never in a release). A different fingerprint under a known name is refused
-  (:class:`~dpaudit.errors.DatasetIdentityError`) unless declared with :meth:`Ledger.declare_version`;
-  versions then compose sequentially.
-- Each entry is chained to the one before by its hash and, once the writer's key is registered,
-  signed (Ed25519); :mod:`.integrity` checks both (:meth:`Ledger.verify`) and every budget
-  answer refuses a ledger that fails (fail closed); :mod:`.signing` states the owner policy.
-- The schema has a version table and an ordered list of migrations (:data:`MIGRATIONS`). A
-  ledger of a newer schema, a corrupt or non-SQLite file or a read-only location is refused
-  with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
-
-Composition of what was spent follows :mod:`dpaudit.ledger.compose`: sequential on
-the same records, parallel (worst child) over declared disjoint partitions, and fail-closed
-(a non-private release makes the budget unbounded; an unreadable guarantee is an error).
+The rows live in an SQLite file (:mod:`.store_sqlite`) or a PostgreSQL schema (:mod:`.store_pg`);
+everything here is written once, for both. The guarantees (one transaction per write, append-only
+entry kinds, reservations held before training and closed by ``settle`` / ``cancel`` / ``void``,
+one data identity per dataset name unless a version is declared, the hash chain and signatures
+checked before every budget answer, schema migrations) are stated in docs/ledger.md
+("Reliability", "How the total is composed"); composition itself is :mod:`.compose`.
 """
 
 from __future__ import annotations
@@ -82,20 +55,12 @@ def _sweep_tag(config: object) -> dict | None:
 
 
 def uncertified_reason(release: Release) -> str | None:
-    """Why ``release``'s guarantee is not certified, else None.
-
-    A mechanism records its noise sampler's finite-precision guarantee in
-    ``config["sampler_guarantee"]`` (see :mod:`dpaudit.mechanisms.laplace`); ``certified: false``
-    (the textbook floating-point Laplace sampler of DP-ELM) means the stated epsilon holds only in
-    ideal arithmetic, so the ledger must not count it as that epsilon (Mironov 2012).
-
-    A release whose executed steps differ from the steps its guarantee accounts for (rule 2 of
-    :mod:`dpaudit.claims`) is uncertified too: its stored events do not describe what ran, so
-    nothing composed from them bounds its cost (a release path withholds such a release; this
-    catches a release.json written or edited elsewhere).
-
-    A release whose DP noise is not secret (derived from its published seed:
-    :func:`dpaudit.records.public_noise_reason`) is not private at all and counts as unbounded too."""
+    """Why ``release``'s guarantee is not certified (it then counts as unbounded), else None: its DP
+    noise is derived from its published seed (:func:`dpaudit.records.public_noise_reason`); its
+    executed steps differ from the steps its guarantee accounts for (rule 2 of :mod:`dpaudit.claims`:
+    the stored events do not describe what ran); or its noise sampler records ``certified: false``
+    in ``config["sampler_guarantee"]`` (the textbook floating-point Laplace sampler of DP-ELM holds
+    its epsilon only in ideal arithmetic, Mironov 2012; :mod:`dpaudit.mechanisms.laplace`)."""
     if getattr(release, "non_private", False):
         return None
     public = public_noise_reason(release.noise_source)
@@ -201,20 +166,13 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
 
 
 class Ledger:
-    """An open ledger. Use as a context manager; every method is safe across processes (and, on
-    PostgreSQL, across machines).
-
-    Storage is a :class:`~dpaudit.ledger.store_sqlite.SqliteStore` (a path) or a
-    :class:`~dpaudit.ledger.store_pg.PostgresStore` (a :class:`LedgerLocation` of a
-    ``postgresql://`` URL); every semantic below is the same on both.
-
-    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`,
-    a key name or path; default ``$DPAUDIT_SIGNING_KEY`` or the ``default`` key if it exists).
-    Entries are signed with it once it is registered in this ledger (see :meth:`register_key`).
-
-    ``owner``: the key id (or public key) the ledger's owner must have, pinned from outside the
-    ledger (default ``$DPAUDIT_LEDGER_OWNER``); every budget answer and :meth:`verify` then
-    require its signed registration, so a ledger stripped of it fails closed."""
+    """An open ledger on a path (SQLite) or a ``postgresql://`` :class:`LedgerLocation`. Use as a
+    context manager; every method is safe across processes (and, on PostgreSQL, machines).
+    ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`, name
+    or path; default: :func:`~dpaudit.ledger.signing.load_signing_key`), used once registered
+    (:meth:`register_key`). ``owner``: the owner's key id (or public key), pinned from outside
+    (default ``$DPAUDIT_LEDGER_OWNER``): every budget answer and :meth:`verify` then require its
+    signed registration, so a ledger stripped of it fails closed."""
 
     def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
                  signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None, create: bool = True) -> None:
@@ -254,11 +212,6 @@ class Ledger:
     @property
     def schema_version(self) -> int:
         return self._store.schema_version()
-
-    # -- transactions
-    def _write(self):
-        """One write transaction holding the ledger's lock: all of it commits, or none of it."""
-        return self._store.write()
 
     def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
         """Append one entry inside the caller's write transaction and advance the chain head.
@@ -318,7 +271,7 @@ class Ledger:
         if key is None:
             raise UsageError("signing key must exist to register keys, got none (create one with `dpaudit ledger keygen`).")
         raw = key.public_raw if public_key is None else sg.parse_public_key(public_key)
-        with self._write():
+        with self._store.write():
             ring = self.key_ring()
             kid = sg.key_id(raw)
             if kid in ring.keys:
@@ -334,7 +287,7 @@ class Ledger:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
         Since the owner's registration is itself the policy (see :mod:`~dpaudit.ledger.signing`),
         this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
-        with self._write():
+        with self._store.write():
             for r in self._store.rows():
                 if r[2] == sg.POLICY_KIND and r[8] is not None:
                     return r[1]
@@ -342,14 +295,11 @@ class Ledger:
             return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
 
     def record_plan(self, payload: dict) -> str:
-        """Append a signed ``plan`` entry (ledger-wide; every ledger-wide entry needs a registered
-        key): the registration of a pre-registered audit plan (``stage`` "registered": its id, the
-        SHA-256 of its plan.json, its seed commitment; :mod:`dpaudit.audit_plans`), one run under it
-        (``stage`` "run", written before the run computes anything, so that no run can be hidden) or
-        that run's result (``stage`` "result": the SHA-256 of its shareable audit file). A run needs
-        its plan registered before it; a plan is registered once; a stage already recorded for the
+        """Append a signed ``plan`` entry (:mod:`dpaudit.audit_plans`): a plan's registration, one run
+        under it (written before the run computes anything, so that no run can be hidden) or that
+        run's result. A plan is registered once, before its runs; a stage already recorded for the
         same run (a resumed audit) returns its entry. Returns the entry id."""
-        with self._write():
+        with self._store.write():
             plans = [(r[1], json.loads(r[5])) for r in self._store.rows() if r[2] == sg.PLAN_KIND]
             return _recorded_plan_entry(payload, plans, self.path) or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
@@ -453,15 +403,17 @@ class Ledger:
             raise UsageError(f"entry id must identify one entry, got {entry_id!r} (matches {len(matches)}).")
         raise UsageError(f"entry id must be an id in ledger {self.path}, got {entry_id!r}.")
 
-    def _intact_entries(self, dataset: str | None = None) -> list[Entry]:
-        """Entries, after checking the whole hash chain and every signature: budgets are never
+    def _intact_rows(self) -> list:
+        """Every row, after checking the whole hash chain and every signature: budgets are never
         computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
         snap = self._snapshot()
-        head, rows = snap.head, snap.rows
-        problems = chain_problems(head, rows) or self._signature_problems(rows)
+        problems = chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows)
         if problems:
             raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
-        return self._entries_from_rows([r for r in rows if dataset is None or r[4] == dataset])
+        return snap.rows
+
+    def _intact_entries(self, dataset: str | None = None) -> list[Entry]:
+        return self._entries_from_rows([r for r in self._intact_rows() if dataset is None or r[4] == dataset])
 
     def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
@@ -490,21 +442,12 @@ class Ledger:
 
     # -- writing
     def record(self, release: Release, *, artefact_path: str | None = None) -> str:
-        """Append ``release`` (one transaction); returns its entry id (= ``release.id``).
-
-        The guarantee must parse as an event unless the release is non-private (then the
-        dataset's budget becomes unbounded). A release whose adjacency differs from the
-        releases already recorded on its dataset is refused (AdjacencyMismatchError), since
-        the two could never be composed; so is one whose data fingerprint differs from the
-        dataset's recorded versions (DatasetIdentityError; see :meth:`declare_version`).
-        Recording the identical release twice is a no-op. A release whose guarantee is not
-        certified (e.g. DP-ELM with the textbook Laplace sampler) is recorded as such and makes
-        the dataset's budget unbounded until voided.
-        The cap is *not* enforced here: by now the model exists, and an unrecorded release is
-        worse than an over-cap one; :meth:`reserve` / :meth:`preflight` is where over-cap work
-        is refused.
-        """
-        with self._write():
+        """Append ``release`` (one transaction); returns its entry id (= ``release.id``); recording
+        the identical release twice is a no-op. Refused: an unparsable guarantee, another adjacency
+        or data fingerprint than the dataset's (see :meth:`declare_version`). An uncertified release
+        is recorded as such (unbounded until voided). The cap is *not* enforced here: the model
+        exists, and an unrecorded release is worse than an over-cap one (:meth:`reserve` refuses)."""
+        with self._store.write():
             return self._record(release, artefact_path)
 
     def _release_payload(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> tuple[str, dict]:
@@ -585,18 +528,15 @@ class Ledger:
         payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta}
         if include_audits:
             payload["include_audits"] = True  # absent otherwise: caps written before audits read the same
-        with self._write():
+        with self._store.write():
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
-        """Record that ``parent`` is the disjoint union of ``children`` (as stated by ``declared_by``,
-        the mechanism or person that made the split). Releases on the children then compose in
-        parallel. Re-declaring the identical split returns the existing entry id.
-
-        Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child, or a partition inside
-        one, already holds a release or an open reservation: those were composed sequentially with
-        everything else on ``parent``, and a later declaration would turn that into parallel
-        composition and lower what was spent."""
+        """Record that ``parent`` is the disjoint union of ``children`` (as stated by ``declared_by``);
+        releases on the children then compose in parallel. Re-declaring the identical split returns
+        its entry id. Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child already
+        holds a release or an open reservation: parallel composition after the fact would lower what
+        was spent."""
         _check_name("dataset", dataset)
         _check_name("parent partition", parent)
         children = tuple(children)
@@ -608,7 +548,7 @@ class Ledger:
             raise UsageError(f"children must be distinct and differ from the parent {parent!r}, got {list(children)!r}.")
         if not isinstance(declared_by, str) or not declared_by.strip():
             raise UsageError(f"declared_by must be a non-empty string naming who made the split, got {declared_by!r}.")
-        with self._write():
+        with self._store.write():
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             if state.check_partition(parent, children):
                 for e in self.entries(dataset=dataset, kind="partition"):
@@ -619,19 +559,14 @@ class Ledger:
             return self._append("partition", dataset, payload)
 
     def void(self, entry_id: str, reason: str, *, published: bool | None = None) -> str:
-        """Withdraw a release recorded by mistake, or the open reservation of a run that was
-        killed: appends a ``void`` entry referencing it; the original entry stays.
-
-        ``published``: whether the entry's artefacts were ever published (stored as
-        ``artefacts_published``). A void of never-published artefacts no longer counts towards the
-        budget (summaries show it apart); one of published artefacts keeps counting, since a
-        published model has spent its budget whatever is withdrawn later. On a signed ledger
-        (an owner is registered) ``published`` is required and the void must be signed by the
-        owner's key (:class:`~dpaudit.errors.LedgerAuthorityError` otherwise)."""
+        """Withdraw a release or audit recorded by mistake, or the open reservation of a killed run,
+        with a ``void`` entry referencing it (the entry stays). Only a void of never-published
+        artefacts (``published`` False) stops counting; on a signed ledger ``published`` is required
+        and the owner's key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md)."""
         reason = _check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
-        with self._write():
+        with self._store.write():
             self._check_void_authority(published)
             target = self.get(entry_id)
             if target.kind not in ("release", "reservation", "audit"):
@@ -660,13 +595,11 @@ class Ledger:
 
     def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None, trials: int,
                      mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None) -> str:
-        """Record an audit that trains on ``dataset:partition``'s private records, before its
-        trials run: ``event`` is what the trials compose to (each trial is one run of the
-        mechanism on the private data, with or without the canary), None with ``unbounded_reason``
-        when some trials run without DP noise (a no-noise control). One write transaction: when
-        the dataset's cap includes audits (:meth:`cap`), an audit that would push the composed
-        total of releases and audits over it is refused (:class:`BudgetExceededError`) and
-        nothing is written. Returns the entry id (``audit_id``)."""
+        """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
+        records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
+        run without DP noise. In one write transaction, an audit that would push releases + audits
+        over a cap that includes audits (its own or one reached through shared people) is refused
+        (:class:`BudgetExceededError`) and nothing is written. Returns ``audit_id``."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -676,31 +609,29 @@ class Ledger:
                    "release_id": release_id, "dpaudit_version": __version__}
         if non_private:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
-        with self._write():
-            audited = [e for e in self.entries() if e.id == release_id] if release_id else []
+        with self._store.write():
+            # One verified read serves the audited release's rows, the caps and the people index.
+            rows = self._intact_rows()
+            entries = self._entries_from_rows(rows)
+            audited = [e for e in entries if release_id and e.id == release_id]
             if audited and isinstance(audited[0].payload.get("rows"), dict):
                 payload["rows"] = audited[0].payload["rows"]  # the audit trains on the audited release's rows
-            state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+            states = lc.replay(entries)
+            state = states.get(dataset) or lc.DatasetState(dataset)
             current = state.with_audits().adjacency()
             if current is not None:
                 require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}")
             view = lc.release_view(audit_id, dataset, payload, kind="audit")
             if state.cap is not None and state.cap_includes_audits:
                 self._check_audit_cap(state, view, payload)
-            self._audit_people_check(dataset, view, payload)
+            # Every cap that includes audits and shares people with the dataset (ledger.rows), with this audit.
+            index = lr.PeopleIndex.build(rows, entries, states)
+            footprint = index.footprint(dataset, payload)
+            after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
+            _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
+            if refusal is not None:
+                raise BudgetExceededError(refusal)
             return self._append("audit", dataset, payload, entry_id=audit_id)
-
-    def _audit_people_check(self, dataset: str, planned: lc.ReleaseView, payload: dict) -> None:
-        """Every cap that includes audits and shares people with ``dataset`` (ledger.rows), with the planned audit."""
-        states, index = self._people_index()
-        footprint = index.footprint(dataset, payload)
-        before = dict(states)
-        st = states.get(dataset) or lc.DatasetState(dataset)
-        states[dataset] = dataclasses.replace(st, audits=st.audits + [planned])
-        _, refusal = lr.check_caps(index.with_planned(dataset, footprint), before, states, dataset, payload["partition"], footprint,
-                                   what="audit")
-        if refusal is not None:
-            raise BudgetExceededError(refusal)
 
     def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
         cap_eps, cap_delta = state.cap
@@ -718,13 +649,11 @@ class Ledger:
 
     # -- budget
     def check(self, *, exclude_reservations=(), **planned) -> dict:
-        """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do
-        to the budget (no write). Open reservations count like releases, except
-        ``exclude_reservations``: those that already hold this planned release (a sweep's, checked
-        by one of its tasks). A data digest unknown to the dataset raises
-        :class:`DatasetIdentityError`; rows read as public that another release holds private (or
-        the reverse) raise :class:`~dpaudit.errors.RowRoleCollisionError`; every cap of a dataset
-        sharing people with it is checked too (:mod:`.rows`)."""
+        """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do to
+        the budget (no write). Open reservations count like releases, except ``exclude_reservations``
+        (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
+        unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
+        every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
         plan = PlannedSpend(**planned)
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
@@ -766,13 +695,8 @@ class Ledger:
             result.update(allowed=False, people_refusal=refusal)
 
     def preflight(self, *, exclude_reservations=(), **planned) -> dict:
-        """Refuse (BudgetExceededError) a planned release that would push its dataset over its cap,
-        and (DatasetIdentityError) one whose data differ from the dataset's recorded versions.
-
-        Called *before* any training; writes nothing (:meth:`reserve` also holds the budget).
-        The composed total follows the partition tree (see
-        :mod:`~dpaudit.ledger.compose`); no cap means no limit. Returns :meth:`check`'s dict.
-        """
+        """:meth:`check`, raising its refusals (:class:`BudgetExceededError`) before any training;
+        writes nothing (:meth:`reserve` also holds the budget). Returns :meth:`check`'s dict."""
         plan = PlannedSpend(**planned)
         r = self.check(exclude_reservations=exclude_reservations, **planned)
         if r["allowed"]:
@@ -803,7 +727,7 @@ class Ledger:
         ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
         plan = PlannedSpend(**planned)
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
-        with self._write():
+        with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
             info = plan.data_info or {}
             payload = {
@@ -834,7 +758,7 @@ class Ledger:
         reservation, in one transaction; returns the release ids. Either all of it is in the
         ledger afterwards, or none of it (and the reservation stays open, spent)."""
         items = [(r, None) if isinstance(r, Release) else tuple(r) for r in releases]
-        with self._write():
+        with self._store.write():
             target = self._open_reservation(reservation_id)
             ids = [self._record(rel, art, target.payload.get("rows")) for rel, art in items]
             self._append("settle", target.dataset, {"target": target.id, "releases": ids})
@@ -843,7 +767,7 @@ class Ledger:
     def cancel(self, reservation_id: str, reason: str) -> str:
         """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
         reason = _check_reason(reason)
-        with self._write():
+        with self._store.write():
             target = self._open_reservation(reservation_id)
             return self._append("cancel", target.dataset, {"target": target.id, "reason": reason})
 
@@ -852,19 +776,16 @@ class Ledger:
         return [e for e in self.entries(dataset=dataset, kind="reservation") if e.closed_by is None]
 
     def declare_version(self, dataset: str, fingerprint: str, reason: str) -> str:
-        """Accept data with keyed ``fingerprint`` as a new version of ``dataset``.
-
-        Privacy contract: nothing is assumed about how the versions' records relate (they may
-        share any of them), so the releases of each version compose on their own tree and the
-        versions compose *sequentially* in every total (never in parallel). ``fingerprint`` is the
-        64-hex keyed fingerprint printed by the refusal. Declaring an already declared version
-        returns its entry id."""
+        """Accept data with keyed ``fingerprint`` (the 64 hex printed by the refusal) as a new version
+        of ``dataset``; an already declared version returns its entry id. Privacy contract: the
+        versions may share any records, so they compose *sequentially* in every total
+        (:meth:`~.compose.DatasetState.version_groups`)."""
         _check_name("dataset", dataset)
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):
             raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
         reason = _check_reason(reason)
-        with self._write():
+        with self._store.write():
             state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
             if fp in state.versions:
                 return state.versions[fp]
@@ -875,20 +796,10 @@ class Ledger:
 
     def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None,
                 progress: bool = False) -> list[dict]:
-        """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition.
-
-        Each row: releases (directly on it / in its subtree), composed epsilon bounds at the
-        cap's delta (default 1e-5) from rdp, prv (upper bound) and, for pure-only trees, the
-        pure sum; ``epsilon`` = the smallest of those bounds; the naive sum of the releases'
-        own claims; the cap; ``remaining`` = cap epsilon minus the *dataset* total (the budget a
-        new release can still use, whatever partition it touches). The dataset row also shows
-        ``voided_epsilon`` (what voids of never-published artefacts took out of the total,
-        composed) and ``voided_published_releases`` (voided, but still counted).
-
-        ``sweep``: compose only the releases recorded under that sweep (what the sweep alone
-        spent); ``remaining`` is then None, since it is a property of the whole dataset.
-        ``progress``: one step per dataset composed, on stderr (dpaudit.progress).
-        """
+        """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition
+        (:func:`.queries.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
+        ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
+        property of the whole dataset). ``progress``: one step per dataset composed, on stderr."""
         if dataset is not None:
             _check_name("dataset", dataset)
         if sweep is not None:
@@ -898,22 +809,18 @@ class Ledger:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
             raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
-        people = self._people_summary(accountants) if sweep is None else {}
+        people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
         return queries.summary_rows(states, people, accountants, whole=sweep is None, progress=progress)
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
         shares people with whom (ledger.rows), from the verified entries."""
-        entries = self._intact_entries()
+        rows = self._intact_rows()
+        entries = self._entries_from_rows(rows)
         states = lc.replay(entries)
         if adjust is not None:
             states = {n: adjust(st) for n, st in states.items()}
-        return states, lr.PeopleIndex.build(self._store.rows(), entries, states)
-
-    def _people_summary(self, accountants) -> dict:
-        """Per dataset sharing people with others (ledger.rows): the other names and the epsilon of
-        all of them composed sequentially, at the dataset's delta."""
-        return queries.people_summary(*self._people_index(), accountants)
+        return states, lr.PeopleIndex.build(rows, entries, states)
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
@@ -955,7 +862,7 @@ class Ledger:
         the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
         integrity.require_export(dump)
         key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
-        with self._write():
+        with self._store.write():
             if self._store.rows():
                 raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
             rows = integrity.import_chain(dump)

@@ -1,32 +1,13 @@
 """Budget composition over the ledger's partition tree (pure functions, no I/O).
 
-Privacy contract (docs/architecture.md, "the guarantee is data"; DP-MixMin paper, Sec. 1 and Fig. 1):
-
-- Releases on the *same* partition compose sequentially. Their stored events are recomposed
-  exactly by the accountants (RDP curves add; PRVs convolve; pure epsilons add).
-- A partition declared as a disjoint union of children (``mnist:train = train/mix + train/ft``)
-  composes its children in parallel: the worst child counts, not the sum (parallel
-  composition, McSherry 2009; used by DP-MixMin for its mixing / fine-tuning split).
-  Releases made directly on the parent compose sequentially with that worst child:
-  ``total(P) = Composed(releases on P + [Parallel(total(c) for c in children(P))])``.
-  Disjointness is declared, never inferred.
-- A path names containment: ``train/x`` lies inside ``train``. Undeclared sub-partitions are
-  subsets that may overlap each other, so they compose *sequentially* with their parent's
-  releases (``total(P)`` also includes ``total(s)`` for each undeclared subset ``s``).
-- Partitions that were never declared disjoint may overlap, so the dataset total composes all
-  root partitions *sequentially* (fail closed). Declaring e.g. ``all = train + val + test``
-  is how a user states that they are disjoint.
-- A non-private release has no guarantee: its partition, every ancestor and the dataset total
-  are unbounded (epsilon = inf). It is never counted as 0.
-- Every reported epsilon is an upper bound; the headline ``epsilon`` is the smallest of the
-  valid upper bounds available (rdp, prv upper bound, and the pure sum for pure-only trees).
-- Noise tails (issue 13, point 3): a release made with a truncated sampler records its
-  ``noise_tail_delta`` (dpaudit.noise). Every total sums them (tau, an upper bound on the total
-  tail mass) and evaluates its epsilon at a delta reduced so that the truncated composition is
-  (epsilon, delta)-DP at the reported delta (:func:`bounds`); naive delta sums add them too.
-  Entries without the key (older releases) count 0: their sampler was not recorded. A planned
-  release's own tail is not known to the pre-check; it enters when the release is recorded
-  (at most 1 % of its delta by construction, below 1e-19 for every built-in configuration).
+Privacy contract (docs/ledger.md, "How the total is composed"): releases on one partition compose
+sequentially, exactly (RDP curves add, PRVs convolve, pure epsilons add); a partition declared a
+disjoint union composes its children in parallel (the worst child, McSherry 2009), sequentially
+with the releases made on it: ``total(P) = Composed(releases on P, undeclared subsets of P,
+Parallel(declared children of P))``. Disjointness is declared, never inferred: undeclared
+sub-partitions and the root partitions compose sequentially. A non-private or uncertified
+release makes its subtree unbounded, never 0. Every reported epsilon is an upper bound, the
+headline the smallest; noise tails are summed and composed soundly (:func:`bounds`).
 """
 
 from __future__ import annotations
@@ -47,10 +28,7 @@ from . import result_cache
 DEFAULT_DELTA = 1e-5
 #: the summary row that stands for the whole dataset (all root partitions).
 DATASET_SCOPE = "*"
-#: Partition declarations that are not honoured as disjoint: the DP-MixMin split written by
-#: dpaudit before the keyed split rule (declared by "dp-mixmin" on a parent named
-#: ``train/mixmin[-user]-rho<rho>-seed<seed>``): a seeded permutation of n records, unstable
-#: under add/remove (see :func:`replay`). Today's split partitions name their rule.
+#: Parents of the DP-MixMin split declared before the keyed split rule, not honoured as disjoint (see :func:`replay`).
 _UNSTABLE_SPLIT = re.compile(r"^train/mixmin(-user)?-rho[^/]*-seed-?\d+$")
 
 
@@ -90,8 +68,7 @@ class ReleaseView:
     event: Event | None  # None only for a non-private release
     non_private: bool
     mechanism: str = ""
-    #: the dataset identity the release was made on: the keyed fingerprint (or, for entries
-    #: written before keyed fingerprints, the key applied to their stored sha256); "" unknown.
+    #: the dataset identity the release was made on (:func:`entry_identity`); "" unknown.
     fingerprint: str = ""
     #: "release", or "reservation" for budget held by a run that has not released yet.
     kind: str = "release"
@@ -185,11 +162,8 @@ class DatasetState:
 
     def version_groups(self) -> list["DatasetState"]:
         """One state per data identity (keyed fingerprint; unknown identity is a group of its own).
-
-        Releases on two versions of a dataset (declared with ``ledger declare-version``) may
-        share records in any way, so each version's tree is composed on its own and the versions
-        then compose *sequentially* (never in parallel: a disjoint split of one version says
-        nothing about the records of the other)."""
+        Versions may share records in any way: each version's tree is composed on its own and the
+        versions *sequentially* (a disjoint split of one says nothing about the other's records)."""
         groups: dict[str, list] = {}
         for r in self.releases:
             groups.setdefault(r.fingerprint, []).append(r)
@@ -242,10 +216,8 @@ class DatasetState:
 
 
 def entry_identity(payload: dict, identify=None) -> str:
-    """The data identity of a release or reservation payload: its keyed ``dataset_fingerprint``;
-    for entries written before keyed fingerprints, ``identify(dataset_sha256)`` (the same key
-    applied to the stored plain digest, so old and new entries on the same data agree), or the
-    plain digest itself when no ``identify`` is given; "" when unknown."""
+    """The keyed ``dataset_fingerprint`` of a release or reservation payload; for entries written
+    before keyed fingerprints, ``identify(dataset_sha256)`` (the plain digest if no ``identify``); "" unknown."""
     fp = payload.get("dataset_fingerprint")
     if isinstance(fp, str) and fp:
         return fp
@@ -307,11 +279,9 @@ def _close(st: DatasetState, e, r: ReleaseView) -> None:
 
 
 def replay(entries, identify=None) -> dict[str, DatasetState]:
-    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order.
-
-    ``identify(sha256) -> fingerprint`` keys the plain digests of entries written before keyed
-    fingerprints (see :func:`entry_identity`). An open reservation counts like a release; a
-    ``settle``, ``cancel`` or ``void`` entry referencing it closes it."""
+    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order
+    (``identify``: see :func:`entry_identity`). An open reservation counts like a release until a
+    ``settle``, ``cancel`` or ``void`` entry closes it."""
     states: dict[str, DatasetState] = {}
     by_id: dict[str, ReleaseView] = {}
 
@@ -350,10 +320,9 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                 state(e.dataset).cap_includes_audits = bool(p.get("include_audits", False))
             elif e.kind == "partition":
                 if unstable_declaration(str(p["parent"]), str(p.get("declared_by", ""))):
-                    # Declared by dpaudit before the keyed split (issue 13, point 1): that split was
-                    # a permutation of n records, so a neighbouring dataset moves other records
-                    # between the two sides and the parallel claim does not hold. Ignoring the
-                    # declaration leaves the children as undeclared subsets: sequential (sound).
+                    # A seeded permutation of n records (issue 13, point 1): a neighbouring dataset
+                    # moves other records between the sides, so the parallel claim does not hold.
+                    # Ignored, the children stay undeclared subsets: sequential (sound).
                     continue
                 state(e.dataset).add_partition(str(p["parent"]), tuple(p["children"]), str(p.get("declared_by", "")))
             elif e.kind in ("key", "policy", "rows", "plan"):

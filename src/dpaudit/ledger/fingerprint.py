@@ -1,14 +1,10 @@
 """Keyed dataset fingerprints: how the ledger names a dataset's records without publishing a hash of them.
 
-Why keyed. A plain SHA-256 of the prepared private data is a deterministic function of the
-data: published in a release, it tells neighbouring datasets apart exactly (one record more or
-less gives another hash), which no DP guarantee allows. The ledger still needs to know whether
-two releases used the same records. It therefore stores ``HMAC-SHA256(key, digest)``, where
-``digest`` is the plain SHA-256 the mechanism computed (never stored) and ``key`` is a 32-byte
-secret kept in a file beside the ledger (``<ledger>.key``, mode 0600, created with
-``os.urandom`` on first use). Without the key the fingerprint is a random-looking string that
-reveals nothing about the data; with it, the same data always maps to the same fingerprint, so
-the ledger can refuse a release whose data differ from what a dataset name meant before.
+Why keyed. A plain SHA-256 of the private data tells neighbouring datasets apart exactly, which
+no DP guarantee allows; the ledger still needs to know whether two releases used the same records.
+It stores ``HMAC-SHA256(key, digest)`` (``digest``: the plain SHA-256, never stored; ``key``: 32
+random bytes in ``<ledger>.key``, mode 0600). Without the key it reveals nothing about the data;
+with it, the same data always map to the same fingerprint.
 
 The key never enters a release. Losing it does not lose budget: the ledger keeps every entry,
 and new releases simply cannot be matched to old fingerprints (they are refused until the
@@ -34,11 +30,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def keyed_fingerprint(key: bytes, digest: str) -> str:
-    """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters.
-
-    ``digest`` is the plain (unkeyed) identity of the data, e.g. the SHA-256 hex of the
-    prepared arrays; it is hashed as its ASCII text, so the same digest always gives the same
-    fingerprint under one key."""
+    """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters (``digest``: the plain identity
+    of the data, e.g. the SHA-256 hex of the prepared arrays, hashed as its text)."""
     if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
         raise UsageError(f"key must be {KEY_BYTES} bytes, got {type(key).__name__} of length {len(key) if hasattr(key, '__len__') else '?'}.")
     if not isinstance(digest, str) or not digest:
@@ -58,12 +51,9 @@ def key_path(ledger_path: str | os.PathLike) -> Path:
 
 
 def ledger_key(ledger_path: str | os.PathLike, *, create: bool = True) -> bytes:
-    """The 32-byte secret of the ledger at ``ledger_path``, created on first use if ``create``.
-
-    Creation is race-free across processes: the key is written to a private temporary file and
-    hard-linked into place, which fails if another process got there first (then its key is
-    read). The file is created with mode 0600. A key file of the wrong size is an error, never
-    replaced (replacing it would silently change every fingerprint)."""
+    """The 32-byte secret of the ledger at ``ledger_path``, created on first use if ``create``: race-free
+    (written privately, then hard-linked into place; another process's key wins and is read). A key
+    file of the wrong size is an error, never replaced (that would change every fingerprint)."""
     path = key_path(ledger_path)
     try:
         data = path.read_bytes()
@@ -79,20 +69,24 @@ def ledger_key(ledger_path: str | os.PathLike, *, create: bool = True) -> bytes:
     return data
 
 
+def write_secret(path: str | os.PathLike, data: bytes) -> None:
+    """Create ``path`` holding ``data``, mode 0600 from its creation (never readable by others, not
+    even briefly), synced to disk; FileExistsError if it exists (a secret is never overwritten)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(bytes(data))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _create_key(path: Path) -> bytes:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_secret(tmp, os.urandom(KEY_BYTES))
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(KEY_BYTES))
-                f.flush()
-                os.fsync(f.fileno())
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(tmp, path)  # atomic, and fails if another process created the key first
-            except FileExistsError:
-                pass
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -1,12 +1,8 @@
-"""The ledger's integrity checker: the hash chain, the entries' readability, the signatures
-(owner policy: :mod:`.signing`) and published anchors, over one snapshot of a store; and the
-export / import of a ledger's rows verbatim.
-
-Each entry stores ``hash = sha256(prev_hash, id, kind, created_at, dataset, payload)`` (a signed
-entry's covers its signer and signature too); the store's ``chain_head`` holds the last hash and
-the entry count. :func:`verify_snapshot` names the entry that was edited, deleted, reordered or
-forged. Pure functions: the budget book (:mod:`.book`) reads the snapshot and refuses to compute
-a budget from a ledger that fails here (fail closed).
+"""The ledger's integrity checker (pure functions over one snapshot of a store): the hash chain
+(:func:`entry_hash`; the store's ``chain_head`` holds the last hash and the entry count), the
+entries' readability, the signatures (:mod:`.signing`) and published anchors; :func:`verify_snapshot`
+names the entry that was edited, deleted, reordered or forged, and the budget book refuses a ledger
+that fails here (fail closed). Also the export / import of a ledger's rows verbatim.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ from . import compose as lc
 from . import rows as lr
 from . import signing as sg
 from .fingerprint import is_fingerprint
-from .paths import GENESIS_HASH
-from .store_sqlite import ENTRY_COLUMNS
+from .paths import ENTRY_COLUMNS, GENESIS_HASH
 
 ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"

@@ -3,13 +3,13 @@
 A file path selects the embedded SQLite ledger (the default). ``postgresql://USER@HOST[:PORT]/DB``
 (or ``postgres://``) selects a PostgreSQL team ledger (:mod:`dpaudit.ledger.store_pg`); an
 optional ``?schema=NAME`` query parameter keeps several ledgers in one database (default schema
-``dpaudit``). Any other ``scheme://`` is refused (:class:`~dpaudit.errors.UsageError`, exit 2):
-before this check ``--ledger postgresql://...`` silently became an SQLite file under a folder
-named ``postgresql:``, i.e. a private ledger that no teammate's cap could see.
+``dpaudit``). Any other ``scheme://`` is refused (:class:`~dpaudit.errors.UsageError`, exit 2),
+never taken for a file path (a private ledger no teammate's cap could see).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import re
@@ -33,8 +33,6 @@ DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 #: Default PostgreSQL schema that holds the ledger's tables.
 DEFAULT_PG_SCHEMA = "dpaudit"
-#: Query parameters dpaudit consumes itself (libpq would reject them).
-_OWN_PARAMS = ("schema",)
 # "scheme://..." as typed, or "scheme:/..." once pathlib collapsed the double slash (the CLI's
 # --ledger option is a Path). A Windows drive ("C:\\x", "C:/x") has a one-letter scheme: a path.
 _URL_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]+):/(?P<rest>.*)$", re.S)
@@ -113,13 +111,9 @@ def _from_url(text: str, scheme: str, rest: str) -> LedgerLocation:
     url = f"postgresql://{rest[1:] if rest.startswith('/') else rest}"
     parts = urllib.parse.urlsplit(url)
     params = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    schema = DEFAULT_PG_SCHEMA
-    kept = []
-    for k, v in params:
-        if k == "schema":
-            schema = v
-        else:
-            kept.append((k, v))
+    # ``schema`` is dpaudit's own parameter (libpq would reject it); the last one given counts.
+    schema = next((v for k, v in reversed(params) if k == "schema"), DEFAULT_PG_SCHEMA)
+    kept = [(k, v) for k, v in params if k != "schema"]
     if not _SCHEMA_RE.match(schema):
         raise UsageError(f"ledger schema must be a lower-case SQL name (letters, digits, '_', at most 63), got {schema!r}.")
     if not parts.path.strip("/"):
@@ -158,13 +152,53 @@ def require_existing(loc: LedgerLocation) -> LedgerLocation:
     return loc
 
 
-def resolve_ledger_path(path: str | os.PathLike | None = None) -> Path:
-    """The SQLite file of ``path`` (see :func:`resolve_ledger`); a URL is refused here (this
-    function's callers need a file), an unknown scheme always."""
-    loc = resolve_ledger(path)
-    if loc.backend != "sqlite":
-        raise UsageError(f"ledger must be a file path here, got the {loc.backend} ledger {loc.display!r}.")
-    return loc.path
+#: Every column of an entry, in the order the ledger's rows use (both stores, the export).
+ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
+
+
+class StoreBase:
+    """What both stores share: a store sets ``_prefix`` (its schema, qualifying the table names),
+    ``_mark`` (its parameter placeholder), ``display`` and ``_conn``, and provides ``execute``."""
+
+    _prefix = ""
+    _mark = "?"
+    _conn = None
+
+    @property
+    def conn(self):
+        if self._conn is None:
+            raise LedgerError(f"ledger {self.display} is closed.")
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing a connection the server dropped
+                self._conn.close()
+            self._conn = None
+
+    def schema_version(self) -> int:
+        row = self.execute(f"SELECT MAX(version) FROM {self._prefix}schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def head(self) -> tuple[int, int, str] | None:
+        return self.execute(f"SELECT seq, count, hash FROM {self._prefix}chain_head WHERE one = 1").fetchone()
+
+    def last(self) -> tuple[int, str] | None:
+        return self.execute(f"SELECT seq, hash FROM {self._prefix}entries ORDER BY seq DESC LIMIT 1").fetchone()
+
+    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
+        """Rows as :data:`ENTRY_COLUMNS` tuples in append (seq) order."""
+        where, params = "", ()
+        if dataset is not None:
+            where, params = f"WHERE dataset = {self._mark}", (dataset,)
+        elif entry_id is not None:
+            where, params = f"WHERE id = {self._mark}", (entry_id,)
+        return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {self._prefix}entries {where} ORDER BY seq", params).fetchall()
+
+    def count_keyed(self) -> int:
+        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
+        return int(self.execute(f"SELECT count(*) FROM {self._prefix}entries WHERE kind IN ('version', 'rows') OR payload LIKE {self._mark}",
+                                ('%"dataset_fingerprint":"%',)).fetchone()[0])
 
 
 def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:

@@ -1,7 +1,5 @@
 """Read-only questions to the ledger: what each dataset and partition has spent (the summary rows).
-
-Pure functions over the replayed dataset states (:mod:`.compose`) and the people index
-(:mod:`.rows`); the budget book (:mod:`.book`) reads and verifies the entries first.
+Pure functions over the replayed, verified dataset states (:mod:`.compose`) and the people index (:mod:`.rows`).
 """
 
 from __future__ import annotations

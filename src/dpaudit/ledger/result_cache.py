@@ -1,10 +1,8 @@
 """On-disk cache of the prv accountant's answers for ledger totals (``dpaudit ledger summary``).
 
-``import prv_accountant`` alone takes ~1.3 s (it imports scipy.signal, stats, integrate and
-optimize) and its composition more; a ledger summary asks it about the same composed events every
-time until a release is recorded. So, inside :func:`enabled` (the ``ledger summary`` command),
-:func:`dpaudit.ledger.compose.bounds` keeps the prv answers (the bounds, or the accountant's refusal) in ``<cache dir>/prv_results.json`` (the
-directory of the calibration cache: ``$DPAUDIT_CACHE_DIR``, else ``~/.cache/dpaudit``).
+``import prv_accountant`` alone takes ~1.3 s, and a ledger summary asks it about the same composed
+events until a release is recorded. So, inside :func:`enabled` (``ledger summary``), the prv answers
+(bounds or refusals) are kept in ``prv_results.json`` in :func:`dpaudit.paths.cache_dir`.
 
 Privacy contract:
 
@@ -16,10 +14,8 @@ Privacy contract:
 - Each entry carries a hash of its key and its values; a damaged or half-written entry (or file)
   is ignored, never read as a number. Writes are atomic (rename), so readers see an old or a new
   file, never a mix.
-- The rdp bound of every total is always recomputed (it is cheap), and the ledger reports the
-  smaller of the bounds, as before. The cache is trusted as the calibration cache and the
-  installed code are: it lives in the user's own cache directory; the ledger's hash chain and
-  signatures protect its entries, not this local memo of a computation.
+- The rdp bound is always recomputed. The cache is trusted as the calibration cache and the
+  installed code are (the user's own cache directory), not protected by the ledger's chain.
 - A cached refusal only drops the prv bound (the total can only go up); a failure that is not a
   refusal (:class:`~dpaudit.errors.UnsupportedEventError`) is never cached.
 """
@@ -30,13 +26,12 @@ import contextlib
 import hashlib
 import importlib.util
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from .. import __version__
 from ..accounting.accountants import AccountantResult
 from ..errors import UnsupportedEventError
+from ..paths import cache_dir, write_atomically
 
 #: Accountants whose answers are cached (rdp is recomputed: numpy only, milliseconds).
 CACHED_ACCOUNTANTS = frozenset({"prv"})
@@ -63,8 +58,7 @@ def enabled():
 
 
 def _cache_path() -> Path:
-    env = os.environ.get("DPAUDIT_CACHE_DIR")  # as calibration.cache_dir(), without importing it
-    return (Path(env) if env else Path.home() / ".cache" / "dpaudit") / _FILE
+    return cache_dir() / _FILE
 
 
 def _code_fingerprint() -> str:
@@ -138,22 +132,13 @@ def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
         value = {"epsilon": float(result.epsilon), "epsilon_lower": result.epsilon_lower, "epsilon_estimate": result.epsilon_estimate}
         if not all(isinstance(v, float) for v in value.values()):
             return
-    path = _cache_path()
     try:
         key = _key(event, delta, accountant, adjacency)
-        path.parent.mkdir(parents=True, exist_ok=True)
         entries = _load().get("entries", {})
         entries.pop(key, None)
         entries[key] = {"value": value, "check": _check(key, value)}
         while len(entries) > MAX_ENTRIES:
             entries.pop(next(iter(entries)))
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".prv_results.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"format": _FORMAT, "entries": entries}, f)
-            os.replace(tmp, path)  # atomic: readers see the old or the new file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomically(_cache_path(), json.dumps({"format": _FORMAT, "entries": entries}))
     except (OSError, TypeError, ValueError, AttributeError):
         pass

@@ -1,24 +1,10 @@
 """One budget per person, whatever the dataset is called (rows of named sources; dpaudit.data.rows).
 
-Privacy contract:
-
-- A release or reservation stores, under ``rows``, for each role (private / public) and source,
-  the id of a *row set*: a ``rows`` entry holding the keyed hashes of its row ids
-  (``blake2b(key = the ledger's fingerprint key, source | id)``, 8 bytes each, sorted). Without
-  the key the hashes say nothing; with it, "do two releases share a row" is an exact set test
-  (two different rows collide with probability 2^-64 per pair, which only makes the ledger
-  compose more). Each set is stored once, however many releases use it. ``"*"`` stands for every
-  row of the source (rows not tracked).
-- Cap of dataset X: its rows are the private rows of X's releases and reservations. Every name
-  whose private rows intersect them composes *sequentially* with X's own total (its whole tree:
-  conservative), and the planned release is refused when that exceeds X's cap. So the composed
-  epsilon of every release touching any of X's rows stays within the cap under any name.
-- A planned release that would read as public rows another release holds as private (or the
-  reverse) is refused before training (:class:`~dpaudit.errors.RowRoleCollisionError`). Only
-  exact sets are compared here: ``"*"`` says nothing about which rows are public.
-- Entries written before rows were recorded (and releases recorded from a release.json, which
-  never carries rows): a built-in name (:data:`dpaudit.data.rows.SOURCES`) counts as having read
-  every row of its source privately ("*"); any other name shares budget by name only.
+Privacy contract: docs/ledger.md, "One budget per person". A row set is a ``rows`` entry holding
+the keyed hashes of its row ids (``blake2b(key = the ledger's fingerprint key, source | id)``,
+8 bytes each, sorted; stored once): without the key they say nothing; with it, sharing a row is
+an exact set test (two rows collide with probability 2^-64 per pair, which only makes the ledger
+compose more). ``"*"`` stands for every row of a source; role collisions compare exact sets only.
 """
 
 from __future__ import annotations

@@ -1,39 +1,22 @@
 """Signed ledger entries (Ed25519): who wrote each entry, and proof that nobody changed it since.
 
-Why. The hash chain of :mod:`dpaudit.ledger.book` detects careless edits only: whoever can
-write the database can drop the append-only triggers, edit a release (say, double its noise
-multiplier), recompute every hash and pass the chain check. A signature cannot be recomputed
-without the signer's private key, which never leaves the analyst's machine.
+The hash chain detects careless edits only: whoever can write the database can drop the triggers,
+edit a release and recompute every hash. A signature cannot be recomputed without the signer's
+private key. Each entry is signed over its content *and the previous hash*
+(:func:`signing_material`), so editing, deleting or reordering any earlier entry breaks it.
 
-What is signed. Every entry is signed over its canonical content *and the previous entry's
-hash* (:func:`signing_material`): editing, deleting or reordering any entry before a signed
-entry breaks that entry's signature, so signatures chain like the hashes but cannot be forged.
+Policy (:func:`check_signatures`): the first ``key`` entry registers the ledger's *owner* and is
+signed by that key; every later key is registered by an already registered one. From the owner's
+registration on, every entry must be signed by a registered key (a separate marker could be
+deleted with everything after it and the entries re-inserted unsigned); entries before it may be
+unsigned, and rewriting them breaks the registration's signature. Pinning the owner from outside
+(``--owner KEY_ID``, ``$DPAUDIT_LEDGER_OWNER``) makes a missing registration a problem. A ``void``
+lowers a spent budget: on a signed ledger only the owner signs one, stating ``artefacts_published``.
+Not detected: a truncated tail or, with no pinned owner, a complete rewrite under a new key;
+publish ``dpaudit ledger head`` and check ``verify --anchor HASH``.
 
-Who may sign. Public keys are registered in the ledger itself by ``key`` entries. The first
-``key`` entry registers the ledger's *owner* and is signed by that same key; every later one
-must be signed by a key registered before it (:class:`KeyRing`). An entry signed by a key that
-is not registered before it, or whose signature does not verify, is a verification problem.
-The policy is the owner's signed registration itself: every entry after it must be signed by a
-registered key, or it is a problem (the ledger refuses unsigned writes from then on). A separate
-marker would not do: whoever can write the database could delete it and everything after it,
-re-insert those entries unsigned and edited, and verification would pass. The registration
-cannot be removed that way once its owner is pinned from outside the ledger (``--owner KEY_ID``,
-``$DPAUDIT_LEDGER_OWNER``): a pinned owner whose registration is missing is a problem; and it
-cannot be moved or have the entries before it rewritten, since its signature covers the previous
-hash. Entries before it may be unsigned (ledgers that gained signatures later). A ``policy``
-entry (``require_signatures: true``, older ledgers) adds nothing once the owner is registered.
-A ``void`` lowers a spent budget, so on a signed ledger it must be signed by the owner and say
-whether the withdrawn artefacts were ever published (``artefacts_published``, a boolean).
-
-What signatures do not detect: a complete rewrite of the ledger by someone who also replaces
-the owner's key when the owner is not pinned, or a truncated tail. Publish the head
-(``dpaudit ledger head``) and check it later with ``dpaudit ledger verify --anchor HASH``; pin
-the owner with ``--owner KEY_ID`` (or ``$DPAUDIT_LEDGER_OWNER``, which budget answers use too).
-
-Key files. ``dpaudit ledger keygen`` writes the private key (PKCS#8 PEM, unencrypted, mode 0600,
-directory 0700) to ``$XDG_CONFIG_HOME/dpaudit/keys/NAME.key`` (default ``~/.config``) and the
-public key to ``NAME.pub``; ``$DPAUDIT_SIGNING_KEY`` (a path or a key name) picks the key used to
-sign, else the key named ``default`` when it exists.
+Keys: ``dpaudit ledger keygen`` writes ``NAME.key`` (PKCS#8 PEM, unencrypted, 0600) and ``NAME.pub``
+to :func:`key_dir`; ``$DPAUDIT_SIGNING_KEY`` (a path or name) picks the signing key, else ``default``.
 """
 
 from __future__ import annotations
@@ -54,6 +37,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..errors import LedgerError, UsageError
+from .fingerprint import write_secret
 
 SIGNING_KEY_ENV = "DPAUDIT_SIGNING_KEY"
 #: The key id every budget answer expects as the ledger's owner (pinned outside the ledger).
@@ -172,12 +156,7 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
             d.chmod(0o700)
         private = Ed25519PrivateKey.generate()
         pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        # O_EXCL + 0600 at creation: the secret is never readable by others, not even briefly.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(pem)
-            f.flush()
-            os.fsync(f.fileno())
+        write_secret(path, pem)
         key = SigningKey(name, path, private)
         (d / f"{name}.pub").write_text(key.public_text + "\n")
     except FileExistsError:
@@ -389,13 +368,10 @@ def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: st
 
 def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
                      verified: "set[str] | frozenset[str]" = frozenset()) -> tuple[KeyRing, list[SignatureFinding]]:
-    """Replay ``rows`` (append order): register keys, apply the policy, and check every signature.
-
-    ``owner``: the key id the verifier expects as the ledger's owner (pinned from outside the
-    ledger); a different first key, or none, is a finding. ``verify=False`` skips the Ed25519
-    checks themselves, ``verified`` skips them for the rows with those ids (rows already verified
-    with the same hash by the caller); who signed what and the policy are checked either way.
-    Returns the key ring and the findings, each naming its entry and the reason."""
+    """Replay ``rows`` (append order): register keys, apply the policy, check every signature; returns
+    the key ring and the findings. ``owner``: the pinned owner's key id (another first key, or none,
+    is a finding). ``verify=False`` skips the Ed25519 checks, ``verified`` skips them for those row
+    ids (already verified by the caller); who signed what and the policy are checked either way."""
     ring = KeyRing()
     out: list[SignatureFinding] = []
 

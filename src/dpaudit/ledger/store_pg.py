@@ -1,11 +1,6 @@
-"""PostgreSQL storage for the team ledger: one budget shared by many analysts on many machines.
-
-The ledger's semantics (entries, hash chain, composition, caps, partitions, voids, reservations,
-versions, signatures) live in :mod:`dpaudit.ledger.book` and do not depend on where the
-rows are kept. This module is the storage layer for ``--ledger postgresql://USER@HOST/DB``: the
-same tables as the SQLite file (``schema_version``, ``entries``, ``chain_head``) in one schema
-(default ``dpaudit``; ``?schema=NAME`` in the URL), plus ``secret`` (the key of the dataset
-fingerprints, which the SQLite ledger keeps in ``<ledger>.key``).
+"""PostgreSQL storage for the team ledger (``--ledger postgresql://USER@HOST/DB``): the tables of
+the SQLite file in one schema (default ``dpaudit``; ``?schema=NAME``), plus ``secret`` (the key
+of the dataset fingerprints, which the SQLite ledger keeps in ``<ledger>.key``).
 
 Enforced in the database, not only in dpaudit:
 
@@ -22,9 +17,8 @@ Enforced in the database, not only in dpaudit:
   transaction stays READ COMMITTED on purpose: each statement after the lock sees every commit
   made before the lock was granted (a REPEATABLE READ / SERIALIZABLE snapshot would be taken at
   the lock statement itself, *before* the wait, and miss the previous holder's entry).
-- Faults: the server's transaction is the unit of atomicity, so a server restart or a dropped
-  connection mid-write leaves no half-written entry; the caller gets one :class:`LedgerError`
-  line. A lost connection is re-opened at the start of the next transaction (never inside one).
+- Faults: a server restart or a dropped connection mid-write leaves no half-written entry (one
+  :class:`LedgerError` line); the connection is re-opened before the next transaction, never inside one.
 """
 
 from __future__ import annotations
@@ -36,10 +30,8 @@ from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError, UsageError
-from .paths import GENESIS_HASH, LedgerLocation, refuse_newer_schema, utc_now
+from .paths import ENTRY_COLUMNS, GENESIS_HASH, LedgerLocation, StoreBase, refuse_newer_schema, utc_now  # noqa: F401
 
-#: Every column of an entry, in the order the ledger's rows use.
-ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
                      "chain_head_guard", "chain_head_no_truncate")
@@ -159,10 +151,11 @@ def describe_pg_error(where: str, e: BaseException) -> str:
     return f"ledger {where}: {msg}."
 
 
-class PostgresStore:
+class PostgresStore(StoreBase):
     """The rows of one ledger in a PostgreSQL schema. Not thread-safe (one per process/thread)."""
 
     backend = "postgresql"
+    _mark = "%s"
 
     def __init__(self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True) -> None:
         if location.backend != "postgresql":
@@ -171,6 +164,7 @@ class PostgresStore:
         self.display = location.display
         self.schema = location.schema or "dpaudit"
         self.s = _q(self.schema)
+        self._prefix = self.s + "."
         self._busy_timeout = float(busy_timeout)
         # The advisory lock of this ledger: one 64-bit key from its schema name.
         self._lock_key = int.from_bytes(hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()[:8], "big", signed=True)
@@ -186,23 +180,9 @@ class PostgresStore:
     def _connect(self) -> None:
         import psycopg
 
-        try:
+        with self.errors():
             self._conn = psycopg.connect(self.location.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                                          application_name="dpaudit")
-        except psycopg.Error as e:
-            raise LedgerError(describe_pg_error(self.display, e)) from None
-
-    @property
-    def conn(self):
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.display} is closed.")
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
 
     def _ensure_connection(self) -> None:
         """Re-open a connection the server dropped (restart, network) -- only between transactions."""
@@ -249,27 +229,20 @@ class PostgresStore:
             try:
                 conn.execute(f"SET LOCAL lock_timeout = {int(self._busy_timeout * 1000)}")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+                yield
             except BaseException:
                 self._rollback()
                 raise
-        try:
-            yield
-        except psycopg.Error as e:
-            self._rollback()
-            raise LedgerError(describe_pg_error(self.display, e)) from None
-        except BaseException:
-            self._rollback()
-            raise
-        try:
-            self.conn.execute("COMMIT")
-        except psycopg.Error as e:
-            self._rollback()
-            if self.conn.broken or self.conn.closed:
-                raise LedgerError(
-                    f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({_first_line(e)}); "
-                    "the last write may or may not be recorded -- check with `dpaudit ledger list` before running again."
-                ) from None
-            raise LedgerError(describe_pg_error(self.display, e)) from None
+            try:
+                conn.execute("COMMIT")
+            except psycopg.Error as e:
+                self._rollback()
+                if conn.broken or conn.closed:
+                    raise LedgerError(
+                        f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({_first_line(e)}); "
+                        "the last write may or may not be recorded -- check with `dpaudit ledger list` before running again."
+                    ) from None
+                raise
 
     def _rollback(self) -> None:
         with contextlib.suppress(Exception):
@@ -317,8 +290,8 @@ class PostgresStore:
         try:
             with self.write():
                 # Re-check under the lock: another machine may have created it while we waited.
-                if self._tables():
-                    tables = self._tables()
+                tables = self._tables()
+                if tables:
                     if "schema_version" in tables:
                         return
                     raise LedgerError(f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched.")
@@ -336,17 +309,12 @@ class PostgresStore:
                 ) from None
             raise
 
-    def _apply_migrations(self, current: int, upto: int | None = None) -> None:
-        latest = latest_schema_version() if upto is None else upto
-        for v in range(current + 1, latest + 1):
+    def _apply_migrations(self, current: int) -> None:
+        for v in range(current + 1, latest_schema_version() + 1):
             for stmt in PG_MIGRATIONS[v](self.s):
                 self.conn.execute(stmt)
             self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",
                               (v, utc_now(), __version__))
-
-    def schema_version(self) -> int:
-        row = self.execute(f"SELECT MAX(version) FROM {self.s}.schema_version").fetchone()
-        return int(row[0] or 0)
 
     def _columns(self) -> set[str]:
         rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
@@ -354,14 +322,6 @@ class PostgresStore:
         return {r[0] for r in rows}
 
     # -- rows
-    def head(self) -> tuple[int, int, str] | None:
-        row = self.execute(f"SELECT seq, count, hash FROM {self.s}.chain_head WHERE one = 1").fetchone()
-        return None if row is None else (int(row[0]), int(row[1]), row[2])
-
-    def last(self) -> tuple[int, str] | None:
-        row = self.execute(f"SELECT seq, hash FROM {self.s}.entries ORDER BY seq DESC LIMIT 1").fetchone()
-        return None if row is None else (int(row[0]), row[1])
-
     def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
                signer: str | None = None, signature: str | None = None) -> int:
         """Append one row inside :meth:`write`; the server's trigger checks ``prev_hash`` and moves the head."""
@@ -373,22 +333,6 @@ class PostgresStore:
             (entry_id, kind, created_at, dataset, payload_text, prev_hash, hash_, signer, signature),
         ).fetchone()
         return int(row[0])
-
-    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        """Rows as ``ENTRY_COLUMNS`` tuples in append (seq) order."""
-        where, params = "", ()
-        if dataset is not None:
-            where, params = "WHERE dataset = %s", (dataset,)
-        elif entry_id is not None:
-            where, params = "WHERE id = %s", (entry_id,)
-        rows = self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {self.s}.entries {where} ORDER BY seq", params).fetchall()
-        return [(int(r[0]),) + tuple(r[1:]) for r in rows]
-
-    def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
-        return int(self.execute(
-            f"SELECT count(*) FROM {self.s}.entries WHERE kind IN ('version', 'rows') OR payload LIKE '%%\"dataset_fingerprint\":\"%%'"
-        ).fetchone()[0])
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:
         """The 32-byte key of the dataset fingerprints, kept in the database (shared by the team)."""

@@ -1,20 +1,8 @@
-"""SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``).
-
-The ledger's semantics live in :mod:`dpaudit.ledger.book`; this module keeps its rows, with
-the same interface as :class:`dpaudit.ledger.store_pg.PostgresStore` (``write``, ``read``,
-``head``, ``last``, ``insert``, ``rows``, ``count_keyed``, ``fingerprint_key``,
-``schema_version``, ``health``, ``close``):
-
-- WAL mode with ``synchronous=FULL``; every write is one ``BEGIN IMMEDIATE`` transaction (an
-  entry is fully there or absent, even if the process is killed half-way; concurrent writers
-  queue on the lock instead of interleaving).
-- Triggers refuse UPDATE and DELETE on ``entries``; ``chain_head`` holds the last hash and the
-  entry count, advanced by :meth:`SqliteStore.insert` in the same transaction.
-- ``PRAGMA application_id`` marks a dpaudit ledger; the schema has a version table and ordered
-  migrations (:data:`MIGRATIONS`). A newer schema, a corrupt or non-SQLite file or a read-only
-  location is refused with one :class:`~dpaudit.errors.LedgerError` line before anything is written.
-- The key of the dataset fingerprints is the file ``<ledger>.key`` beside it
-  (:mod:`dpaudit.ledger.fingerprint`).
+"""SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``),
+with the interface of :class:`~dpaudit.ledger.store_pg.PostgresStore`. WAL mode with
+``synchronous=FULL``, one ``BEGIN IMMEDIATE`` transaction per write, triggers refusing UPDATE and
+DELETE, ``PRAGMA application_id``, a version table and ordered :data:`MIGRATIONS`, checks before
+anything is written (docs/ledger.md, "Reliability"); the fingerprint key is ``<ledger>.key``.
 """
 
 from __future__ import annotations
@@ -27,14 +15,12 @@ from typing import Callable, Iterator
 
 from .. import __version__
 from ..errors import LedgerError
-from .fingerprint import key_path, ledger_key
-from .paths import GENESIS_HASH, refuse_newer_schema, utc_now
+from .fingerprint import key_path, ledger_key, write_secret
+from .paths import ENTRY_COLUMNS, GENESIS_HASH, StoreBase, refuse_newer_schema, utc_now  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-#: Every column of an entry, in the order the ledger's rows use (the same as store_pg's).
-ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
 
 
@@ -91,15 +77,7 @@ def describe_sqlite_error(path: Path, e: BaseException) -> str:
     return f"ledger {path}: {text}."
 
 
-@contextlib.contextmanager
-def sqlite_errors(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as e:
-        raise LedgerError(describe_sqlite_error(path, e)) from None
-
-
-class SqliteStore:
+class SqliteStore(StoreBase):
     """The rows of one ledger file."""
 
     backend = "sqlite"
@@ -123,19 +101,12 @@ class SqliteStore:
             self._conn = None
             raise
 
-    @property
-    def conn(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.path} is closed.")
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def errors(self):
-        return sqlite_errors(self.path)
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise LedgerError(describe_sqlite_error(self.path, e)) from None
 
     def execute(self, sql: str, params: tuple = ()):
         with self.errors():
@@ -207,10 +178,6 @@ class SqliteStore:
             self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, utc_now(), __version__))
         self.conn.execute(f"PRAGMA user_version = {latest}")
 
-    def schema_version(self) -> int:
-        row = self.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return int(row[0] or 0)
-
     # -- transactions
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -218,20 +185,10 @@ class SqliteStore:
         conn = self.conn
         with self.errors():
             conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except sqlite3.Error as e:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise LedgerError(describe_sqlite_error(self.path, e)) from None
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-        with self.errors():
             try:
+                yield conn
                 conn.execute("COMMIT")
-            except sqlite3.Error:
+            except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
@@ -252,12 +209,6 @@ class SqliteStore:
                     conn.execute("COMMIT")
 
     # -- rows
-    def head(self) -> tuple[int, int, str] | None:
-        return self.execute("SELECT seq, count, hash FROM chain_head WHERE one = 1").fetchone()
-
-    def last(self) -> tuple[int, str] | None:
-        return self.execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-
     def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
                signer: str | None = None, signature: str | None = None) -> int:
         """Append one row inside :meth:`write` and advance the chain head."""
@@ -272,21 +223,6 @@ class SqliteStore:
             self.conn.execute("UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1", (cur.lastrowid, hash_))
         return int(cur.lastrowid)
 
-    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        """Rows as ``ENTRY_COLUMNS`` tuples in append (seq) order."""
-        where, params = "", ()
-        if dataset is not None:
-            where, params = "WHERE dataset = ?", (dataset,)
-        elif entry_id is not None:
-            where, params = "WHERE id = ?", (entry_id,)
-        return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries {where} ORDER BY seq", params).fetchall()
-
-    def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
-        return int(self.execute(
-            "SELECT count(*) FROM entries WHERE kind IN ('version', 'rows') OR payload LIKE '%\"dataset_fingerprint\":\"%'"
-        ).fetchone()[0])
-
     def fingerprint_key(self, *, create: bool = True) -> bytes:
         """The 32-byte key of the dataset fingerprints: ``<ledger>.key`` beside the file."""
         return ledger_key(self.path, create=create)
@@ -295,15 +231,10 @@ class SqliteStore:
         """Import: adopt the key of the ledger being imported (the file must not exist yet)."""
         p = key_path(self.path)
         try:
-            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            write_secret(p, key)
         except FileExistsError:
-            if p.read_bytes() == bytes(key):
-                return
-            raise LedgerError(f"ledger key {p} exists with another key; import into a new ledger.") from None
-        with os.fdopen(fd, "wb") as f:
-            f.write(bytes(key))
-            f.flush()
-            os.fsync(f.fileno())
+            if p.read_bytes() != bytes(key):
+                raise LedgerError(f"ledger key {p} exists with another key; import into a new ledger.") from None
 
     # -- integrity
     def health(self) -> list[tuple[str, str]]:

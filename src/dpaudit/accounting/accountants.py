@@ -45,13 +45,20 @@ the largest epsilon is reported.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
+import json
 import math
+import os
+import pickle
+import signal
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -833,3 +840,118 @@ def compare(event: Event, *, delta: float, adjacency: Adjacency, names) -> tuple
     if all(r["epsilon"] is None for r in results):
         raise UnsupportedEventError("no accountant could bound this run: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in skipped.items()) + ".")
     return results, skipped
+
+
+# ---------------------------------------------------------------- comparison values, computed ahead
+
+
+def comparison_epsilons(event: Event, delta: float, adjacency: "str | Adjacency", accountants) -> dict:
+    """``{accountant: epsilon, or "unavailable: ErrorType"}``: values recorded beside a claim,
+    never the claim. Inside :func:`comparisons_ahead` of exactly these arguments, the answer is
+    its child's (the same computation); otherwise computed here."""
+    ahead = _AHEAD.get()
+    answer = ahead.answer(_ahead_key(event, delta, adjacency, accountants)) if ahead is not None else None
+    return answer if answer is not None else _comparisons(event, delta, adjacency, accountants)
+
+
+def _comparisons(event, delta, adjacency, accountants) -> dict:
+    out = {}
+    for name in accountants:
+        try:
+            out[name] = compute_epsilon(event, delta=delta, accountant=name, adjacency=adjacency).epsilon
+        except Exception as e:  # noqa: BLE001 -- a comparison value only
+            out[name] = f"unavailable: {type(e).__name__}"
+    return out
+
+
+def _ahead_key(event, delta, adjacency, accountants) -> str:
+    return json.dumps([event.to_dict(), repr(float(delta)), str(adjacency), list(accountants)], sort_keys=True)
+
+
+class _Ahead:
+    """A child process, forked at construction, computing :func:`_comparisons` of ``jobs``
+    (``{key: args}``) and writing the answers to a pipe; ``pid`` None when fork is unavailable
+    or unsafe (another thread exists, whose locks a fork would copy held)."""
+
+    def __init__(self, jobs: dict):
+        self.answers, self.pid, self.fd = None, None, None
+        if not hasattr(os, "fork") or threading.active_count() > 1:
+            return
+        self.fd, w = os.pipe()
+        parent = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns (os._exit: no parent cleanup, no buffered output flushed twice)
+            code = 1
+            try:
+                os.close(self.fd)  # so that its write fails once the parent is gone
+                _exit_with_parent(parent)
+                data = pickle.dumps({key: _comparisons(*args) for key, args in jobs.items()})
+                with os.fdopen(w, "wb") as f:
+                    f.write(data)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+
+    def answer(self, key: str):
+        if self.answers is None:
+            self.answers = self._read()
+        return self.answers.get(key)
+
+    def _read(self) -> dict:
+        """The child's answers ({} when it died without giving them: the caller computes them)."""
+        if self.pid is None:
+            return {}
+        with os.fdopen(self.fd, "rb") as f:
+            self.fd = None
+            data = f.read()
+        os.waitpid(self.pid, 0)
+        self.pid = None
+        try:
+            answers = pickle.loads(data)  # from our own forked child, over a private pipe
+        except Exception:  # noqa: BLE001 -- a cut-off answer: computed again in-process
+            return {}
+        return answers if isinstance(answers, dict) else {}
+
+    def close(self) -> None:
+        """Stop and reap the child (an error, or answers never asked for); close the pipe."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this child when its parent dies (a parent killed outright runs no cleanup)."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+_AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar("dpaudit_comparisons_ahead", default=None)
+
+
+@contextlib.contextmanager
+def comparisons_ahead(jobs) -> Iterator[None]:
+    """Within this block, :func:`comparison_epsilons` of each ``(event, delta, adjacency,
+    accountants)`` of ``jobs`` is computed by one child process forked now, beside the caller's
+    own work (the prv accountant's import and composition take ~1.5 s; a release's training runs
+    meanwhile). Only public parameters go in; only the numbers the in-process computation gives
+    come out (the same code, in a copy of this process). The child is killed and reaped when the
+    block ends, on an error too; where fork is unavailable or another thread runs, or the child
+    gives no answer, the values are computed in-process when asked for."""
+    jobs = {_ahead_key(*job): job for job in jobs if job[3]}
+    ahead = _Ahead(jobs) if jobs else None
+    token = _AHEAD.set(ahead)
+    try:
+        yield
+    finally:
+        _AHEAD.reset(token)
+        if ahead is not None:
+            ahead.close()

@@ -6,18 +6,29 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from dpaudit.accounting import accountants
 from dpaudit.accounting.accountants import _AHEAD, _comparisons, comparison_epsilons, comparisons_ahead
-from dpaudit.accounting.events import SubsampledGaussian
+from dpaudit.accounting.events import SubsampledGaussian, event_from_dict
+from dpaudit.data.base import PreparedDataset
+from dpaudit.releasing import release
+from dpaudit.requests import DPSGDRequest
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 EVENT = SubsampledGaussian(1.1, 0.01, 300)
 #: prv and rdp answer; "nope" is no accountant: an "unavailable: ..." value, as any failing accountant gives.
 JOB = (EVENT, 1e-5, "add-remove-record", ("prv", "rdp", "nope"))
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """The fork path even where the test runner keeps a thread of its own (pytest-xdist's)."""
+    monkeypatch.setattr(accountants, "threading", SimpleNamespace(active_count=lambda: 1))
 
 
 def _gone(pid: int) -> bool:
@@ -29,7 +40,7 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_child_answers_equal_in_process_values():
+def test_child_answers_equal_in_process_values(one_thread):
     here = _comparisons(*JOB)
     assert here["nope"].startswith("unavailable: ") and isinstance(here["prv"], float)
     with comparisons_ahead([JOB]):
@@ -47,7 +58,7 @@ def test_other_arguments_are_computed_in_process():
         assert comparison_epsilons(*other) == _comparisons(*other)
 
 
-def test_child_is_killed_and_reaped_on_error():
+def test_child_is_killed_and_reaped_on_error(one_thread):
     with pytest.raises(RuntimeError, match="boom"):
         with comparisons_ahead([JOB]):
             pid = _AHEAD.get().pid
@@ -56,7 +67,7 @@ def test_child_is_killed_and_reaped_on_error():
     assert _AHEAD.get() is None
 
 
-def test_a_child_that_dies_without_answering_is_recomputed_in_process():
+def test_a_child_that_dies_without_answering_is_recomputed_in_process(one_thread):
     with comparisons_ahead([JOB]):
         ahead = _AHEAD.get()
         os.kill(ahead.pid, signal.SIGKILL)
@@ -78,3 +89,25 @@ def test_no_fork_while_another_thread_runs(monkeypatch):
     monkeypatch.delattr(accountants.os, "fork")
     with comparisons_ahead([JOB]):
         assert _AHEAD.get().pid is None
+
+
+def _data(n=300, d=8):
+    rng = np.random.default_rng(0)
+    parts = []
+    for m in (n, 60, 100):
+        y = rng.integers(0, 2, m)
+        parts += [(rng.normal(size=(m, d)) + y[:, None]).astype(np.float32), y.astype(np.int64)]
+    return PreparedDataset("synthetic", "tabular", *parts, n_classes=2, split_seed=0, reference_size=n)
+
+
+def test_a_release_publishes_the_in_process_comparison_values(one_thread, monkeypatch, tmp_path):
+    forks = []
+    fork = os.fork
+    monkeypatch.setattr(accountants.os, "fork", lambda: forks.append(1) or fork())
+    request = DPSGDRequest(model="dp-rvfl", dataset="synthetic", epsilon=4.0, epochs=2, batch_size=64, reproducible_noise=True)
+    ahead = release("dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "a", record=False, progress=False)
+    assert len(forks) == 1  # the prv comparison ran in the child
+    monkeypatch.delattr(accountants.os, "fork")
+    here = release("dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "b", record=False, progress=False)
+    assert ahead.epsilons == here.epsilons and isinstance(here.epsilons["prv"], float)
+    assert ahead.epsilons["prv"] == _comparisons(event_from_dict(here.guarantee), here.delta, here.adjacency, ("prv",))["prv"]

@@ -869,69 +869,54 @@ def _ahead_key(event, delta, adjacency, accountants) -> str:
 
 
 class _Ahead:
-    """A child process, forked at construction, computing :func:`_comparisons` of ``jobs``
-    (``{key: args}``) and writing the answers to a pipe; ``pid`` None when fork is unavailable
-    or unsafe (another thread exists, whose locks a fork would copy held)."""
+    """A child process, forked at construction, writing :func:`_comparisons` of ``jobs`` (``{key:
+    args}``) to a pipe; none (``pid`` None) without fork or while another thread runs (a fork
+    would copy that thread's locks held)."""
 
     def __init__(self, jobs: dict):
-        self.answers, self.pid, self.fd = None, None, None
-        if not hasattr(os, "fork") or threading.active_count() > 1:
-            return
-        self.fd, w = os.pipe()
-        parent = os.getpid()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns (os._exit: no parent cleanup, no buffered output flushed twice)
-            code = 1
-            try:
-                os.close(self.fd)  # so that its write fails once the parent is gone
-                _exit_with_parent(parent)
-                data = pickle.dumps({key: _comparisons(*args) for key, args in jobs.items()})
-                with os.fdopen(w, "wb") as f:
-                    f.write(data)
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(w)
+        self.answers, self.pid = None, None
+        if hasattr(os, "fork") and threading.active_count() == 1:
+            r, w = os.pipe()
+            self.pipe, parent, self.pid = os.fdopen(r, "rb"), os.getpid(), os.fork()
+            if self.pid == 0:
+                _child(self.pipe, w, parent, jobs)
+            os.close(w)
 
     def answer(self, key: str):
         if self.answers is None:
-            self.answers = self._read()
+            data = self.pipe.read() if self.pid else b""
+            self.close()
+            try:
+                self.answers = pickle.loads(data)  # from our own child, over a private pipe
+            except Exception:  # noqa: BLE001 -- no answer (the child died): computed in-process
+                self.answers = {}
         return self.answers.get(key)
 
-    def _read(self) -> dict:
-        """The child's answers ({} when it died without giving them: the caller computes them)."""
-        if self.pid is None:
-            return {}
-        with os.fdopen(self.fd, "rb") as f:
-            self.fd = None
-            data = f.read()
-        os.waitpid(self.pid, 0)
-        self.pid = None
-        try:
-            answers = pickle.loads(data)  # from our own forked child, over a private pipe
-        except Exception:  # noqa: BLE001 -- a cut-off answer: computed again in-process
-            return {}
-        return answers if isinstance(answers, dict) else {}
-
     def close(self) -> None:
-        """Stop and reap the child (an error, or answers never asked for); close the pipe."""
-        if self.pid is not None:
-            os.kill(self.pid, signal.SIGKILL)
+        """Stop (after an error, or when never asked) and reap the child; close the pipe."""
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
             self.pid = None
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+            self.pipe.close()
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Linux: the kernel kills this child when its parent dies (a parent killed outright runs no cleanup)."""
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
+def _child(pipe, w: int, parent: int, jobs: dict) -> None:
+    """The forked child's life: answers, then ``os._exit`` (no parent cleanup, no output flushed twice)."""
+    code = 1
+    try:
+        pipe.close()  # so that its write fails once the parent is gone
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # Linux PR_SET_PDEATHSIG: killed when its parent dies
+        if os.getppid() == parent:  # else the parent died before prctl took effect
+            with os.fdopen(w, "wb") as f:
+                f.write(pickle.dumps({key: _comparisons(*args) for key, args in jobs.items()}))
+            code = 0
+    finally:
+        os._exit(code)
 
 
 _AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar("dpaudit_comparisons_ahead", default=None)

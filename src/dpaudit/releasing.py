@@ -326,7 +326,8 @@ def release(
     8. verify the claim: epsilon recomputed from ``plan.event`` with ``plan.accountant`` under
        ``plan.adjacency`` must not exceed ``plan.target_epsilon`` and the executed steps must
        equal ``plan.steps``, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing
-       is published (the reservation is cancelled);
+       is published (the reservation is cancelled); the comparison epsilons (``plan.compare_accountants``,
+       public parameters only) are computed by a child process from step 5 on (``comparisons_ahead``);
     9. build the :class:`~dpaudit.records.Release` (with the request) and :func:`publish` it.
 
     A multi-release plan (``plan.parts``, e.g. DP-MixMin's mixture weights then its fine-tuned

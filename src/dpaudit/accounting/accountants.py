@@ -846,9 +846,8 @@ def compare(event: Event, *, delta: float, adjacency: Adjacency, names) -> tuple
 
 
 def comparison_epsilons(event: Event, delta: float, adjacency: "str | Adjacency", accountants) -> dict:
-    """``{accountant: epsilon, or "unavailable: ErrorType"}``: values recorded beside a claim,
-    never the claim. Inside :func:`comparisons_ahead` of exactly these arguments, the answer is
-    its child's (the same computation); otherwise computed here."""
+    """``{accountant: epsilon, or "unavailable: ErrorType"}``: values recorded beside a claim, never
+    the claim; the child's answer inside :func:`comparisons_ahead` of exactly these arguments."""
     ahead = _AHEAD.get()
     answer = ahead.answer(_ahead_key(event, delta, adjacency, accountants)) if ahead is not None else None
     return answer if answer is not None else _comparisons(event, delta, adjacency, accountants)
@@ -925,12 +924,10 @@ _AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar("dpaudit_
 @contextlib.contextmanager
 def comparisons_ahead(jobs) -> Iterator[None]:
     """Within this block, :func:`comparison_epsilons` of each ``(event, delta, adjacency,
-    accountants)`` of ``jobs`` is computed by one child process forked now, beside the caller's
-    own work (the prv accountant's import and composition take ~1.5 s; a release's training runs
-    meanwhile). Only public parameters go in; only the numbers the in-process computation gives
-    come out (the same code, in a copy of this process). The child is killed and reaped when the
-    block ends, on an error too; where fork is unavailable or another thread runs, or the child
-    gives no answer, the values are computed in-process when asked for."""
+    accountants)`` of ``jobs`` (public parameters only) is computed by a child forked now, beside
+    the caller's work (prv's import and composition take ~1.5 s): the same code in a copy of this
+    process, so the same numbers. The child is killed and reaped when the block ends, on an error
+    too; without fork, while another thread runs, or without an answer, they are computed here."""
     jobs = {_ahead_key(*job): job for job in jobs if job[3]}
     ahead = _Ahead(jobs) if jobs else None
     token = _AHEAD.set(ahead)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -111,3 +114,36 @@ def test_a_release_publishes_the_in_process_comparison_values(one_thread, monkey
     here = release("dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "b", record=False, progress=False)
     assert ahead.epsilons == here.epsilons and isinstance(here.epsilons["prv"], float)
     assert ahead.epsilons["prv"] == _comparisons(event_from_dict(here.guarantee), here.delta, here.adjacency, ("prv",))["prv"]
+
+
+def _dead(pid: int) -> bool:
+    """Not running: gone, or a zombie waiting for whoever adopted it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+def test_child_dies_with_a_parent_killed_outright():
+    # A parent killed by SIGKILL runs no cleanup: the kernel must end the child (PR_SET_PDEATHSIG).
+    code = ("import time\nfrom dpaudit.accounting import accountants as a\nfrom dpaudit.accounting.events import SubsampledGaussian\n"
+            "a._comparisons = lambda *args: time.sleep(600)  # a child that would run for 10 minutes\n"
+            "with a.comparisons_ahead([(SubsampledGaussian(1.1, 0.01, 300), 1e-5, 'add-remove-record', ('prv',))]):\n"
+            "    print(a._AHEAD.get().pid, flush=True)\n    time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(0.5)  # let the child reach prctl
+    finally:
+        parent.kill()
+        parent.wait()
+    for _ in range(300):  # polled, not timed: the kernel's kill is prompt, a loaded machine is slow
+        if _dead(child):
+            break
+        time.sleep(0.1)
+    survived = not _dead(child)
+    if survived:
+        os.kill(child, signal.SIGKILL)  # leave no orphan behind a failing test
+    assert not survived

@@ -11,7 +11,9 @@ run and prints the 25 largest cumulative entries.
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --trees /tmp/before/src src
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --profile /tmp/train.prof
 
-Figures go to BENCHMARKS.md, section 4 with the command, the date and ``uptime``'s load.
+Figures go to BENCHMARKS.md, section 4 with the command, the date and ``uptime``'s load (printed:
+the 1-minute load before and after the timed runs; on a loaded machine only the per-run ratios of
+interleaved settings mean something).
 """
 
 from __future__ import annotations
@@ -49,7 +51,66 @@ def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool, tree: 
             busy.wait()
 
 
+_MARK = "---- phases"
+#: (module, function) pairs timed by ``--phases``; inner ones run inside outer ones.
+PHASES = (("dpaudit.catalogue", "CatalogueEntry.mechanism"), ("dpaudit.releasing", "release"),
+          ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.load"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.plan"),
+          ("dpaudit.releasing", "_reserve_plan"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.run"),
+          ("dpaudit.mechanisms.dpsgd_release", "train_heads"), ("dpaudit.releasing", "verify_planned_claim"),
+          ("dpaudit.releasing", "_publish_all"))
+
+
+def _cpu_line() -> str:
+    """CPU seconds (user + system) of this process and of its reaped children (a forked helper):
+    less sensitive to machine load than wall times; the process's own CPU is the critical path."""
+    import resource
+
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return f"CPU s: this process {own.ru_utime + own.ru_stime:.3f}, its children {kids.ru_utime + kids.ru_stime:.3f}"
+
+
+def _phases_child(argv: list[str]) -> None:
+    """Run ``dpaudit argv`` in this process, timing :data:`PHASES` and the imports before them."""
+    import atexit
+    import functools
+    import importlib
+
+    t0, marks = time.perf_counter(), []
+    import dpaudit.cli as cli
+
+    marks.append(("start-up and CLI import", 0.0, time.perf_counter() - t0))
+
+    def timed(owner, name, label):
+        f = getattr(owner, name)
+
+        @functools.wraps(f)
+        def g(*args, **kw):
+            t = time.perf_counter()
+            try:
+                return f(*args, **kw)
+            finally:
+                marks.append((label, t - t0, time.perf_counter() - t))
+        setattr(owner, name, g)
+
+    for mod, attr in PHASES:
+        owner = importlib.import_module(mod)
+        *path, name = attr.split(".")
+        for p in path:
+            owner = getattr(owner, p)
+        timed(owner, name, attr)
+    t_imports = time.perf_counter() - t0 - marks[0][2]
+    atexit.register(lambda: print("\n".join([_MARK, f"{'phase':34s} {'starts at':>9s} {'takes':>7s}",
+                                              f"{'imports of the timed modules (torch)':34s} {'':>9s} {t_imports:7.3f}"] +
+                                             [f"{n:34s} {at:9.3f} {d:7.3f}" for n, at, d in sorted(marks, key=lambda m: m[1])] +
+                                             [f"{'whole process (from its first line)':34s} {'':>9s} {time.perf_counter() - t0:7.3f}",
+                                              _cpu_line()])))
+    sys.argv = ["dpaudit", *argv]
+    cli.main()
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--_phases-child"]:
+        return _phases_child(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=os.environ.get("DPAUDIT_DATA_DIR"), required="DPAUDIT_DATA_DIR" not in os.environ)
     ap.add_argument("--runs", type=int, default=5)
@@ -57,9 +118,18 @@ def main() -> None:
     ap.add_argument("--trees", nargs="*", default=[None], help="source trees (PYTHONPATH) to compare, e.g. before/after a change")
     ap.add_argument("--neighbour", action="store_true", help="one busy-loop process beside each timed run")
     ap.add_argument("--profile", type=Path, help="write a cProfile of one in-process run here and print its top entries")
+    ap.add_argument("--phases", action="store_true", help="one run (of the first tree) with wall-clock times of its phases (no profiler overhead)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        if a.phases:
+            env = dict(os.environ, **({"PYTHONPATH": a.trees[0]} if a.trees[0] else {}))
+            for _ in range(2):  # the first warms caches; the second is shown
+                out = root / f"ph{_}"
+                proc = subprocess.run([sys.executable, __file__, "--_phases-child", *_argv(a.data_dir, out, a.threads[0])[1:]],
+                                      check=True, capture_output=True, text=True, env=env)
+            print(proc.stdout.split(_MARK)[-1].strip())
+            return
         if a.profile:
             subprocess.run([sys.executable, "-m", "cProfile", "-o", str(a.profile), *_argv(a.data_dir, root / "p", None)],
                            check=True, stdout=subprocess.DEVNULL)
@@ -68,13 +138,19 @@ def main() -> None:
         for tree in a.trees:  # untimed: bytecode and calibration caches as after a first use
             _one(a.data_dir, root, a.threads[0], False, tree)
         times: dict = {(tree, t): [] for tree in a.trees for t in a.threads}
-        for _ in range(a.runs):
-            for tree, t in times:
+        load = [os.getloadavg()[0]]
+        for i in range(a.runs):
+            for tree, t in (list(times) if i % 2 == 0 else reversed(list(times))):  # alternate which goes first
                 times[tree, t].append(_one(a.data_dir, root, t, a.neighbour, tree))
-    load = os.getloadavg()[0]
+        load.append(os.getloadavg()[0])
+    print(f"uptime load (1 min) {load[0]:.2f} before, {load[1]:.2f} after, {os.cpu_count()} cores" +
+          ("" if max(load) < 0.5 else ": NOT a quiet machine, so compare the interleaved ratios, not the absolute times"))
     for (tree, t), ts in times.items():
         print(f"tree={tree or 'installed'} threads={t or 'default'} neighbour={a.neighbour}: median {statistics.median(ts):.2f} s "
-              f"(min {min(ts):.2f}, max {max(ts):.2f}, n={len(ts)}); load {load:.2f}")
+              f"(min {min(ts):.2f}, max {max(ts):.2f}, n={len(ts)})")
+    first = next(iter(times.values()))
+    for key, ts in list(times.items())[1:]:  # runs i of both settings ran back to back: their ratio shares the load
+        print(f"{key} / {next(iter(times))}: median per-run ratio {statistics.median(b / f for f, b in zip(first, ts)):.3f}")
 
 
 if __name__ == "__main__":

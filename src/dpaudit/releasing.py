@@ -33,6 +33,7 @@ from typing import Iterator
 import numpy as np
 
 from .accounting import compute_epsilon
+from .accounting.accountants import comparison_epsilons, comparisons_ahead
 from .accounting.events import Event
 from .catalogue import lookup
 from .errors import AccountingMismatchError, UsageError
@@ -325,7 +326,8 @@ def release(
     8. verify the claim: epsilon recomputed from ``plan.event`` with ``plan.accountant`` under
        ``plan.adjacency`` must not exceed ``plan.target_epsilon`` and the executed steps must
        equal ``plan.steps``, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing
-       is published (the reservation is cancelled);
+       is published (the reservation is cancelled); the comparison epsilons (``plan.compare_accountants``,
+       public parameters only) are computed by a child process from step 5 on (``comparisons_ahead``);
     9. build the :class:`~dpaudit.records.Release` (with the request) and :func:`publish` it.
 
     A multi-release plan (``plan.parts``, e.g. DP-MixMin's mixture weights then its fine-tuned
@@ -353,10 +355,12 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     info = mech.data_info(request, data)
     plan = mech.plan(request, info)
     out_dir = Path(out_dir if out_dir is not None else check_release_folder(check_out_dir(mech.default_out_dir(plan))))
-    _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
-    noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
-                              noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
-    releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
+    # The comparison epsilons depend on public parameters only: a child computes them meanwhile.
+    with comparisons_ahead([(p.event, p.delta, p.adjacency, p.compare_accountants) for p in plan.parts or (plan,) if p.event is not None]):
+        _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
+        noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
+                                  noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
+        releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
     if seed_file is not None:  # local only: which secret the noise came from (never release.json)
         releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
     return _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
@@ -421,13 +425,7 @@ def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
         return float("inf"), {}
     claimed = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency).epsilon
     check_accounting(steps_executed=int(steps_executed), steps_accounted=int(plan.steps), epsilon=claimed, target_epsilon=plan.target_epsilon)
-    epsilons = {plan.accountant: claimed}
-    for other in plan.compare_accountants:
-        try:
-            epsilons[other] = compute_epsilon(plan.event, delta=plan.delta, accountant=other, adjacency=plan.adjacency).epsilon
-        except Exception as e:  # noqa: BLE001 -- a comparison value only; the claim is plan.accountant's
-            epsilons[other] = f"unavailable: {type(e).__name__}"
-    return claimed, epsilons
+    return claimed, {plan.accountant: claimed, **comparison_epsilons(plan.event, plan.delta, plan.adjacency, plan.compare_accountants)}
 
 
 def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dict | None = None) -> Release:

@@ -45,13 +45,20 @@ the largest epsilon is reported.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
+import json
 import math
+import os
+import pickle
+import signal
+import threading
 import warnings
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -833,3 +840,100 @@ def compare(event: Event, *, delta: float, adjacency: Adjacency, names) -> tuple
     if all(r["epsilon"] is None for r in results):
         raise UnsupportedEventError("no accountant could bound this run: " + "; ".join(f"{k}: {v.rstrip('.')}" for k, v in skipped.items()) + ".")
     return results, skipped
+
+
+# ---------------------------------------------------------------- comparison values, computed ahead
+
+
+def comparison_epsilons(event: Event, delta: float, adjacency: "str | Adjacency", accountants) -> dict:
+    """``{accountant: epsilon, or "unavailable: ErrorType"}``: values recorded beside a claim, never
+    the claim; the child's answer inside :func:`comparisons_ahead` of exactly these arguments."""
+    ahead = _AHEAD.get()
+    answer = ahead.answer(_ahead_key(event, delta, adjacency, accountants)) if ahead is not None else None
+    return answer if answer is not None else _comparisons(event, delta, adjacency, accountants)
+
+
+def _comparisons(event, delta, adjacency, accountants) -> dict:
+    out = {}
+    for name in accountants:
+        try:
+            out[name] = compute_epsilon(event, delta=delta, accountant=name, adjacency=adjacency).epsilon
+        except Exception as e:  # noqa: BLE001 -- a comparison value only
+            out[name] = f"unavailable: {type(e).__name__}"
+    return out
+
+
+def _ahead_key(event, delta, adjacency, accountants) -> str:
+    return json.dumps([event.to_dict(), repr(float(delta)), str(adjacency), list(accountants)], sort_keys=True)
+
+
+class _Ahead:
+    """A child process, forked at construction, writing :func:`_comparisons` of ``jobs`` (``{key:
+    args}``) to a pipe; none (``pid`` None) without fork or while another thread runs (a fork
+    would copy that thread's locks held)."""
+
+    def __init__(self, jobs: dict):
+        self.answers, self.pid = None, None
+        if hasattr(os, "fork") and threading.active_count() == 1:
+            r, w = os.pipe()
+            self.pipe, parent, self.pid = os.fdopen(r, "rb"), os.getpid(), os.fork()
+            if self.pid == 0:
+                _child(self.pipe, w, parent, jobs)
+            os.close(w)
+
+    def answer(self, key: str):
+        if self.answers is None:
+            data = self.pipe.read() if self.pid else b""
+            self.close()
+            try:
+                self.answers = pickle.loads(data)  # from our own child, over a private pipe
+            except Exception:  # noqa: BLE001 -- no answer (the child died): computed in-process
+                self.answers = {}
+        return self.answers.get(key)
+
+    def close(self) -> None:
+        """Stop (after an error, or when never asked) and reap the child; close the pipe."""
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = None
+            self.pipe.close()
+
+
+def _child(pipe, w: int, parent: int, jobs: dict) -> None:
+    """The forked child's life: answers, then ``os._exit`` (no parent cleanup, no output flushed twice)."""
+    code = 1
+    try:
+        pipe.close()  # so that its write fails once the parent is gone
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # Linux PR_SET_PDEATHSIG: killed when its parent dies
+        if os.getppid() == parent:  # else the parent died before prctl took effect
+            with os.fdopen(w, "wb") as f:
+                f.write(pickle.dumps({key: _comparisons(*args) for key, args in jobs.items()}))
+            code = 0
+    finally:
+        os._exit(code)
+
+
+_AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar("dpaudit_comparisons_ahead", default=None)
+
+
+@contextlib.contextmanager
+def comparisons_ahead(jobs) -> Iterator[None]:
+    """Within this block, :func:`comparison_epsilons` of each ``(event, delta, adjacency,
+    accountants)`` of ``jobs`` (public parameters only) is computed by a child forked now, beside
+    the caller's work (prv's import and composition take ~1.5 s): the same code in a copy of this
+    process, so the same numbers. The child is killed and reaped when the block ends, on an error
+    too; without fork, while another thread runs, or without an answer, they are computed here."""
+    jobs = {_ahead_key(*job): job for job in jobs if job[3]}
+    ahead = _Ahead(jobs) if jobs else None
+    token = _AHEAD.set(ahead)
+    try:
+        yield
+    finally:
+        _AHEAD.reset(token)
+        if ahead is not None:
+            ahead.close()

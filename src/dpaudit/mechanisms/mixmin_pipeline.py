@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+from ..accounting.accountants import comparison_epsilons
 from ..accounting.events import Composed, Parallel
 from ..ledger.book import open_ledger
 from ..errors import DataError, UsageError
@@ -215,16 +216,6 @@ def _split_info(rule: str, *, rho: float, seed: int, privacy_unit: str, composit
         "stable_under_add_remove": rule in STABLE_SPLIT_RULES, "parallel_composition": bool(parallel),
         "key": "record ids = rows of the task's source data" if privacy_unit == "record" else "user ids",
     }
-
-
-def _epsilons(event, delta: float, adjacency: str) -> dict:
-    out = {}
-    for acc in ACCOUNTANTS:
-        try:
-            out[acc] = compute_epsilon(event, delta=delta, accountant=acc, adjacency=adjacency).epsilon
-        except Exception as e:  # a comparison value only; the claim is the rdp one  # noqa: BLE001
-            out[acc] = f"unavailable: {type(e).__name__}"
-    return out
 
 
 # ---- The mechanism (dpaudit.mechanisms.contract): plan, run and audit target of a release
@@ -604,7 +595,7 @@ def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, 
         "auc": {"pretrained": auc_pre, "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te))},
         "pretrain": pinfo,
         "mixture_release_id": None,  # the mixture release's id (link_releases)
-        "end_to_end": {"composition": request.composition, "event": plan.event.to_dict(), "epsilon": _epsilons(plan.event, plan.delta, plan.adjacency),
+        "end_to_end": {"composition": request.composition, "event": plan.event.to_dict(), "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
                        "delta": plan.delta},
         "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
     }

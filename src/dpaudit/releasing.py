@@ -30,18 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from .accounting import compute_epsilon
 from .accounting.events import Event
 from .catalogue import lookup
 from .errors import AccountingMismatchError, UsageError
+from .lazy import lazy_import
 from .ledger.book import open_ledger
 from .ledger.paths import ledger_missing, resolve_ledger
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
 from .records import Release, check_accounting, check_out_dir, check_release_folder, public_noise_reason, round_timings, write_release
 from .requests import NOISE_SOURCES
 from .validation import one_of
+np = lazy_import("numpy")
 
 
 def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",

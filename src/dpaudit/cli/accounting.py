@@ -7,18 +7,12 @@ from typing import Optional
 
 import typer
 
-# The accountants (numpy, scipy, Opacus's analysis, prv-accountant) load inside the commands, so
-# `dpaudit --help` and the other commands start without them.
+from ..accounting import accountants, calibration
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
 from ..accounting.schedule import dp_sgd_schedule
-from ..lazy import lazy_module
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json, print_table
-
-# numpy and the accountants' libraries, for `account` and `calibrate` only (`schedule` and `--help` compute no numbers).
-accountants = lazy_module("dpaudit.accounting.accountants")
-calibration = lazy_module("dpaudit.accounting.calibration")
 
 
 def _choice(name: str, values) -> type[Enum]:

@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..audit_outputs import shareable_audit
-from ..lazy import lazy_module
-from .common import console, emit_json
+from ..reports import tradeoff
 from .common import console, emit_json, print_table
-
-tradeoff = lazy_module("dpaudit.reports.tradeoff")  # matplotlib and the audit core: for the figure only
 
 
 def show(results: list, out_dirs: list, *, json_out: bool) -> None:

@@ -80,9 +80,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..validation import non_negative_int
 from .base import PreparedDataset, resolve_data_dir
 from .files import hash_and_verify, require_files, sums_note
@@ -90,6 +89,7 @@ from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, DAYS_PER_YEAR, CategoricalField, Field, NumericField, cardio_cohort_mask,
                       encode, feature_names, read_table)
+np = lazy_import("numpy")
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.

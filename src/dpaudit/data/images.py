@@ -49,13 +49,13 @@ import tempfile
 import zlib
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import resolve_data_dir
 from .files import file_digest, hash_and_verify, require_files
+np = lazy_import("numpy")
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 

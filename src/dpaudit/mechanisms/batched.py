@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..validation import one_of
 from .dpsgd_core import check_head_inputs
 from .engine import CanaryHook
+np = lazy_import("numpy")
 
 
 @dataclass(frozen=True, eq=False)

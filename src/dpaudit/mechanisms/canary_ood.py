@@ -22,10 +22,10 @@ of its label under the released head.
 
 from __future__ import annotations
 
-import numpy as np
-
+from ..lazy import lazy_import
 from ..noise import public_rng
 from .head_canaries import HeadCanaryChoice
+np = lazy_import("numpy")
 
 #: Public tag of the canary's signs and label.
 TAG_OOD = 0x00DC

@@ -47,14 +47,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
 from ..data import load_dataset
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..ledger.book import sampler_uncertified_reason
 from ..noise import NoiseSource, public_rng
 from ..requests import DPELMRequest
@@ -62,6 +61,7 @@ from ..validation import one_of, positive_finite, positive_int
 from .contract import MechanismBase, ReleasePlan, RunOutput
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
 from .rvfl import classification_metrics
+np = lazy_import("numpy")
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
 ACCOUNTANT = "pure"

@@ -20,10 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
-import torch
-
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import positive_int
 from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs and the config are also read from here (mixmin_tasks, audits)
@@ -40,10 +38,12 @@ from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs a
 from .engine import train_heads
 from .ghost_clip import module_clipped_sum
 from .user_level import _check_users, sample_user_records
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 #: Clipped-sum function: ``(params, unit_indices) -> list of tensors shaped like params``; each
 #: unit's contribution must have joint L2 norm <= clipping_norm (the sensitivity of the sum).
-ClippedSum = Callable[[list, np.ndarray], list]
+ClippedSum = Callable[[list, "np.ndarray"], list]
 #: Audit hook: ``hook(step, sums)`` may add canary gradients to the clipped sums before the noise.
 CanaryHook = Callable[[int, list], None]
 
@@ -117,7 +117,7 @@ def train_linear_head(
     init: np.ndarray | None = None,
     progress: Progress | None = None,
     binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,  # float32
     z_has_bias_column: bool = False,
     users=None,
 ) -> HeadResult:

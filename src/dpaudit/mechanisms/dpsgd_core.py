@@ -33,12 +33,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import numpy as np
-import torch
-
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 #: Progress callback: called as ``progress(steps_done, steps_total)``.
 Progress = Callable[[int, int], None]
@@ -405,8 +405,9 @@ def init_head(d: int, k: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(-bound, bound, size=(k, d + 1))
 
 
-def with_bias_column(z: np.ndarray | torch.Tensor, dtype=torch.float32) -> torch.Tensor:
-    """[z, 1] as a torch tensor (the bias is the last coefficient of the head)."""
+def with_bias_column(z: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """[z, 1] as a torch tensor (the bias is the last coefficient of the head), float32 unless ``dtype`` is given."""
+    dtype = torch.float32 if dtype is None else dtype
     zt = torch.as_tensor(np.asarray(z) if not isinstance(z, torch.Tensor) else z, dtype=dtype)
     return torch.cat([zt, torch.ones(zt.shape[0], 1, dtype=dtype)], dim=1)
 

@@ -28,14 +28,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..catalogue import head_canary
 from ..accounting import compute_epsilon
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, training_partition
 from ..catalogue import names as catalogue_names
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..requests import THREAT_MODELS
 from .batched import HeadCanary
@@ -43,6 +42,7 @@ from .dpsgd_core import DPSGDConfig, head_outputs, init_head
 from .engine import train_heads
 from .features import build_features
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
+np = lazy_import("numpy")
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")

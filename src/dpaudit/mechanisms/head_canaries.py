@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..noise import public_rng
 from .head_audit import canary_coordinate
+np = lazy_import("numpy")
 
 #: Public tag of the held-out canary record draw (the DP-ELM and DP-MixMin audits use it too).
 TAG_CANARY = 0xCA7A

@@ -26,15 +26,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..catalogue import lookup
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..mechanisms.contract import DataInfo
 from ..noise import public_rng
 from ..records import write_release
 from ..releasing import held_by_caller, make_noise_source, planned_noise_tail, release
 from .spec import RUNNER_NAMES, config_key, task_request
+np = lazy_import("numpy")
 
 #: Release fields a sweep table needs (the full release stays in release.json).
 RESULT_FIELDS = ("epsilon", "target_epsilon", "delta", "accountant", "adjacency", "noise_multiplier", "sample_rate", "steps",

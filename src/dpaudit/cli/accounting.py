@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Optional
 
 import typer
+from rich.table import Table
 
 from ..accounting import accountants, calibration
 from ..accounting.adjacency import Adjacency
@@ -37,8 +38,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
-        from rich.table import Table
-
         positive_finite("noise_multiplier", noise_multiplier)
         half_open_unit("sample_rate", sample_rate)
         positive_int("steps", steps)
@@ -105,8 +104,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """DP-SGD schedule from public quantities: J = ceil(N0/B), q = 1/J, T = E*J, m0 = floor(q N0)."""
-        from rich.table import Table
-
         s = dp_sgd_schedule(n, batch_size, epochs)
         if json_out:
             emit_json(s.to_dict())

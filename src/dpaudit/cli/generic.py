@@ -32,6 +32,7 @@ from .. import auditing, releasing
 from ..audits import engine
 from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
+from ..mechanisms import registry
 from ..records import check_out_dir, read_release
 from ..requests import REQUEST_TYPES, AuditRequest
 from ..validation import positive_int
@@ -147,7 +148,7 @@ def make_train_command(entry):
             import torch
 
             torch.set_num_threads(threads)
-        mech = entry.mechanism()
+        mech = registry.mechanism(entry.name)
         request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean
             note(line)

@@ -41,6 +41,7 @@ keeps (C, H, W)."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import pickle
@@ -124,7 +125,6 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     folder = data_dir / "mnist"
     require_files(folder, MNIST_FILES, "MNIST")
     hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
-    import hashlib
     tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
     root = _cache_root() / f"mnist-{tag}"
     done = root / "MNIST" / "raw" / "COMPLETE"

@@ -45,6 +45,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from ..accounting import PureEpsilon
@@ -315,8 +316,6 @@ def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSourc
     if sampler == "discrete-laplace":
         if stats.grid_bits is None:
             raise UsageError("statistics must be exact (grid) statistics for the discrete-laplace sampler, got float64 ones.")
-        from fractions import Fraction
-
         # The scale as an exact rational from the float epsilon: L(L+2) / epsilon.
         scale = Fraction(width * (width + 2)) / Fraction(epsilon)
         g = add_grid_laplace(stats.gram, scale, 2 * stats.grid_bits, noise)

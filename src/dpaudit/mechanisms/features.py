@@ -17,6 +17,7 @@ for a given seed (same tags), as the paper requires.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from ..lazy import lazy_import
@@ -117,8 +118,6 @@ class FrozenFeatures:
                 np.tanh(h, out=h)
 
     def _fill_torch(self, x, out, p, w, b, link, chunk, dtype) -> None:
-        import warnings
-
         ot = torch.from_numpy(out)
         pt = torch.from_numpy(p) if p is not None else None
         wt = torch.from_numpy(w) if w is not None else None

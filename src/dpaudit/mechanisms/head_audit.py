@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..catalogue import head_canary
 from ..accounting import compute_epsilon
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, training_partition
@@ -41,6 +40,7 @@ from .batched import HeadCanary
 from .dpsgd_core import DPSGDConfig, head_outputs, init_head
 from .engine import train_heads
 from .features import build_features
+from .head_canaries import canary_coordinate, dead_features, head_canary  # noqa: F401 - the first two read from here too
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 
@@ -134,22 +134,6 @@ def describe_head(target) -> dict:
         cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
     cfg["threat_model"] = getattr(target, "threat_model", "final-model")  # user-level head targets: final model only
     return {"task": None, "dataset": target._dataset_name, "config": cfg, "canary_info": target._canary_info}
-
-
-def dead_features(z: np.ndarray) -> np.ndarray:
-    """Indices of the input features (columns of ``z``, records in rows) that are zero in every
-    training record: weights on them get no data gradient, so a gradient canary there is alone."""
-    return np.flatnonzero(np.abs(z).max(axis=0) == 0)
-
-
-def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
-    """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
-    moves — an input feature that is zero in every training record, so the data never move it."""
-    dead = dead_features(z)
-    if dead.size:
-        return int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)", int(dead.size)
-    j = int(np.argmin(np.abs(z).mean(axis=0)))
-    return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
 
 
 def noiseless_copy(target):

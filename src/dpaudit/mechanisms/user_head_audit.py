@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, check_release_identity, training_partition
-from ..catalogue import head_canary
 from ..data import load_dataset
 from ..data.users import UserIndex, attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ..errors import DataError, UsageError
@@ -60,6 +59,7 @@ from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
+from .head_canaries import head_canary
 from .head_audit import HEAD_MODELS, canary_scores, claimed_event_of, describe_head, noiseless_copy, setup_head
 np = lazy_import("numpy")
 

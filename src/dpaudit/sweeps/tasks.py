@@ -26,9 +26,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..catalogue import lookup
 from ..errors import UsageError
 from ..lazy import lazy_import
+from ..mechanisms import registry
 from ..mechanisms.contract import DataInfo
 from ..noise import public_rng
 from ..records import write_release
@@ -107,7 +107,7 @@ def planned_release(config: dict):
     if config["runner"] != "train":
         return None
     name, request = task_request(config)
-    plan = lookup(name).mechanism().plan(request, DataInfo.from_registry(request.dataset, config["settings"].get("profile")))
+    plan = registry.mechanism(name).plan(request, DataInfo.from_registry(request.dataset, config["settings"].get("profile")))
     return plan.data_name, plan.partition, plan.adjacency, plan.event, planned_noise_tail(plan)
 
 

@@ -33,7 +33,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import accounting  # its accountants (numpy and up) load on first use, not with this module
+from . import accounting
 from .errors import DPAuditError
 
 #: Relative tolerance of rule 4: a recomputed epsilon may exceed the recorded one by this fraction (plus :data:`CLAIM_ATOL`)

@@ -402,6 +402,7 @@ def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None 
 #: Built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
 __getattr__, _build_classes = torch_module_classes(globals(), "MLP")
 
+
 class _MLP:
     """d -> hidden (ReLU) -> out. ``hidden=0`` gives a linear model."""
 

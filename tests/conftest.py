@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+import dpaudit
 
 torch.set_num_threads(1)
 
@@ -96,11 +99,9 @@ def plant_fault(monkeypatch):
 def _patch_everywhere(monkeypatch, owner, name: str, value) -> None:
     """``owner.name = value`` and the same for every dpaudit module that bound the original at its top (dpaudit imports its
     own modules at module top, tests/test_import_graph.py: patching the defining module alone misses those bindings).
-    The release, audit and mechanism modules are imported first, so none binds ``value`` for good while it is set."""
-    from dpaudit.catalogue import CATALOGUE
-
-    for module in {e.module for e in CATALOGUE.values()} | {"dpaudit.releasing", "dpaudit.auditing", "dpaudit.one_run_auditing"}:
-        importlib.import_module(module)
+    Every dpaudit module is imported first, so none binds ``value`` for good while it is set."""
+    for info in pkgutil.walk_packages(dpaudit.__path__, "dpaudit."):
+        importlib.import_module(info.name)
     original = getattr(owner, name)
     monkeypatch.setattr(owner, name, value)
     for module in list(sys.modules.values()):

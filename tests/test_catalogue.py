@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpaudit.catalogue import ALIASES, CATALOGUE, lookup, names
+from dpaudit.catalogue import ALIASES, CATALOGUE, HEAD_CANARIES, lookup, names
 from dpaudit.errors import DataError, UsageError
 from dpaudit.requests import ALWAYS_RECORDED, REQUEST_TYPES, DPELMRequest, DPSGDRequest, MixMinRequest, Request, flag_of, option
 
@@ -36,10 +35,16 @@ def test_every_existing_mechanism_name_is_catalogued():
     assert all(not e.audit_only for n, e in CATALOGUE.items() if n != "gaussian")
 
 
-def test_every_entry_module_exists():
-    # find_spec locates the module without importing it (no torch here).
-    for e in CATALOGUE.values():
-        assert importlib.util.find_spec(e.module) is not None, e.module
+def test_the_registry_and_the_catalogue_agree():
+    """Every name's implementation is a mechanism object of the registry (and every object is named), and the head canary
+    kinds the catalogue names are the choosers there, in the same order."""
+    from dpaudit.mechanisms import head_canaries, registry
+
+    assert {e.implementation for e in CATALOGUE.values()} == set(registry.IMPLEMENTATIONS)
+    for name, e in CATALOGUE.items():
+        assert registry.mechanism(name).name == e.implementation and issubclass(e.request_type(), registry.mechanism(name).request_type)
+    assert registry.mechanism("mixmin") is registry.mechanism("dp-mixmin")
+    assert tuple(head_canaries.CHOOSERS) == HEAD_CANARIES
 
 
 def test_lookup_refuses_unknown_name_naming_the_allowed_ones():

@@ -3,12 +3,11 @@
 Every ``import`` / ``from ... import`` statement is counted, including those inside functions
 (a lazy import hides a cycle until the first refactor). The layers, lowest first, are
 :data:`LAYERS` (docs/architecture.md, "Layers"); a module may import its own layer or a lower one
-only. Inside functions only third-party modules should be imported (torch, scipy, matplotlib, ...:
-heavy imports kept off the start-up path); dpaudit's own modules are imported at the top, where
-the graph is visible: none inside a function. The command line binds the numerical library modules at its top with
-:func:`dpaudit.lazy.lazy_module` (executed on first use, so ``dpaudit --help`` stays light): those are edges like any
-import. The catalogue and the CLI load mechanism modules and command families by name (``importlib.import_module``) on
-purpose: those are plug-in look-ups, not import edges.
+only. dpaudit's own modules are imported at module top, where the graph is visible: never inside a
+function, never by name (``importlib.import_module``, ``__import__``), never deferred. Only the heavy
+third-party stacks may wait: bound at module top with :func:`dpaudit.lazy.lazy_import` (imported on first
+use, so ``dpaudit --help`` runs none of them: tests/cli/test_cli_startup.py) or imported inside a function
+(:data:`LAZY_THIRD_PARTY`).
 """
 
 from __future__ import annotations
@@ -19,8 +18,19 @@ from pathlib import Path
 import pytest
 
 import dpaudit
+from dpaudit.lazy import HEAVY
 
 PACKAGE_ROOT = Path(dpaudit.__file__).resolve().parent
+
+#: Third-party modules a function may import (or :func:`dpaudit.lazy.lazy_import` bind): the heavy stacks, and the optional
+#: or platform-specific dependencies that only the functions using them need.
+LAZY_THIRD_PARTY = HEAVY + ("dp_accounting", "PIL", "threadpoolctl", "cryptography", "psycopg", "distributed", "statsmodels", "fcntl")
+#: Modules that call ``importlib.import_module`` with a computed name, and why: each imports a third-party module, never dpaudit's.
+BY_NAME = {
+    "dpaudit.lazy": "the heavy stack a stand-in defers",
+    "dpaudit.accounting.opacus_rdp": "Opacus's RDP analysis, when its file cannot be loaded alone",
+    "dpaudit.cli.common": "typer's rich help renderer, and the rich classes it imports but dpaudit never uses",
+}
 
 #: Lowest first. A module belongs to the layer of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -81,18 +91,44 @@ def import_edges(sources: dict[str, tuple[str, bool]]) -> list[tuple[str, str, i
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges += [(mod, t, node.lineno, id(node) in nested) for t in _targets(node, package, modules) if t != mod]
-            elif _lazy_module_arg(node) in modules:
-                edges.append((mod, _lazy_module_arg(node), node.lineno, id(node) in nested))
     return edges
 
 
-def _lazy_module_arg(node) -> str | None:
-    """``X`` of a ``lazy_module("X")`` call (:func:`dpaudit.lazy.lazy_module`: an import whose execution waits)."""
-    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-        fn = node.func
-        if (fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")) == "lazy_module":
-            return node.args[0].value
-    return None
+def _called(node) -> str:
+    fn = node.func
+    return fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+
+
+def deferred_imports(sources: dict[str, tuple[str, bool]]) -> list[str]:
+    """Every import that waits and is not allowed: a third-party module outside :data:`LAZY_THIRD_PARTY` imported in a
+    function or bound with ``lazy_import``, any module imported by name outside :data:`BY_NAME` or naming dpaudit, and the
+    retired deferral helpers (``lazy_module``, ``lazy_exports``)."""
+    bad = []
+    for mod, (text, _) in sources.items():
+        tree = ast.parse(text)
+        for f in ast.walk(tree):
+            for node in ast.walk(f) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) else ():
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module]
+                else:
+                    continue
+                bad += [f"{mod}:{node.lineno} imports {n} inside a function" for n in names
+                        if n.split(".")[0] not in LAZY_THIRD_PARTY and f"{mod}:{node.lineno} imports {n} inside a function" not in bad]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called, arg = _called(node), node.args[0] if node.args else None
+            name = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+            if called in ("lazy_module", "lazy_exports"):
+                bad.append(f"{mod}:{node.lineno} defers a dpaudit module ({called})")
+            elif called == "lazy_import" and (name is None or name.split(".")[0] not in LAZY_THIRD_PARTY):
+                bad.append(f"{mod}:{node.lineno} lazy_import({ast.unparse(arg) if arg else ''}): not a heavy third-party module")
+            elif called in ("import_module", "__import__") and (name is None and mod not in BY_NAME
+                                                                  or name is not None and (name.startswith((".", "dpaudit")))):
+                bad.append(f"{mod}:{node.lineno} imports {ast.unparse(arg) if arg else '?'} by name")
+    return bad
 
 
 def cycles(edges) -> list[list[str]]:
@@ -167,11 +203,10 @@ def test_no_internal_import_inside_a_function(edges):
     assert not lazy, "import dpaudit modules at module top level:\n" + "\n".join(lazy)
 
 
-def test_deferred_modules_only_on_the_command_line():
-    """``lazy_module`` keeps numpy and torch off the CLI's start-up (tests/cli/test_cli_startup.py); the library imports."""
-    used = [(m, node.lineno) for m, (text, _) in _package_sources().items() if layer(m) != len(LAYERS) - 1 and m != "dpaudit.lazy"
-            for node in ast.walk(ast.parse(text)) if _lazy_module_arg(node)]
-    assert not used, used
+def test_only_heavy_third_party_modules_wait():
+    """No dpaudit module is imported by name or deferred; only :data:`LAZY_THIRD_PARTY` waits (issue 24)."""
+    bad = deferred_imports(_package_sources())
+    assert not bad, "deferred imports:\n" + "\n".join(bad)
 
 
 def test_every_module_has_a_layer():
@@ -190,12 +225,15 @@ def test_detector_sees_a_cycle_hidden_in_a_function():
     assert cycles(e) == [["pkg.a", "pkg.b"]]
 
 
-def test_detector_sees_a_deferred_module():
-    files = {"pkg": "", "pkg.a": "from .lazy import lazy_module\nb = lazy_module('pkg.b')\n", "pkg.b": "def f():\n    lazy_module('pkg.a')\n",
-             "pkg.lazy": ""}
-    e = _edges_of(files)
-    assert ("pkg.a", "pkg.b", 2, False) in e and ("pkg.b", "pkg.a", 2, True) in e
-    assert cycles(e) == [["pkg.a", "pkg.b"]]
+def test_detector_sees_every_deferred_import():
+    files = {"dpaudit.a": ("import importlib\nimport json\nm = importlib.import_module('dpaudit.b')\nx = lazy_module('dpaudit.b')\n"
+                           "np = lazy_import('numpy')\nrich = lazy_import('rich')\n__getattr__, __dir__ = lazy_exports(__name__, {}, globals())\n"
+                           "def f(name):\n    import torch\n    import json\n    from scipy import stats\n    from . import b\n"
+                           "    __import__('dpaudit.b')\n    importlib.import_module(name)\n", False)}
+    bad = deferred_imports(files)
+    assert [line.split(" ", 1)[0] for line in bad] == ["dpaudit.a:10", "dpaudit.a:3", "dpaudit.a:4", "dpaudit.a:6", "dpaudit.a:7",
+                                                      "dpaudit.a:13", "dpaudit.a:14"], bad
+    assert not deferred_imports({"dpaudit.lazy": ("import importlib\ndef f(n):\n    importlib.import_module(n)\n", False)})
 
 
 def test_detector_no_false_cycle_through_a_package_init():

@@ -18,6 +18,7 @@ import os
 
 from .catalogue import ALIASES, CATALOGUE, lookup, names
 from .errors import UsageError
+from .mechanisms import registry
 from .records import Release, read_release
 from .release_compat import release_request
 from .requests import AuditRequest
@@ -120,7 +121,7 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
     entry = lookup(mechanism)
     if not entry.canaries:
         raise UsageError(f"mechanism must be auditable (a catalogue entry with canaries), got {mechanism!r}.")
-    mech = entry.mechanism()
+    mech = registry.mechanism(entry.name)
     canary = entry_canary(entry, canary)
     return mech.audit_target(mech.plan_of_audit(request), canary, no_noise=no_noise)
 
@@ -149,7 +150,7 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     # where the auditor keeps the data, and the users it was made with (a user-level release's plan loads them)
     given = {"data_dir": None if data_dir is None else os.fspath(data_dir), "user_ids": user_ids}
     req = dataclasses.replace(req, **{k: v for k, v in given.items() if v is not None and k in {f.name for f in dataclasses.fields(req)}})
-    mech = entry.mechanism()
+    mech = registry.mechanism(entry.name)
     plan = mech.plan_of_release(req, rel)  # checked against the release (contract.check_plan_matches_release)
     return mech.audit_target(plan, entry_canary(entry, canary), release=rel, user_ids=user_ids, no_noise=no_noise)
 

@@ -3,17 +3,16 @@
 One :class:`CatalogueEntry` per mechanism name. Every other list of mechanism names in dpaudit
 (the DP-RVFL model table, the audit aliases and default epsilons, the head models of the
 audits, the supported canaries, the sweep's DP-SGD models, the ``dpaudit train`` commands) is
-derived from :data:`CATALOGUE`, so adding a mechanism is one module plus one line here
-(docs/architecture.md, "How to add a mechanism").
+derived from :data:`CATALOGUE`, so adding a mechanism is one module, one line here and one in
+:mod:`dpaudit.mechanisms.registry` (docs/architecture.md, "How to add a mechanism").
 
-The entry names the module that implements the mechanism; it is imported only when the
-mechanism is used (:meth:`CatalogueEntry.mechanism`), so this module stays torch-free: it
-imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.requests` only.
+The entry names its implementation by the mechanism object's contract name; the mechanisms layer maps names to objects
+(:func:`dpaudit.mechanisms.registry.mechanism`; tests/test_catalogue.py checks that the two agree). This module is the base
+layer: it imports the standard library, :mod:`dpaudit.errors` and :mod:`dpaudit.requests` only.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -27,15 +26,15 @@ FAMILIES = ("dp-sgd-head", "dp-sgd-module", "dp-elm", "dp-mixmin", "gaussian", "
 class CatalogueEntry:
     """One mechanism name.
 
-    ``module`` is imported lazily and exposes ``MECHANISM`` (the mechanism contract,
-    :mod:`dpaudit.mechanisms.contract`); ``canaries`` are the canary kinds its audit supports,
+    ``implementation`` is the ``name`` of the mechanism object that releases it (the mechanism contract,
+    :mod:`dpaudit.mechanisms.contract`; found with :func:`dpaudit.mechanisms.registry.mechanism`); ``canaries`` are the canary kinds its audit supports,
     the first being the default (empty: not auditable); ``default_epsilon`` is the epsilon an
     audit without ``--eps`` calibrates for; ``audit_only`` marks a calibration target that
     ``dpaudit train`` does not release (the synthetic Gaussian mechanism of the audits).
     """
 
     name: str
-    module: str
+    implementation: str
     family: str
     canaries: tuple[str, ...] = ()
     default_epsilon: float = 2.0
@@ -43,52 +42,36 @@ class CatalogueEntry:
     description: str = ""
     audit_only: bool = False
 
-    def mechanism(self):
-        """The mechanism object (``module.MECHANISM``), imported on first use."""
-        return importlib.import_module(self.module).MECHANISM
-
     def request_type(self) -> type:
         """The :class:`~dpaudit.requests.Request` subclass this mechanism is asked with.
 
-        Built-in families and ``noisy-sum`` have theirs in :data:`dpaudit.requests.REQUEST_TYPES` (no heavy
-        import needed); any other mechanism declares ``request_type`` on its ``MECHANISM``.
+        :data:`dpaudit.requests.REQUEST_TYPES` by family, else by name (the mechanism object's ``request_type``:
+        tests/mechanisms/test_mechanism_contract.py).
         """
-        return REQUEST_TYPES.get(self.family) or REQUEST_TYPES.get(self.name) or self.mechanism().request_type
+        return REQUEST_TYPES.get(self.family) or REQUEST_TYPES[self.name]
 
 
-#: The head canary kinds (first = the default) -> the "module:function" that chooses one
-#: (dpaudit.mechanisms.head_canaries); a new kind is its module and one line here.
-HEAD_CANARIES: dict[str, str] = {
-    "max-clip": "dpaudit.mechanisms.head_canaries:max_clip",
-    "mislabeled": "dpaudit.mechanisms.head_canaries:mislabeled",
-    "natural": "dpaudit.mechanisms.head_canaries:natural",
-    "ood-record": "dpaudit.mechanisms.canary_ood:ood_record",
-}
-_HEAD_CANARIES = tuple(HEAD_CANARIES)
-
-
-def head_canary(name: str):
-    """The chooser of head canary kind ``name`` (:data:`HEAD_CANARIES`), imported on first use."""
-    module, function = HEAD_CANARIES[name].split(":")
-    return getattr(importlib.import_module(module), function)
-_RVFL = "dpaudit.mechanisms.dpsgd_release"
+#: The head canary kinds, first = the default; each is chosen by the function of that name in
+#: :data:`dpaudit.mechanisms.head_canaries.CHOOSERS` (a new kind: a function and a line there, its name here).
+HEAD_CANARIES = ("max-clip", "mislabeled", "natural", "ood-record")
+_RVFL = "dp-sgd"
 
 #: The one table of mechanism names; one line per mechanism.
 CATALOGUE: dict[str, CatalogueEntry] = {e.name: e for e in (
-    CatalogueEntry("dp-rvfl", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="RVFL: direct link + 200 random tanh features, private head"),
-    CatalogueEntry("dp-elm-sgd", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="RVFL without the direct link (z = h)"),
-    CatalogueEntry("frozen-dense-matched", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="frozen tanh layer of width d'+200, no link"),
-    CatalogueEntry("logistic-raw", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="affine classifier on the full prepared input"),
-    CatalogueEntry("logistic-projected", _RVFL, "dp-sgd-head", _HEAD_CANARIES, description="affine classifier on the projected input"),
+    CatalogueEntry("dp-rvfl", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="RVFL: direct link + 200 random tanh features, private head"),
+    CatalogueEntry("dp-elm-sgd", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="RVFL without the direct link (z = h)"),
+    CatalogueEntry("frozen-dense-matched", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="frozen tanh layer of width d'+200, no link"),
+    CatalogueEntry("logistic-raw", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="affine classifier on the full prepared input"),
+    CatalogueEntry("logistic-projected", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="affine classifier on the projected input"),
     CatalogueEntry("dp-dense", _RVFL, "dp-sgd-module", description="fully connected baseline, all weights private"),
     CatalogueEntry("dp-cnn", _RVFL, "dp-sgd-module", description="CNN baseline (2-D images, 1-D tabular), all weights private"),
     CatalogueEntry("dp-attention", _RVFL, "dp-sgd-module", description="compact attention control (images)"),
-    CatalogueEntry("dp-elm", "dpaudit.mechanisms.dp_elm", "dp-elm", ("worst-case", "natural", "mislabeled"),
+    CatalogueEntry("dp-elm", "dp-elm", "dp-elm", ("worst-case", "natural", "mislabeled"),
                    description="Laplace DP-ELM: noise L(L+2)/eps on H^T H and H^T Y (pure epsilon-DP)"),
-    CatalogueEntry("dp-mixmin", "dpaudit.mechanisms.mixmin_pipeline", "dp-mixmin", ("max-clip", "natural", "mislabeled"), 1.0,
+    CatalogueEntry("dp-mixmin", "dp-mixmin", "dp-mixmin", ("max-clip", "natural", "mislabeled"), 1.0,
                    aliases=("mixmin",), description="DP-MixMin: public-data mixture weights learned privately"),
-    CatalogueEntry("noisy-sum", "dpaudit.mechanisms.noisy_sum", "other", ("max-clip", "natural"), 1.0, description="clipped sum of a dataset's rows + Gaussian noise (docs/architecture.md example)"),
-    CatalogueEntry("gaussian", "dpaudit.mechanisms.gaussian", "gaussian", ("max-clip", "natural"), 1.0, audit_only=True,
+    CatalogueEntry("noisy-sum", "noisy-sum", "other", ("max-clip", "natural"), 1.0, description="clipped sum of a dataset's rows + Gaussian noise (docs/architecture.md example)"),
+    CatalogueEntry("gaussian", "gaussian", "gaussian", ("max-clip", "natural"), 1.0, audit_only=True,
                    description="synthetic Gaussian sum query with an exact epsilon (audit calibration target only)"),
 )}
 

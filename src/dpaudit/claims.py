@@ -27,7 +27,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import accounting  # its accountants (numpy and up) load on first use, not with this module
+from . import accounting
 from .errors import DPAuditError
 
 #: Relative tolerance of rule 4 (plus :data:`CLAIM_ATOL`), the only tolerance of a claim check: a release written by another

@@ -1,9 +1,13 @@
-"""Deferred loading of dpaudit's own numerical modules: lazy re-exports for package ``__init__`` files (PEP 562) and
-:func:`lazy_module` for the command line.
+"""Deferred loading of the heavy third-party stacks (numpy, scipy, torch, matplotlib, Opacus, prv-accountant).
 
-A package that re-exports names from heavy submodules (numpy, scipy, torch behind them) resolves each name on first use, so
-``dpaudit --help`` and the accounting commands start without loading what they do not need. Every re-exported name stays
-importable as before."""
+dpaudit's own modules import each other at module top (tests/test_import_graph.py); a module that computes with a heavy stack
+binds it with :func:`lazy_import`, so importing any dpaudit module (``dpaudit --help``, argument checks) executes none of
+them. The stack is imported on its first attribute use, and from then on the module's global is the real module: hot loops
+pay nothing.
+
+Not :class:`importlib.util.LazyLoader`: its stand-in must sit in ``sys.modules``, and anything that scans ``sys.modules``
+(``inspect.getmodule``, which torch's own import calls) then executes it, e.g. Opacus in the middle of torch's import, a
+circular import error. The stand-in here stays out of ``sys.modules``."""
 
 from __future__ import annotations
 
@@ -12,37 +16,58 @@ import sys
 import types
 from typing import Callable
 
+#: The stacks that may be bound lazily (tests/test_import_graph.py allows no other deferred import).
+HEAVY = ("numpy", "scipy", "torch", "torchvision", "matplotlib", "opacus", "prv_accountant", "sklearn")
 
-def lazy_exports(package: str, where: dict[str, str], namespace: dict) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for ``package``: ``where`` maps an exported name to the submodule (relative to the package) that
-    defines it; ``namespace`` is the package's ``globals()``."""
-
-    def __getattr__(name: str):
-        module = where.get(name)
-        if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f".{module}", package), name)
-        namespace[name] = value  # later look-ups skip __getattr__
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(where))
-
-    return __getattr__, __dir__
+_STAND_INS: dict[str, _StandIn] = {}
 
 
-class _Deferred(types.ModuleType):
-    """Stands for a module not imported yet; kept out of ``sys.modules`` so that nothing scanning it (``inspect``) runs the
-    module halfway through another import."""
+class _StandIn(types.ModuleType):
+    """A heavy module not imported yet. The first attribute use imports it and rebinds every global that holds this stand-in
+    to the real module."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._holders: list[dict] = []
 
     def __getattr__(self, attr: str):
-        return getattr(importlib.import_module(self.__name__), attr)  # every use: a monkeypatched attribute is seen
+        module = importlib.import_module(self.__name__)
+        for namespace in self._holders:
+            for key, value in list(namespace.items()):
+                if value is self:
+                    namespace[key] = module
+        return getattr(module, attr)
 
 
-def lazy_module(name: str) -> types.ModuleType:
-    """The module ``name``, imported on its first attribute use.
+def lazy_import(name: str) -> types.ModuleType:
+    """The module ``name`` of a :data:`HEAVY` stack (``"numpy"``, ``"scipy.special"``, ``"torch.nn"``), imported on its
+    first attribute use; for module-level bindings (``np = lazy_import("numpy")``)."""
+    if name.split(".")[0] not in HEAVY:
+        raise ValueError(f"lazy_import is for the heavy stacks {HEAVY}, got {name!r}.")
+    if name in sys.modules:
+        return sys.modules[name]
+    stand_in = _STAND_INS.setdefault(name, _StandIn(name))
+    stand_in._holders.append(sys._getframe(1).f_globals)
+    return stand_in
 
-    For the command line only: a command family names the library modules it calls at its top, where
-    tests/test_import_graph.py sees the edge (layer order, no cycle), and ``dpaudit --help`` does not import
-    them (they load numpy and torch)."""
-    return sys.modules.get(name) or _Deferred(name)
+
+def torch_module_classes(namespace: dict, *names: str) -> tuple[Callable[[str], type], Callable[[], None]]:
+    """``(__getattr__, build)`` for a module whose ``torch.nn.Module`` classes ``names`` are written as plain mixins ``_<name>``.
+
+    ``class Dense(nn.Module)`` would run torch when the module is imported; here ``build()`` (or the first
+    ``from module import Dense``, PEP 562) makes ``Dense = type("Dense", (_Dense, nn.Module), ...)`` and puts it in the module's
+    globals under its own name and qualified name, so pickling (``torch.save``, worker processes) finds it as ``module.Dense``."""
+
+    def build() -> None:
+        nn = importlib.import_module("torch.nn")
+        for name in names:
+            if name not in namespace:
+                namespace[name] = type(name, (namespace[f"_{name}"], nn.Module), {"__module__": namespace["__name__"], "__qualname__": name})
+
+    def __getattr__(name: str) -> type:
+        if name not in names:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        build()
+        return namespace[name]
+
+    return __getattr__, build

@@ -80,10 +80,10 @@ import os
 import secrets
 from dataclasses import dataclass
 
-import numpy as np
-
 from .errors import UsageError
+from .lazy import lazy_import
 from .validation import one_of
+np = lazy_import("numpy")
 
 NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
 #: Reproducible sources and the seed their noise is a function of (recorded as ``reproducible``): the public ``--seed`` (not

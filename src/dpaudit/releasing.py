@@ -25,24 +25,25 @@ import contextvars
 import dataclasses
 import functools
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from .accounting import compute_epsilon
 from .accounting.accountants import comparison_epsilons, comparisons_ahead
 from .accounting.events import Event
-from .catalogue import lookup
 from .errors import AccountingMismatchError, UsageError
+from .lazy import lazy_import
 from .ledger.book import open_ledger
 from .ledger.paths import ledger_missing, resolve_ledger
+from .mechanisms import registry
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
 from .records import Release, check_accounting, check_out_dir, check_release_folder, public_noise_reason, round_timings, write_release
 from .requests import NOISE_SOURCES
 from .validation import one_of
+np = lazy_import("numpy")
 
 
 def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",
@@ -79,8 +80,6 @@ def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
 def read_noise_seed(path: Path) -> int:
     """The secret noise seed in ``path`` (hex digits, at least 128 bits); a missing file is created
     (mode 0600) with 256 bits from the OS. Its content is never printed."""
-    import secrets
-
     rule = f"a file holding one secret of at least {_MIN_SEED_HEX} hex digits"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -297,7 +296,7 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
 def resolve_mechanism(mechanism):
     """A mechanism object from itself or from its catalogue name (:mod:`dpaudit.catalogue`)."""
     if isinstance(mechanism, str):
-        return lookup(mechanism).mechanism()
+        return registry.mechanism(mechanism)
     return mechanism
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shlex
+import sys
 import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -76,8 +78,6 @@ class Request:
     @classmethod
     def field_types(cls) -> dict[str, type]:
         """Each field's scalar type (``Optional[X]`` -> ``X``), resolved from the annotations."""
-        import sys
-
         module = sys.modules.get(cls.__module__)
         hints = typing.get_type_hints(cls, globalns=vars(module) if module else None)
         return {f.name: _base_type(hints[f.name]) for f in fields(cls)}
@@ -152,8 +152,6 @@ class Request:
 
     def command(self, *, out: str | os.PathLike | None = None) -> str:
         """:meth:`to_argv` as one shell-quoted string (``Release.command``)."""
-        import shlex
-
         return shlex.join(self.to_argv(out=out))
 
 

@@ -1,8 +1,7 @@
-"""The ``ood-record`` head canary (dpaudit.mechanisms.canary_ood) and the head canary registry."""
+"""The ``ood-record`` head canary (dpaudit.mechanisms.head_canaries) and the head canary registry."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import types
 
@@ -12,11 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from dpaudit.audits.engine import run_audit
-from dpaudit.catalogue import CATALOGUE, HEAD_CANARIES, head_canary
+from dpaudit.catalogue import CATALOGUE, HEAD_CANARIES
 from dpaudit.cli import app
-from dpaudit.mechanisms.canary_ood import ood_record
 from dpaudit.mechanisms.features import build_features
 from dpaudit.mechanisms.head_audit import HeadTarget
+from dpaudit.mechanisms.head_canaries import CHOOSERS, head_canary, ood_record
 from dpaudit.mechanisms.user_head_audit import UserHeadTarget
 from dpaudit.noise import NoiseSource
 
@@ -25,9 +24,8 @@ def test_every_head_model_offers_every_registered_canary_and_each_loads():
     for name, entry in CATALOGUE.items():
         if entry.family == "dp-sgd-head":
             assert entry.canaries == tuple(HEAD_CANARIES) and entry.canaries[0] == "max-clip", name
-    for kind, path in HEAD_CANARIES.items():
-        module, function = path.split(":")
-        assert head_canary(kind) is getattr(importlib.import_module(module), function)
+    for kind in HEAD_CANARIES:
+        assert head_canary(kind) is CHOOSERS[kind] and CHOOSERS[kind].__name__ == kind.replace("-", "_")
 
 
 def test_the_choice_reads_only_the_public_schema_and_seed():

@@ -22,7 +22,7 @@ from dpaudit.audits.stats import gdp_epsilon, gdp_mu_for_epsilon
 from dpaudit.errors import DataError, UnsupportedEventError, UsageError
 
 DELTA = 1e-5
-GRID = np.concatenate([curves.CURVE_GRID, np.linspace(0.0, 1.0, 101)])
+GRID = np.concatenate([curves.curve_grid(), np.linspace(0.0, 1.0, 101)])
 
 
 def sigma_for(eps: float) -> float:
@@ -225,8 +225,8 @@ def test_curve_test_block_and_the_search_against_its_analytic_solution():
     assert c.violated_by(p["fpr_upper"], p["fnr_upper"])
     assert not curves.claimed_curve(curves.scale_event(ev, s_star * 0.999)).violated_by(p["fpr_upper"], p["fnr_upper"])
     # the curve at the lower bound is reported, and the claimed one
-    assert np.allclose(res["curve_at_lower_bound"]["fnr"], c.fnr(curves.CURVE_GRID))
-    assert np.allclose(res["curve"]["fnr"], curves.gaussian_fnr(curves.CURVE_GRID, 1.0 / sigma))
+    assert np.allclose(res["curve_at_lower_bound"]["fnr"], c.fnr(curves.curve_grid()))
+    assert np.allclose(res["curve"]["fnr"], curves.gaussian_fnr(curves.curve_grid(), 1.0 / sigma))
 
 
 def test_pure_search_against_its_analytic_solution():

@@ -17,11 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from dpaudit.catalogue import CATALOGUE, CatalogueEntry
+from dpaudit.catalogue import ALIASES, CATALOGUE, CatalogueEntry
 from dpaudit.cli import app
 from dpaudit.cli.common import ROUTES, new_app
+from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.contract import MechanismBase
-from dpaudit.requests import Request, option
+from dpaudit.requests import REQUEST_TYPES, Request, option
 
 runner = CliRunner()
 
@@ -74,21 +75,22 @@ class FakeSum(MechanismBase):
                                        dimension=plan.config["dimension"], n_records=50, seed=plan.seed, mechanism="fake-sum"), no_noise)
 
 
-class FakeEntry(CatalogueEntry):
-    def mechanism(self):
-        return FakeSum()
+ENTRY = CatalogueEntry("fake-sum", "fake-sum", "other", ("max-clip", "natural"), 1.0, description="test-only Gaussian sum")
 
 
-ENTRY = FakeEntry("fake-sum", "tests.nowhere", "other", ("max-clip", "natural"), 1.0, description="test-only Gaussian sum")
+def _register(monkeypatch) -> None:
+    """The test-only mechanism where a new one goes: its request type, its catalogue line, its registry entry."""
+    monkeypatch.setitem(REQUEST_TYPES, "fake-sum", FakeSumRequest)
+    monkeypatch.setitem(CATALOGUE, "fake-sum", ENTRY)
+    monkeypatch.setitem(ALIASES, "fake-sum", "fake-sum")
+    monkeypatch.setitem(registry.IMPLEMENTATIONS, "fake-sum", FakeSum())
 
 
 @pytest.fixture
 def fake_catalogue(monkeypatch):
-    from dpaudit import catalogue
     from dpaudit.cli.generic import audit_click_command
 
-    monkeypatch.setitem(catalogue.CATALOGUE, "fake-sum", ENTRY)
-    monkeypatch.setitem(catalogue.ALIASES, "fake-sum", "fake-sum")
+    _register(monkeypatch)
     monkeypatch.setitem(ROUTES, ("audit", "fake-sum"), lambda: audit_click_command("fake-sum"))
 
 
@@ -113,6 +115,7 @@ def _capture_release(monkeypatch, captured):
         raise _Stop
 
     monkeypatch.setattr(dpaudit.releasing, "release", fake_release)
+    _register(monkeypatch)
 
 
 def _fake_requests():

@@ -16,6 +16,7 @@ from dpaudit.accounting.events import Composed, Parallel
 from dpaudit.ledger.book import open_ledger
 from dpaudit.catalogue import CATALOGUE, names
 from dpaudit.errors import AccountingMismatchError
+from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.mixmin_tasks import SPLIT_RULE
 from dpaudit.mechanisms.contract import DataInfo, Mechanism, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput
 from dpaudit.records import read_release
@@ -27,7 +28,7 @@ from dpaudit.requests import MixMinRequest, Request
 def test_every_trainable_catalogue_entry_exposes_a_contract_mechanism(name):
     # The release skeleton, the audits and the sweeps call these on whatever the catalogue names:
     # a module whose MECHANISM is a string (or lacks a method) breaks them at run time only.
-    m = CATALOGUE[name].mechanism()
+    m = registry.mechanism(name)
     assert isinstance(m, Mechanism), f"{name}: MECHANISM is {type(m).__name__}, not a contract mechanism"
     for method in ("load", "plan", "run", "audit_target"):
         assert callable(getattr(m, method)), f"{name}: MECHANISM.{method} is not callable"

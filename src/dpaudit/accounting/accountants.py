@@ -60,13 +60,13 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Callable, Iterator, Protocol, runtime_checkable
 
-import numpy as np
-
 from ..errors import UnsupportedEventError, UsageError
+from ..lazy import lazy_import
 from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from .rdp_sgm import compute_rdp, get_privacy_spent  # Opacus's analysis with numpy alone (no scipy import)
+np = lazy_import("numpy")
 
 #: Every accountant :func:`compute_epsilon` knows, in the order tools list them.
 ACCOUNTANTS = ("rdp", "prv", "pld", "pure")

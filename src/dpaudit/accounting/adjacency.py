@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 from ..errors import AdjacencyMismatchError, UsageError
@@ -55,7 +56,5 @@ def convert(epsilon: float, delta: float, source: "str | Adjacency", target: "st
     if s is t:
         return epsilon, delta
     if s is Adjacency.ADD_REMOVE_RECORD and t is Adjacency.REPLACE_RECORD:
-        import math
-
         return 2.0 * epsilon, (1.0 + math.exp(epsilon)) * delta
     raise AdjacencyMismatchError(f"no generic conversion from {s.value} to {t.value}.")

@@ -59,8 +59,6 @@ def analysis() -> ModuleType:
         except ImportError:  # opacus missing: the normal import would fail too
             raise
         except Exception:  # noqa: BLE001 - a future layout we cannot load alone: import it the normal way
-            import importlib
-
             _module = importlib.import_module(OPACUS_RDP)
     return _module
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 
-import numpy as np
-
+from ..lazy import lazy_import
 from . import opacus_rdp  # Opacus's own file (loads scipy only when it computes)
+np = lazy_import("numpy")
 
 #: log of the largest double: a binomial coefficient above it is inf in scipy (Opacus's reference).
-_LOG_DBL_MAX = math.log(np.finfo(float).max)
+_LOG_DBL_MAX = math.log(sys.float_info.max)
 #: Integer orders whose largest binomial coefficient is within this factor (in log) of the largest
 #: double are ambiguous (scipy's Beta-based binom rounds): the reference computes them.
 _OVERFLOW_MARGIN = 1e-6

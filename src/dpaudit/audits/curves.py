@@ -74,15 +74,16 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import optimize, special
-
 from ..accounting.accountants import branches, compute_epsilon, get_accountant, merge_leaves
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..errors import DataError, UnsupportedEventError, UsageError
+from ..lazy import lazy_import
 from ..validation import open_unit, positive_finite
 from . import stats
+np = lazy_import("numpy")
+optimize = lazy_import("scipy.optimize")
+special = lazy_import("scipy.special")
 
 #: pld discretisation of the privacy loss (the accountants' default). For noise multipliers below
 #: 0.5 (the family search goes down to s = 1/16) the Gaussian losses grow like 1/sigma^2, so the
@@ -106,9 +107,13 @@ PROFILE_MAX_POINTS = 6000
 SCALE_TOLERANCE = 1e-3
 SCALE_RANGE_CLOSED = (1e-6, 1e6)
 SCALE_RANGE_PROFILE = (1.0 / 16.0, 64.0)
-#: The FPR grid of the reported curves.
-CURVE_GRID = np.logspace(-6, 0, 200)
 MAX_POINTS = 256
+
+
+@functools.cache
+def curve_grid() -> np.ndarray:
+    """The FPR grid of the reported curves (a function: numpy runs when a curve is reported, not at import)."""
+    return np.logspace(-6, 0, 200)
 
 
 # --------------------------------------------------------------------------- the claimed curve
@@ -501,7 +506,7 @@ def _num(x):
 
 
 def _curve_dict(curve: ClaimedCurve) -> dict:
-    return {"fpr": [float(v) for v in CURVE_GRID], "fnr": [float(v) for v in curve.fnr(CURVE_GRID)]}
+    return {"fpr": [float(v) for v in curve_grid()], "fnr": [float(v) for v in curve.fnr(curve_grid())]}
 
 
 def _eval_points(s: np.ndarray, w: np.ndarray, direction: str) -> dict:

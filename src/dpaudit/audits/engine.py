@@ -71,13 +71,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from pathlib import Path
 
-import numpy as np
-
 from .. import __version__
 from ..audit_outputs import shareable_audit
 from ..accounting import compute_epsilon
 from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..progress import JobProgress
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
@@ -88,6 +87,7 @@ from .cost import record_audit_cost
 from .curves import curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
 from .verdicts import upgrade, violated
+np = lazy_import("numpy")
 
 AUDIT_FILE = "audit.json"
 SCORES_FILE = "scores.npz"

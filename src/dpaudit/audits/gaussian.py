@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..accounting.events import SubsampledGaussian
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .stats import gdp_epsilon, gdp_mu_for_epsilon
 from .targets import AuditTarget
+np = lazy_import("numpy")
 
 GAUSSIAN_CANARIES = ("max-clip", "natural")
 

@@ -29,6 +29,7 @@ an eps_LB above the claim falsifies it at the stated confidence.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import uuid
@@ -36,26 +37,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-from scipy import special, stats
-
 from ..accounting.accountants import compute_epsilon
 from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, split_one_run
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..noise import public_rng
 from ..records import _json_safe, write_json_atomic
 from ..validation import one_of, open_unit
 from . import curves
 from .curves import claimed_curve, scale_event
+np = lazy_import("numpy")
+special = lazy_import("scipy.special")
+stats = lazy_import("scipy.stats")
 
 SCHEMA = "dpaudit.one-run/1"
 ONE_RUN_FILE = "one_run.json"
 KINDS = ("gradient", "input-mislabeled", "input-ood", "user")
 #: k_pos = k_neg = round(m * fraction) (>= 1, at most m // 2) for each fraction: the public guess grid.
 GRID_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25, 0.5)
-#: FPR grid on which the claimed curve is evaluated for the f-DP recursion: 0 and log-spaced
-#: points from 1e-12 to 1 (the inverse used there is rounded DOWN to a grid point: conservative).
-_FDP_GRID = np.concatenate([[0.0], np.logspace(-12.0, 0.0, 3001)])
 #: Family search over the scale s: relative tolerance and default range (profile curves use
 #: curves.SCALE_RANGE_PROFILE, where dp-accounting's PLD stays well behaved, and the coarser
 #: _PROFILE_TOLERANCE: each scale costs a PLD, seconds; the reported s is a rejected one either way).
@@ -63,6 +62,13 @@ _SCALE_TOLERANCE = 1e-3
 _PROFILE_TOLERANCE = 1e-2
 _SCALE_RANGE = (1e-6, 1e6)
 _TAG_PLAN_COINS = 0xC011
+
+
+@functools.cache
+def _fdp_grid() -> np.ndarray:
+    """FPR grid on which the claimed curve is evaluated for the f-DP recursion: 0 and log-spaced points from 1e-12 to 1 (the
+    inverse used there is rounded DOWN to a grid point: conservative)."""
+    return np.concatenate([[0.0], np.logspace(-12.0, 0.0, 3001)])
 
 
 def _significance(confidence: float) -> float:
@@ -189,10 +195,10 @@ def steinke_epsilon(m: int, r: int, v: int, *, delta: float, significance: float
 
 
 def _curve_values(fnr: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, bool]:
-    """The curve on :data:`_FDP_GRID`, made non-increasing (a running minimum only lowers it:
+    """The curve on :func:`_fdp_grid`, made non-increasing (a running minimum only lowers it:
     conservative), and whether it is convex on the grid (the recursion needs a convex curve: a
     trade-off function is one; a non-convex "lower bound" is refused, never patched up)."""
-    x = _FDP_GRID
+    x = _fdp_grid()
     f = np.clip(np.asarray(fnr(x), dtype=np.float64), 0.0, 1.0)
     if f.shape != x.shape or not np.all(np.isfinite(f)):
         raise DataError(f"claimed curve must give finite values on the FPR grid, got shape {f.shape}.")
@@ -211,7 +217,7 @@ def _convex_on_grid(x: np.ndarray, f: np.ndarray, tol: float = 1e-9) -> bool:
 def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, significance: float) -> bool:
     """True when ``correct`` of ``guesses`` correct guesses over m canaries rule out, at
     ``significance``, every mechanism that is f-DP for the curve f given by ``curve_values`` on
-    :data:`_FDP_GRID` (non-increasing, convex, a lower bound on the trade-off function of every
+    :func:`_fdp_grid` (non-increasing, convex, a lower bound on the trade-off function of every
     canary's neighbouring pair in both orders).
 
     Derivation (after Mahloujifar, Melis & Chaudhuri 2024). Let c' = guesses (fixed), N = correct
@@ -238,7 +244,7 @@ def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, si
     if c1 == 0 or v == 0:
         return False
     neg_f = -curve_values  # non-decreasing: searchsorted finds how many grid points have f > 1 - y
-    x = _FDP_GRID
+    x = _fdp_grid()
     total = c1 / m
     r = significance * v / m
     h = significance * (c1 - v) / m

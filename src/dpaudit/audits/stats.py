@@ -29,12 +29,12 @@ import functools
 import math
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import special  # scipy.stats / scipy.optimize are imported where used (start-up of `dpaudit audit`)
-
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import non_negative_finite, one_of, open_unit, positive_finite
+np = lazy_import("numpy")
+special = lazy_import("scipy.special")
 
 DIRECTIONS = ("greater", "less")
 GDP_FALLBACK_DELTA = 1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims  # "greater": predict "canary in" when score >= threshold

@@ -21,11 +21,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
 from ..data import load_dataset
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
+np = lazy_import("numpy")
 
 
 #: The public identity fields an audit compares with its release (a new ``release.json`` carries
@@ -141,7 +141,7 @@ def training_partition(target) -> dict:
 
 # ------------------------------------------------------------------------ bring your own mechanism
 
-Mechanism = Callable[[bool, np.random.Generator], Any]
+Mechanism = Callable[[bool, "np.random.Generator"], Any]
 Score = Callable[[Any], float]
 
 

@@ -1,11 +1,12 @@
 """The `dpaudit` command line: parse, call the library, render with rich. No logic lives here.
 
 Start-up: typer turns every command function into a click command (signature inspection, string
-annotations evaluated) before it parses anything: ~70 commands cost ~0.2 s, and importing every
-command family ~0.1 s more. The light commands (``--help``, ``--version``, ``account``,
-``calibrate``, ``schedule``, ``ledger summary``) must start in well under a second, so the root
-app is lazy (:class:`_RootTyper`): ``app(...)`` / ``dpaudit`` import a command family and convert a
-command only when the command line names it (``--help`` converts the top-level commands only;
+annotations evaluated) before it parses anything: ~70 commands cost ~0.2 s. The light commands
+(``--help``, ``--version``, ``account``, ``calibrate``, ``schedule``, ``ledger summary``) must start
+in well under a second, so the root app is lazy (:class:`_RootTyper`): every command family is
+imported at the top (the library behind them binds numpy, scipy and torch with
+:func:`dpaudit.lazy.lazy_import`: none runs), but ``app(...)`` / ``dpaudit`` registers a family and
+converts a command only when the command line names it (``--help`` converts the top-level commands only;
 ``ledger summary`` converts one ledger command). Anything that asks typer for the whole app
 (``typer.main.get_command(app)``, ``CliRunner().invoke(app, ...)``, ``app.registered_commands``)
 gets every family registered, exactly as before. tests/cli/test_cli_startup.py checks that both
@@ -14,13 +15,13 @@ paths expose the same commands, in the same order, with the same help.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any, Callable
 
 import typer
 
 from .. import __version__
+from . import accounting, audit, bundle, ledger, mixmin, report, sweep, train
 from .common import LazyCommands, _fast_options, light_rich_help, new_app
 
 #: Top-level command name -> the module of :mod:`dpaudit.cli` whose ``register(app)`` adds it, in
@@ -32,8 +33,10 @@ COMMAND_FAMILIES: dict[str, str] = {
     "audit": "audit", "bundle": "bundle", "verify": "bundle", "report": "report", "sweep": "sweep",
     "train": "train", "ledger": "ledger", "mixmin": "mixmin",
 }
-#: The order the families register in (the order of the commands in ``dpaudit --help``).
-FAMILY_ORDER = ("accounting", "train", "ledger", "audit", "bundle", "report", "sweep", "mixmin")
+#: The family modules in the order they register (the order of the commands in ``dpaudit --help``).
+FAMILIES = {"accounting": accounting, "train": train, "ledger": ledger, "audit": audit, "bundle": bundle, "report": report, "sweep": sweep,
+            "mixmin": mixmin}
+FAMILY_ORDER = tuple(FAMILIES)
 
 
 def _command_name(info) -> str:
@@ -101,7 +104,7 @@ class _RootTyper(typer.Typer):
     def _load(self, families) -> None:
         """Register ``families`` (module names under dpaudit.cli) not yet registered, in FAMILY_ORDER."""
         for family in sorted(set(families) - self._loaded, key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER)):
-            module = importlib.import_module(f".{family}", __name__)
+            module = FAMILIES[family]
             before = {k: len(v) for k, v in self._raw.items()}
             self._registering += 1
             try:

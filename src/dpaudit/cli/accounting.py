@@ -6,19 +6,14 @@ from enum import Enum
 from typing import Optional
 
 import typer
+from rich.table import Table
 
-# The accountants (numpy, scipy, Opacus's analysis, prv-accountant) load inside the commands, so
-# `dpaudit --help` and the other commands start without them.
+from ..accounting import accountants, calibration
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
 from ..accounting.schedule import dp_sgd_schedule
-from ..lazy import lazy_module
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
 from .common import console, emit_json, print_table
-
-# numpy and the accountants' libraries, for `account` and `calibrate` only (`schedule` and `--help` compute no numbers).
-accountants = lazy_module("dpaudit.accounting.accountants")
-calibration = lazy_module("dpaudit.accounting.calibration")
 
 
 def _choice(name: str, values) -> type[Enum]:
@@ -43,8 +38,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
-        from rich.table import Table
-
         positive_finite("noise_multiplier", noise_multiplier)
         half_open_unit("sample_rate", sample_rate)
         positive_int("steps", steps)
@@ -111,8 +104,6 @@ def register(app: typer.Typer) -> None:
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """DP-SGD schedule from public quantities: J = ceil(N0/B), q = 1/J, T = E*J, m0 = floor(q N0)."""
-        from rich.table import Table
-
         s = dp_sgd_schedule(n, batch_size, epochs)
         if json_out:
             emit_json(s.to_dict())

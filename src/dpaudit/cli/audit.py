@@ -13,23 +13,19 @@ from typing import Optional
 
 import typer
 
+from .. import auditing, one_run_auditing
 from ..audit_outputs import shareable_one_run
+from ..audits import engine
 from ..catalogue import ALIASES, CATALOGUE, lookup, names
 from ..errors import UsageError
-from ..lazy import lazy_module
 from ..records import check_out_dir, read_release
+from ..reports import tradeoff
 from ..requests import THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
 from ..validation import positive_int
 from . import generic, plan as plan_cli
 from .audit_render import render_one_run, show
 from .common import console, emit_json, exit_on_violation, note, recorded_argv
-
-# The numerical library (numpy, torch), executed when an audit runs: `dpaudit --help` stays light.
-auditing = lazy_module("dpaudit.auditing")
-engine = lazy_module("dpaudit.audits.engine")
-one_run_auditing = lazy_module("dpaudit.one_run_auditing")
-tradeoff = lazy_module("dpaudit.reports.tradeoff")
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.

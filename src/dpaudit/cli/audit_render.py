@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..audit_outputs import shareable_audit
-from ..lazy import lazy_module
-from .common import console, emit_json
-from .common import console, emit_json, print_table
+from rich.markup import escape
+from rich.table import Table
 
-tradeoff = lazy_module("dpaudit.reports.tradeoff")  # matplotlib and the audit core: for the figure only
+from ..audit_outputs import shareable_audit
+from ..reports import tradeoff
+from .common import console, emit_json, print_table
 
 
 def show(results: list, out_dirs: list, *, json_out: bool) -> None:
@@ -33,8 +33,6 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
 
 
 def render_one_run(result, out: Path) -> None:
-    from rich.table import Table
-
     b = result.bounds
     table = Table(title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
                         f"{b['confidence']:.0%} confidence")
@@ -116,9 +114,6 @@ def _gdp_cell(r) -> str:
 
 
 def render(result, out: Path) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
     # One column per run (audit and its controls), one row per statistic: fits 80 columns.
     runs = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
     table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence",

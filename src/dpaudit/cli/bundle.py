@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from .. import reports  # make_bundle / verify_bundle load on first use (numpy, torch)
+from .. import reports
 from . import options
 from .common import console, emit_json
 

@@ -10,12 +10,14 @@ import sys
 import textwrap
 import types
 from collections.abc import MutableMapping
+from enum import Enum
 from typing import Any, Callable, Optional
 
 import typer
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+from typer._click.globals import get_current_context
 from typer.core import TyperCommand, TyperGroup
 
 # The consoles live below the CLI so library modules can print progress without importing it.
@@ -228,11 +230,7 @@ def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), 
     ``always``) in declaration order, ``last`` at the end. ``values`` replaces parsed values (a
     default the command resolved); ``omit``: options that say how or where it runs, never what it
     computes. Flags are ``--x`` / ``--no-x``, floats ``repr`` (exact round trip)."""
-    from enum import Enum
-
     if ctx is None:
-        from typer._click.globals import get_current_context
-
         ctx = get_current_context()
     names, c = [], ctx
     while c.parent is not None:  # the root's own name is the program's: always ``dpaudit``

@@ -22,20 +22,17 @@ import typer
 from typer._click.core import ParameterSource
 from typer._click.globals import get_current_context
 
-from ..validation import positive_int
+from .. import auditing, releasing
+from ..audits import engine
 from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
-from ..lazy import lazy_module
+from ..mechanisms import registry
 from ..records import check_out_dir, read_release
 from ..requests import REQUEST_TYPES, AuditRequest
+from ..validation import positive_int
 from . import options
 from .audit_render import show
 from .common import ROUTES, console, emit_json, exit_on_violation, new_app, note, recorded_argv, say
-
-# The library that runs a command (numpy, torch), executed when one runs: `dpaudit --help` stays light.
-auditing = lazy_module("dpaudit.auditing")
-engine = lazy_module("dpaudit.audits.engine")
-releasing = lazy_module("dpaudit.releasing")
 
 
 def generic_audit_names() -> tuple[str, ...]:
@@ -145,7 +142,7 @@ def make_train_command(entry):
             import torch
 
             torch.set_num_threads(threads)
-        mech = entry.mechanism()
+        mech = registry.mechanism(entry.name)
         request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean
             note(line)

@@ -13,15 +13,10 @@ from rich.table import Table
 
 from ..claims import verify_claim
 from ..errors import UsageError
-from ..lazy import lazy_module
-from ..ledger import signing, store_pg, text
+from ..ledger import book, result_cache, signing, store_pg, text
 from ..records import read_release
 from . import options
 from .common import console, emit_json, err_console, new_app, print_table
-
-# The book and the result cache load the accountants (numpy): when a command runs, not for `--help`.
-book = lazy_module("dpaudit.ledger.book")
-result_cache = lazy_module("dpaudit.ledger.result_cache")
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."

@@ -11,8 +11,7 @@ from typing import Optional
 
 import typer
 
-import dpaudit  # make_plan / load_plan load with the audit library on first use (dpaudit.__getattr__)
-
+from .. import audit_plans
 from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
 from ..requests import AuditRequest
@@ -56,12 +55,12 @@ def dispatch(values: dict, check) -> tuple | None:
         raise UsageError(f"--{extra.replace('_', '-')} must only be given with `audit plan opacus`, got {opacus[extra]!r}.")
     if plan is not None:
         _refuse_others(values, mechanism, planned, key)
-        a, run = dpaudit.load_plan(plan)
+        a, run = audit_plans.load_plan(plan)
         return dataclasses.replace(a, json_out=values["json_out"]), run
     if mechanism == "plan" and planned is not None:
         a = generic.request_from_options(AuditRequest, values, mechanism=planned)
         check(a)
-        return _written(dpaudit.make_plan(a, key=key), a.json_out)
+        return _written(audit_plans.make_plan(a, key=key), a.json_out)
     return generic.request_from_options(AuditRequest, values, mechanism=_alone(mechanism, planned, key)), None
 
 
@@ -77,7 +76,7 @@ def _opacus_plan(values: dict, o: dict, key) -> Path:
         raise UsageError(f"--steps or --epochs must be given with `audit plan opacus` (one of them), got {'both' if o['steps'] else 'neither'}.")
     q = half_open_unit("--sample-rate", o["sample_rate"])
     steps = o["steps"] if o["steps"] is not None else round(req.epochs / q)  # Opacus's steps for E epochs: E / sample rate
-    return dpaudit.opacus_plan(SubsampledGaussian(o["noise_multiplier"], q, steps), delta=req.delta, canaries=req.canaries,
+    return audit_plans.opacus_plan(SubsampledGaussian(o["noise_multiplier"], q, steps), delta=req.delta, canaries=req.canaries,
                                tensors=o["tensors"] and o["tensors"].split(","), confidence=req.confidence, out=req.out, ledger=req.ledger, key=key)
 
 

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from .. import reports  # the report builder (and its numerics) loads on first use
+from .. import reports
 from ..records import check_out_dir
 from .common import console, emit_json, note
 from .options import json_out, ledger

@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from .. import sweeps  # the runner (and the release path behind it) loads on first use
+from .. import sweeps
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
 from .common import console, emit_json, print_table, note

@@ -33,9 +33,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..validation import non_negative_int
 from .base import PreparedDataset, resolve_data_dir
 from .files import hash_and_verify, sums_note
@@ -43,6 +42,7 @@ from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CategoricalField, Field, NumericField, cardio_cohort_mask, cardio_kept, encode,
                       feature_names, read_table)
+np = lazy_import("numpy")
 
 AUTHORS_PROFILE = "authors"
 #: The authors' split seed: ``numpy.random.default_rng(2026)``.

@@ -30,6 +30,7 @@ flattened in (channel, height, width) order; ``image_shape`` keeps (C, H, W)."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import pickle
@@ -38,13 +39,13 @@ import tempfile
 import zlib
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import resolve_data_dir
 from .files import file_digest, hash_and_verify
+np = lazy_import("numpy")
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
@@ -112,7 +113,6 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
     """Verify the four ``.gz`` files and return a torchvision root holding ``MNIST/raw/*``."""
     folder = data_dir / "mnist"
     hashes = hash_and_verify(data_dir, folder, MNIST_FILES, "MNIST")
-    import hashlib
     tag = hashlib.sha256("".join(hashes[n] for n in MNIST_FILES).encode()).hexdigest()[:20]
     root = _cache_root() / f"mnist-{tag}"
     done = root / "MNIST" / "raw" / "COMPLETE"

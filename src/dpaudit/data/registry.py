@@ -19,9 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..validation import non_negative_int
 from . import authors
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
@@ -31,6 +30,7 @@ from .base import PreparedDataset, resolve_data_dir
 from .files import sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
+np = lazy_import("numpy")
 
 TABULAR_PROFILES = ("default",)
 #: The DP-RVFL authors' pipeline (dpaudit.data.authors); offered for the paper's four datasets.

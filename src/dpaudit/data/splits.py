@@ -14,10 +14,10 @@ the training partition it is given (paper section 3.1)."""
 
 from __future__ import annotations
 
-import numpy as np
-
+from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import non_negative_int
+np = lazy_import("numpy")
 
 #: Tag mixed into the split generator so a split seed never collides with a model seed's stream.
 SPLIT_TAG = 0x5B1  # "split"; a fixed public constant

@@ -57,12 +57,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..validation import one_of
 from .base import resolve_data_dir
 from .files import hash_and_verify
+np = lazy_import("numpy")
 
 
 @dataclass(frozen=True)

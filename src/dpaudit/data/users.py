@@ -22,13 +22,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..validation import non_negative_int
 from .base import PreparedDataset, array_sha256
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
+np = lazy_import("numpy")
 
 #: (train_percent, val_percent) of users for a user-level split; the test part is the remainder.
 USER_SPLIT_PERCENT = (70, 15)

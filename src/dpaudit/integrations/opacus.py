@@ -47,16 +47,16 @@ import uuid
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
-import torch
-
 from ..accounting.events import SubsampledGaussian, event_from_dict
 from ..audit_outputs import shareable_one_run
 from ..audit_plans import OPACUS, open_plan
 from ..audits.one_run import OneRunResult, OneRunScores, one_run_bounds, plan_coins, write_one_run
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
 _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate

@@ -33,12 +33,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import numpy as np
-from scipy import stats
-
 from ..accounting.accountants import compute_epsilon
 from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
+from ..lazy import lazy_import
+np = lazy_import("numpy")
+stats = lazy_import("scipy.stats")
 
 #: Below this chance under Poisson sampling, repeated batch sizes are reported as fixed-size batches.
 FIXED_SIZE_P = 1e-6

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -950,8 +951,6 @@ def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None
 
 
 def _hostname() -> str:
-    import socket
-
     try:
         return socket.gethostname()
     except OSError:

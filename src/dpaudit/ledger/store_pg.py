@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 from typing import Iterator
 
 from .. import __version__
@@ -114,8 +115,6 @@ def latest_schema_version() -> int:
 def grant_writer_sql(schema: str, role: str) -> list[str]:
     """What the ledger's owner runs to let ``role`` (an analyst, or a group role) write: read
     everything, append entries, nothing else (no UPDATE, DELETE, TRUNCATE or DDL)."""
-    import re
-
     if not re.match(r"^[a-z_][a-z0-9_]{0,62}$", role or ""):
         raise UsageError(f"role must be a lower-case SQL name (letters, digits, '_'), got {role!r}.")
     s, r = _q(schema), '"' + role + '"'

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
-from .. import data as registry  # a lazy package: its numerical loaders load on first use
+from .. import data as registry
 from ..errors import DataError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)

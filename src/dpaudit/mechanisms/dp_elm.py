@@ -45,9 +45,8 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
-
-import numpy as np
 
 from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
@@ -55,6 +54,7 @@ from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
 from ..data import load_dataset
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..ledger.book import sampler_uncertified_reason
 from ..noise import NoiseSource, public_rng
 from ..requests import DPELMRequest
@@ -62,6 +62,7 @@ from ..validation import one_of, positive_finite, positive_int
 from .contract import MechanismBase, ReleasePlan, RunOutput
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
 from .rvfl import classification_metrics
+np = lazy_import("numpy")
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
 ACCOUNTANT = "pure"
@@ -314,8 +315,6 @@ def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSourc
     if sampler == "discrete-laplace":
         if stats.grid_bits is None:
             raise UsageError("statistics must be exact (grid) statistics for the discrete-laplace sampler, got float64 ones.")
-        from fractions import Fraction
-
         # The scale as an exact rational from the float epsilon: L(L+2) / epsilon.
         scale = Fraction(width * (width + 2)) / Fraction(epsilon)
         g = add_grid_laplace(stats.gram, scale, 2 * stats.grid_bits, noise)

@@ -5,10 +5,9 @@ clipping, joint over all trainable parameters. Privacy contract: :mod:`dpaudit.m
 
 from __future__ import annotations
 
-import numpy as np
-import torch
 
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import positive_int
 from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs and the config are also read from here (mixmin_tasks, audits)
@@ -25,6 +24,8 @@ from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs a
 from .engine import SumUnits, UserSampling, run_dp_sgd
 from .ghost_clip import module_clipped_sum
 from .user_level import _check_users, sample_user_records
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 
 def train_module_dp_sgd(

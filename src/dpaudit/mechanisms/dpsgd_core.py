@@ -19,12 +19,12 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import numpy as np
-import torch
-
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 #: Progress callback: called as ``progress(steps_done, steps_total)``.
 Progress = Callable[[int, int], None]

@@ -30,13 +30,11 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from ..data import load_dataset
 from ..accounting.events import event_from_dict
 from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..ledger.book import open_ledger
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
 from ..requests import DPSGDRequest
@@ -65,6 +63,8 @@ from .rvfl import (
 )
 from .user_head_audit import synthetic_user_ids
 from .user_head_audit import UserHeadTarget
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 USER_SAMPLING = "Poisson over users at sample_rate; min(G, |D_u|) records per sampled user without replacement each step (private)"
 

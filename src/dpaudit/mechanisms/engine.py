@@ -69,15 +69,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
 from ..data.users import UserIndex
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import positive_int
 from . import dpsgd_core, user_level
 from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, check_head_inputs, head_threads
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 # ---------------------------------------------------------------- the canary hook
 
@@ -341,7 +341,7 @@ def train_heads(
     users: UserSampling | None = None,
     canary: CanaryHook | None = None,
     binary_logit: bool = False,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,  # float32
     z_has_bias_column: bool = False,
     progress: Progress | None = None,
     chunk_runs: int | None = None,
@@ -361,6 +361,7 @@ def train_heads(
     step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
     included = _included(canary, runs)
+    dtype = torch.float32 if dtype is None else dtype
     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
     n = z.shape[0]
     z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)

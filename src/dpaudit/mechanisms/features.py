@@ -17,14 +17,15 @@ for a given seed (same tags), as the paper requires.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-
+from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import one_of, positive_int
 from .dpsgd_core import blas_threads
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this
 PROJECTION_DIM = 1024
@@ -75,7 +76,7 @@ class FrozenFeatures:
             "hidden_init": "W ~ U(-1, 1), b ~ U(0, 1)" if self.weight is not None else None,
         }
 
-    def transform(self, x: np.ndarray, *, chunk: int = 4096, dtype=np.float32, bias_column: bool = False) -> np.ndarray:
+    def transform(self, x: np.ndarray, *, chunk: int = 4096, dtype="float32", bias_column: bool = False) -> np.ndarray:
         """z for every row of ``x``, computed in chunks (float32 by default).
 
         ``bias_column=True`` appends a column of ones ([z, 1], the head's bias input) without a
@@ -117,8 +118,6 @@ class FrozenFeatures:
                 np.tanh(h, out=h)
 
     def _fill_torch(self, x, out, p, w, b, link, chunk, dtype) -> None:
-        import warnings
-
         ot = torch.from_numpy(out)
         pt = torch.from_numpy(p) if p is not None else None
         wt = torch.from_numpy(w) if w is not None else None

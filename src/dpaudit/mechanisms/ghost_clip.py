@@ -30,19 +30,16 @@ from __future__ import annotations
 import operator
 from functools import reduce
 
-import numpy as np
-import torch
-from torch import nn
-
+from ..lazy import lazy_import
 from . import dpsgd_core, user_level
-
-LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
-
+np = lazy_import("numpy")
+torch = lazy_import("torch")
+nn = lazy_import("torch.nn")
 
 def ghost_layers(module: nn.Module) -> dict | None:
     """The layers holding ``module``'s trainable parameters by name, or None when some trainable
     parameter lies outside a layer this kernel covers."""
-    layers = {n: m for n, m in module.named_modules() if isinstance(m, LAYERS) and any(p.requires_grad for p in m.parameters(recurse=False))}
+    layers = {n: m for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)) and any(p.requires_grad for p in m.parameters(recurse=False))}
     if any(not isinstance(m, nn.Linear) and (m.groups != 1 or isinstance(m.padding, str) or m.padding_mode != "zeros") for m in layers.values()):
         return None
     owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}

@@ -28,20 +28,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..catalogue import head_canary
 from ..accounting import compute_epsilon
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, training_partition
 from ..catalogue import names as catalogue_names
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..requests import THREAT_MODELS
 from .dpsgd_core import DPSGDConfig, head_outputs, init_head
 from .engine import CanaryHook, train_heads
 from .features import build_features
+from .head_canaries import canary_coordinate, dead_features, head_canary  # noqa: F401 - the first two read from here too
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
+np = lazy_import("numpy")
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
@@ -122,22 +122,6 @@ def dirac_gradient(target, j: int) -> np.ndarray:
     grad = np.zeros((target._k, target._z.shape[1] + 1))
     grad[0, j] = target._config.clipping_norm
     return grad
-
-
-def dead_features(z: np.ndarray) -> np.ndarray:
-    """Indices of the input features (columns of ``z``, records in rows) that are zero in every
-    training record: weights on them get no data gradient, so a gradient canary there is alone."""
-    return np.flatnonzero(np.abs(z).max(axis=0) == 0)
-
-
-def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
-    """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
-    moves — an input feature that is zero in every training record, so the data never move it."""
-    dead = dead_features(z)
-    if dead.size:
-        return int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)", int(dead.size)
-    j = int(np.argmin(np.abs(z).mean(axis=0)))
-    return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Head canary kinds of the DP-SGD head audits, record and user level: one registry, one shape.
 
-A kind is a chooser ``(target, data, feats, users) -> HeadCanaryChoice`` registered by name in
-:data:`dpaudit.catalogue.HEAD_CANARIES` ("module:function", loaded on first use); ``users`` is G for
+A kind is a chooser ``(target, data, feats, users) -> HeadCanaryChoice`` in :data:`CHOOSERS`, named in
+:data:`dpaudit.catalogue.HEAD_CANARIES` (tests/test_catalogue.py checks they agree); ``users`` is G for
 a canary user, None for one canary record; ``target`` is prepared up to its canary (``_z``, ``_k``,
 ``_n_classes``, ``_config``, ``seed``, ``canary``). A kind moves one head weight by a gradient of
 norm C (``coordinate``), or is input records trained on like any record (``z``, ``y``); scores:
@@ -16,14 +16,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import DataError
+from ..lazy import lazy_import
 from ..noise import public_rng
-from .head_audit import canary_coordinate
+np = lazy_import("numpy")
 
 #: Public tag of the held-out canary record draw (the DP-ELM and DP-MixMin audits use it too).
 TAG_CANARY = 0xCA7A
+
+
+def dead_features(z: np.ndarray) -> np.ndarray:
+    """Indices of the input features (columns of ``z``, records in rows) that are zero in every
+    training record: weights on them get no data gradient, so a gradient canary there is alone."""
+    return np.flatnonzero(np.abs(z).max(axis=0) == 0)
+
+
+def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
+    """(j, why, number of dead features): the head weight W[0, j] a max-clip gradient canary
+    moves — an input feature that is zero in every training record, so the data never move it."""
+    dead = dead_features(z)
+    if dead.size:
+        return int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)", int(dead.size)
+    j = int(np.argmin(np.abs(z).mean(axis=0)))
+    return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +58,7 @@ def _unit(users) -> dict:
 
 def max_clip(target, data, feats, users) -> HeadCanaryChoice:
     """A Dirac gradient of norm C on W[0, j], j an input feature zero in every training record
-    (:func:`~dpaudit.mechanisms.head_audit.canary_coordinate`): only noise and the canary move it."""
+    (:func:`canary_coordinate`): only noise and the canary move it."""
     j, why, n_dead = canary_coordinate(target._z)
     joint = {} if users is None else {"user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"}
     return HeadCanaryChoice({"kind": "max-clip", **_unit(users), "coordinate": [0, j], "why": why, "dead_features": n_dead,
@@ -80,3 +95,47 @@ def mislabeled(target, data, feats, users) -> HeadCanaryChoice:
 def natural(target, data, feats, users) -> HeadCanaryChoice:
     """The same held-out records with their true labels."""
     return _test_records(target, data, feats, users, wrong=False)
+
+
+#: Public tag of the canary's signs and label.
+TAG_OOD = 0x00DC
+
+
+def ood_record(target, data, feats, users) -> HeadCanaryChoice:
+    """An out-of-distribution input record chosen from public information only: random signs and a random label, public seed.
+
+    The canary is an input record x_c with every feature +1 or -1 (random signs drawn from the public
+    seed, over the dataset's public schema: ``n_features``) and a label drawn from the public seed
+    among the ``n_classes`` classes. A canary user (user level) is G copies of it, so its averaged
+    gradient is the record's and is clipped jointly to C.
+
+    **Privacy contract.** Nothing of the data is read to choose it: not the training records, not the
+    held-out ones (unlike ``mislabeled`` / ``natural``), not which features are zero (unlike
+    ``max-clip``); its choice is public and recorded in full in audit.json (``canary_info``: kind, and
+    locally the label and the rule). It is a record, not a gradient: every trial inserts it as one
+    more training row (user), Poisson-sampled, its per-example gradient computed and clipped by the
+    release's own kernel, so it tests the clipping and sampling of the released code, which a
+    gradient canary bypasses. It is a valid audit canary because the claim bounds the influence of
+    *every* possible record (add/remove adjacency), outliers included: a sound mechanism keeps eps_LB
+    at or below the claim. It is a strong one because its features lie far outside the data's range
+    (pixels in [0, 1], standardised tabular features): its gradient norm |p - e_y| |[z, 1]| stays
+    above C through training, so each time it is sampled it adds the largest contribution clipping
+    allows, partly along features the data leave silent (e.g. image borders). Score: the log-probability
+    of its label under the released head.
+    """
+    rng = public_rng(target.seed, TAG_OOD)
+    x = rng.choice(np.array([-1.0, 1.0]), size=(1, int(data.n_features)))
+    label = int(rng.integers(target._n_classes))
+    n = 1 if users is None else users
+    z = np.repeat(feats.transform(x).astype(np.float64), n, axis=0)
+    info = {"kind": "ood-record", **_unit(users), "label": label, "input": f"random signs in {{-1, +1}}^{int(data.n_features)} (public seed {target.seed})"}
+    return HeadCanaryChoice(info, z=z, y=np.full(n, label, dtype=np.int64))
+
+
+#: The head canary kinds by name, in :data:`dpaudit.catalogue.HEAD_CANARIES` order.
+CHOOSERS = {"max-clip": max_clip, "mislabeled": mislabeled, "natural": natural, "ood-record": ood_record}
+
+
+def head_canary(kind: str):
+    """The chooser of head canary kind ``kind``."""
+    return CHOOSERS[kind]

@@ -38,11 +38,11 @@ import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
-import numpy as np
-
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import one_of
+np = lazy_import("numpy")
 
 SAMPLERS = ("discrete-laplace", "textbook")
 DEFAULT_SAMPLER = "discrete-laplace"

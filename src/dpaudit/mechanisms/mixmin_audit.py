@@ -16,16 +16,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..accounting import calibrate_noise_multiplier, compute_epsilon
 from ..accounting.events import SubsampledGaussian
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from .mixmin import MixMinCanary, MixMinConfig, max_clip_direction, per_example_gradients, run_mixmin_runs, solve_mixmin
 from .mixmin_tasks import load_task, mixture_split, resolved_rho, train_proxies
+np = lazy_import("numpy")
 
 
 @dataclass

@@ -33,12 +33,10 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
 from ..accounting.accountants import comparison_epsilons
 from ..accounting.events import Composed, Parallel
+from ..lazy import lazy_import
 from ..ledger.book import open_ledger
 from ..errors import DataError, UsageError
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, NoiseSource, public_rng
@@ -56,6 +54,8 @@ from .mixmin_tasks import (REFERENCE_SIZES, SPLIT_RULE, STABLE_SPLIT_RULES, TASK
                            default_rho, fit, load_proxy_predictions, load_task, mixture_split, new_mlp, reference_units, resolved_mixture,
                            resolved_rho, synthetic_user_ids, train_proxies)
 from .mixmin_tasks import split_partition as split_partition_of
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 COMPOSITIONS = ("parallel", "sequential")
 PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")

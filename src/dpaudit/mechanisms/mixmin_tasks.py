@@ -33,18 +33,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
-import torch
-
 from ..data import load_heart_centre, load_mnist_raw
 from ..data.base import array_sha256
 from ..data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from ..data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import, torch_module_classes
 from ..noise import public_rng
 from ..validation import one_of
 from .dpsgd import AdamState, adam_update
 from .mixmin import MixMinConfig, check_inputs
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 TASKS = ("digits-mix", "mnist-mix", "heart-mix")
 DIGIT_TARGETS = ("digit-3", "loops-0689", "small-0to4", "ink-heavy")
@@ -399,8 +399,11 @@ def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None 
 
 # ---- Small torch models, trained on public data only (proxies and the downstream model)
 
+#: Built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
+__getattr__, _build_classes = torch_module_classes(globals(), "MLP")
 
-class MLP(torch.nn.Module):
+
+class _MLP:
     """d -> hidden (ReLU) -> out. ``hidden=0`` gives a linear model."""
 
     def __init__(self, d: int, hidden: int, out: int):
@@ -428,6 +431,7 @@ def torch_generator(seed: int, *tags: int) -> torch.Generator:
 
 def new_mlp(d: int, hidden: int, out: int, seed: int, *tags: int) -> MLP:
     """An MLP initialised from public randomness only."""
+    _build_classes()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(public_rng(seed, *tags).integers(0, 2**62)))
         return MLP(d, hidden, out)

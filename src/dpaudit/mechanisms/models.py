@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import math
 
-import torch
-from torch import nn
-
 from ..errors import UsageError
+from ..lazy import lazy_import, torch_module_classes
 from ..noise import public_rng
+torch = lazy_import("torch")
+nn = lazy_import("torch.nn")
 
 TRAINABLE_MODELS = ("dense", "cnn", "attention")
+#: The torch modules, built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
+__getattr__, _build_classes = torch_module_classes(globals(), "Dense", "CNN2d", "CNN1d", "CompactAttention")
 
 
-class Dense(nn.Module):
+class _Dense:
     def __init__(self, n_inputs: int, hidden: tuple[int, int], n_outputs: int, dropout: float = 0.2):
         super().__init__()
         self.fc1 = nn.Linear(n_inputs, hidden[0])
@@ -46,7 +48,7 @@ class Dense(nn.Module):
         return self.fc3(a2)
 
 
-class CNN2d(nn.Module):
+class _CNN2d:
     def __init__(self, image_shape: tuple[int, int, int], n_outputs: int = 10):
         super().__init__()
         c, h, w = image_shape
@@ -64,7 +66,7 @@ class CNN2d(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
-class CNN1d(nn.Module):
+class _CNN1d:
     def __init__(self, n_inputs: int, n_outputs: int = 1, pool_size: int = 1):
         super().__init__()
         self.conv1 = nn.Conv1d(1, 16, 3, padding=1)
@@ -96,7 +98,7 @@ def sinusoidal_positions_2d(rows: int, cols: int, dim: int) -> torch.Tensor:
     return torch.cat([enc(r), enc(c)], dim=1).float()
 
 
-class CompactAttention(nn.Module):
+class _CompactAttention:
     def __init__(self, image_shape: tuple[int, int, int], n_outputs: int = 10, patch: int = 4, dim: int = 32, heads: int = 4, ff: int = 64):
         super().__init__()
         c, h, w = image_shape
@@ -135,6 +137,7 @@ class CompactAttention(nn.Module):
 def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None, seed: int = 42) -> nn.Module:
     """A freshly initialised baseline for a dataset. Initialisation uses a torch generator seeded
     from the public seed inside a forked RNG (global RNG state untouched)."""
+    _build_classes()
     n_out = 1 if n_classes == 2 else n_classes
     torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"
     with torch.random.fork_rng(devices=[]):

@@ -28,17 +28,17 @@ Files a new mechanism touches (this one is the example): this module, its Reques
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
 from ..audits.gaussian import GaussianTarget
 from ..audits.targets import prepared
 from ..data import load_dataset
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
 from ..requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
 from ..validation import one_of, open_unit, positive_finite
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
+np = lazy_import("numpy")
 
 NAME = "noisy-sum"
 ADJACENCY = "add-remove-record"

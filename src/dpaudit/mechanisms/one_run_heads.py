@@ -38,11 +38,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-
 from ..audits.one_run import OneRunScores
 from ..audits.targets import load_target_data
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
@@ -50,6 +49,7 @@ from .features import build_features
 from .head_audit import NO_NOISE_MULTIPLIER, HeadAuditTarget, dead_features
 from .rvfl import MODELS
 from .user_head_audit import UserHeadTarget
+np = lazy_import("numpy")
 
 HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
 _TAG_COORDS = 0x31484344  # public order of the free canary coordinates

@@ -33,18 +33,18 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-import torch
-
 from ..audits.one_run import OneRunScores
 from ..data import load_dataset
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..validation import positive_int
 from .dpsgd import DPSGDConfig, train_module_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 from .models import build_module
 from .rvfl import audit_reference_size, plan_schedule
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).

@@ -37,15 +37,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
 from ..accounting.accountants import rdp_curve, rdp_to_epsilon
 from ..accounting.schedule import Schedule
 from ..catalogue import CATALOGUE, names as catalogue_names
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..progress import JobProgress
 from ..validation import positive_int
+np = lazy_import("numpy")
 
 ADJACENCY = "add-remove-record"
 ACCOUNTANT = "rdp"

@@ -43,17 +43,17 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..audits.targets import check_release_identity
-from ..catalogue import head_canary
 from ..data import load_dataset
 from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ..errors import DataError, UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
 from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, setup_head
+from .head_canaries import head_canary
+np = lazy_import("numpy")
 
 ADJACENCY = "add-remove-user"
 #: Public tag of the synthetic grouping of rows into users.

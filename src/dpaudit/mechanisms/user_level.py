@@ -40,14 +40,14 @@ averaged per user) is its reference and fallback.
 
 from __future__ import annotations
 
-import numpy as np
-import torch
-
 from ..data.users import UserIndex, index_users
 from ..errors import UsageError
+from ..lazy import lazy_import
 from ..noise import NoiseSource
 from . import dpsgd_core
 from .dpsgd_core import residuals_numpy
+np = lazy_import("numpy")
+torch = lazy_import("torch")
 
 
 # ---------------------------------------------------------------- within-user sampling

@@ -8,16 +8,16 @@ Python API (the CLI ``dpaudit report`` is a thin wrapper)::
 
 The JSON model (:func:`build_report`) is the source of truth; HTML (self-contained, figures
 embedded) and Markdown (PNG figures beside it) are rendered from it alone, so a saved JSON
-report can be re-rendered later with :func:`write_report`. The names load on first use, so the
-command line imports this package without its numerics.
+report can be re-rendered later with :func:`write_report`.
 """
 
 from __future__ import annotations
 
-from ..lazy import lazy_exports
+from .html import render_html
+from .markdown import render_markdown
+from .model import SCHEMA, SECTIONS, build_report, read_report
+from .verify import failed, make_bundle, verify_bundle
+from .write import FORMATS, report_json, write_report
 
-_WHERE = {"SCHEMA": "model", "SECTIONS": "model", "build_report": "model", "read_report": "model", "render_html": "html",
-          "render_markdown": "markdown", "FORMATS": "write", "write_report": "write", "report_json": "write",
-          "make_bundle": "verify", "verify_bundle": "verify", "failed": "verify"}
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
-__all__ = ["FORMATS", "SCHEMA", "SECTIONS", "build_report", "read_report", "render_html", "render_markdown", "write_report", "report_json"]
+__all__ = ["FORMATS", "SCHEMA", "SECTIONS", "build_report", "failed", "make_bundle", "read_report", "render_html", "render_markdown", "report_json",
+           "verify_bundle", "write_report"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-import numpy as np
-
+from ..lazy import lazy_import
+np = lazy_import("numpy")
 
 def cp_upper(k: int, n: int, alpha: float) -> float:
     """One-sided (1 - alpha) Clopper–Pearson upper bound on a rate with ``k`` events in ``n`` trials:

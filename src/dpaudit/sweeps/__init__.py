@@ -9,24 +9,21 @@ Python use::
         summary = run_sweep(spec, executor=ex, task_filter=TaskFilter(datasets=("heart",), epsilons=(2.0,)))
 
 Audits reuse the executors: ``make_executor(...).map_chunks(fn, chunks)`` returns the chunk results in order (see
-:mod:`dpaudit.sweeps.executors`). Names load from their submodule on first use (PEP 562): the runner imports the release path
-(torch), the CLI starts without it."""
+:mod:`dpaudit.sweeps.executors`)."""
 
-from ..lazy import lazy_exports
+from .executors import EXECUTORS, ChunkFailedError, DaskExecutor, Executor, LocalExecutor, Outcome, make_executor
+from .request import DEFAULT_OUT, SweepRequest
+from .runner import (SweepOptions, SweepSummary, load_records, plan, plan_counts, run_request, run_sweep, stored_tables, sweep_dir,
+                     write_tables)
+from .spec import BUILTIN_SPECS, SweepSpec, Task, TaskFilter, builtin_spec, config_key, load_spec, parse_spec
+from .stats import (PRIMARY_METRICS, Cell, CellSummary, Contrast, cells, holm_adjust, paired_contrasts, sign_flip_pvalue, summarize,
+                    win_tie_loss)
+from .store import SweepStore, open_store
+from .tables import render_html, render_markdown, sweep_tables, table3_markdown, table3_slice
 
-_SOURCES = {
-    "executors": ("EXECUTORS", "ChunkFailedError", "DaskExecutor", "Executor", "LocalExecutor", "Outcome", "make_executor"),
-    "request": ("DEFAULT_OUT", "SweepRequest"),
-    "runner": ("SweepOptions", "SweepSummary", "load_records", "plan", "plan_counts", "run_request", "run_sweep", "stored_tables",
-               "sweep_dir", "write_tables"),
-    "spec": ("BUILTIN_SPECS", "SweepSpec", "Task", "TaskFilter", "builtin_spec", "config_key", "load_spec", "parse_spec"),
-    "stats": ("PRIMARY_METRICS", "Cell", "CellSummary", "Contrast", "cells", "holm_adjust", "paired_contrasts", "sign_flip_pvalue",
-              "summarize", "win_tie_loss"),
-    "store": ("SweepStore", "open_store"),
-    "tables": ("render_html", "render_markdown", "sweep_tables", "table3_markdown", "table3_slice"),
-}
-_WHERE = {name: module for module, names in _SOURCES.items() for name in names}
-
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
-
-__all__ = sorted(_WHERE)
+__all__ = ["BUILTIN_SPECS", "Cell", "CellSummary", "ChunkFailedError", "Contrast", "DEFAULT_OUT", "DaskExecutor", "EXECUTORS", "Executor",
+           "LocalExecutor", "Outcome", "PRIMARY_METRICS", "SweepOptions", "SweepRequest", "SweepSpec", "SweepStore", "SweepSummary", "Task",
+           "TaskFilter", "builtin_spec", "cells", "config_key", "holm_adjust", "load_records", "load_spec", "make_executor", "open_store",
+           "paired_contrasts", "parse_spec", "plan", "plan_counts", "render_html", "render_markdown", "run_request", "run_sweep",
+           "sign_flip_pvalue", "stored_tables", "summarize", "sweep_dir", "sweep_tables", "table3_markdown", "table3_slice", "win_tie_loss",
+           "write_tables"]

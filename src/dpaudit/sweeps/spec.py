@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..catalogue import CATALOGUE, names as catalogue_names
-from .. import data as registry  # its registry (behind it the loaders, torch) loads on first use: reading a spec does not
+from .. import data as registry
 from ..errors import DataError, UsageError
 from ..validation import non_negative_int, open_unit, positive_finite
 

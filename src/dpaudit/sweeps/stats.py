@@ -10,9 +10,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
-import numpy as np
-
 from ..errors import UsageError
+from ..lazy import lazy_import
+np = lazy_import("numpy")
 
 #: The four primary metrics of the paper's contrast family (section 4.2: accuracy, F1, AUROC, AUPRC).
 PRIMARY_METRICS = ("accuracy", "f1_macro", "auroc", "auprc")

@@ -21,15 +21,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
-from ..catalogue import lookup
 from ..errors import UsageError
+from ..lazy import lazy_import
+from ..mechanisms import registry
 from ..mechanisms.contract import DataInfo
 from ..noise import public_rng
 from ..records import write_release
 from ..releasing import held_by_caller, make_noise_source, planned_noise_tail, release
 from .spec import RUNNER_NAMES, config_key, task_request
+np = lazy_import("numpy")
 
 #: Release fields a sweep table needs (the full release stays in release.json).
 RESULT_FIELDS = ("epsilon", "target_epsilon", "delta", "accountant", "adjacency", "noise_multiplier", "sample_rate", "steps",
@@ -102,7 +102,7 @@ def planned_release(config: dict):
     if config["runner"] != "train":
         return None
     name, request = task_request(config)
-    plan = lookup(name).mechanism().plan(request, DataInfo.from_registry(request.dataset, config["settings"].get("profile")))
+    plan = registry.mechanism(name).plan(request, DataInfo.from_registry(request.dataset, config["settings"].get("profile")))
     return plan.data_name, plan.partition, plan.adjacency, plan.event, planned_noise_tail(plan)
 
 

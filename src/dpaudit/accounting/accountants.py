@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ctypes
 import functools
 import itertools
 import json
@@ -907,8 +908,6 @@ def _child(pipe, w: int, parent: int, jobs: dict) -> None:
     try:
         pipe.close()  # so that its write fails once the parent is gone
         with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # Linux PR_SET_PDEATHSIG: killed when its parent dies
         if os.getppid() == parent:  # else the parent died before prctl took effect
             with os.fdopen(w, "wb") as f:

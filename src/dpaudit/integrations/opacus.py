@@ -52,7 +52,7 @@ import torch
 
 from ..accounting.events import SubsampledGaussian, event_from_dict
 from ..audit_outputs import shareable_one_run
-from ..audit_plans import OPACUS, open_plan
+from ..audit_plans import OPACUS, PlanRun, open_plan
 from ..audits.one_run import OneRunResult, OneRunScores, one_run_bounds, plan_coins, write_one_run
 from ..errors import UsageError
 from ..mechanisms.one_run_modules import choose_coordinates
@@ -71,6 +71,20 @@ def _plain_name(name: str) -> str:
                 break
         else:
             return name
+
+
+def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:
+    """The checked :class:`~dpaudit.audit_plans.PlanRun` of an Opacus plan (:func:`~dpaudit.audit_plans.open_plan`);
+    ``canaries`` / ``tensors``, when given, must be the plan's."""
+    run = open_plan(plan)
+    p = run.plan
+    if p.get("mechanism") != OPACUS:
+        raise UsageError(f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}.")
+    for flag, given, planned in (("canaries", canaries, p["audit"]["canaries"]), ("tensors", None if tensors is None else list(tensors),
+                                                                                 p["request"]["tensors"])):
+        if given is not None and given != planned:
+            raise UsageError(f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}.")
+    return run
 
 
 class OpacusCanaries:
@@ -118,16 +132,10 @@ class OpacusCanaries:
     def from_plan(cls, model: torch.nn.Module, plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None,
                   noise_seed: int | None = None) -> "OpacusCanaries":
         """The canaries a pre-registered plan fixes (module docstring): ``plan`` is plan.json (or
-        its folder) with plan.local.json beside it; ``canaries`` / ``tensors``, when given, must be
-        the plan's (a run other than the planned one is refused)."""
-        run = open_plan(plan)
-        p = run.plan
-        if p.get("mechanism") != OPACUS:
-            raise UsageError(f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}.")
-        m, names = p["audit"]["canaries"], p["request"]["tensors"]
-        for flag, given, planned in (("canaries", canaries, m), ("tensors", None if tensors is None else list(tensors), names)):
-            if given is not None and given != planned:
-                raise UsageError(f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}.")
+        its folder) with plan.local.json beside it, or its checked :func:`opacus_plan_run`; ``canaries`` /
+        ``tensors``, when given, must be the plan's (a run other than the planned one is refused)."""
+        run = plan if isinstance(plan, PlanRun) else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
+        m, names = run.plan["audit"]["canaries"], run.plan["request"]["tensors"]
         c = cls(model, canaries=m, seed=run.seeds["public"], tensors=names, noise_seed=noise_seed, coins=plan_coins(run.seeds["coins"], m))
         c._plan = run
         return c
@@ -147,6 +155,8 @@ class OpacusCanaries:
             raise UsageError(f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}.")
         if self._optimizer is not None:
             raise UsageError("canaries must be attached to one optimizer, got a second attach().")
+        if getattr(optimizer, "dpaudit_canaries", None) is not None:  # a second set may reuse the coordinates: twice the sensitivity
+            raise UsageError("optimizer must carry one set of canaries, got one with canaries attached (by `dpaudit audit opacus`?).")
         if sample_rate is None:
             if data_loader is None:
                 raise UsageError("sample_rate or data_loader must be given, got neither.")
@@ -172,6 +182,7 @@ class OpacusCanaries:
             original()
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
+        optimizer.dpaudit_canaries = self
         self._optimizer, self._original = optimizer, original
         return self
 
@@ -192,7 +203,7 @@ class OpacusCanaries:
     def detach(self) -> None:
         """Remove the hook (the optimizer's own ``add_noise`` again)."""
         if self._optimizer is not None:
-            del self._optimizer.add_noise
+            del self._optimizer.add_noise, self._optimizer.dpaudit_canaries
             self._optimizer = None
 
     def _inject(self) -> None:

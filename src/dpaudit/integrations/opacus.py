@@ -1,17 +1,5 @@
-"""One-run audit of a model trained with Opacus's ``PrivacyEngine`` (Steinke, Nasr & Jagielski 2023).
-
-Usage (the user's own training loop runs once, unchanged)::
-
-    from opacus import PrivacyEngine
-    from dpaudit.integrations.opacus import OpacusCanaries
-    from dpaudit.audits.one_run import one_run_bounds
-
-    canaries = OpacusCanaries(model, canaries=1000, seed=0, tensors=["fc1.weight"])  # before make_private
-    model, optimizer, loader = PrivacyEngine().make_private(module=model, optimizer=optimizer, data_loader=loader,
-                                                           noise_multiplier=1.1, max_grad_norm=1.0)
-    canaries.attach(optimizer, data_loader=loader)
-    ... train as usual ...
-    bounds = one_run_bounds(canaries.scores(model), delta=1e-5, claim=canaries.claim())
+"""One-run audit of a model trained with Opacus's ``PrivacyEngine`` (Steinke, Nasr & Jagielski 2023); usage in
+docs/one_run.md (library, ``dpaudit audit opacus SCRIPT.py``, plans).
 
 How it works. ``canaries`` Dirac gradient canaries sit at distinct coordinates of the chosen
 parameter tensors (uniformly from the public ``seed``; default: every trainable parameter). Each is

@@ -1,15 +1,7 @@
-"""``dpaudit audit opacus SCRIPT.py -- ARGS``: the one-run audit of a user's own Opacus training script, unchanged.
-
-The script runs in this process as ``__main__`` (``sys.argv = [SCRIPT, *ARGS]``) while
-``opacus.PrivacyEngine.make_private`` (which ``make_private_with_epsilon`` calls) is wrapped. Before
-Opacus wraps the module, :class:`~dpaudit.integrations.opacus.OpacusCanaries` (the plan's, or
-``canaries`` on ``tensors``) record theta_0; after, they and a
-:class:`~dpaudit.integrations.pipeline.PipelineCheck` attach to the returned ``DPOptimizer``, data loader
-and the engine's accountant (the hooks of the library path, module docstrings there). When the script
-returns, :meth:`OpacusCanaries.audit` scores the parameters Opacus trained (the same tensors) and writes
-one_run.json to ``out``: the claim, eps_LB, the verdict, the pipeline findings (a run with any is not
-certified) and the script accountant's own epsilon. Under a plan the run and its result are ledger
-entries, as with ``from_plan`` in the script. The script must call ``make_private`` exactly once.
+"""``dpaudit audit opacus SCRIPT.py -- ARGS`` (docs/one_run.md): a user's Opacus script, unchanged, runs in this process as
+``__main__`` while ``PrivacyEngine.make_private`` (which ``make_private_with_epsilon`` calls) is wrapped: the canaries record
+theta_0 before Opacus wraps the module, then they and a PipelineCheck attach to what it returns. The privacy contract is
+:class:`~dpaudit.integrations.opacus.OpacusCanaries`'s (one canary set per optimizer) and, under a plan, ``from_plan``'s.
 """
 
 from __future__ import annotations

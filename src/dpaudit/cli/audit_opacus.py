@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -32,9 +34,9 @@ def command(
     seed: int = typer.Option(0, "--seed", help="Public seed of the canary coordinates."),
     json_out: bool = typer.Option(False, "--json", help="Print the shareable record as JSON."),
 ) -> None:
-    names = tensors.split(",") if tensors else None
-    result, where = opacus_script.audit_script(script, args or (), out=out, plan=plan, canaries=canaries, tensors=names,
-                                               delta=delta, seed=seed)
+    with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():  # --json: stdout holds the record alone
+        result, where = opacus_script.audit_script(script, args or (), out=out, plan=plan, canaries=canaries,
+                                                   tensors=tensors.split(",") if tensors else None, delta=delta, seed=seed)
     if json_out:
         return emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(where)})
     render_one_run(result, where)

@@ -164,7 +164,7 @@ class PipelineCheck:
                 k = int(np.bincount(sizes).max())
                 out.append(Finding("fixed-batch-size", f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
                                                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
-                                                       f"that chance is at most {p:.3g}.",
+                                                       f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else "."),
                                    "batches are not Poisson-sampled: the accounted epsilon is not certified."))
         return out
 

@@ -18,14 +18,9 @@ and its accountant hook (``step_hook``) are untouched. The canary coins and draw
 ``noise_seed`` (None: OS entropy, not reproducible) and are private: publish only the scores and
 the result of the analysis, never :attr:`OpacusCanaries.included` before the audit is done.
 
-**Pre-registered** (:func:`dpaudit.audit_plans.opacus_plan`, ``dpaudit audit plan opacus ...``):
-``OpacusCanaries.from_plan(model, "plan.json")`` takes the canary count and tensors from the plan and
-the coordinates and inclusion coins from its committed seeds (checked against the signed plan and
-its ledger registration); ``attach`` refuses an optimizer less private than the planned claim (a
-smaller noise multiplier, a larger sample rate) and records the run under the plan in the ledger
-before training; :meth:`audit`
-tests the planned claim with the planned statistic and confidence, writes one_run.json (plan id,
-revealed salt and seeds) and records its digest, for ``dpaudit bundle`` / ``dpaudit verify``.
+**Pre-registered** (:meth:`OpacusCanaries.from_plan`): canaries, coordinates and coins from the signed,
+registered plan; ``attach`` refuses an optimizer less private than the planned claim and records the run in
+the ledger before training; :meth:`audit` tests the planned claim and records its result's digest.
 """
 
 from __future__ import annotations

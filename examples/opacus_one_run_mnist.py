@@ -4,6 +4,11 @@
 
 --fixed-batches plants shuffled fixed-size batches behind Poisson accounting: the pipeline check reports it.
 
+Or audit it from the command line as any Opacus script (--plain: the ordinary loop alone, no dpaudit lines):
+
+    DPAUDIT_DATA_DIR=/work/shared/data dpaudit audit opacus examples/opacus_one_run_mnist.py --canaries 1000 \
+        --tensors fc1.weight --out audits/mnist -- --epochs 5 --plain [--fixed-batches]
+
 Pre-registered (docs/one_run.md): plan first, then train under the plan; one_run.json goes beside plan.json.
 
     dpaudit audit plan opacus --noise-multiplier 1.1 --sample-rate 0.0042553 --epochs 1 --delta 1e-5 \
@@ -57,6 +62,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fixed-batches", action="store_true", help="a planted mismatch: shuffled fixed-size batches behind Poisson accounting")
     p.add_argument("--plan", default=None, help="plan.json of `dpaudit audit plan opacus ...`: its canaries, noise multiplier and claim")
+    p.add_argument("--plain", action="store_true", help="no dpaudit lines: train and report (what `dpaudit audit opacus` audits)")
+    p.add_argument("--noise-multiplier", type=float, default=None, help="Opacus's noise multiplier (default: the one --epsilon needs)")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     data = load_dataset("mnist")  # $DPAUDIT_DATA_DIR/mnist; raises a clear error when the files are missing
@@ -67,20 +74,23 @@ def main() -> None:
     loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size, shuffle=a.fixed_batches)
     model = SmallCNN()
     # dpaudit: canaries chosen and theta_0 recorded BEFORE training, at coordinates of fc1.weight.
-    if a.plan:  # dpaudit: the plan fixes canaries, tensors, coordinates and coins, and the claim (noise multiplier, delta)
+    private = {"epochs": a.epochs, "target_epsilon": a.epsilon, "target_delta": a.delta}
+    if a.plan and not a.plain:  # dpaudit: the plan fixes canaries, tensors, coordinates and coins, and the claim (noise multiplier, delta)
         canaries = OpacusCanaries.from_plan(model, a.plan)
         claim = json.loads(Path(a.plan).read_text())["claim"]
-        a.delta, private = claim["delta"], {"noise_multiplier": claim["event"]["noise_multiplier"]}
+        a.delta, a.noise_multiplier = claim["delta"], claim["event"]["noise_multiplier"]
     else:
-        canaries = OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
-        private = {"epochs": a.epochs, "target_epsilon": a.epsilon, "target_delta": a.delta}
+        canaries = None if a.plain else OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     engine = PrivacyEngine(accountant="rdp")
-    make = engine.make_private if a.plan else engine.make_private_with_epsilon
+    make = engine.make_private_with_epsilon
+    if a.noise_multiplier is not None:
+        make, private = engine.make_private, {"noise_multiplier": a.noise_multiplier}
     model, optimizer, loader = make(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=1.0,
                                      poisson_sampling=not a.fixed_batches, **private)
-    canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
-    check = PipelineCheck().attach(optimizer, data_loader=loader, accountant=engine.accountant)  # dpaudit: the pipeline check
+    if canaries is not None:
+        canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
+        check = PipelineCheck().attach(optimizer, data_loader=loader, accountant=engine.accountant)  # dpaudit: the pipeline check
     t = time.perf_counter()
     for _ in range(a.epochs):
         for xb, yb in loader:
@@ -91,6 +101,10 @@ def main() -> None:
     model.eval()
     with torch.no_grad():
         acc = float((model(torch.as_tensor(data.x_test)).argmax(1).numpy() == data.y_test).mean())
+    if canaries is None:
+        print(json.dumps({"train_seconds": round(seconds, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
+                          "noise_multiplier": optimizer.noise_multiplier}), flush=True)
+        return
     t = time.perf_counter()
     if a.plan:  # dpaudit: the planned analysis; one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
         bounds = canaries.audit(model, pipeline=check).bounds

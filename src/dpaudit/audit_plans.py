@@ -225,6 +225,6 @@ def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
     """The request a plan fixes and its :class:`PlanRun` (checked by :func:`open_plan`)."""
     run = open_plan(path)
     if run.plan["mechanism"] == OPACUS:
-        raise UsageError(f"plan must be run by dpaudit (an Opacus plan runs in your training script: OpacusCanaries.from_plan(model, "
-                         f"{run.path!r})), got plan {run.plan['id']} for opacus.")
+        raise UsageError(f"plan must be run by dpaudit (an Opacus plan runs in your training script: `dpaudit audit opacus SCRIPT.py "
+                         f"--plan {run.path}` or OpacusCanaries.from_plan(model, {run.path!r})), got plan {run.plan['id']} for opacus.")
     return AuditRequest(**run.plan["request"], seed=int(run.seeds["public"])), run

@@ -23,9 +23,9 @@ from ..reports import tradeoff
 from ..requests import THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
 from ..validation import positive_int
-from . import generic, plan as plan_cli
+from . import audit_opacus, generic, plan as plan_cli
 from .audit_render import render_one_run, show
-from .common import console, emit_json, exit_on_violation, note, recorded_argv
+from .common import ROUTES, console, emit_json, exit_on_violation, note, recorded_argv
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
@@ -42,10 +42,12 @@ def _default_workers() -> int:
 def register(app: typer.Typer) -> None:
     # `dpaudit audit NAME` of catalogue entries with their own request options goes to its generic command.
     generic.register_audit(app)
+    ROUTES[("audit", "opacus")] = audit_opacus.click_command  # `dpaudit audit opacus SCRIPT.py -- ARGS`: your own Opacus script
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
     mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
     arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str],
-                            default=typer.Argument(None, metavar="MECHANISM|plan", help=f"{mechanisms}. `audit plan MECHANISM ...`: write a pre-registered plan."))
+                            default=typer.Argument(None, metavar="MECHANISM|plan", help=f"{mechanisms}. `audit plan MECHANISM ...`: write a "
+                                                   "pre-registered plan; `audit opacus SCRIPT.py -- ARGS`: audit your own Opacus script."))
 
     def audit(**kwargs):
         todo = plan_cli.dispatch(kwargs, _check)

@@ -109,7 +109,7 @@ def _written(path: Path, json_out: bool) -> None:
     a = plan["audit"]
     what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
     run = f"dpaudit audit --plan {path}" if plan["mechanism"] != "opacus" else \
-        f"OpacusCanaries.from_plan(model, {str(path)!r}) in your training script"
+        f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
     console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
                   f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
                   f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: {run}",

@@ -1,17 +1,5 @@
-"""One-run audit of a model trained with Opacus's ``PrivacyEngine`` (Steinke, Nasr & Jagielski 2023).
-
-Usage (the user's own training loop runs once, unchanged)::
-
-    from opacus import PrivacyEngine
-    from dpaudit.integrations.opacus import OpacusCanaries
-    from dpaudit.audits.one_run import one_run_bounds
-
-    canaries = OpacusCanaries(model, canaries=1000, seed=0, tensors=["fc1.weight"])  # before make_private
-    model, optimizer, loader = PrivacyEngine().make_private(module=model, optimizer=optimizer, data_loader=loader,
-                                                           noise_multiplier=1.1, max_grad_norm=1.0)
-    canaries.attach(optimizer, data_loader=loader)
-    ... train as usual ...
-    bounds = one_run_bounds(canaries.scores(model), delta=1e-5, claim=canaries.claim())
+"""One-run audit of a model trained with Opacus's ``PrivacyEngine`` (Steinke, Nasr & Jagielski 2023); usage in
+docs/one_run.md (library, ``dpaudit audit opacus SCRIPT.py``, plans).
 
 How it works. ``canaries`` Dirac gradient canaries sit at distinct coordinates of the chosen
 parameter tensors (uniformly from the public ``seed``; default: every trainable parameter). Each is
@@ -30,14 +18,9 @@ and its accountant hook (``step_hook``) are untouched. The canary coins and draw
 ``noise_seed`` (None: OS entropy, not reproducible) and are private: publish only the scores and
 the result of the analysis, never :attr:`OpacusCanaries.included` before the audit is done.
 
-**Pre-registered** (:func:`dpaudit.audit_plans.opacus_plan`, ``dpaudit audit plan opacus ...``):
-``OpacusCanaries.from_plan(model, "plan.json")`` takes the canary count and tensors from the plan and
-the coordinates and inclusion coins from its committed seeds (checked against the signed plan and
-its ledger registration); ``attach`` refuses an optimizer less private than the planned claim (a
-smaller noise multiplier, a larger sample rate) and records the run under the plan in the ledger
-before training; :meth:`audit`
-tests the planned claim with the planned statistic and confidence, writes one_run.json (plan id,
-revealed salt and seeds) and records its digest, for ``dpaudit bundle`` / ``dpaudit verify``.
+**Pre-registered** (:meth:`OpacusCanaries.from_plan`): canaries, coordinates and coins from the signed,
+registered plan; ``attach`` refuses an optimizer less private than the planned claim and records the run in
+the ledger before training; :meth:`audit` tests the planned claim and records its result's digest.
 """
 
 from __future__ import annotations
@@ -49,7 +32,7 @@ from typing import Iterable
 
 from ..accounting.events import SubsampledGaussian, event_from_dict
 from ..audit_outputs import shareable_one_run
-from ..audit_plans import OPACUS, open_plan
+from ..audit_plans import OPACUS, PlanRun, open_plan
 from ..audits.one_run import OneRunResult, OneRunScores, one_run_bounds, plan_coins, write_one_run
 from ..errors import UsageError
 from ..lazy import lazy_import
@@ -71,6 +54,20 @@ def _plain_name(name: str) -> str:
                 break
         else:
             return name
+
+
+def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:
+    """The checked :class:`~dpaudit.audit_plans.PlanRun` of an Opacus plan (:func:`~dpaudit.audit_plans.open_plan`);
+    ``canaries`` / ``tensors``, when given, must be the plan's."""
+    run = open_plan(plan)
+    p = run.plan
+    if p.get("mechanism") != OPACUS:
+        raise UsageError(f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}.")
+    for flag, given, planned in (("canaries", canaries, p["audit"]["canaries"]), ("tensors", None if tensors is None else list(tensors),
+                                                                                 p["request"]["tensors"])):
+        if given is not None and given != planned:
+            raise UsageError(f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}.")
+    return run
 
 
 class OpacusCanaries:
@@ -118,16 +115,10 @@ class OpacusCanaries:
     def from_plan(cls, model: torch.nn.Module, plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None,
                   noise_seed: int | None = None) -> "OpacusCanaries":
         """The canaries a pre-registered plan fixes (module docstring): ``plan`` is plan.json (or
-        its folder) with plan.local.json beside it; ``canaries`` / ``tensors``, when given, must be
-        the plan's (a run other than the planned one is refused)."""
-        run = open_plan(plan)
-        p = run.plan
-        if p.get("mechanism") != OPACUS:
-            raise UsageError(f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}.")
-        m, names = p["audit"]["canaries"], p["request"]["tensors"]
-        for flag, given, planned in (("canaries", canaries, m), ("tensors", None if tensors is None else list(tensors), names)):
-            if given is not None and given != planned:
-                raise UsageError(f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}.")
+        its folder) with plan.local.json beside it, or its checked :func:`opacus_plan_run`; ``canaries`` /
+        ``tensors``, when given, must be the plan's (a run other than the planned one is refused)."""
+        run = plan if isinstance(plan, PlanRun) else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
+        m, names = run.plan["audit"]["canaries"], run.plan["request"]["tensors"]
         c = cls(model, canaries=m, seed=run.seeds["public"], tensors=names, noise_seed=noise_seed, coins=plan_coins(run.seeds["coins"], m))
         c._plan = run
         return c
@@ -147,6 +138,8 @@ class OpacusCanaries:
             raise UsageError(f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}.")
         if self._optimizer is not None:
             raise UsageError("canaries must be attached to one optimizer, got a second attach().")
+        if getattr(optimizer, "dpaudit_canaries", None) is not None:  # a second set may reuse the coordinates: twice the sensitivity
+            raise UsageError("optimizer must carry one set of canaries, got one with canaries attached (by `dpaudit audit opacus`?).")
         if sample_rate is None:
             if data_loader is None:
                 raise UsageError("sample_rate or data_loader must be given, got neither.")
@@ -172,6 +165,7 @@ class OpacusCanaries:
             original()
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
+        optimizer.dpaudit_canaries = self
         self._optimizer, self._original = optimizer, original
         return self
 
@@ -192,7 +186,7 @@ class OpacusCanaries:
     def detach(self) -> None:
         """Remove the hook (the optimizer's own ``add_noise`` again)."""
         if self._optimizer is not None:
-            del self._optimizer.add_noise
+            del self._optimizer.add_noise, self._optimizer.dpaudit_canaries
             self._optimizer = None
 
     def _inject(self) -> None:

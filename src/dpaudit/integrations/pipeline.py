@@ -164,7 +164,7 @@ class PipelineCheck:
                 k = int(np.bincount(sizes).max())
                 out.append(Finding("fixed-batch-size", f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
                                                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
-                                                       f"that chance is at most {p:.3g}.",
+                                                       f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else "."),
                                    "batches are not Poisson-sampled: the accounted epsilon is not certified."))
         return out
 
@@ -238,10 +238,12 @@ class PipelineCheck:
         return SubsampledGaussian(sigma, 1.0, self.epochs())
 
     def record(self, delta: float, *, accountant: str = "rdp") -> dict:
-        """What goes in the audit record: ``findings``; with any, ``certified`` = NOT_CERTIFIED and, for
+        """What goes in the audit record: ``findings`` (and the attached accountant's epsilon); with any, ``certified`` = NOT_CERTIFIED and, for
         non-Poisson batches, the no-amplification epsilon beside the claimed Poisson one."""
         found = self.findings()
         out: dict = {"findings": [f.to_dict() for f in found]}
+        if self._accountant is not None and self._accountant.history:  # the epsilon the training script itself reports
+            out["accountant_epsilon"] = float(self._accountant.get_epsilon(delta))
         if not found:
             return out
         out["certified"] = NOT_CERTIFIED

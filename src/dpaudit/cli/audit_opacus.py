@@ -11,11 +11,9 @@ from typing import List, Optional
 import typer
 
 from ..audit_outputs import shareable_one_run
-from ..lazy import lazy_module
+from ..integrations import opacus_script
 from .audit_render import render_one_run
 from .common import console, emit_json, new_app
-
-opacus_script = lazy_module("dpaudit.integrations.opacus_script")  # torch and Opacus: loaded when a script is audited
 
 _HELP = ("One-run audit of your own Opacus training script, run unchanged in this process with ARGS (after `--`): canaries and the "
          "pipeline check hook into PrivacyEngine.make_private; one_run.json (eps_LB, verdict, pipeline findings, the script "

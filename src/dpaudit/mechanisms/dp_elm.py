@@ -65,7 +65,6 @@ from .rvfl import classification_metrics
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
 ACCOUNTANT = "pure"
-DEFAULT_ADJACENCY = "add-remove-record"
 ADJACENCIES = ("add-remove-record", "replace-record")
 ELM_WIDTHS = (1, 3, 5, 10)
 CHUNK = 1024  # records per accumulation chunk (section 3.5)
@@ -95,18 +94,10 @@ def l1_sensitivity(width: int, adjacency: str = "replace-record") -> int:
 def privacy_analyses(width: int, epsilon: float) -> dict:
     """Both analyses of the scale ``L(L+2)/epsilon``, as recorded in the release."""
     scale = noise_scale(width, epsilon)
-    return {
-        "replace-record": {
-            "l1_sensitivity": l1_sensitivity(width, "replace-record"),
-            "epsilon": l1_sensitivity(width, "replace-record") / scale,
-            "source": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
-        },
-        "add-remove-record": {
-            "l1_sensitivity": l1_sensitivity(width, "add-remove-record"),
-            "epsilon": l1_sensitivity(width, "add-remove-record") / scale,
-            "source": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L",
-        },
-    }
+    sources = {"replace-record": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
+               "add-remove-record": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L"}
+    return {adj: {"l1_sensitivity": l1_sensitivity(width, adj), "epsilon": l1_sensitivity(width, adj) / scale, "source": source}
+            for adj, source in sources.items()}
 
 
 @dataclass(frozen=True)
@@ -150,8 +141,8 @@ class ElmStatistics:
 
     ``grid_bits = FEATURE_BITS``: exact int64 statistics in units of 2^-(2 grid_bits) (Gram) and
     2^-grid_bits (cross), from grid-rounded features (discrete sampler). ``grid_bits = None``:
-    float64 statistics (textbook sampler). Statistics add and subtract, so an auditor can add or
-    remove one record's contribution (:meth:`plus`, :meth:`minus`) without recomputing the rest.
+    float64 statistics (textbook sampler). Statistics add (:meth:`plus`), so an auditor can add
+    one record's contribution without recomputing the rest.
     """
 
     gram: np.ndarray  # (L, L)
@@ -171,10 +162,6 @@ class ElmStatistics:
     def plus(self, other: "ElmStatistics") -> "ElmStatistics":
         self._check(other)
         return ElmStatistics(self.gram + other.gram, self.cross + other.cross, self.n_records + other.n_records, self.n_classes, self.grid_bits)
-
-    def minus(self, other: "ElmStatistics") -> "ElmStatistics":
-        self._check(other)
-        return ElmStatistics(self.gram - other.gram, self.cross - other.cross, self.n_records - other.n_records, self.n_classes, self.grid_bits)
 
     def gram_float(self) -> np.ndarray:
         return self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits) if self.grid_bits is not None else self.gram
@@ -284,13 +271,10 @@ def solve_output_weights(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarra
 def _noise_tail_fields(sampler: str, non_private: bool, epsilon: float, n_values: int) -> dict:
     """``noise_sampler`` / ``noise_tail_delta`` of a DP-ELM release (see dpaudit.noise).
 
-    ``discrete-laplace`` is exact: integers drawn by unbounded rejection loops from uniform bits,
-    with no truncated tail, so its tail delta is 0 (a pure epsilon claim stays pure).
-    ``textbook`` inverse-CDF doubles use U in [2^-53, 1 - 2^-53], so |noise| <= b 52 ln 2: mass
-    2^-52 per value is missing and, by the argument of the dpaudit.noise module docstring, the
-    release is at best (epsilon, (e^eps + 1) tau)-DP, tau = n 2^-52. That value is reported, not
-    refused: the textbook sampler is uncertified anyway (the ledger counts its releases as
-    unbounded) and kept only for comparison."""
+    ``discrete-laplace`` is exact (unbounded rejection loops, no truncated tail): tail delta 0.
+    ``textbook`` doubles miss mass 2^-52 per value (|noise| <= b 52 ln 2), so by the dpaudit.noise
+    argument the release is at best (epsilon, (e^eps + 1) n 2^-52)-DP; reported, not refused, as
+    the textbook sampler is uncertified anyway (the ledger counts it as unbounded)."""
     if non_private:
         return {"noise_sampler": "none (non-private)", "noise_tail_delta": 0.0}
     if sampler == "discrete-laplace":
@@ -425,8 +409,7 @@ class ElmTarget(AuditTarget):
 
     def __post_init__(self) -> None:
         check_canary("dp-elm", self.canary)
-        if self.adjacency not in ("add-remove-record", "replace-record"):
-            raise UsageError(f"adjacency must be one of add-remove-record, replace-record, got {self.adjacency!r}.")
+        one_of("adjacency", self.adjacency, ADJACENCIES)
         self._ready = False
 
     @property

@@ -49,16 +49,12 @@ from .mixmin import MixMinConfig, check_inputs
 TASKS = ("digits-mix", "mnist-mix", "heart-mix")
 DIGIT_TARGETS = ("digit-3", "loops-0689", "small-0to4", "ink-heavy")
 DIGIT_TARGET_KINDS = {"digit-3": "direct", "loops-0689": "partial", "small-0to4": "partial", "ink-heavy": "none"}
-HEART_TARGETS = ("cleveland",)
 PROXY_MODES = ("joint", "per-source")
 _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 
-#: The public key that fixes each task's public / private division (which source rows are public sources, which are private train
-#: / val / test). It is a constant of the task, NOT the run's ``--seed``: a dataset name must mean one set of private records.
-#: Since issue 23 the division is the registry's split at its default split seed (2026), so the key is that seed: the ledger then
-#: sees the registry dataset and the task read the same private rows, and no public source row is private under the registry name.
-#: (Until then the key was 42 and the public halves held rows the registry trains on: ledger entries of that division are refused
-#: under the new one as another version, see dpaudit.ledger.rows.)
+#: The public key that fixes each task's public / private division: a constant of the task, NOT the run's ``--seed`` (a dataset
+#: name must mean one set of private records). It is the registry's default split seed, so the task and the registry dataset read
+#: the same private rows and no public source row is private under the registry name.
 TASK_DIVISION_KEYS = {"digits-mix": DEFAULT_SPLIT_SEED, "mnist-mix": DEFAULT_SPLIT_SEED, "heart-mix": DEFAULT_SPLIT_SEED}
 #: The division before issue 23 (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
@@ -212,7 +208,7 @@ class MixMinTask:
         return bool(np.all(self.public_source < 0))
 
     def target_labels(self, target: str | None) -> tuple[str, np.ndarray]:
-        name = default_target(self) if target is None else target
+        name = next(iter(self.targets)) if target is None else target
         if name not in self.targets:
             raise UsageError(f"target must be one of {', '.join(self.targets)}, got {name!r}.")
         return name, self.targets[name]
@@ -238,10 +234,6 @@ class MixMinTask:
             "public_sources": list(self.source_names),
             "public_size": int(self.public_x.shape[0]),
         }
-
-
-def default_target(task: MixMinTask) -> str:
-    return next(iter(task.targets))
 
 
 # ---- Task construction
@@ -623,7 +615,7 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     try:
         check_inputs(probs, labels, loss)
     except DataError as e:
-        raise DataError(f"proxy predictions file {p}: array '{_array_named(str(e))}' is malformed: {e}") from None
+        raise DataError(f"proxy predictions file {p}: array '{'labels' if str(e).startswith('labels') else 'probs'}' is malformed: {e}") from None
     user_ids, source_names = _optional_arrays(p, arrays, *probs.shape)
     # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed fingerprint, so a renamed copy of
     # the file shares the budget). Taken over the arrays as the mechanism uses them (float64), so re-saving the same values in
@@ -646,7 +638,3 @@ def _optional_arrays(p: Path, arrays: dict, n: int, k: int) -> tuple[np.ndarray 
     if len(set(names.tolist())) != k:
         raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
     return user_ids, tuple(str(s) for s in names)
-
-
-def _array_named(message: str) -> str:
-    return "labels" if message.startswith("labels") else "probs"

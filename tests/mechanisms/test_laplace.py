@@ -144,7 +144,7 @@ def test_sampler_guarantees_are_stated():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_textbook_sampler_ks(kind):
-    x = lp.textbook_laplace(sources()[kind], (100, 100), 7.5)
+    x = sources()[kind].laplace((100, 100), 7.5)  # the textbook sampler
     assert x.shape == (100, 100)
     assert stats.kstest(x.ravel(), "laplace", args=(0.0, 7.5)).pvalue > P_MIN
 

@@ -28,12 +28,10 @@ releases use so the ledger can compose them) and records both analyses.
 
 Finite precision. With the default sampler ``discrete-laplace`` the hidden features are
 rounded to multiples of 2^-20 *per record, before the sums* (so the bounds above hold exactly),
-the statistics are exact integers (units of 2^-40 for H^T H, 2^-20 for H^T Y, int64, no
-rounding error), and integer noise is drawn exactly from the discrete Laplace law on those
-grids with the scale as an exact rational: the release is exactly epsilon-DP, no inflation
-(see :mod:`dpaudit.mechanisms.laplace`). ``sampler="textbook"`` reproduces the published
-float64 implementation with inverse-CDF Laplace doubles; its claim holds in ideal arithmetic
-only (Mironov 2012) and the release says ``certified: false``.
+the statistics are exact int64 (units of 2^-40 for H^T H, 2^-20 for H^T Y) and the noise exact
+discrete Laplace on those grids: exactly epsilon-DP (:mod:`dpaudit.mechanisms.laplace`).
+``sampler="textbook"`` (the published float64 implementation) holds in ideal arithmetic only
+and the release says ``certified: false``.
 
 The random features, the split and the chunking are public; the noise and nothing else
 comes from the private :class:`~dpaudit.noise.NoiseSource`.
@@ -60,7 +58,7 @@ from ..noise import NoiseSource, public_rng
 from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
 from .contract import MechanismBase, ReleasePlan, RunOutput
-from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
+from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
 from .rvfl import classification_metrics
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
@@ -309,7 +307,7 @@ def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSourc
     if stats.grid_bits is not None:
         raise UsageError("statistics must be float64 statistics for the textbook sampler, got grid ones.")
     scale = noise_scale(width, epsilon)
-    return stats.gram + textbook_laplace(noise, stats.gram.shape, scale), stats.cross + textbook_laplace(noise, stats.cross.shape, scale)
+    return stats.gram + noise.laplace(stats.gram.shape, scale), stats.cross + noise.laplace(stats.cross.shape, scale)
 
 
 def fit_from_statistics(

@@ -10,20 +10,12 @@
   add/remove (``ADD_OR_REMOVE_ONE``) and replace-one (``REPLACE_ONE``) neighbours.
 - ``pure``: pure epsilon-DP, delta = 0, composition by summation.
 
-**Accountants behind one protocol.** Every accountant is an object satisfying
-:class:`Accountant` (in the spirit of dp_accounting's ``PrivacyAccountant``): a ``name``,
-``supports`` / ``support_error`` for an (event, adjacency) pair, ``epsilon(event, delta,
-adjacency)`` and, where the backend can, ``delta(event, epsilon, adjacency)``. The built-ins
-(rdp, prv, pld, pure) and any user accountant live in one registry (:func:`register_accountant`,
-:func:`get_accountant`, :func:`accountants_supporting`); :func:`compute_epsilon` is a thin wrapper
-over it that many callers use.
-
-**Adjacency is an input, never a label.** Each accountant declares which (event, adjacency)
-pairs it can account for (:func:`support_error` / :func:`supports`, in the spirit of
-dp_accounting's ``PrivacyAccountant.supports``); :func:`compute_epsilon` refuses every other pair
-with a one-line :class:`~dpaudit.errors.UnsupportedEventError` naming the accountant, the event
-and the adjacency (and, for the built-ins, an accountant that does support it); and it refuses
-an answer labelled with another adjacency or accountant than the one asked. The conventions
+**Accountants behind one protocol** (:class:`Accountant`, in the spirit of dp_accounting's
+``PrivacyAccountant``, states its contract): the built-ins and any user accountant live in one
+registry (:func:`register_accountant`, :func:`get_accountant`), which :func:`compute_epsilon`
+wraps. **Adjacency is an input, never a label**: a pair an accountant does not support
+(:func:`support_error`) is refused with a one-line :class:`~dpaudit.errors.UnsupportedEventError`,
+and so is an answer labelled with another adjacency or accountant. The conventions
 every accountant uses for a ``SubsampledGaussian`` event (DP-SGD): each record's (or, at user
 level, each user's) clipped contribution to the noisy *sum* has L2 norm at most C, the noise std
 is ``noise_multiplier * C``, and each record (user) is in a step's batch independently with
@@ -50,7 +42,6 @@ import itertools
 import math
 import warnings
 from dataclasses import asdict, dataclass
-from types import MappingProxyType
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -664,8 +655,6 @@ class PureAccountant(_BuiltinAccountant):
 
 
 _REGISTRY: dict[str, Accountant] = {}
-#: Read-only view of the registry, name -> accountant, in registration order.
-REGISTRY = MappingProxyType(_REGISTRY)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 #: Names the CLI gives another meaning (``--accountant all``).
 _RESERVED_NAMES = frozenset({"all"})

@@ -5,19 +5,13 @@ seed, over the dataset's public schema: ``n_features``) and a label drawn from t
 among the ``n_classes`` classes. A canary user (user level) is G copies of it, so its averaged
 gradient is the record's and is clipped jointly to C.
 
-**Privacy contract.** Nothing of the data is read to choose it: not the training records, not the
-held-out ones (unlike ``mislabeled`` / ``natural``), not which features are zero (unlike
-``max-clip``); its choice is public and recorded in full in audit.json (``canary_info``: kind, and
-locally the label and the rule). It is a record, not a gradient: every trial inserts it as one
-more training row (user), Poisson-sampled, its per-example gradient computed and clipped by the
-release's own kernel, so it tests the clipping and sampling of the released code, which a
-gradient canary bypasses. It is a valid audit canary because the claim bounds the influence of
-*every* possible record (add/remove adjacency), outliers included: a sound mechanism keeps eps_LB
-at or below the claim. It is a strong one because its features lie far outside the data's range
-(pixels in [0, 1], standardised tabular features): its gradient norm |p - e_y| |[z, 1]| stays
-above C through training, so each time it is sampled it adds the largest contribution clipping
-allows, partly along features the data leave silent (e.g. image borders). Score: the log-probability
-of its label under the released head.
+**Privacy contract.** Nothing of the data is read to choose it (not even which features are
+zero); its choice is public and recorded in audit.json ``canary_info``. As a record, not a
+gradient, every trial trains on it through the release's own sampling and clipping, which a
+gradient canary bypasses. Valid because the claim bounds *every* record, outliers included;
+strong because its features lie far outside the data's range, so its gradient stays above C and
+each time it is sampled it adds the largest contribution clipping allows. Score: the
+log-probability of its label under the released head.
 """
 
 from __future__ import annotations

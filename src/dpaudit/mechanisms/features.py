@@ -162,20 +162,6 @@ def _empty_small_pages(shape, dtype) -> np.ndarray:
     return torch.empty(shape, dtype=tdtype).numpy()
 
 
-def gaussian_projection(n_inputs: int, seed: int, dim: int = PROJECTION_DIM) -> np.ndarray:
-    """P (n_inputs, dim) with entries N(0, 1/dim) (eq. 15), from the public seed."""
-    rng = public_rng(seed, TAG_PROJECTION)
-    return rng.normal(0.0, 1.0 / np.sqrt(dim), size=(n_inputs, dim))
-
-
-def random_hidden_layer(n_inputs: int, units: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(W_r (n_inputs, units) ~ U(-1, 1), b_r (units,) ~ U(0, 1)) (eq. 16), from the public seed."""
-    rng = public_rng(seed, TAG_HIDDEN)
-    w = rng.uniform(-1.0, 1.0, size=(n_inputs, units))
-    b = rng.uniform(0.0, 1.0, size=units)
-    return w, b
-
-
 def _shape(kind: str, n_inputs: int, hidden_units: int) -> tuple[bool, int, int]:
     """(projected?, d', hidden units L) of a family's features: public dimensions only."""
     one_of("kind", kind, FEATURE_KINDS)
@@ -196,11 +182,14 @@ def feature_dim(kind: str, n_inputs: int, *, hidden_units: int = HIDDEN_UNITS) -
 
 
 def build_features(kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS) -> FrozenFeatures:
-    """The frozen representation of one model family (sections 3.4-3.5)."""
+    """The frozen representation of one model family (sections 3.4-3.5), from the public seed:
+    P (d, d') ~ N(0, 1/d') (eq. 15); W_r (d', L) ~ U(-1, 1), then b_r (L,) ~ U(0, 1) (eq. 16)."""
     project, d_red, units = _shape(kind, n_inputs, hidden_units)
     n_inputs = int(n_inputs)
-    proj = gaussian_projection(n_inputs, seed) if project else None
+    proj = public_rng(seed, TAG_PROJECTION).normal(0.0, 1.0 / np.sqrt(PROJECTION_DIM), size=(n_inputs, PROJECTION_DIM)) if project else None
     if kind in ("logistic-raw", "logistic-projected"):
         return FrozenFeatures(kind, n_inputs, proj, None, None, direct_link=True)
-    w, b = random_hidden_layer(d_red, units, seed)
+    rng = public_rng(seed, TAG_HIDDEN)
+    w = rng.uniform(-1.0, 1.0, size=(d_red, units))
+    b = rng.uniform(0.0, 1.0, size=units)
     return FrozenFeatures(kind, n_inputs, proj, w, b, direct_link=(kind == "rvfl"))

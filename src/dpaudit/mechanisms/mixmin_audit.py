@@ -108,8 +108,7 @@ class MixMinTarget(AuditTarget):
         return self.ledger_scope
 
     def without_noise(self) -> "MixMinTarget":
-        t = dataclasses.replace(self, noise=False)
-        return t
+        return dataclasses.replace(self, noise=False)
 
     def describe(self) -> dict:
         cfg = self.config.to_dict()

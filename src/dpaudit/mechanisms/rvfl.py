@@ -47,7 +47,6 @@ from ..errors import UsageError
 from ..progress import JobProgress
 from ..validation import positive_int
 
-ADJACENCY = "add-remove-record"
 ACCOUNTANT = "rdp"
 TAG_HEAD = 0x48454144  # "HEAD": public stream of the head initialisation
 
@@ -168,8 +167,6 @@ class DPSGDSetup:
 
     epochs: int
     batch_size: int
-    default_epochs: int
-    default_batch_size: int
     schedule: object  # dpaudit.accounting.schedule.Schedule
     noise_multiplier: float  # 0.0 for a non-private run
     event: object  # SubsampledGaussian, None for a non-private run
@@ -197,14 +194,14 @@ def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon:
     else:
         sched = dp_sgd_schedule(int(reference_size), batch, epochs)
     if non_private:
-        return DPSGDSetup(epochs, batch, e0, b0, sched, 0.0, None, float("inf"))
+        return DPSGDSetup(epochs, batch, sched, 0.0, None, float("inf"))
     calibrated = None
     if noise_multiplier is None:
         cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
                                          accountant=ACCOUNTANT, adjacency=adjacency)
         noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
     sigma = float(noise_multiplier)
-    return DPSGDSetup(epochs, batch, e0, b0, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
+    return DPSGDSetup(epochs, batch, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
 
 
 def planned_reference_size(requested: int | None, declared: int | None, *, unit: str = "record") -> int:

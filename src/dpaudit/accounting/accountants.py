@@ -144,10 +144,8 @@ def merge_leaves(leaves: list) -> list:
 
 def _replace_gaussian_noise(leaf: SubsampledGaussian, adjacency: Adjacency) -> float:
     """Noise multiplier of the add/remove Gaussian that is *exactly* this leaf's mechanism under
-    ``adjacency``: unchanged for add/remove (record or user); halved for replace-one without
-    subsampling (the clipped sum moves by up to 2C: N(C) vs N(-C) is N(0) vs N(2C) with the
-    same std, i.e. sensitivity C at half the noise multiplier). Callers reject replace-one with
-    q < 1 before (:func:`_leaf_error`)."""
+    ``adjacency``: halved for replace-one without subsampling (module docstring); callers reject
+    replace-one with q < 1 before (:func:`_leaf_error`)."""
     if adjacency is Adjacency.REPLACE_RECORD:
         return leaf.noise_multiplier / 2.0
     return leaf.noise_multiplier
@@ -300,15 +298,6 @@ def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = 
         warnings.simplefilter("ignore")  # the optimum at an extreme order is not an error here
         eps, order = get_privacy_spent(orders=list(orders), rdp=list(curve), delta=delta)
     return max(0.0, float(eps)), float(order)
-
-
-def _rdp(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
-    best_eps, best_order = 0.0, None
-    for leaves in branches(event):
-        eps, order = rdp_to_epsilon(rdp_curve(merge_leaves(leaves), adjacency=adjacency), delta)
-        if best_order is None or eps > best_eps:
-            best_eps, best_order = eps, order
-    return AccountantResult("rdp", best_eps, delta, adjacency.value, optimal_order=best_order)
 
 
 # ---------------------------------------------------------------- PRV
@@ -471,27 +460,6 @@ def pld_delta(leaves: list, epsilon: float, adjacency: "str | Adjacency" = Adjac
     return min(1.0, max(0.0, _pld_query(leaves, adjacency, lambda pld: pld.get_delta_for_epsilon(epsilon), "delta")))
 
 
-def _pld(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
-    worst = 0.0
-    for leaves in branches(event):
-        worst = max(worst, pld_epsilon(merge_leaves(leaves), delta, adjacency))
-    return AccountantResult("pld", worst, delta, adjacency.value)
-
-
-# ---------------------------------------------------------------- pure
-
-
-def _pure(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
-    worst = 0.0
-    for leaves in branches(event):
-        total = 0.0
-        for leaf in leaves:
-            if isinstance(leaf, PureEpsilon):
-                total += leaf.epsilon * leaf.count
-        worst = max(worst, total)
-    return AccountantResult("pure", worst, 0.0, adjacency.value)
-
-
 # ---------------------------------------------------------------- the protocol and the registry
 
 #: What an accountant's ``epsilon`` returns (dp_accounting's name for the same idea).
@@ -596,7 +564,12 @@ class RdpAccountant(_BuiltinAccountant):
     name = "rdp"
 
     def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        return _rdp(event, delta, adj)
+        best_eps, best_order = 0.0, None
+        for leaves in branches(event):  # parallel: the worst branch
+            eps, order = rdp_to_epsilon(rdp_curve(merge_leaves(leaves), adjacency=adj), delta)
+            if best_order is None or eps > best_eps:
+                best_eps, best_order = eps, order
+        return AccountantResult("rdp", best_eps, delta, adj.value, optimal_order=best_order)
 
     def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
         eps = non_negative_finite("epsilon", epsilon)
@@ -625,7 +598,8 @@ class PldAccountant(_BuiltinAccountant):
     name = "pld"
 
     def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        return _pld(event, delta, adj)
+        worst = max(pld_epsilon(merge_leaves(leaves), delta, adj) for leaves in branches(event))
+        return AccountantResult("pld", max(0.0, worst), delta, adj.value)
 
     def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
         eps = non_negative_finite("epsilon", epsilon)
@@ -641,13 +615,14 @@ class PureAccountant(_BuiltinAccountant):
     uses_delta = False
 
     def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        return _pure(event, delta, adj)
+        worst = max(sum(leaf.epsilon * leaf.count for leaf in leaves if isinstance(leaf, PureEpsilon)) for leaves in branches(event))
+        return AccountantResult("pure", max(0.0, worst), 0.0, adj.value)
 
     def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
         """0 at epsilon >= the composed pure epsilon; below it summation gives no delta (refused)."""
         eps = non_negative_finite("epsilon", epsilon)
         adj = self._checked(event, adjacency)
-        total = _pure(event, 0.0, adj).epsilon
+        total = self._epsilon(event, 0.0, adj).epsilon
         if eps < total:
             raise UnsupportedEventError(f"the pure accountant bounds delta only at epsilon >= {total:g} (where it is 0), "
                                         f"got {eps:g}; use the pld accountant.")

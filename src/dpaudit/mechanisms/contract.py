@@ -243,6 +243,14 @@ class MechanismBase:
     def validate(self, request):
         return request
 
+    def load(self, request, prepared=None):
+        """The request's registered dataset (``prepared``: already loaded); an empty training partition is refused."""
+        if prepared is None:
+            prepared = registry.load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
+        if prepared.y_train.size == 0:
+            raise DataError(f"dataset {prepared.name} has an empty training partition.")
+        return prepared
+
     def data_info(self, request, data) -> DataInfo:
         return DataInfo.from_prepared(data)
 

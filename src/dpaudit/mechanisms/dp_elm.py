@@ -51,7 +51,6 @@ from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
-from ..data import load_dataset
 from ..errors import DataError, UsageError
 from ..ledger.book import sampler_uncertified_reason
 from ..noise import NoiseSource, public_rng
@@ -509,13 +508,6 @@ class DPELMMechanism(MechanismBase):
         one_of("sampler", r.sampler, SAMPLERS)
         one_of("adjacency", r.adjacency, ADJACENCIES)
         return r
-
-    def load(self, r, prepared=None):
-        if prepared is None:
-            prepared = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
-        if prepared.y_train.size == 0:
-            raise DataError(f"dataset {prepared.name} has an empty training partition.")
-        return prepared
 
     def plan(self, r, info):
         """Public quantities only: the event, the noise scale and the analyses of ``width``."""

@@ -188,12 +188,6 @@ def discrete_laplace(noise: NoiseSource, size: int, scale: float | int | Fractio
     return out
 
 
-def discrete_laplace_pmf(k: np.ndarray | int, scale: float) -> np.ndarray:
-    """P(K = k) of the discrete Laplace distribution with scale ``scale`` (for tests, reports)."""
-    a = math.exp(-1.0 / scale)
-    return (1 - a) / (1 + a) * np.exp(-np.abs(np.asarray(k, dtype=np.float64)) / scale)
-
-
 def add_grid_laplace(units: np.ndarray, scale: float | int | Fraction, grid_log2: int, noise: NoiseSource) -> np.ndarray:
     """Noised copy of an integer statistic held in units of ``2^-grid_log2``.
 

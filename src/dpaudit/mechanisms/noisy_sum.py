@@ -24,7 +24,6 @@ import numpy as np
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
 from ..audits.gaussian import GaussianTarget
 from ..audits.targets import prepared
-from ..data import load_dataset
 from ..errors import DataError, UsageError
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
 from ..requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
@@ -59,13 +58,6 @@ class NoisySum(MechanismBase):
         one_of("accountant", request.accountant, ACCOUNTANTS)
         one_of("noise_source", request.noise_source, NOISE_SOURCES)
         return request
-
-    def load(self, request: NoisySumRequest, prepared=None):
-        if prepared is None:
-            prepared = load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
-        if prepared.y_train.size == 0:
-            raise DataError(f"dataset {prepared.name} has an empty training partition.")
-        return prepared
 
     def plan(self, request: NoisySumRequest, info: DataInfo) -> ReleasePlan:
         """Public quantities only: sigma from (epsilon, delta) and the accountant; d from the schema."""

@@ -1,17 +1,7 @@
 """DP-RVFL and its controls, end to end: one private training run -> a :class:`~dpaudit.records.Release`.
 
-Models (DP-RVFL paper, sections 3.3-3.6):
-
-=====================  ==================================================================
-``dp-rvfl``            z = [x', tanh(x' W_r + b_r)], 200 units; head trained with DP-SGD
-``dp-elm-sgd``         z = tanh(x' W_r + b_r) (no direct link), same P, W_r, b_r as RVFL
-``frozen-dense-matched`` z = tanh(x' W + b) with d' + 200 frozen units (head size = RVFL's)
-``logistic-raw``       z = x (full prepared input)
-``logistic-projected`` z = x' (Gaussian projection when d > 1024, else z = x)
-``dp-dense``           Dense baseline, all weights trained with DP-SGD
-``dp-cnn``             CNN baseline (2-D for images, 1-D for tabular)
-``dp-attention``       compact attention control (images only)
-=====================  ==================================================================
+Models (DP-RVFL paper, sections 3.3-3.6): :data:`MODELS`, described in :data:`dpaudit.catalogue.CATALOGUE`; the frozen
+features of the head models are in :mod:`dpaudit.mechanisms.features`.
 
 Protocol (section 3.2, Algorithm 1): Poisson sampling at q = 1/J, T = E J steps (empty batches
 counted), per-example clipping to C = 1, N(0, sigma^2 C^2) on the clipped sum, division by the

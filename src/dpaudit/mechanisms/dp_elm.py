@@ -379,8 +379,8 @@ class ElmTarget(AuditTarget):
 
     The un-noised statistics are computed once (:func:`elm_sufficient_statistics`); each trial
     adds the canary's own statistics in the "in" world (add/remove adjacency), or replaces a
-    natural record by the canary (replace-one), then draws fresh noise
-    (:func:`privatize_statistics`) and solves. Canaries: ``worst-case`` (the record in the data's
+    natural record by the canary (replace-one), then draws fresh noise and solves
+    (:func:`fit_from_statistics`, as the release does). Canaries: ``worst-case`` (the record in the data's
     input box whose sigmoid features are as large as possible in every unit, from a linear
     program), ``natural`` and ``mislabeled`` (a held-out test record, with its true / a wrong
     label). Score: h_c^T beta[:, y_c] - mean_{k != y_c} h_c^T beta[:, k]."""
@@ -465,11 +465,8 @@ class ElmTarget(AuditTarget):
         out = np.empty(len(canary_in))
         for r, c in enumerate(np.asarray(canary_in, dtype=bool)):
             st = self._in_stats if c else self._out_stats
-            if self.noise:
-                gram, cross = privatize_statistics(st, self.epsilon, noise, sampler=self.sampler)
-            else:
-                gram, cross = st.gram_float(), st.cross_float()
-            beta, _ = solve_output_weights(gram, cross)
+            # the release's own noise-and-solve (no noise: the un-noised statistics, solved alike)
+            beta = fit_from_statistics(st, self._feats, self.epsilon if self.noise else None, noise=noise, sampler=self.sampler).beta
             o = self._hc @ beta
             out[r] = o[self._yc] - (o.sum() - o[self._yc]) / max(len(o) - 1, 1)
         return out

@@ -380,13 +380,6 @@ def _prv(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
 # ---------------------------------------------------------------- PLD (dp-accounting)
 
 
-def _pld_relation(adjacency: Adjacency):
-    from dp_accounting.privacy_accountant import NeighboringRelation
-
-    # add-remove-user is add/remove with the user as the unit (see _leaf_error).
-    return NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
-
-
 def _pld_leaf(leaf, adjacency: Adjacency):
     """Pessimistic PLD of one merged leaf, or None when it spends nothing.
 
@@ -403,6 +396,7 @@ def _pld_leaf(leaf, adjacency: Adjacency):
     """
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.privacy_accountant import NeighboringRelation
 
     reason = _leaf_error("pld", leaf, adjacency)
     if reason is not None:
@@ -410,7 +404,8 @@ def _pld_leaf(leaf, adjacency: Adjacency):
     if isinstance(leaf, SubsampledGaussian):
         if leaf.steps == 0:
             return None
-        relation = _pld_relation(adjacency)
+        # add-remove-user is add/remove with the user as the unit (see _leaf_error).
+        relation = NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
         if leaf.sample_rate >= 1.0:
             return pld_lib.from_gaussian_mechanism(
                 standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), sensitivity=1.0,

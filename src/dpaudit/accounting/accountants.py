@@ -253,22 +253,16 @@ def accountants_supporting(event: Event, adjacency: "str | Adjacency") -> tuple[
 
 @functools.lru_cache(maxsize=4096)
 def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[float, ...]) -> np.ndarray:
-    """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis), read-only."""
-    # Opacus's analysis, computed with numpy alone (rdp_sgm.py: no scipy import, all orders in one
-    # pass; equal to opacus.accountants.analysis.rdp to rounding, tests/accounting/test_rdp_sgm.py)
+    """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis, :mod:`.rdp_sgm`), read-only."""
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float)
     curve.setflags(write=False)
     return curve
 
 
 def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> np.ndarray:
-    """Sum of the RDP curves of sequentially composed leaves at ``orders``.
-
-    T steps of one subsampled Gaussian have T times its one-step RDP (RDP composes additively;
-    Opacus's ``compute_rdp`` itself returns the one-step curve times ``steps``), so the one-step
-    curve is computed once per (sample_rate, noise_multiplier) and scaled: the same arithmetic,
-    and a ledger of hundreds of releases sharing a few mechanisms costs a few curve evaluations.
-    """
+    """Sum of the RDP curves of sequentially composed leaves at ``orders``. T steps of one
+    subsampled Gaussian have T times its one-step RDP (as Opacus's ``compute_rdp`` computes it),
+    so the one-step curve is computed once per (sample_rate, noise_multiplier) and scaled."""
     adj = Adjacency.parse(adjacency)
     orders = tuple(float(o) for o in orders)
     orders_arr = np.asarray(orders, dtype=float)

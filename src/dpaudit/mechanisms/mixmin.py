@@ -377,12 +377,9 @@ def solve_mixmin(probs, labels, loss: str, *, steps: int = 3000, step_size: floa
     log_w = np.full(k, -math.log(k))
     for _ in range(int(steps)):
         w = np.exp(log_w)
-        g = loss_coefficient(F @ w, y, loss) @ F / n
-        new = _mirror_step(log_w, g, step_size)
-        if np.max(np.abs(np.exp(new) - w)) < tol:
-            log_w = new
+        log_w = _mirror_step(log_w, loss_coefficient(F @ w, y, loss) @ F / n, step_size)
+        if np.max(np.abs(np.exp(log_w) - w)) < tol:
             break
-        log_w = new
     return np.exp(log_w)
 
 

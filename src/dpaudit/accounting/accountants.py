@@ -188,15 +188,11 @@ def _leaf_error(accountant: str, leaf, adjacency: Adjacency) -> str | None:
 
 def event_kind(event) -> str:
     """The type name an event serialises under (``subsampled-gaussian``, ...), for messages."""
-    to_dict = getattr(event, "to_dict", None)
-    if callable(to_dict):
-        try:
-            kind = to_dict().get("type")
-            if isinstance(kind, str):
-                return kind
-        except Exception:  # noqa: BLE001 - only a message is at stake
-            pass
-    return type(event).__name__
+    try:
+        kind = event.to_dict().get("type")
+    except Exception:  # noqa: BLE001 - no or a failing to_dict: only a message is at stake
+        kind = None
+    return kind if isinstance(kind, str) else type(event).__name__
 
 
 def _builtin_support_error(accountant: str, event: Event, adj: Adjacency) -> str | None:

@@ -219,8 +219,6 @@ class MixMinTask:
         return {
             "name": self.name,
             "kind": "image" if self.image else "tabular",
-            # The train/val/test and public/private division is fixed by the task constant, not by the run's --seed (which only
-            # drives proxies and pretraining).
             "split_seed": self.division_key if self.division_key is not None else self.seed,
             "split_sizes": {"val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
             "n_features": int(self.private_x.shape[1]),

@@ -42,7 +42,7 @@ def test_release_audit_target_equals_the_hand_built_one(tmp_path):
     rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", epochs=1, reproducible_noise=True), out_dir=tmp_path / "r", record=False)
     want = target_from_release(tmp_path / "r", canary="max-clip")
     req = release_request(rel)
-    got = MECHANISM.audit_target(MECHANISM.plan(req, DataInfo.from_identity(rel.dataset, rel.config["reference_size"])), "max-clip", release=rel)
+    got = MECHANISM.audit_target(MECHANISM.plan_of_release(req, rel), "max-clip", release=rel)
     assert got._config == want._config and got.claimed_event == want.claimed_event and got.accountant == want.accountant
     assert got.claimed_epsilon == want.claimed_epsilon
     assert np.array_equal(_scores(got), _scores(want))

@@ -115,14 +115,14 @@ def test_statistics_match_a_per_record_reference():
     assert np.allclose(e.gram_float(), ref_gram, rtol=1e-5)
 
 
-def test_statistics_add_and_remove_one_record_exactly():
+def test_statistics_add_one_record_exactly():
     rng = np.random.default_rng(4)
     x, y = rng.normal(0, 1, (300, 5)), rng.integers(0, 3, 300)
     full = elm.elm_sufficient_statistics(x, y, 3, 1, n_classes=3)
     rest = elm.elm_sufficient_statistics(x[:-1], y[:-1], 3, 1, n_classes=3)
     one = elm.elm_sufficient_statistics(x[-1:], y[-1:], 3, 1, n_classes=3)
-    assert np.array_equal(rest.plus(one).gram, full.gram) and np.array_equal(full.minus(one).cross, rest.cross)
-    assert full.minus(one).n_records == 299
+    both = rest.plus(one)
+    assert np.array_equal(both.gram, full.gram) and np.array_equal(both.cross, full.cross) and both.n_records == 300
     empty = elm.elm_sufficient_statistics(x[:0], y[:0], 3, 1, n_classes=3)
     assert np.array_equal(full.plus(empty).gram, full.gram)
     with pytest.raises(UsageError, match="statistics must share"):

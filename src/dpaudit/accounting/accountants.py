@@ -10,20 +10,12 @@
   add/remove (``ADD_OR_REMOVE_ONE``) and replace-one (``REPLACE_ONE``) neighbours.
 - ``pure``: pure epsilon-DP, delta = 0, composition by summation.
 
-**Accountants behind one protocol.** Every accountant is an object satisfying
-:class:`Accountant` (in the spirit of dp_accounting's ``PrivacyAccountant``): a ``name``,
-``supports`` / ``support_error`` for an (event, adjacency) pair, ``epsilon(event, delta,
-adjacency)`` and, where the backend can, ``delta(event, epsilon, adjacency)``. The built-ins
-(rdp, prv, pld, pure) and any user accountant live in one registry (:func:`register_accountant`,
-:func:`get_accountant`, :func:`accountants_supporting`); :func:`compute_epsilon` is a thin wrapper
-over it that many callers use.
-
-**Adjacency is an input, never a label.** Each accountant declares which (event, adjacency)
-pairs it can account for (:func:`support_error` / :func:`supports`, in the spirit of
-dp_accounting's ``PrivacyAccountant.supports``); :func:`compute_epsilon` refuses every other pair
-with a one-line :class:`~dpaudit.errors.UnsupportedEventError` naming the accountant, the event
-and the adjacency (and, for the built-ins, an accountant that does support it); and it refuses
-an answer labelled with another adjacency or accountant than the one asked. The conventions
+**Accountants behind one protocol** (:class:`Accountant`, in the spirit of dp_accounting's
+``PrivacyAccountant``, states its contract): the built-ins and any user accountant live in one
+registry (:func:`register_accountant`, :func:`get_accountant`), which :func:`compute_epsilon`
+wraps. **Adjacency is an input, never a label**: a pair an accountant does not support
+(:func:`support_error`) is refused with a one-line :class:`~dpaudit.errors.UnsupportedEventError`,
+and so is an answer labelled with another adjacency or accountant. The conventions
 every accountant uses for a ``SubsampledGaussian`` event (DP-SGD): each record's (or, at user
 level, each user's) clipped contribution to the noisy *sum* has L2 norm at most C, the noise std
 is ``noise_multiplier * C``, and each record (user) is in a step's batch independently with
@@ -58,7 +50,6 @@ import signal
 import threading
 import warnings
 from dataclasses import asdict, dataclass
-from types import MappingProxyType
 from typing import Callable, Iterator, Protocol, runtime_checkable
 
 from ..errors import UnsupportedEventError, UsageError
@@ -161,10 +152,8 @@ def merge_leaves(leaves: list) -> list:
 
 def _replace_gaussian_noise(leaf: SubsampledGaussian, adjacency: Adjacency) -> float:
     """Noise multiplier of the add/remove Gaussian that is *exactly* this leaf's mechanism under
-    ``adjacency``: unchanged for add/remove (record or user); halved for replace-one without
-    subsampling (the clipped sum moves by up to 2C: N(C) vs N(-C) is N(0) vs N(2C) with the
-    same std, i.e. sensitivity C at half the noise multiplier). Callers reject replace-one with
-    q < 1 before (:func:`_leaf_error`)."""
+    ``adjacency``: halved for replace-one without subsampling (module docstring); callers reject
+    replace-one with q < 1 before (:func:`_leaf_error`)."""
     if adjacency is Adjacency.REPLACE_RECORD:
         return leaf.noise_multiplier / 2.0
     return leaf.noise_multiplier
@@ -207,15 +196,11 @@ def _leaf_error(accountant: str, leaf, adjacency: Adjacency) -> str | None:
 
 def event_kind(event) -> str:
     """The type name an event serialises under (``subsampled-gaussian``, ...), for messages."""
-    to_dict = getattr(event, "to_dict", None)
-    if callable(to_dict):
-        try:
-            kind = to_dict().get("type")
-            if isinstance(kind, str):
-                return kind
-        except Exception:  # noqa: BLE001 - only a message is at stake
-            pass
-    return type(event).__name__
+    try:
+        kind = event.to_dict().get("type")
+    except Exception:  # noqa: BLE001 - no or a failing to_dict: only a message is at stake
+        kind = None
+    return kind if isinstance(kind, str) else type(event).__name__
 
 
 def _builtin_support_error(accountant: str, event: Event, adj: Adjacency) -> str | None:
@@ -272,22 +257,16 @@ def accountants_supporting(event: Event, adjacency: "str | Adjacency") -> tuple[
 
 @functools.lru_cache(maxsize=4096)
 def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple[float, ...]) -> np.ndarray:
-    """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis), read-only."""
-    # Opacus's analysis, computed with numpy alone (rdp_sgm.py: no scipy import, all orders in one
-    # pass; equal to opacus.accountants.analysis.rdp to rounding, tests/accounting/test_rdp_sgm.py)
+    """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis, :mod:`.rdp_sgm`), read-only."""
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)), dtype=float)
     curve.setflags(write=False)
     return curve
 
 
 def rdp_curve(leaves: list, orders: tuple[float, ...] = RDP_ORDERS, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> np.ndarray:
-    """Sum of the RDP curves of sequentially composed leaves at ``orders``.
-
-    T steps of one subsampled Gaussian have T times its one-step RDP (RDP composes additively;
-    Opacus's ``compute_rdp`` itself returns the one-step curve times ``steps``), so the one-step
-    curve is computed once per (sample_rate, noise_multiplier) and scaled: the same arithmetic,
-    and a ledger of hundreds of releases sharing a few mechanisms costs a few curve evaluations.
-    """
+    """Sum of the RDP curves of sequentially composed leaves at ``orders``. T steps of one
+    subsampled Gaussian have T times its one-step RDP (as Opacus's ``compute_rdp`` computes it),
+    so the one-step curve is computed once per (sample_rate, noise_multiplier) and scaled."""
     adj = Adjacency.parse(adjacency)
     orders = tuple(float(o) for o in orders)
     orders_arr = np.asarray(orders, dtype=float)
@@ -317,15 +296,6 @@ def rdp_to_epsilon(curve: np.ndarray, delta: float, orders: tuple[float, ...] = 
         warnings.simplefilter("ignore")  # the optimum at an extreme order is not an error here
         eps, order = get_privacy_spent(orders=list(orders), rdp=list(curve), delta=delta)
     return max(0.0, float(eps)), float(order)
-
-
-def _rdp(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
-    best_eps, best_order = 0.0, None
-    for leaves in branches(event):
-        eps, order = rdp_to_epsilon(rdp_curve(merge_leaves(leaves), adjacency=adjacency), delta)
-        if best_order is None or eps > best_eps:
-            best_eps, best_order = eps, order
-    return AccountantResult("rdp", best_eps, delta, adjacency.value, optimal_order=best_order)
 
 
 # ---------------------------------------------------------------- PRV
@@ -408,13 +378,6 @@ def _prv(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
 # ---------------------------------------------------------------- PLD (dp-accounting)
 
 
-def _pld_relation(adjacency: Adjacency):
-    from dp_accounting.privacy_accountant import NeighboringRelation
-
-    # add-remove-user is add/remove with the user as the unit (see _leaf_error).
-    return NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
-
-
 def _pld_leaf(leaf, adjacency: Adjacency):
     """Pessimistic PLD of one merged leaf, or None when it spends nothing.
 
@@ -431,6 +394,7 @@ def _pld_leaf(leaf, adjacency: Adjacency):
     """
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.privacy_accountant import NeighboringRelation
 
     reason = _leaf_error("pld", leaf, adjacency)
     if reason is not None:
@@ -438,7 +402,8 @@ def _pld_leaf(leaf, adjacency: Adjacency):
     if isinstance(leaf, SubsampledGaussian):
         if leaf.steps == 0:
             return None
-        relation = _pld_relation(adjacency)
+        # add-remove-user is add/remove with the user as the unit (see _leaf_error).
+        relation = NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
         if leaf.sample_rate >= 1.0:
             return pld_lib.from_gaussian_mechanism(
                 standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), sensitivity=1.0,
@@ -486,27 +451,6 @@ def pld_epsilon(leaves: list, delta: float, adjacency: "str | Adjacency" = Adjac
 def pld_delta(leaves: list, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> float:
     """Delta (an upper bound: pessimistic PLD) of sequentially composed leaves at ``epsilon``."""
     return min(1.0, max(0.0, _pld_query(leaves, adjacency, lambda pld: pld.get_delta_for_epsilon(epsilon), "delta")))
-
-
-def _pld(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
-    worst = 0.0
-    for leaves in branches(event):
-        worst = max(worst, pld_epsilon(merge_leaves(leaves), delta, adjacency))
-    return AccountantResult("pld", worst, delta, adjacency.value)
-
-
-# ---------------------------------------------------------------- pure
-
-
-def _pure(event: Event, delta: float, adjacency: Adjacency) -> AccountantResult:
-    worst = 0.0
-    for leaves in branches(event):
-        total = 0.0
-        for leaf in leaves:
-            if isinstance(leaf, PureEpsilon):
-                total += leaf.epsilon * leaf.count
-        worst = max(worst, total)
-    return AccountantResult("pure", worst, 0.0, adjacency.value)
 
 
 # ---------------------------------------------------------------- the protocol and the registry
@@ -613,7 +557,12 @@ class RdpAccountant(_BuiltinAccountant):
     name = "rdp"
 
     def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        return _rdp(event, delta, adj)
+        best_eps, best_order = 0.0, None
+        for leaves in branches(event):  # parallel: the worst branch
+            eps, order = rdp_to_epsilon(rdp_curve(merge_leaves(leaves), adjacency=adj), delta)
+            if best_order is None or eps > best_eps:
+                best_eps, best_order = eps, order
+        return AccountantResult("rdp", best_eps, delta, adj.value, optimal_order=best_order)
 
     def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
         eps = non_negative_finite("epsilon", epsilon)
@@ -642,7 +591,8 @@ class PldAccountant(_BuiltinAccountant):
     name = "pld"
 
     def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        return _pld(event, delta, adj)
+        worst = max(pld_epsilon(merge_leaves(leaves), delta, adj) for leaves in branches(event))
+        return AccountantResult("pld", max(0.0, worst), delta, adj.value)
 
     def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
         eps = non_negative_finite("epsilon", epsilon)
@@ -658,13 +608,14 @@ class PureAccountant(_BuiltinAccountant):
     uses_delta = False
 
     def _epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        return _pure(event, delta, adj)
+        worst = max(sum(leaf.epsilon * leaf.count for leaf in leaves if isinstance(leaf, PureEpsilon)) for leaves in branches(event))
+        return AccountantResult("pure", max(0.0, worst), 0.0, adj.value)
 
     def delta(self, event: Event, epsilon: float, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> DeltaResult:
         """0 at epsilon >= the composed pure epsilon; below it summation gives no delta (refused)."""
         eps = non_negative_finite("epsilon", epsilon)
         adj = self._checked(event, adjacency)
-        total = _pure(event, 0.0, adj).epsilon
+        total = self._epsilon(event, 0.0, adj).epsilon
         if eps < total:
             raise UnsupportedEventError(f"the pure accountant bounds delta only at epsilon >= {total:g} (where it is 0), "
                                         f"got {eps:g}; use the pld accountant.")
@@ -672,8 +623,6 @@ class PureAccountant(_BuiltinAccountant):
 
 
 _REGISTRY: dict[str, Accountant] = {}
-#: Read-only view of the registry, name -> accountant, in registration order.
-REGISTRY = MappingProxyType(_REGISTRY)
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 #: Names the CLI gives another meaning (``--accountant all``).
 _RESERVED_NAMES = frozenset({"all"})

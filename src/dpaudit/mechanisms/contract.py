@@ -1,21 +1,9 @@
 """The mechanism contract: what every releasing mechanism provides to the one release skeleton.
 
-See ``docs/architecture.md`` (request -> plan -> preflight -> run -> release -> ledger -> audit
--> report). A mechanism is a module exposing ``MECHANISM``, an object with:
-
-- ``name`` and ``request_type`` (its :class:`dpaudit.requests.Request` subclass);
-- ``load(request)``: the private data (usually a :class:`~dpaudit.data.base.PreparedDataset`);
-- ``plan(request, info)``: a :class:`ReleasePlan` computed from the request and the dataset's
-  *public* facts (:class:`DataInfo`) only: schedule, calibrated noise, privacy event, config;
-- ``run(plan, data, noise, *, progress)``: the computation on the private data, returning a
-  :class:`RunOutput` (steps executed, arrays, metrics, config extras);
-- ``audit_target(plan, canary, *, release=None, user_ids=None, no_noise=False)``: the audit
-  target of the same plan, so the code that is released is the code that is audited;
-- the optional hooks of :class:`Mechanism`, whose defaults :class:`MechanismBase` provides.
-
-:func:`dpaudit.releasing.release` runs them in the one order every release follows (validate ->
-load -> plan -> check the out dir -> reserve the budget -> noise source -> run -> verify the
-claim -> build the Release -> publish).
+A mechanism is a module exposing ``MECHANISM``, an object satisfying :class:`Mechanism` (hooks
+listed there, defaults in :class:`MechanismBase`); :func:`dpaudit.releasing.release` runs them in
+the one order every release follows (``docs/architecture.md``). ``audit_target`` builds the
+audit of the same plan, so the code that is released is the code that is audited.
 
 **Privacy contract of a plan.** Everything in a :class:`ReleasePlan` is public: it is a
 function of the request and of :class:`DataInfo` (public sizes and schema that the guarantee
@@ -83,22 +71,6 @@ class DataInfo:
                    n_classes=int(data.n_classes), profile=data.profile, split_seed=data.split_seed, n_users=n_users,
                    identity=data.identity(), reference_size=getattr(data, "reference_size", None),
                    image_shape=getattr(data, "image_shape", None))
-
-    @classmethod
-    def from_identity(cls, identity: dict, reference_size: int | None = None) -> "DataInfo":
-        """Public facts recorded in a release (``Release.dataset``): what an audit of the release
-        plans from, without reading the private data. ``reference_size``: the release's recorded
-        one (``Release.config["reference_size"]``), passed by the caller; for old releases that
-        published the training count in ``split_sizes`` it defaults to that count (their
-        schedule was built from it)."""
-        sizes = identity.get("split_sizes") or {}
-        users = identity.get("n_users") or {}
-        reference_size = reference_size if reference_size is not None else sizes.get("train")
-        return cls(name=identity.get("name", ""), kind=identity.get("kind", ""), n_train=int(sizes.get("train", 0)),
-                   n_features=int(identity.get("n_features", 0)), n_classes=int(identity.get("n_classes", 0)),
-                   profile=identity.get("profile"), split_seed=identity.get("split_seed"),
-                   n_users=int(users["train"]) if "train" in users else None, identity=dict(identity),
-                   reference_size=None if reference_size is None else int(reference_size))
 
     @classmethod
     def from_registry(cls, name: str, profile: str | None = None) -> "DataInfo":
@@ -271,6 +243,14 @@ class MechanismBase:
     def validate(self, request):
         return request
 
+    def load(self, request, prepared=None):
+        """The request's registered dataset (``prepared``: already loaded); an empty training partition is refused."""
+        if prepared is None:
+            prepared = registry.load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
+        if prepared.y_train.size == 0:
+            raise DataError(f"dataset {prepared.name} has an empty training partition.")
+        return prepared
+
     def data_info(self, request, data) -> DataInfo:
         return DataInfo.from_prepared(data)
 
@@ -327,17 +307,17 @@ def check_plan_matches_release(plan, rel) -> None:
     if rebuilt != rel.guarantee:
         raise DataError(f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}.")
     cfg = rel.config or {}
-    check_request_matches(adjacency=(plan.adjacency, rel.adjacency), seed=(plan.seed, rel.seed), privacy_unit=(plan.privacy_unit, rel.privacy_unit),
-                           **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
-                           **{"split rule": ((plan.config.get("split") or {}).get("rule"), (cfg.get("split") or {}).get("rule"))})
+    requested = dict(adjacency=(plan.adjacency, rel.adjacency), seed=(plan.seed, rel.seed), privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+                     **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
+                     **{"split rule": ((plan.config.get("split") or {}).get("rule"), (cfg.get("split") or {}).get("rule"))})
+    bad = _first_mismatch(requested, lambda got, want: got == want)
+    if bad:
+        raise DataError("release request {0} must match the release's {2!r}, got {1!r}.".format(*bad))
     numbers = {"steps": (plan.steps, rel.steps), **{k: (plan.release_fields.get(k), getattr(rel, k, None)) for k in _SCHEDULE_KEYS}}
     bad = _first_mismatch(numbers, lambda got, want: math.isclose(float(got), float(want), rel_tol=1e-12, abs_tol=1e-12))
     if bad:
         raise DataError("rebuilt {0} must equal the release's {2}, got {1}.".format(*bad))
-    _check_dataset(plan.dataset or {}, rel.dataset or {})
-
-
-def _check_dataset(rebuilt: dict, recorded: dict) -> None:
+    rebuilt, recorded = plan.dataset or {}, rel.dataset or {}
     for key in ("name", "split_seed", "profile", "user_ids_sha256"):
         if recorded.get(key) is not None and rebuilt.get(key) != recorded[key]:
             raise DataError(f"rebuilt dataset {key} must equal the release's {recorded[key]!r}, got {rebuilt.get(key)!r}.")
@@ -346,9 +326,3 @@ def _check_dataset(rebuilt: dict, recorded: dict) -> None:
 def _first_mismatch(pairs: dict, same):
     """The first (name, got, wanted) of ``pairs`` (name -> (got, wanted)) both known and not ``same``."""
     return next(((n, got, want) for n, (got, want) in pairs.items() if want is not None and got is not None and not same(got, want)), None)
-
-
-def check_request_matches(**pairs) -> None:
-    bad = _first_mismatch(pairs, lambda got, want: got == want)
-    if bad:
-        raise DataError("release request {0} must match the release's {2!r}, got {1!r}.".format(*bad))

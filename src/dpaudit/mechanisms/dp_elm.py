@@ -28,12 +28,10 @@ releases use so the ledger can compose them) and records both analyses.
 
 Finite precision. With the default sampler ``discrete-laplace`` the hidden features are
 rounded to multiples of 2^-20 *per record, before the sums* (so the bounds above hold exactly),
-the statistics are exact integers (units of 2^-40 for H^T H, 2^-20 for H^T Y, int64, no
-rounding error), and integer noise is drawn exactly from the discrete Laplace law on those
-grids with the scale as an exact rational: the release is exactly epsilon-DP, no inflation
-(see :mod:`dpaudit.mechanisms.laplace`). ``sampler="textbook"`` reproduces the published
-float64 implementation with inverse-CDF Laplace doubles; its claim holds in ideal arithmetic
-only (Mironov 2012) and the release says ``certified: false``.
+the statistics are exact int64 (units of 2^-40 for H^T H, 2^-20 for H^T Y) and the noise exact
+discrete Laplace on those grids: exactly epsilon-DP (:mod:`dpaudit.mechanisms.laplace`).
+``sampler="textbook"`` (the published float64 implementation) holds in ideal arithmetic only
+and the release says ``certified: false``.
 
 The random features, the split and the chunking are public; the noise and nothing else
 comes from the private :class:`~dpaudit.noise.NoiseSource`.
@@ -52,7 +50,6 @@ from ..accounting import PureEpsilon
 from ..accounting.adjacency import Adjacency
 from ..audits.canaries import check_canary
 from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
-from ..data import load_dataset
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..ledger.book import sampler_uncertified_reason
@@ -60,7 +57,7 @@ from ..noise import NoiseSource, public_rng
 from ..requests import DPELMRequest
 from ..validation import one_of, positive_finite, positive_int
 from .contract import MechanismBase, ReleasePlan, RunOutput
-from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee, textbook_laplace
+from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
 from .rvfl import classification_metrics
 np = lazy_import("numpy")
 
@@ -95,18 +92,10 @@ def l1_sensitivity(width: int, adjacency: str = "replace-record") -> int:
 def privacy_analyses(width: int, epsilon: float) -> dict:
     """Both analyses of the scale ``L(L+2)/epsilon``, as recorded in the release."""
     scale = noise_scale(width, epsilon)
-    return {
-        "replace-record": {
-            "l1_sensitivity": l1_sensitivity(width, "replace-record"),
-            "epsilon": l1_sensitivity(width, "replace-record") / scale,
-            "source": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
-        },
-        "add-remove-record": {
-            "l1_sensitivity": l1_sensitivity(width, "add-remove-record"),
-            "epsilon": l1_sensitivity(width, "add-remove-record") / scale,
-            "source": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L",
-        },
-    }
+    sources = {"replace-record": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
+               "add-remove-record": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L"}
+    return {adj: {"l1_sensitivity": l1_sensitivity(width, adj), "epsilon": l1_sensitivity(width, adj) / scale, "source": source}
+            for adj, source in sources.items()}
 
 
 @dataclass(frozen=True)
@@ -150,8 +139,8 @@ class ElmStatistics:
 
     ``grid_bits = FEATURE_BITS``: exact int64 statistics in units of 2^-(2 grid_bits) (Gram) and
     2^-grid_bits (cross), from grid-rounded features (discrete sampler). ``grid_bits = None``:
-    float64 statistics (textbook sampler). Statistics add and subtract, so an auditor can add or
-    remove one record's contribution (:meth:`plus`, :meth:`minus`) without recomputing the rest.
+    float64 statistics (textbook sampler). Statistics add (:meth:`plus`), so an auditor can add
+    one record's contribution without recomputing the rest.
     """
 
     gram: np.ndarray  # (L, L)
@@ -171,10 +160,6 @@ class ElmStatistics:
     def plus(self, other: "ElmStatistics") -> "ElmStatistics":
         self._check(other)
         return ElmStatistics(self.gram + other.gram, self.cross + other.cross, self.n_records + other.n_records, self.n_classes, self.grid_bits)
-
-    def minus(self, other: "ElmStatistics") -> "ElmStatistics":
-        self._check(other)
-        return ElmStatistics(self.gram - other.gram, self.cross - other.cross, self.n_records - other.n_records, self.n_classes, self.grid_bits)
 
     def gram_float(self) -> np.ndarray:
         return self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits) if self.grid_bits is not None else self.gram
@@ -284,13 +269,10 @@ def solve_output_weights(gram: np.ndarray, cross: np.ndarray) -> tuple[np.ndarra
 def _noise_tail_fields(sampler: str, non_private: bool, epsilon: float, n_values: int) -> dict:
     """``noise_sampler`` / ``noise_tail_delta`` of a DP-ELM release (see dpaudit.noise).
 
-    ``discrete-laplace`` is exact: integers drawn by unbounded rejection loops from uniform bits,
-    with no truncated tail, so its tail delta is 0 (a pure epsilon claim stays pure).
-    ``textbook`` inverse-CDF doubles use U in [2^-53, 1 - 2^-53], so |noise| <= b 52 ln 2: mass
-    2^-52 per value is missing and, by the argument of the dpaudit.noise module docstring, the
-    release is at best (epsilon, (e^eps + 1) tau)-DP, tau = n 2^-52. That value is reported, not
-    refused: the textbook sampler is uncertified anyway (the ledger counts its releases as
-    unbounded) and kept only for comparison."""
+    ``discrete-laplace`` is exact (unbounded rejection loops, no truncated tail): tail delta 0.
+    ``textbook`` doubles miss mass 2^-52 per value (|noise| <= b 52 ln 2), so by the dpaudit.noise
+    argument the release is at best (epsilon, (e^eps + 1) n 2^-52)-DP; reported, not refused, as
+    the textbook sampler is uncertified anyway (the ledger counts it as unbounded)."""
     if non_private:
         return {"noise_sampler": "none (non-private)", "noise_tail_delta": 0.0}
     if sampler == "discrete-laplace":
@@ -323,7 +305,7 @@ def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSourc
     if stats.grid_bits is not None:
         raise UsageError("statistics must be float64 statistics for the textbook sampler, got grid ones.")
     scale = noise_scale(width, epsilon)
-    return stats.gram + textbook_laplace(noise, stats.gram.shape, scale), stats.cross + textbook_laplace(noise, stats.cross.shape, scale)
+    return stats.gram + noise.laplace(stats.gram.shape, scale), stats.cross + noise.laplace(stats.cross.shape, scale)
 
 
 def fit_from_statistics(
@@ -396,8 +378,8 @@ class ElmTarget(AuditTarget):
 
     The un-noised statistics are computed once (:func:`elm_sufficient_statistics`); each trial
     adds the canary's own statistics in the "in" world (add/remove adjacency), or replaces a
-    natural record by the canary (replace-one), then draws fresh noise
-    (:func:`privatize_statistics`) and solves. Canaries: ``worst-case`` (the record in the data's
+    natural record by the canary (replace-one), then draws fresh noise and solves
+    (:func:`fit_from_statistics`, as the release does). Canaries: ``worst-case`` (the record in the data's
     input box whose sigmoid features are as large as possible in every unit, from a linear
     program), ``natural`` and ``mislabeled`` (a held-out test record, with its true / a wrong
     label). Score: h_c^T beta[:, y_c] - mean_{k != y_c} h_c^T beta[:, k]."""
@@ -423,8 +405,7 @@ class ElmTarget(AuditTarget):
 
     def __post_init__(self) -> None:
         check_canary("dp-elm", self.canary)
-        if self.adjacency not in ("add-remove-record", "replace-record"):
-            raise UsageError(f"adjacency must be one of add-remove-record, replace-record, got {self.adjacency!r}.")
+        one_of("adjacency", self.adjacency, ADJACENCIES)
         self._ready = False
 
     @property
@@ -483,11 +464,8 @@ class ElmTarget(AuditTarget):
         out = np.empty(len(canary_in))
         for r, c in enumerate(np.asarray(canary_in, dtype=bool)):
             st = self._in_stats if c else self._out_stats
-            if self.noise:
-                gram, cross = privatize_statistics(st, self.epsilon, noise, sampler=self.sampler)
-            else:
-                gram, cross = st.gram_float(), st.cross_float()
-            beta, _ = solve_output_weights(gram, cross)
+            # the release's own noise-and-solve (no noise: the un-noised statistics, solved alike)
+            beta = fit_from_statistics(st, self._feats, self.epsilon if self.noise else None, noise=noise, sampler=self.sampler).beta
             o = self._hc @ beta
             out[r] = o[self._yc] - (o.sum() - o[self._yc]) / max(len(o) - 1, 1)
         return out
@@ -526,13 +504,6 @@ class DPELMMechanism(MechanismBase):
         one_of("sampler", r.sampler, SAMPLERS)
         one_of("adjacency", r.adjacency, ADJACENCIES)
         return r
-
-    def load(self, r, prepared=None):
-        if prepared is None:
-            prepared = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
-        if prepared.y_train.size == 0:
-            raise DataError(f"dataset {prepared.name} has an empty training partition.")
-        return prepared
 
     def plan(self, r, info):
         """Public quantities only: the event, the noise scale and the analyses of ``width``."""

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import one_of, positive_int
-from .dpsgd_core import blas_threads
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -77,7 +76,7 @@ class FrozenFeatures:
         }
 
     def transform(self, x: np.ndarray, *, chunk: int = 4096, dtype="float32", bias_column: bool = False) -> np.ndarray:
-        """z for every row of ``x``, computed in chunks (float32 by default).
+        """z for every row of ``x``, computed in chunks (float32 by default, or float64).
 
         ``bias_column=True`` appends a column of ones ([z, 1], the head's bias input) without a
         second copy of the whole matrix. No concatenation and no temporary the size of z: each
@@ -85,6 +84,7 @@ class FrozenFeatures:
         the formula's up to float rounding (the GEMM's summation order).
         """
         x = np.asarray(x)
+        one_of("dtype", np.dtype(dtype).name, ("float32", "float64"))
         n_out = self.output_dim + (1 if bias_column else 0)
         out = _empty_small_pages((x.shape[0], n_out), dtype)
         if bias_column:
@@ -93,29 +93,10 @@ class FrozenFeatures:
         w = self.weight.astype(dtype) if self.weight is not None else None
         b = self.bias.astype(dtype) if self.bias is not None else None
         link = self.reduced_dim if self.direct_link else 0
-        if np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64)):
-            # torch's GEMM (MKL here: measured 2.5x NumPy's OpenBLAS on one thread) writes into
-            # strided views of ``out``, with torch's intra-op thread count.
-            self._fill_torch(x, out, p, w, b, link, chunk, dtype)
-        elif x.shape[0] > chunk:
-            # NumPy's BLAS limited to torch's thread count, as in the head trainers (speed only;
-            # the limiter costs ~3 ms, so small inputs skip it).
-            with blas_threads():
-                self._fill(x, out, p, w, b, link, chunk, dtype)
-        else:
-            self._fill(x, out, p, w, b, link, chunk, dtype)
+        # torch's GEMM (MKL here: measured 2.5x NumPy's OpenBLAS on one thread) writes into
+        # strided views of ``out``, with torch's intra-op thread count.
+        self._fill_torch(x, out, p, w, b, link, chunk, dtype)
         return out
-
-    def _fill(self, x, out, p, w, b, link, chunk, dtype) -> None:
-        for s in range(0, x.shape[0], chunk):
-            xc = x[s:s + chunk].astype(dtype, copy=False)
-            xr = xc @ p if p is not None else xc
-            if self.direct_link:
-                out[s:s + chunk, :link] = xr
-            if w is not None:
-                h = out[s:s + chunk, link:link + w.shape[1]]
-                np.add(xr @ w, b, out=h)
-                np.tanh(h, out=h)
 
     def _fill_torch(self, x, out, p, w, b, link, chunk, dtype) -> None:
         ot = torch.from_numpy(out)
@@ -154,25 +135,7 @@ def _empty_small_pages(shape, dtype) -> np.ndarray:
     for the 200 MB MNIST feature matrix, vs ~0.1 s with ordinary pages). Memory from torch's
     allocator carries no such advice; the array keeps its tensor alive through ``.base``.
     """
-    try:
-        tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    except TypeError:  # a dtype torch does not have
-        return np.empty(shape, dtype=dtype)
-    return torch.empty(shape, dtype=tdtype).numpy()
-
-
-def gaussian_projection(n_inputs: int, seed: int, dim: int = PROJECTION_DIM) -> np.ndarray:
-    """P (n_inputs, dim) with entries N(0, 1/dim) (eq. 15), from the public seed."""
-    rng = public_rng(seed, TAG_PROJECTION)
-    return rng.normal(0.0, 1.0 / np.sqrt(dim), size=(n_inputs, dim))
-
-
-def random_hidden_layer(n_inputs: int, units: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(W_r (n_inputs, units) ~ U(-1, 1), b_r (units,) ~ U(0, 1)) (eq. 16), from the public seed."""
-    rng = public_rng(seed, TAG_HIDDEN)
-    w = rng.uniform(-1.0, 1.0, size=(n_inputs, units))
-    b = rng.uniform(0.0, 1.0, size=units)
-    return w, b
+    return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype=dtype)).dtype).numpy()
 
 
 def _shape(kind: str, n_inputs: int, hidden_units: int) -> tuple[bool, int, int]:
@@ -195,11 +158,14 @@ def feature_dim(kind: str, n_inputs: int, *, hidden_units: int = HIDDEN_UNITS) -
 
 
 def build_features(kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS) -> FrozenFeatures:
-    """The frozen representation of one model family (sections 3.4-3.5)."""
+    """The frozen representation of one model family (sections 3.4-3.5), from the public seed:
+    P (d, d') ~ N(0, 1/d') (eq. 15); W_r (d', L) ~ U(-1, 1), then b_r (L,) ~ U(0, 1) (eq. 16)."""
     project, d_red, units = _shape(kind, n_inputs, hidden_units)
     n_inputs = int(n_inputs)
-    proj = gaussian_projection(n_inputs, seed) if project else None
+    proj = public_rng(seed, TAG_PROJECTION).normal(0.0, 1.0 / np.sqrt(PROJECTION_DIM), size=(n_inputs, PROJECTION_DIM)) if project else None
     if kind in ("logistic-raw", "logistic-projected"):
         return FrozenFeatures(kind, n_inputs, proj, None, None, direct_link=True)
-    w, b = random_hidden_layer(d_red, units, seed)
+    rng = public_rng(seed, TAG_HIDDEN)
+    w = rng.uniform(-1.0, 1.0, size=(d_red, units))
+    b = rng.uniform(0.0, 1.0, size=units)
     return FrozenFeatures(kind, n_inputs, proj, w, b, direct_link=(kind == "rvfl"))

@@ -5,14 +5,13 @@ uniform double V. In floating point the set of doubles it can return is sparse a
 so ``f(D) + noise`` takes values that ``f(D') + noise`` can never take: the low bits of a
 release can reveal the input, and pure epsilon-DP fails outright (Mironov 2012, "On
 significance of the least significant bits for differential privacy", CCS). It is kept here
-only to compare against published implementations (``sampler="textbook"``).
+only to compare against published implementations (``sampler="textbook"``: ``NoiseSource.laplace``).
 
 The safe default (``sampler="discrete-laplace"``) never touches doubles on the private path:
 
-1. the statistic is made integer-valued on a fixed power-of-two grid *before* noise (for
-   DP-ELM the hidden features are rounded to multiples of 2^-20, so the statistics are exact
-   integers in units of 2^-40 / 2^-20 and the L1 sensitivity bound holds exactly: the rounding
-   is inside the record's contribution, not after it), and
+1. the statistic is made integer-valued on a fixed power-of-two grid *before* noise (rounding
+   each record's contribution, so the L1 sensitivity bound holds exactly; DP-ELM's grids are in
+   :mod:`dpaudit.mechanisms.dp_elm`), and
 2. integer noise is drawn *exactly* from the discrete Laplace distribution
    ``P(k) = (1 - e^{-1/t}) / (1 + e^{-1/t}) * e^{-|k|/t}`` with rational scale ``t`` (in grid
    units), using only uniform random integers and rational arithmetic (the rejection sampler
@@ -141,10 +140,6 @@ class _Bits:
             if v < n:
                 return v
 
-    def bernoulli(self, num: int, den: int) -> bool:
-        """Bernoulli(num / den) for 0 <= num <= den, exact."""
-        return self.below(den) < num
-
     def bernoulli_exp(self, num: int, den: int) -> bool:
         """Bernoulli(exp(-num / den)) for num / den >= 0, exact (CKS 2020, Algorithm 1)."""
         whole, num = divmod(num, den)
@@ -157,7 +152,7 @@ class _Bits:
         # For gamma in [0, 1]: count K = 1 + the length of the run of successes of
         # Bernoulli(gamma / K); P(K odd) = sum_{k odd} gamma^(k-1)/(k-1)! (1 - gamma/k) = e^-gamma.
         k = 1
-        while self.bernoulli(num, den * k):
+        while self.below(den * k) < num:  # exact Bernoulli(num / (den k))
             k += 1
         return k % 2 == 1
 
@@ -191,17 +186,6 @@ def discrete_laplace(noise: NoiseSource, size: int, scale: float | int | Fractio
             out[i] = -y if negative else y
             break
     return out
-
-
-def discrete_laplace_pmf(k: np.ndarray | int, scale: float) -> np.ndarray:
-    """P(K = k) of the discrete Laplace distribution with scale ``scale`` (for tests, reports)."""
-    a = math.exp(-1.0 / scale)
-    return (1 - a) / (1 + a) * np.exp(-np.abs(np.asarray(k, dtype=np.float64)) / scale)
-
-
-def textbook_laplace(noise: NoiseSource, shape, scale: float) -> np.ndarray:
-    """Inverse-CDF Laplace(0, ``scale``) doubles (leaky in floating point; see module docs)."""
-    return noise.laplace(shape, scale)
 
 
 def add_grid_laplace(units: np.ndarray, scale: float | int | Fraction, grid_log2: int, noise: NoiseSource) -> np.ndarray:

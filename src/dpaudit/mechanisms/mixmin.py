@@ -28,7 +28,7 @@ run; an audit: R runs with and without a canary)."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
@@ -99,7 +99,6 @@ class MixMinConfig:
 class MixMinResult:
     weights: np.ndarray  # (k,) on the simplex
     steps_executed: int
-    batch_sizes: tuple = field(default=(), repr=False)  # realised (private!) sizes; never released
 
 
 @dataclass(frozen=True)
@@ -190,16 +189,6 @@ def loss_coefficient(p, y, loss: str):
     raise UsageError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
 
 
-def loss_values(p, y, loss: str):
-    """Per-example loss at mixture prediction p (numpy)."""
-    if loss == "bce":
-        pc = np.clip(p, PROB_FLOOR, 1 - PROB_FLOOR)
-        return -(y * np.log(pc) + (1 - y) * np.log(1 - pc))
-    if loss == "nll":
-        return -np.log(p)
-    return (p - y) ** 2
-
-
 def per_example_gradients(probs, labels, weights, loss: str) -> np.ndarray:
     """Per-example gradients (n, k) of L(weights . f(x), y) with respect to the weights."""
     F = np.asarray(probs, dtype=np.float64)
@@ -217,7 +206,10 @@ def objective(probs, labels, weights, loss: str) -> float:
     """Mean loss F(lambda) of the mixture on the given data (no privacy; for evaluation)."""
     F, y = _prepare(probs, labels, loss, np.float64)
     p = F @ np.asarray(weights, dtype=np.float64)
-    return float(np.mean(loss_values(p, y, loss)))
+    if loss == "bce":
+        pc = np.clip(p, PROB_FLOOR, 1 - PROB_FLOOR)
+        return float(np.mean(-(y * np.log(pc) + (1 - y) * np.log(1 - pc))))
+    return float(np.mean(-np.log(p) if loss == "nll" else (p - y) ** 2))
 
 
 def _mirror_step(log_w: np.ndarray, grad: np.ndarray, step_size: float) -> np.ndarray:
@@ -385,12 +377,9 @@ def solve_mixmin(probs, labels, loss: str, *, steps: int = 3000, step_size: floa
     log_w = np.full(k, -math.log(k))
     for _ in range(int(steps)):
         w = np.exp(log_w)
-        g = loss_coefficient(F @ w, y, loss) @ F / n
-        new = _mirror_step(log_w, g, step_size)
-        if np.max(np.abs(np.exp(new) - w)) < tol:
-            log_w = new
+        log_w = _mirror_step(log_w, loss_coefficient(F @ w, y, loss) @ F / n, step_size)
+        if np.max(np.abs(np.exp(log_w) - w)) < tol:
             break
-        log_w = new
     return np.exp(log_w)
 
 

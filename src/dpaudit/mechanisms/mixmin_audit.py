@@ -65,8 +65,9 @@ class MixMinTarget(AuditTarget):
         if self.canary == "max-clip":
             d = max_clip_direction(self._reference, top=self.top)
             self._canary = MixMinCanary(kind="gradient", direction=d)
-            self._canary_info = {"kind": "max-clip", "direction": d.tolist(), "top_sources": self._top_names(),
-                                 "norm": self.config.clipping_norm}
+            top = np.argsort(-self._reference, kind="stable")[: self.top]
+            names = [self.source_names[j] if j < len(self.source_names) else int(j) for j in top]
+            self._canary_info = {"kind": "max-clip", "direction": d.tolist(), "top_sources": names, "norm": self.config.clipping_norm}
         else:
             if self.holdout_probs is None or len(self.holdout_probs) == 0:
                 raise UsageError(f"holdout records must be given for a {self.canary} canary, got none.")
@@ -92,10 +93,6 @@ class MixMinTarget(AuditTarget):
             return None  # a configuration without noise claims nothing
         return SubsampledGaussian(float(self.config.noise_multiplier), float(self.config.sample_rate), int(self.config.steps))
 
-    def _top_names(self) -> list:
-        order = np.argsort(-self._reference, kind="stable")[: self.top]
-        return [self.source_names[j] if j < len(self.source_names) else int(j) for j in order]
-
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         c = np.asarray(canary_in, dtype=bool)
         w = run_mixmin_runs(self.probs, self.labels, self._config_now(), noise=noise, runs=c.size, canary=self._canary, canary_in=c)
@@ -108,8 +105,7 @@ class MixMinTarget(AuditTarget):
         return self.ledger_scope
 
     def without_noise(self) -> "MixMinTarget":
-        t = dataclasses.replace(self, noise=False)
-        return t
+        return dataclasses.replace(self, noise=False)
 
     def describe(self) -> dict:
         cfg = self.config.to_dict()

@@ -10,16 +10,13 @@
   private target (heart disease, num > 0), split exactly as the registry's ``heart`` (train private, validation and test read
   without noise).
 
-Every task declares its rows (``MixMinTask.rows``, :mod:`dpaudit.data.rows`) against the same sources as the registry: no row a
-registry dataset trains on privately is a public source here, and the private rows both read are composed by the ledger under both
-names.
+Every task declares its rows (``MixMinTask.rows``, :mod:`dpaudit.data.rows`) against the same sources as the registry, so the
+ledger composes the private rows both read under both names.
 
 Proxies are trained on public data only and never see private records (that is what makes the mixture stage's privacy cost exactly
 that of Algorithm 1). Shared-input tasks use one multi-class proxy whose coordinates serve as the k source proxies (the paper's
-cost-saving trick) or, with ``proxy_mode="per-source"``, one binary proxy per source. All public randomness (splits, proxy
-initialisation and batches) comes from ``public_rng(seed, ...)``, except what decides which records are private: each task's
-public / private division is fixed by a constant of the task (:data:`TASK_DIVISION_KEYS`), so a task name always means the same
-private records, and the D_mix / D_ft split keys on stable record ids (:func:`mixture_split`, :data:`SPLIT_RULE`).
+cost-saving trick) or, with ``proxy_mode="per-source"``, one binary proxy per source. Public randomness comes from
+``public_rng(seed, ...)``, except which records are private: fixed per task (:data:`TASK_DIVISION_KEYS`, :func:`mixture_split`).
 
 Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k), ``labels`` (n,), optional
 ``user_ids`` (n,) and ``source_names`` (k,)."""
@@ -49,25 +46,19 @@ torch = lazy_import("torch")
 TASKS = ("digits-mix", "mnist-mix", "heart-mix")
 DIGIT_TARGETS = ("digit-3", "loops-0689", "small-0to4", "ink-heavy")
 DIGIT_TARGET_KINDS = {"digit-3": "direct", "loops-0689": "partial", "small-0to4": "partial", "ink-heavy": "none"}
-HEART_TARGETS = ("cleveland",)
 PROXY_MODES = ("joint", "per-source")
 _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 
-#: The public key that fixes each task's public / private division (which source rows are public sources, which are private train
-#: / val / test). It is a constant of the task, NOT the run's ``--seed``: a dataset name must mean one set of private records.
-#: Since issue 23 the division is the registry's split at its default split seed (2026), so the key is that seed: the ledger then
-#: sees the registry dataset and the task read the same private rows, and no public source row is private under the registry name.
-#: (Until then the key was 42 and the public halves held rows the registry trains on: ledger entries of that division are refused
-#: under the new one as another version, see dpaudit.ledger.rows.)
+#: The public key that fixes each task's public / private division: a constant of the task, NOT the run's ``--seed`` (a dataset
+#: name must mean one set of private records). It is the registry's default split seed, so the task and the registry dataset read
+#: the same private rows and no public source row is private under the registry name.
 TASK_DIVISION_KEYS = {"digits-mix": DEFAULT_SPLIT_SEED, "mnist-mix": DEFAULT_SPLIT_SEED, "heart-mix": DEFAULT_SPLIT_SEED}
 #: The division before issue 23 (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
 
-#: Public name of the D_mix / D_ft split rule of :func:`mixture_split` (recorded in releases and ledger declarations). Each record
-#: (each user) is in D_mix independently with probability rho, decided by a keyed PRF of its stable identifier, so adding or
-#: removing one record (user) changes that record's (user's) side only: the two stages see disjoint records under add/remove
-#: adjacency and compose in parallel.
+#: Public name of the D_mix / D_ft split rule of :func:`mixture_split` (recorded in releases and ledger declarations); stable under
+#: add/remove, so the two stages see disjoint records and compose in parallel.
 SPLIT_RULE = "keyed-bernoulli-v1"
 #: Split rules with that stability property; any other split must compose sequentially.
 STABLE_SPLIT_RULES = (SPLIT_RULE,)
@@ -186,10 +177,8 @@ class MixMinTask:
     val_idx: np.ndarray
     test_idx: np.ndarray
     seed: int
-    loss: str = "bce"
     target_kinds: dict = field(default_factory=dict)
     image: bool = False
-    notes: str = ""
     record_ids: np.ndarray | None = None
     public_record_ids: np.ndarray | None = None
     division_key: int | None = None
@@ -212,7 +201,7 @@ class MixMinTask:
         return bool(np.all(self.public_source < 0))
 
     def target_labels(self, target: str | None) -> tuple[str, np.ndarray]:
-        name = default_target(self) if target is None else target
+        name = next(iter(self.targets)) if target is None else target
         if name not in self.targets:
             raise UsageError(f"target must be one of {', '.join(self.targets)}, got {name!r}.")
         return name, self.targets[name]
@@ -230,18 +219,12 @@ class MixMinTask:
         return {
             "name": self.name,
             "kind": "image" if self.image else "tabular",
-            # The train/val/test and public/private division is fixed by the task constant, not by the run's --seed (which only
-            # drives proxies and pretraining).
             "split_seed": self.division_key if self.division_key is not None else self.seed,
             "split_sizes": {"val": int(len(self.val_idx)), "test": int(len(self.test_idx))},
             "n_features": int(self.private_x.shape[1]),
             "public_sources": list(self.source_names),
             "public_size": int(self.public_x.shape[0]),
         }
-
-
-def default_target(task: MixMinTask) -> str:
-    return next(iter(task.targets))
 
 
 # ---- Task construction
@@ -290,7 +273,7 @@ def _division(name: str, train, public, held_out, n_train_file: int, n_test_file
     return (*_former_division(n_train_file, n_test_file), ())
 
 
-def _digit_division(name: str, parts: tuple, x, y, seed: int, notes: str, division: int | None) -> MixMinTask:
+def _digit_division(name: str, parts: tuple, x, y, seed: int, division: int | None) -> MixMinTask:
     """A digit task from ``parts`` = (train, public, val, test, rows) source ids; ``x``, ``y`` are indexed by source row id
     (dpaudit.data.rows)."""
     train, public, val, test, rows = parts
@@ -304,7 +287,7 @@ def _digit_division(name: str, parts: tuple, x, y, seed: int, notes: str, divisi
         public_source=np.full(len(d_pub), -1, dtype=np.int64),
         private_x=x_priv, private_records=d_priv, targets=_digit_targets(d_priv, x_priv.sum(axis=1), thr),
         train_idx=np.arange(n_tr), val_idx=np.arange(n_tr, n_tr + n_va), test_idx=np.arange(n_tr + n_va, len(ids)), seed=seed,
-        target_kinds=dict(DIGIT_TARGET_KINDS), image=True, notes=notes,
+        target_kinds=dict(DIGIT_TARGET_KINDS), image=True,
         record_ids=np.asarray(ids, dtype=np.int64), public_record_ids=np.asarray(public, dtype=np.int64),
         division_key=TASK_DIVISION_KEYS[name] if division is None else int(division), rows=rows,
     )
@@ -321,9 +304,7 @@ def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
     tr, va, te = split_indices(len(y), TASK_DIVISION_KEYS["digits-mix"], 70, 15)
-    return _digit_division("digits-mix", _division("digits-mix", tr, va, te, len(y), 0, division), x, y, seed,
-                           "scikit-learn digits on the registry split: train private, validation rows = public sources, "
-                           "test rows halved into validation / test (fixed by the task).", division)
+    return _digit_division("digits-mix", _division("digits-mix", tr, va, te, len(y), 0, division), x, y, seed, division)
 
 
 def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
@@ -338,15 +319,14 @@ def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) 
     offset = TEST_OFFSET["mnist"]
     assert offset == len(y_tr), "MNIST's training file must hold 60,000 rows"
     parts = _division("mnist-mix", tr, va, offset + np.arange(len(y_te)), len(y_tr), len(y_te), division)
-    return _digit_division("mnist-mix", parts, x, y, seed,
-                           "MNIST on the registry split: train private, validation images = public sources, official "
-                           "test set halved into validation / test (fixed by the task).", division)
+    return _digit_division("mnist-mix", parts, x, y, seed, division)
 
 
 def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
     """UCI Heart: Hungarian, Switzerland and VA as public sources; Cleveland private, split as the registry's ``heart`` (70/15/15
     at split seed 2026: train private, validation / test read without noise), whatever ``seed`` (``division`` as in
-    :func:`load_digits_task`); record ids are the rows of the Cleveland file."""
+    :func:`load_digits_task`); record ids are the rows of the Cleveland file. The public centres differ in covariates (the
+    paper's no-covariate-shift assumption does not hold here, see its conclusion)."""
     xs, ys, src = [], [], []
     names = ("hungarian", "switzerland", "va")
     for i, c in enumerate(names):
@@ -373,8 +353,6 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
         private_x=x_priv.astype(np.float32), private_records=y_priv.astype(np.int64),
         targets={"cleveland": y_priv.astype(np.int64)}, train_idx=train, val_idx=val, test_idx=test,
         seed=seed, target_kinds={"cleveland": "partial"},
-        notes="UCI Heart processed files; the public centres differ in covariates (the paper's "
-              "no-covariate-shift assumption does not hold here, see its conclusion).",
         record_ids=np.arange(len(y_priv), dtype=np.int64), public_record_ids=None,
         division_key=TASK_DIVISION_KEYS["heart-mix"] if division is None else int(division), rows=rows,
     )
@@ -503,10 +481,8 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
     if task.shared_inputs and mode == "joint":
         one_hot = np.all(task.public_y.sum(axis=1) == 1)
         m = new_mlp(d, hidden, k, seed, _TAG_PROXY, 0)
-        if one_hot:
-            fit(m, task.public_x, task.public_y.argmax(axis=1), loss="softmax", epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs)
-        else:
-            fit(m, task.public_x, task.public_y, loss="bce", epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs)
+        target, loss = (task.public_y.argmax(axis=1), "softmax") if one_hot else (task.public_y, "bce")
+        fit(m, task.public_x, target, loss=loss, epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs)
         prox = Proxies("joint", [m], softmax=bool(one_hot))
     else:
         models = []
@@ -568,11 +544,9 @@ def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None
     """Disjoint (D_mix, D_ft) position arrays under :data:`SPLIT_RULE` (public randomness only).
 
     ``record_ids``: a stable identifier per record (its row in the task's source data), or an int n as shorthand for ids 0..n-1
-    (stable only if positions are, e.g. records are only appended). Each record is in D_mix independently with probability ``rho``
-    (:func:`keyed_membership`); with ``user_ids`` each *user* is, and all its records follow it. Adding or removing one record
-    (user) therefore changes that record's (user's) membership only. The sizes are Binomial, not
-    exactly rho * n: forcing a size would make membership depend on the other records. An empty side is a :class:`UsageError`
-    (never fixed up by moving a record, for the same reason)."""
+    (stable only if positions are). Each record (with ``user_ids``: each user, its records following it) is in D_mix by
+    :func:`keyed_membership`. The sizes are Binomial: forcing a size, or fixing up an empty side (a :class:`UsageError`), would
+    make membership depend on the other records."""
     ids = np.arange(int(record_ids)) if np.ndim(record_ids) == 0 else np.asarray(record_ids)
     n = len(ids)
     if user_ids is None:
@@ -627,7 +601,7 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     try:
         check_inputs(probs, labels, loss)
     except DataError as e:
-        raise DataError(f"proxy predictions file {p}: array '{_array_named(str(e))}' is malformed: {e}") from None
+        raise DataError(f"proxy predictions file {p}: array '{'labels' if str(e).startswith('labels') else 'probs'}' is malformed: {e}") from None
     user_ids, source_names = _optional_arrays(p, arrays, *probs.shape)
     # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed fingerprint, so a renamed copy of
     # the file shares the budget). Taken over the arrays as the mechanism uses them (float64), so re-saving the same values in
@@ -650,7 +624,3 @@ def _optional_arrays(p: Path, arrays: dict, n: int, k: int) -> tuple[np.ndarray 
     if len(set(names.tolist())) != k:
         raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
     return user_ids, tuple(str(s) for s in names)
-
-
-def _array_named(message: str) -> str:
-    return "labels" if message.startswith("labels") else "probs"

@@ -12,18 +12,9 @@ the training partition, epsilon recomputed by the release skeleton from the even
 (:func:`dpaudit.releasing.release`); ``noise_tail_delta`` adds the Gaussian sampler's tail
 (d values). Public: the dataset's identity, its declared size N0 (never the actual count; the
 utility metric divides by it, and is omitted for data that declare none) and d, the clipping
-norm, the seed. The test
-partition is read only for the published utility metric (outside the claim, as for every
-release). ``non_private`` releases the exact clipped sum and claims nothing.
-
-Its audit is the plain Gaussian mechanism of :mod:`dpaudit.audits.gaussian` with the plan's
-sigma, C and d (canaries ``max-clip`` and ``natural``): the code that is released is the code
-that is audited, and the exact (analytic Gaussian) epsilon of sigma is the claim the audit checks
-(it never exceeds the release's accountant bound).
-
-Files a new mechanism touches (this one is the example): this module, its Request in
-:data:`dpaudit.requests.REQUEST_TYPES` (the CLI builds its commands without loading this module), one line in
-:data:`dpaudit.catalogue.CATALOGUE`, and its tests.
+norm, the seed. The test partition is read only for the published utility metric (outside the
+claim, as for every release). ``non_private`` releases the exact clipped sum and claims nothing.
+Its audit: :meth:`NoisySum.audit_target`.
 """
 
 from __future__ import annotations
@@ -31,7 +22,6 @@ from __future__ import annotations
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
 from ..audits.gaussian import GaussianTarget
 from ..audits.targets import prepared
-from ..data import load_dataset
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
@@ -68,13 +58,6 @@ class NoisySum(MechanismBase):
         one_of("accountant", request.accountant, ACCOUNTANTS)
         one_of("noise_source", request.noise_source, NOISE_SOURCES)
         return request
-
-    def load(self, request: NoisySumRequest, prepared=None):
-        if prepared is None:
-            prepared = load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
-        if prepared.y_train.size == 0:
-            raise DataError(f"dataset {prepared.name} has an empty training partition.")
-        return prepared
 
     def plan(self, request: NoisySumRequest, info: DataInfo) -> ReleasePlan:
         """Public quantities only: sigma from (epsilon, delta) and the accountant; d from the schema."""
@@ -114,10 +97,10 @@ class NoisySum(MechanismBase):
         return RunOutput(steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz")
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
-        """The Gaussian audit target of this plan: sigma, C and d of the release (module docstring),
-        on N0 synthetic public records (the plan's reference size). Its ``claimed_event`` is the
-        plan's event, SubsampledGaussian(sigma, 1, 1), stated with the PLD accountant (exact for one
-        Gaussian: the exact epsilon the audit checks)."""
+        """The plain Gaussian audit target (:mod:`dpaudit.audits.gaussian`) of this plan: the
+        release's sigma, C and d, on N0 synthetic public records (the plan's reference size). Its
+        ``claimed_event`` is the plan's event; the exact (analytic Gaussian) epsilon of sigma is
+        the claim the audit checks (it never exceeds the release's accountant bound)."""
         if plan.event is None:
             raise UsageError("release must be private to be audited (a noisy-sum claim), got a non-private release.")
         target = GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,

@@ -1,17 +1,7 @@
 """DP-RVFL and its controls, end to end: one private training run -> a :class:`~dpaudit.records.Release`.
 
-Models (DP-RVFL paper, sections 3.3-3.6):
-
-=====================  ==================================================================
-``dp-rvfl``            z = [x', tanh(x' W_r + b_r)], 200 units; head trained with DP-SGD
-``dp-elm-sgd``         z = tanh(x' W_r + b_r) (no direct link), same P, W_r, b_r as RVFL
-``frozen-dense-matched`` z = tanh(x' W + b) with d' + 200 frozen units (head size = RVFL's)
-``logistic-raw``       z = x (full prepared input)
-``logistic-projected`` z = x' (Gaussian projection when d > 1024, else z = x)
-``dp-dense``           Dense baseline, all weights trained with DP-SGD
-``dp-cnn``             CNN baseline (2-D for images, 1-D for tabular)
-``dp-attention``       compact attention control (images only)
-=====================  ==================================================================
+Models (DP-RVFL paper, sections 3.3-3.6): :data:`MODELS`, described in :data:`dpaudit.catalogue.CATALOGUE`; the frozen
+features of the head models are in :mod:`dpaudit.mechanisms.features`.
 
 Protocol (section 3.2, Algorithm 1): Poisson sampling at q = 1/J, T = E J steps (empty batches
 counted), per-example clipping to C = 1, N(0, sigma^2 C^2) on the clipped sum, division by the
@@ -47,7 +37,6 @@ from ..progress import JobProgress
 from ..validation import positive_int
 np = lazy_import("numpy")
 
-ADJACENCY = "add-remove-record"
 ACCOUNTANT = "rdp"
 TAG_HEAD = 0x48454144  # "HEAD": public stream of the head initialisation
 
@@ -168,8 +157,6 @@ class DPSGDSetup:
 
     epochs: int
     batch_size: int
-    default_epochs: int
-    default_batch_size: int
     schedule: object  # dpaudit.accounting.schedule.Schedule
     noise_multiplier: float  # 0.0 for a non-private run
     event: object  # SubsampledGaussian, None for a non-private run
@@ -197,14 +184,14 @@ def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon:
     else:
         sched = dp_sgd_schedule(int(reference_size), batch, epochs)
     if non_private:
-        return DPSGDSetup(epochs, batch, e0, b0, sched, 0.0, None, float("inf"))
+        return DPSGDSetup(epochs, batch, sched, 0.0, None, float("inf"))
     calibrated = None
     if noise_multiplier is None:
         cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
                                          accountant=ACCOUNTANT, adjacency=adjacency)
         noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
     sigma = float(noise_multiplier)
-    return DPSGDSetup(epochs, batch, e0, b0, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
+    return DPSGDSetup(epochs, batch, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
 
 
 def planned_reference_size(requested: int | None, declared: int | None, *, unit: str = "record") -> int:

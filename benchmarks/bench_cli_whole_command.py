@@ -53,7 +53,7 @@ def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool, tree: 
 
 _MARK = "---- phases"
 #: (module, function) pairs timed by ``--phases``; inner ones run inside outer ones.
-PHASES = (("dpaudit.catalogue", "CatalogueEntry.mechanism"), ("dpaudit.releasing", "release"),
+PHASES = (("dpaudit.mechanisms.registry", "mechanism"), ("dpaudit.releasing", "release"),
           ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.load"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.plan"),
           ("dpaudit.releasing", "_reserve_plan"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.run"),
           ("dpaudit.mechanisms.dpsgd_release", "train_heads"), ("dpaudit.releasing", "verify_planned_claim"),

@@ -17,7 +17,7 @@ import types
 from typing import Callable
 
 #: The stacks that may be bound lazily (tests/test_import_graph.py allows no other deferred import).
-HEAVY = ("numpy", "scipy", "torch", "torchvision", "matplotlib", "opacus", "prv_accountant", "sklearn")
+HEAVY = ("numpy", "scipy", "torch", "torchvision", "matplotlib", "opacus", "prv_accountant", "sklearn", "cryptography")
 
 _STAND_INS: dict[str, _StandIn] = {}
 

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
 from ..errors import LedgerError, UsageError
+from ..lazy import lazy_import
 from .fingerprint import write_secret
+crypto_exceptions = lazy_import("cryptography.exceptions")  # ~25 ms: bound when a key is read or a signature checked
+serialization = lazy_import("cryptography.hazmat.primitives.serialization")
+ed25519 = lazy_import("cryptography.hazmat.primitives.asymmetric.ed25519")
 
 SIGNING_KEY_ENV = "DPAUDIT_SIGNING_KEY"
 #: The key id every budget answer expects as the ledger's owner (pinned outside the ledger).
@@ -86,11 +86,11 @@ def parse_public_key(text: str) -> bytes:
     try:
         if s.startswith(PUBLIC_PREFIX):
             raw = base64.b64decode(s[len(PUBLIC_PREFIX):], validate=True)
-            Ed25519PublicKey.from_public_bytes(raw)
+            ed25519.Ed25519PublicKey.from_public_bytes(raw)
             return raw
         if "BEGIN PUBLIC KEY" in s:
             pk = serialization.load_pem_public_key(s.encode("ascii"))
-            if isinstance(pk, Ed25519PublicKey):
+            if isinstance(pk, ed25519.Ed25519PublicKey):
                 return pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     except (ValueError, binascii.Error, TypeError):
         pass
@@ -116,7 +116,7 @@ class SigningKey:
 
     name: str
     path: Path
-    private: Ed25519PrivateKey = field(repr=False)
+    private: ed25519.Ed25519PrivateKey = field(repr=False)
 
     @property
     def public_raw(self) -> bytes:
@@ -154,7 +154,7 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         with contextlib.suppress(OSError):
             d.chmod(0o700)
-        private = Ed25519PrivateKey.generate()
+        private = ed25519.Ed25519PrivateKey.generate()
         pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         write_secret(path, pem)
         key = SigningKey(name, path, private)
@@ -194,7 +194,7 @@ def load_signing_key(which: str | os.PathLike | None = None, *, required: bool =
         raise LedgerError(f"cannot read signing key {path}: {e.strerror or e}.") from None
     except (ValueError, TypeError) as e:
         raise LedgerError(f"signing key {path} is not an unencrypted PEM private key ({e}).") from None
-    if not isinstance(private, Ed25519PrivateKey):
+    if not isinstance(private, ed25519.Ed25519PrivateKey):
         raise LedgerError(f"signing key {path} must be an Ed25519 key, got {type(private).__name__}.")
     return SigningKey(name, path, private)
 
@@ -207,9 +207,9 @@ def signing_material(prev_hash: str, entry_id: str, kind: str, created_at: str, 
 
 def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
     try:
-        Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes.fromhex(signature_hex), material)
+        ed25519.Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes.fromhex(signature_hex), material)
         return True
-    except (InvalidSignature, ValueError, TypeError):
+    except (crypto_exceptions.InvalidSignature, ValueError, TypeError):
         return False
 
 

@@ -10,17 +10,7 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import positive_int
-from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs and the config are also read from here (mixmin_tasks, audits)
-    AdamState,
-    DPSGDConfig,
-    NoisyStep,
-    Progress,
-    adam_update,
-    check_head_inputs,
-    head_outputs,
-    per_sample_clipped_sum,
-    poisson_batch,
-)
+from .dpsgd_core import DPSGDConfig, Progress  # DPSGDConfig is also read from here (releases, audits)
 from .engine import SumUnits, UserSampling, run_dp_sgd
 from .ghost_clip import module_clipped_sum
 from .user_level import _check_users, sample_user_records

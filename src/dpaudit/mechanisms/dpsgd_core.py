@@ -146,14 +146,6 @@ def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], s
             p.addcdiv_(m, denom, value=-step_size)
 
 
-def blas_threads():
-    """Limit NumPy's BLAS to torch's intra-op thread count (a speed setting, never a privacy one):
-    the head trainer's matrices are small, and oversubscribed BLAS threads only add contention."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
-
-
 @contextlib.contextmanager
 def head_threads():
     """One torch and BLAS thread while heads train (a speed setting, never a privacy one): their

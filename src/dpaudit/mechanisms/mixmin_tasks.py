@@ -38,7 +38,7 @@ from ..errors import DataError, UsageError
 from ..lazy import lazy_import, torch_module_classes
 from ..noise import public_rng
 from ..validation import one_of
-from .dpsgd import AdamState, adam_update
+from .dpsgd_core import AdamState, adam_update
 from .mixmin import MixMinConfig, check_inputs
 np = lazy_import("numpy")
 torch = lazy_import("torch")

@@ -215,14 +215,11 @@ OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
 class NoisyStep:
-    """Steps 6-8 of Algorithm 1, the one noisy step of the DP-SGD loop (heads and modules,
-    releases and audits), in the spirit of Opacus's ``DPOptimizer``.
+    """The one noisy step of the DP-SGD loop (protocol step 3 of :mod:`dpaudit.mechanisms.engine`).
 
     The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
-    like the parameters); :meth:`apply` adds N(0, (sigma C)^2 I) drawn from the private source
-    (:func:`gaussian_filler`, one draw per buffer, in order), divides by the fixed normaliser m0
-    -- never the realised batch size -- and takes one step of the config's optimizer
-    (:data:`OPTIMIZERS`) from this sanitised gradient only.
+    like the parameters); :meth:`apply` adds the noise (:func:`gaussian_filler`, one draw per
+    buffer, in order), divides by m0 and steps the optimizer (:data:`OPTIMIZERS`).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
@@ -463,12 +460,9 @@ def head_clipped_sum(
     binary_logit: bool = False,
     clip: bool = True,
 ) -> np.ndarray:
-    """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form.
-
-    g_i = outer(r_i, z1_i) with r_i = p_i - y_i (dLoss/dlogits), so ||g_i||_F = ||r_i|| * ||z1_i||
-    and the clipped sum is ``(c * R)^T Z1`` with c_i = min(1, C / ||g_i||) (eq. 4): one matrix
-    product, no per-example gradient materialised. ``z1_norm`` holds ||z1_i||. Returns (K, d+1).
-    The trainers call the same arithmetic (:func:`_clipped_sum_kernel`) on reused buffers.
+    """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form (module
+    docstring), (K, d+1); ``z1_norm`` holds ||z1_i||. The arithmetic of :func:`_clipped_sum_kernel`,
+    which the trainers call on reused buffers.
     """
     w, z1, z1_norm, y = (np.asarray(a) for a in (w, z1, z1_norm, y))
     dtype = np.result_type(w.dtype, z1.dtype)

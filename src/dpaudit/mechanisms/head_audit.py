@@ -1,17 +1,13 @@
 """Audit target for DP-SGD linear heads on frozen features: DP-RVFL and its frozen-feature controls.
 
 Models: ``dp-rvfl``, ``dp-elm-sgd``, ``frozen-dense-matched``, ``logistic-raw``,
-``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head with the
-paper's DP-SGD protocol (Poisson sampling, per-example clipping, Gaussian noise on the clipped
-sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.engine.train_heads`, the release's loop),
-R runs per batched call. Features, initialisation and split are public and fixed across trials.
+``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head on the
+release's loop (:func:`~dpaudit.mechanisms.engine.train_heads`), R runs per batched call.
+Features, initialisation and split are public and fixed across trials.
 
-Canaries and scores (the adversary sees the released head W (K, d+1)):
-  - ``max-clip``: a Dirac gradient canary of norm C on one weight W[0, j] where j is an input
-    feature that is zero in every training record (e.g. an MNIST border pixel on the direct
-    link), so the data never moves that weight and only noise and the canary do. Score: W[0, j].
-  - ``mislabeled`` / ``natural``: a held-out test record with a wrong / its true label, trained
-    on like any record (Poisson-sampled, clipped). Score: log-probability of that label.
+Canaries (:mod:`~dpaudit.mechanisms.head_canaries`) and scores (the adversary sees the released
+head W (K, d+1)): a ``max-clip`` gradient canary on W[0, j] scores W[0, j]; a record canary the
+log-probability of its label (:func:`canary_scores`).
 The no-noise control keeps clipping and sampling and sets the noise multiplier to 1e-12
 (DPSGDConfig refuses 0 without ``non_private``, which would also switch clipping off).
 

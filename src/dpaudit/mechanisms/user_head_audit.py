@@ -14,17 +14,10 @@ training run on the base users, plus the canary user in the "in" world: neighbou
 differ by one whole user (G records), so a sound mechanism must keep the audit's eps_LB at or
 below the claim whatever G is.
 
-Canary users (public, chosen from the seed, recorded in audit.json):
-  - ``max-clip``: a user of G records whose gradients are all C e_j, where e_j is the unit
-    vector of one head weight W[0, j] on an input feature that is zero in every training record
-    (e.g. a border pixel on the direct link), so the data never move that weight. The user's
-    averaged gradient is C e_j and its joint clipped contribution exactly C e_j (clipping
-    leaves it at the largest size allowed). Score: W[0, j]. A mechanism that clipped each
-    record instead of the user would move that weight by G C.
-  - ``mislabeled``: a user of G distinct held-out test records of one class, all relabelled to
-    the same wrong class (a user who mislabels, say, every 3 as a 4), trained on like any user.
-    Score: the mean log-probability of the wrong labels. ``natural``: the same records with
-    their true labels.
+Canary users (public, chosen from the seed, recorded in audit.json): G records of a head
+canary kind (:mod:`~dpaudit.mechanisms.head_canaries`), averaged and clipped jointly. A
+``max-clip`` user's records all have gradient C e_j, so it contributes exactly C e_j, where a
+mechanism that clipped each record instead of the user would move W[0, j] by G C.
 With G = 1 and one record per user these are the record-level canaries of
 :class:`~dpaudit.mechanisms.head_audit.HeadTarget` (same feature, same test record) and the trials are
 bit-identical to it under reproducible noise (pinned by a test).

@@ -383,11 +383,6 @@ def solve_mixmin(probs, labels, loss: str, *, steps: int = 3000, step_size: floa
     return np.exp(log_w)
 
 
-def cosine_similarity(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
 def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) -> np.ndarray:
     """Unit direction for the max-clip gradient canary (appendix A.8). Aligned with the ``top`` most-weighted sources of
     ``weights_reference``: the gradient is negative on those sources (a mirror-descent step moves weight *toward* them) when

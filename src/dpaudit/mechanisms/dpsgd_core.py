@@ -304,14 +304,11 @@ def _numpy_backed(noise: NoiseSource) -> bool:
 
 def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
     """One step's private Poisson samples of range(n) for ``runs`` independent runs, as (flat
-    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending. The
-    sampler of every DP-SGD trainer (heads and modules, one run or many).
+    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending.
 
-    Numpy-backed sources (``os-entropy``, ``reproducible``, whose stock
-    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``): the same generator
-    by gap sampling (same distribution, O(q n); one draw for all runs, :func:`poisson_flat`; a
-    single run through the lighter :func:`poisson_indices`, the same draws). A cryptographic
-    source, or any source that overrides ``poisson_mask``: through ``poisson_mask``, run by run.
+    Numpy-backed sources (:func:`_numpy_backed`): the same generator by gap sampling (same
+    distribution, O(q n): :func:`poisson_flat`, one run through the lighter
+    :func:`poisson_indices`). Any other source: its ``poisson_mask``, run by run.
     """
     if _numpy_backed(noise):
         if runs == 1:
@@ -387,12 +384,9 @@ def clip_factors(norms, clipping_norm: float):
 
 
 class HeadWorkspace:
-    """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only).
-
-    Per step the head trainer would otherwise allocate the gathered batch, the (K, b) residuals and
-    the (K, d+1) sum; fresh arrays of this size cost page faults and cache misses. The two matrix
-    products go through torch (MKL, ``torch.get_num_threads()`` threads) on zero-copy views of
-    these NumPy buffers: measured faster than NumPy's BLAS for these skinny shapes.
+    """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only:
+    fresh arrays per step cost page faults and cache misses). Both matrix products go through
+    torch (MKL) on zero-copy views of these NumPy buffers, measured faster than NumPy's BLAS here.
     """
 
     def __init__(self, k: int, d1: int, dtype, rows: int = 1):

@@ -14,9 +14,8 @@ The no-noise control keeps clipping and sampling and sets the noise multiplier t
 Threat models (``threat_model``): ``final-model`` (default) scores the released head only;
 ``trajectory`` (max-clip canary only) lets the adversary see every iterate, as the accountant's
 guarantee allows: the engine records the privatised sum x_t at the canary's coordinate at every
-step (clipped sum + noise, before /m0 and Adam; the data gradient there is zero), and the score
-is the exact Neyman-Pearson statistic of the subsampled Gaussian, the log-likelihood ratio
-sum_t log(1 - q + q exp((x_t C - C^2/2) / (sigma C)^2)) (:func:`trajectory_log_lr`).
+step (the data gradient there is zero), and the score is the exact Neyman-Pearson statistic
+(:func:`trajectory_log_lr`).
 """
 
 from __future__ import annotations

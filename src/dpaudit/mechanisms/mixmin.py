@@ -243,12 +243,10 @@ def run_mixmin(probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_
 
 def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, runs: int = 1, user_ids=None, init=None,
                     canary: MixMinCanary | None = None, canary_in=None) -> np.ndarray:
-    """``runs`` independent runs of Algorithm 1 / 2 through the one loop of releases and audits; the final weights (runs, k). Each
-    step draws the Poisson masks of all runs (one ``noise.poisson_mask``), takes each run's clipped sum over its sampled records
-    (users), adds the canary's clipped gradient in the runs where ``canary_in`` is true and the canary is sampled (its own Poisson
-    coin, rate q), then the Gaussian noise of all runs (one draw), divides by the fixed B (never the realised size) and takes the
-    mirror step. One run without a canary draws exactly what a release draws. All private randomness comes from ``noise``.
-    Canaries (audits) are record level only."""
+    """``runs`` independent runs of Algorithm 1 / 2 (module docstring) through the one loop of releases and audits; the final
+    weights (runs, k). Draws per step, all from ``noise``: the Poisson masks of all runs (one ``noise.poisson_mask``), the canary's
+    coin (rate q; record level only, added in the runs where ``canary_in`` is true), the within-user record samples, the Gaussian
+    noise of all runs (one draw). One run without a canary draws exactly what a release draws."""
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
     runs, k = positive_int("runs", runs), F.shape[1]

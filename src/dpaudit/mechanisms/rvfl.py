@@ -52,9 +52,8 @@ class ModelSpec:
 
 
 def _model_spec(entry) -> ModelSpec:
-    """The DP-SGD side of a catalogue entry: the feature kind of a head model (a
-    features.FEATURE_KINDS value) or the trainable module (a models.TRAINABLE_MODELS value) is
-    the model name without its ``dp-`` prefix (dp-rvfl -> rvfl, dp-cnn -> cnn)."""
+    """The DP-SGD side of a catalogue entry: its feature kind or module is the model name without
+    its ``dp-`` prefix (dp-rvfl -> rvfl, dp-cnn -> cnn)."""
     kind = entry.name.removeprefix("dp-")
     if entry.family == "dp-sgd-head":
         return ModelSpec(entry.name, "head", features=kind, description=entry.description)

@@ -26,8 +26,6 @@ Users: a release's user ids (``user_ids``, e.g. the ``--user-ids`` file it was t
 for datasets without users (the embedded ``digits``), a public, seeded grouping of all rows
 into users of exactly G records (:func:`synthetic_user_ids`); either way the data are split 70 /
 15 / 15 *by users* (:mod:`dpaudit.data.users`), as a user-level release splits them.
-
-Trials run R at once on :func:`dpaudit.mechanisms.engine.train_heads` with user units.
 """
 
 from __future__ import annotations
@@ -72,13 +70,9 @@ def synthetic_user_ids(n_rows: int, records_per_user: int, seed: int) -> np.ndar
 
 
 def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.ndarray:
-    """One user's contribution from its records' gradients: clip((1/k) sum_i g_i) to norm C.
-
-    The arithmetic of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` for gradients
-    given explicitly (a gradient canary has no input record): average over the user's k
-    records (Algorithm 2, line 10), then scale by min(1, C / ||mean||) (line 11). Float64.
-    Pinned against ``user_head_clipped_sum`` by a test on real records.
-    """
+    """One user's contribution from its records' gradients: clip((1/k) sum_i g_i) to norm C, the
+    arithmetic of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` (pinned by a test)
+    for gradients given explicitly (a gradient canary has no input record). Float64."""
     g = np.asarray(record_grads, dtype=np.float64)
     if g.ndim < 2 or g.shape[0] < 1:
         raise UsageError(f"record_grads must have shape (k, ...) with k >= 1, got {g.shape}.")
@@ -96,8 +90,7 @@ class UserHeadTarget(HeadAuditTarget):
 
     ``records_per_user`` is G (records per canary user, and the mechanism's per-step records
     per sampled user). ``user_ids``: one id per row of the dataset before splitting (array or
-    ``.npy`` path), default :func:`synthetic_user_ids`. ``batch_size`` is the expected number of
-    *users* per step and ``epochs`` counts passes over users (the release's meaning).
+    ``.npy`` path), default :func:`synthetic_user_ids`.
     """
 
     records_per_user: int = 1
@@ -160,9 +153,8 @@ class UserHeadTarget(HeadAuditTarget):
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
-        """The canary user: its records as one more user of the index (rows n..n+G-1, user n_users: the
-        ordinary Poisson draw never samples it, the loop's canary draw does), or G records whose
-        gradients are all C e_j, contributing :func:`user_clipped_gradient` of them."""
+        """The canary user: its records as one more user of the index, or G records whose gradients
+        are all C e_j, contributing :func:`user_clipped_gradient` of them."""
         g = self.records_per_user
         ch = self._choice = head_canary(self.canary)(self, data, feats, g)
         self._canary_info = ch.info

@@ -1,8 +1,7 @@
 """The pieces of the one DP-SGD loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`, where the
-protocol and the privacy contract are stated): the public config, Poisson sampling from the
-private source (:func:`poisson_batch`), the one clipping rule (:func:`clip_factors`, eq. 4), the
-one noisy step with a pluggable optimizer (:class:`NoisyStep`: Gaussian noise on the clipped sum,
-the fixed normaliser m0, Adam (eq. 6) or SGD with momentum), and the clipped-sum kernels.
+protocol and the privacy contract are stated): the public config, Poisson sampling
+(:func:`poisson_batch`), the one clipping rule (:func:`clip_factors`), the one noisy step
+(:class:`NoisyStep`, optimizers :data:`OPTIMIZERS`) and the clipped-sum kernels.
 
 Gradient kernels: linear heads on frozen features in closed form, ``g_i = outer(p_i - y_i,
 [z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix
@@ -163,11 +162,9 @@ def head_threads():
 
 
 class Adam:
-    """Adam on a list of tensors (updated in place), the arithmetic of ``torch.optim.Adam`` with
-    no weight decay and no amsgrad (paper eq. 6). Shared by every DP-SGD trainer.
-
-    Uses the kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a
-    dozen array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
+    """Adam on a list of tensors (updated in place, the arithmetic of :func:`adam_update`): the
+    kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a dozen
+    array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
@@ -535,11 +532,8 @@ def per_sample_clipped_sum(
     clip: bool = True,
     randomness: str = "different",
 ) -> dict[str, torch.Tensor]:
-    """Clipped sum of per-sample gradients of ``module`` at ``params`` over the batch (x, y).
-
-    Per-sample gradients by :func:`per_sample_grads`; each example's gradient is clipped to joint
-    L2 norm ``clipping_norm`` over *all* trainable parameters (eq. 4).
-    """
+    """Clipped sum over the batch (x, y) of the per-sample gradients (:func:`per_sample_grads`) of
+    ``module`` at ``params``, each clipped to joint L2 norm ``clipping_norm`` over all of them."""
     gs = per_sample_grads(module, params, x, y, loss, randomness)
     if not clip:
         return {k: g.sum(0) for k, g in gs.items()}

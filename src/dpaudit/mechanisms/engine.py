@@ -58,10 +58,8 @@ optimizer -- at given parameter coordinates, for every run and step; exactly the
 sanitised step then used. Recording reads the private outputs only, it draws nothing and changes
 no update.
 
-**Planted faults** are test fixtures (``tests/conftest.py``): they monkeypatch the shared clipping
-rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`), the noise filler or this loop, so a
-test can show that a fault in the release path reaches the audits. The library has no switch that
-weakens it.
+**Planted faults** (weakened clipping, noise or sampling) are test fixtures only
+(``tests/conftest.py``): the library has no switch that weakens it.
 """
 
 from __future__ import annotations
@@ -311,8 +309,7 @@ def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_b
     elif z_has_bias_column:  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
         z1 = np.ascontiguousarray(z, dtype=np_dtype)
         return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1)), labels, d
-    z1, z1_norm = augmented_features(parts, d, np_dtype)
-    return z1, z1_norm, labels, d
+    return (*augmented_features(parts, d, np_dtype), labels, d)
 
 
 # ---------------------------------------------------------------- the engine

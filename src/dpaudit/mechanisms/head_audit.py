@@ -34,7 +34,7 @@ from ..requests import THREAT_MODELS
 from .dpsgd_core import DPSGDConfig, head_outputs, init_head
 from .engine import CanaryHook, train_heads
 from .features import build_features
-from .head_canaries import canary_coordinate, dead_features, head_canary  # noqa: F401 - the first two read from here too
+from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 
@@ -80,15 +80,11 @@ def canary_scores(target, w: np.ndarray) -> np.ndarray:
 
 
 def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: int, adjacency: str = "add-remove-record"):
-    """The public set-up every head audit target shares (record or user level): the paper's
-    schedule over ``reference_size`` units (records, or users), the RDP-calibrated noise
-    multiplier (or the target's given one), the claim to audit, the DP-SGD config (noise
-    multiplier NO_NOISE_MULTIPLIER for the no-noise control), the frozen features of the training
-    rows and the public head initialisation. Sets the target's ``_event``, ``_rdp_epsilon``, ``_claimed``,
-    ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
-    returns (epochs, batch size, noise multiplier, features)."""
-    # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too);
-    # a release's recorded schedule and noise multiplier replace the computed ones.
+    """The public set-up every head audit target shares (record or user level), over
+    ``reference_size`` units (records, or users). Sets the target's ``_event``, ``_rdp_epsilon``,
+    ``_claimed``, ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``,
+    ``_dataset_name``; returns (epochs, batch size, noise multiplier, features)."""
+    # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too).
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=reference_size, epsilon=target.epsilon, delta=target.delta,
                           epochs=target.epochs or None, batch_size=target.batch_size or None, adjacency=adjacency,
                           schedule=target.schedule, noise_multiplier=target.noise_multiplier)
@@ -97,7 +93,6 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
-    # The plan's optimizer settings (``dp_sgd``, the plan's recorded config; Adam defaults without one).
     target._config = DPSGDConfig.from_dict(target.dp_sgd or {}, sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
                                            noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER, non_private=False)
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)

@@ -330,8 +330,8 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
 
 
 def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
-    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's clipped gradient at each including run's weights (a
-    record canary, clipped like any record) or the fixed direction at norm exactly C (the max-clip gradient canary)."""
+    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's contribution (:class:`MixMinCanary`) at each
+    including run's weights."""
     canary_in = np.zeros(runs, dtype=bool) if canary_in is None and canary is None else np.asarray(
         np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
     if canary_in.shape != (runs,):
@@ -385,8 +385,7 @@ def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) 
     """Unit direction for the max-clip gradient canary (appendix A.8). Aligned with the ``top`` most-weighted sources of
     ``weights_reference``: the gradient is negative on those sources (a mirror-descent step moves weight *toward* them) when
     ``toward`` is true, positive otherwise. The direction has zero sum because a constant shift of the gradient does not change
-    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights. The
-    run loop rescales it to exactly the clipping norm C."""
+    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights."""
     w = np.asarray(weights_reference, dtype=np.float64)
     k = w.shape[0] if w.ndim == 1 else 0
     if k < 2:

@@ -64,8 +64,7 @@ def _model_spec(entry) -> ModelSpec:
 MODELS: dict[str, ModelSpec] = {n: _model_spec(CATALOGUE[n]) for n in catalogue_names(family=("dp-sgd-head", "dp-sgd-module"))}
 MODEL_NAMES = tuple(MODELS)
 
-#: Datasets that use a requested batch of 64 instead of 256 (paper Table 2: Heart; the embedded
-#: small sets follow Heart's rule, documented in the module docstring).
+#: Datasets that use a requested batch of 64 instead of 256 (module docstring).
 SMALL_BATCH_DATASETS = ("heart", "digits", "breast-cancer")
 DEFAULT_DATASET = "digits"
 

@@ -141,8 +141,7 @@ class UserHeadTarget(HeadAuditTarget):
         # ones record only the declared reference size, and their schedule is replayed from it.
         if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
             raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
-        # A fresh audit's schedule counts its own base users (fixed in both worlds); a release's
-        # recorded schedule (self.schedule) replaces it.
+        # A fresh audit's schedule counts its own base users (fixed in both worlds).
         epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=users.n_users, adjacency=ADJACENCY)
         self._users = users
         self._build_canary(data, feats)

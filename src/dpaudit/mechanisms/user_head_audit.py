@@ -89,8 +89,7 @@ class UserHeadTarget(HeadAuditTarget):
     """User-level audit of one frozen-feature model's DP-SGD head (see module docstring).
 
     ``records_per_user`` is G (records per canary user, and the mechanism's per-step records
-    per sampled user). ``user_ids``: one id per row of the dataset before splitting (array or
-    ``.npy`` path), default :func:`synthetic_user_ids`.
+    per sampled user); ``user_ids``: an array or a ``.npy`` path, one id per row before splitting.
     """
 
     records_per_user: int = 1

@@ -22,7 +22,7 @@ from dpaudit.audits.engine import run_audit
 from dpaudit.mechanisms.head_audit import HeadTarget
 from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
 from dpaudit.mechanisms.user_head_audit import UserHeadTarget
-from dpaudit.mechanisms import dpsgd, engine
+from dpaudit.mechanisms import dpsgd, dpsgd_core, engine
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
@@ -139,7 +139,7 @@ def test_half_noise_plant_halves_the_step_noise_and_nothing_else(plant_fault):
     cfg = dpsgd.DPSGDConfig(sample_rate=0.5, steps=1, normalizer=1, noise_multiplier=2.0, clipping_norm=1.0)
 
     def draw() -> np.ndarray:
-        step = dpsgd.NoisyStep([torch.zeros(20000, dtype=torch.float32)], cfg, noise=NoiseSource("reproducible", seed=7))
+        step = dpsgd_core.NoisyStep([torch.zeros(20000, dtype=torch.float32)], cfg, noise=NoiseSource("reproducible", seed=7))
         step.sums[0].zero_()
         a = step._arrays[0]
         for fill in step._fills:

@@ -107,7 +107,7 @@ def test_releases_without_a_tail_key_still_load_and_count_zero(tmp_path):
 
 
 def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
-    from dpaudit.mechanisms.dpsgd import head_outputs
+    from dpaudit.mechanisms.dpsgd_core import head_outputs
     from dpaudit.mechanisms.features import build_features
     from dpaudit.releasing import release
     from dpaudit.requests import DPSGDRequest

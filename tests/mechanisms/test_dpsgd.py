@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd, dpsgd_core
-from dpaudit.mechanisms.dpsgd import AdamState, DPSGDConfig, adam_update
+from dpaudit.mechanisms import dpsgd_core
+from dpaudit.mechanisms.dpsgd import DPSGDConfig
 from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd, train_heads
-from dpaudit.mechanisms.dpsgd_core import head_clipped_sum, head_probabilities, poisson_indices
+from dpaudit.mechanisms.dpsgd_core import AdamState, adam_update, head_clipped_sum, head_probabilities, poisson_indices
 from dpaudit.noise import NoiseSource
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")
@@ -334,7 +334,7 @@ def test_poisson_batch_is_gap_sampling_on_the_sources_generator(source, runs):
     a = NoiseSource(source, seed=seed)
     b = a if source == "cryptographic" else NoiseSource(source, seed=seed)
     for _ in range(3):
-        flat, offsets = dpsgd.poisson_batch(a, runs, 500, 0.03)
+        flat, offsets = dpsgd_core.poisson_batch(a, runs, 500, 0.03)
         assert offsets.shape == (runs + 1,) and offsets[-1] == flat.size
         if source == "reproducible":
             want = dpsgd_core.poisson_indices(b.numpy, runs, 500, 0.03)
@@ -350,7 +350,7 @@ def test_noisy_adam_step_is_noise_then_normaliser_then_adam():
     w = torch.tensor([[0.3, -0.2], [0.1, 0.5]], dtype=torch.float64)
     ref = torch.nn.Parameter(w.clone())
     opt = torch.optim.Adam([ref], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
-    step = dpsgd.NoisyStep([w], cfg, noise=NoiseSource("reproducible", seed=2))
+    step = dpsgd_core.NoisyStep([w], cfg, noise=NoiseSource("reproducible", seed=2))
     twin = NoiseSource("reproducible", seed=2)
     for t in range(1, 4):
         s = torch.full((2, 2), 0.1 * t, dtype=torch.float64)

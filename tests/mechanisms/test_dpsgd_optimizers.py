@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd, dpsgd_core
+from dpaudit.mechanisms import dpsgd_core
 from dpaudit.mechanisms.contract import DataInfo
 from dpaudit.mechanisms.dpsgd import DPSGDConfig
 from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd
@@ -63,7 +63,7 @@ def test_noisy_sgd_step_equals_torch_sgd_on_the_clipped_noisy_gradient(momentum)
     buf = np.empty(5, dtype=np.float32)
     fill = gaussian_filler(noise, buf, cfg.noise_std)
     for _ in range(cfg.steps):  # the draws of the loop, in its order: the Poisson sample, then the noise
-        idx, _ = dpsgd.poisson_batch(noise, 1, 30, cfg.sample_rate)
+        idx, _ = dpsgd_core.poisson_batch(noise, 1, 30, cfg.sample_rate)
         s = clipped_sum(None, idx)[0].numpy() if idx.size else np.zeros(5, dtype=np.float32)
         ref.grad = torch.from_numpy((s + fill()) / cfg.normalizer)
         opt.step()

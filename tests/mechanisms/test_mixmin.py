@@ -9,13 +9,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.spatial.distance import cosine
 
 from dpaudit.accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon
 from dpaudit.errors import DataError, UsageError
 from dpaudit.mechanisms.mixmin import (
     MixMinCanary,
     MixMinConfig,
-    cosine_similarity,
     max_clip_direction,
     per_example_gradients,
     run_mixmin,
@@ -230,7 +230,7 @@ def test_solve_mixmin_recovers_the_generating_mixture():
     true = np.array([0.6, 0.0, 0.4, 0.0])
     y = (rng.random(n) < probs @ true).astype(float)
     lam = solve_mixmin(probs, y, "bce")
-    assert cosine_similarity(lam, true) > 0.99
+    assert 1 - cosine(lam, true) > 0.99
 
 
 def test_config_validation_messages():

@@ -19,7 +19,7 @@ from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.data import load_dataset
 from dpaudit.data.users import index_users
 from dpaudit.errors import AccountingMismatchError, DataError, UsageError
-from dpaudit.mechanisms import dpsgd, dpsgd_core, dpsgd_release, user_level
+from dpaudit.mechanisms import dpsgd_core, dpsgd_release, user_level
 from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
 from dpaudit.mechanisms.engine import UserSampling, train_heads
 from dpaudit.mechanisms.models import Dense
@@ -44,7 +44,7 @@ def _cfg(**kw):
 def _record_masks(monkeypatch):
     """Record every Poisson sample the engine draws."""
     seen = []
-    real = dpsgd.poisson_batch
+    real = dpsgd_core.poisson_batch
 
     def spy(*a, **kw):
         flat, offsets = real(*a, **kw)

@@ -10,17 +10,7 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..noise import NoiseSource
 from ..validation import positive_int
-from .dpsgd_core import (  # noqa: F401 - AdamState, adam_update, head_outputs and the config are also read from here (mixmin_tasks, audits)
-    AdamState,
-    DPSGDConfig,
-    NoisyStep,
-    Progress,
-    adam_update,
-    check_head_inputs,
-    head_outputs,
-    per_sample_clipped_sum,
-    poisson_batch,
-)
+from .dpsgd_core import DPSGDConfig, Progress  # DPSGDConfig is also read from here (releases, audits)
 from .engine import SumUnits, UserSampling, run_dp_sgd
 from .ghost_clip import module_clipped_sum
 from .user_level import _check_users, sample_user_records
@@ -49,13 +39,9 @@ def train_module_dp_sgd(
     generator seeded from the private noise source inside a forked RNG, so global torch RNG
     state is left untouched.
 
-    Clipped sums: :func:`~dpaudit.mechanisms.ghost_clip.module_clipped_sum`, the one kernel of
-    module models (ghost norms; ``torch.func`` per-sample gradients where a layer is not covered).
-    ``users``: a :class:`~dpaudit.mechanisms.engine.UserSampling` (``index``: a user id per row or
-    a ``UserIndex``) for user-level DP-SGD, records when omitted: the loop Poisson-samples users
-    and each sampled user's min(G, |D_u|) records form one unit of the same kernel (with one
-    record per user, the very same computation as records). ``canary``: one-run audits only
-    (:class:`~dpaudit.mechanisms.one_run_modules.DiracCanaries`); None for releases.
+    Clipped sums: :func:`~dpaudit.mechanisms.ghost_clip.module_clipped_sum`. ``users``: a
+    :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD (each sampled user's
+    records one unit of the same kernel), records when omitted. ``canary``: one-run audits only.
     """
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)

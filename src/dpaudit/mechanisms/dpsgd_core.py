@@ -1,8 +1,7 @@
 """The pieces of the one DP-SGD loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`, where the
-protocol and the privacy contract are stated): the public config, Poisson sampling from the
-private source (:func:`poisson_batch`), the one clipping rule (:func:`clip_factors`, eq. 4), the
-one noisy step with a pluggable optimizer (:class:`NoisyStep`: Gaussian noise on the clipped sum,
-the fixed normaliser m0, Adam (eq. 6) or SGD with momentum), and the clipped-sum kernels.
+protocol and the privacy contract are stated): the public config, Poisson sampling
+(:func:`poisson_batch`), the one clipping rule (:func:`clip_factors`), the one noisy step
+(:class:`NoisyStep`, optimizers :data:`OPTIMIZERS`) and the clipped-sum kernels.
 
 Gradient kernels: linear heads on frozen features in closed form, ``g_i = outer(p_i - y_i,
 [z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix
@@ -146,14 +145,6 @@ def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], s
             p.addcdiv_(m, denom, value=-step_size)
 
 
-def blas_threads():
-    """Limit NumPy's BLAS to torch's intra-op thread count (a speed setting, never a privacy one):
-    the head trainer's matrices are small, and oversubscribed BLAS threads only add contention."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=torch.get_num_threads(), user_api="blas")
-
-
 @contextlib.contextmanager
 def head_threads():
     """One torch and BLAS thread while heads train (a speed setting, never a privacy one): their
@@ -171,11 +162,9 @@ def head_threads():
 
 
 class Adam:
-    """Adam on a list of tensors (updated in place), the arithmetic of ``torch.optim.Adam`` with
-    no weight decay and no amsgrad (paper eq. 6). Shared by every DP-SGD trainer.
-
-    Uses the kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a
-    dozen array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
+    """Adam on a list of tensors (updated in place, the arithmetic of :func:`adam_update`): the
+    kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a dozen
+    array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
@@ -223,14 +212,11 @@ OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
 class NoisyStep:
-    """Steps 6-8 of Algorithm 1, the one noisy step of the DP-SGD loop (heads and modules,
-    releases and audits), in the spirit of Opacus's ``DPOptimizer``.
+    """The one noisy step of the DP-SGD loop (protocol step 3 of :mod:`dpaudit.mechanisms.engine`).
 
     The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
-    like the parameters); :meth:`apply` adds N(0, (sigma C)^2 I) drawn from the private source
-    (:func:`gaussian_filler`, one draw per buffer, in order), divides by the fixed normaliser m0
-    -- never the realised batch size -- and takes one step of the config's optimizer
-    (:data:`OPTIMIZERS`) from this sanitised gradient only.
+    like the parameters); :meth:`apply` adds the noise (:func:`gaussian_filler`, one draw per
+    buffer, in order), divides by m0 and steps the optimizer (:data:`OPTIMIZERS`).
     """
 
     def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
@@ -315,14 +301,11 @@ def _numpy_backed(noise: NoiseSource) -> bool:
 
 def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
     """One step's private Poisson samples of range(n) for ``runs`` independent runs, as (flat
-    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending. The
-    sampler of every DP-SGD trainer (heads and modules, one run or many).
+    indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending.
 
-    Numpy-backed sources (``os-entropy``, ``reproducible``, whose stock
-    :meth:`NoiseSource.poisson_mask` draws Bernoulli(q) from ``noise.numpy``): the same generator
-    by gap sampling (same distribution, O(q n); one draw for all runs, :func:`poisson_flat`; a
-    single run through the lighter :func:`poisson_indices`, the same draws). A cryptographic
-    source, or any source that overrides ``poisson_mask``: through ``poisson_mask``, run by run.
+    Numpy-backed sources (:func:`_numpy_backed`): the same generator by gap sampling (same
+    distribution, O(q n): :func:`poisson_flat`, one run through the lighter
+    :func:`poisson_indices`). Any other source: its ``poisson_mask``, run by run.
     """
     if _numpy_backed(noise):
         if runs == 1:
@@ -398,12 +381,9 @@ def clip_factors(norms, clipping_norm: float):
 
 
 class HeadWorkspace:
-    """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only).
-
-    Per step the head trainer would otherwise allocate the gathered batch, the (K, b) residuals and
-    the (K, d+1) sum; fresh arrays of this size cost page faults and cache misses. The two matrix
-    products go through torch (MKL, ``torch.get_num_threads()`` threads) on zero-copy views of
-    these NumPy buffers: measured faster than NumPy's BLAS for these skinny shapes.
+    """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only:
+    fresh arrays per step cost page faults and cache misses). Both matrix products go through
+    torch (MKL) on zero-copy views of these NumPy buffers, measured faster than NumPy's BLAS here.
     """
 
     def __init__(self, k: int, d1: int, dtype, rows: int = 1):
@@ -471,12 +451,9 @@ def head_clipped_sum(
     binary_logit: bool = False,
     clip: bool = True,
 ) -> np.ndarray:
-    """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form.
-
-    g_i = outer(r_i, z1_i) with r_i = p_i - y_i (dLoss/dlogits), so ||g_i||_F = ||r_i|| * ||z1_i||
-    and the clipped sum is ``(c * R)^T Z1`` with c_i = min(1, C / ||g_i||) (eq. 4): one matrix
-    product, no per-example gradient materialised. ``z1_norm`` holds ||z1_i||. Returns (K, d+1).
-    The trainers call the same arithmetic (:func:`_clipped_sum_kernel`) on reused buffers.
+    """Sum over rows of ``z1`` of clipped per-example head gradients, in closed form (module
+    docstring), (K, d+1); ``z1_norm`` holds ||z1_i||. The arithmetic of :func:`_clipped_sum_kernel`,
+    which the trainers call on reused buffers.
     """
     w, z1, z1_norm, y = (np.asarray(a) for a in (w, z1, z1_norm, y))
     dtype = np.result_type(w.dtype, z1.dtype)
@@ -555,11 +532,8 @@ def per_sample_clipped_sum(
     clip: bool = True,
     randomness: str = "different",
 ) -> dict[str, torch.Tensor]:
-    """Clipped sum of per-sample gradients of ``module`` at ``params`` over the batch (x, y).
-
-    Per-sample gradients by :func:`per_sample_grads`; each example's gradient is clipped to joint
-    L2 norm ``clipping_norm`` over *all* trainable parameters (eq. 4).
-    """
+    """Clipped sum over the batch (x, y) of the per-sample gradients (:func:`per_sample_grads`) of
+    ``module`` at ``params``, each clipped to joint L2 norm ``clipping_norm`` over all of them."""
     gs = per_sample_grads(module, params, x, y, loss, randomness)
     if not clip:
         return {k: g.sum(0) for k, g in gs.items()}

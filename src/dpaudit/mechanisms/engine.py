@@ -58,10 +58,8 @@ optimizer -- at given parameter coordinates, for every run and step; exactly the
 sanitised step then used. Recording reads the private outputs only, it draws nothing and changes
 no update.
 
-**Planted faults** are test fixtures (``tests/conftest.py``): they monkeypatch the shared clipping
-rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`), the noise filler or this loop, so a
-test can show that a fault in the release path reaches the audits. The library has no switch that
-weakens it.
+**Planted faults** (weakened clipping, noise or sampling) are test fixtures only
+(``tests/conftest.py``): the library has no switch that weakens it.
 """
 
 from __future__ import annotations
@@ -92,9 +90,8 @@ class CanaryHook:
     sizes it, normally to norm C; the engine does not rescale it).
 
     M canaries (one-run audits): ``included`` (R, M), canary j in run r iff ``included[r, j]``
-    (a private draw made by the caller), and either ``gradient`` (M, K, d+1), one fixed
-    contribution per canary (or a SciPy sparse (M, K(d+1)) matrix of the flattened rows), or ``z`` (M, d) with ``y`` (M,), one record unit per canary (record
-    units only). Each included canary is Poisson-sampled independently at every step.
+    (a private draw made by the caller), and either ``gradient`` (M, K, d+1) (or a SciPy sparse
+    (M, K(d+1)) matrix of the flattened rows) or ``z`` (M, d) with ``y`` (M,) (record units only).
     """
 
     included: np.ndarray
@@ -159,12 +156,8 @@ class _HeadUnits:
 
 
 class RecordUnits(_HeadUnits):
-    """Records as units: the closed-form clipped sum of head gradients over sampled rows.
-
-    Unit i is row i of ``z1`` (rows n.. hold canary records, never drawn by the ordinary sample:
-    one canary record, or with ``many`` one record per canary, canary j at row n + j).
-    Each run's rows are gathered into a reused workspace and both matrix products read them there.
-    """
+    """Records as units (module docstring): unit i is row i of ``z1``; rows n.. hold canary
+    records, never drawn by the ordinary sample (with ``many``, canary j at row n + j)."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, *, canary_rows: int = 0, many: bool = False):
         if canary_rows > 1 and not many:
@@ -204,11 +197,8 @@ def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, cl
 
 
 class UserUnits(_HeadUnits):
-    """Users as units: Poisson over users, min(G, |D_u|) records per sampled user (private,
-    :func:`~dpaudit.mechanisms.user_level.sample_user_records`), per-user averaged gradient
-    clipped jointly (:func:`~dpaudit.mechanisms.user_level.user_head_clipped_sum`, the kernel of
-    releases and audits alike). Canary rows form user
-    ``n_users`` (one more user of the index)."""
+    """Users as units (module docstring; kernels of :mod:`~dpaudit.mechanisms.user_level`):
+    canary rows form user ``n_users``, one more user of the index."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
         index = user_level._check_users(users.index, n)
@@ -243,11 +233,8 @@ def _with_extra_user(index, first_row: int, size: int):
 
 
 class SumUnits:
-    """Units whose clipped sum is a function, one run (trainable modules,
-    :func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`): ``clipped_sum(params, idx)`` returns the
-    sum over the sampled units ``idx`` (indices into range(n_units)) of their gradients clipped to
-    joint norm C (unclipped for ``non_private`` configs), one tensor per parameter. It is never
-    called for an empty sample: the sum is then zero (Algorithm 1, step 6)."""
+    """Units whose clipped sum is a function, one run (module docstring): ``clipped_sum(params,
+    idx)``, one tensor per parameter, is never called for an empty sample (the sum is then zero)."""
 
     def __init__(self, clipped_sum, n_units: int):
         self.clipped_sum, self.n_units = clipped_sum, positive_int("n_units", n_units)
@@ -322,8 +309,7 @@ def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_b
     elif z_has_bias_column:  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
         z1 = np.ascontiguousarray(z, dtype=np_dtype)
         return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1)), labels, d
-    z1, z1_norm = augmented_features(parts, d, np_dtype)
-    return z1, z1_norm, labels, d
+    return (*augmented_features(parts, d, np_dtype), labels, d)
 
 
 # ---------------------------------------------------------------- the engine

@@ -79,9 +79,7 @@ class FrozenFeatures:
         """z for every row of ``x``, computed in chunks (float32 by default, or float64).
 
         ``bias_column=True`` appends a column of ones ([z, 1], the head's bias input) without a
-        second copy of the whole matrix. No concatenation and no temporary the size of z: each
-        chunk's products go through chunk-sized buffers into their columns of z. The values are
-        the formula's up to float rounding (the GEMM's summation order).
+        second copy of the whole matrix. The values are the formula's up to float rounding.
         """
         x = np.asarray(x)
         one_of("dtype", np.dtype(dtype).name, ("float32", "float64"))

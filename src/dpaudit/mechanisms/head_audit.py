@@ -1,26 +1,21 @@
 """Audit target for DP-SGD linear heads on frozen features: DP-RVFL and its frozen-feature controls.
 
 Models: ``dp-rvfl``, ``dp-elm-sgd``, ``frozen-dense-matched``, ``logistic-raw``,
-``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head with the
-paper's DP-SGD protocol (Poisson sampling, per-example clipping, Gaussian noise on the clipped
-sum, fixed normaliser, Adam; :func:`~dpaudit.mechanisms.engine.train_heads`, the release's loop),
-R runs per batched call. Features, initialisation and split are public and fixed across trials.
+``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head on the
+release's loop (:func:`~dpaudit.mechanisms.engine.train_heads`), R runs per batched call.
+Features, initialisation and split are public and fixed across trials.
 
-Canaries and scores (the adversary sees the released head W (K, d+1)):
-  - ``max-clip``: a Dirac gradient canary of norm C on one weight W[0, j] where j is an input
-    feature that is zero in every training record (e.g. an MNIST border pixel on the direct
-    link), so the data never moves that weight and only noise and the canary do. Score: W[0, j].
-  - ``mislabeled`` / ``natural``: a held-out test record with a wrong / its true label, trained
-    on like any record (Poisson-sampled, clipped). Score: log-probability of that label.
+Canaries (:mod:`~dpaudit.mechanisms.head_canaries`) and scores (the adversary sees the released
+head W (K, d+1)): a ``max-clip`` gradient canary on W[0, j] scores W[0, j]; a record canary the
+log-probability of its label (:func:`canary_scores`).
 The no-noise control keeps clipping and sampling and sets the noise multiplier to 1e-12
 (DPSGDConfig refuses 0 without ``non_private``, which would also switch clipping off).
 
 Threat models (``threat_model``): ``final-model`` (default) scores the released head only;
 ``trajectory`` (max-clip canary only) lets the adversary see every iterate, as the accountant's
 guarantee allows: the engine records the privatised sum x_t at the canary's coordinate at every
-step (clipped sum + noise, before /m0 and Adam; the data gradient there is zero), and the score
-is the exact Neyman-Pearson statistic of the subsampled Gaussian, the log-likelihood ratio
-sum_t log(1 - q + q exp((x_t C - C^2/2) / (sigma C)^2)) (:func:`trajectory_log_lr`).
+step (the data gradient there is zero), and the score is the exact Neyman-Pearson statistic
+(:func:`trajectory_log_lr`).
 """
 
 from __future__ import annotations
@@ -39,7 +34,7 @@ from ..requests import THREAT_MODELS
 from .dpsgd_core import DPSGDConfig, head_outputs, init_head
 from .engine import CanaryHook, train_heads
 from .features import build_features
-from .head_canaries import canary_coordinate, dead_features, head_canary  # noqa: F401 - the first two read from here too
+from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 
@@ -85,15 +80,11 @@ def canary_scores(target, w: np.ndarray) -> np.ndarray:
 
 
 def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: int, adjacency: str = "add-remove-record"):
-    """The public set-up every head audit target shares (record or user level): the paper's
-    schedule over ``reference_size`` units (records, or users), the RDP-calibrated noise
-    multiplier (or the target's given one), the claim to audit, the DP-SGD config (noise
-    multiplier NO_NOISE_MULTIPLIER for the no-noise control), the frozen features of the training
-    rows and the public head initialisation. Sets the target's ``_event``, ``_rdp_epsilon``, ``_claimed``,
-    ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``, ``_dataset_name``;
-    returns (epochs, batch size, noise multiplier, features)."""
-    # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too);
-    # a release's recorded schedule and noise multiplier replace the computed ones.
+    """The public set-up every head audit target shares (record or user level), over
+    ``reference_size`` units (records, or users). Sets the target's ``_event``, ``_rdp_epsilon``,
+    ``_claimed``, ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``,
+    ``_dataset_name``; returns (epochs, batch size, noise multiplier, features)."""
+    # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too).
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=reference_size, epsilon=target.epsilon, delta=target.delta,
                           epochs=target.epochs or None, batch_size=target.batch_size or None, adjacency=adjacency,
                           schedule=target.schedule, noise_multiplier=target.noise_multiplier)
@@ -102,7 +93,6 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
-    # The plan's optimizer settings (``dp_sgd``, the plan's recorded config; Adam defaults without one).
     target._config = DPSGDConfig.from_dict(target.dp_sgd or {}, sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
                                            noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER, non_private=False)
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)

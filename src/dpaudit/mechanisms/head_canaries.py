@@ -3,8 +3,7 @@
 A kind is a chooser ``(target, data, feats, users) -> HeadCanaryChoice`` in :data:`CHOOSERS`, named in
 :data:`dpaudit.catalogue.HEAD_CANARIES` (tests/test_catalogue.py checks they agree); ``users`` is G for
 a canary user, None for one canary record; ``target`` is prepared up to its canary (``_z``, ``_k``,
-``_n_classes``, ``_config``, ``seed``, ``canary``). A kind moves one head weight by a gradient of
-norm C (``coordinate``), or is input records trained on like any record (``z``, ``y``); scores:
+``_n_classes``, ``_config``, ``seed``, ``canary``); scores:
 :func:`~dpaudit.mechanisms.head_audit.canary_scores`.
 
 **Privacy contract.** A kind's choice is public and goes in ``info`` (audit.json ``canary_info``;

@@ -243,12 +243,10 @@ def run_mixmin(probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_
 
 def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, runs: int = 1, user_ids=None, init=None,
                     canary: MixMinCanary | None = None, canary_in=None) -> np.ndarray:
-    """``runs`` independent runs of Algorithm 1 / 2 through the one loop of releases and audits; the final weights (runs, k). Each
-    step draws the Poisson masks of all runs (one ``noise.poisson_mask``), takes each run's clipped sum over its sampled records
-    (users), adds the canary's clipped gradient in the runs where ``canary_in`` is true and the canary is sampled (its own Poisson
-    coin, rate q), then the Gaussian noise of all runs (one draw), divides by the fixed B (never the realised size) and takes the
-    mirror step. One run without a canary draws exactly what a release draws. All private randomness comes from ``noise``.
-    Canaries (audits) are record level only."""
+    """``runs`` independent runs of Algorithm 1 / 2 (module docstring) through the one loop of releases and audits; the final
+    weights (runs, k). Draws per step, all from ``noise``: the Poisson masks of all runs (one ``noise.poisson_mask``), the canary's
+    coin (rate q; record level only, added in the runs where ``canary_in`` is true), the within-user record samples, the Gaussian
+    noise of all runs (one draw). One run without a canary draws exactly what a release draws."""
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
     runs, k = positive_int("runs", runs), F.shape[1]
@@ -332,8 +330,8 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
 
 
 def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
-    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's clipped gradient at each including run's weights (a
-    record canary, clipped like any record) or the fixed direction at norm exactly C (the max-clip gradient canary)."""
+    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's contribution (:class:`MixMinCanary`) at each
+    including run's weights."""
     canary_in = np.zeros(runs, dtype=bool) if canary_in is None and canary is None else np.asarray(
         np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
     if canary_in.shape != (runs,):
@@ -383,17 +381,11 @@ def solve_mixmin(probs, labels, loss: str, *, steps: int = 3000, step_size: floa
     return np.exp(log_w)
 
 
-def cosine_similarity(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
 def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) -> np.ndarray:
     """Unit direction for the max-clip gradient canary (appendix A.8). Aligned with the ``top`` most-weighted sources of
     ``weights_reference``: the gradient is negative on those sources (a mirror-descent step moves weight *toward* them) when
     ``toward`` is true, positive otherwise. The direction has zero sum because a constant shift of the gradient does not change
-    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights. The
-    run loop rescales it to exactly the clipping norm C."""
+    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights."""
     w = np.asarray(weights_reference, dtype=np.float64)
     k = w.shape[0] if w.ndim == 1 else 0
     if k < 2:

@@ -38,7 +38,7 @@ from ..errors import DataError, UsageError
 from ..lazy import lazy_import, torch_module_classes
 from ..noise import public_rng
 from ..validation import one_of
-from .dpsgd import AdamState, adam_update
+from .dpsgd_core import AdamState, adam_update
 from .mixmin import MixMinConfig, check_inputs
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -327,15 +327,10 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
     at split seed 2026: train private, validation / test read without noise), whatever ``seed`` (``division`` as in
     :func:`load_digits_task`); record ids are the rows of the Cleveland file. The public centres differ in covariates (the
     paper's no-covariate-shift assumption does not hold here, see its conclusion)."""
-    xs, ys, src = [], [], []
     names = ("hungarian", "switzerland", "va")
-    for i, c in enumerate(names):
-        x, y = load_heart_centre(c, data_dir)
-        xs.append(x)
-        ys.append(y)
-        src.append(np.full(len(y), i, dtype=np.int64))
+    xs, ys = zip(*(load_heart_centre(c, data_dir) for c in names))
     x_pub = np.concatenate(xs).astype(np.float32)
-    source = np.concatenate(src)
+    source = np.repeat(np.arange(len(names), dtype=np.int64), [len(y) for y in ys])
     y_pub = np.full((len(source), len(names)), np.nan, dtype=np.float32)
     y_pub[np.arange(len(source)), source] = np.concatenate(ys)
     x_priv, y_priv = load_heart_centre("cleveland", data_dir)

@@ -135,8 +135,7 @@ class _CompactAttention:
 
 
 def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None, seed: int = 42) -> nn.Module:
-    """A freshly initialised baseline for a dataset. Initialisation uses a torch generator seeded
-    from the public seed inside a forked RNG (global RNG state untouched)."""
+    """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global RNG state untouched)."""
     _build_classes()
     n_out = 1 if n_classes == 2 else n_classes
     torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"

@@ -3,9 +3,8 @@
 Models (DP-RVFL paper, sections 3.3-3.6): :data:`MODELS`, described in :data:`dpaudit.catalogue.CATALOGUE`; the frozen
 features of the head models are in :mod:`dpaudit.mechanisms.features`.
 
-Protocol (section 3.2, Algorithm 1): Poisson sampling at q = 1/J, T = E J steps (empty batches
-counted), per-example clipping to C = 1, N(0, sigma^2 C^2) on the clipped sum, division by the
-fixed m0, Adam(1e-3, 0.9, 0.999, 1e-8), sigma calibrated with the RDP accountant for (q, T, delta).
+Protocol: the one DP-SGD loop (:mod:`dpaudit.mechanisms.engine`) at q = 1/J, T = E J, C = 1,
+Adam(1e-3, 0.9, 0.999, 1e-8), sigma calibrated with the RDP accountant for (q, T, delta).
 Epochs: 10 for images, 30 for tabular; batch 256 (Heart 64; the small embedded ``digits`` and
 ``breast-cancer`` sets also use 64 so that a default run has more than a handful of steps).
 Binary tasks use one logit (K = 1) with sigmoid cross-entropy (section 3.5: "K = 1 for binary
@@ -53,9 +52,8 @@ class ModelSpec:
 
 
 def _model_spec(entry) -> ModelSpec:
-    """The DP-SGD side of a catalogue entry: the feature kind of a head model (a
-    features.FEATURE_KINDS value) or the trainable module (a models.TRAINABLE_MODELS value) is
-    the model name without its ``dp-`` prefix (dp-rvfl -> rvfl, dp-cnn -> cnn)."""
+    """The DP-SGD side of a catalogue entry: its feature kind or module is the model name without
+    its ``dp-`` prefix (dp-rvfl -> rvfl, dp-cnn -> cnn)."""
     kind = entry.name.removeprefix("dp-")
     if entry.family == "dp-sgd-head":
         return ModelSpec(entry.name, "head", features=kind, description=entry.description)
@@ -66,8 +64,7 @@ def _model_spec(entry) -> ModelSpec:
 MODELS: dict[str, ModelSpec] = {n: _model_spec(CATALOGUE[n]) for n in catalogue_names(family=("dp-sgd-head", "dp-sgd-module"))}
 MODEL_NAMES = tuple(MODELS)
 
-#: Datasets that use a requested batch of 64 instead of 256 (paper Table 2: Heart; the embedded
-#: small sets follow Heart's rule, documented in the module docstring).
+#: Datasets that use a requested batch of 64 instead of 256 (module docstring).
 SMALL_BATCH_DATASETS = ("heart", "digits", "breast-cancer")
 DEFAULT_DATASET = "digits"
 

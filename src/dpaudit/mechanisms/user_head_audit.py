@@ -14,17 +14,10 @@ training run on the base users, plus the canary user in the "in" world: neighbou
 differ by one whole user (G records), so a sound mechanism must keep the audit's eps_LB at or
 below the claim whatever G is.
 
-Canary users (public, chosen from the seed, recorded in audit.json):
-  - ``max-clip``: a user of G records whose gradients are all C e_j, where e_j is the unit
-    vector of one head weight W[0, j] on an input feature that is zero in every training record
-    (e.g. a border pixel on the direct link), so the data never move that weight. The user's
-    averaged gradient is C e_j and its joint clipped contribution exactly C e_j (clipping
-    leaves it at the largest size allowed). Score: W[0, j]. A mechanism that clipped each
-    record instead of the user would move that weight by G C.
-  - ``mislabeled``: a user of G distinct held-out test records of one class, all relabelled to
-    the same wrong class (a user who mislabels, say, every 3 as a 4), trained on like any user.
-    Score: the mean log-probability of the wrong labels. ``natural``: the same records with
-    their true labels.
+Canary users (public, chosen from the seed, recorded in audit.json): G records of a head
+canary kind (:mod:`~dpaudit.mechanisms.head_canaries`), averaged and clipped jointly. A
+``max-clip`` user's records all have gradient C e_j, so it contributes exactly C e_j, where a
+mechanism that clipped each record instead of the user would move W[0, j] by G C.
 With G = 1 and one record per user these are the record-level canaries of
 :class:`~dpaudit.mechanisms.head_audit.HeadTarget` (same feature, same test record) and the trials are
 bit-identical to it under reproducible noise (pinned by a test).
@@ -33,8 +26,6 @@ Users: a release's user ids (``user_ids``, e.g. the ``--user-ids`` file it was t
 for datasets without users (the embedded ``digits``), a public, seeded grouping of all rows
 into users of exactly G records (:func:`synthetic_user_ids`); either way the data are split 70 /
 15 / 15 *by users* (:mod:`dpaudit.data.users`), as a user-level release splits them.
-
-Trials run R at once on :func:`dpaudit.mechanisms.engine.train_heads` with user units.
 """
 
 from __future__ import annotations
@@ -79,13 +70,9 @@ def synthetic_user_ids(n_rows: int, records_per_user: int, seed: int) -> np.ndar
 
 
 def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.ndarray:
-    """One user's contribution from its records' gradients: clip((1/k) sum_i g_i) to norm C.
-
-    The arithmetic of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` for gradients
-    given explicitly (a gradient canary has no input record): average over the user's k
-    records (Algorithm 2, line 10), then scale by min(1, C / ||mean||) (line 11). Float64.
-    Pinned against ``user_head_clipped_sum`` by a test on real records.
-    """
+    """One user's contribution from its records' gradients: clip((1/k) sum_i g_i) to norm C, the
+    arithmetic of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` (pinned by a test)
+    for gradients given explicitly (a gradient canary has no input record). Float64."""
     g = np.asarray(record_grads, dtype=np.float64)
     if g.ndim < 2 or g.shape[0] < 1:
         raise UsageError(f"record_grads must have shape (k, ...) with k >= 1, got {g.shape}.")
@@ -102,9 +89,7 @@ class UserHeadTarget(HeadAuditTarget):
     """User-level audit of one frozen-feature model's DP-SGD head (see module docstring).
 
     ``records_per_user`` is G (records per canary user, and the mechanism's per-step records
-    per sampled user). ``user_ids``: one id per row of the dataset before splitting (array or
-    ``.npy`` path), default :func:`synthetic_user_ids`. ``batch_size`` is the expected number of
-    *users* per step and ``epochs`` counts passes over users (the release's meaning).
+    per sampled user); ``user_ids``: an array or a ``.npy`` path, one id per row before splitting.
     """
 
     records_per_user: int = 1
@@ -155,8 +140,7 @@ class UserHeadTarget(HeadAuditTarget):
         # ones record only the declared reference size, and their schedule is replayed from it.
         if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
             raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
-        # A fresh audit's schedule counts its own base users (fixed in both worlds); a release's
-        # recorded schedule (self.schedule) replaces it.
+        # A fresh audit's schedule counts its own base users (fixed in both worlds).
         epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=users.n_users, adjacency=ADJACENCY)
         self._users = users
         self._build_canary(data, feats)
@@ -167,9 +151,8 @@ class UserHeadTarget(HeadAuditTarget):
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
-        """The canary user: its records as one more user of the index (rows n..n+G-1, user n_users: the
-        ordinary Poisson draw never samples it, the loop's canary draw does), or G records whose
-        gradients are all C e_j, contributing :func:`user_clipped_gradient` of them."""
+        """The canary user: its records as one more user of the index, or G records whose gradients
+        are all C e_j, contributing :func:`user_clipped_gradient` of them."""
         g = self.records_per_user
         ch = self._choice = head_canary(self.canary)(self, data, feats, g)
         self._canary_info = ch.info

@@ -12,10 +12,7 @@ Order matters ("check, then commit; fail closed", docs/architecture.md):
    open: the budget stays spent until an operator voids it (``dpaudit ledger void ID``).
 
 :func:`release` is the one skeleton every mechanism's release runs through (the contract:
-:mod:`dpaudit.mechanisms.contract`; the flow: ``docs/architecture.md``). Steps 1-3 share one
-:func:`release_session` (a context manager; :func:`budget_session` is the
-same as a function decorator), used by every release path: DP-SGD (record and user level),
-DP-ELM and DP-MixMin (whose two releases settle one combined reservation).
+:mod:`dpaudit.mechanisms.contract`); steps 1-3 share one :func:`release_session`.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_sour
                       secret_seed: int | None = None) -> NoiseSource:
     """DP noise generator: secret by default; derived from ``seed`` only on explicit request;
     from ``secret_seed`` (read by :func:`read_noise_seed`, never recorded) when given."""
-    check_noise_source(noise_source)
+    one_of("noise_source", noise_source, NOISE_SOURCES)
     if secret_seed is not None:
         return NoiseSource("reproducible-secret", seed=secret_seed)
     if reproducible_noise:
@@ -108,12 +105,6 @@ def planned_secret_seed(request) -> tuple[int | None, str | None]:
     if getattr(request, "reproducible_noise", False) or getattr(request, "noise_source", "os-entropy") != "os-entropy":
         raise UsageError("noise seed file must not be combined with --reproducible-noise or --noise-source, got both.")
     return read_noise_seed(path), str(path.resolve())
-
-
-def check_noise_source(noise_source: str) -> str:
-    """Refuse a ``noise_source`` a request may not name (one-line UsageError), before anything
-    is loaded or reserved: a typo must cost no ledger entry."""
-    return one_of("noise_source", noise_source, NOISE_SOURCES)
 
 
 def planned_noise_reason(request, plan) -> str | None:
@@ -293,13 +284,6 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
 # ---------------------------------------------------------------- the one release skeleton
 
 
-def resolve_mechanism(mechanism):
-    """A mechanism object from itself or from its catalogue name (:mod:`dpaudit.catalogue`)."""
-    if isinstance(mechanism, str):
-        return registry.mechanism(mechanism)
-    return mechanism
-
-
 def release(
     mechanism,
     request,
@@ -337,7 +321,7 @@ def release(
 
     Returns the Release (the last part's for a multi-release plan).
     """
-    mech = resolve_mechanism(mechanism)
+    mech = registry.mechanism(mechanism) if isinstance(mechanism, str) else mechanism
     with release_session():
         return _release_in_session(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress,
                                    prepared=prepared)
@@ -345,7 +329,7 @@ def release(
 
 def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
     request = mech.validate(request)
-    check_noise_source(getattr(request, "noise_source", "os-entropy"))
+    one_of("noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES)  # a typo costs no ledger entry
     secret_seed, seed_file = planned_secret_seed(request)
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
@@ -384,8 +368,13 @@ def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_p
     parts = plan.parts or (plan,)
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))
-    for part, out in zip(parts, outputs):
-        write_artefacts(out, out_dir / part.out_subdir)
+    for part, out in zip(parts, outputs):  # each folder was checked writable before the run
+        folder = out_dir / part.out_subdir
+        folder.mkdir(parents=True, exist_ok=True)
+        if out.save is not None:
+            out.save(folder)
+        elif out.arrays is not None:
+            np.savez(folder / out.weights_name, **out.arrays)
     for d in plan.declarations if record else ():
         declare_partition(d, ledger_path)
     for part, rel in zip(parts, releases):
@@ -475,16 +464,6 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
         **fields,
         **extra,
     )
-
-
-def write_artefacts(output, out_dir) -> None:
-    """Write a run's artefacts under ``out_dir`` (checked writable before the run)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if output.save is not None:
-        output.save(out)
-    elif output.arrays is not None:
-        np.savez(out / output.weights_name, **output.arrays)
 
 
 def planned_noise_tail(plan) -> float:

@@ -43,17 +43,13 @@ torch = lazy_import("torch")
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
 _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
-_WRAP_PREFIXES = ("_module.",)  # GradSampleModule (and DPDDP) wrap the user's module under _module
+_WRAP_PREFIX = "_module."  # GradSampleModule (and DPDDP) wrap the user's module under _module
 
 
 def _plain_name(name: str) -> str:
-    while True:
-        for p in _WRAP_PREFIXES:
-            if name.startswith(p):
-                name = name[len(p):]
-                break
-        else:
-            return name
+    while name.startswith(_WRAP_PREFIX):
+        name = name[len(_WRAP_PREFIX):]
+    return name
 
 
 def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:

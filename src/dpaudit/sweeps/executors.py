@@ -1,15 +1,9 @@
 """Executors: run many independent pieces of work (sweep tasks, audit trial chunks) somewhere.
 
-Two back ends behind one small interface, so sweeps and audits share a code path:
-
-- :class:`LocalExecutor` (``local``, default): a process pool on this machine (``forkserver`` start method with torch preloaded,
-  ``spawn`` where unavailable; one torch thread per worker); ``workers=1`` runs in-process, with no pool at all.
-- :class:`DaskExecutor` (``dask``): ``dask.distributed``. Connects to an existing scheduler (``scheduler="tcp://HOST:8786"``) or
-  starts a ``LocalCluster`` of ``workers`` processes bound to 127.0.0.1 only (never a public interface).
-
-Interface (both): ``imap_unordered(fn, items)`` yields an :class:`Outcome` per item as it finishes, ``map_chunks(fn, chunks)``
-returns the values in order (docs/sweeps.md). ``fn`` must be a module-level function (importable on remote workers); an exception
-it raises comes back as ``Outcome(ok=False, error=...)`` and never kills the loop.
+:class:`LocalExecutor` (``local``, default; ``forkserver`` with torch preloaded, else ``spawn``) and :class:`DaskExecutor`
+(``dask``) share one interface (docs/sweeps.md, "Executors"): ``imap_unordered(fn, items)`` yields an :class:`Outcome` per item as
+it finishes, ``map_chunks(fn, chunks)`` returns the values in order. ``fn`` must be a module-level function (importable on remote
+workers); an exception it raises comes back as ``Outcome(ok=False, error=...)`` and never kills the loop.
 
 Worker death: the local pool is rebuilt and the items that were in flight are resubmitted; Dask reschedules them itself. An item
 in flight during ``max_worker_deaths`` deaths is reported as failed (``"worker died ..."``). Results already yielded are never

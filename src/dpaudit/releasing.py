@@ -107,17 +107,12 @@ def planned_secret_seed(request) -> tuple[int | None, str | None]:
     return read_noise_seed(path), str(path.resolve())
 
 
-def planned_noise_reason(request, plan) -> str | None:
-    """Why the planned release will not be private because of its noise (derived from the
-    published seed: :func:`dpaudit.records.public_noise_reason`), else None; checked before
+def public_seed_reason(seed: int, event, reproducible_noise) -> str | None:
+    """Why a planned release of ``event`` will not be private because its noise is derived from the
+    published ``seed`` (:func:`dpaudit.records.public_noise_reason`), else None; checked before
     training, so the reservation counts it as unbounded and a capped dataset refuses it."""
-    if plan.event is None or not getattr(request, "reproducible_noise", False):
+    if event is None or not reproducible_noise:
         return None
-    return public_seed_reason(int(getattr(request, "seed", plan.seed)))
-
-
-def public_seed_reason(seed: int) -> str:
-    """The ledger's reason for a release whose noise is derived from the published ``seed``."""
     return public_noise_reason(NoiseSpec("reproducible", int(seed)).to_dict())
 
 
@@ -388,10 +383,10 @@ def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
     """Check, then commit: the budget of ``plan`` is checked and held before the private data are
     used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
     planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
+    why = plan.uncertified or public_seed_reason(getattr(request, "seed", plan.seed), plan.event, getattr(request, "reproducible_noise", False))
     check = BudgetCheck(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
                         data_digest=getattr(data, "sha256", None), data_info={"split_seed": info.split_seed, "profile": info.profile},
-                        uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
-                        noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+                        uncertified=why, mechanism=plan.mechanism, noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
     reserve(check, ledger_path=ledger_path, record=record)
 
 

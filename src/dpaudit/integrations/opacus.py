@@ -162,7 +162,7 @@ class OpacusCanaries:
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
         optimizer.dpaudit_canaries = self
-        self._optimizer, self._original = optimizer, original
+        self._optimizer = optimizer
         return self
 
     def _start_planned_run(self) -> None:

@@ -146,8 +146,7 @@ class PipelineCheck:
 
     def findings(self) -> tuple[Finding, ...]:
         """Every mismatch found so far (module docstring)."""
-        out = self._sampler_findings() + self._normaliser_findings() + self._step_findings() + self._setting_findings()
-        return tuple(out)
+        return tuple(self._sampler_findings() + self._normaliser_findings() + self._step_findings() + self._setting_findings())
 
     def _sampler_findings(self) -> list[Finding]:
         out, q = [], self.sample_rate

@@ -60,8 +60,7 @@ def _set_threads(threads: int) -> None:
         return
     torch = sys.modules.get("torch")
     if torch is not None:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
     else:
         os.environ["OMP_NUM_THREADS"] = str(threads)
         os.environ["MKL_NUM_THREADS"] = str(threads)

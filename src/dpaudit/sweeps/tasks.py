@@ -74,10 +74,8 @@ def execute_task(payload: tuple[dict, dict]) -> dict:
 # ---- train
 
 def _run_train(config: dict, context: RunContext, key: str) -> dict:
-    """Release the task's Request, write release.json tagged with the sweep, and return it for the coordinator to record. The
-    release skeleton runs its own per-release budget preflight against ``context.ledger_path`` (refusing over-cap work before
-    training); the release itself is recorded in the ledger by the coordinating process (:func:`dpaudit.sweeps.runner.run_sweep`),
-    the single writer, so a remote worker never needs the ledger file to be writable."""
+    """Release the task's Request (its own preflight refuses over-cap work before training) and write release.json tagged with
+    the sweep; the coordinator (:func:`dpaudit.sweeps.runner.run_sweep`), the ledger's single writer, records it."""
     name, request = task_request(config, context.data_dir)
     out = task_dir(context.out_dir, config, key)
     with held_by_caller(context.reservations):
@@ -93,12 +91,10 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
 
 
 def planned_release(config: dict):
-    """What a ``train`` task will spend, computed *before* it runs, from its mechanism's own plan. Returns (dataset, partition,
-    adjacency, event, noise_tail_delta) of ``mechanism.plan(request, DataInfo.from_registry(dataset, profile))`` (the plan the
-    release runs: the public schedule of the training partition under the task's profile and the calibrated noise; DP-ELM:
-    ``PureEpsilon(epsilon)``); ``event`` is None for a non-private task (unbounded cost) and the tail is the plan's sampler tail
-    delta (:func:`dpaudit.releasing.planned_noise_tail`), which a sweep's up-front reservation holds with the event. None for
-    runners that touch no real data."""
+    """(dataset, partition, adjacency, event, noise_tail_delta) a ``train`` task will spend, from the plan its release runs
+    (``mechanism.plan`` on the registry's public facts under the task's profile), before it runs: ``event`` None for a
+    non-private task (unbounded cost), the tail from :func:`dpaudit.releasing.planned_noise_tail`. None for runners that touch
+    no real data."""
     if config["runner"] != "train":
         return None
     name, request = task_request(config)

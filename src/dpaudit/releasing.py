@@ -301,11 +301,9 @@ def release(
        :func:`reserve`; ``record=False`` only checks);
     6. make the noise source (secret unless the request asks for reproducible noise);
     7. run (``mechanism.run``) on the private data;
-    8. verify the claim: epsilon recomputed from ``plan.event`` with ``plan.accountant`` under
-       ``plan.adjacency`` must not exceed ``plan.target_epsilon`` and the executed steps must
-       equal ``plan.steps``, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing
-       is published (the reservation is cancelled); the comparison epsilons (``plan.compare_accountants``,
-       public parameters only) are computed by a child process from step 5 on (``comparisons_ahead``);
+    8. verify the claim (:func:`verify_planned_claim`; a mismatch publishes nothing and cancels the
+       reservation); the comparison epsilons (``plan.compare_accountants``, public parameters only)
+       are computed by a child process from step 5 on (``comparisons_ahead``);
     9. build the :class:`~dpaudit.records.Release` (with the request) and :func:`publish` it.
 
     A multi-release plan (``plan.parts``, e.g. DP-MixMin's mixture weights then its fine-tuned

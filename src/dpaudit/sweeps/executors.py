@@ -263,13 +263,12 @@ class DaskExecutor(Executor):
         self._cluster = None
         self.scheduler = scheduler
         if scheduler is None:
-            n = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
-            self.workers = n
+            self.workers = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
             # Bound to loopback only: a LocalCluster is never reachable from another machine. The scheduler always runs a small
             # HTTP server (health/metrics routes); pin it to loopback on a free port too (the default, 8787, collides with a
             # second cluster).
             self._cluster = LocalCluster(
-                n_workers=n, threads_per_worker=self.threads_per_worker, processes=True,
+                n_workers=self.workers, threads_per_worker=self.threads_per_worker, processes=True,
                 host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
             )
             self.client = Client(self._cluster)

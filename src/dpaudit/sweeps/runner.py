@@ -3,9 +3,6 @@
 The coordinating process is the only writer of the sweep store; each outcome is committed the moment it arrives, so killing the
 sweep (or losing a worker) never loses a finished task, and re-running the same command resumes. Failed tasks keep their error and
 are retried only with ``retry_failed=True``.
-
-Every ``train`` task is its own private release, recorded in the ledger with the sweep's name; the ledger composes them
-(docs/sweeps.md, "Privacy budget").
 """
 
 from __future__ import annotations
@@ -327,9 +324,8 @@ def _check_sweep(ledger, planned: list[dict]) -> None:
 def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
                         written: dict[str, str] | None = None) -> list[dict]:
     """Close the sweep's task reservations still open when it ends (``held``: task key -> reservation id): cancel those of tasks
-    that released nothing; leave open (spent, voidable) those whose release folder holds anything (``written``: task key -> that
-    folder), since the model may exist although it is not in the ledger (a failed record, an interrupt). Returns the ones left
-    open, as ``{key, release_dir, reservation}``."""
+    that released nothing; return, left open (spent, voidable), those whose release folder holds anything (``written``: task key
+    -> that folder), since the model may exist although it is not in the ledger (see :attr:`SweepSummary.unrecorded`)."""
     left: list[dict] = []
     if not held:
         return left

@@ -1,10 +1,9 @@
 """Sweep specifications: a TOML grid of tasks (runner x model x dataset x epsilon x seed; format: docs/sweeps.md).
 
-A ``train`` task is a catalogue name and a Request (:func:`task_request`); ``dp-elm-L{w}``, the name older specs give DP-ELM at
-width w, is read by :func:`catalogue_request` alone. A task's identity is the SHA-256 of its full *public* configuration (runner,
-model, dataset, epsilon, seed and every setting, canonical JSON); where results go, the data directory and the executor are not
-part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a cluster has the same key and a resumed sweep
-skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default. The
+A ``train`` task is a catalogue name and a Request (:func:`task_request`). A task's identity is the SHA-256 of its full *public*
+configuration (runner, model, dataset, epsilon, seed and every setting, canonical JSON); where results go, the data directory and
+the executor are not part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a cluster has the same key
+and a resumed sweep skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default. The
 ``"default"`` profile adds nothing to a task, so keys written before the profiles axis existed are unchanged."""
 
 from __future__ import annotations

@@ -4,9 +4,8 @@ A runner takes the task's public configuration (see :class:`dpaudit.sweeps.spec.
 where the data and the ledger are) and returns a JSON-able result dict. Runners are plain module-level functions so they pickle to
 worker processes and to Dask workers alike.
 
-- ``train``: one release of a catalogue mechanism (:func:`_run_train`), its budget planned up front by the mechanism's own
-  ``plan`` (:func:`planned_release`) and recorded in the ledger by the coordinator, tagged with the sweep's name: the tasks
-  of a sweep compose on their training partition.
+- ``train``: one release of a catalogue mechanism (:func:`_run_train`; its budget: :func:`planned_release`), recorded by the
+  coordinator under the sweep's name: the tasks of a sweep compose on their training partition.
 - ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger, no privacy claim), used to check
   executors and clusters end to end. Its extra settings (``sleep``, ``fail_seeds``, ``exit_once_marker``) exist to test failure
   handling.
@@ -47,8 +46,7 @@ class RunContext:
     data_dir: str | None = None
     ledger_path: str | None = None
     record: bool = True  # record releases in the ledger
-    #: the coordinator's open ledger reservations holding the sweep's budget (the tasks' own pre-checks leave them out: their
-    #: releases are inside them; see releasing.held_by_caller)
+    #: the coordinator's open reservations holding the sweep's budget (see releasing.held_by_caller)
     reservations: tuple = ()
 
     def to_dict(self) -> dict:

@@ -138,7 +138,8 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
         raise UsageError(f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
                          f"got {a.mechanism!r}.")
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
-        _record_cost(target.mechanism, target.private_data()["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
+        scope = target.private_data()
+        _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
     with JobProgress("steps") as bar:
         scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
                                progress=bar.steps(f"one-run training ({m} canaries)"))

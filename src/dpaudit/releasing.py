@@ -381,10 +381,11 @@ def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
     """Check, then commit: the budget of ``plan`` is checked and held before the private data are
     used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
     planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
-    why = plan.uncertified or public_seed_reason(getattr(request, "seed", plan.seed), plan.event, getattr(request, "reproducible_noise", False))
+    seeded = public_seed_reason(getattr(request, "seed", plan.seed), plan.event, getattr(request, "reproducible_noise", False))
     check = BudgetCheck(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
                         data_digest=getattr(data, "sha256", None), data_info={"split_seed": info.split_seed, "profile": info.profile},
-                        uncertified=why, mechanism=plan.mechanism, noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+                        uncertified=plan.uncertified or seeded, mechanism=plan.mechanism, noise_tail_delta=planned_tail,
+                        data_rows=getattr(data, "rows", None) or None)
     reserve(check, ledger_path=ledger_path, record=record)
 
 

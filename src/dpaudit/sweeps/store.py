@@ -74,7 +74,7 @@ class SweepStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+            meta = self.meta()
         except sqlite3.DatabaseError as e:
             raise DataError(f"sweep store {self.path} is unreadable or not a sweep store: {e}.") from None
         version = meta.get("schema_version")

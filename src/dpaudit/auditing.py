@@ -6,9 +6,6 @@ an :class:`~dpaudit.requests.AuditRequest` by :func:`family_request`, or rebuilt
 :func:`dpaudit.release_compat.release_request`), the mechanism's plan of it (``plan_of_audit``: the
 same code path as its release), for a release the one check that the plan is the release's
 (:func:`~dpaudit.mechanisms.contract.check_plan_matches_release`), then ``mechanism.audit_target(plan, canary, ...)``.
-
-Layer 6 (docs/architecture.md): above the mechanisms it orchestrates; the audits core
-(:mod:`dpaudit.audits`) never imports this module.
 """
 
 from __future__ import annotations
@@ -131,16 +128,13 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
 
 def target_from_release(release, *, canary: str | None = None, data_dir: str | os.PathLike | None = None,
                         no_noise: bool = False, mechanism: str | None = None, user_ids=None):
-    """The prepared audit target reproducing a release (``Release`` or path).
-
-    The release's request (:func:`~dpaudit.release_compat.release_request`), its plan with
-    ``data_dir`` where the auditor keeps the data (the mechanism's ``plan_of_release``, checked), then the
-    mechanism's ``audit_target(plan, canary, release=...)``: the release's claim (its epsilon under
-    its own accountant and its recorded event) is what is audited, on data whose public identity
-    must be the release's. ``mechanism`` (the CLI's MECHANISM), when given, must name the
-    release's mechanism. ``user_ids`` (array or ``.npy`` path): a user-level release's users
-    (default: its request's ``user_ids`` file, else the public grouping); an old release that
-    names its user-ids file only in its command line is refused unless they are given.
+    """The prepared audit target reproducing a release (``Release`` or path), by the module's steps
+    with ``data_dir`` where the auditor keeps the data: the release's claim (its epsilon under its
+    own accountant and its recorded event) is what is audited, on data whose public identity must
+    be the release's. ``mechanism`` (the CLI's MECHANISM), when given, must name the release's
+    mechanism. ``user_ids`` (array or ``.npy`` path): a user-level release's users (default: its
+    request's ``user_ids`` file, else the public grouping); an old release that names its user-ids
+    file only in its command line is refused unless they are given.
     """
     rel = release if isinstance(release, Release) else read_release(release)
     entry = _release_entry(rel, mechanism)

@@ -69,9 +69,8 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     ``record``: the one training run is an ``audit`` entry in the ledger at ``ledger_path``
     (its event once; unbounded with ``no_noise``), written before it runs (docs/ledger.md).
 
-    ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run; its inclusion coins
-    come from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`), the run is
-    recorded under the plan before it trains and its result after, and one_run.json reveals the seeds."""
+    ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, its inclusion coins
+    from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`)."""
     m = positive_int("canaries", audit.canaries, 2)
     rel = None if audit.release is None else audit.release if isinstance(audit.release, Release) else read_release(audit.release)
     release_id = None if rel is None else rel.id
@@ -144,6 +143,5 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
     with JobProgress("steps") as bar:
         scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
                                progress=bar.steps(f"one-run training ({m} canaries)"))
-    claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
-                 delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
-    return claim, scores
+    return dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
+                delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon)), scores

@@ -12,10 +12,7 @@ Order matters ("check, then commit; fail closed", docs/architecture.md):
    open: the budget stays spent until an operator voids it (``dpaudit ledger void ID``).
 
 :func:`release` is the one skeleton every mechanism's release runs through (the contract:
-:mod:`dpaudit.mechanisms.contract`; the flow: ``docs/architecture.md``). Steps 1-3 share one
-:func:`release_session` (a context manager; :func:`budget_session` is the
-same as a function decorator), used by every release path: DP-SGD (record and user level),
-DP-ELM and DP-MixMin (whose two releases settle one combined reservation).
+:mod:`dpaudit.mechanisms.contract`); steps 1-3 share one :func:`release_session`.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_sour
                       secret_seed: int | None = None) -> NoiseSource:
     """DP noise generator: secret by default; derived from ``seed`` only on explicit request;
     from ``secret_seed`` (read by :func:`read_noise_seed`, never recorded) when given."""
-    check_noise_source(noise_source)
+    one_of("noise_source", noise_source, NOISE_SOURCES)
     if secret_seed is not None:
         return NoiseSource("reproducible-secret", seed=secret_seed)
     if reproducible_noise:
@@ -110,23 +107,12 @@ def planned_secret_seed(request) -> tuple[int | None, str | None]:
     return read_noise_seed(path), str(path.resolve())
 
 
-def check_noise_source(noise_source: str) -> str:
-    """Refuse a ``noise_source`` a request may not name (one-line UsageError), before anything
-    is loaded or reserved: a typo must cost no ledger entry."""
-    return one_of("noise_source", noise_source, NOISE_SOURCES)
-
-
-def planned_noise_reason(request, plan) -> str | None:
-    """Why the planned release will not be private because of its noise (derived from the
-    published seed: :func:`dpaudit.records.public_noise_reason`), else None; checked before
+def public_seed_reason(seed: int, event, reproducible_noise) -> str | None:
+    """Why a planned release of ``event`` will not be private because its noise is derived from the
+    published ``seed`` (:func:`dpaudit.records.public_noise_reason`), else None; checked before
     training, so the reservation counts it as unbounded and a capped dataset refuses it."""
-    if plan.event is None or not getattr(request, "reproducible_noise", False):
+    if event is None or not reproducible_noise:
         return None
-    return public_seed_reason(int(getattr(request, "seed", plan.seed)))
-
-
-def public_seed_reason(seed: int) -> str:
-    """The ledger's reason for a release whose noise is derived from the published ``seed``."""
     return public_noise_reason(NoiseSpec("reproducible", int(seed)).to_dict())
 
 
@@ -293,13 +279,6 @@ def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | 
 # ---------------------------------------------------------------- the one release skeleton
 
 
-def resolve_mechanism(mechanism):
-    """A mechanism object from itself or from its catalogue name (:mod:`dpaudit.catalogue`)."""
-    if isinstance(mechanism, str):
-        return registry.mechanism(mechanism)
-    return mechanism
-
-
 def release(
     mechanism,
     request,
@@ -322,11 +301,9 @@ def release(
        :func:`reserve`; ``record=False`` only checks);
     6. make the noise source (secret unless the request asks for reproducible noise);
     7. run (``mechanism.run``) on the private data;
-    8. verify the claim: epsilon recomputed from ``plan.event`` with ``plan.accountant`` under
-       ``plan.adjacency`` must not exceed ``plan.target_epsilon`` and the executed steps must
-       equal ``plan.steps``, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing
-       is published (the reservation is cancelled); the comparison epsilons (``plan.compare_accountants``,
-       public parameters only) are computed by a child process from step 5 on (``comparisons_ahead``);
+    8. verify the claim (:func:`verify_planned_claim`; a mismatch publishes nothing and cancels the
+       reservation); the comparison epsilons (``plan.compare_accountants``, public parameters only)
+       are computed by a child process from step 5 on (``comparisons_ahead``);
     9. build the :class:`~dpaudit.records.Release` (with the request) and :func:`publish` it.
 
     A multi-release plan (``plan.parts``, e.g. DP-MixMin's mixture weights then its fine-tuned
@@ -337,7 +314,7 @@ def release(
 
     Returns the Release (the last part's for a multi-release plan).
     """
-    mech = resolve_mechanism(mechanism)
+    mech = registry.mechanism(mechanism) if isinstance(mechanism, str) else mechanism
     with release_session():
         return _release_in_session(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress,
                                    prepared=prepared)
@@ -345,7 +322,7 @@ def release(
 
 def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
     request = mech.validate(request)
-    check_noise_source(getattr(request, "noise_source", "os-entropy"))
+    one_of("noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES)  # a typo costs no ledger entry
     secret_seed, seed_file = planned_secret_seed(request)
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
@@ -384,8 +361,13 @@ def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_p
     parts = plan.parts or (plan,)
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))
-    for part, out in zip(parts, outputs):
-        write_artefacts(out, out_dir / part.out_subdir)
+    for part, out in zip(parts, outputs):  # each folder was checked writable before the run
+        folder = out_dir / part.out_subdir
+        folder.mkdir(parents=True, exist_ok=True)
+        if out.save is not None:
+            out.save(folder)
+        elif out.arrays is not None:
+            np.savez(folder / out.weights_name, **out.arrays)
     for d in plan.declarations if record else ():
         declare_partition(d, ledger_path)
     for part, rel in zip(parts, releases):
@@ -399,10 +381,11 @@ def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
     """Check, then commit: the budget of ``plan`` is checked and held before the private data are
     used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
     planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
+    seeded = public_seed_reason(getattr(request, "seed", plan.seed), plan.event, getattr(request, "reproducible_noise", False))
     check = BudgetCheck(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
                         data_digest=getattr(data, "sha256", None), data_info={"split_seed": info.split_seed, "profile": info.profile},
-                        uncertified=plan.uncertified or planned_noise_reason(request, plan), mechanism=plan.mechanism,
-                        noise_tail_delta=planned_tail, data_rows=getattr(data, "rows", None) or None)
+                        uncertified=plan.uncertified or seeded, mechanism=plan.mechanism, noise_tail_delta=planned_tail,
+                        data_rows=getattr(data, "rows", None) or None)
     reserve(check, ledger_path=ledger_path, record=record)
 
 
@@ -475,16 +458,6 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
         **fields,
         **extra,
     )
-
-
-def write_artefacts(output, out_dir) -> None:
-    """Write a run's artefacts under ``out_dir`` (checked writable before the run)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if output.save is not None:
-        output.save(out)
-    elif output.arrays is not None:
-        np.savez(out / output.weights_name, **output.arrays)
 
 
 def planned_noise_tail(plan) -> float:

@@ -1,16 +1,11 @@
 """One-run audit of a model trained with Opacus's ``PrivacyEngine`` (Steinke, Nasr & Jagielski 2023); usage in
 docs/one_run.md (library, ``dpaudit audit opacus SCRIPT.py``, plans).
 
-How it works. ``canaries`` Dirac gradient canaries sit at distinct coordinates of the chosen
-parameter tensors (uniformly from the public ``seed``; default: every trainable parameter). Each is
-included independently with probability 1/2 (private coin). :meth:`OpacusCanaries.attach` wraps
-the ``DPOptimizer``'s ``add_noise`` -- called once per logical step, after ``clip_and_accumulate``
-has stored the clipped per-sample gradient sum in ``p.summed_grad`` and never on steps skipped for
-gradient accumulation -- so that, at every step, each included canary is Poisson-sampled with the
-data loader's sample rate (the rate Opacus accounts with: ``1 / len(data_loader)``) and, when
-sampled, ``max_grad_norm * e_j`` is added to ``p.summed_grad`` before Opacus's own ``add_noise``
-runs. Each canary is therefore one extra add/remove unit of sensitivity ``max_grad_norm``. Score
-of canary j: ``-(theta_T - theta_0)[j]`` (higher = more likely included).
+How it works (the hook: docs/one_run.md). ``canaries`` Dirac gradient canaries sit at distinct
+coordinates of the chosen parameter tensors (uniformly from the public ``seed``), each included with
+probability 1/2 (private coin); at every logical step each included canary is Poisson-sampled at the
+rate Opacus accounts with and, when sampled, ``max_grad_norm * e_j`` is added to ``p.summed_grad``
+before Opacus's own ``add_noise``: one extra add/remove unit of sensitivity ``max_grad_norm``.
 
 **What is not changed.** Opacus's noise (``optimizer.generator`` or the global torch generator;
 the canary draws come from a separate NumPy generator), its noise multiplier, clipping, scaling
@@ -43,17 +38,13 @@ torch = lazy_import("torch")
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
 _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
-_WRAP_PREFIXES = ("_module.",)  # GradSampleModule (and DPDDP) wrap the user's module under _module
+_WRAP_PREFIX = "_module."  # GradSampleModule (and DPDDP) wrap the user's module under _module
 
 
 def _plain_name(name: str) -> str:
-    while True:
-        for p in _WRAP_PREFIXES:
-            if name.startswith(p):
-                name = name[len(p):]
-                break
-        else:
-            return name
+    while name.startswith(_WRAP_PREFIX):
+        name = name[len(_WRAP_PREFIX):]
+    return name
 
 
 def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:
@@ -166,7 +157,7 @@ class OpacusCanaries:
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
         optimizer.dpaudit_canaries = self
-        self._optimizer, self._original = optimizer, original
+        self._optimizer = optimizer
         return self
 
     def _start_planned_run(self) -> None:
@@ -244,8 +235,7 @@ class OpacusCanaries:
         given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
         must not be given), written under ``out`` or the plan's folder, its digest recorded under the
         plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result).
-        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run; its findings go in the
-        record, and with any the claim is marked not certified."""
+        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run (its ``record`` joins the bounds)."""
         t0 = time.perf_counter()
         bounds = self._bounds(model, delta, confidence)
         if pipeline is not None:

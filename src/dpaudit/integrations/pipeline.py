@@ -22,10 +22,8 @@ mismatch as a :class:`Finding` (code, message, consequence):
 
 A run with a finding is never certified at the accountant's epsilon: :meth:`PipelineCheck.record`
 is what goes in one_run.json (``findings`` and ``certified: "not certified: pipeline findings"``), and for
-non-Poisson batches it adds :meth:`~PipelineCheck.no_amplification_event`, a sound upper bound that
-assumes no amplification (each record in at most one batch per epoch: the Gaussian mechanism composed
-over the epochs), shown beside the Poisson figure and itself labelled not certified (a shuffled loader
-is checked only from the outside).
+non-Poisson batches it adds the epsilon of :meth:`~PipelineCheck.no_amplification_event` beside the Poisson
+figure, itself labelled not certified (a shuffled loader is checked only from the outside).
 """
 
 from __future__ import annotations
@@ -146,8 +144,7 @@ class PipelineCheck:
 
     def findings(self) -> tuple[Finding, ...]:
         """Every mismatch found so far (module docstring)."""
-        out = self._sampler_findings() + self._normaliser_findings() + self._step_findings() + self._setting_findings()
-        return tuple(out)
+        return tuple(self._sampler_findings() + self._normaliser_findings() + self._step_findings() + self._setting_findings())
 
     def _sampler_findings(self) -> list[Finding]:
         out, q = [], self.sample_rate

@@ -1,15 +1,5 @@
 """Experiment sweeps: TOML grids, a resumable SQLite results store, local and Dask executors, and the paired seed-level statistics
-of the DP-RVFL paper (section 4.2).
-
-Python use::
-
-    from dpaudit.sweeps import builtin_spec, load_spec, run_sweep, make_executor, TaskFilter
-    spec = builtin_spec("dp-rvfl-primary")
-    with make_executor("dask", workers=2) as ex:
-        summary = run_sweep(spec, executor=ex, task_filter=TaskFilter(datasets=("heart",), epsilons=(2.0,)))
-
-Audits reuse the executors: ``make_executor(...).map_chunks(fn, chunks)`` returns the chunk results in order (see
-:mod:`dpaudit.sweeps.executors`)."""
+of the DP-RVFL paper (section 4.2). Python use, and audits' use of the executors: docs/sweeps.md."""
 
 from .executors import EXECUTORS, ChunkFailedError, DaskExecutor, Executor, LocalExecutor, Outcome, make_executor
 from .request import DEFAULT_OUT, SweepRequest

@@ -1,15 +1,9 @@
 """Executors: run many independent pieces of work (sweep tasks, audit trial chunks) somewhere.
 
-Two back ends behind one small interface, so sweeps and audits share a code path:
-
-- :class:`LocalExecutor` (``local``, default): a process pool on this machine (``forkserver`` start method with torch preloaded,
-  ``spawn`` where unavailable; one torch thread per worker); ``workers=1`` runs in-process, with no pool at all.
-- :class:`DaskExecutor` (``dask``): ``dask.distributed``. Connects to an existing scheduler (``scheduler="tcp://HOST:8786"``) or
-  starts a ``LocalCluster`` of ``workers`` processes bound to 127.0.0.1 only (never a public interface).
-
-Interface (both): ``imap_unordered(fn, items)`` yields an :class:`Outcome` per item as it finishes, ``map_chunks(fn, chunks)``
-returns the values in order (docs/sweeps.md). ``fn`` must be a module-level function (importable on remote workers); an exception
-it raises comes back as ``Outcome(ok=False, error=...)`` and never kills the loop.
+:class:`LocalExecutor` (``local``, default; ``forkserver`` with torch preloaded, else ``spawn``) and :class:`DaskExecutor`
+(``dask``) share one interface (docs/sweeps.md, "Executors"): ``imap_unordered(fn, items)`` yields an :class:`Outcome` per item as
+it finishes, ``map_chunks(fn, chunks)`` returns the values in order. ``fn`` must be a module-level function (importable on remote
+workers); an exception it raises comes back as ``Outcome(ok=False, error=...)`` and never kills the loop.
 
 Worker death: the local pool is rebuilt and the items that were in flight are resubmitted; Dask reschedules them itself. An item
 in flight during ``max_worker_deaths`` deaths is reported as failed (``"worker died ..."``). Results already yielded are never
@@ -66,8 +60,7 @@ def _set_threads(threads: int) -> None:
         return
     torch = sys.modules.get("torch")
     if torch is not None:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
     else:
         os.environ["OMP_NUM_THREADS"] = str(threads)
         os.environ["MKL_NUM_THREADS"] = str(threads)
@@ -270,13 +263,12 @@ class DaskExecutor(Executor):
         self._cluster = None
         self.scheduler = scheduler
         if scheduler is None:
-            n = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
-            self.workers = n
+            self.workers = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
             # Bound to loopback only: a LocalCluster is never reachable from another machine. The scheduler always runs a small
             # HTTP server (health/metrics routes); pin it to loopback on a free port too (the default, 8787, collides with a
             # second cluster).
             self._cluster = LocalCluster(
-                n_workers=n, threads_per_worker=self.threads_per_worker, processes=True,
+                n_workers=self.workers, threads_per_worker=self.threads_per_worker, processes=True,
                 host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
             )
             self.client = Client(self._cluster)

@@ -52,7 +52,6 @@ class SweepRequest:
             raise UsageError(f"a sweep must come from SPEC or --builtin, not both, got {self.spec!r} and {self.builtin!r}.")
         if self.spec is None and self.builtin is None:
             raise UsageError("a sweep must be given as SPEC.toml or --builtin NAME, got neither.")
-        # --profile P (not default) moves every block to P and names the sweep NAME-P.
         return with_profile(builtin_spec(self.builtin) if self.builtin is not None else load_spec(self.spec), self.profile)
 
     def task_filter(self) -> TaskFilter:

@@ -3,9 +3,6 @@
 The coordinating process is the only writer of the sweep store; each outcome is committed the moment it arrives, so killing the
 sweep (or losing a worker) never loses a finished task, and re-running the same command resumes. Failed tasks keep their error and
 are retried only with ``retry_failed=True``.
-
-Every ``train`` task is its own private release, recorded in the ledger with the sweep's name; the ledger composes them
-(docs/sweeps.md, "Privacy budget").
 """
 
 from __future__ import annotations
@@ -283,18 +280,16 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
 
 
 def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
-    """Reserve, before anything runs, the budget of every release the sweep will make (docs/sweeps.md, "Privacy budget"): one
-    reservation per ``train`` task (``{task key: reservation id}``) from its planned release
-    (:func:`~dpaudit.sweeps.tasks.planned_release`). Parallel tasks cannot see each other's releases, so the whole sweep is first
-    checked against every cap at once (nothing written), then each reservation is appended with its own cap check (a refusal
-    cancels those already made). The tasks' own pre-checks leave them out (:func:`dpaudit.releasing.held_by_caller`). Noise
-    derived from a task's published seed is reserved as not private (unbounded)."""
+    """Reserve, before anything runs, one reservation per ``train`` task (``{task key: reservation id}``) of its planned release
+    (:func:`~dpaudit.sweeps.tasks.planned_release`; docs/sweeps.md, "Privacy budget"): the whole sweep is checked against every cap
+    at once (nothing written), then each reservation is appended with its own cap check (a refusal cancels those already made)."""
     planned = []
     for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":
             ds, part, adj, event, tail = planned_release(t.config())
+            why = public_seed_reason(t.seed, event, dict(t.settings).get("reproducible_noise"))
             planned.append((t.key, dict(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
-                                        noise_tail_delta=tail, uncertified=_noise_reason(t, event))))
+                                        noise_tail_delta=tail, uncertified=why)))
     if not planned:
         return {}
     held: dict[str, str] = {}
@@ -308,13 +303,6 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
                 ledger.cancel(rid, f"sweep {sweep} refused before running")
             raise
     return held
-
-
-def _noise_reason(task: Task, event) -> str | None:
-    """Why ``task``'s release will not be private because of its noise (derived from its published seed), else None."""
-    if event is None or not dict(task.settings).get("reproducible_noise"):
-        return None
-    return public_seed_reason(task.seed)
 
 
 def _check_sweep(ledger, planned: list[dict]) -> None:
@@ -336,9 +324,8 @@ def _check_sweep(ledger, planned: list[dict]) -> None:
 def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
                         written: dict[str, str] | None = None) -> list[dict]:
     """Close the sweep's task reservations still open when it ends (``held``: task key -> reservation id): cancel those of tasks
-    that released nothing; leave open (spent, voidable) those whose release folder holds anything (``written``: task key -> that
-    folder), since the model may exist although it is not in the ledger (a failed record, an interrupt). Returns the ones left
-    open, as ``{key, release_dir, reservation}``."""
+    that released nothing; return, left open (spent, voidable), those whose release folder holds anything (``written``: task key
+    -> that folder), since the model may exist although it is not in the ledger (see :attr:`SweepSummary.unrecorded`)."""
     left: list[dict] = []
     if not held:
         return left

@@ -1,11 +1,9 @@
 """Sweep specifications: a TOML grid of tasks (runner x model x dataset x epsilon x seed; format: docs/sweeps.md).
 
-A ``train`` task is a catalogue name and a Request (:func:`task_request`); ``dp-elm-L{w}``, the name older specs give DP-ELM at
-width w, is read by :func:`catalogue_request` alone. A task's identity is the SHA-256 of its full *public* configuration (runner,
-model, dataset, epsilon, seed and every setting, canonical JSON); where results go, the data directory and the executor are not
-part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a cluster has the same key and a resumed sweep
-skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default. The
-``"default"`` profile adds nothing to a task, so keys written before the profiles axis existed are unchanged."""
+A ``train`` task is a catalogue name and a Request (:func:`task_request`). A task's identity is the SHA-256 of its full *public*
+configuration (runner, model, dataset, epsilon, seed and every setting, canonical JSON); where results go, the data directory and
+the executor are not part of it (docs/architecture.md, rule 4), so the same task run on a laptop or a cluster has the same key
+and a resumed sweep skips it. Unknown setting names are refused: a typo in a privacy setting must never silently fall back to a default."""
 
 from __future__ import annotations
 
@@ -150,7 +148,6 @@ class SweepSpec:
         for b in self.blocks:
             for dataset in b.datasets:
                 for profile in b.profiles:
-                    # The dataset's own default adds no setting, so such a task keeps its key.
                     prof = profile_setting(dataset, profile) if self.runner == "train" else None
                     settings = b.settings if prof is None else _settings_tuple({**dict(b.settings), "profile": prof})
                     for t in (Task(self.runner, m, dataset, e, s, settings) for m in b.models for e in b.epsilons for s in b.seeds):
@@ -348,8 +345,7 @@ def spec_from_dict(data: dict, *, source: str = "", default_name: str | None = N
     if len(fixed_names) > 1:
         raise UsageError("sweep spec must give its fixed settings once, got both [settings] and [fixed].")
     base = _settings(data.get(fixed_names[0]) if fixed_names else None, "spec")
-    tables = _grid_tables(data)
-    blocks = tuple(_block(t, base, runner, f"grid block {i + 1}") for i, t in enumerate(tables))
+    blocks = tuple(_block(t, base, runner, f"grid block {i + 1}") for i, t in enumerate(_grid_tables(data)))
     return SweepSpec(name=name, runner=runner, blocks=blocks, description=str(data.get("description", "")), source=source)
 
 

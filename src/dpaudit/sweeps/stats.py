@@ -147,11 +147,8 @@ class Cell:
 
 def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: float = 0.95) -> list[Cell]:
     """Per (dataset, epsilon, model) summaries of ``metric`` over seeds, sorted."""
-    groups: dict[tuple, dict[int, float]] = defaultdict(dict)
-    for r in records:
-        v = _metric(r, metric)
-        if v is not None:
-            groups[(r["dataset"], r["epsilon"], r["model"])][int(r["seed"])] = v
+    groups = {(ds, eps, model): by_seed for (ds, eps, _), models in _by_condition(list(records), [metric]).items()
+              for model, by_seed in models.items()}
     out = []
     for (ds, eps, model), by_seed in sorted(groups.items(), key=lambda kv: (kv[0][0], eps_key(kv[0][1]), kv[0][2])):
         seeds = tuple(sorted(by_seed))
@@ -260,10 +257,5 @@ def win_tie_loss(contrasts: Iterable[Contrast], *, tie_tolerance: float = 0.0) -
     for c in contrasts:
         k = (c.comparator, c.metric)
         ref_name[k] = c.reference
-        if c.mean_difference > tie_tolerance:
-            agg[k][0] += 1
-        elif c.mean_difference < -tie_tolerance:
-            agg[k][2] += 1
-        else:
-            agg[k][1] += 1
+        agg[k][0 if c.mean_difference > tie_tolerance else 2 if c.mean_difference < -tie_tolerance else 1] += 1
     return [WinTieLoss(ref_name[k], k[0], k[1], w, t, l, w + t + l) for k, (w, t, l) in sorted(agg.items())]

@@ -74,7 +74,7 @@ class SweepStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            meta = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+            meta = self.meta()
         except sqlite3.DatabaseError as e:
             raise DataError(f"sweep store {self.path} is unreadable or not a sweep store: {e}.") from None
         version = meta.get("schema_version")
@@ -104,28 +104,24 @@ class SweepStore:
         return self.meta().get("name")
 
     # -- tasks --------------------------------------------------------------------------------
-    def add_tasks(self, tasks: Iterable[Task]) -> int:
-        """Insert tasks not yet known (by key); returns how many were new."""
+    def add_tasks(self, tasks: Iterable[Task]) -> None:
+        """Insert the tasks not yet known (by key), in one transaction."""
         now = now_utc()
         rows = [(t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now) for t in tasks]
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            before = cur.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
             cur.executemany(
                 "INSERT OR IGNORE INTO tasks (key, config, runner, model, dataset, epsilon, seed, status, added_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)", rows,
             )
-            after = cur.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
-        return after - before
 
     def statuses(self, keys: Iterable[str] | None = None) -> dict[str, str]:
-        rows = self._db.execute("SELECT key, status FROM tasks").fetchall()
-        d = dict(rows)
+        d = dict(self._db.execute("SELECT key, status FROM tasks").fetchall())
         return d if keys is None else {k: d[k] for k in keys if k in d}
 
     def to_run(self, keys: Iterable[str], *, retry_failed: bool = False) -> list[str]:

@@ -40,8 +40,7 @@ def _fmt(x: float, digits: int = 2) -> str:
 
 
 def _pm(mean: float, sd: float | None, digits: int = 2) -> str:
-    sd = math.nan if sd is None else sd
-    return f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}" if not math.isnan(sd) else f"{_fmt(mean, digits)} (n=1)"
+    return f"{_fmt(mean, digits)} (n=1)" if sd is None or math.isnan(sd) else f"{_fmt(mean, digits)} ± {_fmt(sd, digits)}"
 
 
 def dataset_label(dataset: str, profile: str | None) -> str:

@@ -4,9 +4,8 @@ A runner takes the task's public configuration (see :class:`dpaudit.sweeps.spec.
 where the data and the ledger are) and returns a JSON-able result dict. Runners are plain module-level functions so they pickle to
 worker processes and to Dask workers alike.
 
-- ``train``: one release of a catalogue mechanism (:func:`_run_train`), its budget planned up front by the mechanism's own
-  ``plan`` (:func:`planned_release`) and recorded in the ledger by the coordinator, tagged with the sweep's name: the tasks
-  of a sweep compose on their training partition.
+- ``train``: one release of a catalogue mechanism (:func:`_run_train`; its budget: :func:`planned_release`), recorded by the
+  coordinator under the sweep's name: the tasks of a sweep compose on their training partition.
 - ``selftest``: a noisy estimate of a synthetic mean (no data files, no release, no ledger, no privacy claim), used to check
   executors and clusters end to end. Its extra settings (``sleep``, ``fail_seeds``, ``exit_once_marker``) exist to test failure
   handling.
@@ -47,8 +46,7 @@ class RunContext:
     data_dir: str | None = None
     ledger_path: str | None = None
     record: bool = True  # record releases in the ledger
-    #: the coordinator's open ledger reservations holding the sweep's budget (the tasks' own pre-checks leave them out: their
-    #: releases are inside them; see releasing.held_by_caller)
+    #: the coordinator's open reservations holding the sweep's budget (see releasing.held_by_caller)
     reservations: tuple = ()
 
     def to_dict(self) -> dict:
@@ -74,10 +72,8 @@ def execute_task(payload: tuple[dict, dict]) -> dict:
 # ---- train
 
 def _run_train(config: dict, context: RunContext, key: str) -> dict:
-    """Release the task's Request, write release.json tagged with the sweep, and return it for the coordinator to record. The
-    release skeleton runs its own per-release budget preflight against ``context.ledger_path`` (refusing over-cap work before
-    training); the release itself is recorded in the ledger by the coordinating process (:func:`dpaudit.sweeps.runner.run_sweep`),
-    the single writer, so a remote worker never needs the ledger file to be writable."""
+    """Release the task's Request (its own preflight refuses over-cap work before training) and write release.json tagged with
+    the sweep; the coordinator (:func:`dpaudit.sweeps.runner.run_sweep`), the ledger's single writer, records it."""
     name, request = task_request(config, context.data_dir)
     out = task_dir(context.out_dir, config, key)
     with held_by_caller(context.reservations):
@@ -93,12 +89,10 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
 
 
 def planned_release(config: dict):
-    """What a ``train`` task will spend, computed *before* it runs, from its mechanism's own plan. Returns (dataset, partition,
-    adjacency, event, noise_tail_delta) of ``mechanism.plan(request, DataInfo.from_registry(dataset, profile))`` (the plan the
-    release runs: the public schedule of the training partition under the task's profile and the calibrated noise; DP-ELM:
-    ``PureEpsilon(epsilon)``); ``event`` is None for a non-private task (unbounded cost) and the tail is the plan's sampler tail
-    delta (:func:`dpaudit.releasing.planned_noise_tail`), which a sweep's up-front reservation holds with the event. None for
-    runners that touch no real data."""
+    """(dataset, partition, adjacency, event, noise_tail_delta) a ``train`` task will spend, from the plan its release runs
+    (``mechanism.plan`` on the registry's public facts under the task's profile), before it runs: ``event`` None for a
+    non-private task (unbounded cost), the tail from :func:`dpaudit.releasing.planned_noise_tail`. None for runners that touch
+    no real data."""
     if config["runner"] != "train":
         return None
     name, request = task_request(config)

@@ -259,9 +259,7 @@ class MixMinInfo(DataInfo):
 
     @classmethod
     def from_release(cls, release) -> "MixMinInfo":
-        """The public facts a release records (its identity and config), without the private data: what an audit of it plans from.
-        A release made before reference sizes (no ``config["reference_size"]``) gives its recorded |D_mix|, |D_ft| (its schedules'
-        sizes)."""
+        """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
         sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit) if split.get("rule") == SPLIT_RULE else None
@@ -476,9 +474,8 @@ class DPMixMin(MechanismBase):
         return release.to_dict(), lines
 
     def plan_of_release(self, request: MixMinRequest, release) -> ReleasePlan:
-        """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`),
-        its mixture part checked against it. A release that records no request (before requests
-        were recorded) plans with the resolved settings it recorded (``mixmin_config``)."""
+        """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`), checked against it; a
+        release that records no request plans with the resolved settings it recorded (``mixmin_config``)."""
         cfg = release.config or {}
         if request.proxy_predictions is not None or not cfg.get("task"):
             raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
@@ -574,8 +571,7 @@ def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, 
     auc_pre = auc(y_te, model_scores(model, x_te))
     t = time.perf_counter()
     say("DP fine-tuning on D_ft")
-    fcfg = DPSGDConfig(**{k: v for k, v in ft_plan.config["dpsgd_config"].items() if k in ("sample_rate", "steps", "normalizer", "noise_multiplier",
-                                                                                         "clipping_norm", "lr")})
+    fcfg = DPSGDConfig.from_dict(ft_plan.config["dpsgd_config"])
     head = train_heads(features(model, x_tr[data.ft_idx]).astype(np.float32), y_tr[data.ft_idx], 2, fcfg, noise=noise,
                        init=head_init(model), binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t

@@ -116,12 +116,10 @@ class DiracCanaries:
 
 
 def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray) -> np.ndarray:
-    """Flat coordinates (into the concatenation of ``tensors``) that no training record moves:
-    for the dense model, the first layer's weights on input features that are zero in every
-    training record (their per-example gradient is outer(g, x), zero in those columns). The
-    choice depends on the training data, as the head audits' max-clip canary does, but not on the
-    canary coins, so the one-run analysis stays valid; it only removes data gradients from the
-    canaries' coordinates (power, not soundness). Empty for the other models."""
+    """Flat coordinates (into the concatenation of ``tensors``) that no training record moves: for
+    the dense model, the first layer's weights on input features zero in every training record.
+    The choice depends on the data but not on the canary coins: power, not soundness. Empty for
+    the other models."""
     if name != "dense" or "fc1.weight" not in tensors:
         return np.zeros(0, dtype=np.int64)
     start = sum(int(np.prod(shapes[t])) for t in tensors[: tensors.index("fc1.weight")])

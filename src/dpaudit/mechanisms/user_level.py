@@ -187,14 +187,10 @@ def user_module_clipped_sum(
     clip: bool = True,
     max_chunk: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Sum over sampled users of clip((1/k_u) sum_{i in S_u} grad l_i), joint norm over all params.
-
-    Per-record gradients by ``vmap(grad(...))``, averaged per user by a segment sum
-    (``index_add_``), clipped per user. Users are processed in groups of at most ``max_chunk``
-    rows (a user with more rows than that alone, in sub-chunks), so memory is bounded by
-    ``max_chunk`` per-sample gradients. A group of singleton users goes through
-    :func:`dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum` itself.
-    """
+    """Sum over sampled users of clip((1/k_u) sum_{i in S_u} grad l_i), joint norm over all params:
+    ``vmap(grad)`` per-record gradients, summed per user; the reference of
+    :func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum` (same units and chunking; a
+    bigger user in sub-chunks of ``max_chunk`` rows)."""
     cumk = np.concatenate([[0], np.cumsum(k)])
     total = None
     for ua, ub in unit_chunks(k, max_chunk):

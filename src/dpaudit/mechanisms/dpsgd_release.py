@@ -4,11 +4,8 @@ One :class:`DPSGDMechanism` (``MECHANISM``, the catalogue's entry for the family
 :data:`dpaudit.mechanisms.rvfl.MODELS` (frozen-feature heads and trainable modules) at either
 privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-RVFL paper's
 (section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.rvfl`), at user level the one of
-:mod:`dpaudit.mechanisms.user_level`.
-
-:func:`~dpaudit.mechanisms.rvfl.plan_schedule` is the one "schedule -> calibrated sigma -> event" of DP-SGD: the release's
-:meth:`DPSGDMechanism.plan`, a sweep's budget (:func:`dpaudit.sweeps.tasks.planned_event`, via
-``plan``) and the head audits (:func:`dpaudit.mechanisms.head_audit.setup_head`) all use it.
+:mod:`dpaudit.mechanisms.user_level`. Its schedule and sigma come from
+:func:`~dpaudit.mechanisms.rvfl.plan_schedule`, as the sweeps' budgets and the head audits' do.
 
 **Privacy contract.** A release is (epsilon, delta)-DP for ``SubsampledGaussian(sigma, q, T)``
 under add/remove of one record (``privacy_unit`` record) or of one user's records (user) on the
@@ -207,12 +204,19 @@ class DPSGDMechanism(MechanismBase):
         n_classes = int(data.n_classes)
         binary = n_classes == 2
 
-        def tail_check(params: int) -> None:
-            # Every step adds N(0, (sigma C)^2) to every trainable parameter (empty batches included):
-            # public dimensions, so truncated-noise runs are refused before training.
+        def train(params: int, fit):
+            """``fit(progress)``, timed. Every step adds N(0, (sigma C)^2) to every trainable parameter
+            (empty batches included): public dimensions, so truncated-noise runs are refused first."""
             if private:
                 gaussian_run_tail(steps, params, plan.target_epsilon, plan.delta,
                                   what=f"{r.model} run ({steps} steps x {params} noised parameters)")
+            cb, close = _progress_callable(progress, steps, eps_of)
+            t_train = time.perf_counter()
+            try:
+                out = fit(cb)
+            finally:
+                close()
+            return out, time.perf_counter() - t_train
 
         save = None
         arrays = None
@@ -226,15 +230,8 @@ class DPSGDMechanism(MechanismBase):
             params = k * (feats.output_dim + 1)
             model_config = {"features": feats.describe(), "head_outputs": k, "head_init": "U(-1/sqrt(d), 1/sqrt(d)) (torch nn.Linear default)",
                             "loss": "sigmoid cross-entropy (K=1)" if k == 1 else "softmax cross-entropy", "trainable_parameters": params}
-            tail_check(params)
-            cb, close = _progress_callable(progress, steps, eps_of)
-            t_train = time.perf_counter()
-            try:
-                head = train_heads(z_train, data.y_train, n_classes, config, noise=noise, init=init, users=users, progress=cb,
-                                   binary_logit=binary, z_has_bias_column=True)
-            finally:
-                close()
-            train_seconds = time.perf_counter() - t_train
+            head, train_seconds = train(params, lambda cb: train_heads(z_train, data.y_train, n_classes, config, noise=noise, init=init,
+                                                                       users=users, progress=cb, binary_logit=binary, z_has_bias_column=True))
             steps_executed, weight = head.steps_executed, head.weights[0]
             proba = head_probabilities(weight, feats.transform(data.x_test))
             arrays = {"head_weight": weight.astype(np.float32)}
@@ -252,14 +249,8 @@ class DPSGDMechanism(MechanismBase):
             params = sum(p.numel() for p in module.parameters() if p.requires_grad)
             model_config = {"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy", "trainable_parameters": params,
                             "init": "torch defaults from a generator seeded by the public seed"}
-            tail_check(params)
-            cb, close = _progress_callable(progress, steps, eps_of)
-            t_train = time.perf_counter()
-            try:
-                steps_executed = train_module_dp_sgd(module, x_train, y_train, config, noise=noise, users=users, loss=loss, progress=cb)
-            finally:
-                close()
-            train_seconds = time.perf_counter() - t_train
+            steps_executed, train_seconds = train(params, lambda cb: train_module_dp_sgd(module, x_train, y_train, config, noise=noise,
+                                                                                         users=users, loss=loss, progress=cb))
             module.eval()
             with torch.no_grad():
                 out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
@@ -312,15 +303,10 @@ class DPSGDMechanism(MechanismBase):
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
         """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
-        schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset.
-
-        ``release``: the :class:`~dpaudit.records.Release` being audited (its recorded claim,
-        event, accountant, dataset identity, and its recorded sigma and schedule, which the plan
-        must equal: for old releases they are the truth). ``user_ids``: the user ids of a
-        user-level audit (default: the request's file; none: a public grouping into users of G).
-        ``no_noise``: the no-noise control. Gives the same target, with the same scores, as the hand-built
-        path it replaced (tests/audits/test_dpsgd_audit_target.py).
-        """
+        schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset; a
+        ``release``'s recorded claim, event, accountant, identity, sigma and schedule (for old
+        releases they are the truth). ``user_ids``: a user-level audit's (default: the request's
+        file; none: a public grouping into users of G). ``no_noise``: the no-noise control."""
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
             raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")

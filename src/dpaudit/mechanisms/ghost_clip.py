@@ -1,25 +1,16 @@
 """The clipped-sum kernel of module models (releases, trial and one-run audits; record and user
 units): per-unit gradient norms without per-sample gradients of the whole model.
 
-One forward pass records every trained layer's input and one backward pass of the summed loss,
-taken with respect to the layer outputs only (no weight gradients), their output gradients. A
-layer's gradient for unit u is ``sum_s g_s a_s^T`` over the unit's rows s -- its records times
-their positions (tokens for a ``Linear`` on a sequence, output pixels for a convolution on its
-unfolded input) -- so per layer, whichever costs fewer multiply-adds (mixed ghost clipping, Bu et
-al. 2022):
-
-- ghost norm (Li et al. 2022): ``||grad_u||^2 = <A_u A_u^T, G_u G_u^T>`` on the unit's rows (a
-  user's records are one long sequence, so the cross terms between them are exact), and the
-  clipped sum is one product ``sum_rows w_s g_s a_s^T`` on the stored rows;
-- materialised: the layer's (p, d) gradient per unit, whose weighted sum is the clipped sum.
-
-Biases: ``sum_s g_s`` per unit. Either way the clipped sum reuses what the first pass stored:
-no second backward pass (book-keeping, Bu et al. 2023). The unit's gradient, its norm and the
-clipping rule are those of the reference kernels (``vmap(grad)``:
-:func:`~dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum`, and
-:func:`~dpaudit.mechanisms.user_level.user_module_clipped_sum` for g_u = (1/k_u) sum of the
-user's record gradients), so the sums agree to float rounding and the sensitivity C holds
-(tests/mechanisms/test_ghost_clipping.py). Modules with a trainable parameter outside
+One forward pass stores every trained layer's input, one backward pass of the summed loss (w.r.t.
+the layer outputs only) their output gradients. A layer's gradient for unit u is ``sum_s g_s a_s^T``
+over the unit's rows s (records times positions: tokens, or a convolution's output pixels), so per
+layer, whichever costs fewer multiply-adds (mixed ghost clipping, Bu et al. 2022): the ghost norm
+``||grad_u||^2 = <A_u A_u^T, G_u G_u^T>`` (Li et al. 2022; a user's records are one long sequence,
+so the cross terms are exact), or the materialised (p, d) gradient per unit. The clipped sum reuses
+what the pass stored (book-keeping, Bu et al. 2023). Unit gradients, norms and clipping are those
+of the reference kernels (:func:`~dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum`,
+:func:`~dpaudit.mechanisms.user_level.user_module_clipped_sum`), so the sums agree to float
+rounding and the sensitivity C holds (tests/mechanisms/test_ghost_clipping.py). Modules with a trainable parameter outside
 ``nn.Linear``/``nn.Conv1d``/``nn.Conv2d`` (groups 1, zero padding) go to the reference kernels.
 Like every per-sample method (Opacus included), this assumes rows do not interact in the
 forward pass (no batch norm), as in :mod:`dpaudit.mechanisms.models`.
@@ -50,12 +41,9 @@ def module_clipped_sum(module, params: dict, x: torch.Tensor, y: torch.Tensor, r
                        loss: str = "cross_entropy", clip: bool = True, seg=None, k=None, max_chunk: int = 1024) -> dict:
     """THE clipped sum of module models: sum over units u of clip((1/k_u) sum_{i in u} grad l_i)
     (joint L2 norm over all trainable parameters, :func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`).
-
-    ``rows``: record indices into (x, y), grouped by unit; ``seg[i]``: the unit of ``rows[i]``,
-    ``k``: records per unit (None: every row its own unit, record-level DP). ``params``: the
-    module's parameters by name (what the reference kernel evaluates at). Units are taken in
-    groups of at most ``max_chunk`` rows (a bigger unit alone): memory stays bounded.
-    """
+    ``rows``: record indices into (x, y), grouped by unit; ``seg[i]``: the unit of ``rows[i]``, ``k``:
+    records per unit (None: record units). ``params``: what the reference kernel evaluates at. Units
+    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.user_level.unit_chunks`)."""
     if seg is None:
         seg, k = np.arange(rows.size), np.ones(rows.size, dtype=np.int64)
     if ghost_layers(module) is None:

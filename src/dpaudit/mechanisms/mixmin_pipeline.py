@@ -21,9 +21,7 @@ Schedules: both stages' (q, T, m0) and noise are built from the task's declared 
 (:data:`~.mixmin_tasks.REFERENCE_SIZES`, or ``--reference-size``) via :func:`~.mixmin_tasks.reference_units`, assuming |D_mix| =
 round(rho U0) and |D_ft| = N0 - round(rho N0); the run keeps them whatever the actual (private) counts are.
 
-Baselines (section 5): random initialisation (no pretraining), uniform mixture, random search over m mixtures drawn uniformly from
-the simplex (selected NON-privately on D_mix, as in the paper, so it over-estimates private search), and non-private MixMin
-(lambda* on all private training records, no privacy charged for it, then DP fine-tuning on all of them)."""
+The section 5 baselines are benchmarks/mixmin_experiments.py's (docs/experiments.md)."""
 
 from __future__ import annotations
 
@@ -209,8 +207,7 @@ ACCOUNTANT = "rdp"
 
 
 def _split_info(rule: str, *, rho: float, seed: int, privacy_unit: str, composition: str, parallel: bool) -> dict:
-    """What the release says about its D_mix / D_ft split (public): which rule made it, and on what basis the two stages compose.
-    """
+    """What the release says about its D_mix / D_ft split (public): its rule and how the two stages compose."""
     return {
         "rule": rule, "rho": rho, "seed": int(seed), "unit": privacy_unit, "composition": composition,
         "stable_under_add_remove": rule in STABLE_SPLIT_RULES, "parallel_composition": bool(parallel),
@@ -262,9 +259,7 @@ class MixMinInfo(DataInfo):
 
     @classmethod
     def from_release(cls, release) -> "MixMinInfo":
-        """The public facts a release records (its identity and config), without the private data: what an audit of it plans from.
-        A release made before reference sizes (no ``config["reference_size"]``) gives its recorded |D_mix|, |D_ft| (its schedules'
-        sizes)."""
+        """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
         sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit) if split.get("rule") == SPLIT_RULE else None
@@ -328,13 +323,9 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
 
 
 class DPMixMin(MechanismBase):
-    """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`). A multi-release plan: ``stage="mixture"`` is one
-    part (lambda on D_mix); ``"pipeline"`` two (lambda, then the DP fine-tuned head on D_ft) whose combined event (``Parallel`` on
-    the declared split, or ``Composed`` on ``train``) is reserved once and settled with both releases
-    (:func:`dpaudit.releasing.release`, e.g. ``release("mixmin", MixMinRequest(...))``). The D_mix / D_ft split is
-    :func:`~.mixmin_tasks.mixture_split` (rule :data:`~.mixmin_tasks.SPLIT_RULE`: per record, or per user, keyed on stable ids),
-    the only split whose two sides stay disjoint under add/remove adjacency, hence declared to the ledger as a disjoint partition;
-    ``rho`` / mixture settings default to the task's public defaults."""
+    """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy: the module docstring). A multi-release
+    plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two (lambda, then the head on D_ft) whose combined
+    event is reserved once and settled with both releases (``release("mixmin", MixMinRequest(...))``)."""
     name = NAME
     request_type = MixMinRequest
     load_uses_ledger = True  # a proxy file is named by its keyed fingerprint (the ledger's key)
@@ -392,14 +383,12 @@ class DPMixMin(MechanismBase):
                   "source_names": list(info.source_names), "split": split}
         parts = (_mixture_part(request, info, mixture, n_mix, rho * request.epsilon if sequential else request.epsilon, shared, common),)
         sp = info.split_partition
+        event, partition = parts[0].event, sp or info.partition
         if stage == "pipeline":
             parts += (_finetune_part(request, info, n_ft, (1 - rho) * request.epsilon if sequential else request.epsilon, shared,
                                      "train" if sequential else sp + "/ft", common),)
-        # The budget of the whole plan (both releases), reserved once before any private computation.
-        if stage == "pipeline":
+            # The budget of the whole plan (both releases), reserved once before any private computation.
             event, partition = (Composed if sequential else Parallel)(tuple(p.event for p in parts)), "train" if sequential else sp
-        else:
-            event, partition = parts[0].event, sp or info.partition
         # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
         declarations = () if sp is None else (PartitionDeclaration(info.name, sp, (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"),)
         return ReleasePlan(mechanism=NAME, partition=partition, event=event, target_epsilon=float(request.epsilon), parts=parts,
@@ -485,9 +474,8 @@ class DPMixMin(MechanismBase):
         return release.to_dict(), lines
 
     def plan_of_release(self, request: MixMinRequest, release) -> ReleasePlan:
-        """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`),
-        its mixture part checked against it. A release that records no request (before requests
-        were recorded) plans with the resolved settings it recorded (``mixmin_config``)."""
+        """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`), checked against it; a
+        release that records no request plans with the resolved settings it recorded (``mixmin_config``)."""
         cfg = release.config or {}
         if request.proxy_predictions is not None or not cfg.get("task"):
             raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
@@ -504,11 +492,9 @@ class DPMixMin(MechanismBase):
         return plan
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
-        """The audit target of this plan's mixture release: Algorithm 1 on the task's D_mix (:func:`~.mixmin_audit.task_target`)
-        with the plan's sigma, q, B and steps, claiming the plan's mixture event (a ``release``'s own epsilon and accountant when
-        auditing one; an old release without a recorded reference size runs its recorded configuration, whose q came from its
-        actual count, on its own task division). The data are read from the request's ``data_dir`` (where the auditor keeps them).
-        Refused for plans the audit cannot rebuild: bring-your-own proxy predictions, user-level privacy, another split rule."""
+        """Algorithm 1 on the task's D_mix (:func:`~.mixmin_audit.task_target`) with the plan's sigma, q, B and steps, claiming
+        the plan's mixture event (a ``release``'s own epsilon and accountant; an old release without a recorded reference size:
+        its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule."""
         request, mix = plan.request, plan.parts[0]
         if user_ids is not None:
             raise UsageError(f"user ids must only be given for a user-level release, got a {NAME} release.")
@@ -585,8 +571,7 @@ def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, 
     auc_pre = auc(y_te, model_scores(model, x_te))
     t = time.perf_counter()
     say("DP fine-tuning on D_ft")
-    fcfg = DPSGDConfig(**{k: v for k, v in ft_plan.config["dpsgd_config"].items() if k in ("sample_rate", "steps", "normalizer", "noise_multiplier",
-                                                                                         "clipping_norm", "lr")})
+    fcfg = DPSGDConfig.from_dict(ft_plan.config["dpsgd_config"])
     head = train_heads(features(model, x_tr[data.ft_idx]).astype(np.float32), y_tr[data.ft_idx], 2, fcfg, noise=noise,
                        init=head_init(model), binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t

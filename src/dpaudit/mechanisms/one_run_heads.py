@@ -1,30 +1,14 @@
-"""One-run audits of the DP-SGD heads (``dp-rvfl`` and the other frozen-feature head models).
+"""One-run audits of the DP-SGD heads (``dp-rvfl`` and the other frozen-feature head models;
+docs/one_run.md: the method). The head is trained ONCE with the release's protocol
+(:func:`dpaudit.mechanisms.engine.train_heads`, R = 1, the release's schedule and noise multiplier).
 
-Steinke, Nasr & Jagielski (2023): insert m canaries, each included independently with probability
-1/2 (a private coin), train the head ONCE with the release's protocol (the one loop,
-:func:`dpaudit.mechanisms.engine.train_heads`, R = 1, the release's schedule and noise
-multiplier), score every canary from the released head, and hand the scores to
-:func:`dpaudit.audits.one_run.one_run_bounds`.
-
-Canary kinds (``kind``):
-
-``gradient``  m Dirac gradient canaries of norm exactly C, canary i on one head weight
-              W[k_i, j_i] whose data gradient is zero: j_i is an input feature that is zero in
-              every training record (:func:`~dpaudit.mechanisms.head_audit.canary_coordinate`; every
-              output row k of such a feature is a free coordinate). When m exceeds the free
-              coordinates, m' all-zero feature columns are appended to the features for the
-              canaries only: their weights multiply a zero input, so the model's outputs on real
-              data are unchanged, and the released head simply carries those extra weights (the
-              audit scores them; their initial value is 0, public). Each step, each included
-              canary is Poisson-sampled with rate q (private) and C e_(k_i, j_i) is added to the
-              clipped sum before the noise. Adam is coordinate-wise and the data never move these
-              weights, so canary i's weight moves only with its own noise and its own sampled
-              gradient. Score: -(W_T - W_0)[k_i, j_i] (the canary's +C pushes the weight down, so
-              higher = more likely included).
-``input-mislabeled``  m held-out test records (chosen from the public seed) with a wrong label
-              (true label + 1 + U{0..K-2} mod K, public), each included w.p. 1/2 and then trained
-              on like any record (one more unit each: Poisson-sampled, clipped). Score: log-prob
-              of the wrong label under the final head minus the same under the initial head.
+``gradient``: canary i is C e_(k_i, j_i) on a head weight whose data gradient is zero (j_i an input
+feature zero in every training record, :func:`free_coordinates`). When m exceeds the free
+coordinates, all-zero feature columns are appended for the canaries only: their weights multiply a
+zero input, so the outputs on real data are unchanged (initial value 0, public). Adam is
+coordinate-wise, so canary i's weight moves only with its own noise and its own sampled gradient.
+Score: -(W_T - W_0)[k_i, j_i]. ``input-mislabeled``: held-out test records with a public wrong
+label, one more record unit each; score: the wrong label's log-prob gain from W_0 to W_T.
 
 **Privacy contract / soundness.** The inclusion coins and every per-step canary draw come from the
 private ``noise`` source and are never published (``included`` is returned to the analysis only);
@@ -69,13 +53,8 @@ def with_zero_features(z: np.ndarray, init: np.ndarray, extra: int) -> tuple[np.
     new weights multiply a zero input: outputs on the real data are unchanged."""
     if extra == 0:
         return z, init
-    n, d = z.shape
-    z2 = np.zeros((n, d + extra), dtype=z.dtype)
-    z2[:, :d] = z
-    init2 = np.zeros((init.shape[0], d + extra + 1), dtype=init.dtype)
-    init2[:, :d] = init[:, :d]
-    init2[:, -1] = init[:, -1]
-    return z2, init2
+    z2 = np.concatenate([z, np.zeros((z.shape[0], extra), dtype=z.dtype)], axis=1)
+    return z2, np.concatenate([init[:, :-1], np.zeros((init.shape[0], extra), dtype=init.dtype), init[:, -1:]], axis=1)
 
 
 def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
@@ -92,13 +71,9 @@ def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
 def heads_one_run(target: HeadAuditTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
                   coins=None, progress=None):
     """Train ``target``'s head once with ``canaries`` independent canaries; returns
-    :class:`~dpaudit.audits.one_run.OneRunScores` (module docstring: canaries, scores, contract).
-    ``coins``: the inclusion coins of a pre-registered audit (from its committed seed, revealed after
-    the run: :func:`dpaudit.audits.one_run.plan_coins`); default: drawn from ``noise``.
-
-    ``noise_on=False`` (or a no-noise target) is the no-noise control: clipping and sampling
-    kept, noise multiplier NO_NOISE_MULTIPLIER. ``progress(done, total)``: training steps.
-    """
+    :class:`~dpaudit.audits.one_run.OneRunScores`. ``coins``: a pre-registered audit's inclusion
+    coins (:func:`dpaudit.audits.one_run.plan_coins`), else drawn from ``noise``. ``noise_on=False``
+    (or a no-noise target): the no-noise control. ``progress(done, total)``: training steps."""
     user_level = isinstance(target, UserHeadTarget)
     if not isinstance(target, HeadAuditTarget):
         raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")

@@ -1,26 +1,10 @@
-"""One-run audits of the trainable DP-SGD models ``dp-dense``, ``dp-cnn``, ``dp-attention``.
+"""One-run audits of the trainable DP-SGD models ``dp-dense``, ``dp-cnn``, ``dp-attention``
+(Steinke, Nasr & Jagielski 2023; docs/one_run.md: the method, the canary kinds and their scores).
 
-Steinke, Nasr & Jagielski (2023), "Privacy auditing with one (1) training run": insert m canaries,
-each included independently with probability 1/2 (a private coin), train ONCE, score every canary
-from the released model, and let :func:`dpaudit.audits.one_run.one_run_bounds` turn the guesses
-into a lower bound on epsilon. One training run replaces the thousands an ordinary audit needs.
-
-Canary kinds (``kind``):
-
-``gradient``  m Dirac gradient canaries at m distinct parameter coordinates chosen uniformly
-              without replacement from the public seed in the tensors of
-              :data:`CANARY_TENSORS` (dense: ``fc1.weight``, the first layer, whose columns on
-              the always-blank image border get no data gradient; cnn: ``fc1.weight``;
-              attention: ``ff1.weight`` and ``ff2.weight``). At every step each included canary
-              is Poisson-sampled with the run's sample rate q (private draw) and, when sampled,
-              C * e_j is added to the clipped gradient sum before the Gaussian noise (through the
-              loop's canary interface, :class:`DiracCanaries`): exactly one extra privacy unit of sensitivity C per
-              canary. Score: -(theta_T - theta_0)[j] (descent lowers the coordinate; higher =
-              more likely included).
-``input-mislabeled``  m held-out records (test, then validation partition; chosen from the public
-              seed) with a wrong label (true label + 1 + U{0..K-2}, mod K, public), the included
-              ones appended to the training data as ordinary records (Poisson-sampled,
-              clipped). Score: loss before training - loss after training on the canary.
+``gradient``: m Dirac canaries at distinct coordinates of :data:`CANARY_TENSORS` (public seed; for
+dp-dense the quiet first-layer weights first), each adding C * e_j to the clipped sum when sampled
+(through the loop's canary interface, :class:`DiracCanaries`): one extra unit of sensitivity C.
+``input-mislabeled``: held-out records with a public wrong label, appended when included.
 
 **Privacy contract / soundness.** The inclusion coins and the per-step canary sampling are drawn
 from a generator seeded by the private ``noise`` source and never published; the scores depend on
@@ -132,12 +116,10 @@ class DiracCanaries:
 
 
 def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray) -> np.ndarray:
-    """Flat coordinates (into the concatenation of ``tensors``) that no training record moves:
-    for the dense model, the first layer's weights on input features that are zero in every
-    training record (their per-example gradient is outer(g, x), zero in those columns). The
-    choice depends on the training data, as the head audits' max-clip canary does, but not on the
-    canary coins, so the one-run analysis stays valid; it only removes data gradients from the
-    canaries' coordinates (power, not soundness). Empty for the other models."""
+    """Flat coordinates (into the concatenation of ``tensors``) that no training record moves: for
+    the dense model, the first layer's weights on input features zero in every training record.
+    The choice depends on the data but not on the canary coins: power, not soundness. Empty for
+    the other models."""
     if name != "dense" or "fc1.weight" not in tensors:
         return np.zeros(0, dtype=np.int64)
     start = sum(int(np.prod(shapes[t])) for t in tensors[: tensors.index("fc1.weight")])
@@ -158,16 +140,11 @@ def _data_parts(data):
 
 def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient",
                     noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None, coins=None):
-    """Train ``model`` (dp-dense / dp-cnn / dp-attention) ONCE with DP-SGD ``config`` on ``data``
-    (a :class:`~dpaudit.data.base.PreparedDataset` or a dataset name) with ``canaries`` canaries of
-    ``kind`` (module docstring), and return their :class:`~dpaudit.audits.one_run.OneRunScores`.
-
-    ``seed``: the public seed (model initialisation, canary coordinates / records). ``noise``: the
-    private source (DP noise, Poisson sampling, canary coins). ``noise_on=False``: the no-noise
-    control (noise multiplier 1e-12, clipping and sampling kept). ``tensors``: override
-    :data:`CANARY_TENSORS`. ``coins``: a pre-registered audit's inclusion coins (committed seed,
-    revealed after the run); the per-step canary draws stay private either way.
-    """
+    """Train ``model`` ONCE with DP-SGD ``config`` on ``data`` (a prepared dataset or a name) with
+    ``canaries`` canaries of ``kind``; return their :class:`~dpaudit.audits.one_run.OneRunScores`.
+    ``seed``: public (initialisation, canary coordinates / records); ``noise``: private (DP noise,
+    sampling, canary coins); ``noise_on=False``: the no-noise control; ``tensors``: override
+    :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins."""
     name = module_name(model)
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")

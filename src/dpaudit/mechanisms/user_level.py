@@ -22,20 +22,12 @@ the *user* sampling rate, and the RDP accountant's (epsilon, delta) is a user-le
 The number of users n_users is treated as public (as N0 is for record-level DP-SGD, paper 001
 section 3.2); frozen features, initialisation and the user split are public randomness.
 
-Users are a units strategy of the one DP-SGD loop (:mod:`dpaudit.mechanisms.engine`, which also
-runs the audits: ``UserUnits`` for heads, the module trainer's ``users``): same loop, Poisson
-sampler, noise draws, normaliser and optimizer; only the clipped sum differs. So with one record per user (and any G >= 1) a run is
-bit-identical to record-level DP-SGD on the same noise stream: users are numbered by first
-appearance (user u is record u), the user Poisson mask is the record mask, no within-user
-randomness is drawn, and a sample of singleton users goes through the record-level clipped sum.
-With the user split of :mod:`dpaudit.data.users` (singleton users split exactly like records)
-this holds for whole releases too.
-
-Speed: the linear head stays closed form (segment sums, no per-record gradient materialised).
-Trainable modules use the record-level kernel with users as units
-(:func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum`: per-user ghost norms, exact cross terms
-between a user's records); :func:`user_module_clipped_sum` (``torch.func`` per-record gradients
-averaged per user) is its reference and fallback.
+Users are a units strategy of the one DP-SGD loop (:mod:`dpaudit.mechanisms.engine`): only the
+clipped sum differs. So with one record per user (any G >= 1) a run, and with the user split of
+:mod:`dpaudit.data.users` a whole release, is bit-identical to record-level DP-SGD on the same
+noise stream (users numbered by first appearance, no within-user randomness drawn). Heads stay
+closed form; modules use :func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum`, whose reference
+and fallback is :func:`user_module_clipped_sum`.
 """
 
 from __future__ import annotations
@@ -195,14 +187,10 @@ def user_module_clipped_sum(
     clip: bool = True,
     max_chunk: int = 1024,
 ) -> dict[str, torch.Tensor]:
-    """Sum over sampled users of clip((1/k_u) sum_{i in S_u} grad l_i), joint norm over all params.
-
-    Per-record gradients by ``vmap(grad(...))``, averaged per user by a segment sum
-    (``index_add_``), clipped per user. Users are processed in groups of at most ``max_chunk``
-    rows (a user with more rows than that alone, in sub-chunks), so memory is bounded by
-    ``max_chunk`` per-sample gradients. A group of singleton users goes through
-    :func:`dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum` itself.
-    """
+    """Sum over sampled users of clip((1/k_u) sum_{i in S_u} grad l_i), joint norm over all params:
+    ``vmap(grad)`` per-record gradients, summed per user; the reference of
+    :func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum` (same units and chunking; a
+    bigger user in sub-chunks of ``max_chunk`` rows)."""
     cumk = np.concatenate([[0], np.cumsum(k)])
     total = None
     for ua, ub in unit_chunks(k, max_chunk):
@@ -222,10 +210,7 @@ def user_module_clipped_sum(
                     sums = {n: torch.zeros((ub - ua,) + g.shape[1:], dtype=g.dtype) for n, g in gs.items()}
                 for n, g in gs.items():
                     sums[n].index_add_(0, sidx, g)
-            means = {}
-            for n, s in sums.items():
-                kt = torch.as_tensor(kc, dtype=s.dtype).reshape((-1,) + (1,) * (s.dim() - 1))
-                means[n] = s / kt
+            means = {n: s / torch.as_tensor(kc, dtype=s.dtype).reshape((-1,) + (1,) * (s.dim() - 1)) for n, s in sums.items()}
             if clip:
                 sq = sum(m.reshape(m.shape[0], -1).pow(2).sum(1) for m in means.values())
                 coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)

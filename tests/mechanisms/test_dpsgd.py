@@ -113,6 +113,7 @@ def test_clipped_sum_matches_opacus_dp_optimizer_float64():
     n, d, k = 17, 11, 5
     z = rng.normal(size=(n, d)) * 2
     y = rng.integers(0, k, n)
+    torch.manual_seed(2)  # fixed weights: an unseeded draw made the comparison flaky (Opacus divides by norm + 1e-6)
     lin = torch.nn.Linear(d, k).double()
     w = torch.cat([lin.weight.detach(), lin.bias.detach()[:, None]], dim=1).numpy().copy()
     gsm = GradSampleModule(lin)

@@ -139,7 +139,6 @@ def _trials(runs: Any, counts: dict | None, eval_size: Any) -> tuple[int | None,
     return trials, eval_trials
 
 
-
 def _release_ref(rec: dict) -> tuple[str | None, str | None]:
     """(release id, release path) the record names; an embedded {id, path} reference is read too."""
     rid, path = _str(rec.get("release_id")), rec.get("release_path")

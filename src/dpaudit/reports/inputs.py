@@ -167,7 +167,6 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
     return found["release"], found["audit"], given, list(sweeps.values())
 
 
-
 @dataclass
 class LoadedSweep:
     """A sweep input: its folder, its store, and the releases found below it."""

@@ -83,10 +83,8 @@ def register(app: typer.Typer) -> None:
             target_epsilon=eps, delta=delta, sample_rate=sample_rate, steps=steps,
             accountant=name, adjacency=adj, use_cache=not no_cache,
         )
-        d = c.to_dict()
-        d["adjacency"] = adj.value
         if json_out:
-            emit_json(d)
+            emit_json({**c.to_dict(), "adjacency": adj.value})
             return
         console.print(
             f"noise_multiplier = [bold]{c.noise_multiplier:.6f}[/]  achieves epsilon = {c.epsilon:.6f} "

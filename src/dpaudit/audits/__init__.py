@@ -13,12 +13,8 @@ Bring your own mechanism::
     audit_callable(lambda include, rng: my_mechanism(data, include, rng), my_score, runs=2000,
                    claimed_epsilon=1.0, delta=1e-5)
 
-Modules: :mod:`.stats` (Clopper–Pearson, eps_LB, ceiling, threshold selection, ROC, GDP estimate),
-:mod:`.engine` (trials, SELECT/EVAL, controls, checkpoints, audit.json schema), :mod:`.canaries`,
-:mod:`.gaussian` (exact-epsilon calibration target). Each mechanism's own target lives beside it
-(:mod:`dpaudit.mechanisms.head_audit`, :mod:`~dpaudit.mechanisms.user_head_audit`,
-:mod:`~dpaudit.mechanisms.mixmin_audit`, ...); targets from names and releases:
-:mod:`dpaudit.auditing` (above the mechanisms).
+The modules: docs/architecture.md. Each mechanism's own target lives beside it (e.g.
+:mod:`dpaudit.mechanisms.head_audit`); targets from names and releases: :mod:`dpaudit.auditing`.
 Trials run on the built-in process pool or on any executor of :mod:`dpaudit.sweeps.executors`
 (``run_audit(..., executor=...)``, e.g. a Dask cluster).
 """

@@ -1,11 +1,6 @@
-"""What an audit's trials cost the private data, and its ``audit`` entry in the ledger (docs/ledger.md, "Audits on the
-private data"): R trials of a mechanism with event E cost E composed R times; a trial without DP noise (the no-noise control,
-``--no-noise``) makes the audit unbounded. The entry is written before any trial runs, after the cap check when the dataset's
-cap includes audits.
-
-Which audits train on private data (:meth:`~dpaudit.audits.targets.AuditTarget.private_data`): the DP-SGD heads, DP-ELM and
-DP-MixMin built from a task do; the Gaussian target (also the audit of ``noisy-sum``, on a synthetic base) and a bring-your-own
-:class:`~dpaudit.audits.targets.CallableTarget` name no dataset and get no entry.
+"""What an audit's trials cost the private data, and its ``audit`` entry in the ledger, written before any trial runs.
+The rule and which audits are recorded: docs/ledger.md, "Audits on the private data"; a target names its private dataset
+with :meth:`~dpaudit.audits.targets.AuditTarget.private_data` (None: no entry).
 """
 
 from __future__ import annotations

@@ -613,7 +613,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     root = Path(o.out_dir) if o.out_dir is not None else None
     roles = _roles(target, o)
     plans = {r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction) for r, (_, n) in roles.items()}
-    jobs = {r: (t, _inserted(r, plans[r], n)) for r, (t, n) in roles.items()}
+    jobs = {r: (t, np.zeros(n, dtype=bool) if r == "null" else plans[r].world.copy()) for r, (t, n) in roles.items()}
     prints = {r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed) for r, (t, n) in roles.items()}
     audit_id = uuid.uuid4().hex
     if o.record:  # before any trial: the cap check (when it counts audits) and the entry
@@ -645,10 +645,6 @@ def _roles(target: AuditTarget, o: AuditOptions) -> dict:
     if "null" in o.controls:
         roles["null"] = (target, o.control_runs)
     return roles
-
-
-def _inserted(role: str, plan, n: int) -> np.ndarray:
-    return np.zeros(n, dtype=bool) if role == "null" else plan.world.copy()
 
 
 def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: float) -> dict:

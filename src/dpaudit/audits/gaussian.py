@@ -36,12 +36,9 @@ def exact_epsilon(noise_multiplier: float, delta: float) -> float:
 
 
 def calibrate_exact(epsilon: float, delta: float) -> float:
-    """Noise multiplier whose exact (analytic Gaussian) epsilon at ``delta`` equals ``epsilon``.
-
-    Rounded up in the 12th significant digit so the exact epsilon never exceeds the target.
-    """
-    sigma = 1.0 / gdp_mu_for_epsilon(epsilon, delta)
-    return float(sigma * (1 + 1e-12))
+    """Noise multiplier whose exact (analytic Gaussian) epsilon at ``delta`` equals ``epsilon``,
+    rounded up in the 12th significant digit so the exact epsilon never exceeds the target."""
+    return float(1.0 / gdp_mu_for_epsilon(epsilon, delta) * (1 + 1e-12))
 
 
 @dataclass
@@ -79,12 +76,7 @@ class GaussianTarget(AuditTarget):
         x = rng.normal(size=(self.n_records + 1, self.dimension))
         x *= (rng.uniform(0, 1, size=(self.n_records + 1, 1)) * self.clipping_norm) / np.linalg.norm(x, axis=1, keepdims=True)
         self._base = x[:-1].sum(axis=0)
-        if self.canary == "max-clip":
-            u = np.zeros(self.dimension)
-            u[0] = 1.0
-            self._canary_vec = self.clipping_norm * u
-        else:
-            self._canary_vec = x[-1]
+        self._canary_vec = self.clipping_norm * np.eye(self.dimension)[0] if self.canary == "max-clip" else x[-1]
         self._direction = self._canary_vec / np.linalg.norm(self._canary_vec)
 
     @property

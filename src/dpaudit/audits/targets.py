@@ -29,10 +29,9 @@ np = lazy_import("numpy")
 
 
 #: The public identity fields an audit compares with its release (a new ``release.json`` carries
-#: no hash of the private data; see :meth:`dpaudit.data.base.PreparedDataset.identity`).
-IDENTITY_KEYS = ("name", "kind", "profile", "split_seed", "n_users", "split_sizes", "n_features", "n_classes")  # users first: the
-#: likelier cause of a user-level mismatch (another --user-ids file) and the clearer message
-
+#: no hash of the private data; see :meth:`dpaudit.data.base.PreparedDataset.identity`); users
+#: before split sizes: the likelier cause of a user-level mismatch (another --user-ids file) and the clearer message.
+IDENTITY_KEYS = ("name", "kind", "profile", "split_seed", "n_users", "split_sizes", "n_features", "n_classes")
 
 #: Identity fields holding a size per partition (a new release publishes val / test only).
 PER_PARTITION_KEYS = ("n_users", "split_sizes")

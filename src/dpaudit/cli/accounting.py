@@ -51,9 +51,7 @@ def register(app: typer.Typer) -> None:
             ok = [r for r in results if r["epsilon"] is not None]
             emit_json({**(ok[0] if len(results) == 1 else {**ok[0], "results": results}), **({"skipped": skipped} if skipped else {})})
             return
-        t = Table(title=f"epsilon at delta={delta:g} ({adj.value})")
-        for col in ("accountant", "epsilon", "lower", "estimate", "order"):
-            t.add_column(col)
+        t = Table("accountant", "epsilon", "lower", "estimate", "order", title=f"epsilon at delta={delta:g} ({adj.value})")
         for r in results:
             t.add_row(r["accountant"], *(("skipped", "", "", "") if r["epsilon"] is None else (
                 f"{r['epsilon']:.6f}", *("" if r[k] is None else f"{r[k]:.6f}" for k in ("epsilon_lower", "epsilon_estimate")),
@@ -85,10 +83,8 @@ def register(app: typer.Typer) -> None:
             target_epsilon=eps, delta=delta, sample_rate=sample_rate, steps=steps,
             accountant=name, adjacency=adj, use_cache=not no_cache,
         )
-        d = c.to_dict()
-        d["adjacency"] = adj.value
         if json_out:
-            emit_json(d)
+            emit_json({**c.to_dict(), "adjacency": adj.value})
             return
         console.print(
             f"noise_multiplier = [bold]{c.noise_multiplier:.6f}[/]  achieves epsilon = {c.epsilon:.6f} "
@@ -108,8 +104,6 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(s.to_dict())
             return
-        t = Table(title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}")
-        for col in ("batches_per_epoch", "sample_rate", "steps", "normalizer"):
-            t.add_column(col)
+        t = Table("batches_per_epoch", "sample_rate", "steps", "normalizer", title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}")
         t.add_row(str(s.batches_per_epoch), f"{s.sample_rate:.8g}", str(s.steps), str(s.normalizer))
         print_table(t)

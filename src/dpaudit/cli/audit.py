@@ -154,9 +154,7 @@ def _one_run(a: AuditRequest, plan=None):
     result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)
     if a.json_out:
-        d = shareable_one_run(result.to_dict())
-        d["audit_dir"] = str(out)
-        emit_json(d)
+        emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(out)})
         return result
     render_one_run(result, out)
     console.print(f"wrote {tradeoff.write_one_run_png(result.to_dict(), out)}", soft_wrap=True)

@@ -34,10 +34,9 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
 
 def render_one_run(result, out: Path) -> None:
     b = result.bounds
-    table = Table(title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
+    table = Table("analysis", "eps_LB", "claim", "ceiling", "guesses", "correct",
+                  title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
                         f"{b['confidence']:.0%} confidence")
-    for col in ("analysis", "eps_LB", "claim", "ceiling", "guesses", "correct"):
-        table.add_column(col)
     st, fdp = b["steinke"], b.get("fdp")
     name = "steinke (eps, delta)" + ("" if result.noise else ", no noise")
     table.add_row(name, _fmt(st["epsilon_lower_bound"]), _fmt(b.get("claimed_epsilon")), _fmt(st["ceiling"]), str(st["guesses"]), str(st["correct"]))

@@ -1,11 +1,8 @@
-"""Generic ``dpaudit train NAME`` and ``dpaudit audit NAME`` commands for catalogue entries.
-
-Every field of an entry's :class:`~dpaudit.requests.Request` becomes an option (type from the
-annotation, flag, help and ``choices`` from the field's metadata, booleans as flags); the options
-are parsed into the Request and handed to the library (:func:`dpaudit.releasing.release`; the
-mechanism's ``audit_target(plan, canary)`` and :func:`dpaudit.audits.engine.run_audit`). Parsing
-only. ``audit NAME`` of a built-in family is the one command of :mod:`dpaudit.cli.audit`; an entry
-that declares its own request type gets its generic ``audit NAME`` here.
+"""Generic ``dpaudit train NAME`` and ``dpaudit audit NAME`` commands for catalogue entries: every
+field of an entry's :class:`~dpaudit.requests.Request` becomes an option (:func:`request_parameters`),
+parsed into the Request and handed to the library (:func:`dpaudit.releasing.release`,
+:func:`dpaudit.audits.engine.run_audit`). ``audit NAME`` of a built-in family is the one command of
+:mod:`dpaudit.cli.audit`; an entry that declares its own request type gets its generic ``audit NAME`` here.
 """
 
 from __future__ import annotations

@@ -30,11 +30,6 @@ def _say(json_out: bool, obj, text: str, **print_kw) -> None:
         console.print(text, **print_kw)
 
 
-def open_ledger(*args, **kwargs):
-    """:func:`dpaudit.ledger.book.open_ledger` (loaded when a command runs)."""
-    return book.open_ledger(*args, **kwargs)
-
-
 def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
@@ -46,7 +41,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Per dataset and partition: releases, composed epsilon (rdp, prv) at the cap's delta, naive sum, cap, remaining."""
         # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
-        with open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
+        with book.open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep, progress=not json_out)
             path = str(led.path)
         if json_out:
@@ -73,7 +68,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Every entry in append order (releases, voids, caps, partitions, reservations, data versions)."""
-        with open_ledger(ledger, create=False) as led:
+        with book.open_ledger(ledger, create=False) as led:
             es = led.entries(dataset=dataset)
             path = str(led.path)
             if sweep is not None:
@@ -82,9 +77,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
             return
-        t = Table(title=f"ledger {path}")
-        for col in ("#", "id", "time (UTC)", "kind", "what"):
-            t.add_column(col)
+        t = Table("#", "id", "time (UTC)", "kind", "what", title=f"ledger {path}")
         for e in es:
             t.add_row(str(e.seq), e.id[:12], e.created_at[:19], e.kind, escape(text.describe(e)))
         print_table(t)
@@ -96,14 +89,12 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """One entry with everything recorded about it."""
-        with open_ledger(ledger, create=False) as led:
+        with book.open_ledger(ledger, create=False) as led:
             d = led.get(entry_id).to_dict()
         if json_out:
             emit_json(d)
             return
-        t = Table(show_header=False)
-        t.add_column("field")
-        t.add_column("value")
+        t = Table("field", "value", show_header=False)
         for k, v in d.items():
             t.add_row(k, escape(str(v)))
         console.print(t)
@@ -119,7 +110,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Set a dataset's budget cap; later releases (and, with --include-audits, audits) that would exceed it are refused before they run."""
-        with open_ledger(ledger) as led:
+        with book.open_ledger(ledger) as led:
             eid = led.cap(dataset, eps, delta, include_audits=include_audits)
         counts = "releases and audits" if include_audits else "releases only (audits are shown, not counted)"
         _say(json_out, {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits},
@@ -133,7 +124,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Check the hash chain and every signature; names each edited, deleted, reordered or forged entry. Exit 1 if any."""
-        with open_ledger(ledger, create=False) as led:
+        with book.open_ledger(ledger, create=False) as led:
             rep = led.verify(anchor=anchor, owner=owner)
         if json_out:
             emit_json(rep.to_dict())
@@ -160,7 +151,7 @@ def register(app: typer.Typer) -> None:
         (appends a void entry; nothing is deleted). Only never-published artefacts stop counting."""
         if published is None:
             raise UsageError("void must state whether the artefacts were ever published, got neither --published nor --never-published.")
-        with open_ledger(ledger, signing_key=key) as led:
+        with book.open_ledger(ledger, signing_key=key) as led:
             vid = led.void(entry_id, reason, published=published)
             target = led.get(vid).payload["target"]
             kind = led.get(target).kind
@@ -177,7 +168,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Accept other data under DATASET as a new version; releases on the versions compose sequentially."""
-        with open_ledger(ledger) as led:
+        with book.open_ledger(ledger) as led:
             eid = led.declare_version(dataset, fingerprint, reason)
             previous = led.get(eid).payload.get("previous", [])
         _say(json_out, {"id": eid, "dataset": dataset, "fingerprint": fingerprint.strip().lower(), "previous": previous, "reason": reason},
@@ -194,7 +185,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Declare PARENT as the disjoint union of CHILDREN: releases on the children compose in parallel."""
-        with open_ledger(ledger) as led:
+        with book.open_ledger(ledger) as led:
             eid = led.declare_partition(dataset, parent, child, declared_by)
         _say(json_out, {"id": eid, "dataset": dataset, "parent": parent, "children": list(child), "declared_by": declared_by},
              f"{dataset}:{parent} = " + " + ".join(f"{dataset}:{c}" for c in child) + f" (declared by {declared_by}; entry {eid}).")
@@ -215,7 +206,7 @@ def register(app: typer.Typer) -> None:
         rel = read_release(release_path)
         art = release_path if release_path.is_dir() else release_path.parent
         check = verify_claim(rel)
-        with open_ledger(ledger) as led:
+        with book.open_ledger(ledger) as led:
             eid = led.record(rel, artefact_path=str(art.resolve()))
         if check.status == "mismatch":
             then = ("recorded as uncertified: its dataset's budget is unbounded until the entry is voided" if check.steps_reason
@@ -247,7 +238,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Print the current head hash to publish (check it later with `ledger verify --anchor HASH`)."""
-        with open_ledger(ledger, create=False) as led:
+        with book.open_ledger(ledger, create=False) as led:
             h = led.head()
         _say(json_out, h, h["hash"], highlight=False)
 
@@ -260,7 +251,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Register a public key in the ledger, in an entry signed by your (already registered) key."""
-        with open_ledger(ledger, signing_key=key) as led:
+        with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.register_key(public_key, name)
             ring = led.key_ring()
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
@@ -274,7 +265,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
-        with open_ledger(ledger, signing_key=key) as led:
+        with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.require_signatures()
         _say(json_out, {"id": eid, "require_signatures": True}, f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
 
@@ -285,7 +276,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """PostgreSQL ledgers: let ROLE append and read (run as the ledger's owner role)."""
-        with open_ledger(ledger) as led:
+        with book.open_ledger(ledger) as led:
             if led.backend != "postgresql":
                 raise UsageError(f"ledger must be a postgresql:// ledger for grant, got {led.path}.")
             stmts = store_pg.grant_writer_sql(led.store.schema, role)
@@ -302,7 +293,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ):
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
-        with open_ledger(ledger, create=False) as led:
+        with book.open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
             src = str(led.path)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private data's history (and maybe the key)
@@ -323,7 +314,7 @@ def register(app: typer.Typer) -> None:
             dump = json.loads(Path(source).read_text())
         except (OSError, ValueError) as e:
             raise UsageError(f"--from must be a file written by `dpaudit ledger export`, got {str(source)!r} ({e}).") from None
-        with open_ledger(ledger) as led:
+        with book.open_ledger(ledger) as led:
             n = led.import_rows(dump)
             rep = led.verify()
         if json_out:

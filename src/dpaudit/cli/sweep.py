@@ -62,9 +62,7 @@ def _print_plan(result: dict, json_out: bool) -> None:
 
 
 def _print_run(summary, result: dict) -> None:
-    t = Table(title=f"sweep {summary.name}")
-    for col in ("tasks", "done", "failed", "pending", "ran now", "failed now", "skipped (finished)", "seconds"):
-        t.add_column(col)
+    t = Table("tasks", "done", "failed", "pending", "ran now", "failed now", "skipped (finished)", "seconds", title=f"sweep {summary.name}")
     t.add_row(*map(str, (summary.tasks, summary.done, summary.failed, summary.pending, summary.ran, summary.ran_failed,
                          summary.skipped_finished)), f"{summary.seconds:.1f}")
     print_table(t)

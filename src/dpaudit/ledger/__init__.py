@@ -1,5 +1,3 @@
-"""The privacy budget ledger, above accounting: the budget book (:mod:`.book`, ``open_ledger``),
-its integrity checker (:mod:`.integrity`), queries and their wording (:mod:`.queries`,
-:mod:`.text`), composition (:mod:`.compose`), row sets (:mod:`.rows`), paths and the two stores
-(:mod:`.store_sqlite`, :mod:`.store_pg`). Nothing is imported here, so ``dpaudit.ledger.paths`` loads alone.
+"""The privacy budget ledger, above accounting: the budget book is :mod:`.book` (``open_ledger``), the
+other modules are listed in docs/architecture.md. Nothing is imported here, so ``dpaudit.ledger.paths`` loads alone.
 """

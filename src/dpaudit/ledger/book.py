@@ -292,7 +292,6 @@ class Ledger:
             for r in self._store.rows():
                 if r[2] == sg.POLICY_KIND and r[8] is not None:
                     return r[1]
-            # Signatures are required from the owner's registration on; the policy entry records it.
             return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
 
     def record_plan(self, payload: dict) -> str:
@@ -471,9 +470,7 @@ class Ledger:
             "release_created_at": release.created_at, "dpaudit_version": release.dpaudit_version,
         }
         sweep = _sweep_tag(release.config)
-        if sweep is not None:
-            # Which sweep (and task) made this release, so `ledger list --sweep NAME` can show
-            # what a whole sweep spent. Absent for releases not made by a sweep.
+        if sweep is not None:  # so `ledger list --sweep NAME` shows what a whole sweep spent
             payload["sweep"] = sweep
         for key in ("split_seed", "profile"):  # public; they name the cause of a fingerprint change
             if ds.get(key) is not None:
@@ -482,9 +479,7 @@ class Ledger:
         if why is not None:
             payload["uncertified"] = why
         tail = getattr(release, "noise_tail_delta", None)
-        if tail is not None:
-            # delta added by the noise sampler's truncated tails (dpaudit.noise); every composed
-            # total accounts for it (compose.bounds). Absent for releases that predate it.
+        if tail is not None:  # every composed total accounts for it (compose.bounds)
             payload["noise_tail_delta"] = float(tail)
         if rows is not None:  # set ids of the rows read (ledger.rows); from the run's reservation
             payload["rows"] = rows

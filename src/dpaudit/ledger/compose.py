@@ -1,13 +1,9 @@
 """Budget composition over the ledger's partition tree (pure functions, no I/O).
 
-Privacy contract (docs/ledger.md, "How the total is composed"): releases on one partition compose
-sequentially, exactly (RDP curves add, PRVs convolve, pure epsilons add); a partition declared a
-disjoint union composes its children in parallel (the worst child, McSherry 2009), sequentially
-with the releases made on it: ``total(P) = Composed(releases on P, undeclared subsets of P,
-Parallel(declared children of P))``. Disjointness is declared, never inferred: undeclared
-sub-partitions and the root partitions compose sequentially. A non-private or uncertified
-release makes its subtree unbounded, never 0. Every reported epsilon is an upper bound, the
-headline the smallest; noise tails are summed and composed soundly (:func:`bounds`).
+Privacy contract: docs/ledger.md, "How the total is composed": ``total(P) = Composed(releases on P,
+undeclared subsets of P, Parallel(declared children of P))`` (the worst child, McSherry 2009),
+disjointness declared, never inferred, unbounded never 0; every reported epsilon an upper bound,
+the headline the smallest; noise tails summed and composed soundly (:func:`bounds`).
 """
 
 from __future__ import annotations

@@ -119,13 +119,10 @@ def _link_problem(r, prev_row, after) -> Problem:
                        + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."), seq, eid)
     if prev == GENESIS_HASH:
         return Problem("reordered", f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).", seq, eid)
-    if prev_row is None:
-        if seq != 1:
-            return Problem("deleted", f"entry/entries before {label} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
-        return Problem("deleted", f"the first entry/entries were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
-    if seq != prev_row[0] + 1:
-        where = f"between entry #{prev_row[0]} ({prev_row[1]}) and {label}"
-        return Problem("deleted", f"entry/entries {where} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
+    if prev_row is None or seq != prev_row[0] + 1:
+        gone = (f"entry/entries between entry #{prev_row[0]} ({prev_row[1]}) and {label}" if prev_row is not None
+                else f"entry/entries before {label}" if seq != 1 else "the first entry/entries")
+        return Problem("deleted", f"{gone} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
     return Problem("edited", f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
                    "(or entries between them were deleted and the rest renumbered).", prev_row[0], prev_row[1])
 

@@ -12,9 +12,8 @@ from ..progress import JobProgress
 from . import compose as lc
 from . import rows as lr
 
-#: Accountants of the audit totals: RDP, an upper bound that stays fast on the thousands of steps
-#: an audit composes (prv-accountant takes tens of seconds there: measured 23 s for 50 trials of a
-#: heart release); the cap check of an audit uses it too (sound: never below a tighter bound).
+#: Accountants of the audit totals and of an audit's cap check: RDP, a sound upper bound that stays
+#: fast on the thousands of steps an audit composes (docs/ledger.md, "Audits on the private data").
 AUDIT_ACCOUNTANTS = ("rdp",)
 
 

@@ -1,10 +1,8 @@
 """One budget per person, whatever the dataset is called (rows of named sources; dpaudit.data.rows).
 
-Privacy contract: docs/ledger.md, "One budget per person". A row set is a ``rows`` entry holding
-the keyed hashes of its row ids (``blake2b(key = the ledger's fingerprint key, source | id)``,
-8 bytes each, sorted; stored once): without the key they say nothing; with it, sharing a row is
-an exact set test (two rows collide with probability 2^-64 per pair, which only makes the ledger
-compose more). ``"*"`` stands for every row of a source; role collisions compare exact sets only.
+Privacy contract: docs/ledger.md, "One budget per person". A row hash is ``blake2b(key = the ledger's
+fingerprint key, source | id)``, 8 bytes (two rows collide with probability 2^-64 per pair, which
+only makes the ledger compose more); ``"*"`` stands for every row of a source.
 """
 
 from __future__ import annotations

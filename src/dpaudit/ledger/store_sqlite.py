@@ -1,8 +1,6 @@
 """SQLite storage for the ledger: the embedded default (one file, standard library ``sqlite3``),
-with the interface of :class:`~dpaudit.ledger.store_pg.PostgresStore`. WAL mode with
-``synchronous=FULL``, one ``BEGIN IMMEDIATE`` transaction per write, triggers refusing UPDATE and
-DELETE, ``PRAGMA application_id``, a version table and ordered :data:`MIGRATIONS`, checks before
-anything is written (docs/ledger.md, "Reliability"); the fingerprint key is ``<ledger>.key``.
+with the interface of :class:`~dpaudit.ledger.store_pg.PostgresStore`; what it guarantees:
+docs/ledger.md, "Reliability" (:data:`MIGRATIONS`: the schema steps). The fingerprint key is ``<ledger>.key``.
 """
 
 from __future__ import annotations

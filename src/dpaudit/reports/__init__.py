@@ -1,14 +1,7 @@
-"""Reviewer reports: releases + ledger + audits -> one document a reviewer can sign.
-
-Python API (the CLI ``dpaudit report`` is a thin wrapper)::
-
-    from dpaudit.reports import build_report, write_report
-    report = build_report(["runs/"], ledger_path=".dpaudit/ledger.sqlite")   # JSON model
-    write_report(report, "report.html", fmt="html")                         # or "md" / "json"
-
-The JSON model (:func:`build_report`) is the source of truth; HTML (self-contained, figures
-embedded) and Markdown (PNG figures beside it) are rendered from it alone, so a saved JSON
-report can be re-rendered later with :func:`write_report`.
+"""Reviewer reports: releases + ledger + audits -> one document a reviewer can sign (``dpaudit report``
+is a thin wrapper; the Python calls: docs/review-walkthrough.md, "Python"). HTML (self-contained,
+figures embedded) and Markdown (PNG figures beside it) are rendered from the JSON model
+(:mod:`.model`) alone, so a saved JSON report can be re-rendered later with :func:`write_report`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), the issue-15
 evidence blocks (``claimed_curve``, ``comparison``, ``statistic``) and one-run records (one_run.json).
 
-A loader-layer module; every reader is lenient and returns plain, validated values, or None when a
-block is absent, malformed or of the wrong type, so the report says "not recorded", writes a note
-or judges INCONCLUSIVE instead of guessing; nothing here recomputes a bound. :meth:`AuditView.from_dict`
-reads a record in today's layout after the named schema migrations of :data:`MIGRATIONS`, so no
-reader downstream guesses key names.
+Loader layer, tolerant as :mod:`.inputs` says: a block absent, malformed or of the wrong type reads
+as None; nothing here recomputes a bound. :meth:`AuditView.from_dict` reads a record after the
+named schema migrations of :data:`MIGRATIONS`, so no reader downstream guesses key names.
 """
 
 from __future__ import annotations
@@ -137,7 +135,6 @@ def _trials(runs: Any, counts: dict | None, eval_size: Any) -> tuple[int | None,
     if eval_trials is None and counts is not None:
         eval_trials = sum(counts.values())
     return trials, eval_trials
-
 
 
 def _release_ref(rec: dict) -> tuple[str | None, str | None]:

@@ -5,8 +5,7 @@ every file a report reads is read here (never audit_local.json or scores.npz, wh
 publication); an audit record becomes a typed :class:`~.audit_view.AuditView`; the releases below
 a sweep folder become its sweep's (:func:`discover_inputs`). Every reader is tolerant: a truncated
 or malformed file becomes a *note* in the report (never a traceback, never silently dropped), and
-an audit record that lacks a key the verdict needs makes the verdict INCONCLUSIVE rather than a
-guess. Only an input list that yields nothing readable at all is an error (one line).
+an audit record that lacks a key the verdict needs makes the verdict INCONCLUSIVE, not a guess.
 """
 
 from __future__ import annotations
@@ -165,7 +164,6 @@ def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], lis
             (sweeps[root].release_files if root is not None else found[_kind(f)]).append(f)
     _rest_of_sweeps(sweeps, sweep_of, seen)
     return found["release"], found["audit"], given, list(sweeps.values())
-
 
 
 @dataclass

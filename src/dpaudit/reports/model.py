@@ -1,14 +1,10 @@
 """The report model: one JSON-serialisable dict, the source of truth every renderer reads.
 
 :func:`build_report` assembles the sections of :data:`SECTIONS` (plus ``sweep`` with a sweep
-input), each built by its own module from what :mod:`.inputs` loaded; what each section says is
-in docs/review-walkthrough.md, the JSON model field by field in its last part. The verdict is
-fail closed: ``VIOLATION`` when an audit certifies eps_LB above the claim it tested (its recorded
-claim; a covered release's only when it records none); ``ACCOUNTING MISMATCH`` when a release
-fails :func:`dpaudit.claims.verify_claim`; ``INCONCLUSIVE`` when an audit lacks eps_LB or a claim,
-or disagrees with its own counts; ``NOT AUDITED`` without an audit; else ``no evidence of a
-violation``, with ``audit underpowered`` when an audit's ceiling is below the claim. Notes
-(error / warning / info) carry everything the reader must know about bad inputs.
+input), each built by its own module from what :mod:`.inputs` loaded; what each section says
+(the fail-closed verdict rules among it) is in docs/review-walkthrough.md, the JSON model field by
+field in its last part. Notes (error / warning / info) carry everything the reader must know
+about bad inputs.
 """
 
 from __future__ import annotations
@@ -30,10 +26,6 @@ SECTIONS = (("verdict", "1. Verdict"), ("claim", "2. Claim card"), ("provenance"
             ("utility", "5. Utility"), ("audit", "6. Audit"), ("reproduce", "7. Reproduce"))
 
 
-def _datasets(releases: list) -> list[str]:
-    return list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in releases))
-
-
 def _eps_point(e: dict) -> dict:
     return {"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
             "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
@@ -42,7 +34,7 @@ def _eps_point(e: dict) -> dict:
 
 def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[dict, dict[str, str]]:
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
-    datasets = _datasets(covered)
+    datasets = list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in covered))
     ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
     fingerprints = ledger.pop("data_versions", {})
     return {**ledger, "composition": budget.release_composition(covered, notes), "datasets": datasets}, fingerprints

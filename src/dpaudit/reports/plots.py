@@ -72,10 +72,6 @@ def roc_figures(report: dict) -> list[Figure]:
     return [_roc_figure(k, mech, es) for k, (mech, es) in enumerate(by_mech.items())]
 
 
-def _finite_claim(p: dict) -> bool:
-    return num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))
-
-
 def _top(pts: list[dict]) -> float:
     vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")] + [num(p["claimed_epsilon"]) for p in pts]
     finite = [v for v in vals if v is not None and math.isfinite(v)]
@@ -101,7 +97,7 @@ def _scatter_point(ax, p: dict, x: float, color: str, top: float, seen: set) -> 
 
 def eps_figure(report: dict) -> list[Figure]:
     """eps_LB against the claimed epsilon, with the y = x line a violation must cross."""
-    pts = [p for p in report["sections"]["audit"]["eps_points"] if _finite_claim(p)]
+    pts = [p for p in report["sections"]["audit"]["eps_points"] if num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))]
     if not pts:
         return []
     fig = new_figure((8.0, 4.2))
@@ -155,11 +151,6 @@ def _utility_figure(k: int, c: dict) -> Figure:
                   "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", png_bytes(fig))
 
 
-def utility_figures(report: dict) -> list[Figure]:
-    """Privacy-utility curves: metric mean +/- SD over seeds vs epsilon, non-private reference dashed."""
-    return [_utility_figure(k, c) for k, c in enumerate(report["sections"]["utility"]["curves"])]
-
-
 def tradeoff_figures(report: dict) -> list[Figure]:
     """One trade-off figure per audit with a claimed_curve block (:mod:`.tradeoff`)."""
     out = []
@@ -190,4 +181,5 @@ def one_run_figures(report: dict) -> list[Figure]:
 
 
 def all_figures(report: dict) -> list[Figure]:
-    return (utility_figures(report) + eps_figure(report) + roc_figures(report) + tradeoff_figures(report) + one_run_figures(report))
+    utility = [_utility_figure(k, c) for k, c in enumerate(report["sections"]["utility"]["curves"])]
+    return utility + eps_figure(report) + roc_figures(report) + tradeoff_figures(report) + one_run_figures(report)

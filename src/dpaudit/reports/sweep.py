@@ -1,14 +1,10 @@
 """Sweeps in a reviewer report: one summary per sweep instead of one claim card per release.
 
-A sweep folder (``OUT/NAME/`` holding ``sweep.sqlite`` and ``releases/...``, written by
-:func:`dpaudit.sweeps.run_sweep`) may hold hundreds of releases; a reviewer cannot read that many
-claim cards, so the report summarises it. Which releases belong to a sweep: every ``release.json``
-below its folder (a release that exists on disk spent budget, whether or not its task finished
-cleanly), cross-checked against the release ids its store's finished tasks recorded; one the store
-names whose file is missing is composed from the parameters the store kept (error note; without
-them the composed epsilon is a lower bound). Every task is a separate release on the same training
-partition, so they compose sequentially: the sweep's cost is far above any single run's epsilon.
-The ``sections.sweep`` fields and the sweep's verdict line: docs/review-walkthrough.md.
+A sweep folder (``OUT/NAME/``, :func:`dpaudit.sweeps.run_sweep`) may hold hundreds of releases. Every
+``release.json`` below it belongs to it (it exists, so it spent budget, whether or not its task
+finished), cross-checked against its store; a release the store names whose file is missing is
+composed from what the store kept (without that, a lower bound). The tasks' releases compose
+sequentially. The ``sections.sweep`` fields and the verdict line: docs/review-walkthrough.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The reviewer's picture of one audit: the claimed trade-off curve against the audit's evidence.
-
-A claim (the release's recorded DP event) is a whole trade-off curve f: every test of "canary in"
-vs "canary out" has FNR >= f(FPR). An audit falsifies the claim when the confidence box of its
-chosen test, [0, FPR_hi] x [0, FNR_hi] (one-sided Clopper-Pearson upper bounds on EVAL trials),
-lies wholly below that curve. The figure draws the curve, the family member at the certified lower
-bound, the EVAL points (descriptive: all thresholds) and the box, in :data:`VIOLATION_COLOR`
-exactly when the stored test says it is below the curve; nothing here recomputes a bound (schema:
-:mod:`dpaudit.audits.curves`). Matplotlib's object API on an Agg canvas, never ``pyplot``.
+"""The reviewer's picture of one audit: the claimed trade-off curve against the audit's evidence
+(the test it pictures, and the schema: :mod:`dpaudit.audits.curves`). The figure draws the curve,
+the family member at the certified lower bound, the EVAL points (descriptive: all thresholds) and
+the confidence box, in :data:`VIOLATION_COLOR` exactly when the stored test says it is below the
+curve; nothing here recomputes a bound. Matplotlib's object API on an Agg canvas, never ``pyplot``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Section ``verdict``: one line per mechanism (the rules are in :mod:`dpaudit.reports.model`'s
-docstring), from the claim cards and the audit entries."""
+"""Section ``verdict``: one line per mechanism (the rules: docs/review-walkthrough.md, "What the
+seven sections say"), from the claim cards and the audit entries."""
 
 from __future__ import annotations
 

@@ -64,6 +64,8 @@ def main() -> None:
     p.add_argument("--plan", default=None, help="plan.json of `dpaudit audit plan opacus ...`: its canaries, noise multiplier and claim")
     p.add_argument("--plain", action="store_true", help="no dpaudit lines: train and report (what `dpaudit audit opacus` audits)")
     p.add_argument("--noise-multiplier", type=float, default=None, help="Opacus's noise multiplier (default: the one --epsilon needs)")
+    p.add_argument("--loss-reduction", choices=("mean", "sum"), default="mean",
+                   help="sum: no division by Opacus's int(N q), which moves with one record (Opacus #571); Adam is scale-free")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     data = load_dataset("mnist")  # $DPAUDIT_DATA_DIR/mnist; raises a clear error when the files are missing
@@ -87,7 +89,7 @@ def main() -> None:
     if a.noise_multiplier is not None:
         make, private = engine.make_private, {"noise_multiplier": a.noise_multiplier}
     model, optimizer, loader = make(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=1.0,
-                                     poisson_sampling=not a.fixed_batches, **private)
+                                     poisson_sampling=not a.fixed_batches, loss_reduction=a.loss_reduction, **private)
     if canaries is not None:
         canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
         check = PipelineCheck().attach(optimizer, data_loader=loader, accountant=engine.accountant)  # dpaudit: the pipeline check
@@ -95,7 +97,7 @@ def main() -> None:
     for _ in range(a.epochs):
         for xb, yb in loader:
             optimizer.zero_grad()
-            nn.functional.cross_entropy(model(xb), yb).backward()
+            nn.functional.cross_entropy(model(xb), yb, reduction=a.loss_reduction).backward()
             optimizer.step()
     seconds = time.perf_counter() - t
     model.eval()

@@ -24,7 +24,7 @@ PACKAGE_ROOT = Path(dpaudit.__file__).resolve().parent
 
 #: Third-party modules a function may import (or :func:`dpaudit.lazy.lazy_import` bind): the heavy stacks, and the optional
 #: or platform-specific dependencies that only the functions using them need.
-LAZY_THIRD_PARTY = HEAVY + ("dp_accounting", "PIL", "threadpoolctl", "cryptography", "psycopg", "distributed", "statsmodels", "fcntl")
+LAZY_THIRD_PARTY = HEAVY + ("dp_accounting", "PIL", "threadpoolctl", "psycopg", "distributed", "statsmodels", "fcntl")
 #: Modules that call ``importlib.import_module`` with a computed name, and why: each imports a third-party module, never dpaudit's.
 BY_NAME = {
     "dpaudit.lazy": "the heavy stack a stand-in defers",

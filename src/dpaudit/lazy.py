@@ -1,4 +1,4 @@
-"""Deferred loading of the heavy third-party stacks (numpy, scipy, torch, matplotlib, Opacus, prv-accountant).
+"""Deferred loading of the heavy third-party stacks (:data:`HEAVY`: numpy, scipy, torch, matplotlib, Opacus, prv-accountant, ...).
 
 dpaudit's own modules import each other at module top (tests/test_import_graph.py); a module that computes with a heavy stack
 binds it with :func:`lazy_import`, so importing any dpaudit module (``dpaudit --help``, argument checks) executes none of

@@ -84,6 +84,8 @@ from .errors import UsageError
 from .lazy import lazy_import
 from .validation import one_of
 np = lazy_import("numpy")
+torch = lazy_import("torch")  # requests and mechanisms validate without torch (docs/architecture.md, rule 2)
+ciphers = lazy_import("cryptography.hazmat.primitives.ciphers")
 
 NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
 #: Reproducible sources and the seed their noise is a function of (recorded as ``reproducible``): the public ``--seed`` (not
@@ -147,8 +149,6 @@ def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *,
     buffers) instead of allocating temporaries, and ``work`` (float32, shape (P,)) holds the float32 radius.
     |z| <= sqrt(-2 ln min(u1)): 12.13 for the smallest u1 this module draws (:data:`U1_MIN`).
     """
-    import torch  # here: requests and mechanisms validate without torch (docs/architecture.md, rule 2)
-
     dt = np.float32 if np.asarray(u2).dtype == np.float32 else np.float64
     if not scratch:
         u1 = np.array(u1, dtype=np.float64)
@@ -250,14 +250,13 @@ class _ChaCha20Stream:
         self._rekey()
 
     def _rekey(self) -> None:
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
         if self._fixed_key is not None:
             key, nonce = self._fixed_key, bytes(16)
             # A fixed (test) key is used for one stream only; re-keying continues from it.
             self._fixed_key = bytes(a ^ b for a, b in zip(key, b"\x5a" * 32))
         else:
             key, nonce = os.urandom(32), bytes(4) + os.urandom(12)
-        self._enc = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        self._enc = ciphers.Cipher(ciphers.algorithms.ChaCha20(key, nonce), mode=None).encryptor()
         self._used = 0
 
     def read(self, n: int) -> bytes:
@@ -282,8 +281,7 @@ class _AesCtrStream:
     which is what keeps 53-bit Box-Muller as cheap as torch's 24-bit ``randn``."""
 
     def __init__(self, key: bytes):
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-        self._enc = Cipher(algorithms.AES(bytes(key)), modes.CTR(bytes(16))).encryptor()
+        self._enc = ciphers.Cipher(ciphers.algorithms.AES(bytes(key)), ciphers.modes.CTR(bytes(16))).encryptor()
         self._zeros = memoryview(b"")
 
     def read_into(self, buf: np.ndarray) -> np.ndarray:
@@ -338,8 +336,6 @@ class NoiseSource:
     def _init_generators(self, entropy) -> None:
         """numpy and torch generators seeded from ``entropy``, and the Gaussian sampler's state: its uniforms' keystream, keyed from
         ``entropy`` (a cryptographic source keys it from its ChaCha20 keystream instead), and an empty float32 buffer."""
-        import torch
-
         self.numpy = np.random.default_rng(np.random.SeedSequence(entropy))
         self.torch = torch.Generator()
         self.torch.manual_seed(int(self.numpy.integers(0, 2**63 - 1)))
@@ -459,8 +455,6 @@ class NoiseSource:
     def gaussian_torch(self, shape, std: float, dtype=None) -> torch.Tensor:
         """N(0, std^2) tensor of ``shape`` and ``dtype`` (CPU; default float32), from :data:`GAUSSIAN_SAMPLER`: float64 arithmetic
         for float64, float32 for every other dtype (then rounded)."""
-        import torch
-
         dtype = torch.float32 if dtype is None else dtype
         shape, size = _shape_size(shape)
         if dtype == torch.float64:

@@ -156,6 +156,13 @@ def test_a_script_without_make_private_or_failing_exits_2(tmp_path, monkeypatch)
     assert r.exit_code == 2 and "SCRIPT must exit with status 0, got 3." in r.output
 
 
+def test_a_script_without_a_noise_multiplier_is_refused_in_one_line(script):
+    """Opacus accepts noise_multiplier=None; the hook refuses it at make_private, before any training."""
+    r = _audit("--canaries", "10", script_args=("--epochs", "1", "--report", "r.json"))
+    assert r.exit_code == 2 and "optimizer.noise_multiplier must be one number >= 0, got None." in r.output, r.output
+    assert not (script.parent / "r.json").exists()
+
+
 def test_a_script_that_attaches_its_own_canaries_is_refused(script):
     """Two canary sets may share coordinates (twice the sensitivity): the second attach is refused."""
     own = SCRIPT.replace("steps = 0\n", "from dpaudit.integrations.opacus import OpacusCanaries\n"

@@ -145,8 +145,10 @@ class OpacusCanaries:
         for n, p in self._params.items():
             if id(p) not in by_param:
                 raise UsageError(f"tensors must be optimised by the DPOptimizer, got {n!r} outside its parameters.")
-        self.sample_rate, self.clipping_norm = q, float(norm)
-        self.noise_multiplier = float(optimizer.noise_multiplier)
+        sigma = optimizer.noise_multiplier
+        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma >= 0:
+            raise UsageError(f"optimizer.noise_multiplier must be one number >= 0, got {sigma!r}.")
+        self.sample_rate, self.clipping_norm, self.noise_multiplier = q, float(norm), float(sigma)
         if self._plan is not None:
             self._start_planned_run()
         original = optimizer.add_noise  # the bound method: Opacus's noise, unchanged

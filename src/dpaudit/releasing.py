@@ -33,6 +33,7 @@ from .accounting.accountants import comparison_epsilons, comparisons_ahead
 from .accounting.events import Event
 from .errors import AccountingMismatchError, UsageError
 from .lazy import lazy_import
+from .ledger import result_cache
 from .ledger.book import open_ledger
 from .ledger.paths import ledger_missing, resolve_ledger
 from .mechanisms import registry
@@ -332,7 +333,9 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     plan = mech.plan(request, info)
     out_dir = Path(out_dir if out_dir is not None else check_release_folder(check_out_dir(mech.default_out_dir(plan))))
     # The comparison epsilons depend on public parameters only: a child computes them meanwhile.
-    with comparisons_ahead([(p.event, p.delta, p.adjacency, p.compare_accountants) for p in plan.parts or (plan,) if p.event is not None]):
+    # Remembered answers of the same computations (ledger.result_cache, on inside a command) spare the child.
+    with comparisons_ahead([(p.event, p.delta, p.adjacency, p.compare_accountants) for p in plan.parts or (plan,) if p.event is not None],
+                           memory=result_cache):
         _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
         noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                                   noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)

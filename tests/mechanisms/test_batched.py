@@ -40,9 +40,8 @@ def test_batched_clipped_sum_equals_single_per_run(binary_logit):
     norms = np.linalg.norm(z1, axis=1)
     ws = HeadWorkspace(k, d + 1, np.float64, rows=25)
     got = np.zeros_like(w)
-    w_t, got_t = torch.from_numpy(w), torch.from_numpy(got)
-    for r in range(5):  # the engine's per-run clipped sum on its reused workspace
-        _run_sum(ws, z1, norms, y, idx[r], w_t[r], got_t[r], 0.4, binary_logit, True)
+    for r in range(5):  # the engine's per-run clipped sum on its reused workspace, into views of the runs' sums
+        _run_sum(ws, z1, norms, y, idx[r], w[r], got[r], 0.4, binary_logit, True)
     for r in range(5):
         want = head_clipped_sum(w[r], z1[idx[r]], norms[idx[r]], y[idx[r]], 0.4, binary_logit=binary_logit) if idx[r].size else np.zeros((k, d + 1))
         np.testing.assert_allclose(got[r], want, rtol=1e-12, atol=1e-14)

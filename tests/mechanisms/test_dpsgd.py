@@ -172,7 +172,7 @@ def test_engine_normalizer_noise_and_empty_batches(monkeypatch):
     real_step = dpsgd_core.Adam.step
 
     def spy(self, grads, t):  # the sanitised gradient Adam receives (shared step of every trainer)
-        seen_grads.append(grads[0].clone())
+        seen_grads.append(np.array(grads[0]))
         real_step(self, grads, t)
 
     monkeypatch.setattr(dpsgd_core.Adam, "step", spy)
@@ -294,24 +294,38 @@ def test_poisson_flat_runs_are_independent_bernoulli_blocks():
         assert abs(p - q * q) < 5 * np.sqrt(q * q * (1 - q * q) / runs)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_head_adam_equals_torch_adam_float64(fused):
-    """The head trainers' Adam (torch's fused kernel or the NumPy fallback) == torch.optim.Adam."""
+@pytest.mark.parametrize("shape", [(3, 4), (2, 70_001)])  # the second spans three blocks of the array passes
+def test_loop_adam_equals_torch_adam_float64(shape):
+    """The loop's Adam (NumPy, in blocks) == torch.optim.Adam, step for step."""
     rng = np.random.default_rng(12)
     cfg = DPSGDConfig(sample_rate=0.1, steps=5, normalizer=3, noise_multiplier=1.0, lr=0.01)
-    w0 = rng.normal(size=(3, 4))
+    w0 = rng.normal(size=shape)
     w = w0.copy()
-    adam = dpsgd_core.Adam([torch.from_numpy(w)], cfg)
-    if not fused:
-        adam.fused = None
+    adam = dpsgd_core.Adam([w], cfg)
     p = torch.nn.Parameter(torch.tensor(w0))
     opt = torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
     for t in range(1, 40):
-        g = rng.normal(size=(3, 4)) * 10.0 ** rng.integers(-6, 1)
-        adam.step([torch.from_numpy(g.copy())], t)
+        g = rng.normal(size=shape) * 10.0 ** rng.integers(-6, 1)
+        adam.step([g.copy()], t)
         p.grad = torch.tensor(g)
         opt.step()
     np.testing.assert_allclose(w, p.detach().numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_loop_adam_float32_stays_within_rounding_of_torch_adam():
+    """float32 parameters (every head): the same arithmetic in float32, not promoted to float64."""
+    rng = np.random.default_rng(14)
+    cfg = DPSGDConfig(sample_rate=0.1, steps=5, normalizer=3, noise_multiplier=1.0, lr=0.01)
+    w = rng.normal(size=(10, 985)).astype(np.float32)
+    p = torch.nn.Parameter(torch.tensor(w))
+    adam, opt = dpsgd_core.Adam([w], cfg), torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
+    for t in range(1, 30):
+        g = rng.normal(size=w.shape).astype(np.float32)
+        adam.step([g], t)
+        p.grad = torch.from_numpy(g)
+        opt.step()
+    assert w.dtype == np.float32 and adam.m[0].dtype == np.float32
+    np.testing.assert_allclose(w, p.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_gap_extension_keeps_bernoulli_rates():

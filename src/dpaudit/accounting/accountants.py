@@ -800,17 +800,32 @@ def comparison_epsilons(event: Event, delta: float, adjacency: "str | Adjacency"
     the claim; the child's answer inside :func:`comparisons_ahead` of exactly these arguments."""
     ahead = _AHEAD.get()
     answer = ahead.answer(_ahead_key(event, delta, adjacency, accountants)) if ahead is not None else None
-    return answer if answer is not None else _comparisons(event, delta, adjacency, accountants)
+    return answer if answer is not None else _comparisons(event, delta, adjacency, accountants, ahead.memory if ahead is not None else None)
 
 
-def _comparisons(event, delta, adjacency, accountants) -> dict:
+def _comparisons(event, delta, adjacency, accountants, memory=None) -> dict:
+    """``{accountant: epsilon or "unavailable: ErrorType"}``. ``memory``: remembered answers of
+    these exact computations (``lookup`` / ``store`` of :mod:`dpaudit.ledger.result_cache`), read
+    first and written with each new answer; None computes every value."""
     out = {}
+    adj = Adjacency.parse(adjacency).value
     for name in accountants:
-        try:
-            out[name] = compute_epsilon(event, delta=delta, accountant=name, adjacency=adjacency).epsilon
-        except Exception as e:  # noqa: BLE001 -- a comparison value only
-            out[name] = f"unavailable: {type(e).__name__}"
+        res = memory.lookup(event, delta, name, adj) if memory is not None else None
+        if res is None:
+            try:
+                res = compute_epsilon(event, delta=delta, accountant=name, adjacency=adjacency)
+            except Exception as e:  # noqa: BLE001 -- a comparison value only
+                res = e
+            if memory is not None:
+                memory.store(event, delta, name, adj, res)
+        out[name] = f"unavailable: {type(res).__name__}" if isinstance(res, Exception) else res.epsilon
     return out
+
+
+def _remembered(memory, jobs: dict) -> bool:
+    """True when ``memory`` holds an answer for every accountant of every job (no child needed)."""
+    return memory is not None and all(memory.lookup(ev, d, name, Adjacency.parse(adj).value) is not None
+                                      for ev, d, adj, names in jobs.values() for name in names)
 
 
 def _ahead_key(event, delta, adjacency, accountants) -> str:
@@ -820,15 +835,17 @@ def _ahead_key(event, delta, adjacency, accountants) -> str:
 class _Ahead:
     """A child process, forked at construction, writing :func:`_comparisons` of ``jobs`` (``{key:
     args}``) to a pipe; none (``pid`` None) without fork or while another thread runs (a fork
-    would copy that thread's locks held)."""
+    would copy that thread's locks held), or when ``memory`` answers every job (read here)."""
 
-    def __init__(self, jobs: dict):
-        self.answers, self.pid = None, None
-        if hasattr(os, "fork") and threading.active_count() == 1:
+    def __init__(self, jobs: dict, memory=None):
+        self.answers, self.pid, self.memory = None, None, memory
+        if _remembered(memory, jobs):
+            self.answers = {key: _comparisons(*args, memory) for key, args in jobs.items()}
+        elif hasattr(os, "fork") and threading.active_count() == 1:
             r, w = os.pipe()
             self.pipe, parent, self.pid = os.fdopen(r, "rb"), os.getpid(), os.fork()
             if self.pid == 0:
-                _child(self.pipe, w, parent, jobs)
+                _child(self.pipe, w, parent, jobs, memory)
             os.close(w)
 
     def answer(self, key: str):
@@ -851,7 +868,7 @@ class _Ahead:
             self.pipe.close()
 
 
-def _child(pipe, w: int, parent: int, jobs: dict) -> None:
+def _child(pipe, w: int, parent: int, jobs: dict, memory) -> None:
     """The forked child's life: answers, then ``os._exit`` (no parent cleanup, no output flushed twice)."""
     code = 1
     try:
@@ -860,7 +877,7 @@ def _child(pipe, w: int, parent: int, jobs: dict) -> None:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # Linux PR_SET_PDEATHSIG: killed when its parent dies
         if os.getppid() == parent:  # else the parent died before prctl took effect
             with os.fdopen(w, "wb") as f:
-                f.write(pickle.dumps({key: _comparisons(*args) for key, args in jobs.items()}))
+                f.write(pickle.dumps({key: _comparisons(*args, memory) for key, args in jobs.items()}))
             code = 0
     finally:
         os._exit(code)
@@ -870,14 +887,18 @@ _AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar("dpaudit_
 
 
 @contextlib.contextmanager
-def comparisons_ahead(jobs) -> Iterator[None]:
+def comparisons_ahead(jobs, memory=None) -> Iterator[None]:
     """Within this block, :func:`comparison_epsilons` of each ``(event, delta, adjacency,
     accountants)`` of ``jobs`` (public parameters only) is computed by a child forked now, beside
     the caller's work (prv's import and composition take ~1.5 s): the same code in a copy of this
     process, so the same numbers. The child is killed and reaped when the block ends, on an error
-    too; without fork, while another thread runs, or without an answer, they are computed here."""
+    too; without fork, while another thread runs, or without an answer, they are computed here.
+
+    ``memory`` (``lookup`` / ``store``, e.g. :mod:`dpaudit.ledger.result_cache`): answers of these
+    exact computations remembered by earlier runs; when it holds them all, nothing is forked.
+    Comparison values only: a claim is always computed afresh."""
     jobs = {_ahead_key(*job): job for job in jobs if job[3]}
-    ahead = _Ahead(jobs) if jobs else None
+    ahead = _Ahead(jobs, memory) if jobs else None
     token = _AHEAD.set(ahead)
     try:
         yield

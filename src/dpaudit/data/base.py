@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,20 @@ def array_sha256(*arrays: np.ndarray) -> str:
         h.update(str(a.shape).encode())
         h.update(a.reshape(-1).view(np.uint8))  # the bytes tobytes() gives, without copying them
     return h.hexdigest()
+
+
+def empty_small_pages(shape, dtype) -> np.ndarray:
+    """``np.empty`` without NumPy's transparent-huge-page advice (speed only).
+
+    NumPy asks the kernel for 2 MiB pages on large arrays; on a machine whose memory is fragmented
+    the first touch of such pages triggers synchronous compaction (measured: ~0.4 s of system time
+    for the 200 MB MNIST feature matrix, vs ~0.1 s with ordinary pages). An anonymous ``mmap``
+    carries no such advice; the array keeps the map alive through ``.base``.
+    """
+    import numpy as np
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape)) * dtype.itemsize
+    return np.frombuffer(mmap.mmap(-1, max(n, 1)), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ..errors import DataError
 from ..lazy import lazy_import
 from ..paths import cache_dir
 from ..validation import one_of
-from .base import resolve_data_dir
+from .base import empty_small_pages, resolve_data_dir
 from .files import file_digest, hash_and_verify
 np = lazy_import("numpy")
 
@@ -75,14 +75,15 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
     chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
     n, c, h, w = chw.shape
     if profile in ("raw01", "centered"):
-        # Exactly ToTensor's arithmetic: float32 conversion, then division by 255.
-        import torch  # heavy (seconds): imported only when images are prepared
-
-        t = torch.from_numpy(np.ascontiguousarray(chw)).to(torch.float32).div(255)
+        # Exactly ToTensor's arithmetic: float32 conversion, then division by 255 (IEEE float32
+        # operations, so NumPy gives torch's floats; all 256 pixel values are checked in the tests).
+        t = empty_small_pages((n, c * h * w), np.float32)
+        np.divide(chw, np.float32(255), out=t.reshape(chw.shape))  # one pass: uint8 -> float32, then / 255 in float32
         if profile == "centered":
             # Exactly Normalize(mean=0.5, std=0.5): subtract, then divide.
-            t = t.sub(0.5).div(0.5)
-        return t.reshape(n, -1).numpy(), (c, h, w)
+            t -= np.float32(0.5)
+            t /= np.float32(0.5)
+        return t, (c, h, w)
     if profile == "half-resolution":
         from PIL import Image
         from torchvision.transforms import InterpolationMode
@@ -159,7 +160,11 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions. The same format check and the same array
     as torchvision's MNIST reader (magic 0x0000 08 nd, big-endian int32 sizes, then the bytes), without importing torchvision: its
     import pulls in torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers."""
-    raw = Path(path).read_bytes()
+    with open(path, "rb") as f:  # read into a writable buffer: the array below needs no copy of its own
+        raw = bytearray(os.fstat(f.fileno()).st_size)
+        got = f.readinto(raw)
+        if got != len(raw):  # the file changed size while read: keep what was read (checked below)
+            raw = raw[:got]
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
         raise DataError(f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
                         f"got {raw[:4].hex() or 'an empty file'}.")
@@ -170,7 +175,7 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     size = int(np.prod(shape, dtype=np.int64))
     if len(raw) != head + size:
         raise DataError(f"IDX file {path} must hold {head + size} bytes for shape {shape}, got {len(raw)}.")
-    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape).copy()
+    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
 
 
 def load_mnist_raw(data_dir=None, *, with_sources: bool = False):

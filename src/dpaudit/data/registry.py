@@ -222,20 +222,20 @@ DIGITS_MAX = 16.0  # load_digits pixel values are integer counts 0..16 (fixed by
 
 
 def _load_digits(info, seed, profile) -> PreparedDataset:
-    import torch
     from sklearn.datasets import load_digits
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     y = np.asarray(bunch.target, dtype=np.int64)
-    t = torch.from_numpy(images[:, None]).div(DIGITS_MAX)
+    t = images[:, None] / np.float32(DIGITS_MAX)  # float32 operations: torch's floats, without importing torch
     if profile == "centered":
-        t = t.sub(0.5).div(0.5)
+        t = (t - np.float32(0.5)) / np.float32(0.5)
     elif profile == "half-resolution":
+        import torch
         from torchvision import transforms
 
-        t = transforms.Resize((4, 4), antialias=True)(t).clamp(0.0, 1.0)
+        t = transforms.Resize((4, 4), antialias=True)(torch.from_numpy(t)).clamp(0.0, 1.0).numpy()
     shape = tuple(int(s) for s in t.shape[1:])
-    x = t.reshape(len(y), -1).numpy().astype(np.float32)
+    x = t.reshape(len(y), -1).astype(np.float32)
     tr, va, te = split_indices(len(y), seed, 70, 15)
     return PreparedDataset(
         name="digits", kind="image", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],

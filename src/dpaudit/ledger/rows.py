@@ -40,6 +40,16 @@ def _empty() -> dict:
     return {"private": {}, "public": {}}
 
 
+def _keyed_row_hashes(key: bytes, source: str, ids):
+    """blake2b(source | id, key) of each row id: the keyed state after the prefix is copied per row
+    (the same digests as hashing ``prefix + id`` afresh, without re-keying 70,000 times)."""
+    head = hashlib.blake2b(source.encode("utf-8") + b"|", key=key, digest_size=_HASH_BYTES)
+    for i in ids:
+        h = head.copy()
+        h.update(b"%d" % i)
+        yield h.digest()
+
+
 def hash_rows(key: bytes, row_sets) -> dict:
     """``{role: {source: Side}}`` of a planned release's :class:`~dpaudit.data.rows.RowSet` s."""
     out = _empty()
@@ -48,8 +58,7 @@ def hash_rows(key: bytes, row_sets) -> dict:
         if rs.ids is None:
             side.every = True
             continue
-        prefix = rs.source.encode("utf-8") + b"|"
-        side.hashes.update(hashlib.blake2b(prefix + str(i).encode("ascii"), key=key, digest_size=_HASH_BYTES).digest() for i in rs.ids)
+        side.hashes.update(_keyed_row_hashes(key, rs.source, rs.ids))
     for role in ("public", "private"):
         for source, side in out[role].items():
             if role == "public" and side.hashes & out["private"].get(source, Side()).hashes:

@@ -145,94 +145,129 @@ def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], s
             p.addcdiv_(m, denom, value=-step_size)
 
 
+#: BLAS threads of a head's training (:func:`head_threads`), published in a release's timings.
+HEAD_BLAS_THREADS = 1
+
+
 @contextlib.contextmanager
 def head_threads():
-    """One torch and BLAS thread while heads train (a speed setting, never a privacy one): their
-    skinny products gain nothing from a second thread on a quiet 2-core machine and ran 5x slower
-    with two threads beside other jobs (BENCHMARKS.md, section 4); restored afterwards."""
+    """One BLAS thread while heads train (a speed setting, never a privacy one): their skinny
+    products gain nothing from a second thread on a quiet 2-core machine and ran 5x slower with
+    two threads beside other jobs (BENCHMARKS.md, section 4); restored afterwards."""
     from threadpoolctl import threadpool_limits
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-    finally:
-        torch.set_num_threads(before)
+    with threadpool_limits(limits=HEAD_BLAS_THREADS, user_api="blas"):
+        yield
+
+
+def as_array(x) -> np.ndarray:
+    """A NumPy view sharing the memory of ``x``: an array as is, a CPU tensor through ``.numpy()``
+    (the loop's buffers and optimizers work on arrays; module parameters stay tensors)."""
+    return x if isinstance(x, np.ndarray) else x.detach().numpy()
+
+
+#: Elements per block of the optimizers' array passes: each block's temporaries stay in cache.
+_BLOCK = 1 << 15
+
+
+def _blocks(arrays: Sequence[np.ndarray]):
+    """Matching flat blocks of same-sized arrays (views), :data:`_BLOCK` elements at a time."""
+    flats = [a.reshape(-1) for a in arrays]
+    for s in range(0, flats[0].size, _BLOCK):
+        yield [f[s:s + _BLOCK] for f in flats]
 
 
 class Adam:
-    """Adam on a list of tensors (updated in place, the arithmetic of :func:`adam_update`): the
-    kernel of ``torch.optim.Adam(fused=True)`` (one pass over the parameters instead of a dozen
-    array operations) when this torch has it, else :func:`adam_update` (``fused = None``).
+    """Adam (Kingma & Ba 2015; no weight decay, no amsgrad) on arrays updated in place, the
+    arithmetic of ``torch.optim.Adam``'s single-tensor CPU step in the same order (equal up to
+    rounding, tested): m <- m + (1 - b1)(g - m); v <- b2 v + (1 - b2) g^2;
+    p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+
+    NumPy, not torch: a linear head's release then never imports torch (seconds of a ~3 s command,
+    BENCHMARKS.md section 4), and heads and modules, releases and audits step with this one code.
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
+    def __init__(self, params: Sequence[np.ndarray], config: DPSGDConfig):
         self.params, self.config = list(params), config
-        self.state = AdamState.zeros_like(self.params)
-        self.fused = getattr(torch, "_fused_adam_", None)
-        self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+        self.m = [np.zeros_like(p) for p in self.params]
+        self.v = [np.zeros_like(p) for p in self.params]
+        self._tmp = {}
 
-    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
+    def step(self, grads: Sequence[np.ndarray], t: int) -> None:
         """Adam step number ``t`` (1, 2, ...) with gradients ``grads``."""
-        if self.fused is None:
-            self.state.t = t - 1
-            adam_update(self.params, grads, self.state, self.config)
-            return
         c = self.config
-        for s in self.steps:
-            s.fill_(t)
-        self.fused(self.params, list(grads), self.state.m, self.state.v, [], self.steps, amsgrad=False, lr=c.lr,
-                   beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
+        b1, b2 = c.betas
+        bc2_sqrt = (1.0 - b2 ** float(t)) ** 0.5
+        step_size = c.lr / (1.0 - b1 ** float(t))
+        for p, g, m, v in zip(self.params, grads, self.m, self.v):
+            tmp = self._tmp.setdefault(p.dtype, np.empty(_BLOCK, dtype=p.dtype))
+            for pb, gb, mb, vb in _blocks([p, g, m, v]):
+                d = tmp[:pb.size]
+                np.subtract(gb, mb, out=d)  # lerp(m, g, 1 - b1)
+                d *= 1.0 - b1
+                mb += d
+                vb *= b2
+                np.multiply(gb, gb, out=d)
+                d *= 1.0 - b2
+                vb += d
+                np.sqrt(vb, out=d)  # denominator
+                d /= bc2_sqrt
+                d += c.adam_eps
+                np.divide(mb, d, out=d)
+                d *= step_size
+                pb -= d
 
 
 class SGD:
-    """SGD with heavy-ball momentum on a list of tensors (in place): the arithmetic of
+    """SGD with heavy-ball momentum on arrays (in place): the arithmetic of
     ``torch.optim.SGD(lr, momentum)`` (no dampening, weight decay or Nesterov): b_1 = g_1,
     b_t = mu b_{t-1} + g_t, p -= lr b_t (p -= lr g_t without momentum)."""
 
-    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig):
+    def __init__(self, params: Sequence[np.ndarray], config: DPSGDConfig):
         self.params, self.config, self.buffers = list(params), config, None
 
-    def step(self, grads: Sequence[torch.Tensor], t: int) -> None:
+    def step(self, grads: Sequence[np.ndarray], t: int) -> None:
         lr, mu = self.config.lr, self.config.momentum
-        with torch.no_grad():
-            if mu and self.buffers is None:
-                self.buffers = [g.detach().clone() for g in grads]  # the callers' gradient buffers are reused
-            elif mu:
-                for b, g in zip(self.buffers, grads):
-                    b.mul_(mu).add_(g)
-            for p, d in zip(self.params, self.buffers if mu else grads):
-                p.add_(d, alpha=-lr)
+        if mu and self.buffers is None:
+            self.buffers = [np.array(g) for g in grads]  # the callers' gradient buffers are reused
+        elif mu:
+            for b, g in zip(self.buffers, grads):
+                b *= mu
+                b += g
+        for p, d in zip(self.params, self.buffers if mu else grads):
+            p -= lr * d
 
 
 #: The update rules of :class:`NoisyStep` by ``DPSGDConfig.optimizer``: a class built as
-#: ``cls(params, config)`` whose ``step(grads, t)`` updates ``params`` in place at step t = 1, 2, ...
+#: ``cls(params, config)`` over arrays whose ``step(grads, t)`` updates them in place at step t = 1, 2, ...
 OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
 class NoisyStep:
     """The one noisy step of the DP-SGD loop (protocol step 3 of :mod:`dpaudit.mechanisms.engine`).
 
-    The caller writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused buffers shaped
-    like the parameters); :meth:`apply` adds the noise (:func:`gaussian_filler`, one draw per
-    buffer, in order), divides by m0 and steps the optimizer (:data:`OPTIMIZERS`).
+    ``params``: arrays (heads) or CPU tensors (modules), updated in place. The caller writes the
+    clipped sum for ``params[i]`` into ``sums[i]`` (reused C-ordered buffers shaped like the
+    parameters, of the same kind: arrays, or tensors over arrays); :meth:`apply` adds the noise
+    (:func:`gaussian_filler`, one draw per buffer, in order), divides by m0 and steps the optimizer
+    (:data:`OPTIMIZERS`) on NumPy views of both.
     """
 
-    def __init__(self, params: Sequence[torch.Tensor], config: DPSGDConfig, *, noise: NoiseSource):
+    def __init__(self, params: Sequence, config: DPSGDConfig, *, noise: NoiseSource):
         self.config = config
-        self.sums = [torch.empty_like(p, memory_format=torch.contiguous_format) for p in params]
-        self._arrays = [s.numpy() for s in self.sums]
+        views = [as_array(p) for p in params]
+        self._arrays = [np.empty(v.shape, dtype=v.dtype) for v in views]
+        self.sums = [a if isinstance(p, np.ndarray) else torch.from_numpy(a) for p, a in zip(params, self._arrays)]
         std = config.noise_std
         self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
-        self.optimizer = OPTIMIZERS[config.optimizer](params, config)
+        self.optimizer = OPTIMIZERS[config.optimizer](views, config)
 
     def apply(self, t: int) -> None:
         for a, fill in zip(self._arrays, self._fills):
             a += fill()
         for a in self._arrays:
             a /= self.config.normalizer
-        self.optimizer.step(self.sums, t)
+        self.optimizer.step(self._arrays, t)
 
 
 # ---------------------------------------------------------------- Poisson sampling
@@ -326,13 +361,13 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
     truncated at 5.77 sigma) written straight into ``out``, the same draws as
     ``noise.gaussian_torch``; a source that overrides ``gaussian_torch``: that method.
     """
-    out_t = torch.from_numpy(out)
-    shape, dtype = tuple(out.shape), out_t.dtype
     if type(noise).gaussian_torch is NoiseSource.gaussian_torch and out.dtype in (np.float32, np.float64) \
             and out.flags.c_contiguous:
         def fill() -> np.ndarray:
             return noise.gaussian_into(out, std)
     else:
+        shape, dtype = tuple(out.shape), torch.from_numpy(out).dtype
+
         def fill() -> np.ndarray:
             out[...] = noise.gaussian_torch(shape, std, dtype=dtype).numpy()
             return out
@@ -374,7 +409,7 @@ def clip_factors(norms, clipping_norm: float):
     """The clipping coefficients min(1, C / ||g_u||) of per-unit gradient norms (eq. 4), written
     C / max(||g_u||, C) (the same floats): in place for a NumPy array, a new tensor for a torch one.
     The one clipping rule of every clipped-sum kernel (record and user heads, modules)."""
-    if isinstance(norms, torch.Tensor):
+    if not isinstance(norms, np.ndarray):  # a tensor (checked without importing torch)
         return clipping_norm / torch.clamp(norms, min=clipping_norm)
     np.maximum(norms, clipping_norm, out=norms)
     return np.divide(clipping_norm, norms, out=norms)
@@ -382,22 +417,20 @@ def clip_factors(norms, clipping_norm: float):
 
 class HeadWorkspace:
     """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only:
-    fresh arrays per step cost page faults and cache misses). Both matrix products go through
-    torch (MKL) on zero-copy views of these NumPy buffers, measured faster than NumPy's BLAS here.
+    fresh arrays per step cost page faults and cache misses). Both matrix products are NumPy
+    GEMMs writing into these buffers (measured as fast as torch's here, without importing torch).
     """
 
     def __init__(self, k: int, d1: int, dtype, rows: int = 1):
         self.k, self.d1, self.dtype = k, d1, np.dtype(dtype)
         self.out = np.empty((k, d1), dtype=self.dtype)
-        self.out_t = torch.from_numpy(self.out)
         self._grow(max(1, rows))
 
     def _grow(self, rows: int) -> None:
         self.rows = rows
         self.batch = np.empty((rows, self.d1), dtype=self.dtype)
-        self.batch_t = torch.from_numpy(self.batch)
         self.res = np.empty(self.k * rows, dtype=self.dtype)
-        self.res_t = torch.from_numpy(self.res)
+        self.logits = np.empty(self.k * rows, dtype=self.dtype)
         self.scale = np.empty(rows, dtype=self.dtype)
         self.cols = np.arange(rows, dtype=np.int64)
 
@@ -406,16 +439,18 @@ class HeadWorkspace:
             self._grow(rows)
 
 
-def _clipped_sum_kernel(ws: HeadWorkspace, w_t: torch.Tensor, b: int, zn: np.ndarray, y: np.ndarray,
-                        clipping_norm: float, binary_logit: bool, clip: bool, out_t: torch.Tensor | None = None) -> np.ndarray:
-    """The clipped sum over the first ``b`` rows of ``ws.batch`` into ``ws.out`` (or ``out_t``; see
-    :func:`head_clipped_sum`). Residuals are kept as (K, b) so that both products are plain GEMMs.
-    ``zn`` and ``y``: norms ||[z_i, 1]|| and labels of those rows."""
+def _clipped_sum_kernel(ws: HeadWorkspace, w: np.ndarray, b: int, zn: np.ndarray, y: np.ndarray,
+                        clipping_norm: float, binary_logit: bool, clip: bool, out: np.ndarray | None = None) -> np.ndarray:
+    """The clipped sum over the first ``b`` rows of ``ws.batch`` at head ``w`` (K, d+1) into
+    ``ws.out`` (or ``out``, C-ordered; see :func:`head_clipped_sum`). Residuals are kept as (K, b)
+    so that both products are plain GEMMs. ``zn`` and ``y``: norms ||[z_i, 1]|| and labels of
+    those rows."""
     k = ws.k
-    zb_t = ws.batch_t[:b]
+    zb = ws.batch[:b]
     r = ws.res[: k * b].reshape(k, b)
-    r_t = ws.res_t[: k * b].view(k, b)
-    torch.mm(w_t, zb_t.t(), out=r_t)  # logits s = W [z, 1] for every sampled row, as (K, b)
+    # logits s = W [z, 1] of every sampled row, as (K, b); computed (b, K) = Z1 W^T, then
+    # transposed: OpenBLAS takes ~2x as long for the (K, b) product of this skinny shape
+    np.copyto(r, np.matmul(zb, w.T, out=ws.logits[: b * k].reshape(b, k)).T)
     if binary_logit:  # dLoss/ds = sigmoid(s) - y
         np.negative(r, out=r)
         np.exp(r, out=r)
@@ -434,18 +469,14 @@ def _clipped_sum_kernel(ws: HeadWorkspace, w_t: torch.Tensor, b: int, zn: np.nda
         np.sqrt(c, out=c)
         c *= zn
         r *= clip_factors(c, clipping_norm)
-    if out_t is not None:
-        torch.mm(r_t, zb_t, out=out_t)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
-        return out_t.numpy()
-    torch.mm(r_t, zb_t, out=ws.out_t)
-    return ws.out
+    return np.matmul(r, zb, out=ws.out if out is None else out)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
 
 
 def head_clipped_sum(
-    w: np.ndarray | torch.Tensor,
-    z1: np.ndarray | torch.Tensor,
-    z1_norm: np.ndarray | torch.Tensor,
-    y: np.ndarray | torch.Tensor,
+    w: np.ndarray,
+    z1: np.ndarray,
+    z1_norm: np.ndarray,
+    y: np.ndarray,
     clipping_norm: float,
     *,
     binary_logit: bool = False,
@@ -463,8 +494,7 @@ def head_clipped_sum(
     if b == 0:
         return np.zeros((k, d1), dtype=dtype)
     ws.batch[:b] = z1
-    w_t = torch.from_numpy(np.require(w, dtype=dtype, requirements=["C", "W"]))
-    out = _clipped_sum_kernel(ws, w_t, b, z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False), clipping_norm, binary_logit, clip)
+    out = _clipped_sum_kernel(ws, np.asarray(w, dtype=dtype), b, z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False), clipping_norm, binary_logit, clip)
     return out.copy()
 
 

@@ -39,7 +39,7 @@ from ..validation import one_of
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .dpsgd import train_module_dp_sgd
-from .dpsgd_core import DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
+from .dpsgd_core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
 from .engine import UserSampling, train_heads
 from .features import build_features, feature_dim
 from .head_audit import HeadTarget
@@ -239,6 +239,7 @@ class DPSGDMechanism(MechanismBase):
                 if a is not None:
                     arrays[name] = a.astype(np.float32)
             weights_name = "weights.npz"
+            threads = {"blas_threads": HEAD_BLAS_THREADS}  # the head's training (its features: BLAS's own count)
         else:
             module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
                                   seed=plan.seed)
@@ -260,6 +261,7 @@ class DPSGDMechanism(MechanismBase):
             else:
                 proba = torch.softmax(out, dim=1).numpy()
             weights_name = "model.pt"
+            threads = {"torch_threads": torch.get_num_threads()}
             state = module.state_dict()
 
             def save(out_dir) -> None:
@@ -268,8 +270,7 @@ class DPSGDMechanism(MechanismBase):
         return RunOutput(
             steps_executed=int(steps_executed), metrics=classification_metrics(data.y_test, proba), arrays=arrays, save=save,
             weights_name=weights_name, config=model_config,
-            timings={"train_seconds": train_seconds, "feature_seconds": feature_seconds,
-                     "torch_threads": torch.get_num_threads()},
+            timings={"train_seconds": train_seconds, "feature_seconds": feature_seconds, **threads},
             noise_values=int(steps) * int(params), noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)")
 
     def default_out_dir(self, plan: ReleasePlan) -> Path:

@@ -75,7 +75,6 @@ from ..validation import positive_int
 from . import dpsgd_core, user_level
 from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, check_head_inputs, head_threads
 np = lazy_import("numpy")
-torch = lazy_import("torch")
 
 # ---------------------------------------------------------------- the canary hook
 
@@ -129,9 +128,9 @@ class _HeadCanaries:
 
     def add(self, hit: np.ndarray, sums: list) -> None:
         if isinstance(self.gradient, _SparseCanaries):
-            self.gradient.add_to(sums[0].numpy(), hit)
+            self.gradient.add_to(sums[0], hit)
         elif self.gradient is not None:
-            s = sums[0].numpy()
+            s = sums[0]
             s += hit.astype(s.dtype)[:, None, None] * self.gradient
 
 
@@ -151,7 +150,7 @@ class _HeadUnits:
     """Head units: ``bind`` makes the per-run views of the heads (R, K, d+1) and their sums once."""
 
     def bind(self, params: list, sums: list):
-        w_rows, sum_rows = list(params[0].unbind(0)), list(sums[0].unbind(0))
+        w_rows, sum_rows = list(params[0]), list(sums[0])  # (K, d+1) views, one per run
         return lambda flat, offsets, hit: self.step(flat, offsets, hit, w_rows, sum_rows)
 
 
@@ -187,13 +186,13 @@ def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, cl
     empty batch). ``zn``, ``yb``: the rows' norms and labels when already gathered."""
     b = ix.size
     if b == 0:
-        out_t.zero_()  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+        out_t.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
         return
     ws.ensure(b)
     # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
     np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
     _clipped_sum_kernel(ws, w_t, b, z1_norm[ix] if zn is None else zn, y[ix] if yb is None else yb, clipping_norm, binary_logit, clip,
-                        out_t=out_t)
+                        out=out_t)
 
 
 class UserUnits(_HeadUnits):
@@ -218,10 +217,10 @@ class UserUnits(_HeadUnits):
             if hit is not None and hit[r]:
                 sampled = np.append(sampled, self.canary_unit)  # the canary user, last (users stay ascending)
             if sampled.size == 0:
-                sum_rows[r].zero_()  # Algorithm 1, step 6
+                sum_rows[r].fill(0.0)  # Algorithm 1, step 6
                 continue
             rows, seg, kk = self.sample(self.index, sampled, self.g, self.noise)
-            sum_rows[r].numpy()[...] = self.user_sum(w_rows[r].numpy(), self.z1, self.z1_norm, self.y, rows, seg, kk, self.clipping_norm,
+            sum_rows[r][...] = self.user_sum(w_rows[r], self.z1, self.z1_norm, self.y, rows, seg, kk, self.clipping_norm,
                                                      binary_logit=self.binary, clip=self.clip)
 
 
@@ -327,7 +326,7 @@ def train_heads(
     users: UserSampling | None = None,
     canary: CanaryHook | None = None,
     binary_logit: bool = False,
-    dtype: torch.dtype | None = None,  # float32
+    dtype=None,  # float32 (a NumPy or torch dtype)
     z_has_bias_column: bool = False,
     progress: Progress | None = None,
     chunk_runs: int | None = None,
@@ -347,8 +346,7 @@ def train_heads(
     step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
     included = _included(canary, runs)
-    dtype = torch.float32 if dtype is None else dtype
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    np_dtype = _numpy_dtype(dtype)
     n = z.shape[0]
     z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
     grad_canary = _gradient_canary(canary, included, k, d, np_dtype)
@@ -372,8 +370,8 @@ def train_heads(
             w = np.array(w0[start:stop], dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
             hook = None if included is None else _HeadCanaries(included[start:stop], grad_canary, noise, config.sample_rate)
             recorder = None if coords is None else _Recorder(coords, config.steps)
-            # torch.from_numpy(w) shares w's memory: the optimizer updates w in place, the clipped sums read it
-            executed.append(run_dp_sgd(units, [torch.from_numpy(w)], config, noise=noise, runs=stop - start, canary=hook, recorder=recorder,
+            # the optimizer updates w in place, the clipped sums read it
+            executed.append(run_dp_sgd(units, [w], config, noise=noise, runs=stop - start, canary=hook, recorder=recorder,
                                        progress=progress))
             weights.append(w.astype(np.float64))
             counts.append(None if hook is None else hook.counts)
@@ -381,6 +379,14 @@ def train_heads(
     return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
                              canary_samples=None if canary is None else np.concatenate(counts),
                              recorded=None if coords is None else np.concatenate(recorded))
+
+
+def _numpy_dtype(dtype) -> np.dtype:
+    """float32 (None), or the NumPy dtype of a NumPy or torch float dtype (``torch.float64`` -> float64)."""
+    if dtype is None:
+        return np.dtype(np.float32)
+    name = str(dtype).removeprefix("torch.")  # a torch dtype prints as torch.float64, without importing torch here
+    return np.dtype(name if name in ("float32", "float64") else dtype)
 
 
 def _included(canary: CanaryHook | None, runs: int) -> np.ndarray | None:
@@ -455,7 +461,7 @@ class _Recorder:
         self.coords, self.steps, self.t = coords, steps, 0
 
     def attach(self, sanitise: NoisyStep) -> None:
-        sums = sanitise.sums[0].numpy()  # the one (R, K, d+1) buffer of the heads' sanitiser
+        sums = sanitise.sums[0]  # the one (R, K, d+1) array of the heads' sanitiser
         runs = sums.shape[0]
         self.flat = sums.reshape(runs, -1)
         self.values = np.zeros((runs, self.steps, self.coords.size), dtype=sums.dtype)
@@ -481,7 +487,7 @@ class _Recorder:
 
 def run_dp_sgd(units, params: list, config: DPSGDConfig, *, noise: NoiseSource, runs: int = 1, canary=None, recorder=None,
                progress: Progress | None = None) -> int:
-    """Algorithm 1 on ``params`` (tensors, updated in place) for ``runs`` runs: the one DP-SGD loop
+    """Algorithm 1 on ``params`` (arrays for heads, CPU tensors for modules; updated in place) for ``runs`` runs: the one DP-SGD loop
     (module docstring: protocol, order of draws, privacy contract). Returns the executed steps.
 
     ``units``: the privacy unit and model kind (:class:`RecordUnits`, :class:`UserUnits`,

@@ -17,14 +17,13 @@ for a given seed (same tags), as the paper requires.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
+from ..data.base import empty_small_pages
 from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import one_of, positive_int
 np = lazy_import("numpy")
-torch = lazy_import("torch")
 
 PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this
 PROJECTION_DIM = 1024
@@ -84,56 +83,40 @@ class FrozenFeatures:
         x = np.asarray(x)
         one_of("dtype", np.dtype(dtype).name, ("float32", "float64"))
         n_out = self.output_dim + (1 if bias_column else 0)
-        out = _empty_small_pages((x.shape[0], n_out), dtype)
+        out = empty_small_pages((x.shape[0], n_out), dtype)
         if bias_column:
             out[:, -1] = 1.0
         p = self.projection.astype(dtype) if self.projection is not None else None
         w = self.weight.astype(dtype) if self.weight is not None else None
         b = self.bias.astype(dtype) if self.bias is not None else None
         link = self.reduced_dim if self.direct_link else 0
-        # torch's GEMM (MKL here: measured 2.5x NumPy's OpenBLAS on one thread) writes into
-        # strided views of ``out``, with torch's intra-op thread count.
-        self._fill_torch(x, out, p, w, b, link, chunk, dtype)
+        self._fill(x, out, p, w, b, link, chunk, dtype)
         return out
 
-    def _fill_torch(self, x, out, p, w, b, link, chunk, dtype) -> None:
-        ot = torch.from_numpy(out)
-        pt = torch.from_numpy(p) if p is not None else None
-        wt = torch.from_numpy(w) if w is not None else None
-        bt = torch.from_numpy(b) if b is not None else None
+    def _fill(self, x, out, p, w, b, link, chunk, dtype) -> None:
+        """Write z = [x', tanh(x' W + b)] (the parts present) into ``out`` chunk by chunk: NumPy's
+        GEMM (no torch import for a head's release) with its BLAS thread count."""
         rows = min(chunk, x.shape[0])
         # GEMM results land in contiguous chunk buffers (reused), then one copy into z's columns:
-        # MKL's rounding depends on the output's row stride, and z with or without the bias column
-        # must hold identical values. The copy costs ~1% of the GEMM.
-        xr_buf = torch.empty((rows, link), dtype=ot.dtype) if pt is not None and self.direct_link else None
-        h_buf = torch.empty((rows, wt.shape[1]), dtype=ot.dtype) if wt is not None else None
+        # a BLAS's rounding may depend on the output's row stride, and z with or without the bias
+        # column must hold identical values. The copy costs ~1% of the GEMM.
+        xr_buf = np.empty((rows, link), dtype=dtype) if p is not None and self.direct_link else None
+        h_buf = np.empty((rows, w.shape[1]), dtype=dtype) if w is not None else None
         for s in range(0, x.shape[0], chunk):
             e = min(s + chunk, x.shape[0])
-            # The input is converted (or, already float32 and C-contiguous, only viewed) once per chunk.
+            # The input is converted (or, already of this dtype and C-contiguous, only viewed) once per chunk.
             xc = np.ascontiguousarray(x[s:e], dtype=dtype)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*not writable.*")  # read-only input: only read here
-                xt = torch.from_numpy(xc)
-            if pt is not None:
-                xr = torch.mm(xt, pt, out=xr_buf[: e - s]) if xr_buf is not None else torch.mm(xt, pt)
+            if p is not None:
+                xr = np.matmul(xc, p, out=xr_buf[: e - s]) if xr_buf is not None else xc @ p
             else:
-                xr = xt
+                xr = xc
             if self.direct_link:
-                ot[s:e, :link].copy_(xr)
-            if wt is not None:
-                h = torch.addmm(bt, xr, wt, out=h_buf[: e - s])  # x' W + b
-                ot[s:e, link:link + wt.shape[1]].copy_(h.tanh_())
-
-
-def _empty_small_pages(shape, dtype) -> np.ndarray:
-    """``np.empty`` without NumPy's transparent-huge-page advice (speed only).
-
-    NumPy asks the kernel for 2 MiB pages on large arrays; on a machine whose memory is fragmented
-    the first touch of such pages triggers synchronous compaction (measured: ~0.4 s of system time
-    for the 200 MB MNIST feature matrix, vs ~0.1 s with ordinary pages). Memory from torch's
-    allocator carries no such advice; the array keeps its tensor alive through ``.base``.
-    """
-    return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype=dtype)).dtype).numpy()
+                out[s:e, :link] = xr
+            if w is not None:
+                h = np.matmul(xr, w, out=h_buf[: e - s])
+                h += b  # x' W + b
+                np.tanh(h, out=h)
+                out[s:e, link:link + w.shape[1]] = h
 
 
 def _shape(kind: str, n_inputs: int, hidden_units: int) -> tuple[bool, int, int]:

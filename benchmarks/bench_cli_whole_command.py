@@ -2,11 +2,15 @@
 
 Each run is a fresh ``dpaudit`` process (start-up, data load, features, training, claim check,
 ledger, publication: what a user waits for), timed from outside; runs of the compared settings are
-interleaved, so machine load hits them alike. ``--neighbour`` runs one busy-loop process beside
+interleaved, so machine load hits them alike. The runs share a cache folder of their own (the MNIST
+decompression and the calibration, filled by an untimed first run); ``--memory cold`` removes the
+remembered prv comparison before each run (a first run with these public parameters: a forked
+child computes it beside the training), ``warm`` keeps it (every later run). ``--neighbour`` runs one busy-loop process beside
 each timed run (a 2-core machine shared with another job). ``--profile`` writes a cProfile of one
 run and prints the 25 largest cumulative entries.
 
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --runs 5
+    .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --runs 5 --memory cold warm
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --threads 1 2 --neighbour
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --trees /tmp/before/src src
     .venv/bin/python benchmarks/bench_cli_whole_command.py --data-dir ../shared/data --profile /tmp/train.prof
@@ -37,10 +41,12 @@ def _argv(data_dir: str, out: Path, threads: int | None) -> list[str]:
             "--ledger", str(out.parent / "ledger.sqlite"), "--json", *extra]
 
 
-def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool, tree: str | None = None) -> float:
+def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool, tree: str | None = None, memory: str = "warm") -> float:
     out = Path(tempfile.mkdtemp(dir=root)) / "r"
+    if memory == "cold":  # the prv comparison not remembered: computed by the forked child, as on first use
+        (root / "cache" / "prv_results.json").unlink(missing_ok=True)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if neighbour else None
-    env = dict(os.environ, **({"PYTHONPATH": tree} if tree else {}))
+    env = dict(os.environ, DPAUDIT_CACHE_DIR=str(root / "cache"), **({"PYTHONPATH": tree} if tree else {}))
     try:
         t0 = time.perf_counter()
         subprocess.run(_argv(data_dir, out, threads), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -57,7 +63,9 @@ PHASES = (("dpaudit.mechanisms.registry", "mechanism"), ("dpaudit.releasing", "r
           ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.load"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.plan"),
           ("dpaudit.releasing", "_reserve_plan"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.run"),
           ("dpaudit.mechanisms.dpsgd_release", "train_heads"), ("dpaudit.releasing", "verify_planned_claim"),
-          ("dpaudit.releasing", "_publish_all"))
+          ("dpaudit.releasing", "_publish_all"), ("dpaudit.data.registry", "_load"), ("dpaudit.data.base", "array_sha256"),
+          ("dpaudit.ledger.rows", "hash_rows"), ("dpaudit.mechanisms.features", "FrozenFeatures.transform"),
+          ("dpaudit.mechanisms.dpsgd_release", "head_probabilities"), ("dpaudit.mechanisms.dpsgd_release", "classification_metrics"))
 
 
 def _cpu_line() -> str:
@@ -119,13 +127,18 @@ def main() -> None:
     ap.add_argument("--neighbour", action="store_true", help="one busy-loop process beside each timed run")
     ap.add_argument("--profile", type=Path, help="write a cProfile of one in-process run here and print its top entries")
     ap.add_argument("--phases", action="store_true", help="one run (of the first tree) with wall-clock times of its phases (no profiler overhead)")
+    ap.add_argument("--memory", nargs="*", default=["warm"], choices=["warm", "cold"],
+                    help="the prv comparison remembered from an earlier run (warm, as every run after the first with the same public "
+                         "parameters) or not (cold: the first run; its child computes it); both may be compared")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         if a.phases:
-            env = dict(os.environ, **({"PYTHONPATH": a.trees[0]} if a.trees[0] else {}))
+            env = dict(os.environ, DPAUDIT_CACHE_DIR=str(root / "cache"), **({"PYTHONPATH": a.trees[0]} if a.trees[0] else {}))
             for _ in range(2):  # the first warms caches; the second is shown
                 out = root / f"ph{_}"
+                if a.memory[0] == "cold":
+                    (root / "cache" / "prv_results.json").unlink(missing_ok=True)
                 proc = subprocess.run([sys.executable, __file__, "--_phases-child", *_argv(a.data_dir, out, a.threads[0])[1:]],
                                       check=True, capture_output=True, text=True, env=env)
             print(proc.stdout.split(_MARK)[-1].strip())
@@ -137,16 +150,16 @@ def main() -> None:
             return
         for tree in a.trees:  # untimed: bytecode and calibration caches as after a first use
             _one(a.data_dir, root, a.threads[0], False, tree)
-        times: dict = {(tree, t): [] for tree in a.trees for t in a.threads}
+        times: dict = {(tree, t, m): [] for tree in a.trees for t in a.threads for m in a.memory}
         load = [os.getloadavg()[0]]
         for i in range(a.runs):
-            for tree, t in (list(times) if i % 2 == 0 else reversed(list(times))):  # alternate which goes first
-                times[tree, t].append(_one(a.data_dir, root, t, a.neighbour, tree))
+            for tree, t, m in (list(times) if i % 2 == 0 else reversed(list(times))):  # alternate which goes first
+                times[tree, t, m].append(_one(a.data_dir, root, t, a.neighbour, tree, m))
         load.append(os.getloadavg()[0])
     print(f"uptime load (1 min) {load[0]:.2f} before, {load[1]:.2f} after, {os.cpu_count()} cores" +
           ("" if max(load) < 0.5 else ": NOT a quiet machine, so compare the interleaved ratios, not the absolute times"))
-    for (tree, t), ts in times.items():
-        print(f"tree={tree or 'installed'} threads={t or 'default'} neighbour={a.neighbour}: median {statistics.median(ts):.2f} s "
+    for (tree, t, m), ts in times.items():
+        print(f"tree={tree or 'installed'} threads={t or 'default'} comparison={m} neighbour={a.neighbour}: median {statistics.median(ts):.2f} s "
               f"(min {min(ts):.2f}, max {max(ts):.2f}, n={len(ts)})")
     first = next(iter(times.values()))
     for key, ts in list(times.items())[1:]:  # runs i of both settings ran back to back: their ratio shares the load

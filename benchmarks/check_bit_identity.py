@@ -73,4 +73,9 @@ else:
     bad = [k for k in ref.files if k not in out or out[k].dtype != ref[k].dtype or out[k].shape != ref[k].shape or out[k].tobytes() != ref[k].tobytes()]
     extra = sorted(set(out) - set(ref.files))
     print(f"compared {len(ref.files)} arrays bit for bit: {len(bad)} differ {bad}; new keys {extra}")
+    for k in bad:  # how far: the largest difference against the array's scale
+        if k in out and out[k].shape == ref[k].shape:
+            a, b = np.asarray(out[k], dtype=np.float64), np.asarray(ref[k], dtype=np.float64)
+            print(f"  {k}: max |new - old| {np.max(np.abs(a - b)):.3g} (max |old| {np.max(np.abs(b)):.3g}), "
+                  f"{np.count_nonzero(a != b)} of {a.size} values differ")
     sys.exit(1 if bad or extra else 0)

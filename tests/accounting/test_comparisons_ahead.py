@@ -147,3 +147,52 @@ def test_child_dies_with_a_parent_killed_outright():
     if survived:
         os.kill(child, signal.SIGKILL)  # leave no orphan behind a failing test
     assert not survived
+
+
+def test_remembered_answers_spare_the_child(one_thread, monkeypatch, tmp_path):
+    """With the on-disk memory on (as ``dpaudit train`` turns it on), the child's answers are kept,
+    and a later block with the same computations forks nothing and gives the same floats."""
+    from dpaudit.ledger import result_cache
+
+    monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(tmp_path / "cache"))
+    job = (EVENT, 1e-5, "add-remove-record", ("prv", "rdp"))
+    here = _comparisons(*job)
+    with result_cache.enabled():
+        with comparisons_ahead([job], memory=result_cache):
+            first = _AHEAD.get()
+            assert first.pid is not None
+            assert comparison_epsilons(*job) == here
+        with comparisons_ahead([job], memory=result_cache):
+            again = _AHEAD.get()
+            assert again.pid is None and again.answers  # answered from memory, nothing forked
+            assert comparison_epsilons(*job) == here
+    with comparisons_ahead([job], memory=result_cache):  # memory off outside a command: the child again
+        assert _AHEAD.get().pid is not None
+
+
+def test_train_command_remembers_the_comparison_never_the_claim(one_thread, monkeypatch, tmp_path):
+    """Two identical ``dpaudit train`` runs: the second forks no child, publishes the same prv
+    comparison, and its claimed epsilon is recomputed (an edited memory cannot change it)."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from dpaudit.accounting.accountants import compute_epsilon
+    from dpaudit.cli import app
+
+    monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(tmp_path / "cache"))
+    forks = []
+    fork = os.fork
+    monkeypatch.setattr(accountants.os, "fork", lambda: forks.append(1) or fork())
+    outs = []
+    for i in range(2):
+        r = CliRunner().invoke(app, ["train", "dp-rvfl", "--eps", "2", "--epochs", "1", "--out", str(tmp_path / f"r{i}"),
+                                     "--ledger", str(tmp_path / "l.sqlite"), "--json"])
+        assert r.exit_code == 0, r.output
+        outs.append(_json.loads(r.stdout[r.stdout.index("{"):]))
+    assert len(forks) == 1  # the first run's child only
+    a, b = outs
+    assert a["epsilons"]["prv"] == b["epsilons"]["prv"] and isinstance(b["epsilons"]["prv"], float)
+    # the claim is the accountant's, computed in this run
+    event = SubsampledGaussian(b["noise_multiplier"], b["sample_rate"], b["steps"])
+    assert b["epsilon"] == compute_epsilon(event, delta=b["delta"], accountant="rdp", adjacency="add-remove-record").epsilon

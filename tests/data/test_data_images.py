@@ -232,3 +232,16 @@ def test_mnist_load_does_not_import_torchvision(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("profile", ["raw01", "centered"])
+def test_every_pixel_value_gets_torchvisions_float(profile):
+    """The profiles are NumPy float32 operations (no torch import): for each of the 256 values the
+    float ToTensor (and Normalize) give, bit for bit, whatever the image layout."""
+    values = np.arange(256, dtype=np.uint8)
+    tf = transforms.ToTensor() if profile == "raw01" else transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
+    got, _ = apply_profile(values.reshape(1, 16, 16), profile)
+    want = _reference(values.reshape(1, 16, 16), tf)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    rgb, _ = apply_profile(np.stack([values.reshape(16, 16)] * 3, axis=-1)[None], profile)  # (1, 16, 16, 3): channels first after
+    assert np.array_equal(rgb.reshape(3, -1), np.repeat(got, 3, axis=0))

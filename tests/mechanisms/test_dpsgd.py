@@ -312,6 +312,27 @@ def test_loop_adam_equals_torch_adam_float64(shape):
     np.testing.assert_allclose(w, p.detach().numpy(), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_module_adam_equals_torch_adam_float64(fused):
+    """A module's Adam (tensors: torch's fused kernel, or the single-tensor fallback) == torch.optim.Adam."""
+    rng = np.random.default_rng(12)
+    cfg = DPSGDConfig(sample_rate=0.1, steps=5, normalizer=3, noise_multiplier=1.0, lr=0.01)
+    w0 = rng.normal(size=(3, 4))
+    w = w0.copy()
+    adam = dpsgd_core.Adam([torch.from_numpy(w)], cfg)
+    assert adam.tensors
+    if not fused:
+        adam.fused = None
+    p = torch.nn.Parameter(torch.tensor(w0))
+    opt = torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
+    for t in range(1, 40):
+        g = rng.normal(size=(3, 4)) * 10.0 ** rng.integers(-6, 1)
+        adam.step([torch.from_numpy(g.copy())], t)
+        p.grad = torch.tensor(g)
+        opt.step()
+    np.testing.assert_allclose(w, p.detach().numpy(), rtol=1e-12, atol=1e-14)
+
+
 def test_loop_adam_float32_stays_within_rounding_of_torch_adam():
     """float32 parameters (every head): the same arithmetic in float32, not promoted to float64."""
     rng = np.random.default_rng(14)

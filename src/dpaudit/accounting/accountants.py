@@ -823,9 +823,12 @@ def _comparisons(event, delta, adjacency, accountants, memory=None) -> dict:
 
 
 def _remembered(memory, jobs: dict) -> bool:
-    """True when ``memory`` holds an answer for every accountant of every job (no child needed)."""
-    return memory is not None and all(memory.lookup(ev, d, name, Adjacency.parse(adj).value) is not None
-                                      for ev, d, adj, names in jobs.values() for name in names)
+    """True when ``memory`` holds the answer of every accountant it keeps (``memory.kept(name)``;
+    the others, e.g. rdp, take milliseconds here) for every job: no child needed."""
+    if memory is None or not any(memory.kept(name) for *_, names in jobs.values() for name in names):
+        return False
+    return all(not memory.kept(name) or memory.lookup(ev, d, name, Adjacency.parse(adj).value) is not None
+               for ev, d, adj, names in jobs.values() for name in names)
 
 
 def _ahead_key(event, delta, adjacency, accountants) -> str:

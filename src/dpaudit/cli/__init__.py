@@ -173,15 +173,17 @@ def _root(
 
 
 def main() -> None:
-    """The ``dpaudit`` entry point. After a command that ran torch the process ends without the interpreter's
-    teardown, which spends ~0.65 s in torch's finalisers (BENCHMARKS.md, whole command): every file and ledger
-    write is committed before a command returns, so what remains are the exit handlers and the streams, run here."""
+    """The ``dpaudit`` entry point. After a command that ran torch or NumPy the process ends without the
+    interpreter's teardown, which spends ~0.65 s in torch's finalisers and ~0.05 s freeing a training run's arrays
+    (BENCHMARKS.md, whole command): every file and ledger write is committed before a command returns, so what
+    remains are the exit handlers and the streams, run here."""
     try:
         app()
         code = 0
     except SystemExit as e:
         code = e.code
-    if "torch._C" not in sys.modules or threading.active_count() > 1 or not isinstance(code, (int, type(None))):
+    heavy = "torch._C" in sys.modules or "numpy" in sys.modules
+    if not heavy or threading.active_count() > 1 or not isinstance(code, (int, type(None))):
         sys.exit(code)
     atexit._run_exitfuncs()
     sys.stdout.flush()

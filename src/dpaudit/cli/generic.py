@@ -24,10 +24,9 @@ from ..audits import engine
 from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
 from ..ledger import result_cache
-from ..mechanisms import registry
+from ..mechanisms import dpsgd_core, registry
 from ..records import check_out_dir, read_release
 from ..requests import REQUEST_TYPES, AuditRequest
-from ..validation import positive_int
 from . import options
 from .audit_render import show
 from .common import ROUTES, console, emit_json, exit_on_violation, new_app, note, recorded_argv, say
@@ -106,7 +105,8 @@ _RUN_OPTIONS = ("out", "ledger", "json_out")
 
 
 def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
-    threads = typer.Option(None, "--threads", help="Torch intra-op threads (a speed setting; default: torch's choice).", show_default=False)
+    threads = typer.Option(None, "--threads", help="Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
+                           "a linear head trains on one).", show_default=False)
     return [
         inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
                           default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
@@ -136,10 +136,7 @@ def make_train_command(entry):
         request = request_from_options(rtype, kwargs, **named)
         request.check()  # before the mechanism's module (and torch) loads
         if threads is not None:
-            positive_int("threads", threads)
-            import torch
-
-            torch.set_num_threads(threads)
+            dpsgd_core.set_threads(threads)
         mech = registry.mechanism(entry.name)
         request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean

@@ -46,15 +46,18 @@ def array_sha256(*arrays: np.ndarray) -> str:
 def empty_small_pages(shape, dtype) -> np.ndarray:
     """``np.empty`` without NumPy's transparent-huge-page advice (speed only).
 
-    NumPy asks the kernel for 2 MiB pages on large arrays; on a machine whose memory is fragmented
-    the first touch of such pages triggers synchronous compaction (measured: ~0.4 s of system time
-    for the 200 MB MNIST feature matrix, vs ~0.1 s with ordinary pages). An anonymous ``mmap``
-    carries no such advice; the array keeps the map alive through ``.base``.
+    NumPy asks the kernel for 2 MiB pages on large arrays. Their first touch is cheap on a machine
+    with untouched, unfragmented memory, but unpredictable elsewhere: on fragmented memory it waits
+    for compaction (measured: ~0.4 s of system time for the 200 MB MNIST feature matrix, vs ~0.1 s
+    with ordinary pages), and in a virtual machine whose memory the host has not backed yet it took
+    0.06-1.0 s for the 560 MB of an MNIST run against a steady 0.28 s with ordinary pages
+    (BENCHMARKS.md, section 4). An anonymous ``mmap`` carries no such advice; the array keeps the
+    map alive through ``.base``.
     """
     import numpy as np
     dtype = np.dtype(dtype)
-    n = int(np.prod(shape)) * dtype.itemsize
-    return np.frombuffer(mmap.mmap(-1, max(n, 1)), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+    count = int(np.prod(shape))
+    return np.frombuffer(mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype=dtype, count=count).reshape(shape)
 
 
 @dataclass(frozen=True)

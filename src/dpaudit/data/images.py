@@ -78,7 +78,8 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
         # Exactly ToTensor's arithmetic: float32 conversion, then division by 255 (IEEE float32
         # operations, so NumPy gives torch's floats; all 256 pixel values are checked in the tests).
         t = empty_small_pages((n, c * h * w), np.float32)
-        np.divide(chw, np.float32(255), out=t.reshape(chw.shape))  # one pass: uint8 -> float32, then / 255 in float32
+        t.reshape(chw.shape)[...] = chw  # uint8 -> float32 (exact), in (channel, height, width) order
+        t /= np.float32(255)
         if profile == "centered":
             # Exactly Normalize(mean=0.5, std=0.5): subtract, then divide.
             t -= np.float32(0.5)

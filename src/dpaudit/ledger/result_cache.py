@@ -57,6 +57,11 @@ def enabled():
         _enabled -= 1
 
 
+def kept(accountant: str) -> bool:
+    """True when answers of ``accountant`` are kept here (while enabled); the others are recomputed."""
+    return bool(_enabled) and accountant in CACHED_ACCOUNTANTS
+
+
 def _cache_path() -> Path:
     return cache_dir() / _FILE
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -160,48 +162,83 @@ def head_threads():
         yield
 
 
-def as_array(x) -> np.ndarray:
-    """A NumPy view sharing the memory of ``x``: an array as is, a CPU tensor through ``.numpy()``
-    (the loop's buffers and optimizers work on arrays; module parameters stay tensors)."""
-    return x if isinstance(x, np.ndarray) else x.detach().numpy()
+#: The variables the numerical libraries read for their thread counts when they load.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-#: Elements per block of the optimizers' array passes: each block's temporaries stay in cache.
+def set_threads(threads: int) -> None:
+    """``--threads``: ``threads`` threads for torch's intra-op pool and NumPy's BLAS (a speed
+    setting). Libraries not loaded yet read it from their environment when they load (so a head's
+    release still never imports torch); loaded ones are set now. A head's training keeps one
+    (:func:`head_threads`)."""
+    threads = positive_int("threads", threads)
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(threads)
+    if "numpy" in sys.modules:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads)
+    if "torch" in sys.modules:
+        torch.set_num_threads(threads)
+
+
+#: Elements per block of the NumPy optimizers' array passes: each block's temporaries stay in cache.
 _BLOCK = 1 << 15
 
 
-def _blocks(arrays: Sequence[np.ndarray]):
-    """Matching flat blocks of same-sized arrays (views), :data:`_BLOCK` elements at a time."""
-    flats = [a.reshape(-1) for a in arrays]
-    for s in range(0, flats[0].size, _BLOCK):
-        yield [f[s:s + _BLOCK] for f in flats]
+def _is_tensor(params: Sequence) -> bool:
+    """True for torch parameters (a module's), False for NumPy arrays (a head's); checked without importing torch."""
+    return bool(params) and not isinstance(params[0], np.ndarray)
 
 
 class Adam:
-    """Adam (Kingma & Ba 2015; no weight decay, no amsgrad) on arrays updated in place, the
-    arithmetic of ``torch.optim.Adam``'s single-tensor CPU step in the same order (equal up to
-    rounding, tested): m <- m + (1 - b1)(g - m); v <- b2 v + (1 - b2) g^2;
-    p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+    """Adam (Kingma & Ba 2015; no weight decay, no amsgrad) on parameters updated in place, the
+    arithmetic of ``torch.optim.Adam``'s CPU step (tested against it): m <- m + (1 - b1)(g - m);
+    v <- b2 v + (1 - b2) g^2; p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 
-    NumPy, not torch: a linear head's release then never imports torch (seconds of a ~3 s command,
-    BENCHMARKS.md section 4), and heads and modules, releases and audits step with this one code.
+    In the parameters' own library, fixed by the model kind (so a model's releases and audits step
+    with the same code): a head's NumPy arrays in NumPy, a dozen array passes per cache-sized block
+    (its release then never imports torch, BENCHMARKS.md section 4); a module's tensors with
+    ``torch.optim.Adam(fused=True)``'s kernel when this torch has it, else :func:`adam_update`.
     """
 
-    def __init__(self, params: Sequence[np.ndarray], config: DPSGDConfig):
+    def __init__(self, params: Sequence, config: DPSGDConfig):
         self.params, self.config = list(params), config
-        self.m = [np.zeros_like(p) for p in self.params]
-        self.v = [np.zeros_like(p) for p in self.params]
-        self._tmp = {}
+        self.tensors = _is_tensor(self.params)
+        if self.tensors:
+            self.state = AdamState.zeros_like(self.params)
+            self.m = self.state.m
+            self.fused = getattr(torch, "_fused_adam_", None)
+            self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+        else:
+            self.m = [np.zeros_like(p) for p in self.params]
+            self.v = [np.zeros_like(p) for p in self.params]
+            self._tmp = {}
 
-    def step(self, grads: Sequence[np.ndarray], t: int) -> None:
-        """Adam step number ``t`` (1, 2, ...) with gradients ``grads``."""
+    def step(self, grads: Sequence, t: int) -> None:
+        """Adam step number ``t`` (1, 2, ...) with gradients ``grads`` (of the parameters' kind)."""
+        if not self.tensors:
+            self._numpy_step(grads, t)
+        elif self.fused is None:
+            self.state.t = t - 1
+            adam_update(self.params, grads, self.state, self.config)
+        else:
+            c = self.config
+            for s in self.steps:
+                s.fill_(t)
+            self.fused(self.params, list(grads), self.state.m, self.state.v, [], self.steps, amsgrad=False, lr=c.lr,
+                       beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
+
+    def _numpy_step(self, grads: Sequence[np.ndarray], t: int) -> None:
         c = self.config
         b1, b2 = c.betas
         bc2_sqrt = (1.0 - b2 ** float(t)) ** 0.5
         step_size = c.lr / (1.0 - b1 ** float(t))
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
             tmp = self._tmp.setdefault(p.dtype, np.empty(_BLOCK, dtype=p.dtype))
-            for pb, gb, mb, vb in _blocks([p, g, m, v]):
+            pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
+            for s in range(0, pf.size, _BLOCK):
+                pb, gb, mb, vb = pf[s:s + _BLOCK], gf[s:s + _BLOCK], mf[s:s + _BLOCK], vf[s:s + _BLOCK]
                 d = tmp[:pb.size]
                 np.subtract(gb, mb, out=d)  # lerp(m, g, 1 - b1)
                 d *= 1.0 - b1
@@ -219,27 +256,35 @@ class Adam:
 
 
 class SGD:
-    """SGD with heavy-ball momentum on arrays (in place): the arithmetic of
-    ``torch.optim.SGD(lr, momentum)`` (no dampening, weight decay or Nesterov): b_1 = g_1,
-    b_t = mu b_{t-1} + g_t, p -= lr b_t (p -= lr g_t without momentum)."""
+    """SGD with heavy-ball momentum on parameters updated in place (arrays or tensors, like
+    :class:`Adam`): the arithmetic of ``torch.optim.SGD(lr, momentum)`` (no dampening, weight
+    decay or Nesterov): b_1 = g_1, b_t = mu b_{t-1} + g_t, p -= lr b_t (p -= lr g_t without momentum)."""
 
-    def __init__(self, params: Sequence[np.ndarray], config: DPSGDConfig):
+    def __init__(self, params: Sequence, config: DPSGDConfig):
         self.params, self.config, self.buffers = list(params), config, None
+        self.tensors = _is_tensor(self.params)
 
-    def step(self, grads: Sequence[np.ndarray], t: int) -> None:
+    def step(self, grads: Sequence, t: int) -> None:
+        with (torch.no_grad() if self.tensors else contextlib.nullcontext()):
+            self._step(grads)
+
+    def _step(self, grads: Sequence) -> None:
         lr, mu = self.config.lr, self.config.momentum
-        if mu and self.buffers is None:
-            self.buffers = [np.array(g) for g in grads]  # the callers' gradient buffers are reused
+        if mu and self.buffers is None:  # the callers' gradient buffers are reused: copies
+            self.buffers = [g.detach().clone() if self.tensors else np.array(g) for g in grads]
         elif mu:
             for b, g in zip(self.buffers, grads):
                 b *= mu
                 b += g
         for p, d in zip(self.params, self.buffers if mu else grads):
-            p -= lr * d
+            if self.tensors:
+                p.add_(d, alpha=-lr)
+            else:
+                p -= lr * d
 
 
 #: The update rules of :class:`NoisyStep` by ``DPSGDConfig.optimizer``: a class built as
-#: ``cls(params, config)`` over arrays whose ``step(grads, t)`` updates them in place at step t = 1, 2, ...
+#: ``cls(params, config)`` whose ``step(grads, t)`` updates ``params`` in place at step t = 1, 2, ...
 OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
@@ -250,24 +295,24 @@ class NoisyStep:
     clipped sum for ``params[i]`` into ``sums[i]`` (reused C-ordered buffers shaped like the
     parameters, of the same kind: arrays, or tensors over arrays); :meth:`apply` adds the noise
     (:func:`gaussian_filler`, one draw per buffer, in order), divides by m0 and steps the optimizer
-    (:data:`OPTIMIZERS`) on NumPy views of both.
+    (:data:`OPTIMIZERS`).
     """
 
     def __init__(self, params: Sequence, config: DPSGDConfig, *, noise: NoiseSource):
         self.config = config
-        views = [as_array(p) for p in params]
-        self._arrays = [np.empty(v.shape, dtype=v.dtype) for v in views]
-        self.sums = [a if isinstance(p, np.ndarray) else torch.from_numpy(a) for p, a in zip(params, self._arrays)]
+        tensors = _is_tensor(params)
+        self._arrays = [np.empty(tuple(p.shape), dtype=p.detach().numpy().dtype if tensors else p.dtype) for p in params]
+        self.sums = [torch.from_numpy(a) for a in self._arrays] if tensors else self._arrays
         std = config.noise_std
         self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
-        self.optimizer = OPTIMIZERS[config.optimizer](views, config)
+        self.optimizer = OPTIMIZERS[config.optimizer](params, config)
 
     def apply(self, t: int) -> None:
         for a, fill in zip(self._arrays, self._fills):
             a += fill()
         for a in self._arrays:
             a /= self.config.normalizer
-        self.optimizer.step(self._arrays, t)
+        self.optimizer.step(self.sums, t)
 
 
 # ---------------------------------------------------------------- Poisson sampling

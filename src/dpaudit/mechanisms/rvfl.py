@@ -23,6 +23,7 @@ published. The release itself runs on the mechanism contract (``MECHANISM``, def
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -137,8 +138,13 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
         return (lambda done, total: progress(done, total, eps_of(done) if eps_of else float("inf"))), lambda: None
     bar = JobProgress("steps").__enter__()
     task = bar.add("training", steps, info="eps spent 0.000" if eps_of else "(non-private)")
+    shown = [-1.0]
 
     def cb(done, total):
+        now = time.monotonic()
+        if done < total and now - shown[0] < 0.1:  # shown at most every 0.1 s (each epsilon is an RDP conversion)
+            return
+        shown[0] = now
         bar.update(task, completed=done, info=f"eps spent {eps_of(done):.3f}" if eps_of else None)
 
     return cb, lambda: bar.__exit__(None, None, None)

@@ -295,3 +295,27 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
                 before = len(calls)
                 run(NoiseSource(kind, seed=3 if kind == "reproducible" else None))
                 assert len(calls) > before, (kind, name)
+
+
+def test_every_float32_angle_has_unit_bounded_accurate_trigonometry():
+    """The float32 path's angles are 2 pi k 2^-24 (k < 2^24: every one is checked): NumPy's float32
+    cos and sin (the sampler's since heads stopped importing torch) never exceed 1 in magnitude, so
+    |z| <= r still holds, and stay within 2 float32 ulps of the exact values."""
+    from dpaudit.noise import box_muller
+
+    u2 = (np.arange(2**24, dtype=np.float64) * 2.0**-24).astype(np.float32)
+    z = box_muller(np.ones(u2.size), u2)  # r = sqrt(-2 ln 1) = 0: only the angle, so scale by hand
+    angle = u2 * np.float32(2.0 * math.pi)
+    c, s = np.cos(angle), np.sin(angle)
+    assert np.abs(c).max() <= 1.0 and np.abs(s).max() <= 1.0 and np.all(z == 0.0)
+    exact = angle.astype(np.float64)
+    assert np.abs(c - np.cos(exact)).max() <= 2 * 2.0**-24 and np.abs(s - np.sin(exact)).max() <= 2 * 2.0**-24
+
+
+def test_float64_log_of_the_radius_is_correctly_rounded_at_the_tails():
+    """The radius's float64 log (NumPy) against the exact logarithm at the smallest uniforms the
+    sampler draws, where the tail statement is made (module docstring of dpaudit.noise)."""
+    u1 = np.array([2.0**-106, 2.0**-105, (1 - 2.0**-53) * 2.0**-53, 2.0**-53, 2.0**-52, 3 * 2.0**-53, 0.5, 1 - 2.0**-53])
+    got = np.log(u1.copy())
+    for x, g in zip(u1, got):
+        assert abs(g - math.log(x)) <= abs(math.log(x)) * 2.0**-52  # within one ulp

@@ -878,6 +878,8 @@ def _child(pipe, w: int, parent: int, jobs: dict, memory) -> None:
         pipe.close()  # so that its write fails once the parent is gone
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # Linux PR_SET_PDEATHSIG: killed when its parent dies
+        with contextlib.suppress(OSError, AttributeError):
+            os.nice(10)  # beside the parent's multi-threaded work (features), the parent goes first
         if os.getppid() == parent:  # else the parent died before prctl took effect
             with os.fdopen(w, "wb") as f:
                 f.write(pickle.dumps({key: _comparisons(*args, memory) for key, args in jobs.items()}))

@@ -555,11 +555,22 @@ def check_head_inputs(z, y, n_classes: int, binary_logit: bool) -> tuple[np.ndar
     return z, y, k
 
 
+#: Rows per block of :func:`head_probabilities` (4 MiB of float64 features at d = 512).
+_EVAL_ROWS = 1024
+
+
 def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
     """Class probabilities (n, n_classes) of a (K, d+1) head on features (n, d) from its logits s;
     a single-logit head gives [1 - s, s]."""
     weight = np.asarray(weight)
-    s = np.asarray(z, dtype=np.float64) @ weight[:, :-1].T.astype(np.float64) + weight[:, -1].astype(np.float64)
+    z = np.asarray(z)
+    w, s = weight[:, :-1].T.astype(np.float64), np.empty((z.shape[0], weight.shape[0]))
+    buf = np.empty((min(_EVAL_ROWS, z.shape[0]), z.shape[1]))  # float64 rows, a block at a time (no float64 copy of z)
+    for i in range(0, z.shape[0], _EVAL_ROWS):
+        rows = buf[:min(_EVAL_ROWS, z.shape[0] - i)]
+        rows[...] = z[i:i + rows.shape[0]]
+        np.matmul(rows, w, out=s[i:i + rows.shape[0]])
+    s += weight[:, -1].astype(np.float64)
     if s.shape[1] == 1:
         p1 = 1.0 / (1.0 + np.exp(-s[:, 0]))
         return np.stack([1.0 - p1, p1], axis=1)

@@ -81,6 +81,7 @@ from ..progress import JobProgress
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
 from ..requests import THREAT_MODELS
+from ..threads import limited_threads, set_threads
 from ..validation import non_negative_int, one_of, open_unit, positive_int
 from . import stats
 from .cost import record_audit_cost
@@ -399,12 +400,7 @@ _WORKER_TARGETS: dict[str, AuditTarget] = {}
 
 
 def _worker_init(targets: dict[str, AuditTarget]) -> None:
-    try:
-        import torch
-
-        torch.set_num_threads(1)  # two processes on two cores: one thread each
-    except ImportError:  # pragma: no cover
-        pass
+    set_threads(1)  # two processes on two cores: one thread each (torch, when a target uses it, and BLAS)
     _WORKER_TARGETS.clear()
     _WORKER_TARGETS.update(targets)
     for t in targets.values():
@@ -517,15 +513,9 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             # Trials are many skinny matrix products: one thread each, as in the worker processes.
             # Extra intra-op threads only spin against other jobs on a busy machine (measured
             # about 10x slower for the MNIST head audit with 2 threads under load).
-            import torch  # here: the audit core imports without torch (a mechanism's module brings it)
-
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
+            with limited_threads(1):
                 for role, c, ins in pending:
                     finish(*_worker_run(role, c, ins, noise_seed))
-            finally:
-                torch.set_num_threads(threads)
         else:
             # fork where the platform has it: workers inherit the prepared targets without pickling
             # (and closures work); elsewhere the targets are pickled once per worker.

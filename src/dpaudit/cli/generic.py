@@ -24,9 +24,10 @@ from ..audits import engine
 from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
 from ..ledger import result_cache
-from ..mechanisms import dpsgd_core, registry
+from ..mechanisms import registry
 from ..records import check_out_dir, read_release
 from ..requests import REQUEST_TYPES, AuditRequest
+from ..threads import set_threads
 from . import options
 from .audit_render import show
 from .common import ROUTES, console, emit_json, exit_on_violation, new_app, note, recorded_argv, say
@@ -136,7 +137,7 @@ def make_train_command(entry):
         request = request_from_options(rtype, kwargs, **named)
         request.check()  # before the mechanism's module (and torch) loads
         if threads is not None:
-            dpsgd_core.set_threads(threads)
+            set_threads(threads)
         mech = registry.mechanism(entry.name)
         request = mech.validate(request)  # a refusal comes before any note about defaults
         for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean

@@ -15,14 +15,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
-import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..noise import NoiseSource
+from ..threads import limited_threads
 from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -151,35 +150,11 @@ def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], s
 HEAD_BLAS_THREADS = 1
 
 
-@contextlib.contextmanager
 def head_threads():
-    """One BLAS thread while heads train (a speed setting, never a privacy one): their skinny
-    products gain nothing from a second thread on a quiet 2-core machine and ran 5x slower with
-    two threads beside other jobs (BENCHMARKS.md, section 4); restored afterwards."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=HEAD_BLAS_THREADS, user_api="blas"):
-        yield
-
-
-#: The variables the numerical libraries read for their thread counts when they load.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def set_threads(threads: int) -> None:
-    """``--threads``: ``threads`` threads for torch's intra-op pool and NumPy's BLAS (a speed
-    setting). Libraries not loaded yet read it from their environment when they load (so a head's
-    release still never imports torch); loaded ones are set now. A head's training keeps one
-    (:func:`head_threads`)."""
-    threads = positive_int("threads", threads)
-    for name in THREAD_VARIABLES:
-        os.environ[name] = str(threads)
-    if "numpy" in sys.modules:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=threads)
-    if "torch" in sys.modules:
-        torch.set_num_threads(threads)
+    """One BLAS (and torch) thread while heads train (a speed setting, never a privacy one): their
+    skinny products gain nothing from a second thread on a quiet 2-core machine and ran 5x slower
+    with two threads beside other jobs (BENCHMARKS.md, section 4); restored afterwards."""
+    return limited_threads(HEAD_BLAS_THREADS)
 
 
 #: Elements per block of the NumPy optimizers' array passes: each block's temporaries stay in cache.
@@ -463,7 +438,8 @@ def clip_factors(norms, clipping_norm: float):
 class HeadWorkspace:
     """Reused buffers for the closed-form clipped sum of one (K, d+1) head (a speed device only:
     fresh arrays per step cost page faults and cache misses). Both matrix products are NumPy
-    GEMMs writing into these buffers (measured as fast as torch's here, without importing torch).
+    GEMMs writing into these buffers (measured 207 vs torch's 189 us a step here, without torch's
+    ~1.6 s import).
     """
 
     def __init__(self, k: int, d1: int, dtype, rows: int = 1):

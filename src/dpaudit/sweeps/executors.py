@@ -20,7 +20,6 @@ import logging
 import multiprocessing as mp
 import os
 import socket
-import sys
 import time
 import traceback
 import uuid
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import DPAuditError, UsageError
+from ..threads import limited_threads, set_threads
 from ..validation import one_of, positive_int
 
 EXECUTORS = ("local", "dask")
@@ -54,16 +54,10 @@ def _worker_id() -> str:
 
 
 def _set_threads(threads: int) -> None:
-    """One torch/OpenMP thread per worker slot: set it now if torch is loaded, else through the environment read when torch is
-    first imported (no torch import just for this)."""
+    """A worker slot's threads for torch and NumPy's BLAS (:func:`dpaudit.threads.set_threads`: no torch import just for this)."""
     if threads <= 0:  # in-process runs leave the caller's settings alone
         return
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(threads)
-    else:
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-        os.environ["MKL_NUM_THREADS"] = str(threads)
+    set_threads(threads)
 
 
 _NO_SHARED = object()
@@ -180,16 +174,9 @@ class LocalExecutor(Executor):
         items = list(items)
         if self.workers == 1:
             # Embedded path: no pool, no pickling; a crash here is a crash of the caller.
-            torch = sys.modules.get("torch")
-            saved = torch.get_num_threads() if torch is not None else None
-            if torch is not None:
-                torch.set_num_threads(self.threads_per_worker)
-            try:
+            with limited_threads(self.threads_per_worker):
                 for i, item in enumerate(items):
                     yield _guarded(fn, i, item, 0, shared)
-            finally:
-                if saved is not None:
-                    torch.set_num_threads(saved)
             return
         if shared is not _NO_SHARED:
             # A pool of its own whose workers receive `shared` once, in their initializer.

@@ -803,14 +803,18 @@ def comparison_epsilons(event: Event, delta: float, adjacency: "str | Adjacency"
     return answer if answer is not None else _comparisons(event, delta, adjacency, accountants, ahead.memory if ahead is not None else None)
 
 
-def _comparisons(event, delta, adjacency, accountants, memory=None) -> dict:
+def _comparisons(event, delta, adjacency, accountants, memory=None, *, remembered_only: bool = False) -> dict | None:
     """``{accountant: epsilon or "unavailable: ErrorType"}``. ``memory``: remembered answers of
-    these exact computations (``lookup`` / ``store`` of :mod:`dpaudit.ledger.result_cache`), read
-    first and written with each new answer; None computes every value."""
+    these exact computations (``kept`` / ``lookup`` / ``store`` of :mod:`dpaudit.ledger.result_cache`),
+    read first and written with each new answer; None computes every value. ``remembered_only``:
+    None as soon as an accountant the memory keeps has no answer there (the others, e.g. rdp, take
+    milliseconds and are computed)."""
     out = {}
     adj = Adjacency.parse(adjacency).value
     for name in accountants:
         res = memory.lookup(event, delta, name, adj) if memory is not None else None
+        if res is None and remembered_only and memory.kept(name):
+            return None
         if res is None:
             try:
                 res = compute_epsilon(event, delta=delta, accountant=name, adjacency=adjacency)
@@ -822,13 +826,17 @@ def _comparisons(event, delta, adjacency, accountants, memory=None) -> dict:
     return out
 
 
-def _remembered(memory, jobs: dict) -> bool:
-    """True when ``memory`` holds the answer of every accountant it keeps (``memory.kept(name)``;
-    the others, e.g. rdp, take milliseconds here) for every job: no child needed."""
+def _remembered(memory, jobs: dict) -> dict | None:
+    """Every job's comparison values when ``memory`` holds the answer of every accountant it keeps
+    (then no child is needed), else None; each answer is looked up once."""
     if memory is None or not any(memory.kept(name) for *_, names in jobs.values() for name in names):
-        return False
-    return all(not memory.kept(name) or memory.lookup(ev, d, name, Adjacency.parse(adj).value) is not None
-               for ev, d, adj, names in jobs.values() for name in names)
+        return None
+    answers = {}
+    for key, args in jobs.items():
+        answers[key] = _comparisons(*args, memory, remembered_only=True)
+        if answers[key] is None:
+            return None
+    return answers
 
 
 def _ahead_key(event, delta, adjacency, accountants) -> str:
@@ -841,10 +849,8 @@ class _Ahead:
     would copy that thread's locks held), or when ``memory`` answers every job (read here)."""
 
     def __init__(self, jobs: dict, memory=None):
-        self.answers, self.pid, self.memory = None, None, memory
-        if _remembered(memory, jobs):
-            self.answers = {key: _comparisons(*args, memory) for key, args in jobs.items()}
-        elif hasattr(os, "fork") and threading.active_count() == 1:
+        self.answers, self.pid, self.memory = _remembered(memory, jobs), None, memory
+        if self.answers is None and hasattr(os, "fork") and threading.active_count() == 1:
             r, w = os.pipe()
             self.pipe, parent, self.pid = os.fdopen(r, "rb"), os.getpid(), os.fork()
             if self.pid == 0:

@@ -181,18 +181,18 @@ class RecordUnits(_HeadUnits):
             _run_sum(self.ws, self.z1, self.z1_norm, self.y, ix, w_rows[r], sum_rows[r], self.clipping_norm, self.binary, self.clip, zn=zn, yb=yb)
 
 
-def _run_sum(ws, z1, z1_norm, y, ix, w_t, out_t, clipping_norm, binary_logit, clip, zn=None, yb=None) -> None:
-    """One run's clipped sum over rows ``ix`` of ``z1`` at head ``w_t`` into ``out_t`` (zero for an
+def _run_sum(ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, zn=None, yb=None) -> None:
+    """One run's clipped sum over rows ``ix`` of ``z1`` at head ``w`` into ``out`` (zero for an
     empty batch). ``zn``, ``yb``: the rows' norms and labels when already gathered."""
     b = ix.size
     if b == 0:
-        out_t.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+        out.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
         return
     ws.ensure(b)
     # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
     np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
-    _clipped_sum_kernel(ws, w_t, b, z1_norm[ix] if zn is None else zn, y[ix] if yb is None else yb, clipping_norm, binary_logit, clip,
-                        out=out_t)
+    _clipped_sum_kernel(ws, w, b, z1_norm[ix] if zn is None else zn, y[ix] if yb is None else yb, clipping_norm, binary_logit, clip,
+                        out=out)
 
 
 class UserUnits(_HeadUnits):

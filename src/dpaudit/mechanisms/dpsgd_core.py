@@ -470,7 +470,7 @@ def _clipped_sum_kernel(ws: HeadWorkspace, w: np.ndarray, b: int, zn: np.ndarray
     zb = ws.batch[:b]
     r = ws.res[: k * b].reshape(k, b)
     # logits s = W [z, 1] of every sampled row, as (K, b); computed (b, K) = Z1 W^T, then
-    # transposed: OpenBLAS takes ~2x as long for the (K, b) product of this skinny shape
+    # transposed: OpenBLAS takes ~1.7x as long for the (K, b) product of this skinny shape (bench_head_gemm.py)
     np.copyto(r, np.matmul(zb, w.T, out=ws.logits[: b * k].reshape(b, k)).T)
     if binary_logit:  # dLoss/ds = sigmoid(s) - y
         np.negative(r, out=r)

@@ -37,12 +37,14 @@ NOT_COVERED = ("Audit results are computed on the private data (every trial trai
 PUBLIC_CANARY_KEYS = ("kind", "norm", "unit", "records", "test_index", "holdout_index", "replaced_test_index", "user_contribution")
 #: Paths (tuples of keys) of an audit record (and of each control) that are private.
 LOCAL_AUDIT_PATHS = (("threshold",), ("claimed_curve", "threshold"), ("comparison", "cp_bonferroni", "threshold"),
-                     ("config", "reference_weights"), ("seeds", "noise", "seed"), ("scores_file",))
+                     ("config", "reference_weights"), ("seeds", "noise", "seed"), ("scores_file",),
+                     # the private training counts (records, users, D_mix): the public reference size N0 stands for them
+                     ("config", "n_train"), ("config", "n_users"), ("config", "n_mix"))
 #: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of dead features, labels of held-out
-#: records) stay local.
-PUBLIC_ONE_RUN_INFO = ("model", "dataset", "n_train", "canaries", "unit", "sample_rate", "steps", "normalizer", "clipping_norm",
+#: records, the exact training count ``n_train`` and unit count ``n_units``) stay local.
+PUBLIC_ONE_RUN_INFO = ("model", "dataset", "reference_size", "canaries", "unit", "sample_rate", "steps", "normalizer", "clipping_norm",
                        "noise_multiplier", "noise", "noise_on", "seed", "canary", "score", "kind", "dp_sgd", "tensors", "choice",
-                       "quiet_rule", "records", "rows", "test_indices", "steps_executed", "n_units", "integration",
+                       "quiet_rule", "records", "rows", "test_indices", "steps_executed", "integration",
                        "max_grad_norm", "injection")
 
 
@@ -129,3 +131,35 @@ def merge_local(public: dict, local: dict) -> dict:
 def local_document(record_id, local: dict, *, key: str = "audit_id") -> dict:
     """What is written to the local file: the record's id, the warning, the private parts."""
     return {key: record_id, "not_for_publication": NOT_FOR_PUBLICATION, **local}
+
+
+# ------------------------------------------------------------------------------ what may depend on the private data
+
+#: Files every command writes for the operator only (never shareable); every other file it writes is shareable.
+LOCAL_FILES = ("local.json", AUDIT_LOCAL_FILE, ONE_RUN_LOCAL_FILE, "scores.npz", "plan.local.json")
+#: Shareable document kind of each file name (anything else: its name).
+DOCUMENT_KINDS = {"release.json": "release", "audit.json": "audit", "one_run.json": "one-run", "plan.json": "plan",
+                  "bundle.json": "bundle", "ledger.json": "ledger-export", "report.json": "report"}
+#: Per shareable document kind, the field paths (``*``: any key or position) that are the mechanism's output: the only
+#: fields whose value may depend on the private data (tests/test_neighbour_diff.py diffs every shareable file of every
+#: command on neighbouring datasets against this). A release publishes its noisy model and what is computed from it on
+#: public data; an audit's results are computed on the private data by design (:data:`NOT_COVERED`) and are declared here
+#: so that nothing else of it may be.
+MECHANISM_OUTPUT: dict[str, tuple[tuple, ...]] = {
+    "release": (("metrics",),),
+    "artefact": ((),),  # the files a release lists under ``artefacts``: the noisy model itself
+}
+
+
+def document_kind(relative_path: str) -> str:
+    name = relative_path.rsplit("/", 1)[-1]
+    return DOCUMENT_KINDS.get(name, name)
+
+
+def _matches(pattern: tuple, path: tuple) -> bool:
+    return len(path) >= len(pattern) and all(p == "*" or p == k for p, k in zip(pattern, path))
+
+
+def is_mechanism_output(kind: str, path: tuple) -> bool:
+    """Whether the field at ``path`` of a ``kind`` document is declared mechanism output (or lies under one)."""
+    return any(_matches(p, tuple(path)) for p in MECHANISM_OUTPUT.get(kind, ()))

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..claims import verify_claim
 from ..errors import UsageError
-from ..ledger import book, result_cache, signing, store_pg, text
+from ..ledger import book, integrity, result_cache, signing, store_pg, text
 from ..records import read_release
 from . import options
 from .common import console, emit_json, err_console, new_app, print_table
@@ -289,12 +289,16 @@ def register(app: typer.Typer) -> None:
     def export(
         out: Path = typer.Option(..., "--out", help="JSON file to write (every entry verbatim, hashes, signatures; keep it private)."),
         include_key: bool = typer.Option(False, "--include-key", help="Also write the fingerprint key (whoever holds it can test a candidate dataset against the ledger)."),
+        shareable: bool = typer.Option(False, "--shareable", help="Write the publishable form: no key, row sets withheld (their count is the private training count); `verify` checks its chain, `import` refuses it."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
+        if shareable and include_key:
+            raise UsageError("--shareable must be given without --include-key, got both.")
         with book.open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
+            dump = integrity.withhold_row_sets(dump) if shareable else dump
             src = str(led.path)
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private data's history (and maybe the key)
         with os.fdopen(fd, "w") as f:

@@ -89,15 +89,16 @@ class VerifyReport:
         return "\n".join(p.message for p in self.problems)
 
 
-def chain_problems(head, rows) -> list[Problem]:
-    """Hash-chain findings for ``rows`` (seq order) against the chain head, naming each entry."""
+def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
+    """Hash-chain findings for ``rows`` (seq order) against the chain head, naming each entry (``withheld``: a shareable
+    export, whose withheld row-set entries are checked by their links and :func:`withheld_problems`, not their content)."""
     problems: list[Problem] = []
     by_hash = {r[7]: r for r in rows}
     prev_row = None
     for r in rows:
         seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
         signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
-        if entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
+        if not (withheld and is_withheld(r)) and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
             problems.append(Problem("edited", f"{_label(r)} was edited: its content no longer matches its hash.", seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
@@ -192,9 +193,10 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problem, never 0), every signature against the keys registered before it (``owner``: the key
     id the first registered key must have) and ``anchor`` (a head hash published earlier: the
     chain must still contain it)."""
-    rows = snap.rows
-    problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows) + _unreadable(rows)
-    ring, found = sg.check_signatures(signed_rows(rows), owner=owner)
+    rows, shared = snap.rows, snap.backend == "export"  # only a bundle's shareable export may withhold row sets
+    problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows, withheld=shared) + _unreadable(rows)
+    problems += withheld_problems(rows) if shared else []
+    ring, found = sg.check_signatures(signed_rows([r for r in rows if not (shared and is_withheld(r))]), owner=owner)
     problems += signature_problems(found)
     if anchor is not None:
         a = anchor.strip().lower()
@@ -232,6 +234,67 @@ def export_dump(snap: Snapshot, key: bytes | None) -> dict:
         "fingerprint_key": base64.b64encode(key).decode("ascii") if key is not None else None,
         "columns": list(ENTRY_COLUMNS), "rows": [list(r) for r in snap.rows],
     }
+
+
+#: The payload that stands, in a shareable export, for a withheld row-set entry (:func:`withhold_row_sets`).
+WITHHELD = "withheld"
+
+
+def _withheld_payload(text: str) -> str:
+    return canonical_json({WITHHELD: lr.ROWS_KIND, "set": json.loads(text).get("set")})
+
+
+def withhold_row_sets(dump: dict) -> dict:
+    """A shareable copy of an export: each row-set entry keeps its place, id, hashes and signature, but its payload (the keyed
+    row hashes and their count, whose number is the private training count) is replaced by its set id alone. The chain still
+    verifies around it (:func:`withheld_problems`); such an export cannot be imported. Privacy contract: no count or row hash
+    of any private set is published, only set ids, which are hashes of keyed hashes."""
+    rows = [list(r) for r in dump.get("rows") or []]
+    for r in rows:
+        if r[2] == lr.ROWS_KIND:
+            r[5] = _withheld_payload(r[5])
+    return {**dump, "fingerprint_key": None, "rows": rows, WITHHELD: lr.ROWS_KIND}
+
+
+def is_withheld(row) -> bool:
+    """A row-set entry whose payload a shareable export withheld (its content hash cannot be recomputed)."""
+    if row[2] != lr.ROWS_KIND:
+        return False
+    try:
+        return WITHHELD in json.loads(row[5])
+    except (TypeError, ValueError):
+        return False
+
+
+def _referenced_sets(rows) -> set:
+    out = set()
+    for r in rows:
+        if r[2] in ("release", "reservation", "audit"):
+            spec = (_payload_or_empty(r[5]).get("rows") or {})
+            out.update(sid for role in spec.values() if isinstance(role, dict) for sid in role.values())
+    return out
+
+
+def _payload_or_empty(text) -> dict:
+    try:
+        p = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return p if isinstance(p, dict) else {}
+
+
+def withheld_problems(rows) -> list[Problem]:
+    """Withheld entries must each stand for a distinct row set that a verifiable release, reservation or audit names:
+    a withheld placeholder can then not hide any other entry (there is no set left for it to claim)."""
+    referenced, seen, out = _referenced_sets(r for r in rows if not is_withheld(r)), set(), []
+    for r in rows:
+        if is_withheld(r):
+            sid = json.loads(r[5]).get("set")
+            if sid in seen or sid not in referenced:
+                out.append(Problem("edited", f"{_label(r)} is withheld but stands for no row set a release names once: "
+                                             "a withheld entry may only be a row set.", r[0], r[1]))
+            seen.add(sid)
+    return out
 
 
 def require_export(dump) -> None:

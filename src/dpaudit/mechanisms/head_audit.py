@@ -223,7 +223,8 @@ class HeadTarget(HeadAuditTarget):
         reference = audit_reference_size(data, len(y)) if reference is None else reference
         epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=reference)
         self._build_canary(data, feats)
-        self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "epochs": epochs, "batch_size": batch,
+        self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "reference_size": int(reference),
+                      "epochs": epochs, "batch_size": batch,
                       **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon,
                       "accountant": "rdp", "seed": self.seed, "max_train": self.max_train}
         self._ready = True

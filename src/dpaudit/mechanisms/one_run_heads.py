@@ -88,7 +88,8 @@ def heads_one_run(target: HeadAuditTarget, *, canaries: int, noise: NoiseSource,
         cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
     # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
     included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
-    info = {"model": target.model, "dataset": getattr(target, "_dataset_name", None), "n_train": int(target._z.shape[0]), "canaries": m,
+    info = {"model": target.model, "dataset": getattr(target, "_dataset_name", None), "n_train": int(target._z.shape[0]),
+            "reference_size": (getattr(target, "_info", None) or {}).get("reference_size"), "canaries": m,
             "unit": "user" if user_level else "record",
             "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,
             "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}

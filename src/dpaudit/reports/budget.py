@@ -21,9 +21,10 @@ def _rows_of(rows: Any) -> list[dict]:
 
 
 # Keyed fingerprints are dropped too: with the ledger's key (which `ledger export --include-key`
-# hands out) a reader could test a candidate dataset against them. Reports show version labels.
+# hands out) a reader could test a candidate dataset against them. Reports show version labels. A row set's keyed row hashes
+# and their count are dropped too: the count is the private training count.
 LEDGER_ENTRY_DROP = ("prev_hash", "hash", "guarantee", "payload", "artefact_path", "dataset_sha256", "release_created_at",
-                     "dataset_fingerprint", "fingerprint", "previous")
+                     "dataset_fingerprint", "fingerprint", "previous", "count", "hashes")
 
 
 def _data_versions(entries: list[dict]) -> dict[str, str]:

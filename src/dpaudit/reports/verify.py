@@ -1,7 +1,7 @@
 """``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data (issue 27).
 
 A bundle (:func:`make_bundle`): ``bundle.json`` (contents, the ledger's head), ``ledger.json`` (the ledger's export without
-its fingerprint key), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and
+its fingerprint key or row sets), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and
 ``plans/ID/plan.json``; never a local file or scores. :func:`verify_bundle` re-checks it, one :class:`Check` per finding;
 the checks are listed in docs/review-walkthrough.md (step 5).
 """
@@ -23,7 +23,7 @@ from ..claims import recompute_epsilon, verify_claim
 from ..errors import DPAuditError, UsageError
 from ..ledger import signing as sg
 from ..ledger.book import open_ledger
-from ..ledger.integrity import Snapshot, verify_snapshot
+from ..ledger.integrity import Snapshot, verify_snapshot, withhold_row_sets
 from ..records import RELEASE_FILE, Release, now_utc, read_json, write_json_atomic
 
 SCHEMA = "dpaudit.bundle/1"
@@ -78,14 +78,14 @@ def _copy(found: dict, out: Path) -> dict:
 
 def make_bundle(paths, *, ledger, out) -> dict:
     """Write the shareable parts of ``paths`` (releases, audits, one-run audits, plans; an audit's
-    plan is also found from its revealed path), the ledger's export without its fingerprint key and
-    its head into the new folder ``out``; returns bundle.json's content."""
+    plan is also found from its revealed path), the ledger's shareable export (no fingerprint key, row sets withheld:
+    :func:`~dpaudit.ledger.integrity.withhold_row_sets`) and its head into the new folder ``out``; returns bundle.json's content."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"out must be a new or empty folder, got {str(out)!r}.")
     found = _inputs(paths)
     with open_ledger(ledger, create=False) as led:
-        dump, head = led.export_rows(include_key=False), led.head()
+        dump, head = withhold_row_sets(led.export_rows(include_key=False)), led.head()
     made = {"schema": SCHEMA, "created_at": now_utc(), "head": {k: head[k] for k in ("hash", "seq", "entries")}, **_copy(found, out)}
     write_json_atomic(out / LEDGER_FILE, dump)
     write_json_atomic(out / BUNDLE_FILE, made)

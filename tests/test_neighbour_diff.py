@@ -316,3 +316,27 @@ def test_harness_catches_an_undeclared_difference():
              "D-minus-one": {"audit.json": {"n_train": 211, "id": "c"}}}
     bad = undeclared(files, changes_between_d_runs(files))
     assert bad == ["audit.json [audit] n_train: D 212 vs D' 211"]
+
+
+def test_private_counts_are_local_only(tmp_path):
+    """Finding: the exact training count was published (audit.json config, one_run.json info, the bundle's ledger rows)."""
+    public, local = ao.split_audit({"config": {"n_train": 212, "n_users": 53, "n_mix": 63, "reference_size": 212}})
+    assert public == {"config": {"reference_size": 212}} and local["config"] == {"n_train": 212, "n_users": 53, "n_mix": 63}
+    public, local = ao.split_one_run({"info": {"n_train": 212, "n_units": 232, "reference_size": 212}})
+    assert public == {"info": {"reference_size": 212}} and local["info"] == {"n_train": 212, "n_units": 232}
+    from dpaudit.reports.verify import failed, make_bundle, verify_bundle
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DPAUDIT_LEDGER", str(tmp_path / "l.sqlite"))
+        mp.chdir(tmp_path)
+        _ok(["train", "noisy-sum", "--reproducible-noise", "--out", "rel"])
+        make_bundle(["rel"], ledger=str(tmp_path / "l.sqlite"), out=tmp_path / "b")
+    rows = json.loads((tmp_path / "b" / "ledger.json").read_text())["rows"]
+    payloads = [json.loads(r[5]) for r in rows if r[2] == "rows"]
+    assert payloads and all(set(p) == {"withheld", "set"} for p in payloads)
+    assert not failed(verify_bundle(tmp_path / "b"))
+    # a withheld placeholder cannot stand in for another entry: relabelling the release entry fails verify
+    for r in rows:
+        if r[2] == "release":
+            r[2], r[5] = "rows", json.dumps({"withheld": "rows", "set": payloads[0]["set"]})
+    (tmp_path / "b" / "ledger.json").write_text(json.dumps({**json.loads((tmp_path / "b" / "ledger.json").read_text()), "rows": rows}))
+    assert failed(verify_bundle(tmp_path / "b"))

@@ -332,6 +332,7 @@ class Ledger:
         truncation) is named here too. Owner only (:class:`LedgerAuthorityError`); a ledger with
         no owner is refused (UsageError). Returns the seal's id, seq and hash (publish it)."""
         with self._store.write():
+            self._intact_rows()  # a seal vouches for the chain before it: never for one that fails verification
             ring = self.key_ring()
             if ring.owner is None:
                 raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger register-key` first), got {self.path} with none.")

@@ -105,34 +105,41 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option(..., "--dataset", help="Dataset name (as in release.json)."),
         eps: float = typer.Option(..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."),
         delta: float = typer.Option(..., "--delta", help="The delta at which the cap holds, in (0, 1)."),
-        include_audits: bool = typer.Option(True, "--include-audits/--exclude-audits", help="Count the audits that train on the "
-                                            "dataset's private data too (default); --exclude-audits (recorded) counts releases only."),
-        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (a signed ledger's caps are signed by its owner).", show_default=False),
+        include_audits: bool = typer.Option(
+            True, "--include-audits/--exclude-audits",
+            help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only."),
+        key: Optional[str] = typer.Option(None, "--key", show_default=False,
+                                          help="Your signing key (a signed ledger's caps are signed by its owner)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Set a dataset's budget cap; later releases and audits that would exceed it are refused before they run (--exclude-audits: releases only)."""
+        """Set a dataset's budget cap; later releases and audits that would exceed it are refused
+        before they run (--exclude-audits: releases only)."""
         with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.cap(dataset, eps, delta, include_audits=include_audits)
-            unbounded = text.unbounded_audits(led.entries(dataset=dataset, kind="audit")) if include_audits else []
+            audits = led.entries(dataset=dataset, kind="audit")
+        unbounded = text.unbounded_audits(audits) if include_audits else []
         counts = "releases and audits" if include_audits else "releases only (--exclude-audits: audits are shown, not counted)"
         line = f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid})."
         if unbounded:
-            line += f" Its releases + audits total is already infinite: {unbounded[0]}; nothing is left under this cap until that audit is voided."
-        _say(json_out, {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits,
-                        "unbounded_audits": unbounded}, escape(line), highlight=False, soft_wrap=True)
+            line += (f" Its releases + audits total is already infinite: {unbounded[0]}; "
+                     "nothing is left under this cap until that audit is voided.")
+        obj = {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits, "unbounded_audits": unbounded}
+        _say(json_out, obj, escape(line), highlight=False, soft_wrap=True)
 
     @ledger_app.command("seal")
     def seal(
-        key: Optional[str] = typer.Option(None, "--key", help="The owner's signing key (name or path).", show_default=False),
+        key: Optional[str] = typer.Option(None, "--key", show_default=False, help="The owner's signing key (name or path)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Owner only: sign a checkpoint of the head, so any rewrite of the entries before it fails verify (publish the printed hash too)."""
+        """Owner only: sign a checkpoint of the head, so any rewrite of the entries before it fails
+        verify (publish the printed hash too)."""
         with book.open_ledger(ledger, signing_key=key, create=False) as led:
             out = led.seal()
         _say(json_out, {"ledger": str(led.path), **out},
-             f"ledger {led.path} sealed through entry #{out['sealed_through']} (seal entry #{out['seq']}, {out['id']}); "
+             f"ledger {led.path} sealed through entry #{out['sealed_through']} "
+             f"(seal entry #{out['seq']}, {out['id']}); "
              f"publish its hash to detect a truncation too: {out['hash']}", highlight=False, soft_wrap=True)
 
     @ledger_app.command("verify")

@@ -86,8 +86,8 @@ def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
         fix = "run the audit without --no-noise"
     else:
         fix = "audit a configuration with a certified, known privacy event"
-    return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is unbounded (epsilon=inf) and "
-            f"{cap} counts audits; {fix}, or have the owner set the cap with --exclude-audits.")
+    return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is unbounded "
+            f"(epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the cap with --exclude-audits.")
 
 
 def sampler_uncertified_reason(sampler: str) -> str:
@@ -278,7 +278,7 @@ class Ledger:
                              + ("no signing key." if key is None else f"unregistered key {key.key_id}."))
         return None
 
-    def _require_authority(self, ring: sg.KeyRing, kind: str, payload: dict, key: "sg.SigningKey | None") -> None:
+    def _require_authority(self, ring: sg.KeyRing, kind: str, payload: dict, key) -> None:
         """Refuse (:class:`LedgerAuthorityError`, nothing written) an entry ``key`` may not sign on
         this ledger (:func:`~.signing.authority_problem`, the rule ``verify`` applies when reading)."""
         kid = None if key is None else key.key_id
@@ -286,10 +286,11 @@ class Ledger:
             return
         got = "no signing key" if kid is None else f"key {kid}"
         if kind in sg.OWNER_KINDS:
-            raise LedgerAuthorityError(f"{kind} on signed ledger {self.path} must be signed by its owner's key {ring.owner}, got {got}: "
-                                       f"only the owner may {sg.OWNER_POWERS[kind]}; nothing was written.")
-        raise LedgerAuthorityError(f"{kind} of reservation {payload.get('target')} on signed ledger {self.path} must be signed by the key "
-                                   f"that opened it or by the owner's key {ring.owner}, got {got}; nothing was written.")
+            raise LedgerAuthorityError(f"{kind} on signed ledger {self.path} must be signed by its owner's key "
+                                       f"{ring.owner}, got {got}: only the owner may {sg.OWNER_POWERS[kind]}; nothing was written.")
+        raise LedgerAuthorityError(f"{kind} of reservation {payload.get('target')} on signed ledger {self.path} must be "
+                                   f"signed by the key that opened it or by the owner's key {ring.owner}, got {got}; "
+                                   "nothing was written.")
 
     def register_key(self, public_key: str | None = None, name: str = "") -> str:
         """Register a public key (``ed25519:BASE64`` or a .pub file) so entries it signs verify.
@@ -332,10 +333,11 @@ class Ledger:
         truncation) is named here too. Owner only (:class:`LedgerAuthorityError`); a ledger with
         no owner is refused (UsageError). Returns the seal's id, seq and hash (publish it)."""
         with self._store.write():
-            self._intact_rows()  # a seal vouches for the chain before it: never for one that fails verification
+            self._intact_rows()  # a seal vouches for the chain before it: never for a failing one
             ring = self.key_ring()
             if ring.owner is None:
-                raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger register-key` first), got {self.path} with none.")
+                raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger register-key` first), "
+                                 f"got {self.path} with none.")
             seq, _, prev = self._store.head()
             eid = self._append(sg.SEAL_KIND, sg.LEDGER_SCOPE, sg.seal_payload(seq, prev))
             head = self._store.head()
@@ -348,7 +350,8 @@ class Ledger:
         ``sealed_through`` (seq of the last owner-signed entry), ``last_seal`` and ``unsealed``
         (entries after it), from the verified rows."""
         ring, _ = sg.check_signatures(integrity.signed_rows(self._intact_rows()), verify=False)
-        return {k: v for k, v in ring.to_dict().items() if k in ("owner", "sealed_through", "last_seal", "unsealed")}
+        keep = ("owner", "sealed_through", "last_seal", "unsealed")
+        return {k: v for k, v in ring.to_dict().items() if k in keep}
 
     def record_plan(self, payload: dict) -> str:
         """Append a signed ``plan`` entry (:mod:`dpaudit.audit_plans`): a plan's registration, one run
@@ -463,7 +466,8 @@ class Ledger:
         """Every row, after checking the whole hash chain and every signature: budgets are never
         computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
         snap = self._snapshot()
-        problems = chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows) or self._authority_problems(snap.rows)
+        problems = (chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows)
+                    or self._authority_problems(snap.rows))
         if problems:
             raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return snap.rows
@@ -683,8 +687,8 @@ class Ledger:
             after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
             _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
             if refusal is not None:
-                raise BudgetExceededError(unbounded_audit_refusal(dataset, payload, "a cap that counts audits and shares its people")
-                                          if non_private else refusal)
+                shared = "a cap that counts audits and shares its people"
+                raise BudgetExceededError(unbounded_audit_refusal(dataset, payload, shared) if non_private else refusal)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
     def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
@@ -694,7 +698,8 @@ class Ledger:
         spent = queries.total_epsilon(state.with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
         total = queries.total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
         if total > cap_eps and payload.get("non_private"):
-            raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, f"its cap (epsilon {cap_eps:g} at delta {cap_delta:g})"))
+            cap = f"its cap (epsilon {cap_eps:g} at delta {cap_delta:g})"
+            raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, cap))
         if total > cap_eps:
             raise BudgetExceededError(
                 f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) already spent "

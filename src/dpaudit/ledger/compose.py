@@ -262,7 +262,7 @@ def _close(st: DatasetState, e, r: ReleaseView) -> None:
     else:
         st.closed[r.id] = e.id
     if e.kind == "void" and e.payload.get("artefacts_published") is not False:
-        # A published artefact (or one not said to be unpublished) has spent its budget: withdrawing it takes nothing back.
+        # A published artefact (or one not said to be unpublished) has spent its budget: a void takes nothing back.
         st.published_voids.add(r.id)
         if r.kind == "audit":  # an audit stays counted beside the releases
             return

@@ -46,7 +46,8 @@ def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, datase
 class Problem:
     """One integrity finding of :meth:`Ledger.verify`."""
 
-    kind: str  # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal | anchor
+    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal | anchor
+    kind: str
     message: str
     seq: int | None = None
     id: str | None = None
@@ -85,8 +86,8 @@ class VerifyReport:
             sig = self.signatures or {}
             signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
             anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
-            return (f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor} (head {self.head_hash[:16]})."
-                    + seal_note(sig))
+            intact = f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor}"
+            return f"{intact} (head {self.head_hash[:16]})." + seal_note(sig)
         return "\n".join(p.message for p in self.problems)
 
 
@@ -96,8 +97,10 @@ def seal_note(signatures: dict) -> str:
     if not signatures or signatures.get("owner") is None:
         return ""
     n, through = signatures.get("unsealed") or 0, signatures.get("sealed_through")
-    tail = (f"; {n} later entr{'y' if n == 1 else 'ies'} UNSEALED: a registered member key could rewrite "
-            f"{'it' if n == 1 else 'them'} undetected (the owner runs `dpaudit ledger seal`)") if n else "; nothing unsealed"
+    tail = "; nothing unsealed"
+    if n:
+        tail = (f"; {n} later entr{'y' if n == 1 else 'ies'} UNSEALED: a registered member key could rewrite "
+                f"{'it' if n == 1 else 'them'} undetected (the owner runs `dpaudit ledger seal`)")
     return f" Signed by the owner through entry #{through}{tail}."
 
 
@@ -268,7 +271,8 @@ def partition_problems(rows) -> list[Problem]:
         if lc.unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
             continue  # ignored by replay: composes sequentially
         try:
-            state = lc.replay([x for x in entries[:i] if x.dataset == e.dataset]).get(e.dataset) or lc.DatasetState(e.dataset)
+            before = [x for x in entries[:i] if x.dataset == e.dataset]
+            state = lc.replay(before).get(e.dataset) or lc.DatasetState(e.dataset)
             if state.check_partition(parent, children):
                 continue  # the identical split again: changes nothing
             held = held_children(state, children)
@@ -276,8 +280,9 @@ def partition_problems(rows) -> list[Problem]:
             held = [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
         if held:
             seq = next(r[0] for r in rows if r[1] == e.id)
-            out.append(Problem("authority", f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint after its "
-                                            f"children hold {', '.join(held)}: parallel composition would lower what they spent.", seq, e.id))
+            out.append(Problem("authority", f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
+                                            f"after its children hold {', '.join(held)}: parallel composition would lower "
+                                            "what they spent.", seq, e.id))
     return out
 
 

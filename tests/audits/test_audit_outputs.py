@@ -137,7 +137,7 @@ def test_no_noise_control_makes_the_audit_unbounded_and_synthetic_audits_need_no
 def test_cap_including_audits_refuses_an_audit_before_any_trial(tmp_path, monkeypatch):
     led_path = tmp_path / "ledger.sqlite"
     with open_ledger(led_path) as led:
-        led.cap("digits", 3.0, DELTA)  # releases only: the audit runs and is recorded
+        led.cap("digits", 3.0, DELTA, include_audits=False)  # releases only (--exclude-audits): the audit runs and is recorded
     run_audit(_head(), runs=8, seed=1, controls=(), ledger_path=led_path)
     row = _summary_row(led_path, "digits")
     assert row["remaining"] == pytest.approx(3.0) and row["audit_epsilon"] > 3.0
@@ -160,12 +160,12 @@ def test_release_preflight_counts_audits_only_when_the_cap_says_so(tmp_path):
     with open_ledger(led_path) as led:
         led.record_audit(audit_id="a" * 32, dataset="heart", partition="train", adjacency="add-remove-record",
                          event=SubsampledGaussian(1.0, 0.1, 2000), trials=20, mechanism="dp-rvfl")
-        led.cap("heart", 2.0, DELTA)
+        led.cap("heart", 2.0, DELTA, include_audits=False)
         planned = dict(dataset="heart", partition="train", event=SubsampledGaussian(2.0, 0.1, 10), adjacency="add-remove-record")
         assert led.check(**planned)["allowed"]
         led.cap("heart", 2.0, DELTA, include_audits=True)
         assert not led.check(**planned)["allowed"]
-        led.void("a" * 32, "recorded by mistake")
+        led.void("a" * 32, "recorded by mistake", published=False)
         assert led.check(**planned)["allowed"] and _summary_row(led_path, "heart")["audits"] == 0
 
 

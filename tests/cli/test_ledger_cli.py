@@ -62,7 +62,7 @@ def test_full_workflow_with_json(tmp_path):
     two_a = SubsampledGaussian(2.0, 1.0, 8)
     ref = compute_epsilon(Composed((two_a, Parallel((B, A)))), delta=1e-6, accountant="rdp").epsilon
     assert by["train"]["epsilon_rdp"] == pytest.approx(ref, rel=1e-12)
-    assert by["*"]["cap"] == {"epsilon": 9.0, "delta": 1e-6} and by["*"]["delta"] == 1e-6
+    assert by["*"]["cap"] == {"epsilon": 9.0, "delta": 1e-6, "include_audits": True} and by["*"]["delta"] == 1e-6
     assert by["*"]["remaining"] == pytest.approx(9.0 - by["*"]["epsilon"])
     assert by["train"]["naive_epsilon"] == pytest.approx(4.5)
     assert {"releases", "epsilon_rdp", "epsilon_prv", "naive_epsilon", "cap", "remaining"} <= by["train/mix"].keys()

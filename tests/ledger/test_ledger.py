@@ -306,12 +306,12 @@ def test_void_withdraws_a_release_without_deleting_it(ledger):
     a = ledger.record(make_release(GC))
     b = ledger.record(make_release(GC))
     before = row(ledger.summary(accountants=("rdp",)), "train")["epsilon_rdp"]
-    vid = ledger.void(b[:10], "recorded twice by mistake")
+    vid = ledger.void(b[:10], "recorded twice by mistake", published=False)
     after = row(ledger.summary(accountants=("rdp",)), "train")
     assert after["epsilon_rdp"] == pytest.approx(rdp(GC), rel=1e-12) and after["epsilon_rdp"] < before
     assert after["releases"] == 1 and row(ledger.summary(accountants=("rdp",)), "*")["voided_releases"] == 1
     assert ledger.get(b).voided_by == vid and ledger.get(a).voided_by is None
-    assert ledger.get(vid).payload == {"target": b, "reason": "recorded twice by mistake"}
+    assert ledger.get(vid).payload == {"target": b, "reason": "recorded twice by mistake", "artefacts_published": False}
     assert [e.kind for e in ledger.entries()] == ["release", "release", "void"]
     with pytest.raises(UsageError, match="voided already"):
         ledger.void(b, "again")
@@ -336,7 +336,7 @@ def test_cap_validation_and_latest_cap_wins(ledger):
     ledger.cap("mnist", 3.0, 1e-5)
     ledger.cap("mnist", 5.0, 1e-6)
     r = row(ledger.summary(accountants=("rdp",)), "*")
-    assert r["cap"] == {"epsilon": 5.0, "delta": 1e-6} and r["delta"] == 1e-6
+    assert r["cap"] == {"epsilon": 5.0, "delta": 1e-6, "include_audits": True} and r["delta"] == 1e-6  # caps count audits by default
     assert r["epsilon_rdp"] == pytest.approx(rdp(GC, delta=1e-6), rel=1e-12)
     assert r["remaining"] == pytest.approx(5.0 - r["epsilon"])
 

@@ -68,7 +68,7 @@ def test_an_open_reservation_counts_like_a_release_until_settled_cancelled_or_vo
         with pytest.raises(UsageError, match="must be open"):
             led.settle(r1, [])
         # A killed run's reservation stays spent until an operator voids it.
-        led.void(r3, "run killed (SIGKILL); nothing was released")
+        led.void(r3, "run killed (SIGKILL); nothing was released", published=False)
         led.preflight(**reserve_args())
         by_id = {e.id: e for e in led.entries()}
         assert (by_id[r1].status, by_id[r2].status, by_id[r3].status) == ("settled", "cancelled", "voided")

@@ -43,9 +43,10 @@ def register(app: typer.Typer) -> None:
         # prv answers of unchanged totals come from the on-disk cache (ledger/result_cache.py)
         with book.open_ledger(ledger, create=False, owner=owner) as led, result_cache.enabled():
             rows = led.summary(dataset, sweep=sweep, progress=not json_out)
+            sealed = led.seal_status()
             path = str(led.path)
         if json_out:
-            emit_json({"ledger": path, "sweep": sweep, "rows": rows})
+            emit_json({"ledger": path, "sweep": sweep, "rows": rows, "seal": sealed})
             return
         if not rows:
             console.print(f"ledger {path}: no releases recorded.")
@@ -56,7 +57,7 @@ def register(app: typer.Typer) -> None:
         for cells in text.summary_table(rows):
             t.add_row(*cells)
         print_table(t)
-        for line in text.summary_notes(rows):
+        for line in text.summary_notes(rows) + text.seal_notes(sealed):
             console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(text.SUMMARY_LEGEND, style="dim", highlight=False)
 
@@ -104,17 +105,42 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Option(..., "--dataset", help="Dataset name (as in release.json)."),
         eps: float = typer.Option(..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."),
         delta: float = typer.Option(..., "--delta", help="The delta at which the cap holds, in (0, 1)."),
-        include_audits: bool = typer.Option(False, "--include-audits", help="Count the audits that train on the dataset's private data "
-                                                                            "too (default: releases only)."),
+        include_audits: bool = typer.Option(
+            True, "--include-audits/--exclude-audits",
+            help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only."),
+        key: Optional[str] = typer.Option(None, "--key", show_default=False,
+                                          help="Your signing key (a signed ledger's caps are signed by its owner)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Set a dataset's budget cap; later releases (and, with --include-audits, audits) that would exceed it are refused before they run."""
-        with book.open_ledger(ledger) as led:
+        """Set a dataset's budget cap; later releases and audits that would exceed it are refused
+        before they run (--exclude-audits: releases only)."""
+        with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.cap(dataset, eps, delta, include_audits=include_audits)
-        counts = "releases and audits" if include_audits else "releases only (audits are shown, not counted)"
-        _say(json_out, {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits},
-             f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid}).")
+            audits = led.entries(dataset=dataset, kind="audit")
+        unbounded = text.unbounded_audits(audits) if include_audits else []
+        counts = "releases and audits" if include_audits else "releases only (--exclude-audits: audits are shown, not counted)"
+        line = f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid})."
+        if unbounded:
+            line += (f" Its releases + audits total is already infinite: {unbounded[0]}; "
+                     "nothing is left under this cap until that audit is voided.")
+        obj = {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits, "unbounded_audits": unbounded}
+        _say(json_out, obj, escape(line), highlight=False, soft_wrap=True)
+
+    @ledger_app.command("seal")
+    def seal(
+        key: Optional[str] = typer.Option(None, "--key", show_default=False, help="The owner's signing key (name or path)."),
+        ledger: options.OptionalPath = options.ledger(),
+        json_out: bool = options.json_out(),
+    ):
+        """Owner only: sign a checkpoint of the head, so any rewrite of the entries before it fails
+        verify (publish the printed hash too)."""
+        with book.open_ledger(ledger, signing_key=key, create=False) as led:
+            out = led.seal()
+        _say(json_out, {"ledger": str(led.path), **out},
+             f"ledger {led.path} sealed through entry #{out['sealed_through']} "
+             f"(seal entry #{out['seq']}, {out['id']}); "
+             f"publish its hash to detect a truncation too: {out['hash']}", highlight=False, soft_wrap=True)
 
     @ledger_app.command("verify")
     def verify(

@@ -76,6 +76,20 @@ def uncertified_reason(release: Release) -> str | None:
     return None
 
 
+def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
+    """The one-line refusal of an audit whose trials are unbounded (some train without DP noise)
+    under ``cap``, a cap that counts audits: the cause and the way out."""
+    reason = str(payload.get("unbounded_reason") or "trials without DP noise")
+    if "no-noise control" in reason:
+        fix = "run the audit with --no-controls (the no-noise control is what is unbounded)"
+    elif "without DP noise" in reason:
+        fix = "run the audit without --no-noise"
+    else:
+        fix = "audit a configuration with a certified, known privacy event"
+    return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is unbounded "
+            f"(epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the cap with --exclude-audits.")
+
+
 def sampler_uncertified_reason(sampler: str) -> str:
     """The one wording of an uncertified sampler, shared by reservations and releases."""
     if sampler == "textbook":
@@ -181,6 +195,7 @@ class Ledger:
         self._busy_timeout = float(busy_timeout)
         self._key_bytes: bytes | None = None
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
+        self._authority_clean: str | None = None  # head hash whose authority check found nothing
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
             self._store = PostgresStore(path, busy_timeout=self._busy_timeout, initialise=create)
             self.path = path.display
@@ -251,6 +266,7 @@ class Ledger:
         if kind == sg.KEY_KIND and not ring.keys and key is not None and payload.get("key_id") == key.key_id:
             return key  # the owner's self-signed registration
         if key is not None and key.key_id in ring.keys:
+            self._require_authority(ring, kind, payload, key)
             return key
         if ring.required_since is not None:
             why = "no signing key (create one with `dpaudit ledger keygen`)" if key is None else \
@@ -262,12 +278,27 @@ class Ledger:
                              + ("no signing key." if key is None else f"unregistered key {key.key_id}."))
         return None
 
+    def _require_authority(self, ring: sg.KeyRing, kind: str, payload: dict, key) -> None:
+        """Refuse (:class:`LedgerAuthorityError`, nothing written) an entry ``key`` may not sign on
+        this ledger (:func:`~.signing.authority_problem`, the rule ``verify`` applies when reading)."""
+        kid = None if key is None else key.key_id
+        if sg.authority_problem(ring, kind, payload, kid) is None:
+            return
+        got = "no signing key" if kid is None else f"key {kid}"
+        if kind in sg.OWNER_KINDS:
+            raise LedgerAuthorityError(f"{kind} on signed ledger {self.path} must be signed by its owner's key "
+                                       f"{ring.owner}, got {got}: only the owner may {sg.OWNER_POWERS[kind]}; nothing was written.")
+        raise LedgerAuthorityError(f"{kind} of reservation {payload.get('target')} on signed ledger {self.path} must be "
+                                   f"signed by the key that opened it or by the owner's key {ring.owner}, got {got}; "
+                                   "nothing was written.")
+
     def register_key(self, public_key: str | None = None, name: str = "") -> str:
         """Register a public key (``ed25519:BASE64`` or a .pub file) so entries it signs verify.
 
         The first registration makes the ledger's *owner*: it registers this ledger's own signing
         key and is signed by it (``public_key`` None or that key). Every later one is signed by
-        the signing key, which must already be registered. Registering a known key returns its entry."""
+        the owner's key (:class:`LedgerAuthorityError` otherwise: a member cannot add signers).
+        Registering a known key returns its entry."""
         key = self._signing_key
         if key is None:
             raise UsageError("signing key must exist to register keys, got none (create one with `dpaudit ledger keygen`).")
@@ -293,6 +324,34 @@ class Ledger:
                 if r[2] == sg.POLICY_KIND and r[8] is not None:
                     return r[1]
             return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
+
+    def seal(self) -> dict:
+        """Append an owner-signed ``seal`` of the current head: its signature covers every entry
+        before it, so rewriting any of them (even re-signed by a registered member key) fails
+        :meth:`verify` and every budget answer without an external anchor. The seal is also
+        remembered on this machine (:func:`~.signing.remember_seal`), so removing it later (a
+        truncation) is named here too. Owner only (:class:`LedgerAuthorityError`); a ledger with
+        no owner is refused (UsageError). Returns the seal's id, seq and hash (publish it)."""
+        with self._store.write():
+            self._intact_rows()  # a seal vouches for the chain before it: never for a failing one
+            ring = self.key_ring()
+            if ring.owner is None:
+                raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger register-key` first), "
+                                 f"got {self.path} with none.")
+            seq, _, prev = self._store.head()
+            eid = self._append(sg.SEAL_KIND, sg.LEDGER_SCOPE, sg.seal_payload(seq, prev))
+            head = self._store.head()
+        out = {"id": eid, "seq": int(head[0]), "hash": head[2], "sealed_through": int(seq)}
+        sg.remember_seal(ring.keys[ring.owner].entry_id, out["seq"], out["hash"])
+        return out
+
+    def seal_status(self) -> dict:
+        """How far the owner has sealed this ledger (see :class:`~.signing.KeyRing`): ``owner``,
+        ``sealed_through`` (seq of the last owner-signed entry), ``last_seal`` and ``unsealed``
+        (entries after it), from the verified rows."""
+        ring, _ = sg.check_signatures(integrity.signed_rows(self._intact_rows()), verify=False)
+        keep = ("owner", "sealed_through", "last_seal", "unsealed")
+        return {k: v for k, v in ring.to_dict().items() if k in keep}
 
     def record_plan(self, payload: dict) -> str:
         """Append a signed ``plan`` entry (:mod:`dpaudit.audit_plans`): a plan's registration, one run
@@ -407,7 +466,8 @@ class Ledger:
         """Every row, after checking the whole hash chain and every signature: budgets are never
         computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
         snap = self._snapshot()
-        problems = chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows)
+        problems = (chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows)
+                    or self._authority_problems(snap.rows))
         if problems:
             raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
         return snap.rows
@@ -512,18 +572,21 @@ class Ledger:
         return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
             and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
 
-    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False) -> str:
+    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
 
-        By default the cap counts releases (and reservations) only; ``include_audits`` makes it
-        count the audits that trained on the dataset too (each :meth:`record_audit` is then checked
-        against it before its trials run, and releases compose with the audits recorded so far)."""
+        Privacy contract: the cap counts releases, reservations and the audits that trained on the
+        dataset (each :meth:`record_audit` is checked against it before its trials run, so an audit
+        with an unbounded no-noise control is refused). ``include_audits=False`` (the recorded
+        ``--exclude-audits`` opt-out) counts releases and reservations only; caps written before
+        this default, with no ``include_audits`` key, keep reading as releases only. On a signed
+        ledger only the owner's key may set a cap (:class:`LedgerAuthorityError`, nothing written)."""
         _check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
-        payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta}
-        if include_audits:
-            payload["include_audits"] = True  # absent otherwise: caps written before audits read the same
+        if not isinstance(include_audits, bool):
+            raise UsageError(f"include_audits must be True or False, got {include_audits!r}.")
+        payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta, "include_audits": include_audits}
         with self._store.write():
             return self._append("cap", dataset, payload)
 
@@ -556,9 +619,11 @@ class Ledger:
 
     def void(self, entry_id: str, reason: str, *, published: bool | None = None) -> str:
         """Withdraw a release or audit recorded by mistake, or the open reservation of a killed run,
-        with a ``void`` entry referencing it (the entry stays). Only a void of never-published
-        artefacts (``published`` False) stops counting; on a signed ledger ``published`` is required
-        and the owner's key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md)."""
+        with a ``void`` entry referencing it (the entry stays). Privacy contract: only a void that
+        states never-published artefacts (``published`` False) stops counting; ``published`` None
+        (not stated, allowed on an unsigned ledger only) withdraws the entry but its budget stays
+        spent, as a published one's. On a signed ledger ``published`` is required and the owner's
+        key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md)."""
         reason = _check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
@@ -580,11 +645,7 @@ class Ledger:
         ring = self.key_ring()
         if ring.owner is None:
             return
-        key = self._signing_key
-        if key is None or key.key_id != ring.owner:
-            got = "no signing key" if key is None else f"key {key.key_id}"
-            raise LedgerAuthorityError(f"void on signed ledger {self.path} must be signed by its owner's key {ring.owner}, got {got}; "
-                                       "nothing was written.")
+        self._require_authority(ring, "void", {}, self._signing_key)
         if published is None:
             raise LedgerAuthorityError("void on a signed ledger must state whether the artefacts were ever published "
                                        "(--published / --never-published), got neither.")
@@ -626,7 +687,8 @@ class Ledger:
             after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
             _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
             if refusal is not None:
-                raise BudgetExceededError(refusal)
+                shared = "a cap that counts audits and shares its people"
+                raise BudgetExceededError(unbounded_audit_refusal(dataset, payload, shared) if non_private else refusal)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
     def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
@@ -635,11 +697,13 @@ class Ledger:
         # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
         spent = queries.total_epsilon(state.with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
         total = queries.total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
+        if total > cap_eps and payload.get("non_private"):
+            cap = f"its cap (epsilon {cap_eps:g} at delta {cap_delta:g})"
+            raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, cap))
         if total > cap_eps:
-            why = f" ({payload['unbounded_reason']})" if payload.get("unbounded_reason") else ""
             raise BudgetExceededError(
                 f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) already spent "
-                f"epsilon={lc.fmt_epsilon(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']}{why} would make "
+                f"epsilon={lc.fmt_epsilon(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']} would make "
                 f"it epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
                 "refused before any trial ran.")
 
@@ -836,6 +900,17 @@ class Ledger:
             self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
         return integrity.signature_problems(found)
 
+    def _authority_problems(self, rows) -> list[Problem]:
+        """Partition declarations that would lower recorded spend and a remembered seal that is
+        gone (:func:`.integrity.authority_problems`); a clean answer is kept per head hash."""
+        head = rows[-1][7] if rows else GENESIS_HASH
+        if self._authority_clean == head:
+            return []
+        found = integrity.authority_problems(rows)
+        if not found:
+            self._authority_clean = head
+        return found
+
     def _snapshot(self, *, health: bool = False) -> Snapshot:
         # One read transaction, so the head and the rows are from the same snapshot.
         with self._store.read():
@@ -930,14 +1005,7 @@ def _cap_check(state: lc.DatasetState, planned: lc.ReleaseView, adj: str, acc, *
 
 def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
     """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
-    kids = set(children)
-    held = []
-    for r in state.releases:
-        node: str | None = r.partition
-        while node is not None and node not in kids:
-            node = state.parent(node)
-        if node is not None:
-            held.append(f"{r.kind} {r.id[:12]} on {state.name}:{r.partition}")
+    held = integrity.held_children(state, children)
     if held:
         raise LedgerAuthorityError(
             f"partition {state.name}:{parent} must be declared before its children hold releases, got {', '.join(held)}: "

@@ -92,9 +92,9 @@ class DatasetState:
     #: shown beside the releases, and counted in a cap only when that cap says so
     audits: list = field(default_factory=list)
     cap_includes_audits: bool = False  # the latest cap entry's ``include_audits``
-    #: voided releases / reservations whose artefacts were never published (or not said): not counted
+    #: voided releases / reservations whose artefacts were never published: not counted
     voided_views: list = field(default_factory=list)
-    #: voided entries whose artefacts were published: withdrawn, but their budget stays spent
+    #: voided entries whose artefacts were published (or not said): withdrawn, but their budget stays spent
     published_voids: set = field(default_factory=set)
 
     def partitions(self) -> list[str]:
@@ -261,8 +261,8 @@ def _close(st: DatasetState, e, r: ReleaseView) -> None:
         st.voided[r.id] = e.id
     else:
         st.closed[r.id] = e.id
-    if e.kind == "void" and e.payload.get("artefacts_published") is True:
-        # A published artefact has spent its budget: withdrawing it later takes nothing back.
+    if e.kind == "void" and e.payload.get("artefacts_published") is not False:
+        # A published artefact (or one not said to be unpublished) has spent its budget: a void takes nothing back.
         st.published_voids.add(r.id)
         if r.kind == "audit":  # an audit stays counted beside the releases
             return
@@ -321,7 +321,7 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                     # Ignored, the children stay undeclared subsets: sequential (sound).
                     continue
                 state(e.dataset).add_partition(str(p["parent"]), tuple(p["children"]), str(p.get("declared_by", "")))
-            elif e.kind in ("key", "policy", "rows", "plan"):
+            elif e.kind in ("key", "policy", "rows", "plan", "seal"):
                 continue  # ledger-wide (signing keys, signature policy, row sets, audit plans): no budget of any dataset
             else:
                 raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a newer dpaudit or edited.")

@@ -46,7 +46,8 @@ def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, datase
 class Problem:
     """One integrity finding of :meth:`Ledger.verify`."""
 
-    kind: str  # edited | deleted | reordered | unreadable | schema | integrity | signature | anchor
+    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal | anchor
+    kind: str
     message: str
     seq: int | None = None
     id: str | None = None
@@ -85,8 +86,22 @@ class VerifyReport:
             sig = self.signatures or {}
             signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
             anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
-            return f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor} (head {self.head_hash[:16]})."
+            intact = f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor}"
+            return f"{intact} (head {self.head_hash[:16]})." + seal_note(sig)
         return "\n".join(p.message for p in self.problems)
+
+
+def seal_note(signatures: dict) -> str:
+    """`` Sealed by the owner through entry #N; M later entries unsealed ...`` for a signed ledger
+    (the key ring's dict), else empty: what a member key could still rewrite undetected."""
+    if not signatures or signatures.get("owner") is None:
+        return ""
+    n, through = signatures.get("unsealed") or 0, signatures.get("sealed_through")
+    tail = "; nothing unsealed"
+    if n:
+        tail = (f"; {n} later entr{'y' if n == 1 else 'ies'} UNSEALED: a registered member key could rewrite "
+                f"{'it' if n == 1 else 'them'} undetected (the owner runs `dpaudit ledger seal`)")
+    return f" Signed by the owner through entry #{through}{tail}."
 
 
 def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
@@ -194,10 +209,11 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     id the first registered key must have) and ``anchor`` (a head hash published earlier: the
     chain must still contain it)."""
     rows, shared = snap.rows, snap.backend == "export"  # only a bundle's shareable export may withhold row sets
+    readable = [r for r in rows if not (shared and is_withheld(r))]
     problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows, withheld=shared) + _unreadable(rows)
     problems += withheld_problems(rows) if shared else []
-    ring, found = sg.check_signatures(signed_rows([r for r in rows if not (shared and is_withheld(r))]), owner=owner)
-    problems += signature_problems(found)
+    ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
+    problems += signature_problems(found) + authority_problems(readable)
     if anchor is not None:
         a = anchor.strip().lower()
         if not is_fingerprint(a):
@@ -207,6 +223,87 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
                                               "since that head was published."))
     last_hash = rows[-1][7] if rows else GENESIS_HASH
     return VerifyReport(snap.path, len(rows), last_hash, snap.schema_version, tuple(problems), ring.to_dict(), anchor, snap.backend)
+
+
+def held_children(state: lc.DatasetState, children) -> list[str]:
+    """The releases and open reservations of ``state`` that lie in one of ``children`` (or below)."""
+    kids = set(children)
+    held = []
+    for r in state.releases:
+        node: str | None = r.partition
+        while node is not None and node not in kids:
+            node = state.parent(node)
+        if node is not None:
+            held.append(f"{r.kind} {r.id[:12]} on {state.name}:{r.partition}")
+    return held
+
+
+@dataclass(frozen=True)
+class _Row:
+    """The fields :func:`~.compose.replay` reads from an entry."""
+
+    id: str
+    kind: str
+    dataset: str
+    payload: dict
+
+
+def _parsed(rows) -> list[_Row]:
+    out = []
+    for r in rows:
+        try:
+            payload = json.loads(r[5])
+        except ValueError:
+            continue  # named by _unreadable
+        if isinstance(payload, dict):
+            out.append(_Row(r[1], r[2], r[4], payload))
+    return out
+
+
+def partition_problems(rows) -> list[Problem]:
+    """Partition declarations that turn recorded spend parallel: the children already held a release
+    or an open reservation when it was appended. ``declare_partition`` refuses that for every key;
+    one inserted behind its back (a member key can sign any entry it writes) is named here, so no
+    budget answer composes with it (fail closed)."""
+    entries = _parsed(rows)
+    out = []
+    for i, e in enumerate(entries):
+        if e.kind != "partition":
+            continue
+        parent, children = str(e.payload.get("parent")), tuple(e.payload.get("children") or ())
+        if lc.unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
+            continue  # ignored by replay: composes sequentially
+        try:
+            before = [x for x in entries[:i] if x.dataset == e.dataset]
+            state = lc.replay(before).get(e.dataset) or lc.DatasetState(e.dataset)
+            if state.check_partition(parent, children):
+                continue  # the identical split again: changes nothing
+            held = held_children(state, children)
+        except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
+            held = [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
+        if held:
+            seq = next(r[0] for r in rows if r[1] == e.id)
+            out.append(Problem("authority", f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
+                                            f"after its children hold {', '.join(held)}: parallel composition would lower "
+                                            "what they spent.", seq, e.id))
+    return out
+
+
+def seal_problems(rows) -> list[Problem]:
+    """A seal made on this machine (:func:`~.signing.remember_seal`) that is no longer in the chain."""
+    ring, _ = sg.check_signatures(signed_rows(rows), verify=False)
+    if ring.owner is None:
+        return []
+    seal = sg.remembered_seal(ring.keys[ring.owner].entry_id)
+    if seal is None or seal["hash"] in {r[7] for r in rows}:
+        return []
+    return [Problem("seal", f"the owner's seal of entry #{seal.get('seq')} (hash {seal['hash'][:16]}), made on this machine, is no "
+                            "longer in the chain: the ledger was truncated or rewritten after it was sealed.")]
+
+
+def authority_problems(rows) -> list[Problem]:
+    """What the signatures alone cannot show (:func:`partition_problems`, :func:`seal_problems`)."""
+    return partition_problems(rows) + seal_problems(rows)
 
 
 def _unreadable(rows) -> list[Problem]:

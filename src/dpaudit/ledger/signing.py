@@ -10,10 +10,18 @@ signed by that key; every later key is registered by an already registered one. 
 registration on, every entry must be signed by a registered key (a separate marker could be
 deleted with everything after it and the entries re-inserted unsigned); entries before it may be
 unsigned, and rewriting them breaks the registration's signature. Pinning the owner from outside
-(``--owner KEY_ID``, ``$DPAUDIT_LEDGER_OWNER``) makes a missing registration a problem. A ``void``
-lowers a spent budget: on a signed ledger only the owner signs one, stating ``artefacts_published``.
-Not detected: a truncated tail or, with no pinned owner, a complete rewrite under a new key;
-publish ``dpaudit ledger head`` and check ``verify --anchor HASH``.
+(``--owner KEY_ID``, ``$DPAUDIT_LEDGER_OWNER``) makes a missing registration a problem.
+
+Authority (docs/ledger.md, "Who may write what"): on a signed ledger the entries that raise a cap
+or lower a spent budget, or change who may sign, are the owner's alone (:data:`OWNER_KINDS`:
+``cap``, ``void``, ``key``, ``policy``, ``seal``); a ``void`` also states ``artefacts_published``;
+a reservation is closed (``settle`` / ``cancel``) only by the key that opened it or by the owner.
+Any other signer is a finding here, so :meth:`~dpaudit.ledger.book.Ledger.verify` and every
+budget answer refuse it. Each owner-signed entry covers the whole chain before it: a member key
+that rewrites and re-signs history cannot re-sign it, so the ring records how far the owner has
+sealed (``sealed_through``) and what tail is unsealed. Not detected: a truncated tail (seals
+included) or, with no pinned owner, a complete rewrite under a new key; publish ``dpaudit ledger
+head`` (or the hash ``ledger seal`` prints) and check ``verify --anchor HASH``.
 
 Keys: ``dpaudit ledger keygen`` writes ``NAME.key`` (PKCS#8 PEM, unencrypted, 0600) and ``NAME.pub``
 to :func:`key_dir`; ``$DPAUDIT_SIGNING_KEY`` (a path or name) picks the signing key, else ``default``.
@@ -48,10 +56,20 @@ PUBLIC_PREFIX = "ed25519:"
 SIG_DOMAIN = "dpaudit-ledger-sig-v1"
 KEY_KIND = "key"
 POLICY_KIND = "policy"
+#: An owner-signed checkpoint of the chain head (:meth:`~dpaudit.ledger.book.Ledger.seal`).
+SEAL_KIND = "seal"
 #: A pre-registered audit plan, a run under it, or that run's result (:meth:`~dpaudit.ledger.book.Ledger.record_plan`).
 PLAN_KIND = "plan"
 #: Entry kinds that belong to the ledger as a whole, not to a dataset (each must be signed by a registered key).
-LEDGER_KINDS = (KEY_KIND, POLICY_KIND, PLAN_KIND)
+LEDGER_KINDS = (KEY_KIND, POLICY_KIND, PLAN_KIND, SEAL_KIND)
+#: Entry kinds only the owner's key may sign on a signed ledger: each raises a cap, lowers a spent
+#: budget, changes who may sign, or vouches for the whole chain before it.
+OWNER_KINDS = ("cap", "void", KEY_KIND, POLICY_KIND, SEAL_KIND)
+#: Entries that close a reservation: only its own signer or the owner may write one.
+CLOSE_KINDS = ("settle", "cancel")
+#: What each owner-only entry would let another key do (the wording of the findings and refusals).
+OWNER_POWERS = {"cap": "set or raise a cap", "void": "lower a spent budget", KEY_KIND: "register keys",
+                POLICY_KIND: "set the signature policy", SEAL_KIND: "seal the ledger"}
 #: The ``dataset`` column of ledger-wide entries (no dataset name can be empty).
 LEDGER_SCOPE = ""
 _KEY_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -272,13 +290,33 @@ class KeyRing:
     required_since: int | None = None
     signed: int = 0
     unsigned: int = 0
+    #: seq of the last entry the owner signed: its signature covers every entry up to it
+    sealed_through: int | None = None
+    #: seq of the last explicit ``seal`` entry (None: never sealed)
+    last_seal: int | None = None
+    #: entries stored after ``sealed_through`` (a member key could still rewrite them)
+    unsealed: int = 0
+    #: reservation id -> key id that signed it (None: unsigned), so closers can be checked
+    reserved_by: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return {
             "owner": self.owner, "required_since": self.required_since, "signed": self.signed, "unsigned": self.unsigned,
+            "sealed_through": self.sealed_through, "last_seal": self.last_seal, "unsealed": self.unsealed,
             "keys": [{"key_id": k.key_id, "name": k.name, "role": k.role, "entry": k.entry_id, "seq": k.seq,
                       "registered_by": k.registered_by} for k in self.keys.values()],
         }
+
+    def note(self, r: "SignedRow") -> None:
+        """Count ``r`` towards the sealed / unsealed tail and remember who opened a reservation."""
+        if r.kind == "reservation":
+            self.reserved_by[r.id] = r.signer
+        if self.owner is not None and r.signer == self.owner:
+            self.sealed_through, self.unsealed = r.seq, 0
+            if r.kind == SEAL_KIND:
+                self.last_seal = r.seq
+        elif self.owner is not None:
+            self.unsealed += 1
 
 
 #: Entries whose payload the signature rules read (a void lowers a spent budget: see module doc).
@@ -336,11 +374,29 @@ def _owner_problem(ring: KeyRing, r: SignedRow, payload: dict, owner: str | None
     return None
 
 
-def _void_problem(ring: KeyRing, r: SignedRow, payload: dict | None) -> str | None:
-    """A void on a signed ledger: signed by the owner, saying whether the artefacts were published."""
-    if r.signer != ring.owner:
-        return (f"is a void signed by key {r.signer} ({ring.keys[r.signer].name}), not by the ledger's owner {ring.owner}: "
-                "only the owner may lower a spent budget.")
+def authority_problem(ring: KeyRing, kind: str, payload: dict | None, signer: str | None) -> str | None:
+    """Why ``signer`` may not write a ``kind`` entry with ``payload`` on a ledger whose keys are
+    ``ring`` (None: it may). The one rule for writing (:meth:`~dpaudit.ledger.book.Ledger._append`
+    refuses) and reading (:func:`check_signatures` names the entry): the owner's kinds are the
+    owner's; a reservation is closed by its own signer or the owner. Ledgers with no owner yet
+    (unsigned) have no authority to check."""
+    if ring.owner is None or signer == ring.owner:
+        return None
+    who = f"key {signer} ({ring.keys[signer].name})" if signer in ring.keys else f"key {signer}"
+    if kind in OWNER_KINDS:
+        return (f"is a {kind} entry signed by {who}, not by the ledger's owner {ring.owner}: "
+                f"only the owner may {OWNER_POWERS[kind]}.")
+    if kind in CLOSE_KINDS:
+        target = (payload or {}).get("target")
+        opener = ring.reserved_by.get(target)
+        if opener is None or opener != signer:
+            return (f"is a {kind} of reservation {target} signed by {who}, which did not open it: only the key that "
+                    f"reserved a budget (or the owner) may release it.")
+    return None
+
+
+def _void_problem(payload: dict | None) -> str | None:
+    """A void on a signed ledger (the owner's, checked before) says whether the artefacts were published."""
     if payload is None or not isinstance(payload.get("artefacts_published"), bool):
         return "is a void that does not state whether the artefacts were ever published (artefacts_published)."
     return None
@@ -354,8 +410,13 @@ def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: st
         return f"is signed by key {r.signer}, which is not registered before it."
     if not ok(signer.public_raw, r.signature or "", r):
         return f"has an invalid signature by key {r.signer} ({signer.name}): its content or the previous hash changed since it was signed."
+    why = authority_problem(ring, r.kind, payload, r.signer)
+    if why is not None:
+        return why
     if r.kind == VOID_KIND:
-        return _void_problem(ring, r, payload)
+        return _void_problem(payload)
+    if r.kind == SEAL_KIND:
+        return _seal_problem(r, payload)
     if r.kind == KEY_KIND:
         raw, why = _registered_key(payload)
         if raw is None:
@@ -366,12 +427,57 @@ def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: st
     return None
 
 
+def _seal_file(ledger_identity: str) -> Path:
+    return key_dir().parent / "seals" / f"{ledger_identity}.json"
+
+
+def remember_seal(ledger_identity: str, seq: int, seal_hash: str) -> None:
+    """Keep the last seal made on this machine for the ledger whose owner registration is
+    ``ledger_identity`` (its entry id): a later truncation that removes it is then named by
+    :func:`remembered_seal`'s callers (a local anchor; it is public, not a secret)."""
+    path = _seal_file(ledger_identity)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seq": int(seq), "hash": str(seal_hash)}))
+        os.replace(tmp, path)
+    except OSError as e:
+        raise LedgerError(f"cannot remember the seal in {path}: {e.strerror or e}; publish its hash {seal_hash} instead.") from None
+
+
+def remembered_seal(ledger_identity: str) -> dict | None:
+    """The seal remembered for that ledger on this machine (``seq``, ``hash``), else None."""
+    path = _seal_file(ledger_identity)
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and isinstance(d.get("hash"), str) else None
+
+
+def seal_payload(seq: int, head_hash: str) -> dict:
+    """The payload of a ``seal`` entry: the entry it seals through and that entry's hash."""
+    return {"sealed_seq": int(seq), "sealed_hash": str(head_hash)}
+
+
+def _seal_problem(r: SignedRow, payload: dict | None) -> str | None:
+    """A seal names the entry right before it (its signature covers that entry's hash)."""
+    if payload != seal_payload(r.seq - 1, r.prev_hash):
+        return f"is a seal that does not name the entry before it (#{r.seq - 1}, hash {r.prev_hash[:16]})."
+    return None
+
+
+#: Entries whose payload the rules above read.
+_READ_PAYLOAD = set(LEDGER_KINDS) | {VOID_KIND, *CLOSE_KINDS}
+
+
 def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
                      verified: "set[str] | frozenset[str]" = frozenset()) -> tuple[KeyRing, list[SignatureFinding]]:
-    """Replay ``rows`` (append order): register keys, apply the policy, check every signature; returns
-    the key ring and the findings. ``owner``: the pinned owner's key id (another first key, or none,
-    is a finding). ``verify=False`` skips the Ed25519 checks, ``verified`` skips them for those row
-    ids (already verified by the caller); who signed what and the policy are checked either way."""
+    """Replay ``rows`` (append order): register keys, apply the policy and the authority rules
+    (:func:`authority_problem`), check every signature; returns the key ring and the findings.
+    ``owner``: the pinned owner's key id (another first key, or none, is a finding). ``verify=False``
+    skips the Ed25519 checks, ``verified`` skips them for those row ids (already verified by the
+    caller); who signed what, the policy and the authority rules are checked either way."""
     ring = KeyRing()
     out: list[SignatureFinding] = []
 
@@ -382,7 +488,7 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
         return _signature_ok(raw, sig, material)
 
     for r in rows:
-        payload = _payload(r) if r.kind in LEDGER_KINDS or r.kind == VOID_KIND else None
+        payload = _payload(r) if r.kind in _READ_PAYLOAD else None
         if payload is None and r.kind in LEDGER_KINDS:
             why = "is unreadable: its payload is not a JSON object."
         elif not r.signer:
@@ -391,6 +497,7 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
         else:
             ring.signed += 1
             why = _signed_problem(ring, r, payload, owner, ok)
+        ring.note(r)
         if why:
             out.append(SignatureFinding(r.seq, r.id, r.kind, f"{_label(r)} {why}"))
     if owner is not None and ring.owner is None:

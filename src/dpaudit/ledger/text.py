@@ -125,13 +125,31 @@ def _dataset_notes(r: dict) -> list[str]:
     return out + _audit_and_void_notes(name, r)
 
 
+def unbounded_audits(entries) -> list[str]:
+    """Why each audit entry still counted (not voided) is unbounded (an empty list: none is)."""
+    return [f"audit {e.id[:12]} is unbounded ({e.payload.get('unbounded_reason') or 'trials without DP noise'})"
+            for e in entries if e.payload.get("non_private") and not e.voided_by]
+
+
+def seal_notes(sealed: dict) -> list[str]:
+    """The summary's line on how far the owner has sealed a signed ledger (:meth:`.book.Ledger.seal_status`)."""
+    if not sealed or sealed.get("owner") is None or not sealed.get("unsealed"):
+        return []
+    n = sealed["unsealed"]
+    return [f"ledger: {n} entr{'y' if n == 1 else 'ies'} after entry #{sealed['sealed_through']} UNSEALED (not yet covered by an "
+            "owner's signature; a registered member key could rewrite them): the owner runs `dpaudit ledger seal`."]
+
+
 def _audit_and_void_notes(name: str, r: dict) -> list[str]:
-    out = [f"{name}: audits unbounded: {why} (trials without DP noise, e.g. the no-noise control, on the private data)."
+    counted = (r.get("cap") or {}).get("include_audits")
+    left = ", so nothing is left under its cap, which counts audits" if counted else ""
+    out = [f"{name}: releases + audits is INFINITE because an audit ran without DP noise or a known event: {why}{left} "
+           "(void that audit to exclude it; a default audit's no-noise control does this, --no-controls avoids it)."
            for why in r.get("audit_unbounded_reasons") or []]
     if r.get("audits"):
         inc = (r.get("cap") or {}).get("include_audits")
         out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap "
-                   + ("includes them." if inc else "counts releases only (set it with --include-audits to count audits)."))
+                   + ("includes them." if inc else "counts releases only (--exclude-audits, or a cap written before caps counted audits)."))
     if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
         out.append(f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "
                    f"voided but published, still counted: {r.get('voided_published_releases') or 0} release(s).")

@@ -28,7 +28,8 @@ def _ok(args):
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory):
     """One release, a trial plan run twice (the first run kept aside), a one-run plan run once, a
-    second registered plan, and bundles: the honest one, one hiding the second run, one with both."""
+    third registered plan never run, and bundles (each with every plan of the release): the honest
+    one, one hiding the second run, one with both."""
     root = tmp_path_factory.mktemp("review")
     led = str(root / "ledger.sqlite")
     with pytest.MonkeyPatch.context() as mp:
@@ -46,11 +47,11 @@ def flow(tmp_path_factory):
         _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--confidence", "0.5", "--out", "other"])
         _ok(["audit", "--plan", "a/plan.json"])
         _ok(["audit", "--plan", "o/plan.json"])
-        _ok(["bundle", "rel", "a", "o", "--out", "honest"])
+        _ok(["bundle", "rel", "a", "o", "other/plan.json", "--out", "honest"])
         shutil.copytree("a", "a-run1")
         second = _ok(["audit", "--plan", "a/plan.json"])
-        _ok(["bundle", "rel", "a", "o", "--out", "hidden"])
-        _ok(["bundle", "rel", "a-run1", "a", "o", "--out", "both"])
+        _ok(["bundle", "rel", "a", "o", "other/plan.json", "--out", "hidden"])
+        _ok(["bundle", "rel", "a-run1", "a", "o", "other/plan.json", "--out", "both"])
         yield {"root": root, "second": second.output, "ledger": led}
 
 

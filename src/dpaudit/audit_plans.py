@@ -75,8 +75,9 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
         return {"release_id": rel.id, "event": rel.guarantee, "epsilon": rel.epsilon, "delta": rel.delta, "adjacency": rel.adjacency,
                 "accountant": rel.accountant}, {"release": rel.id}
     if a.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, c = module_setup(a.mechanism, release=None, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset,
-                                     data_dir=a.data_dir, profile=a.profile, epochs=a.epochs)
+        _, data, _, c = module_setup(a.mechanism, release=None, epsilon=a.epsilon, delta=a.delta,
+                                     dataset=a.dataset, data_dir=a.data_dir, profile=a.profile,
+                                     epochs=a.epochs)
         event, eps, delta, adjacency, accountant = c["event"], c["claimed_epsilon"], c["delta"], c["adjacency"], c["accountant"]
         mechanism, dataset = a.mechanism, data.name
     else:
@@ -100,8 +101,9 @@ def target_problem(plan: dict) -> str | None:
     target, release_id = plan.get("target"), plan.get("release_id")
     if target is None:
         return None
+    event = (plan.get("claim") or {}).get("event")
     fits = target == {"release": release_id} if release_id else \
-        isinstance(target, dict) and "release" not in target and target.get("event") == (plan.get("claim") or {}).get("event")
+        isinstance(target, dict) and "release" not in target and target.get("event") == event
     return None if fits else f"its target {target} is not the one its release or claim names"
 
 
@@ -129,15 +131,16 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     release_id = claim.pop("release_id")
     seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
     request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
-    return _write_plan(signing, a.mechanism, (release_id, target), claim, _settings(a, claim), request, seeds, a.out)
+    audited = (release_id, target)
+    return _write_plan(signing, a.mechanism, audited, claim, _settings(a, claim), request, seeds, a.out)
 
 
 def refuse_reproducible_noise(reproducible) -> None:
     """A plan never fixes its DP noise: noise derived from the seeds it reveals (or the public seed)
     would let its outcome be computed before the run, and the run chosen from the previews."""
     if reproducible:
-        raise UsageError(f"reproducible noise must be off for a planned audit (its DP noise would follow from the seeds it fixes, "
-                         f"so its outcome could be previewed), got reproducible_noise={reproducible!r}.")
+        raise UsageError(f"reproducible noise must be off for a planned audit (its DP noise would follow "
+                         f"from the seeds it fixes: its outcome could be previewed), got {reproducible!r}.")
 
 
 def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tensors=None, confidence: float = 0.95, out=None, ledger=None,
@@ -166,7 +169,8 @@ def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tenso
     return _write_plan(signing, OPACUS, (None, target), claim, audit, request, seeds, out)
 
 
-def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dict, request: dict, seeds: dict, out) -> Path:
+def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dict, request: dict, seeds: dict,
+                out) -> Path:
     """Commit to ``seeds`` under a fresh salt, sign, register in ``request["ledger"]`` (refused after an
     audit of the target, :mod:`dpaudit.ledger.plan_rules`), write plan.json and plan.local.json.
     ``audited``: (release id or None, target)."""
@@ -176,13 +180,14 @@ def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dic
     if (out / PLAN_FILE).exists():
         raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
     salt = secrets.token_hex(32)
-    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism, "release_id": release_id, "target": target,
-            "claim": claim, "audit": audit, "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
+    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism,
+            "release_id": release_id, "target": target, "claim": claim, "audit": audit,
+            "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
             "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
     plan["signature"] = signing.sign(_material(plan))
     with open_ledger(request.get("ledger"), signing_key=signing) as led:
-        led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan), "commitment": plan["commitment"],
-                         "key_id": signing.key_id, "target": target})
+        led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan),
+                         "commitment": plan["commitment"], "key_id": signing.key_id, "target": target})
     write_json_atomic(out / PLAN_LOCAL_FILE, {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt, "seeds": seeds,
                                               "key": str(signing.path)})
     return write_json_atomic(out / PLAN_FILE, plan)
@@ -196,7 +201,8 @@ def plan_entries(entries) -> dict:
     later one (written around :meth:`Ledger.record_plan`, which refuses it) is what an edit looks like."""
     out: dict = {}
     for seq, signer, p in entries:
-        rec = out.setdefault(p.get("plan_id"), {"registered": None, "runs": [], "results": {}, "later_results": [], "orphan_results": []})
+        rec = out.setdefault(p.get("plan_id"), {"registered": None, "runs": [], "results": {},
+                                                "later_results": [], "orphan_results": []})
         stage, aid = p.get("stage"), p.get("audit_id")
         if stage == "registered":
             rec["registered"] = rec["registered"] or (seq, signer, p)

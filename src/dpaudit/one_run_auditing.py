@@ -67,12 +67,15 @@ def _release_module_setup(release: Release, data_dir):
     mech = registry.mechanism(entry.name)
     plan = mech.plan_of_release(req, release)
     ds = release.dataset or {}
-    data = load_dataset(ds.get("name") or "digits", data_dir=data_dir, split_seed=ds.get("split_seed"), profile=ds.get("profile"))
-    cfg = dataclasses.replace(mech.dpsgd_config(plan), sample_rate=float(release.sample_rate), steps=int(release.steps),
-                              normalizer=int(release.normalizer), noise_multiplier=float(release.noise_multiplier),
-                              clipping_norm=float(release.clipping_norm or 1.0))
-    claim = dict(event=event_from_dict(release.guarantee), accountant=release.accountant, adjacency=release.adjacency,
-                 delta=float(release.delta), claimed_epsilon=float(release.epsilon))
+    data = load_dataset(ds.get("name") or "digits", data_dir=data_dir, split_seed=ds.get("split_seed"),
+                        profile=ds.get("profile"))
+    recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps),
+                    normalizer=int(release.normalizer), noise_multiplier=float(release.noise_multiplier),
+                    clipping_norm=float(release.clipping_norm or 1.0))
+    cfg = dataclasses.replace(mech.dpsgd_config(plan), **recorded)
+    claim = dict(event=event_from_dict(release.guarantee), accountant=release.accountant,
+                 adjacency=release.adjacency, delta=float(release.delta),
+                 claimed_epsilon=float(release.epsilon))
     return release.mechanism, data, cfg, claim
 
 

@@ -20,8 +20,8 @@ class _Trained(Exception):
 
 def test_an_sgd_release_is_one_run_audited_with_sgd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(app, ["train", "dp-dense", "--eps", "2", "--epochs", "1", "--optimizer", "sgd", "--momentum", "0.5",
-                                 "--out", "rel"])
+    r = CliRunner().invoke(app, ["train", "dp-dense", "--eps", "2", "--epochs", "1", "--optimizer", "sgd",
+                                 "--momentum", "0.5", "--out", "rel"])
     assert r.exit_code == 0, r.output
     release = read_release("rel")
     seen = []
@@ -32,7 +32,8 @@ def test_an_sgd_release_is_one_run_audited_with_sgd(tmp_path, monkeypatch):
 
     monkeypatch.setattr(one_run_modules, "train_module_dp_sgd", trainer)
     with pytest.raises(_Trained):
-        run_one_run(AuditRequest(mechanism="dp-dense", release="rel", one_run=True, canaries=10), record=False)
+        audit = AuditRequest(mechanism="dp-dense", release="rel", one_run=True, canaries=10)
+        run_one_run(audit, record=False)
     (config,) = seen
     assert (config.optimizer, config.momentum) == ("sgd", 0.5)
     assert config == DPSGDConfig.from_dict(release.config["dp_sgd"])

@@ -66,8 +66,8 @@ def test_no_plan_after_a_run_of_the_same_target(auditor):
 def test_no_plan_after_an_unplanned_audit_of_the_release(auditor):
     _ok(["train", "dp-rvfl", "--eps", "2", "--epochs", "2", "--out", "rel"])
     _ok(["audit", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--out", "peek"])
-    _refused(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls"], "before any audit of its target (release",
-             auditor)
+    plan = ["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls"]
+    _refused(plan, "before any audit of its target (release", auditor)
 
 
 def test_a_run_has_one_result(auditor):
@@ -77,7 +77,8 @@ def test_a_run_has_one_result(auditor):
             led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64})
         led.record_plan({"plan_id": "p", "stage": "run", "audit_id": "a"})
         first = led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64})
-        assert led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64}) == first  # resumed
+        again = led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64})
+        assert again == first  # a resumed run
         n = len(led.entries(kind="plan"))
         with pytest.raises(UsageError, match="recorded once"):
             led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "2" * 64})
@@ -94,6 +95,7 @@ def test_a_plan_never_fixes_reproducible_noise(auditor, monkeypatch):
         _ok(["bundle", "fixed", "--out", "b"])
     r = runner.invoke(app, ["verify", "b", "--json"])
     failed = [(c["name"], c["detail"]) for c in json.loads(r.stdout)["checks"] if c["status"] == "FAIL"]
-    assert r.exit_code == 1 and any(n == "plan" and "fixes reproducible noise" in d for n, d in failed), failed
+    assert r.exit_code == 1, failed
+    assert any(n == "plan" and "fixes reproducible noise" in d for n, d in failed), failed
     with pytest.raises(UsageError, match="reproducible noise must be off"):
         load_plan("fixed/plan.json")

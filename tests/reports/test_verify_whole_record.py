@@ -1,7 +1,8 @@
-"""`dpaudit verify` judges the whole record the bundle's ledger holds, not only the files chosen for the bundle:
-every plan of a target (a release, or a fresh run of a mechanism) must be in the bundle; a plan registered after an
-audit of its target fails; only a run's first result counts; a release its signed ledger entry counts as not private
-fails, whatever its bundled copy says. Small Gaussian and embedded-digits runs (seconds)."""
+"""`dpaudit verify` judges the whole record the bundle's ledger holds, not only the files chosen for
+the bundle: every plan of a target (a release, or a fresh run of a mechanism) must be in the bundle;
+a plan registered after an audit of its target fails; only a run's first result counts; a release
+its signed ledger entry counts as not private fails, whatever its bundled copy says. Small Gaussian
+and embedded-digits runs (seconds)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ def test_a_bundle_omitting_plans_of_its_target_fails_naming_them(record):
     assert [name for name, _ in failed] == ["plans of target"], failed
     detail = failed[0][1]
     assert "4 plans of gaussian in the ledger" in detail
-    assert all(_plan_id(root / f"g{i}")[:12] in detail for i in range(3)) and _plan_id(root / "g3")[:12] not in detail
+    assert all(_plan_id(root / f"g{i}")[:12] in detail for i in range(3))
+    assert _plan_id(root / "g3")[:12] not in detail
     ok, checks = _checks(root / "whole")
     assert ok, [c for c in checks if c["status"] == "FAIL"]
     assert any(c["name"] == "plans of target" and "4 plans of gaussian" in c["detail"] for c in checks)
@@ -103,7 +105,8 @@ def test_a_plan_registered_after_an_audit_of_its_target_fails(record, tmp_path, 
     monkeypatch.setenv("DPAUDIT_LEDGER", str(led))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(record["root"] / "cfg"))
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(record["key"].path))
-    late = [*GAUSSIAN_PLAN[:2], "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--seed", "9", "--out", "late"]
+    late = [*GAUSSIAN_PLAN[:2], "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--seed", "9",
+            "--out", "late"]
     refused = runner.invoke(app, late)
     assert refused.exit_code == 2 and "before any audit of its target" in refused.output
     monkeypatch.setattr("dpaudit.ledger.plan_rules._refuse_late_registration", lambda *a: None)
@@ -133,8 +136,9 @@ def test_only_the_first_result_counts_even_with_an_anchor(record, tmp_path):
     edited = json.loads((bundle / "audits" / audit["id"] / "audit.json").read_text())
     with open_ledger(led, signing_key=record["key"].path) as ledger, ledger._store.write():
         # what a writer going around record_plan (which refuses it) appends
-        ledger._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, {"plan_id": audit["plan"]["id"], "stage": "result", "audit_id": audit["id"],
-                                                       "sha256": digest(edited)})
+        second = {"plan_id": audit["plan"]["id"], "stage": "result", "audit_id": audit["id"],
+                  "sha256": digest(edited)}
+        ledger._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, second)
     shutil.rmtree(bundle)
     make_bundle([tmp_path / f"g{i}" for i in range(4)], ledger=led, out=bundle)
     failed = dict(_failed(bundle, "--anchor", anchor))
@@ -145,7 +149,7 @@ def test_only_the_first_result_counts_even_with_an_anchor(record, tmp_path):
 def test_a_release_the_ledger_counts_as_not_private_fails(record, tmp_path):
     root = record["root"]
     failed = _failed(root / "repro-bundle")
-    assert any(name == "private" and "not private" in d and "published seed" in d for name, d in failed), failed
+    assert any(n == "private" and "not private" in d and "published seed" in d for n, d in failed), failed
     b = tmp_path / "b"
     shutil.copytree(root / "repro-bundle", b)
     rel = next(b.glob("releases/*/release.json"))

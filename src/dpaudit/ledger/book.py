@@ -300,8 +300,10 @@ class Ledger:
         same run (a resumed audit) returns its entry; the rules are :mod:`dpaudit.ledger.plan_rules`
         (after any audit of its target, no registration; one result per run). Returns the entry id."""
         with self._store.write():
-            seen = [(r[0], r[1], r[2], json.loads(r[5])) for r in self._store.rows() if r[2] in (sg.PLAN_KIND, "audit")]
-            return recorded_plan_entry(payload, seen, self.path) or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
+            seen = [(r[0], r[1], r[2], json.loads(r[5])) for r in self._store.rows()
+                    if r[2] in (sg.PLAN_KIND, "audit")]
+            recorded = recorded_plan_entry(payload, seen, self.path)
+            return recorded or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
         """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""

@@ -39,8 +39,9 @@ def _audits(target: dict, audit: dict) -> bool:
     """An ``audit`` entry's payload audits ``target``."""
     if "release" in target:
         return audit.get("release_id") == target["release"]
+    named = (audit.get("mechanism"), audit.get("dataset_name"))
     return audit.get("release_id") is None and target.get("dataset") is not None and \
-        (audit.get("mechanism"), audit.get("dataset_name")) == (target.get("mechanism"), target.get("dataset"))
+        named == (target.get("mechanism"), target.get("dataset"))
 
 
 def recorded_plan_entry(payload: dict, entries, path) -> str | None:
@@ -48,19 +49,26 @@ def recorded_plan_entry(payload: dict, entries, path) -> str | None:
     ``plan`` and ``audit`` entries as (seq, entry id, kind, payload). Refused (UsageError, nothing
     written): a malformed payload; a plan registered twice, or after an audit of its target; a run of
     an unregistered plan; a result of no recorded run, or a second result of a run with another digest."""
-    key = (payload.get("plan_id"), payload.get("stage"), payload.get("audit_id"))
-    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or (key[1] != "registered") != isinstance(key[2], str):
-        raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a run, its audit_id; got {payload!r}.")
+    key = _key(payload)
+    named_run = (key[1] != "registered") == isinstance(key[2], str)
+    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or not named_run:
+        raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a "
+                         f"run, its audit_id; got {payload!r}.")
     plans = [(eid, p) for _, eid, kind, p in entries if kind == "plan"]
-    registered = any((p.get("plan_id"), p.get("stage")) == (key[0], "registered") for _, p in plans)
+    registered = any(_key(p)[:2] == (key[0], "registered") for _, p in plans)
     if registered == (key[1] == "registered"):
         why = "is already registered" if registered else "is not registered in it"
-        raise UsageError(f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} that {why}.")
+        raise UsageError(f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} "
+                         f"that {why}.")
     if key[1] == "registered":
         _refuse_late_registration(payload, entries, path)
     if key[1] == "result":
         return _recorded_result(payload, plans, path)
-    return next((eid for eid, p in plans if (p.get("plan_id"), p.get("stage"), p.get("audit_id")) == key), None)
+    return next((eid for eid, p in plans if _key(p) == key), None)
+
+
+def _key(p: dict) -> tuple:
+    return p.get("plan_id"), p.get("stage"), p.get("audit_id")
 
 
 def target_label(target: dict) -> str:
@@ -74,17 +82,20 @@ def _refuse_late_registration(payload: dict, entries, path) -> None:
     target = payload.get("target")
     seen = audits_of_target(target, [(s, kind, p) for s, _, kind, p in entries]) if target else []
     if seen:
-        raise UsageError(f"registration of an audit plan must come before any audit of its target ({target_label(target)}), "
-                         f"got {len(seen)} audit(s) of it already in ledger {path} (first: {seen[0][1]}).")
+        raise UsageError(f"registration of an audit plan must come before any audit of its target "
+                         f"({target_label(target)}), got {len(seen)} audit(s) of it already in ledger {path} "
+                         f"(first: {seen[0][1]}).")
 
 
 def _recorded_result(payload: dict, plans, path) -> str | None:
     """A run's one result: the entry recording the same digest (a resumed run), else None (append it)."""
     pid, aid = payload["plan_id"], payload["audit_id"]
-    if not any((p.get("plan_id"), p.get("stage"), p.get("audit_id")) == (pid, "run", aid) for _, p in plans):
-        raise UsageError(f"result must follow its run's entry in ledger {path}, got a result of run {aid} that plan {pid} never started.")
-    first = next(((eid, p) for eid, p in plans if (p.get("plan_id"), p.get("stage"), p.get("audit_id")) == (pid, "result", aid)), None)
+    if not any(_key(p) == (pid, "run", aid) for _, p in plans):
+        raise UsageError(f"result must follow its run's entry in ledger {path}, got a result of run {aid} "
+                         f"that plan {pid} never started.")
+    first = next(((eid, p) for eid, p in plans if _key(p) == (pid, "result", aid)), None)
     if first is not None and first[1].get("sha256") != payload.get("sha256"):
-        raise UsageError(f"result of run {aid} under plan {pid} must be recorded once (the first counts), got a second with another "
-                         f"digest ({str(payload.get('sha256'))[:12]}, recorded {str(first[1].get('sha256'))[:12]}).")
+        raise UsageError(f"result of run {aid} under plan {pid} must be recorded once (the first counts), "
+                         f"got a second with another digest ({str(payload.get('sha256'))[:12]}, recorded "
+                         f"{str(first[1].get('sha256'))[:12]}).")
     return None if first is None else first[0]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..accounting.events import event_from_dict
 from ..audit_outputs import shareable_audit, shareable_one_run
-from ..audit_plans import PLAN_FILE, commitment, digest, plan_entries, plan_target, signature_ok, target_problem
+from ..audit_plans import (PLAN_FILE, commitment, digest, plan_entries, plan_target, signature_ok,
+                           target_problem)
 from ..audits.engine import AUDIT_FILE, plan_trials
 from ..audits.one_run import ONE_RUN_FILE, plan_coins, recompute_bounds
 from ..audits.verdicts import decision_at, general_epsilon_at, violated
@@ -160,8 +161,10 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
     differ = [k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))]
     problem = "no release entry with this id in the ledger" if entry is None else \
         differ and f"differs from its signed ledger entry in {', '.join(differ)}"
+    private = _check("private", rid[:12], _privacy_problems(rel, entry),
+                     "its signed ledger entry counts it as private")
     return out + [_check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
-                  _check("private", rid[:12], _privacy_problems(rel, entry), "its signed ledger entry counts it as private")]
+                  private]
 
 
 def _privacy_problems(rel: dict, entry: dict | None) -> list[str]:
@@ -197,12 +200,12 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
         return out + ["the ledger holds no registration of it"]
     return out + [why for bad, why in ((reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
                                        (reg[1] != kid, "its ledger registration is not signed by its key"),
-                                       (reg[2].get("target") != plan.get("target"), "its ledger registration names another target"))
-                  if bad]
+                                       (reg[2].get("target") != plan.get("target"),
+                                        "its ledger registration names another target")) if bad]
 
 
 def _fixed_noise(plan: dict) -> str | None:
-    """A plan that fixes reproducible DP noise could have had its outcome previewed before it was registered."""
+    """A plan that fixes reproducible DP noise had an outcome that could be previewed."""
     if (plan.get("request") or {}).get("reproducible_noise"):
         return "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
     return None
@@ -227,7 +230,8 @@ def _whole_record_checks(plans: dict, releases: dict, by_plan: dict, entries: li
     out = [_target_plans_check(t, plans, by_plan) for t in unique]
     for pid, plan in plans.items():
         led = by_plan.get(pid, {})
-        out += [_registered_first_check(pid, plan_target(plan), led.get("registered"), entries), _results_check(pid, led)]
+        out.append(_registered_first_check(pid, plan_target(plan), led.get("registered"), entries))
+        out.append(_results_check(pid, led))
     return out
 
 
@@ -237,22 +241,23 @@ def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
               if rec.get("registered") and same_target(target, rec["registered"][2].get("target"))]
     missing = [f"{str(pid)[:12]} (registered at seq {seq})" for pid, seq in ledger if pid not in plans]
     n = f"{len(ledger)} plan{'s' * (len(ledger) != 1)} of {target_label(target)} in the ledger"
-    return _check("plans of target", target_label(target)[:24], missing and f"{n}, not in the bundle: {', '.join(missing)}",
-                  f"{n}, all in the bundle")
+    problem = missing and f"{n}, not in the bundle: {', '.join(missing)}"
+    return _check("plans of target", target_label(target)[:24], problem, f"{n}, all in the bundle")
 
 
 def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
     """The plan was registered before any audit of its target (else it could be fitted to a result)."""
     if reg is None or not target:
-        return Check("registered first", pid[:12], "note" if reg else "FAIL",
-                     "it names no target (an older plan)" if reg else "the ledger holds no registration of it")
+        why = "it names no target (an older plan)" if reg else "the ledger holds no registration of it"
+        return Check("registered first", pid[:12], "note" if reg else "FAIL", why)
     before = [f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]]
-    return _check("registered first", pid[:12], before and f"registered at seq {reg[0]}, after audits of {target_label(target)}: "
-                  f"{', '.join(before)}", f"registered at seq {reg[0]}, before any audit of {target_label(target)}")
+    at, of = f"registered at seq {reg[0]}", target_label(target)
+    return _check("registered first", pid[:12], before and f"{at}, after audits of {of}: {', '.join(before)}",
+                  f"{at}, before any audit of {of}")
 
 
 def _results_check(pid: str, led: dict) -> Check:
-    """One result per run, after the run: the first counts; another one is how an edited result is passed off."""
+    """One result per run, after the run: the first counts (another is how an edited result is passed off)."""
     later, orphan = led.get("later_results", []), led.get("orphan_results", [])
     why = "; ".join(f"{label}: {', '.join(str(a)[:12] for a in ids)}" for label, ids in (
         ("a second result entry for run", later), ("a result of no recorded run", orphan)) if ids)

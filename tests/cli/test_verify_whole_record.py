@@ -17,15 +17,10 @@ from dpaudit.cli import app
 from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
 from dpaudit.reports import make_bundle
+from plan_flow import failed_checks as _failed, ok as _ok, signed_auditor, verify_checks as _checks
 
 runner = CliRunner()
 GAUSSIAN_PLAN = ["audit", "plan", "gaussian", "--runs", "16", "--no-controls"]
-
-
-def _ok(args):
-    r = runner.invoke(app, args)
-    assert r.exit_code == 0, r.output
-    return r
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +30,7 @@ def record(tmp_path_factory):
     root = tmp_path_factory.mktemp("record")
     led = str(root / "ledger.sqlite")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DPAUDIT_LEDGER", led)
-        mp.setenv("XDG_CONFIG_HOME", str(root / "cfg"))
-        mp.setenv("MPLBACKEND", "Agg")
-        mp.chdir(root)
-        key = sg.keygen("auditor")
-        mp.setenv(sg.SIGNING_KEY_ENV, str(key.path))
-        with open_ledger(led) as ledger:
-            ledger.register_key()
+        key = signed_auditor(mp, root)
         for i in range(4):
             _ok([*GAUSSIAN_PLAN, "--seed", str(i), "--out", f"g{i}"])
         for i in range(4):
@@ -57,17 +45,6 @@ def record(tmp_path_factory):
         _ok(["train", "dp-rvfl", "--eps", "2", "--epochs", "2", "--reproducible-noise", "--out", "repro"])
         _ok(["bundle", "repro", "--out", "repro-bundle"])
         yield {"root": root, "ledger": led, "key": key}
-
-
-def _checks(bundle, *extra) -> tuple[bool, list[dict]]:
-    r = runner.invoke(app, ["verify", str(bundle), "--json", *extra])
-    d = json.loads(r.stdout)
-    assert r.exit_code == (0 if d["ok"] else 1)
-    return d["ok"], d["checks"]
-
-
-def _failed(bundle, *extra) -> list[tuple[str, str]]:
-    return [(c["name"], c["detail"]) for c in _checks(bundle, *extra)[1] if c["status"] == "FAIL"]
 
 
 def _plan_id(folder) -> str:

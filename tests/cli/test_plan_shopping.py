@@ -4,7 +4,6 @@ result, and a plan never fixes reproducible noise (refused when written, and whe
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from typer.testing import CliRunner
@@ -12,8 +11,8 @@ from typer.testing import CliRunner
 from dpaudit.audit_plans import load_plan
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
-from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
+from plan_flow import failed_checks, ok as _ok, signed_auditor
 
 runner = CliRunner()
 PLAN = ["audit", "plan", "gaussian", "--runs", "16", "--no-controls"]
@@ -22,22 +21,8 @@ PLAN = ["audit", "plan", "gaussian", "--runs", "16", "--no-controls"]
 @pytest.fixture
 def auditor(tmp_path, monkeypatch):
     """A fresh ledger with a registered key, the working folder ``tmp_path``; returns the ledger path."""
-    led = tmp_path / "ledger.sqlite"
-    monkeypatch.setenv("DPAUDIT_LEDGER", str(led))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.chdir(tmp_path)
-    key = sg.keygen("auditor")
-    monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(key.path))
-    with open_ledger(led) as ledger:
-        ledger.register_key()
-    return led
-
-
-def _ok(args):
-    r = runner.invoke(app, args)
-    assert r.exit_code == 0, r.output
-    return r
+    signed_auditor(monkeypatch, tmp_path)
+    return tmp_path / "ledger.sqlite"
 
 
 def _entries(led) -> int:
@@ -93,9 +78,7 @@ def test_a_plan_never_fixes_reproducible_noise(auditor, monkeypatch):
         _ok([*PLAN, "--reproducible-noise", "--out", "fixed"])
         _ok(["audit", "--plan", "fixed/plan.json"])
         _ok(["bundle", "fixed", "--out", "b"])
-    r = runner.invoke(app, ["verify", "b", "--json"])
-    failed = [(c["name"], c["detail"]) for c in json.loads(r.stdout)["checks"] if c["status"] == "FAIL"]
-    assert r.exit_code == 1, failed
+    failed = failed_checks("b")
     assert any(n == "plan" and "fixes reproducible noise" in d for n, d in failed), failed
     with pytest.raises(UsageError, match="reproducible noise must be off"):
         load_plan("fixed/plan.json")

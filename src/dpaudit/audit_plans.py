@@ -66,21 +66,45 @@ def signature_ok(plan: dict) -> bool:
     return kid == signer.get("key_id") and sg.signature_ok(signer["public_key"], plan.get("signature", ""), _material(plan))
 
 
-def _claim(a: AuditRequest) -> dict:
-    """The claim the run will test: the release's, else the target's (public facts only; nothing is trained)."""
+def _claim(a: AuditRequest) -> tuple[dict, dict]:
+    """(the claim the run will test, its target): the release's, else the target's (public facts only;
+    nothing is trained). The target (:mod:`dpaudit.ledger.plan_rules`) is the release, else the
+    mechanism on its dataset at its claimed event, named as the run's ``audit`` entry names them."""
     if a.release is not None:
         rel = read_release(a.release)
         return {"release_id": rel.id, "event": rel.guarantee, "epsilon": rel.epsilon, "delta": rel.delta, "adjacency": rel.adjacency,
-                "accountant": rel.accountant}
+                "accountant": rel.accountant}, {"release": rel.id}
     if a.one_run and a.mechanism in MODULE_MODELS:
-        c = module_setup(a.mechanism, release=None, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
-                         profile=a.profile, epochs=a.epochs)[3]
+        _, data, _, c = module_setup(a.mechanism, release=None, epsilon=a.epsilon, delta=a.delta,
+                                     dataset=a.dataset, data_dir=a.data_dir, profile=a.profile,
+                                     epochs=a.epochs)
         event, eps, delta, adjacency, accountant = c["event"], c["claimed_epsilon"], c["delta"], c["adjacency"], c["accountant"]
+        mechanism, dataset = a.mechanism, data.name
     else:
         t = target_for(dataclasses.replace(a, canary=None, no_noise=False) if a.one_run else a)
         event, eps, delta, adjacency, accountant = t.claimed_event, t.claimed_epsilon, t.delta, t.adjacency, t.accountant
-    return {"release_id": None, "event": None if event is None else event.to_dict(), "epsilon": eps, "delta": delta,
-            "adjacency": str(adjacency), "accountant": accountant}
+        mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
+    event = None if event is None else event.to_dict()
+    return {"release_id": None, "event": event, "epsilon": eps, "delta": delta, "adjacency": str(adjacency),
+            "accountant": accountant}, {"mechanism": str(mechanism), "dataset": dataset, "event": event}
+
+
+def plan_target(plan: dict) -> dict | None:
+    """What ``plan`` audits (its signed ``target``; an older plan without one: its release, else unnamed)."""
+    if isinstance(plan.get("target"), dict):
+        return plan["target"]
+    return {"release": plan["release_id"]} if plan.get("release_id") else None
+
+
+def target_problem(plan: dict) -> str | None:
+    """Why ``plan``'s signed target is not the one its own fields name (None: it is, or it names none)."""
+    target, release_id = plan.get("target"), plan.get("release_id")
+    if target is None:
+        return None
+    event = (plan.get("claim") or {}).get("event")
+    fits = target == {"release": release_id} if release_id else \
+        isinstance(target, dict) and "release" not in target and target.get("event") == event
+    return None if fits else f"its target {target} is not the one its release or claim names"
 
 
 def _settings(a: AuditRequest, claim: dict) -> dict:
@@ -100,13 +124,23 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     (module docstring). Returns plan.json's path. Nothing is trained."""
     if a.threat_model != "final-model":
         raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
+    refuse_reproducible_noise(a.reproducible_noise)
     signing = sg.load_signing_key(key, required=True)
     _settings(a, {"event": None})  # its checks, before the claim is built
-    claim = _claim(a)
+    claim, target = _claim(a)
     release_id = claim.pop("release_id")
     seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
     request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
-    return _write_plan(signing, a.mechanism, release_id, claim, _settings(a, claim), request, seeds, a.out)
+    audited = (release_id, target)
+    return _write_plan(signing, a.mechanism, audited, claim, _settings(a, claim), request, seeds, a.out)
+
+
+def refuse_reproducible_noise(reproducible) -> None:
+    """A plan never fixes its DP noise: noise derived from the seeds it reveals (or the public seed)
+    would let its outcome be computed before the run, and the run chosen from the previews."""
+    if reproducible:
+        raise UsageError(f"reproducible noise must be off for a planned audit (its DP noise would follow "
+                         f"from the seeds it fixes: its outcome could be previewed), got {reproducible!r}.")
 
 
 def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tensors=None, confidence: float = 0.95, out=None, ledger=None,
@@ -130,22 +164,30 @@ def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tenso
     audit = {"kind": "one-run", "canary": "gradient", "canaries": m, "trials": None, "statistic": "f-dp", "confidence": confidence,
              "select_fraction": None}
     request = {"tensors": None if tensors is None else [str(t) for t in tensors], "ledger": None if ledger is None else os.fspath(ledger)}
-    return _write_plan(signing, OPACUS, None, claim, audit, request, {"public": secrets.randbits(63), "coins": secrets.randbits(63)}, out)
+    target = {"mechanism": OPACUS, "dataset": None, "event": claim["event"]}
+    seeds = {"public": secrets.randbits(63), "coins": secrets.randbits(63)}
+    return _write_plan(signing, OPACUS, (None, target), claim, audit, request, seeds, out)
 
 
-def _write_plan(signing, mechanism: str, release_id, claim: dict, audit: dict, request: dict, seeds: dict, out) -> Path:
-    """Commit to ``seeds`` under a fresh salt, sign, register in ``request["ledger"]``, write plan.json and plan.local.json."""
+def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dict, request: dict, seeds: dict,
+                out) -> Path:
+    """Commit to ``seeds`` under a fresh salt, sign, register in ``request["ledger"]`` (refused after an
+    audit of the target, :mod:`dpaudit.ledger.plan_rules`), write plan.json and plan.local.json.
+    ``audited``: (release id or None, target)."""
+    release_id, target = audited
     pid = uuid.uuid4().hex
     out = Path(out) if out is not None else Path("audits") / f"{mechanism}-plan-{pid[:8]}"
     if (out / PLAN_FILE).exists():
         raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
     salt = secrets.token_hex(32)
-    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism, "release_id": release_id, "claim": claim,
-            "audit": audit, "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
+    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism,
+            "release_id": release_id, "target": target, "claim": claim, "audit": audit,
+            "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
             "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
     plan["signature"] = signing.sign(_material(plan))
     with open_ledger(request.get("ledger"), signing_key=signing) as led:
-        led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan), "commitment": plan["commitment"], "key_id": signing.key_id})
+        led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan),
+                         "commitment": plan["commitment"], "key_id": signing.key_id, "target": target})
     write_json_atomic(out / PLAN_LOCAL_FILE, {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt, "seeds": seeds,
                                               "key": str(signing.path)})
     return write_json_atomic(out / PLAN_FILE, plan)
@@ -153,17 +195,31 @@ def _write_plan(signing, mechanism: str, release_id, claim: dict, audit: dict, r
 
 def plan_entries(entries) -> dict:
     """plan id -> {"registered": (seq, signer, payload) or None, "runs": [audit ids, in ledger order],
-    "results": {audit id: sha256}} from the ledger's ``plan`` entries given as (seq, signer, payload)."""
+    "results": {audit id: sha256 of its FIRST result}, "later_results": [audit ids of further result
+    entries], "orphan_results": [audit ids of results before or without their run]} from the
+    ledger's ``plan`` entries given as (seq, signer, payload). Only a run's first result counts: a
+    later one (written around :meth:`Ledger.record_plan`, which refuses it) is what an edit looks like."""
     out: dict = {}
     for seq, signer, p in entries:
-        rec = out.setdefault(p.get("plan_id"), {"registered": None, "runs": [], "results": {}})
-        if p.get("stage") == "registered":
-            rec["registered"] = (seq, signer, p)
-        elif p.get("stage") == "run" and p.get("audit_id") not in rec["runs"]:
-            rec["runs"].append(p.get("audit_id"))
-        elif p.get("stage") == "result":
-            rec["results"][p.get("audit_id")] = p.get("sha256")
+        rec = out.setdefault(p.get("plan_id"), {"registered": None, "runs": [], "results": {},
+                                                "later_results": [], "orphan_results": []})
+        stage, aid = p.get("stage"), p.get("audit_id")
+        if stage == "registered":
+            rec["registered"] = rec["registered"] or (seq, signer, p)
+        elif stage == "run" and aid not in rec["runs"]:
+            rec["runs"].append(aid)
+        elif stage == "result":
+            _add_result(rec, aid, p.get("sha256"))
     return out
+
+
+def _add_result(rec: dict, aid, sha) -> None:
+    if aid not in rec["runs"]:
+        rec["orphan_results"].append(aid)
+    elif aid in rec["results"]:
+        rec["later_results"].append(aid)
+    else:
+        rec["results"][aid] = sha
 
 
 def _ledger_plans(led) -> dict:
@@ -224,6 +280,7 @@ def open_plan(path: str | os.PathLike) -> PlanRun:
 def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
     """The request a plan fixes and its :class:`PlanRun` (checked by :func:`open_plan`)."""
     run = open_plan(path)
+    refuse_reproducible_noise(run.plan["request"].get("reproducible_noise"))
     if run.plan["mechanism"] == OPACUS:
         raise UsageError(f"plan must be run by dpaudit (an Opacus plan runs in your training script: `dpaudit audit opacus SCRIPT.py "
                          f"--plan {run.path}` or OpacusCanaries.from_plan(model, {run.path!r})), got plan {run.plan['id']} for opacus.")

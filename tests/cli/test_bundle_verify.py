@@ -15,42 +15,31 @@ from dpaudit.cli import app
 from dpaudit.errors import UsageError
 from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
+from plan_flow import failed_checks, ok as _ok, signed_auditor
 
 runner = CliRunner()
-
-
-def _ok(args):
-    r = runner.invoke(app, args)
-    assert r.exit_code == 0, r.output
-    return r
 
 
 @pytest.fixture(scope="module")
 def flow(tmp_path_factory):
     """One release, a trial plan run twice (the first run kept aside), a one-run plan run once, a
-    second registered plan, and bundles: the honest one, one hiding the second run, one with both."""
+    third registered plan never run, and bundles (each with every plan of the release): the honest
+    one, one hiding the second run, one with both."""
     root = tmp_path_factory.mktemp("review")
     led = str(root / "ledger.sqlite")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DPAUDIT_LEDGER", led)
-        mp.setenv("XDG_CONFIG_HOME", str(root / "cfg"))
-        mp.setenv("MPLBACKEND", "Agg")
-        mp.chdir(root)
-        key = sg.keygen("auditor")
-        mp.setenv(sg.SIGNING_KEY_ENV, str(key.path))
-        with open_ledger(led) as ledger:
-            ledger.register_key()
+        signed_auditor(mp, root)
         _ok(["train", "dp-rvfl", "--eps", "2", "--epochs", "2", "--out", "rel"])
         _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--seed", "3", "--out", "a"])
         _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--one-run", "--canaries", "20", "--out", "o"])
         _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--confidence", "0.5", "--out", "other"])
         _ok(["audit", "--plan", "a/plan.json"])
         _ok(["audit", "--plan", "o/plan.json"])
-        _ok(["bundle", "rel", "a", "o", "--out", "honest"])
+        _ok(["bundle", "rel", "a", "o", "other/plan.json", "--out", "honest"])
         shutil.copytree("a", "a-run1")
         second = _ok(["audit", "--plan", "a/plan.json"])
-        _ok(["bundle", "rel", "a", "o", "--out", "hidden"])
-        _ok(["bundle", "rel", "a-run1", "a", "o", "--out", "both"])
+        _ok(["bundle", "rel", "a", "o", "other/plan.json", "--out", "hidden"])
+        _ok(["bundle", "rel", "a-run1", "a", "o", "other/plan.json", "--out", "both"])
         yield {"root": root, "second": second.output, "ledger": led}
 
 
@@ -58,12 +47,7 @@ def _verify(bundle):
     return runner.invoke(app, ["verify", str(bundle)], terminal_width=80)
 
 
-def _failed(bundle) -> list[tuple[str, str]]:
-    """(check, detail) of every failed check (verify --json), after checking the exit code."""
-    r = runner.invoke(app, ["verify", str(bundle), "--json"])
-    d = json.loads(r.stdout)
-    assert r.exit_code == (1 if not d["ok"] else 0)
-    return [(c["name"], c["detail"]) for c in d["checks"] if c["status"] == "FAIL"]
+_failed = failed_checks
 
 
 def _copy(flow, tmp_path, name="honest"):

@@ -36,12 +36,11 @@ from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
 from .paths import LedgerLocation, require_existing, resolve_ledger, utc_now
+from .plan_rules import PLAN_STAGES, recorded_plan_entry  # noqa: F401  (PLAN_STAGES: re-exported)
 from .store_pg import PostgresStore
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
 from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
-#: Stages of a ``plan`` entry (:meth:`Ledger.record_plan`).
-PLAN_STAGES = ("registered", "run", "result")
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
@@ -357,10 +356,13 @@ class Ledger:
         """Append a signed ``plan`` entry (:mod:`dpaudit.audit_plans`): a plan's registration, one run
         under it (written before the run computes anything, so that no run can be hidden) or that
         run's result. A plan is registered once, before its runs; a stage already recorded for the
-        same run (a resumed audit) returns its entry. Returns the entry id."""
+        same run (a resumed audit) returns its entry; the rules are :mod:`dpaudit.ledger.plan_rules`
+        (after any audit of its target, no registration; one result per run). Returns the entry id."""
         with self._store.write():
-            plans = [(r[1], json.loads(r[5])) for r in self._store.rows() if r[2] == sg.PLAN_KIND]
-            return _recorded_plan_entry(payload, plans, self.path) or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
+            seen = [(r[0], r[1], r[2], json.loads(r[5])) for r in self._store.rows()
+                    if r[2] in (sg.PLAN_KIND, "audit")]
+            recorded = recorded_plan_entry(payload, seen, self.path)
+            return recorded or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
         """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
@@ -943,19 +945,6 @@ class Ledger:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
-
-
-def _recorded_plan_entry(payload: dict, plans, path) -> str | None:
-    """The entry that already records ``payload`` (a resumed run), else None; a malformed payload, a
-    plan registered twice or a run of an unregistered plan is refused (:meth:`Ledger.record_plan`)."""
-    key = (payload.get("plan_id"), payload.get("stage"), payload.get("audit_id"))
-    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or (key[1] != "registered") != isinstance(key[2], str):
-        raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a run, its audit_id; got {payload!r}.")
-    registered = any((p.get("plan_id"), p.get("stage")) == (key[0], "registered") for _, p in plans)
-    if registered == (key[1] == "registered"):
-        why = "is already registered" if registered else "is not registered in it"
-        raise UsageError(f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} that {why}.")
-    return next((eid for eid, p in plans if (p.get("plan_id"), p.get("stage"), p.get("audit_id")) == key), None)
 
 
 @dataclass(frozen=True)

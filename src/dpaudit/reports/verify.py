@@ -15,15 +15,17 @@ from pathlib import Path
 
 from ..accounting.events import event_from_dict
 from ..audit_outputs import shareable_audit, shareable_one_run
-from ..audit_plans import PLAN_FILE, commitment, digest, plan_entries, signature_ok
+from ..audit_plans import (PLAN_FILE, commitment, digest, plan_entries, plan_target, signature_ok,
+                           target_problem)
 from ..audits.engine import AUDIT_FILE, plan_trials
 from ..audits.one_run import ONE_RUN_FILE, plan_coins, recompute_bounds
 from ..audits.verdicts import decision_at, general_epsilon_at, violated
 from ..claims import recompute_epsilon, verify_claim
 from ..errors import DPAuditError, UsageError
 from ..ledger import signing as sg
-from ..ledger.book import open_ledger
+from ..ledger.book import open_ledger, uncertified_reason
 from ..ledger.integrity import Snapshot, verify_snapshot, withhold_row_sets
+from ..ledger.plan_rules import audits_of_target, same_target, target_label
 from ..records import RELEASE_FILE, Release, now_utc, read_json, write_json_atomic
 
 SCHEMA = "dpaudit.bundle/1"
@@ -142,6 +144,7 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     by_plan = plan_entries((seq, signer, p) for seq, kind, signer, p in entries if kind == sg.PLAN_KIND)
     checks = [ledger] + [c for rid, rel in releases.items() for c in _release_checks(rid, rel, in_ledger.get(rid))]
     checks += [c for pid, plan in plans.items() for c in _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)]
+    checks += _whole_record_checks(plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries])
     return checks + _all_audit_checks(audits, plans, by_plan, releases)
 
 
@@ -158,7 +161,28 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
     differ = [k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))]
     problem = "no release entry with this id in the ledger" if entry is None else \
         differ and f"differs from its signed ledger entry in {', '.join(differ)}"
-    return out + [_check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry")]
+    private = _check("private", rid[:12], _privacy_problems(rel, entry),
+                     "its signed ledger entry counts it as private")
+    return out + [_check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
+                  private]
+
+
+def _privacy_problems(rel: dict, entry: dict | None) -> list[str]:
+    """Why the release is not private, judged from its signed ledger entry (``non_private``, ``uncertified``:
+    e.g. noise from a published seed, counted unbounded), and whether the bundle's copy (its editable
+    ``noise_source``, steps and sampler) tells the same; a release without a ledger entry fails elsewhere."""
+    if entry is None:
+        return []
+    signed = "non-private" if entry.get("non_private") else entry.get("uncertified")
+    try:
+        copy = "non-private" if rel.get("non_private") else uncertified_reason(Release.from_dict(rel))
+    except (DPAuditError, KeyError, TypeError, ValueError) as e:
+        copy = f"release.json cannot be read: {e}"
+    out = [f"not private: its signed ledger entry counts it unbounded ({signed})"] if signed else []
+    if bool(copy) != bool(signed):
+        out.append(f"release.json's privacy fields differ from its signed ledger entry: the copy says "
+                   f"{copy or 'private'}, the ledger {signed or 'private'}")
+    return out
 
 
 def _same(a, b) -> bool:
@@ -171,10 +195,20 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
     kid = (plan.get("signer") or {}).get("key_id")
     out = [] if signature_ok(plan) else ["its signature does not verify (edited after signing)"]
     out += [] if kid in keys else [f"its key {str(kid)[:12]} is not registered in the ledger"]
+    out += [why for why in (target_problem(plan), _fixed_noise(plan)) if why]
     if reg is None:
         return out + ["the ledger holds no registration of it"]
     return out + [why for bad, why in ((reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
-                                       (reg[1] != kid, "its ledger registration is not signed by its key")) if bad]
+                                       (reg[1] != kid, "its ledger registration is not signed by its key"),
+                                       (reg[2].get("target") != plan.get("target"),
+                                        "its ledger registration names another target")) if bad]
+
+
+def _fixed_noise(plan: dict) -> str | None:
+    """A plan that fixes reproducible DP noise had an outcome that could be previewed."""
+    if (plan.get("request") or {}).get("reproducible_noise"):
+        return "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
+    return None
 
 
 def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:
@@ -182,6 +216,53 @@ def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> li
     present = [a.get("id") for a in audits if (a.get("plan") or {}).get("id") == pid]
     return [_check("plan", pid[:12], _plan_problems(plan, led.get("registered"), keys), f"signed by {signer}, registered in the ledger"),
             _runs_check(pid, list(led.get("runs", [])), present)]
+
+
+# ------------------------------------------------------------------------------ the whole record
+
+
+def _whole_record_checks(plans: dict, releases: dict, by_plan: dict, entries: list) -> list[Check]:
+    """What the ledger records about the bundle's targets, against the bundle: every plan of each
+    target (the bundle's plans' targets and its releases) is in the bundle; each plan was registered
+    before any audit of its target; each run has one result (the first counts)."""
+    targets = [t for t in [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases] if t]
+    unique = [t for i, t in enumerate(targets) if t not in targets[:i]]
+    out = [_target_plans_check(t, plans, by_plan) for t in unique]
+    for pid, plan in plans.items():
+        led = by_plan.get(pid, {})
+        out.append(_registered_first_check(pid, plan_target(plan), led.get("registered"), entries))
+        out.append(_results_check(pid, led))
+    return out
+
+
+def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
+    """Every plan the ledger registered for ``target`` is in the bundle (one left out: plan shopping)."""
+    ledger = [(pid, rec["registered"][0]) for pid, rec in by_plan.items()
+              if rec.get("registered") and same_target(target, rec["registered"][2].get("target"))]
+    missing = [f"{str(pid)[:12]} (registered at seq {seq})" for pid, seq in ledger if pid not in plans]
+    n = f"{len(ledger)} plan{'s' * (len(ledger) != 1)} of {target_label(target)} in the ledger"
+    problem = missing and f"{n}, not in the bundle: {', '.join(missing)}"
+    return _check("plans of target", target_label(target)[:24], problem, f"{n}, all in the bundle")
+
+
+def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
+    """The plan was registered before any audit of its target (else it could be fitted to a result)."""
+    if reg is None or not target:
+        why = "it names no target (an older plan)" if reg else "the ledger holds no registration of it"
+        return Check("registered first", pid[:12], "note" if reg else "FAIL", why)
+    before = [f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]]
+    at, of = f"registered at seq {reg[0]}", target_label(target)
+    return _check("registered first", pid[:12], before and f"{at}, after audits of {of}: {', '.join(before)}",
+                  f"{at}, before any audit of {of}")
+
+
+def _results_check(pid: str, led: dict) -> Check:
+    """One result per run, after the run: the first counts (another is how an edited result is passed off)."""
+    later, orphan = led.get("later_results", []), led.get("orphan_results", [])
+    why = "; ".join(f"{label}: {', '.join(str(a)[:12] for a in ids)}" for label, ids in (
+        ("a second result entry for run", later), ("a result of no recorded run", orphan)) if ids)
+    return _check("one result", pid[:12], f"{why} (only a run's first result counts)" if why else None,
+                  f"{len(led.get('results', {}))} result(s), one per run")
 
 
 def _runs_check(pid: str, runs: list, present: list) -> Check:

@@ -283,11 +283,12 @@ def _flow(root: Path, world: str) -> Path:
         with open_ledger(str(d / "ledger.sqlite")) as ledger:
             ledger.register_key()
         _ok(["train", "dp-rvfl", "--reproducible-noise", "--epochs", "1", "--out", "rel"])
+        # a plan is registered before any audit of its target (verify's rule)
+        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "8", "--no-controls", "--seed", "3", "--out", "plan"])
         _ok(["audit", "dp-rvfl", "--release", "rel", "--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3",
              "--out", "aud"])
         _ok(["audit", "dp-rvfl", "--release", "rel", "--one-run", "--canaries", "20", "--reproducible-noise", "--seed", "3",
              "--out", "one"])
-        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "8", "--no-controls", "--seed", "3", "--out", "plan"])
         _ok(["bundle", "rel", "aud", "one", "plan", "--out", "bundle"])
         (d / "report").mkdir()
         (d / "export").mkdir()
@@ -328,7 +329,7 @@ def test_private_counts_are_local_only(tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DPAUDIT_LEDGER", str(tmp_path / "l.sqlite"))
         mp.chdir(tmp_path)
-        _ok(["train", "noisy-sum", "--reproducible-noise", "--out", "rel"])
+        _ok(["train", "noisy-sum", "--out", "rel"])  # private noise: verify fails a non-private release
         make_bundle(["rel"], ledger=str(tmp_path / "l.sqlite"), out=tmp_path / "b")
     rows = json.loads((tmp_path / "b" / "ledger.json").read_text())["rows"]
     payloads = [json.loads(r[5]) for r in rows if r[2] == "rows"]

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,3 +151,20 @@ def test_default_sources_are_fresh_for_every_release(tmp_path, digits):
     s1, s2 = a.noise_multiplier, b.noise_multiplier
     combined = (s2 * _released_sum(tmp_path / "a") - s1 * _released_sum(tmp_path / "b")) / (s2 - s1)
     assert np.linalg.norm(combined - clipped_rows(digits.x_train, 1.0).sum(axis=0)) > 1.0
+
+
+def test_the_tasks_of_a_sweep_never_share_a_seed_files_noise(tmp_path, digits):
+    from dpaudit.sweeps import open_store, parse_spec, run_sweep
+
+    spec = parse_spec('name = "two"\nmodels = ["noisy-sum"]\ndatasets = ["digits"]\nepsilons = [1.0, 2.0]\n'
+                      'seeds = [42]\n[settings]\ndelta = 1e-5\n')
+    seed_file = tmp_path / "noise.seed"
+    with secret_noise_seed(seed_file):  # in-process tasks: each release is one use of the file
+        summary = run_sweep(spec, out=tmp_path, ledger_path=tmp_path / "ledger.sqlite")
+    assert (summary.done, summary.failed) == (2, 0)
+    with open_store(tmp_path / "two", create=False) as st:
+        done = sorted((r.result for r in st.rows(status="done")), key=lambda r: r["noise_multiplier"])
+    (s1, folder1), (s2, folder2) = ((r["noise_multiplier"], Path(r["release_dir"])) for r in done)
+    combined = (s2 * _released_sum(folder1) - s1 * _released_sum(folder2)) / (s2 - s1)
+    assert np.linalg.norm(combined - clipped_rows(digits.x_train, 1.0).sum(axis=0)) > 1.0
+    assert sorted(r["use"] for r in _records(seed_file) if "nonce" in r) == [1, 2]

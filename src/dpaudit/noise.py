@@ -17,7 +17,9 @@ Four sources (``NOISE_SOURCES``):
   (:func:`dpaudit.records.public_noise_reason`).
 - ``reproducible-secret``: the same generators derived from a secret noise seed (``--noise-seed-file``,
   :func:`dpaudit.releasing.secret_noise_seed`) that is never recorded: reproducible by whoever holds the seed file, private to
-  everyone else.
+  everyone else. The seed given here is one release's own stream seed (the file's secret, a
+  per-release use number and a fresh nonce, :func:`dpaudit.releasing.read_noise_seed`): two
+  releases never share it.
 - ``cryptographic``: every draw made through the methods of :class:`NoiseSource` (:meth:`~NoiseSource.uniform`,
   :meth:`~NoiseSource.random_bytes`, :meth:`~NoiseSource.gaussian_numpy`, :meth:`~NoiseSource.gaussian_torch`,
   :meth:`~NoiseSource.laplace`, :meth:`~NoiseSource.poisson_mask`) is computed from a ChaCha20 keystream (OpenSSL, through the

@@ -258,7 +258,7 @@ def write_release(release: Release, out_dir: str | os.PathLike) -> Path:
             "not_for_publication": "local facts of this run; they depend on the private data and are outside the DP guarantee",
             "timings": release.exact_timings,
         }
-        if release.noise_seed_file:  # the file, not the secret: re-run with --noise-seed-file to reproduce
+        if release.noise_seed_file:  # the file, not the secret; it says which use made this release
             local["noise_seed_file"] = release.noise_seed_file
         write_json_atomic(Path(out_dir) / LOCAL_FILE, local)
     return path

@@ -8,8 +8,13 @@ Order matters ("check, then commit; fail closed", docs/architecture.md):
 2. :func:`publish` writes ``release.json``.
 3. When the run ends, the reservation is closed: *settled* (the published releases are recorded
    and the reservation closed in one transaction) or *cancelled* (the run failed or was
-   interrupted before publishing anything). A run killed before that leaves its reservation
-   open: the budget stays spent until an operator voids it (``dpaudit ledger void ID``).
+   interrupted, by Ctrl-C or SIGTERM, before writing any release file); when release files may
+   have been written but not published it stays open (spent: fail closed). An interrupted run
+   says on stderr what it kept and what it released. A run killed outright (SIGKILL) leaves its
+   reservation open: the budget stays spent until an operator voids it (``dpaudit ledger void ID``).
+
+Secret noise seed files (``--noise-seed-file``, :func:`secret_noise_seed`) are single-use per
+release: each release claims a new use of the file before drawing noise (:func:`read_noise_seed`).
 
 :func:`release` is the one skeleton every mechanism's release runs through (the contract:
 :mod:`dpaudit.mechanisms.contract`); steps 1-3 share one :func:`release_session`.
@@ -20,9 +25,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import fcntl
 import functools
+import hashlib
+import json
 import os
 import secrets
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,36 +49,153 @@ from .ledger.book import open_ledger
 from .ledger.paths import ledger_missing, resolve_ledger
 from .mechanisms import registry
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
-from .records import Release, check_accounting, check_out_dir, check_release_folder, public_noise_reason, round_timings, write_release
+from .records import (Release, check_accounting, check_out_dir, check_release_folder, now_utc,
+                      public_noise_reason, round_timings, write_release)
 from .requests import NOISE_SOURCES
 from .validation import one_of
 np = lazy_import("numpy")
 
 
 def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",
-                      secret_seed: int | None = None) -> NoiseSource:
-    """DP noise generator: secret by default; derived from ``seed`` only on explicit request;
-    from ``secret_seed`` (read by :func:`read_noise_seed`, never recorded) when given."""
+                      secret_seed: "NoiseSeedUse | None" = None) -> NoiseSource:
+    """DP noise generator: secret by default (fresh entropy per call: two calls never share noise);
+    derived from ``seed`` only on explicit request (public, hence not private); from ``secret_seed``,
+    one claimed use of a noise seed file (:func:`read_noise_seed`), when given. A claimed use is
+    drawn from once: a second call with it is refused, so two releases never share its noise."""
     one_of("noise_source", noise_source, NOISE_SOURCES)
     if secret_seed is not None:
-        return NoiseSource("reproducible-secret", seed=secret_seed)
+        if not isinstance(secret_seed, NoiseSeedUse):
+            raise UsageError(f"secret_seed must be a claimed use of a noise seed file "
+                             f"(releasing.read_noise_seed), got {type(secret_seed).__name__}.")
+        return NoiseSource("reproducible-secret", seed=secret_seed.take())
     if reproducible_noise:
         return NoiseSource("reproducible", seed=seed)
     return NoiseSource(noise_source)
 
 
+# ---------------------------------------------------------------- secret noise seed files
+#
+# A noise seed file holds one secret (first line, hex) and then one JSON line per use: a claim
+# {"use": N, "nonce": ...} written and synced before any noise of that use is drawn, and, once the
+# use's releases are written, {"use": N, "released": [release ids]}. The noise of use N is a function
+# of (secret, N, nonce), the nonce 128 fresh bits: no two uses share noise, even when the file is
+# copied, restored from a backup or its records edited. Uses are claimed under an exclusive lock.
+
 #: Hex digits of a secret noise seed written by :func:`read_noise_seed` (256 bits) and the fewest
 #: it accepts (128 bits).
 _SEED_HEX, _MIN_SEED_HEX = 64, 32
+_SEED_RULE = f"a file holding one secret of at least {_MIN_SEED_HEX} hex digits (then its use records)"
 _NOISE_SEED_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpaudit_noise_seed_file", default=None)
+
+
+@dataclass(eq=False)
+class NoiseSeedUse:
+    """One claimed use of a noise seed file (:func:`read_noise_seed`): number ``use`` of ``path``.
+
+    Privacy contract: its noise stream is derived from the file's secret, the use number and a
+    fresh nonce recorded with the claim, so it is never the stream of another use; the claim is on
+    disk before any of its noise is drawn (a run that dies midway has used it); it is drawn from
+    once (:meth:`take`). The stream seed is never shown (repr) nor recorded."""
+
+    path: Path
+    use: int
+    stream_seed: int = field(repr=False)
+    taken: bool = False
+
+    def take(self) -> int:
+        """The stream seed, once; a second call is refused (UsageError)."""
+        if self.taken:
+            raise UsageError(f"noise seed use must be drawn from once, got use {self.use} of "
+                             f"{str(self.path)!r} a second time (claim a new use: read_noise_seed).")
+        self.taken = True
+        return self.stream_seed
+
+
+def _seed_error(path: Path, why: str) -> UsageError:
+    return UsageError(f"noise seed file must be {_SEED_RULE}, got {str(path)!r} ({why}).")
+
+
+def _create_seed_file(path: Path) -> None:
+    """Create ``path`` (mode 0600) holding 256 fresh bits, atomically: a concurrent creator either
+    wins or finds the finished file (written aside, then linked into place create-only)."""
+    if path.exists():
+        return
+    aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
+    try:
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(_SEED_HEX // 2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+    except OSError as e:
+        raise _seed_error(path, f"cannot create it: {e.strerror}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+
+
+def _parse_seed_file(path: Path, text: str) -> tuple[int, list[dict]]:
+    """(secret, use records) of a seed file's ``text``. A line that is not a record (a claim cut
+    short by a crash) is skipped: its run drew no noise (claims are synced before any draw), and
+    a new claim's noise never depends on the records (fresh nonce)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    secret = lines[0] if lines else ""
+    if len(secret) < _MIN_SEED_HEX or any(c not in "0123456789abcdefABCDEF" for c in secret):
+        raise _seed_error(path, f"first line: {len(secret)} characters, not all hex digits or too few")
+    records = []
+    for line in lines[1:]:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and isinstance(record.get("use"), int):
+                records.append(record)
+    return int(secret, 16), records
+
+
+@contextlib.contextmanager
+def _locked_seed_file(path: Path) -> Iterator[tuple]:
+    """(open file positioned at its end, secret, records) of ``path`` (created if absent) under an
+    exclusive lock held until the block ends: concurrent runs claim uses one at a time."""
+    _create_seed_file(path)
+    try:
+        f = open(path, "r+", encoding="utf-8")
+    except OSError as e:
+        raise _seed_error(path, f"cannot open it to read and record uses: {e.strerror}") from None
+    with f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        try:
+            text = f.read()
+        except UnicodeDecodeError:
+            raise _seed_error(path, "unreadable: not text") from None
+        secret, records = _parse_seed_file(path, text)
+        if text and not text.endswith("\n"):
+            f.write("\n")  # after a record cut short: the next one starts on its own line
+        yield f, secret, records
+
+
+def _append_record(f, record: dict) -> None:
+    f.write(json.dumps(record, sort_keys=True) + "\n")
+    f.flush()
+    os.fsync(f.fileno())  # on disk before the caller draws any noise
+
+
+def _use_stream_seed(secret: int, use: int, nonce: str) -> int:
+    material = f"dpaudit noise seed use\n{secret:x}\n{use}\n{nonce}".encode()
+    return int.from_bytes(hashlib.sha256(material).digest(), "big")
 
 
 @contextlib.contextmanager
 def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
-    """Within this block, releases draw their DP noise reproducibly from the secret noise seed in
-    the file ``path`` (``--noise-seed-file``; created with 256 fresh bits when absent): the same
-    file gives the same noise, and the seed is never published (release.json records the source
-    ``reproducible-secret`` without a seed; ``local.json`` names the file). None: no effect."""
+    """Within this block, each release draws its DP noise from its own use of the secret noise
+    seed file ``path`` (``--noise-seed-file``; created with 256 fresh bits when absent).
+
+    Privacy contract: every release claims a new use (:func:`read_noise_seed`), so two releases
+    never share noise (at any sigma, in any sweep or run, in concurrent processes); the seed is never
+    published (release.json records the source ``reproducible-secret`` without a seed; ``local.json``
+    names the file; the file records which use made which release). Reproducible means checkable:
+    :func:`replay_noise_source` rebuilds a recorded release's noise for re-running it, never for a
+    new release. None: no effect."""
     token = _NOISE_SEED_FILE.set(None if path is None else Path(path).expanduser())
     try:
         yield
@@ -75,37 +203,59 @@ def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
         _NOISE_SEED_FILE.reset(token)
 
 
-def read_noise_seed(path: Path) -> int:
-    """The secret noise seed in ``path`` (hex digits, at least 128 bits); a missing file is created
-    (mode 0600) with 256 bits from the OS. Its content is never printed."""
-    rule = f"a file holding one secret of at least {_MIN_SEED_HEX} hex digits"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+def check_noise_seed_file(path: Path) -> Path:
+    """``path`` resolved, after checking it holds a secret (created when missing); claims nothing."""
+    with _locked_seed_file(path):
         pass
-    except OSError as e:
-        raise UsageError(f"noise seed file must be {rule}, got {str(path)!r} (cannot create it: {e.strerror}).") from None
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(_SEED_HEX // 2) + "\n")
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"noise seed file must be {rule}, got {str(path)!r} (unreadable: {type(e).__name__}).") from None
-    if len(text) < _MIN_SEED_HEX or any(c not in "0123456789abcdefABCDEF" for c in text):
-        raise UsageError(f"noise seed file must be {rule}, got {str(path)!r} ({len(text)} characters, not all hex digits or too few).")
-    return int(text, 16)
+    return path.resolve()
 
 
-def planned_secret_seed(request) -> tuple[int | None, str | None]:
-    """(secret noise seed, its file) when :func:`secret_noise_seed` is in effect, else (None, None);
-    refuses (UsageError) a request that also asks for another noise source, before anything is reserved."""
+def read_noise_seed(path: str | os.PathLike) -> NoiseSeedUse:
+    """Claim the next use of the noise seed file ``path`` (created, mode 0600, with 256 bits from the
+    OS when missing): the claim is appended and synced under an exclusive lock before it is
+    returned, so a use is never handed out twice, concurrent processes included, and a run that
+    dies after this call has spent it. Its content is never printed."""
+    path = Path(path).expanduser()
+    with _locked_seed_file(path) as (f, secret, records):
+        use = 1 + max((r["use"] for r in records), default=0)
+        nonce = secrets.token_hex(16)
+        _append_record(f, {"use": use, "nonce": nonce, "claimed_at": now_utc(), "pid": os.getpid()})
+    return NoiseSeedUse(path.resolve(), use, _use_stream_seed(secret, use, nonce))
+
+
+def record_noise_seed_releases(seed_use: NoiseSeedUse, release_ids) -> None:
+    """Append to the seed file which releases ``seed_use`` made (for :func:`replay_noise_source`)."""
+    with _locked_seed_file(seed_use.path) as (f, _secret, _records):
+        _append_record(f, {"use": seed_use.use, "released": list(release_ids), "at": now_utc()})
+
+
+def replay_noise_source(path: str | os.PathLike, release_id: str) -> NoiseSource:
+    """The noise of release ``release_id`` made from the seed file ``path``, rebuilt from its use
+    record, to check the release by re-running its mechanism (same data, same noise, same output).
+    Never the noise of a new release: :func:`build_release` refuses it (a second release from the
+    same noise would reveal the difference of their data)."""
+    path = Path(path).expanduser()
+    with _locked_seed_file(path) as (_f, secret, records):
+        use = next((r["use"] for r in records if release_id in (r.get("released") or ())), None)
+        claim = next((r for r in records if r["use"] == use and "nonce" in r), None)
+    if claim is None:
+        raise UsageError(f"release_id must be a release recorded in the noise seed file {str(path)!r}, "
+                         f"got {release_id!r}.")
+    noise = NoiseSource("reproducible-secret", seed=_use_stream_seed(secret, use, str(claim["nonce"])))
+    noise.replay_of = release_id
+    return noise
+
+
+def planned_secret_seed(request) -> Path | None:
+    """The noise seed file (checked, resolved) when :func:`secret_noise_seed` is in effect, else
+    None; refuses (UsageError) a request that also asks for another noise source, before anything is
+    reserved. Claims no use (:func:`read_noise_seed` does, right before the noise is drawn)."""
     path = _NOISE_SEED_FILE.get()
     if path is None:
-        return None, None
+        return None
     if getattr(request, "reproducible_noise", False) or getattr(request, "noise_source", "os-entropy") != "os-entropy":
         raise UsageError("noise seed file must not be combined with --reproducible-noise or --noise-source, got both.")
-    return read_noise_seed(path), str(path.resolve())
+    return check_noise_seed_file(path)
 
 
 def public_seed_reason(seed: int, event, reproducible_noise) -> str | None:
@@ -117,6 +267,18 @@ def public_seed_reason(seed: int, event, reproducible_noise) -> str | None:
     return public_noise_reason(NoiseSpec("reproducible", int(seed)).to_dict())
 
 
+class Terminated(SystemExit):
+    """SIGTERM received while a release session holds a budget reservation: raised in the main
+    thread so the session closes its reservation as for Ctrl-C (exit status 128 + 15)."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 @dataclass
 class ReleaseSession:
     """One run's budget reservation and the releases it published (see the module docstring)."""
@@ -125,44 +287,115 @@ class ReleaseSession:
     reservation_id: str | None = None
     published: list = field(default_factory=list)  # (Release, artefact path) not yet recorded
     settled: list = field(default_factory=list)  # release ids recorded when the session closed
+    writing: str | None = None  # the folder release files started being written to (outputs may exist)
+    seed_use: NoiseSeedUse | None = None  # the noise seed file use this run claimed, if any
+    outcome: str = "no budget was reserved, nothing was released"  # what closing did, in words
+    previous_sigterm: object = None  # the SIGTERM handler replaced while the reservation is held
+    kept_open: bool = False  # closed by keeping the reservation open (spent): outputs may exist
 
     def close(self, error: BaseException | None = None) -> None:
-        """Settle the published releases with the reservation, or cancel it when there are none."""
-        if self.reservation_id is None:
+        """Settle the published releases with the reservation; keep it open (spent) when release
+        files may have been written without being published; cancel it when nothing left the run."""
+        rid = self.reservation_id
+        if rid is None:
             return
-        with open_ledger(self.ledger_path) as ledger:
-            if self.published:
+        if self.published:
+            with open_ledger(self.ledger_path) as ledger:
                 # Released files exist even when the run failed afterwards: they are recorded.
-                self.settled = ledger.settle(self.reservation_id, self.published)
-            else:
-                what = "the run ended without a release" if error is None else \
-                    f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
-                ledger.cancel(self.reservation_id, what)
+                self.settled = ledger.settle(rid, self.published)
+            ids = ", ".join(map(str, self.settled))
+            self.outcome = f"reservation {rid} settled with release(s) {ids}, published before the end"
+        elif self.writing is not None:  # fail closed: a partly written release may be read by someone
+            self.kept_open = True
+            self.outcome = (f"reservation {rid} kept as spent because release files may have been written "
+                            f"to {self.writing} (delete them, then `dpaudit ledger void {rid} --reason ...`)")
+        else:
+            what = "the run ended without a release" if error is None else \
+                f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
+            with open_ledger(self.ledger_path) as ledger:
+                ledger.cancel(rid, what)
+            self.outcome = f"reservation {rid} cancelled, nothing was released"
         self.reservation_id = None
+
+    def catch_terminate(self) -> None:
+        """While the reservation is held, SIGTERM raises :class:`Terminated` (main thread, default
+        handler only: a host's own handler, or a worker thread, is left alone)."""
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self.previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+
+    def release_terminate(self) -> None:
+        if self.previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self.previous_sigterm)
+            self.previous_sigterm = None
 
 
 _SESSION: contextvars.ContextVar[ReleaseSession | None] = contextvars.ContextVar("dpaudit_release_session", default=None)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _close_session(session: ReleaseSession, error: BaseException | None = None) -> list:
+    """Close ``session`` with SIGINT/SIGTERM deferred (a second Ctrl-C must not cut the ledger write
+    or the interrupt line short), then stop catching SIGTERM; returns the signals deferred."""
+    deferred: list = []
+    swapped = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in _STOP_SIGNALS:
+            if signal.getsignal(signum) is not None:  # None: a handler Python cannot restore
+                swapped[signum] = signal.signal(signum, lambda received, _frame: deferred.append(received))
+    try:
+        if error is None:
+            session.close()
+        else:
+            _close_after_error(session, error)
+    finally:
+        for signum, handler in swapped.items():
+            signal.signal(signum, handler)
+        session.release_terminate()
+    return deferred
+
+
+def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
+    try:
+        session.close(error=e)
+    except Exception as close_error:  # noqa: BLE001 - the run's own error is the one to raise
+        rid = session.reservation_id
+        session.outcome = (f"reservation {rid} kept as spent because closing it failed "
+                           f"({_first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)")
+        e.add_note(f"dpaudit: budget {session.outcome}.")
+    else:
+        if session.kept_open:
+            e.add_note(f"dpaudit: budget {session.outcome}.")
+    if isinstance(e, (KeyboardInterrupt, Terminated)):
+        _say_interrupted(session, "SIGTERM" if isinstance(e, Terminated) else "SIGINT")
+
+
+def _say_interrupted(session: ReleaseSession, signal_name: str) -> None:
+    """One line on stderr: what the interrupted run kept and what it released."""
+    used = session.seed_use
+    seed = "" if used is None else \
+        f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
+    print(f"dpaudit: interrupted ({signal_name}): {session.outcome}{seed}.", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
 def release_session() -> Iterator[ReleaseSession]:
     """Scope of one run: :func:`reserve` and :func:`publish` inside it settle or cancel the
-    reservation when it ends (on any exception too, KeyboardInterrupt included). An error while
-    closing never hides the run's own error; the reservation then stays open (spent)."""
+    reservation when it ends (on any exception too). Interrupted by Ctrl-C, or by SIGTERM while
+    a reservation is held (:meth:`ReleaseSession.catch_terminate`), it closes the reservation the
+    same way and says on stderr what it kept and what it released. An error while closing never
+    hides the run's own error; the reservation then stays open (spent)."""
     session = ReleaseSession()
     token = _SESSION.set(session)
     try:
         yield session
     except BaseException as e:
         _SESSION.reset(token)
-        try:
-            session.close(error=e)
-        except Exception as close_error:  # noqa: BLE001 - the run's own error is the one to raise
-            e.add_note(f"dpaudit: budget reservation {session.reservation_id} stays open (spent) because closing it failed: "
-                       f"{_first_line(close_error)}; void it with `dpaudit ledger void {session.reservation_id} --reason ...`.")
+        _close_session(session, e)  # an interrupt while closing is dropped: the run is stopping already
         raise
     _SESSION.reset(token)
-    session.close()
+    for signum in _close_session(session)[:1]:  # an interrupt during the final ledger write: honoured after it
+        signal.raise_signal(signum)
 
 
 def budget_session(fn):
@@ -225,6 +458,7 @@ def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLi
         rid = ledger.reserve(**check.keywords())
     session.ledger_path = ledger_path
     session.reservation_id = rid
+    session.catch_terminate()
     return rid
 
 
@@ -324,7 +558,7 @@ def release(
 def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
     request = mech.validate(request)
     one_of("noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES)  # a typo costs no ledger entry
-    secret_seed, seed_file = planned_secret_seed(request)
+    seed_file = planned_secret_seed(request)
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
     load_kw = {"ledger_path": ledger_path} if mech.load_uses_ledger else {}
@@ -337,12 +571,20 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     with comparisons_ahead([(p.event, p.delta, p.adjacency, p.compare_accountants) for p in plan.parts or (plan,) if p.event is not None],
                            memory=result_cache):
         _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
-        noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)), reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
-                                  noise_source=getattr(request, "noise_source", "os-entropy"), secret_seed=secret_seed)
+        # A new use of the seed file per release, claimed (on disk) before any of its noise is drawn.
+        seed_use = None if seed_file is None else read_noise_seed(seed_file)
+        _SESSION.get().seed_use = seed_use
+        noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)),
+                                  reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
+                                  noise_source=getattr(request, "noise_source", "os-entropy"),
+                                  secret_seed=seed_use)
         releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
-    if seed_file is not None:  # local only: which secret the noise came from (never release.json)
-        releases = [dataclasses.replace(r, noise_seed_file=seed_file) for r in releases]
-    return _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
+    if seed_use is not None:  # local only: which secret the noise came from (never release.json)
+        releases = [dataclasses.replace(r, noise_seed_file=str(seed_use.path)) for r in releases]
+    last = _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
+    if seed_use is not None:
+        record_noise_seed_releases(seed_use, [r.id for r in releases])
+    return last
 
 
 def _run_verified(mech, plan, data, noise, out_dir: Path, *, setup_seconds: float, progress) -> tuple[list, tuple]:
@@ -362,6 +604,9 @@ def _run_verified(mech, plan, data, noise, out_dir: Path, *, setup_seconds: floa
 def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_path, record):
     """Link, write, declare and publish the verified releases (the commit half); the last one."""
     parts = plan.parts or (plan,)
+    session = _SESSION.get()
+    if session is not None:  # from here on, outputs may exist on disk: an interrupt keeps the budget spent
+        session.writing = str(out_dir)
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))
     for part, out in zip(parts, outputs):  # each folder was checked writable before the run
@@ -422,6 +667,10 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
     values = output.noise_values if output.noise_values is not None else plan.noise_values
     if values is not None:  # a Gaussian mechanism: its sampler's tail delta (none drawn when non-private)
         fields["noise_tail_delta"] = 0.0 if plan.event is None else _noise_tail(plan, values, claimed, what=output.noise_what)
+    if getattr(noise, "replay_of", None) is not None:
+        raise UsageError(f"noise must be fresh for a release, got the replayed noise of release "
+                         f"{noise.replay_of} (a second release from the same noise would reveal the "
+                         f"difference of their data).")
     request = plan.request
     command = mech.command_line(plan, out_dir)  # derived from the request, never parsed back
     extra = {}

@@ -28,8 +28,10 @@ def json_out() -> typer.models.OptionInfo:
 
 def noise_seed_file() -> typer.models.OptionInfo:
     return typer.Option(None, "--noise-seed-file", show_default=False,
-                        help="Reproducible AND private noise: derive DP noise from the secret seed in FILE (created with 256 "
-                             "random bits if absent; keep it private). Never published: release.json says reproducible-secret.")
+                        help="Reproducible AND private noise: each release draws its own use of the "
+                             "secret seed in FILE (created with 256 random bits if absent; keep it private; "
+                             "uses are recorded there, never repeated). Never published: release.json says "
+                             "reproducible-secret.")
 
 
 OptionalPath = Optional[Path]

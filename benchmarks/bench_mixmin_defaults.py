@@ -32,7 +32,9 @@ import statistics
 import numpy as np
 import torch
 
-from dpaudit.mechanisms.mixmin import cosine_similarity, solve_mixmin
+from scipy.spatial.distance import cosine
+
+from dpaudit.mechanisms.mixmin import solve_mixmin
 from mixmin_baselines import learn_mixture
 
 from dpaudit.mechanisms.mixmin_tasks import MixtureSettings, default_mixture, default_rho
@@ -40,6 +42,11 @@ from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_prox
 from dpaudit.noise import NoiseSource, public_rng
 
 EPS, DELTA, TARGET = 1.0, 1e-5, "digit-3"
+
+
+def _cosine_similarity(a, b) -> float:
+    """Cosine similarity of two weight vectors (scipy's cosine distance, subtracted from 1)."""
+    return float(1.0 - cosine(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
 
 
 def _public_simulation(task):
@@ -66,7 +73,7 @@ def _cosines(probs, labels, ids, *, rho, settings, seeds, repeats, reference=Non
         for r in range(repeats):
             res, _, _ = learn_mixture(probs[mix], labels[mix], epsilon=EPS, delta=DELTA, settings=settings,
                                       noise=NoiseSource("reproducible", seed=1000 * s + r))
-            out.append(cosine_similarity(res.weights, ref))
+            out.append(_cosine_similarity(res.weights, ref))
     return out
 
 
@@ -105,7 +112,7 @@ def measure(args) -> None:
         ref_mix = solve_mixmin(probs[mix], labels[mix], "bce")
         for r in range(args.repeats):
             res, cfg, cal = learn_mixture(probs[mix], labels[mix], epsilon=EPS, delta=DELTA, settings=st, noise=NoiseSource())
-            c_all, c_mix = cosine_similarity(res.weights, ref_all), cosine_similarity(res.weights, ref_mix)
+            c_all, c_mix = _cosine_similarity(res.weights, ref_all), _cosine_similarity(res.weights, ref_mix)
             allc.append(c_all)
             print(f"seed {s} run {r}: |D_mix|={len(mix)} sigma={cal.noise_multiplier:.3f} cos(lambda, lambda*_train)={c_all:.4f} "
                   f"cos(lambda, lambda*_mix)={c_mix:.4f} argmax lambda={task.source_names[int(np.argmax(res.weights))]} "

@@ -23,12 +23,19 @@ import time
 import numpy as np
 import torch
 
-from dpaudit.mechanisms.mixmin import cosine_similarity, solve_mixmin
+from scipy.spatial.distance import cosine
+
+from dpaudit.mechanisms.mixmin import solve_mixmin
 from mixmin_baselines import METHODS, learn_mixture, run_method
 
 from dpaudit.mechanisms.mixmin_tasks import MixtureSettings
 from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
 from dpaudit.noise import NoiseSource
+
+
+def _cosine_similarity(a, b) -> float:
+    """Cosine similarity of two weight vectors (scipy's cosine distance, subtracted from 1)."""
+    return float(1.0 - cosine(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)))
 
 
 def cosine_part(task, probs, seeds, epsilon=1.0, rho=0.1):
@@ -42,7 +49,7 @@ def cosine_part(task, probs, seeds, epsilon=1.0, rho=0.1):
             mix, _ = mixture_split(task.train_record_ids, rho, s)
             res, cfg, cal = learn_mixture(probs[mix], y[mix], epsilon=epsilon, delta=1e-5, settings=settings,
                                           noise=NoiseSource("reproducible", seed=s))
-            cos.append(cosine_similarity(res.weights, star))
+            cos.append(_cosine_similarity(res.weights, star))
         rows[target] = {"kind": task.target_kinds[target], "cosines": cos, "mean": float(np.mean(cos)), "std": float(np.std(cos)),
                         "min": float(np.min(cos)), "lambda_star": star.round(4).tolist(), "sigma": cfg.noise_multiplier,
                         "sample_rate": cfg.sample_rate, "n_mix": int(len(mix))}

@@ -30,6 +30,7 @@ from .ledger import signing as sg
 from .ledger.book import open_ledger
 from .ledger.integrity import canonical_json
 from .one_run_auditing import MODULE_MODELS, module_setup
+from .paths import check_new_folder, results_in
 from .records import now_utc, read_json, read_release, write_json_atomic
 from .requests import AuditRequest
 from .validation import open_unit, positive_int
@@ -179,6 +180,7 @@ def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dic
     out = Path(out) if out is not None else Path("audits") / f"{mechanism}-plan-{pid[:8]}"
     if (out / PLAN_FILE).exists():
         raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
+    check_new_folder(out)  # nor an earlier audit's results: a plan's run would write over them
     salt = secrets.token_hex(32)
     plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism,
             "release_id": release_id, "target": target, "claim": claim, "audit": audit,
@@ -274,6 +276,10 @@ def open_plan(path: str | os.PathLike) -> PlanRun:
     if reg is None or reg[2].get("sha256") != digest(plan):
         raise DataError(f"plan {plan['id']} must be registered in the ledger as it is, got "
                         + ("no registration." if reg is None else "a registration of another plan.json (edited after registering)."))
+    first = results_in(p.parent)
+    if first:  # before anything runs: a second run would replace the first run's files
+        raise UsageError(f"plan must be run once, got a second run of plan {plan['id']}: its first run is in "
+                         f"{str(first[0].parent)!r} ({first[0].name!r}, never overwritten); write a new plan for another run.")
     return PlanRun(plan, local["salt"], local["seeds"], local.get("key"), ledger, str(p.resolve()))
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
-from .paths import write_atomically
+from .paths import results_in, write_atomically
 
 RELEASE_FILE = "release.json"
 #: Written beside ``release.json``: local-only facts of a run (exact timings). NOT for publication; ``dpaudit report`` never reads
@@ -219,11 +219,7 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
 def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
     """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts of a multi-release run), else
     None; an unreadable file's id reads ``unreadable``."""
-    root = Path(out_dir).expanduser()
-    if not root.is_dir():
-        return None
-    found = [root / RELEASE_FILE] if (root / RELEASE_FILE).is_file() else []
-    found += sorted(p for p in root.glob(f"*/{RELEASE_FILE}") if p.is_file())
+    found = results_in(out_dir, (RELEASE_FILE,))  # the one rule of what a folder holds (dpaudit.paths)
     if not found:
         return None
     try:

@@ -338,7 +338,8 @@ class AuditRequest(Request):
     no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
     confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
     release: str | None = option(None, path=True, help="Audit the configuration recorded in this release.json (or its folder).")
-    out: str | None = option(None, path=True, help="Output directory for audit.json and scores.npz (default: audits/MECHANISM-CANARY).")
+    out: str | None = option(None, path=True, help="Output directory for audit.json and scores.npz (default: audits/ plus mechanism, "
+                             "dataset and canary, or a fresh -2, ... beside an earlier audit's; one holding results is refused).")
     seed: int = option(42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split.")
     reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
     controls: bool = option(True, help="Also run the no-noise and null controls.")

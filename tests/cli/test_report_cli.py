@@ -63,7 +63,7 @@ def test_violation_verdict_and_fail_flag(runs, tmp_path):
     r = runner.invoke(app, ["report", str(runs), "--out", str(tmp_path / "x.html")])
     assert r.exit_code == 0
     assert "broken: VIOLATION: eps_LB 2.500 > claimed 1.000" in r.stdout
-    r = runner.invoke(app, ["report", str(runs), "--out", str(tmp_path / "x.html"), "--fail-on-violation"])
+    r = runner.invoke(app, ["report", str(runs), "--out", str(tmp_path / "x2.html"), "--fail-on-violation"])  # never over x.html
     assert r.exit_code == 1
 
 

@@ -76,6 +76,11 @@ def flow(tmp_path_factory):
         first.audit(model)  # one_run.json into the plan's folder
         assert runner.invoke(app, ["bundle", "p", "--out", "honest"]).exit_code == 0
         shutil.copytree("p", "p-run1")
+        with pytest.raises(UsageError, match="plan must be run once"):  # while the first run's files are there
+            _train("p/plan.json")
+        for f in root.joinpath("p").iterdir():  # the first run moved aside: the second run hidden by a bundle below
+            if f.name not in ("plan.json", "plan.local.json"):
+                f.unlink()
         second, model2 = _train("p/plan.json")
         second.audit(model2)
         for name, inputs in (("hidden", ["p"]), ("both", ["p-run1", "p"])):
@@ -161,18 +166,22 @@ def test_plan_swapped_is_caught(flow, tmp_path, monkeypatch):
 def test_a_run_other_than_planned_is_refused(flow, monkeypatch):
     monkeypatch.chdir(flow["root"])
     monkeypatch.setenv("DPAUDIT_LEDGER", str(flow["root"] / "ledger.sqlite"))
+    if not (flow["root"] / "q").exists():  # the plan without its runs' files: each rule below is what refuses
+        (flow["root"] / "q").mkdir()
+        for f in ("plan.json", "plan.local.json"):
+            shutil.copy(flow["root"] / "p" / f, flow["root"] / "q" / f)
     with pytest.raises(UsageError, match=f"canaries must be the planned {M}"):
-        OpacusCanaries.from_plan(Tiny(), "p/plan.json", canaries=M - 1)
+        OpacusCanaries.from_plan(Tiny(), "q/plan.json", canaries=M - 1)
     with pytest.raises(UsageError, match="noise_multiplier must be at least the planned 1.0"):
-        _train("p/plan.json", sigma=0.5)
+        _train("q/plan.json", sigma=0.5)
     with pytest.raises(UsageError, match="an Opacus plan runs in your training script"):
-        load_plan("p/plan.json")
+        load_plan("q/plan.json")
     short = opacus_plan(SubsampledGaussian(1.0, BATCH / N, 4), delta=1e-5, canaries=M, tensors=["side.weight"], out="short", key=flow["key"])
     c, model = _train(short)  # 8 steps, 4 planned
     with pytest.raises(UsageError, match="steps must be at most the planned 4"):
         c.audit(model)
     with pytest.raises(UsageError, match="canaries must be attached to the optimizer"):
-        OpacusCanaries.from_plan(Tiny(), "p/plan.json").audit()
+        OpacusCanaries.from_plan(Tiny(), "q/plan.json").audit()
     with pytest.raises(UsageError, match="delta and confidence must not be given under a plan"):
         flow["first"].audit(flow["model"], delta=1e-3)
     r = runner.invoke(app, ["audit", "plan", "opacus", "--noise-multiplier", "1", "--sample-rate", "0.1", "--steps", "5", "--runs", "9"])

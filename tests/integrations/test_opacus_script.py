@@ -7,6 +7,7 @@ sigma 0.8. It writes what it saw (Opacus's epsilon, its optimizer steps) to the 
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 
 import pytest
@@ -124,8 +125,17 @@ def test_under_a_plan_the_run_and_result_are_recorded_and_verify(script, monkeyp
     assert runner.invoke(app, ["bundle", "p", "--out", "b"]).exit_code == 0
     v = runner.invoke(app, ["verify", "b", "--json"])
     assert v.exit_code == 0 and json.loads(v.stdout)["ok"], v.output
-    # a less private run than planned is refused when make_private returns, before any training step
-    r = _audit("--plan", "p/plan.json", script_args=("--epochs", "1", "--sigma", "0.5", "--report", "x.json"))
+    # a second run of the plan is refused before the script runs: the first run's files stay as they are
+    first = (script.parent / "p" / "one_run.json").read_bytes()
+    r = _audit("--plan", "p/plan.json", script_args=("--epochs", "1", "--report", "again.json"))
+    assert r.exit_code == 2 and "plan must be run once" in r.output and not (script.parent / "again.json").exists()
+    assert (script.parent / "p" / "one_run.json").read_bytes() == first
+    # a less private run than planned is refused when make_private returns, before any training step (the plan copied
+    # to a folder without results, so that the rule of make_private is what refuses it)
+    (script.parent / "p2").mkdir()
+    for f in ("plan.json", "plan.local.json"):
+        shutil.copy(script.parent / "p" / f, script.parent / "p2" / f)
+    r = _audit("--plan", "p2/plan.json", script_args=("--epochs", "1", "--sigma", "0.5", "--report", "x.json"))
     assert r.exit_code == 2 and "noise_multiplier must be at least the planned 0.8" in r.output and not (script.parent / "x.json").exists()
 
 

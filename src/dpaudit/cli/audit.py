@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -18,6 +19,7 @@ from ..audit_outputs import shareable_one_run
 from ..audits import engine
 from ..catalogue import ALIASES, CATALOGUE, lookup, names
 from ..errors import UsageError
+from ..paths import check_new_folder, fresh_folder
 from ..records import check_out_dir, read_release
 from ..reports import tradeoff
 from ..requests import THREAT_MODELS, AuditRequest
@@ -61,8 +63,8 @@ def _check(a: AuditRequest) -> None:
     """What is checked before any data is loaded or a cluster is started."""
     check_executor_args(a.executor, a.scheduler, a.workers)
     positive_int("runs", a.runs, engine.MIN_RUNS)
-    if a.out is not None:  # before any training: a bad --out must not throw a long run away
-        check_out_dir(a.out, name="out")
+    if a.out is not None:  # before any training: a bad --out (or one holding results) must not throw a long run away
+        check_new_folder(check_out_dir(a.out, name="out"), name="out")
     _check_threat_model(a)
     if a.canaries is not None and not a.one_run:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
@@ -78,9 +80,9 @@ def run(a: AuditRequest, plan=None) -> None:
         return exit_on_violation(a.fail_on_violation, [_one_run(a, plan)])
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
-    out = Path(a.out) if a.out is not None else Path("audits") / (
-        f"{t.mechanism}-{t.canary}{'-user' if user_level else ''}{'-no-noise' if a.no_noise else ''}"
-        f"{'-' + a.threat_model if a.threat_model != 'final-model' else ''}")
+    out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
+        f"{t.mechanism}-{_data_label(t.describe().get('dataset') or a.task)}-{t.canary}{'-user' if user_level else ''}"
+        f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"))
     resolved, always = _recorded(a, t, out)
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,
                   chunk_size=a.chunk_size, out_dir=out, reproducible_noise=a.reproducible_noise, progress=True,
@@ -97,6 +99,20 @@ def run(a: AuditRequest, plan=None) -> None:
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_runs(plan, a.json_out)
     exit_on_violation(a.fail_on_violation, results)
+
+
+def _data_label(dataset) -> str:
+    """The dataset's name as a folder-name part (a default audit folder names what was audited)."""
+    name = dataset.get("name") if isinstance(dataset, dict) else dataset
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or "embedded")).strip("_") or "embedded"
+
+
+def _fresh_default(a: AuditRequest, default: Path) -> Path:
+    """The default folder, or a fresh ``-2``, ``-3``, ... beside it when an earlier audit holds it (said in one line)."""
+    out = fresh_folder(default)
+    if out != default and not a.json_out:
+        note(f"{default} holds an earlier audit (never overwritten): writing to {out}")
+    return out
 
 
 def _command(plan, **recorded) -> str:
@@ -149,7 +165,9 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
 
 def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
-    out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-one-run{'-no-noise' if a.no_noise else ''}"
+    data = a.dataset or a.task or (read_release(a.release).dataset if a.release is not None else None)
+    out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
+        f"{a.mechanism}-{_data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
     cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
     result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)

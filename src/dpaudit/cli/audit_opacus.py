@@ -13,7 +13,9 @@ import typer
 from ..audit_outputs import shareable_one_run
 from ..integrations import opacus_script
 from .audit_render import render_one_run
-from .common import console, emit_json, new_app
+from ..paths import check_new_folder, fresh_folder
+from ..records import check_out_dir
+from .common import console, emit_json, new_app, note
 
 _HELP = ("One-run audit of your own Opacus training script, run unchanged in this process with ARGS (after `--`): canaries and the "
          "pipeline check hook into PrivacyEngine.make_private; one_run.json (eps_LB, verdict, pipeline findings, the script "
@@ -32,6 +34,7 @@ def command(
     seed: int = typer.Option(0, "--seed", help="Public seed of the canary coordinates."),
     json_out: bool = typer.Option(False, "--json", help="Print the shareable record as JSON."),
 ) -> None:
+    out = _new_out(script, out, plan, json_out)
     with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():  # --json: stdout holds the record alone
         result, where = opacus_script.audit_script(script, args or (), out=out, plan=plan, canaries=canaries,
                                                    tensors=tensors.split(",") if tensors else None, delta=delta, seed=seed)
@@ -45,6 +48,20 @@ def command(
     if b.get("no_amplification"):
         console.print(f"without amplification: eps {b['no_amplification']['epsilon']:.3f} ({b['no_amplification']['label']})", highlight=False)
     console.print(f"pipeline: {b.get('certified', 'no findings')}", highlight=False)
+
+
+def _new_out(script: Path, out, plan, json_out: bool):
+    """Before the script runs: an explicit --out holding results is refused; the default folder, when an earlier run
+    holds it, becomes a fresh ``-2``, ... (one line); under a plan, its folder (a second run is refused by the plan)."""
+    if out is not None:
+        return check_new_folder(check_out_dir(out, name="out"), name="out")
+    if plan is not None:
+        return None
+    default = Path("audits") / f"opacus-{Path(script).stem}"
+    fresh = fresh_folder(default)
+    if fresh != default and not json_out:
+        note(f"{default} holds an earlier audit (never overwritten): writing to {fresh}")
+    return fresh
 
 
 def click_command():

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from .. import reports
+from ..records import check_out_dir
 from . import options
 from .common import console, emit_json
 
@@ -24,6 +25,7 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ) -> None:
         """Collect what a reviewer needs to verify a claim: releases, audits and their plans (shareable parts only), the ledger's export and head."""
+        check_out_dir(out, name="out")  # /proc, a file, a read-only place: one line before anything is read
         made = reports.make_bundle(inputs, ledger=ledger, out=out)
         if json_out:
             emit_json({"bundle": str(out), **made})

@@ -3,7 +3,8 @@
 typer converts every option value through a pydantic ``TypeAdapter`` built on first use, so the
 first command with options imports pydantic (~0.15 s of the 0.5 s budget of ``dpaudit calibrate``).
 :func:`install` gives each plain option (number, string, path, enum choice) a converter for the
-values whose result is certain, exactly as typer's adapter would, and hands everything else
+values whose result is certain, exactly as typer's adapter would (and refuses a negative seed:
+:func:`_seed_checked`), and hands everything else
 (errors, odd spellings such as ``1_000``, lists, constrained numbers) to typer's own converter:
 every message and accepted value stays typer's (tests/cli/test_cli_coercion.py compares both).
 Without typer's private coercion classes (another typer) nothing is installed.
@@ -83,15 +84,24 @@ if RuntimeParam is not None:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             ok, out = _fast(self.kind, self.annotation, self.parameter_info, value, param, ctx)
             if ok:
-                return out
+                return _seed_checked(out, param)
             if not self.slow:
                 self.slow.append(build_runtime_param(self.descriptor))
             try:
-                return self.slow[0]._coerce_value(value, param=param, ctx=ctx)
+                return _seed_checked(self.slow[0]._coerce_value(value, param=param, ctx=ctx), param)
             except BadParameter as e:  # pydantic's words name the rule, not the value typed
                 if repr(value) not in e.message:
                     e.message = f"{e.message.rstrip('.')}, got {value!r}."
                 raise
+
+
+def _seed_checked(value: Any, param: Any) -> Any:
+    """A seed option (``--seed``, ``--split-seed``, ...) is a non-negative integer: NumPy's seed sequences refuse a negative one,
+    and it must be refused while parsing, before a command reserves budget or writes a file (typer's own rule otherwise)."""
+    name = getattr(param, "name", None) or ""
+    if type(value) is int and (name == "seed" or name.endswith("_seed")) and value < 0:
+        raise BadParameter(f"must be an integer >= 0 (a public seed), got {value!r}.", param=param)
+    return value
 
 
 def fast_runtime_param(param: Any) -> Any:

@@ -9,6 +9,8 @@ import re
 import sys
 import textwrap
 import types
+import typing
+from pathlib import Path
 from collections.abc import MutableMapping
 from enum import Enum
 from typing import Any, Callable, Optional
@@ -17,6 +19,8 @@ import typer
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
+from typer._click.exceptions import (BadOptionUsage, BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption,
+                                      UsageError as ClickUsageError)
 from typer._click.globals import get_current_context
 from typer.core import TyperCommand, TyperGroup
 
@@ -103,7 +107,9 @@ def flag_names(message: str, command: Any) -> str:
     def spell(m: re.Match) -> str:
         return flags.get(m.group(0), m.group(0)) if m.start() == 0 or "_" in m.group(0) else m.group(0)
 
-    return re.sub(r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])", spell, message)
+    # quoted parts are values (paths, names typed by the user): left as they are
+    return "".join(part if part.startswith("'") else re.sub(r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])", spell, part)
+                   for part in re.split(r"('[^']*')", message))
 
 
 class DPAuditGroup(TyperGroup):
@@ -127,6 +133,12 @@ class DPAuditGroup(TyperGroup):
         ctx.meta["dpaudit.command"] = found[1]  # the innermost one wins: its flags name the parameters in errors
         return found
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:  # the root's own options (`dpaudit --bogus`); a sub-command's are parsed inside its group's invoke
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except ClickUsageError as e:
+            _usage_exit(e)
+
     def invoke(self, ctx):  # noqa: D401
         try:
             return super().invoke(ctx)
@@ -134,6 +146,63 @@ class DPAuditGroup(TyperGroup):
             msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
             err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except ClickUsageError as e:
+            _usage_exit(e)
+
+
+def _usage_exit(e: ClickUsageError):
+    """A usage error (bad value, unknown or missing option or command) as one line on stderr, exit 2, instead of typer's
+    usage box; a command given without arguments still shows its help."""
+    if isinstance(e, NoArgsIsHelpError):
+        raise e
+    err_console.print(f"[bold red]error:[/] {usage_line(e)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from None
+
+
+def _allowed(param: Any) -> str:
+    """What a parameter takes, in words."""
+    choices = getattr(getattr(param, "type", None), "choices", None)
+    if choices:
+        return "one of " + ", ".join(str(getattr(c, "value", c)) for c in choices)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "one of " + ", ".join(str(m.value) for m in annotation)
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "a text value", Path: "a path"}
+    many = getattr(param, "nargs", 1) != 1
+    word = words.get(typing.get_args(annotation)[0] if many and typing.get_args(annotation) else annotation, "a value")
+    return f"one or more: {word}" if many else word
+
+
+def _param_name(param: Any, hint: Optional[str]) -> str:
+    if param is None:
+        return (hint or "value").strip("'\"")
+    if param.param_type_name == "option":
+        return max(param.opts, key=len)
+    return (param.metavar or param.name).upper()
+
+
+def usage_line(e: ClickUsageError) -> str:
+    """``e`` as one "{name} must be {rule}, got {value}." line (click's words where nothing better is known)."""
+    ctx = getattr(e, "ctx", None)
+    where = f"`{' '.join(['dpaudit', *ctx.command_path.split()[1:]])} --help`" if ctx is not None else "`dpaudit --help`"
+    if isinstance(e, NoSuchOption):
+        near = f"one of {', '.join(e.possibilities)}" if e.possibilities else f"an option of {where}"
+        return f"option must be {near}, got {e.option_name}."
+    if isinstance(e, MissingParameter):
+        return f"{_param_name(e.param, e.param_hint)} must be given ({_allowed(e.param)}; see {where}), got none."
+    if isinstance(e, BadOptionUsage) and "requires an argument" in e.message:
+        return f"{e.option_name} must be given a value (see {where}), got none."
+    if isinstance(e, BadParameter):
+        name = _param_name(e.param, e.param_hint)
+        ours = re.match(r"must be (.+), got (.+?)\.?$", e.message)  # a rule dpaudit words itself (a seed)
+        if ours:
+            return f"{name} must be {ours.group(1)}, got {ours.group(2)}."
+        got = re.search(r"got (.+?)\.?$", e.message) or re.search(r"('[^']*') is not", e.message)
+        return f"{name} must be {_allowed(e.param)}, got {got.group(1) if got else e.message.rstrip('.')}."
+    command = re.match(r"No such command '([^']*)'", e.message)
+    if command and ctx is not None:
+        return f"COMMAND must be one of {', '.join(ctx.command.list_commands(ctx))}, got {command.group(1)!r}."
+    return " ".join(e.format_message().split()) + f" (see {where})"
 
 
 class _Deferred(type):

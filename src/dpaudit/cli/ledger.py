@@ -14,7 +14,8 @@ from rich.table import Table
 from ..claims import verify_claim
 from ..errors import UsageError
 from ..ledger import book, integrity, result_cache, signing, store_pg, text
-from ..records import read_release
+from ..paths import check_new_file
+from ..records import check_out_dir, read_release
 from . import options
 from .common import console, emit_json, err_console, new_app, print_table
 
@@ -322,11 +323,12 @@ def register(app: typer.Typer) -> None:
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
         if shareable and include_key:
             raise UsageError("--shareable must be given without --include-key, got both.")
+        check_out_dir(check_new_file(out, name="out").parent, name="out")  # an earlier export is never replaced
         with book.open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
             dump = integrity.withhold_row_sets(dump) if shareable else dump
             src = str(led.path)
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # private data's history (and maybe the key)
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private data's history (and maybe the key)
         with os.fdopen(fd, "w") as f:
             json.dump(dump, f)
         keyed = "with" if include_key else "without (--include-key to carry it)"

@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 
 from .. import reports
+from ..paths import check_new_file, fresh_file
 from ..records import check_out_dir
 from .common import console, emit_json, note
 from .options import json_out, ledger
@@ -34,8 +35,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = json_out(),
     ):
         """Write a reviewer report: verdict, claim card, provenance, budget, (sweep,) utility, audit, reproduce."""
-        if out is not None:  # before the report is built: one line, exit 2
-            check_out_dir(out.parent, name="out")
+        if out is not None:  # before the report is built: one line, exit 2; an existing file or folder is never replaced
+            check_out_dir(check_new_file(out, name="out").parent, name="out")
+        elif fmt is not ReportFormat.json:  # the default file, or a fresh report-2.html beside an earlier one
+            out = _fresh_default(Path(f"report.{fmt.value}"), as_json)
         command = "dpaudit " + shlex.join(sys.argv[1:]) if sys.argv and Path(sys.argv[0]).name == "dpaudit" else None
         model = reports.build_report(paths, ledger_path=ledger_path, title=title, command=command, progress=True)
         verdicts = model["sections"]["verdict"]
@@ -44,10 +47,17 @@ def register(app: typer.Typer) -> None:
         elif fmt is ReportFormat.json and out is None:
             sys.stdout.write(reports.report_json(model) + "\n")
         else:
-            written = reports.write_report(model, out if out is not None else Path(f"report.{fmt.value}"), fmt=fmt.value)
+            written = reports.write_report(model, out, fmt=fmt.value)
             _summary(model, verdicts, written, fmt.value, as_json)
         if fail_on_violation and any(v["status"] in ("violation", "accounting-mismatch") for v in verdicts):
             raise typer.Exit(1)
+
+
+def _fresh_default(default: Path, as_json: bool) -> Path:
+    out = fresh_file(default)
+    if out != default and not as_json:
+        note(f"{default} holds an earlier report (never overwritten): writing to {out}")
+    return out
 
 
 def _summary(model: dict, verdicts: list[dict], written: Path, fmt: str, as_json: bool) -> None:

@@ -102,7 +102,9 @@ def test_a_plan_runs_once_and_its_first_run_is_never_touched(here, monkeypatch):
     _one_line_refusal(r, "plan must be run once", "'p'")
     assert {p.name: p.read_bytes() for p in (here / "p").iterdir() if p.is_file()} == before
     # a new plan into a folder holding an audit's results is refused too (its run would write over them)
-    r = runner.invoke(app, ["audit", "plan", "gaussian", "--runs", "40", "--out", "p2"])
+    # (another claim: a plan of a target that was already audited is refused, verify's rule)
+    r = runner.invoke(app, ["audit", "plan", "gaussian", "--eps", "3", "--runs", "40", "--out", "p2"])
     assert r.exit_code == 0
     assert runner.invoke(app, [*GAUSSIAN, "--out", "q"]).exit_code == 0
-    _one_line_refusal(runner.invoke(app, ["audit", "plan", "gaussian", "--runs", "40", "--out", "q"]), "must be a folder without results")
+    _one_line_refusal(runner.invoke(app, ["audit", "plan", "gaussian", "--eps", "4", "--runs", "40", "--out", "q"]),
+                      "must be a folder without results")

@@ -5,6 +5,9 @@ result, and a plan never fixes reproducible noise (refused when written, and whe
 from __future__ import annotations
 
 
+import shutil
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -80,5 +83,8 @@ def test_a_plan_never_fixes_reproducible_noise(auditor, monkeypatch):
         _ok(["bundle", "fixed", "--out", "b"])
     failed = failed_checks("b")
     assert any(n == "plan" and "fixes reproducible noise" in d for n, d in failed), failed
+    Path("unrun").mkdir()  # (the run folder itself is refused first: a plan runs once)
+    for name in ("plan.json", "plan.local.json"):
+        shutil.copy(f"fixed/{name}", f"unrun/{name}")
     with pytest.raises(UsageError, match="reproducible noise must be off"):
-        load_plan("fixed/plan.json")
+        load_plan("unrun/plan.json")

@@ -31,7 +31,7 @@ from ..records import Release, public_noise_reason
 from ..validation import open_unit, positive_finite
 from . import compose as lc
 from . import rows as lr
-from . import integrity, queries
+from . import integrity, queries, result_cache
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
@@ -512,19 +512,30 @@ class Ledger:
         return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
             and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
 
-    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False) -> str:
+    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False, data_rows=None) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
 
         By default the cap counts releases (and reservations) only; ``include_audits`` makes it
         count the audits that trained on the dataset too (each :meth:`record_audit` is then checked
-        against it before its trials run, and releases compose with the audits recorded so far)."""
+        against it before its trials run, and releases compose with the audits recorded so far).
+        ``data_rows``: the rows the dataset reads (dpaudit.data.rows), declared now as keyed row
+        sets (ledger.rows): the cap covers every name whose private rows meet them, from this entry
+        on, before any release of ``dataset``. Without them a built-in name's cap covers every row
+        of its source (fail closed); any other name's, its name and its entries' rows."""
         _check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
         payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta}
         if include_audits:
             payload["include_audits"] = True  # absent otherwise: caps written before audits read the same
+        footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write():
+            index = self._people_index()[1]
+            if footprint is None and dataset not in lr.SOURCES:
+                footprint = index.names.get(dataset)  # another name: the rows its entries read, kept even if they are voided
+            if footprint is not None:
+                index.collisions(dataset, footprint)
+                payload["rows"] = lr.declare(self, footprint)
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
@@ -590,12 +601,15 @@ class Ledger:
                                        "(--published / --never-published), got neither.")
 
     def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None, trials: int,
-                     mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None) -> str:
+                     mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None, data_rows=None) -> str:
         """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
         records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
         run without DP noise. In one write transaction, an audit that would push releases + audits
-        over a cap that includes audits (its own or one reached through shared people) is refused
-        (:class:`BudgetExceededError`) and nothing is written. Returns ``audit_id``."""
+        over a cap that includes audits (its own or one reached through shared people, declared
+        rows of caps included) is refused (:class:`BudgetExceededError`), as is one whose rows
+        collide with another name's roles (:class:`~dpaudit.errors.RowRoleCollisionError`), and
+        nothing is written. Its rows: ``data_rows`` (dpaudit.data.rows), else the audited
+        release's, else every row of a built-in name's source (fail closed). Returns ``audit_id``."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -605,12 +619,15 @@ class Ledger:
                    "release_id": release_id, "dpaudit_version": __version__}
         if non_private:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
-        with self._store.write():
+        footprint = None if data_rows is None else self._footprint(data_rows)
+        with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
             audited = [e for e in entries if release_id and e.id == release_id]
-            if audited and isinstance(audited[0].payload.get("rows"), dict):
+            if footprint is not None:
+                payload["rows"] = lr.declare(self, footprint)
+            elif audited and isinstance(audited[0].payload.get("rows"), dict):
                 payload["rows"] = audited[0].payload["rows"]  # the audit trains on the audited release's rows
             states = lc.replay(entries)
             state = states.get(dataset) or lc.DatasetState(dataset)
@@ -621,8 +638,9 @@ class Ledger:
             if state.cap is not None and state.cap_includes_audits:
                 self._check_audit_cap(state, view, payload)
             # Every cap that includes audits and shares people with the dataset (ledger.rows), with this audit.
-            index = lr.PeopleIndex.build(rows, entries, states)
+            index = lr.PeopleIndex.build(self._store.rows(), entries, states)  # row sets declared just now included
             footprint = index.footprint(dataset, payload)
+            index.collisions(dataset, footprint)
             after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
             _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
             if refusal is not None:
@@ -650,7 +668,10 @@ class Ledger:
         (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
         unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
         every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
-        plan = PlannedSpend(**planned)
+        with result_cache.recomputed():  # a cap is decided on numbers computed here, never on a file
+            return self._check(PlannedSpend(**planned), exclude_reservations)
+
+    def _check(self, plan: "PlannedSpend", exclude_reservations) -> dict:
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
         state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)

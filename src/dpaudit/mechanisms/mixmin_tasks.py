@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..data import load_heart_centre, load_mnist_raw
+from ..data import DATASETS, load_dataset, load_heart_centre, load_mnist_raw
 from ..data.base import array_sha256
 from ..data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from ..data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
@@ -368,6 +368,18 @@ def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None 
         else:
             _TASK_CACHE[key] = load_heart_task(seed, data_dir, division)
     return _TASK_CACHE[key]
+
+
+def declared_rows(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> tuple:
+    """The :class:`~dpaudit.data.rows.RowSet` s a built-in dataset or task ``name`` reads (its default split unless
+    ``split_seed`` / ``profile`` say otherwise): what a cap declares (``ledger cap``) and a sweep reserves. Loads the data (the
+    row ids are positions in its files); a name dpaudit does not know is a UsageError."""
+    if name in TASKS:
+        return tuple(load_task(name, data_dir=data_dir).rows)
+    if name in DATASETS:
+        return tuple(load_dataset(name, data_dir=data_dir, split_seed=split_seed, profile=profile).rows)
+    known = ", ".join(sorted(DATASETS) + list(TASKS))
+    raise UsageError(f"dataset must be a built-in dataset or MixMin task ({known}) for its rows to be read, got {name!r}.")
 
 
 # ---- Small torch models, trained on public data only (proxies and the downstream model)

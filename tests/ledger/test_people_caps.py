@@ -70,12 +70,13 @@ def test_a_cap_with_audits_set_before_any_release_covers_audits_under_other_name
         def audit(i, **kw):
             return led.record_audit(audit_id=f"{i:032x}", dataset="heart-mix", partition="train", adjacency=ADJ,
                                     event=PureEpsilon(4.0), trials=1, mechanism="dp-rvfl", **kw)
+        rid = _reserve(led, "heart-mix", mix_rows, PureEpsilon(0.5))
         audit(1)  # rows unknown: every Cleveland row, assumed
-        audit(2)
+        audit(2, release_id=rid)  # the audited reservation's rows
         with pytest.raises(BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"):
             audit(3)
         with pytest.raises(BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"):
-            audit(4, data_rows=mix_rows)  # the same with the rows named
+            audit(4, release_id=rid)
         assert len(led.entries(kind="audit")) == 2
 
 

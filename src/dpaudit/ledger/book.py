@@ -601,15 +601,15 @@ class Ledger:
                                        "(--published / --never-published), got neither.")
 
     def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None, trials: int,
-                     mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None, data_rows=None) -> str:
+                     mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None) -> str:
         """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
         records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
         run without DP noise. In one write transaction, an audit that would push releases + audits
-        over a cap that includes audits (its own or one reached through shared people, declared
-        rows of caps included) is refused (:class:`BudgetExceededError`), as is one whose rows
+        over a cap that includes audits (its own or one reached through shared people, the rows
+        caps declared included) is refused (:class:`BudgetExceededError`), as is one whose rows
         collide with another name's roles (:class:`~dpaudit.errors.RowRoleCollisionError`), and
-        nothing is written. Its rows: ``data_rows`` (dpaudit.data.rows), else the audited
-        release's, else every row of a built-in name's source (fail closed). Returns ``audit_id``."""
+        nothing is written. Its rows: the audited release's, else every row of a built-in name's
+        source (fail closed, ledger.rows). Returns ``audit_id``."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -619,15 +619,12 @@ class Ledger:
                    "release_id": release_id, "dpaudit_version": __version__}
         if non_private:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
-        footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
             audited = [e for e in entries if release_id and e.id == release_id]
-            if footprint is not None:
-                payload["rows"] = lr.declare(self, footprint)
-            elif audited and isinstance(audited[0].payload.get("rows"), dict):
+            if audited and isinstance(audited[0].payload.get("rows"), dict):
                 payload["rows"] = audited[0].payload["rows"]  # the audit trains on the audited release's rows
             states = lc.replay(entries)
             state = states.get(dataset) or lc.DatasetState(dataset)
@@ -637,14 +634,7 @@ class Ledger:
             view = lc.release_view(audit_id, dataset, payload, kind="audit")
             if state.cap is not None and state.cap_includes_audits:
                 self._check_audit_cap(state, view, payload)
-            # Every cap that includes audits and shares people with the dataset (ledger.rows), with this audit.
-            index = lr.PeopleIndex.build(self._store.rows(), entries, states)  # row sets declared just now included
-            footprint = index.footprint(dataset, payload)
-            index.collisions(dataset, footprint)
-            after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
-            _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
-            if refusal is not None:
-                raise BudgetExceededError(refusal)
+            _check_audit_people(lr.PeopleIndex.build(rows, entries, states), states, view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
     def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
@@ -924,6 +914,19 @@ class PlannedSpend:
     def __post_init__(self) -> None:
         _check_name("dataset", self.dataset)
         _check_name("partition", self.partition)
+
+
+def _check_audit_people(index: "lr.PeopleIndex", states: dict, view: lc.ReleaseView, payload: dict) -> None:
+    """The people check of a planned audit, as a release's (:meth:`Ledger._people_check`): its rows' role
+    collisions, then every cap that includes audits and is reached through shared people, with it."""
+    dataset, partition = view.dataset, payload["partition"]
+    footprint = index.footprint(dataset, payload)
+    index.collisions(dataset, footprint)
+    state = states.get(dataset) or lc.DatasetState(dataset)
+    after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
+    _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
+    if refusal is not None:
+        raise BudgetExceededError(refusal)
 
 
 def _without_held(state: lc.DatasetState, held) -> lc.DatasetState:

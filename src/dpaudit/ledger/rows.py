@@ -32,10 +32,14 @@ class Side:
     hashes: set = field(default_factory=set)
     assumed: bool = False
 
+    def counts_every(self, declared: bool) -> bool:
+        """Whether this side stands for every row (``declared``: only when the entry declared so)."""
+        return self.every and not (declared and self.assumed)
+
     def meets(self, other: "Side", *, declared: bool = False) -> bool:
         """Whether the two share a row; ``declared``: only rows stated as read (for role collisions:
         an assumed "every row" composes budgets, but cannot show a role the entry never declared)."""
-        mine, theirs = (self.every and not (declared and self.assumed)), (other.every and not (declared and other.assumed))
+        mine, theirs = self.counts_every(declared), other.counts_every(declared)
         if (mine and (theirs or other.hashes)) or (theirs and self.hashes):
             return True
         return not self.hashes.isdisjoint(other.hashes)
@@ -135,18 +139,33 @@ def _merge(into: dict, footprint: dict) -> None:
     for role, by_source in footprint.items():
         for source, side in by_source.items():
             old = into[role].get(source)
-            if old is None:
-                into[role][source] = side
-                continue
-            every = old.every or side.every
-            # still only assumed when no declared "every row" joined it
-            assumed = every and (old.assumed or not old.every) and (side.assumed or not side.every)
-            into[role][source] = Side(every, old.hashes | side.hashes, assumed)
+            into[role][source] = side if old is None else _joined(old, side)
+
+
+def _joined(a: Side, b: Side) -> Side:
+    """Both sides' rows; "every row" stays assumed only while no declared one joined it."""
+    declared_every = a.counts_every(True) or b.counts_every(True)
+    every = a.every or b.every
+    return Side(every, a.hashes | b.hashes, every and not declared_every)
 
 
 def _meet(a: dict, b: dict, role_a: str, role_b: str, *, declared: bool = False) -> list[str]:
     """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row (``declared``: see Side.meets)."""
     return sorted(s for s, side in a[role_a].items() if s in b[role_b] and side.meets(b[role_b][s], declared=declared))
+
+
+def _specs(entries, live: set) -> tuple[dict, dict]:
+    """Per name, the ``(role, source, set id)`` s of its live entries and of its caps that declared rows; and
+    those a cap that declared none is taken to cover (:func:`assumed_spec`: coverage only, never a collision)."""
+    specs: dict = {}
+    assumed: dict = {}
+    for e in entries:
+        if e.kind == "cap":
+            into = specs if isinstance(e.payload.get("rows"), dict) else assumed
+            into.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
+        elif e.kind in ("release", "reservation", "audit") and e.id in live:
+            specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
+    return specs, assumed
 
 
 @dataclass
@@ -164,15 +183,7 @@ class PeopleIndex:
         sets = _stored_sets(raw_rows)
         # audits train on the private rows of what they audit: they link names as releases do
         live = {r.id for st in states.values() for r in st.releases + st.audits}
-        specs: dict = {}
-        assumed: dict = {}
-        for e in entries:
-            if e.kind in ("release", "reservation", "audit") and e.id in live:
-                specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
-            elif e.kind == "cap" and isinstance(e.payload.get("rows"), dict):
-                specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
-            elif e.kind == "cap":
-                assumed.setdefault(e.dataset, set()).update(assumed_spec(e.dataset))
+        specs, assumed = _specs(entries, live)
         return cls({name: footprint_of(spec, sets) for name, spec in specs.items()}, sets,
                    {name: footprint_of(spec, sets) for name, spec in assumed.items() if spec})
 

@@ -339,14 +339,17 @@ def _check_sweep(ledger, planned: list[dict]) -> None:
     for p in planned:
         groups.setdefault((p["dataset"], p["partition"], p["adjacency"]), []).append(p)
     for (ds, part, adj), ps in groups.items():
-        # A non-private task makes its partition unbounded: checked as such (event None).
-        events = [p["event"] for p in ps]
-        event = None if any(e is None for e in events) else Composed(tuple(events))
-        why = next((p["uncertified"] for p in ps if p["uncertified"]), None)
-        known = [p["data_rows"] for p in ps if p["data_rows"] is not None]
-        ledger.preflight(dataset=ds, partition=part, event=event, adjacency=adj, uncertified=why,
-                         noise_tail_delta=sum(p["noise_tail_delta"] for p in ps),
-                         data_rows=tuple(r for rows in known for r in rows) if known else None)
+        ledger.preflight(dataset=ds, partition=part, adjacency=adj, **_combined(ps))
+
+
+def _combined(ps: list[dict]) -> dict:
+    """The event, uncertified reason, tail and rows of a group of planned releases, as one."""
+    # A non-private task makes its partition unbounded: checked as such (event None).
+    events = [p["event"] for p in ps]
+    rows = [r for p in ps for r in (p["data_rows"] or ())]
+    return {"event": None if None in events else Composed(tuple(events)),
+            "uncertified": next(filter(None, (p["uncertified"] for p in ps)), None),
+            "noise_tail_delta": sum(p["noise_tail_delta"] for p in ps), "data_rows": tuple(rows) or None}
 
 
 def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,

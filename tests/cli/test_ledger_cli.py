@@ -54,8 +54,8 @@ def test_full_workflow_with_json(tmp_path, data_dir):
     _record(tmp_path, led, B, "train/mix", name="r3")
     _record(tmp_path, led, A, "train/ft", name="r4")
     # the cap declares mnist's rows (read from its files): two `rows` entries before it
-    cap = _json(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "9", "--delta", "1e-6", "--ledger", str(led), "--json",
-                                    "--data-dir", str(data_dir)]))
+    cap = _json(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "9", "--delta", "1e-6",
+                                    "--ledger", str(led), "--json", "--data-dir", str(data_dir)]))
     assert cap["epsilon"] == 9.0 and cap["delta"] == 1e-6
 
     rows = _rows(led)
@@ -71,7 +71,8 @@ def test_full_workflow_with_json(tmp_path, data_dir):
     assert _rows(led, "--dataset", "mnist") == rows
 
     listed = _json(runner.invoke(app, ["ledger", "list", "--ledger", str(led), "--json"]))["entries"]
-    assert [e["kind"] for e in listed] == ["release", "release", "partition", "release", "release", "rows", "rows", "cap"]
+    assert [e["kind"] for e in listed] == ["release", "release", "partition", "release", "release",
+                                           "rows", "rows", "cap"]
     assert [e["seq"] for e in listed] == [1, 2, 3, 4, 5, 6, 7, 8]
 
     shown = _json(runner.invoke(app, ["ledger", "show", r1[:8], "--ledger", str(led), "--json"]))

@@ -24,13 +24,22 @@ runner = CliRunner()
 
 
 def _cli_cap(led_path, dataset, eps, *extra, data_dir=None):
-    args = ["ledger", "cap", "--dataset", dataset, "--eps", str(eps), "--delta", "1e-5", "--ledger", str(led_path), "--json", *extra]
+    args = ["ledger", "cap", "--dataset", dataset, "--eps", str(eps), "--delta", "1e-5",
+            "--ledger", str(led_path), "--json", *extra]
     return runner.invoke(app, args + ([] if data_dir is None else ["--data-dir", str(data_dir)]))
 
 
 def _rows(private, public=(), source="s"):
     out = (RowSet(source, "private", tuple(private)),)
     return out + ((RowSet(source, "public", tuple(public)),) if public else ())
+
+
+def _release(name, event):
+    from dpaudit.records import Release
+
+    return Release(mechanism="m", dataset={"name": name}, adjacency=ADJ, accountant="rdp", epsilon=1.0,
+                   delta=1e-5, guarantee=event.to_dict(), seed=0, noise_source={"kind": "os-entropy"},
+                   partition="train")
 
 
 def _reserve(led, name, rows, event):
@@ -57,7 +66,7 @@ def test_a_cap_set_before_any_release_covers_heart_mix(data_dir, tmp_path, monke
         assert set(led.entries(kind="cap")[0].payload["rows"]) == {"private", "public"}
 
 
-def test_a_cap_with_audits_set_before_any_release_covers_audits_under_other_names(data_dir, tmp_path, monkeypatch):
+def test_a_cap_with_audits_set_before_any_release_covers_other_names_audits(data_dir, tmp_path, monkeypatch):
     """An audit goes through the same people check: heart's cap (with audits) refuses heart-mix audits
     that would take heart's people over it, whether the audit names its rows or not."""
     from dpaudit.mechanisms.mixmin_tasks import load_task
@@ -68,8 +77,9 @@ def test_a_cap_with_audits_set_before_any_release_covers_audits_under_other_name
     mix_rows = load_task("heart-mix", data_dir=data_dir).rows
     with open_ledger(led_path) as led:
         def audit(i, **kw):
-            return led.record_audit(audit_id=f"{i:032x}", dataset="heart-mix", partition="train", adjacency=ADJ,
-                                    event=PureEpsilon(4.0), trials=1, mechanism="dp-rvfl", **kw)
+            return led.record_audit(audit_id=f"{i:032x}", dataset="heart-mix", partition="train",
+                                    adjacency=ADJ, event=PureEpsilon(4.0), trials=1, mechanism="dp-rvfl",
+                                    **kw)
         rid = _reserve(led, "heart-mix", mix_rows, PureEpsilon(0.5))
         audit(1)  # rows unknown: every Cleveland row, assumed
         audit(2, release_id=rid)  # the audited reservation's rows
@@ -97,7 +107,8 @@ def test_cap_of_a_name_whose_rows_cannot_be_known_is_refused(tmp_path):
     r = _cli_cap(led_path, "toy", 3)
     assert r.exit_code == 2 and r.stdout == ""
     lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and "dataset must be a built-in dataset or task" in lines[0] and "'toy'" in lines[0]
+    assert len(lines) == 1 and "dataset must be a built-in dataset or task" in lines[0]
+    assert "'toy'" in lines[0]
     with open_ledger(led_path) as led:
         assert led.entries(kind="cap") == []
     r = _cli_cap(led_path, "heart", 3, data_dir=tmp_path / "nowhere")
@@ -115,20 +126,20 @@ def test_role_collisions_are_refused_on_any_overlap(tmp_path):
         with pytest.raises(RowRoleCollisionError, match="must not be read as public by dataset 'other'"):
             _reserve(led, "other", _rows(range(100, 110), public=[3]), PureEpsilon(0.5))
         with pytest.raises(RowRoleCollisionError, match="read as both"):
-            _reserve(led, "both", (RowSet("t", "private", None), RowSet("t", "public", (1,))), PureEpsilon(0.5))
-        led.cap("pub", 1.0, 1e-5, data_rows=(RowSet("u", "public", None),))  # a cap's declared rows collide too
-        with pytest.raises(RowRoleCollisionError, match="read as private by dataset 'pub2': dataset 'pub' already reads them as public"):
+            _reserve(led, "both", (RowSet("t", "private", None), RowSet("t", "public", (1,))),
+                     PureEpsilon(0.5))
+        # a cap's declared rows collide too
+        led.cap("pub", 1.0, 1e-5, data_rows=(RowSet("u", "public", None),))
+        with pytest.raises(RowRoleCollisionError,
+                           match="as private by dataset 'pub2': dataset 'pub' already reads them as public"):
             _reserve(led, "pub2", _rows([1], source="u"), PureEpsilon(0.5))
 
 
 def test_rows_never_recorded_compose_but_do_not_collide(tmp_path):
     """An entry without rows is assumed to read every row of a built-in source privately: composed
     (fail closed), but it cannot refuse a role it never declared."""
-    from dpaudit.records import Release
-
     with open_ledger(tmp_path / "l.sqlite") as led:
-        led.record(Release(mechanism="m", dataset={"name": "heart"}, adjacency=ADJ, accountant="rdp", epsilon=0.5, delta=1e-5,
-                           guarantee=PureEpsilon(0.5).to_dict(), seed=0, noise_source={"kind": "os-entropy"}, partition="train"))
+        led.record(_release("heart", PureEpsilon(0.5)))
         r = led.check(dataset="heart-mix", partition="train", event=PureEpsilon(0.5), adjacency=ADJ,
                       data_rows=_rows([1], public=[2], source="uci-heart-cleveland"))
         assert r["allowed"]
@@ -140,12 +151,9 @@ EVENT = SubsampledGaussian(1.1, 0.01, 300)
 def test_an_edited_prv_cache_never_decides_a_cap(tmp_path, monkeypatch):
     """The prv cache file's check hash is unkeyed: a forged entry (value and check rewritten) must not
     let a release past a cap that the computed bounds refuse."""
-    from dpaudit.records import Release
-
     monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(tmp_path / "cache"))
     with open_ledger(tmp_path / "l.sqlite") as led:
-        led.record(Release(mechanism="dp-rvfl", dataset={"name": "d"}, adjacency=ADJ, accountant="rdp", epsilon=1.0, delta=1e-5,
-                           guarantee=EVENT.to_dict(), seed=3, noise_source={"kind": "os-entropy"}, partition="train"))
+        led.record(_release("d", EVENT))
         led.cap("d", 0.2, 1e-5)
         planned = dict(dataset="d", partition="train", event=EVENT, adjacency=ADJ)
         with result_cache.enabled():

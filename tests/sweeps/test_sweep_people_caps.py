@@ -26,7 +26,8 @@ epochs = 2
 
 
 def _cap_heart_mix(ledger_path, data_dir, eps, *, declared=True):
-    """heart-mix's cap, with its rows declared (as `ledger cap` does) or not (then every Cleveland row is assumed)."""
+    """heart-mix's cap, with its rows declared (as `ledger cap` does) or not (then every Cleveland
+    row is assumed)."""
     from dpaudit.mechanisms.mixmin_tasks import load_task
 
     with open_ledger(ledger_path) as led:
@@ -42,7 +43,8 @@ def test_a_sweep_is_refused_when_its_tasks_together_exceed_a_cap_through_shared_
     ledger_path = tmp_path / "ledger.sqlite"
     _cap_heart_mix(ledger_path, data_dir, 1.2, declared=False)
     with pytest.raises(BudgetExceededError, match="'heart-mix' exceeded through shared people"):
-        run_sweep(parse_spec(SPEC), out=tmp_path, ledger_path=ledger_path, data_dir=str(data_dir), executor=LocalExecutor(2))
+        run_sweep(parse_spec(SPEC), out=tmp_path, ledger_path=ledger_path, data_dir=str(data_dir),
+                  executor=LocalExecutor(2))
     with open_store(tmp_path / "heart-people", create=False) as st:
         assert st.counts()["done"] == 0
     with open_ledger(ledger_path) as led:
@@ -79,5 +81,5 @@ def test_each_task_check_counts_the_other_tasks_reservations(data_dir, tmp_path)
     ds, part, adj, event, tail = planned_release(tasks[0].config())
     with held_by_caller(held_for(context, tasks[0].key)):
         with pytest.raises(BudgetExceededError, match="exceeded"):
-            preflight(ledger_path=ledger_path, dataset=ds, partition=part, event=event, adjacency=adj, noise_tail_delta=tail,
-                      data_rows=declared_rows("heart", data_dir=str(data_dir)))
+            preflight(ledger_path=ledger_path, dataset=ds, partition=part, event=event, adjacency=adj,
+                      noise_tail_delta=tail, data_rows=declared_rows("heart", data_dir=str(data_dir)))

@@ -33,15 +33,16 @@ def _say(json_out: bool, obj, text: str, **print_kw) -> None:
 
 
 def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
-    """The rows a cap on ``dataset`` declares: a built-in dataset's or task's, read from its files (default split); None for
-    another name with recorded entries (the ledger declares the rows they read). A name whose rows cannot be known is refused:
-    its cap could not cover its people under other names."""
+    """The rows a cap on ``dataset`` declares: a built-in dataset's or task's, read from its files
+    (default split); None for another name with recorded entries (the ledger declares the rows they
+    read). A name whose rows cannot be known is refused: its cap could not reach its people under
+    other names."""
     if dataset in DATASETS or dataset in TASKS:
         return declared_rows(dataset, data_dir=data_dir)
     if not any(e.kind in ("release", "reservation", "audit") for e in led.entries(dataset=dataset)):
-        raise UsageError(f"dataset must be a built-in dataset or task, or a name with entries in ledger {led.path} (whose rows "
-                         f"the cap then declares), got {dataset!r}: its rows cannot be known, so the cap could not cover "
-                         "its people under other names.")
+        raise UsageError(f"dataset must be a built-in dataset or task, or a name with entries in ledger "
+                         f"{led.path} (whose rows the cap then declares), got {dataset!r}: its rows cannot "
+                         "be known, so the cap could not cover its people under other names.")
     return None
 
 
@@ -121,15 +122,15 @@ def register(app: typer.Typer) -> None:
         delta: float = typer.Option(..., "--delta", help="The delta at which the cap holds, in (0, 1)."),
         include_audits: bool = typer.Option(False, "--include-audits", help="Count the audits that train on the dataset's private data "
                                                                             "too (default: releases only)."),
-        data_dir: Optional[Path] = typer.Option(None, "--data-dir", show_default=False,
-                                                help="Where the dataset's files are (default $DPAUDIT_DATA_DIR): the cap declares "
-                                                     "the rows it reads, so it covers their people under every name."),
+        data_dir: Optional[Path] = typer.Option(
+            None, "--data-dir", show_default=False,
+            help="Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
+                 "dataset reads (another name: the rows its entries read), so it covers their people under "
+                 "every name."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
-        """Set a dataset's budget cap; later releases (and, with --include-audits, audits) that would exceed it are refused before they run.
-        The cap declares the dataset's rows (a built-in dataset or task: read from its files; another name: the rows its
-        recorded entries read), so every name reading the same people is checked against it."""
+        """Set a dataset's budget cap; later releases (and, with --include-audits, audits) that would exceed it are refused before they run."""
         with book.open_ledger(ledger) as led:
             rows = _cap_rows(led, dataset, data_dir)
             eid = led.cap(dataset, eps, delta, include_audits=include_audits, data_rows=rows)

@@ -512,7 +512,8 @@ class Ledger:
         return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
             and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
 
-    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False, data_rows=None) -> str:
+    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = False,
+            data_rows=None) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
 
         By default the cap counts releases (and reservations) only; ``include_audits`` makes it
@@ -532,7 +533,8 @@ class Ledger:
         with self._store.write():
             index = self._people_index()[1]
             if footprint is None and dataset not in lr.SOURCES:
-                footprint = index.names.get(dataset)  # another name: the rows its entries read, kept even if they are voided
+                # another name: the rows its entries read, kept when those entries are voided later
+                footprint = index.names.get(dataset)
             if footprint is not None:
                 index.collisions(dataset, footprint)
                 payload["rows"] = lr.declare(self, footprint)
@@ -924,7 +926,8 @@ def _check_audit_people(index: "lr.PeopleIndex", states: dict, view: lc.ReleaseV
     index.collisions(dataset, footprint)
     state = states.get(dataset) or lc.DatasetState(dataset)
     after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
-    _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
+    planned = index.with_planned(dataset, footprint)
+    _, refusal = lr.check_caps(planned, states, after, dataset, partition, footprint, what="audit")
     if refusal is not None:
         raise BudgetExceededError(refusal)
 

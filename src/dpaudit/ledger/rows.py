@@ -70,7 +70,8 @@ def hash_rows(key: bytes, row_sets) -> dict:
         side.hashes.update(_keyed_row_hashes(key, rs.source, rs.ids))
     for source, side in out["public"].items():
         if side.meets(out["private"].get(source, Side()), declared=True):
-            raise RowRoleCollisionError(f"rows of a release must be private or public, got rows of {source} read as both.")
+            raise RowRoleCollisionError(
+                f"rows of a release must be private or public, got rows of {source} read as both.")
     return out
 
 
@@ -123,7 +124,10 @@ def footprint_of(spec, sets: dict) -> dict:
     fp = _empty()
     for role, source, sid in sorted(spec):
         # A set id the ledger does not hold cannot be tested: every row (fail closed), assumed.
-        side = Side(every=True) if sid == EVERY_ROW else Side(hashes=sets[sid]) if sid in sets else Side(every=True, assumed=True)
+        if sid == EVERY_ROW:
+            side = Side(every=True)
+        else:
+            side = Side(hashes=sets[sid]) if sid in sets else Side(every=True, assumed=True)
         _merge(fp, {role: {source: side}})
     return fp
 
@@ -150,13 +154,17 @@ def _joined(a: Side, b: Side) -> Side:
 
 
 def _meet(a: dict, b: dict, role_a: str, role_b: str, *, declared: bool = False) -> list[str]:
-    """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row (``declared``: see Side.meets)."""
-    return sorted(s for s, side in a[role_a].items() if s in b[role_b] and side.meets(b[role_b][s], declared=declared))
+    """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row
+    (``declared``: see Side.meets)."""
+    theirs = b[role_b]
+    return sorted(s for s, side in a[role_a].items()
+                  if s in theirs and side.meets(theirs[s], declared=declared))
 
 
 def _specs(entries, live: set) -> tuple[dict, dict]:
-    """Per name, the ``(role, source, set id)`` s of its live entries and of its caps that declared rows; and
-    those a cap that declared none is taken to cover (:func:`assumed_spec`: coverage only, never a collision)."""
+    """Per name, the ``(role, source, set id)`` s of its live entries and of its caps that declared
+    rows; and those a cap that declared none is taken to cover (:func:`assumed_spec`: coverage only,
+    never a collision)."""
     specs: dict = {}
     assumed: dict = {}
     for e in entries:
@@ -192,7 +200,8 @@ class PeopleIndex:
         return footprint_of(entry_spec(dataset, payload), self.sets)
 
     def covered(self, name: str) -> dict | None:
-        """The rows a cap on ``name`` covers: its entries' and caps' rows (with an undeclared cap's assumed rows)."""
+        """The rows a cap on ``name`` covers: its entries' and caps' rows (and an undeclared cap's
+        assumed rows)."""
         mine, extra = self.names.get(name), self.capped.get(name)
         if extra is None:
             return mine

@@ -44,7 +44,7 @@ def _rows(ledger, *extra):
     return _json(runner.invoke(app, ["ledger", "summary", "--ledger", str(ledger), "--json", *extra]))["rows"]
 
 
-def test_full_workflow_with_json(tmp_path):
+def test_full_workflow_with_json(tmp_path, data_dir):
     led = tmp_path / "l.sqlite"
     r1 = _record(tmp_path, led, A, name="r1")
     _record(tmp_path, led, A, name="r2")
@@ -53,7 +53,9 @@ def test_full_workflow_with_json(tmp_path):
     assert d["children"] == ["train/mix", "train/ft"] and d["declared_by"] == "dp-mixmin"
     _record(tmp_path, led, B, "train/mix", name="r3")
     _record(tmp_path, led, A, "train/ft", name="r4")
-    cap = _json(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "9", "--delta", "1e-6", "--ledger", str(led), "--json"]))
+    # the cap declares mnist's rows (read from its files): two `rows` entries before it
+    cap = _json(runner.invoke(app, ["ledger", "cap", "--dataset", "mnist", "--eps", "9", "--delta", "1e-6",
+                                    "--ledger", str(led), "--json", "--data-dir", str(data_dir)]))
     assert cap["epsilon"] == 9.0 and cap["delta"] == 1e-6
 
     rows = _rows(led)
@@ -69,8 +71,9 @@ def test_full_workflow_with_json(tmp_path):
     assert _rows(led, "--dataset", "mnist") == rows
 
     listed = _json(runner.invoke(app, ["ledger", "list", "--ledger", str(led), "--json"]))["entries"]
-    assert [e["kind"] for e in listed] == ["release", "release", "partition", "release", "release", "cap"]
-    assert [e["seq"] for e in listed] == [1, 2, 3, 4, 5, 6]
+    assert [e["kind"] for e in listed] == ["release", "release", "partition", "release", "release",
+                                           "rows", "rows", "cap"]
+    assert [e["seq"] for e in listed] == [1, 2, 3, 4, 5, 6, 7, 8]
 
     shown = _json(runner.invoke(app, ["ledger", "show", r1[:8], "--ledger", str(led), "--json"]))
     assert shown["id"] == r1 and shown["guarantee"] == A.to_dict() and shown["voided_by"] is None
@@ -85,7 +88,7 @@ def test_full_workflow_with_json(tmp_path):
     assert {r["partition"]: r for r in _rows(led)}["train"]["releases"] == 1
 
     ver = _json(runner.invoke(app, ["ledger", "verify", "--ledger", str(led), "--json"]))
-    assert ver["ok"] is True and ver["entries"] == 7 and ver["problems"] == []
+    assert ver["ok"] is True and ver["entries"] == 9 and ver["problems"] == []
 
 
 def test_human_output_and_default_ledger_from_environment(tmp_path):

@@ -433,20 +433,22 @@ def test_the_cli_team_workflow(tmp_path, monkeypatch, target):
     assert r.exit_code == 0 and json.loads(r.output)["registered_by"] == owner["key_id"]
     assert run(app, ["ledger", "require-signatures", *led]).exit_code == 0
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, "bob")
-    r = run(app, ["ledger", "cap", "--dataset", "toy", "--eps", "3", "--delta", "1e-5", *led])
+    # digits (embedded data): the cap declares its rows, two signed `rows` entries before the cap
+    r = run(app, ["ledger", "cap", "--dataset", "digits", "--eps", "3", "--delta", "1e-5", *led])
     assert r.exit_code == 2 and "only the owner may set or raise a cap" in " ".join(r.output.split())  # a member sets no cap
-    r = run(app, ["ledger", "cap", "--dataset", "toy", "--eps", "3", "--delta", "1e-5", "--key", "default", *led])
+    r = run(app, ["ledger", "cap", "--dataset", "digits", "--eps", "3", "--delta", "1e-5", "--key", "default", *led])
     assert r.exit_code == 0, r.output
     r = run(app, ["ledger", "head", "--json", *led])
     head = json.loads(r.output)
-    assert head["entries"] == 4
+    assert head["entries"] == 6
     r = run(app, ["ledger", "verify", "--json", "--anchor", head["hash"], "--owner", owner["key_id"], *led])
     rep = json.loads(r.output)
-    assert r.exit_code == 0 and rep["ok"] and rep["signatures"]["signed"] == 4 and rep["signatures"]["required_since"] == 1
+    assert r.exit_code == 0 and rep["ok"]
+    assert rep["signatures"]["signed"] == 6 and rep["signatures"]["required_since"] == 1
     r = run(app, ["ledger", "list", "--json", *led])
-    assert [e.get("signer") for e in json.loads(r.output)["entries"]] == [owner["key_id"]] * 4
+    assert [e.get("signer") for e in json.loads(r.output)["entries"]] == [owner["key_id"]] * 6
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(tmp_path / "nope.key"))
-    r = run(app, ["ledger", "cap", "--dataset", "toy", "--eps", "3", "--delta", "1e-5", *led])
+    r = run(app, ["ledger", "cap", "--dataset", "digits", "--eps", "3", "--delta", "1e-5", *led])
     assert r.exit_code == 2 and "signing key must be an existing key" in r.output
 
 

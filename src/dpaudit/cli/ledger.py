@@ -12,8 +12,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..claims import verify_claim
+from ..data import DATASETS
 from ..errors import UsageError
 from ..ledger import book, integrity, result_cache, signing, store_pg, text
+from ..mechanisms.mixmin_tasks import TASKS, declared_rows
 from ..paths import check_new_file
 from ..records import check_out_dir, read_release
 from . import options
@@ -29,6 +31,20 @@ def _say(json_out: bool, obj, text: str, **print_kw) -> None:
         emit_json(obj)
     else:
         console.print(text, **print_kw)
+
+
+def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
+    """The rows a cap on ``dataset`` declares: a built-in dataset's or task's, read from its files
+    (default split); None for another name with recorded entries (the ledger declares the rows they
+    read). A name whose rows cannot be known is refused: its cap could not reach its people under
+    other names."""
+    if dataset in DATASETS or dataset in TASKS:
+        return declared_rows(dataset, data_dir=data_dir)
+    if not any(e.kind in ("release", "reservation", "audit") for e in led.entries(dataset=dataset)):
+        raise UsageError(f"dataset must be a built-in dataset or task, or a name with entries in ledger "
+                         f"{led.path} (whose rows the cap then declares), got {dataset!r}: its rows cannot "
+                         "be known, so the cap could not cover its people under other names.")
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -109,6 +125,11 @@ def register(app: typer.Typer) -> None:
         include_audits: bool = typer.Option(
             True, "--include-audits/--exclude-audits",
             help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only."),
+        data_dir: Optional[Path] = typer.Option(
+            None, "--data-dir", show_default=False,
+            help="Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
+                 "dataset reads (another name: the rows its entries read), so it covers their people under "
+                 "every name."),
         key: Optional[str] = typer.Option(None, "--key", show_default=False,
                                           help="Your signing key (a signed ledger's caps are signed by its owner)."),
         ledger: options.OptionalPath = options.ledger(),
@@ -117,7 +138,8 @@ def register(app: typer.Typer) -> None:
         """Set a dataset's budget cap; later releases and audits that would exceed it are refused
         before they run (--exclude-audits: releases only)."""
         with book.open_ledger(ledger, signing_key=key) as led:
-            eid = led.cap(dataset, eps, delta, include_audits=include_audits)
+            rows = _cap_rows(led, dataset, data_dir)
+            eid = led.cap(dataset, eps, delta, include_audits=include_audits, data_rows=rows)
             audits = led.entries(dataset=dataset, kind="audit")
         unbounded = text.unbounded_audits(audits) if include_audits else []
         counts = "releases and audits" if include_audits else "releases only (--exclude-audits: audits are shown, not counted)"

@@ -31,7 +31,7 @@ from ..records import Release, public_noise_reason
 from ..validation import open_unit, positive_finite
 from . import compose as lc
 from . import rows as lr
-from . import integrity, queries
+from . import integrity, queries, result_cache
 from . import signing as sg
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
@@ -574,7 +574,8 @@ class Ledger:
         return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
             and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
 
-    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True) -> str:
+    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True,
+            data_rows=None) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
 
         Privacy contract: the cap counts releases, reservations and the audits that trained on the
@@ -582,14 +583,26 @@ class Ledger:
         with an unbounded no-noise control is refused). ``include_audits=False`` (the recorded
         ``--exclude-audits`` opt-out) counts releases and reservations only; caps written before
         this default, with no ``include_audits`` key, keep reading as releases only. On a signed
-        ledger only the owner's key may set a cap (:class:`LedgerAuthorityError`, nothing written)."""
+        ledger only the owner's key may set a cap (:class:`LedgerAuthorityError`, nothing written).
+        ``data_rows``: the rows the dataset reads (dpaudit.data.rows), declared now as keyed row
+        sets (ledger.rows): the cap covers every name whose private rows meet them, from this entry
+        on, before any release of ``dataset``. Without them a built-in name's cap covers every row
+        of its source (fail closed); any other name's, its name and its entries' rows."""
         _check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
         if not isinstance(include_audits, bool):
             raise UsageError(f"include_audits must be True or False, got {include_audits!r}.")
         payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta, "include_audits": include_audits}
+        footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write():
+            index = self._people_index()[1]
+            if footprint is None and dataset not in lr.SOURCES:
+                # another name: the rows its entries read, kept when those entries are voided later
+                footprint = index.names.get(dataset)
+            if footprint is not None:
+                index.collisions(dataset, footprint)
+                payload["rows"] = lr.declare(self, footprint)
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
@@ -657,8 +670,11 @@ class Ledger:
         """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
         records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
         run without DP noise. In one write transaction, an audit that would push releases + audits
-        over a cap that includes audits (its own or one reached through shared people) is refused
-        (:class:`BudgetExceededError`) and nothing is written. Returns ``audit_id``."""
+        over a cap that includes audits (its own or one reached through shared people, the rows
+        caps declared included) is refused (:class:`BudgetExceededError`), as is one whose rows
+        collide with another name's roles (:class:`~dpaudit.errors.RowRoleCollisionError`), and
+        nothing is written. Its rows: the audited release's, else every row of a built-in name's
+        source (fail closed, ledger.rows). Returns ``audit_id``."""
         _check_name("dataset", dataset)
         _check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -668,7 +684,7 @@ class Ledger:
                    "release_id": release_id, "dpaudit_version": __version__}
         if non_private:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
-        with self._store.write():
+        with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
@@ -683,14 +699,7 @@ class Ledger:
             view = lc.release_view(audit_id, dataset, payload, kind="audit")
             if state.cap is not None and state.cap_includes_audits:
                 self._check_audit_cap(state, view, payload)
-            # Every cap that includes audits and shares people with the dataset (ledger.rows), with this audit.
-            index = lr.PeopleIndex.build(rows, entries, states)
-            footprint = index.footprint(dataset, payload)
-            after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
-            _, refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset, partition, footprint, what="audit")
-            if refusal is not None:
-                shared = "a cap that counts audits and shares its people"
-                raise BudgetExceededError(unbounded_audit_refusal(dataset, payload, shared) if non_private else refusal)
+            _check_audit_people(lr.PeopleIndex.build(rows, entries, states), states, view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
     def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
@@ -716,7 +725,10 @@ class Ledger:
         (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
         unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
         every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
-        plan = PlannedSpend(**planned)
+        with result_cache.recomputed():  # a cap is decided on numbers computed here, never on a file
+            return self._check(PlannedSpend(**planned), exclude_reservations)
+
+    def _check(self, plan: "PlannedSpend", exclude_reservations) -> dict:
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
         state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)
@@ -967,6 +979,22 @@ class PlannedSpend:
     def __post_init__(self) -> None:
         _check_name("dataset", self.dataset)
         _check_name("partition", self.partition)
+
+
+def _check_audit_people(index: "lr.PeopleIndex", states: dict, view: lc.ReleaseView, payload: dict) -> None:
+    """The people check of a planned audit, as a release's (:meth:`Ledger._people_check`): its rows' role
+    collisions, then every cap that includes audits and is reached through shared people, with it."""
+    dataset, partition = view.dataset, payload["partition"]
+    footprint = index.footprint(dataset, payload)
+    index.collisions(dataset, footprint)
+    state = states.get(dataset) or lc.DatasetState(dataset)
+    after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
+    planned = index.with_planned(dataset, footprint)
+    _, refusal = lr.check_caps(planned, states, after, dataset, partition, footprint, what="audit")
+    if refusal is not None and payload["non_private"]:
+        refusal = unbounded_audit_refusal(dataset, payload, "a cap that counts audits and shares its people")
+    if refusal is not None:
+        raise BudgetExceededError(refusal)
 
 
 def _without_held(state: lc.DatasetState, held) -> lc.DatasetState:

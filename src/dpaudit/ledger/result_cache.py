@@ -14,8 +14,12 @@ Privacy contract:
 - Each entry carries a hash of its key and its values; a damaged or half-written entry (or file)
   is ignored, never read as a number. Writes are atomic (rename), so readers see an old or a new
   file, never a mix.
-- The rdp bound is always recomputed. The cache is trusted as the calibration cache and the
-  installed code are (the user's own cache directory), not protected by the ledger's chain.
+- The rdp bound is always recomputed. The file is not protected by the ledger's chain, and anyone
+  who can write the cache directory can edit it (the check hash is unkeyed): so it only ever
+  speeds up what is *shown* (``ledger summary``, comparison values). A budget decision (a cap
+  check before training, a reservation, an audit's cap check) runs inside :func:`recomputed`,
+  where every lookup misses and answers remembered from the file in this process are not reused
+  (:mod:`.compose`): a cap is never decided by a number read from this file.
 - A cached refusal only drops the prv bound (the total can only go up); a failure that is not a
   refusal (:class:`~dpaudit.errors.UnsupportedEventError`) is never cached.
 """
@@ -55,6 +59,27 @@ def enabled():
         yield
     finally:
         _enabled -= 1
+
+
+#: Inside :func:`recomputed` (a budget decision): nothing is read from the file.
+_deciding = 0
+
+
+@contextlib.contextmanager
+def recomputed():
+    """Within this block every answer is computed afresh (a budget decision): :func:`lookup` misses.
+    Fresh answers are still stored (they are what the file should hold)."""
+    global _deciding
+    _deciding += 1
+    try:
+        yield
+    finally:
+        _deciding -= 1
+
+
+def deciding() -> bool:
+    """True inside :func:`recomputed`: answers read from the file must not be used."""
+    return bool(_deciding)
 
 
 def kept(accountant: str) -> bool:
@@ -104,7 +129,7 @@ def _load() -> dict:
 def lookup(event, delta: float, accountant: str, adjacency: str):
     """The cached answer: an :class:`~dpaudit.accounting.accountants.AccountantResult`, an
     :class:`~dpaudit.errors.UnsupportedEventError` (the accountant's refusal) or None (no valid entry)."""
-    if not _enabled or accountant not in CACHED_ACCOUNTANTS:
+    if not _enabled or _deciding or accountant not in CACHED_ACCOUNTANTS:
         return None
     try:
         key = _key(event, delta, accountant, adjacency)

@@ -18,20 +18,29 @@ from . import compose as lc
 
 ROWS_KIND = "rows"
 EVERY_ROW = "*"
+#: The set id standing for :func:`assumed_spec`'s rows (never stored: the entry has no ``rows``).
+ASSUMED_EVERY_ROW = "assumed:*"
 _HASH_BYTES = 8
 
 
 @dataclass
 class Side:
-    """Rows of one source in one role: ``every`` (all rows) or the keyed ``hashes``."""
+    """Rows of one source in one role: ``every`` (all rows) or the keyed ``hashes``. ``assumed``:
+    ``every`` stands for rows the entry did not record (module docstring), not for a declaration."""
 
     every: bool = False
     hashes: set = field(default_factory=set)
+    assumed: bool = False
 
-    def meets(self, other: "Side", *, exact: bool = False) -> bool:
-        if exact:
-            return not self.hashes.isdisjoint(other.hashes)
-        if (self.every and (other.every or other.hashes)) or (other.every and self.hashes):
+    def counts_every(self, declared: bool) -> bool:
+        """Whether this side stands for every row (``declared``: only when the entry declared so)."""
+        return self.every and not (declared and self.assumed)
+
+    def meets(self, other: "Side", *, declared: bool = False) -> bool:
+        """Whether the two share a row; ``declared``: only rows stated as read (for role collisions:
+        an assumed "every row" composes budgets, but cannot show a role the entry never declared)."""
+        mine, theirs = self.counts_every(declared), other.counts_every(declared)
+        if (mine and (theirs or other.hashes)) or (theirs and self.hashes):
             return True
         return not self.hashes.isdisjoint(other.hashes)
 
@@ -59,10 +68,10 @@ def hash_rows(key: bytes, row_sets) -> dict:
             side.every = True
             continue
         side.hashes.update(_keyed_row_hashes(key, rs.source, rs.ids))
-    for role in ("public", "private"):
-        for source, side in out[role].items():
-            if role == "public" and side.hashes & out["private"].get(source, Side()).hashes:
-                raise RowRoleCollisionError(f"rows of a release must be private or public, got rows of {source} read as both.")
+    for source, side in out["public"].items():
+        if side.meets(out["private"].get(source, Side()), declared=True):
+            raise RowRoleCollisionError(
+                f"rows of a release must be private or public, got rows of {source} read as both.")
     return out
 
 
@@ -77,6 +86,8 @@ def declare(ledger, footprint: dict) -> dict:
     out = _empty()
     for role, by_source in footprint.items():
         for source, side in sorted(by_source.items()):
+            if side.every and side.assumed:
+                continue  # rows never recorded are not declared (module docstring)
             if side.every:
                 out[role][source] = EVERY_ROW
                 continue
@@ -104,7 +115,7 @@ def entry_spec(dataset: str, payload: dict) -> list[tuple[str, str, str]]:
     """``(role, source, set id or "*")`` of a recorded release or reservation (module docstring)."""
     spec = payload.get("rows")
     if not isinstance(spec, dict):
-        return [("private", SOURCES[dataset], EVERY_ROW)] if dataset in SOURCES else []
+        return assumed_spec(dataset)
     return [(role, source, sid) for role in ("private", "public") for source, sid in sorted((spec.get(role) or {}).items())]
 
 
@@ -112,9 +123,19 @@ def footprint_of(spec, sets: dict) -> dict:
     """``{role: {source: Side}}`` of an entry's ``(role, source, set id)`` s (:func:`entry_spec`)."""
     fp = _empty()
     for role, source, sid in sorted(spec):
-        # A set id the ledger does not hold cannot be tested: every row (fail closed).
-        _merge(fp, {role: {source: Side(every=True) if sid == EVERY_ROW or sid not in sets else Side(hashes=sets[sid])}})
+        # A set id the ledger does not hold cannot be tested: every row (fail closed), assumed.
+        if sid == EVERY_ROW:
+            side = Side(every=True)
+        else:
+            side = Side(hashes=sets[sid]) if sid in sets else Side(every=True, assumed=True)
+        _merge(fp, {role: {source: side}})
     return fp
+
+
+def assumed_spec(dataset: str) -> list[tuple[str, str, str]]:
+    """What an entry that recorded no rows is taken to read: every row of a built-in name's source,
+    privately (fail closed); nothing for any other name (it shares budget by name only)."""
+    return [("private", SOURCES[dataset], ASSUMED_EVERY_ROW)] if dataset in SOURCES else []
 
 
 def _merge(into: dict, footprint: dict) -> None:
@@ -122,41 +143,80 @@ def _merge(into: dict, footprint: dict) -> None:
     for role, by_source in footprint.items():
         for source, side in by_source.items():
             old = into[role].get(source)
-            into[role][source] = side if old is None else Side(old.every or side.every, old.hashes | side.hashes)
+            into[role][source] = side if old is None else _joined(old, side)
 
 
-def _meet(a: dict, b: dict, role_a: str, role_b: str, *, exact: bool = False) -> list[str]:
-    """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row."""
-    return sorted(s for s, side in a[role_a].items() if s in b[role_b] and side.meets(b[role_b][s], exact=exact))
+def _joined(a: Side, b: Side) -> Side:
+    """Both sides' rows; "every row" stays assumed only while no declared one joined it."""
+    declared_every = a.counts_every(True) or b.counts_every(True)
+    every = a.every or b.every
+    return Side(every, a.hashes | b.hashes, every and not declared_every)
+
+
+def _meet(a: dict, b: dict, role_a: str, role_b: str, *, declared: bool = False) -> list[str]:
+    """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row
+    (``declared``: see Side.meets)."""
+    theirs = b[role_b]
+    return sorted(s for s, side in a[role_a].items()
+                  if s in theirs and side.meets(theirs[s], declared=declared))
+
+
+def _specs(entries, live: set) -> tuple[dict, dict]:
+    """Per name, the ``(role, source, set id)`` s of its live entries and of its caps that declared
+    rows; and those a cap that declared none is taken to cover (:func:`assumed_spec`: coverage only,
+    never a collision)."""
+    specs: dict = {}
+    assumed: dict = {}
+    for e in entries:
+        if e.kind == "cap":
+            into = specs if isinstance(e.payload.get("rows"), dict) else assumed
+            into.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
+        elif e.kind in ("release", "reservation", "audit") and e.id in live:
+            specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
+    return specs, assumed
 
 
 @dataclass
 class PeopleIndex:
-    """Per dataset name: the rows (per role and source) its live releases and reservations read."""
+    """Per dataset name: the rows (per role and source) its live releases, reservations and audits
+    read, and the rows its caps declared (at cap time, so a cap covers its people before any release)."""
 
     names: dict  # name -> footprint
     sets: dict = field(default_factory=dict)  # stored row sets: set id -> keyed hashes
+    #: name -> rows a cap that declared none is taken to cover (:func:`assumed_spec`): coverage only
+    capped: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, raw_rows, entries, states: dict) -> "PeopleIndex":
         sets = _stored_sets(raw_rows)
         # audits train on the private rows of what they audit: they link names as releases do
         live = {r.id for st in states.values() for r in st.releases + st.audits}
-        specs: dict = {}
-        for e in entries:
-            if e.kind in ("release", "reservation", "audit") and e.id in live:
-                specs.setdefault(e.dataset, set()).update(entry_spec(e.dataset, e.payload))
-        return cls({name: footprint_of(spec, sets) for name, spec in specs.items()}, sets)
+        specs, assumed = _specs(entries, live)
+        return cls({name: footprint_of(spec, sets) for name, spec in specs.items()}, sets,
+                   {name: footprint_of(spec, sets) for name, spec in assumed.items() if spec})
 
     def footprint(self, dataset: str, payload: dict) -> dict:
         """The rows a recorded (or planned) entry's payload says it reads."""
         return footprint_of(entry_spec(dataset, payload), self.sets)
 
+    def covered(self, name: str) -> dict | None:
+        """The rows a cap on ``name`` covers: its entries' and caps' rows (and an undeclared cap's
+        assumed rows)."""
+        mine, extra = self.names.get(name), self.capped.get(name)
+        if extra is None:
+            return mine
+        out = _empty()
+        for fp in (mine, extra):
+            if fp is not None:
+                _merge(out, fp)
+        return out
+
     def collisions(self, dataset: str, planned: dict) -> None:
-        """Refuse a planned release on ``dataset`` that reads as public rows held private (or the reverse)."""
+        """Refuse a planned entry on ``dataset`` that reads as public rows held private (or the reverse):
+        any declared row in common, a declared "every row" included."""
         for name, fp in sorted(self.names.items()):
             for mine, theirs in (("public", "private"), ("private", "public")):
-                shared = _meet(planned, fp, mine, theirs, exact=True)
+                shared = _meet(planned, fp, mine, theirs, declared=True)
                 if shared:
                     raise RowRoleCollisionError(
                         f"rows of {', '.join(shared)} must not be read as {mine} by dataset {dataset!r}: dataset {name!r} "
@@ -166,11 +226,11 @@ class PeopleIndex:
     def with_planned(self, dataset: str, planned: dict) -> "PeopleIndex":
         names = {n: {r: dict(by_source) for r, by_source in fp.items()} for n, fp in self.names.items()}
         _merge(names.setdefault(dataset, _empty()), planned)
-        return PeopleIndex(names, self.sets)
+        return PeopleIndex(names, self.sets, self.capped)
 
     def sharing(self, name: str) -> list[str]:
-        """Other names whose private rows meet ``name``'s private rows."""
-        mine = self.names.get(name)
+        """Other names whose private rows meet the private rows ``name`` covers (:meth:`covered`)."""
+        mine = self.covered(name)
         if mine is None:
             return []
         return sorted(n for n, fp in self.names.items() if n != name and _meet(mine, fp, "private", "private"))
@@ -195,7 +255,7 @@ def caps_to_check(index: PeopleIndex, states: dict, dataset: str, planned: dict)
         group = index.sharing(name)
         if not group:
             continue
-        mine = index.names.get(name, _empty())
+        mine = index.covered(name) or _empty()
         if name == dataset or dataset in group or _meet(planned, mine, "private", "private"):
             out.append((name, [name] + group))
     return out

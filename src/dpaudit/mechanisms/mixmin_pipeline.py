@@ -273,7 +273,8 @@ class MixMinInfo(DataInfo):
 
 def _proxy_data(request, ledger_path) -> MixMinData:
     """A bring-your-own proxy predictions file: every record is D_mix, named by the keyed fingerprint of its content (a renamed
-    copy shares the budget and the cap, issue 13 point 6)."""
+    copy shares the budget and the cap, issue 13 point 6); its rows (mixmin_tasks.proxy_row_sets)
+    make a shuffled, cut or jittered copy meet the original's cap too."""
     pp = load_proxy_predictions(request.proxy_predictions, loss=request.loss)
     with open_ledger(ledger_path) as led:
         content_fp = led.fingerprint(pp.sha256)
@@ -284,7 +285,8 @@ def _proxy_data(request, ledger_path) -> MixMinData:
         raise UsageError("user_ids must be in the proxy predictions file for privacy_unit user, got none.")
     return MixMinData(dataset=dataset, sha256=pp.sha256, labels=pp.labels, source_names=tuple(pp.source_names),
                       user_ids=pp.user_ids if request.privacy_unit == "user" else None, mix_idx=np.arange(pp.probs.shape[0]), ft_idx=None,
-                      partition="train", split_partition=None, split_rule="all-records", target_name=request.target or "labels", probs=pp.probs)
+                      partition="train", split_partition=None, split_rule="all-records",
+                      target_name=request.target or "labels", probs=pp.probs, rows=pp.rows)
 
 
 def _task_data(request) -> MixMinData:

@@ -19,7 +19,19 @@ cost-saving trick) or, with ``proxy_mode="per-source"``, one binary proxy per so
 ``public_rng(seed, ...)``, except which records are private: fixed per task (:data:`TASK_DIVISION_KEYS`, :func:`mixture_split`).
 
 Bring-your-own proxies: :func:`load_proxy_predictions` reads ``FILE.npz`` with ``probs`` (n, k), ``labels`` (n,), optional
-``user_ids`` (n,) and ``source_names`` (k,)."""
+``user_ids`` (n,) and ``source_names`` (k,).
+
+A proxy file's people are its rows, not its bytes (:func:`proxy_row_sets`; docs/ledger.md, "One
+budget per person"): each row (its ``probs`` and label) is quantised to a grid of step
+:data:`PROXY_GRID_STEP` and hashed, once on the grid and once on the grid shifted by half a step,
+and declared as private rows of the sources :data:`PROXY_SOURCES`. The ledger keys those hashes
+and composes every name whose rows meet; one shared row is enough. A shuffled copy and a copy with
+rows removed (or added) share rows with the original exactly. A copy whose values moved by less
+than a quarter step (a 1e-12 jitter) keeps each row's cell on at least one grid, unless two of the
+row's coordinates sit within the jitter of a boundary, one on each grid: it shares nearly every
+row. Only a file whose every row moved by a quarter step or more can leave both grids' cells; it is
+budgeted as other data (its predictions then differ by that much). The row hashes are local only
+(never in release.json)."""
 
 from __future__ import annotations
 
@@ -30,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..data import load_heart_centre, load_mnist_raw
+from ..data import DATASETS, load_dataset, load_heart_centre, load_mnist_raw
 from ..data.base import array_sha256
 from ..data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from ..data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
@@ -370,6 +382,19 @@ def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None 
     return _TASK_CACHE[key]
 
 
+def declared_rows(name: str, *, data_dir=None) -> tuple:
+    """The :class:`~dpaudit.data.rows.RowSet` s a built-in dataset or task ``name`` reads under its
+    default split: what ``ledger cap`` declares. Loads the data (row ids are positions in its files);
+    a name dpaudit does not know is a UsageError."""
+    if name in TASKS:
+        return tuple(load_task(name, data_dir=data_dir).rows)
+    if name in DATASETS:
+        return tuple(load_dataset(name, data_dir=data_dir).rows)
+    known = ", ".join(sorted(DATASETS) + list(TASKS))
+    raise UsageError(f"dataset must be a built-in dataset or MixMin task ({known}) for its rows to be read, "
+                     f"got {name!r}.")
+
+
 # ---- Small torch models, trained on public data only (proxies and the downstream model)
 
 #: Built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
@@ -567,6 +592,28 @@ def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None
 # ---- Bring-your-own proxy predictions
 
 
+#: Grid step of a proxy row's content identity (module docstring): coarse enough that a float jitter
+#: cannot hide a row, fine enough that distinct predictions rarely share a cell (a shared cell only
+#: composes two files' budgets: fail closed).
+PROXY_GRID_STEP = 2.0 ** -10
+#: The two sources a proxy row is declared under: the grid and the grid shifted by half a step.
+PROXY_SOURCES = ("proxy-predictions-grid-0", "proxy-predictions-grid-half")
+
+
+def proxy_row_sets(probs, labels) -> tuple:
+    """The private :class:`~dpaudit.data.rows.RowSet` s of a proxy predictions file: per row and grid,
+    a 64-bit hash of the quantised ``probs`` and label (module docstring). The same rows give the
+    same ids in any order or subset."""
+    values = np.column_stack([np.asarray(probs, dtype=np.float64),
+                              np.asarray(labels, dtype=np.float64)])
+    out = []
+    for source, shift in zip(PROXY_SOURCES, (0.0, 0.5)):
+        cells = np.floor(values / PROXY_GRID_STEP + shift).astype(np.int64)
+        ids = {int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "big") for row in cells}
+        out.append(RowSet(source, "private", tuple(sorted(ids))))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class ProxyPredictions:
     probs: np.ndarray
@@ -575,6 +622,8 @@ class ProxyPredictions:
     source_names: tuple[str, ...]
     path: str
     sha256: str
+    #: the file's rows as the ledger budgets them (:func:`proxy_row_sets`; local only)
+    rows: tuple = ()
 
 
 def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> ProxyPredictions:
@@ -603,7 +652,8 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     # another float dtype does not escape the budget either.
     sha = array_sha256(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64),
                        *([user_ids] if user_ids is not None else []))
-    return ProxyPredictions(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64), user_ids, source_names, str(p), sha)
+    p64, y64 = np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    return ProxyPredictions(p64, y64, user_ids, source_names, str(p), sha, rows=proxy_row_sets(p64, y64))
 
 
 def _optional_arrays(p: Path, arrays: dict, n: int, k: int) -> tuple[np.ndarray | None, tuple[str, ...]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from .spec import SweepSpec, Task, TaskFilter
 from .stats import records_from_rows
 from .store import STORE_FILE, open_store
 from .tables import render_markdown, sweep_tables
-from .tasks import RunContext, execute_task, planned_release, task_dir
+from .tasks import RunContext, execute_task, planned_release, planned_rows, task_dir
 
 #: Synthetic data of the selftest runner (no files).
 SYNTHETIC_DATASETS = ("synthetic",)
@@ -138,8 +139,9 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
         summary = SweepSummary(name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(), tasks=len(tasks),
                                done=0, failed=0, pending=0, skipped_datasets=skipped)
         run_tasks = _skip_written(_unfinished(spec, tasks, store, opts, summary), context, store, summary)
-        held = budget_reserve(run_tasks, context.ledger_path, spec.name) if opts.record else {}
-        context = dataclasses.replace(context, reservations=tuple(held.values()))
+        held = {} if not opts.record else budget_reserve(run_tasks, context.ledger_path, spec.name,
+                                                         data_dir=context.data_dir)
+        context = dataclasses.replace(context, reservations=tuple(held.items()))
         closed: set[str] = set()  # tasks whose reservation was settled with their release
         try:
             _execute(run_tasks, context, executor, store, summary, held=held, closed=closed,
@@ -279,17 +281,25 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
     return keep
 
 
-def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str) -> dict[str, str]:
+def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str, *,
+                   data_dir: str | None = None) -> dict[str, str]:
     """Reserve, before anything runs, one reservation per ``train`` task (``{task key: reservation id}``) of its planned release
-    (:func:`~dpaudit.sweeps.tasks.planned_release`; docs/sweeps.md, "Privacy budget"): the whole sweep is checked against every cap
-    at once (nothing written), then each reservation is appended with its own cap check (a refusal cancels those already made)."""
+    (:func:`~dpaudit.sweeps.tasks.planned_release`; docs/sweeps.md, "Privacy budget") with the rows
+    it reads (:func:`~dpaudit.sweeps.tasks.planned_rows`): the whole sweep is checked against every
+    cap at once (nothing written), then each reservation is appended with its own check of every
+    cap, those reached through shared people included, counting the reservations before it (a
+    refusal cancels those already made). So no combination of the sweep's tasks exceeds a cap; each
+    task's own check, when it runs, counts the other tasks' reservations too
+    (:func:`~dpaudit.sweeps.tasks.held_for`)."""
     planned = []
+    rows = _RowsOf(data_dir, ledger_path)
     for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
         if t.runner == "train":
             ds, part, adj, event, tail = planned_release(t.config())
             why = public_seed_reason(t.seed, event, dict(t.settings).get("reproducible_noise"))
             planned.append((t.key, dict(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
-                                        noise_tail_delta=tail, uncertified=why)))
+                                        noise_tail_delta=tail, uncertified=why,
+                                        data_rows=rows(t.config()))))
     if not planned:
         return {}
     held: dict[str, str] = {}
@@ -305,20 +315,42 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
     return held
 
 
+class _RowsOf:
+    """:func:`~dpaudit.sweeps.tasks.planned_rows` of each task, loaded once per configuration apart
+    from its epsilon (the rows a run reads do not depend on its budget)."""
+
+    def __init__(self, data_dir: str | None, ledger_path) -> None:
+        self.data_dir, self.ledger_path = data_dir, ledger_path
+        self.known: dict = {}
+
+    def __call__(self, config: dict):
+        key = json.dumps({k: v for k, v in config.items() if k != "epsilon"}, sort_keys=True, default=str)
+        if key not in self.known:
+            self.known[key] = planned_rows(config, self.data_dir, self.ledger_path)
+        return self.known[key]
+
+
 def _check_sweep(ledger, planned: list[dict]) -> None:
     """Refuse a sweep whose planned releases together exceed a cap (writes nothing): one composed event per (dataset, partition,
-    adjacency) of a capped dataset."""
+    adjacency), with the rows its tasks read, once the ledger holds any cap (a cap on another
+    name reaches a dataset through shared people)."""
+    if not ledger.entries(kind="cap"):
+        return
     groups: dict[tuple, list[dict]] = {}
     for p in planned:
-        if ledger.entries(dataset=p["dataset"], kind="cap"):
-            groups.setdefault((p["dataset"], p["partition"], p["adjacency"]), []).append(p)
+        groups.setdefault((p["dataset"], p["partition"], p["adjacency"]), []).append(p)
     for (ds, part, adj), ps in groups.items():
-        # A non-private task makes its partition unbounded: checked as such (event None).
-        events = [p["event"] for p in ps]
-        event = None if any(e is None for e in events) else Composed(tuple(events))
-        why = next((p["uncertified"] for p in ps if p["uncertified"]), None)
-        ledger.preflight(dataset=ds, partition=part, event=event, adjacency=adj, uncertified=why,
-                         noise_tail_delta=sum(p["noise_tail_delta"] for p in ps))
+        ledger.preflight(dataset=ds, partition=part, adjacency=adj, **_combined(ps))
+
+
+def _combined(ps: list[dict]) -> dict:
+    """The event, uncertified reason, tail and rows of a group of planned releases, as one."""
+    # A non-private task makes its partition unbounded: checked as such (event None).
+    events = [p["event"] for p in ps]
+    rows = [r for p in ps for r in (p["data_rows"] or ())]
+    return {"event": None if None in events else Composed(tuple(events)),
+            "uncertified": next(filter(None, (p["uncertified"] for p in ps)), None),
+            "noise_tail_delta": sum(p["noise_tail_delta"] for p in ps), "data_rows": tuple(rows) or None}
 
 
 def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..mechanisms import registry
 from ..mechanisms.contract import DataInfo
@@ -46,7 +46,8 @@ class RunContext:
     data_dir: str | None = None
     ledger_path: str | None = None
     record: bool = True  # record releases in the ledger
-    #: the coordinator's open reservations holding the sweep's budget (see releasing.held_by_caller)
+    #: ``(task key, reservation id)`` of the coordinator's open reservations holding the sweep's
+    #: budget (:func:`held_for`)
     reservations: tuple = ()
 
     def to_dict(self) -> dict:
@@ -59,6 +60,13 @@ def task_dir(out_dir: str | os.PathLike, config: dict, key: str) -> Path:
     profile = (config.get("settings") or {}).get("profile")
     dataset = config["dataset"] if profile is None else f"{config['dataset']}-{profile}"
     return Path(out_dir) / "releases" / config["model"] / dataset / eps / f"seed{config['seed']}-{key[:12]}"
+
+
+def held_for(context: RunContext, key: str) -> tuple[str, ...]:
+    """The reservation that already holds task ``key``'s planned release: its own pre-check leaves
+    it out (releasing.held_by_caller) and counts every other task's reservation, so the sweep's
+    tasks together stay within every cap, those reached through shared people included."""
+    return tuple(rid for task, rid in context.reservations if task == key)
 
 
 def execute_task(payload: tuple[dict, dict]) -> dict:
@@ -76,7 +84,7 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
     the sweep; the coordinator (:func:`dpaudit.sweeps.runner.run_sweep`), the ledger's single writer, records it."""
     name, request = task_request(config, context.data_dir)
     out = task_dir(context.out_dir, config, key)
-    with held_by_caller(context.reservations):
+    with held_by_caller(held_for(context, key)):
         rel = release(name, request, out_dir=str(out), ledger_path=context.ledger_path, record=False, progress=False)
     # The sweep tag: which sweep and task made this release (the ledger shows it per release).
     tagged = dataclasses.replace(rel, config={**rel.config, "sweep": {"name": context.sweep, "task": key}})
@@ -98,6 +106,21 @@ def planned_release(config: dict):
     name, request = task_request(config)
     plan = registry.mechanism(name).plan(request, DataInfo.from_registry(request.dataset, config["settings"].get("profile")))
     return plan.data_name, plan.partition, plan.adjacency, plan.event, planned_noise_tail(plan)
+
+
+def planned_rows(config: dict, data_dir: str | None = None, ledger_path=None):
+    """The source rows (:mod:`dpaudit.data.rows`) a ``train`` task's release will read, from its
+    mechanism's own data loading as the run does it, so that the coordinator reserves exactly the
+    rows the run reads. None when its data cannot be loaded (the task then fails when it runs,
+    releasing nothing)."""
+    name, request = task_request(config, data_dir)
+    mech = registry.mechanism(name)
+    try:
+        request = mech.validate(request)
+        data = mech.load(request, **({"ledger_path": ledger_path} if mech.load_uses_ledger else {}))
+    except (DataError, UsageError):
+        return None
+    return tuple(getattr(data, "rows", None) or ()) or None
 
 
 def planned_event(config: dict):

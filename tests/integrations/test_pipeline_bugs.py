@@ -1,0 +1,128 @@
+"""Planted replicas of three DP-SGD pipeline bugs Opacus does not stop, each found by PipelineCheck (and the
+canaries' record): shuffled epochs cut into binomial-sized batches behind a Poisson-named sampler, an update that
+bypasses the DP optimizer, and non-private fine-tuning after the DP loop. Correct runs get no finding."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from opacus import PrivacyEngine
+from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+from torch import nn
+
+from dpaudit.integrations.opacus import OpacusCanaries
+from dpaudit.integrations.pipeline import NOT_CERTIFIED, PipelineCheck
+
+N, BATCH = 105, 10
+
+
+class UniformWithReplacementSampler(UniformWithReplacementSampler):  # noqa: F811 -- the replica hides behind Opacus's name
+    """Looks like Opacus's Poisson sampler (its class name, its rate, binomial batch sizes) but shuffles a permutation
+    each epoch and cuts it into Bin(N, q)-sized batches: every record exactly once per epoch."""
+
+    def __iter__(self):
+        rng = np.random.default_rng(int(torch.randint(0, 2**31, (1,))))
+        perm, at = rng.permutation(self.num_samples), 0
+        for _ in range(len(self)):
+            size = max(1, int(rng.binomial(self.num_samples, self.sample_rate)))  # no empty batch: default collate
+            yield perm[at:at + size].tolist() if at < self.num_samples else perm[:size].tolist()
+            at += size
+
+
+def _data(n: int = N):
+    g = torch.Generator().manual_seed(1)
+    return torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g))
+
+
+def _setup(seed: int, *, loader=None, poisson: bool = True):
+    torch.manual_seed(seed)
+    model = nn.Linear(4, 2)
+    c = OpacusCanaries(model, canaries=8, seed=1, noise_seed=seed)
+    engine = PrivacyEngine(accountant="rdp")
+    loader = loader or torch.utils.data.DataLoader(_data(), batch_size=BATCH)
+    model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+                                             noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=poisson)
+    c.attach(opt, data_loader=loader)
+    return model, opt, loader, c, PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant)
+
+
+def _train(model, opt, batches, *, bypass_at: int = -1):
+    for i, (x, y) in enumerate(batches):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        (opt.original_optimizer.step if i == bypass_at else opt.step)()
+
+
+def _codes(c, check, model=None) -> set[str]:
+    b = c.audit(model, delta=1e-5, pipeline=check).bounds
+    b.setdefault("findings", [])
+    assert ("certified" in b) is bool(b["findings"]) and b.get("certified", NOT_CERTIFIED) == NOT_CERTIFIED
+    return {f["code"] for f in b["findings"]}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_correct_pipeline_has_no_finding(seed):
+    model, opt, loader, c, check = _setup(seed)
+    for _ in range(3):
+        _train(model, opt, loader)
+    assert _codes(c, check, model) == set()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_shuffled_epochs_with_binomial_sizes(seed):
+    sampler = UniformWithReplacementSampler(num_samples=N, sample_rate=0.1)
+    loader = torch.utils.data.DataLoader(_data(), batch_sampler=sampler)
+    model, opt, loader, c, check = _setup(seed, loader=loader, poisson=False)
+    for _ in range(3):
+        _train(model, opt, loader)
+    codes = _codes(c, check, model)
+    assert "not-poisson-records" in codes and not {"not-poisson", "fixed-batch-size"} & codes  # only the new check sees it
+
+
+def test_batches_drawn_by_another_loader():
+    model, opt, loader, c, check = _setup(0)
+    own = torch.utils.data.DataLoader(_data(), batch_sampler=UniformWithReplacementSampler(num_samples=N, sample_rate=0.1))
+    for _ in range(3):
+        _train(model, opt, own)
+    assert "not-from-loader" in _codes(c, check, model)
+
+
+def test_unclipped_original_optimizer_step():
+    model, opt, loader, c, check = _setup(0)
+    _train(model, opt, loader, bypass_at=4)
+    assert "non-private-update" in _codes(c, check, model)
+    assert check.direct_steps == 1
+
+
+def test_second_optimizer_inside_the_loop():
+    model, opt, loader, c, check = _setup(0)
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(loader):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        (plain.step if i == 3 else opt.step)()
+    assert "non-private-update" in _codes(c, check, model)
+
+
+def test_non_private_fine_tuning_after_the_dp_loop():
+    model, opt, loader, c, check = _setup(0)
+    _train(model, opt, loader)
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _data().tensors
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x), y).backward()
+    plain.step()
+    assert "changed-after-training" in _codes(c, check, model)
+
+
+def test_fine_tuned_copy_scored_instead_of_the_dp_model():
+    model, opt, loader, c, check = _setup(0)
+    _train(model, opt, loader)
+    tuned = copy.deepcopy(model._module)
+    with torch.no_grad():
+        tuned.weight.add_(0.01)
+    assert "changed-after-training" in _codes(c, check, tuned)
+    assert "changed-after-training" not in _codes(c, None, copy.deepcopy(model._module))  # an untouched copy scores the same values

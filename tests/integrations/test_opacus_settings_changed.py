@@ -138,3 +138,17 @@ def test_planned_script_run_with_lowered_noise_fails_verify(tmp_path, monkeypatc
     assert (v.exit_code == 0) is not cheat, v.output
     if cheat:
         assert any(c["name"] == "pipeline" and c["status"] == "FAIL" for c in json.loads(v.stdout)["checks"]), v.stdout
+
+
+def test_noise_removed_behind_the_hooks_is_measured():
+    """The settings stay as declared but the update carries no noise (p.grad reset to the clipped sum)."""
+    def strip(opt, loader):
+        original = opt.add_noise
+
+        def add_noise():
+            original()
+            for p in opt.params:
+                p.grad = p.summed_grad.view_as(p).clone()
+        opt.add_noise = add_noise
+    b = _run(change=strip)
+    assert "too-little-noise" in {f["code"] for f in b["findings"]} and b["certified"] == NOT_CERTIFIED

@@ -26,6 +26,8 @@ mismatch as a :class:`Finding` (code, message, consequence):
 - ``non-private-update``: the DP-optimised parameters changed outside a DP step (``original_optimizer.step()``,
   a second optimizer, a manual edit);
 - ``changed-after-training``: they changed after the last DP step (non-private fine-tuning before the audit);
+- ``too-little-noise``: the noise an update actually carried (its gradient minus the clipped sum, measured at
+  every update) is too small for the declared noise multiplier;
 - ``accountant-history``: the accountant's (noise multiplier, sample rate, steps) history differs from
   the executed one;
 - ``accountant-epsilon``: the script's own accountant reports more than the claimed epsilon (beyond rounding).
@@ -182,6 +184,7 @@ class PipelineCheck:
         self._drawn = None  # what the attached loader's sampler drew
         self._params, self._after_dp = [], []  # the DP-optimised parameters and their values after the last DP step
         self.outside_updates, self.direct_steps = 0, 0
+        self.noise_sums: list[tuple] = []  # per DP update: (squared norm of the noise it carries, coordinates, clipping norm)
         self._dp_step_open = False
 
     # ------------------------------------------------------------------ plain loop
@@ -247,12 +250,25 @@ class PipelineCheck:
         def step(*args, **kwargs):  # every update of the wrapped optimizer, from DPOptimizer.step or called directly
             private, self._dp_step_open = self._dp_step_open, False
             self.direct_steps += not private
+            if private:
+                self._measure_noise(optimizer, mean)
             out = original_step(*args, **kwargs)
             if private:
                 self._snapshot()
             return out
 
         optimizer.clip_and_accumulate, optimizer.add_noise, inner.step = clip_and_accumulate, add_noise, step
+
+    def _measure_noise(self, optimizer, mean: bool) -> None:
+        """The noise this update actually carries: p.grad (undoing Opacus's mean scaling) minus the clipped sum p.summed_grad
+        it was drawn around, summed in squares over all coordinates; under noise of std sigma * C that sum over
+        (sigma C)^2 is chi^2 with one degree per coordinate (sigma: the declared multiplier, C: this step's norm)."""
+        scale = float(optimizer.expected_batch_size * optimizer.accumulated_iterations) if mean else 1.0
+        pairs = [(p.grad, p.summed_grad) for p in self._params if p.grad is not None and getattr(p, "summed_grad", None) is not None]
+        if not pairs:
+            return
+        sq = sum(float((g.detach().double().reshape(-1) * scale - s.detach().double().reshape(-1)).square().sum()) for g, s in pairs)
+        self.noise_sums.append((sq, sum(g.numel() for g, _ in pairs), float(optimizer.max_grad_norm)))
 
     def _snapshot(self) -> None:
         self._after_dp = [p.detach().clone() for p in self._params]
@@ -334,8 +350,24 @@ class PipelineCheck:
                         "records are not included independently per step (e.g. shuffled epochs): the Poisson amplification in "
                         "the accounted epsilon does not apply; see no_amplification_event.")]
 
+    def _noise_findings(self) -> list[Finding]:
+        """Steps whose measured noise is too small for the declared noise multiplier (one-sided chi^2 test,
+        Bonferroni over the steps)."""
+        sigma = self.declared.get("noise_multiplier")
+        if not self.noise_sums or not isinstance(sigma, (int, float)) or not sigma > 0:
+            return []
+        level = FIXED_SIZE_P / len(self.noise_sums)
+        low = [(sq, d, c) for sq, d, c in self.noise_sums if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level]
+        if not low:
+            return []
+        measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
+        return [Finding("too-little-noise", f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to "
+                                            f"{measured:.4g} x the clipping norm, below the declared noise multiplier {sigma:g} "
+                                            f"(each with chance below {level:.3g} under the declared noise).",
+                        "the noise actually added is not the accounted one: no certified epsilon.")]
+
     def _update_findings(self) -> list[Finding]:
-        out = []
+        out = self._noise_findings()
         if self.outside_updates:
             out.append(Finding("non-private-update", f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
                                                      f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",

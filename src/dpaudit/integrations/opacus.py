@@ -48,6 +48,11 @@ def _plain_name(name: str) -> str:
     return name
 
 
+def _at(param, flat):
+    """The values of ``param`` at the flat coordinates ``flat``, on the CPU."""
+    return param.detach().reshape(-1)[flat.to(param.device)].cpu()
+
+
 def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:
     """The checked :class:`~dpaudit.audit_plans.PlanRun` of an Opacus plan (:func:`~dpaudit.audit_plans.open_plan`);
     ``canaries`` / ``tensors``, when given, must be the plan's."""
@@ -187,9 +192,9 @@ class OpacusCanaries:
             self._optimizer = None
 
     def _inject(self, now: dict) -> None:
-        """One step's canaries, at the settings this step runs (``now``, read from the optimizer): each included canary
-        Poisson-sampled at the claimed rate, added as ``max_grad_norm * e_j`` with this step's clipping norm (the
-        sensitivity this step has)."""
+        """One step's canaries at the settings this step runs (``now``, read from the optimizer): each
+        included canary Poisson-sampled at the claimed rate, added as ``max_grad_norm * e_j`` with this
+        step's clipping norm (this step's sensitivity)."""
         self.executed.append(now)
         active = self.included & (self._rng.random(self.m) < self.sample_rate)
         self.sampled += active
@@ -203,8 +208,8 @@ class OpacusCanaries:
             sg = p.summed_grad
             if sg is None:
                 raise UsageError(f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None.")
-            sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), norm, dtype=sg.dtype,
-                                                                             device=sg.device))
+            unit = torch.full((int(on.sum()),), norm, dtype=sg.dtype, device=sg.device)
+            sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], unit)
 
     # ------------------------------------------------------------------ after training
     def scores(self, model: torch.nn.Module | None = None):
@@ -251,7 +256,8 @@ class OpacusCanaries:
         bounds = self._bounds(model, delta, confidence)
         own = self.findings(model)
         if pipeline is not None:
-            bounds.update(pipeline.record(bounds["delta"], claim=self._audited_claim(), claimed_epsilon=bounds["claimed_epsilon"], extra=own))
+            bounds.update(pipeline.record(bounds["delta"], claim=self._audited_claim(),
+                                          claimed_epsilon=bounds["claimed_epsilon"], extra=own))
         elif own:
             bounds.update({"findings": [f.to_dict() for f in own], "certified": NOT_CERTIFIED})
         result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
@@ -263,15 +269,19 @@ class OpacusCanaries:
         return result
 
     def findings(self, model: torch.nn.Module | None = None) -> list:
-        """What the canaries alone see against their claim: steps run at settings other than the declared ones (read
-        at every step), and a scored ``model`` whose canary coordinates are not the DP-trained ones."""
+        """What the canaries alone see against their claim: steps run at settings other than the
+        declared ones (read at every step), and a scored ``model`` whose canary coordinates are not the
+        DP-trained ones."""
         out = setting_findings(self._declared, self.executed)
         named = {} if model is None else {_plain_name(n): p for n, p in model.named_parameters()}
-        moved = [n for n, (_, flat) in self._groups.items() if n in named and named[n] is not self._params[n] and not torch.equal(
-            named[n].detach().reshape(-1)[flat.to(named[n].device)].cpu(), self._params[n].detach().reshape(-1)[flat.to(self._params[n].device)].cpu())]
+        moved = [n for n, (_, flat) in self._groups.items() if n in named and named[n] is not self._params[n]
+                 and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))]
         if moved:
-            out.append(Finding("changed-after-training", f"the scored model's {', '.join(moved)} differ from the DP-trained values at the "
-                                                         f"canary coordinates.", "the audited model is not the DP-trained one: not certified."))
+            out.append(Finding(
+                "changed-after-training",
+                f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
+                f"coordinates.",
+                "the audited model is not the DP-trained one: not certified."))
         return out
 
     def _audited_claim(self):

@@ -23,8 +23,8 @@ mismatch as a :class:`Finding` (code, message, consequence):
 - ``not-from-loader``: the optimizer's batches are not the ones the attached loader drew;
 - ``not-poisson-records``: the per-record inclusion counts of the drawn batches do not fit Poisson sampling
   (e.g. shuffled epochs cut into binomial-sized batches: every record once per epoch);
-- ``non-private-update``: the DP-optimised parameters changed outside a DP step (``original_optimizer.step()``,
-  a second optimizer, a manual edit);
+- ``non-private-update``: the DP-optimised parameters changed outside a DP step
+  (``original_optimizer.step()``, a second optimizer, a manual edit);
 - ``changed-after-training``: they changed after the last DP step (non-private fine-tuning before the audit);
 - ``too-little-noise``: the noise an update actually carried (its gradient minus the clipped sum, measured at
   every update) is too small for the declared noise multiplier;
@@ -49,6 +49,7 @@ from ..errors import DPAuditError, UsageError
 from ..lazy import lazy_import
 np = lazy_import("numpy")
 stats = lazy_import("scipy.stats")
+torch = lazy_import("torch")
 
 #: Below this chance under Poisson sampling, repeated batch sizes are reported as fixed-size batches.
 FIXED_SIZE_P = 1e-6
@@ -86,8 +87,8 @@ def _normaliser_moves(normaliser: float, n: int, q: float) -> bool:
 
 
 #: The per-step settings checked against the declared ones, with the code of a step that differs.
-SETTINGS = (("noise_multiplier", "changed-noise"), ("max_grad_norm", "changed-clipping"), ("sample_rate", "changed-sample-rate"),
-            ("expected_batch_size", "changed-batch-size"))
+SETTINGS = (("noise_multiplier", "changed-noise"), ("max_grad_norm", "changed-clipping"),
+            ("sample_rate", "changed-sample-rate"), ("expected_batch_size", "changed-batch-size"))
 
 
 def _same_setting(a, b) -> bool:
@@ -97,8 +98,9 @@ def _same_setting(a, b) -> bool:
 
 
 def setting_findings(declared: dict, steps: list) -> list[Finding]:
-    """One finding per setting (:data:`SETTINGS`) that some step ran at a value other than ``declared``'s (a
-    missing declared value: the first step's). The claim is the declared event, so such a run is not certified."""
+    """One finding per setting (:data:`SETTINGS`) some step ran at a value other than ``declared``'s
+    (a missing declared value: the first step's). The claim is the declared event, so such a run is
+    not certified."""
     out = []
     for key, code in SETTINGS:
         values = [s[key] for s in steps if s.get(key) is not None]
@@ -106,14 +108,16 @@ def setting_findings(declared: dict, steps: list) -> list[Finding]:
         off = [v for v in values if not _same_setting(v, want)]
         if off:
             seen = sorted({float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str)
-            out.append(Finding(code, f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]} while {want!r} was declared.",
-                               "the claimed event is not the executed run: its epsilon is not certified (the executed "
-                               "composition's is recorded beside it)."))
+            ran = f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]}, declared {want}."
+            out.append(Finding(code, ran,
+                               "the claimed event is not the executed run: its epsilon is not certified "
+                               "(the executed composition's is recorded beside it)."))
     return out
 
 
 def sampler_rate(loader, fallback):
-    """The rate the loader's Poisson sampler draws with now (Opacus's ``batch_sampler.sample_rate``), else ``fallback``."""
+    """The rate ``loader``'s Poisson sampler draws with now (Opacus's ``batch_sampler.sample_rate``),
+    else ``fallback``."""
     q = getattr(getattr(loader, "batch_sampler", None), "sample_rate", None)
     return float(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else fallback
 
@@ -121,12 +125,14 @@ def sampler_rate(loader, fallback):
 def optimizer_settings(optimizer, loader, fallback_rate) -> dict:
     """The settings a ``DPOptimizer`` runs its next noise addition with (read at every step, not once)."""
     return {"noise_multiplier": optimizer.noise_multiplier, "max_grad_norm": optimizer.max_grad_norm,
-            "sample_rate": sampler_rate(loader, fallback_rate), "expected_batch_size": getattr(optimizer, "expected_batch_size", None)}
+            "sample_rate": sampler_rate(loader, fallback_rate),
+            "expected_batch_size": getattr(optimizer, "expected_batch_size", None)}
 
 
 def _record_draws(loader) -> dict | None:
-    """Make ``loader``'s batch sampler record what it draws (per-record counts, batch sizes); None when it has none.
-    Its class is swapped for a same-named subclass whose ``__iter__`` records each batch, then yields it unchanged."""
+    """Make ``loader``'s batch sampler record what it draws (per-record counts, batch sizes); None
+    when it has none. Its class becomes a same-named subclass whose ``__iter__`` records each batch
+    and yields it unchanged."""
     bs = getattr(loader, "batch_sampler", None)
     n = len(getattr(loader, "dataset", ()) or ())
     if bs is None or not n:
@@ -175,16 +181,20 @@ class PipelineCheck:
         self.sample_rate, self.dataset_size, self.data_loader = sample_rate, dataset_size, data_loader
         self.history = None if steps is None else [(noise_multiplier, sample_rate, int(steps))]
         self.max_grad_norm = max_grad_norm
-        self.declared = {"noise_multiplier": noise_multiplier, "max_grad_norm": max_grad_norm, "sample_rate": sample_rate}
-        self.batches: list[tuple] = []  # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
+        self.declared = {"noise_multiplier": noise_multiplier, "max_grad_norm": max_grad_norm,
+                         "sample_rate": sample_rate}
+        # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
+        self.batches: list[tuple] = []
         self.noised: list[dict] = []  # per noise addition: its settings, records, clip calls, backward passes
         self.updates = 0
         self.unnoised_updates = 0
         self._accountant, self._mark = None, 0  # noise additions at the previous update
         self._drawn = None  # what the attached loader's sampler drew
-        self._params, self._after_dp = [], []  # the DP-optimised parameters and their values after the last DP step
+        self._params: list = []  # the DP-optimised parameters
+        self._after_dp: list = []  # their values after the last DP step
         self.outside_updates, self.direct_steps = 0, 0
-        self.noise_sums: list[tuple] = []  # per DP update: (squared norm of the noise it carries, coordinates, clipping norm)
+        # per DP update: (squared norm of the noise it carries, coordinates, clipping norm)
+        self.noise_sums: list[tuple] = []
         self._dp_step_open = False
 
     # ------------------------------------------------------------------ plain loop
@@ -194,8 +204,8 @@ class PipelineCheck:
 
     def noise(self, noise_multiplier: float, max_grad_norm: float, *, sample_rate: float | None = None,
               expected_batch_size: float | None = None) -> None:
-        """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum (``sample_rate``: the
-        rate its batch was drawn at, default the declared one)."""
+        """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum
+        (``sample_rate``: the rate its batch was drawn at, default the declared one)."""
         b = self.batches
         self.noised.append({"noise_multiplier": float(noise_multiplier), "max_grad_norm": float(max_grad_norm),
                             "sample_rate": self.sample_rate if sample_rate is None else float(sample_rate),
@@ -212,10 +222,11 @@ class PipelineCheck:
 
     # ------------------------------------------------------------------ Opacus
     def attach(self, optimizer, *, data_loader, accountant=None) -> "PipelineCheck":
-        """Record ``optimizer`` (a ``DPOptimizer``) through its ``clip_and_accumulate``, ``add_noise`` and its
-        ``original_optimizer.step``; the settings ``make_private`` gave it are the declared ones, each step's
-        are read when it adds noise; ``data_loader``'s sampler records its draws; ``accountant``: the
-        ``PrivacyEngine``'s (its history is compared with the executed steps)."""
+        """Record ``optimizer`` (a ``DPOptimizer``) through its ``clip_and_accumulate``, ``add_noise``
+        and ``original_optimizer.step``: the settings ``make_private`` gave it are the declared ones,
+        each step's are read when it adds noise, the noise each update carries is measured and the
+        parameters are compared between DP steps; ``data_loader``'s sampler records its draws;
+        ``accountant``: the ``PrivacyEngine``'s (its history is compared with the executed steps)."""
         self.data_loader, self._accountant = data_loader, accountant
         self.dataset_size = len(data_loader.dataset)
         self.sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
@@ -247,7 +258,7 @@ class PipelineCheck:
             self._dp_step_open = True
             noise()
 
-        def step(*args, **kwargs):  # every update of the wrapped optimizer, from DPOptimizer.step or called directly
+        def step(*args, **kwargs):  # every update, from DPOptimizer.step or called directly
             private, self._dp_step_open = self._dp_step_open, False
             self.direct_steps += not private
             if private:
@@ -260,22 +271,20 @@ class PipelineCheck:
         optimizer.clip_and_accumulate, optimizer.add_noise, inner.step = clip_and_accumulate, add_noise, step
 
     def _measure_noise(self, optimizer, mean: bool) -> None:
-        """The noise this update actually carries: p.grad (undoing Opacus's mean scaling) minus the clipped sum p.summed_grad
-        it was drawn around, summed in squares over all coordinates; under noise of std sigma * C that sum over
-        (sigma C)^2 is chi^2 with one degree per coordinate (sigma: the declared multiplier, C: this step's norm)."""
+        """The noise this update carries: p.grad (Opacus's mean scaling undone) minus the clipped sum
+        p.summed_grad it was drawn around, summed in squares over all coordinates. Under noise of std
+        sigma C that sum over (sigma C)^2 is chi^2 with one degree per coordinate."""
         scale = float(optimizer.expected_batch_size * optimizer.accumulated_iterations) if mean else 1.0
-        pairs = [(p.grad, p.summed_grad) for p in self._params if p.grad is not None and getattr(p, "summed_grad", None) is not None]
-        if not pairs:
-            return
-        sq = sum(float((g.detach().double().reshape(-1) * scale - s.detach().double().reshape(-1)).square().sum()) for g, s in pairs)
-        self.noise_sums.append((sq, sum(g.numel() for g, _ in pairs), float(optimizer.max_grad_norm)))
+        pairs = [(p.grad.detach().double().reshape(-1), p.summed_grad.detach().double().reshape(-1))
+                 for p in self._params if p.grad is not None and getattr(p, "summed_grad", None) is not None]
+        if pairs:
+            sq = sum(float((g * scale - s).square().sum()) for g, s in pairs)
+            self.noise_sums.append((sq, sum(g.numel() for g, _ in pairs), float(optimizer.max_grad_norm)))
 
     def _snapshot(self) -> None:
         self._after_dp = [p.detach().clone() for p in self._params]
 
     def _params_moved(self) -> bool:
-        import torch
-
         return any(not torch.equal(p.detach(), s) for p, s in zip(self._params, self._after_dp))
 
     def _compare_params(self) -> None:
@@ -291,9 +300,10 @@ class PipelineCheck:
         return self.history or []
 
     def findings(self) -> tuple[Finding, ...]:
-        """Every mismatch found so far (module docstring); parameters are compared with the last DP step's now."""
-        return tuple(self._sampler_findings() + self._draw_findings() + self._normaliser_findings() + self._step_findings()
-                     + self._update_findings() + self._setting_findings())
+        """Every mismatch found so far (module docstring); the parameters are compared with the last
+        DP step's now."""
+        return tuple(self._sampler_findings() + self._draw_findings() + self._normaliser_findings()
+                     + self._step_findings() + self._update_findings() + self._setting_findings())
 
     def _sampler_findings(self) -> list[Finding]:
         out, q = [], self.sample_rate
@@ -323,20 +333,25 @@ class PipelineCheck:
         p = min(1.0, 2 * min(stats.binom.cdf(total, trials, q), stats.binom.sf(total - 1, trials, q)))
         if p >= FIXED_SIZE_P:
             return []
-        return [Finding("sample-rate", f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
-                                       f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
-                        "batches are not drawn at the accounted rate: the accounted epsilon is not certified.")]
+        return [Finding(
+            "sample-rate",
+            f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
+            f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
+            "batches are not drawn at the accounted rate: the accounted epsilon is not certified.")]
 
     def _draw_findings(self) -> list[Finding]:
-        """The loader's draws against what was trained: the same batches, and per-record counts that fit Poisson sampling."""
+        """The loader's draws against what was trained: the same batches, and per-record counts that
+        fit Poisson sampling."""
         d = self._drawn
         if d is None or not self.noised:
             return []
         trained = [x["records"] for x in self.noised]
         if not _boundaries(trained) <= _boundaries(d["sizes"]) or sum(trained) > sum(d["sizes"]):
-            return [Finding("not-from-loader", f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
-                                               f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
-                            "the batches trained on were drawn elsewhere: their sampling is unchecked and not certified.")]
+            return [Finding(
+                "not-from-loader",
+                f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
+                f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
+                "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.")]
         steps = len(d["sizes"])
         if not d["readable"] or steps < 2 or self.sample_rate is None or self.sample_rate >= 1:
             return []
@@ -344,38 +359,45 @@ class PipelineCheck:
         if p >= FIXED_SIZE_P:
             return []
         mode = int(np.bincount(d["counts"]).argmax())
-        return [Finding("not-poisson-records", f"{int((d['counts'] == mode).sum())} of {len(d['counts'])} records were drawn exactly "
-                                               f"{mode} times in {steps} batches; under Poisson sampling at q = {self.sample_rate:.6g} "
-                                               f"that chance is at most {p:.3g}.",
-                        "records are not included independently per step (e.g. shuffled epochs): the Poisson amplification in "
-                        "the accounted epsilon does not apply; see no_amplification_event.")]
+        return [Finding(
+            "not-poisson-records",
+            f"{int((d['counts'] == mode).sum())} of {len(d['counts'])} records were drawn exactly {mode} "
+            f"times in {steps} batches; under Poisson sampling at q = {self.sample_rate:.6g} that chance is "
+            f"at most {p:.3g}.",
+            "records are not included independently per step (e.g. shuffled epochs): the Poisson "
+            "amplification in the accounted epsilon does not apply; see no_amplification_event.")]
 
     def _noise_findings(self) -> list[Finding]:
-        """Steps whose measured noise is too small for the declared noise multiplier (one-sided chi^2 test,
-        Bonferroni over the steps)."""
+        """Updates whose measured noise is too small for the declared noise multiplier (one-sided chi^2
+        test, Bonferroni over the updates)."""
         sigma = self.declared.get("noise_multiplier")
         if not self.noise_sums or not isinstance(sigma, (int, float)) or not sigma > 0:
             return []
         level = FIXED_SIZE_P / len(self.noise_sums)
-        low = [(sq, d, c) for sq, d, c in self.noise_sums if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level]
+        low = [(sq, d, c) for sq, d, c in self.noise_sums
+               if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level]
         if not low:
             return []
         measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
-        return [Finding("too-little-noise", f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to "
-                                            f"{measured:.4g} x the clipping norm, below the declared noise multiplier {sigma:g} "
-                                            f"(each with chance below {level:.3g} under the declared noise).",
-                        "the noise actually added is not the accounted one: no certified epsilon.")]
+        return [Finding(
+            "too-little-noise",
+            f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g} x the "
+            f"clipping norm, below the declared noise multiplier {sigma:g} (each chance below {level:.3g}).",
+            "the noise actually added is not the accounted one: no certified epsilon.")]
 
     def _update_findings(self) -> list[Finding]:
         out = self._noise_findings()
         if self.outside_updates:
-            out.append(Finding("non-private-update", f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
-                                                     f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
-                               "those updates used gradients without clipping and noise: no DP, not certified."))
+            out.append(Finding(
+                "non-private-update",
+                f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
+                f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
+                "those updates used gradients without clipping and noise: no DP, not certified."))
         if self.noised and self._params and self._params_moved():
-            out.append(Finding("changed-after-training", "the DP-optimised parameters changed after the last DP step "
-                                                         "(e.g. non-private fine-tuning).",
-                               "the audited model is not the DP-trained one: not certified."))
+            out.append(Finding(
+                "changed-after-training",
+                "the DP-optimised parameters changed after the last DP step (e.g. non-private fine-tuning).",
+                "the audited model is not the DP-trained one: not certified."))
         return out
 
     def _normaliser_findings(self) -> list[Finding]:
@@ -417,7 +439,8 @@ class PipelineCheck:
         return self._merged([(x["noise_multiplier"], x["sample_rate"], 1) for x in self.noised])
 
     def executed_event(self):
-        """The composition the run executed: one SubsampledGaussian per run of equal (noise multiplier, sample rate)."""
+        """The composition the run executed: one SubsampledGaussian per run of equal (noise
+        multiplier, sample rate)."""
         parts = [SubsampledGaussian(s, q, t) for s, q, t in self._executed_history()]
         return parts[0] if len(parts) == 1 else Composed(tuple(parts))
 
@@ -447,12 +470,14 @@ class PipelineCheck:
         sigma = min(x["noise_multiplier"] for x in self.noised)
         return SubsampledGaussian(sigma, 1.0, self.epochs())
 
-    def record(self, delta: float, *, accountant: str = "rdp", claim=None, claimed_epsilon: float | None = None, extra=()) -> dict:
-        """What goes in the audit record: ``findings`` (and the attached accountant's epsilon); with any, ``certified`` =
-        NOT_CERTIFIED, the executed composition's epsilon when a step's settings or the accountant disagree with the
-        claim, and for non-Poisson batches the no-amplification epsilon beside the claimed Poisson one. ``claim`` /
-        ``claimed_epsilon``: the audited claim, which the script's accountant must not exceed; ``extra``: findings made
-        elsewhere (the canaries'), kept when their code is not already found here."""
+    def record(self, delta: float, *, accountant: str = "rdp", claim=None,
+               claimed_epsilon: float | None = None, extra=()) -> dict:
+        """What goes in the audit record: ``findings`` (and the attached accountant's epsilon); with
+        any, ``certified`` = NOT_CERTIFIED, the executed composition's epsilon when a step's settings or
+        the accountant disagree with the claim, and for non-Poisson batches the no-amplification
+        epsilon beside the claimed Poisson one. ``claim`` / ``claimed_epsilon``: the audited claim,
+        which the script's accountant must not exceed; ``extra``: findings made elsewhere (the
+        canaries'), kept when their code is not already found here."""
         acc_eps = self._accountant_epsilon(delta)
         found = list(self.findings()) + self._epsilon_findings(acc_eps, claim, claimed_epsilon, delta)
         found += [f for f in extra if f.code not in {g.code for g in found}]
@@ -466,11 +491,13 @@ class PipelineCheck:
         if codes & _EXECUTED_CODES and self.noised:
             ev = self.executed_event()
             out["executed"] = {"event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
-                               "label": "the composition the steps executed (settings read at every step); not certified"}
+                               "label": "the composition the steps executed (settings read at every step); "
+                                        "not certified"}
         if codes & _NON_POISSON_CODES and self.noised:
             ev = self.no_amplification_event()
-            out["no_amplification"] = {"event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
-                                       "label": "upper bound without amplification (each record once per epoch); not certified"}
+            out["no_amplification"] = {
+                "event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
+                "label": "upper bound without amplification (each record once per epoch); not certified"}
         return out
 
     def _accountant_epsilon(self, delta: float) -> float | None:
@@ -479,17 +506,20 @@ class PipelineCheck:
         return float(self._accountant.get_epsilon(delta))
 
     def _epsilon_findings(self, acc_eps, claim, claimed_epsilon, delta) -> list[Finding]:
-        """The script's accountant must not report more than the claim: the claimed epsilon, or that accountant's own
-        figure for the claimed event (its formula and grid), whichever is larger, up to float rounding."""
+        """The script's accountant must not report more than the claim: the claimed epsilon, or that
+        accountant's own figure for the claimed event (its formula and grid), whichever is larger, up
+        to float rounding."""
         if acc_eps is None or claimed_epsilon is None:
             return []
         same = _same_accountant_epsilon(self._accountant, claim, delta)
         ref = max(float(claimed_epsilon), same if same is not None else float(claimed_epsilon))
         if acc_eps <= ref * (1 + _EPS_ROUNDING) + _EPS_ROUNDING:
             return []
-        return [Finding("accountant-epsilon", f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
-                                              f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
-                        "the claim understates what the run spent: not certified.")]
+        return [Finding(
+            "accountant-epsilon",
+            f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
+            f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
+            "the claim understates what the run spent: not certified.")]
 
 
 _EXECUTED_CODES = frozenset({code for _, code in SETTINGS} | {"accountant-history", "accountant-epsilon"})
@@ -500,13 +530,13 @@ _EPS_ROUNDING = 1e-6
 def _epsilon_or_none(event, delta: float, accountant: str) -> float | None:
     try:
         return float(compute_epsilon(event, delta=delta, accountant=accountant).epsilon)
-    except DPAuditError:  # an executed setting no accountant covers (e.g. noise multiplier 0): no figure
+    except DPAuditError:  # a setting the accountant does not cover (e.g. noise multiplier 0): no figure
         return None
 
 
 def _same_accountant_epsilon(acc, claim, delta: float) -> float | None:
-    """A fresh accountant of ``acc``'s class given only the claimed event's history (None: not a Poisson-Gaussian claim,
-    or an accountant class that cannot be rebuilt)."""
+    """A fresh accountant of ``acc``'s class given only the claimed event's history (None: not a
+    Poisson-Gaussian claim, or an accountant class that cannot be rebuilt)."""
     if not isinstance(claim, SubsampledGaussian):
         return None
     try:

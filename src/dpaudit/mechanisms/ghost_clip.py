@@ -148,9 +148,11 @@ def _layer_calls(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tens
     return {n: [(a, next(grads)) for a, _, _, _ in calls] for n, calls in seen.items() if calls}
 
 
-def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str, *, copied: frozenset) -> tuple[dict, object]:
-    """One forward pass recording each layer call's (input, its version, output, its version); the layers named in
-    ``copied`` hand a copy of their output to the rest of the model. Returns (calls by layer, summed loss)."""
+def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str, *,
+             copied: frozenset) -> tuple[dict, object]:
+    """One forward pass recording each layer call's (input, its version, output, its version); the
+    layers named in ``copied`` hand a copy of their output to the rest of the model. Returns (calls
+    by layer, summed loss)."""
     seen: dict = {n: [] for n in layers}
 
     def hook(name):
@@ -167,8 +169,8 @@ def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, 
             h.remove()
     for name, calls in seen.items():
         if any(a._version != v for a, v, _, _ in calls):
-            raise UsageError(f"model must not modify a layer's input in place (ghost clipping), got {name}'s input modified "
-                             f"after {name} read it.")
+            raise UsageError(f"model must not modify a layer's input in place (ghost clipping), got {name}'s "
+                             f"input modified after {name} read it.")
     return seen, value
 
 

@@ -146,21 +146,22 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
 
 
 def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
-    return [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)] + _pipeline_checks(audits)
+    checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    return checks + _pipeline_checks(audits)
 
 
 def _pipeline_checks(audits) -> list[Check]:
-    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings or is marked
-    not certified: its claim is not the executed run's, whatever its bound says."""
+    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings
+    or is marked not certified: its claim is not the executed run's, whatever its bound says."""
     out = []
     for rec in audits:
         if "findings" not in rec and "certified" not in rec:
             continue
         codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
         bad = codes or rec.get("certified") is not None
+        why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
         out.append(Check("pipeline", str(rec.get("id"))[:12], "FAIL" if bad else "pass",
-                         f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}" if bad
-                         else "no pipeline findings"))
+                         why if bad else "no pipeline findings"))
     return out
 
 

@@ -23,19 +23,22 @@ runner = CliRunner()
 
 
 def _run(n: int = 105, *, change=None, epochs: int = 2, pipeline: bool = True):
-    """Opacus on n records, canaries (and the check) attached right after make_private, as `audit opacus` does;
+    """Opacus on n records, canaries (and the check) attached right after make_private, as
+    `audit opacus` does;
     ``change(opt, loader)`` runs after attach, before training."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
-    data = torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g))
+    data = torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g),
+                                          torch.randint(0, 2, (n,), generator=g))
     model = nn.Linear(4, 2)
     c = OpacusCanaries(model, canaries=8, seed=1, noise_seed=3)
     engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                                             data_loader=torch.utils.data.DataLoader(data, batch_size=10),
-                                             noise_multiplier=1.0, max_grad_norm=1.0)
+    model, opt, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=torch.utils.data.DataLoader(data, batch_size=10), noise_multiplier=1.0, max_grad_norm=1.0)
     c.attach(opt, data_loader=loader)
-    check = PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant) if pipeline else None
+    check = PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant) if pipeline \
+        else None
     if change is not None:
         change(opt, loader)
     for _ in range(epochs):
@@ -58,7 +61,8 @@ def test_noise_multiplier_lowered_after_make_private_is_a_finding():
     assert b["executed"]["epsilon"] > 1000 and b["executed"]["event"]["noise_multiplier"] == 0.05
 
 
-@pytest.mark.parametrize("attr,value,code", [("noise_multiplier", 0.05, "changed-noise"), ("max_grad_norm", 5.0, "changed-clipping"),
+@pytest.mark.parametrize("attr,value,code", [("noise_multiplier", 0.05, "changed-noise"),
+                                             ("max_grad_norm", 5.0, "changed-clipping"),
                                              ("expected_batch_size", 3, "changed-batch-size")])
 def test_each_setting_is_checked_by_the_canaries_alone(attr, value, code):
     b = _run(change=_set(attr, value), pipeline=False)
@@ -89,7 +93,8 @@ def test_noise_changed_midway_is_a_finding():
 def test_an_unchanged_run_has_no_findings(seed):
     torch.manual_seed(seed)
     b = _run(n=105 + 11 * seed)  # int(N q) unchanged by one record more or fewer
-    assert b["findings"] == [] and "certified" not in b and b["accountant_epsilon"] == pytest.approx(b["claimed_epsilon"], rel=1e-9)
+    assert b["findings"] == [] and "certified" not in b
+    assert b["accountant_epsilon"] == pytest.approx(b["claimed_epsilon"], rel=1e-9)
 
 
 SCRIPT = textwrap.dedent('''
@@ -104,9 +109,9 @@ SCRIPT = textwrap.dedent('''
     data = torch.utils.data.TensorDataset(x, torch.randint(0, 2, (105,), generator=g))
     model = nn.Linear(204, 2)
     engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
-                                             data_loader=torch.utils.data.DataLoader(data, batch_size=10),
-                                             noise_multiplier=0.8, max_grad_norm=1.0)
+    model, opt, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
+        data_loader=torch.utils.data.DataLoader(data, batch_size=10), noise_multiplier=0.8, max_grad_norm=1.0)
     if "--cheat" in sys.argv:
         opt.noise_multiplier = 0.05
     for xb, yb in loader:
@@ -125,10 +130,12 @@ def test_planned_script_run_with_lowered_noise_fails_verify(tmp_path, monkeypatc
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(sg.keygen("auditor").path))
     with open_ledger(None) as led:
         led.register_key()
-    r = runner.invoke(app, ["audit", "plan", "opacus", "--noise-multiplier", "0.8", "--sample-rate", str(1 / 11), "--epochs", "1",
-                            "--delta", "1e-5", "--canaries", "50", "--tensors", "weight", "--out", "p"])
+    r = runner.invoke(app, ["audit", "plan", "opacus", "--noise-multiplier", "0.8",
+                            "--sample-rate", str(1 / 11), "--epochs", "1", "--delta", "1e-5", "--canaries", "50", "--tensors", "weight",
+                            "--out", "p"])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["audit", "opacus", "train.py", "--plan", "p/plan.json", "--", *(["--cheat"] if cheat else [])])
+    r = runner.invoke(app, ["audit", "opacus", "train.py", "--plan", "p/plan.json", "--",
+                            *(["--cheat"] if cheat else [])])
     assert r.exit_code == 0, r.output
     rec = json.loads((tmp_path / "p" / "one_run.json").read_text())
     assert ("changed-noise" in {f["code"] for f in rec["findings"]}) is cheat
@@ -137,7 +144,8 @@ def test_planned_script_run_with_lowered_noise_fails_verify(tmp_path, monkeypatc
     v = runner.invoke(app, ["verify", "b", "--json"])
     assert (v.exit_code == 0) is not cheat, v.output
     if cheat:
-        assert any(c["name"] == "pipeline" and c["status"] == "FAIL" for c in json.loads(v.stdout)["checks"]), v.stdout
+        checks = json.loads(v.stdout)["checks"]
+        assert any(c["name"] == "pipeline" and c["status"] == "FAIL" for c in checks), v.stdout
 
 
 def test_noise_removed_behind_the_hooks_is_measured():

@@ -1,6 +1,7 @@
 """Planted replicas of three DP-SGD pipeline bugs Opacus does not stop, each found by PipelineCheck (and the
-canaries' record): shuffled epochs cut into binomial-sized batches behind a Poisson-named sampler, an update that
-bypasses the DP optimizer, and non-private fine-tuning after the DP loop. Correct runs get no finding."""
+canaries' record): shuffled epochs cut into binomial-sized batches behind a Poisson-named sampler,
+an update that bypasses the DP optimizer, and non-private fine-tuning after the DP loop. Correct runs
+get no finding."""
 
 from __future__ import annotations
 
@@ -19,22 +20,24 @@ from dpaudit.integrations.pipeline import NOT_CERTIFIED, PipelineCheck
 N, BATCH = 105, 10
 
 
-class UniformWithReplacementSampler(UniformWithReplacementSampler):  # noqa: F811 -- the replica hides behind Opacus's name
-    """Looks like Opacus's Poisson sampler (its class name, its rate, binomial batch sizes) but shuffles a permutation
-    each epoch and cuts it into Bin(N, q)-sized batches: every record exactly once per epoch."""
+class UniformWithReplacementSampler(UniformWithReplacementSampler):  # noqa: F811 -- hides behind the name
+    """Looks like Opacus's Poisson sampler (its class name, its rate, binomial batch sizes) but shuffles a
+    permutation each epoch and cuts it into Bin(N, q)-sized batches: every record exactly once per epoch."""
 
     def __iter__(self):
         rng = np.random.default_rng(int(torch.randint(0, 2**31, (1,))))
         perm, at = rng.permutation(self.num_samples), 0
         for _ in range(len(self)):
-            size = max(1, int(rng.binomial(self.num_samples, self.sample_rate)))  # no empty batch: default collate
+            # no empty batch: the default collate refuses one
+            size = max(1, int(rng.binomial(self.num_samples, self.sample_rate)))
             yield perm[at:at + size].tolist() if at < self.num_samples else perm[:size].tolist()
             at += size
 
 
 def _data(n: int = N):
     g = torch.Generator().manual_seed(1)
-    return torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g))
+    return torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g),
+                                          torch.randint(0, 2, (n,), generator=g))
 
 
 def _setup(seed: int, *, loader=None, poisson: bool = True):
@@ -43,10 +46,12 @@ def _setup(seed: int, *, loader=None, poisson: bool = True):
     c = OpacusCanaries(model, canaries=8, seed=1, noise_seed=seed)
     engine = PrivacyEngine(accountant="rdp")
     loader = loader or torch.utils.data.DataLoader(_data(), batch_size=BATCH)
-    model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
-                                             noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=poisson)
+    model, opt, loader = engine.make_private(
+        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
+        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=poisson)
     c.attach(opt, data_loader=loader)
-    return model, opt, loader, c, PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant)
+    check = PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant)
+    return model, opt, loader, c, check
 
 
 def _train(model, opt, batches, *, bypass_at: int = -1):
@@ -79,12 +84,14 @@ def test_shuffled_epochs_with_binomial_sizes(seed):
     for _ in range(3):
         _train(model, opt, loader)
     codes = _codes(c, check, model)
-    assert "not-poisson-records" in codes and not {"not-poisson", "fixed-batch-size"} & codes  # only the new check sees it
+    # only the per-record check sees it
+    assert "not-poisson-records" in codes and not {"not-poisson", "fixed-batch-size"} & codes
 
 
 def test_batches_drawn_by_another_loader():
     model, opt, loader, c, check = _setup(0)
-    own = torch.utils.data.DataLoader(_data(), batch_sampler=UniformWithReplacementSampler(num_samples=N, sample_rate=0.1))
+    sampler = UniformWithReplacementSampler(num_samples=N, sample_rate=0.1)
+    own = torch.utils.data.DataLoader(_data(), batch_sampler=sampler)
     for _ in range(3):
         _train(model, opt, own)
     assert "not-from-loader" in _codes(c, check, model)
@@ -125,4 +132,5 @@ def test_fine_tuned_copy_scored_instead_of_the_dp_model():
     with torch.no_grad():
         tuned.weight.add_(0.01)
     assert "changed-after-training" in _codes(c, check, tuned)
-    assert "changed-after-training" not in _codes(c, None, copy.deepcopy(model._module))  # an untouched copy scores the same values
+    # an untouched copy scores the same values
+    assert "changed-after-training" not in _codes(c, None, copy.deepcopy(model._module))

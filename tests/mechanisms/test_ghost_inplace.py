@@ -1,5 +1,5 @@
-"""Ghost clipping with in-place operations after (or on the input of) a covered layer: the clipped sums equal the
-per-example reference (vmap) kernel, or the model is refused in one line naming the layer."""
+"""Ghost clipping with in-place operations after (or on the input of) a covered layer: the clipped
+sums equal the per-example reference (vmap) kernel, or the model is refused in one line naming the layer."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ class InplaceAfter(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.fc1, self.act, self.fc2, self.fc3 = nn.Linear(5, 7), nn.ReLU(inplace=True), nn.Linear(7, 6), nn.Linear(6, 3)
+        self.fc1, self.act = nn.Linear(5, 7), nn.ReLU(inplace=True)
+        self.fc2, self.fc3 = nn.Linear(7, 6), nn.Linear(6, 3)
 
     def forward(self, x):
         h = self.act(self.fc1(x))
@@ -36,7 +37,7 @@ class ConvInplace(nn.Module):
 
 
 class InputRewritten(nn.Module):
-    """fc2's input is rewritten in place after fc2 has read it: the weight gradient needs the value fc2 saw."""
+    """fc2's input is rewritten in place after fc2 read it: its weight gradient needs the value fc2 saw."""
 
     def __init__(self):
         super().__init__()
@@ -54,7 +55,8 @@ def _case(module, shape, k, seed=0):
     module = module.double()
     g = torch.Generator().manual_seed(seed + 1)
     x = torch.randn((10, *shape), generator=g, dtype=torch.float64) * 2
-    return module, {n: p.detach() for n, p in module.named_parameters()}, x, torch.randint(0, k, (10,), generator=g)
+    y = torch.randint(0, k, (10,), generator=g)
+    return module, {n: p.detach() for n, p in module.named_parameters()}, x, y
 
 
 @pytest.mark.parametrize("ghost", [True, False])
@@ -76,5 +78,6 @@ def test_inplace_activations_give_the_reference_sums(monkeypatch, make, shape, k
 
 def test_a_layer_input_rewritten_in_place_is_refused_naming_the_layer():
     module, params, x, y = _case(InputRewritten(), (5,), 3)
-    with pytest.raises(UsageError, match=r"^model must not modify a layer's input in place \(ghost clipping\), got fc2's input"):
+    says = r"^model must not modify a layer's input in place \(ghost clipping\), got fc2's input"
+    with pytest.raises(UsageError, match=says):
         ghost_clip.ghost_clipped_sum(module, x, y, 0.5)

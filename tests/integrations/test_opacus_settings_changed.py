@@ -160,3 +160,14 @@ def test_noise_removed_behind_the_hooks_is_measured():
         opt.add_noise = add_noise
     b = _run(change=strip)
     assert "too-little-noise" in {f["code"] for f in b["findings"]} and b["certified"] == NOT_CERTIFIED
+
+
+def test_the_cli_shows_the_executed_epsilon(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    r = runner.invoke(app, ["audit", "opacus", "train.py", "--canaries", "20", "--tensors", "weight", "--out", "o",
+                            "--", "--cheat"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads((tmp_path / "o" / "one_run.json").read_text())
+    assert rec["executed"]["epsilon"] > 1000 and f"the executed steps: eps {rec['executed']['epsilon']}" in r.output
+    assert "pipeline finding changed-noise" in r.output and "pipeline finding accountant-epsilon" in r.output

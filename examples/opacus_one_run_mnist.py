@@ -107,8 +107,8 @@ def main() -> None:
                           "noise_multiplier": optimizer.noise_multiplier}), flush=True)
         return
     t = time.perf_counter()
-    # dpaudit: the analysis with the pipeline findings (the check's and the canaries' own); under a plan the planned
-    # analysis, one_run.json (plan id, revealed seeds) beside plan.json and its digest in the ledger
+    # dpaudit: the analysis with the pipeline findings (the check's and the canaries' own); under a plan
+    # the planned analysis, one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
     bounds = canaries.audit(model, delta=None if a.plan else a.delta, pipeline=check).bounds
     analysis = time.perf_counter() - t
     print(json.dumps({"train_seconds": round(seconds, 1), "analysis_seconds": round(analysis, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),

@@ -131,8 +131,8 @@ def test_planned_script_run_with_lowered_noise_fails_verify(tmp_path, monkeypatc
     with open_ledger(None) as led:
         led.register_key()
     r = runner.invoke(app, ["audit", "plan", "opacus", "--noise-multiplier", "0.8",
-                            "--sample-rate", str(1 / 11), "--epochs", "1", "--delta", "1e-5", "--canaries", "50", "--tensors", "weight",
-                            "--out", "p"])
+                            "--sample-rate", str(1 / 11), "--epochs", "1", "--delta", "1e-5",
+                            "--canaries", "50", "--tensors", "weight", "--out", "p"])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["audit", "opacus", "train.py", "--plan", "p/plan.json", "--",
                             *(["--cheat"] if cheat else [])])
@@ -165,9 +165,10 @@ def test_noise_removed_behind_the_hooks_is_measured():
 def test_the_cli_shows_the_executed_epsilon(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(SCRIPT)
-    r = runner.invoke(app, ["audit", "opacus", "train.py", "--canaries", "20", "--tensors", "weight", "--out", "o",
-                            "--", "--cheat"])
+    r = runner.invoke(app, ["audit", "opacus", "train.py", "--canaries", "20", "--tensors", "weight",
+                            "--out", "o", "--", "--cheat"])
     assert r.exit_code == 0, r.output
     rec = json.loads((tmp_path / "o" / "one_run.json").read_text())
-    assert rec["executed"]["epsilon"] > 1000 and f"the executed steps: eps {rec['executed']['epsilon']}" in r.output
+    assert rec["executed"]["epsilon"] > 1000
+    assert f"the executed steps: eps {rec['executed']['epsilon']}" in r.output
     assert "pipeline finding changed-noise" in r.output and "pipeline finding accountant-epsilon" in r.output

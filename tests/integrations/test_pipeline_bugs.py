@@ -15,7 +15,7 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch import nn
 
 from dpaudit.integrations.opacus import OpacusCanaries
-from dpaudit.integrations.pipeline import NOT_CERTIFIED, PipelineCheck
+from dpaudit.integrations.pipeline import NOT_CERTIFIED, PipelineCheck, inclusion_count_test
 
 N, BATCH = 105, 10
 
@@ -134,3 +134,15 @@ def test_fine_tuned_copy_scored_instead_of_the_dp_model():
     assert "changed-after-training" in _codes(c, check, tuned)
     # an untouched copy scores the same values
     assert "changed-after-training" not in _codes(c, None, copy.deepcopy(model._module))
+
+
+def test_inclusion_count_test_half_epoch_and_honest_draws():
+    """Half an epoch of shuffled batches (no record twice) is far from Poisson; Poisson draws are not."""
+    rng = np.random.default_rng(0)
+    n, q, steps = 2000, 0.02, 25
+    counts = np.zeros(n, dtype=np.int64)
+    counts[rng.permutation(n)[:steps * 40]] = 1
+    assert inclusion_count_test(counts, steps=steps, q=q)[0] < 1e-6
+    draws = [(rng.random((steps, n)) < q).sum(0) for _ in range(50)]
+    honest = [inclusion_count_test(c, steps=steps, q=q)[0] for c in draws]
+    assert min(honest) > 1e-4

@@ -43,7 +43,8 @@ def command(
     for f in b["findings"]:
         console.print(f"[bold red]pipeline finding {f['code']}:[/] {f['message']} {f['consequence']}", highlight=False, soft_wrap=True)
     if b.get("executed"):
-        console.print(f"the executed steps: eps {b['executed']['epsilon']} ({b['executed']['label']})", highlight=False)
+        ran = b["executed"]
+        console.print(f"the executed steps: eps {ran['epsilon']} ({ran['label']})", highlight=False)
     if b.get("no_amplification"):
         console.print(f"without amplification: eps {b['no_amplification']['epsilon']:.3f} ({b['no_amplification']['label']})", highlight=False)
     console.print(f"pipeline: {b.get('certified', 'no findings')}", highlight=False)

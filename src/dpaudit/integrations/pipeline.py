@@ -73,12 +73,28 @@ class Finding:
 def fixed_size_chance(sizes, *, n: int, q: float) -> float:
     """Union bound on the chance, under Poisson sampling at rate ``q`` from ``n`` records, that as many of
     the logical batches as observed share their most common size: sum_b P[Bin(T, p_b) >= k], with
-    p_b = P[Bin(n, q) = b], T batches and k the count of the modal size (capped at 1). The same bound holds
-    for the per-record inclusion counts of T Poisson steps (``n`` = T, one value per record)."""
+    p_b = P[Bin(n, q) = b], T batches and k the count of the modal size (capped at 1)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     k = int(np.bincount(sizes).max())
     p_b = stats.binom.pmf(np.arange(n + 1), n, q)
     return float(min(1.0, stats.binom.sf(k - 1, len(sizes), p_b).sum()))
+
+
+def inclusion_count_test(counts, *, steps: int, q: float) -> tuple[float, int]:
+    """(chance, cell) under Poisson sampling, where each of N records is in each of ``steps`` batches
+    independently with probability ``q``: the number of records drawn exactly b times is then exactly
+    Bin(N, P[Bin(steps, q) = b]). Cells b = 0 .. B-1 and "B or more" (B fixed by ``steps``, q and N
+    alone), a two-sided test per cell, Bonferroni over the cells; ``cell``: the most extreme one."""
+    counts = np.asarray(counts, dtype=np.int64)
+    n = counts.size
+    tail = stats.binom.sf(np.arange(steps + 1) - 1, steps, q)  # P[Bin(steps, q) >= b]
+    top = int(np.argmax(tail * n < 1e-9)) if (tail * n < 1e-9).any() else steps  # later cells: expected empty
+    p = np.append(stats.binom.pmf(np.arange(top), steps, q), tail[top])
+    below = np.bincount(np.minimum(counts, top), minlength=top + 1)[:top]
+    seen = np.append(below, int((counts >= top).sum()))
+    two = 2 * np.minimum(stats.binom.cdf(seen, n, p), stats.binom.sf(seen - 1, n, p))
+    cell = int(np.argmin(two))
+    return float(min(1.0, two[cell] * (top + 1))), cell
 
 
 def _normaliser_moves(normaliser: float, n: int, q: float) -> bool:
@@ -355,15 +371,17 @@ class PipelineCheck:
         steps = len(d["sizes"])
         if not d["readable"] or steps < 2 or self.sample_rate is None or self.sample_rate >= 1:
             return []
-        p = fixed_size_chance(d["counts"], n=steps, q=float(self.sample_rate))
+        if getattr(self.data_loader.batch_sampler, "num_replicas", 1) != 1:  # a rank's shard: others count 0
+            return []
+        q = float(self.sample_rate)
+        p, b = inclusion_count_test(d["counts"], steps=steps, q=q)
         if p >= FIXED_SIZE_P:
             return []
-        mode = int(np.bincount(d["counts"]).argmax())
+        k, want = int((d["counts"] == b).sum()), len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
         return [Finding(
             "not-poisson-records",
-            f"{int((d['counts'] == mode).sum())} of {len(d['counts'])} records were drawn exactly {mode} "
-            f"times in {steps} batches; under Poisson sampling at q = {self.sample_rate:.6g} that chance is "
-            f"at most {p:.3g}.",
+            f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
+            f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g}).",
             "records are not included independently per step (e.g. shuffled epochs): the Poisson "
             "amplification in the accounted epsilon does not apply; see no_amplification_event.")]
 

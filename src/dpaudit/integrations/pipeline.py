@@ -119,9 +119,7 @@ def setting_findings(declared: dict, steps: list) -> list[Finding]:
     not certified."""
     out = []
     for key, code in SETTINGS:
-        values = [s[key] for s in steps if s.get(key) is not None]
-        want = declared.get(key) if declared.get(key) is not None else (values[0] if values else None)
-        off = [v for v in values if not _same_setting(v, want)]
+        want, off = _off_setting(key, declared, steps)
         if off:
             seen = sorted({float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str)
             ran = f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]}, declared {want}."
@@ -129,6 +127,13 @@ def setting_findings(declared: dict, steps: list) -> list[Finding]:
                                "the claimed event is not the executed run: its epsilon is not certified "
                                "(the executed composition's is recorded beside it)."))
     return out
+
+
+def _off_setting(key: str, declared: dict, steps: list) -> tuple:
+    """(the declared value of ``key``, the step values that differ from it)."""
+    values = [s[key] for s in steps if s.get(key) is not None]
+    want = declared.get(key) if declared.get(key) is not None else (values[0] if values else None)
+    return want, [v for v in values if not _same_setting(v, want)]
 
 
 def sampler_rate(loader, fallback):
@@ -368,12 +373,17 @@ class PipelineCheck:
                 f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
                 f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
                 "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.")]
-        steps = len(d["sizes"])
-        if not d["readable"] or steps < 2 or self.sample_rate is None or self.sample_rate >= 1:
-            return []
-        if getattr(self.data_loader.batch_sampler, "num_replicas", 1) != 1:  # a rank's shard: others count 0
-            return []
-        q = float(self.sample_rate)
+        return self._inclusion_findings(d) if self._counts_testable(d) else []
+
+    def _counts_testable(self, d: dict) -> bool:
+        """Record positions were read, over two draws or more, at a rate below 1, from one whole dataset
+        (a distributed sampler draws one rank's shard: the other records count 0 there)."""
+        q = self.sample_rate
+        return d["readable"] and len(d["sizes"]) >= 2 and q is not None and q < 1 and \
+            getattr(self.data_loader.batch_sampler, "num_replicas", 1) == 1
+
+    def _inclusion_findings(self, d: dict) -> list[Finding]:
+        steps, q = len(d["sizes"]), float(self.sample_rate)
         p, b = inclusion_count_test(d["counts"], steps=steps, q=q)
         if p >= FIXED_SIZE_P:
             return []
@@ -505,7 +515,12 @@ class PipelineCheck:
         if not found:
             return out
         out["certified"] = NOT_CERTIFIED
-        codes = {f.code for f in found}
+        return {**out, **self._figures({f.code for f in found}, delta, accountant)}
+
+    def _figures(self, codes: set, delta: float, accountant: str) -> dict:
+        """The epsilons recorded beside the claim: the executed composition's when the settings or the
+        accountant disagree with it, the no-amplification bound for non-Poisson batches."""
+        out: dict = {}
         if codes & _EXECUTED_CODES and self.noised:
             ev = self.executed_event()
             out["executed"] = {"event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),

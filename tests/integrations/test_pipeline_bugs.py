@@ -15,7 +15,8 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch import nn
 
 from dpaudit.integrations.opacus import OpacusCanaries
-from dpaudit.integrations.pipeline import NOT_CERTIFIED, PipelineCheck, inclusion_count_test
+from dpaudit.integrations.pipeline import (NOT_CERTIFIED, PipelineCheck, inclusion_count_test,
+                                           trained_from_draws)
 
 N, BATCH = 105, 10
 
@@ -146,3 +147,19 @@ def test_inclusion_count_test_half_epoch_and_honest_draws():
     draws = [(rng.random((steps, n)) < q).sum(0) for _ in range(50)]
     honest = [inclusion_count_test(c, steps=steps, q=q)[0] for c in draws]
     assert min(honest) > 1e-4
+
+
+def test_a_peeked_batch_is_not_a_finding():
+    """Drawing a batch to look at it (never trained) leaves the trained batches the loader's own."""
+    model, opt, loader, c, check = _setup(0)
+    next(iter(loader))
+    for _ in range(2):
+        _train(model, opt, loader)
+    assert _codes(c, check, model) == set()
+
+
+def test_trained_from_draws():
+    assert trained_from_draws([3, 0, 5], [3, 0, 2, 3])  # 5 = two consecutive draws (accumulation)
+    assert trained_from_draws([4], [7, 4])  # a draw never trained (a peek) lies before
+    assert not trained_from_draws([3, 4], [3, 5, 2])
+    assert not trained_from_draws([3], [])

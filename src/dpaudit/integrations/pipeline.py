@@ -182,8 +182,27 @@ def _note_draw(drawn: dict, batch) -> None:
         drawn["readable"] = False
 
 
-def _boundaries(sizes) -> set:
-    return {int(c) for c in np.cumsum(np.asarray(sizes, dtype=np.int64))}
+def trained_from_draws(trained, drawn) -> bool:
+    """Each trained logical batch (its record count) is one drawn batch or several consecutive ones,
+    in drawing order; drawn batches never trained (a peek, an evaluation pass) may lie between."""
+    j = 0
+    for records in trained:
+        j = _next_match(int(records), drawn, j)
+        if j < 0:
+            return False
+    return True
+
+
+def _next_match(records: int, drawn, start: int) -> int:
+    """The position after the first run of consecutive drawn batches from ``start`` on whose sizes sum
+    to ``records`` (-1: none)."""
+    for j in range(start, len(drawn)):
+        total, k = drawn[j], j + 1
+        while total < records and k < len(drawn):
+            total, k = total + drawn[k], k + 1
+        if total == records:
+            return k
+    return -1
 
 
 class PipelineCheck:
@@ -367,7 +386,7 @@ class PipelineCheck:
         if d is None or not self.noised:
             return []
         trained = [x["records"] for x in self.noised]
-        if not _boundaries(trained) <= _boundaries(d["sizes"]) or sum(trained) > sum(d["sizes"]):
+        if not trained_from_draws(trained, d["sizes"]):
             return [Finding(
                 "not-from-loader",
                 f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "

@@ -163,3 +163,13 @@ def test_trained_from_draws():
     assert trained_from_draws([4], [7, 4])  # a draw never trained (a peek) lies before
     assert not trained_from_draws([3, 4], [3, 5, 2])
     assert not trained_from_draws([3], [])
+
+
+def test_training_through_a_second_dp_optimizer_with_less_noise():
+    """The hooked optimizer is never stepped: a new DPOptimizer over the same parameters trains instead."""
+    from opacus.optimizers import DPOptimizer
+
+    model, opt, loader, c, check = _setup(0)
+    other = DPOptimizer(opt.original_optimizer, noise_multiplier=0.05, max_grad_norm=1.0, expected_batch_size=BATCH)
+    _train(model, other, loader)
+    assert "changed-after-training" in _codes(c, check, model)

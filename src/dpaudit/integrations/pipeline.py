@@ -440,10 +440,11 @@ class PipelineCheck:
                 f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
                 f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
                 "those updates used gradients without clipping and noise: no DP, not certified."))
-        if self.noised and self._params and self._params_moved():
+        if self._params and self._params_moved():  # since the last DP step, or since attach when none ran
             out.append(Finding(
                 "changed-after-training",
-                "the DP-optimised parameters changed after the last DP step (e.g. non-private fine-tuning).",
+                "the DP-optimised parameters changed after the last DP step, or without any (e.g. non-private "
+                "fine-tuning, another optimizer).",
                 "the audited model is not the DP-trained one: not certified."))
         return out
 

@@ -170,6 +170,7 @@ def test_training_through_a_second_dp_optimizer_with_less_noise():
     from opacus.optimizers import DPOptimizer
 
     model, opt, loader, c, check = _setup(0)
-    other = DPOptimizer(opt.original_optimizer, noise_multiplier=0.05, max_grad_norm=1.0, expected_batch_size=BATCH)
+    other = DPOptimizer(opt.original_optimizer, noise_multiplier=0.05, max_grad_norm=1.0,
+                        expected_batch_size=BATCH)
     _train(model, other, loader)
     assert "changed-after-training" in _codes(c, check, model)

@@ -443,8 +443,8 @@ class PipelineCheck:
         if self._params and self._params_moved():  # since the last DP step, or since attach when none ran
             out.append(Finding(
                 "changed-after-training",
-                "the DP-optimised parameters changed after the last DP step, or without any (e.g. non-private "
-                "fine-tuning, another optimizer).",
+                "the DP-optimised parameters changed after the last DP step, or without any "
+                "(e.g. non-private fine-tuning, another optimizer).",
                 "the audited model is not the DP-trained one: not certified."))
         return out
 

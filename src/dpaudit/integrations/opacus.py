@@ -7,6 +7,12 @@ probability 1/2 (private coin); at every logical step each included canary is Po
 rate Opacus accounts with and, when sampled, ``max_grad_norm * e_j`` is added to ``p.summed_grad``
 before Opacus's own ``add_noise``: one extra add/remove unit of sensitivity ``max_grad_norm``.
 
+**The claim is the declared run.** :meth:`OpacusCanaries.claim` is built from the settings the optimizer
+had at ``attach`` (what ``make_private`` set); the settings are read again at every step (the canary uses
+that step's clipping norm) and a step run at others is a finding of :meth:`OpacusCanaries.audit`, whose
+record is then not certified (with a :class:`~dpaudit.integrations.pipeline.PipelineCheck`, so are the
+check's findings, the script accountant's epsilon above the claim among them).
+
 **What is not changed.** Opacus's noise (``optimizer.generator`` or the global torch generator;
 the canary draws come from a separate NumPy generator), its noise multiplier, clipping, scaling
 and its accountant hook (``step_hook``) are untouched. The canary coins and draws come from

@@ -31,7 +31,6 @@ import torch
 from opacus import PrivacyEngine
 from torch import nn
 
-from dpaudit.audits.one_run import one_run_bounds  # dpaudit
 from dpaudit.data import load_dataset
 from dpaudit.integrations.opacus import OpacusCanaries  # dpaudit
 from dpaudit.integrations.pipeline import PipelineCheck  # dpaudit
@@ -108,11 +107,9 @@ def main() -> None:
                           "noise_multiplier": optimizer.noise_multiplier}), flush=True)
         return
     t = time.perf_counter()
-    if a.plan:  # dpaudit: the planned analysis; one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
-        bounds = canaries.audit(model, pipeline=check).bounds
-    else:
-        bounds = one_run_bounds(canaries.scores(model), delta=a.delta, claim=canaries.claim())  # dpaudit
-        bounds.update(check.record(a.delta))  # dpaudit: findings (and, for non-Poisson batches, the no-amplification bound)
+    # dpaudit: the analysis with the pipeline findings (the check's and the canaries' own); under a plan
+    # the planned analysis, one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
+    bounds = canaries.audit(model, delta=None if a.plan else a.delta, pipeline=check).bounds
     analysis = time.perf_counter() - t
     print(json.dumps({"train_seconds": round(seconds, 1), "analysis_seconds": round(analysis, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
                       "noise_multiplier": optimizer.noise_multiplier, "steps": canaries.steps,

@@ -97,7 +97,7 @@ def test_planted_fixed_batches_are_found_and_not_certified(script):
         "--epochs", str(EPOCHS), "--sigma", str(SIGMA), "--report", "seen.json", "--fixed"))
     assert r.exit_code == 0, r.output
     rec = json.loads((script.parent / "o" / "one_run.json").read_text())
-    assert {f["code"] for f in rec["findings"]} == {"not-poisson", "fixed-batch-size"}
+    assert {f["code"] for f in rec["findings"]} == {"not-poisson", "fixed-batch-size", "not-poisson-records"}
     assert rec["certified"] == "not certified: pipeline findings" and "pipeline finding not-poisson" in r.output
     # without amplification: each record in one batch per epoch, the Gaussian mechanism composed over the epochs
     want = compute_epsilon(SubsampledGaussian(SIGMA, 1.0, EPOCHS), delta=1e-5, accountant="rdp").epsilon

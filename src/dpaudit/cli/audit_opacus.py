@@ -45,6 +45,9 @@ def command(
     console.print(f"the script's accountant: eps {b.get('accountant_epsilon', float('nan')):.3f} at delta {b['delta']:g}", highlight=False)
     for f in b["findings"]:
         console.print(f"[bold red]pipeline finding {f['code']}:[/] {f['message']} {f['consequence']}", highlight=False, soft_wrap=True)
+    if b.get("executed"):
+        ran = b["executed"]
+        console.print(f"the executed steps: eps {ran['epsilon']} ({ran['label']})", highlight=False)
     if b.get("no_amplification"):
         console.print(f"without amplification: eps {b['no_amplification']['epsilon']:.3f} ({b['no_amplification']['label']})", highlight=False)
     console.print(f"pipeline: {b.get('certified', 'no findings')}", highlight=False)

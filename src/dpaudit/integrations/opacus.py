@@ -7,6 +7,12 @@ probability 1/2 (private coin); at every logical step each included canary is Po
 rate Opacus accounts with and, when sampled, ``max_grad_norm * e_j`` is added to ``p.summed_grad``
 before Opacus's own ``add_noise``: one extra add/remove unit of sensitivity ``max_grad_norm``.
 
+**The claim is the declared run.** :meth:`OpacusCanaries.claim` is built from the settings the optimizer
+had at ``attach`` (what ``make_private`` set); the settings are read again at every step (the canary uses
+that step's clipping norm) and a step run at others is a finding of :meth:`OpacusCanaries.audit`, whose
+record is then not certified (with a :class:`~dpaudit.integrations.pipeline.PipelineCheck`, so are the
+check's findings, the script accountant's epsilon above the claim among them).
+
 **What is not changed.** Opacus's noise (``optimizer.generator`` or the global torch generator;
 the canary draws come from a separate NumPy generator), its noise multiplier, clipping, scaling
 and its accountant hook (``step_hook``) are untouched. The canary coins and draws come from
@@ -33,6 +39,7 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
+from .pipeline import NOT_CERTIFIED, Finding, optimizer_settings, setting_findings
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -45,6 +52,11 @@ def _plain_name(name: str) -> str:
     while name.startswith(_WRAP_PREFIX):
         name = name[len(_WRAP_PREFIX):]
     return name
+
+
+def _at(param, flat):
+    """The values of ``param`` at the flat coordinates ``flat``, on the CPU."""
+    return param.detach().reshape(-1)[flat.to(param.device)].cpu()
 
 
 def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:
@@ -97,6 +109,8 @@ class OpacusCanaries:
         self.clipping_norm: float | None = None
         self.noise_multiplier: float | None = None
         self.steps = 0
+        self.executed: list[dict] = []  # per step: the settings the optimizer ran it with
+        self._declared: dict = {}
         self.sampled = np.zeros(m, dtype=np.int64)  # private: how often each canary was added
         self._optimizer = None
         self.id = uuid.uuid4().hex  # this run's id (its plan's run and result entries)
@@ -151,10 +165,11 @@ class OpacusCanaries:
         self.sample_rate, self.clipping_norm, self.noise_multiplier = q, float(norm), float(sigma)
         if self._plan is not None:
             self._start_planned_run()
+        self._loader, self._declared = data_loader, optimizer_settings(optimizer, data_loader, q)
         original = optimizer.add_noise  # the bound method: Opacus's noise, unchanged
 
         def add_noise():
-            self._inject()
+            self._inject(optimizer_settings(optimizer, self._loader, self.sample_rate))
             original()
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
@@ -182,10 +197,15 @@ class OpacusCanaries:
             del self._optimizer.add_noise, self._optimizer.dpaudit_canaries
             self._optimizer = None
 
-    def _inject(self) -> None:
+    def _inject(self, now: dict) -> None:
+        """One step's canaries at the settings this step runs (``now``, read from the optimizer): each
+        included canary Poisson-sampled at the claimed rate, added as ``max_grad_norm * e_j`` with this
+        step's clipping norm (this step's sensitivity)."""
+        self.executed.append(now)
         active = self.included & (self._rng.random(self.m) < self.sample_rate)
         self.sampled += active
         self.steps += 1
+        norm = float(now["max_grad_norm"])
         for n, (ids, flat) in self._groups.items():
             on = active[ids]
             if not on.any():
@@ -194,8 +214,8 @@ class OpacusCanaries:
             sg = p.summed_grad
             if sg is None:
                 raise UsageError(f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None.")
-            sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), self.clipping_norm, dtype=sg.dtype,
-                                                                             device=sg.device))
+            unit = torch.full((int(on.sum()),), norm, dtype=sg.dtype, device=sg.device)
+            sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], unit)
 
     # ------------------------------------------------------------------ after training
     def scores(self, model: torch.nn.Module | None = None):
@@ -240,8 +260,12 @@ class OpacusCanaries:
         ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run (its ``record`` joins the bounds)."""
         t0 = time.perf_counter()
         bounds = self._bounds(model, delta, confidence)
+        own = self.findings(model)
         if pipeline is not None:
-            bounds.update(pipeline.record(bounds["delta"]))
+            bounds.update(pipeline.record(bounds["delta"], claim=self._audited_claim(),
+                                          claimed_epsilon=bounds["claimed_epsilon"], extra=own))
+        elif own:
+            bounds.update({"findings": [f.to_dict() for f in own], "certified": NOT_CERTIFIED})
         result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
                               timings={"analysis_s": time.perf_counter() - t0})
         if out is not None or self._plan is not None:
@@ -249,6 +273,25 @@ class OpacusCanaries:
         if self._plan is not None:
             self._plan.finished(self.id, shareable_one_run(result.to_dict()))
         return result
+
+    def findings(self, model: torch.nn.Module | None = None) -> list:
+        """What the canaries alone see against their claim: steps run at settings other than the
+        declared ones (read at every step), and a scored ``model`` whose canary coordinates are not the
+        DP-trained ones."""
+        out = setting_findings(self._declared, self.executed)
+        named = {} if model is None else {_plain_name(n): p for n, p in model.named_parameters()}
+        moved = [n for n, (_, flat) in self._groups.items() if n in named and named[n] is not self._params[n]
+                 and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))]
+        if moved:
+            out.append(Finding(
+                "changed-after-training",
+                f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
+                f"coordinates.",
+                "the audited model is not the DP-trained one: not certified."))
+        return out
+
+    def _audited_claim(self):
+        return self._planned_event() if self._plan is not None else self.claim()
 
     def _bounds(self, model, delta, confidence) -> dict:
         if self._plan is None:

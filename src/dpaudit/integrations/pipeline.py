@@ -16,9 +16,21 @@ mismatch as a :class:`Finding` (code, message, consequence):
   removing one record would change that divisor (the run is then no longer one fixed mechanism);
 - ``noise-steps``: noise additions != accounted steps (an update without noise, noise not accounted);
 - ``accumulation``: one noise addition covered several backward passes (the rate q is per batch);
-- ``changed-noise`` / ``changed-clipping``: the noise multiplier or clipping norm changed mid-run;
+- ``changed-noise`` / ``changed-clipping`` / ``changed-sample-rate`` / ``changed-batch-size``: a step ran a
+  noise multiplier, clipping norm, sampler rate or expected batch size other than the declared one (what
+  ``make_private`` set, read when attached; a plain loop's constructor values), read at every step;
+- ``sample-rate``: the realised batch sizes do not fit Poisson sampling at the claimed rate;
+- ``not-from-loader``: the optimizer's batches are not the ones the attached loader drew;
+- ``not-poisson-records``: the per-record inclusion counts of the drawn batches do not fit Poisson sampling
+  (e.g. shuffled epochs cut into binomial-sized batches: every record once per epoch);
+- ``non-private-update``: the DP-optimised parameters changed outside a DP step
+  (``original_optimizer.step()``, a second optimizer, a manual edit);
+- ``changed-after-training``: they changed after the last DP step (non-private fine-tuning before the audit);
+- ``too-little-noise``: the noise an update actually carried (its gradient minus the clipped sum, measured at
+  every update) is too small for the declared noise multiplier;
 - ``accountant-history``: the accountant's (noise multiplier, sample rate, steps) history differs from
-  the executed one.
+  the executed one;
+- ``accountant-epsilon``: the script's own accountant reports more than the claimed epsilon (beyond rounding).
 
 A run with a finding is never certified at the accountant's epsilon: :meth:`PipelineCheck.record`
 is what goes in one_run.json (``findings`` and ``certified: "not certified: pipeline findings"``), and for
@@ -32,15 +44,17 @@ import math
 from dataclasses import asdict, dataclass
 
 from ..accounting.accountants import compute_epsilon
-from ..accounting.events import SubsampledGaussian
-from ..errors import UsageError
+from ..accounting.events import Composed, SubsampledGaussian
+from ..errors import DPAuditError, UsageError
 from ..lazy import lazy_import
 np = lazy_import("numpy")
 stats = lazy_import("scipy.stats")
+torch = lazy_import("torch")
 
 #: Below this chance under Poisson sampling, repeated batch sizes are reported as fixed-size batches.
 FIXED_SIZE_P = 1e-6
 NOT_CERTIFIED = "not certified: pipeline findings"
+_TOL = 1e-12  # float rounding of a setting read back from the optimizer
 _POISSON_SAMPLERS = ("UniformWithReplacementSampler", "DistributedUniformWithReplacementSampler")
 
 
@@ -66,9 +80,129 @@ def fixed_size_chance(sizes, *, n: int, q: float) -> float:
     return float(min(1.0, stats.binom.sf(k - 1, len(sizes), p_b).sum()))
 
 
+def inclusion_count_test(counts, *, steps: int, q: float) -> tuple[float, int]:
+    """(chance, cell) under Poisson sampling, where each of N records is in each of ``steps`` batches
+    independently with probability ``q``: the number of records drawn exactly b times is then exactly
+    Bin(N, P[Bin(steps, q) = b]). Cells b = 0 .. B-1 and "B or more" (B fixed by ``steps``, q and N
+    alone), a two-sided test per cell, Bonferroni over the cells; ``cell``: the most extreme one."""
+    counts = np.asarray(counts, dtype=np.int64)
+    n = counts.size
+    tail = stats.binom.sf(np.arange(steps + 1) - 1, steps, q)  # P[Bin(steps, q) >= b]
+    top = int(np.argmax(tail * n < 1e-9)) if (tail * n < 1e-9).any() else steps  # later cells: expected empty
+    p = np.append(stats.binom.pmf(np.arange(top), steps, q), tail[top])
+    below = np.bincount(np.minimum(counts, top), minlength=top + 1)[:top]
+    seen = np.append(below, int((counts >= top).sum()))
+    two = 2 * np.minimum(stats.binom.cdf(seen, n, p), stats.binom.sf(seen - 1, n, p))
+    cell = int(np.argmin(two))
+    return float(min(1.0, two[cell] * (top + 1))), cell
+
+
 def _normaliser_moves(normaliser: float, n: int, q: float) -> bool:
     """The divisor is int(n q) and one record more or fewer changes it."""
     return normaliser == int(n * q) and {int((n - 1) * q), int((n + 1) * q)} != {normaliser}
+
+
+#: The per-step settings checked against the declared ones, with the code of a step that differs.
+SETTINGS = (("noise_multiplier", "changed-noise"), ("max_grad_norm", "changed-clipping"),
+            ("sample_rate", "changed-sample-rate"), ("expected_batch_size", "changed-batch-size"))
+
+
+def _same_setting(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=_TOL, abs_tol=0.0)
+    return a == b
+
+
+def setting_findings(declared: dict, steps: list) -> list[Finding]:
+    """One finding per setting (:data:`SETTINGS`) some step ran at a value other than ``declared``'s
+    (a missing declared value: the first step's). The claim is the declared event, so such a run is
+    not certified."""
+    out = []
+    for key, code in SETTINGS:
+        want, off = _off_setting(key, declared, steps)
+        if off:
+            seen = sorted({float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str)
+            ran = f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]}, declared {want}."
+            out.append(Finding(code, ran,
+                               "the claimed event is not the executed run: its epsilon is not certified "
+                               "(the executed composition's is recorded beside it)."))
+    return out
+
+
+def _off_setting(key: str, declared: dict, steps: list) -> tuple:
+    """(the declared value of ``key``, the step values that differ from it)."""
+    values = [s[key] for s in steps if s.get(key) is not None]
+    want = declared.get(key) if declared.get(key) is not None else (values[0] if values else None)
+    return want, [v for v in values if not _same_setting(v, want)]
+
+
+def sampler_rate(loader, fallback):
+    """The rate ``loader``'s Poisson sampler draws with now (Opacus's ``batch_sampler.sample_rate``),
+    else ``fallback``."""
+    q = getattr(getattr(loader, "batch_sampler", None), "sample_rate", None)
+    return float(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else fallback
+
+
+def optimizer_settings(optimizer, loader, fallback_rate) -> dict:
+    """The settings a ``DPOptimizer`` runs its next noise addition with (read at every step, not once)."""
+    return {"noise_multiplier": optimizer.noise_multiplier, "max_grad_norm": optimizer.max_grad_norm,
+            "sample_rate": sampler_rate(loader, fallback_rate),
+            "expected_batch_size": getattr(optimizer, "expected_batch_size", None)}
+
+
+def _record_draws(loader) -> dict | None:
+    """Make ``loader``'s batch sampler record what it draws (per-record counts, batch sizes); None
+    when it has none. Its class becomes a same-named subclass whose ``__iter__`` records each batch
+    and yields it unchanged."""
+    bs = getattr(loader, "batch_sampler", None)
+    n = len(getattr(loader, "dataset", ()) or ())
+    if bs is None or not n:
+        return None
+    drawn = {"counts": np.zeros(n, dtype=np.int64), "sizes": [], "readable": True}
+    base = type(bs)
+
+    def __iter__(self):
+        for batch in base.__iter__(self):
+            _note_draw(drawn, batch)
+            yield batch
+
+    try:
+        bs.__class__ = type(base.__name__, (base,), {"__iter__": __iter__, "__module__": base.__module__})
+    except TypeError:  # a built-in or slotted sampler: its draws are not recorded
+        return None
+    return drawn
+
+
+def _note_draw(drawn: dict, batch) -> None:
+    drawn["sizes"].append(len(batch))
+    try:
+        idx = np.asarray(batch, dtype=np.int64).reshape(-1)
+        np.add.at(drawn["counts"], idx, 1)
+    except (TypeError, ValueError, IndexError):  # keys that are not record positions: counts unknown
+        drawn["readable"] = False
+
+
+def trained_from_draws(trained, drawn) -> bool:
+    """Each trained logical batch (its record count) is one drawn batch or several consecutive ones,
+    in drawing order; drawn batches never trained (a peek, an evaluation pass) may lie between."""
+    j = 0
+    for records in trained:
+        j = _next_match(int(records), drawn, j)
+        if j < 0:
+            return False
+    return True
+
+
+def _next_match(records: int, drawn, start: int) -> int:
+    """The position after the first run of consecutive drawn batches from ``start`` on whose sizes sum
+    to ``records`` (-1: none)."""
+    for j in range(start, len(drawn)):
+        total, k = drawn[j], j + 1
+        while total < records and k < len(drawn):
+            total, k = total + drawn[k], k + 1
+        if total == records:
+            return k
+    return -1
 
 
 class PipelineCheck:
@@ -87,21 +221,35 @@ class PipelineCheck:
         self.sample_rate, self.dataset_size, self.data_loader = sample_rate, dataset_size, data_loader
         self.history = None if steps is None else [(noise_multiplier, sample_rate, int(steps))]
         self.max_grad_norm = max_grad_norm
-        self.batches: list[tuple] = []  # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
-        self.noised: list[dict] = []  # per noise addition: noise multiplier, clipping norm, records, clip calls, backward passes
+        self.declared = {"noise_multiplier": noise_multiplier, "max_grad_norm": max_grad_norm,
+                         "sample_rate": sample_rate}
+        # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
+        self.batches: list[tuple] = []
+        self.noised: list[dict] = []  # per noise addition: its settings, records, clip calls, backward passes
         self.updates = 0
         self.unnoised_updates = 0
         self._accountant, self._mark = None, 0  # noise additions at the previous update
+        self._drawn = None  # what the attached loader's sampler drew
+        self._params: list = []  # the DP-optimised parameters
+        self._after_dp: list = []  # their values after the last DP step
+        self.outside_updates, self.direct_steps = 0, 0
+        # per DP update: (squared norm of the noise it carries, coordinates, clipping norm)
+        self.noise_sums: list[tuple] = []
+        self._dp_step_open = False
 
     # ------------------------------------------------------------------ plain loop
     def clip(self, batch_size: int, max_grad_norm: float, *, normaliser: float | None = None, passes: int = 1) -> None:
         """One batch of ``batch_size`` records clipped at ``max_grad_norm`` (``passes`` backward passes)."""
         self.batches.append((int(batch_size), normaliser, float(max_grad_norm), int(passes)))
 
-    def noise(self, noise_multiplier: float, max_grad_norm: float) -> None:
-        """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum."""
+    def noise(self, noise_multiplier: float, max_grad_norm: float, *, sample_rate: float | None = None,
+              expected_batch_size: float | None = None) -> None:
+        """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum
+        (``sample_rate``: the rate its batch was drawn at, default the declared one)."""
         b = self.batches
         self.noised.append({"noise_multiplier": float(noise_multiplier), "max_grad_norm": float(max_grad_norm),
+                            "sample_rate": self.sample_rate if sample_rate is None else float(sample_rate),
+                            "expected_batch_size": expected_batch_size,
                             "records": sum(x[0] for x in b), "clips": len(b), "passes": sum(x[3] for x in b),
                             "normaliser": next((x[1] for x in b if x[1] is not None), None)})
         self.batches = []
@@ -114,27 +262,76 @@ class PipelineCheck:
 
     # ------------------------------------------------------------------ Opacus
     def attach(self, optimizer, *, data_loader, accountant=None) -> "PipelineCheck":
-        """Record ``optimizer`` (a ``DPOptimizer``) through its ``clip_and_accumulate`` and ``add_noise``;
+        """Record ``optimizer`` (a ``DPOptimizer``) through its ``clip_and_accumulate``, ``add_noise``
+        and ``original_optimizer.step``: the settings ``make_private`` gave it are the declared ones,
+        each step's are read when it adds noise, the noise each update carries is measured and the
+        parameters are compared between DP steps; ``data_loader``'s sampler records its draws;
         ``accountant``: the ``PrivacyEngine``'s (its history is compared with the executed steps)."""
         self.data_loader, self._accountant = data_loader, accountant
         self.dataset_size = len(data_loader.dataset)
         self.sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
-        clip, noise = optimizer.clip_and_accumulate, optimizer.add_noise
+        self._sampler_name = type(getattr(data_loader, "batch_sampler", None)).__name__
+        self.declared = optimizer_settings(optimizer, data_loader, self.sample_rate)
+        self._drawn = _record_draws(data_loader)
+        self._params = list(optimizer.params)
+        self._snapshot()
+        self._wrap(optimizer)
+        return self
+
+    def _wrap(self, optimizer) -> None:
+        clip, noise, inner = optimizer.clip_and_accumulate, optimizer.add_noise, optimizer.original_optimizer
+        original_step = inner.step
         mean = optimizer.loss_reduction == "mean"
 
         def clip_and_accumulate():
+            self._compare_params()
             g = optimizer.grad_samples[0]
             self.clip(len(g), optimizer.max_grad_norm, normaliser=optimizer.expected_batch_size if mean else None,
                       passes=optimizer.accumulated_iterations)
             clip()
 
         def add_noise():
-            self.noise(optimizer.noise_multiplier, optimizer.max_grad_norm)
+            now = optimizer_settings(optimizer, self.data_loader, self.sample_rate)
+            self.noise(now["noise_multiplier"], now["max_grad_norm"], sample_rate=now["sample_rate"],
+                       expected_batch_size=now["expected_batch_size"])
             self.step()  # Opacus updates exactly when it adds noise (pre_step)
+            self._dp_step_open = True
             noise()
 
-        optimizer.clip_and_accumulate, optimizer.add_noise = clip_and_accumulate, add_noise
-        return self
+        def step(*args, **kwargs):  # every update, from DPOptimizer.step or called directly
+            private, self._dp_step_open = self._dp_step_open, False
+            self.direct_steps += not private
+            if private:
+                self._measure_noise(optimizer, mean)
+            out = original_step(*args, **kwargs)
+            if private:
+                self._snapshot()
+            return out
+
+        optimizer.clip_and_accumulate, optimizer.add_noise, inner.step = clip_and_accumulate, add_noise, step
+
+    def _measure_noise(self, optimizer, mean: bool) -> None:
+        """The noise this update carries: p.grad (Opacus's mean scaling undone) minus the clipped sum
+        p.summed_grad it was drawn around, summed in squares over all coordinates. Under noise of std
+        sigma C that sum over (sigma C)^2 is chi^2 with one degree per coordinate."""
+        scale = float(optimizer.expected_batch_size * optimizer.accumulated_iterations) if mean else 1.0
+        pairs = [(p.grad.detach().double().reshape(-1), p.summed_grad.detach().double().reshape(-1))
+                 for p in self._params if p.grad is not None and getattr(p, "summed_grad", None) is not None]
+        if pairs:
+            sq = sum(float((g * scale - s).square().sum()) for g, s in pairs)
+            self.noise_sums.append((sq, sum(g.numel() for g, _ in pairs), float(optimizer.max_grad_norm)))
+
+    def _snapshot(self) -> None:
+        self._after_dp = [p.detach().clone() for p in self._params]
+
+    def _params_moved(self) -> bool:
+        return any(not torch.equal(p.detach(), s) for p, s in zip(self._params, self._after_dp))
+
+    def _compare_params(self) -> None:
+        """Before a DP step: the parameters must be those the previous DP step (or make_private) left."""
+        if self._params_moved():
+            self.outside_updates += 1
+            self._snapshot()  # one finding per change, not one per later step
 
     # ------------------------------------------------------------------ the findings
     def _claimed_history(self) -> list:
@@ -143,13 +340,15 @@ class PipelineCheck:
         return self.history or []
 
     def findings(self) -> tuple[Finding, ...]:
-        """Every mismatch found so far (module docstring)."""
-        return tuple(self._sampler_findings() + self._normaliser_findings() + self._step_findings() + self._setting_findings())
+        """Every mismatch found so far (module docstring); the parameters are compared with the last
+        DP step's now."""
+        return tuple(self._sampler_findings() + self._draw_findings() + self._normaliser_findings()
+                     + self._step_findings() + self._update_findings() + self._setting_findings())
 
     def _sampler_findings(self) -> list[Finding]:
         out, q = [], self.sample_rate
         loader = self.data_loader
-        name = type(getattr(loader, "batch_sampler", None)).__name__
+        name = getattr(self, "_sampler_name", None) or type(getattr(loader, "batch_sampler", None)).__name__
         if loader is not None and name not in _POISSON_SAMPLERS:
             out.append(Finding("not-poisson", f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
                                               f"assumes Poisson sampling at q = {q:.6g}.",
@@ -163,6 +362,90 @@ class PipelineCheck:
                                                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
                                                        f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else "."),
                                    "batches are not Poisson-sampled: the accounted epsilon is not certified."))
+        return out + self._rate_findings(sizes)
+
+    def _rate_findings(self, sizes) -> list[Finding]:
+        """The records drawn over T steps are Bin(N T, q) under Poisson sampling at q: a two-sided test."""
+        n, q = self.dataset_size, self.sample_rate
+        if not sizes or q is None or not n or q >= 1:
+            return []
+        total, trials = int(sum(sizes)), int(n) * len(sizes)
+        p = min(1.0, 2 * min(stats.binom.cdf(total, trials, q), stats.binom.sf(total - 1, trials, q)))
+        if p >= FIXED_SIZE_P:
+            return []
+        return [Finding(
+            "sample-rate",
+            f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
+            f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
+            "batches are not drawn at the accounted rate: the accounted epsilon is not certified.")]
+
+    def _draw_findings(self) -> list[Finding]:
+        """The loader's draws against what was trained: the same batches, and per-record counts that
+        fit Poisson sampling."""
+        d = self._drawn
+        if d is None or not self.noised:
+            return []
+        trained = [x["records"] for x in self.noised]
+        if not trained_from_draws(trained, d["sizes"]):
+            return [Finding(
+                "not-from-loader",
+                f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
+                f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
+                "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.")]
+        return self._inclusion_findings(d) if self._counts_testable(d) else []
+
+    def _counts_testable(self, d: dict) -> bool:
+        """Record positions were read, over two draws or more, at a rate below 1, from one whole dataset
+        (a distributed sampler draws one rank's shard: the other records count 0 there)."""
+        q = self.sample_rate
+        return d["readable"] and len(d["sizes"]) >= 2 and q is not None and q < 1 and \
+            getattr(self.data_loader.batch_sampler, "num_replicas", 1) == 1
+
+    def _inclusion_findings(self, d: dict) -> list[Finding]:
+        steps, q = len(d["sizes"]), float(self.sample_rate)
+        p, b = inclusion_count_test(d["counts"], steps=steps, q=q)
+        if p >= FIXED_SIZE_P:
+            return []
+        k, want = int((d["counts"] == b).sum()), len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
+        return [Finding(
+            "not-poisson-records",
+            f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
+            f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g}).",
+            "records are not included independently per step (e.g. shuffled epochs): the Poisson "
+            "amplification in the accounted epsilon does not apply; see no_amplification_event.")]
+
+    def _noise_findings(self) -> list[Finding]:
+        """Updates whose measured noise is too small for the declared noise multiplier (one-sided chi^2
+        test, Bonferroni over the updates)."""
+        sigma = self.declared.get("noise_multiplier")
+        if not self.noise_sums or not isinstance(sigma, (int, float)) or not sigma > 0:
+            return []
+        level = FIXED_SIZE_P / len(self.noise_sums)
+        low = [(sq, d, c) for sq, d, c in self.noise_sums
+               if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level]
+        if not low:
+            return []
+        measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
+        return [Finding(
+            "too-little-noise",
+            f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g} x the "
+            f"clipping norm, below the declared noise multiplier {sigma:g} (each chance below {level:.3g}).",
+            "the noise actually added is not the accounted one: no certified epsilon.")]
+
+    def _update_findings(self) -> list[Finding]:
+        out = self._noise_findings()
+        if self.outside_updates:
+            out.append(Finding(
+                "non-private-update",
+                f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
+                f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
+                "those updates used gradients without clipping and noise: no DP, not certified."))
+        if self._params and self._params_moved():  # since the last DP step, or since attach when none ran
+            out.append(Finding(
+                "changed-after-training",
+                "the DP-optimised parameters changed after the last DP step, or without any "
+                "(e.g. non-private fine-tuning, another optimizer).",
+                "the audited model is not the DP-trained one: not certified."))
         return out
 
     def _normaliser_findings(self) -> list[Finding]:
@@ -192,12 +475,7 @@ class PipelineCheck:
         return out
 
     def _setting_findings(self) -> list[Finding]:
-        out = []
-        for key, code in (("noise_multiplier", "changed-noise"), ("max_grad_norm", "changed-clipping")):
-            seen = sorted({x[key] for x in self.noised})
-            if len(seen) > 1:
-                out.append(Finding(code, f"{key} took the values {seen} during the run.",
-                                   "the accountant must compose each setting's steps; a single-setting claim is not certified."))
+        out = setting_findings(self.declared, self.noised)
         executed = self._executed_history()
         claimed = self._merged(self._claimed_history())
         if self._accountant is not None and executed != claimed:
@@ -206,7 +484,13 @@ class PipelineCheck:
         return out
 
     def _executed_history(self) -> list:
-        return self._merged([(x["noise_multiplier"], self.sample_rate, 1) for x in self.noised])
+        return self._merged([(x["noise_multiplier"], x["sample_rate"], 1) for x in self.noised])
+
+    def executed_event(self):
+        """The composition the run executed: one SubsampledGaussian per run of equal (noise
+        multiplier, sample rate)."""
+        parts = [SubsampledGaussian(s, q, t) for s, q, t in self._executed_history()]
+        return parts[0] if len(parts) == 1 else Composed(tuple(parts))
 
     @staticmethod
     def _merged(history) -> list:
@@ -234,18 +518,83 @@ class PipelineCheck:
         sigma = min(x["noise_multiplier"] for x in self.noised)
         return SubsampledGaussian(sigma, 1.0, self.epochs())
 
-    def record(self, delta: float, *, accountant: str = "rdp") -> dict:
-        """What goes in the audit record: ``findings`` (and the attached accountant's epsilon); with any, ``certified`` = NOT_CERTIFIED and, for
-        non-Poisson batches, the no-amplification epsilon beside the claimed Poisson one."""
-        found = self.findings()
+    def record(self, delta: float, *, accountant: str = "rdp", claim=None,
+               claimed_epsilon: float | None = None, extra=()) -> dict:
+        """What goes in the audit record: ``findings`` (and the attached accountant's epsilon); with
+        any, ``certified`` = NOT_CERTIFIED, the executed composition's epsilon when a step's settings or
+        the accountant disagree with the claim, and for non-Poisson batches the no-amplification
+        epsilon beside the claimed Poisson one. ``claim`` / ``claimed_epsilon``: the audited claim,
+        which the script's accountant must not exceed; ``extra``: findings made elsewhere (the
+        canaries'), kept when their code is not already found here."""
+        acc_eps = self._accountant_epsilon(delta)
+        found = list(self.findings()) + self._epsilon_findings(acc_eps, claim, claimed_epsilon, delta)
+        found += [f for f in extra if f.code not in {g.code for g in found}]
         out: dict = {"findings": [f.to_dict() for f in found]}
-        if self._accountant is not None and self._accountant.history:  # the epsilon the training script itself reports
-            out["accountant_epsilon"] = float(self._accountant.get_epsilon(delta))
+        if acc_eps is not None:  # the epsilon the training script itself reports
+            out["accountant_epsilon"] = acc_eps
         if not found:
             return out
         out["certified"] = NOT_CERTIFIED
-        if {"not-poisson", "fixed-batch-size"} & {f.code for f in found}:
+        return {**out, **self._figures({f.code for f in found}, delta, accountant)}
+
+    def _figures(self, codes: set, delta: float, accountant: str) -> dict:
+        """The epsilons recorded beside the claim: the executed composition's when the settings or the
+        accountant disagree with it, the no-amplification bound for non-Poisson batches."""
+        out: dict = {}
+        if codes & _EXECUTED_CODES and self.noised:
+            ev = self.executed_event()
+            out["executed"] = {"event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
+                               "label": "the composition the steps executed (settings read at every step); "
+                                        "not certified"}
+        if codes & _NON_POISSON_CODES and self.noised:
             ev = self.no_amplification_event()
-            out["no_amplification"] = {"event": ev.to_dict(), "epsilon": float(compute_epsilon(ev, delta=delta, accountant=accountant).epsilon),
-                                       "label": "upper bound without amplification (each record once per epoch); not certified"}
+            out["no_amplification"] = {
+                "event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
+                "label": "upper bound without amplification (each record once per epoch); not certified"}
         return out
+
+    def _accountant_epsilon(self, delta: float) -> float | None:
+        if self._accountant is None or not self._accountant.history:
+            return None
+        return float(self._accountant.get_epsilon(delta))
+
+    def _epsilon_findings(self, acc_eps, claim, claimed_epsilon, delta) -> list[Finding]:
+        """The script's accountant must not report more than the claim: the claimed epsilon, or that
+        accountant's own figure for the claimed event (its formula and grid), whichever is larger, up
+        to float rounding."""
+        if acc_eps is None or claimed_epsilon is None:
+            return []
+        same = _same_accountant_epsilon(self._accountant, claim, delta)
+        ref = max(float(claimed_epsilon), same if same is not None else float(claimed_epsilon))
+        if acc_eps <= ref * (1 + _EPS_ROUNDING) + _EPS_ROUNDING:
+            return []
+        return [Finding(
+            "accountant-epsilon",
+            f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
+            f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
+            "the claim understates what the run spent: not certified.")]
+
+
+_EXECUTED_CODES = frozenset({code for _, code in SETTINGS} | {"accountant-history", "accountant-epsilon"})
+_NON_POISSON_CODES = frozenset({"not-poisson", "fixed-batch-size", "not-poisson-records"})
+_EPS_ROUNDING = 1e-6
+
+
+def _epsilon_or_none(event, delta: float, accountant: str) -> float | None:
+    try:
+        return float(compute_epsilon(event, delta=delta, accountant=accountant).epsilon)
+    except DPAuditError:  # a setting the accountant does not cover (e.g. noise multiplier 0): no figure
+        return None
+
+
+def _same_accountant_epsilon(acc, claim, delta: float) -> float | None:
+    """A fresh accountant of ``acc``'s class given only the claimed event's history (None: not a
+    Poisson-Gaussian claim, or an accountant class that cannot be rebuilt)."""
+    if not isinstance(claim, SubsampledGaussian):
+        return None
+    try:
+        fresh = type(acc)()
+        fresh.history = [(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps))]
+        return float(fresh.get_epsilon(delta))
+    except Exception:  # noqa: BLE001 -- a user's accountant class: the claimed epsilon alone is the reference
+        return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import operator
 from functools import reduce
 
+from ..errors import UsageError
 from ..lazy import lazy_import
 from . import dpsgd_core, user_level
 np = lazy_import("numpy")
@@ -133,24 +134,44 @@ def _by_unit(r: torch.Tensor, seg: torch.Tensor, k: torch.Tensor, kmax: int) -> 
 
 def _layer_calls(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str) -> dict:
     """Per layer applied: its calls' (input, output gradient) from one forward and one backward
-    pass of the summed loss over (x, y), the backward taken w.r.t. the layer outputs only."""
+    pass of the summed loss over (x, y), the backward taken w.r.t. the layer outputs only. A layer
+    output rewritten in place later (``nn.ReLU(inplace=True)``) would take the gradient of the rewritten
+    tensor: the pass is then rerun with those layers returning a copy (the gradient of the layer's own
+    output). A layer input rewritten in place after the layer read it is refused (its value is lost)."""
+    with torch.enable_grad():
+        seen, value = _forward(module, layers, x, y, loss, copied=frozenset())
+        rewritten = frozenset(n for n, calls in seen.items() for _, _, o, v in calls if o._version != v)
+        if rewritten:
+            seen, value = _forward(module, layers, x, y, loss, copied=rewritten)
+        outs = [o for calls in seen.values() for _, _, o, _ in calls]
+        grads = iter(torch.autograd.grad(value, outs, allow_unused=True, materialize_grads=True))
+    return {n: [(a, next(grads)) for a, _, _, _ in calls] for n, calls in seen.items() if calls}
+
+
+def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str, *,
+             copied: frozenset) -> tuple[dict, object]:
+    """One forward pass recording each layer call's (input, its version, output, its version); the
+    layers named in ``copied`` hand a copy of their output to the rest of the model. Returns (calls
+    by layer, summed loss)."""
     seen: dict = {n: [] for n in layers}
 
     def hook(name):
         def record(mod, inputs, output):
-            seen[name].append((inputs[0].detach(), output))
+            seen[name].append((inputs[0].detach(), inputs[0]._version, output, output._version))
+            return output.clone() if name in copied else None
         return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in layers.items()]
     try:
-        with torch.enable_grad():
-            value = dpsgd_core._loss_fn(loss, "sum")(module(x), y)
-            outs = [o for calls in seen.values() for _, o in calls]
-            grads = iter(torch.autograd.grad(value, outs, allow_unused=True, materialize_grads=True))
+        value = dpsgd_core._loss_fn(loss, "sum")(module(x), y)
     finally:
         for h in handles:
             h.remove()
-    return {n: [(a, next(grads)) for a, _ in calls] for n, calls in seen.items() if calls}
+    for name, calls in seen.items():
+        if any(a._version != v for a, v, _, _ in calls):
+            raise UsageError(f"model must not modify a layer's input in place (ghost clipping), got {name}'s "
+                             f"input modified after {name} read it.")
+    return seen, value
 
 
 def _rows(m: nn.Module, g: torch.Tensor, a: torch.Tensor | None = None) -> torch.Tensor:

@@ -149,7 +149,22 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
 
 
 def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
-    return [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    return checks + _pipeline_checks(audits)
+
+
+def _pipeline_checks(audits) -> list[Check]:
+    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings
+    or is marked not certified: its claim is not the executed run's, whatever its bound says."""
+    return [_pipeline_check(rec) for rec in audits if "findings" in rec or "certified" in rec]
+
+
+def _pipeline_check(rec: dict) -> Check:
+    codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
+    bad = codes or rec.get("certified") is not None
+    why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
+    return Check("pipeline", str(rec.get("id"))[:12], "FAIL" if bad else "pass",
+                 why if bad else "no pipeline findings")
 
 
 def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:

@@ -208,7 +208,7 @@ def test_a_textbook_laplace_dp_elm_release_makes_the_total_unbounded_until_voide
     r = runner.invoke(app, ["ledger", "summary", "--ledger", str(path)])
     assert r.exit_code == 0 and "digits is unbounded: uncertified release" in " ".join(r.output.split())
     with open_ledger(path) as led:
-        led.void(rel.id, "uncertified sampler; model withdrawn")
+        led.void(rel.id, "uncertified sampler; model withdrawn", published=False)
         assert total(led, "digits")["epsilon"] == pytest.approx(1.0)
         led.cap("digits", 5.0, 1e-5)
     # With a cap, an uncertified release is refused before training (it would be unbounded).

@@ -477,6 +477,9 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
     assert r.exit_code == 0 and "without" in r.output, r.output
     assert secret not in dump.read_text() and json.loads(dump.read_text())["fingerprint_key"] is None
     r = run(app, ["ledger", "export", "--include-key", "--out", str(dump), "--ledger", str(src)])
+    assert r.exit_code == 2 and "must be a new file" in r.output  # never overwritten
+    dump.unlink()
+    r = run(app, ["ledger", "export", "--include-key", "--out", str(dump), "--ledger", str(src)])
     assert r.exit_code == 0, r.output
     assert json.loads(dump.read_text())["fingerprint_key"] == secret
     assert (dump.stat().st_mode & 0o777) == 0o600

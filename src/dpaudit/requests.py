@@ -323,7 +323,7 @@ class AuditRequest(Request):
     #: How, where and in what format the audit runs (never part of the family's request).
     RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
                                              "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
-                                             "ledger", "json_out", "fail_on_violation")
+                                             "ledger", "json_out", "fail_on_violation", "sequential")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
     canary: str | None = option(None, help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).")
@@ -369,6 +369,8 @@ class AuditRequest(Request):
     ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
     fail_on_violation: bool = option(False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes).")
+    sequential: bool = option(False, help="Sequential (anytime-valid) audit: trials in batches, stop as soon as a violation is certain "
+                              "or no remaining trial (up to --runs) can change the verdict; needs a claimed event.")
 
 
 NOISY_SUM_ACCOUNTANTS = ("pld", "rdp", "prv")

@@ -45,7 +45,12 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   resumed chunks not counted), executor ("built-in" or the executor's describe())}, controls
   {"no-noise": {...}, "null": {...}} (the same keys, without "controls"), command (re-creates the
   audit), release_id, release_path (the audited release, if any), id, created_at,
-  dpaudit_version, git_commit, plan.
+  dpaudit_version, git_commit, plan, power (main role: :mod:`dpaudit.audits.power`, what an audit
+  of ``runs`` trials of this claim can detect), sequential (``--sequential`` only: the mode, trials
+  used, why it stopped, :func:`dpaudit.audits.sequential.record`; then ``runs`` is the trials used,
+  eps_LB, the claimed-curve block and the counts are the sequential test's, valid at the stop, and
+  ``general_bound`` / ``clopper_pearson_epsilon`` are null: fixed-N bounds are not valid after
+  optional stopping; the main role is not checkpointed).
 What is written is split (:mod:`dpaudit.audit_outputs`): audit.json holds the shareable keys only,
 ``audit_local.json`` (like scores.npz, not for publication) the rest; :func:`read_audit` puts them
 back when the file is there. ``violated`` is derived, never stored (:func:`dpaudit.audits.verdicts.violated`).
@@ -85,7 +90,8 @@ from ..threads import limited_threads, set_threads
 from ..validation import non_negative_int, one_of, open_unit, positive_int
 from . import stats
 from .cost import record_audit_cost
-from .curves import curve_test, family_statement
+from . import power, sequential
+from .curves import claimed_curve, curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
 from .verdicts import upgrade, violated
 np = lazy_import("numpy")
@@ -162,6 +168,8 @@ class AuditResult:
     claim_family_bound: dict | None = None  # the claimed-curve result in the claim's units (None without an event)
     epsilon_lower_bound_note: str | None = None  # set when an old file's eps_LB was re-read (verdicts.upgrade)
     plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
+    sequential: dict | None = None  # sequential mode: trials used, why it stopped (dpaudit.audits.sequential.record)
+    power: dict | None = None  # what this audit could detect (dpaudit.audits.power.AuditPower; None in older files)
 
     @property
     def violated(self) -> bool:
@@ -174,6 +182,8 @@ class AuditResult:
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "controls"}
+        if d["sequential"] is None:
+            del d["sequential"]  # fixed-N records keep their layout
         d = {"schema": SCHEMA, **d}
         d["underpowered"] = self.underpowered
         if self.role == "main":
@@ -377,9 +387,10 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
     ev = evaluate_scores(s, world, select, delta=delta, confidence=confidence, event=claim, accountant=accountant, adjacency=adjacency,
                          seed=seed)
-    return AuditResult(mechanism=mechanism, canary=canary, role="main", noise=True, canary_inserted=True, runs=int(s.size),
-                       claimed_epsilon=claimed_epsilon, delta=delta, adjacency=adjacency, confidence=confidence,
-                       select_fraction=select_fraction, seeds={"public": seed, "noise": None}, git_commit=git_commit(), **ev)
+    result = AuditResult(mechanism=mechanism, canary=canary, role="main", noise=True, canary_inserted=True, runs=int(s.size),
+                         claimed_epsilon=claimed_epsilon, delta=delta, adjacency=adjacency, confidence=confidence,
+                         select_fraction=select_fraction, seeds={"public": seed, "noise": None}, git_commit=git_commit(), **ev)
+    return dataclasses.replace(result, power=audit_power_of(claim, adjacency, int(s.size), result, select_fraction=select_fraction))
 
 
 # ------------------------------------------------------------------------------ running trials
@@ -571,6 +582,7 @@ class AuditOptions:
     record: bool = True
     ledger_path: str | os.PathLike | None = None
     plan: Any = None
+    sequential: bool = False
 
     def checked(self, target: AuditTarget) -> "AuditOptions":
         """Validated, with the target's defaults filled in (control runs, chunk size; no no-noise
@@ -582,6 +594,8 @@ class AuditOptions:
         controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
         controls = tuple(c for c in controls if target.noise or c != "no-noise")  # a noiseless main audit is its own control
         chunk = positive_int("chunk_size", self.chunk_size if self.chunk_size is not None else target.default_chunk_size)
+        if self.sequential:
+            _check_sequential(target, runs)
         return dataclasses.replace(self, controls=controls, chunk_size=chunk, **checked)
 
     @property
@@ -603,6 +617,9 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     root = Path(o.out_dir) if o.out_dir is not None else None
     roles = _roles(target, o)
     plans = {r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction) for r, (_, n) in roles.items()}
+    seq = sequential.plan_sequential(o.runs, seed=o.seed) if o.sequential else None
+    if seq is not None:  # the main role runs batch by batch below (no checkpoints); the controls as ever
+        plans["main"] = TrialPlan(world=seq.world, select=np.arange(seq.max_trials) < seq.select_trials)
     jobs = {r: (t, np.zeros(n, dtype=bool) if r == "null" else plans[r].world.copy()) for r, (t, n) in roles.items()}
     prints = {r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed) for r, (t, n) in roles.items()}
     audit_id = uuid.uuid4().hex
@@ -612,11 +629,22 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     if o.plan is not None:
         o.plan.started(audit_id)
     t0 = time.perf_counter()
-    scores, busy, cpu = _run_roles(jobs, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
-                                   checkpoints={r: _Checkpoint(root, r, prints[r]) for r in roles}, progress=o.progress, executor=o.executor)
+    fixed = {r: j for r, j in jobs.items() if seq is None or r != "main"}
+    scores, busy, cpu = _run_roles(fixed, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
+                                   checkpoints={r: _Checkpoint(root, r, prints[r]) for r in fixed}, progress=o.progress, executor=o.executor)
+    if seq is not None:
+        scores["main"], stop = _run_sequential(target, seq, o)
+        used = scores["main"].size
+        roles["main"] = (target, used)
+        plans["main"] = TrialPlan(world=seq.world[:used], select=plans["main"].select[:used])
+        jobs["main"] = (target, plans["main"].world.copy())
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
     results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex)
                for r, (t, n) in roles.items()}
+    if seq is not None:
+        results["main"] = _sequential_result(results["main"], target, seq, stop)
+    results["main"] = dataclasses.replace(results["main"], power=audit_power_of(target.claimed_event, target.adjacency, o.runs, results["main"],
+                                                                                select_fraction=o.select_fraction, sequential_mode=o.sequential))
     main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
     if root is not None:
         write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
@@ -624,6 +652,48 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     if o.plan is not None:
         o.plan.finished(main.id, shareable_audit(main.to_dict()))
     return main
+
+
+def audit_power_of(event, adjacency: str, trials: int, result: AuditResult, *, select_fraction: float, sequential_mode: bool = False) -> dict:
+    """audit.json "power": what an audit of ``trials`` trials of this claim can detect (:mod:`dpaudit.audits.power`)."""
+    curve = None if event is None else claimed_curve(event, adjacency)
+    return power.audit_power(trials=trials, delta=result.delta, claimed_epsilon=result.claimed_epsilon, curve=curve,
+                             confidence=result.confidence, select_fraction=select_fraction, sequential_mode=sequential_mode).to_dict()
+
+
+def _check_sequential(target: AuditTarget, runs: int) -> None:
+    """Sequential mode needs a claimed event (its curve is what the test stops on) and room for a look."""
+    if target.claimed_event is None:
+        raise UsageError("sequential must only be used with a claimed event (the release's DP event), got a target without one.")
+    positive_int("runs", runs, sequential.SELECT_TRIALS + sequential.BATCH)
+
+
+def _run_sequential(target: AuditTarget, plan, o: AuditOptions):
+    """The main role batch by batch until the sequential test stops: (scores used, (test, last look, reason)).
+    Batch c draws its noise as chunk c does (:func:`_chunk_noise`)."""
+    curve = claimed_curve(target.claimed_event, target.adjacency)
+    test = sequential.SequentialTest(curve, plan, confidence=o.confidence, criterion=sequential.criterion_for(curve))
+    _WORKER_TARGETS["main"] = target
+
+    def draw(start: int, stop: int) -> np.ndarray:
+        parts = []
+        for c in range(start // plan.batch, -(-stop // plan.batch)):
+            sl = slice(c * plan.batch, min((c + 1) * plan.batch, stop))
+            parts.append(_worker_run("main", c, plan.world[sl], o.trial_noise_seed)[2])
+        return np.concatenate(parts)
+
+    with limited_threads(1):
+        scores, look, reason = sequential.run_sequential(draw, test)
+    return scores, (test, look, reason)
+
+
+def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> AuditResult:
+    """The main result with its deciding statistic and eps_LB replaced by the sequential test's,
+    valid at the stopping time (the fixed-N bounds are not: optional stopping)."""
+    test, look, reason = stop
+    fields = sequential.audit_fields(result.claimed_curve, plan, test, look, reason, event=target.claimed_event, delta=target.delta,
+                                     accountant=target.accountant, adjacency=target.adjacency)
+    return dataclasses.replace(result, **fields, claim_family_bound=claim_family_bound(fields["claimed_curve"]))
 
 
 def _roles(target: AuditTarget, o: AuditOptions) -> dict:

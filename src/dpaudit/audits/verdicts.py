@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from ..accounting.events import event_from_dict
-from . import stats
+from . import sequential, stats
 from .curves import claimed_curve
 
 
@@ -93,6 +93,8 @@ def general_epsilon_at(rec: dict, confidence: float) -> float | None:
     counts, delta = _counts(rec), _num(rec.get("delta"))
     if counts is None or delta is None:
         return None
+    if isinstance(rec.get("sequential"), dict):  # stopped by a sequential test: only its anytime box is valid
+        return float(stats.epsilon_from_rates(*sequential.box_at(rec["sequential"], confidence), delta))
     gb = rec.get("general_bound")
     if isinstance(gb, dict) and isinstance(gb.get("band"), dict):
         return stats.general_epsilon(counts, gb["band"], delta=delta, confidence=confidence)
@@ -113,13 +115,23 @@ def box_counts(rec: dict) -> dict | None:
     return {"fp": int(round(fpr * n_out)), "n_out": n_out, "fn": int(round(fnr * n_in)), "n_in": n_in}
 
 
+def box_uppers(rec: dict, confidence: float) -> tuple[float, float] | None:
+    """(FPR, FNR) upper corners of the claimed-curve box at ``confidence``, from the stored counts:
+    Clopper-Pearson, or a sequential audit's anytime-valid sequences (None: no counts)."""
+    if isinstance(rec.get("sequential"), dict):
+        return sequential.box_at(rec["sequential"], confidence)
+    box = box_counts(rec)
+    if box is None:
+        return None
+    return (stats.cp_upper(box["fp"], box["n_out"], confidence, split=2), stats.cp_upper(box["fn"], box["n_in"], confidence, split=2))
+
+
 def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
     cc = rec.get("claimed_curve") or {}
-    box = box_counts(rec)
+    box = box_uppers(rec, confidence)
     if box is None or not isinstance(cc.get("event"), dict):
         return None
-    fpr_hi = stats.cp_upper(box["fp"], box["n_out"], confidence, split=2)
-    fnr_hi = stats.cp_upper(box["fn"], box["n_in"], confidence, split=2)
+    fpr_hi, fnr_hi = box
     curve = claimed_curve(event_from_dict(cc["event"]), cc.get("adjacency") or rec.get("adjacency") or "add-remove-record")
     return bool(curve.violated_by(fpr_hi, fnr_hi))
 

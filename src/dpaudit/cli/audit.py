@@ -68,6 +68,8 @@ def _check(a: AuditRequest) -> None:
     _check_threat_model(a)
     if a.canaries is not None and not a.one_run:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
+    if a.sequential and (a.one_run or a.threat_model != "final-model"):
+        raise UsageError("sequential must only be used with a final-model trial audit, got --one-run or --threat-model trajectory.")
     if a.one_run and a.canaries is None:
         raise UsageError("canaries must be given with --one-run (an integer >= 2), got none.")
 
@@ -87,7 +89,7 @@ def run(a: AuditRequest, plan=None) -> None:
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,
                   chunk_size=a.chunk_size, out_dir=out, reproducible_noise=a.reproducible_noise, progress=True,
                   command=_command(plan, values=resolved, always=always),
-                  release_id=release_id, release_path=release_path, ledger_path=a.ledger, plan=plan)
+                  release_id=release_id, release_path=release_path, ledger_path=a.ledger, plan=plan, sequential=a.sequential)
     # Trajectory: also the final-model audit of the same configuration and seed, side by side
     # (stored in OUT/final-model; its command is this one without --threat-model).
     final_dir = out / "final-model"

@@ -8,6 +8,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..audit_outputs import shareable_audit
+from ..audits.power import power_line
+from ..audits.sequential import sequential_line
 from ..reports import tradeoff
 from .common import console, emit_json, print_table
 
@@ -137,6 +139,10 @@ def render(result, out: Path) -> None:
     console.print(_statistic_line(result), soft_wrap=True)
     if result.violated or result.noise:
         console.print(_verdict_line(result), soft_wrap=True)
+    if result.sequential:
+        console.print(sequential_line(result.sequential), soft_wrap=True)
+    if result.power:
+        console.print(escape(power_line(result.power)), soft_wrap=True)
     if result.underpowered:
         console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
     console.print(f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "

@@ -9,9 +9,8 @@ import math
 from pathlib import Path
 
 from ..accounting.events import event_from_dict
-from ..audits import stats as audit_stats
 from ..audits.curves import family_ruled_out, family_statement
-from ..audits.verdicts import box_counts, decision_at, upgrade, violated
+from ..audits.verdicts import box_uppers, decision_at, upgrade, violated
 from ..errors import DataError, DPAuditError
 from ..records import Release
 from . import stats
@@ -46,7 +45,7 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
 #: The fields of an audit's view its entry repeats as they are.
 ENTRY_FIELDS = ("id", "mechanism", "canary", "task", "dataset", "adjacency", "trials", "eval_trials", "claimed_epsilon", "delta",
                 "epsilon_lower_bound", "confidence", "method", "counts", "ceiling", "ceiling_source",
-                "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing")
+                "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing", "power", "sequential")
 
 
 def plan_id(record: dict) -> str | None:
@@ -128,11 +127,10 @@ def _deciding(rec: dict, conf: float, decision: dict, statistic: str, label: str
     cc = rec.get("claimed_curve")
     if statistic != "claimed-curve" or not isinstance(cc, dict):
         return {"statistic": statistic, "epsilon_lower_bound": decision["epsilon_lower_bound"]}
-    box = box_counts(upgrade(rec))
     try:
-        if box is None:
+        hi = box_uppers(upgrade(rec), conf)
+        if hi is None:
             raise DataError("no box counts")
-        hi = [audit_stats.cp_upper(k, n, conf, split=2) for k, n in ((box["fp"], box["n_out"]), (box["fn"], box["n_in"]))]
         fam = family_ruled_out(event_from_dict(cc["event"]), cc.get("adjacency") or rec.get("adjacency") or "add-remove-record", *hi)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
         notes.append(Note("warning", "audit", f"{label}: its claimed-curve test could not be recomputed from its counts ({e})."))

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..audit_outputs import NOT_COVERED
+from ..audits.power import power_cell
 from .format import DASH, Block, either, f, g, num, p, table, text, val, verdict_word, with_interval
 
 DETAIL_HEADERS = ["audit", "mechanism / canary / task", "claim (delta)", "eps_LB", "deciding statistic, recomputed from the counts",
-                  "null ctrl", "confidence", "trials (EVAL)", "TP/FP/TN/FN", "ceiling", "GDP est. / AUC", "method", "status"]
+                  "null ctrl", "confidence", "trials (EVAL)", "TP/FP/TN/FN", "ceiling", "GDP est. / AUC", "power (what this N can detect)", "method", "status"]
 STATISTIC_HEADERS = ["audit", "statistic (decides)", "eps_LB", "claim", "claim's family: ruled out (family epsilon, not a bound)",
                      "CP eps_LB (SELECT/EVAL)", "CP eps_LB (Bonferroni)", "TPR at FPR 0.1 % [CI]", "TPR at FPR 1 % [CI]",
                      "AUROC [bootstrap CI]", "GDP eps (estimate)", "threat model"]
@@ -56,13 +57,20 @@ def _recomputed(r: dict | None) -> str:
     return f"{r['statistic']}: eps_LB {f(r.get('epsilon_lower_bound'))}"
 
 
+def _sequential_note(seq: dict | None) -> str:
+    """A sequential audit's stop, after its trials: "; sequential, stopped (violation) of 2000"."""
+    return "" if not seq else f"; sequential, stopped ({text(seq.get('stopped'))}) of {val(seq.get('max_trials'))}"
+
+
 def _detail_row(e: dict, methods: list[str]) -> list[str]:
     cnt = e.get("counts") or {}
     what = " / ".join(text(x) for x in (e.get("mechanism"), e.get("canary"), e.get("task") or e.get("dataset")))
     return [text(e.get("label")), what, f"{f(e.get('compared_claim'))} ({g(e.get('delta'))})", f(e.get("epsilon_lower_bound")),
             _recomputed(e.get("recomputed")), f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")),
-            f"{val(e.get('trials'))} ({val(e.get('eval_trials'))})", either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))),
-            f(e.get("ceiling"), 2), f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}", _method_ref(e.get("method"), methods),
+            f"{val(e.get('trials'))} ({val(e.get('eval_trials'))})" + _sequential_note(e.get("sequential")),
+            either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))),
+            f(e.get("ceiling"), 2), f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}", either(e.get("power"), power_cell(e.get("power") or {})),
+            _method_ref(e.get("method"), methods),
             e.get("status", "").upper()]
 
 

@@ -155,6 +155,13 @@ def _auc(auc: Any, roc: dict | None) -> float | None:
     return num(auc) if num(auc) is not None or roc is None else roc["auc"]
 
 
+def _power(block: Any) -> dict | None:
+    """The power block when it carries the numbers the report shows, else None."""
+    if not isinstance(block, dict) or integer(block.get("trials")) is None or num(block.get("ceiling")) is None:
+        return None
+    return block
+
+
 def _role(role: Any) -> str:
     return role if isinstance(role, str) else ("main" if role is None else "unknown")
 
@@ -196,6 +203,8 @@ class AuditView:
     release_path: str | None
     missing: list[str]  # expected keys the record (before migration) lacks
     epsilon_lower_bound_note: str | None
+    power: dict | None = None  # audit.json "power" (dpaudit.audits.power; None in older files)
+    sequential: dict | None = None  # audit.json "sequential" (a sequential audit's stop; None: fixed N)
 
     @classmethod
     def from_dict(cls, record: dict) -> "AuditView":
@@ -221,6 +230,7 @@ class AuditView:
             release_id=release_id, release_path=release_path,
             missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
             epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),
+            power=_power(rec.get("power")), sequential=_dict(rec.get("sequential")),
         )
 
 

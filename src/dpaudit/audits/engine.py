@@ -693,6 +693,9 @@ def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> 
     test, look, reason = stop
     fields = sequential.audit_fields(result.claimed_curve, plan, test, look, reason, event=target.claimed_event, delta=target.delta,
                                      accountant=target.accountant, adjacency=target.adjacency)
+    if reason != "completed":
+        # the comparison block's fixed-N bounds (Bonferroni Clopper-Pearson...) are not valid after an early stop
+        fields["comparison"] = {}
     return dataclasses.replace(result, **fields, claim_family_bound=claim_family_bound(fields["claimed_curve"]))
 
 

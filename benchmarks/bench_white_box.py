@@ -58,6 +58,13 @@ def false_positives(replicates: int = 1000) -> None:
           f"crafted-final {final_flags / replicates:.3f}", flush=True)
 
 
+def _pld_note(b) -> str:
+    """eps_LB and the claim by the tight pld accountant (eps_LB then bounds the true epsilon)."""
+    lb = wb.family_epsilon(b.noise_upper, b.sensitivity_lower, b.sample_rate_lower, b.steps, delta=DELTA, accountant="pld")
+    claimed = wb.family_epsilon(b.claimed.noise_multiplier, 1.0, b.claimed.sample_rate, b.steps, delta=DELTA, accountant="pld")
+    return f"pld: eps_LB {lb:.3f} of true eps {claimed:.3f} ({lb / claimed:.3f})"
+
+
 def _run(model, data, claim, epochs, canaries, threat_model="white-box", noise_factor=1.0):
     from dpaudit.mechanisms import dpsgd_core
     from dpaudit.mechanisms.one_run_modules import module_config
@@ -80,7 +87,8 @@ def _run(model, data, claim, epochs, canaries, threat_model="white-box", noise_f
     print(f"{model} {threat_model} claim {claim} noise x{noise_factor} T {cfg.steps} M {canaries}: eps_LB {bound.epsilon_lb:.3f} "
           f"(claimed {bound.claimed_epsilon:.3f}, ratio {bound.ratio:.3f}, limit {limit:.3f}), violation {bound.violation}; "
           f"sigma_hi {b['noise_multiplier_upper']:.4f} (sigma {cfg.noise_multiplier:.4f}), d_lo {b['sensitivity_lower']:.4f}, "
-          f"q_lo {b['sample_rate_lower']:.5f}; quiet coordinates {run.info['quiet_coordinates']}; {train_s:.0f} s", flush=True)
+          f"q_lo {b['sample_rate_lower']:.5f}; {_pld_note(bound)}; quiet coordinates {run.info['quiet_coordinates']}; {train_s:.0f} s",
+          flush=True)
 
 
 def mnist(epochs: int, canaries: int, models, final_canaries: int) -> None:
@@ -132,7 +140,7 @@ def _opacus_run(data, claim: float, epochs: int, canaries: int, noise_factor: fl
     limit = wb.expected_step_bound(wbox.claim(), canaries, delta=DELTA)
     print(f"opacus example white-box claim {claim} noise x{noise_factor} T {wbox.claim().steps} M {canaries}: eps_LB {b.epsilon_lb:.3f} "
           f"(claimed {b.claimed_epsilon:.3f}, ratio {b.ratio:.3f}, limit {limit:.3f}), violation {b.violation}; sigma_hi {b.noise_upper:.4f} "
-          f"(sigma {sigma:.4f}), d_lo {b.sensitivity_lower:.4f}, q_lo {b.sample_rate_lower:.5f}; {train_s:.0f} s", flush=True)
+          f"(sigma {sigma:.4f}), d_lo {b.sensitivity_lower:.4f}, q_lo {b.sample_rate_lower:.5f}; {_pld_note(b)}; {train_s:.0f} s", flush=True)
 
 
 def opacus(epochs: int, canaries: int) -> None:

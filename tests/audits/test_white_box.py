@@ -32,6 +32,12 @@ def test_exact_mechanism_step_bound_is_below_and_close_to_the_claim():
     assert limit <= b.claimed_epsilon and b.epsilon_lb == pytest.approx(limit, rel=0.1)
 
 
+def test_exact_mechanism_bound_by_a_tight_accountant_is_below_the_true_epsilon():
+    obs = wb.simulate_steps(np.random.default_rng(6), noise=0.8, rate=0.05, steps=200, canaries=500)
+    b = wb.step_bound(obs, claimed=CLAIM, delta=DELTA, accountant="pld")
+    assert 0.8 * b.claimed_epsilon <= b.epsilon_lb <= b.claimed_epsilon  # pld: the true epsilon, up to its discretisation
+
+
 def test_exact_mechanism_final_bound_is_below_the_claim():
     obs = wb.simulate_final(np.random.default_rng(2), noise=0.8, rate=0.05, steps=200, canaries=4000)
     b = wb.final_bound(obs, claimed=CLAIM, delta=DELTA)
@@ -63,6 +69,16 @@ def test_step_bound_false_positive_rate_at_most_5_percent():
         s_hi, d_lo, q_lo = wb.step_statistics(wb.simulate_steps(rng, noise=sigma, rate=q, steps=50, canaries=20), 0.95)
         flagged += (d_lo <= 0 or s_hi / d_lo < sigma) or q_lo > q
     assert flagged / 1000 <= 0.05, flagged
+
+
+def test_each_confidence_bound_covers_at_its_level():
+    """1,000 replicates: s_hi < s, d_lo > d and q_lo > q each happen at most at rate alpha / 3 (1.7 %; 3 % allowed)."""
+    rng = np.random.default_rng(13)
+    misses = np.zeros(3)
+    for _ in range(1000):
+        s_hi, d_lo, q_lo = wb.step_statistics(wb.simulate_steps(rng, noise=0.8, rate=0.1, steps=50, canaries=20), 0.95)
+        misses += (s_hi < 0.8, d_lo > 1.0, q_lo > 0.1)
+    assert np.all(misses / 1000 <= 0.03), misses
 
 
 def test_final_bound_false_positive_rate_at_most_5_percent():

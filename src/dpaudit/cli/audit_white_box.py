@@ -39,7 +39,9 @@ def run(a: AuditRequest, plan=None):
     if plan is not None:
         raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
     rel = None if a.release is None else read_release(a.release)
-    model, data, cfg, claim = module_setup(a.mechanism if rel is None else rel.mechanism, release=rel, epsilon=a.epsilon, delta=a.delta,
+    if rel is not None and rel.mechanism != a.mechanism:
+        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {a.mechanism!r}.")
+    model, data, cfg, claim = module_setup(a.mechanism, release=rel, epsilon=a.epsilon, delta=a.delta,
                                            dataset=a.dataset, data_dir=a.data_dir, profile=a.profile, epochs=a.epochs)
     out = Path(a.out) if a.out is not None else Path("audits") / f"{model}-{a.threat_model}"
     roles = ("main", "no-noise", "null") if a.controls else ("main",)

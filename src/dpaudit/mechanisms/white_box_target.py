@@ -60,19 +60,21 @@ class StepObserver:
     (the loop's recorder interface, ``attach`` and ``before_apply``): module docstring.
 
     ``scale``: the raw gradient in units of C (0: the null control, canaries drawn but adding
-    nothing). ``included`` (M,): the canaries in the dataset. After the run, ``sampled``,
+    nothing). ``included`` (M,): the canaries in the dataset. ``observe=False`` (hidden state):
+    canaries only, nothing kept. After the run, ``sampled``,
     ``others`` and ``privatised`` (M, T) hold b_t, the others' clipped sum and the privatised
     sum at each canary coordinate."""
 
     rows = False
 
     def __init__(self, canaries: GradientCanaries, names: list[str], included: np.ndarray, config: DPSGDConfig,
-                 rng: np.random.Generator, scale: float = RAW_GRADIENT_SCALE):
+                 rng: np.random.Generator, scale: float = RAW_GRADIENT_SCALE, observe: bool = True):
         index = {n: i for i, n in enumerate(names)}
         self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]
         self.included, self.q, self.c, self.rng, self.scale = np.asarray(included, dtype=bool), config.sample_rate, \
             float(config.clipping_norm), rng, float(scale)
-        shape = (self.included.size, config.steps)
+        shape = (self.included.size, config.steps) if observe else (self.included.size, 0)  # hidden state: nothing kept
+        self.observe = observe
         self.sampled = np.zeros(shape, dtype=bool)
         self.others, self.privatised = np.zeros(shape), np.zeros(shape)
         self.t, self.sanitise = -1, None
@@ -80,13 +82,15 @@ class StepObserver:
     def draw(self) -> np.ndarray:
         self.t += 1
         hit = self.included & (self.rng.random(self.included.size) < self.q)
-        self.sampled[:, self.t] = hit
+        if self.observe:
+            self.sampled[:, self.t] = hit
         return hit
 
     def add(self, hit: np.ndarray, sums: list) -> None:
         for p, ids, flat in self.groups:
             view = sums[p].view(-1)
-            self.others[ids, self.t] = view[flat].double().numpy()  # the other records' clipped sum, before the canaries
+            if self.observe:
+                self.others[ids, self.t] = view[flat].double().numpy()  # the other records' clipped sum, before the canaries
             on = torch.as_tensor(hit[ids])
             k = int(on.sum())
             if k:
@@ -157,16 +161,17 @@ def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise
                          f"({model} on {getattr(data, 'name', 'this dataset')}), got {m}.")
     coords = choose_coordinates(shapes, CANARY_TENSORS[name], m, seed, quiet=quiet, tag=_TAG_WHITE_BOX)
     crng = np.random.default_rng(noise.aux_seed())  # private: coins and canary sampling
-    included = np.ones(m, dtype=bool) if threat_model == "white-box" else crng.random(m) < 0.5
-    observer = StepObserver(coords, names, included, config, crng, scale=0.0 if role == "null" else RAW_GRADIENT_SCALE)
+    white = threat_model == "white-box"
+    included = np.ones(m, dtype=bool) if white else crng.random(m) < 0.5
+    observer = StepObserver(coords, names, included, config, crng, scale=0.0 if role == "null" else RAW_GRADIENT_SCALE, observe=white)
     theta0 = {n: p.detach().double().clone() for n, p in module.named_parameters()}
     loss = "bce" if int(data.n_classes) == 2 else "cross_entropy"
     steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
-                                canary=observer, recorder=observer if threat_model == "white-box" else None)
+                                canary=observer, recorder=observer if white else None)
     info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "threat_model": threat_model, "role": role,
             "seed": int(seed), "dp_sgd": config.to_dict(), "steps_executed": int(steps), "raw_gradient_scale": observer.scale,
             "quiet_coordinates": int(quiet.size), **coords.describe()}
-    if threat_model == "white-box":
+    if white:
         return WhiteBoxRun(observer.observations(), info)
     params = dict(module.named_parameters())
     moved = np.array([-(params[n].detach().double().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in coords.coords])

@@ -185,6 +185,8 @@ def test_cli_white_box_tiny(tmp_path):
     assert d["controls_ok"] == {"no-noise": True, "null": True} and not d["violated"]
     assert json.loads((out / "white_box.json").read_text())["bounds"]["main"] == d["bounds"]["main"]
     assert "--threat-model white-box" in d["command"]
+    assert "coordinates" not in d["runs"]["main"]  # data-derived: only in the local file
+    assert json.loads((out / "white_box_local.json").read_text())["runs"]["main"]["coordinates"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ..errors import UsageError
-from ..mechanisms.white_box_target import WHITE_BOX_FILE, white_box_audit, write_white_box
+from ..mechanisms.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
 from ..noise import NoiseSource
 from ..one_run_auditing import _record_cost, module_setup
 from ..progress import JobProgress
@@ -75,4 +75,4 @@ def _render(result, out: Path) -> None:
     m = result.main
     verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
     console.print(f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}")
-    console.print(f"wrote {out / WHITE_BOX_FILE}", soft_wrap=True)
+    console.print(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} (not for publication)", soft_wrap=True)

@@ -198,6 +198,9 @@ def _plain_sgd(config: DPSGDConfig) -> DPSGDConfig:
 #: The statistic of each threat model (:mod:`dpaudit.audits.white_box`).
 _BOUNDS = {"white-box": white_box.step_bound, "crafted-final": white_box.final_bound}
 WHITE_BOX_FILE = "white_box.json"
+WHITE_BOX_LOCAL_FILE = "white_box_local.json"
+#: Run descriptions kept out of the shareable record (derived from the private training data).
+LOCAL_KEYS = ("coordinates", "quiet_coordinates")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,11 +229,14 @@ class WhiteBoxAudit:
             out["null"] = not self.bounds["null"].violation
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self, *, local: bool = False) -> dict:
+        """The record; without ``local``, shareable: the canary coordinates (chosen among input
+        features zero in every training record, so derived from the private data) are left out."""
+        runs = self.infos if local else {r: {k: v for k, v in i.items() if k not in LOCAL_KEYS} for r, i in self.infos.items()}
         return {"schema": "dpaudit.white-box/1", "threat_model": self.main.threat_model, "violated": self.violated,
                 "epsilon_lb": self.main.to_dict()["epsilon_lb"], "claimed_epsilon": self.main.claimed_epsilon,
                 "bounds": {r: b.to_dict() for r, b in self.bounds.items()}, "controls_ok": self.controls_ok(),
-                "runs": self.infos, "command": self.command}
+                "runs": runs, "command": self.command}
 
 
 def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canaries: int, noise: NoiseSource, seed: int,
@@ -251,7 +257,9 @@ def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canar
 
 
 def write_white_box(result: WhiteBoxAudit, out_dir) -> Path:
-    """``out_dir/white_box.json`` (the bounds, controls and runs; no private draw is in it)."""
+    """``out_dir/white_box.json`` (shareable: bounds, controls, public configuration) and
+    ``white_box_local.json`` beside it (also the data-derived canary coordinates: not for publication)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / WHITE_BOX_LOCAL_FILE, result.to_dict(local=True))
     return write_json_atomic(out / WHITE_BOX_FILE, result.to_dict())

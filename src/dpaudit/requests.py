@@ -361,11 +361,13 @@ class AuditRequest(Request):
     broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
     one_run: bool = option(False, help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
                            "--canaries independent canaries; DP-SGD head models and dp-dense, dp-cnn, dp-attention. Writes one_run.json.")
-    canaries: int | None = option(None, help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run).")
+    canaries: int | None = option(None, help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run) or of a "
+                                  "white-box / crafted-final audit.")
     one_run_kind: str = option("gradient", help="One-run canaries: gradient (Dirac gradient canaries) or input-mislabeled (needs --one-run).")
     threat_model: str = option("final-model", help="final-model (the adversary sees the released model) or trajectory (every iterate: "
                                "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
-                               "final-model audit also runs, into OUT/final-model).")
+                               "final-model audit also runs, into OUT/final-model); white-box (dp-dense, dp-cnn: --canaries Dirac canaries observed at "
+                               "every step) or crafted-final (dp-dense: only the final model of a plain-SGD run; docs/white_box.md).")
     ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
     fail_on_violation: bool = option(False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes).")
@@ -376,6 +378,9 @@ class AuditRequest(Request):
 NOISY_SUM_ACCOUNTANTS = ("pld", "rdp", "prv")
 #: What an audit's adversary sees: the released model, or every iterate (DP-SGD head models).
 THREAT_MODELS = ("final-model", "trajectory")
+#: Threat models of the white-box audits of trainable DP-SGD models (their own statistic, docs/white_box.md): every step
+#: seen, or only the final model of a run with crafted gradients at every step.
+WHITE_BOX_THREAT_MODELS = ("white-box", "crafted-final")
 
 
 @dataclass(frozen=True)

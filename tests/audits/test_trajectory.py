@@ -71,7 +71,7 @@ def test_cli_threat_model_refused_outside_head_models():
     r = runner.invoke(app, ["audit", "gaussian", "--threat-model", "trajectory", "--runs", "8"])
     assert r.exit_code == 2 and "threat model for gaussian must be final-model" in r.output
     r = runner.invoke(app, ["audit", "dp-rvfl", "--threat-model", "iterates", "--runs", "8"])
-    assert r.exit_code == 2 and "threat model must be one of final-model, trajectory, got 'iterates'" in r.output
+    assert r.exit_code == 2 and "threat model must be one of final-model, trajectory, white-box, crafted-final, got 'iterates'" in r.output
     r = runner.invoke(app, ["audit", "dp-rvfl", "--threat-model", "trajectory", "--canary", "mislabeled", "--runs", "8"])
     assert r.exit_code == 2 and "canary must be max-clip with the trajectory threat model" in r.output
 

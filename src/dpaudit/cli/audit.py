@@ -22,10 +22,10 @@ from ..errors import UsageError
 from ..paths import check_new_folder, fresh_folder
 from ..records import check_out_dir, read_release
 from ..reports import tradeoff
-from ..requests import THREAT_MODELS, AuditRequest
+from ..requests import THREAT_MODELS, WHITE_BOX_THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
 from ..validation import positive_int
-from . import audit_opacus, generic, plan as plan_cli
+from . import audit_opacus, audit_white_box, generic, plan as plan_cli
 from .audit_render import render_one_run, show
 from .common import ROUTES, console, emit_json, exit_on_violation, note, recorded_argv
 
@@ -66,7 +66,7 @@ def _check(a: AuditRequest) -> None:
     if a.out is not None:  # before any training: a bad --out (or one holding results) must not throw a long run away
         check_new_folder(check_out_dir(a.out, name="out"), name="out")
     _check_threat_model(a)
-    if a.canaries is not None and not a.one_run:
+    if a.canaries is not None and not a.one_run and a.threat_model not in WHITE_BOX_THREAT_MODELS:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
     if a.sequential and (a.one_run or a.threat_model != "final-model"):
         raise UsageError("sequential must only be used with a final-model trial audit, got --one-run or --threat-model trajectory.")
@@ -78,6 +78,8 @@ def run(a: AuditRequest, plan=None) -> None:
     """The ``dpaudit audit`` command on its parsed request: build the target, run, render
     (``plan``: a run under a pre-registered plan, :class:`dpaudit.audit_plans.PlanRun`)."""
     _check(a)
+    if a.threat_model in WHITE_BOX_THREAT_MODELS:
+        return exit_on_violation(a.fail_on_violation, [audit_white_box.run(a, plan)])
     if a.one_run or a.canaries is not None:
         return exit_on_violation(a.fail_on_violation, [_one_run(a, plan)])
     t, release_id, release_path = _target(a)
@@ -182,12 +184,15 @@ def _one_run(a: AuditRequest, plan=None):
 
 
 def _check_threat_model(a: AuditRequest) -> None:
-    """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads."""
+    """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads; white-box and
+    crafted-final for dp-dense / dp-cnn (:func:`~dpaudit.cli.audit_white_box.check`)."""
     one_run = a.one_run or a.canaries is not None
-    if a.threat_model not in THREAT_MODELS:
-        raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {a.threat_model!r}.")
+    if a.threat_model not in THREAT_MODELS + WHITE_BOX_THREAT_MODELS:
+        raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS + WHITE_BOX_THREAT_MODELS)}, got {a.threat_model!r}.")
     if a.threat_model == "final-model":
         return
+    if a.threat_model in WHITE_BOX_THREAT_MODELS:
+        return audit_white_box.check(a)
     head = a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"  # unknown: the build step names the allowed ones
     if not head or a.privacy_unit != "record" or one_run:
         what = "--one-run" if one_run else (f"--privacy-unit {a.privacy_unit}" if head else a.mechanism)

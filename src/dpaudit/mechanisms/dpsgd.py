@@ -30,6 +30,7 @@ def train_module_dp_sgd(
     progress: Progress | None = None,
     max_chunk: int = 1024,
     canary=None,
+    recorder=None,
 ) -> int:
     """DP-SGD on every trainable parameter of ``module`` (in place), one run of the loop
     :func:`~dpaudit.mechanisms.engine.run_dp_sgd`. Returns executed steps.
@@ -41,7 +42,8 @@ def train_module_dp_sgd(
 
     Clipped sums: :func:`~dpaudit.mechanisms.ghost_clip.module_clipped_sum`. ``users``: a
     :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD (each sampled user's
-    records one unit of the same kernel), records when omitted. ``canary``: one-run audits only.
+    records one unit of the same kernel), records when omitted. ``canary``, ``recorder``: audits only (the loop's canary and recorder
+    interfaces; the white-box observer, :mod:`~dpaudit.mechanisms.white_box_target`).
     """
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
@@ -68,4 +70,4 @@ def train_module_dp_sgd(
         units = SumUnits(user_sum, index.n_users)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(noise.aux_seed() if hasattr(noise, "aux_seed") else int(noise.numpy.integers(0, 2**63 - 1)))
-        return run_dp_sgd(units, params, config, noise=noise, progress=progress, canary=canary)
+        return run_dp_sgd(units, params, config, noise=noise, progress=progress, canary=canary, recorder=recorder)

@@ -1,0 +1,78 @@
+"""`dpaudit audit dp-dense|dp-cnn --threat-model white-box|crafted-final --canaries M`: the white-box
+step audit and the crafted-gradient final-model audit (:mod:`dpaudit.mechanisms.white_box_target`,
+docs/white_box.md). Parsing and rendering only."""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from pathlib import Path
+
+from rich.table import Table
+
+from ..errors import UsageError
+from ..mechanisms.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
+from ..noise import NoiseSource
+from ..one_run_auditing import _record_cost, module_setup
+from ..progress import JobProgress
+from ..records import read_release
+from ..requests import AuditRequest
+from ..validation import positive_int
+from .common import console, emit_json, print_table, recorded_argv
+
+#: Models with a white-box audit.
+MODELS = ("dp-dense", "dp-cnn")
+
+
+def check(a: AuditRequest) -> None:
+    """What is checked before any data is loaded."""
+    if a.mechanism not in MODELS or a.privacy_unit != "record" or a.one_run:
+        what = "--one-run" if a.one_run else (f"--privacy-unit {a.privacy_unit}" if a.mechanism in MODELS else a.mechanism)
+        raise UsageError(f"threat model for {what} must be final-model or trajectory ({a.threat_model}: "
+                         f"{', '.join(MODELS)}, record level, without --one-run), got {a.threat_model!r}.")
+    positive_int("canaries", a.canaries, 2)
+
+
+def run(a: AuditRequest, plan=None):
+    """The audit of ``a`` (``plan`` must be None: a planned audit is final-model only)."""
+    check(a)
+    if plan is not None:
+        raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
+    rel = None if a.release is None else read_release(a.release)
+    if rel is not None and rel.mechanism != a.mechanism:
+        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {a.mechanism!r}.")
+    model, data, cfg, claim = module_setup(a.mechanism, release=rel, epsilon=a.epsilon, delta=a.delta,
+                                           dataset=a.dataset, data_dir=a.data_dir, profile=a.profile, epochs=a.epochs)
+    out = Path(a.out) if a.out is not None else Path("audits") / f"{model}-{a.threat_model}"
+    roles = ("main", "no-noise", "null") if a.controls else ("main",)
+    for role in roles:  # each training run is an audit entry of the ledger, before it runs
+        _record_cost(model, data.name, "add-remove-record", None if role == "no-noise" else claim["event"], a.ledger,
+                     None if rel is None else rel.id, uuid.uuid4().hex)
+    noise = NoiseSource("reproducible", seed=a.seed) if a.reproducible_noise else NoiseSource()
+    command = shlex.join(recorded_argv(values={"out": out}, always=("canaries", "threat_model", "confidence", "seed"),
+                                       omit=("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation")))
+    with JobProgress("steps") as bar:
+        result = white_box_audit(model, data, cfg, claim, canaries=a.canaries, noise=noise, seed=a.seed if rel is None else int(rel.seed),
+                                 threat_model=a.threat_model, confidence=a.confidence, controls=a.controls, command=command,
+                                 progress=lambda role: bar.steps(f"{a.threat_model} training ({role}, {a.canaries} canaries)"))
+    write_white_box(result, out)
+    if a.json_out:
+        emit_json({**result.to_dict(), "audit_dir": str(out)})
+    else:
+        _render(result, out)
+    return result
+
+
+def _render(result, out: Path) -> None:
+    table = Table("run", "eps_LB", "claim", "sigma_hi", "d_lo", "q_lo", "steps", "observations",
+                  title=f"{result.main.threat_model} audit, {result.main.confidence:.0%} confidence")
+    for role, b in result.bounds.items():
+        table.add_row(role, f"{b.epsilon_lb:.3f}", f"{b.claimed_epsilon:.3f}", f"{b.noise_upper:.4f}", f"{b.sensitivity_lower:.4f}",
+                      f"{b.sample_rate_lower:.5f}", str(b.steps), str(b.observations))
+    print_table(table)
+    for role, ok in result.controls_ok().items():
+        console.print(f"{role} control: {'as expected' if ok else '[bold red]FAILED[/] (the audit cannot be trusted)'}")
+    m = result.main
+    verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
+    console.print(f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}")
+    console.print(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} (not for publication)", soft_wrap=True)

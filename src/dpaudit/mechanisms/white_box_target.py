@@ -1,0 +1,265 @@
+"""White-box and crafted-final audits of the trainable DP-SGD models ``dp-dense`` and ``dp-cnn``
+(the statistics: :mod:`dpaudit.audits.white_box`; docs/white_box.md).
+
+Both insert M Dirac gradient canaries at distinct public coordinates of :data:`CANARY_TENSORS`
+(for dp-dense the quiet first-layer weights first) through the one DP-SGD loop's canary
+interface (:func:`~dpaudit.mechanisms.engine.run_dp_sgd`; a release never passes one). Each
+sampled canary's raw gradient is :data:`RAW_GRADIENT_SCALE` C e_j, clipped by the loop's one
+clipping rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`) before it joins the clipped
+sum, so a clipping fault shows as a contribution d > 1.
+
+* ``white-box``: every canary is in the dataset and sampled at rate q at every step (private
+  generator). :class:`StepObserver` reads, at each step, the other records' clipped sum at each
+  canary coordinate (before the canaries are added: what the white-box auditor computes from the
+  batch and the parameters) and the privatised sum there (the loop's own noise draw, read through
+  the loop's recorder interface, bit for bit what the step uses): y_t = (privatised - others) / C.
+* ``crafted-final``: each canary is inserted on a private fair coin, the model trains with plain
+  SGD (no momentum, no weight decay: post-processing of the same privatised sums; the claim is
+  unchanged) and only the final model is read: x = -(theta_T - theta_0)[j] m0 / (lr C). Only quiet
+  coordinates (no training record's gradient touches them) qualify: dp-dense on data with
+  always-zero input features.
+
+**Privacy contract / soundness.** Coins and canary sampling come from a generator seeded by the
+private noise source; the schedule (q, T, m0), noise multiplier and clipping norm are the claim's.
+The observers read the loop's buffers and draw nothing, so the DP noise and data sampling are
+those of a release of the same configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..audits import white_box
+from ..audits.white_box import FinalObservations, StepObservations
+from ..errors import UsageError
+from ..lazy import lazy_import
+from ..noise import NoiseSource
+from ..records import write_json_atomic
+from ..validation import one_of, positive_int
+from . import dpsgd_core
+from .dpsgd import DPSGDConfig, train_module_dp_sgd
+from .head_audit import NO_NOISE_MULTIPLIER
+from .models import build_module
+from .one_run_modules import GradientCanaries, _quiet_coordinates, choose_coordinates, module_name
+np = lazy_import("numpy")
+torch = lazy_import("torch")
+
+#: Models with a white-box audit, and the tensors that hold their canaries.
+CANARY_TENSORS: dict[str, tuple[str, ...]] = {"dense": ("fc1.weight",), "cnn": ("fc1.weight",)}
+#: A canary's raw gradient norm in units of C (> 1: the clipping rule must scale it down to C).
+RAW_GRADIENT_SCALE = 4.0
+#: The plain-SGD learning rate of a crafted-final run whose configuration uses another optimizer.
+CRAFTED_FINAL_LR = 0.05
+ROLES = ("main", "no-noise", "null")
+_TAG_WHITE_BOX = 0x57424F58  # "WBOX": public choice of canary coordinates
+
+
+class StepObserver:
+    """Dirac canaries for the loop (``rows``, ``draw``, ``add``) that also observe every step
+    (the loop's recorder interface, ``attach`` and ``before_apply``): module docstring.
+
+    ``scale``: the raw gradient in units of C (0: the null control, canaries drawn but adding
+    nothing). ``included`` (M,): the canaries in the dataset. ``observe=False`` (hidden state):
+    canaries only, nothing kept. After the run, ``sampled``,
+    ``others`` and ``privatised`` (M, T) hold b_t, the others' clipped sum and the privatised
+    sum at each canary coordinate."""
+
+    rows = False
+
+    def __init__(self, canaries: GradientCanaries, names: list[str], included: np.ndarray, config: DPSGDConfig,
+                 rng: np.random.Generator, scale: float = RAW_GRADIENT_SCALE, observe: bool = True):
+        index = {n: i for i, n in enumerate(names)}
+        self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]
+        self.included, self.q, self.c, self.rng, self.scale = np.asarray(included, dtype=bool), config.sample_rate, \
+            float(config.clipping_norm), rng, float(scale)
+        shape = (self.included.size, config.steps) if observe else (self.included.size, 0)  # hidden state: nothing kept
+        self.observe = observe
+        self.sampled = np.zeros(shape, dtype=bool)
+        self.others, self.privatised = np.zeros(shape), np.zeros(shape)
+        self.t, self.sanitise = -1, None
+
+    def draw(self) -> np.ndarray:
+        self.t += 1
+        hit = self.included & (self.rng.random(self.included.size) < self.q)
+        if self.observe:
+            self.sampled[:, self.t] = hit
+        return hit
+
+    def add(self, hit: np.ndarray, sums: list) -> None:
+        for p, ids, flat in self.groups:
+            view = sums[p].view(-1)
+            if self.observe:
+                self.others[ids, self.t] = view[flat].double().numpy()  # the other records' clipped sum, before the canaries
+            on = torch.as_tensor(hit[ids])
+            k = int(on.sum())
+            if k:
+                raw = torch.full((k,), self.scale * self.c, dtype=view.dtype)
+                view.index_add_(0, flat[on], raw * dpsgd_core.clip_factors(raw.abs(), self.c))  # the one clipping rule, per canary
+
+    def attach(self, sanitise) -> None:
+        """Wrap the noisy step's fillers of the canary tensors: the draw is untouched, and the
+        privatised value is the same float addition ``sums += noise`` the step performs."""
+        self.sanitise = sanitise
+        for p, ids, flat in self.groups:
+            if p < len(sanitise._fills):
+                sanitise._fills[p] = self._observed(sanitise._fills[p], sanitise._arrays[p], ids, flat.numpy())
+
+    def _observed(self, fill, array: np.ndarray, ids: np.ndarray, flat: np.ndarray):
+        def observed_fill() -> np.ndarray:
+            drawn = fill()
+            self.privatised[ids, self.t] = array.reshape(-1)[flat] + drawn.reshape(-1)[flat]
+            return drawn
+
+        return observed_fill
+
+    def before_apply(self, t: int) -> None:
+        if not self.sanitise._fills:  # no noise at all: the clipped sum is what the step uses
+            for p, ids, flat in self.groups:
+                self.privatised[ids, t] = self.sanitise._arrays[p].reshape(-1)[flat.numpy()]
+
+    def observations(self) -> StepObservations:
+        """y_t = (privatised - others) / C and b_t of every canary (in the dataset) at every step."""
+        rows = self.included
+        return StepObservations((self.privatised[rows] - self.others[rows]) / self.c, self.sampled[rows])
+
+
+@dataclasses.dataclass(frozen=True)
+class WhiteBoxRun:
+    """One training run's observations (:class:`StepObservations` or :class:`FinalObservations`) and its description."""
+
+    observations: object
+    info: dict
+
+
+def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise: NoiseSource, seed: int,
+                  threat_model: str = "white-box", role: str = "main", progress=None) -> WhiteBoxRun:
+    """Train ``model`` once with DP-SGD ``config`` on the prepared dataset ``data`` with
+    ``canaries`` Dirac canaries observed under ``threat_model`` (module docstring). ``seed``:
+    public (initialisation, coordinates); ``noise``: private (DP noise, sampling, canary coins).
+    ``role``: ``no-noise`` trains without DP noise (the control that must show leakage), ``null``
+    with canaries that add nothing (the control that must show none)."""
+    name = _model_name(model)
+    one_of("threat_model", threat_model, ("white-box", "crafted-final"))
+    one_of("role", role, ROLES)
+    m = positive_int("canaries", canaries, 2)
+    if not isinstance(config, DPSGDConfig) or config.non_private:
+        raise UsageError(f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}.")
+    if role == "no-noise":
+        config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    if threat_model == "crafted-final":
+        config = _plain_sgd(config)
+    module = build_module(name, kind=data.kind, n_features=data.n_features, n_classes=int(data.n_classes), image_shape=data.image_shape,
+                          seed=seed)
+    x = np.asarray(data.x_train, dtype=np.float32)
+    y = np.asarray(data.y_train, dtype=np.int64)
+    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
+    quiet = _quiet_coordinates(name, CANARY_TENSORS[name], shapes, x)
+    if threat_model == "crafted-final" and quiet.size < m:
+        raise UsageError(f"canaries for crafted-final must be at most the {quiet.size} coordinates no training record moves "
+                         f"({model} on {getattr(data, 'name', 'this dataset')}), got {m}.")
+    coords = choose_coordinates(shapes, CANARY_TENSORS[name], m, seed, quiet=quiet, tag=_TAG_WHITE_BOX)
+    crng = np.random.default_rng(noise.aux_seed())  # private: coins and canary sampling
+    white = threat_model == "white-box"
+    included = np.ones(m, dtype=bool) if white else crng.random(m) < 0.5
+    observer = StepObserver(coords, names, included, config, crng, scale=0.0 if role == "null" else RAW_GRADIENT_SCALE, observe=white)
+    theta0 = {n: p.detach().double().clone() for n, p in module.named_parameters()}
+    loss = "bce" if int(data.n_classes) == 2 else "cross_entropy"
+    steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
+                                canary=observer, recorder=observer if white else None)
+    info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "threat_model": threat_model, "role": role,
+            "seed": int(seed), "dp_sgd": config.to_dict(), "steps_executed": int(steps), "raw_gradient_scale": observer.scale,
+            "quiet_coordinates": int(quiet.size), **coords.describe()}
+    if white:
+        return WhiteBoxRun(observer.observations(), info)
+    params = dict(module.named_parameters())
+    moved = np.array([-(params[n].detach().double().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in coords.coords])
+    return WhiteBoxRun(FinalObservations(moved * config.normalizer / (config.lr * config.clipping_norm), included, int(steps)), info)
+
+
+def _model_name(model: str) -> str:
+    name = module_name(model)
+    if name not in CANARY_TENSORS:
+        raise UsageError(f"model for a white-box audit must be one of dp-dense, dp-cnn, got {model!r}.")
+    return name
+
+
+def _plain_sgd(config: DPSGDConfig) -> DPSGDConfig:
+    """``config`` with plain SGD (its own learning rate if it already is plain SGD): the final
+    coordinate is then a sum over the steps."""
+    if config.optimizer == "sgd" and config.momentum == 0.0:
+        return config
+    return dataclasses.replace(config, optimizer="sgd", momentum=0.0, lr=CRAFTED_FINAL_LR)
+
+
+# ---------------------------------------------------------------- the audit with its controls
+
+#: The statistic of each threat model (:mod:`dpaudit.audits.white_box`).
+_BOUNDS = {"white-box": white_box.step_bound, "crafted-final": white_box.final_bound}
+WHITE_BOX_FILE = "white_box.json"
+WHITE_BOX_LOCAL_FILE = "white_box_local.json"
+#: Run descriptions kept out of the shareable record (derived from the private training data).
+LOCAL_KEYS = ("coordinates", "quiet_coordinates")
+
+
+@dataclasses.dataclass(frozen=True)
+class WhiteBoxAudit:
+    """The main bound and the controls' (``no-noise`` must exceed the claim: the canaries are
+    seen; ``null`` must not: canaries that add nothing show nothing), with each run's description."""
+
+    bounds: dict
+    infos: dict
+    command: str | None = None
+
+    @property
+    def main(self):
+        return self.bounds["main"]
+
+    @property
+    def violated(self) -> bool:
+        return self.main.violation
+
+    def controls_ok(self) -> dict:
+        """Per control: True when it behaved as it must (module docstring)."""
+        out = {}
+        if "no-noise" in self.bounds:
+            out["no-noise"] = self.bounds["no-noise"].violation
+        if "null" in self.bounds:
+            out["null"] = not self.bounds["null"].violation
+        return out
+
+    def to_dict(self, *, local: bool = False) -> dict:
+        """The record; without ``local``, shareable: the canary coordinates (chosen among input
+        features zero in every training record, so derived from the private data) are left out."""
+        runs = self.infos if local else {r: {k: v for k, v in i.items() if k not in LOCAL_KEYS} for r, i in self.infos.items()}
+        return {"schema": "dpaudit.white-box/1", "threat_model": self.main.threat_model, "violated": self.violated,
+                "epsilon_lb": self.main.to_dict()["epsilon_lb"], "claimed_epsilon": self.main.claimed_epsilon,
+                "bounds": {r: b.to_dict() for r, b in self.bounds.items()}, "controls_ok": self.controls_ok(),
+                "runs": runs, "command": self.command}
+
+
+def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canaries: int, noise: NoiseSource, seed: int,
+                    threat_model: str = "white-box", confidence: float = 0.95, controls: bool = True, command: str | None = None,
+                    progress=None) -> WhiteBoxAudit:
+    """The ``threat_model`` audit of ``model`` (one training run, two more with ``controls``)
+    against ``claim`` (``event``, ``delta``, ``accountant``, ``claimed_epsilon`` or None), each
+    run's observations turned into its bound by :mod:`dpaudit.audits.white_box`."""
+    bound = _BOUNDS[one_of("threat_model", threat_model, tuple(_BOUNDS))]
+    bounds, infos = {}, {}
+    for role in ROLES if controls else ("main",):
+        run = white_box_run(model, data, config, canaries=canaries, noise=noise, seed=seed, threat_model=threat_model, role=role,
+                            progress=None if progress is None else progress(role))
+        bounds[role] = bound(run.observations, claimed=claim["event"], delta=claim["delta"], accountant=claim["accountant"],
+                             confidence=confidence, claimed_epsilon=claim.get("claimed_epsilon"))
+        infos[role] = run.info
+    return WhiteBoxAudit(bounds, infos, command)
+
+
+def write_white_box(result: WhiteBoxAudit, out_dir) -> Path:
+    """``out_dir/white_box.json`` (shareable: bounds, controls, public configuration) and
+    ``white_box_local.json`` beside it (also the data-derived canary coordinates: not for publication)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / WHITE_BOX_LOCAL_FILE, result.to_dict(local=True))
+    return write_json_atomic(out / WHITE_BOX_FILE, result.to_dict())

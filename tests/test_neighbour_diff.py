@@ -275,6 +275,39 @@ def test_train_user_level_neighbour_diff(tmp_path):
     assert_only_outputs_differ({w: train(tmp_path, w, "dp-rvfl", unit="user") / "rel" for w in WORLDS})
 
 
+def _user_level_audit(root: Path, world: str, of_release: bool) -> Path:
+    """A user-level audit on D minus one user: of a user-level release (its recorded N0), or fresh (``--reference-size``)."""
+    with _world(root, world, "user") as d:
+        users = ["--records-per-user", RECORDS_PER_USER, "--user-ids", _user_ids(root)]
+        run = ["--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3", "--out", "aud"]
+        if of_release:
+            _ok(["train", "dp-rvfl", "--reproducible-noise", "--epochs", "1", "--privacy-unit", "user", *users,
+                 "--reference-size", 300, "--out", "rel"])
+            _ok(["audit", "dp-rvfl", "--release", "rel", *run])
+        else:
+            _ok(["audit", "dp-rvfl", "--privacy-unit", "user", *users, "--reference-size", 300, "--epochs", "1", *run])
+        return d
+
+
+@pytest.mark.parametrize("of_release", [True, False], ids=["of-release", "fresh"])
+def test_user_level_audit_neighbour_diff(tmp_path, of_release):
+    """User-level audits: the schedule comes from the public N0 and no count of users or records is published; only the
+    audit's results differ on D minus one user."""
+    assert_only_outputs_differ({w: _user_level_audit(tmp_path, w, of_release) / "aud" for w in WORLDS})
+
+
+def _mixmin_audit(root: Path, world: str) -> Path:
+    """A DP-MixMin trial audit of the embedded task (small sizes) on D and on D minus one private record."""
+    with _world(root, world) as d:
+        _ok(["audit", "dp-mixmin", "--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3", "--out", "aud"])
+        return d
+
+
+def test_mixmin_audit_neighbour_diff(tmp_path):
+    """DP-MixMin audits publish neither D_mix's size nor data-derived canary choices."""
+    assert_only_outputs_differ({w: _mixmin_audit(tmp_path, w) / "aud" for w in WORLDS})
+
+
 def _flow(root: Path, world: str) -> Path:
     """One release, a trial audit, a one-run audit, a plan, a bundle, a report and a shareable ledger export."""
     with _world(root, world) as d, pytest.MonkeyPatch.context() as mp:

@@ -108,3 +108,25 @@ def test_a_plan_runs_once_and_its_first_run_is_never_touched(here, monkeypatch):
     assert runner.invoke(app, [*GAUSSIAN, "--out", "q"]).exit_code == 0
     _one_line_refusal(runner.invoke(app, ["audit", "plan", "gaussian", "--eps", "4", "--runs", "40", "--out", "q"]),
                       "must be a folder without results")
+
+
+NOISY_SUM = ["audit", "noisy-sum", "--runs", "40", "--no-controls"]  # a catalogue entry audited by the generic command
+
+
+def test_generic_audit_command_never_overwrites(here):
+    """``dpaudit audit NAME`` of an entry without its own audit target follows the same rule: an --out holding results is
+    refused in one line before any trial, and a second default audit goes to a fresh folder named in one line."""
+    assert runner.invoke(app, [*NOISY_SUM, "--out", "a"]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()}
+    r = runner.invoke(app, [*NOISY_SUM, "--seed", "7", "--out", "a"])
+    _one_line_refusal(r, "--out must be a folder without results", "'a'", "audit.json")
+    assert {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()} == before
+    assert runner.invoke(app, NOISY_SUM).exit_code == 0
+    (first,) = [p.parent for p in here.glob("audits/*/audit.json")]
+    assert first.name.startswith("noisy-sum-") and first.name.endswith("-max-clip")
+    before = (first / "audit.json").read_bytes()
+    r = runner.invoke(app, NOISY_SUM)
+    assert r.exit_code == 0, r.output
+    second = first.with_name(first.name + "-2")
+    assert (second / "audit.json").is_file() and (first / "audit.json").read_bytes() == before
+    assert f"writing to {second.relative_to(here)}" in " ".join(r.stderr.split())

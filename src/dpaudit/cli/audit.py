@@ -66,6 +66,9 @@ def _check(a: AuditRequest) -> None:
     if a.out is not None:  # before any training: a bad --out (or one holding results) must not throw a long run away
         check_new_folder(check_out_dir(a.out, name="out"), name="out")
     _check_threat_model(a)
+    if a.release is not None and a.reference_size is not None:  # a release's schedule: from its recorded N0
+        raise UsageError("reference_size must not be given with --release (the release records its own), "
+                         f"got {a.reference_size}.")
     if a.canaries is not None and not a.one_run:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
     if a.one_run and a.canaries is None:

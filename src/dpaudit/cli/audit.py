@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -84,7 +83,7 @@ def run(a: AuditRequest, plan=None) -> None:
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{t.mechanism}-{_data_label(t.describe().get('dataset') or a.task)}-{t.canary}{'-user' if user_level else ''}"
+        f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}{'-user' if user_level else ''}"
         f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"))
     resolved, always = _recorded(a, t, out)
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,
@@ -102,12 +101,6 @@ def run(a: AuditRequest, plan=None) -> None:
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_runs(plan, a.json_out)
     exit_on_violation(a.fail_on_violation, results)
-
-
-def _data_label(dataset) -> str:
-    """The dataset's name as a folder-name part (a default audit folder names what was audited)."""
-    name = dataset.get("name") if isinstance(dataset, dict) else dataset
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or "embedded")).strip("_") or "embedded"
 
 
 def _fresh_default(a: AuditRequest, default: Path) -> Path:
@@ -170,7 +163,7 @@ def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
     data = a.dataset or a.task or (read_release(a.release).dataset if a.release is not None else None)
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{a.mechanism}-{_data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
+        f"{a.mechanism}-{generic.data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
     cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
     result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)

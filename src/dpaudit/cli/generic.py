@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 import shlex
 from enum import Enum
 from pathlib import Path
@@ -235,14 +236,18 @@ def make_audit_command(entry):
     return make_command(command, params, f"audit_{entry.name}", doc)
 
 
+def data_label(dataset) -> str:
+    """The dataset's name as a folder-name part (a default audit folder names what was audited)."""
+    name = dataset.get("name") if isinstance(dataset, dict) else dataset
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or "embedded")).strip("_") or "embedded"
+
+
 def _audit_folder(audit: dict, t) -> Path:
     """``--out`` (checked before any work), else the default folder named after the mechanism, the data and the
     canary, or a fresh ``-2``, ``-3``, ... beside an earlier audit's (said in one line): results are never overwritten."""
     if audit["out"] is not None:
         return Path(audit["out"])
-    from .audit import _data_label  # the audit command's folder names (that module imports this one)
-
-    default = Path("audits") / f"{t.mechanism}-{_data_label(t.describe().get('dataset'))}-{t.canary}" \
+    default = Path("audits") / f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}" \
         f"{'-no-noise' if audit['no_noise'] else ''}"
     out = fresh_folder(default)
     if out != default and not audit["json_out"]:

@@ -33,7 +33,8 @@ def _one_line_refusal(r, *words):
 
 
 def _second_default_audit_is_fresh(here, args) -> Path:
-    """Two default audits of ``args``: the second goes to ``-2`` beside the first (named in one line); returns the first."""
+    """Two default audits of ``args``: the second goes to ``-2`` beside the first (named in one line).
+    Returns the first folder."""
     assert runner.invoke(app, args).exit_code == 0
     (first,) = [p.parent for p in here.glob("audits/*/audit.json")]
     before = (first / "audit.json").read_bytes()
@@ -47,7 +48,7 @@ def _second_default_audit_is_fresh(here, args) -> Path:
 
 def test_a_second_default_audit_gets_a_fresh_folder_named_in_one_line(here):
     first = _second_default_audit_is_fresh(here, GAUSSIAN)
-    assert "synthetic" in first.name  # the default folder names the data audited, not only mechanism and canary
+    assert "synthetic" in first.name  # the default folder names the data audited, not only mechanism, canary
 
 
 def test_an_explicit_out_holding_an_audit_is_refused_before_any_trial(here):
@@ -116,16 +117,18 @@ def test_a_plan_runs_once_and_its_first_run_is_never_touched(here, monkeypatch):
                       "must be a folder without results")
 
 
-NOISY_SUM = ["audit", "noisy-sum", "--runs", "40", "--no-controls"]  # a catalogue entry audited by the generic command
+#: A catalogue entry audited by the generic ``audit NAME`` command.
+NOISY_SUM = ["audit", "noisy-sum", "--runs", "40", "--no-controls"]
 
 
 def test_generic_audit_command_never_overwrites(here):
-    """``dpaudit audit NAME`` of an entry without its own audit target follows the same rule: an --out holding results is
-    refused in one line before any trial, and a second default audit goes to a fresh folder named in one line."""
+    """``dpaudit audit NAME`` of an entry without its own audit target follows the same rule: an --out holding
+    results is refused in one line before any trial, and a second default audit goes to a fresh folder
+    named in one line."""
     assert runner.invoke(app, [*NOISY_SUM, "--out", "a"]).exit_code == 0
     before = {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()}
     r = runner.invoke(app, [*NOISY_SUM, "--seed", "7", "--out", "a"])
     _one_line_refusal(r, "--out must be a folder without results", "'a'", "audit.json")
     assert {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()} == before
     first = _second_default_audit_is_fresh(here, NOISY_SUM)
-    assert first.name.startswith("noisy-sum-") and first.name.endswith("-max-clip")  # names the data between them
+    assert first.name.startswith("noisy-sum-") and first.name.endswith("-max-clip")  # the data in between

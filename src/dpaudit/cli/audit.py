@@ -83,7 +83,8 @@ def run(a: AuditRequest, plan=None) -> None:
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}{'-user' if user_level else ''}"
+        f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}"
+        f"{'-user' if user_level else ''}"
         f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"))
     resolved, always = _recorded(a, t, out)
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,

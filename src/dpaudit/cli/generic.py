@@ -203,7 +203,7 @@ def make_audit_command(entry):
 
     def command(**kwargs):
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
-        if audit["out"] is not None:  # before any training: an --out holding results is refused, never overwritten
+        if audit["out"] is not None:  # before any training: an --out holding results is refused
             check_new_folder(check_out_dir(audit["out"], name="out"), name="out")
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
@@ -243,8 +243,9 @@ def data_label(dataset) -> str:
 
 
 def _audit_folder(audit: dict, t) -> Path:
-    """``--out`` (checked before any work), else the default folder named after the mechanism, the data and the
-    canary, or a fresh ``-2``, ``-3``, ... beside an earlier audit's (said in one line): results are never overwritten."""
+    """``--out`` (checked before any work), else the default folder named after the mechanism, the data and
+    the canary, or a fresh ``-2``, ``-3``, ... beside an earlier audit's (said in one line): results are never
+    overwritten."""
     if audit["out"] is not None:
         return Path(audit["out"])
     default = Path("audits") / f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}" \

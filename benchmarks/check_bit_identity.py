@@ -49,14 +49,18 @@ rel("cnn-record", "dp-cnn", epochs=1, batch_size=400)
 worlds = np.array([True, False] * 4)
 for canary in ("mislabeled", "max-clip"):
     out[f"head-trials/{canary}"] = HeadTarget(model="dp-rvfl", dataset="digits", canary=canary, epochs=1).scores(worlds, NoiseSource("reproducible", seed=0))
-    out[f"user-trials/{canary}"] = UserHeadTarget(model="dp-rvfl", dataset="digits", canary=canary, epochs=1, records_per_user=4).scores(worlds, NoiseSource("reproducible", seed=0))
+    user_target = UserHeadTarget(model="dp-rvfl", dataset="digits", canary=canary, epochs=1,
+                                 records_per_user=4, reference_size=315)
+    out[f"user-trials/{canary}"] = user_target.scores(worlds, NoiseSource("reproducible", seed=0))
 out["head-trials/trajectory"] = HeadTarget(model="dp-rvfl", dataset="digits", canary="max-clip", epochs=1, threat_model="trajectory").scores(worlds, NoiseSource("reproducible", seed=0))
 out["head-trials/nonoise"] = HeadTarget(model="dp-rvfl", dataset="digits", canary="max-clip", epochs=1).without_noise().scores(worlds, NoiseSource("reproducible", seed=0))
 for kind in ("gradient", "input-mislabeled"):
     r = heads_one_run(HeadTarget(model="dp-rvfl", dataset="digits", epochs=1), canaries=40, noise=NoiseSource("reproducible", seed=2), seed=0, kind=kind)
     out[f"head-one-run/{kind}"] = r.scores
     out[f"head-one-run/{kind}/in"] = r.included
-r = heads_one_run(UserHeadTarget(model="dp-rvfl", dataset="digits", epochs=1, records_per_user=4), canaries=40, noise=NoiseSource("reproducible", seed=2), seed=0)
+user_target = UserHeadTarget(model="dp-rvfl", dataset="digits", epochs=1, records_per_user=4,
+                             reference_size=315)
+r = heads_one_run(user_target, canaries=40, noise=NoiseSource("reproducible", seed=2), seed=0)
 out["user-one-run/gradient"] = r.scores
 digits = load_dataset("digits")
 cfg, _ = module_config("dp-dense", digits, epsilon=2.0, delta=1e-5, epochs=1)

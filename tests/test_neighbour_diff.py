@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from dpaudit.data.rows import RowSet
 from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
 from dpaudit.mechanisms import mixmin_tasks
+from dpaudit.requests import MixMinRequest
 
 runner = CliRunner()
 WORLDS = ("D", "D-again", "D-minus-one")
@@ -273,6 +275,56 @@ def test_train_neighbour_diff(tmp_path, name):
 def test_train_user_level_neighbour_diff(tmp_path):
     """User-level DP-SGD head: D minus one user (its G records, and its line of the user-ids file)."""
     assert_only_outputs_differ({w: train(tmp_path, w, "dp-rvfl", unit="user") / "rel" for w in WORLDS})
+
+
+def _user_level_audit(root: Path, world: str, of_release: bool) -> Path:
+    """A user-level audit on D minus one user: of a user-level release (its recorded N0), or fresh
+    (``--reference-size``)."""
+    with _world(root, world, "user") as d:
+        users = ["--records-per-user", RECORDS_PER_USER, "--user-ids", _user_ids(root)]
+        run = ["--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3", "--out", "aud"]
+        if of_release:
+            _ok(["train", "dp-rvfl", "--reproducible-noise", "--epochs", "1", "--privacy-unit", "user",
+                 *users, "--reference-size", 300, "--out", "rel"])
+            _ok(["audit", "dp-rvfl", "--release", "rel", *run])
+        else:
+            _ok(["audit", "dp-rvfl", "--privacy-unit", "user", *users, "--reference-size", 300,
+                 "--epochs", "1", *run])
+        return d
+
+
+@pytest.mark.parametrize("of_release", [True, False], ids=["of-release", "fresh"])
+def test_user_level_audit_neighbour_diff(tmp_path, of_release):
+    """User-level audits: the schedule comes from the public N0 and no count of users or records is
+    published; only the audit's results differ on D minus one user."""
+    assert_only_outputs_differ({w: _user_level_audit(tmp_path, w, of_release) / "aud" for w in WORLDS})
+
+
+def _first_mixture_record(seed: int) -> int:
+    """Position (training order) of the first private training record in the audit's D_mix (public split)."""
+    task = mixmin_tasks.load_task("digits-mix", seed=seed)
+    rho = mixmin_tasks.resolved_rho(MixMinRequest(seed=seed))
+    mix = mixmin_tasks.mixture_split(task.train_record_ids, rho, seed)[0]
+    return int(min(mix))
+
+
+def _mixmin_audit(root: Path, world: str, dropped: int) -> Path:
+    """A DP-MixMin trial audit of the embedded task (small sizes) on D and on D minus one record of D_mix."""
+    with _world(root, world) as d, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys.modules[__name__], "DROPPED", dropped)  # a record of D_mix: the neighbour changes it
+        _ok(["audit", "dp-mixmin", "--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3",
+             "--out", "aud"])
+        return d
+
+
+def test_mixmin_audit_neighbour_diff(tmp_path):
+    """DP-MixMin audits publish neither D_mix's size nor data-derived canary choices."""
+    dropped = _first_mixture_record(3)
+    folders = {w: _mixmin_audit(tmp_path, w, dropped) / "aud" for w in WORLDS}
+    n_mix = {w: json.loads((f / ao.AUDIT_LOCAL_FILE).read_text())["config"]["n_mix"]
+             for w, f in folders.items()}
+    assert n_mix["D"] == n_mix["D-again"] == n_mix["D-minus-one"] + 1  # the neighbour took effect on D_mix
+    assert_only_outputs_differ(folders)
 
 
 def _flow(root: Path, world: str) -> Path:

@@ -39,7 +39,9 @@ PUBLIC_CANARY_KEYS = ("kind", "norm", "unit", "records", "test_index", "holdout_
 LOCAL_AUDIT_PATHS = (("threshold",), ("claimed_curve", "threshold"), ("comparison", "cp_bonferroni", "threshold"),
                      ("config", "reference_weights"), ("seeds", "noise", "seed"), ("scores_file",),
                      # the private training counts (records, users, D_mix): the public reference size N0 stands for them
-                     ("config", "n_train"), ("config", "n_users"), ("config", "n_mix"))
+                     ("config", "n_train"), ("config", "n_users"), ("config", "n_mix"),
+                     # a user-level audit's user counts (users, records, records per user)
+                     ("config", "users"))
 #: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of dead features, labels of held-out
 #: records, the exact training count ``n_train`` and unit count ``n_units``) stay local.
 PUBLIC_ONE_RUN_INFO = ("model", "dataset", "reference_size", "canaries", "unit", "sample_rate", "steps", "normalizer", "clipping_norm",
@@ -147,9 +149,19 @@ DOCUMENT_KINDS = {"release.json": "release", "audit.json": "audit", "one_run.jso
 #: so that nothing else of it may be.
 #: Rounded timings (0.1 s) are declared too: wall-clock readings of the run, mostly machine load, but also of the realised
 #: batches, so of the data; they are outside the DP claim, published rounded only, and exact in the local files.
+#: An audit's results: statistics of its trials' scores (counts, bounds, curves, estimates).
+AUDIT_RESULTS: tuple[tuple, ...] = (
+    ("epsilon_lower_bound",), ("epsilon_lower_bound_note",), ("clopper_pearson_epsilon",),
+    ("select_epsilon",), ("direction",), ("counts",), ("fpr_upper",), ("fnr_upper",), ("ceiling",),
+    ("underpowered",), ("roc",), ("auc",), ("gdp_estimate",), ("general_bound",), ("comparison",),
+    ("claimed_curve", "counts"), ("claimed_curve", "point"), ("claimed_curve", "points"),
+    *(("claim_family_bound", k) for k in ("ruled_out_from", "scale_lower_bound", "family_epsilon",
+                                           "violated", "statement")))
 MECHANISM_OUTPUT: dict[str, tuple[tuple, ...]] = {
     "release": (("metrics",), ("timings",)),
-    "audit": (("timings",),), "one-run": (("timings",),),
+    "audit": (("timings",), *AUDIT_RESULTS, *(("controls", "*", *p) for p in AUDIT_RESULTS)),
+    "one-run": (("timings",),),
+    "tradeoff.png": ((),),  # the plot of an audit's results
     "artefact": ((),),  # the files a release lists under ``artefacts``: the noisy model itself
 }
 

@@ -358,6 +358,10 @@ class AuditRequest(Request):
     records_per_user: int | None = option(None, help="G: records of the canary user and records per sampled user and step (--privacy-unit user).")
     user_ids: str | None = option(None, path=True, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
                                   "into users of G by the public seed).")
+    reference_size: int | None = option(
+        None, help="Public size N0 the schedule is built from, as a release's --reference-size "
+        "(--privacy-unit user: required, the declared number of training users; an audit of a release takes "
+        "the release's).")
     broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
     one_run: bool = option(False, help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
                            "--canaries independent canaries; DP-SGD head models and dp-dense, dp-cnn, dp-attention. Writes one_run.json.")

@@ -135,7 +135,8 @@ def test_g1_scores_equal_the_record_level_head_target_bit_for_bit():
     worlds = np.arange(48) % 3 == 0
     for canary in ("max-clip", "mislabeled"):
         rec = HeadTarget(model="dp-rvfl", dataset="digits", epsilon=2.0, canary=canary, epochs=1)
-        usr = UserHeadTarget(model="dp-rvfl", records_per_user=1, dataset="digits", epsilon=2.0, canary=canary, epochs=1)
+        usr = UserHeadTarget(model="dp-rvfl", records_per_user=1, dataset="digits", epsilon=2.0,
+                             canary=canary, epochs=1, reference_size=1257)  # the record-level target's declared N0
         a = rec.scores(worlds, NoiseSource("reproducible", seed=9))
         b = usr.scores(worlds, NoiseSource("reproducible", seed=9))
         assert np.array_equal(a, b), canary
@@ -147,7 +148,8 @@ def test_g1_scores_equal_the_record_level_head_target_bit_for_bit():
 
 @pytest.mark.parametrize("eps", [1.0, 2.0])
 def test_user_level_max_clip_is_sound(eps):
-    t = UserHeadTarget(model="dp-rvfl", records_per_user=4, epsilon=eps, canary="max-clip", epochs=2)
+    t = UserHeadTarget(model="dp-rvfl", records_per_user=4, epsilon=eps, canary="max-clip", epochs=2,
+                       reference_size=315)
     r = run_audit(t, runs=800, seed=1, controls=(), reproducible_noise=True)
     assert r.adjacency == "add-remove-user" and r.claimed_epsilon <= eps
     assert r.epsilon_lower_bound <= r.claimed_epsilon
@@ -157,7 +159,8 @@ def test_user_level_max_clip_is_sound(eps):
 
 
 def test_mislabeled_user_is_sound_on_logistic_raw():
-    t = UserHeadTarget(model="logistic-raw", records_per_user=3, epsilon=2.0, canary="mislabeled", epochs=2)
+    t = UserHeadTarget(model="logistic-raw", records_per_user=3, epsilon=2.0, canary="mislabeled", epochs=2,
+                       reference_size=419)
     r = run_audit(t, runs=300, seed=0, controls=(), reproducible_noise=True)
     info = r.canary_info
     assert r.mechanism == "logistic-raw" and info["records"] == 3 and len(set(info["test_indices"])) == 3
@@ -166,7 +169,8 @@ def test_mislabeled_user_is_sound_on_logistic_raw():
 
 
 def test_no_noise_control_finds_large_leakage():
-    t = UserHeadTarget(model="dp-rvfl", records_per_user=4, epsilon=2.0, canary="max-clip", epochs=2)
+    t = UserHeadTarget(model="dp-rvfl", records_per_user=4, epsilon=2.0, canary="max-clip", epochs=2,
+                       reference_size=315)
     r = run_audit(t, runs=400, seed=0, controls=("no-noise", "null"), reproducible_noise=True)
     nn = r.controls["no-noise"]
     assert nn.epsilon_lower_bound > 3.0 and nn.config["noise_multiplier_used"] < 1e-9
@@ -186,7 +190,8 @@ def _per_record_clipped_gradient(grads, clipping_norm):
 
 def test_per_record_clipping_is_caught(monkeypatch):
     # G = 16 records per user: the broken mechanism's canary user moves W[0, j] by 16 C per sampled step.
-    t = UserHeadTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4)
+    t = UserHeadTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4,
+                       reference_size=79)
     with monkeypatch.context() as mp:  # the planted fault: the shared user kernel, and the canary user's contribution, clip records, not users
         mp.setattr(user_level, "user_head_clipped_sum", _per_record_clipped_sum)
         mp.setattr(user_head_audit, "user_clipped_gradient", _per_record_clipped_gradient)
@@ -194,6 +199,7 @@ def test_per_record_clipping_is_caught(monkeypatch):
     assert r.claimed_epsilon <= 1.0
     assert r.violated and r.epsilon_lower_bound > 1.3 * r.claimed_epsilon  # 1.6 to 2.2 over public seeds 0-2
     real = UserHeadTarget(model="dp-rvfl", records_per_user=16, epsilon=1.0, canary="max-clip", epochs=4,
+                          reference_size=79,
                           noise_multiplier=t._config.noise_multiplier)  # the same calibration, not recomputed
     ok = run_audit(real, runs=400, seed=0, controls=(), reproducible_noise=True)
     assert not ok.violated and ok.ceiling > 3.0  # the real mechanism under an audit that could show eps > 3
@@ -203,9 +209,11 @@ def test_per_record_clipping_is_caught(monkeypatch):
 
 
 def test_build_target_user_unit_and_refusals():
-    t = build_target("logistic-raw", privacy_unit="user", records_per_user=2, epochs=1)
+    t = build_target("logistic-raw", privacy_unit="user", records_per_user=2, epochs=1, reference_size=629)
     assert isinstance(t, UserHeadTarget) and t.adjacency == "add-remove-user" and t.records_per_user == 2
-    assert build_target("dp-rvfl", privacy_unit="user", records_per_user=2, epochs=1, no_noise=True).noise is False
+    no_noise = build_target("dp-rvfl", privacy_unit="user", records_per_user=2, epochs=1, reference_size=629,
+                            no_noise=True)
+    assert no_noise.noise is False
     with pytest.raises(UsageError, match="privacy_unit must be one of record, user, got 'team'"):
         build_target("dp-rvfl", privacy_unit="team", records_per_user=2)
     with pytest.raises(UsageError, match="records_per_user must be an integer >= 1, got 0"):
@@ -216,6 +224,32 @@ def test_build_target_user_unit_and_refusals():
         build_target("dp-rvfl", records_per_user=4)
     with pytest.raises(UsageError, match="DP-SGD head model"):
         build_target("gaussian", privacy_unit="user", records_per_user=4)
+
+
+def test_user_level_schedule_is_the_declared_reference_size_not_the_count_of_users():
+    """The schedule (q, T, m0) is N0's: a neighbour without one user (or an auditor holding other users) gives
+    the same public configuration; a target without N0 is refused before any data are loaded; the counts stay
+    local."""
+    from dpaudit.audit_outputs import split_audit
+
+    with pytest.raises(UsageError, match="reference_size must be given"):
+        UserHeadTarget(model="dp-rvfl", records_per_user=4, epochs=1, dataset="no-such-dataset")  # no loading
+    with pytest.raises(UsageError, match="reference_size must be given"):
+        build_target("dp-rvfl", privacy_unit="user", records_per_user=4, epochs=1, dataset="no-such-dataset")
+    ids = np.arange(1797) // 4
+    fewer = ids.copy()
+    fewer[fewer == ids[0]] = -1  # one user's rows regrouped: the data hold another number of users
+    configs = []
+    for user_ids in (ids, np.where(fewer < 0, ids.max() + 1, fewer), np.arange(1797) // 5):
+        t = UserHeadTarget(model="dp-rvfl", records_per_user=4, epochs=1, user_ids=user_ids,
+                           reference_size=300)
+        public, local = split_audit({"config": t.describe()["config"]})
+        assert public["config"]["reference_size"] == 300
+        assert not {"n_users", "users", "n_train"} & set(public["config"])
+        assert local["config"]["n_users"] == t._users.n_users
+        schedule = ("sample_rate", "steps", "normalizer", "noise_multiplier")
+        configs.append({k: public["config"][k] for k in schedule})
+    assert configs[0] == configs[1] == configs[2]
 
 
 def test_target_from_a_user_level_release(tmp_path):
@@ -252,7 +286,8 @@ def test_target_from_a_user_level_release(tmp_path):
 def test_cli_user_level_audit_json(tmp_path):
     out = tmp_path / "a"
     r = runner.invoke(app, ["audit", "dp-rvfl", "--privacy-unit", "user", "--records-per-user", "4", "--runs", "200", "--json",
-                            "--epochs", "2", "--workers", "1", "--reproducible-noise", "--out", str(out)])
+                            "--epochs", "2", "--workers", "1", "--reproducible-noise",
+                            "--reference-size", "315", "--out", str(out)])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["adjacency"] == "add-remove-user" and d["mechanism"] == "dp-rvfl" and d["canary"] == "max-clip"
@@ -260,6 +295,8 @@ def test_cli_user_level_audit_json(tmp_path):
     assert d["controls"]["no-noise"]["adjacency"] == "add-remove-user"
     assert d["epsilon_lower_bound"] <= d["claimed_epsilon"] <= 2.0
     assert "--privacy-unit user --records-per-user 4" in d["command"] and "--epochs 2" in d["command"]
+    assert "--reference-size 315" in d["command"] and d["config"]["reference_size"] == 315
+    assert "users" not in d["config"]
     assert json.loads((out / "audit.json").read_text())["adjacency"] == "add-remove-user"
 
 
@@ -268,6 +305,8 @@ def test_cli_user_level_audit_json(tmp_path):
     (["--privacy-unit", "team", "--records-per-user", "4"], "--privacy-unit must be one of record, user, got 'team'."),
     (["--privacy-unit", "user"], "--records-per-user must be given"),
     (["--records-per-user", "4"], "--privacy-unit must be user"),
+    (["--privacy-unit", "user", "--records-per-user", "4"], "--reference-size must be given"),
+    (["--release", "rel", "--reference-size", "300"], "--reference-size must not be given with --release"),
 ])
 def test_cli_bad_privacy_unit_flags_exit_2_with_one_line(args, message):
     r = runner.invoke(app, ["audit", "dp-rvfl", *args, "--runs", "40", "--json"])

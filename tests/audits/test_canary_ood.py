@@ -46,7 +46,7 @@ def test_the_choice_reads_only_the_public_schema_and_seed():
 def test_ood_record_audit_is_sound_at_record_and_user_level(unit):
     torch.set_num_threads(1)
     t = HeadTarget(model="logistic-raw", canary="ood-record", epochs=1) if unit == "record" else \
-        UserHeadTarget(model="dp-rvfl", canary="ood-record", epochs=1, records_per_user=3)
+        UserHeadTarget(model="dp-rvfl", canary="ood-record", epochs=1, records_per_user=3, reference_size=419)
     r = run_audit(t, runs=200, seed=0, controls=(), reproducible_noise=True)
     assert r.canary_info["kind"] == "ood-record" and r.epsilon_lower_bound <= r.claimed_epsilon
 

@@ -14,7 +14,8 @@ from dpaudit.noise import NoiseSource
 
 
 def _user_target():
-    return build_target("dp-rvfl", epsilon=2.0, privacy_unit="user", records_per_user=4, epochs=1, seed=3)
+    return build_target("dp-rvfl", epsilon=2.0, privacy_unit="user", records_per_user=4, epochs=1, seed=3,
+                        reference_size=315)
 
 
 def test_canary_users_separate_perfectly_without_noise_and_are_sampled_at_the_user_rate():
@@ -37,7 +38,8 @@ def test_user_level_one_run_refuses_record_canaries():
 def test_cli_one_run_privacy_unit_user_is_not_silently_record_level(tmp_path):
     out = tmp_path / "or"
     res = CliRunner().invoke(app, ["audit", "dp-rvfl", "--one-run", "--canaries", "40", "--privacy-unit", "user", "--records-per-user", "4",
-                                   "--epochs", "1", "--no-noise", "--reproducible-noise", "--out", str(out), "--json"])
+                                   "--reference-size", "315", "--epochs", "1", "--no-noise",
+                                   "--reproducible-noise", "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     import json
 

@@ -72,7 +72,8 @@ def _head_scores(kind: str) -> np.ndarray:
     if kind == "record head":
         t = HeadTarget(model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=1)
     else:
-        t = UserHeadTarget(model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=1, records_per_user=4)
+        t = UserHeadTarget(model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=1,
+                           records_per_user=4, reference_size=315)
     return t.scores(worlds, NoiseSource("reproducible", seed=0))
 
 

@@ -32,16 +32,23 @@ def _one_line_refusal(r, *words):
     assert all(w in lines[0] for w in words), lines[0]
 
 
-def test_a_second_default_audit_gets_a_fresh_folder_named_in_one_line(here):
-    assert runner.invoke(app, GAUSSIAN).exit_code == 0
+def _second_default_audit_is_fresh(here, args) -> Path:
+    """Two default audits of ``args``: the second goes to ``-2`` beside the first (named in one line).
+    Returns the first folder."""
+    assert runner.invoke(app, args).exit_code == 0
     (first,) = [p.parent for p in here.glob("audits/*/audit.json")]
-    assert "synthetic" in first.name  # the default folder names the data audited, not only mechanism and canary
     before = (first / "audit.json").read_bytes()
-    r = runner.invoke(app, GAUSSIAN)
+    r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
     second = first.with_name(first.name + "-2")
     assert (second / "audit.json").is_file() and (first / "audit.json").read_bytes() == before
     assert f"writing to {second.relative_to(here)}" in " ".join(r.stderr.split())
+    return first
+
+
+def test_a_second_default_audit_gets_a_fresh_folder_named_in_one_line(here):
+    first = _second_default_audit_is_fresh(here, GAUSSIAN)
+    assert "synthetic" in first.name  # the default folder names the data audited, not only mechanism, canary
 
 
 def test_an_explicit_out_holding_an_audit_is_refused_before_any_trial(here):
@@ -108,3 +115,20 @@ def test_a_plan_runs_once_and_its_first_run_is_never_touched(here, monkeypatch):
     assert runner.invoke(app, [*GAUSSIAN, "--out", "q"]).exit_code == 0
     _one_line_refusal(runner.invoke(app, ["audit", "plan", "gaussian", "--eps", "4", "--runs", "40", "--out", "q"]),
                       "must be a folder without results")
+
+
+#: A catalogue entry audited by the generic ``audit NAME`` command.
+NOISY_SUM = ["audit", "noisy-sum", "--runs", "40", "--no-controls"]
+
+
+def test_generic_audit_command_never_overwrites(here):
+    """``dpaudit audit NAME`` of an entry without its own audit target follows the same rule: an --out holding
+    results is refused in one line before any trial, and a second default audit goes to a fresh folder
+    named in one line."""
+    assert runner.invoke(app, [*NOISY_SUM, "--out", "a"]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()}
+    r = runner.invoke(app, [*NOISY_SUM, "--seed", "7", "--out", "a"])
+    _one_line_refusal(r, "--out must be a folder without results", "'a'", "audit.json")
+    assert {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()} == before
+    first = _second_default_audit_is_fresh(here, NOISY_SUM)
+    assert first.name.startswith("noisy-sum-") and first.name.endswith("-max-clip")  # the data in between

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -66,6 +65,9 @@ def _check(a: AuditRequest) -> None:
     if a.out is not None:  # before any training: a bad --out (or one holding results) must not throw a long run away
         check_new_folder(check_out_dir(a.out, name="out"), name="out")
     _check_threat_model(a)
+    if a.release is not None and a.reference_size is not None:  # a release's schedule: from its recorded N0
+        raise UsageError("reference_size must not be given with --release (the release records its own), "
+                         f"got {a.reference_size}.")
     if a.canaries is not None and not a.one_run and a.threat_model not in WHITE_BOX_THREAT_MODELS:
         raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
     if a.sequential and (a.one_run or a.threat_model != "final-model"):
@@ -85,7 +87,8 @@ def run(a: AuditRequest, plan=None) -> None:
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{t.mechanism}-{_data_label(t.describe().get('dataset') or a.task)}-{t.canary}{'-user' if user_level else ''}"
+        f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}"
+        f"{'-user' if user_level else ''}"
         f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"))
     resolved, always = _recorded(a, t, out)
     kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,
@@ -103,12 +106,6 @@ def run(a: AuditRequest, plan=None) -> None:
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_runs(plan, a.json_out)
     exit_on_violation(a.fail_on_violation, results)
-
-
-def _data_label(dataset) -> str:
-    """The dataset's name as a folder-name part (a default audit folder names what was audited)."""
-    name = dataset.get("name") if isinstance(dataset, dict) else dataset
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or "embedded")).strip("_") or "embedded"
 
 
 def _fresh_default(a: AuditRequest, default: Path) -> Path:
@@ -171,7 +168,7 @@ def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
     data = a.dataset or a.task or (read_release(a.release).dataset if a.release is not None else None)
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{a.mechanism}-{_data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
+        f"{a.mechanism}-{generic.data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
     cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
     result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)

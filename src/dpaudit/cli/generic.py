@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 import shlex
 from enum import Enum
 from pathlib import Path
@@ -25,6 +26,7 @@ from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
 from ..ledger import result_cache
 from ..mechanisms import registry
+from ..paths import check_new_folder, fresh_folder
 from ..records import check_out_dir, read_release
 from ..requests import REQUEST_TYPES, AuditRequest
 from ..threads import set_threads
@@ -201,8 +203,8 @@ def make_audit_command(entry):
 
     def command(**kwargs):
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
-        if audit["out"] is not None:
-            check_out_dir(audit["out"], name="out")
+        if audit["out"] is not None:  # before any training: an --out holding results is refused
+            check_new_folder(check_out_dir(audit["out"], name="out"), name="out")
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
         seed = int(getattr(request, "seed", audit.get("seed", 42)))
@@ -218,7 +220,7 @@ def make_audit_command(entry):
             t = auditing.target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
         else:
             t = auditing.generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
-        out = audit["out"] or Path("audits") / f"{t.mechanism}-{t.canary}{'-no-noise' if audit['no_noise'] else ''}"
+        out = _audit_folder(audit, t)
         argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"),
                              omit=("json_out", "workers", "ledger", "fail_on_violation"))
         argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
@@ -232,6 +234,26 @@ def make_audit_command(entry):
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
     return make_command(command, params, f"audit_{entry.name}", doc)
+
+
+def data_label(dataset) -> str:
+    """The dataset's name as a folder-name part (a default audit folder names what was audited)."""
+    name = dataset.get("name") if isinstance(dataset, dict) else dataset
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name or "embedded")).strip("_") or "embedded"
+
+
+def _audit_folder(audit: dict, t) -> Path:
+    """``--out`` (checked before any work), else the default folder named after the mechanism, the data and
+    the canary, or a fresh ``-2``, ``-3``, ... beside an earlier audit's (said in one line): results are never
+    overwritten."""
+    if audit["out"] is not None:
+        return Path(audit["out"])
+    default = Path("audits") / f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}" \
+        f"{'-no-noise' if audit['no_noise'] else ''}"
+    out = fresh_folder(default)
+    if out != default and not audit["json_out"]:
+        note(f"{default} holds an earlier audit (never overwritten): writing to {out}")
+    return out
 
 
 def audit_click_command(name: str):

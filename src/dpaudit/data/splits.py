@@ -9,8 +9,24 @@ stratification, nothing depends on record values.
   SeedSequence). The paper's own generator is not published, so the same seed does not reproduce the paper's exact partition, only
   its sizes and rule.
 
-The split is public randomness: it is recorded (``split_seed``) and is outside the DP guarantee of a training run, which covers
-the training partition it is given (paper section 3.1)."""
+**The split contract (what the DP guarantee is about).** The split is public randomness: it is recorded
+(``split_seed``) and is outside the DP guarantee of a training run, which covers the training partition it
+is given (paper section 3.1). The permutation is drawn over *all* rows of the source file and the cut points
+depend on the row count ``n``, so the partition is a function of the whole file: a file with one row removed
+is split differently: the training partition differs in many records, not one (on ``digits``, 1,797 rows,
+removing one row from the file swaps 331 of the 1,257 training records). The guarantee therefore holds for
+**neighbouring training partitions** given the public split: the split and the row ids (each row's position
+in the file, hence its partition) are treated as public and fixed, and neighbouring inputs are two training
+partitions that differ in one record (or, at user level, in one user's records) with every other record, and
+the validation and test partitions, unchanged.
+
+For a reviewer this means: the neighbour relation is over the training partition, not over source files.
+Removing a row from the source file and re-running is *not* a neighbouring input of this split, and the
+claim says nothing about the pair (a person who wants that guarantee for a file must fix the split first,
+e.g. publish the row ids of each partition, and then remove the row from the training partition only, as
+``tests/test_neighbour_diff.py`` does). Membership in the training partition, as opposed to validation or
+test, is itself public under this contract, and the validation and test records are outside the claim
+altogether (metrics on them are evaluation data, not protected)."""
 
 from __future__ import annotations
 

@@ -158,14 +158,15 @@ class DPSGDMechanism(MechanismBase):
     def plan_of_audit(self, r: DPSGDRequest) -> ReleasePlan:
         """A fresh audit's plan. At user level the audit's users are the request's (``user_ids``), else the
         rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.user_head_audit.synthetic_user_ids`),
-        and without a declared reference size the schedule counts the audit's own training users: an
-        audit's data are the auditor's, and that count is the same in both worlds (the canary user is extra)."""
+        and the schedule is built from the declared reference size N0 as a release's is (refused before
+        loading without one): the number of users the data hold differs between neighbours and is never
+        published."""
         if r.privacy_unit != "user":
             return super().plan_of_audit(r)
+        r = self.validate(r)
         data = load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
         ids = self._user_ids(r)
         info = self.data_info(r, attach_user_ids(data, synthetic_user_ids(n_rows(data), r.records_per_user, r.seed) if ids is None else ids))
-        r = self.validate(r if r.reference_size is not None else dataclasses.replace(r, reference_size=info.n_users))
         return self.plan(r, info)
 
     def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
@@ -327,7 +328,9 @@ class DPSGDMechanism(MechanismBase):
         if plan.privacy_unit == "user":
             extra = {} if release is None else {"expected_user_ids_sha256": ds.get("user_ids_sha256"),
                                                 "expected_n_users": (release.config or {}).get("n_users")}
-            t = UserHeadTarget(records_per_user=int(r.records_per_user), user_ids=r.user_ids if user_ids is None else user_ids, **kw, **extra)
+            users = r.user_ids if user_ids is None else user_ids
+            t = UserHeadTarget(records_per_user=int(r.records_per_user), user_ids=users,
+                               reference_size=int(plan.config["reference_size"]), **kw, **extra)
         else:
             t = HeadTarget(**kw)
         t.prepare()

@@ -8,11 +8,19 @@ same code.
 
 **Privacy contract audited.** The release claims (epsilon, delta)-DP under ``add-remove-user``
 adjacency for ``SubsampledGaussian(sigma, q_user, T)`` (RDP accountant), sigma calibrated for
-the target epsilon from the *user* schedule (n_users, expected users per step, epochs) exactly
-as a user-level release (:class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`) does. One trial is one
-training run on the base users, plus the canary user in the "in" world: neighbouring inputs
-differ by one whole user (G records), so a sound mechanism must keep the audit's eps_LB at or
-below the claim whatever G is.
+the target epsilon from the *user* schedule (the declared number of training users N0, expected
+users per step, epochs) exactly as a user-level release
+(:class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`) does. One trial is one training run
+on the base users, plus the canary user in the "in" world: neighbouring inputs differ by one
+whole user (G records), so a sound mechanism must keep the audit's eps_LB at or below the claim
+whatever G is.
+
+**What the audit publishes.** The schedule (q, T, m0) is built from the public ``reference_size``
+N0 (``--reference-size``; an audit of a release takes the release's recorded N0), never from
+the number of users the data hold: that count differs between neighbouring datasets. A target
+without N0 is refused before any data are loaded. The counts of the data (training users,
+records, records per user) stay in ``audit_local.json``
+(:data:`dpaudit.audit_outputs.LOCAL_AUDIT_PATHS`).
 
 Canary users (public, chosen from the seed, recorded in audit.json): G records of a head
 canary kind (:mod:`~dpaudit.mechanisms.head_canaries`), averaged and clipped jointly. A
@@ -96,11 +104,17 @@ class UserHeadTarget(HeadAuditTarget):
     user_ids: object | None = field(default=None, repr=False)
     expected_user_ids_sha256: str | None = None  # an old release's user-id checksum
     expected_n_users: int | None = None  # an old release's recorded number of training users
+    reference_size: int | None = None  # public N0: the declared number of training users (the schedule's)
     adjacency: str = ADJACENCY
 
     def __post_init__(self) -> None:
         super().__post_init__()
         positive_int("records_per_user", self.records_per_user)
+        if self.reference_size is None:  # before any data are loaded
+            raise UsageError("reference_size must be given (--reference-size: the public number of training "
+                             "users the schedule is built from; an audit of a release takes the release's), "
+                             "got None.")
+        positive_int("reference_size", self.reference_size)
         one_of("adjacency", self.adjacency, (ADJACENCY,))
 
     # ------------------------------------------------------------------ public set-up (once)
@@ -140,14 +154,19 @@ class UserHeadTarget(HeadAuditTarget):
         # ones record only the declared reference size, and their schedule is replayed from it.
         if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
             raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
-        # A fresh audit's schedule counts its own base users (fixed in both worlds).
-        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=users.n_users, adjacency=ADJACENCY)
+        # The schedule is the public N0's (a release's recorded one), never the count of this data's users.
+        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=self.reference_size,
+                                                 adjacency=ADJACENCY)
         self._users = users
         self._build_canary(data, feats)
-        self._info = {"model": self.model, "features": feats.describe(), "privacy_unit": "user", "records_per_user": self.records_per_user,
-                      "n_users": users.n_users, "users": users.describe(), "users_from": self._users_from, "n_train": int(len(y)),
-                      "epochs": epochs, "batch_size": batch, "batch_size_unit": "users", **self._config.to_dict(), "noise_multiplier": sigma,
-                      "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon, "accountant": "rdp", "seed": self.seed}
+        # n_users, n_train and users (counts of this data) go to audit_local.json (LOCAL_AUDIT_PATHS).
+        self._info = {"model": self.model, "features": feats.describe(), "privacy_unit": "user",
+                      "records_per_user": self.records_per_user, "reference_size": self.reference_size,
+                      "n_users": users.n_users, "users": users.describe(), "users_from": self._users_from,
+                      "n_train": int(len(y)), "epochs": epochs, "batch_size": batch,
+                      "batch_size_unit": "users",
+                      **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon,
+                      "rdp_epsilon": self._rdp_epsilon, "accountant": "rdp", "seed": self.seed}
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:

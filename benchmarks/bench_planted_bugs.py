@@ -7,8 +7,14 @@ with the noise multiplier halved inside every DP-SGD step (the ``half-noise`` fa
 the release path's noise is halved while the claim stays the calibrated one). Acceptance: the
 halved noise is caught (VIOLATED), the correct mechanism is not.
 
+``--catalogue``: the catalogue of real DP-SGD pipeline bugs (tests/integrations/bug_catalogue.py), each
+planted replica run over ``--seeds`` on its tiny Opacus pipeline and the correct pipeline over
+``--correct-seeds``; prints the table (caught per bug, correct runs flagged, seconds per run).
+Acceptance: 100 % caught, 0 % flagged.
+
 Usage:
   .venv/bin/python benchmarks/bench_planted_bugs.py [--runs 2000] [--seeds 0] [--workers 2] [--trajectory]
+  .venv/bin/python benchmarks/bench_planted_bugs.py --catalogue [--seeds 0 1 2 3 4] [--correct-seeds 100]
 """
 
 from __future__ import annotations
@@ -28,7 +34,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--eps", type=float, default=2.0)
     ap.add_argument("--trajectory", action="store_true")
+    ap.add_argument("--catalogue", action="store_true", help="the pipeline-bug catalogue instead")
+    ap.add_argument("--correct-seeds", type=int, default=100, help="correct-pipeline runs (--catalogue)")
     a = ap.parse_args()
+    if a.catalogue:
+        catalogue(a.seeds, a.correct_seeds)
+        return
 
     from dpaudit.audits.engine import run_audit
     from dpaudit.mechanisms.head_audit import HeadTarget
@@ -64,6 +75,22 @@ def main() -> None:
                 print(f"| {'noise halved (planted)' if plant else 'correct'} | {tm} | {seed} | {r.epsilon_lower_bound:.3f} | "
                       f"{fam.get('parameter')} >= {lb if lb is None else f'{lb:.4f}'} (claimed {fam.get('claimed', float('nan')):.4f}) | "
                       f"{r.clopper_pearson_epsilon:.3f} | {r.gdp_estimate['epsilon']:.2f} | {verdict} | {dt:.0f} |", flush=True)
+
+
+def catalogue(seeds, correct_runs: int) -> None:
+    """The bug catalogue over ``seeds`` and the correct pipeline over seeds 0 .. correct_runs - 1."""
+    import sys
+    import warnings
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrations"))
+    import bug_catalogue  # the replicas live with the tests: the library has no switch that weakens a run
+
+    warnings.simplefilter("ignore")  # Opacus's secure-RNG note, once per run
+    t0 = time.perf_counter()
+    result = bug_catalogue.measure(list(seeds), range(correct_runs))
+    print(bug_catalogue.table(result))
+    print(f"total {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -39,19 +39,13 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.one_run_modules import choose_coordinates
 from ..validation import positive_int
-from .pipeline import NOT_CERTIFIED, Finding, optimizer_settings, setting_findings
+from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, optimizer_settings, setting_findings
+from .pipeline import plain_name as _plain_name
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
 _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
 _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
-_WRAP_PREFIX = "_module."  # GradSampleModule (and DPDDP) wrap the user's module under _module
-
-
-def _plain_name(name: str) -> str:
-    while name.startswith(_WRAP_PREFIX):
-        name = name[len(_WRAP_PREFIX):]
-    return name
 
 
 def _at(param, flat):
@@ -105,6 +99,8 @@ class OpacusCanaries:
         self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}  # parameter name -> (canary ids, coordinates)
         self._theta0 = {n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()}
         self._params = {n: named[n] for n in self._groups}
+        self._model = model
+        self._outside = None  # the model's parameters the DP optimizer does not process (set by attach)
         self.sample_rate: float | None = None
         self.clipping_norm: float | None = None
         self.noise_multiplier: float | None = None
@@ -166,9 +162,11 @@ class OpacusCanaries:
         if self._plan is not None:
             self._start_planned_run()
         self._loader, self._declared = data_loader, optimizer_settings(optimizer, data_loader, q)
+        self._outside = ParamsOutsideDP(self._model, optimizer)
         original = optimizer.add_noise  # the bound method: Opacus's noise, unchanged
 
         def add_noise():
+            self._outside.at_dp_step()
             self._inject(optimizer_settings(optimizer, self._loader, self.sample_rate))
             original()
 
@@ -276,9 +274,11 @@ class OpacusCanaries:
 
     def findings(self, model: torch.nn.Module | None = None) -> list:
         """What the canaries alone see against their claim: steps run at settings other than the
-        declared ones (read at every step), and a scored ``model`` whose canary coordinates are not the
+        declared ones (read at every step), parameters of the model changed outside the DP optimizer's
+        steps (no clipping, no noise), and a scored ``model`` whose canary coordinates are not the
         DP-trained ones."""
         out = setting_findings(self._declared, self.executed)
+        out += self._outside.findings() if self._outside is not None else []
         named = {} if model is None else {_plain_name(n): p for n, p in model.named_parameters()}
         moved = [n for n, (_, flat) in self._groups.items() if n in named and named[n] is not self._params[n]
                  and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))]

@@ -10,6 +10,8 @@ mismatch as a :class:`Finding` (code, message, consequence):
 
 - ``not-poisson``: the loader's sampler is not Poisson (Opacus's ``UniformWithReplacementSampler``) while
   the accountant assumes Poisson subsampling;
+- ``non-uniform-sampler``: the loader draws records with unequal weights (a ``WeightedRandomSampler``): the
+  most-weighted record is in a batch far more often than the one accounted rate q;
 - ``fixed-batch-size``: the realised logical batch sizes repeat one value far more often than Poisson
   sampling allows (the message gives a union bound on that chance under Poisson at the claimed rate);
 - ``size-derived-normaliser``: gradients are divided by ``int(N q)`` of the private size N, and adding or
@@ -27,7 +29,9 @@ mismatch as a :class:`Finding` (code, message, consequence):
   (``original_optimizer.step()``, a second optimizer, a manual edit);
 - ``changed-after-training``: they changed after the last DP step (non-private fine-tuning before the audit);
 - ``too-little-noise``: the noise an update actually carried (its gradient minus the clipped sum, measured at
-  every update) is too small for the declared noise multiplier;
+  every update) is too small for the declared noise multiplier (per update, and pooled over all updates);
+- ``unclipped-parameters``: parameters of the model (``attach(module=)``) changed while the DP optimizer did
+  not process them (a layer left out of it, trained by another optimizer or by hand): no clipping, no noise;
 - ``accountant-history``: the accountant's (noise multiplier, sample rate, steps) history differs from
   the executed one;
 - ``accountant-epsilon``: the script's own accountant reports more than the claimed epsilon (beyond rounding).
@@ -205,6 +209,111 @@ def _next_match(records: int, drawn, start: int) -> int:
     return -1
 
 
+def _too_little_noise(seen: str, sigma, chance: str) -> Finding:
+    return Finding("too-little-noise",
+                   f"{seen} x the clipping norm, below the declared noise multiplier {sigma:g} ({chance}).",
+                   "the noise actually added is not the accounted one: no certified epsilon.")
+
+
+def record_weights(loader):
+    """The per-record weights ``loader`` draws with (a ``WeightedRandomSampler``'s, directly or inside its
+    batch sampler) and whether it draws with replacement; None when it has none."""
+    inner = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    for s in (inner, getattr(loader, "sampler", None)):
+        w = getattr(s, "weights", None)
+        if w is not None:
+            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), bool(getattr(s, "replacement", True))
+    return None
+
+
+def weight_findings(loader, q) -> list[Finding]:
+    """Records drawn with unequal weights: each batch of B draws (with replacement) holds the record of
+    weight w with chance 1 - (1 - w / sum)^B, so the most-weighted record's per-step rate exceeds the
+    mean one and no single rate q describes the run (a rate derived from ``len(loader)`` least of all)."""
+    found = record_weights(loader)
+    if found is None or q is None:
+        return []
+    w, replacement = found
+    if w.size == 0 or not w.sum() > 0 or w.max() <= w.min():
+        return []
+    size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None) \
+        or getattr(loader, "batch_size", None) or 1
+    top = w.max() / w.sum()
+    rate = 1 - (1 - top) ** int(size) if replacement else min(1.0, int(size) * top)
+    return [Finding(
+        "non-uniform-sampler",
+        f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
+        f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
+        f"accounted q = {q:.6g}.",
+        "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
+        "records; not certified.")]
+
+
+class ParamsOutsideDP:
+    """The parameters of ``module`` the DP optimizer does not process (not among ``optimizer.params`` at a DP
+    step: left out of it, or frozen): a fingerprint of each is kept (:func:`fingerprint`: no copy, so a
+    frozen backbone costs no memory, one read of it per step) and compared at every DP step and at the end.
+    A change is an update without clipping and noise."""
+
+    def __init__(self, module, optimizer):
+        self._optimizer = optimizer
+        self._named = list(module.named_parameters())
+        self._kept: dict = {}  # id -> (name, fingerprint) of each parameter outside the DP step
+        self.changed: list[str] = []
+        self._keep_outside()
+
+    def _keep_outside(self) -> None:
+        dp = {id(p) for p in self._optimizer.params}
+        for name, p in self._named:
+            if id(p) in dp:
+                self._kept.pop(id(p), None)
+            elif id(p) not in self._kept:
+                self._kept[id(p)] = (name, fingerprint(p))
+
+    def _compare(self) -> None:
+        by_id = {id(p): p for _, p in self._named}
+        for key, (name, seen) in list(self._kept.items()):
+            now = fingerprint(by_id[key])
+            if now != seen:
+                self.changed += [name] if name not in self.changed else []
+                self._kept[key] = (name, now)
+
+    def at_dp_step(self) -> None:
+        """Before a DP step: compare, then keep the parameters now outside it."""
+        self._compare()
+        self._keep_outside()
+
+    def findings(self) -> list[Finding]:
+        self._compare()
+        if not self.changed:
+            return []
+        names = ", ".join(plain_name(n) for n in self.changed[:8]) + (" ..." if len(self.changed) > 8 else "")
+        return [Finding(
+            "unclipped-parameters",
+            f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
+            f"({names}).",
+            "their updates used gradients without per-sample clipping and noise: no DP, not certified.")]
+
+
+def fingerprint(param) -> tuple:
+    """Shape, sum, sum of squares and a cosine-weighted sum of ``param``'s values in float64: equal for
+    equal values; any update a training step makes changes it (a change keeping all three is measure
+    zero); compared as exact bits, NaN equal to NaN."""
+    v = param.detach().reshape(-1).double()
+    w = torch.cos(torch.arange(v.numel(), dtype=torch.float64, device=v.device))
+    return tuple(param.shape), *(float(x).hex() for x in (v.sum(), v.square().sum(), (v * w).sum()))
+
+
+_WRAP_PREFIX = "_module."  # GradSampleModule (and DPDDP) wrap the user's module under _module
+
+
+def plain_name(name: str) -> str:
+    """A parameter's name without Opacus's wrapping prefixes."""
+    while name.startswith(_WRAP_PREFIX):
+        name = name[len(_WRAP_PREFIX):]
+    return name
+
+
 class PipelineCheck:
     """Records a DP-SGD run and reports its mismatches (module docstring).
 
@@ -236,6 +345,7 @@ class PipelineCheck:
         # per DP update: (squared norm of the noise it carries, coordinates, clipping norm)
         self.noise_sums: list[tuple] = []
         self._dp_step_open = False
+        self._outside = None  # the module's parameters the DP optimizer does not process
 
     # ------------------------------------------------------------------ plain loop
     def clip(self, batch_size: int, max_grad_norm: float, *, normaliser: float | None = None, passes: int = 1) -> None:
@@ -261,12 +371,13 @@ class PipelineCheck:
         self._mark = len(self.noised)
 
     # ------------------------------------------------------------------ Opacus
-    def attach(self, optimizer, *, data_loader, accountant=None) -> "PipelineCheck":
+    def attach(self, optimizer, *, data_loader, accountant=None, module=None) -> "PipelineCheck":
         """Record ``optimizer`` (a ``DPOptimizer``) through its ``clip_and_accumulate``, ``add_noise``
         and ``original_optimizer.step``: the settings ``make_private`` gave it are the declared ones,
         each step's are read when it adds noise, the noise each update carries is measured and the
         parameters are compared between DP steps; ``data_loader``'s sampler records its draws;
-        ``accountant``: the ``PrivacyEngine``'s (its history is compared with the executed steps)."""
+        ``accountant``: the ``PrivacyEngine``'s (its history is compared with the executed steps);
+        ``module``: the trained model, whose parameters outside the DP optimizer must not change."""
         self.data_loader, self._accountant = data_loader, accountant
         self.dataset_size = len(data_loader.dataset)
         self.sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
@@ -275,6 +386,7 @@ class PipelineCheck:
         self._drawn = _record_draws(data_loader)
         self._params = list(optimizer.params)
         self._snapshot()
+        self._outside = None if module is None else ParamsOutsideDP(module, optimizer)
         self._wrap(optimizer)
         return self
 
@@ -291,6 +403,8 @@ class PipelineCheck:
             clip()
 
         def add_noise():
+            if self._outside is not None:
+                self._outside.at_dp_step()
             now = optimizer_settings(optimizer, self.data_loader, self.sample_rate)
             self.noise(now["noise_multiplier"], now["max_grad_norm"], sample_rate=now["sample_rate"],
                        expected_batch_size=now["expected_batch_size"])
@@ -362,7 +476,7 @@ class PipelineCheck:
                                                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
                                                        f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else "."),
                                    "batches are not Poisson-sampled: the accounted epsilon is not certified."))
-        return out + self._rate_findings(sizes)
+        return out + self._rate_findings(sizes) + weight_findings(loader, q)
 
     def _rate_findings(self, sizes) -> list[Finding]:
         """The records drawn over T steps are Bin(N T, q) under Poisson sampling at q: a two-sided test."""
@@ -415,25 +529,30 @@ class PipelineCheck:
             "amplification in the accounted epsilon does not apply; see no_amplification_event.")]
 
     def _noise_findings(self) -> list[Finding]:
-        """Updates whose measured noise is too small for the declared noise multiplier (one-sided chi^2
-        test, Bonferroni over the updates)."""
+        """Updates whose measured noise is too small for the declared noise multiplier: a one-sided chi^2
+        test per update (Bonferroni over the updates), then one over all updates pooled (the sum of
+        their squared noise over (sigma C)^2 is chi^2 with one degree per coordinate and update)."""
         sigma = self.declared.get("noise_multiplier")
         if not self.noise_sums or not isinstance(sigma, (int, float)) or not sigma > 0:
             return []
         level = FIXED_SIZE_P / len(self.noise_sums)
         low = [(sq, d, c) for sq, d, c in self.noise_sums
                if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level]
-        if not low:
+        if low:
+            measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
+            seen = f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g}"
+            return [_too_little_noise(seen, sigma, f"each chance below {level:.3g}")]
+        pooled = sum(sq / c ** 2 for sq, _, c in self.noise_sums)
+        dims = sum(d for _, d, _ in self.noise_sums)
+        chance = float(stats.chi2.cdf(pooled / float(sigma) ** 2, dims))
+        if chance >= FIXED_SIZE_P:
             return []
-        measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
-        return [Finding(
-            "too-little-noise",
-            f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g} x the "
-            f"clipping norm, below the declared noise multiplier {sigma:g} (each chance below {level:.3g}).",
-            "the noise actually added is not the accounted one: no certified epsilon.")]
+        seen = (f"the {len(self.noise_sums)} updates together carried noise of std "
+                f"{math.sqrt(pooled / dims):.4g}")
+        return [_too_little_noise(seen, sigma, f"chance under the declared noise {chance:.3g}")]
 
     def _update_findings(self) -> list[Finding]:
-        out = self._noise_findings()
+        out = self._noise_findings() + (self._outside.findings() if self._outside is not None else [])
         if self.outside_updates:
             out.append(Finding(
                 "non-private-update",

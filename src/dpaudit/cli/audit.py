@@ -176,7 +176,7 @@ def _one_run(a: AuditRequest, plan=None):
         emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(out)})
         return result
     render_one_run(result, out)
-    console.print(f"wrote {tradeoff.write_one_run_png(result.to_dict(), out)}", soft_wrap=True)
+    console.print(f"wrote {tradeoff.write_one_run_png(result.to_dict(), out)}")
     return result
 
 

@@ -31,7 +31,7 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
     for r, out in zip(results, out_dirs):  # the trade-off figure beside audit.json; none without a claimed event
         path = tradeoff.write_tradeoff_png(r.to_dict(), Path(out))
         if path is not None:
-            console.print(f"wrote {path}", soft_wrap=True)
+            console.print(f"wrote {path}")
 
 
 def render_one_run(result, out: Path) -> None:
@@ -53,14 +53,23 @@ def render_one_run(result, out: Path) -> None:
         console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}")
     elif result.noise:
         console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}")
-    console.print(f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)", soft_wrap=True)
+    console.print(f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)")
 
 
 def render_threat_models(trajectory, final, final_dir: Path) -> None:
     """Both threat models' eps_LB, side by side (issue 15 part 3)."""
     for name, r in (("trajectory", trajectory), ("final-model", final)):
-        console.print(f"{name}: {_verdict_line(r)}", soft_wrap=True)
-    console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}", soft_wrap=True)
+        console.print(f"{name}: {_verdict_line(r)}")
+    console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}")
+
+
+#: What each abbreviation of the audit table and verdict lines means, printed under the table.
+LEGEND = ("eps_LB: a lower bound on epsilon, valid for any mechanism.",
+          "CP eps_LB: the Clopper-Pearson lower bound of the rule chosen on SELECT trials, bounded on EVAL trials.",
+          "CP ceiling: the largest CP eps_LB these trials can give (perfectly separated scores).",
+          "TPR@FPR, AUROC [CI]: descriptive attack success on EVAL trials (bootstrap interval).",
+          "GDP est.: a Gaussian-DP estimate of epsilon, not a bound.",
+          "ruled out: the claim's trade-off curve lies above what the audit measured, so the claim is false.")
 
 
 def _fmt(x) -> str:
@@ -117,10 +126,7 @@ def _gdp_cell(r) -> str:
 def render(result, out: Path) -> None:
     # One column per run (audit and its controls), one row per statistic: fits 80 columns.
     runs = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
-    table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence",
-                  caption=escape("eps_LB: a lower bound on epsilon for any mechanism; the verdict: the statistic below. CP: "
-                                 "Clopper–Pearson eps_LB (SELECT/EVAL rule). TPR and AUROC [bootstrap interval]: EVAL trials, "
-                                 "descriptive. GDP: an estimate, not a bound."))
+    table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence")
     table.add_column("statistic", no_wrap=True)
     for name, _ in runs:
         table.add_column(name)
@@ -136,14 +142,16 @@ def render(result, out: Path) -> None:
     for label, values in rows:
         table.add_row(label, *values)
     print_table(table)
-    console.print(_statistic_line(result), soft_wrap=True)
+    for entry in LEGEND:  # one line per abbreviation, wrapped at the terminal width (never a ragged caption)
+        console.print(escape(entry))
+    console.print(_statistic_line(result))
     if result.violated or result.noise:
-        console.print(_verdict_line(result), soft_wrap=True)
+        console.print(_verdict_line(result))
     if result.sequential:
-        console.print(sequential_line(result.sequential), soft_wrap=True)
+        console.print(sequential_line(result.sequential))
     if result.power:
-        console.print(escape(power_line(result.power)), soft_wrap=True)
+        console.print(escape(power_line(result.power)))
     if result.underpowered:
         console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
     console.print(f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
-                  "computed on the private data, outside the release's claim)", soft_wrap=True)
+                  "computed on the private data, outside the release's claim)")

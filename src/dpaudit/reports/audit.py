@@ -68,12 +68,18 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     decision = _recount(entry, la, label, notes)
     entry["role"] = v.role
     entry["status"] = _status(entry, la, decision, label, notes)
-    claim, ceil = entry["compared_claim"], entry["ceiling"]
-    entry["underpowered"] = bool(ceil is not None and claim is not None and ceil < claim)
+    entry["underpowered"] = _underpowered(entry["ceiling"], entry["compared_claim"], v.power)
     _no_noise_note(v.no_noise, label, notes)
     # plot data: the audit's own ROC on its EVAL trials (rates only; raw scores are never read)
     entry.update(direction=v.direction, roc=v.roc, roc_source="audit record (EVAL trials)" if v.roc else None)
     return entry
+
+
+def _underpowered(ceiling: float | None, claim: float | None, power: dict | None) -> bool:
+    """True when the audit cannot detect a violation of its claim at all: its ceiling (the bound of
+    perfectly separated scores) is below the claim, or its power block says nothing is detectable."""
+    below = ceiling is not None and claim is not None and ceiling < claim
+    return bool(below or (power is not None and power.get("claimed_epsilon") is not None and power.get("detectable") is False))
 
 
 def _compared_claim(own: float | None, covered: list[Release]) -> float | None:
@@ -264,10 +270,26 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         notes.append(Note("info", "verdict", f"{label} is a control run (no noise or no canary); no privacy claim applies to it."))
         return e
     e["status"] = _one_run_status(e, view, stat, label, notes)
-    if rec.get("findings"):  # a pipeline mismatch: the accountant's epsilon is not certified (integrations.pipeline)
-        notes.append(Note("error", "verdict", f"{label}: not certified: pipeline findings ({', '.join(f.get('code', '?') for f in rec['findings'])})."))
+    e["not_certified"] = _not_certified(rec)
+    if e["not_certified"]:  # the claim itself is not certified: never read as "no evidence" (fail closed)
+        notes.append(Note("error", "verdict", f"{label}: {e['not_certified']}."))
+        e["status"] = "violation" if e["status"] == "violation" else "incomplete"
+    ceilings = [c for c in ((view["steinke"] or {}).get("ceiling"), (view["fdp"] or {}).get("ceiling")) if c is not None]
+    # neither analysis can report more than its ceiling: both below the claim, no violation is detectable
+    e["ceiling"] = max(ceilings, default=None)
+    e["underpowered"] = _underpowered(e["ceiling"], view["claimed_epsilon"], None)
     _other_analysis_note(e, stat, lbs, label, notes)
     return e
+
+
+def _not_certified(rec: dict) -> str | None:
+    """Why a one-run record's claim is not certified (a pipeline mismatch: :mod:`dpaudit.integrations.pipeline`), else None."""
+    findings = [f for f in rec.get("findings") or [] if isinstance(f, dict)]
+    cert = rec.get("certified")
+    if not findings and not (isinstance(cert, str) and cert.startswith("not certified")):
+        return None
+    codes = ", ".join(str(f.get("code", "?")) for f in findings)
+    return "not certified: pipeline findings" + (f" ({codes})" if codes else "")
 
 
 def _one_run_status(e: dict, view: dict, stat: str, label: str, notes: list[Note]) -> str:

@@ -311,7 +311,7 @@ def _maybe(fields: dict, block: Any) -> dict | None:
 STEINKE = {"epsilon_lower_bound": num, "ceiling": num, "guesses": integer, "correct": integer, "k_pos": integer, "k_neg": integer,
            "method": _str}
 FDP = {"epsilon_lower_bound": num, "violated": lambda v: v if isinstance(v, bool) else None, "guesses": integer, "correct": integer,
-       "method": _str}
+       "ceiling": num, "method": _str}
 
 
 def one_run_view(record: Any) -> dict | None:

@@ -113,9 +113,12 @@ def provenance_blocks(report: dict) -> list[Block]:
                     "(the sampling rate q = batch / N is published).")]
 
 
-SUMMARY_COLUMNS = ["dataset", "partition", "adjacency", "releases_subtree", "non_private_releases", "epsilon", "bound_by", "epsilon_rdp",
-                   "epsilon_prv", "epsilon_pure", "naive_epsilon", "delta", "cap", "remaining", "voided_releases", "audits",
-                   "audit_epsilon", "epsilon_with_audits", "voided_epsilon", "voided_published_releases"]
+#: The ledger summary on screen: what a reviewer signs (spent, cap, remaining); the rest of a row is
+#: in a second table below, keyed by the same dataset and partition, so neither needs to break words.
+SUMMARY_COLUMNS = ["dataset", "partition", "adjacency", "releases_subtree", "epsilon", "bound_by", "delta", "cap", "remaining",
+                   "audits", "epsilon_with_audits"]
+SUMMARY_DETAIL_COLUMNS = ["dataset", "partition", "non_private_releases", "epsilon_rdp", "epsilon_prv", "epsilon_pure",
+                          "naive_epsilon", "voided_releases", "audit_epsilon", "voided_epsilon", "voided_published_releases"]
 SUMMARY_LABELS = {"audits": "audits", "audit_epsilon": "audits' eps", "epsilon_with_audits": "eps with audits", "releases_subtree": "releases",
                   "non_private_releases": "non-private", "epsilon": "composed eps", "bound_by": "bound by",
                   "epsilon_rdp": "eps (rdp)", "epsilon_prv": "eps (prv)", "epsilon_pure": "eps (pure)", "naive_epsilon": "naive sum of eps",
@@ -147,6 +150,11 @@ def _ledger_blocks(report: dict, b: dict) -> list[Block]:
         out.append(table("Ledger summary for the datasets in this report: partition * is the whole dataset "
                          "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
                          [SUMMARY_LABELS.get(c, c) for c in cols], rows))
+        known = set(SUMMARY_COLUMNS) | set(SUMMARY_DETAIL_COLUMNS) | {"cap"}
+        if set(cols) <= known and any(c in r for r in b["summary"] for c in SUMMARY_DETAIL_COLUMNS[2:]):
+            dcols, drows = _table_of(b["summary"], SUMMARY_DETAIL_COLUMNS)
+            out.append(table("Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
+                             [SUMMARY_LABELS.get(c, c) for c in dcols], drows))
     if any(r.get("audits") for r in b["summary"]):
         out.append(p("audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
                      "what their trials compose to; eps with audits: releases and audits composed together. A cap "

@@ -32,20 +32,34 @@ def _tally(entries: list[dict]) -> str:
     return names[0] if len(names) == 1 else ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
 
 
+def _one_run_reason(e: dict) -> str:
+    """What qualifies a one-run verdict, in the words its row shows: not certified, or unable to detect a violation."""
+    if e.get("not_certified"):
+        return e["not_certified"]
+    if e["status"] == "no-evidence" and e.get("underpowered"):
+        return (f"audit underpowered: ceiling {fixed(e['ceiling'])} < claimed {fixed(e['claimed_epsilon'])}, "
+                "it cannot detect a violation at all")
+    return "eps_LB above the claim" if e["status"] == "violation" else ""
+
+
 def _one_run_line(e: dict) -> str:
     lb, claim = e["epsilon_lower_bound"], e["claimed_epsilon"]
+    why = _one_run_reason(e)
     if e["status"] == "violation":
         return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(claim)}, decided by the {e['statistic']} statistic"
     if e["status"] == "no-evidence":
-        return f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
-    return "INCONCLUSIVE: the one-run record cannot be judged (see notes)"
+        return (f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
+                + (f"; {why}" if why else ""))
+    return f"INCONCLUSIVE: {why or 'the one-run record cannot be judged'} (see notes)"
 
 
 def _one_run_verdict(e: dict) -> dict:
     m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
     name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
+    flags = ["one-run"] + ["not-certified"] * bool(e.get("not_certified")) + ["underpowered"] * bool(e.get("underpowered"))
     return {"mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
-            "flags": ["one-run"], "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+            "flags": flags, "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+            "ceiling": e.get("ceiling"), "reason": _one_run_reason(e),
             "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [], "statistics": [stat] if stat else [],
             "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]]}
 
@@ -239,7 +253,8 @@ def _row(mech: str, claim: tuple, status: str, hits: list[dict], release: str | 
             "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)), "statistics": _statistics(hits), "audits": [e["path"] for e in hits],
             "plan_runs": {p: n for p, n in Counter(e.get("plan_id") for e in hits).items() if p},
             "epsilon_lower_bound": top.get("epsilon_lower_bound"), "ceiling": top.get("ceiling"), "status": status,
-            "reason": fam or ("eps_LB above the claim" if status == "violation" else "audit underpowered (ceiling below the claim)" if weak else "")}
+            "reason": fam or ("eps_LB above the claim" if status == "violation" else
+                              "audit underpowered (ceiling below the claim): it cannot detect a violation at all" if weak else "")}
 
 
 def _worst(es: list[dict], pools: tuple, default: str) -> tuple[str, list[dict]]:
@@ -272,7 +287,8 @@ def summary_rows(verdicts: list[dict]) -> list[dict]:
     """The first table's rows: every mechanism's, and one per one-run audit or sweep (their verdict line's numbers)."""
     return [row for v in verdicts for row in v.get("rows") or [
         _row(v["mechanism"], (max(v["claimed_epsilons"], default=None), None, None, None), v["status"], []) | {
-            "statistics": v.get("statistics") or [], "epsilon_lower_bound": v["max_epsilon_lower_bound"]}]]
+            "statistics": v.get("statistics") or [], "epsilon_lower_bound": v["max_epsilon_lower_bound"],
+            "ceiling": v.get("ceiling"), "reason": v.get("reason") or ""}]]
 
 
 def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]) -> tuple[list[dict], list[dict]]:

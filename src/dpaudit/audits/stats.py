@@ -547,6 +547,21 @@ def _poisson_kernel(mu: float, cap: int) -> np.ndarray:
     return _poisson_pmf(np.arange(min(cap, int(mu + 14.0 * math.sqrt(mu) + 50.0)), dtype=float), mu)
 
 
+def _mass_window(p: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+    """The part of p[lo:hi] at or above 1e-30 of its largest entry; the rest is set to 0. Dropping
+    that mass only lowers the staying probability (the crossing probability errs upwards, a*
+    downwards), as the kernel's dropped tail does."""
+    window = p[lo:hi]
+    top = float(window.max()) if window.size else 0.0
+    if top <= 0.0:
+        return lo, max(lo, min(hi, lo + 1))
+    kept = np.flatnonzero(window >= top * 1e-30)
+    new_lo, new_hi = lo + int(kept[0]), lo + int(kept[-1]) + 1
+    p[lo:new_lo] = 0.0
+    p[new_hi:hi] = 0.0
+    return new_lo, new_hi
+
+
 def crossing_probability(n: int, a: float) -> float:
     """P(V_(k+1) > u_k(a) for some k = 0..n-1) for the order statistics of n independent uniforms.
 
@@ -557,10 +572,14 @@ def crossing_probability(n: int, a: float) -> float:
     b = _cp_table(n, a)[:n]
     p = np.zeros(n + 1)
     p[0] = 1.0
-    prev = 0.0
+    lo, hi, prev = 0, 1, 0.0  # p is zero outside [lo, hi)
     for k in range(n):
-        p = np.convolve(p, _poisson_kernel(n * (float(b[k]) - prev), n + 1))[: n + 1]
-        p[: k + 1] = 0.0
+        # only the window where p still carries mass is convolved: O(window) a step, not O(n)
+        seg = np.convolve(p[lo:hi], _poisson_kernel(n * (float(b[k]) - prev), n + 1))[: n + 1 - lo]
+        p[lo:lo + seg.size] = seg
+        hi = lo + seg.size
+        p[lo:k + 1] = 0.0
+        lo, hi = _mass_window(p, max(lo, k + 1), hi)
         prev = float(b[k])
     # the remaining n - j points in (b_{n-1}, 1], over P(N(1) = n)
     last = _poisson_pmf(n - np.arange(n + 1, dtype=float), n * (1.0 - prev))

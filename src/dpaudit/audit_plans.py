@@ -258,10 +258,11 @@ class PlanRun:
         self._record(stage="result", audit_id=audit_id, sha256=digest(shareable))
 
 
-def open_plan(path: str | os.PathLike) -> PlanRun:
+def open_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None) -> PlanRun:
     """The :class:`PlanRun` of plan.json at ``path`` (or its folder), after checking that it is
     signed by its key, that plan.local.json's salt and seeds are the ones committed to, and that the
-    ledger registered exactly this plan.json (DataError otherwise: nothing runs)."""
+    ledger (``ledger``, default the one the plan was written with) registered exactly this plan.json
+    (DataError otherwise: nothing runs); the run's entries go to that ledger."""
     p = Path(path)
     p = p / PLAN_FILE if p.is_dir() else p
     plan = read_json(p, "audit plan")
@@ -270,7 +271,7 @@ def open_plan(path: str | os.PathLike) -> PlanRun:
     local = read_json(p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)")
     if local.get("plan_id") != plan["id"] or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]:
         raise DataError(f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others.")
-    ledger = plan["request"].get("ledger")
+    ledger = plan["request"].get("ledger") if ledger is None else os.fspath(ledger)
     with open_ledger(ledger, create=False) as led:
         reg = _ledger_plans(led).get(plan["id"], {}).get("registered")
     if reg is None or reg[2].get("sha256") != digest(plan):
@@ -283,11 +284,13 @@ def open_plan(path: str | os.PathLike) -> PlanRun:
     return PlanRun(plan, local["salt"], local["seeds"], local.get("key"), ledger, str(p.resolve()))
 
 
-def load_plan(path: str | os.PathLike) -> tuple[AuditRequest, PlanRun]:
-    """The request a plan fixes and its :class:`PlanRun` (checked by :func:`open_plan`)."""
-    run = open_plan(path)
+def load_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None
+              ) -> tuple[AuditRequest, PlanRun]:
+    """The request a plan fixes and its :class:`PlanRun` (checked by :func:`open_plan`; ``ledger``: where it
+    is registered, if not where it was written)."""
+    run = open_plan(path, ledger)
     refuse_reproducible_noise(run.plan["request"].get("reproducible_noise"))
     if run.plan["mechanism"] == OPACUS:
         raise UsageError(f"plan must be run by dpaudit (an Opacus plan runs in your training script: `dpaudit audit opacus SCRIPT.py "
                          f"--plan {run.path}` or OpacusCanaries.from_plan(model, {run.path!r})), got plan {run.plan['id']} for opacus.")
-    return AuditRequest(**run.plan["request"], seed=int(run.seeds["public"])), run
+    return AuditRequest(**{**run.plan["request"], "ledger": run.ledger}, seed=int(run.seeds["public"])), run

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 
+#: The way out of a refusal that comes from what the ledger holds of a dataset (its cap, adjacency,
+#: rows) when the refused run belongs to another study: the CLI adds it to such a refusal's line.
+OTHER_LEDGER_HINT = "Not the same study? use another --ledger for an unrelated experiment."
+
+
 class DPAuditError(Exception):
-    """Base class of every error dpaudit raises on purpose (bad input, refused request)."""
+    """Base class of every error dpaudit raises on purpose (bad input, refused request). ``hint``: a
+    way out the CLI appends to the error's line (None: none)."""
+
+    hint: str | None = None
 
 
 class UsageError(DPAuditError, ValueError):
@@ -26,9 +34,19 @@ class CalibrationError(DPAuditError):
 class BudgetExceededError(DPAuditError):
     """A planned release would push a dataset's composed budget over its cap."""
 
+    hint = OTHER_LEDGER_HINT
+
 
 class DatasetIdentityError(DPAuditError):
     """A release's data differ from what its dataset name meant in the ledger (undeclared version)."""
+
+    hint = OTHER_LEDGER_HINT
+
+
+class LedgerAdjacencyError(AdjacencyMismatchError):
+    """A release or audit under another adjacency than the ledger's earlier ones on its dataset."""
+
+    hint = OTHER_LEDGER_HINT
 
 
 class RowRoleCollisionError(DatasetIdentityError):

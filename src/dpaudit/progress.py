@@ -1,21 +1,49 @@
 """Progress of every long job (training, audit trials, one-run audits, sweeps, reports), on stderr.
 
 In a terminal: a rich bar with elapsed time and an estimate of the time left. In a pipe or a log
-(stderr not a terminal): one plain line per task every ``every_s`` seconds or 10 % of the work,
-and at the end, so a job that runs for minutes is never silent and a log stays short."""
+(stderr not a terminal): plain lines, never carriage-return bars. A long command runs inside
+:func:`heartbeat`: its first line comes at most :data:`QUIET_S` seconds after it starts (a job that
+ends sooner stays silent) and a line follows at least every :func:`period_s` seconds (10 s; the
+environment variable ``DPAUDIT_PROGRESS_EVERY_S`` may shorten it, never lengthen it), naming the
+current phase (:func:`phase`, e.g. "loading MNIST") or the state of each task of the job's bars, so
+that a phase with no count (loading data, one slow chunk, a user's training script) is never silent.
+Estimates of the time left use an exponentially weighted rate: one slow or fast update never
+makes them jump."""
 
 from __future__ import annotations
 
+import math
+import os
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                           TimeElapsedColumn)
+from rich.text import Text
 
 from .console import err_console
 
 
-#: Seconds a task runs before a pipe or log gets its first progress line (a sub-second training prints none).
-QUIET_S = 2.0
+#: Seconds a long job runs before its first progress line (a sub-second job prints none).
+QUIET_S = 0.5
+#: The most seconds between two progress lines of a long job.
+MAX_PERIOD_S = 10.0
+#: Environment variable that shortens the period between lines (tests; a chatty log); at most
+#: :data:`MAX_PERIOD_S`.
+PERIOD_ENV = "DPAUDIT_PROGRESS_EVERY_S"
+#: Seconds over which the rate behind an estimate is averaged (older updates weigh e times less per TAU_S).
+TAU_S = 120.0
+
+
+def period_s() -> float:
+    """Seconds between progress lines: ``$DPAUDIT_PROGRESS_EVERY_S`` when a number in (0, 10], else 10."""
+    try:
+        value = float(os.environ.get(PERIOD_ENV, MAX_PERIOD_S))
+    except ValueError:
+        return MAX_PERIOD_S
+    return value if 0 < value <= MAX_PERIOD_S else MAX_PERIOD_S
 
 
 def _clock(seconds: float) -> str:
@@ -33,41 +61,100 @@ class _Line:
     start: float = field(default_factory=time.monotonic)
     said_at: float = field(default_factory=time.monotonic)
     said_tenth: int = 0
+    items_w: float = 0.0  # items done, each advance's weighing exp(-age / TAU_S)
+    seconds_w: float = 0.0  # the seconds they took, weighed alike
+    moved_at: float = field(default_factory=time.monotonic)  # when ``done`` last grew
+    moved_done: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        """Items per second over an exponentially weighted window: a burst of chunks finishing together
+        counts for its items only, never as the rate of its last short interval."""
+        return self.items_w / self.seconds_w if self.items_w > 0 and self.seconds_w > 0 else None
+
+    def advanced(self, done: int, now: float) -> None:
+        """Fold the items done since the last advance into the weighted rate."""
+        if done <= self.moved_done:
+            self.done = done
+            return
+        dt = max(now - self.moved_at, 1e-6)
+        decay = math.exp(-dt / TAU_S)
+        self.items_w = self.items_w * decay + (done - self.moved_done)
+        self.seconds_w = self.seconds_w * decay + dt
+        self.done, self.moved_done, self.moved_at = done, done, now
+
+    def eta(self, now: float) -> float | None:
+        """Seconds left: the weighted rate's estimate at the last advance, counted down since; once
+        that is used up, the whole run's average (a stalled task's estimate grows, never jumps to 0)."""
+        rate = self.rate
+        if rate is None or not (self.base < self.done < self.total):
+            return None
+        left = (self.total - self.done) / rate - (now - self.moved_at)
+        if left > 0:
+            return left
+        return (self.total - self.done) * (now - self.start) / (self.done - self.base)
+
+    def text(self, unit: str, now: float) -> str:
+        eta = self.eta(now)
+        percent = 100 * self.done // max(self.total, 1)
+        return (f"{self.description}: {self.done}/{self.total} {unit} ({percent}%)"
+                f"{' ' + self.info if self.info else ''}, elapsed {_clock(now - self.start)}"
+                f"{'' if eta is None else ', ETA ' + _clock(eta)}")
+
+
+def _terminal_bar(unit: str, lines: list[_Line], console):
+    """The rich bar of a terminal; its estimate is the same smoothed one as the plain lines'."""
+
+    class EtaColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            eta = lines[task.id].eta(time.monotonic()) if task.id < len(lines) else None
+            return Text("ETA " + ("-:--:--" if eta is None else _clock(eta)), style="progress.remaining")
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn(f"{unit} {{task.fields[info]}}"), TimeElapsedColumn(), EtaColumn(),
+                    console=console, transient=False)
 
 
 class JobProgress:
     """Tasks of one job, each ``description done/total unit``; ``info`` is free text after it
     (e.g. the epsilon spent). ``enabled=False`` shows nothing; ``quiet_s`` (default :data:`QUIET_S`): a pipe
-    gets no line before a task has run that long, so a job that ends sooner stays silent. Use as a context manager."""
+    gets no line before a task has run that long, so a job that ends sooner stays silent; ``every_s``
+    (default :func:`period_s`): the most seconds between lines of an unfinished task, also between updates
+    while the job runs inside :func:`heartbeat`. Use as a context manager."""
 
-    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float = 10.0, quiet_s: float | None = None) -> None:
-        self.unit, self.enabled, self.every_s = unit, enabled, every_s
+    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float | None = None,
+                 quiet_s: float | None = None) -> None:
+        self.unit, self.enabled = unit, enabled
+        self.every_s = period_s() if every_s is None else every_s
         self.quiet_s = QUIET_S if quiet_s is None else quiet_s
         self.console = console or err_console
         self.live = enabled and self.console.is_terminal
         self.lines: list[_Line] = []
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(f"{unit} {{task.fields[info]}}"),
-                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
-                            transient=False) if self.live else None
+        self.bar = _terminal_bar(unit, self.lines, self.console) if self.live else None
 
     def __enter__(self) -> JobProgress:
         if self.bar is not None:
             self.bar.start()
+        if self.enabled:
+            _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.stop()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
 
     def add(self, description: str, total: int, completed: int = 0, info: str = "") -> int:
-        self.lines.append(_Line(description, int(total), int(completed), info, base=int(completed)))
+        done = int(completed)
+        self.lines.append(_Line(description, int(total), done, info, base=done, moved_done=done))
         if self.bar is not None:
             self.bar.add_task(description, total=total, completed=completed, info=info)
         return len(self.lines) - 1
 
     def update(self, task: int, *, completed: int | None = None, advance: int = 0, info: str | None = None) -> None:
         line = self.lines[task]
-        line.done = (line.done if completed is None else int(completed)) + int(advance)
+        line.advanced((line.done if completed is None else int(completed)) + int(advance), time.monotonic())
         line.info = line.info if info is None else info
         if self.bar is not None:
             self.bar.update(task, completed=line.done, info=line.info)
@@ -82,10 +169,19 @@ class JobProgress:
         if now - line.said_at < self.every_s and tenth == line.said_tenth and line.done < line.total:
             return
         line.said_at, line.said_tenth = now, tenth
-        spent = now - line.start
-        left = f", ETA {_clock(spent * (line.total - line.done) / (line.done - line.base))}" if line.base < line.done < line.total else ""
-        self.console.print(f"{line.description}: {line.done}/{line.total} {self.unit} ({100 * line.done // max(line.total, 1)}%)"
-                           f"{' ' + line.info if line.info else ''}, elapsed {_clock(spent)}{left}", highlight=False, soft_wrap=True)
+        _print(self.console, line.text(self.unit, now))
+
+    def beat(self, now: float) -> bool:
+        """The heartbeat's line: the first unfinished task's state (tasks run in order; a live terminal
+        bar shows its own). False when every task is finished (the heartbeat names the phase instead)."""
+        if self.bar is not None:
+            return True
+        line = next((x for x in self.lines if x.done < x.total), None)
+        if line is None:
+            return False
+        line.said_at = now
+        _print(self.console, line.text(self.unit, now))
+        return True
 
     def steps(self, description: str):
         """A ``progress(done, total)`` callback (the training loops') whose task is added on its first call."""
@@ -99,10 +195,77 @@ class JobProgress:
         return cb
 
 
+#: The bars of running jobs, innermost last (the heartbeat reports the innermost).
+_ACTIVE: list[JobProgress] = []
+
+
+class _Heartbeat:
+    """A thread that prints the job's state whenever nothing was printed for :func:`period_s` seconds."""
+
+    def __init__(self, what: str, console) -> None:
+        self.what, self.console = what, console
+        self.phase = ""
+        self.start = self.said_at = time.monotonic()
+        self.first = True
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="dpaudit-progress", daemon=True)
+
+    def _loop(self) -> None:
+        every = period_s()
+        while not self.stop.wait(min(0.25, every / 4)):
+            now = time.monotonic()
+            due = QUIET_S if self.first else every
+            if now - max(self.said_at, _LAST_SAID[0]) >= due:
+                self.beat(now)
+
+    def beat(self, now: float) -> None:
+        self.first, self.said_at = False, now
+        if _ACTIVE and _ACTIVE[-1].beat(now):
+            return
+        what = self.phase or "working"
+        _print(self.console, f"{self.what}: {what} ..., elapsed {_clock(now - self.start)}")
+
+
+#: The heartbeat of the running command (None: no long command runs, :func:`phase` only records nothing).
+_BEATING: list[_Heartbeat] = []
+#: When any progress line was last printed (monotonic seconds).
+_LAST_SAID = [0.0]
+
+
+def _print(console, text: str) -> None:
+    _LAST_SAID[0] = time.monotonic()
+    if _BEATING:
+        _BEATING[-1].first = False
+    console.print(text, highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def heartbeat(what: str, *, console=None):
+    """Run a long command (``what``, e.g. "dpaudit audit") with a progress line at most :data:`QUIET_S`
+    seconds after it starts and at least every :func:`period_s` seconds after, until it returns."""
+    beat = _Heartbeat(what, console or err_console)
+    _BEATING.append(beat)
+    beat.thread.start()
+    try:
+        yield beat
+    finally:
+        beat.stop.set()
+        beat.thread.join()
+        _BEATING.remove(beat)
+
+
+def phase(message: str) -> None:
+    """Name what the running command does now (the next heartbeat line says it); outside
+    :func:`heartbeat`, nothing."""
+    if _BEATING:
+        _BEATING[-1].phase = message
+
+
 def stage(progress, message: str) -> None:
     """A stage of a job without a count (``progress`` as the mechanisms take it: None / False: quiet;
     a callable gets the message; True: one line on stderr)."""
+    phase(message)
     if callable(progress):
         progress(message)
     elif progress:
-        err_console.print(f"{message} ...", highlight=False, soft_wrap=True)
+        _print(err_console, f"{message} ...")

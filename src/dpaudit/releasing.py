@@ -49,6 +49,7 @@ from .ledger.book import open_ledger
 from .ledger.paths import ledger_missing, resolve_ledger
 from .mechanisms import registry
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
+from .progress import phase
 from .records import (Release, check_accounting, check_out_dir, check_release_folder, now_utc,
                       public_noise_reason, round_timings, write_release)
 from .requests import NOISE_SOURCES
@@ -562,6 +563,7 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
     load_kw = {"ledger_path": ledger_path} if mech.load_uses_ledger else {}
+    phase("loading the data")
     data = mech.load(request, **load_kw) if prepared is None else mech.load(request, prepared=prepared, **load_kw)
     info = mech.data_info(request, data)
     plan = mech.plan(request, info)
@@ -570,6 +572,7 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     # Remembered answers of the same computations (ledger.result_cache, on inside a command) spare the child.
     with comparisons_ahead([(p.event, p.delta, p.adjacency, p.compare_accountants) for p in plan.parts or (plan,) if p.event is not None],
                            memory=result_cache):
+        phase("reserving the budget in the ledger")
         _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
         # A new use of the seed file per release, claimed (on disk) before any of its noise is drawn.
         seed_use = None if seed_file is None else read_noise_seed(seed_file)
@@ -578,9 +581,11 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
                                   reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
                                   noise_source=getattr(request, "noise_source", "os-entropy"),
                                   secret_seed=seed_use)
+        phase("training")
         releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
     if seed_use is not None:  # local only: which secret the noise came from (never release.json)
         releases = [dataclasses.replace(r, noise_seed_file=str(seed_use.path)) for r in releases]
+    phase("writing the release and recording it in the ledger")
     last = _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
     if seed_use is not None:
         record_noise_seed_releases(seed_use, [r.id for r in releases])

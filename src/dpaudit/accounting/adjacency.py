@@ -34,12 +34,14 @@ class Adjacency(str, Enum):
             raise UsageError(f"adjacency must be one of {allowed}, got {value!r}.") from None
 
 
-def require_same(a: "str | Adjacency", b: "str | Adjacency", what: str = "guarantees") -> Adjacency:
-    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error, never
-    a silent conversion (that must be asked for explicitly: :func:`convert`)."""
+def require_same(a: "str | Adjacency", b: "str | Adjacency", what: str = "guarantees",
+                 error: type = AdjacencyMismatchError) -> Adjacency:
+    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error (``error``,
+    an :class:`AdjacencyMismatchError`), never a silent conversion (that must be asked for explicitly:
+    :func:`convert`)."""
     a, b = Adjacency.parse(a), Adjacency.parse(b)
     if a is not b:
-        raise AdjacencyMismatchError(
+        raise error(
             f"cannot combine {what} under different adjacency: {a.value} vs {b.value}."
         )
     return a

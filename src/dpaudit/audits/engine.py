@@ -82,7 +82,7 @@ from ..accounting import compute_epsilon
 from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
-from ..progress import JobProgress
+from ..progress import JobProgress, phase
 from ..noise import NoiseSource, public_rng
 from ..records import _json_safe, git_commit, now_utc, read_json, write_json_atomic
 from ..requests import THREAT_MODELS
@@ -638,6 +638,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
         roles["main"] = (target, used)
         plans["main"] = TrialPlan(world=seq.world[:used], select=plans["main"].select[:used])
         jobs["main"] = (target, plans["main"].world.copy())
+    phase("computing the bounds and writing the results")
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
     results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex)
                for r, (t, n) in roles.items()}

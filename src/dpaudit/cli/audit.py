@@ -18,7 +18,9 @@ from ..audit_outputs import shareable_one_run
 from ..audits import engine
 from ..catalogue import ALIASES, CATALOGUE, lookup, names
 from ..errors import UsageError
+from ..ledger.paths import resolve_ledger
 from ..paths import check_new_folder, fresh_folder
+from ..progress import phase
 from ..records import check_out_dir, read_release
 from ..reports import tradeoff
 from ..requests import THREAT_MODELS, WHITE_BOX_THREAT_MODELS, AuditRequest
@@ -84,6 +86,7 @@ def run(a: AuditRequest, plan=None) -> None:
         return exit_on_violation(a.fail_on_violation, [audit_white_box.run(a, plan)])
     if a.one_run or a.canaries is not None:
         return exit_on_violation(a.fail_on_violation, [_one_run(a, plan)])
+    phase("building the audit target (loading the data, preparing features)")
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
@@ -104,8 +107,20 @@ def run(a: AuditRequest, plan=None) -> None:
         audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
     results = _run_all(a, audits, engine.run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
+    _note_unbounded_control(t, a, results)
     _note_runs(plan, a.json_out)
     exit_on_violation(a.fail_on_violation, results)
+
+
+def _note_unbounded_control(t, a: AuditRequest, results) -> None:
+    """One line when a no-noise control trained on the private data: the ledger now counts the
+    dataset's releases + audits as infinite (a cap that counts audits would have refused it)."""
+    scope = t.private_data()
+    if a.json_out or scope is None or not any("no-noise" in (r.controls or {}) for r in results):
+        return
+    note(f"the no-noise control trained on {scope['dataset']!r} without DP noise: its releases + audits "
+         f"total is now infinite (epsilon=inf) in ledger {resolve_ledger(a.ledger).display}; "
+         "--no-controls keeps it finite.")
 
 
 def _fresh_default(a: AuditRequest, default: Path) -> Path:
@@ -170,6 +185,7 @@ def _one_run(a: AuditRequest, plan=None):
     out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
         f"{a.mechanism}-{generic.data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
     cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
+    phase("one-run audit: loading the data, preparing the canaries")
     result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
     _note_runs(plan, a.json_out)
     if a.json_out:

@@ -14,6 +14,7 @@ from ..audit_outputs import shareable_one_run
 from ..integrations import opacus_script
 from .audit_render import render_one_run
 from ..paths import check_new_folder, fresh_folder
+from ..progress import phase
 from ..records import check_out_dir
 from .common import console, emit_json, new_app, note
 
@@ -35,6 +36,7 @@ def command(
     json_out: bool = typer.Option(False, "--json", help="Print the shareable record as JSON."),
 ) -> None:
     out = _new_out(script, out, plan, json_out)
+    phase(f"running {script} (your training script) with canaries")
     with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():  # --json: stdout holds the record alone
         result, where = opacus_script.audit_script(script, args or (), out=out, plan=plan, canaries=canaries,
                                                    tensors=tensors.split(",") if tensors else None, delta=delta, seed=seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -27,6 +28,7 @@ from typer.core import TyperCommand, TyperGroup
 # The consoles live below the CLI so library modules can print progress without importing it.
 from ..console import console, err_console  # noqa: F401  (re-exported: commands import them from here)
 from ..errors import DPAuditError
+from ..progress import heartbeat
 from ..records import _json_safe
 from .coercion import install
 
@@ -141,13 +143,29 @@ class DPAuditGroup(TyperGroup):
 
     def invoke(self, ctx):  # noqa: D401
         try:
-            return super().invoke(ctx)
+            with _progress_of(ctx):
+                return super().invoke(ctx)
         except DPAuditError as e:
             msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
+            msg = f"{msg} {e.hint}" if e.hint and e.hint not in msg else msg
             err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except ClickUsageError as e:
             _usage_exit(e)
+
+
+#: Commands that may run for minutes: a progress line within their first seconds and every few seconds after.
+LONG_COMMANDS = ("train", "audit", "sweep", "report", "ledger summary")
+
+
+def _progress_of(ctx):
+    """The root group's heartbeat (:func:`dpaudit.progress.heartbeat`) for a long command;
+    nothing for the others."""
+    words = [*ctx._protected_args, *ctx.args]
+    name = next((c for c in LONG_COMMANDS if c.split() == words[:len(c.split())]), None)
+    if ctx.parent is not None or name is None or "--help" in words:
+        return contextlib.nullcontext()
+    return heartbeat(f"dpaudit {name}")
 
 
 def _usage_exit(e: ClickUsageError):

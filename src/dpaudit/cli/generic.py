@@ -25,6 +25,8 @@ from ..audits import engine
 from ..catalogue import CATALOGUE, lookup, names
 from ..errors import UsageError
 from ..ledger import result_cache
+from ..ledger.book import open_ledger
+from ..ledger.paths import resolve_ledger
 from ..mechanisms import registry
 from ..paths import check_new_folder, fresh_folder
 from ..records import check_out_dir, read_release
@@ -127,6 +129,39 @@ def _default_notes(rtype) -> list[str]:
     return [f.metadata["note"] for f in dataclasses.fields(rtype) if f.metadata.get("note") and ctx.get_parameter_source(f.name) is ParameterSource.DEFAULT]
 
 
+def _print_release(rel, shown) -> None:
+    """The trained release's lines: the mechanism's own (``shown``), else its claim and metrics."""
+    if shown is not None:
+        for line in shown[1]:
+            console.print(line, soft_wrap=True)
+        return
+    claim = "no privacy claim (non-private)" if rel.non_private else (
+        f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
+    console.print(f"[bold]{rel.mechanism}[/] on {(rel.dataset or {}).get('name')}: {claim}")
+    if rel.metrics:
+        say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
+    say(f"release id {rel.id};", f"command: {rel.command}")
+
+
+def written_line(release, ledger) -> str:
+    """Where ``dpaudit train`` put its outputs, in one line: the release folder (as the ledger
+    recorded it) and its files, and the ledger entry (its id is the release's)."""
+    with open_ledger(ledger, create=False) as led:
+        folder = led.get(release.id).payload.get("artefact_path")
+    weights = release.artefacts.get("weights")
+    files = ", ".join(["release.json", *([str(weights)] if weights else [])])
+    return (f"release {release.id} written to {_shown(folder)} ({files}); "
+            f"ledger {resolve_ledger(ledger).display} entry {release.id}")
+
+
+def _shown(folder) -> str:
+    """A folder under the working directory as a relative path (what the user typed), else as recorded."""
+    try:
+        return str(Path(folder).relative_to(Path.cwd()))
+    except (TypeError, ValueError):
+        return str(folder)
+
+
 def make_train_command(entry):
     """The ``dpaudit train NAME`` command of catalogue ``entry`` (parse -> Request -> release)."""
     rtype = entry.request_type()
@@ -151,16 +186,8 @@ def make_train_command(entry):
         if json_out:
             emit_json(rel.to_dict() if shown is None else shown[0])
             return
-        if shown is not None:
-            for line in shown[1]:
-                console.print(line, soft_wrap=True)
-            return
-        claim = "no privacy claim (non-private)" if rel.non_private else (
-            f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
-        console.print(f"[bold]{rel.mechanism}[/] on {(rel.dataset or {}).get('name')}: {claim}")
-        if rel.metrics:
-            say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
-        say(f"release id {rel.id};", f"command: {rel.command}")
+        _print_release(rel, shown)
+        console.print(written_line(rel, ledger), highlight=False, soft_wrap=True)
 
     doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
     return make_command(command, params, f"train_{entry.name}", doc)

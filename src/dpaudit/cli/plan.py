@@ -19,8 +19,9 @@ from ..validation import half_open_unit
 from . import generic
 from .common import console, emit_json
 
-#: What --plan leaves to the command line: how the result is printed, never what is computed.
-_FREE = ("json_out",)
+#: What --plan leaves to the command line: how the result is printed and the ledger that registered the
+#: plan (its entries go there), never what is computed.
+_FREE = ("json_out", "ledger")
 #: `audit plan opacus`: its own options, and the audit command's options it takes (any other is refused).
 _OPACUS = ("noise_multiplier", "sample_rate", "steps", "tensors")
 _OPACUS_TAKES = ("delta", "canaries", "confidence", "epochs", "out", "ledger", "one_run", "json_out")
@@ -31,7 +32,7 @@ PARAMETERS = [
     _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True, metavar="MECHANISM")),
     _P("plan", _P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
         None, "--plan", show_default=False, help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
-                                                 "no other option may be given.")),
+                                                 "no other option but --ledger and --json may be given.")),
     _P("key", _P.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
         None, "--key", show_default=False, help="audit plan: your Ed25519 signing key (name or path; default $DPAUDIT_SIGNING_KEY or "
                                                 "'default'), registered in the ledger.")),
@@ -55,7 +56,7 @@ def dispatch(values: dict, check) -> tuple | None:
         raise UsageError(f"--{extra.replace('_', '-')} must only be given with `audit plan opacus`, got {opacus[extra]!r}.")
     if plan is not None:
         _refuse_others(values, mechanism, planned, key)
-        a, run = audit_plans.load_plan(plan)
+        a, run = audit_plans.load_plan(plan, values["ledger"])
         return dataclasses.replace(a, json_out=values["json_out"]), run
     if mechanism == "plan" and planned is not None:
         a = generic.request_from_options(AuditRequest, values, mechanism=planned)

@@ -25,8 +25,8 @@ from .. import __version__
 from ..accounting.adjacency import Adjacency, require_same
 from ..accounting.events import Event
 from ..claims import integer, steps_accounted, steps_problem
-from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAuthorityError, LedgerError,
-                      LedgerVerificationError, UsageError)
+from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAdjacencyError, LedgerAuthorityError,
+                      LedgerError, LedgerVerificationError, UsageError)
 from ..records import Release, public_noise_reason
 from ..validation import open_unit, positive_finite
 from . import compose as lc
@@ -559,7 +559,7 @@ class Ledger:
         state = self._states(name).get(name)
         current = state.adjacency() if state else None
         if current is not None:
-            require_same(current, adjacency, f"releases on dataset {name!r}")
+            require_same(current, adjacency, f"releases on dataset {name!r}", LedgerAdjacencyError)
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
 
@@ -695,7 +695,8 @@ class Ledger:
             state = states.get(dataset) or lc.DatasetState(dataset)
             current = state.with_audits().adjacency()
             if current is not None:
-                require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}")
+                require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}",
+                             LedgerAdjacencyError)
             view = lc.release_view(audit_id, dataset, payload, kind="audit")
             if state.cap is not None and state.cap_includes_audits:
                 self._check_audit_cap(state, view, payload)
@@ -734,7 +735,8 @@ class Ledger:
         state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)
         current = state.adjacency()
         if current is not None:
-            require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}")
+            require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}",
+                         LedgerAdjacencyError)
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
         acc = queries.AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")

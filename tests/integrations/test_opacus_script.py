@@ -181,3 +181,28 @@ def test_a_script_that_attaches_its_own_canaries_is_refused(script):
     script.write_text(own)
     r = _audit("--canaries", "10", "--tensors", "side.weight")
     assert r.exit_code == 2 and "optimizer must carry one set of canaries" in r.output
+
+
+def test_the_scripts_warnings_are_one_line_each_and_never_hidden(script):
+    """Opacus's secure-RNG warning becomes one dpaudit line; torch's expected backward-hook note is dropped."""
+    r = _audit("--canaries", "50", "--tensors", "side.weight", "--out", "o")
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert flat.count("secure_mode off") == 1 and "Full backward hook" not in flat and "UserWarning" not in flat
+    assert "warning from train.py:" in flat
+
+
+def test_warning_lines_keep_every_unexpected_warning():
+    import warnings
+
+    from dpaudit.integrations.opacus_script import warning_lines
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("Full backward hook is firing when gradients are computed with respect to module outputs since ...")
+        warnings.warn("Secure RNG turned off. This is perfectly fine for experimentation ...")
+        warnings.warn("overflow encountered in exp\nsecond line", RuntimeWarning)
+        warnings.warn("overflow encountered in exp\nsecond line", RuntimeWarning)
+    lines = warning_lines(caught)
+    assert lines[1] == "RuntimeWarning: overflow encountered in exp" and len(lines) == 2
+    assert "secure_mode off" in lines[0]

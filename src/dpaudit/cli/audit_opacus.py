@@ -39,7 +39,8 @@ def command(
     phase(f"running {script} (your training script) with canaries")
     with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():  # --json: stdout holds the record alone
         result, where = opacus_script.audit_script(script, args or (), out=out, plan=plan, canaries=canaries,
-                                                   tensors=tensors.split(",") if tensors else None, delta=delta, seed=seed)
+                                                   tensors=tensors.split(",") if tensors else None, delta=delta, seed=seed,
+                                                   on_warning=lambda line: note(f"warning from {script.name}: {line}"))
     if json_out:
         return emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(where)})
     render_one_run(result, where)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import runpy
 import sys
+import warnings
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..audit_plans import PlanRun
 from ..audits.one_run import OneRunResult
@@ -37,18 +38,45 @@ def check_script_audit(script, out, *, plan=None, canaries: int | None = None, t
 
 
 def audit_script(script, args: Iterable[str] = (), *, out=None, plan=None, canaries: int | None = None, tensors: Iterable[str] | None = None,
-                 delta: float | None = None, seed: int = 0) -> tuple[OneRunResult, Path]:
+                 delta: float | None = None, seed: int = 0, on_warning: Callable[[str], None] | None = None) -> tuple[OneRunResult, Path]:
     """Run ``script`` with ``args`` under the hook and audit it (module docstring). ``out``: the record's folder (default: the
-    plan's folder, else audits/opacus-SCRIPT); ``seed``: public seed of the canary coordinates (a plan fixes its own).
+    plan's folder, else audits/opacus-SCRIPT); ``seed``: public seed of the canary coordinates (a plan fixes its own);
+    ``on_warning``: receives each warning the run raised, as one line (:func:`warning_lines`; default: re-warned).
     Returns the result and the folder of its one_run.json."""
     path, run, canaries, delta = check_script_audit(script, out, plan=plan, canaries=canaries, tensors=tensors, delta=delta)
-    hooked = _run_hooked(path, [str(a) for a in args], run, canaries, tensors, seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hooked = _run_hooked(path, [str(a) for a in args], run, canaries, tensors, seed)
+    for line in warning_lines(caught):
+        (on_warning or warnings.warn)(line)
     if out is None and run is None:
         out = Path("audits") / f"opacus-{path.stem}"
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
     result = hooked["canaries"].audit(out=out, delta=delta, pipeline=hooked["check"])
     return result, Path(run.path).parent if out is None else Path(out)
+
+
+#: Warnings that say nothing about the audited run: torch's note that a full backward hook fires with respect to module
+#: outputs when no input requires gradients is how Opacus's per-sample hooks always run on a first layer.
+_EXPECTED = ("Full backward hook is firing when gradients are computed with respect to module outputs",)
+#: Warnings that say something a reviewer must see, in dpaudit's words (the match -> the line).
+_REWORDED = {"Secure RNG turned off": "the script runs Opacus with secure_mode off: its DP noise comes from torch's "
+                                      "non-cryptographic generator (Opacus's own warning; the audit's claim assumes ideal noise)"}
+
+
+def warning_lines(caught) -> list[str]:
+    """One line per distinct warning of a script's run: the expected ones (:data:`_EXPECTED`) dropped, Opacus's secure-RNG
+    warning reworded, every other one kept as ``Category: first line`` (never hidden: it may say something is wrong)."""
+    out: list[str] = []
+    for w in caught:
+        text = str(w.message).strip().splitlines()[0] if str(w.message).strip() else type(w.message).__name__
+        if any(text.startswith(e) for e in _EXPECTED):
+            continue
+        line = next((v for k, v in _REWORDED.items() if text.startswith(k)), f"{w.category.__name__}: {text}")
+        if line not in out:
+            out.append(line)
+    return out
 
 
 def _run_hooked(path: Path, args: list[str], run, canaries, tensors, seed) -> dict:

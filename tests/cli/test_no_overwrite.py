@@ -18,14 +18,6 @@ runner = CliRunner()
 GAUSSIAN = ["audit", "gaussian", "--runs", "40", "--no-controls"]
 
 
-@pytest.fixture
-def here(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DPAUDIT_LEDGER", str(tmp_path / "ledger.sqlite"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    return tmp_path
-
-
 def _one_line_refusal(r, *words):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.exit_code == 2 and len(lines) == 1 and "Traceback" not in r.output, r.output

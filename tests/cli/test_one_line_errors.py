@@ -11,14 +11,6 @@ from dpaudit.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture
-def here(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DPAUDIT_LEDGER", str(tmp_path / "ledger.sqlite"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    return tmp_path
-
-
 def _one_line(args, terminal_width=80):
     r = runner.invoke(app, args, terminal_width=terminal_width)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

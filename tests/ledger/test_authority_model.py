@@ -84,20 +84,28 @@ def member_rewrite(path: Path, from_seq: int, signer: sg.SigningKey, edit) -> No
     """The attack on an SQLite ledger: delete every entry from ``from_seq`` on and re-append them
     edited (``edit(kind, payload)`` -> payload, or None to drop it), each re-signed by ``signer``,
     with the hashes and the chain head recomputed and the triggers put back."""
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT id, kind, created_at, dataset, payload FROM entries WHERE seq >= ? ORDER BY seq",
+                            (from_seq,)).fetchall()
+    tail = [(eid, kind, created, ds, edit(kind, json.loads(text))) for eid, kind, created, ds, text in rows]
+    resign_tail(path, from_seq, signer, [t for t in tail if t[4] is not None])
+
+
+def resign_tail(path: Path, from_seq: int, signer: sg.SigningKey, tail: list) -> None:
+    """Replace every entry from ``from_seq`` on with ``tail`` ((id, kind, created, dataset, payload)),
+    each signed by ``signer``, hashes and chain head recomputed, the delete trigger put back: what a
+    writer of the SQLite file can always do."""
     conn = sqlite3.connect(path, isolation_level=None)
-    rows = conn.execute("SELECT seq, id, kind, created_at, dataset, payload, prev_hash, hash FROM entries ORDER BY seq").fetchall()
-    prev = rows[from_seq - 2][7] if from_seq > 1 else "0" * 64
+    prev = conn.execute("SELECT hash FROM entries WHERE seq = ?", (from_seq - 1,)).fetchone()
+    prev = prev[0] if prev else "0" * 64
     new = []
-    for _seq, eid, kind, created, ds, text, _p, _h in rows[from_seq - 1:]:
-        payload = edit(kind, json.loads(text))
-        if payload is None:
-            continue
+    for eid, kind, created, ds, payload in tail:
         text = canonical_json(payload)
         sig = signer.sign(sg.signing_material(prev, eid, kind, created, ds, text, signer.key_id))
         h = entry_hash(prev, eid, kind, created, ds, text, signer.key_id, sig)
         new.append((from_seq + len(new), eid, kind, created, ds, text, prev, h, signer.key_id, sig))
         prev = h
-    conn.execute("DROP TRIGGER entries_no_delete")
+    conn.execute("DROP TRIGGER IF EXISTS entries_no_delete")
     conn.execute("DELETE FROM entries WHERE seq >= ?", (from_seq,))
     conn.executemany("INSERT INTO entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature) "
                      "VALUES (?,?,?,?,?,?,?,?,?,?)", new)

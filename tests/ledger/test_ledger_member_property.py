@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dpaudit.errors import LedgerAuthorityError, LedgerVerificationError
 from dpaudit.ledger import signing as sg
-from dpaudit.ledger.book import canonical_json, entry_hash, open_ledger
+from dpaudit.ledger.book import open_ledger
 
 
 def _authority_tests():
@@ -69,28 +69,6 @@ def _rows(path: Path) -> list:
         return c.execute("SELECT seq, id, kind, created_at, dataset, payload FROM entries ORDER BY seq").fetchall()
 
 
-def _rechain(path: Path, from_seq: int, tail: list) -> None:
-    """Replace every entry from ``from_seq`` on with ``tail`` ((id, kind, created, dataset, payload)),
-    each re-signed by alice, hashes and chain head recomputed (what the file's writer can do)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    prev = conn.execute("SELECT hash FROM entries WHERE seq = ?", (from_seq - 1,)).fetchone()
-    prev = prev[0] if prev else "0" * 64
-    new = []
-    for eid, kind, created, ds, payload in tail:
-        text = canonical_json(payload)
-        sig = ALICE.sign(sg.signing_material(prev, eid, kind, created, ds, text, ALICE.key_id))
-        h = entry_hash(prev, eid, kind, created, ds, text, ALICE.key_id, sig)
-        new.append((from_seq + len(new), eid, kind, created, ds, text, prev, h, ALICE.key_id, sig))
-        prev = h
-    conn.execute("DROP TRIGGER IF EXISTS entries_no_delete")
-    conn.execute("DELETE FROM entries WHERE seq >= ?", (from_seq,))
-    conn.executemany("INSERT INTO entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature) "
-                     "VALUES (?,?,?,?,?,?,?,?,?,?)", new)
-    n = from_seq - 1 + len(new)
-    conn.execute("UPDATE chain_head SET seq = ?, count = ?, hash = ?", (n, n, prev))
-    conn.close()
-
-
 def _weaken(kind: str, p: dict) -> dict:
     if kind == "cap":
         return {**p, "epsilon": 100.0, "include_audits": False}
@@ -117,7 +95,7 @@ def _file_attack(path: Path, op: str, at: int) -> None:
         tail = [tail[1], tail[0], *tail[2:]]
     else:
         tail = [(eid, kind, c, ds, _weaken(kind, p)) for eid, kind, c, ds, p in tail]
-    _rechain(path, k, tail)
+    _am.resign_tail(path, k, ALICE, tail)
 
 
 def _insert(path: Path, kind: str, at: int) -> None:

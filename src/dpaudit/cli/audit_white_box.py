@@ -1,16 +1,20 @@
 """`dpaudit audit dp-dense|dp-cnn --threat-model white-box|crafted-final --canaries M`: the white-box
 step audit and the crafted-gradient final-model audit (:mod:`dpaudit.mechanisms.white_box_target`,
-docs/white_box.md). Parsing and rendering only."""
+docs/white_box.md); `dpaudit audit HEAD --threat-model white-box` for the DP-SGD heads (dp-rvfl and
+its frozen-feature controls, record level). Parsing and rendering only."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import uuid
 from pathlib import Path
 
 from rich.table import Table
 
+from ..auditing import target_for, target_from_release
 from ..errors import UsageError
+from ..mechanisms.head_audit import HEAD_MODELS
 from ..mechanisms.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
 from ..noise import NoiseSource
 from ..one_run_auditing import _record_cost, module_setup
@@ -20,17 +24,33 @@ from ..requests import AuditRequest
 from ..validation import positive_int
 from .common import console, emit_json, print_table, recorded_argv
 
-#: Models with a white-box audit.
+#: Models with both audits; the DP-SGD heads have the white-box one.
 MODELS = ("dp-dense", "dp-cnn")
+
+
+def _models(threat_model: str) -> tuple:
+    return MODELS + (HEAD_MODELS if threat_model == "white-box" else ())
 
 
 def check(a: AuditRequest) -> None:
     """What is checked before any data is loaded."""
-    if a.mechanism not in MODELS or a.privacy_unit != "record" or a.one_run:
-        what = "--one-run" if a.one_run else (f"--privacy-unit {a.privacy_unit}" if a.mechanism in MODELS else a.mechanism)
+    models = _models(a.threat_model)
+    if a.mechanism not in models or a.privacy_unit != "record" or a.one_run:
+        what = "--one-run" if a.one_run else (f"--privacy-unit {a.privacy_unit}" if a.mechanism in models else a.mechanism)
+        names = ", ".join(MODELS) + (" and the DP-SGD heads" if a.threat_model == "white-box" else "")
         raise UsageError(f"threat model for {what} must be final-model or trajectory ({a.threat_model}: "
-                         f"{', '.join(MODELS)}, record level, without --one-run), got {a.threat_model!r}.")
+                         f"{names}, record level, without --one-run), got {a.threat_model!r}.")
     positive_int("canaries", a.canaries, 2)
+
+
+def _head_setup(a: AuditRequest, rel):
+    """(target, dataset name, claim dict, public seed) of a DP-SGD head: the release's, else the ordinary audit's."""
+    target = (target_for(dataclasses.replace(a, canary=None, no_noise=False)) if rel is None
+              else target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism))
+    target.prepare()
+    claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
+                 delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
+    return target, target._dataset_name, claim, a.seed if rel is None else int(rel.seed)
 
 
 def run(a: AuditRequest, plan=None):
@@ -41,18 +61,23 @@ def run(a: AuditRequest, plan=None):
     rel = None if a.release is None else read_release(a.release)
     if rel is not None and rel.mechanism != a.mechanism:
         raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {a.mechanism!r}.")
-    model, data, cfg, claim = module_setup(a.mechanism, release=rel, epsilon=a.epsilon, delta=a.delta,
-                                           dataset=a.dataset, data_dir=a.data_dir, profile=a.profile, epochs=a.epochs)
-    out = Path(a.out) if a.out is not None else Path("audits") / f"{model}-{a.threat_model}"
+    if a.mechanism in HEAD_MODELS:
+        model, dataset, claim, seed = _head_setup(a, rel)
+        data = cfg = None
+    else:
+        model, data, cfg, claim = module_setup(a.mechanism, release=rel, epsilon=a.epsilon, delta=a.delta,
+                                               dataset=a.dataset, data_dir=a.data_dir, profile=a.profile, epochs=a.epochs)
+        dataset, seed = data.name, a.seed if rel is None else int(rel.seed)
+    out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-{a.threat_model}"
     roles = ("main", "no-noise", "null") if a.controls else ("main",)
     for role in roles:  # each training run is an audit entry of the ledger, before it runs
-        _record_cost(model, data.name, "add-remove-record", None if role == "no-noise" else claim["event"], a.ledger,
+        _record_cost(a.mechanism, dataset, "add-remove-record", None if role == "no-noise" else claim["event"], a.ledger,
                      None if rel is None else rel.id, uuid.uuid4().hex)
     noise = NoiseSource("reproducible", seed=a.seed) if a.reproducible_noise else NoiseSource()
     command = shlex.join(recorded_argv(values={"out": out}, always=("canaries", "threat_model", "confidence", "seed"),
                                        omit=("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation")))
     with JobProgress("steps") as bar:
-        result = white_box_audit(model, data, cfg, claim, canaries=a.canaries, noise=noise, seed=a.seed if rel is None else int(rel.seed),
+        result = white_box_audit(model, data, cfg, claim, canaries=a.canaries, noise=noise, seed=seed,
                                  threat_model=a.threat_model, confidence=a.confidence, controls=a.controls, command=command,
                                  progress=lambda role: bar.steps(f"{a.threat_model} training ({role}, {a.canaries} canaries)"))
     write_white_box(result, out)

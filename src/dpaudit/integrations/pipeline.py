@@ -322,7 +322,9 @@ class PipelineCheck:
     max_grad_norm=, dataset_size=, data_loader=)`` states what the accountant assumes (Poisson sampling,
     ``steps`` compositions); per batch call ``clip(batch_size, max_grad_norm, normaliser=)`` (the divisor of
     the clipped sum, None for a sum), per noise addition ``noise(noise_multiplier, max_grad_norm)``, per
-    parameter update ``step()``.
+    parameter update ``step()``. White-box step audit of the same loop: :meth:`white_box` once, then
+    ``clip(..., clipped=sums)`` on the clipped sum the noise is drawn around and ``noise(...,
+    noisy=sums)`` on the noisy one (:mod:`dpaudit.integrations.white_box`).
     """
 
     def __init__(self, *, noise_multiplier: float | None = None, sample_rate: float | None = None, steps: int | None = None,
@@ -346,16 +348,61 @@ class PipelineCheck:
         self.noise_sums: list[tuple] = []
         self._dp_step_open = False
         self._outside = None  # the module's parameters the DP optimizer does not process
+        self.canaries = None  # a plain loop's white-box canaries (white_box)
 
     # ------------------------------------------------------------------ plain loop
-    def clip(self, batch_size: int, max_grad_norm: float, *, normaliser: float | None = None, passes: int = 1) -> None:
-        """One batch of ``batch_size`` records clipped at ``max_grad_norm`` (``passes`` backward passes)."""
+    def white_box(self, model, *, canaries: int, seed: int = 0, tensors=None, noise_seed: int | None = None,
+                  null: bool = False):
+        """White-box canaries for this plain loop, claimed at the declared noise multiplier, sample
+        rate, clipping norm and steps.
+
+        Args:
+            model: the trained module; ``tensors``: names of its parameters holding the canaries.
+            canaries: M, at distinct coordinates chosen from the public ``seed``.
+            noise_seed: seeds the private canary draws (None: OS entropy; never publish it).
+            null: the null control (canaries drawn, nothing added).
+
+        Returns:
+            The :class:`~dpaudit.integrations.white_box.LoopWhiteBox`; its ``audit(delta=)`` is the bound.
+
+        Raises:
+            UsageError: a setting not declared, canaries already attached, or bad arguments.
+        """
+        from .white_box import LoopWhiteBox  # that module builds on this one
+
+        if self.canaries is not None:
+            raise UsageError("white-box canaries must be attached once per run, got a second attach.")
+        keys = ("noise_multiplier", "sample_rate", "max_grad_norm")
+        undeclared = [k for k in keys if self.declared.get(k) is None]
+        if undeclared:
+            raise UsageError(f"{', '.join(undeclared)} must be declared for white-box canaries, got None.")
+        wbox = LoopWhiteBox(model, canaries=canaries, seed=seed, tensors=tensors, noise_seed=noise_seed, null=null)
+        steps = self.history[0][2] if self.history else None
+        self.canaries = wbox.declare(steps=steps, **{k: self.declared[k] for k in keys})
+        return self.canaries
+
+    def clip(self, batch_size: int, max_grad_norm: float, *, normaliser: float | None = None, passes: int = 1,
+             clipped=None) -> None:
+        """One batch of ``batch_size`` records clipped at ``max_grad_norm`` (``passes`` backward passes);
+        ``clipped``: the clipped sum the next noise is drawn around (white-box canaries join it in place)."""
         self.batches.append((int(batch_size), normaliser, float(max_grad_norm), int(passes)))
+        if clipped is not None:
+            self._white_box().before_noise(clipped)
+
+    def _white_box(self):
+        if self.canaries is None:
+            raise UsageError("white-box canaries must be attached (white_box) before sums are passed, got none.")
+        return self.canaries
 
     def noise(self, noise_multiplier: float, max_grad_norm: float, *, sample_rate: float | None = None,
-              expected_batch_size: float | None = None) -> None:
+              expected_batch_size: float | None = None, noisy=None) -> None:
         """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum
-        (``sample_rate``: the rate its batch was drawn at, default the declared one)."""
+        (``sample_rate``: the rate its batch was drawn at, default the declared one; ``noisy``: the
+        noisy sum, before any scaling, when ``clip`` was given the clipped one)."""
+        if noisy is not None or (self.canaries is not None and self.canaries.pending):
+            if noisy is None:
+                raise UsageError("noisy must be given when clip was given the clipped sum, got None.")
+            self._white_box().after_noise(noisy)
         b = self.batches
         self.noised.append({"noise_multiplier": float(noise_multiplier), "max_grad_norm": float(max_grad_norm),
                             "sample_rate": self.sample_rate if sample_rate is None else float(sample_rate),
@@ -644,13 +691,19 @@ class PipelineCheck:
         the accountant disagree with the claim, and for non-Poisson batches the no-amplification
         epsilon beside the claimed Poisson one. ``claim`` / ``claimed_epsilon``: the audited claim,
         which the script's accountant must not exceed; ``extra``: findings made elsewhere (the
-        canaries'), kept when their code is not already found here."""
+        canaries'), kept when their code is not already found here. With white-box canaries that
+        observed a step, ``white_box`` holds their bound, and a bound above the claim is a finding."""
         acc_eps = self._accountant_epsilon(delta)
+        bound = None
+        if self.canaries is not None and self.canaries.observed:
+            bound = self.canaries.audit(delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon)
         found = list(self.findings()) + self._epsilon_findings(acc_eps, claim, claimed_epsilon, delta)
-        found += [f for f in extra if f.code not in {g.code for g in found}]
+        found += [f for f in extra if f.code not in {g.code for g in found}] + _white_box_findings(bound)
         out: dict = {"findings": [f.to_dict() for f in found]}
         if acc_eps is not None:  # the epsilon the training script itself reports
             out["accountant_epsilon"] = acc_eps
+        if bound is not None:
+            out["white_box"] = {**bound.to_dict(), "null_control": self.canaries.null}
         if not found:
             return out
         out["certified"] = NOT_CERTIFIED
@@ -692,6 +745,17 @@ class PipelineCheck:
             f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
             f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
             "the claim understates what the run spent: not certified.")]
+
+
+def _white_box_findings(bound) -> list[Finding]:
+    if bound is None or not bound.violation:
+        return []
+    return [Finding(
+        "white-box-epsilon",
+        f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
+        f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
+        f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}.",
+        "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified.")]
 
 
 _EXECUTED_CODES = frozenset({code for _, code in SETTINGS} | {"accountant-history", "accountant-epsilon"})

@@ -1,24 +1,28 @@
-"""White-box step audit of an Opacus training run (the statistic: :mod:`dpaudit.audits.white_box`;
-docs/white_box.md).
+"""White-box step audit of a user's own DP-SGD loop: a plain PyTorch loop recorded with
+:class:`~dpaudit.integrations.pipeline.PipelineCheck`, or an Opacus ``DPOptimizer`` (the statistic:
+:mod:`dpaudit.audits.white_box`; docs/white_box.md).
 
 ``canaries`` Dirac canaries sit at distinct coordinates of the chosen parameter tensors (public
-``seed``); all are in the dataset. At every logical step, inside ``DPOptimizer.add_noise``: the
-clipped sum ``p.summed_grad`` at each canary coordinate is read (the other records' clipped
-contribution, which a white-box auditor computes), each canary is Poisson-sampled at the rate
-Opacus accounts with and, when sampled, adds ``max_grad_norm * e_j``; Opacus's own ``add_noise``
-then runs unchanged, and its noisy sum ``p.grad`` (before ``scale_grad``) is read at the same
+``seed``); all are in the dataset. At every step, on the clipped sum the step's noise is drawn
+around: :meth:`LoopWhiteBox.before_noise` reads it at each canary coordinate (the other records'
+clipped contribution, which a white-box auditor computes), Poisson-samples each canary at the
+claimed rate and, when sampled, adds ``max_grad_norm * e_j`` in place; the loop's own noise is then
+added, and :meth:`LoopWhiteBox.after_noise` reads the noisy sum (before any scaling) at the same
 coordinates. y_t = (noisy - others) / max_grad_norm.
 
-**What is not changed.** Opacus's noise (its generator), clipping, scaling, accountant hook and
-noise multiplier; the canary draws come from a separate private NumPy generator (``noise_seed``,
-None: OS entropy). **What is not seen.** Opacus's per-sample clipping of real records (a Dirac
-canary is added as its clipped contribution) and its batch sampler: those are the pipeline
-check's findings (:mod:`dpaudit.integrations.pipeline`). What is seen: the noise actually added
-at every step, against the noise multiplier and sample rate claimed.
+**What is not changed.** The loop's noise (its generator), clipping, scaling and accounting; the
+canary draws come from a separate private NumPy generator (``noise_seed``, None: OS entropy).
+**What is not seen.** The loop's per-sample clipping of real records (a Dirac canary is added as its
+clipped contribution) and its batch sampler: those are the pipeline check's findings
+(:mod:`dpaudit.integrations.pipeline`). What is seen: the noise actually added at every step,
+against the noise multiplier and sample rate claimed. ``null=True`` is the null control (canaries
+drawn, nothing added: its bound must stay below the claim); a run with the noise removed is the
+no-noise control (its bound must exceed it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Iterable
 
 from ..accounting.events import SubsampledGaussian
@@ -26,32 +30,144 @@ from ..audits.white_box import StepObservations, WhiteBoxBound, step_bound
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.one_run_modules import choose_coordinates
-from ..validation import positive_int
-from .opacus import _plain_name
+from ..validation import positive_finite, positive_int
+from .pipeline import plain_name
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
 _TAG = 0x4F505742  # "OPWB": public choice of the canary coordinates
 
 
-class OpacusWhiteBox:
-    """M observed Dirac canaries for one Opacus run (module docstring). ``model``: the user's
-    module (names matched without Opacus's ``_module.`` prefix); ``tensors``: parameter names
-    holding the canaries (default: all trainable)."""
+class LoopWhiteBox:
+    """M observed Dirac canaries for one run of a DP-SGD loop (module docstring). ``model``: the
+    user's module (names matched without Opacus's ``_module.`` prefix); ``tensors``: parameter
+    names holding the canaries (default: all trainable). The claim is set by :meth:`declare`."""
 
-    def __init__(self, model, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None, noise_seed: int | None = None):
+    def __init__(self, model, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None,
+                 noise_seed: int | None = None, null: bool = False):
         m = positive_int("canaries", canaries, 2)
-        named = {_plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
+        named = {plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
         names = list(named) if tensors is None else [str(t) for t in tensors]
         missing = [n for n in names if n not in named]
         if missing or not names:
-            raise UsageError(f"tensors must name trainable parameters of the model ({', '.join(named)}), got {missing or names!r}.")
+            raise UsageError(f"tensors must name trainable parameters of the model ({', '.join(named)}), "
+                             f"got {missing or names!r}.")
         chosen = choose_coordinates({n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG)
-        self._groups = [(named[n], ids, flat) for n, ids, flat in chosen.by_tensor()]
+        self._named, self.trainable = named, list(named)
+        self._groups = [(n, ids, flat) for n, ids, flat in chosen.by_tensor()]
         self._rng = np.random.default_rng(noise_seed)  # private: per-step canary draws
-        self.m, self.seed, self.coords = m, int(seed), chosen.coords
-        self.sample_rate = self.clipping_norm = self.noise_multiplier = None
-        self._values, self._sampled, self._optimizer = [], [], None
+        self.m, self.seed, self.coords, self.null = m, int(seed), chosen.coords, bool(null)
+        self.sample_rate = self.clipping_norm = self.noise_multiplier = self.steps = None
+        self._values, self._sampled, self._pending = [], [], None
+
+    def declare(self, *, noise_multiplier: float, sample_rate: float, max_grad_norm: float,
+                steps: int | None = None) -> "LoopWhiteBox":
+        """The claim: ``SubsampledGaussian(noise_multiplier, sample_rate, steps)`` with
+        sensitivity ``max_grad_norm`` (``steps`` None: the observed steps). Canaries are sampled
+        at ``sample_rate`` and weigh ``max_grad_norm``."""
+        q = positive_finite("sample_rate", sample_rate)
+        if q > 1.0:
+            raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
+        self.sample_rate, self.clipping_norm = q, positive_finite("max_grad_norm", max_grad_norm)
+        self.noise_multiplier = float(noise_multiplier)
+        self.steps = None if steps is None else positive_int("steps", steps)
+        return self
+
+    @property
+    def observed(self) -> int:
+        """Steps observed so far."""
+        return len(self._values)
+
+    @property
+    def pending(self) -> bool:
+        """A clipped sum was read and its noisy sum is still due."""
+        return self._pending is not None
+
+    def _tensors(self, given, what: str) -> dict:
+        """``given`` by name: a mapping, or a sequence in the order of the trainable parameters."""
+        by_name = dict(given) if isinstance(given, Mapping) else dict(zip(self.trainable, given))
+        gone = [n for n, _, _ in self._groups if by_name.get(n) is None]
+        if gone:
+            raise UsageError(f"{what} must hold a tensor for each canary parameter ({', '.join(gone)}), got none there.")
+        return by_name
+
+    def before_noise(self, clipped) -> None:
+        """One step: read the clipped sum at the canary coordinates, then add the sampled canaries
+        to it in place (``clipped``: name -> tensor, or the trainable parameters' order)."""
+        if self.clipping_norm is None:
+            raise UsageError("the claim must be declared before the first step, got none.")
+        if self._pending is not None:
+            raise UsageError("each clipped sum must be followed by its noisy sum (after_noise), got two clipped sums.")
+        sums = self._tensors(clipped, "clipped")
+        hit = self._rng.random(self.m) < self.sample_rate
+        weight = 0.0 if self.null else self.clipping_norm
+        others = []
+        for name, ids, flat in self._groups:
+            view = _flat_view(sums[name], "clipped")
+            idx = flat.to(view.device)
+            others.append(view[idx].double().cpu().numpy())
+            on = torch.as_tensor(hit[ids], device=view.device)
+            if bool(on.any()):
+                view.index_add_(0, idx[on], torch.full((int(on.sum()),), weight, dtype=view.dtype, device=view.device))
+        self._pending = (hit, others)
+
+    def after_noise(self, noisy) -> None:
+        """The same step's noisy sum (clipped sum + the loop's noise, before any scaling)."""
+        if self._pending is None:
+            raise UsageError("a noisy sum must follow its clipped sum (before_noise), got none before it.")
+        sums = self._tensors(noisy, "noisy")
+        (hit, others), y = self._pending, np.zeros(self.m)
+        for (name, ids, flat), before in zip(self._groups, others):
+            t = sums[name]
+            y[ids] = (t.detach().reshape(-1)[flat.to(t.device)].double().cpu().numpy() - before) / self.clipping_norm
+        self._values.append(y)
+        self._sampled.append(hit)
+        self._pending = None
+
+    def observations(self) -> StepObservations:
+        if not self._values:
+            raise UsageError("canaries must be attached and trained with before the audit, got no observed step.")
+        return StepObservations(np.stack(self._values, axis=1), np.stack(self._sampled, axis=1))
+
+    def claim(self) -> SubsampledGaussian:
+        """SubsampledGaussian(declared noise multiplier and sample rate, declared or observed steps)."""
+        return SubsampledGaussian(self.noise_multiplier, self.sample_rate, self.steps or len(self._values))
+
+    def audit(self, *, delta: float, confidence: float = 0.95, claimed_epsilon: float | None = None,
+              accountant: str = "rdp") -> WhiteBoxBound:
+        """eps_LB of the observed steps against :meth:`claim`.
+
+        Args:
+            delta: the claim's delta.
+            confidence: of the bound (split in three: noise, sensitivity, rate).
+            claimed_epsilon: the script's own accountant's, else the claim's by ``accountant``.
+            accountant: composes the bound (and the claim when ``claimed_epsilon`` is None).
+
+        Returns:
+            The :class:`~dpaudit.audits.white_box.WhiteBoxBound`: with probability >= confidence,
+            if every observed step is a Poisson-subsampled Gaussian step, the mechanism's epsilon
+            is at least ``epsilon_lb``; ``violation`` when that exceeds the claim.
+
+        Raises:
+            UsageError: no step observed, or bad arguments.
+        """
+        return step_bound(self.observations(), claimed=self.claim(), delta=delta, accountant=accountant,
+                          confidence=confidence, claimed_epsilon=claimed_epsilon)
+
+
+def _flat_view(tensor, what: str):
+    """A flat view of ``tensor`` that writes through (a copy would lose the canaries)."""
+    if not tensor.is_contiguous():
+        raise UsageError(f"{what} tensors must be contiguous (the canaries are added in place), got a strided one.")
+    return tensor.detach().view(-1)
+
+
+class OpacusWhiteBox(LoopWhiteBox):
+    """:class:`LoopWhiteBox` on an Opacus ``DPOptimizer``: inside ``add_noise`` the clipped sum is
+    ``p.summed_grad`` and the noisy one ``p.grad`` (before ``scale_grad``); Opacus's own
+    ``add_noise`` runs unchanged between them."""
+
+    _optimizer = None
 
     def attach(self, optimizer, *, sample_rate: float | None = None, data_loader=None) -> "OpacusWhiteBox":
         """Hook ``optimizer`` (an Opacus ``DPOptimizer``); the canary rate is ``sample_rate``, else the
@@ -63,54 +179,22 @@ class OpacusWhiteBox:
             raise UsageError(f"optimizer must be one Opacus DPOptimizer, attached once, got {type(optimizer).__name__}.")
         if sample_rate is None and data_loader is None:
             raise UsageError("sample_rate or data_loader must be given, got neither.")
-        q = float(sample_rate if sample_rate is not None else getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader))
-        if not 0.0 < q <= 1.0:
-            raise UsageError(f"sample_rate must be in (0, 1], got {q!r}.")
-        self.sample_rate, self.clipping_norm, self.noise_multiplier = q, float(optimizer.max_grad_norm), float(optimizer.noise_multiplier)
+        q = sample_rate if sample_rate is not None else getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
+        self.declare(noise_multiplier=float(optimizer.noise_multiplier), sample_rate=float(q),
+                     max_grad_norm=float(optimizer.max_grad_norm))
         original = optimizer.add_noise
 
         def add_noise():
-            others = self._inject()
+            self.before_noise({n: _summed_grad(self._named[n]) for n, _, _ in self._groups})
             original()
-            self._observe(others)
+            self.after_noise({n: self._named[n].grad for n, _, _ in self._groups})
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
         self._optimizer = optimizer
         return self
 
-    def _inject(self) -> list:
-        hit = self._rng.random(self.m) < self.sample_rate
-        self._sampled.append(hit)
-        others = []
-        for p, ids, flat in self._groups:
-            sg = p.summed_grad
-            if sg is None:
-                raise UsageError("parameter must have a clipped gradient sum (p.summed_grad) at each step, got None.")
-            idx = flat.to(sg.device)
-            others.append(sg.view(-1)[idx].double().cpu().numpy())
-            on = torch.as_tensor(hit[ids], device=sg.device)
-            if bool(on.any()):
-                sg.view(-1).index_add_(0, idx[on], torch.full((int(on.sum()),), self.clipping_norm, dtype=sg.dtype, device=sg.device))
-        return others
 
-    def _observe(self, others: list) -> None:
-        y = np.zeros(self.m)
-        for (p, ids, flat), before in zip(self._groups, others):
-            y[ids] = (p.grad.reshape(-1)[flat.to(p.grad.device)].double().cpu().numpy() - before) / self.clipping_norm
-        self._values.append(y)
-
-    def observations(self) -> StepObservations:
-        if not self._values:
-            raise UsageError("canaries must be attached and trained with before the audit, got no observed step.")
-        return StepObservations(np.stack(self._values, axis=1), np.stack(self._sampled, axis=1))
-
-    def claim(self) -> SubsampledGaussian:
-        """SubsampledGaussian(noise multiplier and sample rate at attach, observed steps)."""
-        return SubsampledGaussian(self.noise_multiplier, self.sample_rate, len(self._values))
-
-    def audit(self, *, delta: float, confidence: float = 0.95, claimed_epsilon: float | None = None,
-              accountant: str = "rdp") -> WhiteBoxBound:
-        """eps_LB of the observed steps against :meth:`claim` (``claimed_epsilon``: the script's own
-        accountant's, else the claim's by ``accountant``)."""
-        return step_bound(self.observations(), claimed=self.claim(), delta=delta, accountant=accountant, confidence=confidence,
-                          claimed_epsilon=claimed_epsilon)
+def _summed_grad(param):
+    if getattr(param, "summed_grad", None) is None:
+        raise UsageError("parameter must have a clipped gradient sum (p.summed_grad) at each step, got None.")
+    return param.summed_grad

@@ -1,5 +1,6 @@
-"""White-box and crafted-final audits of the trainable DP-SGD models ``dp-dense`` and ``dp-cnn``
-(the statistics: :mod:`dpaudit.audits.white_box`; docs/white_box.md).
+"""White-box and crafted-final audits of the trainable DP-SGD models ``dp-dense`` and ``dp-cnn``, and
+white-box audits of the DP-SGD heads (``dp-rvfl`` family, :func:`head_white_box_run`) (the
+statistics: :mod:`dpaudit.audits.white_box`; docs/white_box.md).
 
 Both insert M Dirac gradient canaries at distinct public coordinates of :data:`CANARY_TENSORS`
 (for dp-dense the quiet first-layer weights first) through the one DP-SGD loop's canary
@@ -39,8 +40,11 @@ from ..records import write_json_atomic
 from ..validation import one_of, positive_int
 from . import dpsgd_core
 from .dpsgd import DPSGDConfig, train_module_dp_sgd
-from .head_audit import NO_NOISE_MULTIPLIER
+from .dpsgd_core import check_head_inputs, head_threads
+from .engine import RecordUnits, augmented_features, initial_heads, run_dp_sgd
+from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget
 from .models import build_module
+from .one_run_heads import free_coordinates
 from .one_run_modules import GradientCanaries, _quiet_coordinates, choose_coordinates, module_name
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -70,7 +74,8 @@ class StepObserver:
     def __init__(self, canaries: GradientCanaries, names: list[str], included: np.ndarray, config: DPSGDConfig,
                  rng: np.random.Generator, scale: float = RAW_GRADIENT_SCALE, observe: bool = True):
         index = {n: i for i, n in enumerate(names)}
-        self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]
+        # the loop's buffers are NumPy arrays (heads) or tensors over them (modules): work on the arrays
+        self.groups = [(index[t], ids, flat.numpy()) for t, ids, flat in canaries.by_tensor()]
         self.included, self.q, self.c, self.rng, self.scale = np.asarray(included, dtype=bool), config.sample_rate, \
             float(config.clipping_norm), rng, float(scale)
         shape = (self.included.size, config.steps) if observe else (self.included.size, 0)  # hidden state: nothing kept
@@ -88,14 +93,14 @@ class StepObserver:
 
     def add(self, hit: np.ndarray, sums: list) -> None:
         for p, ids, flat in self.groups:
-            view = sums[p].view(-1)
+            view = np.asarray(sums[p]).reshape(-1)  # shares the buffer (C-ordered)
             if self.observe:
-                self.others[ids, self.t] = view[flat].double().numpy()  # the other records' clipped sum, before the canaries
-            on = torch.as_tensor(hit[ids])
+                self.others[ids, self.t] = view[flat]  # the other records' clipped sum, before the canaries
+            on = hit[ids]
             k = int(on.sum())
             if k:
-                raw = torch.full((k,), self.scale * self.c, dtype=view.dtype)
-                view.index_add_(0, flat[on], raw * dpsgd_core.clip_factors(raw.abs(), self.c))  # the one clipping rule, per canary
+                raw = np.full(k, self.scale * self.c, dtype=view.dtype)
+                view[flat[on]] += raw * dpsgd_core.clip_factors(np.abs(raw), self.c)  # the one clipping rule, per canary
 
     def attach(self, sanitise) -> None:
         """Wrap the noisy step's fillers of the canary tensors: the draw is untouched, and the
@@ -103,7 +108,7 @@ class StepObserver:
         self.sanitise = sanitise
         for p, ids, flat in self.groups:
             if p < len(sanitise._fills):
-                sanitise._fills[p] = self._observed(sanitise._fills[p], sanitise._arrays[p], ids, flat.numpy())
+                sanitise._fills[p] = self._observed(sanitise._fills[p], sanitise._arrays[p], ids, flat)
 
     def _observed(self, fill, array: np.ndarray, ids: np.ndarray, flat: np.ndarray):
         def observed_fill() -> np.ndarray:
@@ -116,7 +121,7 @@ class StepObserver:
     def before_apply(self, t: int) -> None:
         if not self.sanitise._fills:  # no noise at all: the clipped sum is what the step uses
             for p, ids, flat in self.groups:
-                self.privatised[ids, t] = self.sanitise._arrays[p].reshape(-1)[flat.numpy()]
+                self.privatised[ids, t] = self.sanitise._arrays[p].reshape(-1)[flat]
 
     def observations(self) -> StepObservations:
         """y_t = (privatised - others) / C and b_t of every canary (in the dataset) at every step."""
@@ -176,6 +181,40 @@ def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise
     params = dict(module.named_parameters())
     moved = np.array([-(params[n].detach().double().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in coords.coords])
     return WhiteBoxRun(FinalObservations(moved * config.normalizer / (config.lr * config.clipping_norm), included, int(steps)), info)
+
+
+def head_white_box_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, role: str = "main",
+                       progress=None) -> WhiteBoxRun:
+    """The ``white-box`` run of a DP-SGD head target (``dp-rvfl`` and its frozen-feature controls,
+    record level): the head trained once by the one loop, on the target's public set-up, schedule
+    and noise multiplier, with ``canaries`` Dirac canaries on head weights (those on features zero
+    in every training record first), every step observed as for the modules. ``seed``: public
+    (coordinates); ``noise``: private (DP noise, sampling, canary draws); ``role`` as in
+    :func:`white_box_run`."""
+    if not isinstance(target, HeadTarget):
+        raise UsageError(f"target must be a record-level DP-SGD head target, got {type(target).__name__}.")
+    one_of("role", role, ROLES)
+    m = positive_int("canaries", canaries, 2)
+    target.prepare()
+    cfg = target._config
+    if role == "no-noise":
+        cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
+    z, y, k = check_head_inputs(target._z, target._y, target._n_classes, target._binary)
+    d = z.shape[1]
+    free = free_coordinates(z, k)
+    coords = choose_coordinates({"head": (k, d + 1)}, ("head",), m, seed, quiet=free[:, 0] * (d + 1) + free[:, 1],
+                                tag=_TAG_WHITE_BOX)
+    observer = StepObserver(coords, ["head"], np.ones(m, dtype=bool), cfg, np.random.default_rng(noise.aux_seed()),
+                            scale=0.0 if role == "null" else RAW_GRADIENT_SCALE)
+    z1, z1_norm = augmented_features([z], d, np.float32)
+    units = RecordUnits(z1, z1_norm, y.astype(np.int64), z.shape[0], k, cfg)
+    head = np.array(initial_heads(target._init, 1, k, d), dtype=np.float32, order="C")
+    with head_threads():
+        steps = run_dp_sgd(units, [head], cfg, noise=noise, canary=observer, recorder=observer, progress=progress)
+    info = {"model": target.model, "dataset": target._dataset_name, "canaries": m, "threat_model": "white-box",
+            "role": role, "seed": int(seed), "dp_sgd": cfg.to_dict(), "steps_executed": int(steps),
+            "raw_gradient_scale": observer.scale, "quiet_coordinates": int(len(free)), **coords.describe()}
+    return WhiteBoxRun(observer.observations(), info)
 
 
 def _model_name(model: str) -> str:
@@ -244,12 +283,19 @@ def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canar
                     progress=None) -> WhiteBoxAudit:
     """The ``threat_model`` audit of ``model`` (one training run, two more with ``controls``)
     against ``claim`` (``event``, ``delta``, ``accountant``, ``claimed_epsilon`` or None), each
-    run's observations turned into its bound by :mod:`dpaudit.audits.white_box`."""
+    run's observations turned into its bound by :mod:`dpaudit.audits.white_box`. ``model``:
+    dp-dense / dp-cnn trained on ``data`` with ``config``, or a :class:`HeadTarget` (white-box
+    only; ``data`` and ``config`` unused: the target's own)."""
     bound = _BOUNDS[one_of("threat_model", threat_model, tuple(_BOUNDS))]
+    if isinstance(model, HeadTarget) and threat_model != "white-box":
+        raise UsageError(f"threat model for a DP-SGD head must be white-box (crafted-final: dp-dense), got {threat_model!r}.")
     bounds, infos = {}, {}
     for role in ROLES if controls else ("main",):
-        run = white_box_run(model, data, config, canaries=canaries, noise=noise, seed=seed, threat_model=threat_model, role=role,
-                            progress=None if progress is None else progress(role))
+        common = dict(canaries=canaries, noise=noise, seed=seed, role=role, progress=None if progress is None else progress(role))
+        if isinstance(model, HeadTarget):
+            run = head_white_box_run(model, **common)
+        else:
+            run = white_box_run(model, data, config, threat_model=threat_model, **common)
         bounds[role] = bound(run.observations, claimed=claim["event"], delta=claim["delta"], accountant=claim["accountant"],
                              confidence=confidence, claimed_epsilon=claim.get("claimed_epsilon"))
         infos[role] = run.info

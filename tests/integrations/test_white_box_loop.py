@@ -1,5 +1,5 @@
 """The white-box step audit of a plain PyTorch DP-SGD loop recorded with PipelineCheck
-(PipelineCheck.white_box, clip(clipped=), noise(noisy=)): a correct loop is not flagged and comes
+(LoopWhiteBox.watch, clip(clipped=), noise(noisy=)): a correct loop is not flagged and comes
 close to its claim, a 0.8 sigma loop is caught in one run, the no-noise control shows each canary
 exactly, the null control shows nothing, and misuse is refused in one line."""
 
@@ -12,6 +12,7 @@ from torch import nn
 
 from dpaudit.errors import UsageError
 from dpaudit.integrations.pipeline import PipelineCheck
+from dpaudit.integrations.white_box import LoopWhiteBox
 
 N, Q, C, SIGMA, STEPS, DELTA = 200, 0.1, 1.0, 1.0, 60, 1e-5
 
@@ -23,17 +24,12 @@ def _data(seed: int):
 
 def _clipped_sum(model, xb, yb) -> dict:
     """Per-sample gradients clipped jointly to C and summed (the loop's own clipping)."""
+    from dpaudit.mechanisms.dpsgd_core import per_sample_clipped_sum
+
     params = {n: p.detach() for n, p in model.named_parameters()}
     if len(xb) == 0:
         return {n: torch.zeros_like(p) for n, p in params.items()}
-
-    def loss(p, x, y):
-        return nn.functional.cross_entropy(torch.func.functional_call(model, p, (x[None],)), y[None])
-
-    grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, xb, yb)
-    norms = torch.sqrt(sum(g.flatten(1).square().sum(1) for g in grads.values()))
-    factor = torch.clamp(C / norms, max=1.0)
-    return {n: (g * factor.view(-1, *[1] * (g.dim() - 1))).sum(0) for n, g in grads.items()}
+    return per_sample_clipped_sum(model, params, xb, yb, C)
 
 
 def plain_loop(*, noise_factor: float = 1.0, null: bool = False, canaries: int = 1000, seed: int = 0):
@@ -43,7 +39,7 @@ def plain_loop(*, noise_factor: float = 1.0, null: bool = False, canaries: int =
     model = nn.Linear(40, 30)
     x, y, gen = _data(seed)
     check = PipelineCheck(noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, max_grad_norm=C, dataset_size=N)
-    check.white_box(model, canaries=canaries, tensors=["weight"], seed=1, noise_seed=seed, null=null)
+    LoopWhiteBox(model, canaries=canaries, tensors=["weight"], seed=1, noise_seed=seed, null=null).watch(check)
     for _ in range(STEPS):
         mask = torch.rand(N, generator=gen) < Q
         summed = _clipped_sum(model, x[mask], y[mask])
@@ -88,18 +84,20 @@ def test_the_null_control_shows_nothing():
 def test_misuse_is_refused_in_one_line():
     model = nn.Linear(4, 3)
     with pytest.raises(UsageError, match="must be declared for white-box canaries"):
-        PipelineCheck(sample_rate=0.1, max_grad_norm=1.0).white_box(model, canaries=4)
+        LoopWhiteBox(model, canaries=4).watch(PipelineCheck(sample_rate=0.1, max_grad_norm=1.0))
     check = PipelineCheck(noise_multiplier=1.0, sample_rate=0.1, max_grad_norm=1.0)
     sums = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
-    with pytest.raises(UsageError, match="must be attached"):
+    with pytest.raises(UsageError, match="must watch this check"):
         check.clip(3, 1.0, clipped=sums)
-    check.white_box(model, canaries=4)
+    LoopWhiteBox(model, canaries=4).watch(check)
+    with pytest.raises(UsageError, match="watch a check once"):
+        LoopWhiteBox(model, canaries=4).watch(check)
     check.clip(3, 1.0, clipped=sums)
     with pytest.raises(UsageError, match="noisy must be given"):
         check.noise(1.0, 1.0)
     with pytest.raises(UsageError, match="two clipped sums"):
         check.clip(3, 1.0, clipped=sums)
     with pytest.raises(UsageError, match="contiguous"):
-        wbox = PipelineCheck(noise_multiplier=1.0, sample_rate=0.1, max_grad_norm=1.0).white_box(
-            model, canaries=4, tensors=["weight"])
+        wbox = LoopWhiteBox(model, canaries=4, tensors=["weight"]).watch(
+            PipelineCheck(noise_multiplier=1.0, sample_rate=0.1, max_grad_norm=1.0))
         wbox.before_noise({"weight": torch.zeros(4, 3).t()})

@@ -322,9 +322,10 @@ class PipelineCheck:
     max_grad_norm=, dataset_size=, data_loader=)`` states what the accountant assumes (Poisson sampling,
     ``steps`` compositions); per batch call ``clip(batch_size, max_grad_norm, normaliser=)`` (the divisor of
     the clipped sum, None for a sum), per noise addition ``noise(noise_multiplier, max_grad_norm)``, per
-    parameter update ``step()``. White-box step audit of the same loop: :meth:`white_box` once, then
-    ``clip(..., clipped=sums)`` on the clipped sum the noise is drawn around and ``noise(...,
-    noisy=sums)`` on the noisy one (:mod:`dpaudit.integrations.white_box`).
+    parameter update ``step()``. White-box step audit of the same loop: ``LoopWhiteBox(model,
+    canaries=M).watch(check)`` once (:mod:`dpaudit.integrations.white_box`), then ``clip(...,
+    clipped=sums)`` on the clipped sum the noise is drawn around and ``noise(..., noisy=sums)`` on
+    the noisy one.
     """
 
     def __init__(self, *, noise_multiplier: float | None = None, sample_rate: float | None = None, steps: int | None = None,
@@ -348,39 +349,9 @@ class PipelineCheck:
         self.noise_sums: list[tuple] = []
         self._dp_step_open = False
         self._outside = None  # the module's parameters the DP optimizer does not process
-        self.canaries = None  # a plain loop's white-box canaries (white_box)
+        self.canaries = None  # a plain loop's white-box canaries (LoopWhiteBox.watch)
 
     # ------------------------------------------------------------------ plain loop
-    def white_box(self, model, *, canaries: int, seed: int = 0, tensors=None, noise_seed: int | None = None,
-                  null: bool = False):
-        """White-box canaries for this plain loop, claimed at the declared noise multiplier, sample
-        rate, clipping norm and steps.
-
-        Args:
-            model: the trained module; ``tensors``: names of its parameters holding the canaries.
-            canaries: M, at distinct coordinates chosen from the public ``seed``.
-            noise_seed: seeds the private canary draws (None: OS entropy; never publish it).
-            null: the null control (canaries drawn, nothing added).
-
-        Returns:
-            The :class:`~dpaudit.integrations.white_box.LoopWhiteBox`; its ``audit(delta=)`` is the bound.
-
-        Raises:
-            UsageError: a setting not declared, canaries already attached, or bad arguments.
-        """
-        from .white_box import LoopWhiteBox  # that module builds on this one
-
-        if self.canaries is not None:
-            raise UsageError("white-box canaries must be attached once per run, got a second attach.")
-        keys = ("noise_multiplier", "sample_rate", "max_grad_norm")
-        undeclared = [k for k in keys if self.declared.get(k) is None]
-        if undeclared:
-            raise UsageError(f"{', '.join(undeclared)} must be declared for white-box canaries, got None.")
-        wbox = LoopWhiteBox(model, canaries=canaries, seed=seed, tensors=tensors, noise_seed=noise_seed, null=null)
-        steps = self.history[0][2] if self.history else None
-        self.canaries = wbox.declare(steps=steps, **{k: self.declared[k] for k in keys})
-        return self.canaries
-
     def clip(self, batch_size: int, max_grad_norm: float, *, normaliser: float | None = None, passes: int = 1,
              clipped=None) -> None:
         """One batch of ``batch_size`` records clipped at ``max_grad_norm`` (``passes`` backward passes);
@@ -391,7 +362,7 @@ class PipelineCheck:
 
     def _white_box(self):
         if self.canaries is None:
-            raise UsageError("white-box canaries must be attached (white_box) before sums are passed, got none.")
+            raise UsageError("white-box canaries must watch this check (LoopWhiteBox.watch) before sums are passed, got none.")
         return self.canaries
 
     def noise(self, noise_multiplier: float, max_grad_norm: float, *, sample_rate: float | None = None,

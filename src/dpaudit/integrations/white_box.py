@@ -60,6 +60,26 @@ class LoopWhiteBox:
         self.sample_rate = self.clipping_norm = self.noise_multiplier = self.steps = None
         self._values, self._sampled, self._pending = [], [], None
 
+    def watch(self, check) -> "LoopWhiteBox":
+        """Observe the plain loop recorded by ``check`` (a
+        :class:`~dpaudit.integrations.pipeline.PipelineCheck`): the claim is its declared noise
+        multiplier, sample rate, clipping norm and steps; its ``clip(..., clipped=)`` and
+        ``noise(..., noisy=)`` feed :meth:`before_noise` and :meth:`after_noise`, and its ``record``
+        holds this bound.
+
+        Raises:
+            UsageError: a setting not declared, or canaries already watching ``check``.
+        """
+        keys = ("noise_multiplier", "sample_rate", "max_grad_norm")
+        undeclared = [k for k in keys if check.declared.get(k) is None]
+        if undeclared:
+            raise UsageError(f"{', '.join(undeclared)} must be declared for white-box canaries, got None.")
+        if check.canaries is not None:
+            raise UsageError("white-box canaries must watch a check once, got a second set.")
+        self.declare(steps=check.history[0][2] if check.history else None, **{k: check.declared[k] for k in keys})
+        check.canaries = self
+        return self
+
     def declare(self, *, noise_multiplier: float, sample_rate: float, max_grad_norm: float,
                 steps: int | None = None) -> "LoopWhiteBox":
         """The claim: ``SubsampledGaussian(noise_multiplier, sample_rate, steps)`` with

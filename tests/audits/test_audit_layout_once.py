@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -52,3 +53,12 @@ def test_a_layout_built_for_another_canary_is_refused():
         engine.train_heads(None, None, target._n_classes, target._config, noise=NoiseSource("reproducible", seed=1), runs=2,
                            canary=engine.CanaryHook(included=np.ones(2, bool), gradient=np.zeros((target._k, target._z.shape[1] + 1))),
                            layout=target._layout)
+
+
+def test_a_pickled_target_ships_one_copy_of_the_features():
+    target = _small("max-clip")
+    target.prepare()
+    size = len(pickle.dumps(target))
+    back = pickle.loads(pickle.dumps(target))
+    assert size < 1.5 * target._layout.z1.nbytes  # the feature view is not pickled beside the layout
+    assert np.shares_memory(back._z, back._layout.z1) and np.array_equal(back._z, target._z)

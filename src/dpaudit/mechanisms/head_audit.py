@@ -178,6 +178,15 @@ class HeadAuditTarget(AuditTarget):
 
     private_data = training_partition  # every trial trains on the training partition
 
+    def __getstate__(self) -> dict:
+        # ``_z`` is a view of the layout (:func:`lay_out`): pickled alone it would be a second copy
+        return {k: v for k, v in self.__dict__.items() if k != "_z" or "_layout" not in self.__dict__}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_layout" in state:
+            self._z = self._layout.z1[:self._layout.n, :self._layout.d]
+
     def _replace(self, **changes):
         """The same target with ``changes``, reusing the public set-up when prepared."""
         t = dataclasses.replace(self, **changes)

@@ -304,12 +304,14 @@ class HeadLayout:
     k: int
 
 
-def head_layout(z, y, n_classes: int, *, canary: CanaryHook | None = None, binary_logit: bool = False, dtype=None,
-                z_has_bias_column: bool = False) -> HeadLayout:
+def head_layout(z, y, n_classes: int, *, canary: CanaryHook | None = None,
+                binary_logit: bool = False, dtype=None, z_has_bias_column: bool = False,
+                ) -> HeadLayout:
     """The :class:`HeadLayout` of features ``z`` (n, d) and labels ``y`` (n,), with ``canary``'s
     rows (a record canary) after them: the arrays :func:`train_heads` otherwise builds per call."""
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
-    z1, z1_norm, labels, d = _features(z, y, canary, n_classes, _numpy_dtype(dtype), z_has_bias_column)
+    np_dtype = _numpy_dtype(dtype)
+    z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
     return HeadLayout(z1, z1_norm, labels, int(z.shape[0]), d, k)
 
 
@@ -369,15 +371,15 @@ def train_heads(
     """
     runs = positive_int("runs", runs)
     step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
-    lay = layout if layout is not None else head_layout(z, y, n_classes, canary=canary, binary_logit=binary_logit, dtype=dtype,
-                                                        z_has_bias_column=z_has_bias_column)
+    lay = layout or head_layout(z, y, n_classes, canary=canary, binary_logit=binary_logit,
+                                dtype=dtype, z_has_bias_column=z_has_bias_column)
     included = _included(canary, runs)
     z1, z1_norm, labels, n, d, k = lay.z1, lay.z1_norm, lay.labels, lay.n, lay.d, lay.k
     np_dtype = z1.dtype
     grad_canary = _gradient_canary(canary, included, k, d, np_dtype)
     canary_rows = z1.shape[0] - n
-    if canary_rows != (0 if canary is None or canary.z is None else len(np.asarray(canary.y).reshape(-1))):
-        raise UsageError(f"layout must hold the canary's rows ({canary_rows} extra rows), got another canary.")
+    if canary_rows != (0 if canary is None or canary.z is None else np.asarray(canary.y).size):
+        raise UsageError(f"layout must hold the canary's rows ({canary_rows}), got another canary.")
     many = canary is not None and canary.many
     if many and canary.z is not None and canary_rows != included.shape[1]:
         raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")

@@ -110,7 +110,8 @@ def lay_out(target) -> None:
     """Lay the training rows out once for every trial of the audit (``_layout``:
     :func:`~dpaudit.mechanisms.engine.head_layout`, the target's canary rows last); ``_z`` becomes
     a view of them, so one copy of the features is held and forked workers share its pages."""
-    lay = target._layout = head_layout(target._z, target._y, target._n_classes, canary=target._canary, binary_logit=target._binary)
+    lay = target._layout = head_layout(target._z, target._y, target._n_classes,
+                                       canary=target._canary, binary_logit=target._binary)
     target._z = lay.z1[:lay.n, :lay.d]
 
 
@@ -180,7 +181,8 @@ class HeadAuditTarget(AuditTarget):
 
     def __getstate__(self) -> dict:
         # ``_z`` is a view of the layout (:func:`lay_out`): pickled alone it would be a second copy
-        return {k: v for k, v in self.__dict__.items() if k != "_z" or "_layout" not in self.__dict__}
+        laid_out = "_layout" in self.__dict__
+        return {k: v for k, v in self.__dict__.items() if k != "_z" or not laid_out}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -262,8 +264,10 @@ class HeadTarget(HeadAuditTarget):
         self.prepare()
         c, cfg = np.asarray(canary_in, dtype=bool), self._config
         every = self.threat_model == "trajectory"
-        res = train_heads(None, None, self._n_classes, cfg, noise=noise, runs=c.size, canary=dataclasses.replace(self._canary, included=c),
-                          init=self._init, chunk_runs=64, record=[(0, self._coord)] if every else None, layout=self._layout)
+        res = train_heads(None, None, self._n_classes, cfg, noise=noise, runs=c.size,
+                          init=self._init,
+                          canary=dataclasses.replace(self._canary, included=c), chunk_runs=64,
+                          record=[(0, self._coord)] if every else None, layout=self._layout)
         if not every:
             return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)
         return trajectory_log_lr(res.recorded[:, :, 0], sample_rate=cfg.sample_rate, noise_multiplier=cfg.noise_multiplier,

@@ -187,7 +187,7 @@ class UserHeadTarget(HeadAuditTarget):
         """R user-level runs on the release's head loop; the record-level score, averaged over the user's records."""
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
-        res = train_heads(None, None, self._n_classes, self._config, noise=noise, runs=c.size, init=self._init,
-                          users=UserSampling(self._users, self.records_per_user), canary=dataclasses.replace(self._canary, included=c),
-                          layout=self._layout)
+        res = train_heads(None, None, self._n_classes, self._config, noise=noise, runs=c.size,
+                          init=self._init, users=UserSampling(self._users, self.records_per_user),
+                          canary=dataclasses.replace(self._canary, included=c), layout=self._layout)
         return canary_scores(self, res.weights)

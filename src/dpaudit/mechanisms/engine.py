@@ -290,6 +290,31 @@ def initial_heads(init, runs: int, k: int, d: int) -> np.ndarray:
     return init
 
 
+@dataclass(frozen=True, eq=False)
+class HeadLayout:
+    """The rows a head loop trains on, laid out once (:func:`head_layout`): ``z1`` = [z, 1] with
+    the canary rows (if any) last, ``z1_norm`` its row norms, ``labels``; ``n`` training rows, ``d``
+    features, ``k`` logits. Public set-up: an audit builds it once and every trial reads it."""
+
+    z1: np.ndarray
+    z1_norm: np.ndarray
+    labels: np.ndarray
+    n: int
+    d: int
+    k: int
+
+
+def head_layout(z, y, n_classes: int, *, canary: CanaryHook | None = None,
+                binary_logit: bool = False, dtype=None, z_has_bias_column: bool = False,
+                ) -> HeadLayout:
+    """The :class:`HeadLayout` of features ``z`` (n, d) and labels ``y`` (n,), with ``canary``'s
+    rows (a record canary) after them: the arrays :func:`train_heads` otherwise builds per call."""
+    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
+    np_dtype = _numpy_dtype(dtype)
+    z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
+    return HeadLayout(z1, z1_norm, labels, int(z.shape[0]), d, k)
+
+
 def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_bias_column: bool):
     """(z1, ||z1 rows||, labels, d): the training rows with a bias column, canary rows (if any) last."""
     labels = y.astype(np.int64)
@@ -331,6 +356,7 @@ def train_heads(
     progress: Progress | None = None,
     chunk_runs: int | None = None,
     record=None,
+    layout: HeadLayout | None = None,
 ) -> BatchedHeadResult:
     """Train ``runs`` independent DP-SGD linear heads on frozen features ``z`` (n, d) at once.
 
@@ -339,18 +365,21 @@ def train_heads(
     :class:`CanaryHook` (one canary or M). ``chunk_runs`` (speed/memory only): runs are trained in
     groups of this many, one group after another; ``progress(steps_done, steps)`` is reported
     per group. ``record``: parameter coordinates (P, 2) as (row k, column j), j = d the bias,
-    whose privatised sums the result's ``recorded`` (R, T, P) holds. Privacy contract: module
-    docstring.
+    whose privatised sums the result's ``recorded`` (R, T, P) holds. ``layout``: the rows already
+    laid out by :func:`head_layout` with this ``canary`` (then ``z``, ``y``, ``dtype`` and
+    ``z_has_bias_column`` are not read). Privacy contract: module docstring.
     """
     runs = positive_int("runs", runs)
     step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
-    z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
+    lay = layout or head_layout(z, y, n_classes, canary=canary, binary_logit=binary_logit,
+                                dtype=dtype, z_has_bias_column=z_has_bias_column)
     included = _included(canary, runs)
-    np_dtype = _numpy_dtype(dtype)
-    n = z.shape[0]
-    z1, z1_norm, labels, d = _features(z, y, canary, n_classes, np_dtype, z_has_bias_column)
+    z1, z1_norm, labels, n, d, k = lay.z1, lay.z1_norm, lay.labels, lay.n, lay.d, lay.k
+    np_dtype = z1.dtype
     grad_canary = _gradient_canary(canary, included, k, d, np_dtype)
     canary_rows = z1.shape[0] - n
+    if canary_rows != (0 if canary is None or canary.z is None else np.asarray(canary.y).size):
+        raise UsageError(f"layout must hold the canary's rows ({canary_rows}), got another canary.")
     many = canary is not None and canary.many
     if many and canary.z is not None and canary_rows != included.shape[1]:
         raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")

@@ -32,7 +32,7 @@ from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..requests import THREAT_MODELS
 from .dpsgd_core import DPSGDConfig, head_outputs, init_head
-from .engine import CanaryHook, train_heads
+from .engine import CanaryHook, head_layout, train_heads
 from .features import build_features
 from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
 from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
@@ -106,6 +106,15 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
     return epochs, batch, sigma, feats
 
 
+def lay_out(target) -> None:
+    """Lay the training rows out once for every trial of the audit (``_layout``:
+    :func:`~dpaudit.mechanisms.engine.head_layout`, the target's canary rows last); ``_z`` becomes
+    a view of them, so one copy of the features is held and forked workers share its pages."""
+    lay = target._layout = head_layout(target._z, target._y, target._n_classes,
+                                       canary=target._canary, binary_logit=target._binary)
+    target._z = lay.z1[:lay.n, :lay.d]
+
+
 def dirac_gradient(target, j: int) -> np.ndarray:
     """C e_(0, j) on a (K, d+1) head of a prepared target: a gradient canary of norm exactly C,
     the worst case clipping allows."""
@@ -170,6 +179,16 @@ class HeadAuditTarget(AuditTarget):
 
     private_data = training_partition  # every trial trains on the training partition
 
+    def __getstate__(self) -> dict:
+        # ``_z`` is a view of the layout (:func:`lay_out`): pickled alone it would be a second copy
+        laid_out = "_layout" in self.__dict__
+        return {k: v for k, v in self.__dict__.items() if k != "_z" or not laid_out}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_layout" in state:
+            self._z = self._layout.z1[:self._layout.n, :self._layout.d]
+
     def _replace(self, **changes):
         """The same target with ``changes``, reusing the public set-up when prepared."""
         t = dataclasses.replace(self, **changes)
@@ -223,6 +242,7 @@ class HeadTarget(HeadAuditTarget):
         reference = audit_reference_size(data, len(y)) if reference is None else reference
         epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=reference)
         self._build_canary(data, feats)
+        lay_out(self)
         self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "reference_size": int(reference),
                       "epochs": epochs, "batch_size": batch,
                       **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon,
@@ -244,8 +264,10 @@ class HeadTarget(HeadAuditTarget):
         self.prepare()
         c, cfg = np.asarray(canary_in, dtype=bool), self._config
         every = self.threat_model == "trajectory"
-        res = train_heads(self._z, self._y, self._n_classes, cfg, noise=noise, runs=c.size, canary=dataclasses.replace(self._canary, included=c), init=self._init,
-                          binary_logit=self._binary, chunk_runs=64, record=[(0, self._coord)] if every else None)
+        res = train_heads(None, None, self._n_classes, cfg, noise=noise, runs=c.size,
+                          init=self._init,
+                          canary=dataclasses.replace(self._canary, included=c), chunk_runs=64,
+                          record=[(0, self._coord)] if every else None, layout=self._layout)
         if not every:
             return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)
         return trajectory_log_lr(res.recorded[:, :, 0], sample_rate=cfg.sample_rate, noise_multiplier=cfg.noise_multiplier,

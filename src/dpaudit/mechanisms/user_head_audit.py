@@ -50,7 +50,7 @@ from ..lazy import lazy_import
 from ..noise import NoiseSource, public_rng
 from ..validation import one_of, positive_int
 from .engine import CanaryHook, UserSampling, train_heads
-from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, setup_head
+from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, lay_out, setup_head
 from .head_canaries import head_canary
 np = lazy_import("numpy")
 
@@ -159,6 +159,7 @@ class UserHeadTarget(HeadAuditTarget):
                                                  adjacency=ADJACENCY)
         self._users = users
         self._build_canary(data, feats)
+        lay_out(self)
         # n_users, n_train and users (counts of this data) go to audit_local.json (LOCAL_AUDIT_PATHS).
         self._info = {"model": self.model, "features": feats.describe(), "privacy_unit": "user",
                       "records_per_user": self.records_per_user, "reference_size": self.reference_size,
@@ -186,7 +187,7 @@ class UserHeadTarget(HeadAuditTarget):
         """R user-level runs on the release's head loop; the record-level score, averaged over the user's records."""
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
-        res = train_heads(self._z, self._y, self._n_classes, self._config, noise=noise, runs=c.size, init=self._init,
-                          users=UserSampling(self._users, self.records_per_user), canary=dataclasses.replace(self._canary, included=c),
-                          binary_logit=self._binary)
+        res = train_heads(None, None, self._n_classes, self._config, noise=noise, runs=c.size,
+                          init=self._init, users=UserSampling(self._users, self.records_per_user),
+                          canary=dataclasses.replace(self._canary, included=c), layout=self._layout)
         return canary_scores(self, res.weights)

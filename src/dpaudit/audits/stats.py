@@ -670,8 +670,9 @@ def _claimed_crossing(n: int, level: float) -> float:
 def _solved_level(n: int, share: float) -> float:
     """:func:`band_level` from scratch: secant steps on log P against log a (nearly linear, slope
     about 1) inside the bracket [share / n, share]. share / n (the Bonferroni level over the n
-    counts) always qualifies; the search stops at a qualifying level within 1e-6 of the share in
-    log P, or within 1e-4 of a failing level in log a."""
+    counts) always qualifies; the search stops at a level whose log P is 1e-6 to 3e-6 below the
+    share's (a margin float rounding, ~1e-9, cannot cross; the earlier regula falsi stopped within
+    1e-6), or within 1e-4 of a failing level in log a."""
     if n == 1:
         return float(share)
     target = math.log(share)
@@ -683,7 +684,7 @@ def _solved_level(n: int, share: float) -> float:
             lo = x
         else:
             hi = x
-        if -1e-6 < gap <= 0.0 or hi - lo <= 1e-4:
+        if -3e-6 < gap <= -1e-6 or hi - lo <= 1e-4:
             break
         x, last = _secant_step(x, gap, last, (lo, hi)), (x, gap)
     return math.exp(lo)
@@ -691,9 +692,9 @@ def _solved_level(n: int, share: float) -> float:
 
 def _secant_step(x: float, gap: float, last: tuple | None, bracket: tuple[float, float]) -> float:
     """The next log level: the secant through the last two points (slope 1 before there are two),
-    aimed just below the root so that it lands qualifying; bisection when it leaves the bracket."""
+    aimed 2e-6 below the root so that it lands qualifying; bisection when it leaves the bracket."""
     slope = 1.0 if last is None or last[1] == gap else (gap - last[1]) / (x - last[0])
-    step = x - (gap + 5e-7) / slope if slope > 0.0 else math.nan
+    step = x - (gap + 2e-6) / slope if slope > 0.0 else math.nan
     return step if bracket[0] < step < bracket[1] else (bracket[0] + bracket[1]) / 2.0
 
 

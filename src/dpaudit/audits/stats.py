@@ -523,15 +523,25 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
 #: (world, direction) families sharing the band's significance.
 BAND_FAMILIES = 4
 BAND_CALIBRATION = "exact order-statistics crossing probability per (world, direction) family"
+#: Bounds of :func:`crossing_probability` taken together for the counts that none of them can reach.
+BLOCK = 32
+#: Poisson probabilities below this end a step's kernel (the dropped tail is below 1e-30).
+KERNEL_FLOOR = 1e-32
+#: Most crossing-probability calls :func:`band_level` makes (it needs 3-5).
+LEVEL_STEPS = 60
 
 
+@functools.lru_cache(maxsize=8)
 def _cp_table(n: int, a: float) -> np.ndarray:
-    """u_k(a) for k = 0..n (1 at k = n)."""
+    """u_k(a) for k = 0..n (1 at k = n), read-only: kept for the next band with this level (a
+    report recomputes every audit's band at one or two levels)."""
     k = np.arange(n + 1, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         u = special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
     u[-1] = 1.0
-    return np.maximum.accumulate(u)  # non-decreasing in k (guards rounding at the far end)
+    u = np.maximum.accumulate(u)  # non-decreasing in k (guards rounding at the far end)
+    u.flags.writeable = False
+    return u
 
 
 def _poisson_pmf(j: np.ndarray, mu: float) -> np.ndarray:
@@ -541,10 +551,26 @@ def _poisson_pmf(j: np.ndarray, mu: float) -> np.ndarray:
     return np.exp(j * math.log(mu) - mu - special.gammaln(j + 1.0))
 
 
+def _tail_end(mu: float) -> int:
+    """Counts 0..end-1 of Poisson(mu) hold all but < 1e-30 of its mass (Chernoff, 14 sd + 50)."""
+    return int(mu + 14.0 * math.sqrt(mu) + 50.0)
+
+
 def _poisson_kernel(mu: float, cap: int) -> np.ndarray:
     """Poisson(mu) probabilities of 0..L-1, L past the mass that matters (the dropped tail < 1e-30
     only lowers the staying probability: the crossing probability errs upwards, a* downwards)."""
-    return _poisson_pmf(np.arange(min(cap, int(mu + 14.0 * math.sqrt(mu) + 50.0)), dtype=float), mu)
+    return _poisson_pmf(np.arange(min(cap, _tail_end(mu)), dtype=float), mu)
+
+
+def _step_kernels(mus: np.ndarray) -> list[np.ndarray]:
+    """Poisson(mu) kernels of one block's steps, at once; each ends at its last probability of at
+    least :data:`KERNEL_FLOOR` (the dropped tail < 1e-30, on the conservative side as above)."""
+    j = np.arange(_tail_end(float(mus.max())), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows = np.exp(j * np.log(mus)[:, None] - mus[:, None] - special.gammaln(j + 1.0))
+    rows[mus <= 0] = j == 0
+    ends = j.size - np.argmax(rows[:, ::-1] >= KERNEL_FLOOR, axis=1)
+    return [row[:end] for row, end in zip(rows, ends)]
 
 
 def _mass_window(p: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
@@ -562,57 +588,114 @@ def _mass_window(p: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
     return new_lo, new_hi
 
 
+def _step_low(low: np.ndarray, low_lo: int, means: np.ndarray, steps: range) -> tuple:
+    """The counts below a block's end (``low``, from count ``low_lo``) through its bounds one at a
+    time, each dropping the counts <= k (those that crossed). ``means[k + 1]``: n b_k."""
+    cap, start, stop = means.size, steps.start, steps.stop
+    moved = means[start + 1:stop + 1] - means[start]
+    # these counts started below stop: past stop + the tail of their Poisson move is < 1e-30
+    tails = (moved + 14.0 * np.sqrt(moved) + 50.0).astype(int).tolist()  # _tail_end, at once
+    kernels = _step_kernels(np.diff(means[start:stop + 1])) if low.size else []
+    for k, kernel, tail in zip(steps, kernels, tails):
+        low = np.convolve(low, kernel)[:min(cap - low_lo, stop - low_lo + tail)]
+        if k >= low_lo:
+            low, low_lo = low[k + 1 - low_lo:], k + 1
+        if not low.size:  # every count crossed
+            break
+    return low_lo, low
+
+
+def _block(p: np.ndarray, window: tuple, means: np.ndarray, steps: range) -> tuple[int, int]:
+    """Bounds ``steps`` of :func:`crossing_probability` on p (zero outside ``window``): counts at or
+    above the block's end meet every one of its bounds already (N(b_k) >= k + 1 needs at most
+    steps.stop, and counts only grow), so they move in one convolution; the counts below are stepped
+    bound by bound (:func:`_step_low`). Returns the new window."""
+    (lo, hi), cap = window, p.size
+    split = max(lo, min(hi, steps.stop))
+    low = p[lo:split].copy()
+    high = p[split:hi]
+    if high.size:
+        move = _poisson_kernel(float(means[steps.stop] - means[steps.start]), cap)
+        high = np.convolve(high, move)[:cap - split]
+    p[lo:hi] = 0.0
+    p[split:split + high.size] = high
+    low_lo, low = _step_low(low, lo, means, steps)
+    p[low_lo:low_lo + low.size] += low
+    end = max(split + high.size, low_lo + low.size, steps.stop + 1)
+    return _mass_window(p, max(lo, steps.stop), end)
+
+
 def crossing_probability(n: int, a: float) -> float:
     """P(V_(k+1) > u_k(a) for some k = 0..n-1) for the order statistics of n independent uniforms.
 
-    Exact up to float rounding: a Poisson process of rate n, conditioned on n points in [0, 1], has
-    the uniform order statistics as its points; stepping through the bounds b_k = u_k(a) the state
-    is the count so far, which must reach k + 1 by b_k (N(b_k) >= k + 1 is V_(k+1) <= b_k).
+    Exact up to float rounding and dropped mass below 1e-30 (which only raises the result: the
+    conservative side): a Poisson process of rate n, conditioned on n points in [0, 1], has the
+    uniform order statistics as its points; stepping through the bounds b_k = u_k(a) the state is
+    the count so far, which must reach k + 1 by b_k (N(b_k) >= k + 1 is V_(k+1) <= b_k). The bounds
+    go :data:`BLOCK` at a time (:func:`_block`), so most counts move once a block, not once a bound.
     """
     b = _cp_table(n, a)[:n]
+    means = n * np.r_[0.0, b]  # the Poisson process's mean count at each bound
     p = np.zeros(n + 1)
     p[0] = 1.0
-    lo, hi, prev = 0, 1, 0.0  # p is zero outside [lo, hi)
-    for k in range(n):
-        # only the window where p still carries mass is convolved: O(window) a step, not O(n)
-        seg = np.convolve(p[lo:hi], _poisson_kernel(n * (float(b[k]) - prev), n + 1))[: n + 1 - lo]
-        p[lo:lo + seg.size] = seg
-        hi = lo + seg.size
-        p[lo:k + 1] = 0.0
-        lo, hi = _mass_window(p, max(lo, k + 1), hi)
-        prev = float(b[k])
+    window = (0, 1)  # p is zero outside [lo, hi)
+    for start in range(0, n, BLOCK):
+        window = _block(p, window, means, range(start, min(n, start + BLOCK)))
     # the remaining n - j points in (b_{n-1}, 1], over P(N(1) = n)
-    last = _poisson_pmf(n - np.arange(n + 1, dtype=float), n * (1.0 - prev))
+    last = _poisson_pmf(n - np.arange(n + 1, dtype=float), n * (1.0 - float(b[-1])))
     stay = float(p @ last) / float(_poisson_pmf(np.array([float(n)]), float(n))[0])
     return min(1.0, max(0.0, 1.0 - stay))
 
 
+def band_level(n: int, share: float, claimed: float | None = None) -> float:
+    """a*(n, share): the largest level (to relative 1e-4, from below) whose
+    :func:`crossing_probability` is at most ``share``; the returned level always qualifies.
+
+    ``claimed``: a level stored by an earlier computation (audit.json's ``per_bound_significance``).
+    It is returned only when one crossing-probability call shows that it qualifies, and ignored
+    otherwise: any qualifying level gives a valid band (a smaller one, a looser band).
+    """
+    if claimed is not None and 0.0 < claimed <= share and _claimed_crossing(n, claimed) <= share:
+        return claimed
+    return _solved_level(n, share)
+
+
 @functools.lru_cache(maxsize=256)
-def band_level(n: int, share: float) -> float:
-    """a*(n, share): the level (to relative 1e-4, from below) whose ``crossing_probability`` is
-    ``share``. Regula falsi on log P against log a (nearly linear), bracketed by the Bonferroni level
-    share / n, which always qualifies, and share itself; the returned level always qualifies."""
-    lo, hi = math.log(share / n), math.log(share)
-    if n == 1 or crossing_probability(n, share) <= share:
+def _claimed_crossing(n: int, level: float) -> float:
+    """One check per stored level, whatever share it is checked against."""
+    return crossing_probability(n, level)
+
+
+@functools.lru_cache(maxsize=256)
+def _solved_level(n: int, share: float) -> float:
+    """:func:`band_level` from scratch: secant steps on log P against log a (nearly linear, slope
+    about 1) inside the bracket [share / n, share]. share / n (the Bonferroni level over the n
+    counts) always qualifies; the search stops at a level whose log P is 1e-6 to 3e-6 below the
+    share's (a margin float rounding, ~1e-9, cannot cross; the earlier regula falsi stopped within
+    1e-6), or within 1e-4 of a failing level in log a."""
+    if n == 1:
         return float(share)
-
-    def f(x: float) -> float:
-        return math.log(max(crossing_probability(n, math.exp(x)), 1e-300)) - math.log(share)
-
-    f_lo, f_hi, side = f(lo), f(hi), 0
-    while hi - lo > 1e-4 and f_lo < 0.0:
-        x = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-        x = min(max(x, lo + 1e-6), hi - 1e-6)
-        fx = f(x)
-        if fx <= 0.0:
-            lo, f_lo = x, fx
-            f_hi, side = (f_hi / 2.0 if side == -1 else f_hi), -1  # Illinois: halve the stale end
+    target = math.log(share)
+    lo, hi = math.log(share / n), target
+    x, last = min(max(target - 2.0 * math.log1p(math.log(n)), lo), hi), None
+    for _ in range(LEVEL_STEPS):
+        gap = math.log(max(crossing_probability(n, math.exp(x)), 1e-300)) - target
+        if gap <= 0.0:
+            lo = x
         else:
-            hi, f_hi = x, fx
-            f_lo, side = (f_lo / 2.0 if side == 1 else f_lo), 1
-        if abs(fx) < 1e-6 and fx <= 0.0:
+            hi = x
+        if -3e-6 < gap <= -1e-6 or hi - lo <= 1e-4:
             break
+        x, last = _secant_step(x, gap, last, (lo, hi)), (x, gap)
     return math.exp(lo)
+
+
+def _secant_step(x: float, gap: float, last: tuple | None, bracket: tuple[float, float]) -> float:
+    """The next log level: the secant through the last two points (slope 1 before there are two),
+    aimed 2e-6 below the root so that it lands qualifying; bisection when it leaves the bracket."""
+    slope = 1.0 if last is None or last[1] == gap else (gap - last[1]) / (x - last[0])
+    step = x - (gap + 2e-6) / slope if slope > 0.0 else math.nan
+    return step if bracket[0] < step < bracket[1] else (bracket[0] + bracket[1]) / 2.0
 
 
 def _staircase(fp: np.ndarray, fn: np.ndarray) -> list[list[int]]:
@@ -645,7 +728,7 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
         cells[direction] = _staircase(fp, n_pos - tp)
     record = {"cells": cells, "events": BAND_FAMILIES, "trials_per_world": {"in": n_pos, "out": n_neg}, "calibration": BAND_CALIBRATION}
     eps, direction, (fp_k, fn_k) = band_epsilon(record, delta=delta, confidence=confidence, best=True)
-    share = (1.0 - confidence) / BAND_FAMILIES
+    share = _band_share(confidence)
     return {
         "epsilon_lower_bound": eps, "direction": direction, "fp_at_most": fp_k, "fn_at_most": fn_k, **record,
         "per_bound_significance": {"in": band_level(n_pos, share), "out": band_level(n_neg, share)}, "delta": delta, "confidence": confidence,
@@ -660,11 +743,13 @@ def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = 
     """:func:`band_bound`'s eps_LB from its stored ``cells`` and ``trials_per_world``, at
     ``confidence`` (its own, or a stricter one). ``best``: also the direction and the (FP, FN) cell
     that attain it. Records of the earlier grid band (issue 23's first version) hold counts rounded
-    up to a grid: the same computation bounds them conservatively (u_k grows with k)."""
-    confidence = open_unit("confidence", confidence)
+    up to a grid: the same computation bounds them conservatively (u_k grows with k). The levels
+    the record stored are used where they qualify (:func:`band_level`, :func:`stored_levels`)."""
     n_pos, n_neg = int(record["trials_per_world"]["in"]), int(record["trials_per_world"]["out"])
-    share = (1.0 - confidence) / BAND_FAMILIES
-    u_pos, u_neg = _cp_table(n_pos, band_level(n_pos, share)), _cp_table(n_neg, band_level(n_neg, share))
+    share = _band_share(open_unit("confidence", confidence))
+    claimed = stored_levels(record)
+    u_pos = _cp_table(n_pos, band_level(n_pos, share, claimed[0]))
+    u_neg = _cp_table(n_neg, band_level(n_neg, share, claimed[1]))
     top = (0.0, DIRECTIONS[0], (n_neg, n_pos))
     for direction in DIRECTIONS:
         pairs = np.asarray(record["cells"][direction], dtype=int).reshape(-1, 2)
@@ -682,8 +767,27 @@ def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = 
 BAND_SHARES = (0.5, 0.75, 0.9, 0.97)
 
 
+def _band_share(band_confidence: float) -> float:
+    """The significance each (world, direction) family of a band at ``band_confidence`` spends."""
+    return (1.0 - band_confidence) / BAND_FAMILIES
+
+
+def stored_levels(band: dict) -> tuple[float | None, float | None]:
+    """The (in, out) levels a band record stored (``per_bound_significance``), as claims for
+    :func:`band_level` to check; None for a world without a positive finite number."""
+    levels = band.get("per_bound_significance")
+    levels = levels if isinstance(levels, dict) else {}
+    return tuple(_positive_or_none(levels.get(world)) for world in ("in", "out"))
+
+
+def _positive_or_none(value) -> float | None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if number and math.isfinite(value) and value > 0 else None
+
+
 @functools.lru_cache(maxsize=256)
-def general_split(n_pos: int, n_neg: int, confidence: float) -> tuple[float, float]:
+def general_split(n_pos: int, n_neg: int, confidence: float,
+                  claimed: tuple = (None, None)) -> tuple[float, float]:
     """(box confidence, band confidence) of the published eps_LB for these trial counts.
 
     A function of the public trial counts only, fixed before any score is seen. The band takes the
@@ -692,12 +796,14 @@ def general_split(n_pos: int, n_neg: int, confidence: float) -> tuple[float, flo
     Bonferroni-over-every-threshold bound (jax_privacy's ``CanaryScoreAuditor`` correction made
     valid): then every rule is bounded at least as tightly as there, so eps_LB is at least that
     bound on every score set. Half for about 30 or more trials per world; more below.
+    ``claimed``: (in, out) levels a record stored, checked by :func:`band_level` before use.
     """
     alpha = 1.0 - open_unit("confidence", confidence)
     reference = alpha / (2.0 * (n_pos + n_neg + 1))
     share = BAND_SHARES[-1]
     for f in BAND_SHARES:
-        if min(band_level(n_pos, f * alpha / BAND_FAMILIES), band_level(n_neg, f * alpha / BAND_FAMILIES)) >= reference:
+        fam = _band_share(1.0 - f * alpha)  # the very share band_epsilon spends at this confidence
+        if min(band_level(n_pos, fam, claimed[0]), band_level(n_neg, fam, claimed[1])) >= reference:
             share = f
             break
     return 1.0 - (1.0 - share) * alpha, 1.0 - share * alpha
@@ -710,6 +816,8 @@ def general_epsilon(counts: dict, band: dict, *, delta: float, confidence: float
     by :func:`general_split`. Valid for any mechanism, and at least the one-sided Clopper-Pearson
     bound with Bonferroni over every threshold at ``confidence``."""
     tpw = band["trials_per_world"]
-    box_conf, band_conf = general_split(int(tpw["in"]), int(tpw["out"]), open_unit("confidence", confidence))
+    confidence = open_unit("confidence", confidence)
+    n_in, n_out = int(tpw["in"]), int(tpw["out"])
+    box_conf, band_conf = general_split(n_in, n_out, confidence, stored_levels(band))
     box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=box_conf).epsilon
     return max(box, band_epsilon(band, delta=delta, confidence=band_conf))

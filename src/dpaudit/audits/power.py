@@ -96,7 +96,7 @@ def power_line(p: dict | None) -> str:
     if not p:
         return NOT_RECORDED
     claim, unit = p.get("claimed_epsilon"), p.get("unit", "trials")
-    ceiling = f"{_f(p.get('ceiling'))} ({_CEILING[p.get('kind', 'trials')]})"
+    ceiling = f"{_f(p.get('ceiling'))} ({_CEILING.get(p.get('kind'), _CEILING['trials'])})"
     lead = (f"power ({p['trials']} {unit}, {p['estimator']}): limit {ceiling}, "
             f"at the claim {_f(p.get('at_claim'))}")
     if claim is not None and not p.get("detectable"):

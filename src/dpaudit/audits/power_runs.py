@@ -71,9 +71,11 @@ class _OneRun:
         self.m, self.claim, self.delta, self.alpha = m, claim, delta, 1.0 - confidence
         self.accountant, self.adjacency = accountant, adjacency
         self.curve = None if claim is None else claimed_curve(claim, adjacency)
-        self.fdp = self.curve is not None and one_run._curve_values(self.curve.fnr)[1]
-        self.closed = self.curve is not None and self.curve.closed_form is not None
         self._values: dict = {}
+        self.fdp = False  # the record's rule: f-DP when the claim's curve is convex on the grid
+        if self.curve is not None:
+            self._values[1.0], self.fdp = one_run._curve_values(self.curve.fnr)
+        self.closed = self.curve is not None and self.curve.closed_form is not None
 
     @property
     def name(self) -> str:

@@ -22,6 +22,7 @@ from .accounting.events import event_from_dict
 from .auditing import target_for, target_from_release
 from .audit_outputs import shareable_one_run
 from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
+from .audits.power_runs import one_run_power_of
 from .catalogue import lookup
 from .data import load_dataset
 from .errors import UsageError
@@ -116,7 +117,8 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     t2 = time.perf_counter()
     result = OneRunResult(bounds=bounds, mechanism=name, noise=not audit.no_noise, command=command, release_id=release_id,
                           release_path=release_path, timings={"train_and_score_s": t1 - t0, "analysis_s": t2 - t1}, id=run_id,
-                          plan=None if plan is None else plan.reveal)
+                          plan=None if plan is None else plan.reveal,
+                          power=one_run_power_of(bounds))
     if out_dir is not None:
         write_one_run(result, out_dir)
     if plan is not None:

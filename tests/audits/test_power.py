@@ -61,4 +61,38 @@ def test_point_claim_power_and_the_underpowered_flag():
     assert "UNDERPOWERED" in p.line() and "cannot detect a violation at all" in p.line()
     assert "UNDERPOWERED" in power.power_cell(p.to_dict())
     big = power.audit_power(trials=4000, delta=DELTA, claimed_epsilon=1.0)
-    assert big.detectable and "UNDERPOWERED" not in big.line() and "needs a Gaussian claim" in big.line()
+    assert big.detectable and "UNDERPOWERED" not in big.line()
+    assert "n/a: an (epsilon, delta) claim without a DP event names no noise to scale" in big.line()
+    # a record written before the factor was general
+    new_keys = ("factor_note", "factor_name", "unit", "kind")
+    old = {k: v for k, v in big.to_dict().items() if k not in new_keys}
+    assert "not computed (needs a Gaussian claim)" in power.power_line(old)
+
+
+def _pure_reference_best(eps_mechanism: float, claim: float, n_in: int, n_out: int) -> float:
+    """max over every false-positive count of the box's eps_LB at the expected counts of a pure
+    eps_mechanism-DP mechanism."""
+    k = np.arange(n_out + 1)
+    a = k / n_out
+    e = np.exp(eps_mechanism)
+    fn = np.round(n_in * np.maximum(0.0, np.maximum(1 - e * a, (1 - a) / e)))
+
+    def upper(errors, n):
+        return np.where(errors >= n, 1.0, st.beta.ppf(0.975, errors + 1, np.maximum(n - errors, 1)))
+
+    fpr, fnr = upper(k, n_out), upper(fn, n_in)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        both = np.maximum(np.log((1 - DELTA - fnr) / fpr), np.log((1 - DELTA - fpr) / fnr))
+    return float(np.nanmax(both))
+
+
+def test_pure_claim_smallest_factor_really_crosses_the_claim():
+    """A Laplace (pure epsilon) claim: the factor scales the noise (epsilon / k), found, not n/a."""
+    from dpaudit.accounting.events import PureEpsilon
+
+    curve = claimed_curve(PureEpsilon(1.0))
+    p = power.audit_power(trials=300, delta=DELTA, claimed_epsilon=1.0, curve=curve)
+    k = p.smallest_factor
+    assert p.factor_name == "noise" and 0.0 < k < 1.0 and f"noise x {k:.2f}" in p.line()
+    assert _pure_reference_best(1.0 / k, 1.0, p.eval_in, p.eval_out) > 1.0
+    assert _pure_reference_best(1.0 / (k * 1.002), 1.0, p.eval_in, p.eval_out) <= 1.0

@@ -187,6 +187,10 @@ def test_cli_white_box_tiny(tmp_path):
     assert "--threat-model white-box" in d["command"]
     assert "coordinates" not in d["runs"]["main"]  # data-derived: only in the local file
     assert json.loads((out / "white_box_local.json").read_text())["runs"]["main"]["coordinates"]
+    p, claim = d["power"], d["bounds"]["main"]["claimed_event"]
+    event = SubsampledGaussian(claim["noise_multiplier"], claim["sample_rate"], claim["steps"])
+    assert p["kind"] == "white-box" and p["trials"] == 300
+    assert p["at_claim"] == wb.expected_step_bound(event, 300, delta=d["bounds"]["main"]["delta"])
 
 
 @pytest.mark.parametrize("args, message", [

@@ -43,6 +43,11 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch, patch_everywher
     assert d["fdp"]["event"]["type"] == "subsampled-gaussian" and not d["violated"]  # scores nearly pure noise
     on_disk = json.loads((out / "one_run.json").read_text())
     assert on_disk["steinke"] == d["steinke"] and "--one-run" in on_disk["command"]
+    # the power line of this m and claim (a PLD-profile claim: its ceiling is not searched)
+    p = on_disk["power"]
+    assert p["kind"] == "one-run" and p["trials"] == 300 and p["unit"] == "canaries"
+    assert p["claimed_epsilon"] == d["claimed_epsilon"] and p["estimator"] == "f-DP (claimed curve)"
+    assert 0.0 < p["at_claim"] < d["claimed_epsilon"] and p["ceiling"] is None
 
 
 def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch, patch_everywhere):
@@ -68,6 +73,9 @@ def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch, patch_everywh
     assert d["noise"] is False and not d["violated"]  # a no-noise control never counts as a violation
     assert d["steinke"]["epsilon_lower_bound"] >= 0.8 * d["steinke"]["ceiling"]
     assert "one-run audit: dp-cnn" in r.stdout
+    # printed, wrapped at the terminal width
+    assert "power (200 canaries, steinke (eps, delta))" in " ".join(r.stdout.split())
+    assert d["power"]["kind"] == "one-run"
 
 
 @pytest.mark.parametrize("args,msg", [

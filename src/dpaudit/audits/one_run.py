@@ -430,6 +430,7 @@ class OneRunResult:
     timings: dict = field(default_factory=dict)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the ledger's audit entry (and plan run) of this run
     plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
+    power: dict | None = None  # what this m can detect (dpaudit.audits.power_runs.one_run_power_of)
 
     @property
     def statistic(self) -> str:
@@ -458,7 +459,8 @@ class OneRunResult:
     def to_dict(self) -> dict:
         d = dict(self.bounds)
         d.update(mechanism=self.mechanism, noise=self.noise, command=self.command, release_id=self.release_id,
-                 release_path=self.release_path, timings=dict(self.timings), id=self.id, plan=self.plan, statistic=self.statistic,
+                 release_path=self.release_path, timings=dict(self.timings), id=self.id,
+                 plan=self.plan, power=self.power, statistic=self.statistic,
                  epsilon_lower_bound=self.epsilon_lower_bound, violated=self.violated)
         return _json_safe(d)
 

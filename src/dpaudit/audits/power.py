@@ -13,16 +13,22 @@ and the best rule over a grid of a is kept (as if SELECT chose perfectly). Then:
   audit cannot detect a violation at all, whatever the mechanism does);
 - ``at_claim``: the statistic at the expected counts of a mechanism exactly at the claim: what a
   correct claim typically reads, the practical limit of this N;
-- ``smallest_factor``: the largest k < 1 such that a mechanism with noise sigma k (the claim's
-  sigma understated by 1/k) reads as a violation at its expected counts (about probability 1/2);
+- ``smallest_factor``: the largest k < 1 such that a mechanism with k times the claimed noise (the
+  claim's noise understated by 1/k) reads as a violation at its expected counts (about probability
+  1/2);
 - ``trials_for_90``: the trials N at which ``at_claim`` reaches 90 % of the claim.
 
 The statistic: for a claim whose curve is a Gaussian (mu-GDP) one, the claimed-curve test's, in
 epsilon units of the Gaussian-DP family (exact conversion, :func:`stats.gdp_epsilon`; the k-search
 stays in the family, sigma k). Otherwise the eps_LB of the box corner, max(ln((1 - delta -
 FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi)), against the claimed epsilon, with the claim's
-curve (or, without an event, the (eps, delta) point's curve) for the expected counts; the k-search
-needs a noise family and is left out there (None). These are predictions, not bounds.
+curve (or, without an event, the (eps, delta) point's curve) for the expected counts; there the
+k-search runs in the claim's family (:func:`.curves.scale_event`: every noise multiplier times k,
+a pure epsilon over k, so a Laplace scale times k), and a claim without an event has none (its
+``factor_note`` says why). A PLD-profile claim costs a privacy loss distribution per k: its search
+starts at the answer of the claim read as mu-GDP and evaluates at most 3 k (coarser, still a k that
+was evaluated). These are predictions, not bounds; :mod:`.power_runs` gives the same record for
+one-run and white-box audits.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..accounting.events import SubsampledGaussian
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
 from . import sequential, stats
+from .curves import claimed_curve, scale_event
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
 
@@ -41,6 +49,8 @@ GRID_POINTS = 800
 #: The largest N the trials-for-90 % search looks at, and the smallest noise factor k it tries.
 MAX_TRIALS = 10**8
 MIN_FACTOR = 1.0 / 64.0
+#: The largest canary count the one-run and white-box size searches look at.
+MAX_CANARIES = 10**5
 #: Share of the claim ``trials_for_90`` asks for.
 TARGET_SHARE = 0.9
 SELECT_FRACTION = 0.3  # the engine's default (dpaudit.audits.engine.SELECT_FRACTION)
@@ -48,19 +58,26 @@ SELECT_FRACTION = 0.3  # the engine's default (dpaudit.audits.engine.SELECT_FRAC
 
 @dataclass(frozen=True)
 class AuditPower:
-    """The power line of one audit (see the module docstring): predictions, never bounds."""
+    """The power line of one audit (see the module docstring): predictions, never bounds. The same
+    record for every audit kind: ``trials`` is the audit's size in ``unit`` (trials; one-run and
+    white-box audits: canaries) and ``trials_for_90`` the size, in that unit, at which ``at_claim``
+    reaches 90 % of the claim; ``factor_note`` says why ``smallest_factor`` is not computed."""
 
     trials: int
-    eval_in: int
-    eval_out: int
     estimator: str
     claimed_epsilon: float | None
-    ceiling: float
+    ceiling: float | None
     at_claim: float | None
     detectable: bool
     smallest_factor: float | None
     trials_for_90: int | None
+    eval_in: int | None = None
+    eval_out: int | None = None
     sequential: bool = False
+    unit: str = "trials"
+    kind: str = "trials"
+    factor_name: str = "sigma"
+    factor_note: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,21 +87,44 @@ class AuditPower:
         return power_line(self.to_dict())
 
 
-def power_line(p: dict) -> str:
-    """The power line of a stored ``power`` block (audit.json)."""
-    claim = p.get("claimed_epsilon")
-    lead = f"power ({p['trials']} trials, {p['estimator']}): limit {_f(p.get('ceiling'))} (perfectly separated scores), at the claim {_f(p.get('at_claim'))}"
+#: What a record without a power block reads as (audits written before it existed).
+NOT_RECORDED = "power: not recorded"
+
+
+def power_line(p: dict | None) -> str:
+    """The power line of a stored ``power`` block (audit.json, one_run.json, white_box.json)."""
+    if not p:
+        return NOT_RECORDED
+    claim, unit = p.get("claimed_epsilon"), p.get("unit", "trials")
+    ceiling = f"{_f(p.get('ceiling'))} ({_CEILING.get(p.get('kind'), _CEILING['trials'])})"
+    lead = (f"power ({p['trials']} {unit}, {p['estimator']}): limit {ceiling}, "
+            f"at the claim {_f(p.get('at_claim'))}")
     if claim is not None and not p.get("detectable"):
-        return (f"{lead}; UNDERPOWERED: even perfectly separated scores give {_f(p.get('ceiling'))}, not above the claim "
-                f"{_f(claim)}: this audit cannot detect a violation at all (more trials needed)")
-    k = p.get("smallest_factor")
-    if not str(p.get("estimator", "")).startswith("claimed-curve"):
-        smallest = "not computed (needs a Gaussian claim)"
-    else:
-        smallest = "none down to sigma x 1/64" if k is None else f"sigma x {k:.2f} (the claimed noise {1.0 / k:.2f}x the real)"
+        return (f"{lead}; UNDERPOWERED: that limit is not above the claim {_f(claim)}: this audit "
+                f"cannot detect a violation at all (more {unit} needed)")
     n90 = p.get("trials_for_90")
-    return (f"{lead}; smallest noise understatement detected: {smallest}; trials for 90 % of the claim: "
-            f"{'over ' + format(MAX_TRIALS, ',') if n90 is None else format(n90, ',')}")
+    needed = "over " + format(_MOST.get(unit, MAX_TRIALS), ",") if n90 is None else format(n90, ",")
+    return (f"{lead}; smallest noise understatement detected: {_factor_text(p)}; "
+            f"{unit} for 90 % of the claim: {needed}")
+
+
+#: What each kind's ceiling is, and the largest size each unit's search looks at.
+_CEILING = {"trials": "perfectly separated scores", "one-run": "every guess correct",
+            "white-box": "noise-free observations", "crafted-final": "noise-free observations"}
+_MOST = {"trials": MAX_TRIALS, "canaries": MAX_CANARIES}
+
+
+def _factor_text(p: dict) -> str:
+    """The smallest-factor part of a power line (older records: Gaussian claims only)."""
+    k, name = p.get("smallest_factor"), p.get("factor_name", "sigma")
+    if p.get("factor_note"):
+        return str(p["factor_note"])
+    gaussian = str(p.get("estimator", "")).startswith("claimed-curve")
+    if k is None and "factor_name" not in p and not gaussian:
+        return "not computed (needs a Gaussian claim)"
+    if k is None:
+        return f"none down to {name} x 1/64 (1/16 for a PLD claim)"
+    return f"{name} x {k:.2f} (the claimed noise {1.0 / k:.2f}x the real)"
 
 
 def _f(x) -> str:
@@ -176,6 +216,13 @@ def _point_curve(epsilon: float, delta: float):
     return lambda a: np.maximum(0.0, np.maximum(1.0 - delta - e * a, (1.0 - delta - a) / e))
 
 
+#: Why a claim without a DP event has no smallest factor.
+NO_EVENT_NOTE = "n/a: an (epsilon, delta) claim without a DP event names no noise to scale"
+#: The searches on a PLD-profile claim (each scale costs a privacy loss distribution, 0.2-0.8 s):
+#: relative tolerance, most evaluations and first step; closed forms: 1e-3 and no practical limit.
+PROFILE_SEARCH = {"tolerance": 0.05, "tries": 3, "step": 0.25}
+
+
 def audit_power(*, trials: int, delta: float, claimed_epsilon: float | None = None, curve=None, confidence: float = 0.95,
                 select_fraction: float = SELECT_FRACTION, sequential_mode: bool = False) -> AuditPower:
     """The power line of an audit of ``trials`` trials of the claim ``curve`` (a
@@ -186,34 +233,93 @@ def audit_power(*, trials: int, delta: float, claimed_epsilon: float | None = No
     n_in, n_out = eval_sizes(trials, select_fraction=select_fraction, sequential_mode=sequential_mode)
     stat = _Statistic(curve, claimed_epsilon, delta)
     perfect = float(stat.of(uppers(np.zeros(1), n_out), uppers(np.zeros(1), n_in))[0])
-    base = dict(trials=trials, eval_in=n_in, eval_out=n_out, estimator=stat.name, claimed_epsilon=claimed_epsilon,
-                ceiling=stat.epsilon(perfect), sequential=sequential_mode)
+    base = dict(trials=trials, eval_in=n_in, eval_out=n_out, estimator=stat.name,
+                claimed_epsilon=claimed_epsilon, ceiling=stat.epsilon(perfect),
+                sequential=sequential_mode, factor_name=factor_name(curve),
+                factor_note=None if curve is not None else NO_EVENT_NOTE)
     claim_fnr = _tabulated(curve.fnr) if curve is not None else (None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta))
     target = stat.claim_value()
     if claim_fnr is None or target is None:
         return AuditPower(**base, at_claim=None, detectable=True, smallest_factor=None, trials_for_90=None)
     at_claim = _expected_best(stat, claim_fnr, n_in, n_out, uppers)
     detectable = perfect > target
+
+    def caught(fnr) -> bool:
+        return _expected_best(stat, fnr, n_in, n_out, uppers) > target
+
+    factor = smallest_factor(curve, caught) if detectable and curve is not None else None
+    needed = _trials_for(stat, claim_fnr, uppers, select_fraction, sequential_mode)
     return AuditPower(**base, at_claim=stat.epsilon(at_claim), detectable=detectable,
-                      smallest_factor=_smallest_factor(stat, n_in, n_out, uppers) if detectable else None,
-                      trials_for_90=_trials_for(stat, claim_fnr, uppers, select_fraction, sequential_mode))
+                      smallest_factor=factor, trials_for_90=needed)
 
 
-def _smallest_factor(stat: _Statistic, n_in: int, n_out: int, uppers: _Uppers) -> float | None:
-    """Largest k in [MIN_FACTOR, 1) whose mechanism (sigma k) reads as a violation (Gaussian claims)."""
-    if stat.mu is None:
-        return None
+def factor_name(curve) -> str:
+    """What the factor scales: the noise multiplier of a Gaussian-family claim, else the noise
+    scale (a pure epsilon claim's Laplace scale 1/eps; :func:`.curves.scale_event`)."""
+    event = getattr(curve, "event", None)
+    leaves = [] if event is None else _leaves(event)
+    gaussian = leaves and all(isinstance(leaf, SubsampledGaussian) for leaf in leaves)
+    return "sigma" if gaussian else "noise"
 
-    def caught(k: float) -> bool:
-        return _expected_best(stat, _gaussian_fnr(stat.mu / k), n_in, n_out, uppers) > stat.mu
 
-    if not caught(MIN_FACTOR):
-        return None
-    lo, hi = MIN_FACTOR, 1.0  # caught at lo, not at hi (a correct mechanism is never read as one)
-    while hi - lo > 1e-3:
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if caught(mid) else (lo, mid)
-    return lo
+def _leaves(event) -> list:
+    inner = getattr(event, "events", None)
+    return [event] if inner is None else [leaf for e in inner for leaf in _leaves(e)]
+
+
+def smallest_factor(curve, caught) -> float | None:
+    """Largest k in [MIN_FACTOR, 1) such that ``caught(fnr)`` holds for the trade-off curve ``fnr``
+    of the claim's family member with k times its noise (:func:`dpaudit.audits.curves.scale_event`;
+    a Gaussian claim: mu / k); None when not even 1/64 is. Every k reported was evaluated."""
+    mu, as_gaussian = gdp_mu(curve), None
+    if mu is not None:
+        as_gaussian = largest_holding(lambda k: caught(_gaussian_fnr(mu / k)), 0.5,
+                                      low=MIN_FACTOR, high=1.0, step=0.25)
+    if curve.closed_form == "gaussian" and mu is not None:
+        return as_gaussian
+
+    def member(k: float):
+        return claimed_curve(scale_event(curve.event, k), curve.adjacency).fnr
+
+    # a PLD below 1/16 of the noise explodes (curves.SCALE_RANGE_PROFILE)
+    closed = curve.closed_form is not None
+    search = {"low": MIN_FACTOR} if closed else {"low": 1.0 / 16.0, **PROFILE_SEARCH}
+    guess = as_gaussian or 0.5  # the claim read as mu-GDP answers first, for free
+    return largest_holding(lambda k: caught(member(k)), guess, high=1.0, **search)
+
+
+def gdp_mu(curve) -> float | None:
+    """The claim read as mu-GDP (f(1/2) = Phi(-mu)); None when f(1/2) is 0 or 1 (no finite mu)."""
+    mu = -float(special.ndtri(float(curve.fnr(0.5))))
+    return mu if math.isfinite(mu) and mu > 0.0 else None
+
+
+def largest_holding(holds, guess: float, *, low: float, high: float, tolerance: float = 1e-3,
+                    tries: int = 64, step: float | None = None) -> float | None:
+    """The largest x in [low, high) evaluated to satisfy ``holds`` (true below an edge, false above;
+    ``high`` is taken as false unevaluated), searched from ``guess`` by growing steps (down while
+    none holds, up while none fails), then by geometric bisection to a relative ``tolerance``, in
+    at most ``tries`` evaluations; the first step is ``step`` (default ``tolerance``). None when
+    none evaluated holds. Never a value that was not evaluated."""
+    yes, no, bracketed = None, high, False
+    x, step = min(max(guess, low), high / (1.0 + tolerance)), step or tolerance
+    for _ in range(tries):
+        if holds(x):
+            yes = x
+        else:
+            no, bracketed = x, True
+        if yes is None:
+            if x <= low:
+                break
+            x = max(low, x / (1.0 + step))
+        elif no / yes <= 1.0 + tolerance:
+            break
+        elif not bracketed and x * (1.0 + step) < high:  # up by growing steps until one fails
+            x = x * (1.0 + step)
+        else:
+            x = math.sqrt(yes * no)
+        step *= 2.0
+    return yes
 
 
 def _trials_for(stat: _Statistic, claim_fnr, uppers: _Uppers, select_fraction: float, sequential_mode: bool) -> int | None:
@@ -224,21 +330,32 @@ def _trials_for(stat: _Statistic, claim_fnr, uppers: _Uppers, select_fraction: f
         n_in, n_out = eval_sizes(n, select_fraction=select_fraction, sequential_mode=sequential_mode)
         return stat.epsilon(_expected_best(stat, claim_fnr, n_in, n_out, uppers)) >= goal
 
-    lo, hi = (sequential.SELECT_TRIALS + 2 if sequential_mode else 4), 256
+    least = sequential.SELECT_TRIALS + 2 if sequential_mode else 4
+    return smallest_size(reached, least, MAX_TRIALS)
+
+
+def smallest_size(reached, least: int, most: int, first: int = 256) -> int | None:
+    """Smallest n in (least, most] (to 1 %) with ``reached(n)``, assumed monotone: doubling from
+    ``first``, then bisection; the n returned was evaluated. None when ``most`` is not reached."""
+    lo, hi = least, max(first, least + 1)
     while not reached(hi):
-        if hi >= MAX_TRIALS:
+        if hi >= most:
             return None
-        lo, hi = hi, min(hi * 2, MAX_TRIALS)
+        lo, hi = hi, min(hi * 2, most)
     while hi - lo > max(2, hi // 100):
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if reached(mid) else (mid, hi)
     return int(hi)
 
 
-def power_cell(p: dict) -> str:
-    """The power line shortened for a report's table cell."""
+def power_cell(p: dict | None) -> str:
+    """The power line shortened for a report's table cell (no block: "power: not recorded")."""
+    if not p:
+        return NOT_RECORDED
     if p.get("claimed_epsilon") is not None and not p.get("detectable"):
         return f"UNDERPOWERED: cannot detect a violation at all (limit {_f(p.get('ceiling'))} not above the claim)"
-    k, n90 = p.get("smallest_factor"), p.get("trials_for_90")
-    return (f"limit {_f(p.get('ceiling'))}; at claim {_f(p.get('at_claim'))}; detects sigma x {'—' if k is None else f'{k:.2f}'}; "
-            f"90 % of claim: {'—' if n90 is None else format(n90, ',')} trials")
+    k, n90, unit = p.get("smallest_factor"), p.get("trials_for_90"), p.get("unit", "trials")
+    factor = "n/a" if p.get("factor_note") else "—" if k is None else f"{k:.2f}"
+    return (f"limit {_f(p.get('ceiling'))}; at claim {_f(p.get('at_claim'))}; "
+            f"detects {p.get('factor_name', 'sigma')} x {factor}; "
+            f"90 % of claim: {'—' if n90 is None else format(n90, ',')} {unit}")

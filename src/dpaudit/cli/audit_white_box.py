@@ -10,9 +10,11 @@ import shlex
 import uuid
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..auditing import target_for, target_from_release
+from ..audits.power import power_line
 from ..errors import UsageError
 from ..mechanisms.head_audit import HEAD_MODELS
 from ..mechanisms.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
@@ -100,4 +102,5 @@ def _render(result, out: Path) -> None:
     m = result.main
     verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
     console.print(f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}")
+    console.print(escape(power_line(result.power)))
     console.print(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} (not for publication)", soft_wrap=True)

@@ -35,6 +35,7 @@ from ..accounting.events import SubsampledGaussian, event_from_dict
 from ..audit_outputs import shareable_one_run
 from ..audit_plans import OPACUS, PlanRun, open_plan
 from ..audits.one_run import OneRunResult, OneRunScores, one_run_bounds, plan_coins, write_one_run
+from ..audits.power_runs import one_run_power_of
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.one_run_modules import choose_coordinates
@@ -265,7 +266,8 @@ class OpacusCanaries:
         elif own:
             bounds.update({"findings": [f.to_dict() for f in own], "certified": NOT_CERTIFIED})
         result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
-                              timings={"analysis_s": time.perf_counter() - t0})
+                              timings={"analysis_s": time.perf_counter() - t0},
+                              power=one_run_power_of(bounds))
         if out is not None or self._plan is not None:
             write_one_run(result, out if out is not None else Path(self._plan.path).parent)
         if self._plan is not None:

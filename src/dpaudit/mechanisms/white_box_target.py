@@ -32,6 +32,7 @@ import dataclasses
 from pathlib import Path
 
 from ..audits import white_box
+from ..audits.power_runs import white_box_power
 from ..audits.white_box import FinalObservations, StepObservations
 from ..errors import UsageError
 from ..lazy import lazy_import
@@ -250,6 +251,7 @@ class WhiteBoxAudit:
     bounds: dict
     infos: dict
     command: str | None = None
+    power: dict | None = None  # what these canaries can detect (audits.power_runs.white_box_power)
 
     @property
     def main(self):
@@ -275,7 +277,7 @@ class WhiteBoxAudit:
         return {"schema": "dpaudit.white-box/1", "threat_model": self.main.threat_model, "violated": self.violated,
                 "epsilon_lb": self.main.to_dict()["epsilon_lb"], "claimed_epsilon": self.main.claimed_epsilon,
                 "bounds": {r: b.to_dict() for r, b in self.bounds.items()}, "controls_ok": self.controls_ok(),
-                "runs": runs, "command": self.command}
+                "runs": runs, "command": self.command, "power": self.power}
 
 
 def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canaries: int, noise: NoiseSource, seed: int,
@@ -299,7 +301,11 @@ def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canar
         bounds[role] = bound(run.observations, claimed=claim["event"], delta=claim["delta"], accountant=claim["accountant"],
                              confidence=confidence, claimed_epsilon=claim.get("claimed_epsilon"))
         infos[role] = run.info
-    return WhiteBoxAudit(bounds, infos, command)
+    power = white_box_power(claim["event"], canaries, threat_model=threat_model,
+                            delta=claim["delta"],
+                            accountant=claim["accountant"], confidence=confidence,
+                            claimed_epsilon=claim.get("claimed_epsilon"))
+    return WhiteBoxAudit(bounds, infos, command, power.to_dict())
 
 
 def write_white_box(result: WhiteBoxAudit, out_dir) -> Path:

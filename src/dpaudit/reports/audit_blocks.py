@@ -15,7 +15,8 @@ STATISTIC_HEADERS = ["audit", "statistic (decides)", "eps_LB", "claim", "claim's
                      "CP eps_LB (SELECT/EVAL)", "CP eps_LB (Bonferroni)", "TPR at FPR 0.1 % [CI]", "TPR at FPR 1 % [CI]",
                      "AUROC [bootstrap CI]", "GDP eps (estimate)", "threat model"]
 ONE_RUN_HEADERS = ["record", "mechanism", "canary kind", "m", "included", "claim", "delta", "confidence", "correct / guesses",
-                   "eps_LB (eps, delta)", "ceiling", "eps_LB (f-DP)", "claimed curve (f-DP)", "statistic (decides)", "status"]
+                   "eps_LB (eps, delta)", "ceiling", "eps_LB (f-DP)", "claimed curve (f-DP)",
+                   "statistic (decides)", "power (what this m can detect)", "status"]
 
 
 def _table16_cells(cell: dict | None) -> list[str]:
@@ -69,7 +70,8 @@ def _detail_row(e: dict, methods: list[str]) -> list[str]:
             _recomputed(e.get("recomputed")), f((e.get("null") or {}).get("epsilon_lower_bound")), g(e.get("confidence")),
             f"{val(e.get('trials'))} ({val(e.get('eval_trials'))})" + _sequential_note(e.get("sequential")),
             either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))),
-            f(e.get("ceiling"), 2), f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}", either(e.get("power"), power_cell(e.get("power") or {})),
+            f(e.get("ceiling"), 2), f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}",
+            power_cell(e.get("power")),
             _method_ref(e.get("method"), methods),
             e.get("status", "").upper()]
 
@@ -131,7 +133,7 @@ def _one_run_row(e: dict) -> list[str]:
             either(st, f"{f(st.get('correct'))} / {f(st.get('guesses'))}"),
             either(st, f(st.get("epsilon_lower_bound"))), either(st, f(st.get("ceiling"), 2)),
             either(fd, f(fd.get("epsilon_lower_bound")), "not computed"), either(fd, fdp_flag),
-            text(e.get("statistic")), str(e.get("status", "")).upper()]
+            text(e.get("statistic")), power_cell(e.get("power")), str(e.get("status", "")).upper()]
 
 
 def _one_run_blocks(entries: list[dict]) -> list[Block]:

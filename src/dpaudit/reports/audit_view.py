@@ -155,9 +155,13 @@ def _auc(auc: Any, roc: dict | None) -> float | None:
     return num(auc) if num(auc) is not None or roc is None else roc["auc"]
 
 
-def _power(block: Any) -> dict | None:
-    """The power block when it carries the numbers the report shows, else None."""
-    if not isinstance(block, dict) or integer(block.get("trials")) is None or num(block.get("ceiling")) is None:
+def power_of(block: Any) -> dict | None:
+    """The power block (audit.json, one_run.json) when it carries the numbers the report shows, else
+    None (read as "power: not recorded"); the ceiling may be null (a one-run PLD claim's is not
+    searched)."""
+    if not isinstance(block, dict) or integer(block.get("trials")) is None:
+        return None
+    if block.get("ceiling") is not None and num(block.get("ceiling")) is None:
         return None
     return block
 
@@ -230,7 +234,7 @@ class AuditView:
             release_id=release_id, release_path=release_path,
             missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
             epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),
-            power=_power(rec.get("power")), sequential=_dict(rec.get("sequential")),
+            power=power_of(rec.get("power")), sequential=_dict(rec.get("sequential")),
         )
 
 
@@ -324,7 +328,7 @@ def one_run_view(record: Any) -> dict | None:
     info = _dict(record.get("info")) or {}
     return {"mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
             **_read(record, {"kind": name_of, "canaries": integer, "included": integer, "claimed_epsilon": num, "delta": num, "confidence": num}),
-            "steinke": st, "fdp": fd}
+            "steinke": st, "fdp": fd, "power": power_of(record.get("power"))}
 
 
 def statistic_of(record: dict) -> str:

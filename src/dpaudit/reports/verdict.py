@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..audits.power import power_cell
 from ..audits.verdicts import family_verdict, upgrade
 from .audit import audit_entry
 from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, fixed, num
@@ -59,7 +60,8 @@ def _one_run_verdict(e: dict) -> dict:
     flags = ["one-run"] + ["not-certified"] * bool(e.get("not_certified")) + ["underpowered"] * bool(e.get("underpowered"))
     return {"mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
             "flags": flags, "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
-            "ceiling": e.get("ceiling"), "reason": _one_run_reason(e),
+            "ceiling": e.get("ceiling"), "power": power_cell(e.get("power")),
+            "reason": _one_run_reason(e),
             "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [], "statistics": [stat] if stat else [],
             "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]]}
 
@@ -253,6 +255,7 @@ def _row(mech: str, claim: tuple, status: str, hits: list[dict], release: str | 
             "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)), "statistics": _statistics(hits), "audits": [e["path"] for e in hits],
             "plan_runs": {p: n for p, n in Counter(e.get("plan_id") for e in hits).items() if p},
             "epsilon_lower_bound": top.get("epsilon_lower_bound"), "ceiling": top.get("ceiling"), "status": status,
+            "power": power_cell(top.get("power")) if top else None,
             "reason": fam or ("eps_LB above the claim" if status == "violation" else
                               "audit underpowered (ceiling below the claim): it cannot detect a violation at all" if weak else "")}
 

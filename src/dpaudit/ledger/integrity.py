@@ -12,13 +12,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from ..errors import LedgerError, UsageError
+from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
 from . import compose as lc
 from . import rows as lr
 from . import signing as sg
 from .fingerprint import is_fingerprint
-from .paths import ENTRY_COLUMNS, GENESIS_HASH
+from .paths import GENESIS_HASH
+from .store import ENTRY_COLUMNS
 
 ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
@@ -236,6 +237,16 @@ def held_children(state: lc.DatasetState, children) -> list[str]:
         if node is not None:
             held.append(f"{r.kind} {r.id[:12]} on {state.name}:{r.partition}")
     return held
+
+
+def refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
+    """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
+    held = held_children(state, children)
+    if held:
+        raise LedgerAuthorityError(
+            f"partition {state.name}:{parent} must be declared before its children hold releases, got "
+            f"{', '.join(held)}: they were composed sequentially with the rest of the dataset and keep "
+            "composing so; declare a split before releasing on it.")
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,12 @@ class Authority:
         if key is not None and key.key_id in ring.keys:
             self.require(ring, kind, payload)
             return key
+        self._refuse_unsigned(ring, kind)
+        return None
+
+    def _refuse_unsigned(self, ring: sg.KeyRing, kind: str) -> None:
+        """Refuse an entry this ledger's key cannot sign where a signature is required."""
+        key = self.key
         if ring.required_since is not None:
             why = ("no signing key (create one with `dpaudit ledger keygen`)" if key is None
                    else f"signing key {key.key_id} is not registered in it")
@@ -72,7 +78,6 @@ class Authority:
         if kind in sg.LEDGER_KINDS:
             got = "no signing key." if key is None else f"unregistered key {key.key_id}."
             raise UsageError(f"a {kind} entry must be signed by a registered key, got {got}")
-        return None
 
     def require(self, ring: sg.KeyRing, kind: str, payload: dict) -> None:
         """Refuse (:class:`LedgerAuthorityError`, nothing written) an entry this ledger's key may

@@ -57,6 +57,50 @@ def _sweep_tag(config: object) -> dict | None:
     return {"name": tag["name"], "task": tag.get("task")}
 
 
+def _of_sweep(entries: list, sweep: str) -> list:
+    """Only that sweep's releases and reservations and what closes them (caps, partitions and
+    versions stay)."""
+    spends = ("release", "reservation")
+    kept = [e for e in entries if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep]
+    ids = {e.id for e in kept if e.kind in spends}
+    return [e for e in kept if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in ids]
+
+
+def _identity_hint(recorded: list[dict], data_info: dict | None) -> str:
+    """What differs between a refused data identity and the recorded releases, if it is public."""
+    info = data_info or {}
+    for key, label in zip(_DATA_INFO, ("the split differs: split_seed", "the preprocessing differs: profile")):
+        seen = sorted({str(p.get(key)) for p in recorded if p.get(key) is not None})
+        if info.get(key) is not None and seen and str(info[key]) not in seen:
+            return f"{label} {info[key]} here, {', '.join(seen)} in the recorded releases"
+    return "other records: other data, another public/private division or other preprocessing"
+
+
+def _matching(entries: list, entry_id: str) -> list:
+    """The entry with id ``entry_id``, else those it is a prefix of (at least 6 characters)."""
+    prefix = len(entry_id) >= 6
+    return [e for e in entries if e.id == entry_id] or [e for e in entries if prefix and e.id.startswith(entry_id)]
+
+
+def _without(payload: dict, keys) -> dict:
+    return {k: v for k, v in payload.items() if k not in keys}
+
+
+def _check_split(dataset: str, parent: str, children: tuple, declared_by: object) -> None:
+    """Refuse (UsageError) a partition declaration that is not a split of ``parent`` into distinct,
+    named children by a named declarer."""
+    check_name("dataset", dataset)
+    check_name("parent partition", parent)
+    if not children:
+        raise UsageError(f"children must be at least one partition, got {list(children)!r}.")
+    for child in children:
+        check_name("child partition", child)
+    if len(set(children)) != len(children) or parent in children:
+        raise UsageError(f"children must be distinct and differ from the parent {parent!r}, got {list(children)!r}.")
+    if not isinstance(declared_by, str) or not declared_by.strip():
+        raise UsageError(f"declared_by must be a non-empty string naming who made the split, got {declared_by!r}.")
+
+
 def _with(payload: dict, info: dict | None = None, **optional) -> dict:
     """``payload`` with the public data info and every ``optional`` key that is not None."""
     info = info or {}
@@ -243,21 +287,21 @@ class Ledger:
 
     # -- reading
     def _entries_from_rows(self, rows) -> list[Entry]:
-        out = []
-        for seq, eid, kind, created_at, dataset, text, prev, h, *sig in rows:
-            try:
-                payload = json.loads(text)
-                if not isinstance(payload, dict):
-                    raise ValueError("payload is not an object")
-            except ValueError as e:
-                raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); "
-                                  "run `dpaudit ledger verify`.") from None
-            if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
-                payload = {k: v for k, v in payload.items() if k != "hashes"}
-            signer = sig[0] if sig else None
-            out.append(Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h, signer=signer))
+        out = [self._entry(*row) for row in rows]
         closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
         return [e.closed(closers.get(e.id)) for e in out]
+
+    def _entry(self, seq, eid, kind, created_at, dataset, text, prev, h, *sig) -> Entry:
+        try:
+            payload = json.loads(text)
+            if not isinstance(payload, dict):
+                raise ValueError("payload is not an object")
+        except ValueError as e:
+            raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`.") from None
+        if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
+            payload = _without(payload, ("hashes",))
+        signer = sig[0] if sig else None
+        return Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h, signer=signer)
 
     def _public_payload(self, payload: dict) -> dict:
         """The payload as shown and composed: the plain ``dataset_sha256`` of entries written
@@ -266,7 +310,7 @@ class Ledger:
         if "dataset_sha256" not in payload:
             return payload
         sha = payload["dataset_sha256"]
-        out = {k: v for k, v in payload.items() if k != "dataset_sha256"}
+        out = _without(payload, ("dataset_sha256",))
         if isinstance(sha, str) and sha and not payload.get("dataset_fingerprint"):
             out["dataset_fingerprint"] = self.fingerprint(sha)
         else:
@@ -296,13 +340,7 @@ class Ledger:
                         planned: bool) -> DatasetIdentityError:
         shown = ", ".join(k[:12] for k in sorted(state.fingerprints))
         recorded = [e.payload for e in self.entries(dataset=name) if e.kind in ("release", "reservation")]
-        hint = "other records: other data, another public/private division or other preprocessing"
-        info = data_info or {}
-        for key, label in zip(_DATA_INFO, ("the split differs: split_seed", "the preprocessing differs: profile")):
-            seen = sorted({str(p.get(key)) for p in recorded if p.get(key) is not None})
-            if info.get(key) is not None and seen and str(info[key]) not in seen:
-                hint = f"{label} {info[key]} here, {', '.join(seen)} in the recorded releases"
-                break
+        hint = _identity_hint(recorded, data_info)
         when = "before training" if planned else "not recorded"
         return DatasetIdentityError(
             f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but its releases "
@@ -324,9 +362,7 @@ class Ledger:
         """The entry with this id (or a unique prefix of at least 6 characters)."""
         if not isinstance(entry_id, str) or not entry_id:
             raise UsageError(f"entry id must be a non-empty string, got {entry_id!r}.")
-        es = self.entries()
-        exact = [e for e in es if e.id == entry_id]
-        matches = exact or ([e for e in es if e.id.startswith(entry_id)] if len(entry_id) >= 6 else [])
+        matches = _matching(self.entries(), entry_id)
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
@@ -340,12 +376,7 @@ class Ledger:
     def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
         es = self._entries_from_rows([r for r in self._intact_rows() if dataset is None or r[4] == dataset])
-        if sweep is not None:  # only that sweep's releases (caps, partitions, versions stay)
-            spends = ("release", "reservation")
-            es = [e for e in es if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep]
-            kept = {e.id for e in es if e.kind in spends}
-            es = [e for e in es if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in kept]
-        return lc.replay(es)
+        return lc.replay(es if sweep is None else _of_sweep(es, sweep))
 
     def _state(self, dataset: str) -> lc.DatasetState:
         return self._states(dataset).get(dataset) or lc.DatasetState(dataset)
@@ -421,8 +452,7 @@ class Ledger:
             return True
         old = self._public_payload(json.loads(stored_text))
         newer = ("sweep", *_DATA_INFO, "uncertified", "noise_tail_delta", "rows")
-        same_core = {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer}
-        return same_core and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
+        return _without(payload, newer) == _without(old, newer) and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
                                  for k in newer)
 
     def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True,
@@ -462,17 +492,8 @@ class Ledger:
         its entry id. Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child already
         holds a release or an open reservation: parallel composition after the fact would lower what
         was spent."""
-        check_name("dataset", dataset)
-        check_name("parent partition", parent)
         children = tuple(children)
-        if not children:
-            raise UsageError(f"children must be at least one partition, got {list(children)!r}.")
-        for child in children:
-            check_name("child partition", child)
-        if len(set(children)) != len(children) or parent in children:
-            raise UsageError(f"children must be distinct and differ from the parent {parent!r}, got {list(children)!r}.")
-        if not isinstance(declared_by, str) or not declared_by.strip():
-            raise UsageError(f"declared_by must be a non-empty string naming who made the split, got {declared_by!r}.")
+        _check_split(dataset, parent, children, declared_by)
         with self._store.write():
             state = self._state(dataset)
             same = state.check_partition(parent, children) and next(
@@ -522,19 +543,18 @@ class Ledger:
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        non_private = event is None
         payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset, "partition": partition,
-                   "adjacency": adj, "guarantee": None if non_private else event.to_dict(), "non_private": non_private,
+                   "adjacency": adj, "guarantee": None if event is None else event.to_dict(), "non_private": event is None,
                    "trials": int(trials), "release_id": release_id, "dpaudit_version": __version__}
-        if non_private:
+        if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
-            audited = [e for e in entries if release_id and e.id == release_id]
-            if audited and isinstance(audited[0].payload.get("rows"), dict):
-                payload["rows"] = audited[0].payload["rows"]  # the audit trains on the audited release's rows
+            audited = next((e.payload.get("rows") for e in entries if release_id and e.id == release_id), None)
+            if isinstance(audited, dict):
+                payload["rows"] = audited  # the audit trains on the audited release's rows
             states = lc.replay(entries)
             current = (states.get(dataset) or lc.DatasetState(dataset)).with_audits().adjacency()
             if current is not None:

@@ -115,7 +115,7 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
         seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
         signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
         if not (withheld and is_withheld(r)) and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
-            problems.append(Problem("edited", f"{_label(r)} was edited: its content no longer matches its hash.", seq, eid))
+            problems.append(Problem("edited", f"{sg.label(r)} was edited: its content no longer matches its hash.", seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
         prev_row = r
@@ -123,14 +123,10 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
     return problems
 
 
-def _label(r) -> str:
-    return f"entry #{r[0]} ({r[2]} {r[1]})"
-
-
 def _link_problem(r, prev_row, after) -> Problem:
     """Why row ``r`` does not follow ``prev_row`` (None: ``r`` is stored first); ``after``: the row
     its ``prev_hash`` names, if still there."""
-    seq, eid, prev, label = r[0], r[1], r[6], _label(r)
+    seq, eid, prev, label = r[0], r[1], r[6], sg.label(r)
     if after is not None and after is not r:
         return Problem("reordered", f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
                        + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."), seq, eid)
@@ -260,15 +256,9 @@ class _Row:
 
 
 def _parsed(rows) -> list[_Row]:
-    out = []
-    for r in rows:
-        try:
-            payload = json.loads(r[5])
-        except ValueError:
-            continue  # named by _unreadable
-        if isinstance(payload, dict):
-            out.append(_Row(r[1], r[2], r[4], payload))
-    return out
+    """The readable entries of ``rows`` (the others are named by _unreadable)."""
+    payloads = [(r, sg.payload_of(r[5])) for r in rows]
+    return [_Row(r[1], r[2], r[4], payload) for r, payload in payloads if payload is not None]
 
 
 def partition_problems(rows) -> list[Problem]:
@@ -366,29 +356,16 @@ def withhold_row_sets(dump: dict) -> dict:
 
 def is_withheld(row) -> bool:
     """A row-set entry whose payload a shareable export withheld (its content hash cannot be recomputed)."""
-    if row[2] != lr.ROWS_KIND:
-        return False
-    try:
-        return WITHHELD in json.loads(row[5])
-    except (TypeError, ValueError):
-        return False
+    return row[2] == lr.ROWS_KIND and WITHHELD in (sg.payload_of(row[5]) or {})
 
 
 def _referenced_sets(rows) -> set:
     out = set()
     for r in rows:
         if r[2] in ("release", "reservation", "audit"):
-            spec = (_payload_or_empty(r[5]).get("rows") or {})
+            spec = (sg.payload_of(r[5]) or {}).get("rows") or {}
             out.update(sid for role in spec.values() if isinstance(role, dict) for sid in role.values())
     return out
-
-
-def _payload_or_empty(text) -> dict:
-    try:
-        p = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return p if isinstance(p, dict) else {}
 
 
 def withheld_problems(rows) -> list[Problem]:
@@ -399,7 +376,7 @@ def withheld_problems(rows) -> list[Problem]:
         if is_withheld(r):
             sid = json.loads(r[5]).get("set")
             if sid in seen or sid not in referenced:
-                out.append(Problem("edited", f"{_label(r)} is withheld but stands for no row set a release names once: "
+                out.append(Problem("edited", f"{sg.label(r)} is withheld but stands for no row set a release names once: "
                                              "a withheld entry may only be a row set.", r[0], r[1]))
             seen.add(sid)
     return out

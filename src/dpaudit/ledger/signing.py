@@ -323,14 +323,16 @@ class KeyRing:
 VOID_KIND = "void"
 
 
-def _label(r: SignedRow) -> str:
-    return f"entry #{r.seq} ({r.kind} {r.id})"
+def label(row) -> str:
+    """``entry #SEQ (KIND ID)`` of a stored row (a :class:`SignedRow` or a store's row tuple)."""
+    return f"entry #{row[0]} ({row[2]} {row[1]})"
 
 
-def _payload(r: SignedRow) -> dict | None:
+def payload_of(text) -> dict | None:
+    """A stored payload text as the JSON object it must be, else None (unreadable)."""
     try:
-        payload = json.loads(r.payload_text)
-    except ValueError:
+        payload = json.loads(text)
+    except (TypeError, ValueError):
         return None
     return payload if isinstance(payload, dict) else None
 
@@ -488,7 +490,7 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
         return _signature_ok(raw, sig, material)
 
     for r in rows:
-        payload = _payload(r) if r.kind in _READ_PAYLOAD else None
+        payload = payload_of(r.payload_text) if r.kind in _READ_PAYLOAD else None
         if payload is None and r.kind in LEDGER_KINDS:
             why = "is unreadable: its payload is not a JSON object."
         elif not r.signer:
@@ -499,7 +501,7 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
             why = _signed_problem(ring, r, payload, owner, ok)
         ring.note(r)
         if why:
-            out.append(SignatureFinding(r.seq, r.id, r.kind, f"{_label(r)} {why}"))
+            out.append(SignatureFinding(r.seq, r.id, r.kind, f"{label(r)} {why}"))
     if owner is not None and ring.owner is None:
         out.append(SignatureFinding(0, "", "", f"the ledger registers no owner key, but owner {owner} was expected: "
                                                "its registration and the entries after it may have been removed."))

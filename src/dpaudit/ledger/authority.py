@@ -15,8 +15,9 @@ import uuid
 from ..errors import LedgerAuthorityError, LedgerError, LedgerVerificationError, UsageError
 from . import integrity
 from . import signing as sg
-from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, entry_hash
+from .integrity import GENESIS_HASH, Snapshot, VerifyReport, canonical_json, entry_hash
 from .paths import utc_now
+from .signing import Problem
 
 
 class Authority:
@@ -160,7 +161,7 @@ class Authority:
         _, found = sg.check_signatures(integrity.signed_rows(rows), verified=done, owner=self.owner)
         if not found:
             self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
-        return integrity.signature_problems(found)
+        return found
 
     def _authority_problems(self, rows) -> list[Problem]:
         """:func:`.integrity.authority_problems`; a clean answer is kept per head hash."""

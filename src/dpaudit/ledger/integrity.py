@@ -19,6 +19,7 @@ from . import rows as lr
 from . import signing as sg
 from .fingerprint import is_fingerprint
 from .paths import GENESIS_HASH
+from .signing import Problem
 from .store import ENTRY_COLUMNS
 
 ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
@@ -41,20 +42,6 @@ def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, datase
     else:
         material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
     return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One integrity finding of :meth:`Ledger.verify`."""
-
-    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal | anchor
-    kind: str
-    message: str
-    seq: int | None = None
-    id: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "seq": self.seq, "id": self.id, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -196,10 +183,6 @@ def signed_rows(rows) -> list[sg.SignedRow]:
     return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
 
 
-def signature_problems(found) -> list[Problem]:
-    return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
-
-
 def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) -> VerifyReport:
     """The store's own checks, the hash chain, every entry parsed (an unreadable guarantee is a
     problem, never 0), every signature against the keys registered before it (``owner``: the key
@@ -210,7 +193,7 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows, withheld=shared) + _unreadable(rows)
     problems += withheld_problems(rows) if shared else []
     ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
-    problems += signature_problems(found) + authority_problems(readable)
+    problems += found + authority_problems(readable)
     if anchor is not None:
         a = anchor.strip().lower()
         if not is_fingerprint(a):

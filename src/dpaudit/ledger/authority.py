@@ -28,12 +28,13 @@ class Authority:
 
     def __init__(self, store, path, key: "sg.SigningKey | None", owner: str | None) -> None:
         self.store, self.path, self.key, self.owner = store, path, key, owner
-        self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
+        self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature held
         self._clean_head: str | None = None
 
     def append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
         """Append one entry inside the caller's write transaction and advance the chain head:
-        signed when this ledger's key is registered, refused unsigned when signatures are required."""
+        signed when this ledger's key is registered, refused unsigned when signatures are
+        required."""
         entry_id = entry_id or uuid.uuid4().hex
         head = self.store.head()
         if head is None:
@@ -49,7 +50,8 @@ class Authority:
         if key is not None:
             signer = key.key_id
             signature = key.sign(sg.signing_material(head[2], *columns, signer))
-        self.store.insert(*columns, head[2], entry_hash(head[2], *columns, signer, signature), signer, signature)
+        digest = entry_hash(head[2], *columns, signer, signature)
+        self.store.insert(*columns, head[2], digest, signer, signature)
         return entry_id
 
     def ring(self, rows=None) -> sg.KeyRing:
@@ -60,7 +62,8 @@ class Authority:
 
     def _signer_for(self, kind: str, payload: dict) -> "sg.SigningKey | None":
         key, ring = self.key, self.ring()
-        if kind == sg.KEY_KIND and not ring.keys and key is not None and payload.get("key_id") == key.key_id:
+        own_id = None if key is None else key.key_id
+        if kind == sg.KEY_KIND and not ring.keys and own_id and payload.get("key_id") == own_id:
             return key  # the owner's self-signed registration
         if key is not None and key.key_id in ring.keys:
             self.require(ring, kind, payload)
@@ -89,22 +92,24 @@ class Authority:
         got = "no signing key" if kid is None else f"key {kid}"
         if kind in sg.OWNER_KINDS:
             raise LedgerAuthorityError(
-                f"{kind} on signed ledger {self.path} must be signed by its owner's key {ring.owner}, "
-                f"got {got}: only the owner may {sg.OWNER_POWERS[kind]}; nothing was written.")
+                f"{kind} on signed ledger {self.path} must be signed by its owner's key "
+                f"{ring.owner}, got {got}: only the owner may {sg.OWNER_POWERS[kind]}; "
+                "nothing was written.")
         raise LedgerAuthorityError(
             f"{kind} of reservation {payload.get('target')} on signed ledger {self.path} must be "
             f"signed by the key that opened it or by the owner's key {ring.owner}, got {got}; "
             "nothing was written.")
 
     def require_void(self, published: bool | None) -> None:
-        """A void on a signed ledger: the owner's, and it states whether artefacts were published."""
+        """A void on a signed ledger: the owner's, stating whether artefacts were published."""
         ring = self.ring()
         if ring.owner is None:
             return
         self.require(ring, "void", {})
         if published is None:
-            raise LedgerAuthorityError("void on a signed ledger must state whether the artefacts were "
-                                       "ever published (--published / --never-published), got neither.")
+            raise LedgerAuthorityError(
+                "void on a signed ledger must state whether the artefacts were ever published "
+                "(--published / --never-published), got neither.")
 
     def register_key(self, public_key: str | None, name: str) -> str:
         """See :meth:`~.book.Ledger.register_key` (inside the caller's write transaction)."""
@@ -117,8 +122,9 @@ class Authority:
         if kid in ring.keys:
             return ring.keys[kid].entry_id
         if not ring.keys and kid != key.key_id:
-            raise UsageError(f"the first key registered must be your own (the owner's, {key.key_id}), "
-                             f"got {kid}; run `dpaudit ledger register-key` without --public-key first.")
+            raise UsageError(f"the first key registered must be your own (the owner's, "
+                             f"{key.key_id}), got {kid}; run `dpaudit ledger register-key` "
+                             "without --public-key first.")
         label = name or (key.name if kid == key.key_id else kid[:12])
         role = "member" if ring.keys else "owner"
         return self.append(sg.KEY_KIND, sg.LEDGER_SCOPE, sg.key_payload(raw, label, role))
@@ -132,11 +138,12 @@ class Authority:
 
     def seal(self, rows) -> tuple[str, int, str]:
         """Append the owner's seal of the head after the verified ``rows`` (inside the caller's
-        write transaction); returns its id, the seq it seals through and the owner's registration id."""
+        write transaction); returns its id, the seq it seals through and the owner's
+        registration id."""
         ring = self.ring(rows)
         if ring.owner is None:
-            raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger register-key` "
-                             f"first), got {self.path} with none.")
+            raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger "
+                             f"register-key` first), got {self.path} with none.")
         seq, _, prev = self.store.head()
         eid = self.append(sg.SEAL_KIND, sg.LEDGER_SCOPE, sg.seal_payload(seq, prev))
         return eid, seq, ring.keys[ring.owner].entry_id
@@ -145,16 +152,19 @@ class Authority:
         """``snap``'s rows after checking the whole hash chain, every signature and the authority
         rules: budgets are never computed from a ledger that was edited, truncated, reordered or
         forged (:class:`LedgerVerificationError` otherwise)."""
-        problems = (integrity.chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows)
-                    or self._authority_problems(snap.rows))
+        rows = snap.rows
+        problems = (integrity.chain_problems(snap.head, rows) or self._signature_problems(rows)
+                    or self._authority_problems(rows))
         if problems:
-            raise LedgerVerificationError(f"ledger {self.path} fails verification "
-                                          f"({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
+            first = problems[0].message.rstrip(".")
+            raise LedgerVerificationError(f"ledger {self.path} fails verification ({first}); "
+                                          "run `dpaudit ledger verify`.")
         return snap.rows
 
     def verify(self, snap: Snapshot, anchor: str | None, owner: str | None) -> VerifyReport:
         """:func:`.integrity.verify_snapshot` of ``snap`` (``owner`` None: the pinned one)."""
-        return integrity.verify_snapshot(snap, anchor=anchor, owner=self.owner if owner is None else sg.owner_key_id(owner))
+        owner = self.owner if owner is None else sg.owner_key_id(owner)
+        return integrity.verify_snapshot(snap, anchor=anchor, owner=owner)
 
     def _signature_problems(self, rows) -> list[Problem]:
         done = {r[1] for r in rows if (r[1], r[7]) in self._verified}

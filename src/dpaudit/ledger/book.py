@@ -26,7 +26,8 @@ from pathlib import Path
 from .. import __version__
 from ..accounting.adjacency import Adjacency, require_same
 from ..accounting.events import Event
-from ..errors import BudgetExceededError, DatasetIdentityError, LedgerAdjacencyError, LedgerError, UsageError
+from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAdjacencyError, LedgerError,
+                      UsageError)
 from ..records import Release
 from ..validation import open_unit, positive_finite
 from . import budget, integrity, queries, result_cache
@@ -34,9 +35,12 @@ from . import compose as lc
 from . import rows as lr
 from . import signing as sg
 from .authority import Authority
-from .budget import PlannedSpend, check_name, check_reason, sampler_uncertified_reason, uncertified_reason  # noqa: F401
+# re-exported: sampler_uncertified_reason, uncertified_reason (used by mechanisms and verify)
+from .budget import PlannedSpend, check_name, check_reason  # noqa: F401
+from .budget import sampler_uncertified_reason, uncertified_reason  # noqa: F401
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
-from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401  (re-exported)
+# re-exported: canonical_json, entry_hash (the tests rebuild entries with them)
+from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401
 from .paths import LedgerLocation, require_existing, resolve_ledger
 from .plan_rules import recorded_plan_entry
 from .store_pg import PostgresStore
@@ -61,7 +65,8 @@ def _of_sweep(entries: list, sweep: str) -> list:
     """Only that sweep's releases and reservations and what closes them (caps, partitions and
     versions stay)."""
     spends = ("release", "reservation")
-    kept = [e for e in entries if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep]
+    kept = [e for e in entries
+            if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep]
     ids = {e.id for e in kept if e.kind in spends}
     return [e for e in kept if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in ids]
 
@@ -69,7 +74,8 @@ def _of_sweep(entries: list, sweep: str) -> list:
 def _identity_hint(recorded: list[dict], data_info: dict | None) -> str:
     """What differs between a refused data identity and the recorded releases, if it is public."""
     info = data_info or {}
-    for key, label in zip(_DATA_INFO, ("the split differs: split_seed", "the preprocessing differs: profile")):
+    labels = ("the split differs: split_seed", "the preprocessing differs: profile")
+    for key, label in zip(_DATA_INFO, labels):
         seen = sorted({str(p.get(key)) for p in recorded if p.get(key) is not None})
         if info.get(key) is not None and seen and str(info[key]) not in seen:
             return f"{label} {info[key]} here, {', '.join(seen)} in the recorded releases"
@@ -79,7 +85,8 @@ def _identity_hint(recorded: list[dict], data_info: dict | None) -> str:
 def _matching(entries: list, entry_id: str) -> list:
     """The entry with id ``entry_id``, else those it is a prefix of (at least 6 characters)."""
     prefix = len(entry_id) >= 6
-    return [e for e in entries if e.id == entry_id] or [e for e in entries if prefix and e.id.startswith(entry_id)]
+    exact = [e for e in entries if e.id == entry_id]
+    return exact or [e for e in entries if prefix and e.id.startswith(entry_id)]
 
 
 def _without(payload: dict, keys) -> dict:
@@ -96,9 +103,11 @@ def _check_split(dataset: str, parent: str, children: tuple, declared_by: object
     for child in children:
         check_name("child partition", child)
     if len(set(children)) != len(children) or parent in children:
-        raise UsageError(f"children must be distinct and differ from the parent {parent!r}, got {list(children)!r}.")
+        raise UsageError(f"children must be distinct and differ from the parent {parent!r}, "
+                         f"got {list(children)!r}.")
     if not isinstance(declared_by, str) or not declared_by.strip():
-        raise UsageError(f"declared_by must be a non-empty string naming who made the split, got {declared_by!r}.")
+        raise UsageError(f"declared_by must be a non-empty string naming who made the split, "
+                         f"got {declared_by!r}.")
 
 
 def _with(payload: dict, info: dict | None = None, **optional) -> dict:
@@ -148,7 +157,8 @@ class Entry:
         return out
 
     def closed(self, closer: "Entry | None") -> "Entry":
-        """This entry with the void of a release or audit, or what closed a reservation, filled in."""
+        """This entry with the void of a release or audit, or what closed a reservation, filled
+        in."""
         if closer is None:
             return self
         if self.kind in ("release", "audit") and closer.kind == "void":
@@ -170,7 +180,8 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
     if not create:
         require_existing(loc)
     where = loc.path if loc.backend == "sqlite" else loc
-    return Ledger(where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create)
+    return Ledger(where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner,
+                  create=create)
 
 
 class Ledger:
@@ -195,7 +206,9 @@ class Ledger:
             self._store = SqliteStore(self.path, busy_timeout=float(busy_timeout))
         self.backend = self._store.backend
         try:
-            key = signing_key if isinstance(signing_key, sg.SigningKey) else sg.load_signing_key(signing_key)
+            key = signing_key
+            if not isinstance(key, sg.SigningKey):
+                key = sg.load_signing_key(signing_key)
         except BaseException:
             self.close()
             raise
@@ -220,7 +233,8 @@ class Ledger:
         return self._store.schema_version()
 
     def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
-        """Append one entry inside the caller's write transaction (:meth:`.authority.Authority.append`)."""
+        """Append one entry inside the caller's write transaction
+        (:meth:`.authority.Authority.append`)."""
         return self._authority.append(kind, dataset, payload, entry_id)
 
     # -- signatures and seals (the rules: .authority and .signing)
@@ -256,7 +270,8 @@ class Ledger:
             # a seal vouches for the chain before it: never for a failing one
             eid, sealed_through, owner_entry = self._authority.seal(self._intact_rows())
             head = self._store.head()
-        out = {"id": eid, "seq": int(head[0]), "hash": head[2], "sealed_through": int(sealed_through)}
+        out = {"id": eid, "seq": int(head[0]), "hash": head[2],
+               "sealed_through": int(sealed_through)}
         sg.remember_seal(owner_entry, out["seq"], out["hash"])
         return out
 
@@ -297,11 +312,13 @@ class Ledger:
             if not isinstance(payload, dict):
                 raise ValueError("payload is not an object")
         except ValueError as e:
-            raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`.") from None
+            raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); "
+                              "run `dpaudit ledger verify`.") from None
         if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
             payload = _without(payload, ("hashes",))
         signer = sig[0] if sig else None
-        return Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h, signer=signer)
+        payload = self._public_payload(payload)
+        return Entry(seq, eid, kind, created_at, dataset, payload, prev, h, signer=signer)
 
     def _public_payload(self, payload: dict) -> dict:
         """The payload as shown and composed: the plain ``dataset_sha256`` of entries written
@@ -328,7 +345,8 @@ class Ledger:
         if self._key_bytes is None:
             # A missing key with keyed entries present means it was lost or not copied along:
             # a fresh key would silently make every known dataset look like new data.
-            lost = self.backend == "sqlite" and not self.key_path.exists() and self._store.count_keyed() > 0
+            lost = (self.backend == "sqlite" and not self.key_path.exists()
+                    and self._store.count_keyed() > 0)
             self._key_bytes = self._store.fingerprint_key(create=not lost)
         return self._key_bytes
 
@@ -343,13 +361,13 @@ class Ledger:
         hint = _identity_hint(recorded, data_info)
         when = "before training" if planned else "not recorded"
         return DatasetIdentityError(
-            f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but its releases "
-            f"used {shown} ({hint}); refused {when}. If this is a new version of {name}, declare it: "
-            f"dpaudit ledger declare-version {name} --fingerprint {fp} --reason TEXT (the versions then "
-            "compose sequentially).")
+            f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but "
+            f"its releases used {shown} ({hint}); refused {when}. If this is a new version of "
+            f"{name}, declare it: dpaudit ledger declare-version {name} --fingerprint {fp} "
+            "--reason TEXT (the versions then compose sequentially).")
 
-    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str, data_info: dict | None, *,
-                        planned: bool) -> None:
+    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str,
+                        data_info: dict | None, *, planned: bool) -> None:
         if fp and state is not None and not state.known_identity(fp):
             raise self._identity_error(name, state, fp, data_info, planned=planned)
 
@@ -370,12 +388,14 @@ class Ledger:
         raise UsageError(f"entry id must be an id in ledger {self.path}, got {entry_id!r}.")
 
     def _intact_rows(self) -> list:
-        """Every row, after the authority's checks (:meth:`.authority.Authority.intact`: fail closed)."""
+        """Every row, after the authority's checks (:meth:`.authority.Authority.intact`: fail
+        closed)."""
         return self._authority.intact(self._snapshot())
 
     def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
-        es = self._entries_from_rows([r for r in self._intact_rows() if dataset is None or r[4] == dataset])
+        rows = [r for r in self._intact_rows() if dataset is None or r[4] == dataset]
+        es = self._entries_from_rows(rows)
         return lc.replay(es if sweep is None else _of_sweep(es, sweep))
 
     def _state(self, dataset: str) -> lc.DatasetState:
@@ -425,7 +445,8 @@ class Ledger:
         }
         # the sweep tag: `ledger list --sweep NAME` shows what a whole sweep spent; the tail:
         # every composed total accounts for it (compose.bounds); rows: the reservation's set ids
-        return name, _with(payload, ds, sweep=_sweep_tag(release.config), uncertified=uncertified_reason(release),
+        return name, _with(payload, ds, sweep=_sweep_tag(release.config),
+                           uncertified=uncertified_reason(release),
                            noise_tail_delta=None if tail is None else float(tail), rows=rows)
 
     def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
@@ -435,12 +456,13 @@ class Ledger:
         if existing:
             if self._same_release(existing[0][5], payload):
                 return release.id
-            raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; "
-                              "a release id is recorded once.")
+            raise LedgerError(f"release {release.id} is already in ledger {self.path} with "
+                              "different content; a release id is recorded once.")
         state = self._states(name).get(name)
         current = state.adjacency() if state else None
         if current is not None:
-            require_same(current, payload["adjacency"], f"releases on dataset {name!r}", LedgerAdjacencyError)
+            require_same(current, payload["adjacency"], f"releases on dataset {name!r}",
+                         LedgerAdjacencyError)
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
 
@@ -452,8 +474,9 @@ class Ledger:
             return True
         old = self._public_payload(json.loads(stored_text))
         newer = ("sweep", *_DATA_INFO, "uncertified", "noise_tail_delta", "rows")
-        return _without(payload, newer) == _without(old, newer) and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
-                                 for k in newer)
+        kept = all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
+                   for k in newer)
+        return kept and _without(payload, newer) == _without(old, newer)
 
     def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True,
             data_rows=None) -> str:
@@ -497,7 +520,8 @@ class Ledger:
         with self._store.write():
             state = self._state(dataset)
             same = state.check_partition(parent, children) and next(
-                (e.id for e in self.entries(dataset=dataset, kind="partition") if e.payload.get("parent") == parent), None)
+                (e.id for e in self.entries(dataset=dataset, kind="partition")
+                 if e.payload.get("parent") == parent), None)
             if same:
                 return same
             integrity.refuse_held_children(state, parent, children)
@@ -518,8 +542,8 @@ class Ledger:
             self._authority.require_void(published)
             target = self.get(entry_id)
             if target.kind not in ("release", "reservation", "audit"):
-                raise UsageError(f"entry to void must be a release, an audit or an open reservation, "
-                                 f"got a {target.kind} entry ({target.id}).")
+                raise UsageError(f"entry to void must be a release, an audit or an open "
+                                 f"reservation, got a {target.kind} entry ({target.id}).")
             if target.voided_by:
                 raise UsageError(f"release to void must not be voided already, got {target.id} "
                                  f"(voided by {target.voided_by}).")
@@ -529,9 +553,9 @@ class Ledger:
             payload = _with({"target": target.id, "reason": reason}, artefacts_published=published)
             return self._append("void", target.dataset, payload)
 
-    def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None,
-                     trials: int, mechanism: str, unbounded_reason: str | None = None,
-                     release_id: str | None = None) -> str:
+    def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str,
+                     event: Event | None, trials: int, mechanism: str,
+                     unbounded_reason: str | None = None, release_id: str | None = None) -> str:
         """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
         records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
         run without DP noise. In one write transaction, an audit that would push releases + audits
@@ -543,16 +567,18 @@ class Ledger:
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset, "partition": partition,
-                   "adjacency": adj, "guarantee": None if event is None else event.to_dict(), "non_private": event is None,
-                   "trials": int(trials), "release_id": release_id, "dpaudit_version": __version__}
+        payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset,
+                   "partition": partition, "adjacency": adj, "non_private": event is None,
+                   "guarantee": None if event is None else event.to_dict(), "trials": int(trials),
+                   "release_id": release_id, "dpaudit_version": __version__}
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
-            audited = next((e.payload.get("rows") for e in entries if release_id and e.id == release_id), None)
+            audited = next((e.payload.get("rows") for e in entries
+                            if release_id and e.id == release_id), None)
             if isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
             states = lc.replay(entries)
@@ -584,17 +610,20 @@ class Ledger:
                          LedgerAdjacencyError)
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
-        accountants = queries.AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
+        with_audits = state.cap_includes_audits and state.audits
+        accountants = queries.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
         state = state.budgeted()
         view = plan.view(fp)
-        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None, "allowed": True,
-                  "fingerprint": fp or None}
+        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None,
+                  "allowed": True, "fingerprint": fp or None}
         if plan.data_rows is not None:
             footprint = self._footprint(plan.data_rows)
-            states, index = self._people_index((lambda st: budget.without_held(st, held)) if held else None)
+            adjust = (lambda st: budget.without_held(st, held)) if held else None
+            states, index = self._people_index(adjust)
             budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
-            result.update(budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"]))
+            caps = budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"])
+            result.update(caps)
         return result
 
     def _footprint(self, data_rows) -> dict:
@@ -636,7 +665,8 @@ class Ledger:
                 "mechanism": str(mechanism or ""), "pid": os.getpid(), "host": _hostname(),
                 "dpaudit_version": __version__,
             }
-            _with(payload, plan.data_info, uncertified=str(plan.uncertified) if plan.uncertified else None,
+            _with(payload, plan.data_info,
+                  uncertified=str(plan.uncertified) if plan.uncertified else None,
                   noise_tail_delta=float(plan.noise_tail_delta) if plan.noise_tail_delta else None,
                   rows=None if footprint is None else lr.declare(self, footprint))
             return self._append("reservation", plan.dataset, payload)
@@ -706,7 +736,8 @@ class Ledger:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
             under = "" if sweep is None else f" under sweep {sweep!r}"
-            raise UsageError(f"dataset must be one recorded in ledger {self.path}{under}, got {dataset!r}.")
+            raise UsageError(f"dataset must be one recorded in ledger {self.path}{under}, "
+                             f"got {dataset!r}.")
         people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
         return queries.summary_rows(states, people, accountants, whole=sweep is None, progress=progress)
 
@@ -743,7 +774,8 @@ class Ledger:
         fails verification."""
         rep = self.verify()
         if not rep.ok:
-            raise LedgerError(f"ledger {self.path} fails verification ({rep.problems[0].message.rstrip('.')}); "
+            first = rep.problems[0].message.rstrip(".")
+            raise LedgerError(f"ledger {self.path} fails verification ({first}); "
                               "it was not exported.")
         return integrity.export_dump(self._snapshot(), self._key() if include_key else None)
 

@@ -30,8 +30,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 def check_name(what: str, value: object) -> str:
     """``value``, a dataset or partition name: letters, digits, '_', '-', '.', '/' separators."""
     if not isinstance(value, str) or not _NAME_RE.match(value):
-        raise UsageError(f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and '/' "
-                         f"separators, got {value!r}.")
+        raise UsageError(f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and "
+                         f"'/' separators, got {value!r}.")
     return value
 
 
@@ -57,7 +57,8 @@ class PlannedSpend:
     uncertified: str | None = None  # why its guarantee cannot be certified (it counts as unbounded)
     #: its Gaussian sampler's tail delta (dpaudit.noise), counted like a recorded release's
     noise_tail_delta: float = 0.0
-    data_rows: object = None  # the source rows it reads (dpaudit.data.rows.RowSet s, or their keyed hashes)
+    #: the source rows it reads (dpaudit.data.rows.RowSet s, or their keyed hashes)
+    data_rows: object = None
 
     def __post_init__(self) -> None:
         check_name("dataset", self.dataset)
@@ -67,20 +68,22 @@ class PlannedSpend:
         """The planned spend as composition sees it (its noise tail checked to be a number >= 0)."""
         tail = float(self.noise_tail_delta)
         if not tail >= 0.0:
-            raise UsageError(f"noise_tail_delta must be a number >= 0, got {self.noise_tail_delta!r}.")
+            raise UsageError(f"noise_tail_delta must be a number >= 0, "
+                             f"got {self.noise_tail_delta!r}.")
         adjacency = Adjacency.parse(self.adjacency).value
-        return lc.ReleaseView("planned", self.dataset, self.partition, adjacency, None, None, self.event,
-                              self.event is None, fingerprint=fingerprint, uncertified=self.uncertified,
-                              noise_tail_delta=tail)
+        return lc.ReleaseView("planned", self.dataset, self.partition, adjacency, None, None,
+                              self.event, self.event is None, fingerprint=fingerprint,
+                              uncertified=self.uncertified, noise_tail_delta=tail)
 
 
 def uncertified_reason(release: Release) -> str | None:
     """Why ``release``'s guarantee is not certified (it then counts as unbounded), else None: its DP
     noise is derived from its published seed (:func:`dpaudit.records.public_noise_reason`); its
-    executed steps differ from the steps its guarantee accounts for (rule 2 of :mod:`dpaudit.claims`:
-    the stored events do not describe what ran); or its noise sampler records ``certified: false``
-    in ``config["sampler_guarantee"]`` (the textbook floating-point Laplace sampler of DP-ELM holds
-    its epsilon only in ideal arithmetic, Mironov 2012; :mod:`dpaudit.mechanisms.laplace`)."""
+    executed steps differ from the steps its guarantee accounts for (rule 2 of
+    :mod:`dpaudit.claims`: the stored events do not describe what ran); or its noise sampler
+    records ``certified: false`` in ``config["sampler_guarantee"]`` (the textbook floating-point
+    Laplace sampler of DP-ELM holds its epsilon only in ideal arithmetic, Mironov 2012;
+    :mod:`dpaudit.mechanisms.laplace`)."""
     if getattr(release, "non_private", False):
         return None
     public = public_noise_reason(release.noise_source)
@@ -98,7 +101,8 @@ def uncertified_reason(release: Release) -> str | None:
 def sampler_uncertified_reason(sampler: str) -> str:
     """The one wording of an uncertified sampler, shared by reservations and releases."""
     if sampler == "textbook":
-        return "uncertified: textbook floating-point Laplace sampler (ideal-arithmetic guarantee only)"
+        return ("uncertified: textbook floating-point Laplace sampler "
+                "(ideal-arithmetic guarantee only)")
     return f"uncertified: {sampler} sampler (no finite-precision guarantee)"
 
 
@@ -113,12 +117,13 @@ def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
     else:
         fix = "audit a configuration with a certified, known privacy event"
     return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is "
-            f"unbounded (epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the cap "
-            "with --exclude-audits.")
+            f"unbounded (epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the "
+            "cap with --exclude-audits.")
 
 
 def without_held(state: lc.DatasetState, held) -> lc.DatasetState:
-    """``state`` without the open reservations ``held`` (those that already hold the planned release)."""
+    """``state`` without the open reservations ``held`` (those that already hold the planned
+    release)."""
     if not held:
         return state
     held = set(held)
@@ -136,9 +141,9 @@ def cap_columns(state: lc.DatasetState, planned: lc.ReleaseView, adjacency: str,
     spent = lc.total_bounds(before, delta=cap_delta, adjacency=adjacency, accountants=accountants)
     needs = lc.total_bounds(alone, delta=cap_delta, adjacency=adjacency)
     total = queries.total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
-    return {"cap": {"epsilon": cap_eps, "delta": cap_delta}, "spent": spent["epsilon"], "needs": needs["epsilon"],
-            "total": total, "releases": before.releases_subtree, "reservations": before.reservations,
-            "allowed": allowed and total <= cap_eps}
+    return {"cap": {"epsilon": cap_eps, "delta": cap_delta}, "spent": spent["epsilon"],
+            "needs": needs["epsilon"], "total": total, "releases": before.releases_subtree,
+            "reservations": before.reservations, "allowed": allowed and total <= cap_eps}
 
 
 def people_columns(states: dict, index: lr.PeopleIndex, planned: lc.ReleaseView, footprint: dict,
@@ -147,9 +152,11 @@ def people_columns(states: dict, index: lr.PeopleIndex, planned: lc.ReleaseView,
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
     dataset = planned.dataset
     index.collisions(dataset, footprint)
-    after = {**states, dataset: (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)}
-    result["people"], refusal = lr.check_caps(index.with_planned(dataset, footprint), states, after, dataset,
-                                              planned.partition, footprint)
+    state = states.get(dataset) or lc.DatasetState(dataset)
+    after = {**states, dataset: state.with_release(planned)}
+    index = index.with_planned(dataset, footprint)
+    partition = planned.partition
+    result["people"], refusal = lr.check_caps(index, states, after, dataset, partition, footprint)
     if refusal is not None and result["allowed"]:
         result.update(allowed=False, people_refusal=refusal)
 
@@ -161,13 +168,15 @@ def refusal(plan: PlannedSpend, checked: dict) -> str | None:
     cap = checked["cap"]
     if checked.get("people_refusal") and (cap is None or checked["total"] <= cap["epsilon"]):
         return checked["people_refusal"]
-    held = f" and {checked['reservations']} open reservation(s)" if checked.get("reservations") else ""
+    open_held = checked.get("reservations")
+    held = f" and {open_held} open reservation(s)" if open_held else ""
     why = f" ({plan.uncertified})" if plan.uncertified else ""
-    return (f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} already "
-            f"spent epsilon={lc.fmt_epsilon(checked['spent'])}, this release on {plan.dataset}:{plan.partition} "
-            f"needs epsilon={lc.fmt_epsilon(checked['needs'])}{why} alone, composed total would be "
-            f"epsilon={lc.fmt_epsilon(checked['total'])} > cap epsilon={lc.fmt_epsilon(cap['epsilon'])} at "
-            f"delta={cap['delta']:g}; refused before training.")
+    spent, needs, total = (lc.fmt_epsilon(checked[k]) for k in ("spent", "needs", "total"))
+    return (f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} "
+            f"already spent epsilon={spent}, this release on {plan.dataset}:{plan.partition} needs "
+            f"epsilon={needs}{why} alone, composed total would be epsilon={total} > cap "
+            f"epsilon={lc.fmt_epsilon(cap['epsilon'])} at delta={cap['delta']:g}; "
+            "refused before training.")
 
 
 def check_audit(states: dict, index: lr.PeopleIndex, view: lc.ReleaseView, payload: dict) -> None:
@@ -182,9 +191,11 @@ def check_audit(states: dict, index: lr.PeopleIndex, view: lc.ReleaseView, paylo
     index.collisions(dataset, footprint)
     after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
     planned = index.with_planned(dataset, footprint)
-    _, refused = lr.check_caps(planned, states, after, dataset, payload["partition"], footprint, what="audit")
+    partition = payload["partition"]
+    _, refused = lr.check_caps(planned, states, after, dataset, partition, footprint, what="audit")
     if refused is not None and payload["non_private"]:
-        refused = unbounded_audit_refusal(dataset, payload, "a cap that counts audits and shares its people")
+        cap = "a cap that counts audits and shares its people"
+        refused = unbounded_audit_refusal(dataset, payload, cap)
     if refused is not None:
         raise BudgetExceededError(refused)
 
@@ -201,8 +212,8 @@ def _check_audit_cap(state: lc.DatasetState, planned: lc.ReleaseView, payload: d
         raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, cap))
     if total > cap_eps:
         raise BudgetExceededError(
-            f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) "
-            f"already spent epsilon={lc.fmt_epsilon(spent)}, this audit's {payload['trials']} trials on "
-            f"{state.name}:{payload['partition']} would make it epsilon={lc.fmt_epsilon(total)} (rdp) > cap "
-            f"epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
-            "refused before any trial ran.")
+            f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} "
+            f"audit(s) already spent epsilon={lc.fmt_epsilon(spent)}, this audit's "
+            f"{payload['trials']} trials on {state.name}:{payload['partition']} would make it "
+            f"epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at "
+            f"delta={cap_delta:g} (the cap includes audits); refused before any trial ran.")

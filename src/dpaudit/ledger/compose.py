@@ -296,7 +296,8 @@ def _closing(states: dict, by_id: dict, e, identify) -> None:
     target = e.payload["target"]
     r = by_id.get(target)
     if r is None:
-        raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; run `dpaudit ledger verify`.")
+        raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; "
+                          "run `dpaudit ledger verify`.")
     if e.kind != "void" and r.kind != "reservation":
         raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; "
                           "run `dpaudit ledger verify`.")
@@ -327,8 +328,8 @@ def _partition(states: dict, by_id: dict, e, identify) -> None:
 
 #: How each entry kind changes the dataset states; ledger-wide kinds (signing keys, signature
 #: policy, row sets, audit plans, seals) spend no budget of any dataset.
-_APPLY = {"release": _spend, "reservation": _spend, "audit": _spend, "version": _version, "cap": _cap,
-          "partition": _partition, **dict.fromkeys(CLOSING_KINDS, _closing),
+_APPLY = {"release": _spend, "reservation": _spend, "audit": _spend, "version": _version,
+          "cap": _cap, "partition": _partition, **dict.fromkeys(CLOSING_KINDS, _closing),
           **dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None)}
 
 
@@ -341,7 +342,8 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
     for e in entries:
         apply = _APPLY.get(e.kind)
         if apply is None:
-            raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a newer dpaudit or edited.")
+            raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a "
+                              "newer dpaudit or edited.")
         try:
             apply(states, by_id, e, identify)
         except (KeyError, TypeError, ValueError) as ex:

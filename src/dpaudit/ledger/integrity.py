@@ -102,7 +102,8 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
         seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
         signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
         if not (withheld and is_withheld(r)) and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
-            problems.append(Problem("edited", f"{sg.label(r)} was edited: its content no longer matches its hash.", seq, eid))
+            edited = f"{sg.label(r)} was edited: its content no longer matches its hash."
+            problems.append(Problem("edited", edited, seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
         prev_row = r
@@ -223,9 +224,9 @@ def refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
     held = held_children(state, children)
     if held:
         raise LedgerAuthorityError(
-            f"partition {state.name}:{parent} must be declared before its children hold releases, got "
-            f"{', '.join(held)}: they were composed sequentially with the rest of the dataset and keep "
-            "composing so; declare a split before releasing on it.")
+            f"partition {state.name}:{parent} must be declared before its children hold releases, "
+            f"got {', '.join(held)}: they were composed sequentially with the rest of the dataset "
+            "and keep composing so; declare a split before releasing on it.")
 
 
 @dataclass(frozen=True)
@@ -359,8 +360,9 @@ def withheld_problems(rows) -> list[Problem]:
         if is_withheld(r):
             sid = json.loads(r[5]).get("set")
             if sid in seen or sid not in referenced:
-                out.append(Problem("edited", f"{sg.label(r)} is withheld but stands for no row set a release names once: "
-                                             "a withheld entry may only be a row set.", r[0], r[1]))
+                why = "is withheld but stands for no row set a release names once"
+                why += ": a withheld entry may only be a row set."
+                out.append(Problem("edited", f"{sg.label(r)} {why}", r[0], r[1]))
             seen.add(sid)
     return out
 

@@ -166,7 +166,8 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
     _check_key_name(name)
     d = Path(directory).expanduser() if directory is not None else key_dir()
     path = d / f"{name}.key"
-    taken = UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; choose another --name).")
+    taken = UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; "
+                       "choose another --name).")
     if path.exists():
         raise taken
     try:
@@ -276,7 +277,8 @@ class Problem:
     """One integrity finding of :meth:`~dpaudit.ledger.book.Ledger.verify` (signature findings
     are made here, the others by :mod:`.integrity`), naming the entry when there is one."""
 
-    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal | anchor
+    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal
+    # | anchor
     kind: str
     message: str
     seq: int | None = None
@@ -480,7 +482,8 @@ _READ_PAYLOAD = set(LEDGER_KINDS) | {VOID_KIND, *CLOSE_KINDS}
 
 
 def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
-                     verified: "set[str] | frozenset[str]" = frozenset()) -> tuple[KeyRing, list[Problem]]:
+                     verified: "set[str] | frozenset[str]" = frozenset()
+                     ) -> tuple[KeyRing, list[Problem]]:
     """Replay ``rows`` (append order): register keys, apply the policy and the authority rules
     (:func:`authority_problem`), check every signature; returns the key ring and the findings.
     ``owner``: the pinned owner's key id (another first key, or none, is a finding). ``verify=False``
@@ -509,6 +512,7 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
         if why:
             out.append(Problem("signature", f"{label(r)} {why}", r.seq, r.id))
     if owner is not None and ring.owner is None:
-        out.append(Problem("signature", f"the ledger registers no owner key, but owner {owner} was expected: "
-                                        "its registration and the entries after it may have been removed."))
+        missing = (f"the ledger registers no owner key, but owner {owner} was expected: its "
+                   "registration and the entries after it may have been removed.")
+        out.append(Problem("signature", missing))
     return ring, out

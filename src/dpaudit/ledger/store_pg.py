@@ -31,7 +31,8 @@ from typing import Iterator
 
 from ..errors import LedgerError, UsageError
 from .paths import LedgerLocation
-from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401  (ENTRY_COLUMNS: re-exported)
+# ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
+from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
@@ -265,8 +266,8 @@ class PostgresStore(StoreBase):
             self._initialise()
             return
         if "schema_version" not in tables or "entries" not in tables:
-            raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a dpaudit ledger; "
-                              "it was left untouched.")
+            raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a "
+                              "dpaudit ledger; it was left untouched.")
         self._upgrade()
 
     def _initialise(self) -> None:
@@ -333,5 +334,6 @@ class PostgresStore(StoreBase):
             (self.schema,),
         ).fetchall()
         present = {r[0]: r[1] for r in rows}
-        return (trigger_problems([t for t in REQUIRED_TRIGGERS if t not in present], "missing")
-                + trigger_problems([t for t in REQUIRED_TRIGGERS if present.get(t) == "D"], "disabled"))
+        missing = [t for t in REQUIRED_TRIGGERS if t not in present]
+        disabled = [t for t in REQUIRED_TRIGGERS if present.get(t) == "D"]
+        return trigger_problems(missing, "missing") + trigger_problems(disabled, "disabled")

@@ -13,7 +13,8 @@ from typing import Callable, Iterator
 
 from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key, write_secret
-from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401  (ENTRY_COLUMNS: re-exported)
+# ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
+from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
@@ -118,10 +119,12 @@ class SqliteStore(StoreBase):
             raise LedgerError(f"cannot create ledger {p}: directory {p.parent} is read-only.")
 
     def _tables(self) -> set[str]:
-        return {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {r[0] for r in rows}
 
     def _not_a_ledger(self) -> LedgerError:
-        return LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
+        return LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; "
+                           "it was left untouched.")
 
     def _open_schema(self) -> None:
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
@@ -149,8 +152,8 @@ class SqliteStore(StoreBase):
             if tables:
                 raise self._not_a_ledger()
             self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL, "
-                              "dpaudit_version TEXT NOT NULL)")
+            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, "
+                              "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)")
             self._apply_migrations(0)
 
     def _latest(self) -> int:
@@ -200,7 +203,8 @@ class SqliteStore(StoreBase):
     def _inserted(self, sql: str, values: tuple) -> int:
         with self.errors():
             seq = self.conn.execute(sql, values).lastrowid
-            self.conn.execute("UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1", (seq, values[6]))
+            advance = "UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1"
+            self.conn.execute(advance, (seq, values[6]))
         return int(seq)
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:
@@ -224,4 +228,5 @@ class SqliteStore(StoreBase):
         if integrity != ["ok"]:
             out.append(("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
         triggers = {r[0] for r in self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-        return out + trigger_problems([t for t in REQUIRED_TRIGGERS if t not in triggers], "missing")
+        missing = [t for t in REQUIRED_TRIGGERS if t not in triggers]
+        return out + trigger_problems(missing, "missing")

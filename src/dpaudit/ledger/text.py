@@ -148,8 +148,8 @@ def _audit_and_void_notes(name: str, r: dict) -> list[str]:
            for why in r.get("audit_unbounded_reasons") or []]
     if r.get("audits"):
         out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap "
-                   + ("includes them." if counted else
-                      "counts releases only (--exclude-audits, or a cap written before caps counted audits)."))
+                   + ("includes them." if counted else "counts releases only (--exclude-audits, or a "
+                                                       "cap written before caps counted audits)."))
     if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
         out.append(f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "
                    f"voided but published, still counted: {r.get('voided_published_releases') or 0} release(s).")

@@ -111,13 +111,16 @@ class Authority:
                 "void on a signed ledger must state whether the artefacts were ever published "
                 "(--published / --never-published), got neither.")
 
-    def register_key(self, public_key: str | None, name: str) -> str:
-        """See :meth:`~.book.Ledger.register_key` (inside the caller's write transaction)."""
-        key = self.key
-        if key is None:
+    def public_raw(self, public_key: str | None) -> bytes:
+        """The raw key to register: ``public_key``, else this ledger's own (UsageError without one)."""
+        if self.key is None:
             raise UsageError("signing key must exist to register keys, got none (create one with "
                              "`dpaudit ledger keygen`).")
-        raw = key.public_raw if public_key is None else sg.parse_public_key(public_key)
+        return self.key.public_raw if public_key is None else sg.parse_public_key(public_key)
+
+    def register_key(self, raw: bytes, name: str) -> str:
+        """See :meth:`~.book.Ledger.register_key` (inside the caller's write transaction)."""
+        key = self.key
         ring, kid = self.ring(), sg.key_id(raw)
         if kid in ring.keys:
             return ring.keys[kid].entry_id

@@ -249,8 +249,9 @@ class Ledger:
         key and is signed by it (``public_key`` None or that key). Every later one is signed by
         the owner's key (:class:`LedgerAuthorityError` otherwise: a member cannot add signers).
         Registering a known key returns its entry."""
+        raw = self._authority.public_raw(public_key)
         with self._store.write():
-            return self._authority.register_key(public_key, name)
+            return self._authority.register_key(raw, name)
 
     def require_signatures(self) -> str:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).

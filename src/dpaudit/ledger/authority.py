@@ -112,7 +112,7 @@ class Authority:
                 "(--published / --never-published), got neither.")
 
     def public_raw(self, public_key: str | None) -> bytes:
-        """The raw key to register: ``public_key``, else this ledger's own (UsageError without one)."""
+        """The raw key to register: ``public_key``, else this ledger's own (UsageError if none)."""
         if self.key is None:
             raise UsageError("signing key must exist to register keys, got none (create one with "
                              "`dpaudit ledger keygen`).")

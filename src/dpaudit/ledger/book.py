@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..accounting.adjacency import Adjacency, require_same
+from ..accounting.adjacency import Adjacency
 from ..accounting.events import Event
-from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAdjacencyError, LedgerError,
-                      UsageError)
+from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
 from ..records import Release
 from ..validation import open_unit, positive_finite
 from . import budget, integrity, queries, result_cache
@@ -355,22 +354,21 @@ class Ledger:
         """The keyed fingerprint (HMAC-SHA256 under this ledger's key) of a plain data digest."""
         return keyed_fingerprint(self._key(), digest)
 
-    def _identity_error(self, name: str, state: lc.DatasetState, fp: str, data_info: dict | None, *,
-                        planned: bool) -> DatasetIdentityError:
+    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str,
+                        data_info: dict | None, *, planned: bool) -> None:
+        """Refuse (:class:`DatasetIdentityError`) data ``fp`` that is not a recorded or declared
+        version of ``name`` (the hint says what public setting differs, if one does)."""
+        if not fp or state is None or state.known_identity(fp):
+            return
         shown = ", ".join(k[:12] for k in sorted(state.fingerprints))
         recorded = [e.payload for e in self.entries(dataset=name) if e.kind in ("release", "reservation")]
         hint = _identity_hint(recorded, data_info)
         when = "before training" if planned else "not recorded"
-        return DatasetIdentityError(
+        raise DatasetIdentityError(
             f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but "
             f"its releases used {shown} ({hint}); refused {when}. If this is a new version of "
             f"{name}, declare it: dpaudit ledger declare-version {name} --fingerprint {fp} "
             "--reason TEXT (the versions then compose sequentially).")
-
-    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str,
-                        data_info: dict | None, *, planned: bool) -> None:
-        if fp and state is not None and not state.known_identity(fp):
-            raise self._identity_error(name, state, fp, data_info, planned=planned)
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
         """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
@@ -460,10 +458,7 @@ class Ledger:
             raise LedgerError(f"release {release.id} is already in ledger {self.path} with "
                               "different content; a release id is recorded once.")
         state = self._states(name).get(name)
-        current = state.adjacency() if state else None
-        if current is not None:
-            require_same(current, payload["adjacency"], f"releases on dataset {name!r}",
-                         LedgerAdjacencyError)
+        budget.require_adjacency(state, payload["adjacency"], f"releases on dataset {name!r}")
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
 
@@ -583,10 +578,9 @@ class Ledger:
             if isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
             states = lc.replay(entries)
-            current = (states.get(dataset) or lc.DatasetState(dataset)).with_audits().adjacency()
-            if current is not None:
-                require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}",
-                             LedgerAdjacencyError)
+            state = (states.get(dataset) or lc.DatasetState(dataset)).with_audits()
+            what = f"the audit and the releases and audits on dataset {dataset!r}"
+            budget.require_adjacency(state, adj, what)
             view = lc.release_view(audit_id, dataset, payload, kind="audit")
             budget.check_audit(states, lr.PeopleIndex.build(rows, entries, states), view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
@@ -605,10 +599,8 @@ class Ledger:
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
         state = budget.without_held(self._state(dataset), held)
-        current = state.adjacency()
-        if current is not None:
-            require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}",
-                         LedgerAdjacencyError)
+        what = f"the planned release and the releases on dataset {dataset!r}"
+        budget.require_adjacency(state, adj, what)
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
         with_audits = state.cap_includes_audits and state.audits

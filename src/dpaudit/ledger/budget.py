@@ -15,10 +15,10 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from ..accounting.adjacency import Adjacency
+from ..accounting.adjacency import Adjacency, require_same
 from ..accounting.events import Event
 from ..claims import integer, steps_accounted, steps_problem
-from ..errors import BudgetExceededError, UsageError
+from ..errors import BudgetExceededError, LedgerAdjacencyError, UsageError
 from ..records import Release, public_noise_reason
 from . import compose as lc
 from . import queries
@@ -119,6 +119,14 @@ def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
     return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is "
             f"unbounded (epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the "
             "cap with --exclude-audits.")
+
+
+def require_adjacency(state: lc.DatasetState | None, adjacency: str, what: str) -> None:
+    """Refuse (:class:`LedgerAdjacencyError`) an ``adjacency`` other than the one ``state``'s
+    entries share (``what``: the entries compared, for the message)."""
+    current = None if state is None else state.adjacency()
+    if current is not None:
+        require_same(current, adjacency, what, LedgerAdjacencyError)
 
 
 def without_held(state: lc.DatasetState, held) -> lc.DatasetState:

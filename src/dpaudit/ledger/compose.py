@@ -275,9 +275,7 @@ def _close(st: DatasetState, e, r: ReleaseView) -> None:
 
 
 def _state(states: dict, name: str) -> DatasetState:
-    if name not in states:
-        states[name] = DatasetState(name)
-    return states[name]
+    return states.setdefault(name, DatasetState(name))
 
 
 def _spend(states: dict, by_id: dict, e, identify) -> None:

@@ -1,3 +1,5 @@
-"""The privacy budget ledger, above accounting: the budget book is :mod:`.book` (``open_ledger``), the
-other modules are listed in docs/architecture.md. Nothing is imported here, so ``dpaudit.ledger.paths`` loads alone.
+"""The privacy budget ledger, above accounting: :mod:`.book` (``open_ledger``) is the facade over
+the budget arithmetic (:mod:`.budget`), who may write what (:mod:`.authority`) and the stores
+(:mod:`.store`); the other modules are listed in docs/architecture.md. Nothing is imported here,
+so ``dpaudit.ledger.paths`` loads alone.
 """

@@ -1,11 +1,14 @@
 """The privacy budget ledger: a durable, append-only record of every release of every dataset.
 
 The rows live in an SQLite file (:mod:`.store_sqlite`) or a PostgreSQL schema (:mod:`.store_pg`);
-everything here is written once, for both. The guarantees (one transaction per write, append-only
-entry kinds, reservations held before training and closed by ``settle`` / ``cancel`` / ``void``,
-one data identity per dataset name unless a version is declared, the hash chain and signatures
-checked before every budget answer, schema migrations) are stated in docs/ledger.md
-("Reliability", "How the total is composed"); composition itself is :mod:`.compose`.
+:class:`Ledger` is a thin facade over them: it opens one transaction per write, reads the verified
+entries and hands them to the budget arithmetic (:mod:`.budget`), and appends through the
+authority (:mod:`.authority`: the chain, signatures and who may write what). The guarantees (one
+transaction per write, append-only entry kinds, reservations held before training and closed by
+``settle`` / ``cancel`` / ``void``, one data identity per dataset name unless a version is
+declared, the hash chain and signatures checked before every budget answer, schema migrations)
+are stated in docs/ledger.md ("Reliability", "How the total is composed"); composition itself
+is :mod:`.compose`.
 """
 
 from __future__ import annotations
@@ -15,35 +18,38 @@ import dataclasses
 import json
 import math
 import os
-import re
 import socket
-import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
-from ..accounting.adjacency import Adjacency, require_same
+from ..accounting.adjacency import Adjacency
 from ..accounting.events import Event
-from ..claims import integer, steps_accounted, steps_problem
-from ..errors import (BudgetExceededError, DatasetIdentityError, LedgerAdjacencyError, LedgerAuthorityError,
-                      LedgerError, LedgerVerificationError, UsageError)
-from ..records import Release, public_noise_reason
+from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
+from ..records import Release
 from ..validation import open_unit, positive_finite
+from . import budget, integrity, queries, result_cache
 from . import compose as lc
 from . import rows as lr
-from . import integrity, queries, result_cache
 from . import signing as sg
+from .authority import Authority
+# re-exported: sampler_uncertified_reason, uncertified_reason (used by mechanisms and verify)
+from .budget import PlannedSpend, check_name, check_reason  # noqa: F401
+from .budget import sampler_uncertified_reason, uncertified_reason  # noqa: F401
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
-from .integrity import GENESIS_HASH, Problem, Snapshot, VerifyReport, canonical_json, chain_problems, entry_hash  # noqa: F401
-from .paths import LedgerLocation, require_existing, resolve_ledger, utc_now
-from .plan_rules import PLAN_STAGES, recorded_plan_entry  # noqa: F401  (PLAN_STAGES: re-exported)
+# re-exported: canonical_json, entry_hash (the tests rebuild entries with them)
+from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401
+from .paths import LedgerLocation, require_existing, resolve_ledger
+from .plan_rules import recorded_plan_entry
 from .store_pg import PostgresStore
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
 from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
 #: Seconds a writer waits for another process's transaction before giving up.
 BUSY_TIMEOUT_S = 60.0
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
+#: Public keys of a release or reservation payload that name the cause of a fingerprint change.
+_DATA_INFO = ("split_seed", "profile")
 
 
 def _sweep_tag(config: object) -> dict | None:
@@ -54,72 +60,61 @@ def _sweep_tag(config: object) -> dict | None:
     return {"name": tag["name"], "task": tag.get("task")}
 
 
-def uncertified_reason(release: Release) -> str | None:
-    """Why ``release``'s guarantee is not certified (it then counts as unbounded), else None: its DP
-    noise is derived from its published seed (:func:`dpaudit.records.public_noise_reason`); its
-    executed steps differ from the steps its guarantee accounts for (rule 2 of :mod:`dpaudit.claims`:
-    the stored events do not describe what ran); or its noise sampler records ``certified: false``
-    in ``config["sampler_guarantee"]`` (the textbook floating-point Laplace sampler of DP-ELM holds
-    its epsilon only in ideal arithmetic, Mironov 2012; :mod:`dpaudit.mechanisms.laplace`)."""
-    if getattr(release, "non_private", False):
-        return None
-    public = public_noise_reason(release.noise_source)
-    if public is not None:
-        return public
-    steps = steps_problem(integer(release.steps_executed), steps_accounted(release))
-    if steps is not None:
-        return f"uncertified: {steps} (its stored guarantee does not describe what ran)"
-    g = release.config.get("sampler_guarantee") if isinstance(release.config, dict) else None
-    if isinstance(g, dict) and g.get("certified") is False:
-        return sampler_uncertified_reason(str(g.get("sampler") or "unknown"))
-    return None
+def _of_sweep(entries: list, sweep: str) -> list:
+    """Only that sweep's releases and reservations and what closes them (caps, partitions and
+    versions stay)."""
+    spends = ("release", "reservation")
+    kept = [e for e in entries
+            if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep]
+    ids = {e.id for e in kept if e.kind in spends}
+    return [e for e in kept if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in ids]
 
 
-def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
-    """The one-line refusal of an audit whose trials are unbounded (some train without DP noise)
-    under ``cap``, a cap that counts audits: the cause and the way out."""
-    reason = str(payload.get("unbounded_reason") or "trials without DP noise")
-    if "no-noise control" in reason:
-        fix = "run the audit with --no-controls (the no-noise control is what is unbounded)"
-    elif "without DP noise" in reason:
-        fix = "run the audit without --no-noise"
-    else:
-        fix = "audit a configuration with a certified, known privacy event"
-    return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is unbounded "
-            f"(epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the cap with --exclude-audits.")
+def _identity_hint(recorded: list[dict], data_info: dict | None) -> str:
+    """What differs between a refused data identity and the recorded releases, if it is public."""
+    info = data_info or {}
+    labels = ("the split differs: split_seed", "the preprocessing differs: profile")
+    for key, label in zip(_DATA_INFO, labels):
+        seen = sorted({str(p.get(key)) for p in recorded if p.get(key) is not None})
+        if info.get(key) is not None and seen and str(info[key]) not in seen:
+            return f"{label} {info[key]} here, {', '.join(seen)} in the recorded releases"
+    return "other records: other data, another public/private division or other preprocessing"
 
 
-def sampler_uncertified_reason(sampler: str) -> str:
-    """The one wording of an uncertified sampler, shared by reservations and releases."""
-    if sampler == "textbook":
-        return "uncertified: textbook floating-point Laplace sampler (ideal-arithmetic guarantee only)"
-    return f"uncertified: {sampler} sampler (no finite-precision guarantee)"
+def _matching(entries: list, entry_id: str) -> list:
+    """The entry with id ``entry_id``, else those it is a prefix of (at least 6 characters)."""
+    prefix = len(entry_id) >= 6
+    exact = [e for e in entries if e.id == entry_id]
+    return exact or [e for e in entries if prefix and e.id.startswith(entry_id)]
 
 
-def _check_name(what: str, value: object) -> str:
-    if not isinstance(value, str) or not _NAME_RE.match(value):
-        raise UsageError(f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and '/' separators, got {value!r}.")
-    return value
+def _without(payload: dict, keys) -> dict:
+    return {k: v for k, v in payload.items() if k not in keys}
 
 
-def _closed(e: "Entry", closer: "Entry | None") -> "Entry":
-    """``e`` with the void of a release or audit, or what closed a reservation, filled in."""
-    if closer is None:
-        return e
-    if e.kind in ("release", "audit") and closer.kind == "void":
-        return dataclasses.replace(e, voided_by=closer.id)
-    if e.kind == "reservation":
-        return dataclasses.replace(e, closed_by=closer.id, closed_as={"settle": "settled", "cancel": "cancelled", "void": "voided"}[closer.kind])
-    return e
+def _check_split(dataset: str, parent: str, children: tuple, declared_by: object) -> None:
+    """Refuse (UsageError) a partition declaration that is not a split of ``parent`` into distinct,
+    named children by a named declarer."""
+    check_name("dataset", dataset)
+    check_name("parent partition", parent)
+    if not children:
+        raise UsageError(f"children must be at least one partition, got {list(children)!r}.")
+    for child in children:
+        check_name("child partition", child)
+    if len(set(children)) != len(children) or parent in children:
+        raise UsageError(f"children must be distinct and differ from the parent {parent!r}, "
+                         f"got {list(children)!r}.")
+    if not isinstance(declared_by, str) or not declared_by.strip():
+        raise UsageError(f"declared_by must be a non-empty string naming who made the split, "
+                         f"got {declared_by!r}.")
 
 
-def _check_reason(reason: object) -> str:
-    if not isinstance(reason, str) or not reason.strip():
-        raise UsageError(f"reason must be a non-empty explanation, got {reason!r}.")
-    return reason.strip()
-
-
-# ---------------------------------------------------------------- records
+def _with(payload: dict, info: dict | None = None, **optional) -> dict:
+    """``payload`` with the public data info and every ``optional`` key that is not None."""
+    info = info or {}
+    payload.update({key: info[key] for key in _DATA_INFO if info.get(key) is not None})
+    payload.update({key: value for key, value in optional.items() if value is not None})
+    return payload
 
 
 @dataclass(frozen=True)
@@ -149,25 +144,33 @@ class Entry:
         return "open" if self.closed_by is None else self.closed_as
 
     def to_dict(self) -> dict:
-        d = {
-            "seq": self.seq, "id": self.id, "kind": self.kind, "created_at": self.created_at,
-            "dataset": self.dataset, **self.payload, "prev_hash": self.prev_hash, "hash": self.hash,
-        }
+        head = {"seq": self.seq, "id": self.id, "kind": self.kind, "created_at": self.created_at,
+                "dataset": self.dataset}
+        out = {**head, **self.payload, "prev_hash": self.prev_hash, "hash": self.hash}
         if self.signer is not None:
-            d["signer"] = self.signer
+            out["signer"] = self.signer
         if self.kind in ("release", "audit"):
-            d["voided_by"] = self.voided_by
+            out["voided_by"] = self.voided_by
         if self.kind == "reservation":
-            d["closed_by"] = self.closed_by
-            d["status"] = self.status
-        return d
+            out.update(closed_by=self.closed_by, status=self.status)
+        return out
 
-
-# ---------------------------------------------------------------- opening
+    def closed(self, closer: "Entry | None") -> "Entry":
+        """This entry with the void of a release or audit, or what closed a reservation, filled
+        in."""
+        if closer is None:
+            return self
+        if self.kind in ("release", "audit") and closer.kind == "void":
+            return dataclasses.replace(self, voided_by=closer.id)
+        if self.kind == "reservation":
+            closed_as = {"settle": "settled", "cancel": "cancelled", "void": "voided"}[closer.kind]
+            return dataclasses.replace(self, closed_by=closer.id, closed_as=closed_as)
+        return self
 
 
 def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
-                signing_key: "sg.SigningKey | str | None" = None, create: bool = True, owner: str | None = None) -> "Ledger":
+                signing_key: "sg.SigningKey | str | None" = None, create: bool = True,
+                owner: str | None = None) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
@@ -175,7 +178,8 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
-    return Ledger(loc.path if loc.backend == "sqlite" else loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner,
+    where = loc.path if loc.backend == "sqlite" else loc
+    return Ledger(where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner,
                   create=create)
 
 
@@ -189,27 +193,26 @@ class Ledger:
     signed registration, so a ledger stripped of it fails closed."""
 
     def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
-                 signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None, create: bool = True) -> None:
-        self._owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
-        self._busy_timeout = float(busy_timeout)
+                 signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None,
+                 create: bool = True) -> None:
+        owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
         self._key_bytes: bytes | None = None
-        self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature checked out
-        self._authority_clean: str | None = None  # head hash whose authority check found nothing
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
-            self._store = PostgresStore(path, busy_timeout=self._busy_timeout, initialise=create)
+            self._store = PostgresStore(path, busy_timeout=float(busy_timeout), initialise=create)
             self.path = path.display
         else:
-            p = path.path if isinstance(path, LedgerLocation) else path
-            self._store = SqliteStore(Path(p), busy_timeout=self._busy_timeout)
-            self.path = Path(p)
+            self.path = Path(path.path if isinstance(path, LedgerLocation) else path)
+            self._store = SqliteStore(self.path, busy_timeout=float(busy_timeout))
         self.backend = self._store.backend
         try:
-            self._signing_key = signing_key if isinstance(signing_key, sg.SigningKey) else sg.load_signing_key(signing_key)
+            key = signing_key
+            if not isinstance(key, sg.SigningKey):
+                key = sg.load_signing_key(signing_key)
         except BaseException:
             self.close()
             raise
+        self._authority = Authority(self._store, self.path, key, owner)
 
-    # -- context manager
     def __enter__(self) -> "Ledger":
         return self
 
@@ -229,67 +232,14 @@ class Ledger:
         return self._store.schema_version()
 
     def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
-        """Append one entry inside the caller's write transaction and advance the chain head.
+        """Append one entry inside the caller's write transaction
+        (:meth:`.authority.Authority.append`)."""
+        return self._authority.append(kind, dataset, payload, entry_id)
 
-        Signed with this ledger's signing key when that key is registered; refused unsigned when
-        the ledger requires signatures (a ``policy`` entry)."""
-        st = self._store
-        entry_id = entry_id or uuid.uuid4().hex
-        head = st.head()
-        if head is None:
-            raise LedgerError(f"ledger {self.path} has no chain head; run `dpaudit ledger verify`.")
-        last = st.last()
-        if (last[1] if last else GENESIS_HASH) != head[2]:
-            # Appending after a broken chain would bury the break; refuse instead.
-            raise LedgerError(f"ledger {self.path} fails its integrity check (last entry does not match the chain head); run `dpaudit ledger verify`.")
-        created_at = utc_now()
-        text = canonical_json(payload)
-        signer = signature = None
-        key = self._signer_for(kind, payload)
-        if key is not None:
-            signer = key.key_id
-            signature = key.sign(sg.signing_material(head[2], entry_id, kind, created_at, dataset, text, signer))
-        h = entry_hash(head[2], entry_id, kind, created_at, dataset, text, signer, signature)
-        st.insert(entry_id, kind, created_at, dataset, text, head[2], h, signer, signature)
-        return entry_id
-
-    # -- signatures
+    # -- signatures and seals (the rules: .authority and .signing)
     def key_ring(self) -> sg.KeyRing:
         """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
-        ring, _ = sg.check_signatures(integrity.signed_rows(self._store.rows()), verify=False)
-        return ring
-
-    def _signer_for(self, kind: str, payload: dict) -> "sg.SigningKey | None":
-        key = self._signing_key
-        ring = self.key_ring()
-        if kind == sg.KEY_KIND and not ring.keys and key is not None and payload.get("key_id") == key.key_id:
-            return key  # the owner's self-signed registration
-        if key is not None and key.key_id in ring.keys:
-            self._require_authority(ring, kind, payload, key)
-            return key
-        if ring.required_since is not None:
-            why = "no signing key (create one with `dpaudit ledger keygen`)" if key is None else \
-                f"signing key {key.key_id} is not registered in it"
-            raise LedgerError(f"ledger {self.path} requires signed entries (since entry #{ring.required_since}), but {why}; "
-                              "nothing was written.")
-        if kind in sg.LEDGER_KINDS:
-            raise UsageError(f"a {kind} entry must be signed by a registered key, got "
-                             + ("no signing key." if key is None else f"unregistered key {key.key_id}."))
-        return None
-
-    def _require_authority(self, ring: sg.KeyRing, kind: str, payload: dict, key) -> None:
-        """Refuse (:class:`LedgerAuthorityError`, nothing written) an entry ``key`` may not sign on
-        this ledger (:func:`~.signing.authority_problem`, the rule ``verify`` applies when reading)."""
-        kid = None if key is None else key.key_id
-        if sg.authority_problem(ring, kind, payload, kid) is None:
-            return
-        got = "no signing key" if kid is None else f"key {kid}"
-        if kind in sg.OWNER_KINDS:
-            raise LedgerAuthorityError(f"{kind} on signed ledger {self.path} must be signed by its owner's key "
-                                       f"{ring.owner}, got {got}: only the owner may {sg.OWNER_POWERS[kind]}; nothing was written.")
-        raise LedgerAuthorityError(f"{kind} of reservation {payload.get('target')} on signed ledger {self.path} must be "
-                                   f"signed by the key that opened it or by the owner's key {ring.owner}, got {got}; "
-                                   "nothing was written.")
+        return self._authority.ring()
 
     def register_key(self, public_key: str | None = None, name: str = "") -> str:
         """Register a public key (``ed25519:BASE64`` or a .pub file) so entries it signs verify.
@@ -298,31 +248,16 @@ class Ledger:
         key and is signed by it (``public_key`` None or that key). Every later one is signed by
         the owner's key (:class:`LedgerAuthorityError` otherwise: a member cannot add signers).
         Registering a known key returns its entry."""
-        key = self._signing_key
-        if key is None:
-            raise UsageError("signing key must exist to register keys, got none (create one with `dpaudit ledger keygen`).")
-        raw = key.public_raw if public_key is None else sg.parse_public_key(public_key)
+        raw = self._authority.public_raw(public_key)
         with self._store.write():
-            ring = self.key_ring()
-            kid = sg.key_id(raw)
-            if kid in ring.keys:
-                return ring.keys[kid].entry_id
-            if not ring.keys and kid != key.key_id:
-                raise UsageError(f"the first key registered must be your own (the owner's, {key.key_id}), got {kid}; "
-                                 "run `dpaudit ledger register-key` without --public-key first.")
-            role = "owner" if not ring.keys else "member"
-            label = name or (key.name if kid == key.key_id else kid[:12])
-            return self._append(sg.KEY_KIND, sg.LEDGER_SCOPE, sg.key_payload(raw, label, role))
+            return self._authority.register_key(raw, name)
 
     def require_signatures(self) -> str:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
         Since the owner's registration is itself the policy (see :mod:`~dpaudit.ledger.signing`),
         this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
         with self._store.write():
-            for r in self._store.rows():
-                if r[2] == sg.POLICY_KIND and r[8] is not None:
-                    return r[1]
-            return self._append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
+            return self._authority.require_signatures()
 
     def seal(self) -> dict:
         """Append an owner-signed ``seal`` of the current head: its signature covers every entry
@@ -332,25 +267,20 @@ class Ledger:
         truncation) is named here too. Owner only (:class:`LedgerAuthorityError`); a ledger with
         no owner is refused (UsageError). Returns the seal's id, seq and hash (publish it)."""
         with self._store.write():
-            self._intact_rows()  # a seal vouches for the chain before it: never for a failing one
-            ring = self.key_ring()
-            if ring.owner is None:
-                raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger register-key` first), "
-                                 f"got {self.path} with none.")
-            seq, _, prev = self._store.head()
-            eid = self._append(sg.SEAL_KIND, sg.LEDGER_SCOPE, sg.seal_payload(seq, prev))
+            # a seal vouches for the chain before it: never for a failing one
+            eid, sealed_through, owner_entry = self._authority.seal(self._intact_rows())
             head = self._store.head()
-        out = {"id": eid, "seq": int(head[0]), "hash": head[2], "sealed_through": int(seq)}
-        sg.remember_seal(ring.keys[ring.owner].entry_id, out["seq"], out["hash"])
+        out = {"id": eid, "seq": int(head[0]), "hash": head[2],
+               "sealed_through": int(sealed_through)}
+        sg.remember_seal(owner_entry, out["seq"], out["hash"])
         return out
 
     def seal_status(self) -> dict:
         """How far the owner has sealed this ledger (see :class:`~.signing.KeyRing`): ``owner``,
         ``sealed_through`` (seq of the last owner-signed entry), ``last_seal`` and ``unsealed``
         (entries after it), from the verified rows."""
-        ring, _ = sg.check_signatures(integrity.signed_rows(self._intact_rows()), verify=False)
-        keep = ("owner", "sealed_through", "last_seal", "unsealed")
-        return {k: v for k, v in ring.to_dict().items() if k in keep}
+        ring = self._authority.ring(self._intact_rows()).to_dict()
+        return {k: ring[k] for k in ("owner", "sealed_through", "last_seal", "unsealed")}
 
     def record_plan(self, payload: dict) -> str:
         """Append a signed ``plan`` entry (:mod:`dpaudit.audit_plans`): a plan's registration, one run
@@ -372,29 +302,32 @@ class Ledger:
 
     # -- reading
     def _entries_from_rows(self, rows) -> list[Entry]:
-        out = []
-        for seq, eid, kind, created_at, dataset, text, prev, h, *sig in rows:
-            try:
-                payload = json.loads(text)
-                if not isinstance(payload, dict):
-                    raise ValueError("payload is not an object")
-            except ValueError as e:
-                raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`.") from None
-            if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
-                payload = {k: v for k, v in payload.items() if k != "hashes"}
-            out.append(Entry(seq, eid, kind, created_at, dataset, self._public_payload(payload), prev, h,
-                             signer=sig[0] if sig else None))
+        out = [self._entry(*row) for row in rows]
         closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
-        return [_closed(e, closers.get(e.id)) for e in out]
+        return [e.closed(closers.get(e.id)) for e in out]
+
+    def _entry(self, seq, eid, kind, created_at, dataset, text, prev, h, *sig) -> Entry:
+        try:
+            payload = json.loads(text)
+            if not isinstance(payload, dict):
+                raise ValueError("payload is not an object")
+        except ValueError as e:
+            raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); "
+                              "run `dpaudit ledger verify`.") from None
+        if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
+            payload = _without(payload, ("hashes",))
+        signer = sig[0] if sig else None
+        payload = self._public_payload(payload)
+        return Entry(seq, eid, kind, created_at, dataset, payload, prev, h, signer=signer)
 
     def _public_payload(self, payload: dict) -> dict:
         """The payload as shown and composed: the plain ``dataset_sha256`` of entries written
         before keyed fingerprints becomes its keyed ``dataset_fingerprint`` (the stored text, which
         the hash chain covers, is unchanged), so no listing or report shows a raw digest."""
-        sha = payload.get("dataset_sha256")
         if "dataset_sha256" not in payload:
             return payload
-        out = {k: v for k, v in payload.items() if k != "dataset_sha256"}
+        sha = payload["dataset_sha256"]
+        out = _without(payload, ("dataset_sha256",))
         if isinstance(sha, str) and sha and not payload.get("dataset_fingerprint"):
             out["dataset_fingerprint"] = self.fingerprint(sha)
         else:
@@ -410,39 +343,32 @@ class Ledger:
 
     def _key(self) -> bytes:
         if self._key_bytes is None:
-            create = True
-            if self.backend == "sqlite" and not self.key_path.exists():
-                # A missing key with keyed entries present means it was lost or not copied along:
-                # a fresh key would silently make every known dataset look like new data.
-                create = self._store.count_keyed() == 0
-            self._key_bytes = self._store.fingerprint_key(create=create)
+            # A missing key with keyed entries present means it was lost or not copied along:
+            # a fresh key would silently make every known dataset look like new data.
+            lost = (self.backend == "sqlite" and not self.key_path.exists()
+                    and self._store.count_keyed() > 0)
+            self._key_bytes = self._store.fingerprint_key(create=not lost)
         return self._key_bytes
 
     def fingerprint(self, digest: str) -> str:
         """The keyed fingerprint (HMAC-SHA256 under this ledger's key) of a plain data digest."""
         return keyed_fingerprint(self._key(), digest)
 
-    def _identity_error(self, name: str, state: lc.DatasetState, fp: str, data_info: dict | None, *, planned: bool) -> DatasetIdentityError:
-        known = sorted(state.fingerprints)
-        shown = ", ".join(k[:12] for k in known)
+    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str,
+                        data_info: dict | None, *, planned: bool) -> None:
+        """Refuse (:class:`DatasetIdentityError`) data ``fp`` that is not a recorded or declared
+        version of ``name`` (the hint says what public setting differs, if one does)."""
+        if not fp or state is None or state.known_identity(fp):
+            return
+        shown = ", ".join(k[:12] for k in sorted(state.fingerprints))
         recorded = [e.payload for e in self.entries(dataset=name) if e.kind in ("release", "reservation")]
-        hint = "other records: other data, another public/private division or other preprocessing"
-        info = data_info or {}
-        for key, label in (("split_seed", "the split differs: split_seed"), ("profile", "the preprocessing differs: profile")):
-            seen = sorted({str(p.get(key)) for p in recorded if p.get(key) is not None})
-            if info.get(key) is not None and seen and str(info[key]) not in seen:
-                hint = f"{label} {info[key]} here, {', '.join(seen)} in the recorded releases"
-                break
+        hint = _identity_hint(recorded, data_info)
         when = "before training" if planned else "not recorded"
-        return DatasetIdentityError(
-            f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but its releases used {shown} "
-            f"({hint}); refused {when}. If this is a new version of {name}, declare it: "
-            f"dpaudit ledger declare-version {name} --fingerprint {fp} --reason TEXT (the versions then compose sequentially)."
-        )
-
-    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str, data_info: dict | None, *, planned: bool) -> None:
-        if fp and state is not None and not state.known_identity(fp):
-            raise self._identity_error(name, state, fp, data_info, planned=planned)
+        raise DatasetIdentityError(
+            f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but "
+            f"its releases used {shown} ({hint}); refused {when}. If this is a new version of "
+            f"{name}, declare it: dpaudit ledger declare-version {name} --fingerprint {fp} "
+            "--reason TEXT (the versions then compose sequentially).")
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
         """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
@@ -453,11 +379,7 @@ class Ledger:
         """The entry with this id (or a unique prefix of at least 6 characters)."""
         if not isinstance(entry_id, str) or not entry_id:
             raise UsageError(f"entry id must be a non-empty string, got {entry_id!r}.")
-        es = self.entries()
-        exact = [e for e in es if e.id == entry_id]
-        if exact:
-            return exact[0]
-        matches = [e for e in es if e.id.startswith(entry_id)] if len(entry_id) >= 6 else []
+        matches = _matching(self.entries(), entry_id)
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
@@ -465,26 +387,18 @@ class Ledger:
         raise UsageError(f"entry id must be an id in ledger {self.path}, got {entry_id!r}.")
 
     def _intact_rows(self) -> list:
-        """Every row, after checking the whole hash chain and every signature: budgets are never
-        computed from a ledger that was edited, truncated, reordered or forged (fail closed)."""
-        snap = self._snapshot()
-        problems = (chain_problems(snap.head, snap.rows) or self._signature_problems(snap.rows)
-                    or self._authority_problems(snap.rows))
-        if problems:
-            raise LedgerVerificationError(f"ledger {self.path} fails verification ({problems[0].message.rstrip('.')}); run `dpaudit ledger verify`.")
-        return snap.rows
-
-    def _intact_entries(self, dataset: str | None = None) -> list[Entry]:
-        return self._entries_from_rows([r for r in self._intact_rows() if dataset is None or r[4] == dataset])
+        """Every row, after the authority's checks (:meth:`.authority.Authority.intact`: fail
+        closed)."""
+        return self._authority.intact(self._snapshot())
 
     def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
-        es = self._intact_entries(dataset)
-        if sweep is not None:  # only that sweep's releases (caps, partitions, versions stay)
-            es = [e for e in es if e.kind not in ("release", "reservation") or (e.payload.get("sweep") or {}).get("name") == sweep]
-            kept = {e.id for e in es if e.kind in ("release", "reservation")}
-            es = [e for e in es if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in kept]
-        return lc.replay(es)
+        rows = [r for r in self._intact_rows() if dataset is None or r[4] == dataset]
+        es = self._entries_from_rows(rows)
+        return lc.replay(es if sweep is None else _of_sweep(es, sweep))
+
+    def _state(self, dataset: str) -> lc.DatasetState:
+        return self._states(dataset).get(dataset) or lc.DatasetState(dataset)
 
     def require_sweep(self, sweep: str) -> None:
         """Raise a UsageError naming the known sweeps unless ``sweep`` has releases here."""
@@ -495,12 +409,8 @@ class Ledger:
 
     def sweeps(self) -> dict[str, int]:
         """Sweep name -> number of releases recorded under it (see :func:`_sweep_tag`)."""
-        out: dict[str, int] = {}
-        for e in self.entries(kind="release"):
-            name = (e.payload.get("sweep") or {}).get("name")
-            if name is not None:
-                out[name] = out.get(name, 0) + 1
-        return out
+        names = ((e.payload.get("sweep") or {}).get("name") for e in self.entries(kind="release"))
+        return dict(Counter(name for name in names if name is not None))
 
     # -- writing
     def record(self, release: Release, *, artefact_path: str | None = None) -> str:
@@ -514,12 +424,13 @@ class Ledger:
 
     def _release_payload(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> tuple[str, dict]:
         ds = release.dataset if isinstance(release.dataset, dict) else {}
-        name = _check_name("dataset name", ds.get("name"))
-        partition = _check_name("partition", release.partition)
+        name = check_name("dataset name", ds.get("name"))
+        partition = check_name("partition", release.partition)
         adjacency = Adjacency.parse(release.adjacency).value
         if not release.non_private:
             lc.parse_event(release.guarantee, f"guarantee of release {release.id}")
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
+        tail = getattr(release, "noise_tail_delta", None)
         payload = {
             "release_id": release.id, "mechanism": release.mechanism, "dataset_name": name,
             # keyed: the plain digest of the private data is never stored (see fingerprint.py)
@@ -531,35 +442,23 @@ class Ledger:
             "clipping_norm": release.clipping_norm, "non_private": bool(release.non_private), "artefact_path": artefact_path,
             "release_created_at": release.created_at, "dpaudit_version": release.dpaudit_version,
         }
-        sweep = _sweep_tag(release.config)
-        if sweep is not None:  # so `ledger list --sweep NAME` shows what a whole sweep spent
-            payload["sweep"] = sweep
-        for key in ("split_seed", "profile"):  # public; they name the cause of a fingerprint change
-            if ds.get(key) is not None:
-                payload[key] = ds[key]
-        why = uncertified_reason(release)
-        if why is not None:
-            payload["uncertified"] = why
-        tail = getattr(release, "noise_tail_delta", None)
-        if tail is not None:  # every composed total accounts for it (compose.bounds)
-            payload["noise_tail_delta"] = float(tail)
-        if rows is not None:  # set ids of the rows read (ledger.rows); from the run's reservation
-            payload["rows"] = rows
-        return name, payload
+        # the sweep tag: `ledger list --sweep NAME` shows what a whole sweep spent; the tail:
+        # every composed total accounts for it (compose.bounds); rows: the reservation's set ids
+        return name, _with(payload, ds, sweep=_sweep_tag(release.config),
+                           uncertified=uncertified_reason(release),
+                           noise_tail_delta=None if tail is None else float(tail), rows=rows)
 
     def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
         """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger.rows)."""
         name, payload = self._release_payload(release, artefact_path, rows)
-        adjacency = payload["adjacency"]
         existing = self._store.rows(entry_id=release.id)
         if existing:
             if self._same_release(existing[0][5], payload):
                 return release.id
-            raise LedgerError(f"release {release.id} is already in ledger {self.path} with different content; a release id is recorded once.")
+            raise LedgerError(f"release {release.id} is already in ledger {self.path} with "
+                              "different content; a release id is recorded once.")
         state = self._states(name).get(name)
-        current = state.adjacency() if state else None
-        if current is not None:
-            require_same(current, adjacency, f"releases on dataset {name!r}", LedgerAdjacencyError)
+        budget.require_adjacency(state, payload["adjacency"], f"releases on dataset {name!r}")
         self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
         return self._append("release", name, payload, entry_id=release.id)
 
@@ -570,9 +469,10 @@ class Ledger:
         if stored_text == canonical_json(payload):
             return True
         old = self._public_payload(json.loads(stored_text))
-        newer = ("sweep", "split_seed", "profile", "uncertified", "noise_tail_delta", "rows")
-        return {k: v for k, v in payload.items() if k not in newer} == {k: v for k, v in old.items() if k not in newer} \
-            and all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload) for k in newer)
+        newer = ("sweep", *_DATA_INFO, "uncertified", "noise_tail_delta", "rows")
+        kept = all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
+                   for k in newer)
+        return kept and _without(payload, newer) == _without(old, newer)
 
     def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True,
             data_rows=None) -> str:
@@ -588,7 +488,7 @@ class Ledger:
         sets (ledger.rows): the cap covers every name whose private rows meet them, from this entry
         on, before any release of ``dataset``. Without them a built-in name's cap covers every row
         of its source (fail closed); any other name's, its name and its entries' rows."""
-        _check_name("dataset", dataset)
+        check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
         if not isinstance(include_audits, bool):
@@ -611,24 +511,16 @@ class Ledger:
         its entry id. Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child already
         holds a release or an open reservation: parallel composition after the fact would lower what
         was spent."""
-        _check_name("dataset", dataset)
-        _check_name("parent partition", parent)
         children = tuple(children)
-        if not children:
-            raise UsageError(f"children must be at least one partition, got {list(children)!r}.")
-        for c in children:
-            _check_name("child partition", c)
-        if len(set(children)) != len(children) or parent in children:
-            raise UsageError(f"children must be distinct and differ from the parent {parent!r}, got {list(children)!r}.")
-        if not isinstance(declared_by, str) or not declared_by.strip():
-            raise UsageError(f"declared_by must be a non-empty string naming who made the split, got {declared_by!r}.")
+        _check_split(dataset, parent, children, declared_by)
         with self._store.write():
-            state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
-            if state.check_partition(parent, children):
-                for e in self.entries(dataset=dataset, kind="partition"):
-                    if e.payload.get("parent") == parent:
-                        return e.id
-            _refuse_held_children(state, parent, children)
+            state = self._state(dataset)
+            same = state.check_partition(parent, children) and next(
+                (e.id for e in self.entries(dataset=dataset, kind="partition")
+                 if e.payload.get("parent") == parent), None)
+            if same:
+                return same
+            integrity.refuse_held_children(state, parent, children)
             payload = {"dataset": dataset, "parent": parent, "children": list(children), "declared_by": declared_by.strip()}
             return self._append("partition", dataset, payload)
 
@@ -639,34 +531,27 @@ class Ledger:
         (not stated, allowed on an unsigned ledger only) withdraws the entry but its budget stays
         spent, as a published one's. On a signed ledger ``published`` is required and the owner's
         key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md)."""
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
         with self._store.write():
-            self._check_void_authority(published)
+            self._authority.require_void(published)
             target = self.get(entry_id)
             if target.kind not in ("release", "reservation", "audit"):
-                raise UsageError(f"entry to void must be a release, an audit or an open reservation, got a {target.kind} entry ({target.id}).")
+                raise UsageError(f"entry to void must be a release, an audit or an open "
+                                 f"reservation, got a {target.kind} entry ({target.id}).")
             if target.voided_by:
-                raise UsageError(f"release to void must not be voided already, got {target.id} (voided by {target.voided_by}).")
+                raise UsageError(f"release to void must not be voided already, got {target.id} "
+                                 f"(voided by {target.voided_by}).")
             if target.kind == "reservation" and target.closed_by:
-                raise UsageError(f"reservation to void must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
-            payload = {"target": target.id, "reason": reason}
-            if published is not None:
-                payload["artefacts_published"] = published
+                raise UsageError(f"reservation to void must be open, got {target.id} "
+                                 f"({target.closed_as} by {target.closed_by}).")
+            payload = _with({"target": target.id, "reason": reason}, artefacts_published=published)
             return self._append("void", target.dataset, payload)
 
-    def _check_void_authority(self, published: bool | None) -> None:
-        ring = self.key_ring()
-        if ring.owner is None:
-            return
-        self._require_authority(ring, "void", {}, self._signing_key)
-        if published is None:
-            raise LedgerAuthorityError("void on a signed ledger must state whether the artefacts were ever published "
-                                       "(--published / --never-published), got neither.")
-
-    def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str, event: Event | None, trials: int,
-                     mechanism: str, unbounded_reason: str | None = None, release_id: str | None = None) -> str:
+    def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str,
+                     event: Event | None, trials: int, mechanism: str,
+                     unbounded_reason: str | None = None, release_id: str | None = None) -> str:
         """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
         records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
         run without DP noise. In one write transaction, an audit that would push releases + audits
@@ -675,51 +560,32 @@ class Ledger:
         collide with another name's roles (:class:`~dpaudit.errors.RowRoleCollisionError`), and
         nothing is written. Its rows: the audited release's, else every row of a built-in name's
         source (fail closed, ledger.rows). Returns ``audit_id``."""
-        _check_name("dataset", dataset)
-        _check_name("partition", partition)
+        check_name("dataset", dataset)
+        check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        non_private = event is None
-        payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset, "partition": partition, "adjacency": adj,
-                   "guarantee": None if non_private else event.to_dict(), "non_private": non_private, "trials": int(trials),
+        payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset,
+                   "partition": partition, "adjacency": adj, "non_private": event is None,
+                   "guarantee": None if event is None else event.to_dict(), "trials": int(trials),
                    "release_id": release_id, "dpaudit_version": __version__}
-        if non_private:
+        if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
-            audited = [e for e in entries if release_id and e.id == release_id]
-            if audited and isinstance(audited[0].payload.get("rows"), dict):
-                payload["rows"] = audited[0].payload["rows"]  # the audit trains on the audited release's rows
+            audited = next((e.payload.get("rows") for e in entries
+                            if release_id and e.id == release_id), None)
+            if isinstance(audited, dict):
+                payload["rows"] = audited  # the audit trains on the audited release's rows
             states = lc.replay(entries)
-            state = states.get(dataset) or lc.DatasetState(dataset)
-            current = state.with_audits().adjacency()
-            if current is not None:
-                require_same(current, adj, f"the audit and the releases and audits on dataset {dataset!r}",
-                             LedgerAdjacencyError)
+            state = (states.get(dataset) or lc.DatasetState(dataset)).with_audits()
+            what = f"the audit and the releases and audits on dataset {dataset!r}"
+            budget.require_adjacency(state, adj, what)
             view = lc.release_view(audit_id, dataset, payload, kind="audit")
-            if state.cap is not None and state.cap_includes_audits:
-                self._check_audit_cap(state, view, payload)
-            _check_audit_people(lr.PeopleIndex.build(rows, entries, states), states, view, payload)
+            budget.check_audit(states, lr.PeopleIndex.build(rows, entries, states), view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
-    def _check_audit_cap(self, state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
-        cap_eps, cap_delta = state.cap
-        adj = payload["adjacency"]
-        # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
-        spent = queries.total_epsilon(state.with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
-        total = queries.total_epsilon(dataclasses.replace(state, audits=state.audits + [planned]).with_audits(), cap_delta, adj, queries.AUDIT_ACCOUNTANTS)
-        if total > cap_eps and payload.get("non_private"):
-            cap = f"its cap (epsilon {cap_eps:g} at delta {cap_delta:g})"
-            raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, cap))
-        if total > cap_eps:
-            raise BudgetExceededError(
-                f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} audit(s) already spent "
-                f"epsilon={lc.fmt_epsilon(spent)}, this audit's {payload['trials']} trials on {state.name}:{payload['partition']} would make "
-                f"it epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g} (the cap includes audits); "
-                "refused before any trial ran.")
-
-    # -- budget
+    # -- budget (the arithmetic: .budget)
     def check(self, *, exclude_reservations=(), **planned) -> dict:
         """What spending the ``planned`` release (the fields of a :class:`PlannedSpend`) would do to
         the budget (no write). Open reservations count like releases, except ``exclude_reservations``
@@ -729,64 +595,43 @@ class Ledger:
         with result_cache.recomputed():  # a cap is decided on numbers computed here, never on a file
             return self._check(PlannedSpend(**planned), exclude_reservations)
 
-    def _check(self, plan: "PlannedSpend", exclude_reservations) -> dict:
+    def _check(self, plan: PlannedSpend, held) -> dict:
         dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
-        state = _without_held(self._states(dataset).get(dataset) or lc.DatasetState(dataset), exclude_reservations)
-        current = state.adjacency()
-        if current is not None:
-            require_same(current, adj, f"the planned release and the releases on dataset {dataset!r}",
-                         LedgerAdjacencyError)
+        state = budget.without_held(self._state(dataset), held)
+        what = f"the planned release and the releases on dataset {dataset!r}"
+        budget.require_adjacency(state, adj, what)
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
-        acc = queries.AUDIT_ACCOUNTANTS if state.cap_includes_audits and state.audits else ("rdp", "prv")
+        with_audits = state.cap_includes_audits and state.audits
+        accountants = queries.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
         state = state.budgeted()
-        tail = float(plan.noise_tail_delta)
-        if not tail >= 0.0:
-            raise UsageError(f"noise_tail_delta must be a number >= 0, got {plan.noise_tail_delta!r}.")
-        view = lc.ReleaseView("planned", dataset, plan.partition, adj, None, None, plan.event, plan.event is None, fingerprint=fp,
-                              uncertified=plan.uncertified, noise_tail_delta=tail)
-        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None, "allowed": True, "fingerprint": fp or None}
+        view = plan.view(fp)
+        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None,
+                  "allowed": True, "fingerprint": fp or None}
         if plan.data_rows is not None:
-            self._people_check(dataset, view, plan.data_rows, exclude_reservations, result)
+            footprint = self._footprint(plan.data_rows)
+            adjust = (lambda st: budget.without_held(st, held)) if held else None
+            states, index = self._people_index(adjust)
+            budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
-            result.update(_cap_check(state, view, adj, acc, allowed=result["allowed"]))
+            caps = budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"])
+            result.update(caps)
         return result
 
     def _footprint(self, data_rows) -> dict:
         """Keyed row hashes of a planned release (computed once; a dict is already hashed)."""
         return data_rows if isinstance(data_rows, dict) else lr.hash_rows(self._key(), data_rows)
 
-    def _people_check(self, dataset: str, planned: lc.ReleaseView, data_rows, held, result: dict) -> None:
-        """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
-        and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
-        footprint = self._footprint(data_rows)
-        states, index = self._people_index((lambda st: _without_held(st, held)) if held else None)
-        index.collisions(dataset, footprint)
-        before = dict(states)
-        states[dataset] = (states.get(dataset) or lc.DatasetState(dataset)).with_release(planned)
-        index = index.with_planned(dataset, footprint)
-        result["people"], refusal = lr.check_caps(index, before, states, dataset, planned.partition, footprint)
-        if refusal is not None and result["allowed"]:
-            result.update(allowed=False, people_refusal=refusal)
-
     def preflight(self, *, exclude_reservations=(), **planned) -> dict:
         """:meth:`check`, raising its refusals (:class:`BudgetExceededError`) before any training;
         writes nothing (:meth:`reserve` also holds the budget). Returns :meth:`check`'s dict."""
         plan = PlannedSpend(**planned)
-        r = self.check(exclude_reservations=exclude_reservations, **planned)
-        if r["allowed"]:
-            return r
-        if r.get("people_refusal") and (r["cap"] is None or r["total"] <= r["cap"]["epsilon"]):
-            raise BudgetExceededError(r["people_refusal"])
-        c = r["cap"]
-        held = f" and {r['reservations']} open reservation(s)" if r.get("reservations") else ""
-        why = f" ({plan.uncertified})" if plan.uncertified else ""
-        raise BudgetExceededError(
-            f"budget of dataset {plan.dataset!r} exceeded: {r['releases']} release(s){held} already spent epsilon={lc.fmt_epsilon(r['spent'])}, "
-            f"this release on {plan.dataset}:{plan.partition} needs epsilon={lc.fmt_epsilon(r['needs'])}{why} alone, composed total would be "
-            f"epsilon={lc.fmt_epsilon(r['total'])} > cap epsilon={lc.fmt_epsilon(c['epsilon'])} at delta={c['delta']:g}; refused before training."
-        )
+        checked = self.check(exclude_reservations=exclude_reservations, **planned)
+        refused = budget.refusal(plan, checked)
+        if refused is not None:
+            raise BudgetExceededError(refused)
+        return checked
 
     def reserve(self, *, mechanism: str = "", **planned) -> str:
         """Hold the budget of a planned release: the :meth:`preflight` check and a ``reservation``
@@ -805,20 +650,18 @@ class Ledger:
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
-            info = plan.data_info or {}
             payload = {
-                "dataset_name": plan.dataset, "partition": plan.partition, "adjacency": Adjacency.parse(plan.adjacency).value,
+                "dataset_name": plan.dataset, "partition": plan.partition,
+                "adjacency": Adjacency.parse(plan.adjacency).value,
                 "guarantee": None if plan.event is None else plan.event.to_dict(), "non_private": plan.event is None,
                 "dataset_fingerprint": self.fingerprint(plan.data_digest) if plan.data_digest else None,
-                "mechanism": str(mechanism or ""), "pid": os.getpid(), "host": _hostname(), "dpaudit_version": __version__,
-                **{key: info[key] for key in ("split_seed", "profile") if info.get(key) is not None},
+                "mechanism": str(mechanism or ""), "pid": os.getpid(), "host": _hostname(),
+                "dpaudit_version": __version__,
             }
-            if plan.uncertified:
-                payload["uncertified"] = str(plan.uncertified)
-            if plan.noise_tail_delta:
-                payload["noise_tail_delta"] = float(plan.noise_tail_delta)
-            if footprint is not None:
-                payload["rows"] = lr.declare(self, footprint)
+            _with(payload, plan.data_info,
+                  uncertified=str(plan.uncertified) if plan.uncertified else None,
+                  noise_tail_delta=float(plan.noise_tail_delta) if plan.noise_tail_delta else None,
+                  rows=None if footprint is None else lr.declare(self, footprint))
             return self._append("reservation", plan.dataset, payload)
 
     def _open_reservation(self, reservation_id: str) -> Entry:
@@ -842,7 +685,7 @@ class Ledger:
 
     def cancel(self, reservation_id: str, reason: str) -> str:
         """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         with self._store.write():
             target = self._open_reservation(reservation_id)
             return self._append("cancel", target.dataset, {"target": target.id, "reason": reason})
@@ -856,17 +699,18 @@ class Ledger:
         of ``dataset``; an already declared version returns its entry id. Privacy contract: the
         versions may share any records, so they compose *sequentially* in every total
         (:meth:`~.compose.DatasetState.version_groups`)."""
-        _check_name("dataset", dataset)
+        check_name("dataset", dataset)
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):
             raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
-        reason = _check_reason(reason)
+        reason = check_reason(reason)
         with self._store.write():
-            state = self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+            state = self._state(dataset)
             if fp in state.versions:
                 return state.versions[fp]
             if fp in state.fingerprints:
-                raise UsageError(f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, which its releases already use.")
+                raise UsageError(f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, "
+                                 "which its releases already use.")
             payload = {"dataset": dataset, "fingerprint": fp, "reason": reason, "previous": sorted(state.fingerprints)}
             return self._append("version", dataset, payload)
 
@@ -877,14 +721,16 @@ class Ledger:
         ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
         property of the whole dataset). ``progress``: one step per dataset composed, on stderr."""
         if dataset is not None:
-            _check_name("dataset", dataset)
+            check_name("dataset", dataset)
         if sweep is not None:
             self.require_sweep(sweep)
         states = self._states(dataset, sweep)
         if sweep is not None:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
-            raise UsageError(f"dataset must be one recorded in ledger {self.path}{'' if sweep is None else f' under sweep {sweep!r}'}, got {dataset!r}.")
+            under = "" if sweep is None else f" under sweep {sweep!r}"
+            raise UsageError(f"dataset must be one recorded in ledger {self.path}{under}, "
+                             f"got {dataset!r}.")
         people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
         return queries.summary_rows(states, people, accountants, whole=sweep is None, progress=progress)
 
@@ -904,34 +750,14 @@ class Ledger:
         checks, every entry and signature, and ``anchor`` (a head hash published earlier with
         ``ledger head``). ``owner``: the key id the ledger's first registered key must have
         (default: the one this ledger was opened with)."""
-        snap = self._snapshot(health=True)
-        return integrity.verify_snapshot(snap, anchor=anchor, owner=self._owner if owner is None else sg.owner_key_id(owner))
-
-    def _signature_problems(self, rows) -> list[Problem]:
-        """Signature findings; rows already verified by this object are trusted (an Ed25519
-        check per entry per write would make large ledgers slow)."""
-        done = {r[1] for r in rows if (r[1], r[7]) in self._verified}
-        _, found = sg.check_signatures(integrity.signed_rows(rows), verified=done, owner=self._owner)  # Ed25519 only for rows not yet checked
-        if not found:
-            self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
-        return integrity.signature_problems(found)
-
-    def _authority_problems(self, rows) -> list[Problem]:
-        """Partition declarations that would lower recorded spend and a remembered seal that is
-        gone (:func:`.integrity.authority_problems`); a clean answer is kept per head hash."""
-        head = rows[-1][7] if rows else GENESIS_HASH
-        if self._authority_clean == head:
-            return []
-        found = integrity.authority_problems(rows)
-        if not found:
-            self._authority_clean = head
-        return found
+        return self._authority.verify(self._snapshot(health=True), anchor, owner)
 
     def _snapshot(self, *, health: bool = False) -> Snapshot:
         # One read transaction, so the head and the rows are from the same snapshot.
-        with self._store.read():
-            return Snapshot(str(self.path), self.backend, self._store.schema_version(), self._store.head(), self._store.rows(),
-                            self._store.health() if health else [])
+        st = self._store
+        with st.read():
+            return Snapshot(str(self.path), self.backend, st.schema_version(), st.head(), st.rows(),
+                            st.health() if health else [])
 
     # -- moving a ledger between backends
     def export_rows(self, *, include_key: bool = False) -> dict:
@@ -941,7 +767,9 @@ class Ledger:
         fails verification."""
         rep = self.verify()
         if not rep.ok:
-            raise LedgerError(f"ledger {self.path} fails verification ({rep.problems[0].message.rstrip('.')}); it was not exported.")
+            first = rep.problems[0].message.rstrip(".")
+            raise LedgerError(f"ledger {self.path} fails verification ({first}); "
+                              "it was not exported.")
         return integrity.export_dump(self._snapshot(), self._key() if include_key else None)
 
     def import_rows(self, dump: dict) -> int:
@@ -951,7 +779,8 @@ class Ledger:
         key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
         with self._store.write():
             if self._store.rows():
-                raise UsageError(f"ledger to import into must be empty, got {self.path} with {len(self._store.rows())} entries.")
+                raise UsageError(f"ledger to import into must be empty, got {self.path} "
+                                 f"with {len(self._store.rows())} entries.")
             rows = integrity.import_chain(dump)
             for r in rows:
                 self._store.insert(*r[1:])
@@ -959,77 +788,6 @@ class Ledger:
                 self._store.set_fingerprint_key(key)
         self._key_bytes = None
         return len(rows)
-
-
-@dataclass(frozen=True)
-class PlannedSpend:
-    """A release about to be made, as the budget checks see it (:meth:`Ledger.check`)."""
-
-    dataset: str
-    partition: str
-    event: Event | None  # what it spends; None: non-private (unbounded)
-    adjacency: str
-    #: the plain digest of the private data it reads, checked against the dataset's recorded
-    #: versions; ``data_info`` may hold the public ``split_seed`` / ``profile`` to name a change
-    data_digest: str | None = None
-    data_info: dict | None = None
-    uncertified: str | None = None  # why its guarantee cannot be certified (it counts as unbounded)
-    #: its Gaussian sampler's tail delta (dpaudit.noise), counted like a recorded release's
-    noise_tail_delta: float = 0.0
-    data_rows: object = None  # the source rows it reads (dpaudit.data.rows.RowSet s, or their keyed hashes)
-
-    def __post_init__(self) -> None:
-        _check_name("dataset", self.dataset)
-        _check_name("partition", self.partition)
-
-
-def _check_audit_people(index: "lr.PeopleIndex", states: dict, view: lc.ReleaseView, payload: dict) -> None:
-    """The people check of a planned audit, as a release's (:meth:`Ledger._people_check`): its rows' role
-    collisions, then every cap that includes audits and is reached through shared people, with it."""
-    dataset, partition = view.dataset, payload["partition"]
-    footprint = index.footprint(dataset, payload)
-    index.collisions(dataset, footprint)
-    state = states.get(dataset) or lc.DatasetState(dataset)
-    after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
-    planned = index.with_planned(dataset, footprint)
-    _, refusal = lr.check_caps(planned, states, after, dataset, partition, footprint, what="audit")
-    if refusal is not None and payload["non_private"]:
-        refusal = unbounded_audit_refusal(dataset, payload, "a cap that counts audits and shares its people")
-    if refusal is not None:
-        raise BudgetExceededError(refusal)
-
-
-def _without_held(state: lc.DatasetState, held) -> lc.DatasetState:
-    """``state`` without the open reservations ``held`` (those that already hold the planned release)."""
-    if not held:
-        return state
-    held = set(held)
-    return dataclasses.replace(state, releases=[r for r in state.releases if not (r.kind == "reservation" and r.id in held)])
-
-
-def _cap_check(state: lc.DatasetState, planned: lc.ReleaseView, adj: str, acc, *, allowed: bool) -> dict:
-    """The cap columns of :meth:`Ledger.check`: spent so far, what the planned release needs alone
-    and the total with it, at the cap's delta."""
-    cap_eps, cap_delta = state.cap
-    before = lc.dataset_total(state)
-    after = lc.dataset_total(state.with_release(planned))
-    b_spent = lc.total_bounds(before, delta=cap_delta, adjacency=adj, accountants=acc)
-    alone = lc.dataset_total(lc.DatasetState(state.name, releases=[planned]))
-    b_alone = lc.total_bounds(alone, delta=cap_delta, adjacency=adj)
-    b_after = lc.total_bounds(after, delta=cap_delta, adjacency=adj, accountants=acc)
-    return {"cap": {"epsilon": cap_eps, "delta": cap_delta}, "spent": b_spent["epsilon"], "needs": b_alone["epsilon"],
-            "total": b_after["epsilon"], "releases": before.releases_subtree, "reservations": before.reservations,
-            "allowed": allowed and b_after["epsilon"] <= cap_eps}
-
-
-def _refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
-    """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
-    held = integrity.held_children(state, children)
-    if held:
-        raise LedgerAuthorityError(
-            f"partition {state.name}:{parent} must be declared before its children hold releases, got {', '.join(held)}: "
-            "they were composed sequentially with the rest of the dataset and keep composing so; declare a split "
-            "before releasing on it.")
 
 
 def _hostname() -> str:

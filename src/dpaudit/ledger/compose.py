@@ -274,59 +274,79 @@ def _close(st: DatasetState, e, r: ReleaseView) -> None:
     st.audits = [x for x in st.audits if x.id != r.id]
 
 
+def _state(states: dict, name: str) -> DatasetState:
+    return states.setdefault(name, DatasetState(name))
+
+
+def _spend(states: dict, by_id: dict, e, identify) -> None:
+    """A release, reservation or audit: composed from here on."""
+    r = by_id[e.id] = release_view(e.id, e.dataset, e.payload, identify, e.kind)
+    st = _state(states, e.dataset)
+    if e.kind == "audit":
+        st.audits.append(r)
+        return
+    st.releases.append(r)
+    if r.fingerprint:
+        st.fingerprints.add(r.fingerprint)
+
+
+def _closing(states: dict, by_id: dict, e, identify) -> None:
+    target = e.payload["target"]
+    r = by_id.get(target)
+    if r is None:
+        raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; "
+                          "run `dpaudit ledger verify`.")
+    if e.kind != "void" and r.kind != "reservation":
+        raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; "
+                          "run `dpaudit ledger verify`.")
+    _close(_state(states, r.dataset), e, r)
+
+
+def _version(states: dict, by_id: dict, e, identify) -> None:
+    st, fingerprint = _state(states, e.dataset), str(e.payload["fingerprint"])
+    st.versions[fingerprint] = e.id
+    st.fingerprints.add(fingerprint)
+
+
+def _cap(states: dict, by_id: dict, e, identify) -> None:
+    st = _state(states, e.dataset)
+    st.cap = (float(e.payload["epsilon"]), float(e.payload["delta"]))
+    st.cap_includes_audits = bool(e.payload.get("include_audits", False))
+
+
+def _partition(states: dict, by_id: dict, e, identify) -> None:
+    parent, declared_by = str(e.payload["parent"]), str(e.payload.get("declared_by", ""))
+    if unstable_declaration(parent, declared_by):
+        # A seeded permutation of n records: a neighbouring dataset
+        # moves other records between the sides, so the parallel claim does not hold.
+        # Ignored, the children stay undeclared subsets: sequential (sound).
+        return
+    _state(states, e.dataset).add_partition(parent, tuple(e.payload["children"]), declared_by)
+
+
+#: How each entry kind changes the dataset states; ledger-wide kinds (signing keys, signature
+#: policy, row sets, audit plans, seals) spend no budget of any dataset.
+_APPLY = {"release": _spend, "reservation": _spend, "audit": _spend, "version": _version,
+          "cap": _cap, "partition": _partition, **dict.fromkeys(CLOSING_KINDS, _closing),
+          **dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None)}
+
+
 def replay(entries, identify=None) -> dict[str, DatasetState]:
     """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order
     (``identify``: see :func:`entry_identity`). An open reservation counts like a release until a
     ``settle``, ``cancel`` or ``void`` entry closes it."""
     states: dict[str, DatasetState] = {}
     by_id: dict[str, ReleaseView] = {}
-
-    def state(name: str) -> DatasetState:
-        if name not in states:
-            states[name] = DatasetState(name)
-        return states[name]
-
     for e in entries:
-        p = e.payload
+        apply = _APPLY.get(e.kind)
+        if apply is None:
+            raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a "
+                              "newer dpaudit or edited.")
         try:
-            if e.kind in ("release", "reservation"):
-                r = release_view(e.id, e.dataset, p, identify, e.kind)
-                st = state(e.dataset)
-                st.releases.append(r)
-                if r.fingerprint:
-                    st.fingerprints.add(r.fingerprint)
-                by_id[e.id] = r
-            elif e.kind == "audit":
-                r = by_id[e.id] = release_view(e.id, e.dataset, p, identify, e.kind)
-                state(e.dataset).audits.append(r)
-            elif e.kind in CLOSING_KINDS:
-                target = p["target"]
-                r = by_id.get(target)
-                if r is None:
-                    raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; run `dpaudit ledger verify`.")
-                if e.kind != "void" and r.kind != "reservation":
-                    raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; run `dpaudit ledger verify`.")
-                _close(state(r.dataset), e, r)
-            elif e.kind == "version":
-                st = state(e.dataset)
-                st.versions[str(p["fingerprint"])] = e.id
-                st.fingerprints.add(str(p["fingerprint"]))
-            elif e.kind == "cap":
-                state(e.dataset).cap = (float(p["epsilon"]), float(p["delta"]))
-                state(e.dataset).cap_includes_audits = bool(p.get("include_audits", False))
-            elif e.kind == "partition":
-                if unstable_declaration(str(p["parent"]), str(p.get("declared_by", ""))):
-                    # A seeded permutation of n records (issue 13, point 1): a neighbouring dataset
-                    # moves other records between the sides, so the parallel claim does not hold.
-                    # Ignored, the children stay undeclared subsets: sequential (sound).
-                    continue
-                state(e.dataset).add_partition(str(p["parent"]), tuple(p["children"]), str(p.get("declared_by", "")))
-            elif e.kind in ("key", "policy", "rows", "plan", "seal"):
-                continue  # ledger-wide (signing keys, signature policy, row sets, audit plans): no budget of any dataset
-            else:
-                raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a newer dpaudit or edited.")
+            apply(states, by_id, e, identify)
         except (KeyError, TypeError, ValueError) as ex:
-            raise LedgerError(f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); run `dpaudit ledger verify`.") from None
+            raise LedgerError(f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); "
+                              "run `dpaudit ledger verify`.") from None
     return states
 
 

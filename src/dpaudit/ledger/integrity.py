@@ -12,13 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from ..errors import LedgerError, UsageError
+from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
 from . import compose as lc
 from . import rows as lr
 from . import signing as sg
 from .fingerprint import is_fingerprint
-from .paths import ENTRY_COLUMNS, GENESIS_HASH
+from .paths import GENESIS_HASH
+from .signing import Problem
+from .store import ENTRY_COLUMNS
 
 ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
@@ -40,20 +42,6 @@ def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, datase
     else:
         material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
     return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One integrity finding of :meth:`Ledger.verify`."""
-
-    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal | anchor
-    kind: str
-    message: str
-    seq: int | None = None
-    id: str | None = None
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "seq": self.seq, "id": self.id, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -114,7 +102,8 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
         seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
         signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
         if not (withheld and is_withheld(r)) and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
-            problems.append(Problem("edited", f"{_label(r)} was edited: its content no longer matches its hash.", seq, eid))
+            edited = f"{sg.label(r)} was edited: its content no longer matches its hash."
+            problems.append(Problem("edited", edited, seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
         prev_row = r
@@ -122,14 +111,10 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
     return problems
 
 
-def _label(r) -> str:
-    return f"entry #{r[0]} ({r[2]} {r[1]})"
-
-
 def _link_problem(r, prev_row, after) -> Problem:
     """Why row ``r`` does not follow ``prev_row`` (None: ``r`` is stored first); ``after``: the row
     its ``prev_hash`` names, if still there."""
-    seq, eid, prev, label = r[0], r[1], r[6], _label(r)
+    seq, eid, prev, label = r[0], r[1], r[6], sg.label(r)
     if after is not None and after is not r:
         return Problem("reordered", f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
                        + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."), seq, eid)
@@ -199,10 +184,6 @@ def signed_rows(rows) -> list[sg.SignedRow]:
     return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
 
 
-def signature_problems(found) -> list[Problem]:
-    return [Problem("signature", f.message, f.seq or None, f.id or None) for f in found]
-
-
 def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) -> VerifyReport:
     """The store's own checks, the hash chain, every entry parsed (an unreadable guarantee is a
     problem, never 0), every signature against the keys registered before it (``owner``: the key
@@ -213,7 +194,7 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows, withheld=shared) + _unreadable(rows)
     problems += withheld_problems(rows) if shared else []
     ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
-    problems += signature_problems(found) + authority_problems(readable)
+    problems += found + authority_problems(readable)
     if anchor is not None:
         a = anchor.strip().lower()
         if not is_fingerprint(a):
@@ -238,6 +219,16 @@ def held_children(state: lc.DatasetState, children) -> list[str]:
     return held
 
 
+def refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
+    """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
+    held = held_children(state, children)
+    if held:
+        raise LedgerAuthorityError(
+            f"partition {state.name}:{parent} must be declared before its children hold releases, "
+            f"got {', '.join(held)}: they were composed sequentially with the rest of the dataset "
+            "and keep composing so; declare a split before releasing on it.")
+
+
 @dataclass(frozen=True)
 class _Row:
     """The fields :func:`~.compose.replay` reads from an entry."""
@@ -249,15 +240,9 @@ class _Row:
 
 
 def _parsed(rows) -> list[_Row]:
-    out = []
-    for r in rows:
-        try:
-            payload = json.loads(r[5])
-        except ValueError:
-            continue  # named by _unreadable
-        if isinstance(payload, dict):
-            out.append(_Row(r[1], r[2], r[4], payload))
-    return out
+    """The readable entries of ``rows`` (the others are named by _unreadable)."""
+    payloads = [(r, sg.payload_of(r[5])) for r in rows]
+    return [_Row(r[1], r[2], r[4], payload) for r, payload in payloads if payload is not None]
 
 
 def partition_problems(rows) -> list[Problem]:
@@ -355,29 +340,16 @@ def withhold_row_sets(dump: dict) -> dict:
 
 def is_withheld(row) -> bool:
     """A row-set entry whose payload a shareable export withheld (its content hash cannot be recomputed)."""
-    if row[2] != lr.ROWS_KIND:
-        return False
-    try:
-        return WITHHELD in json.loads(row[5])
-    except (TypeError, ValueError):
-        return False
+    return row[2] == lr.ROWS_KIND and WITHHELD in (sg.payload_of(row[5]) or {})
 
 
 def _referenced_sets(rows) -> set:
     out = set()
     for r in rows:
         if r[2] in ("release", "reservation", "audit"):
-            spec = (_payload_or_empty(r[5]).get("rows") or {})
+            spec = (sg.payload_of(r[5]) or {}).get("rows") or {}
             out.update(sid for role in spec.values() if isinstance(role, dict) for sid in role.values())
     return out
-
-
-def _payload_or_empty(text) -> dict:
-    try:
-        p = json.loads(text)
-    except (TypeError, ValueError):
-        return {}
-    return p if isinstance(p, dict) else {}
 
 
 def withheld_problems(rows) -> list[Problem]:
@@ -388,8 +360,9 @@ def withheld_problems(rows) -> list[Problem]:
         if is_withheld(r):
             sid = json.loads(r[5]).get("set")
             if sid in seen or sid not in referenced:
-                out.append(Problem("edited", f"{_label(r)} is withheld but stands for no row set a release names once: "
-                                             "a withheld entry may only be a row set.", r[0], r[1]))
+                why = "is withheld but stands for no row set a release names once"
+                why += ": a withheld entry may only be a row set."
+                out.append(Problem("edited", f"{sg.label(r)} {why}", r[0], r[1]))
             seen.add(sid)
     return out
 

@@ -9,7 +9,6 @@ never taken for a file path (a private ledger no teammate's cap could see).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import os
 import re
@@ -17,7 +16,6 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__
 from ..errors import LedgerError, UsageError
 
 #: Hash that precedes the first entry of every ledger (both stores, the integrity checker).
@@ -150,62 +148,3 @@ def require_existing(loc: LedgerLocation) -> LedgerLocation:
         raise LedgerError(f"ledger must be an existing ledger file, got {str(loc.path)!r} (no such file; only commands that "
                           f"write to a ledger create one).")
     return loc
-
-
-#: Every column of an entry, in the order the ledger's rows use (both stores, the export).
-ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash", "signer", "signature")
-
-
-class StoreBase:
-    """What both stores share: a store sets ``_prefix`` (its schema, qualifying the table names),
-    ``_mark`` (its parameter placeholder), ``display`` and ``_conn``, and provides ``execute``."""
-
-    _prefix = ""
-    _mark = "?"
-    _conn = None
-
-    @property
-    def conn(self):
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.display} is closed.")
-        return self._conn
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):  # closing a connection the server dropped
-                self._conn.close()
-            self._conn = None
-
-    def schema_version(self) -> int:
-        row = self.execute(f"SELECT MAX(version) FROM {self._prefix}schema_version").fetchone()
-        return int(row[0] or 0)
-
-    def head(self) -> tuple[int, int, str] | None:
-        return self.execute(f"SELECT seq, count, hash FROM {self._prefix}chain_head WHERE one = 1").fetchone()
-
-    def last(self) -> tuple[int, str] | None:
-        return self.execute(f"SELECT seq, hash FROM {self._prefix}entries ORDER BY seq DESC LIMIT 1").fetchone()
-
-    def rows(self, *, dataset: str | None = None, entry_id: str | None = None) -> list[tuple]:
-        """Rows as :data:`ENTRY_COLUMNS` tuples in append (seq) order."""
-        where, params = "", ()
-        if dataset is not None:
-            where, params = f"WHERE dataset = {self._mark}", (dataset,)
-        elif entry_id is not None:
-            where, params = f"WHERE id = {self._mark}", (entry_id,)
-        return self.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM {self._prefix}entries {where} ORDER BY seq", params).fetchall()
-
-    def count_keyed(self) -> int:
-        """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row hashes)."""
-        return int(self.execute(f"SELECT count(*) FROM {self._prefix}entries WHERE kind IN ('version', 'rows') OR payload LIKE {self._mark}",
-                                ('%"dataset_fingerprint":"%',)).fetchone()[0])
-
-
-def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:
-    """Both stores refuse a ledger written by a newer dpaudit (its schema may mean more than this
-    code can check) before reading or migrating anything."""
-    if version > latest:
-        raise LedgerError(
-            f"ledger {ledger} has schema version {version}, newer than this dpaudit ({__version__}) supports "
-            f"({latest}); upgrade dpaudit. The ledger was left untouched."
-        )

@@ -45,46 +45,40 @@ _FORMAT = 1
 MAX_ENTRIES = 4096
 
 _fingerprint: str | None = None
-#: Off unless a command turns it on (:func:`enabled`): library callers and tests that replace an
-#: accountant (monkeypatch) must see their own computation, never a remembered one.
-_enabled = 0
+#: How many :func:`enabled` blocks (the cache is off unless a command turns it on: library callers
+#: and tests that replace an accountant must see their own computation, never a remembered one)
+#: and :func:`recomputed` blocks (a budget decision: nothing is read from the file) are open.
+_open = {"enabled": 0, "deciding": 0}
 
 
 @contextlib.contextmanager
-def enabled():
-    """Use the on-disk cache inside this block (``dpaudit ledger summary`` does)."""
-    global _enabled
-    _enabled += 1
+def _inside(block: str):
+    _open[block] += 1
     try:
         yield
     finally:
-        _enabled -= 1
+        _open[block] -= 1
 
 
-#: Inside :func:`recomputed` (a budget decision): nothing is read from the file.
-_deciding = 0
+def enabled():
+    """Use the on-disk cache inside this block (``dpaudit ledger summary`` does)."""
+    return _inside("enabled")
 
 
-@contextlib.contextmanager
 def recomputed():
     """Within this block every answer is computed afresh (a budget decision): :func:`lookup` misses.
     Fresh answers are still stored (they are what the file should hold)."""
-    global _deciding
-    _deciding += 1
-    try:
-        yield
-    finally:
-        _deciding -= 1
+    return _inside("deciding")
 
 
 def deciding() -> bool:
     """True inside :func:`recomputed`: answers read from the file must not be used."""
-    return bool(_deciding)
+    return bool(_open["deciding"])
 
 
 def kept(accountant: str) -> bool:
     """True when answers of ``accountant`` are kept here (while enabled); the others are recomputed."""
-    return bool(_enabled) and accountant in CACHED_ACCOUNTANTS
+    return bool(_open["enabled"]) and accountant in CACHED_ACCOUNTANTS
 
 
 def _cache_path() -> Path:
@@ -129,7 +123,7 @@ def _load() -> dict:
 def lookup(event, delta: float, accountant: str, adjacency: str):
     """The cached answer: an :class:`~dpaudit.accounting.accountants.AccountantResult`, an
     :class:`~dpaudit.errors.UnsupportedEventError` (the accountant's refusal) or None (no valid entry)."""
-    if not _enabled or _deciding or accountant not in CACHED_ACCOUNTANTS:
+    if not kept(accountant) or deciding():
         return None
     try:
         key = _key(event, delta, accountant, adjacency)
@@ -152,7 +146,7 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
 
 def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
     """Remember ``result`` (an AccountantResult or an UnsupportedEventError); failures to write only cost time."""
-    if not _enabled or accountant not in CACHED_ACCOUNTANTS:
+    if not kept(accountant):
         return
     if isinstance(result, UnsupportedEventError):
         value = {"refusal": str(result)}

@@ -166,8 +166,10 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
     _check_key_name(name)
     d = Path(directory).expanduser() if directory is not None else key_dir()
     path = d / f"{name}.key"
+    taken = UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; "
+                       "choose another --name).")
     if path.exists():
-        raise UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; choose another --name).")
+        raise taken
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         with contextlib.suppress(OSError):
@@ -178,7 +180,7 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
         key = SigningKey(name, path, private)
         (d / f"{name}.pub").write_text(key.public_text + "\n")
     except FileExistsError:
-        raise UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; choose another --name).") from None
+        raise taken from None
     except OSError as e:
         raise LedgerError(f"cannot write signing key {path}: {e.strerror or e}.") from None
     return key
@@ -271,13 +273,19 @@ class RegisteredKey:
 
 
 @dataclass(frozen=True)
-class SignatureFinding:
-    """One signature problem, naming the entry."""
+class Problem:
+    """One integrity finding of :meth:`~dpaudit.ledger.book.Ledger.verify` (signature findings
+    are made here, the others by :mod:`.integrity`), naming the entry when there is one."""
 
-    seq: int
-    id: str
+    # edited | deleted | reordered | unreadable | schema | integrity | signature | authority | seal
+    # | anchor
     kind: str
     message: str
+    seq: int | None = None
+    id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "seq": self.seq, "id": self.id, "message": self.message}
 
 
 @dataclass
@@ -323,14 +331,16 @@ class KeyRing:
 VOID_KIND = "void"
 
 
-def _label(r: SignedRow) -> str:
-    return f"entry #{r.seq} ({r.kind} {r.id})"
+def label(row) -> str:
+    """``entry #SEQ (KIND ID)`` of a stored row (a :class:`SignedRow` or a store's row tuple)."""
+    return f"entry #{row[0]} ({row[2]} {row[1]})"
 
 
-def _payload(r: SignedRow) -> dict | None:
+def payload_of(text) -> dict | None:
+    """A stored payload text as the JSON object it must be, else None (unreadable)."""
     try:
-        payload = json.loads(r.payload_text)
-    except ValueError:
+        payload = json.loads(text)
+    except (TypeError, ValueError):
         return None
     return payload if isinstance(payload, dict) else None
 
@@ -472,14 +482,15 @@ _READ_PAYLOAD = set(LEDGER_KINDS) | {VOID_KIND, *CLOSE_KINDS}
 
 
 def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
-                     verified: "set[str] | frozenset[str]" = frozenset()) -> tuple[KeyRing, list[SignatureFinding]]:
+                     verified: "set[str] | frozenset[str]" = frozenset()
+                     ) -> tuple[KeyRing, list[Problem]]:
     """Replay ``rows`` (append order): register keys, apply the policy and the authority rules
     (:func:`authority_problem`), check every signature; returns the key ring and the findings.
     ``owner``: the pinned owner's key id (another first key, or none, is a finding). ``verify=False``
     skips the Ed25519 checks, ``verified`` skips them for those row ids (already verified by the
     caller); who signed what, the policy and the authority rules are checked either way."""
     ring = KeyRing()
-    out: list[SignatureFinding] = []
+    out: list[Problem] = []
 
     def ok(raw: bytes, sig: str, r: SignedRow) -> bool:
         if not verify or r.id in verified:
@@ -488,7 +499,7 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
         return _signature_ok(raw, sig, material)
 
     for r in rows:
-        payload = _payload(r) if r.kind in _READ_PAYLOAD else None
+        payload = payload_of(r.payload_text) if r.kind in _READ_PAYLOAD else None
         if payload is None and r.kind in LEDGER_KINDS:
             why = "is unreadable: its payload is not a JSON object."
         elif not r.signer:
@@ -499,8 +510,9 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
             why = _signed_problem(ring, r, payload, owner, ok)
         ring.note(r)
         if why:
-            out.append(SignatureFinding(r.seq, r.id, r.kind, f"{_label(r)} {why}"))
+            out.append(Problem("signature", f"{label(r)} {why}", r.seq, r.id))
     if owner is not None and ring.owner is None:
-        out.append(SignatureFinding(0, "", "", f"the ledger registers no owner key, but owner {owner} was expected: "
-                                               "its registration and the entries after it may have been removed."))
+        missing = (f"the ledger registers no owner key, but owner {owner} was expected: its "
+                   "registration and the entries after it may have been removed.")
+        out.append(Problem("signature", missing))
     return ring, out

@@ -29,9 +29,10 @@ import os
 import re
 from typing import Iterator
 
-from .. import __version__
 from ..errors import LedgerError, UsageError
-from .paths import ENTRY_COLUMNS, GENESIS_HASH, LedgerLocation, StoreBase, refuse_newer_schema, utc_now  # noqa: F401
+from .paths import LedgerLocation
+# ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
+from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
@@ -46,20 +47,8 @@ def _q(schema: str) -> str:
 
 def _migrate_to_1(s: str) -> list[str]:
     """The tables of SQLite schema 1, with the append-only rules enforced by the server."""
-    return [
-        f"""CREATE TABLE {s}.entries (
-            seq bigint PRIMARY KEY,  -- set by advance_head: gapless, unlike a sequence
-            id text NOT NULL UNIQUE,
-            kind text NOT NULL,
-            created_at text NOT NULL,
-            dataset text NOT NULL,
-            payload text NOT NULL,
-            prev_hash text NOT NULL,
-            hash text NOT NULL
-        )""",
-        f"CREATE INDEX entries_dataset ON {s}.entries (dataset)",
-        f"CREATE TABLE {s}.chain_head (one integer PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL, count bigint NOT NULL, hash text NOT NULL)",
-        f"INSERT INTO {s}.chain_head (one, seq, count, hash) VALUES (1, 0, 0, '{GENESIS_HASH}')",
+    # seq is set by advance_head: gapless, unlike a sequence
+    return core_tables(f"{s}.", "bigint PRIMARY KEY") + [
         f"CREATE TABLE {s}.secret (one integer PRIMARY KEY CHECK (one = 1), fingerprint_key bytea NOT NULL CHECK (length(fingerprint_key) = 32))",
         f"""CREATE FUNCTION {s}.refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN RAISE EXCEPTION 'ledger entries are append-only' USING ERRCODE = 'integrity_constraint_violation'; END $$""",
@@ -277,13 +266,9 @@ class PostgresStore(StoreBase):
             self._initialise()
             return
         if "schema_version" not in tables or "entries" not in tables:
-            raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a dpaudit ledger; it was left untouched.")
-        version = self.schema_version()
-        latest = latest_schema_version()
-        refuse_newer_schema(str(self.display), version, latest)
-        if version < latest:
-            with self.write():
-                self._apply_migrations(self.schema_version())
+            raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a "
+                              "dpaudit ledger; it was left untouched.")
+        self._upgrade()
 
     def _initialise(self) -> None:
         try:
@@ -308,12 +293,12 @@ class PostgresStore(StoreBase):
                 ) from None
             raise
 
-    def _apply_migrations(self, current: int) -> None:
-        for v in range(current + 1, latest_schema_version() + 1):
-            for stmt in PG_MIGRATIONS[v](self.s):
-                self.conn.execute(stmt)
-            self.conn.execute(f"INSERT INTO {self.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, %s, %s)",
-                              (v, utc_now(), __version__))
+    def _latest(self) -> int:
+        return latest_schema_version()
+
+    def _step(self, version: int) -> None:
+        for stmt in PG_MIGRATIONS[version](self.s):
+            self.conn.execute(stmt)
 
     def _columns(self) -> set[str]:
         rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
@@ -321,17 +306,9 @@ class PostgresStore(StoreBase):
         return {r[0] for r in rows}
 
     # -- rows
-    def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
-               signer: str | None = None, signature: str | None = None) -> int:
-        """Append one row inside :meth:`write`; the server's trigger checks ``prev_hash`` and moves the head."""
-        if not self._in_transaction():
-            raise LedgerError(f"ledger {self.display}: insert outside a write transaction (a dpaudit bug).")
-        row = self.execute(
-            f"INSERT INTO {self.s}.entries (id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING seq",
-            (entry_id, kind, created_at, dataset, payload_text, prev_hash, hash_, signer, signature),
-        ).fetchone()
-        return int(row[0])
+    def _inserted(self, sql: str, values: tuple) -> int:
+        # the server's trigger checks prev_hash, numbers the entry and moves the head
+        return int(self.execute(sql + " RETURNING seq", values).fetchone()[0])
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:
         """The 32-byte key of the dataset fingerprints, kept in the database (shared by the team)."""
@@ -357,11 +334,6 @@ class PostgresStore(StoreBase):
             (self.schema,),
         ).fetchall()
         present = {r[0]: r[1] for r in rows}
-        out = []
         missing = [t for t in REQUIRED_TRIGGERS if t not in present]
         disabled = [t for t in REQUIRED_TRIGGERS if present.get(t) == "D"]
-        if missing:
-            out.append(("schema", f"append-only triggers {', '.join(missing)} are missing: the ledger was altered outside dpaudit."))
-        if disabled:
-            out.append(("schema", f"append-only triggers {', '.join(disabled)} are disabled: the ledger was altered outside dpaudit."))
-        return out
+        return trigger_problems(missing, "missing") + trigger_problems(disabled, "disabled")

@@ -11,10 +11,10 @@ import sqlite3
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .. import __version__
 from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key, write_secret
-from .paths import ENTRY_COLUMNS, GENESIS_HASH, StoreBase, refuse_newer_schema, utc_now  # noqa: F401
+# ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
+from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
@@ -23,26 +23,11 @@ REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete")
 
 
 def _migrate_to_1(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        """CREATE TABLE entries (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            kind TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            dataset TEXT NOT NULL,
-            payload TEXT NOT NULL,
-            prev_hash TEXT NOT NULL,
-            hash TEXT NOT NULL
-        )"""
-    )
-    conn.execute("CREATE INDEX entries_dataset ON entries(dataset)")
-    conn.execute(
-        "CREATE TABLE chain_head (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL, "
-        "count INTEGER NOT NULL, hash TEXT NOT NULL)"
-    )
-    conn.execute("INSERT INTO chain_head (one, seq, count, hash) VALUES (1, 0, 0, ?)", (GENESIS_HASH,))
-    conn.execute("CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
-    conn.execute("CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
+    for stmt in core_tables("", "INTEGER PRIMARY KEY AUTOINCREMENT"):
+        conn.execute(stmt)
+    for trigger, event in zip(REQUIRED_TRIGGERS, ("UPDATE", "DELETE")):
+        conn.execute(f"CREATE TRIGGER {trigger} BEFORE {event} ON entries BEGIN "
+                     "SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
 
 
 def _migrate_to_2(conn: sqlite3.Connection) -> None:
@@ -133,22 +118,23 @@ class SqliteStore(StoreBase):
         if not os.access(p.parent, os.W_OK):
             raise LedgerError(f"cannot create ledger {p}: directory {p.parent} is read-only.")
 
+    def _tables(self) -> set[str]:
+        rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {r[0] for r in rows}
+
+    def _not_a_ledger(self) -> LedgerError:
+        return LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; "
+                           "it was left untouched.")
+
     def _open_schema(self) -> None:
-        conn = self.conn
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = self._tables()
         if not tables and app_id in (0, APPLICATION_ID):
             self._initialise()
             return
         if app_id != APPLICATION_ID or "schema_version" not in tables:
-            raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
-        version = self.schema_version()
-        latest = latest_schema_version()
-        refuse_newer_schema(str(self.path), version, latest)
-        self._set_pragmas()
-        if version < latest:
-            with self.write():
-                self._apply_migrations(self.schema_version())
+            raise self._not_a_ledger()
+        self._upgrade(before=self._set_pragmas)
 
     def _set_pragmas(self) -> None:
         mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -160,21 +146,25 @@ class SqliteStore(StoreBase):
     def _initialise(self) -> None:
         self._set_pragmas()
         with self.write():
-            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = self._tables()
             if "schema_version" in tables:  # another process initialised it while we waited
                 return
             if tables:
-                raise LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched.")
+                raise self._not_a_ledger()
             self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)")
+            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, "
+                              "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)")
             self._apply_migrations(0)
 
+    def _latest(self) -> int:
+        return latest_schema_version()
+
+    def _step(self, version: int) -> None:
+        MIGRATIONS[version](self.conn)
+
     def _apply_migrations(self, current: int) -> None:
-        latest = latest_schema_version()
-        for v in range(current + 1, latest + 1):
-            MIGRATIONS[v](self.conn)
-            self.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, ?, ?)", (v, utc_now(), __version__))
-        self.conn.execute(f"PRAGMA user_version = {latest}")
+        super()._apply_migrations(current)
+        self.conn.execute(f"PRAGMA user_version = {latest_schema_version()}")
 
     # -- transactions
     @contextlib.contextmanager
@@ -207,19 +197,15 @@ class SqliteStore(StoreBase):
                     conn.execute("COMMIT")
 
     # -- rows
-    def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, prev_hash: str, hash_: str,
-               signer: str | None = None, signature: str | None = None) -> int:
-        """Append one row inside :meth:`write` and advance the chain head."""
-        if not self.conn.in_transaction:
-            raise LedgerError(f"ledger {self.path}: insert outside a write transaction (a dpaudit bug).")
+    def _in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    def _inserted(self, sql: str, values: tuple) -> int:
         with self.errors():
-            cur = self.conn.execute(
-                "INSERT INTO entries (id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (entry_id, kind, created_at, dataset, payload_text, prev_hash, hash_, signer, signature),
-            )
-            self.conn.execute("UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1", (cur.lastrowid, hash_))
-        return int(cur.lastrowid)
+            seq = self.conn.execute(sql, values).lastrowid
+            advance = "UPDATE chain_head SET seq = ?, count = count + 1, hash = ? WHERE one = 1"
+            self.conn.execute(advance, (seq, values[6]))
+        return int(seq)
 
     def fingerprint_key(self, *, create: bool = True) -> bytes:
         """The 32-byte key of the dataset fingerprints: ``<ledger>.key`` beside the file."""
@@ -243,6 +229,4 @@ class SqliteStore(StoreBase):
             out.append(("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
         triggers = {r[0] for r in self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         missing = [t for t in REQUIRED_TRIGGERS if t not in triggers]
-        if missing:
-            out.append(("schema", f"append-only triggers {', '.join(missing)} are missing: the ledger was altered outside dpaudit."))
-        return out
+        return out + trigger_problems(missing, "missing")

@@ -147,9 +147,9 @@ def _audit_and_void_notes(name: str, r: dict) -> list[str]:
            "(void that audit to exclude it; a default audit's no-noise control does this, --no-controls avoids it)."
            for why in r.get("audit_unbounded_reasons") or []]
     if r.get("audits"):
-        inc = (r.get("cap") or {}).get("include_audits")
-        out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap "
-                   + ("includes them." if inc else "counts releases only (--exclude-audits, or a cap written before caps counted audits)."))
+        rule = "includes them." if counted else ("counts releases only (--exclude-audits, or a cap "
+                                                 "written before caps counted audits).")
+        out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap {rule}")
     if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
         out.append(f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "
                    f"voided but published, still counted: {r.get('voided_published_releases') or 0} release(s).")

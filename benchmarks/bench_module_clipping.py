@@ -13,7 +13,13 @@ on, in rotating order (timed: gather, gradient, noise, Adam): (a) non-private (f
 + :class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`), (c) dpaudit vmap kernel
 (:func:`~dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum`, today's release kernel for dp-cnn
 and dp-attention) + NoisyStep, (d) Opacus ``grad_sample_mode="ghost"``, (e) Opacus hooks.
-Medians and ratios to (a). ``release``: ``train_module_dp_sgd`` (what a release runs) and
+Medians and ratios to (a), wall and this thread's CPU time; ``--images cifar-shaped``: random
+CIFAR-10-shaped inputs (timing only). ``--modes`` picks modes; ``--batch``
+the expected batch (default 256); ``--device cuda`` runs every mode on that device (data gathered
+on the CPU and moved per step, the noise drawn on the CPU, as a release with ``--device cuda``);
+``--heap``: glibc's heap settings for every mode (default: those a dpaudit module training sets,
+:func:`~dpaudit.mechanisms.dpsgd.keep_freed_tensor_memory`).
+``release``: ``train_module_dp_sgd`` (what a release runs) and
 ``modules_one_run`` (1,000 canaries) for ``--steps`` steps of the MNIST dp-cnn schedule, in
 subprocesses alternating between ``--old-src`` and this checkout; per-step times extrapolated to 2,000 steps.
 """
@@ -36,7 +42,7 @@ import numpy as np
 import torch
 
 from dpaudit.data import load_dataset
-from dpaudit.mechanisms import dpsgd_core
+from dpaudit.mechanisms import dpsgd, dpsgd_core
 from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
 from dpaudit.mechanisms.dpsgd_core import DPSGDConfig, NoisyStep, poisson_batch
 from dpaudit.mechanisms.models import build_module
@@ -69,7 +75,8 @@ def _dpaudit(model, x, y, kernel):
             sums = ghost_clip.module_clipped_sum(model, pd, x, y, idx, C)
         else:
             j = torch.as_tensor(idx)
-            sums = dpsgd_core.per_sample_clipped_sum(model, pd, x[j], y[j], C)
+            dev = params[0].device
+            sums = dpsgd_core.per_sample_clipped_sum(model, pd, x[j].to(dev), y[j].to(dev), C)
         for buf, n in zip(sanitise.sums, names):
             buf.copy_(sums[n])
         t[0] += 1
@@ -80,8 +87,9 @@ def _dpaudit(model, x, y, kernel):
 def _torch_step(model, x, y, opt, loss_fn):
     def step(idx):
         j = torch.as_tensor(idx)
+        device = next(model.parameters()).device
         opt.zero_grad(set_to_none=True)
-        loss_fn(model(x[j]), y[j]).backward()
+        loss_fn(model(x[j].to(device)), y[j].to(device)).backward()
         opt.step()
     return step
 
@@ -108,29 +116,46 @@ def make_step(mode, model, x, y):
     return _opacus(model, x, y, mode.split()[1])
 
 
-def _model(name):
-    return build_module(name, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=0).train()
+def _model(name, shape=(1, 28, 28)):
+    return build_module(name, kind="image", n_features=int(np.prod(shape)), n_classes=10,
+                        image_shape=shape, seed=0).train()
 
 
 def steps(args):
-    x, y = _data()
+    global B
+    B = args.batch
+    if args.heap == "dpaudit" and hasattr(dpsgd, "keep_freed_tensor_memory"):
+        dpsgd.keep_freed_tensor_memory()  # process-wide: every mode, as in a release
+    if args.images == "cifar-shaped":  # timing only: random 3x32x32 inputs, CIFAR-10's train size
+        x, y = torch.rand(50000, 3, 32, 32), torch.randint(0, 10, (50000,))
+    else:
+        x, y = _data()
     rng = np.random.default_rng(0)
+    modes = ("non-private", *(m for m in args.modes if m != "non-private"))
+    # a step ends when the device is done
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     out = {}
     for name in args.models:
-        base = _model(name)
-        runs = {m: make_step(m, copy.deepcopy(base), x, y) for m in MODES}
-        times = {m: [] for m in MODES}
+        base = _model(name, tuple(x.shape[1:]))
+        runs = {m: make_step(m, copy.deepcopy(base).to(args.device), x, y) for m in modes}
+        times, cpu = {m: [] for m in modes}, {m: [] for m in modes}
         for r in range(args.rounds + 3):
             idx, _ = poisson_batch(NoiseSource("reproducible", seed=int(rng.integers(2**31))), 1, x.shape[0], B / x.shape[0])
-            order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
+            order = modes[r % len(modes):] + modes[:r % len(modes)]
             for m in order:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 runs[m](idx)
+                sync()
                 if r >= 3:
                     times[m].append(time.perf_counter() - t)
-        med = {m: float(np.median(v)) * 1e3 for m, v in times.items()}
-        out[name] = {m: {"median_ms": round(med[m], 1), "ratio": round(med[m] / med["non-private"], 2)} for m in MODES}
-        print(json.dumps({name: out[name]}), flush=True)
+                    cpu[m].append(time.thread_time() - c)  # CPU time: less sensitive to other jobs
+        med, med_cpu = ({m: float(np.median(v)) * 1e3 for m, v in d.items()} for d in (times, cpu))
+        out[name] = {m: {"median_ms": round(med[m], 1),
+                         "ratio": round(med[m] / med["non-private"], 2),
+                         "cpu_median_ms": round(med_cpu[m], 1),
+                         "cpu_ratio": round(med_cpu[m] / med_cpu["non-private"], 2)} for m in modes}
+        print(json.dumps({name: out[name], "batch": B, "device": args.device, "heap": args.heap}),
+              flush=True)
     return out
 
 
@@ -166,7 +191,11 @@ def release(args):
             print(tag, res[tag][-1], flush=True)
     for what in args.parts:
         old, new = (min(v[what]["extrapolated_2000_s"] for v in res[t]) for t in ("old", "new"))
-        print(json.dumps({what: {"old_2000_steps_s": old, "new_2000_steps_s": new, "speedup": round(old / new, 2)}}))
+        old_cpu, new_cpu = (min(v[what]["cpu_s_per_step"] for v in res[t]) for t in ("old", "new"))
+        print(json.dumps({what: {"old_2000_steps_s": old, "new_2000_steps_s": new,
+                                 "speedup": round(old / new, 2),
+                                 "old_cpu_s_per_step": old_cpu, "new_cpu_s_per_step": new_cpu,
+                                 "cpu_speedup": round(old_cpu / new_cpu, 2)}}))
 
 
 def child_release(n_steps, parts):
@@ -181,11 +210,16 @@ def child_release(n_steps, parts):
                       ("one_run", lambda p: modules_one_run("dp-cnn", data, cfg, canaries=1000, noise=NoiseSource("os-entropy"), seed=0, progress=p))):
         if what not in parts:
             continue
-        stamps, t = [], time.perf_counter()
-        run(lambda done, total: stamps.append(time.perf_counter()))  # after every step up to 200 steps, then every steps/200
-        per = (stamps[-1] - stamps[0]) / (n_steps - n_steps / len(stamps))  # steady state: after the first report
+        stamps, cpu, t = [], [], time.perf_counter()
+        # after every step up to 200 steps, then every steps/200
+        run(lambda done, total, stamps=stamps, cpu=cpu: (stamps.append(time.perf_counter()),
+                                                         cpu.append(time.process_time())))
+        reported = n_steps - n_steps / len(stamps)  # steady state: after the first report
+        per, cpu_per = (stamps[-1] - stamps[0]) / reported, (cpu[-1] - cpu[0]) / reported
         total = time.perf_counter() - t
-        out[what] = {"s_per_step": round(per, 4), "fixed_s": round(total - n_steps * per, 2), "extrapolated_2000_s": round(total - n_steps * per + 2000 * per),
+        out[what] = {"s_per_step": round(per, 4), "cpu_s_per_step": round(cpu_per, 4),
+                     "fixed_s": round(total - n_steps * per, 2),
+                     "extrapolated_2000_s": round(total - n_steps * per + 2000 * per),
                      "peak_rss_mb_so_far": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     print(json.dumps(out))
 
@@ -235,6 +269,13 @@ def main():
     p.add_argument("what", choices=["steps", "memory", "release", "difference"])
     p.add_argument("--models", nargs="+", default=["cnn", "dense", "attention"])
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--heap", default="dpaudit", choices=["dpaudit", "glibc-default"],
+                   help="steps: glibc's heap as a dpaudit module training sets it, or its defaults")
+    p.add_argument("--batch", type=int, default=256, help="steps: expected batch (q = batch / N)")
+    p.add_argument("--images", default="mnist", choices=["mnist", "cifar-shaped"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="steps: where every mode runs (data and noise moved per step)")
     p.add_argument("--old-src", default="/work/main/src")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--repeats", type=int, default=2)

@@ -28,6 +28,7 @@ from .data import load_dataset
 from .errors import UsageError
 from .ledger.book import open_ledger
 from .mechanisms import registry
+from .mechanisms.dpsgd import resolve_device
 from .mechanisms.head_audit import HeadTarget
 from .mechanisms.one_run_heads import heads_one_run
 from .mechanisms.one_run_modules import module_config, modules_one_run
@@ -41,6 +42,13 @@ from .validation import open_unit, positive_finite, positive_int
 
 #: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.one_run_modules`.
 MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
+
+
+def audit_device(a: AuditRequest) -> str:
+    """The device an audit trains on (``--device``): a one-run audit of :data:`MODULE_MODELS` may
+    use cuda; every other audit runs on the CPU (auto: cpu; cuda refused before any data load)."""
+    one_run = (a.one_run or a.canaries is not None) and a.threat_model == "final-model"
+    return resolve_device(a.device, supported=one_run and a.mechanism in MODULE_MODELS)
 
 
 def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
@@ -130,6 +138,7 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
     if a.privacy_unit != "record":
         raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}.")
+    device = resolve_device(a.device)  # before the data are loaded
     model, data, cfg, claim = module_setup(name, release=rel, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
                                             profile=a.profile, epochs=a.epochs)
     if cost is not None:
@@ -137,6 +146,7 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     with JobProgress("steps") as bar:
         scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed),
                                  kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
+                                 device=device,
                                  progress=bar.steps(f"one-run training ({m} canaries)"))
     return claim, scores
 

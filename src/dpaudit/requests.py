@@ -189,6 +189,11 @@ _NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrid
 _REPRO_HELP = "Derive DP noise from the published --seed: NOT private (the ledger counts it as unbounded). Off: fresh OS entropy."
 _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
+#: Where a module model trains (dpaudit.mechanisms.dpsgd.resolve_device); noise: drawn on the CPU.
+DEVICES = ("cpu", "cuda", "auto")
+_DEVICE_HELP = ("Where dp-dense, dp-cnn, dp-attention train: cpu (default), cuda, or auto (cuda "
+                "when torch finds one, else cpu). Speed only: the noise is drawn on the CPU by "
+                "dpaudit's sampler.")
 PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
                  "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
                  "unless --split-seed is given (docs/data-profiles.md).")
@@ -222,6 +227,7 @@ class DPSGDRequest(Request):
                                         "dataset definition's train size), or training users (privacy unit user: required).")
     optimizer: str = option("adam", choices=("adam", "sgd"), help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.")
     momentum: float = option(0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0).")
+    device: str = option("cpu", choices=DEVICES, help=_DEVICE_HELP)
 
     def check(self) -> None:
         one_of("privacy_unit", self.privacy_unit, ("record", "user"))
@@ -323,7 +329,8 @@ class AuditRequest(Request):
     #: How, where and in what format the audit runs (never part of the family's request).
     RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
                                              "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
-                                             "ledger", "json_out", "fail_on_violation", "sequential")
+                                             "ledger", "json_out", "fail_on_violation", "device",
+                                             "sequential")
 
     mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
     canary: str | None = option(None, help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).")
@@ -375,6 +382,8 @@ class AuditRequest(Request):
     ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
     fail_on_violation: bool = option(False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes).")
+    device: str = option("cpu", choices=DEVICES,
+                         help=_DEVICE_HELP.replace("train:", "train in a one-run audit:"))
     sequential: bool = option(False, help="Sequential (anytime-valid) audit: trials in batches, stop as soon as a violation is certain "
                               "or no remaining trial (up to --runs) can change the verdict; needs a claimed event.")
 

@@ -59,8 +59,10 @@ def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch, patch_everywh
 
     seen = {}
 
-    def fake(model, data, config, *, canaries, noise, seed, kind="gradient", noise_on=True, tensors=None, progress=None, coins=None):
-        seen.update(model=model, config=config, canaries=canaries, noise_on=noise_on, kind=kind)
+    def fake(model, data, config, *, canaries, noise, seed, kind="gradient", noise_on=True,
+             tensors=None, progress=None, coins=None, device="cpu"):
+        seen.update(model=model, config=config, canaries=canaries, noise_on=noise_on, kind=kind,
+                    device=device)
         return _fake_scores(canaries, 1e-6, kind=kind)
 
     patch_everywhere(one_run_modules, "modules_one_run", fake)
@@ -68,6 +70,7 @@ def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch, patch_everywh
                             "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert seen["model"] == "dp-cnn" and seen["canaries"] == 200 and not seen["noise_on"] and seen["kind"] == "input-mislabeled"
+    assert seen["device"] == "cpu"  # the default --device
     assert seen["config"].noise_multiplier > 0  # the release protocol's calibrated config; the producer removes the noise
     d = json.loads((tmp_path / "one_run.json").read_text())
     assert d["noise"] is False and not d["violated"]  # a no-noise control never counts as a violation

@@ -67,6 +67,7 @@ def _check(a: AuditRequest) -> None:
     if a.out is not None:  # before any training: a bad --out (or one holding results) must not throw a long run away
         check_new_folder(check_out_dir(a.out, name="out"), name="out")
     _check_threat_model(a)
+    one_run_auditing.audit_device(a)
     if a.release is not None and a.reference_size is not None:  # a release's schedule: from its recorded N0
         raise UsageError("reference_size must not be given with --release (the release records its own), "
                          f"got {a.reference_size}.")

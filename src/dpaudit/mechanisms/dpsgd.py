@@ -5,17 +5,60 @@ clipping, joint over all trainable parameters. Privacy contract: :mod:`dpaudit.m
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import platform
 
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..noise import NoiseSource
-from ..validation import positive_int
+from ..requests import DEVICES
+from ..validation import one_of, positive_int
 from .dpsgd_core import DPSGDConfig, Progress  # DPSGDConfig is also read from here (releases, audits)
 from .engine import SumUnits, UserSampling, run_dp_sgd
-from .ghost_clip import module_clipped_sum
+from .ghost_clip import ghost_layers, module_clipped_sum
 from .user_level import _check_users, sample_user_records
 np = lazy_import("numpy")
 torch = lazy_import("torch")
+
+
+def resolve_device(name: str, *, supported: bool = True) -> str:
+    """The torch device a run uses for ``--device name``: ``cpu``; ``cuda``; ``auto``, cuda when
+    torch finds a CUDA device, else cpu. ``supported=False``: a run that only runs on the CPU
+    (head models, white-box and trial audits), where ``auto`` is cpu.
+
+    Raises:
+        UsageError: ``name`` is none of :data:`DEVICES`, or ``cuda`` where it is not supported or
+        torch finds no CUDA device (checked before any data are loaded).
+    """
+    one_of("device", name, DEVICES)
+    if name == "cpu" or (name == "auto" and not supported):
+        return "cpu"
+    available = bool(torch.cuda.is_available())
+    if name == "cuda" and not (supported and available):
+        where = "on this machine (torch finds no CUDA device)" if supported else \
+            "for this run (it runs on the CPU only)"
+        raise UsageError(f"device must be cpu or auto {where}, got 'cuda'.")
+    return "cuda" if available else "cpu"
+
+
+#: glibc ``mallopt`` settings of :func:`keep_freed_tensor_memory` (malloc.h: M_MMAP_THRESHOLD,
+#: M_TRIM_THRESHOLD).
+_HEAP_SETTINGS = ((-3, 32 << 20), (-1, 64 << 20))
+
+
+@functools.cache
+def keep_freed_tensor_memory() -> bool:
+    """Let glibc keep freed tensor memory for reuse (speed only, never privacy): blocks up to 32 MB
+    from the heap, up to 64 MB of free heap kept, the ceilings of glibc's own adaptive thresholds.
+    A module's DP-SGD step frees and re-allocates MBs of activations and per-record gradients;
+    handed back to the OS they return as fresh zero-filled pages (MNIST dp-cnn, batch 256: about
+    105 -> 83 ms CPU a step, BENCHMARKS.md section 2). Process-wide, set once. False where libc is
+    not glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return all(libc.mallopt(param, value) == 1 for param, value in _HEAP_SETTINGS)
 
 
 def train_module_dp_sgd(
@@ -31,6 +74,7 @@ def train_module_dp_sgd(
     max_chunk: int = 1024,
     canary=None,
     recorder=None,
+    device: str = "cpu",
 ) -> int:
     """DP-SGD on every trainable parameter of ``module`` (in place), one run of the loop
     :func:`~dpaudit.mechanisms.engine.run_dp_sgd`. Returns executed steps.
@@ -44,11 +88,33 @@ def train_module_dp_sgd(
     :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD (each sampled user's
     records one unit of the same kernel), records when omitted. ``canary``, ``recorder``: audits only (the loop's canary and recorder
     interfaces; the white-box observer, :mod:`~dpaudit.mechanisms.white_box_target`).
+
+    ``device`` (a torch device, :func:`resolve_device`): the module, the clipped-sum kernel and the
+    optimizer state live there, each step's batch is moved there, and the noise (drawn on the CPU
+    by ``noise``) is moved there once per step (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`);
+    the module is back on the CPU when this returns. The device changes no draw from ``noise``.
     """
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
     if xt.shape[0] != yt.shape[0]:
         raise UsageError(f"x and y must have the same number of rows, got {xt.shape[0]} and {yt.shape[0]}.")
+    device = torch.device(device)
+    if device.type != "cpu" and ghost_layers(module) is None:
+        raise UsageError(f"device must be cpu for a model with trainable layers ghost clipping "
+                         f"does not cover, got {device}.")
+    if device.type == "cpu":
+        keep_freed_tensor_memory()
+    module.to(device)
+    try:
+        return _train_on_device(module, xt, yt, config, noise, users, loss, progress, max_chunk,
+                                canary, recorder)
+    finally:
+        module.to("cpu")
+
+
+def _train_on_device(module, xt, yt, config, noise, users, loss, progress, max_chunk, canary,
+                     recorder) -> int:
+    """:func:`train_module_dp_sgd` on a module already on its device (data on the CPU)."""
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     # Views of the module's own parameters: the optimizer updates them in place.
     params = [p.detach() for n, p in module.named_parameters() if p.requires_grad]
@@ -68,6 +134,7 @@ def train_module_dp_sgd(
             return clipped_sum(ps, *sample_user_records(index, sampled, g, noise))
 
         units = SumUnits(user_sum, index.n_users)
-    with torch.random.fork_rng(devices=[]):
+    cuda = [params[0].device] if params and params[0].device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):  # dropout masks: seeded below, global RNG states kept
         torch.manual_seed(noise.aux_seed() if hasattr(noise, "aux_seed") else int(noise.numpy.integers(0, 2**63 - 1)))
         return run_dp_sgd(units, params, config, noise=noise, progress=progress, canary=canary, recorder=recorder)

@@ -184,7 +184,8 @@ class Adam:
             self.state = AdamState.zeros_like(self.params)
             self.m = self.state.m
             self.fused = getattr(torch, "_fused_adam_", None)
-            self.steps = [torch.zeros((), dtype=torch.float32) for _ in self.params]
+            self.steps = [torch.zeros((), dtype=torch.float32, device=p.device)
+                          for p in self.params]
         else:
             self.m = [np.zeros_like(p) for p in self.params]
             self.v = [np.zeros_like(p) for p in self.params]
@@ -266,28 +267,61 @@ OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 class NoisyStep:
     """The one noisy step of the DP-SGD loop (protocol step 3 of :mod:`dpaudit.mechanisms.engine`).
 
-    ``params``: arrays (heads) or CPU tensors (modules), updated in place. The caller writes the
-    clipped sum for ``params[i]`` into ``sums[i]`` (reused C-ordered buffers shaped like the
-    parameters, of the same kind: arrays, or tensors over arrays); :meth:`apply` adds the noise
-    (:func:`gaussian_filler`, one draw per buffer, in order), divides by m0 and steps the optimizer
-    (:data:`OPTIMIZERS`).
+    ``params``: arrays (heads) or tensors (modules, on one device), updated in place. The caller
+    writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused C-ordered buffers shaped like
+    the parameters, of the same kind); :meth:`apply` adds the noise (:func:`gaussian_filler`, one
+    draw per buffer, in order), divides by m0 and steps the optimizer (:data:`OPTIMIZERS`).
+
+    Modules: ``sums`` are views of one flat tensor on the parameters' device (on the CPU, the
+    memory of the host buffers ``_arrays``). The noise is always drawn on the CPU by ``noise``'s
+    sampler, whose tails are certified (never a device RNG), into one flat host buffer, and added
+    as one tensor moved once per step (no copy on the CPU).
     """
 
     def __init__(self, params: Sequence, config: DPSGDConfig, *, noise: NoiseSource):
-        self.config = config
-        tensors = _is_tensor(params)
-        self._arrays = [np.empty(tuple(p.shape), dtype=p.detach().numpy().dtype if tensors else p.dtype) for p in params]
-        self.sums = [torch.from_numpy(a) for a in self._arrays] if tensors else self._arrays
+        self.config, self.device_sums = config, None
+        if _is_tensor(params):
+            shapes, dtypes = [tuple(p.shape) for p in params], {p.dtype for p in params}
+            if len(dtypes) != 1:
+                raise UsageError(f"module parameters must share one dtype, got "
+                                 f"{sorted(map(str, dtypes))}.")
+            host = torch.empty(sum(math.prod(s) for s in shapes), dtype=dtypes.pop()).numpy()
+            self._arrays = _split(host, shapes)
+            # on the CPU: the same memory
+            self.device_sums = torch.from_numpy(host).to(params[0].device)
+            self.sums = _split(self.device_sums, shapes)
+            self._noise = np.empty_like(host)
+            buffers = _split(self._noise, shapes)
+        else:
+            self._arrays = self.sums = [np.empty(p.shape, dtype=p.dtype) for p in params]
+            buffers = [np.empty_like(a) for a in self._arrays]  # own buffers
         std = config.noise_std
-        self._fills = [gaussian_filler(noise, np.empty_like(a), std) for a in self._arrays] if std > 0.0 else []  # own buffers
+        self._fills = [gaussian_filler(noise, b, std) for b in buffers] if std > 0.0 else []
         self.optimizer = OPTIMIZERS[config.optimizer](params, config)
 
     def apply(self, t: int) -> None:
-        for a, fill in zip(self._arrays, self._fills):
-            a += fill()
-        for a in self._arrays:
-            a /= self.config.normalizer
+        if self.device_sums is None:
+            for a, fill in zip(self._arrays, self._fills):
+                a += fill()
+            for a in self._arrays:
+                a /= self.config.normalizer
+        else:
+            for fill in self._fills:  # into the views of the one host buffer, in order
+                fill()
+            if self._fills:
+                self.device_sums += torch.from_numpy(self._noise).to(self.device_sums.device)
+            self.device_sums /= self.config.normalizer
         self.optimizer.step(self.sums, t)
+
+
+def _split(flat, shapes: list) -> list:
+    """Views of consecutive blocks of the 1-D array or tensor ``flat``, shaped ``shapes``."""
+    views, start = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        views.append(flat[start:start + size].reshape(shape))
+        start += size
+    return views
 
 
 # ---------------------------------------------------------------- Poisson sampling

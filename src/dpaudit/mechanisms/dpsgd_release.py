@@ -38,7 +38,7 @@ from ..requests import DPSGDRequest
 from ..validation import one_of
 from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import train_module_dp_sgd
+from .dpsgd import resolve_device, train_module_dp_sgd
 from .dpsgd_core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
 from .engine import UserSampling, train_heads
 from .features import build_features, feature_dim
@@ -83,6 +83,8 @@ class DPSGDMechanism(MechanismBase):
             raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
         r.check()
         one_of("model", r.model, MODEL_NAMES)
+        # cuda without a CUDA device: refused before any data are loaded
+        resolve_device(r.device, supported=MODELS[r.model].family != "head")
         return r
 
     def load(self, r: DPSGDRequest, prepared=None):
@@ -180,7 +182,8 @@ class DPSGDMechanism(MechanismBase):
             n_users = (release.config or {}).get("n_users")
             if r.reference_size is None and n_users is not None:
                 r = dataclasses.replace(r, reference_size=int(n_users))
-        plan = self.plan_of_audit(r)
+        # where the release trained is not part of its plan: an audit trains on its own --device
+        plan = self.plan_of_audit(dataclasses.replace(r, device="cpu"))
         check_plan_matches_release(plan, release)
         return plan
 
@@ -240,7 +243,8 @@ class DPSGDMechanism(MechanismBase):
                 if a is not None:
                     arrays[name] = a.astype(np.float32)
             weights_name = "weights.npz"
-            threads = {"blas_threads": HEAD_BLAS_THREADS}  # the head's training (its features: BLAS's own count)
+            # the head's training (its features: BLAS's own count), on the CPU
+            threads = {"blas_threads": HEAD_BLAS_THREADS, "device": "cpu"}
         else:
             module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
                                   seed=plan.seed)
@@ -251,8 +255,10 @@ class DPSGDMechanism(MechanismBase):
             params = sum(p.numel() for p in module.parameters() if p.requires_grad)
             model_config = {"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy", "trainable_parameters": params,
                             "init": "torch defaults from a generator seeded by the public seed"}
-            steps_executed, train_seconds = train(params, lambda cb: train_module_dp_sgd(module, x_train, y_train, config, noise=noise,
-                                                                                         users=users, loss=loss, progress=cb))
+            device = resolve_device(r.device)
+            steps_executed, train_seconds = train(params, lambda cb: train_module_dp_sgd(
+                module, x_train, y_train, config, noise=noise, users=users, loss=loss, progress=cb,
+                device=device))
             module.eval()
             with torch.no_grad():
                 out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
@@ -262,7 +268,7 @@ class DPSGDMechanism(MechanismBase):
             else:
                 proba = torch.softmax(out, dim=1).numpy()
             weights_name = "model.pt"
-            threads = {"torch_threads": torch.get_num_threads()}
+            threads = {"torch_threads": torch.get_num_threads(), "device": device}  # public
             state = module.state_dict()
 
             def save(out_dir) -> None:

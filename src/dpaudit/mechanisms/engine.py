@@ -516,7 +516,8 @@ class _Recorder:
 
 def run_dp_sgd(units, params: list, config: DPSGDConfig, *, noise: NoiseSource, runs: int = 1, canary=None, recorder=None,
                progress: Progress | None = None) -> int:
-    """Algorithm 1 on ``params`` (arrays for heads, CPU tensors for modules; updated in place) for ``runs`` runs: the one DP-SGD loop
+    """Algorithm 1 on ``params`` (arrays for heads, tensors on one device for modules; updated in
+    place) for ``runs`` runs: the one DP-SGD loop
     (module docstring: protocol, order of draws, privacy contract). Returns the executed steps.
 
     ``units``: the privacy unit and model kind (:class:`RecordUnits`, :class:`UserUnits`,

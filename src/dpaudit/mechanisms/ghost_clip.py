@@ -44,16 +44,20 @@ def module_clipped_sum(module, params: dict, x: torch.Tensor, y: torch.Tensor, r
     (joint L2 norm over all trainable parameters, :func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`).
     ``rows``: record indices into (x, y), grouped by unit; ``seg[i]``: the unit of ``rows[i]``, ``k``:
     records per unit (None: record units). ``params``: what the reference kernel evaluates at. Units
-    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.user_level.unit_chunks`)."""
+    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.user_level.unit_chunks`).
+    (x, y) may stay on the CPU: each group's rows are moved to the device of ``params``."""
     if seg is None:
         seg, k = np.arange(rows.size), np.ones(rows.size, dtype=np.int64)
     if ghost_layers(module) is None:
         return user_level.user_module_clipped_sum(module, params, x, y, rows, seg, k, clipping_norm, loss=loss, clip=clip, max_chunk=max_chunk)
     cumk, total = np.concatenate([[0], np.cumsum(k)]), None
+    device = next(iter(params.values())).device
     for ua, ub in user_level.unit_chunks(k, max_chunk):
         j = torch.as_tensor(rows[cumk[ua]:cumk[ub]])
         kc = k[ua:ub]
-        part = ghost_clipped_sum(module, x[j], y[j], clipping_norm, loss=loss, clip=clip, seg=None if np.all(kc == 1) else seg[cumk[ua]:cumk[ub]] - ua, k=kc)
+        unit_of = None if np.all(kc == 1) else seg[cumk[ua]:cumk[ub]] - ua
+        part = ghost_clipped_sum(module, x[j].to(device), y[j].to(device), clipping_norm, loss=loss,
+                                 clip=clip, seg=unit_of, k=kc)
         total = part if total is None else {n: total[n] + part[n] for n in total}
     return total
 
@@ -66,7 +70,7 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
     layers = ghost_layers(module)
     if layers is None:
         return None
-    units = None if seg is None else (torch.as_tensor(seg), torch.as_tensor(k))
+    units = None if seg is None else tuple(torch.as_tensor(v, device=x.device) for v in (seg, k))
     terms = {}
     for name, calls in _layer_calls(module, layers, x, y, loss).items():
         m, prefix = layers[name], f"{name}." if name else ""
@@ -76,7 +80,7 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
             b = _per_unit(reduce(operator.add, (_rows(m, g).sum(1) for _, g in calls)), units)
             terms[prefix + "bias"] = (_sq(b), lambda w, rw, b=b: w @ b)
     sq = sum(t[0] for t in terms.values())
-    kt = torch.ones(x.shape[0], dtype=sq.dtype) if units is None else units[1].to(sq.dtype)
+    kt = sq.new_ones(x.shape[0]) if units is None else units[1].to(sq.dtype)
     w = (dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)) / kt
     rw = w if units is None else w[units[0]]
     sums = {name: t[1](w, rw) for name, t in terms.items()}
@@ -128,7 +132,7 @@ def _by_unit(r: torch.Tensor, seg: torch.Tensor, k: torch.Tensor, kmax: int) -> 
     another, zero padded (zero rows add nothing to either Gram matrix)."""
     first = torch.cumsum(k, 0) - k
     out = r.new_zeros((k.numel(), kmax, *r.shape[1:]))
-    out[seg, torch.arange(r.shape[0]) - first[seg]] = r
+    out[seg, torch.arange(r.shape[0], device=r.device) - first[seg]] = r
     return out.reshape(k.numel(), kmax * r.shape[1], r.shape[2])
 
 

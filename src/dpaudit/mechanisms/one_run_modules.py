@@ -112,7 +112,9 @@ class DiracCanaries:
         for p, ids, flat in self.groups:
             on = hit[ids]
             if on.any():
-                sums[p].view(-1).index_add_(0, flat[torch.as_tensor(on)], torch.full((int(on.sum()),), self.c, dtype=sums[p].dtype))
+                view = sums[p].view(-1)
+                at = flat[torch.as_tensor(on)].to(view.device)
+                view.index_add_(0, at, view.new_full((at.numel(),), self.c))
 
 
 def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray) -> np.ndarray:
@@ -139,12 +141,14 @@ def _data_parts(data):
 
 
 def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient",
-                    noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None, coins=None):
+                    noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None,
+                    coins=None, device: str = "cpu"):
     """Train ``model`` ONCE with DP-SGD ``config`` on ``data`` (a prepared dataset or a name) with
     ``canaries`` canaries of ``kind``; return their :class:`~dpaudit.audits.one_run.OneRunScores`.
     ``seed``: public (initialisation, canary coordinates / records); ``noise``: private (DP noise,
     sampling, canary coins); ``noise_on=False``: the no-noise control; ``tensors``: override
-    :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins."""
+    :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins; ``device``:
+    where the model trains (:func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`)."""
     name = module_name(model)
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
@@ -169,7 +173,8 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     y = np.asarray(data.y_train, dtype=np.int64)
     loss = "bce" if binary else "cross_entropy"
     info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "kind": kind, "seed": int(seed),
-            "noise_on": bool(noise_on), "dp_sgd": config.to_dict(), "n_train": int(y.size)}
+            "noise_on": bool(noise_on), "device": str(device), "dp_sgd": config.to_dict(),
+            "n_train": int(y.size)}
     canary = None
     if kind == "gradient":
         shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
@@ -186,7 +191,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
         y = np.concatenate([y, yc[included]])
         loss_before = _record_losses(module, xc, yc, binary)
     steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
-                                canary=canary)
+                                canary=canary, device=device)
     info["steps_executed"], info["n_units"] = int(steps), int(y.size)  # units: training records plus included input canaries
     if kind == "gradient":
         params = dict(module.named_parameters())

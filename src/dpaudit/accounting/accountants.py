@@ -25,7 +25,7 @@ from ..errors import UnsupportedEventError, UsageError
 from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency, AdjacencyLike
 from .base import ADD_REMOVE, Accountant, AccountantResult, DeltaResult, Event, event_kind
-from .base import branches, first_line, merge_leaves  # noqa: F401 - the ledger, audits read them here
+from .base import branches, first_line, merge_leaves  # noqa: F401 - the ledger reads them here
 from .pld import PLD
 from .prv import PRV
 from .pure import PureAccountant

@@ -30,8 +30,9 @@ def _standalone() -> ModuleType:
     spec = importlib.util.find_spec("opacus")  # a top-level find_spec locates the package without running it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("opacus is not installed; the rdp accountant needs opacus==1.6.0.")
-    files = (Path(root, "accountants", "analysis", "rdp.py") for root in spec.submodule_search_locations)
-    path = next((file for file in files if file.is_file()), None)
+    candidates = (Path(root, "accountants", "analysis", "rdp.py")
+                  for root in spec.submodule_search_locations)
+    path = next((file for file in candidates if file.is_file()), None)
     if path is None:
         raise ImportError(f"opacus at {list(spec.submodule_search_locations)} has no accountants/analysis/rdp.py.")
     file_spec = importlib.util.spec_from_file_location(STANDALONE, path)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .accounting import compute_epsilon
-from .accounting.accountants import comparison_epsilons, comparisons_ahead
+from .accounting.comparisons import comparison_epsilons, comparisons_ahead
 from .accounting.events import Event
 from .errors import AccountingMismatchError, UsageError
 from .lazy import lazy_import

@@ -222,7 +222,7 @@ def test_cached_one_step_rdp_equals_opacus_with_steps(sigma, q, steps):
         got = rdp_curve([SubsampledGaussian(sigma, q, steps)])
         assert np.array_equal(got, want, equal_nan=True)
     # the cache hands out a read-only curve: a caller cannot corrupt it
-    from dpaudit.accounting.accountants import _one_step_rdp
+    from dpaudit.accounting.rdp import _one_step_rdp
 
     with pytest.raises(ValueError):
         _one_step_rdp(float(q), float(sigma), tuple(float(o) for o in RDP_ORDERS))[0] = 0.0

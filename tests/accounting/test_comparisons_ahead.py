@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dpaudit.accounting import accountants
-from dpaudit.accounting.accountants import _AHEAD, _comparisons, comparison_epsilons, comparisons_ahead
+from dpaudit.accounting import comparisons as accountants
+from dpaudit.accounting.comparisons import _AHEAD, _comparisons, comparison_epsilons, comparisons_ahead
 from dpaudit.accounting.events import SubsampledGaussian, event_from_dict
 from dpaudit.data.base import PreparedDataset
 from dpaudit.releasing import release
@@ -128,7 +128,7 @@ def _dead(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
 def test_child_dies_with_a_parent_killed_outright():
     # A parent killed by SIGKILL runs no cleanup: the kernel must end the child (PR_SET_PDEATHSIG).
-    code = ("import time\nfrom dpaudit.accounting import accountants as a\nfrom dpaudit.accounting.events import SubsampledGaussian\n"
+    code = ("import time\nfrom dpaudit.accounting import comparisons as a\nfrom dpaudit.accounting.events import SubsampledGaussian\n"
             "a._comparisons = lambda *args: time.sleep(600)  # a child that would run for 10 minutes\n"
             "with a.comparisons_ahead([(SubsampledGaussian(1.1, 0.01, 300), 1e-5, 'add-remove-record', ('prv',))]):\n"
             "    print(a._AHEAD.get().pid, flush=True)\n    time.sleep(600)\n")

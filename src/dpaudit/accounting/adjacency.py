@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
+from typing import Union
 
 from ..errors import AdjacencyMismatchError, UsageError
 
@@ -34,20 +35,22 @@ class Adjacency(str, Enum):
             raise UsageError(f"adjacency must be one of {allowed}, got {value!r}.") from None
 
 
-def require_same(a: "str | Adjacency", b: "str | Adjacency", what: str = "guarantees",
+#: An adjacency or its name.
+AdjacencyLike = Union[str, Adjacency]
+
+
+def require_same(a: AdjacencyLike, b: AdjacencyLike, what: str = "guarantees",
                  error: type = AdjacencyMismatchError) -> Adjacency:
-    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error (``error``,
-    an :class:`AdjacencyMismatchError`), never a silent conversion (that must be asked for explicitly:
-    :func:`convert`)."""
+    """Return the common adjacency of ``a`` and ``b``; combining different ones is an error
+    (``error``, an :class:`AdjacencyMismatchError`), never a silent conversion (that must be asked
+    for explicitly: :func:`convert`)."""
     a, b = Adjacency.parse(a), Adjacency.parse(b)
     if a is not b:
-        raise error(
-            f"cannot combine {what} under different adjacency: {a.value} vs {b.value}."
-        )
+        raise error(f"cannot combine {what} under different adjacency: {a.value} vs {b.value}.")
     return a
 
 
-def convert(epsilon: float, delta: float, source: "str | Adjacency", target: "str | Adjacency") -> tuple[float, float]:
+def convert(epsilon: float, delta: float, source: AdjacencyLike, target: AdjacencyLike) -> tuple:
     """Documented, explicit conversions between adjacency relations.
 
     add-remove-record -> replace-record: a replacement is a removal then an addition, so by

@@ -23,27 +23,25 @@ reason instead of returning a silently loose noise level.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ..errors import CalibrationError, UnsupportedEventError, UsageError
 from ..paths import cache_dir, write_atomically
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .accountants import (
-    ACCOUNTANTS,
-    PLD_VALUE_DISCRETIZATION,
-    RDP_ORDERS,
-    Accountant,
-    _refusal,
-    accountants_supporting,
-    compute_epsilon,
-    get_accountant,
-)
-from .adjacency import Adjacency
+from .accountants import ACCOUNTANTS, Accountant, _refusal, accountants_supporting, compute_epsilon
+from .accountants import get_accountant
+from .adjacency import Adjacency, AdjacencyLike
+from .base import ADD_REMOVE, Record, first_line
 from .events import Event, SubsampledGaussian
+from .pld import PLD_VALUE_DISCRETIZATION
+from .rdp import RDP_ORDERS
 
 EPSILON_TOLERANCE = 1e-4
 MAX_NOISE_MULTIPLIER = 1e6
@@ -52,7 +50,7 @@ _CACHE_VERSION = 1
 
 
 @dataclass(frozen=True)
-class Calibration:
+class Calibration(Record):
     noise_multiplier: float
     epsilon: float  # achieved, <= target_epsilon
     target_epsilon: float
@@ -62,20 +60,19 @@ class Calibration:
     accountant: str
     cached: bool = False
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
-
-def _cache_key(accountant: str, target: float, delta: float, q: float, steps: int, adjacency: Adjacency = Adjacency.ADD_REMOVE_RECORD) -> str:
-    fields = [_CACHE_VERSION, accountant, repr(target), repr(delta), repr(q), steps, EPSILON_TOLERANCE, list(RDP_ORDERS) if accountant == "rdp" else None]
+def _cache_key(accountant: str, target: float, delta: float, q: float, steps: int,
+               adjacency: Adjacency = ADD_REMOVE) -> str:
+    orders = list(RDP_ORDERS) if accountant == "rdp" else None
+    fields = [_CACHE_VERSION, accountant, repr(target), repr(delta), repr(q), steps,
+              EPSILON_TOLERANCE, orders]
     if accountant == "pld":
         fields.append(PLD_VALUE_DISCRETIZATION)
     if adjacency is Adjacency.REPLACE_RECORD:
         # add-remove-record and add-remove-user are the same mechanism (the unit differs), so they
         # share the old key; replace-one is a different computation and gets its own.
         fields.append(adjacency.value)
-    payload = json.dumps(fields)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
 
 
 def _cache_path() -> Path:
@@ -84,24 +81,19 @@ def _cache_path() -> Path:
 
 def _load_cache() -> dict:
     try:
-        with open(_cache_path()) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
+        data = json.loads(_cache_path().read_text())
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _store_cache(key: str, value: float) -> None:
-    data = _load_cache()
-    data[key] = value
-    try:
-        write_atomically(_cache_path(), json.dumps(data))
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        write_atomically(_cache_path(), json.dumps({**_load_cache(), key: value}))
 
 
 @dataclass(frozen=True)
-class CalibrationResult:
+class CalibrationResult(Record):
     """What :func:`calibrate` found: the smallest noise ``parameter`` it certified and the
     accountant's epsilon there (<= ``target_epsilon``), under ``adjacency``."""
 
@@ -113,31 +105,29 @@ class CalibrationResult:
     adjacency: str
     evaluations: int  # accountant calls made (distinct parameters)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 class _Search:
     """Epsilon evaluations of one calibration (memoised), remembering the accountant's declines."""
 
-    def __init__(self, make_event: Callable[[float], Event], accountant: Accountant, delta: float, adjacency: Adjacency,
-                 parameter_name: str) -> None:
-        self.make_event, self.accountant, self.delta, self.adjacency = make_event, accountant, delta, adjacency
-        self.parameter_name = parameter_name
+    def __init__(self, make_event: Callable[[float], Event], accountant: Accountant, delta: float,
+                 adjacency: Adjacency, parameter_name: str) -> None:
+        self.make_event, self.accountant, self.delta = make_event, accountant, delta
+        self.adjacency, self.parameter_name = adjacency, parameter_name
         self.declined: dict[float, str] = {}  # parameter -> the accountant's reason
         self.values: dict[float, float] = {}
 
     def epsilon(self, p: float) -> float:
         if p in self.values:
             return self.values[p]
-        event = self.make_event(p)  # outside the try: a broken make_event is the caller's error, not "infinite epsilon"
+        event = self.make_event(p)  # outside the try: a broken make_event is the caller's error
         try:
-            eps = compute_epsilon(event, delta=self.delta, accountant=self.accountant, adjacency=self.adjacency).epsilon
+            eps = compute_epsilon(event, delta=self.delta, accountant=self.accountant,
+                                  adjacency=self.adjacency).epsilon
         except UnsupportedEventError as e:
             # The accountant gives no bound at this noise level (prv far in the tails): infinite
             # epsilon is the conservative reading; remembered so a result next to a decline is
             # refused rather than returned loose (see calibrate).
-            self.declined[p] = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self.declined[p] = first_line(e)
             eps = float("inf")
         except (MemoryError, OverflowError, FloatingPointError, ValueError):
             # an accountant library failing on the huge privacy loss of a tiny noise multiplier;
@@ -146,66 +136,58 @@ class _Search:
         self.values[p] = eps
         return eps
 
-    def solve(self, target: float, lo: float, hi: float, start: float, tol: float) -> tuple[float, float]:
+    def solve(self, target: float, lo: float, hi: float, start: float, tol: float) -> tuple:
         """``(parameter, epsilon)``: bracket from ``start``, then bisect (see :func:`calibrate`)."""
-        down, up, eps_up = self._bracket_up(target, hi, start)
-        if down is None:
-            down, up, eps_up = self._bracket_down(target, lo, up, eps_up)
-            if down is None:
-                return up, eps_up  # lo itself meets the target: the smallest allowed
-        for _ in range(200):
-            if target - eps_up <= tol:
-                break
-            mid = 0.5 * (down + up)
-            if mid <= down or mid >= up:
-                break  # floating-point resolution reached; up is the conservative answer
-            if down in self.declined and (up - down) <= 1e-4 * up:
-                break  # the gap is the accountant's, not the bisection's (checked below)
-            eps_mid = self.epsilon(mid)
-            if eps_mid <= target:
-                up, eps_up = mid, eps_mid
-            else:
-                down = mid
-        if target - eps_up > tol and down in self.declined:
-            # epsilon(up) is certified but far below the target, and the accountant gives no bound just
-            # below up: returning up would silently over-noise; say why instead.
-            raise self.refusal(down, f"the certified epsilon {eps_up:.6g} stays below the target {target:g} because")
-        return up, eps_up
-
-    def _bracket_up(self, target: float, hi: float, start: float) -> tuple[float | None, float, float]:
-        """Up from start until the target is met: ``(down, up, eps(up))``, ``down`` the largest
-        parameter known to miss it (None: start met it)."""
-        up, eps_up, down = start, self.epsilon(start), None
-        while eps_up > target:
+        up, down = start, None  # down: the largest parameter known to miss the target
+        while self.epsilon(up) > target:  # doubling up from start until the target is met
             if up >= hi:
-                if self.declined:
-                    raise self.refusal(max(self.declined), f"up to the largest {self.parameter_name} tried,")
-                raise CalibrationError(
-                    f"epsilon target {target:g} at delta {self.delta:g} under {self.adjacency.value} adjacency ({self.accountant.name} "
-                    f"accountant) needs a {self.parameter_name} above {hi:g}; choose a larger epsilon or less privacy loss per "
-                    f"{self.parameter_name}.")
+                raise self.no_bracket(target, hi)
             down, up = up, min(2.0 * up, hi)
-            eps_up = self.epsilon(up)
-        return down, up, eps_up
-
-    def _bracket_down(self, target: float, lo: float, up: float, eps_up: float) -> tuple[float | None, float, float]:
-        """Down from ``up`` while the target is still met; then eps(down) > target >= eps(up)
-        (``down`` None: ``lo`` itself meets it, returned as ``up``)."""
-        down = max(up / 2.0, lo)
-        while self.epsilon(down) <= target:
-            up, eps_up = down, self.epsilon(down)
+        while down is None:  # start met it: halving down while the target is still met
             if up <= lo:
-                return None, up, eps_up
-            down = max(up / 2.0, lo)
-        return down, up, eps_up
+                return up, self.epsilon(up)  # lo itself meets the target: the smallest allowed
+            below = max(up / 2.0, lo)
+            if self.epsilon(below) > target:
+                down = below
+            else:
+                up = below
+        for _ in range(200):  # bisection: eps(down) > target >= eps(up)
+            mid = 0.5 * (down + up)
+            # stop within the tolerance; at floating-point resolution (up is the conservative
+            # answer); or where the gap is the accountant's, not the bisection's (checked below)
+            gap_declined = down in self.declined and (up - down) <= 1e-4 * up
+            if target - self.epsilon(up) <= tol or not down < mid < up or gap_declined:
+                break
+            if self.epsilon(mid) > target:
+                down = mid
+            else:
+                up = mid
+        if target - self.epsilon(up) > tol and down in self.declined:
+            # epsilon(up) is certified but far below the target, and the accountant gives no bound
+            # just below up: returning up would silently over-noise; say why instead.
+            certified = self.epsilon(up)
+            raise self.refusal(down, f"the certified epsilon {certified:.6g} stays below the "
+                                     f"target {target:g} because")
+        return up, self.epsilon(up)
+
+    def no_bracket(self, target: float, hi: float) -> Exception:
+        """Why even ``hi`` misses the target: the accountant's declines, else too little noise."""
+        if self.declined:
+            return self.refusal(max(self.declined), f"up to the largest {self.parameter_name} "
+                                                    "tried,")
+        return CalibrationError(
+            f"epsilon target {target:g} at delta {self.delta:g} under {self.adjacency} adjacency "
+            f"({self.accountant.name} accountant) needs a {self.parameter_name} above {hi:g}; "
+            f"choose a larger epsilon or less privacy loss per {self.parameter_name}.")
 
     def refusal(self, p: float, what: str) -> UnsupportedEventError:
-        reason = self.declined[p]
         name = self.accountant.name
-        alternatives = [a for a in accountants_supporting(self.make_event(p), self.adjacency) if a != name]
+        supporting = accountants_supporting(self.make_event(p), self.adjacency)
+        alternatives = [a for a in supporting if a != name]
         hint = f"; calibrate with {' or '.join(alternatives)}" if alternatives else ""
-        return UnsupportedEventError(f"the {name} accountant cannot calibrate this run: {what} it declines {self.parameter_name} "
-                                     f"{p:.6g} ({reason.rstrip('.')}){hint}.")
+        return UnsupportedEventError(f"the {name} accountant cannot calibrate this run: {what} it "
+                                     f"declines {self.parameter_name} {p:.6g} "
+                                     f"({self.declined[p].rstrip('.')}){hint}.")
 
 
 @dataclass(frozen=True)
@@ -225,16 +207,21 @@ class SearchRange:
         if not lo < hi:
             raise UsageError(f"lo must be < hi, got lo={lo!r} and hi={hi!r}.")
         tol = positive_finite("epsilon_tolerance", self.epsilon_tolerance)
-        start = positive_finite("start", (1.0 if lo <= 1.0 <= hi else (lo * hi) ** 0.5) if self.start is None else self.start)
+        start = self.start
+        if start is None:
+            start = 1.0 if lo <= 1.0 <= hi else (lo * hi) ** 0.5
+        start = positive_finite("start", start)
         if not lo <= start <= hi:
             raise UsageError(f"start must be in [lo, hi] = [{lo:g}, {hi:g}], got {start!r}.")
         return lo, hi, start, tol
 
 
-def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountant" = "rdp", *, target_epsilon: float, delta: float,
-              adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD, search: SearchRange = SearchRange(),
+def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountant" = "rdp", *,
+              target_epsilon: float, delta: float, adjacency: AdjacencyLike = ADD_REMOVE,
+              search: SearchRange = SearchRange(),
               parameter_name: str = "noise parameter") -> CalibrationResult:
-    """The smallest noise parameter p in ``[search.lo, search.hi]`` with ``epsilon(make_event(p)) <= target``.
+    """The smallest noise parameter p in ``[search.lo, search.hi]`` with ``epsilon(make_event(p))
+    <= target``.
 
     Privacy contract: the returned ``epsilon`` is the accountant's own value for
     ``make_event(parameter)`` at ``delta`` under ``adjacency`` and never exceeds
@@ -254,28 +241,25 @@ def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountan
     adj = Adjacency.parse(adjacency)
     lo, hi, start, tol = search.checked()
     if not callable(make_event):
-        raise UsageError(f"make_event must be a callable from the noise parameter to an event, got {make_event!r}.")
-    # Structural support does not depend on the noise level for the built-ins: refuse before searching.
+        raise UsageError("make_event must be a callable from the noise parameter to an event, got "
+                         f"{make_event!r}.")
+    # Structural support does not depend on the noise level for the built-ins: refused first.
     reason = acc.support_error(make_event(start), adj)
     if reason is not None:
         raise UnsupportedEventError(_refusal(acc, make_event(start), adj, reason))
     run = _Search(make_event, acc, delta, adj, parameter_name)
     p, eps = run.solve(target, lo, hi, start, tol)
     if not eps <= target:  # the contract; an explicit check, not an assert (python -O)
-        raise CalibrationError(f"internal error: calibrated epsilon {eps!r} exceeds the target {target!r}.")
-    return CalibrationResult(float(p), float(eps), target, float(delta), acc.name, adj.value, len(run.values))
+        raise CalibrationError(f"internal error: calibrated epsilon {eps!r} exceeds the target "
+                               f"{target!r}.")
+    return CalibrationResult(float(p), float(eps), target, float(delta), acc.name, adj.value,
+                             len(run.values))
 
 
-def calibrate_noise_multiplier(
-    *,
-    target_epsilon: float,
-    delta: float,
-    sample_rate: float,
-    steps: int,
-    accountant: "str | Accountant" = "rdp",
-    adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
-    use_cache: bool = True,
-) -> Calibration:
+def calibrate_noise_multiplier(*, target_epsilon: float, delta: float, sample_rate: float,
+                               steps: int, accountant: "str | Accountant" = "rdp",
+                               adjacency: AdjacencyLike = ADD_REMOVE,
+                               use_cache: bool = True) -> Calibration:
     """Noise multiplier for a Poisson-subsampled Gaussian run meeting (target_epsilon, delta)
     under ``adjacency`` (add/remove of a record or, at user level, of a user; or replace-one):
     :func:`calibrate` of ``lambda s: SubsampledGaussian(s, sample_rate, steps)`` on
@@ -288,28 +272,23 @@ def calibrate_noise_multiplier(
     steps = positive_int("steps", steps)
     adj = Adjacency.parse(adjacency)
     acc = get_accountant(accountant)
-
-    def make_event(sigma: float) -> SubsampledGaussian:
-        return SubsampledGaussian(sigma, q, steps)
-
+    make_event = functools.partial(SubsampledGaussian, sample_rate=q, steps=steps)
     cacheable = use_cache and isinstance(accountant, str) and accountant in ACCOUNTANTS
     key = _cache_key(acc.name, target, delta, q, steps, adj) if cacheable else None
-    if key is not None:
-        cached = _load_cache().get(key)
-        if isinstance(cached, (int, float)) and cached > 0:
-            try:
-                eps = compute_epsilon(make_event(float(cached)), delta=delta, accountant=acc, adjacency=adj).epsilon
-            except (UnsupportedEventError, MemoryError, OverflowError, FloatingPointError, ValueError):
-                eps = float("inf")  # unverifiable: recalibrate
-            if eps <= target:
-                return Calibration(float(cached), eps, target, delta, q, steps, acc.name, cached=True)
+    cached = _load_cache().get(key) if key is not None else None
+    if isinstance(cached, (int, float)) and 0 < cached < math.inf:
+        # re-verified: unverifiable (declined, a library failure) is infinite epsilon: recalibrated
+        eps = _Search(make_event, acc, delta, adj, "noise multiplier").epsilon(float(cached))
+        if eps <= target:
+            return Calibration(float(cached), eps, target, delta, q, steps, acc.name, cached=True)
     try:
-        r = calibrate(make_event, acc, target_epsilon=target, delta=delta, adjacency=adj, search=SearchRange(start=1.0),
-                      parameter_name="noise multiplier")
+        r = calibrate(make_event, acc, target_epsilon=target, delta=delta, adjacency=adj,
+                      search=SearchRange(start=1.0), parameter_name="noise multiplier")
     except CalibrationError:
         raise CalibrationError(
             f"epsilon target {target} at delta {delta} with sample_rate {q} and {steps} steps "
-            f"needs a noise multiplier above {MAX_NOISE_MULTIPLIER:g}; choose a larger epsilon or fewer steps."
+            f"needs a noise multiplier above {MAX_NOISE_MULTIPLIER:g}; choose a larger epsilon or "
+            "fewer steps."
         ) from None
     if key is not None:
         _store_cache(key, r.parameter)

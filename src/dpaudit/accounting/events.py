@@ -14,8 +14,9 @@ from ..validation import half_open_unit, non_negative_int, positive_finite
 
 @dataclass(frozen=True)
 class SubsampledGaussian:
-    """``steps`` (T) applications of the Gaussian mechanism, with noise std ``noise_multiplier`` times the
-    L2 sensitivity (clipping norm), on a Poisson subsample of rate ``sample_rate`` (q; 1.0: none)."""
+    """``steps`` (T) applications of the Gaussian mechanism, with noise std ``noise_multiplier``
+    times the L2 sensitivity (clipping norm), on a Poisson subsample of rate ``sample_rate`` (q;
+    1.0: none)."""
 
     noise_multiplier: float
     sample_rate: float
@@ -27,12 +28,8 @@ class SubsampledGaussian:
         non_negative_int("steps", self.steps)
 
     def to_dict(self) -> dict:
-        return {
-            "type": "subsampled-gaussian",
-            "noise_multiplier": float(self.noise_multiplier),
-            "sample_rate": float(self.sample_rate),
-            "steps": int(self.steps),
-        }
+        return {"type": "subsampled-gaussian", "noise_multiplier": float(self.noise_multiplier),
+                "sample_rate": float(self.sample_rate), "steps": int(self.steps)}
 
 
 @dataclass(frozen=True)
@@ -71,21 +68,18 @@ class Parallel:
 
 
 Event = SubsampledGaussian | PureEpsilon | Composed | Parallel
+_NODES = {"composed": Composed, "parallel": Parallel}
 
 
 def event_from_dict(data: dict) -> Event:
     """Inverse of ``to_dict``; an unknown event type is an error, never epsilon 0."""
     kind = data.get("type") if isinstance(data, dict) else None
     if kind == "subsampled-gaussian":
-        return SubsampledGaussian(
-            noise_multiplier=float(data["noise_multiplier"]),
-            sample_rate=float(data["sample_rate"]),
-            steps=int(data["steps"]),
-        )
+        noise, rate = float(data["noise_multiplier"]), float(data["sample_rate"])
+        return SubsampledGaussian(noise, rate, int(data["steps"]))
     if kind == "pure-epsilon":
         return PureEpsilon(epsilon=float(data["epsilon"]), count=int(data.get("count", 1)))
-    if kind == "composed":
-        return Composed(tuple(event_from_dict(e) for e in data["events"]))
-    if kind == "parallel":
-        return Parallel(tuple(event_from_dict(e) for e in data["events"]))
-    raise UnsupportedEventError(f"event type must be one of subsampled-gaussian, pure-epsilon, composed, parallel, got {kind!r}.")
+    if kind in ("composed", "parallel"):  # compared, not hashed: a type may be any JSON value
+        return _NODES[kind](tuple(event_from_dict(e) for e in data["events"]))
+    raise UnsupportedEventError("event type must be one of subsampled-gaussian, pure-epsilon, "
+                                f"composed, parallel, got {kind!r}.")

@@ -30,11 +30,10 @@ def _standalone() -> ModuleType:
     spec = importlib.util.find_spec("opacus")  # a top-level find_spec locates the package without running it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("opacus is not installed; the rdp accountant needs opacus==1.6.0.")
-    for root in spec.submodule_search_locations:
-        path = Path(root, "accountants", "analysis", "rdp.py")
-        if path.is_file():
-            break
-    else:
+    candidates = (Path(root, "accountants", "analysis", "rdp.py")
+                  for root in spec.submodule_search_locations)
+    path = next((file for file in candidates if file.is_file()), None)
+    if path is None:
         raise ImportError(f"opacus at {list(spec.submodule_search_locations)} has no accountants/analysis/rdp.py.")
     file_spec = importlib.util.spec_from_file_location(STANDALONE, path)
     module = importlib.util.module_from_spec(file_spec)
@@ -50,9 +49,8 @@ def _standalone() -> ModuleType:
 def analysis() -> ModuleType:
     """Opacus's RDP analysis module: Opacus's own when opacus is imported, else the stand-alone load."""
     global _module
-    loaded = sys.modules.get(OPACUS_RDP)
-    if loaded is not None:
-        return loaded
+    if sys.modules.get(OPACUS_RDP) is not None:
+        return sys.modules[OPACUS_RDP]
     if _module is None:
         try:
             _module = _standalone()
@@ -66,8 +64,3 @@ def analysis() -> ModuleType:
 def compute_rdp(*, q: float, noise_multiplier: float, steps: int, orders):
     """``opacus.accountants.analysis.rdp.compute_rdp`` (same arguments, same result)."""
     return analysis().compute_rdp(q=q, noise_multiplier=noise_multiplier, steps=steps, orders=orders)
-
-
-def get_privacy_spent(*, orders, rdp, delta: float):
-    """``opacus.accountants.analysis.rdp.get_privacy_spent`` (same arguments, same result)."""
-    return analysis().get_privacy_spent(orders=orders, rdp=rdp, delta=delta)

@@ -57,18 +57,6 @@ def _binom_product(n: float, k: int) -> float:
     return num / den
 
 
-def _binom_product_vec(n: np.ndarray, k: int) -> np.ndarray:
-    """:func:`_binom_product` for one k and a vector of n (elementwise the same operations)."""
-    num, den = np.ones_like(n), np.ones_like(n)
-    for i in range(1, k + 1):
-        num = num * (i + n - k)
-        den = den * i
-        big = np.abs(num) > 1e50
-        num = np.where(big, num / den, num)
-        den = np.where(big, 1.0, den)
-    return num / den
-
-
 @functools.lru_cache(maxsize=16)
 def _log_binom_matrix(orders: tuple[int, ...]) -> np.ndarray:
     """Row j: log C(orders[j], i) for i = 0..orders[j], then -inf (independent of q and sigma).
@@ -86,7 +74,7 @@ def _log_binom_matrix(orders: tuple[int, ...]) -> np.ndarray:
     prod[:, 0] = 1.0
     prod[:, 1:] = np.cumprod(ratios, axis=1)
     for kk in range(min(_PRODUCT_FORMULA_LIMIT, half)):
-        prod[:, kk] = _binom_product_vec(n[:, 0], kk)
+        prod[:, kk] = [_binom_product(float(a), kk) for a in orders]
     with np.errstate(divide="ignore"):  # the formula's zeros past a/2 (k > a/2 is never looked up)
         log_half = np.log(prod)
     i = np.arange(width)[None, :]
@@ -259,12 +247,8 @@ def _log_a_frac(q: float, sigma: float, alpha: float) -> float:
         log_e1 = log_half + log_erfc((z0 - j) / root2_sigma)
         log_s0 = log_t0 + (i * i - i) / two_s2 + log_e0
         log_s1 = log_t1 + (j * j - j) / two_s2 + log_e1
-        if positive:
-            log_a0 = _log_add(log_a0, log_s0)
-            log_a1 = _log_add(log_a1, log_s1)
-        else:
-            log_a0 = _log_sub(log_a0, log_s0)
-            log_a1 = _log_sub(log_a1, log_s1)
+        combine = _log_add if positive else _log_sub  # the sign of C(alpha, i)
+        log_a0, log_a1 = combine(log_a0, log_s0), combine(log_a1, log_s1)
         i += 1
         if max(log_s0, log_s1) < -30:
             break
@@ -290,13 +274,8 @@ def _one_step(q: float, sigma: float, orders: list) -> dict:
     counts = dict(zip(ints, _overflow_counts(tuple(ints))))
     safe = tuple(a for a in ints if counts[a] == 0)
     rdp = {float(a): float(la) / (a - 1) for a, la in zip(safe, _log_a_int(q, sigma, safe))} if safe else {}
-    reference = []
-    for o in orders:
-        value = None if o in rdp else _order_value(q, sigma, o, counts)
-        if o not in rdp and value is None:
-            reference.append(o)
-        elif value is not None:
-            rdp[o] = value
+    rdp.update({o: _order_value(q, sigma, o, counts) for o in orders if o not in rdp})
+    reference = [o for o, value in rdp.items() if value is None]
     if reference:
         ref = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
         rdp.update(zip(reference, (float(v) for v in np.atleast_1d(ref))))

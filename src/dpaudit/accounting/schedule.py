@@ -8,20 +8,18 @@ Poisson batch size, which would leak).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ..validation import positive_int
+from .base import Record
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Record):
     batches_per_epoch: int
     sample_rate: float
     steps: int
     normalizer: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def dp_sgd_schedule(n: int, batch_size: int, epochs: int) -> Schedule:
@@ -30,4 +28,5 @@ def dp_sgd_schedule(n: int, batch_size: int, epochs: int) -> Schedule:
     epochs = positive_int("epochs", epochs)
     j = -(-n // batch_size)  # ceil without floating point
     # floor(q * N0) with q = 1/J is exactly N0 // J in integers.
-    return Schedule(batches_per_epoch=j, sample_rate=1.0 / j, steps=epochs * j, normalizer=max(1, n // j))
+    return Schedule(batches_per_epoch=j, sample_rate=1.0 / j, steps=epochs * j,
+                    normalizer=max(1, n // j))

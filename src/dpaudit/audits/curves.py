@@ -178,7 +178,7 @@ def _pld_discretization(leaves: tuple) -> float:
 
 
 def _leaf_pld(leaf, adjacency: Adjacency, discretization: float):
-    """Pessimistic PLD of one merged, active leaf (the conventions of accountants._pld_leaf)."""
+    """Pessimistic PLD of one merged, active leaf (the conventions of pld._pld_leaf)."""
     from dp_accounting.pld import common
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from dp_accounting.privacy_accountant import NeighboringRelation

@@ -8,9 +8,9 @@ Privacy contract:
 
 - An entry is used only for exactly the computation it records: the key is a hash of the event
   (its serialised form), delta (``repr``), the adjacency, the accountant, the dpaudit version,
-  the source of :mod:`dpaudit.accounting.accountants` (which sets the prv error budget and the
-  guards around the library) and the source of the installed prv-accountant package. Any change
-  to one of them is a miss, and the number is recomputed.
+  the sources of :mod:`dpaudit.accounting` (:mod:`~dpaudit.accounting.prv` sets the prv error
+  budget and the guards around the library) and the source of the installed prv-accountant package.
+  Any change to one of them is a miss, and the number is recomputed.
 - Each entry carries a hash of its key and its values; a damaged or half-written entry (or file)
   is ignored, never read as a number. Writes are atomic (rename), so readers see an old or a new
   file, never a mix.
@@ -86,11 +86,13 @@ def _cache_path() -> Path:
 
 
 def _code_fingerprint() -> str:
-    """Hash of the code that computes a prv answer: accountants.py and prv-accountant's sources."""
+    """Hash of the code that computes a prv answer: the accounting package's and prv-accountant's
+    sources."""
     global _fingerprint
     if _fingerprint is None:
         h = hashlib.sha256(f"dpaudit {__version__}\n".encode())
-        h.update((Path(__file__).parents[1] / "accounting" / "accountants.py").read_bytes())
+        for path in sorted((Path(__file__).parents[1] / "accounting").glob("*.py")):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
         spec = importlib.util.find_spec("prv_accountant")  # locates the package without importing it
         roots = list(spec.submodule_search_locations or []) if spec is not None else []
         for root in roots:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
-from ..accounting.accountants import comparison_epsilons
+from ..accounting.comparisons import comparison_epsilons
 from ..accounting.events import Composed, Parallel
 from ..lazy import lazy_import
 from ..ledger.book import open_ledger

@@ -26,7 +26,7 @@ from typer._click.globals import get_current_context
 from typer.core import TyperCommand, TyperGroup
 
 # The consoles live below the CLI so library modules can print progress without importing it.
-from ..console import console, err_console  # noqa: F401  (re-exported: commands import them from here)
+from ..console import console, err_console, print_message  # noqa: F401  (re-exported: commands import them from here)
 from ..errors import DPAuditError
 from ..progress import heartbeat
 from ..records import _json_safe
@@ -148,24 +148,21 @@ class DPAuditGroup(TyperGroup):
         except DPAuditError as e:
             msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
             msg = f"{msg} {e.hint}" if e.hint and e.hint not in msg else msg
-            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+            _error(msg)
             raise typer.Exit(2) from None
         except ClickUsageError as e:
             _usage_exit(e)
 
 
-#: Commands that may run for minutes: a progress line within their first seconds and every few seconds after.
-LONG_COMMANDS = ("train", "audit", "sweep", "report", "ledger summary")
-
-
 def _progress_of(ctx):
-    """The root group's heartbeat (:func:`dpaudit.progress.heartbeat`) for a long command;
-    nothing for the others."""
+    """The root group's heartbeat (:func:`dpaudit.progress.heartbeat`, named after the command, e.g.
+    "dpaudit ledger summary"): any command may take seconds on a loaded machine, and one that ends
+    within the heartbeat's grace period prints nothing. Nothing for ``--help``."""
     words = [*ctx._protected_args, *ctx.args]
-    name = next((c for c in LONG_COMMANDS if c.split() == words[:len(c.split())]), None)
-    if ctx.parent is not None or name is None or "--help" in words:
+    if ctx.parent is not None or not words or "--help" in words:
         return contextlib.nullcontext()
-    return heartbeat(f"dpaudit {name}")
+    group = isinstance(ctx.command.commands.get(words[0]), TyperGroup) and len(words) > 1
+    return heartbeat(" ".join(["dpaudit", *words[:1 + group]]))
 
 
 def _usage_exit(e: ClickUsageError):
@@ -173,8 +170,13 @@ def _usage_exit(e: ClickUsageError):
     usage box; a command given without arguments still shows its help."""
     if isinstance(e, NoArgsIsHelpError):
         raise e
-    err_console.print(f"[bold red]error:[/] {usage_line(e)}", highlight=False, soft_wrap=True)
+    _error(usage_line(e))
     raise typer.Exit(2) from None
+
+
+def _error(message: str) -> None:
+    """The one error line (wrapped only where a width is known: :func:`dpaudit.console.wrap_width`)."""
+    print_message(Text.assemble(("error:", "bold red"), " ", message), err_console)
 
 
 def _allowed(param: Any) -> str:
@@ -391,7 +393,7 @@ def print_table(table: Any, out: Any = None) -> None:
         out.print(table)
         return
     if table.title:
-        out.print(table.title, highlight=False, soft_wrap=True)
+        print_message(Text.from_markup(str(table.title)), out)
     plain = [[c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain for c in col.cells] for col in table.columns]
     heads = [str(col.header).replace(" ", "") for col in table.columns]
     for label, *rest in zip(*plain):
@@ -403,4 +405,4 @@ def print_table(table: Any, out: Any = None) -> None:
 
 def note(message: str) -> None:
     """A one-line note for people (stderr, so --json output stays clean)."""
-    err_console.print(message, highlight=False)
+    print_message(message, err_console)

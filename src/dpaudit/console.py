@@ -4,9 +4,9 @@ The library reports progress on stderr (training steps, sweep tasks) through the
 to, so a ``--json`` run keeps stdout to exactly one JSON object. These live here, below :mod:`dpaudit.cli`, so that library
 modules never import the CLI package (which would register every command and pull in its imports).
 
-Messages (:func:`print_message`) wrap at the width of a terminal, or the one ``$COLUMNS`` declares, between words only:
-a path or a hash stays whole, so it can be copied. A pipe or a log that declares no width keeps each message on one line
-(greppable; an error stays the one line scripts read)."""
+Messages (:func:`print_message`) wrap at the width of a terminal, or the one ``$COLUMNS`` declares,
+between words only: a path or a hash stays whole, so it can be copied. A pipe or a log that declares
+no width keeps each message on one line (greppable; an error stays the one line scripts read)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ INDENT = "  "
 
 
 def wrap_width(out: Console) -> int | None:
-    """The width messages on ``out`` wrap at: a terminal's or ``$COLUMNS``; None in a pipe that declares none."""
+    """The width messages on ``out`` wrap at: a terminal's or ``$COLUMNS``; else None."""
     return out.width if out.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit() else None
 
 
@@ -38,7 +38,8 @@ def wrap_words(text: Text, width: int | None) -> Text:
 
 
 def _wrap_line(line: Text, width: int) -> Text:
-    indent = " " * (len(line.plain) - len(line.plain.lstrip(" "))) + INDENT  # under the line's own indent
+    own = len(line.plain) - len(line.plain.lstrip(" "))
+    indent = " " * own + INDENT  # continued under the line's own indent
     starts, start, room = [], 0, width
     for word in re.finditer(r"\S+", line.plain):
         if word.end() - start > room and word.start() > start:

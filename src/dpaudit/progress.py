@@ -8,7 +8,8 @@ silent) and a line follows at least every :func:`period_s` seconds (10 s; the en
 ``DPAUDIT_PROGRESS_EVERY_S`` may shorten it, never lengthen it), naming the current phase
 (:func:`phase`, e.g. "loading MNIST") or the state of each task of the job's bars, so that a phase
 with no count (loading data, one slow chunk, a user's training script) is never silent. Estimates
-of the time left use an exponentially weighted rate: one slow or fast update never makes them jump."""
+of the time left use an exponentially weighted rate: one slow or fast update never makes them
+jump."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ from rich.text import Text
 from .console import err_console, print_message
 
 
-#: Seconds a job's bar (:class:`JobProgress`) runs before its first line in a pipe (a sub-second job prints none).
+#: Seconds a job's bar (:class:`JobProgress`) runs before its first line in a pipe (a sub-second job
+#: prints none).
 QUIET_S = 0.5
-#: Seconds from a command's start to its first progress line; the ``dpaudit`` process starts at its launch,
-#: interpreter and imports included (a refusal or a quick command that ends sooner prints none).
+#: Seconds from a command's start to its first progress line; the ``dpaudit`` process starts at its
+#: launch, interpreter and imports included (a refusal or a command that ends sooner prints none).
 FIRST_LINE_S = 1.5
 #: The most seconds between two progress lines of a long job.
 MAX_PERIOD_S = 10.0
@@ -204,8 +206,9 @@ _ACTIVE: list[JobProgress] = []
 
 
 class _Heartbeat:
-    """A thread that prints the job's state whenever nothing was printed for :func:`period_s` seconds;
-    the first line :data:`FIRST_LINE_S` seconds after ``start`` (monotonic seconds, default now)."""
+    """A thread that prints the job's state whenever nothing was printed for :func:`period_s`
+    seconds; the first line :data:`FIRST_LINE_S` seconds after ``start``
+    (monotonic; default now)."""
 
     def __init__(self, what: str, console, start: float | None = None) -> None:
         self.what, self.console = what, console
@@ -219,13 +222,17 @@ class _Heartbeat:
         every = period_s()
         while not self.stop.wait(self._wait_s(every)):
             now = time.monotonic()
-            if self.first and now - self.start >= FIRST_LINE_S or now - max(self.said_at, _LAST_SAID[0]) >= every:
+            quiet = now - max(self.said_at, _LAST_SAID[0])
+            if self.first and now - self.start >= FIRST_LINE_S or quiet >= every:
                 self.beat(now)
 
     def _wait_s(self, every: float) -> float:
-        """Until the next check: the first line is due at a fixed time, later ones every quarter period."""
+        """Until the next check: the first line is due at a fixed time, later ones checked every
+        quarter period."""
         tick = min(0.25, every / 4)
-        return max(0.0, min(tick, self.start + FIRST_LINE_S - time.monotonic())) if self.first else tick
+        if not self.first:
+            return tick
+        return max(0.0, min(tick, self.start + FIRST_LINE_S - time.monotonic()))
 
     def beat(self, now: float) -> None:
         self.first, self.said_at = False, now
@@ -258,10 +265,11 @@ def _print(console, text: str) -> None:
 
 @contextmanager
 def heartbeat(what: str, *, console=None):
-    """Run a command (``what``, e.g. "dpaudit audit") with a progress line at most :data:`FIRST_LINE_S`
-    seconds after it starts and at least every :func:`period_s` seconds after, until it returns. Inside
-    a ``dpaudit`` process the heartbeat started at launch (:func:`heartbeat_from_launch`) goes on under
-    this name instead, so its first line keeps its time."""
+    """Run a command (``what``, e.g. "dpaudit audit") with a progress line at most
+    :data:`FIRST_LINE_S` seconds after it starts and at least every :func:`period_s` seconds after,
+    until it returns. Inside a ``dpaudit`` process the heartbeat started at launch
+    (:func:`heartbeat_from_launch`) goes on under this name instead: its first line keeps its
+    time."""
     beat = _BEATING[-1] if _BEATING and _BEATING[-1].phase == _LAUNCHING else None
     if beat is None:
         beat = _Heartbeat(what, console or err_console)
@@ -279,10 +287,10 @@ _LAUNCHING = "starting"
 
 
 def heartbeat_from_launch(what: str) -> _Heartbeat:
-    """The heartbeat of this ``dpaudit`` process (``what``: e.g. "dpaudit audit"), started before the
-    command line's imports (seconds on a loaded machine) and timed from the process's launch: its first
-    line comes :data:`FIRST_LINE_S` seconds after launch. The command's :func:`heartbeat` takes it over;
-    :meth:`_Heartbeat.end` stops it when no command ran (a usage error)."""
+    """The heartbeat of this ``dpaudit`` process (``what``: e.g. "dpaudit audit"), started before
+    the command line's imports (seconds on a loaded machine) and timed from the process's launch:
+    its first line comes :data:`FIRST_LINE_S` seconds after launch. The command's :func:`heartbeat`
+    takes it over; :meth:`_Heartbeat.end` stops it when no command ran (a usage error)."""
     beat = _Heartbeat(what, err_console, start=_launched_at())
     beat.phase = _LAUNCHING
     _BEATING.append(beat)

@@ -38,7 +38,8 @@ def _launch_heartbeat(argv: list[str]):
 
 _LAUNCH_BEAT = _launch_heartbeat(sys.argv)
 
-import typer  # noqa: E402  (after the heartbeat: typer and the command families take seconds to import)
+# after the heartbeat: typer and the command families take seconds to import
+import typer  # noqa: E402
 
 from .. import __version__  # noqa: E402
 from . import accounting, audit, bundle, ledger, mixmin, report, sweep, train  # noqa: E402

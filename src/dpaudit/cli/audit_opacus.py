@@ -48,7 +48,8 @@ def command(
     b = result.bounds
     console.print(f"the script's accountant: eps {b.get('accountant_epsilon', float('nan')):.3f} at delta {b['delta']:g}", highlight=False)
     for f in b["findings"]:
-        print_message(Text.assemble((f"pipeline finding {f['code']}:", "bold red"), f" {f['message']} {f['consequence']}"))
+        finding = (f"pipeline finding {f['code']}:", "bold red")
+        print_message(Text.assemble(finding, f" {f['message']} {f['consequence']}"))
     if b.get("executed"):
         ran = b["executed"]
         console.print(f"the executed steps: eps {ran['epsilon']} ({ran['label']})", highlight=False)

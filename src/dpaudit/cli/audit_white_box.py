@@ -75,4 +75,5 @@ def _render(result, out: Path) -> None:
     m = result.main
     verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
     console.print(f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}")
-    print_message(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} (not for publication)")
+    print_message(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} "
+                  "(not for publication)")

@@ -30,8 +30,10 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json({"bundle": str(out), **made})
             return
-        print_message(f"wrote {out}: {len(made['releases'])} release(s), {len(made['audits'])} audit(s), {len(made['plans'])} plan(s), "
-                      f"the ledger's export and head {made['head']['hash'][:16]} (shareable parts only); check it with: dpaudit verify {out}")
+        counts = ", ".join(f"{len(made[k])} {k[:-1]}(s)" for k in ("releases", "audits", "plans"))
+        head = made["head"]["hash"][:16]
+        print_message(f"wrote {out}: {counts}, the ledger's export and head {head} (shareable parts only); "
+                      f"check it with: dpaudit verify {out}")
 
     @app.command("verify")
     def verify(

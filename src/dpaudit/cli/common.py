@@ -26,7 +26,8 @@ from typer._click.globals import get_current_context
 from typer.core import TyperCommand, TyperGroup
 
 # The consoles live below the CLI so library modules can print progress without importing it.
-from ..console import console, err_console, print_message  # noqa: F401  (re-exported: commands import them from here)
+# re-exported: commands import them from here
+from ..console import console, err_console, print_message  # noqa: F401
 from ..errors import DPAuditError
 from ..progress import heartbeat
 from ..records import _json_safe
@@ -175,7 +176,7 @@ def _usage_exit(e: ClickUsageError):
 
 
 def _error(message: str) -> None:
-    """The one error line (wrapped only where a width is known: :func:`dpaudit.console.wrap_width`)."""
+    """The one error line (wrapped only where a width is known: console.wrap_width)."""
     print_message(Text.assemble(("error:", "bold red"), " ", message), err_console)
 
 

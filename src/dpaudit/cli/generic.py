@@ -35,7 +35,8 @@ from ..requests import REQUEST_TYPES, AuditRequest
 from ..threads import set_threads
 from . import options
 from .audit_render import show
-from .common import ROUTES, emit_json, exit_on_violation, new_app, note, print_message, recorded_argv, say
+from .common import (ROUTES, emit_json, exit_on_violation, new_app, note, print_message,
+                     recorded_argv, say)
 
 
 def generic_audit_names() -> tuple[str, ...]:
@@ -138,7 +139,8 @@ def _print_release(rel, shown) -> None:
         return
     claim = "no privacy claim (non-private)" if rel.non_private else (
         f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
-    print_message(Text.assemble((rel.mechanism, "bold"), f" on {(rel.dataset or {}).get('name')}: {claim}"))
+    dataset = (rel.dataset or {}).get("name")
+    print_message(Text.assemble((rel.mechanism, "bold"), f" on {dataset}: {claim}"))
     if rel.metrics:
         say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
     say(f"release id {rel.id};", f"command: {rel.command}")

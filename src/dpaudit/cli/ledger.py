@@ -260,9 +260,11 @@ def register(app: typer.Typer) -> None:
         if check.status == "mismatch":
             then = ("recorded as uncertified: its dataset's budget is unbounded until the entry is voided" if check.steps_reason
                     else "recorded: the ledger composes its stored events, not its claimed epsilon")
-            print_message(f"warning: release {rel.id}: ACCOUNTING MISMATCH: {check.reason}; {then}.", err_console)
+            mismatch = f"ACCOUNTING MISMATCH: {check.reason}; {then}."
+            print_message(f"warning: release {rel.id}: {mismatch}", err_console)
         elif check.status == "unverified":
-            print_message(f"warning: release {rel.id}: claim not verified: {check.reason}.", err_console)
+            print_message(f"warning: release {rel.id}: claim not verified: {check.reason}.",
+                          err_console)
         _say(json_out, {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
              f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
 
@@ -315,7 +317,8 @@ def register(app: typer.Typer) -> None:
         """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
         with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.require_signatures()
-        _say(json_out, {"id": eid, "require_signatures": True}, f"ledger now requires signed entries (policy entry {eid}).")
+        _say(json_out, {"id": eid, "require_signatures": True},
+             f"ledger now requires signed entries (policy entry {eid}).")
 
     @ledger_app.command("grant")
     def grant(
@@ -331,7 +334,8 @@ def register(app: typer.Typer) -> None:
             for stmt in stmts:
                 led.store.execute(stmt)
         _say(json_out, {"role": role, "granted": stmts},
-             f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).")
+             f"role {role} may now append to and read ledger {led.path} "
+             "(no UPDATE, DELETE or DDL).")
 
     @ledger_app.command("export")
     def export(
@@ -354,7 +358,8 @@ def register(app: typer.Typer) -> None:
             json.dump(dump, f)
         keyed = "with" if include_key else "without (--include-key to carry it)"
         _say(json_out, {"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"], "fingerprint_key": include_key},
-             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key (head {dump['head_hash'][:16]}).")
+             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key "
+             f"(head {dump['head_hash'][:16]}).")
 
     @ledger_app.command("import")
     def import_(

@@ -113,4 +113,5 @@ def _written(path: Path, json_out: bool) -> None:
         f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
     print_message(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
                   f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
-                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: {run}")
+                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} "
+                  f"(private until the run); run it: {run}")

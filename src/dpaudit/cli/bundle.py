@@ -32,8 +32,8 @@ def register(app: typer.Typer) -> None:
             return
         counts = ", ".join(f"{len(made[k])} {k[:-1]}(s)" for k in ("releases", "audits", "plans"))
         head = made["head"]["hash"][:16]
-        print_message(f"wrote {out}: {counts}, the ledger's export and head {head} (shareable parts only); "
-                      f"check it with: dpaudit verify {out}")
+        print_message(f"wrote {out}: {counts}, the ledger's export and head {head} "
+                      f"(shareable parts only); check it with: dpaudit verify {out}")
 
     @app.command("verify")
     def verify(

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import types
 import typing
+import warnings
 from pathlib import Path
 from collections.abc import MutableMapping
 from enum import Enum
@@ -29,6 +30,7 @@ from typer.core import TyperCommand, TyperGroup
 # re-exported: commands import them from here
 from ..console import console, err_console, print_message  # noqa: F401
 from ..errors import DPAuditError
+from ..integrations.opacus_script import warning_lines
 from ..progress import heartbeat
 from ..records import _json_safe
 from .coercion import install
@@ -144,7 +146,7 @@ class DPAuditGroup(TyperGroup):
 
     def invoke(self, ctx):  # noqa: D401
         try:
-            with _progress_of(ctx):
+            with _progress_of(ctx), _one_line_warnings(ctx):
                 return super().invoke(ctx)
         except DPAuditError as e:
             msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
@@ -164,6 +166,27 @@ def _progress_of(ctx):
         return contextlib.nullcontext()
     group = isinstance(ctx.command.commands.get(words[0]), TyperGroup) and len(words) > 1
     return heartbeat(" ".join(["dpaudit", *words[:1 + group]]))
+
+
+@contextlib.contextmanager
+def _one_line_warnings(ctx):
+    """While the root group runs a command, each warning Python shows (NumPy, SciPy, torch, Opacus;
+    the filters, ``-W``, still choose which) is one dpaudit line on stderr, ``warning: Category:
+    first line (file:line)``, never the raw two-line form; the expected ones are dropped, Opacus's
+    secure-RNG one reworded (:func:`dpaudit.integrations.opacus_script.warning_lines`)."""
+    if ctx.parent is not None:
+        yield
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        for said in warning_lines([warnings.WarningMessage(message, category, filename, lineno)]):
+            note(f"warning: {said} ({Path(filename).name}:{lineno})")
+
+    shown, warnings.showwarning = warnings.showwarning, show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _usage_exit(e: ClickUsageError):

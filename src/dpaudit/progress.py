@@ -1,14 +1,15 @@
 """Progress of every long job (training, audit trials, one-run audits, sweeps, reports), on stderr.
 
 In a terminal: a rich bar with elapsed time and an estimate of the time left. In a pipe or a log
-(stderr not a terminal): plain lines, never carriage-return bars. A long command runs inside
-:func:`heartbeat`: its first line comes at most :data:`QUIET_S` seconds after it starts (a job that
-ends sooner stays silent) and a line follows at least every :func:`period_s` seconds (10 s; the
-environment variable ``DPAUDIT_PROGRESS_EVERY_S`` may shorten it, never lengthen it), naming the
-current phase (:func:`phase`, e.g. "loading MNIST") or the state of each task of the job's bars, so
-that a phase with no count (loading data, one slow chunk, a user's training script) is never silent.
-Estimates of the time left use an exponentially weighted rate: one slow or fast update never
-makes them jump."""
+(stderr not a terminal): plain lines, never carriage-return bars. A command runs inside
+:func:`heartbeat`: its first line comes at most :data:`FIRST_LINE_S` seconds after it starts (the
+``dpaudit`` process's: after its launch, :func:`heartbeat_from_launch`; a job that ends sooner stays
+silent) and a line follows at least every :func:`period_s` seconds (10 s; the environment variable
+``DPAUDIT_PROGRESS_EVERY_S`` may shorten it, never lengthen it), naming the current phase
+(:func:`phase`, e.g. "loading MNIST") or the state of each task of the job's bars, so that a phase
+with no count (loading data, one slow chunk, a user's training script) is never silent. Estimates
+of the time left use an exponentially weighted rate: one slow or fast update never makes them
+jump."""
 
 from __future__ import annotations
 
@@ -18,16 +19,21 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
                            TimeElapsedColumn)
 from rich.text import Text
 
-from .console import err_console
+from .console import err_console, print_message
 
 
-#: Seconds a long job runs before its first progress line (a sub-second job prints none).
+#: Seconds a job's bar (:class:`JobProgress`) runs before its first line in a pipe (a sub-second job
+#: prints none).
 QUIET_S = 0.5
+#: Seconds from a command's start to its first progress line; the ``dpaudit`` process starts at its
+#: launch, interpreter and imports included (a refusal or a command that ends sooner prints none).
+FIRST_LINE_S = 1.5
 #: The most seconds between two progress lines of a long job.
 MAX_PERIOD_S = 10.0
 #: Environment variable that shortens the period between lines (tests; a chatty log); at most
@@ -200,23 +206,33 @@ _ACTIVE: list[JobProgress] = []
 
 
 class _Heartbeat:
-    """A thread that prints the job's state whenever nothing was printed for :func:`period_s` seconds."""
+    """A thread that prints the job's state whenever nothing was printed for :func:`period_s`
+    seconds; the first line :data:`FIRST_LINE_S` seconds after ``start``
+    (monotonic; default now)."""
 
-    def __init__(self, what: str, console) -> None:
+    def __init__(self, what: str, console, start: float | None = None) -> None:
         self.what, self.console = what, console
         self.phase = ""
-        self.start = self.said_at = time.monotonic()
+        self.start = self.said_at = time.monotonic() if start is None else start
         self.first = True
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="dpaudit-progress", daemon=True)
 
     def _loop(self) -> None:
         every = period_s()
-        while not self.stop.wait(min(0.25, every / 4)):
+        while not self.stop.wait(self._wait_s(every)):
             now = time.monotonic()
-            due = QUIET_S if self.first else every
-            if now - max(self.said_at, _LAST_SAID[0]) >= due:
+            quiet = now - max(self.said_at, _LAST_SAID[0])
+            if self.first and now - self.start >= FIRST_LINE_S or quiet >= every:
                 self.beat(now)
+
+    def _wait_s(self, every: float) -> float:
+        """Until the next check: the first line is due at a fixed time, later ones checked every
+        quarter period."""
+        tick = min(0.25, every / 4)
+        if not self.first:
+            return tick
+        return max(0.0, min(tick, self.start + FIRST_LINE_S - time.monotonic()))
 
     def beat(self, now: float) -> None:
         self.first, self.said_at = False, now
@@ -224,6 +240,14 @@ class _Heartbeat:
             return
         what = self.phase or "working"
         _print(self.console, f"{self.what}: {what} ..., elapsed {_clock(now - self.start)}")
+
+    def end(self) -> None:
+        """Stop the thread (it prints nothing more); a second call does nothing."""
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        if self in _BEATING:
+            _BEATING.remove(self)
 
 
 #: The heartbeat of the running command (None: no long command runs, :func:`phase` only records nothing).
@@ -236,22 +260,53 @@ def _print(console, text: str) -> None:
     _LAST_SAID[0] = time.monotonic()
     if _BEATING:
         _BEATING[-1].first = False
-    console.print(text, highlight=False, soft_wrap=True)
+    print_message(text, console)  # plain text (no markup, no emoji): needs no import mid-start-up
 
 
 @contextmanager
 def heartbeat(what: str, *, console=None):
-    """Run a long command (``what``, e.g. "dpaudit audit") with a progress line at most :data:`QUIET_S`
-    seconds after it starts and at least every :func:`period_s` seconds after, until it returns."""
-    beat = _Heartbeat(what, console or err_console)
-    _BEATING.append(beat)
-    beat.thread.start()
+    """Run a command (``what``, e.g. "dpaudit audit") with a progress line at most
+    :data:`FIRST_LINE_S` seconds after it starts and at least every :func:`period_s` seconds after,
+    until it returns. Inside a ``dpaudit`` process the heartbeat started at launch
+    (:func:`heartbeat_from_launch`) goes on under this name instead: its first line keeps its
+    time."""
+    beat = _BEATING[-1] if _BEATING and _BEATING[-1].phase == _LAUNCHING else None
+    if beat is None:
+        beat = _Heartbeat(what, console or err_console)
+        _BEATING.append(beat)
+        beat.thread.start()
+    beat.what, beat.phase = what, ""
     try:
         yield beat
     finally:
-        beat.stop.set()
-        beat.thread.join()
-        _BEATING.remove(beat)
+        beat.end()
+
+
+#: The phase of a ``dpaudit`` process between its launch and its command's start.
+_LAUNCHING = "starting"
+
+
+def heartbeat_from_launch(what: str) -> _Heartbeat:
+    """The heartbeat of this ``dpaudit`` process (``what``: e.g. "dpaudit audit"), started before
+    the command line's imports (seconds on a loaded machine) and timed from the process's launch:
+    its first line comes :data:`FIRST_LINE_S` seconds after launch. The command's :func:`heartbeat`
+    takes it over; :meth:`_Heartbeat.end` stops it when no command ran (a usage error)."""
+    beat = _Heartbeat(what, err_console, start=_launched_at())
+    beat.phase = _LAUNCHING
+    _BEATING.append(beat)
+    beat.thread.start()
+    return beat
+
+
+def _launched_at() -> float:
+    """The monotonic time this process was launched (Linux: its start time in /proc), else now."""
+    now = time.monotonic()
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - age if 0.0 <= age < 60.0 else now
 
 
 def phase(message: str) -> None:

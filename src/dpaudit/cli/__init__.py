@@ -21,11 +21,29 @@ import sys
 import threading
 from typing import Any, Callable
 
-import typer
+from ..progress import heartbeat_from_launch
 
-from .. import __version__
-from . import accounting, audit, bundle, ledger, mixmin, report, sweep, train
-from .common import LazyCommands, _fast_options, light_rich_help, new_app
+
+def _launch_heartbeat(argv: list[str]):
+    """The ``dpaudit`` process's heartbeat, started before the imports below (1-3 s on a loaded
+    machine), so that a long command's first line comes within 2 s of launch; None for
+    ``--help`` / ``--version`` and where the command line is imported, not run: a test, a worker
+    process (it runs the ``dpaudit`` script as ``__mp_main__``, with the coordinator's argv)."""
+    words = argv[1:]
+    script = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    if os.path.basename(script) != "dpaudit" or not words or {"--help", "--version"} & set(words):
+        return None
+    return heartbeat_from_launch(f"dpaudit {words[0]}")
+
+
+_LAUNCH_BEAT = _launch_heartbeat(sys.argv)
+
+# after the heartbeat: typer and the command families take seconds to import
+import typer  # noqa: E402
+
+from .. import __version__  # noqa: E402
+from . import accounting, audit, bundle, ledger, mixmin, report, sweep, train  # noqa: E402
+from .common import LazyCommands, _fast_options, light_rich_help, new_app  # noqa: E402
 
 #: Top-level command name -> the module of :mod:`dpaudit.cli` whose ``register(app)`` adds it, in
 #: the order typer lists them (commands in registration order, then the groups). Every family
@@ -182,6 +200,9 @@ def main() -> None:
         code = 0
     except SystemExit as e:
         code = e.code
+    finally:
+        if _LAUNCH_BEAT is not None:
+            _LAUNCH_BEAT.end()  # a usage error ends before the command's heartbeat takes it over
     heavy = "torch._C" in sys.modules or "numpy" in sys.modules
     if not heavy or threading.active_count() > 1 or not isinstance(code, (int, type(None))):
         sys.exit(code)

@@ -13,7 +13,7 @@ from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
 from ..accounting.schedule import dp_sgd_schedule
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .common import console, emit_json, print_table
+from .common import console, emit_json, print_message, print_table
 
 
 def _choice(name: str, values) -> type[Enum]:
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
                 "" if r["optimal_order"] is None else f"{r['optimal_order']:g}")))
         print_table(t)
         for name, reason in skipped.items():
-            console.print(f"{name} skipped: {reason}", highlight=False, soft_wrap=True)
+            print_message(f"{name} skipped: {reason}")
 
     @app.command()
     def calibrate(

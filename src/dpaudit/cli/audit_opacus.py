@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.text import Text
 
 from ..audit_outputs import shareable_one_run
 from ..integrations import opacus_script
@@ -16,7 +17,7 @@ from .audit_render import render_one_run
 from ..paths import check_new_folder, fresh_folder
 from ..progress import phase
 from ..records import check_out_dir
-from .common import console, emit_json, new_app, note
+from .common import console, emit_json, new_app, note, print_message
 
 _HELP = ("One-run audit of your own Opacus training script, run unchanged in this process with ARGS (after `--`): canaries and the "
          "pipeline check hook into PrivacyEngine.make_private; one_run.json (eps_LB, verdict, pipeline findings, the script "
@@ -47,7 +48,8 @@ def command(
     b = result.bounds
     console.print(f"the script's accountant: eps {b.get('accountant_epsilon', float('nan')):.3f} at delta {b['delta']:g}", highlight=False)
     for f in b["findings"]:
-        console.print(f"[bold red]pipeline finding {f['code']}:[/] {f['message']} {f['consequence']}", highlight=False, soft_wrap=True)
+        finding = (f"pipeline finding {f['code']}:", "bold red")
+        print_message(Text.assemble(finding, f" {f['message']} {f['consequence']}"))
     if b.get("executed"):
         ran = b["executed"]
         console.print(f"the executed steps: eps {ran['epsilon']} ({ran['label']})", highlight=False)

@@ -24,7 +24,7 @@ from ..progress import JobProgress
 from ..records import read_release
 from ..requests import AuditRequest
 from ..validation import positive_int
-from .common import console, emit_json, print_table, recorded_argv
+from .common import console, emit_json, print_message, print_table, recorded_argv
 
 #: Models with both audits; the DP-SGD heads have the white-box one.
 MODELS = ("dp-dense", "dp-cnn")
@@ -103,4 +103,5 @@ def _render(result, out: Path) -> None:
     verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
     console.print(f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}")
     console.print(escape(power_line(result.power)))
-    console.print(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} (not for publication)", soft_wrap=True)
+    print_message(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} "
+                  "(not for publication)")

@@ -13,7 +13,7 @@ from rich.table import Table
 from .. import reports
 from ..records import check_out_dir
 from . import options
-from .common import console, emit_json
+from .common import console, emit_json, print_message
 
 
 def register(app: typer.Typer) -> None:
@@ -30,9 +30,10 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json({"bundle": str(out), **made})
             return
-        console.print(f"wrote {out}: {len(made['releases'])} release(s), {len(made['audits'])} audit(s), {len(made['plans'])} plan(s), "
-                      f"the ledger's export and head {made['head']['hash'][:16]} (shareable parts only); check it with: dpaudit verify {out}",
-                      highlight=False, soft_wrap=True)
+        counts = ", ".join(f"{len(made[k])} {k[:-1]}(s)" for k in ("releases", "audits", "plans"))
+        head = made["head"]["hash"][:16]
+        print_message(f"wrote {out}: {counts}, the ledger's export and head {head} "
+                      f"(shareable parts only); check it with: dpaudit verify {out}")
 
     @app.command("verify")
     def verify(

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import types
 import typing
+import warnings
 from pathlib import Path
 from collections.abc import MutableMapping
 from enum import Enum
@@ -26,8 +27,10 @@ from typer._click.globals import get_current_context
 from typer.core import TyperCommand, TyperGroup
 
 # The consoles live below the CLI so library modules can print progress without importing it.
-from ..console import console, err_console  # noqa: F401  (re-exported: commands import them from here)
+# re-exported: commands import them from here
+from ..console import console, err_console, print_message  # noqa: F401
 from ..errors import DPAuditError
+from ..integrations.opacus_script import warning_lines
 from ..progress import heartbeat
 from ..records import _json_safe
 from .coercion import install
@@ -143,29 +146,47 @@ class DPAuditGroup(TyperGroup):
 
     def invoke(self, ctx):  # noqa: D401
         try:
-            with _progress_of(ctx):
+            with _progress_of(ctx), _one_line_warnings(ctx):
                 return super().invoke(ctx)
         except DPAuditError as e:
             msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
             msg = f"{msg} {e.hint}" if e.hint and e.hint not in msg else msg
-            err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+            _error(msg)
             raise typer.Exit(2) from None
         except ClickUsageError as e:
             _usage_exit(e)
 
 
-#: Commands that may run for minutes: a progress line within their first seconds and every few seconds after.
-LONG_COMMANDS = ("train", "audit", "sweep", "report", "ledger summary")
-
-
 def _progress_of(ctx):
-    """The root group's heartbeat (:func:`dpaudit.progress.heartbeat`) for a long command;
-    nothing for the others."""
+    """The root group's heartbeat (:func:`dpaudit.progress.heartbeat`, named after the command, e.g.
+    "dpaudit ledger summary"): any command may take seconds on a loaded machine, and one that ends
+    within the heartbeat's grace period prints nothing. Nothing for ``--help``."""
     words = [*ctx._protected_args, *ctx.args]
-    name = next((c for c in LONG_COMMANDS if c.split() == words[:len(c.split())]), None)
-    if ctx.parent is not None or name is None or "--help" in words:
+    if ctx.parent is not None or not words or "--help" in words:
         return contextlib.nullcontext()
-    return heartbeat(f"dpaudit {name}")
+    group = isinstance(ctx.command.commands.get(words[0]), TyperGroup) and len(words) > 1
+    return heartbeat(" ".join(["dpaudit", *words[:1 + group]]))
+
+
+@contextlib.contextmanager
+def _one_line_warnings(ctx):
+    """While the root group runs a command, each warning Python shows (NumPy, SciPy, torch, Opacus;
+    the filters, ``-W``, still choose which) is one dpaudit line on stderr, ``warning: Category:
+    first line (file:line)``, never the raw two-line form; the expected ones are dropped, Opacus's
+    secure-RNG one reworded (:func:`dpaudit.integrations.opacus_script.warning_lines`)."""
+    if ctx.parent is not None:
+        yield
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        for said in warning_lines([warnings.WarningMessage(message, category, filename, lineno)]):
+            note(f"warning: {said} ({Path(filename).name}:{lineno})")
+
+    shown, warnings.showwarning = warnings.showwarning, show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _usage_exit(e: ClickUsageError):
@@ -173,8 +194,13 @@ def _usage_exit(e: ClickUsageError):
     usage box; a command given without arguments still shows its help."""
     if isinstance(e, NoArgsIsHelpError):
         raise e
-    err_console.print(f"[bold red]error:[/] {usage_line(e)}", highlight=False, soft_wrap=True)
+    _error(usage_line(e))
     raise typer.Exit(2) from None
+
+
+def _error(message: str) -> None:
+    """The one error line (wrapped only where a width is known: console.wrap_width)."""
+    print_message(Text.assemble(("error:", "bold red"), " ", message), err_console)
 
 
 def _allowed(param: Any) -> str:
@@ -391,7 +417,7 @@ def print_table(table: Any, out: Any = None) -> None:
         out.print(table)
         return
     if table.title:
-        out.print(table.title, highlight=False, soft_wrap=True)
+        print_message(Text.from_markup(str(table.title)), out)
     plain = [[c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain for c in col.cells] for col in table.columns]
     heads = [str(col.header).replace(" ", "") for col in table.columns]
     for label, *rest in zip(*plain):
@@ -403,4 +429,4 @@ def print_table(table: Any, out: Any = None) -> None:
 
 def note(message: str) -> None:
     """A one-line note for people (stderr, so --json output stays clean)."""
-    err_console.print(message, highlight=False)
+    print_message(message, err_console)

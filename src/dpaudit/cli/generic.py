@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.text import Text
 from typer._click.core import ParameterSource
 from typer._click.globals import get_current_context
 
@@ -34,7 +35,8 @@ from ..requests import REQUEST_TYPES, AuditRequest
 from ..threads import set_threads
 from . import options
 from .audit_render import show
-from .common import ROUTES, console, emit_json, exit_on_violation, new_app, note, recorded_argv, say
+from .common import (ROUTES, emit_json, exit_on_violation, new_app, note, print_message,
+                     recorded_argv, say)
 
 
 def generic_audit_names() -> tuple[str, ...]:
@@ -133,11 +135,12 @@ def _print_release(rel, shown) -> None:
     """The trained release's lines: the mechanism's own (``shown``), else its claim and metrics."""
     if shown is not None:
         for line in shown[1]:
-            console.print(line, soft_wrap=True)
+            print_message(Text.from_markup(line))
         return
     claim = "no privacy claim (non-private)" if rel.non_private else (
         f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
-    console.print(f"[bold]{rel.mechanism}[/] on {(rel.dataset or {}).get('name')}: {claim}")
+    dataset = (rel.dataset or {}).get("name")
+    print_message(Text.assemble((rel.mechanism, "bold"), f" on {dataset}: {claim}"))
     if rel.metrics:
         say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
     say(f"release id {rel.id};", f"command: {rel.command}")
@@ -187,7 +190,7 @@ def make_train_command(entry):
             emit_json(rel.to_dict() if shown is None else shown[0])
             return
         _print_release(rel, shown)
-        console.print(written_line(rel, ledger), highlight=False, soft_wrap=True)
+        print_message(written_line(rel, ledger))
 
     doc = f"{entry.description[:1].upper()}{entry.description[1:]}. Writes release.json and records the release in the ledger."
     return make_command(command, params, f"train_{entry.name}", doc)

@@ -19,18 +19,18 @@ from ..mechanisms.mixmin_tasks import TASKS, declared_rows
 from ..paths import check_new_file
 from ..records import check_out_dir, read_release
 from . import options
-from .common import console, emit_json, err_console, new_app, print_table
+from .common import console, emit_json, err_console, new_app, print_message, print_table
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
 
 
-def _say(json_out: bool, obj, text: str, **print_kw) -> None:
-    """``obj`` as JSON with ``--json``, else ``text`` for people."""
+def _say(json_out: bool, obj, text: str) -> None:
+    """``obj`` as JSON with ``--json``, else ``text`` (plain) for people."""
     if json_out:
         emit_json(obj)
     else:
-        console.print(text, **print_kw)
+        print_message(text)
 
 
 def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
             t.add_row(*cells)
         print_table(t)
         for line in text.summary_notes(rows) + text.seal_notes(sealed):
-            console.print(escape(line), highlight=False, soft_wrap=True)
+            print_message(line)
         console.print(text.SUMMARY_LEGEND, style="dim", highlight=False)
 
     @ledger_app.command("list")
@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
             line += (f" Its releases + audits total is already infinite: {unbounded[0]}; "
                      "nothing is left under this cap until that audit is voided.")
         obj = {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits, "unbounded_audits": unbounded}
-        _say(json_out, obj, escape(line), highlight=False, soft_wrap=True)
+        _say(json_out, obj, line)
 
     @ledger_app.command("seal")
     def seal(
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
         _say(json_out, {"ledger": str(led.path), **out},
              f"ledger {led.path} sealed through entry #{out['sealed_through']} "
              f"(seal entry #{out['seq']}, {out['id']}); "
-             f"publish its hash to detect a truncation too: {out['hash']}", highlight=False, soft_wrap=True)
+             f"publish its hash to detect a truncation too: {out['hash']}")
 
     @ledger_app.command("verify")
     def verify(
@@ -178,11 +178,11 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(rep.to_dict())
         elif rep.ok:
-            console.print(str(rep), highlight=False, soft_wrap=True)
+            print_message(str(rep))
         else:
             console.print(f"[bold red]ledger {escape(rep.path)} FAILED verification ({len(rep.problems)} problem(s)):[/]", highlight=False)
             for p in rep.problems:
-                console.print(f"  - {escape(p.message)}", highlight=False, soft_wrap=True)
+                print_message(f"  - {p.message}")
         if not rep.ok:
             raise typer.Exit(1)
 
@@ -222,7 +222,7 @@ def register(app: typer.Typer) -> None:
             previous = led.get(eid).payload.get("previous", [])
         _say(json_out, {"id": eid, "dataset": dataset, "fingerprint": fingerprint.strip().lower(), "previous": previous, "reason": reason},
              f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
-             "its releases compose sequentially with the earlier versions'.", highlight=False)
+             "its releases compose sequentially with the earlier versions'.")
 
     @ledger_app.command("declare-partition")
     def declare_partition(
@@ -260,10 +260,11 @@ def register(app: typer.Typer) -> None:
         if check.status == "mismatch":
             then = ("recorded as uncertified: its dataset's budget is unbounded until the entry is voided" if check.steps_reason
                     else "recorded: the ledger composes its stored events, not its claimed epsilon")
-            err_console.print(escape(f"warning: release {rel.id}: ACCOUNTING MISMATCH: {check.reason}; {then}."),
-                              highlight=False, soft_wrap=True)
+            mismatch = f"ACCOUNTING MISMATCH: {check.reason}; {then}."
+            print_message(f"warning: release {rel.id}: {mismatch}", err_console)
         elif check.status == "unverified":
-            err_console.print(escape(f"warning: release {rel.id}: claim not verified: {check.reason}."), highlight=False, soft_wrap=True)
+            print_message(f"warning: release {rel.id}: claim not verified: {check.reason}.",
+                          err_console)
         _say(json_out, {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
              f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
 
@@ -289,7 +290,7 @@ def register(app: typer.Typer) -> None:
         """Print the current head hash to publish (check it later with `ledger verify --anchor HASH`)."""
         with book.open_ledger(ledger, create=False) as led:
             h = led.head()
-        _say(json_out, h, h["hash"], highlight=False)
+        _say(json_out, h, h["hash"])
 
     @ledger_app.command("register-key")
     def register_key(
@@ -305,7 +306,7 @@ def register(app: typer.Typer) -> None:
             ring = led.key_ring()
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
         _say(json_out, {"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by},
-             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).", highlight=False)
+             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).")
 
     @ledger_app.command("require-signatures")
     def require_signatures(
@@ -316,7 +317,8 @@ def register(app: typer.Typer) -> None:
         """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
         with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.require_signatures()
-        _say(json_out, {"id": eid, "require_signatures": True}, f"ledger now requires signed entries (policy entry {eid}).", highlight=False)
+        _say(json_out, {"id": eid, "require_signatures": True},
+             f"ledger now requires signed entries (policy entry {eid}).")
 
     @ledger_app.command("grant")
     def grant(
@@ -332,7 +334,8 @@ def register(app: typer.Typer) -> None:
             for stmt in stmts:
                 led.store.execute(stmt)
         _say(json_out, {"role": role, "granted": stmts},
-             f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).", highlight=False)
+             f"role {role} may now append to and read ledger {led.path} "
+             "(no UPDATE, DELETE or DDL).")
 
     @ledger_app.command("export")
     def export(
@@ -355,7 +358,8 @@ def register(app: typer.Typer) -> None:
             json.dump(dump, f)
         keyed = "with" if include_key else "without (--include-key to carry it)"
         _say(json_out, {"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"], "fingerprint_key": include_key},
-             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key (head {dump['head_hash'][:16]}).", highlight=False)
+             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key "
+             f"(head {dump['head_hash'][:16]}).")
 
     @ledger_app.command("import")
     def import_(

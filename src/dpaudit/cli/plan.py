@@ -17,7 +17,7 @@ from ..errors import UsageError
 from ..requests import AuditRequest
 from ..validation import half_open_unit
 from . import generic
-from .common import console, emit_json
+from .common import emit_json, print_message
 
 #: What --plan leaves to the command line: how the result is printed and the ledger that registered the
 #: plan (its entries go there), never what is computed.
@@ -111,7 +111,7 @@ def _written(path: Path, json_out: bool) -> None:
     what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
     run = f"dpaudit audit --plan {path}" if plan["mechanism"] != "opacus" else \
         f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
-    console.print(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
+    print_message(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
                   f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
-                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} (private until the run); run it: {run}",
-                  highlight=False, soft_wrap=True)
+                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} "
+                  f"(private until the run); run it: {run}")

@@ -13,7 +13,7 @@ import typer
 from .. import reports
 from ..paths import check_new_file, fresh_file
 from ..records import check_out_dir
-from .common import console, emit_json, note
+from .common import emit_json, note, print_message
 from .options import json_out, ledger
 
 
@@ -68,8 +68,8 @@ def _summary(model: dict, verdicts: list[dict], written: Path, fmt: str, as_json
         return
     for v in verdicts:
         style = {"violation": "bold red", "accounting-mismatch": "bold red", "no-evidence": "green"}.get(v["status"], "yellow")
-        console.print(f"[{style}]{v['line']}[/]", highlight=False, soft_wrap=True)
+        print_message(v["line"], style=style)
     n_err = sum(1 for n in model["notes"] if n["level"] == "error")
     if n_err:
         note(f"{n_err} error note(s) in the report: read them before signing.")
-    console.print(f"report written to {written}", highlight=False, soft_wrap=True)
+    print_message(f"report written to {written}")

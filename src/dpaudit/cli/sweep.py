@@ -13,8 +13,10 @@ from typing import List, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from .. import sweeps
+from ..console import wrap_width, wrap_words
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
 from .common import console, emit_json, print_table, note
@@ -49,7 +51,15 @@ def _print_tables(tables: dict, json_out: bool) -> None:
     if json_out:
         emit_json(tables)
     else:
-        typer.echo(sweeps.render_markdown(tables), nl=False)  # plain text: Markdown must not be re-wrapped
+        _echo_markdown(sweeps.render_markdown(tables))
+
+
+def _echo_markdown(text: str) -> None:
+    """Markdown as plain text: a table row stays one line (wrapped it is no table); prose wraps
+    as messages do (:func:`dpaudit.console.wrap_words`)."""
+    width = wrap_width(console)
+    typer.echo("\n".join(line if line.startswith("|") else wrap_words(Text(line), width).plain
+                          for line in text.split("\n")), nl=False)
 
 
 def _print_plan(result: dict, json_out: bool) -> None:
@@ -69,7 +79,7 @@ def _print_run(summary, result: dict) -> None:
     for f in summary.failures[:10]:
         note(f"failed: {f['model']} {f['dataset']} eps={f['epsilon']} seed={f['seed']}: {f['error']}")
     if result["table3"]["rows"]:
-        typer.echo(sweeps.table3_markdown(result["table3"]))
+        _echo_markdown(sweeps.table3_markdown(result["table3"]) + "\n")
     note(f"tables: {result['tables_md']} and {result['tables_json']}")
     for u in summary.unrecorded:  # the model exists but is not in the ledger: its budget stays held
         note(f"release written but not recorded: {u['release_dir']}; reservation {u['reservation']} stays open (spent): "

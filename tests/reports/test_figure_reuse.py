@@ -16,9 +16,10 @@ import pytest
 from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.audit_outputs import split_audit, split_one_run
 from dpaudit.audits.engine import audit_scores, write_audit
+from dpaudit.errors import UsageError
 from dpaudit.reports import build_report
 from dpaudit.reports.plots import tradeoff_figures
-from dpaudit.reports.tradeoff import png_bytes, tradeoff_figure
+from dpaudit.reports.tradeoff import new_figure, png_bytes, tradeoff_figure
 
 #: IN-world shifts: one far above the claim's (a violation), one below it, one near it.
 SHIFTS = (3.0, 0.2, 1.0)
@@ -64,6 +65,8 @@ def test_reused_figure_draws_what_a_fresh_one_draws():
         fig = tradeoff_figure(records[k], fig)
         assert _drawn(fig) == _drawn(fresh[k])
         assert png_bytes(fig) == png_bytes(fresh[k])
+    with pytest.raises(UsageError, match="figure must be one tradeoff_figure returned, got Figure"):
+        tradeoff_figure(records[0], new_figure((2, 2)))
 
 
 def test_report_figures_do_not_depend_on_the_order_audits_are_read(audit_dirs):

@@ -55,6 +55,8 @@ CURVE_COLOR = "#1b1b1b"
 LOWER_BOUND_COLOR = "#d35400"
 POINTS_COLOR = "#7f8c8d"
 FIGSIZE = (11.0, 4.6)
+#: Marks a figure :func:`tradeoff_figure` made (the only kind it redraws).
+TRADEOFF_GID = "dpaudit-tradeoff"
 #: Smallest value drawn on the log axes (the claimed curve's grid starts at 1e-6).
 LOG_FLOOR = 1e-6
 
@@ -182,6 +184,8 @@ def tradeoff_figure(audit: dict, figure=None):
     if cv is None:
         raise UsageError("audit must carry a claimed_curve block with curve, point (fpr_upper, fnr_upper) and violated, "
                          f"got {'none' if audit.get('claimed_curve') is None else 'a malformed one'}.")
+    if figure is not None and getattr(figure, "get_gid", lambda: None)() != TRADEOFF_GID:
+        raise UsageError(f"figure must be one tradeoff_figure returned, got {type(figure).__name__}.")
     fig = _cleared(figure) if figure is not None else _new_tradeoff_figure()
     ax_lin, ax_log = fig.axes
     _draw_panel(ax_lin, cv, log=False, floor=0.0)
@@ -195,6 +199,7 @@ def tradeoff_figure(audit: dict, figure=None):
 def _new_tradeoff_figure():
     # a fixed layout: the constrained one doubles the drawing time of these tick-heavy log axes
     fig = new_figure(FIGSIZE, layout=None)
+    fig.set_gid(TRADEOFF_GID)
     margins = {"left": 0.065, "right": 0.985, "top": 0.83, "bottom": 0.28, "wspace": 0.22}
     fig.subplots(1, 2, gridspec_kw=margins)
     return fig

@@ -51,13 +51,15 @@ PUBLIC_ONE_RUN_INFO = ("model", "dataset", "reference_size", "canaries", "unit",
 
 
 def _pop_path(d: dict, path: tuple, local: dict) -> None:
-    """Move ``d[path]`` (if present) to the same path in ``local``."""
+    """Move ``d[path]`` (if present) to the same path in ``local``. Each dict on the way is replaced
+    in its parent by a shallow copy first: the dicts ``d`` shares with the caller's record stay as
+    they are."""
     node = d
     for k in path[:-1]:
-        node = node.get(k) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
+        if not isinstance(node.get(k), dict):
             return
-    if not isinstance(node, dict) or path[-1] not in node:
+        node[k] = node = dict(node[k])
+    if path[-1] not in node:
         return
     value = node.pop(path[-1])
     dst = local
@@ -84,15 +86,19 @@ def _round_timings(d: dict, local: dict) -> None:
 
 
 def split_audit(record: dict) -> tuple[dict, dict]:
-    """(shareable, local) parts of an audit.json dict (controls split the same way, under ``controls`` in both). ``record`` is not
-    changed."""
-    public = copy.deepcopy(record)
+    """(shareable, local) parts of an audit.json dict (controls split the same way, under
+    ``controls`` in both). ``record`` is not changed. Only the dicts on the paths split off are
+    copied, so the parts share the other values with ``record`` (a 100,000-trial record is never
+    deep-copied): treat all three as read-only below their top level."""
+    public = dict(record)
     local: dict = {}
     for path in LOCAL_AUDIT_PATHS:
         _pop_path(public, path, local)
     _keep(public, "canary_info", PUBLIC_CANARY_KEYS, local)
     _round_timings(public, local)
     controls = public.get("controls")
+    if isinstance(controls, dict):
+        public["controls"] = dict(controls)
     for role, ctl in list(controls.items() if isinstance(controls, dict) else ()):
         if isinstance(ctl, dict):  # a malformed record is split as far as it goes (reports stay tolerant)
             public["controls"][role], ctl_local = split_audit(ctl)
@@ -102,8 +108,9 @@ def split_audit(record: dict) -> tuple[dict, dict]:
 
 
 def split_one_run(record: dict) -> tuple[dict, dict]:
-    """(shareable, local) parts of a one_run.json dict."""
-    public = copy.deepcopy(record)
+    """(shareable, local) parts of a one_run.json dict; ``record`` is not changed (values shared
+    with it as in :func:`split_audit`)."""
+    public = dict(record)
     local: dict = {}
     _keep(public, "info", PUBLIC_ONE_RUN_INFO, local)
     _round_timings(public, local)

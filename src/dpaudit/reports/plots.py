@@ -152,14 +152,17 @@ def _utility_figure(k: int, c: dict) -> Figure:
 
 
 def tradeoff_figures(report: dict) -> list[Figure]:
-    """One trade-off figure per audit with a claimed_curve block (:mod:`.tradeoff`)."""
-    out = []
+    """One trade-off figure per audit with a claimed_curve block (:mod:`.tradeoff`), all drawn into
+    one reused figure (each PNG is taken before the next audit is drawn)."""
+    out, fig = [], None
     for e in report["sections"]["audit"]["audits"]:
         cv = e.get("claimed_curve")
         if not cv:
             continue
-        fig = tradeoff_figure({"mechanism": e.get("mechanism"), "canary": e.get("canary"), "claimed_epsilon": e.get("compared_claim"),
-                               "delta": e.get("delta"), "confidence": e.get("confidence"), "claimed_curve": cv})
+        audit = {"mechanism": e.get("mechanism"), "canary": e.get("canary"), "claimed_curve": cv,
+                 "claimed_epsilon": e.get("compared_claim"), "delta": e.get("delta"),
+                 "confidence": e.get("confidence")}
+        fig = tradeoff_figure(audit, fig)
         verdict = "VIOLATION: the box is below the claimed curve" if cv.get("violated") else "the box reaches the claimed curve"
         out.append(Figure(f"tradeoff_{e['index']}", "audit", f"Trade-off ({_label(e)})",
                           f"Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL points (grey) and the "

@@ -53,20 +53,24 @@ def test_a_planted_understatement_of_the_reported_factor_is_caught_and_a_smaller
 
 
 def test_the_one_run_line_of_a_dp_sgd_claim_takes_under_a_second():
-    """Loose: a claim of fresh parameters (no cached curve), after one warm-up of other ones."""
+    """Loose: a claim of fresh parameters (no cached curve), after one warm-up of other ones; CPU
+    time of this process (seven test runs share two cores; measured about 0.45 s)."""
     power_runs.one_run_power(200, delta=DELTA, claim=SubsampledGaussian(1.3, 0.01, 10))
-    t0 = time.perf_counter()
-    power_runs.one_run_power(500, delta=DELTA, claim=SubsampledGaussian(0.9, 0.02, 80))
-    assert time.perf_counter() - t0 < 1.0
+    t0 = time.process_time()
+    power_runs.one_run_power(1000, delta=DELTA, claim=SubsampledGaussian(0.9, 0.02, 80))
+    assert time.process_time() - t0 < 1.0
 
 
 @pytest.mark.parametrize("event", [SubsampledGaussian(0.527, 0.005, 1000), PureEpsilon(1.0, 3)])
 def test_the_envelope_is_the_maximum_over_every_line(event):
     eps, delta = curves._branch_profile((event,), Adjacency.ADD_REMOVE_RECORD)
     points = np.concatenate([np.random.default_rng(0).random(300) ** 6, one_run._fdp_grid()])
-    lines = np.maximum((1.0 - delta)[None, :] - np.exp(eps)[None, :] * points[:, None],
-                       ((1.0 - delta)[None, :] - points[:, None]) / np.exp(eps)[None, :])
-    assert np.array_equal(curves.profile_fnr(points, eps, delta), np.maximum(lines.max(axis=1), 0.0))
+    lines = np.maximum(
+        (1.0 - delta)[None, :] - np.exp(eps)[None, :] * points[:, None],
+        ((1.0 - delta)[None, :] - points[:, None]) / np.exp(eps)[None, :],
+    )
+    brute = np.maximum(lines.max(axis=1), 0.0)
+    assert np.array_equal(curves.profile_fnr(points, eps, delta), brute)
 
 
 def test_a_coarse_curve_lies_below_the_audits_own():

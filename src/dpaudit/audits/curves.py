@@ -285,7 +285,7 @@ ENVELOPE_BLOCK, ENVELOPE_PAD = 32, 2
 
 
 def _envelope(x: np.ndarray, line) -> np.ndarray:
-    """max over j of ``line(x, j)`` at sorted ``x`` for a family whose winner moves monotonically."""
+    """max over j of ``line(x, j)`` at sorted ``x`` (a family whose winner moves monotonically)."""
     if x.size == 0:
         return np.empty(0)
     n = line(x[:1], slice(None)).shape[1]

@@ -312,7 +312,8 @@ def curve_search(holds, curve_at, guess: float, *, low: float, high: float) -> f
     """:func:`largest_holding` of ``holds(curve_at(x))`` (to :data:`PROFILE_TOLERANCE`) in fewer
     calls of ``curve_at`` (a PLD each): steps from ``guess`` until two evaluated x bracket the
     edge, then tries the edge of the curves read off those two (pointwise, linear in log x: a
-    guess only, cheap) with its neighbour x (1 + tolerance), narrowing the bracket each time.
+    guess only, cheap), with its neighbour x (1 +/- tolerance) once the bracket is within 4 of
+    them, narrowing the bracket each time.
     Every x returned held on its own curve; a curve that cannot be computed does not hold."""
     seen: dict = {}
 
@@ -325,12 +326,13 @@ def curve_search(holds, curve_at, guess: float, *, low: float, high: float) -> f
 
     yes, no = _bracket(check, guess, low, high)
     while yes is not None and no / yes > 1.0 + PROFILE_TOLERANCE:
-        x = _read_off_edge(holds, seen, yes, no) if yes in seen and no in seen else math.sqrt(yes * no)
+        read = yes in seen and no in seen
+        x = _read_off_edge(holds, seen, yes, no) if read else math.sqrt(yes * no)
         if check(x):
             yes, x = x, x * (1.0 + PROFILE_TOLERANCE)
         else:
             no, x = x, x / (1.0 + PROFILE_TOLERANCE)
-        if yes < x < no:
+        if yes < x < no and no / yes < (1.0 + PROFILE_TOLERANCE) ** 4:  # a read-off near the edge
             yes, no = (x, no) if check(x) else (yes, x)
     return yes
 
@@ -382,7 +384,8 @@ def _log_clt_mu(leaves: list, scale: float) -> float:
     terms = []
     for leaf in leaves:
         x = 1.0 / (leaf.noise_multiplier * scale) ** 2  # log(e^x - 1) = x + log(1 - e^-x)
-        terms.append(2.0 * math.log(leaf.sample_rate) + math.log(leaf.steps) + x + math.log(-math.expm1(-x)))
+        terms.append(2.0 * math.log(leaf.sample_rate) + math.log(leaf.steps) + x
+                     + math.log(-math.expm1(-x)))
     top = max(terms)
     return 0.5 * (top + math.log(sum(math.exp(t - top) for t in terms)))
 
@@ -435,11 +438,12 @@ def _trials_for(stat: _Statistic, claim_fnr, uppers: _Uppers, select_fraction: f
 
 def smallest_size(reached, least: int, most: int, first: int = 256) -> int | None:
     """Smallest n in (least, most] (to 1 %) with ``reached(n)``, assumed monotone: doubling from
-    ``first``, then bisection; the n returned was evaluated. None when ``most`` is not reached."""
+    ``first``, then bisection; the n returned was evaluated. None when ``most`` is not reached
+    (asked first: the doubling would end there anyway)."""
+    if not reached(most):
+        return None
     lo, hi = least, max(first, least + 1)
-    while not reached(hi):
-        if hi >= most:
-            return None
+    while hi < most and not reached(hi):
         lo, hi = hi, min(hi * 2, most)
     while hi - lo > max(2, hi // 100):
         mid = (lo + hi) // 2

@@ -123,20 +123,20 @@ class _OneRun:
         return self.rejects(s, self.coarse(s), m, counts)
 
     def coarse(self, s: float):
-        """The member at scale s: a profile family's on its coarse PLD (:data:`.power.COARSE_SIGMA`)."""
+        """The member at scale s; a profile family's on its coarse PLD (.power.COARSE_SIGMA)."""
         return ClaimedCurve(scale_event(self.claim, s), self.adjacency,
                             0.5 if self.closed else COARSE_SIGMA).fnr
 
     def epsilon(self, s: float) -> float:
         if s not in self._epsilons:
             event = scale_event(self.claim, s)
-            self._epsilons[s] = float(compute_epsilon(event, delta=self.delta, accountant=self.accountant,
-                                                      adjacency=self.adjacency).epsilon)
+            self._epsilons[s] = float(compute_epsilon(event, delta=self.delta, adjacency=self.adjacency,
+                                                      accountant=self.accountant).epsilon)
         return self._epsilons[s]
 
     def fdp_epsilon(self, m: int, counts) -> float:
         """eps_LB of the f-DP family search at these counts (u = 1 / s; a scale that was evaluated,
-        searched from the claim read as mu-GDP, moved along the family by :func:`.power.proxy_mu`)."""
+        searched from the claim read as mu-GDP moved along the family by .power.proxy_mu)."""
         low, high = _SCALE_RANGE if self.closed else SCALE_RANGE_PROFILE
         mu = gdp_mu(self.curve)
         proxy = None if mu is None else largest_holding(
@@ -240,14 +240,15 @@ def _canaries_for(run: _OneRun, claim_values, claimed_epsilon: float) -> int | N
 def _goal_scale(run: _OneRun, claimed_epsilon: float, goal: float) -> float | None:
     """A scale whose member's epsilon reaches ``goal`` (at most the largest such: testing it asks
     no less of the audit), read off the line through log epsilon at scales 1 and 1 / TARGET_SHARE
-    against log scale, and searched only when that misses (each accountant call: 0.02-0.3 s)."""
-    far = 1.0 / TARGET_SHARE
+    against log scale, one tolerance lower, and searched only when that misses (each accountant
+    call: 0.02-0.3 s)."""
+    far, tolerance = 1.0 / TARGET_SHARE, 1e-3 if run.closed else 1e-2
     slope = math.log(run.epsilon(far) / claimed_epsilon) / math.log(far)
-    guess = math.exp(math.log(TARGET_SHARE) / slope) if slope < 0.0 else far
+    guess = (math.exp(math.log(TARGET_SHARE) / slope) if slope < 0.0 else far) / (1.0 + tolerance)
     if run.epsilon(guess) >= goal:
         return guess
     return largest_holding(lambda s: run.epsilon(s) >= goal, guess, low=MIN_FACTOR, high=guess,
-                           tolerance=1e-3 if run.closed else 1e-2)
+                           tolerance=tolerance)
 
 
 def one_run_power_of(bounds: dict) -> dict:

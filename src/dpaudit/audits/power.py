@@ -326,8 +326,8 @@ def curve_search(holds, curve_at, guess: float, *, low: float, high: float) -> f
 
     yes, no = _bracket(check, guess, low, high)
     while yes is not None and no / yes > 1.0 + PROFILE_TOLERANCE:
-        read = yes in seen and no in seen
-        x = _read_off_edge(holds, seen, yes, no) if read else math.sqrt(yes * no)
+        share = _read_off_share(holds, seen, yes, no) if yes in seen and no in seen else 0.5
+        x = yes * (no / yes) ** share
         if check(x):
             yes, x = x, x * (1.0 + PROFILE_TOLERANCE)
         else:
@@ -356,15 +356,15 @@ def _bracket(check, guess: float, low: float, high: float) -> tuple[float | None
         factor *= factor
 
 
-def _read_off_edge(holds, seen: dict, yes: float, no: float, steps: int = 6) -> float:
-    """The edge between ``yes`` and ``no`` on the curves interpolated between theirs."""
+def _read_off_share(holds, seen: dict, yes: float, no: float, steps: int = 6) -> float:
+    """Where the edge lies between ``yes`` and ``no`` (0 to 1 in log x) on the curves interpolated
+    between theirs."""
     lo, hi = 0.0, 1.0
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
         values = (1.0 - mid) * seen[yes] + mid * seen[no]
         lo, hi = (mid, hi) if holds(_read_off(values)) else (lo, mid)
-    share = min(max(0.5 * (lo + hi), 0.05), 0.95)  # keep the next x inside the bracket
-    return yes * (no / yes) ** share
+    return min(max(0.5 * (lo + hi), 0.05), 0.95)  # keep the next x inside the bracket
 
 
 def proxy_mu(curve, mu: float, scale: float) -> float:

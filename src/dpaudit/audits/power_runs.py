@@ -76,7 +76,7 @@ class _OneRun:
         self.accountant, self.adjacency = accountant, adjacency
         self.curve = None if claim is None else claimed_curve(claim, adjacency)
         self._values: dict = {}
-        self._epsilons: dict = {}
+        self.epsilons: dict = {}
         self.fdp = False  # the record's rule: f-DP when the claim's curve is convex on the grid
         if self.curve is not None:
             self._values[1.0], self.fdp = one_run._curve_values(self.curve.fnr)
@@ -128,11 +128,11 @@ class _OneRun:
                             0.5 if self.closed else COARSE_SIGMA).fnr
 
     def epsilon(self, s: float) -> float:
-        if s not in self._epsilons:
+        if s not in self.epsilons:
             event = scale_event(self.claim, s)
-            self._epsilons[s] = float(compute_epsilon(event, delta=self.delta, adjacency=self.adjacency,
+            self.epsilons[s] = float(compute_epsilon(event, delta=self.delta, adjacency=self.adjacency,
                                                       accountant=self.accountant).epsilon)
-        return self._epsilons[s]
+        return self.epsilons[s]
 
     def fdp_epsilon(self, m: int, counts) -> float:
         """eps_LB of the f-DP family search at these counts (u = 1 / s; a scale that was evaluated,
@@ -202,8 +202,8 @@ def one_run_power(canaries: int, *, delta: float, confidence: float = 0.95, clai
     claim_values = run.values(1.0, claim_fnr)
     detectable = run.detectable(claim_fnr, claimed_epsilon)
     factor = _one_run_factor(run, claimed_epsilon) if detectable and claim is not None else None
-    return AuditPower(**base, at_claim=run.statistic(m, expected_counts(claim_values, m)),
-                      detectable=detectable, smallest_factor=factor,
+    at_claim = run.statistic(m, expected_counts(claim_values, m))  # before: its epsilon is reused
+    return AuditPower(**base, at_claim=at_claim, detectable=detectable, smallest_factor=factor,
                       trials_for_90=_canaries_for(run, claim_values, claimed_epsilon))
 
 
@@ -239,10 +239,11 @@ def _canaries_for(run: _OneRun, claim_values, claimed_epsilon: float) -> int | N
 
 def _goal_scale(run: _OneRun, claimed_epsilon: float, goal: float) -> float | None:
     """A scale whose member's epsilon reaches ``goal`` (at most the largest such: testing it asks
-    no less of the audit), read off the line through log epsilon at scales 1 and 1 / TARGET_SHARE
-    against log scale, one tolerance lower, and searched only when that misses (each accountant
-    call: 0.02-0.3 s)."""
-    far, tolerance = 1.0 / TARGET_SHARE, 1e-3 if run.closed else 1e-2
+    no less of the audit), read off the line through log epsilon at scale 1 and at a scale above 1
+    whose epsilon is known (the at-claim statistic's; else 1 / TARGET_SHARE) against log scale,
+    one tolerance lower, and searched only when that misses (an accountant call: 0.02-0.3 s)."""
+    known = [s for s, e in run.epsilons.items() if s > 1.0 and 0.0 < e < claimed_epsilon]
+    far, tolerance = min(known, default=1.0 / TARGET_SHARE), 1e-3 if run.closed else 1e-2
     slope = math.log(run.epsilon(far) / claimed_epsilon) / math.log(far)
     guess = (math.exp(math.log(TARGET_SHARE) / slope) if slope < 0.0 else far) / (1.0 + tolerance)
     if run.epsilon(guess) >= goal:

@@ -64,7 +64,8 @@ def compare(sources: list[str], case: str = TRIAL_CASE, rounds: int = 3) -> None
     code = ("import statistics, time, bench_power_line as b\n"
             f"call = b.trial_case() if {case!r} == b.TRIAL_CASE else b.cases()[{case!r}]\n"
             "call(); ts = []\n"
-            "for _ in range(5):\n    t = time.perf_counter(); p = b.uncached(call); ts.append(time.perf_counter() - t)\n"
+            "for _ in range(5):\n"
+            "    t = time.perf_counter(); p = b.uncached(call); ts.append(time.perf_counter() - t)\n"
             "print(f'{1000 * statistics.median(ts):.0f} ms', p.at_claim, p.smallest_factor, p.trials_for_90)")
     here = os.path.dirname(os.path.abspath(__file__))
     for r in range(rounds):

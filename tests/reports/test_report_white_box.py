@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from dpaudit.cli import app
 from dpaudit.records import write_json_atomic
 from dpaudit.reports.audit_blocks import ONE_RUN_HEADERS, WHITE_BOX_HEADERS, audit_blocks
+from test_report_power import _one_run  # the one-run record of the power rows' tests
 
 runner = CliRunner()
 
@@ -152,30 +153,6 @@ def test_a_white_box_record_given_as_a_file_is_read_as_one(tmp_path, white_box_j
     assert not any("release skipped" in n["message"] for n in rep["notes"])
 
 
-def _one_run(power: dict | None) -> dict:
-    return {
-        "schema": "dpaudit.one-run/1",
-        "canaries": 1000,
-        "kind": "gradient",
-        "included": 497,
-        "mechanism": "opacus",
-        "steinke": {
-            "epsilon_lower_bound": 0.5,
-            "k_pos": 50,
-            "k_neg": 50,
-            "guesses": 100,
-            "correct": 60,
-            "ceiling": 5.27,
-            "method": "Steinke, Nasr & Jagielski 2023",
-        },
-        "fdp": None,
-        "claimed_epsilon": 2.0,
-        "delta": 1e-5,
-        "confidence": 0.95,
-        "power": power,
-    }
-
-
 def test_one_run_underpowered_flag_reads_the_power_blocks_limit_and_old_records_the_ceiling(
     tmp_path,
 ):
@@ -193,8 +170,8 @@ def test_one_run_underpowered_flag_reads_the_power_blocks_limit_and_old_records_
         "unit": "canaries",
         "kind": "one-run",
     }
-    write_json_atomic(tmp_path / "limited" / "one_run.json", _one_run(power))
-    write_json_atomic(tmp_path / "old" / "one_run.json", _one_run(None))
+    write_json_atomic(tmp_path / "limited" / "one_run.json", _one_run(power=power))
+    write_json_atomic(tmp_path / "old" / "one_run.json", _one_run())
     rep = _report(tmp_path)
     v = _verdicts(rep)
     assert (

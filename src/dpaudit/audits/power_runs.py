@@ -130,8 +130,9 @@ class _OneRun:
     def epsilon(self, s: float) -> float:
         if s not in self.epsilons:
             event = scale_event(self.claim, s)
-            self.epsilons[s] = float(compute_epsilon(event, delta=self.delta, adjacency=self.adjacency,
-                                                      accountant=self.accountant).epsilon)
+            result = compute_epsilon(event, delta=self.delta, adjacency=self.adjacency,
+                                     accountant=self.accountant)
+            self.epsilons[s] = float(result.epsilon)
         return self.epsilons[s]
 
     def fdp_epsilon(self, m: int, counts) -> float:

@@ -6,7 +6,6 @@ results are not covered by the release's claim (:data:`dpaudit.audit_outputs.NOT
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from ..accounting.events import event_from_dict
 from ..audits.curves import family_ruled_out, family_statement

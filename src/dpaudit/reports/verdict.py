@@ -67,8 +67,8 @@ def _one_run_verdict(e: dict) -> dict:
     return {"mechanism": name, "key": f"{kind}:{e['path']}", "status": status,
             "flags": flags, "line": f"{name}: {_one_run_line(e)}",
             "max_epsilon_lower_bound": e["epsilon_lower_bound"],
-            "ceiling": e.get("ceiling"), "power": power_cell(e.get("power")), "delta": e.get("delta"),
-            "accountant": e.get("accountant"), "reason": _one_run_reason(e),
+            "ceiling": e.get("ceiling"), "power": power_cell(e.get("power")),
+            "delta": e.get("delta"), "accountant": e.get("accountant"), "reason": _one_run_reason(e),
             "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [], "statistics": [stat] if stat else [],
             "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]]}
 

@@ -1,10 +1,12 @@
 """Time and values of the power line of every audit kind (dpaudit.audits.power, .power_runs).
 
-Each case: one warm-up call (imports, caches), then the median of --repeat calls; the one-run
-line of a PLD claim is timed uncached (its record caches it per configuration).
+Each case: one warm-up call (imports), then the median of --repeat calls, each with the privacy
+loss distributions' cache cleared (a PLD claim's curves are computed afresh every call; the record
+caches its line per configuration).
 
     PYTHONPATH=src python benchmarks/bench_power_line.py --repeat 3
-    python benchmarks/bench_power_line.py --compare OLD/src NEW/src   # one trial case, side by side
+    python benchmarks/bench_power_line.py --compare OLD/src NEW/src   # one case, side by side
+    python benchmarks/bench_power_line.py --compare OLD/src NEW/src --case "one-run, Opacus ..."
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import time
 
 from dpaudit.accounting.events import PureEpsilon, SubsampledGaussian
+from dpaudit.audits import curves
 from dpaudit.audits.curves import claimed_curve
 from dpaudit.audits.gaussian import calibrate_exact
 from dpaudit.audits.power import audit_power
@@ -56,11 +59,13 @@ def cases() -> dict:
     }
 
 
-def compare(sources: list[str], rounds: int = 3) -> None:
-    """The trial case under each source tree, in alternating subprocesses (median of 5 calls each)."""
+def compare(sources: list[str], case: str = TRIAL_CASE, rounds: int = 3) -> None:
+    """``case`` under each source tree, in alternating subprocesses (median of 5 calls each)."""
     code = ("import statistics, time, bench_power_line as b\n"
-            "call = b.trial_case(); call(); ts = []\n"
-            "for _ in range(5):\n    t = time.perf_counter(); p = call(); ts.append(time.perf_counter() - t)\n"
+            f"call = b.trial_case() if {case!r} == b.TRIAL_CASE else b.cases()[{case!r}]\n"
+            "call(); ts = []\n"
+            "for _ in range(5):\n"
+            "    t = time.perf_counter(); p = b.uncached(call); ts.append(time.perf_counter() - t)\n"
             "print(f'{1000 * statistics.median(ts):.0f} ms', p.at_claim, p.smallest_factor, p.trials_for_90)")
     here = os.path.dirname(os.path.abspath(__file__))
     for r in range(rounds):
@@ -70,17 +75,24 @@ def compare(sources: list[str], rounds: int = 3) -> None:
             print(r, src, out.stdout.strip() or out.stderr[-400:], flush=True)
 
 
+def uncached(call):
+    curves._branch_profile.cache_clear()
+    return call()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to time the trial case under")
+    ap.add_argument("--compare", nargs="+", metavar="SRC", help="source trees to time --case under")
+    ap.add_argument("--case", default=TRIAL_CASE, help="the case --compare times")
     args = ap.parse_args()
     if args.compare:
-        return compare(args.compare)
+        return compare(args.compare, args.case)
     for name, call in cases().items():
         call()
         times = []
         for _ in range(args.repeat):
+            curves._branch_profile.cache_clear()
             t0 = time.perf_counter()
             line = call().line()
             times.append(time.perf_counter() - t0)

@@ -166,14 +166,15 @@ def _branch_form(leaves: tuple, adjacency: Adjacency) -> tuple[str, float | None
     return "profile", None
 
 
-def _pld_discretization(leaves: tuple) -> float:
-    """PLD_DISCRETIZATION, coarsened like 1/sigma^2 below a noise multiplier of 0.5, where the
-    Gaussian privacy losses (range ~ 1/sigma^2) would make the PLD large and slow (see
-    :data:`PLD_DISCRETIZATION`). Pure-epsilon losses are bounded by the epsilons: never coarsened."""
+def _pld_discretization(leaves: tuple, coarse_sigma: float = 0.5) -> float:
+    """PLD_DISCRETIZATION, coarsened like 1/sigma^2 below a noise multiplier of ``coarse_sigma``
+    (the audit's 0.5), where the Gaussian privacy losses (range ~ 1/sigma^2) would make the PLD
+    large and slow (see :data:`PLD_DISCRETIZATION`). Pure-epsilon losses are bounded by the
+    epsilons: never coarsened."""
     worst = 1.0
     for leaf in leaves:
         if isinstance(leaf, SubsampledGaussian):
-            worst = max(worst, 0.5 / leaf.noise_multiplier)
+            worst = max(worst, coarse_sigma / leaf.noise_multiplier)
     return min(PLD_MAX_DISCRETIZATION, PLD_DISCRETIZATION * worst * worst)
 
 
@@ -221,7 +222,8 @@ def hockey_stick(losses: np.ndarray, probs: np.ndarray, infinity_mass: float, ep
 
 
 @functools.lru_cache(maxsize=512)
-def _branch_profile(leaves: tuple, adjacency: Adjacency) -> tuple[np.ndarray, np.ndarray]:
+def _branch_profile(leaves: tuple, adjacency: Adjacency,
+                    coarse_sigma: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     """(eps grid, delta grid) of one sequential branch from its pessimistic PLD; cached, read-only.
 
     delta is the larger of the two orderings' (add and remove PLD; replace-one is symmetric)
@@ -231,7 +233,7 @@ def _branch_profile(leaves: tuple, adjacency: Adjacency) -> tuple[np.ndarray, np
     if not act:
         eps, delta = np.zeros(1), np.zeros(1)
     else:
-        disc = _pld_discretization(tuple(act))
+        disc = _pld_discretization(tuple(act), coarse_sigma)
         try:
             with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -256,27 +258,56 @@ def _branch_profile(leaves: tuple, adjacency: Adjacency) -> tuple[np.ndarray, np
 
 
 def profile_fnr(fpr, eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """max over the grid of max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)) (vectorised in a)."""
+    """max over the grid of max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)) (vectorised in a).
+
+    Exactly the maximum over every line, found without testing every line at every a: within each
+    family (slopes -e^eps, slopes -e^-eps) the line that wins at a moves monotonically with a (a
+    line winning at a1 < a2 and one winning at a2 have slopes in that order, and every a between
+    them is won by a line whose slope lies between theirs), so the winner is found among all lines
+    at every :data:`ENVELOPE_BLOCK`-th sorted a only, and the points between two of those among
+    the lines between their winners (widened by a few lines against float ties).
+    """
     a = np.asarray(fpr, dtype=float)
     flat = a.reshape(-1)
-    e = np.exp(eps)[None, :]
-    one = 1.0 - delta[None, :]
-    out = np.empty(flat.shape)
-    block = max(1, 2**20 // max(eps.size, 1))  # ~8 MB of lines at a time
+    order = np.argsort(flat, kind="stable")
+    e, one = np.exp(eps), 1.0 - delta
     with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(0, flat.size, block):
-            x = flat[i:i + block, None]
-            out[i:i + block] = np.maximum(one - e * x, (one - x) / e).max(axis=1)
-    return np.maximum(out, 0.0).reshape(a.shape)
+        best = np.maximum(_envelope(flat[order], lambda x, j: one[j] - e[j] * x[:, None]),
+                          _envelope(flat[order], lambda x, j: (one[j] - x[:, None]) / e[j]))
+    out = np.empty(flat.shape)
+    out[order] = np.maximum(best, 0.0)
+    return out.reshape(a.shape)
 
 
-def _branch_fnr(leaves: tuple, adjacency: Adjacency, fpr) -> np.ndarray:
+#: Sorted points between two exhaustive searches of :func:`profile_fnr`, and the lines added on
+#: either side of each block's range.
+ENVELOPE_BLOCK, ENVELOPE_PAD = 32, 2
+
+
+def _envelope(x: np.ndarray, line) -> np.ndarray:
+    """max over j of ``line(x, j)`` at sorted ``x`` (a family whose winner moves monotonically)."""
+    if x.size == 0:
+        return np.empty(0)
+    n = line(x[:1], slice(None)).shape[1]
+    anchors = np.unique(np.append(np.arange(0, x.size, ENVELOPE_BLOCK), x.size - 1))
+    values = line(x[anchors], slice(None))
+    won = values.argmax(axis=1)
+    out = np.empty(x.size)
+    out[anchors] = values.max(axis=1)
+    for i0, i1, j0, j1 in zip(anchors[:-1], anchors[1:], won[:-1], won[1:]):
+        if i1 > i0 + 1:
+            lo, hi = max(min(j0, j1) - ENVELOPE_PAD, 0), min(max(j0, j1) + ENVELOPE_PAD + 1, n)
+            out[i0 + 1:i1] = line(x[i0 + 1:i1], slice(lo, hi)).max(axis=1)
+    return out
+
+
+def _branch_fnr(leaves: tuple, adjacency: Adjacency, fpr, coarse_sigma: float) -> np.ndarray:
     form, value = _branch_form(leaves, adjacency)
     if form == "gaussian":
         return gaussian_fnr(fpr, value)
     if form == "pure":
         return pure_fnr(fpr, value)
-    eps, delta = _branch_profile(leaves, adjacency)
+    eps, delta = _branch_profile(leaves, adjacency, coarse_sigma)
     return profile_fnr(fpr, eps, delta)
 
 
@@ -289,10 +320,13 @@ class ClaimedCurve:
     point known (at some confidence) to lie strictly below f falsifies the claim (at that
     confidence). Closed forms for Gaussian and single pure-epsilon branches, else the pessimistic
     PLD profile (see the module docstring); parallel parts: the minimum over branches.
+    ``coarse_sigma``: the noise multiplier below which the PLD's interval grows like 1/sigma^2;
+    a larger one is coarser, still pessimistic: a lower curve (the power line's searches).
     """
 
     event: Event
     adjacency: str = Adjacency.ADD_REMOVE_RECORD.value
+    coarse_sigma: float = 0.5
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "adjacency", Adjacency.parse(self.adjacency).value)
@@ -319,7 +353,7 @@ class ClaimedCurve:
         if a.size and not (np.all(np.isfinite(a)) and a.min() >= 0.0 and a.max() <= 1.0):
             raise UsageError(f"fpr must be in [0, 1], got values from {float(np.nanmin(a))!r} to {float(np.nanmax(a))!r}.")
         adj = Adjacency.parse(self.adjacency)
-        out = np.min([_branch_fnr(b, adj, a) for b in self._branches()], axis=0)
+        out = np.min([_branch_fnr(b, adj, a, self.coarse_sigma) for b in self._branches()], axis=0)
         return np.clip(out, 0.0, 1.0)
 
     def violated_by(self, fpr_upper, fnr_upper) -> np.ndarray:

@@ -6,7 +6,6 @@ results are not covered by the release's claim (:data:`dpaudit.audit_outputs.NOT
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from ..accounting.events import event_from_dict
 from ..audits.curves import family_ruled_out, family_statement
@@ -14,7 +13,8 @@ from ..audits.verdicts import box_uppers, decision_at, upgrade, violated
 from ..errors import DataError, DPAuditError
 from ..records import Release
 from . import stats
-from .audit_view import STATISTICS, comparison_view, curve_view, one_run_view, statistic_of
+from .audit_view import (STATISTICS, comparison_view, curve_view, one_run_view, statistic_of,
+                         white_box_view)
 from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, num
 
 
@@ -275,11 +275,56 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         notes.append(Note("error", "verdict", f"{label}: {e['not_certified']}."))
         e["status"] = "violation" if e["status"] == "violation" else "incomplete"
     ceilings = [c for c in ((view["steinke"] or {}).get("ceiling"), (view["fdp"] or {}).get("ceiling")) if c is not None]
-    # neither analysis can report more than its ceiling: both below the claim, no violation is detectable
-    e["ceiling"] = max(ceilings, default=None)
-    e["underpowered"] = _underpowered(e["ceiling"], view["claimed_epsilon"], None)
+    # the power block speaks for the deciding analysis (its limit, whether anything is detectable);
+    # a record without one: neither analysis can report more than its ceiling, both below the claim
+    # and no violation is detectable
+    power, limit = view["power"], num((view["power"] or {}).get("ceiling"))
+    e["ceiling"] = limit if limit is not None else max(ceilings, default=None)
+    claim = view["claimed_epsilon"]
+    e["underpowered"] = _underpowered(limit if power else e["ceiling"], claim, power)
     _other_analysis_note(e, stat, lbs, label, notes)
     return e
+
+
+#: The statistic of each white-box threat model (dpaudit.audits.white_box), as the report names it.
+WHITE_BOX_STATISTICS = {"white-box": "white-box step bound",
+                        "crafted-final": "crafted-final sum bound"}
+
+
+def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
+    """One white-box or crafted-final audit (white_box.json): its main bound against its claim,
+    read like a one-run audit's (eps_LB above the claim: VIOLATION; no eps_LB or claim:
+    INCONCLUSIVE), and fail closed on its controls: a null control that flags, or (without a
+    violation) a no-noise control that does not, makes it INCONCLUSIVE. Its limit is unbounded
+    (noise-free observations give infinity)."""
+    label = f"white-box record {lo.path}"
+    view = white_box_view(lo.record)
+    if view is None:
+        notes.append(Note("error", "audit", f"{label} skipped: it has no main bound."))
+        return None
+    lb = view["epsilon_lb"]
+    lb = math.inf if lb is None and view["violation"] else lb  # an infinite bound is stored as null
+    kind = view["threat_model"] if view["threat_model"] in WHITE_BOX_STATISTICS else "white-box"
+    e = dict(view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path),
+             audit_kind=kind, statistic=WHITE_BOX_STATISTICS[kind], epsilon_lower_bound=lb,
+             not_certified=None)
+    e["status"] = _white_box_status(e, label, notes)
+    e["ceiling"] = num((view["power"] or {}).get("ceiling"))
+    e["underpowered"] = _underpowered(e["ceiling"], view["claimed_epsilon"], view["power"])
+    return e
+
+
+def _white_box_status(e: dict, label: str, notes: list[Note]) -> str:
+    claim, lb, controls = e["claimed_epsilon"], e["epsilon_lower_bound"], e["controls_ok"]
+    why = ("no claimed epsilon" if claim is None else "no eps_LB" if lb is None
+           else "its null control (canaries adding nothing) flags a violation"
+           if controls.get("null") is False else None)
+    if why is None and lb <= claim and controls.get("no-noise") is False:
+        why = "its no-noise control does not see the canaries"
+    if why is not None:
+        notes.append(Note("error", "verdict", f"{label}: {why}; INCONCLUSIVE."))
+        return "incomplete"
+    return "violation" if lb > claim else "no-evidence"
 
 
 def _not_certified(rec: dict) -> str | None:

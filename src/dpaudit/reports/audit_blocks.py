@@ -17,6 +17,10 @@ STATISTIC_HEADERS = ["audit", "statistic (decides)", "eps_LB", "claim", "claim's
 ONE_RUN_HEADERS = ["record", "mechanism", "canary kind", "m", "included", "claim", "delta", "confidence", "correct / guesses",
                    "eps_LB (eps, delta)", "ceiling", "eps_LB (f-DP)", "claimed curve (f-DP)",
                    "statistic (decides)", "power (what this m can detect)", "status"]
+WHITE_BOX_HEADERS = ["record", "mechanism", "threat model", "canaries", "steps", "claim", "delta",
+                     "confidence", "eps_LB", "noise multiplier <=", "sensitivity >=",
+                     "sample rate >=", "controls (no-noise / null)",
+                     "power (what these canaries can detect)", "status"]
 
 
 def _table16_cells(cell: dict | None) -> list[str]:
@@ -78,16 +82,19 @@ def _detail_row(e: dict, methods: list[str]) -> list[str]:
 
 def audit_blocks(report: dict) -> list[Block]:
     a = report["sections"]["audit"]
-    entries, one_runs = a["audits"], a.get("one_run") or []
+    entries, one_runs, white_boxes = a["audits"], a.get("one_run") or [], a.get("white_box") or []
     covered = p(a.get("not_covered") or NOT_COVERED)
     if not entries:
-        return ([p("No trial-based audit among the inputs."), covered] if one_runs else [p("No audit among the inputs.")]) + _one_run_blocks(one_runs)
+        runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
+        return ([p("No trial-based audit among the inputs."), covered] if runs
+                else [p("No audit among the inputs.")]) + runs
     methods: list[str] = []
     det = [_detail_row(e, methods) for e in entries]
     return ([covered, _table16_block(a["table16"]),
              table("Every audit in detail (the statistic that decided it recomputed by this report from the stored counts)", DETAIL_HEADERS, det)]
             + [Block("more", text=f"Method [{k}]: {m.split(';')[0]}", caption=m) for k, m in enumerate(methods, 1)]
-            + _statistic_blocks(entries) + [Block("figures", figures=["eps_lb_vs_claimed", "roc"])] + _one_run_blocks(one_runs))
+            + _statistic_blocks(entries) + [Block("figures", figures=["eps_lb_vs_claimed", "roc"])]
+            + _one_run_blocks(one_runs) + _white_box_blocks(white_boxes))
 
 
 def _comparison_cells(cmp_: dict) -> list[str]:
@@ -143,3 +150,29 @@ def _one_run_blocks(entries: list[dict]) -> list[Block]:
     return [table("One-run audits (Steinke, Nasr & Jagielski 2023; f-DP analysis: Mahloujifar et al. 2024): "
                   "m canaries each included with probability 1/2, one training run", ONE_RUN_HEADERS, [_one_run_row(e) for e in entries]),
             Block("figures", figures=["onerun"])]
+
+
+def _control_cell(controls: dict) -> str:
+    words = {True: "as expected", False: "FAILED"}
+    return " / ".join(words.get(controls.get(c), "not run") for c in ("no-noise", "null"))
+
+
+def _white_box_row(e: dict) -> list[str]:
+    words = [text(e.get(k)) for k in ("label", "mechanism", "threat_model")]
+    numbers = [f(e.get(k)) for k in ("canaries", "steps", "claimed_epsilon")]
+    general = [g(e.get(k)) for k in ("delta", "confidence")]
+    ingredients = [g(e.get(k)) for k in ("noise_multiplier_upper", "sensitivity_lower",
+                                         "sample_rate_lower")]
+    return (words + numbers + general + [f(e.get("epsilon_lower_bound"))] + ingredients
+            + [_control_cell(e.get("controls_ok") or {}), power_cell(e.get("power")),
+               str(e.get("status", "")).upper()])
+
+
+def _white_box_blocks(entries: list[dict]) -> list[Block]:
+    """White-box and crafted-final audits (white_box.json): the bound and its three ingredients."""
+    if not entries:
+        return []
+    return [table("White-box and crafted-final audits (docs/white_box.md): Dirac canaries seen at "
+                  "every step, or only in the final model; eps_LB = epsilon of the subsampled "
+                  "Gaussian with noise multiplier s_hi / d_lo and rate q_lo",
+                  WHITE_BOX_HEADERS, [_white_box_row(e) for e in entries])]

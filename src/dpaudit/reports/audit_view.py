@@ -359,3 +359,26 @@ def comparison_view(block: Any) -> dict | None:
     parts = {k: _maybe(fields, block.get(k)) for k, fields in COMPARISON.items()}
     return {"cp_bonferroni": parts["cp_bonferroni"], "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")), "auroc": parts["auroc"],
             "gdp_estimate": parts["gdp_estimate"]}
+
+
+#: The readers of a white_box.json's main bound (:meth:`dpaudit.audits.white_box.StepBound.to_dict`;
+#: an infinite eps_LB is stored as null).
+WHITE_BOX = {"epsilon_lb": num, "claimed_epsilon": num, "delta": num, "confidence": num,
+             "accountant": _str, "violation": lambda v: v if isinstance(v, bool) else None,
+             "noise_multiplier_upper": num, "sensitivity_lower": num, "sample_rate_lower": num,
+             "steps": integer, "observations": integer}
+
+
+def white_box_view(record: Any) -> dict | None:
+    """The numbers of a white_box.json a reviewer reads (lenient; None without a main bound)."""
+    bounds = _dict(record.get("bounds")) if isinstance(record, dict) else None
+    main = _maybe(WHITE_BOX, (bounds or {}).get("main"))
+    if main is None:
+        return None
+    run = _dict((_dict(record.get("runs")) or {}).get("main")) or {}
+    controls = _dict(record.get("controls_ok")) or {}
+    return {"mechanism": name_of(run.get("model")), "dataset": name_of(run.get("dataset")),
+            "threat_model": _str(record.get("threat_model") or bounds["main"].get("threat_model")),
+            "canaries": integer(run.get("canaries")), **main,
+            "controls_ok": {k: v for k, v in controls.items() if isinstance(v, bool)},
+            "power": power_of(record.get("power"))}

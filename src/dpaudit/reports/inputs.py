@@ -30,6 +30,11 @@ from .audit_view import AuditView
 
 #: File name of a one-run audit record (the one-run analysis writes it where audit.json would go).
 ONE_RUN_FILE = "one_run.json"
+#: File name of a white-box or crafted-final audit record (dpaudit.mechanisms.white_box_target),
+#: and the keys of its runs derived from the private data (never in it; dropped if an edited file
+#: has them).
+WHITE_BOX_FILE = "white_box.json"
+WHITE_BOX_LOCAL_KEYS = ("coordinates", "quiet_coordinates")
 
 
 @dataclass
@@ -65,11 +70,12 @@ class Inputs:
     paths: list[str] = field(default_factory=list)
     sweeps: list["LoadedSweep"] = field(default_factory=list)
     one_runs: list["LoadedOneRun"] = field(default_factory=list)
+    white_boxes: list["LoadedOneRun"] = field(default_factory=list)
 
 
 @dataclass
 class LoadedOneRun:
-    path: Path  # the file one_run.json
+    path: Path  # the file one_run.json (or white_box.json: the same shape of input)
     record: dict
 
 
@@ -125,7 +131,8 @@ def _kind(f: Path) -> str:
 def _candidates(p: Path) -> list[Path]:
     """The release and audit files at ``p`` (a file given explicitly, or those below a folder)."""
     if p.is_file():
-        return [p] if p.name not in (STORE_FILE, ONE_RUN_FILE) else []  # one-run records: find_one_runs
+        records = (STORE_FILE, ONE_RUN_FILE, WHITE_BOX_FILE)  # the last two: find_records
+        return [p] if p.name not in records else []
     return sorted(f for f in p.rglob("*.json") if f.name in (RELEASE_FILE, AUDIT_FILE) and _visible(f, p))
 
 
@@ -302,12 +309,22 @@ def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> Load
     return LoadedRelease(f.parent, rel)
 
 
-def find_one_runs(paths: Iterable[Path]) -> list[Path]:
-    """Every ``one_run.json`` at or below ``paths`` (files or folders; hidden folders skipped), each once."""
+def find_records(paths: Iterable[Path], name: str = ONE_RUN_FILE) -> list[Path]:
+    """Every file called ``name`` at or below ``paths`` (files or folders; hidden folders
+    skipped), each once."""
     found: dict[Path, Path] = {}
-    for f in (f for p in paths for f in sorted(_found(p, ONE_RUN_FILE))):  # Path order, not str order
+    for f in (f for p in paths for f in sorted(_found(p, name))):  # Path order, not str order
         found.setdefault(f.resolve(), f)
     return list(found.values())
+
+
+def shareable_white_box(record: dict) -> dict:
+    """A white_box.json without the data-derived keys of its runs (an edited file may hold them)."""
+    runs = record.get("runs")
+    if not isinstance(runs, dict):
+        return record
+    return {**record, "runs": {role: {k: v for k, v in run.items() if k not in WHITE_BOX_LOCAL_KEYS}
+                               if isinstance(run, dict) else run for role, run in runs.items()}}
 
 
 def _records(files: list[Path], what: str, shareable, loaded, notes: list[Note]) -> list:
@@ -341,9 +358,12 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     out = Inputs(paths=[str(p) for p in given])
     out.sweeps = [load_sweep(sw) for sw in sweeps]
     out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
-    one_run_files = find_one_runs(given)
+    one_run_files, white_box_files = find_records(given), find_records(given, WHITE_BOX_FILE)
     out.audits = _records(audit_files, "audit", shareable_audit, lambda f, r: LoadedAudit(f.parent, r, AuditView.from_dict(r)), out.notes)
     out.one_runs = _records(one_run_files, "one-run record", shareable_one_run, LoadedOneRun, out.notes)
-    if not (out.releases or out.audits or out.sweeps or out.one_runs):
-        raise _nothing_readable(bool(release_files or audit_files or one_run_files), out.notes, given)
+    out.white_boxes = _records(white_box_files, "white-box record", shareable_white_box,
+                               LoadedOneRun, out.notes)
+    if not (out.releases or out.audits or out.sweeps or out.one_runs or out.white_boxes):
+        found = release_files or audit_files or one_run_files or white_box_files
+        raise _nothing_readable(bool(found), out.notes, given)
     return out

@@ -45,13 +45,19 @@ def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
     return [sweep_section(sw, notes, ledger_path=ledger) for sw in inputs.sweeps]
 
 
-def _audit_section(entries: list[dict], one_runs: list[dict]) -> dict:
-    return {"table16": audit.table16(entries), "audits": entries, "eps_points": [_eps_point(e) for e in entries],
-            "one_run": one_runs, "not_covered": NOT_COVERED}
+def _audit_section(entries: list[dict], one_runs: list[dict], white_boxes: list[dict]) -> dict:
+    return {"table16": audit.table16(entries), "audits": entries,
+            "eps_points": [_eps_point(e) for e in entries], "one_run": one_runs,
+            "white_box": white_boxes, "not_covered": NOT_COVERED}
 
 
 def _one_runs(inputs, notes: list) -> list[dict]:
     return [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
+
+
+def _white_boxes(inputs, notes: list) -> list[dict]:
+    entries = (audit.white_box_entry(i, lo, notes) for i, lo in enumerate(inputs.white_boxes))
+    return [e for e in entries if e is not None]
 
 
 def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
@@ -59,6 +65,7 @@ def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
             "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
             "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
             "one_runs": [str(lo.path) for lo in inputs.one_runs],
+            "white_boxes": [str(lo.path) for lo in inputs.white_boxes],
             "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps], "ledger": ledger}
 
 
@@ -88,10 +95,12 @@ def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.Pa
         bar.update(task, advance=1)
         sweeps = _sweeps(inputs, budget_section, notes)
         bar.update(task, advance=1)
-    one_runs = _one_runs(inputs, notes)
-    sections = {"verdict": verdicts + verdict.one_run_verdicts(one_runs) + [sweep_verdict(e) for e in sweeps], "claim": claims,
+    one_runs, white_boxes = _one_runs(inputs, notes), _white_boxes(inputs, notes)
+    runs = verdict.one_run_verdicts(one_runs + white_boxes)
+    audit_section = _audit_section(audit_entries, one_runs, white_boxes)
+    sections = {"verdict": verdicts + runs + [sweep_verdict(e) for e in sweeps], "claim": claims,
                 "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints), "budget": budget_section,
-                "utility": utility.utility(inputs.releases, notes), "audit": _audit_section(audit_entries, one_runs),
+                "utility": utility.utility(inputs.releases, notes), "audit": audit_section,
                 "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
                 **({"sweep": sweeps} if sweeps else {})}
     return _json_safe({"schema": SCHEMA, "title": title or "dpaudit reviewer report", "generated_at": now_utc(), "dpaudit_version": __version__,

@@ -38,8 +38,10 @@ def _one_run_reason(e: dict) -> str:
     if e.get("not_certified"):
         return e["not_certified"]
     if e["status"] == "no-evidence" and e.get("underpowered"):
-        return (f"audit underpowered: ceiling {fixed(e['ceiling'])} < claimed {fixed(e['claimed_epsilon'])}, "
-                "it cannot detect a violation at all")
+        ceiling, claim = e.get("ceiling"), fixed(e["claimed_epsilon"])
+        limit = (f"its power line, claimed {claim}" if ceiling is None
+                 else f"ceiling {fixed(ceiling)} < claimed {claim}")
+        return f"audit underpowered: {limit}, it cannot detect a violation at all"
     return "eps_LB above the claim" if e["status"] == "violation" else ""
 
 
@@ -51,25 +53,31 @@ def _one_run_line(e: dict) -> str:
     if e["status"] == "no-evidence":
         return (f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
                 + (f"; {why}" if why else ""))
-    return f"INCONCLUSIVE: {why or 'the one-run record cannot be judged'} (see notes)"
+    kind = e.get("audit_kind", "one-run")
+    return f"INCONCLUSIVE: {why or f'the {kind} record cannot be judged'} (see notes)"
 
 
 def _one_run_verdict(e: dict) -> dict:
     m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
-    name = f"{e['mechanism'] or 'unknown'} (one-run audit, {m if m is not None else 'n/a'} canaries)"
-    flags = ["one-run"] + ["not-certified"] * bool(e.get("not_certified")) + ["underpowered"] * bool(e.get("underpowered"))
-    return {"mechanism": name, "key": f"one-run:{e['path']}", "status": "inconclusive" if e["status"] == "incomplete" else e["status"],
-            "flags": flags, "line": f"{name}: {_one_run_line(e)}", "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+    kind = e.get("audit_kind", "one-run")  # one-run, white-box or crafted-final
+    name = f"{e['mechanism'] or 'unknown'} ({kind} audit, {m if m is not None else 'n/a'} canaries)"
+    flags = ([kind] + ["not-certified"] * bool(e.get("not_certified"))
+             + ["underpowered"] * bool(e.get("underpowered")))
+    status = "inconclusive" if e["status"] == "incomplete" else e["status"]
+    return {"mechanism": name, "key": f"{kind}:{e['path']}", "status": status,
+            "flags": flags, "line": f"{name}: {_one_run_line(e)}",
+            "max_epsilon_lower_bound": e["epsilon_lower_bound"],
             "ceiling": e.get("ceiling"), "power": power_cell(e.get("power")),
-            "reason": _one_run_reason(e),
+            "delta": e.get("delta"), "accountant": e.get("accountant"), "reason": _one_run_reason(e),
             "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [], "statistics": [stat] if stat else [],
             "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]]}
 
 
 def one_run_verdicts(entries: list[dict]) -> list[dict]:
-    """One verdict line per one-run audit (one_run.json) with a claim: a one-run bound is a
-    lower bound on its own, so a bound above the claim is a VIOLATION, stated with the analysis
-    that found it (Steinke et al. 2023 (eps, delta) or the f-DP analysis)."""
+    """One verdict line per one-run audit (one_run.json) or white-box / crafted-final audit
+    (white_box.json) with a claim: such a bound is a lower bound on its own, so a bound above the
+    claim is a VIOLATION, stated with the analysis that found it (one-run: Steinke et al. 2023
+    (eps, delta) or the f-DP analysis; white-box: the step or sum bound)."""
     return [_one_run_verdict(e) for e in entries if e["status"] != "control"]
 
 
@@ -289,7 +297,8 @@ def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> li
 def summary_rows(verdicts: list[dict]) -> list[dict]:
     """The first table's rows: every mechanism's, and one per one-run audit or sweep (their verdict line's numbers)."""
     return [row for v in verdicts for row in v.get("rows") or [
-        _row(v["mechanism"], (max(v["claimed_epsilons"], default=None), None, None, None), v["status"], []) | {
+        _row(v["mechanism"], (max(v["claimed_epsilons"], default=None), v.get("delta"), None,
+                              v.get("accountant")), v["status"], []) | {
             "statistics": v.get("statistics") or [], "epsilon_lower_bound": v["max_epsilon_lower_bound"],
             "ceiling": v.get("ceiling"), "reason": v.get("reason") or ""}]]
 

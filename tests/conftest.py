@@ -33,8 +33,11 @@ def _session_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _isolate(tmp_path_factory, monkeypatch, _session_cache):
-    """Each test gets its own ledger; the calibration cache is shared by the session only."""
+    """Each test gets its own ledger; the calibration cache is shared by the session only. No
+    declared terminal width: pytest-xdist's workers set COLUMNS=80, which would wrap messages that
+    a plain pipe (and ``pytest -n 0``) keeps on one line; tests that want a width declare one."""
     root = tmp_path_factory.mktemp("dpaudit-home")
+    monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setenv("DPAUDIT_LEDGER", str(root / "ledger.sqlite"))
     monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(_session_cache))
     yield

@@ -138,8 +138,8 @@ def test_from_dict_refuses_unknown_keys_and_wrong_types():
 
 def test_derived_tables_follow_the_catalogue():
     from dpaudit.audits import canaries
-    from dpaudit.mechanisms import head_audit as heads
-    from dpaudit.mechanisms import rvfl
+    from dpaudit.mechanisms.dpsgd import head_audit as heads
+    from dpaudit.mechanisms.dpsgd import schedule as rvfl
     from dpaudit.sweeps import spec
 
     dpsgd = names(family=("dp-sgd-head", "dp-sgd-module"))

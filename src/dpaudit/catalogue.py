@@ -52,7 +52,7 @@ class CatalogueEntry:
 
 
 #: The head canary kinds, first = the default; each is chosen by the function of that name in
-#: :data:`dpaudit.mechanisms.head_canaries.CHOOSERS` (a new kind: a function and a line there, its name here).
+#: :data:`dpaudit.mechanisms.dpsgd.head_canaries.CHOOSERS` (a new kind: a function and a line there, its name here).
 HEAD_CANARIES = ("max-clip", "mislabeled", "natural", "ood-record")
 _RVFL = "dp-sgd"
 

@@ -28,11 +28,11 @@ from .data import load_dataset
 from .errors import UsageError
 from .ledger.book import open_ledger
 from .mechanisms import registry
-from .mechanisms.dpsgd import resolve_device
-from .mechanisms.head_audit import HeadTarget
-from .mechanisms.one_run_heads import heads_one_run
-from .mechanisms.one_run_modules import module_config, modules_one_run
-from .mechanisms.user_head_audit import UserHeadTarget
+from .mechanisms.dpsgd.module_training import resolve_device
+from .mechanisms.dpsgd.head_audit import HeadTarget
+from .mechanisms.dpsgd.one_run_heads import heads_one_run
+from .mechanisms.dpsgd.one_run_modules import module_config, modules_one_run
+from .mechanisms.dpsgd.user_head_audit import UserHeadTarget
 from .noise import NoiseSource
 from .progress import JobProgress
 from .records import Release, read_release
@@ -40,7 +40,7 @@ from .release_compat import release_request
 from .requests import AuditRequest
 from .validation import open_unit, positive_finite, positive_int
 
-#: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.one_run_modules`.
+#: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.dpsgd.one_run_modules`.
 MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
 
 

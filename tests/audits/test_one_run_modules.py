@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from dpaudit.audits.one_run import OneRunScores, one_run_bounds
-from dpaudit.mechanisms.one_run_modules import CANARY_TENSORS, DiracCanaries, choose_coordinates, modules_one_run
+from dpaudit.mechanisms.dpsgd.one_run_modules import CANARY_TENSORS, DiracCanaries, choose_coordinates, modules_one_run
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-from dpaudit.mechanisms.models import build_module
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
+from dpaudit.mechanisms.dpsgd.models import build_module
 from dpaudit.noise import NoiseSource
 
 

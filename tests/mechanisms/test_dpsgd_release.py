@@ -36,7 +36,7 @@ def test_no_import_circle_between_rvfl_and_user_level():
 
 
 def test_release_sweep_budget_and_audit_share_one_plan(tmp_path):
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
     from dpaudit.releasing import release
     from dpaudit.requests import DPSGDRequest
     from dpaudit.sweeps.tasks import planned_event

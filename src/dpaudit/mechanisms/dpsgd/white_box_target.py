@@ -4,9 +4,9 @@ statistics: :mod:`dpaudit.audits.white_box`; docs/white_box.md).
 
 Both insert M Dirac gradient canaries at distinct public coordinates of :data:`CANARY_TENSORS`
 (for dp-dense the quiet first-layer weights first) through the one DP-SGD loop's canary
-interface (:func:`~dpaudit.mechanisms.engine.run_dp_sgd`; a release never passes one). Each
+interface (:func:`~dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`; a release never passes one). Each
 sampled canary's raw gradient is :data:`RAW_GRADIENT_SCALE` C e_j, clipped by the loop's one
-clipping rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`) before it joins the clipped
+clipping rule (:func:`~dpaudit.mechanisms.dpsgd.core.clip_factors`) before it joins the clipped
 sum, so a clipping fault shows as a contribution d > 1.
 
 * ``white-box``: every canary is in the dataset and sampled at rate q at every step (private
@@ -31,18 +31,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..audits import white_box
-from ..audits.power_runs import white_box_power
-from ..audits.white_box import FinalObservations, StepObservations
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..records import write_json_atomic
-from ..validation import one_of, positive_int
-from . import dpsgd_core
-from .dpsgd import DPSGDConfig, train_module_dp_sgd
-from .dpsgd_core import check_head_inputs, head_threads
-from .engine import RecordUnits, augmented_features, initial_heads, run_dp_sgd
+from ...audits import white_box
+from ...audits.power_runs import white_box_power
+from ...audits.white_box import FinalObservations, StepObservations
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...records import write_json_atomic
+from ...validation import one_of, positive_int
+from . import core as dpsgd_core
+from .module_training import DPSGDConfig, train_module_dp_sgd
+from .core import check_head_inputs, head_threads
+from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget
 from .models import build_module
 from .one_run_heads import free_coordinates

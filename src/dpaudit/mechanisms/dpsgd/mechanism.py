@@ -1,11 +1,11 @@
 """The DP-SGD release of the DP-RVFL family on the mechanism contract (record and user level).
 
 One :class:`DPSGDMechanism` (``MECHANISM``, the catalogue's entry for the family) serves every model of
-:data:`dpaudit.mechanisms.rvfl.MODELS` (frozen-feature heads and trainable modules) at either
+:data:`dpaudit.mechanisms.dpsgd.schedule.MODELS` (frozen-feature heads and trainable modules) at either
 privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-RVFL paper's
-(section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.rvfl`), at user level the one of
-:mod:`dpaudit.mechanisms.user_level`. Its schedule and sigma come from
-:func:`~dpaudit.mechanisms.rvfl.plan_schedule`, as the sweeps' budgets and the head audits' do.
+(section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.dpsgd.schedule`), at user level the one of
+:mod:`dpaudit.mechanisms.dpsgd.user_level`. Its schedule and sigma come from
+:func:`~dpaudit.mechanisms.dpsgd.schedule.plan_schedule`, as the sweeps' budgets and the head audits' do.
 
 **Privacy contract.** A release is (epsilon, delta)-DP for ``SubsampledGaussian(sigma, q, T)``
 under add/remove of one record (``privacy_unit`` record) or of one user's records (user) on the
@@ -27,24 +27,24 @@ import os
 import time
 from pathlib import Path
 
-from ..data import load_dataset
-from ..accounting.events import event_from_dict
-from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import
-from ..ledger.book import open_ledger
-from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
-from ..requests import DPSGDRequest
-from ..validation import one_of
-from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
+from ...data import load_dataset
+from ...accounting.events import event_from_dict
+from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import
+from ...ledger.book import open_ledger
+from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
+from ...requests import DPSGDRequest
+from ...validation import one_of
+from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import resolve_device, train_module_dp_sgd
-from .dpsgd_core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
-from .engine import UserSampling, train_heads
+from .module_training import resolve_device, train_module_dp_sgd
+from .core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
+from .loop import UserSampling, train_heads
 from .features import build_features, feature_dim
 from .head_audit import HeadTarget
 from .models import build_module
-from .rvfl import (
+from .schedule import (
     ACCOUNTANT,
     DEFAULT_DATASET,
     MODEL_NAMES,
@@ -159,7 +159,7 @@ class DPSGDMechanism(MechanismBase):
 
     def plan_of_audit(self, r: DPSGDRequest) -> ReleasePlan:
         """A fresh audit's plan. At user level the audit's users are the request's (``user_ids``), else the
-        rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.user_head_audit.synthetic_user_ids`),
+        rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.dpsgd.user_head_audit.synthetic_user_ids`),
         and the schedule is built from the declared reference size N0 as a release's is (refused before
         loading without one): the number of users the data hold differs between neighbours and is never
         published."""
@@ -192,8 +192,8 @@ class DPSGDMechanism(MechanismBase):
         return DPSGDConfig.from_dict(plan.config["dp_sgd"])
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
-        """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
-        :mod:`dpaudit.mechanisms.user_level`) and evaluate on the test partition."""
+        """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd.module_training` /
+        :mod:`dpaudit.mechanisms.dpsgd.user_level`) and evaluate on the test partition."""
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
         config = self.dpsgd_config(plan)

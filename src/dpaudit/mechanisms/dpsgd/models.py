@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from ..errors import UsageError
-from ..lazy import lazy_import, torch_module_classes
-from ..noise import public_rng
+from ...errors import UsageError
+from ...lazy import lazy_import, torch_module_classes
+from ...noise import public_rng
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
 

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..audits.one_run import OneRunScores
-from ..data import load_dataset
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource, public_rng
-from ..validation import positive_int
-from .dpsgd import DPSGDConfig, train_module_dp_sgd
+from ...audits.one_run import OneRunScores
+from ...data import load_dataset
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource, public_rng
+from ...validation import positive_int
+from .module_training import DPSGDConfig, train_module_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 from .models import build_module
-from .rvfl import audit_reference_size, plan_schedule
+from .schedule import audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -93,7 +93,7 @@ def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[
 
 
 class DiracCanaries:
-    """The loop's canaries (:func:`dpaudit.mechanisms.engine.run_dp_sgd`): at each step, each
+    """The loop's canaries (:func:`dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`): at each step, each
     included canary is sampled w.p. ``sample_rate`` (``rng``, private, never the loop's ``noise``)
     and adds C * e_j to the clipped sum."""
 
@@ -148,7 +148,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     ``seed``: public (initialisation, canary coordinates / records); ``noise``: private (DP noise,
     sampling, canary coins); ``noise_on=False``: the no-noise control; ``tensors``: override
     :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins; ``device``:
-    where the model trains (:func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`)."""
+    where the model trains (:func:`~dpaudit.mechanisms.dpsgd.module_training.train_module_dp_sgd`)."""
     name = module_name(model)
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
@@ -232,7 +232,7 @@ def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary
 def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int | None = None, batch_size: int | None = None):
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
-    RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
+    RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd.mechanism.plan_schedule`)."""
     module_name(model)
     data, _, _ = _data_parts(data)
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=audit_reference_size(data, len(data.y_train)),

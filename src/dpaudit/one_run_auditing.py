@@ -23,7 +23,7 @@ from .auditing import target_for, target_from_release
 from .audit_outputs import shareable_one_run
 from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
 from .audits.power_runs import one_run_power_of
-from .catalogue import lookup
+from .catalogue import lookup, names
 from .data import load_dataset
 from .errors import UsageError
 from .ledger.book import open_ledger
@@ -41,7 +41,7 @@ from .requests import AuditRequest
 from .validation import open_unit, positive_finite, positive_int
 
 #: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.dpsgd.one_run_modules`.
-MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
+MODULE_MODELS = names(family="dp-sgd-module")
 
 
 def audit_device(a: AuditRequest) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ...data import load_dataset
 from ...accounting.events import event_from_dict
+from ...audits.targets import prepared
 from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
@@ -43,6 +44,7 @@ from .core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabiliti
 from .loop import UserSampling, train_heads
 from .features import build_features, feature_dim
 from .head_audit import HeadTarget
+from .module_audit import ModuleTarget
 from .models import build_module
 from .schedule import (
     ACCOUNTANT,
@@ -310,14 +312,15 @@ class DPSGDMechanism(MechanismBase):
         return out, lines
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
-        """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
+        """The audit target of this plan, prepared: a module model's :class:`ModuleTarget`; a head model's: the plan's sigma,
         schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset; a
         ``release``'s recorded claim, event, accountant, identity, sigma and schedule (for old
         releases they are the truth). ``user_ids``: a user-level audit's (default: the request's
         file; none: a public grouping into users of G). ``no_noise``: the no-noise control."""
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
-            raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
+            target = ModuleTarget.of_plan(plan, canary, release=release)
+            return prepared(target, no_noise)
         if plan.event is None:
             raise UsageError(f"release must be private to be audited, got a non-private {r.model} release.")
         f = plan.release_fields
@@ -339,8 +342,7 @@ class DPSGDMechanism(MechanismBase):
                                reference_size=int(plan.config["reference_size"]), **kw, **extra)
         else:
             t = HeadTarget(**kw)
-        t.prepare()
-        return t.without_noise() if no_noise else t
+        return prepared(t, no_noise)
 
 
 MECHANISM = DPSGDMechanism()

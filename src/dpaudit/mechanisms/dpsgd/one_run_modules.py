@@ -1,4 +1,4 @@
-"""One-run audits of the trainable DP-SGD models ``dp-dense``, ``dp-cnn``, ``dp-attention``
+"""One-run audits of the trainable DP-SGD models (:data:`~dpaudit.mechanisms.dpsgd.models.BUILDERS`)
 (Steinke, Nasr & Jagielski 2023; docs/one_run.md: the method, the canary kinds and their scores).
 
 ``gradient``: m Dirac canaries at distinct coordinates of :data:`CANARY_TENSORS` (public seed; for
@@ -25,14 +25,14 @@ from ...noise import NoiseSource, public_rng
 from ...validation import positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
-from .models import build_module
+from .models import BUILDERS, build_module
 from .schedule import audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
-CANARY_TENSORS: dict[str, tuple[str, ...]] = {"dense": ("fc1.weight",), "cnn": ("fc1.weight",), "attention": ("ff1.weight", "ff2.weight")}
+CANARY_TENSORS: dict[str, tuple[str, ...]] = {name: tensors for name, (_, tensors) in BUILDERS.items()}
 _TAG_COORDS = 0x31524E43  # "1RNC": public choice of canary coordinates / records
 _TAG_LABELS = 0x314C4142  # "1LAB": public wrong labels
 
@@ -41,7 +41,7 @@ def module_name(model: str) -> str:
     """``dp-dense`` -> ``dense`` (also accepts the bare module names)."""
     name = str(model).removeprefix("dp-")
     if name not in CANARY_TENSORS:
-        raise UsageError(f"model must be one of dp-dense, dp-cnn, dp-attention, got {model!r}.")
+        raise UsageError(f"model must be one of {', '.join('dp-' + n for n in CANARY_TENSORS)}, got {model!r}.")
     return name
 
 

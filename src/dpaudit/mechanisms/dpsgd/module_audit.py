@@ -1,0 +1,129 @@
+"""The trial audit of the trainable DP-SGD models (catalogue family ``dp-sgd-module``).
+
+Each trial trains the release's module once, from the public initialisation, with the plan's DP-SGD
+config (schedule, noise, clipping, optimizer: ``plan.config["dp_sgd"]``) on the training partition,
+plus the canary when the trial's world includes it. The ``mislabeled`` canary is one held-out record
+(test, then validation rows; public choice) with a public wrong label; the score is minus its loss
+under the trained model (the final-model threat model: the adversary sees the released weights).
+
+**Privacy contract / soundness.** The canary is one add/remove unit of the claimed event; the
+schedule (q, T, m0) comes from the plan's public reference size, so both worlds run the same
+(q, T, m0); every trial draws its noise and batches from the engine's private source."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ...accounting import compute_epsilon
+from ...audits.targets import AuditTarget, load_target_data
+from ...catalogue import MODULE_CANARIES
+from ...errors import UsageError
+from ...lazy import lazy_import
+from .core import DPSGDConfig
+from .head_audit import NO_NOISE_MULTIPLIER
+from .models import build_module
+from .module_training import train_module_dp_sgd
+from .one_run_modules import _data_parts, _input_canaries, _record_losses
+np = lazy_import("numpy")
+torch = lazy_import("torch")
+
+
+@dataclass(kw_only=True)
+class ModuleTarget(AuditTarget):
+    """A module model's audit target, built from its release plan (:meth:`of_plan`)."""
+
+    model: str
+    dataset: str
+    config: DPSGDConfig
+    claimed_event: object
+    claimed_epsilon: float
+    delta: float
+    seed: int
+    canary: str = "mislabeled"
+    accountant: str = "rdp"
+    adjacency: str = "add-remove-record"
+    noise: bool = True
+    data_dir: str | None = None
+    split_seed: int | None = None
+    profile: str | None = None
+    expected_identity: dict | None = None
+    expected_sha256: str | None = None
+    default_chunk_size: int = 4
+    prepared: object | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_plan(cls, plan, canary: str, *, release=None) -> "ModuleTarget":
+        """The target of ``plan`` (record level); a ``release``'s recorded schedule, noise, claim
+        and public dataset identity replace the plan's (the truth for old releases).
+
+        Raises:
+            UsageError: a user-level plan, a non-private plan or a canary other than
+            :data:`MODULE_CANARIES`.
+        """
+        if plan.privacy_unit != "record" or plan.event is None:
+            raise UsageError(f"release must be private and record level for a trial audit of {plan.mechanism}, "
+                             f"got privacy unit {plan.privacy_unit!r}{'' if plan.event else ', non-private'}.")
+        if canary not in MODULE_CANARIES:
+            raise UsageError(f"canary must be one of {', '.join(MODULE_CANARIES)} for module models, got {canary!r}.")
+        r = plan.request
+        claim = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency)
+        target = cls(model=r.model, dataset=plan.data_name, config=DPSGDConfig.from_dict(plan.config["dp_sgd"]),
+                     claimed_event=plan.event, claimed_epsilon=claim.epsilon, delta=plan.delta, seed=plan.seed,
+                     canary=canary, accountant=plan.accountant, adjacency=plan.adjacency, data_dir=r.data_dir,
+                     split_seed=plan.dataset.get("split_seed", r.split_seed), profile=plan.dataset.get("profile", r.profile))
+        return target if release is None else target._of_release(release)
+
+    def _of_release(self, release) -> "ModuleTarget":
+        from ...accounting.events import event_from_dict
+
+        recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps), normalizer=int(release.normalizer),
+                        noise_multiplier=float(release.noise_multiplier), clipping_norm=float(release.clipping_norm or 1.0))
+        ds = release.dataset or {}
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **recorded),
+                                   claimed_event=event_from_dict(release.guarantee), claimed_epsilon=float(release.epsilon),
+                                   accountant=release.accountant, expected_identity=ds, expected_sha256=ds.get("sha256"))
+
+    @property
+    def mechanism(self) -> str:  # type: ignore[override]
+        return self.model
+
+    def prepare(self) -> None:
+        """Load the data (checked against the release's identity) and choose the canary, once."""
+        if "_data" in self.__dict__:
+            return
+        data, x_pool, y_pool = _data_parts(load_target_data(self))
+        self._data, self._canary_info = data, {"kind": self.canary}
+        self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes), self._canary_info)
+        self._dataset_name = data.name
+
+    def private_data(self) -> dict:
+        self.prepare()
+        return {"dataset": self._dataset_name, "partition": "train"}
+
+    def without_noise(self) -> "ModuleTarget":
+        """The no-noise control: the same set-up and claim, trained with a negligible noise multiplier."""
+        config = dataclasses.replace(self.config, noise_multiplier=NO_NOISE_MULTIPLIER)
+        return dataclasses.replace(self, config=config, noise=False)
+
+    def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
+        """Minus the canary's loss after one training run per trial (with the canary where ``canary_in``)."""
+        self.prepare()
+        data = self._data
+        x = np.asarray(data.x_train, dtype=np.float32)
+        y = np.asarray(data.y_train, dtype=np.int64)
+        binary = int(data.n_classes) == 2
+        out = np.empty(len(canary_in))
+        for trial, included in enumerate(np.asarray(canary_in, dtype=bool)):
+            module = build_module(self.model.removeprefix("dp-"), kind=data.kind, n_features=data.n_features,
+                                  n_classes=int(data.n_classes), image_shape=data.image_shape, seed=self.seed)
+            xs, ys = (np.concatenate([x, self._xc]), np.concatenate([y, self._yc])) if included else (x, y)
+            train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config, noise=noise,
+                                loss="bce" if binary else "cross_entropy")
+            out[trial] = -_record_losses(module, self._xc, self._yc, binary)[0]
+        return out
+
+    def describe(self) -> dict:
+        self.prepare()
+        config = {"model": self.model, "dp_sgd": self.config.to_dict(), "seed": self.seed, "threat_model": "final-model"}
+        return {"task": None, "dataset": self._dataset_name, "config": config, "canary_info": self._canary_info}

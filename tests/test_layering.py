@@ -76,7 +76,7 @@ def test_no_library_module_imports_the_cli():
 
 
 @pytest.mark.parametrize("source, module, expected", [
-    ("from ..cli.common import err_console", "dpaudit.mechanisms.dpsgd.schedule", ["dpaudit.cli.common"]),
+    ("from ...cli.common import err_console", "dpaudit.mechanisms.dpsgd.schedule", ["dpaudit.cli.common"]),
     ("def f():\n    from ..cli.common import err_console", "dpaudit.sweeps.runner", ["dpaudit.cli.common"]),
     ("from .. import cli", "dpaudit.sweeps.runner", ["dpaudit.cli"]),
     ("from . import cli", "dpaudit.records", ["dpaudit.cli"]),

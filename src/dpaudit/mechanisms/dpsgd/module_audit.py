@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...accounting import compute_epsilon
+from ...accounting.events import event_from_dict
 from ...audits.targets import AuditTarget, load_target_data
 from ...catalogue import MODULE_CANARIES
 from ...errors import UsageError
@@ -75,8 +76,6 @@ class ModuleTarget(AuditTarget):
         return target if release is None else target._of_release(release)
 
     def _of_release(self, release) -> "ModuleTarget":
-        from ...accounting.events import event_from_dict
-
         recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps), normalizer=int(release.normalizer),
                         noise_multiplier=float(release.noise_multiplier), clipping_norm=float(release.clipping_norm or 1.0))
         ds = release.dataset or {}

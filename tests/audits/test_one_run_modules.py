@@ -127,7 +127,7 @@ def test_input_mislabeled_canaries_are_appended_when_included(digits):
 def test_bad_arguments_are_refused(digits):
     cfg = _config(steps=1)
     noise = NoiseSource("reproducible", seed=0)
-    with pytest.raises(UsageError, match="model must be one of dp-dense, dp-cnn, dp-attention, got 'dp-rvfl'"):
+    with pytest.raises(UsageError, match="model must be one of dp-dense, dp-cnn, dp-attention, dp-gru, got 'dp-rvfl'"):
         modules_one_run("dp-rvfl", digits, cfg, canaries=4, noise=noise, seed=0)
     with pytest.raises(UsageError, match="kind must be one of gradient, input-mislabeled"):
         modules_one_run("dp-dense", digits, cfg, canaries=4, noise=noise, seed=0, kind="user")

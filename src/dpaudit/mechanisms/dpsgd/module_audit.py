@@ -89,10 +89,10 @@ class ModuleTarget(AuditTarget):
 
     def prepare(self) -> None:
         """Load the data (checked against the release's identity) and choose the canary, once."""
-        if "_data" in self.__dict__:
+        if "_xc" in self.__dict__:
             return
         data, x_pool, y_pool = _data_parts(load_target_data(self))
-        self._data, self._canary_info = data, {"kind": self.canary}
+        self.prepared, self._canary_info = data, {"kind": self.canary}
         self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes), self._canary_info)
         self._dataset_name = data.name
 
@@ -108,7 +108,7 @@ class ModuleTarget(AuditTarget):
     def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
         """Minus the canary's loss after one training run per trial (with the canary where ``canary_in``)."""
         self.prepare()
-        data = self._data
+        data = self.prepared
         x = np.asarray(data.x_train, dtype=np.float32)
         y = np.asarray(data.y_train, dtype=np.int64)
         binary = int(data.n_classes) == 2

@@ -48,17 +48,19 @@ def audit_device(a: AuditRequest) -> str:
 
 
 def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
-    """(model, data, DPSGDConfig, claim dict) for a module model's one-run or white-box audit: those of
-    its trial audit's target (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`), built
+    """(model, data, DPSGDConfig, claim dict) for a module model's one-run or white-box audit:
+    those of its trial audit's target (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`), built
     from the release's plan (checked against the release, trained with its optimizer settings,
     its recorded schedule, noise and claim), else from a fresh plan at (epsilon, delta)."""
     if release is not None:
         target = target_from_release(release, data_dir=data_dir)
     else:
-        target = target_for(AuditRequest(mechanism=mechanism, epsilon=epsilon, delta=delta, dataset=dataset or "digits",
-                                         data_dir=data_dir, profile=profile, epochs=epochs))
-    claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
-                 delta=target.delta, claimed_epsilon=target.claimed_epsilon)
+        target = target_for(AuditRequest(mechanism=mechanism, epsilon=epsilon, delta=delta,
+                                         dataset=dataset or "digits", data_dir=data_dir,
+                                         profile=profile, epochs=epochs))
+    claim = dict(event=target.claimed_event, accountant=target.accountant,
+                 adjacency=target.adjacency, delta=target.delta,
+                 claimed_epsilon=target.claimed_epsilon)
     return target.model, target.prepared, target.config, claim
 
 

@@ -1,6 +1,6 @@
-"""Releases written before the mechanisms moved into packages (tests/audits/old_releases) still load,
-audit and report: nothing they store names a mechanisms module, and the catalogue name finds the
-moved implementation."""
+"""Releases written before the mechanisms moved into packages (tests/audits/old_releases) still
+load, audit and report: nothing they store names a mechanisms module, and the catalogue name
+finds the moved implementation."""
 
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ def test_an_old_release_loads_audits_and_reports(name, tmp_path, monkeypatch):
     rel = read_release(tmp_path / "rel")
     assert "dpaudit.mechanisms" not in json.dumps(rel.to_dict())
     runner = CliRunner()
-    audit = runner.invoke(app, ["audit", rel.mechanism, "--release", "rel/release.json", "--runs", "8", "--no-controls",
-                                "--reproducible-noise", "--workers", "1", "--out", "aud"])
+    args = ["--release", "rel/release.json", "--runs", "8", "--no-controls", "--reproducible-noise"]
+    audit = runner.invoke(app, ["audit", rel.mechanism, *args, "--workers", "1", "--out", "aud"])
     assert audit.exit_code == 0, audit.output
     record = json.loads((tmp_path / "aud" / "audit.json").read_text())
-    assert record["mechanism"] == rel.mechanism and record["claimed_epsilon"] == pytest.approx(rel.epsilon)
+    assert record["mechanism"] == rel.mechanism
+    assert record["claimed_epsilon"] == pytest.approx(rel.epsilon)
     report = runner.invoke(app, ["report", "rel", "aud", "--format", "md", "--out", "r.md"])
     assert report.exit_code == 0, report.output
     assert f"{rel.mechanism} — release {rel.id[:12]}" in (tmp_path / "r.md").read_text()

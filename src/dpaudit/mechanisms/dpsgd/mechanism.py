@@ -312,7 +312,8 @@ class DPSGDMechanism(MechanismBase):
         return out, lines
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
-        """The audit target of this plan, prepared: a module model's :class:`ModuleTarget`; a head model's: the plan's sigma,
+        """The audit target of this plan, prepared: a module model's :class:`ModuleTarget`; a head
+        model's: the plan's sigma,
         schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset; a
         ``release``'s recorded claim, event, accountant, identity, sigma and schedule (for old
         releases they are the truth). ``user_ids``: a user-level audit's (default: the request's

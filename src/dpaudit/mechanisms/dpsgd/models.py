@@ -13,12 +13,13 @@
   feed-forward sublayer with residual, mean token pooling, linear classifier. No layer norm,
   dropout or pretraining. Attention is written with ``nn.Linear`` layers so per-sample gradients
   work with both ``torch.func`` and Opacus.
-- :class:`GRU`: an image read row by row (tabular: feature by feature) by one 32-unit ``nn.GRUCell``,
-  linear classifier on the last state. Ghost clipping does not cover the cell: its clipped sums come
-  from the per-sample reference kernel (:mod:`dpaudit.mechanisms.dpsgd.ghost_clip`), on the CPU.
+- :class:`GRU`: an image read row by row (tabular: feature by feature) by one 32-unit
+  ``nn.GRUCell``, linear classifier on the last state. Ghost clipping does not cover the cell:
+  its clipped sums come from the per-sample reference kernel (:mod:`.ghost_clip`), on the CPU.
+  (``nn.GRU`` itself fails under ``torch.func.vmap``, which that kernel uses; ``GRUCell`` works.)
 
-A model is one entry of :data:`BUILDERS` and one catalogue line (``dp-NAME``, family ``dp-sgd-module``):
-releases, audits and sweeps find it from there.
+A model is one entry of :data:`BUILDERS` and one catalogue line (``dp-NAME``, family
+``dp-sgd-module``): releases, audits and sweeps find it from there.
 
 Every module is initialised by PyTorch's default rules from a torch generator seeded by the public
 seed (:func:`build_module`), never from data. Binary tasks use one output logit (K = 1, BCE).
@@ -35,7 +36,8 @@ torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
 
 #: The torch modules, built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
-__getattr__, _build_classes = torch_module_classes(globals(), "Dense", "CNN2d", "CNN1d", "CompactAttention", "GRU")
+__getattr__, _build_classes = torch_module_classes(globals(), "Dense", "CNN2d", "CNN1d",
+                                                   "CompactAttention", "GRU")
 
 
 class _Dense:
@@ -182,13 +184,15 @@ def _gru(kind, n_features, n_out, image_shape):
 #: Each trainable model's builder (kind, n_features, n_outputs, image_shape) -> module and the
 #: tensors holding its one-run audit's gradient canaries (names as in ``named_parameters``).
 BUILDERS = {"dense": (_dense, ("fc1.weight",)), "cnn": (_cnn, ("fc1.weight",)),
-            "attention": (_attention, ("ff1.weight", "ff2.weight")), "gru": (_gru, ("cell.weight_hh",))}
+            "attention": (_attention, ("ff1.weight", "ff2.weight")),
+            "gru": (_gru, ("cell.weight_hh",))}
 TRAINABLE_MODELS = tuple(BUILDERS)
 
 
 def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None,
                  seed: int = 42) -> nn.Module:
-    """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global RNG state untouched)."""
+    """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global
+    RNG state untouched)."""
     if model not in BUILDERS:
         raise UsageError(f"model must be one of {', '.join(TRAINABLE_MODELS)}, got {model!r}.")
     _build_classes()

@@ -63,25 +63,35 @@ class ModuleTarget(AuditTarget):
             :data:`MODULE_CANARIES`.
         """
         if plan.privacy_unit != "record" or plan.event is None:
-            raise UsageError(f"release must be private and record level for a trial audit of {plan.mechanism}, "
-                             f"got privacy unit {plan.privacy_unit!r}{'' if plan.event else ', non-private'}.")
+            raise UsageError(f"release must be private and record level for a trial audit of "
+                             f"{plan.mechanism}, got privacy unit {plan.privacy_unit!r}"
+                             f"{'' if plan.event else ', non-private'}.")
         if canary not in MODULE_CANARIES:
-            raise UsageError(f"canary must be one of {', '.join(MODULE_CANARIES)} for module models, got {canary!r}.")
-        r = plan.request
-        claim = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency)
-        target = cls(model=r.model, dataset=plan.data_name, config=DPSGDConfig.from_dict(plan.config["dp_sgd"]),
-                     claimed_event=plan.event, claimed_epsilon=claim.epsilon, delta=plan.delta, seed=plan.seed,
-                     canary=canary, accountant=plan.accountant, adjacency=plan.adjacency, data_dir=r.data_dir,
-                     split_seed=plan.dataset.get("split_seed", r.split_seed), profile=plan.dataset.get("profile", r.profile))
+            raise UsageError(f"canary must be one of {', '.join(MODULE_CANARIES)} for module "
+                             f"models, got {canary!r}.")
+        r, ds = plan.request, plan.dataset
+        claim = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant,
+                                adjacency=plan.adjacency)
+        target = cls(model=r.model, dataset=plan.data_name, seed=plan.seed, canary=canary,
+                     config=DPSGDConfig.from_dict(plan.config["dp_sgd"]), claimed_event=plan.event,
+                     claimed_epsilon=claim.epsilon, delta=plan.delta, accountant=plan.accountant,
+                     adjacency=plan.adjacency, data_dir=r.data_dir,
+                     split_seed=ds.get("split_seed", r.split_seed),
+                     profile=ds.get("profile", r.profile))
         return target if release is None else target._of_release(release)
 
     def _of_release(self, release) -> "ModuleTarget":
-        recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps), normalizer=int(release.normalizer),
-                        noise_multiplier=float(release.noise_multiplier), clipping_norm=float(release.clipping_norm or 1.0))
+        recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps),
+                        normalizer=int(release.normalizer),
+                        noise_multiplier=float(release.noise_multiplier),
+                        clipping_norm=float(release.clipping_norm or 1.0))
         ds = release.dataset or {}
-        return dataclasses.replace(self, config=dataclasses.replace(self.config, **recorded),
-                                   claimed_event=event_from_dict(release.guarantee), claimed_epsilon=float(release.epsilon),
-                                   accountant=release.accountant, expected_identity=ds, expected_sha256=ds.get("sha256"))
+        config = dataclasses.replace(self.config, **recorded)
+        event = event_from_dict(release.guarantee)
+        return dataclasses.replace(self, config=config, claimed_event=event,
+                                   claimed_epsilon=float(release.epsilon),
+                                   accountant=release.accountant, expected_identity=ds,
+                                   expected_sha256=ds.get("sha256"))
 
     @property
     def mechanism(self) -> str:  # type: ignore[override]
@@ -93,36 +103,40 @@ class ModuleTarget(AuditTarget):
             return
         data, x_pool, y_pool = _data_parts(load_target_data(self))
         self.prepared, self._canary_info = data, {"kind": self.canary}
-        self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes), self._canary_info)
-        self._dataset_name = data.name
+        self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes),
+                                             self._canary_info)
 
     def private_data(self) -> dict:
         self.prepare()
-        return {"dataset": self._dataset_name, "partition": "train"}
+        return {"dataset": self.prepared.name, "partition": "train"}
 
     def without_noise(self) -> "ModuleTarget":
-        """The no-noise control: the same set-up and claim, trained with a negligible noise multiplier."""
+        """The no-noise control: the same set-up and claim, a negligible noise multiplier."""
         config = dataclasses.replace(self.config, noise_multiplier=NO_NOISE_MULTIPLIER)
         return dataclasses.replace(self, config=config, noise=False)
 
     def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
-        """Minus the canary's loss after one training run per trial (with the canary where ``canary_in``)."""
+        """Minus the canary's loss after one training run per trial (in where ``canary_in``)."""
         self.prepare()
         data = self.prepared
-        x = np.asarray(data.x_train, dtype=np.float32)
-        y = np.asarray(data.y_train, dtype=np.int64)
+        x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
         binary = int(data.n_classes) == 2
         out = np.empty(len(canary_in))
         for trial, included in enumerate(np.asarray(canary_in, dtype=bool)):
-            module = build_module(self.model.removeprefix("dp-"), kind=data.kind, n_features=data.n_features,
-                                  n_classes=int(data.n_classes), image_shape=data.image_shape, seed=self.seed)
-            xs, ys = (np.concatenate([x, self._xc]), np.concatenate([y, self._yc])) if included else (x, y)
-            train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config, noise=noise,
-                                loss="bce" if binary else "cross_entropy")
+            module = build_module(self.model.removeprefix("dp-"), kind=data.kind,
+                                  n_features=data.n_features, n_classes=int(data.n_classes),
+                                  image_shape=data.image_shape, seed=self.seed)
+            xs = np.concatenate([x, self._xc]) if included else x
+            ys = np.concatenate([y, self._yc]) if included else y
+            loss = "bce" if binary else "cross_entropy"
+            train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config,
+                                noise=noise, loss=loss)
             out[trial] = -_record_losses(module, self._xc, self._yc, binary)[0]
         return out
 
     def describe(self) -> dict:
         self.prepare()
-        config = {"model": self.model, "dp_sgd": self.config.to_dict(), "seed": self.seed, "threat_model": "final-model"}
-        return {"task": None, "dataset": self._dataset_name, "config": config, "canary_info": self._canary_info}
+        config = {"model": self.model, "dp_sgd": self.config.to_dict(), "seed": self.seed,
+                  "threat_model": "final-model"}
+        return {"task": None, "dataset": self.prepared.name, "config": config,
+                "canary_info": self._canary_info}

@@ -32,7 +32,7 @@ torch = lazy_import("torch")
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
-CANARY_TENSORS: dict[str, tuple[str, ...]] = {name: tensors for name, (_, tensors) in BUILDERS.items()}
+CANARY_TENSORS: dict[str, tuple[str, ...]] = {name: spec[1] for name, spec in BUILDERS.items()}
 _TAG_COORDS = 0x31524E43  # "1RNC": public choice of canary coordinates / records
 _TAG_LABELS = 0x314C4142  # "1LAB": public wrong labels
 
@@ -41,7 +41,8 @@ def module_name(model: str) -> str:
     """``dp-dense`` -> ``dense`` (also accepts the bare module names)."""
     name = str(model).removeprefix("dp-")
     if name not in CANARY_TENSORS:
-        raise UsageError(f"model must be one of {', '.join('dp-' + n for n in CANARY_TENSORS)}, got {model!r}.")
+        allowed = ", ".join("dp-" + n for n in CANARY_TENSORS)
+        raise UsageError(f"model must be one of {allowed}, got {model!r}.")
     return name
 
 

@@ -23,9 +23,8 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from .core import DPSGDConfig
 from .head_audit import NO_NOISE_MULTIPLIER
-from .models import build_module
 from .module_training import train_module_dp_sgd
-from .one_run_modules import _data_parts, _input_canaries, _record_losses
+from .one_run_modules import _data_parts, _input_canaries, _record_losses, module_run_parts
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -118,20 +117,14 @@ class ModuleTarget(AuditTarget):
     def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
         """Minus the canary's loss after one training run per trial (in where ``canary_in``)."""
         self.prepare()
-        data = self.prepared
-        x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
-        binary = int(data.n_classes) == 2
-        out = np.empty(len(canary_in))
+        out, name = np.empty(len(canary_in)), self.model.removeprefix("dp-")
         for trial, included in enumerate(np.asarray(canary_in, dtype=bool)):
-            module = build_module(self.model.removeprefix("dp-"), kind=data.kind,
-                                  n_features=data.n_features, n_classes=int(data.n_classes),
-                                  image_shape=data.image_shape, seed=self.seed)
+            module, x, y, _, loss = module_run_parts(name, self.prepared, self.seed)
             xs = np.concatenate([x, self._xc]) if included else x
             ys = np.concatenate([y, self._yc]) if included else y
-            loss = "bce" if binary else "cross_entropy"
             train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config,
                                 noise=noise, loss=loss)
-            out[trial] = -_record_losses(module, self._xc, self._yc, binary)[0]
+            out[trial] = -_record_losses(module, self._xc, self._yc, loss == "bce")[0]
         return out
 
     def describe(self) -> dict:

@@ -163,26 +163,22 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     data, x_pool, y_pool = _data_parts(data)
     n_classes = int(data.n_classes)
     binary = n_classes == 2
-    module = build_module(name, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape, seed=seed)
-    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    module, x, y, shapes, loss = module_run_parts(name, data, seed)
     theta0 = {n: p.detach().clone() for n, p in module.named_parameters()}
     # The canary coins and per-step draws: private, from a generator seeded by the private source
     # (drawn before training; the source's later draws are the DP noise and data sampling).
     crng = np.random.default_rng(noise.aux_seed())
     included = crng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool)
-    x = np.asarray(data.x_train, dtype=np.float32)
-    y = np.asarray(data.y_train, dtype=np.int64)
-    loss = "bce" if binary else "cross_entropy"
     info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "kind": kind, "seed": int(seed),
             "noise_on": bool(noise_on), "device": str(device), "dp_sgd": config.to_dict(),
             "n_train": int(y.size)}
     canary = None
     if kind == "gradient":
-        shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
         chosen = tuple(tensors or CANARY_TENSORS[name])
         quiet = _quiet_coordinates(name, chosen, shapes, x)
         gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
-        canary = DiracCanaries(gc, names, included, config.sample_rate, config.clipping_norm, crng)
+        canary = DiracCanaries(gc, list(shapes), included, config.sample_rate, config.clipping_norm,
+                               crng)
         info.update(gc.describe(), score="-(theta_T - theta_0)[j]", quiet_coordinates=int(quiet.size),
                     quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
                                "(no data gradient); taken first, the rest uniform")
@@ -200,6 +196,16 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+
+
+def module_run_parts(name: str, data, seed: int):
+    """(module, x, y, shapes of its trainable parameters, loss) of one training run of module
+    ``name`` on ``data``'s training partition: the public initialisation of ``seed``."""
+    module = build_module(name, kind=data.kind, n_features=data.n_features,
+                          n_classes=int(data.n_classes), image_shape=data.image_shape, seed=seed)
+    shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
+    x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
+    return module, x, y, shapes, "bce" if int(data.n_classes) == 2 else "cross_entropy"
 
 
 def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dict):

@@ -55,7 +55,7 @@ class CatalogueEntry:
 #: :data:`dpaudit.mechanisms.dpsgd.head_canaries.CHOOSERS` (a new kind: a function and a line there, its name here).
 HEAD_CANARIES = ("max-clip", "mislabeled", "natural", "ood-record")
 #: The module models' canary kinds (:class:`dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`).
-MODULE_CANARIES = ("mislabeled",)
+MODULE_CANARIES = ("max-clip", "mislabeled")
 _RVFL = "dp-sgd"
 
 #: The one table of mechanism names; one line per mechanism.

@@ -61,7 +61,7 @@ def test_gru_trains_releases_and_audits_one_run_and_by_trials(tmp_path, monkeypa
                                  "--no-controls", "--reproducible-noise", "--out", "trials"])
     assert trials.exit_code == 0, trials.output
     audit = json.loads((tmp_path / "trials" / "audit.json").read_text())
-    assert audit["mechanism"] == "dp-gru" and audit["canary"] == "mislabeled"
+    assert audit["mechanism"] == "dp-gru" and audit["canary"] == "max-clip"
     assert audit["claimed_epsilon"] == pytest.approx(rel.epsilon)
     assert audit["config"]["dp_sgd"] == rel.config["dp_sgd"]  # trials train with the plan's config
 

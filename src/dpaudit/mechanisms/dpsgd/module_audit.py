@@ -2,9 +2,12 @@
 
 Each trial trains the release's module once, from the public initialisation, with the plan's DP-SGD
 config (schedule, noise, clipping, optimizer: ``plan.config["dp_sgd"]``) on the training partition,
-plus the canary when the trial's world includes it. The ``mislabeled`` canary is one held-out record
-(test, then validation rows; public choice) with a public wrong label; the score is minus its loss
-under the trained model (the final-model threat model: the adversary sees the released weights).
+plus the canary when the trial's world includes it (the final-model threat model: the adversary sees
+the released weights). ``max-clip``: a Dirac gradient of norm C at one coordinate of the model's
+canary tensors (public seed), added to the clipped sum at each step the canary is sampled (its own
+Poisson draw at rate q, from a generator seeded by the private source); score: minus that
+coordinate's change. ``mislabeled``: one held-out record (test, then validation rows; public choice)
+with a public wrong label; score: minus its loss under the trained model.
 
 **Privacy contract / soundness.** The canary is one add/remove unit of the claimed event; the
 schedule (q, T, m0) comes from the plan's public reference size, so both worlds run the same
@@ -24,7 +27,8 @@ from ...lazy import lazy_import
 from .core import DPSGDConfig
 from .head_audit import NO_NOISE_MULTIPLIER
 from .module_training import train_module_dp_sgd
-from .one_run_modules import _data_parts, _input_canaries, _record_losses, module_run_parts
+from .one_run_modules import (CANARY_TENSORS, DiracCanaries, _data_parts, _input_canaries,
+                              _record_losses, choose_coordinates, module_run_parts)
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -98,12 +102,19 @@ class ModuleTarget(AuditTarget):
 
     def prepare(self) -> None:
         """Load the data (checked against the release's identity) and choose the canary, once."""
-        if "_xc" in self.__dict__:
+        if "_canary_info" in self.__dict__:
             return
         data, x_pool, y_pool = _data_parts(load_target_data(self))
         self.prepared, self._canary_info = data, {"kind": self.canary}
-        self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes),
-                                             self._canary_info)
+        if self.canary == "mislabeled":
+            self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes),
+                                                 self._canary_info)
+            return
+        name = self.model.removeprefix("dp-")
+        shapes = module_run_parts(name, data, self.seed)[3]
+        chosen = choose_coordinates(shapes, CANARY_TENSORS[name], 2, self.seed)  # the first of two
+        self._gradient = dataclasses.replace(chosen, coords=chosen.coords[:1])
+        self._canary_info.update(self._gradient.describe(), norm=self.config.clipping_norm)
 
     def private_data(self) -> dict:
         self.prepare()
@@ -115,17 +126,33 @@ class ModuleTarget(AuditTarget):
         return dataclasses.replace(self, config=config, noise=False)
 
     def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
-        """Minus the canary's loss after one training run per trial (in where ``canary_in``)."""
+        """One training run per trial (the canary in where ``canary_in``), scored as the module
+        docstring says."""
         self.prepare()
-        out, name = np.empty(len(canary_in)), self.model.removeprefix("dp-")
-        for trial, included in enumerate(np.asarray(canary_in, dtype=bool)):
-            module, x, y, _, loss = module_run_parts(name, self.prepared, self.seed)
-            xs = np.concatenate([x, self._xc]) if included else x
-            ys = np.concatenate([y, self._yc]) if included else y
-            train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config,
-                                noise=noise, loss=loss)
-            out[trial] = -_record_losses(module, self._xc, self._yc, loss == "bce")[0]
-        return out
+        worlds = np.asarray(canary_in, dtype=bool)
+        score = self._gradient_score if self.canary == "max-clip" else self._record_score
+        return np.array([score(bool(included), noise) for included in worlds], dtype=np.float64)
+
+    def _gradient_score(self, included: bool, noise) -> float:
+        module, x, y, shapes, loss = module_run_parts(self.model.removeprefix("dp-"), self.prepared,
+                                                      self.seed)
+        (tensor, index), = self._gradient.coords
+        before = float(module.get_parameter(tensor).detach().reshape(-1)[index])
+        rng = np.random.default_rng(noise.aux_seed())  # private: the canary's per-step draws
+        canary = DiracCanaries(self._gradient, list(shapes), np.array([included]),
+                               self.config.sample_rate, self.config.clipping_norm, rng)
+        train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), self.config,
+                            noise=noise, loss=loss, canary=canary)
+        return before - float(module.get_parameter(tensor).detach().reshape(-1)[index])
+
+    def _record_score(self, included: bool, noise) -> float:
+        module, x, y, _, loss = module_run_parts(self.model.removeprefix("dp-"), self.prepared,
+                                                 self.seed)
+        xs = np.concatenate([x, self._xc]) if included else x
+        ys = np.concatenate([y, self._yc]) if included else y
+        train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config,
+                            noise=noise, loss=loss)
+        return -float(_record_losses(module, self._xc, self._yc, loss == "bce")[0])
 
     def describe(self) -> dict:
         self.prepare()

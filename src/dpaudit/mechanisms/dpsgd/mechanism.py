@@ -46,6 +46,7 @@ from .features import build_features, feature_dim
 from .head_audit import HeadTarget
 from .module_audit import ModuleTarget
 from .models import build_module
+from .one_run_modules import module_run_parts
 from .schedule import (
     ACCOUNTANT,
     DEFAULT_DATASET,
@@ -248,19 +249,15 @@ class DPSGDMechanism(MechanismBase):
             # the head's training (its features: BLAS's own count), on the CPU
             threads = {"blas_threads": HEAD_BLAS_THREADS, "device": "cpu"}
         else:
-            module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
-                                  seed=plan.seed)
-            loss = "bce" if binary else "cross_entropy"
-            x_train = torch.as_tensor(np.asarray(data.x_train, dtype=np.float32))
-            y_train = torch.as_tensor(np.asarray(data.y_train, dtype=np.int64))
+            module, x_train, y_train, _, loss = module_run_parts(spec.module, data, plan.seed)
             feature_seconds = 0.0
             params = sum(p.numel() for p in module.parameters() if p.requires_grad)
             model_config = {"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy", "trainable_parameters": params,
                             "init": "torch defaults from a generator seeded by the public seed"}
             device = resolve_device(r.device)
             steps_executed, train_seconds = train(params, lambda cb: train_module_dp_sgd(
-                module, x_train, y_train, config, noise=noise, users=users, loss=loss, progress=cb,
-                device=device))
+                module, torch.as_tensor(x_train), torch.as_tensor(y_train), config, noise=noise,
+                users=users, loss=loss, progress=cb, device=device))
             module.eval()
             with torch.no_grad():
                 out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()

@@ -96,7 +96,7 @@ def section_broken(runs: int) -> None:
 def section_mixmin(runs: int, workers: int, data_dir: str | None) -> None:
     from dpaudit.audits.engine import run_audit
     from dpaudit.auditing import build_target
-    from dpaudit.mechanisms.mixmin_tasks import DIGIT_TARGETS, DIGIT_TARGET_KINDS
+    from dpaudit.mechanisms.mixmin.tasks import DIGIT_TARGETS, DIGIT_TARGET_KINDS
 
     print(f"\n## DP-MixMin mixture step, Table-16-style ({runs} trials per cell, eps = 1, rho = 0.1, 95%)")
     print("| task | target (match) | canary | private eps_LB | GDP est. (private) | no-noise eps_LB | ceiling | claimed eps | seconds |")
@@ -122,7 +122,7 @@ def section_mixmin(runs: int, workers: int, data_dir: str | None) -> None:
 
 def section_rvfl(runs: int, workers: int, data_dir: str | None, out: str) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     if not data_dir:
         print("\n## DP-RVFL MNIST: skipped (no --data-dir)")
@@ -141,7 +141,7 @@ def section_rvfl(runs: int, workers: int, data_dir: str | None, out: str) -> Non
 
 
 def section_elm(runs: int, data_dir: str | None) -> None:
-    from dpaudit.mechanisms.dp_elm import ElmTarget
+    from dpaudit.mechanisms.elm.mechanism import ElmTarget
     from dpaudit.audits.engine import run_audit
 
     print(f"\n## Laplace DP-ELM (L = 10), worst-case canary, {runs} trials")

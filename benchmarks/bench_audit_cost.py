@@ -29,8 +29,8 @@ import json, sys, time
 import numpy as np
 from dpaudit.auditing import build_target
 from dpaudit.audits.engine import run_audit
-from dpaudit.mechanisms.engine import train_heads
-from dpaudit.mechanisms.dpsgd_core import head_threads
+from dpaudit.mechanisms.dpsgd.loop import train_heads
+from dpaudit.mechanisms.dpsgd.core import head_threads
 from dpaudit.noise import NoiseSource
 data_dir, out = sys.argv[1], sys.argv[5]
 runs, workers, chunk = (int(v) for v in sys.argv[2:5])

@@ -29,7 +29,7 @@ torch.set_num_threads(1)
 
 def bench_mixmin(runs: int, workers: list[int]) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
+    from dpaudit.mechanisms.mixmin.audit import MixMinTarget, mixmin_config_for
 
     rng = np.random.default_rng(0)
     n, k = 9000, 14
@@ -62,7 +62,7 @@ def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
 
     print(f"import torchvision.datasets: {cpu() - c0:.2f} CPU-s (torch already imported)")
     from dpaudit.auditing import build_target
-    from dpaudit.mechanisms.mixmin_tasks import load_task, train_proxies
+    from dpaudit.mechanisms.mixmin.tasks import load_task, train_proxies
     from dpaudit.noise import NoiseSource
 
     c0 = cpu()
@@ -83,7 +83,7 @@ def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
 
 def bench_rvfl(runs: int, workers: list[int], data_dir: str | None, chunk: int) -> None:
     from dpaudit.audits.engine import run_audit
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     t = HeadTarget(model="dp-rvfl", dataset="mnist", data_dir=data_dir, epsilon=2.0, canary="max-clip")
     t0 = time.perf_counter()

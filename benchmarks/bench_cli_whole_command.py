@@ -60,12 +60,12 @@ def _one(data_dir: str, root: Path, threads: int | None, neighbour: bool, tree: 
 _MARK = "---- phases"
 #: (module, function) pairs timed by ``--phases``; inner ones run inside outer ones.
 PHASES = (("dpaudit.mechanisms.registry", "mechanism"), ("dpaudit.releasing", "release"),
-          ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.load"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.plan"),
-          ("dpaudit.releasing", "_reserve_plan"), ("dpaudit.mechanisms.dpsgd_release", "DPSGDMechanism.run"),
-          ("dpaudit.mechanisms.dpsgd_release", "train_heads"), ("dpaudit.releasing", "verify_planned_claim"),
+          ("dpaudit.mechanisms.dpsgd.mechanism", "DPSGDMechanism.load"), ("dpaudit.mechanisms.dpsgd.mechanism", "DPSGDMechanism.plan"),
+          ("dpaudit.releasing", "_reserve_plan"), ("dpaudit.mechanisms.dpsgd.mechanism", "DPSGDMechanism.run"),
+          ("dpaudit.mechanisms.dpsgd.mechanism", "train_heads"), ("dpaudit.releasing", "verify_planned_claim"),
           ("dpaudit.releasing", "_publish_all"), ("dpaudit.data.registry", "_load"), ("dpaudit.data.base", "array_sha256"),
-          ("dpaudit.ledger.rows", "hash_rows"), ("dpaudit.mechanisms.features", "FrozenFeatures.transform"),
-          ("dpaudit.mechanisms.dpsgd_release", "head_probabilities"), ("dpaudit.mechanisms.dpsgd_release", "classification_metrics"))
+          ("dpaudit.ledger.rows", "hash_rows"), ("dpaudit.mechanisms.dpsgd.features", "FrozenFeatures.transform"),
+          ("dpaudit.mechanisms.dpsgd.mechanism", "head_probabilities"), ("dpaudit.mechanisms.dpsgd.mechanism", "classification_metrics"))
 
 
 def _cpu_line() -> str:

@@ -46,7 +46,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(1)
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.features import build_features
+    from dpaudit.mechanisms.dpsgd.features import build_features
 
     data = load_dataset("mnist")
     x_tr, x_te = data.x_train, data.x_test

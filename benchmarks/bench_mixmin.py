@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from dpaudit.accounting import calibrate_noise_multiplier
-from dpaudit.mechanisms.mixmin import MixMinCanary, MixMinConfig, max_clip_direction, run_mixmin, run_mixmin_runs
+from dpaudit.mechanisms.mixmin.solver import MixMinCanary, MixMinConfig, max_clip_direction, run_mixmin, run_mixmin_runs
 from dpaudit.noise import NoiseSource
 
 

@@ -11,8 +11,8 @@ the non-private lambda* on the pseudo-private half is recorded over repetitions 
 (disjoint from the benchmark seeds 42-46). The candidate grid is printed with the mean and the
 worst cosine of each setting.
 
-``measure`` runs the chosen defaults (:func:`dpaudit.mechanisms.mixmin_pipeline.default_mixture`,
-:func:`~dpaudit.mechanisms.mixmin_pipeline.default_rho`) exactly as the release path does on the
+``measure`` runs the chosen defaults (:func:`dpaudit.mechanisms.mixmin.mechanism.default_mixture`,
+:func:`~dpaudit.mechanisms.mixmin.mechanism.default_rho`) exactly as the release path does on the
 real task (proxies from public data, keyed D_mix split of the private training records, sigma
 calibrated for eps = 1) for seeds 42-46, and reports the cosine to the non-private lambda* on all
 private training records (what the pipeline's "non-private MixMin" baseline uses) and on D_mix.
@@ -34,11 +34,11 @@ import torch
 
 from scipy.spatial.distance import cosine
 
-from dpaudit.mechanisms.mixmin import solve_mixmin
+from dpaudit.mechanisms.mixmin.solver import solve_mixmin
 from mixmin_baselines import learn_mixture
 
-from dpaudit.mechanisms.mixmin_tasks import MixtureSettings, default_mixture, default_rho
-from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
+from dpaudit.mechanisms.mixmin.tasks import MixtureSettings, default_mixture, default_rho
+from dpaudit.mechanisms.mixmin.tasks import load_task, mixture_split, train_proxies
 from dpaudit.noise import NoiseSource, public_rng
 
 EPS, DELTA, TARGET = 1.0, 1e-5, "digit-3"

@@ -9,16 +9,16 @@ and the non-private step; and the MNIST dp-cnn release / one-run audit, old code
 ``steps``: in one process, one thread, MNIST (N = 60,000, 28x28), the same initial model for
 every mode; each round draws one Poisson batch (q = 255/N, mean 255) that every mode then trains
 on, in rotating order (timed: gather, gradient, noise, Adam): (a) non-private (forward, backward,
-``torch.optim.Adam``), (b) dpaudit ghost kernel (:func:`~dpaudit.mechanisms.ghost_clip.module_clipped_sum`
-+ :class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`), (c) dpaudit vmap kernel
-(:func:`~dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum`, today's release kernel for dp-cnn
+``torch.optim.Adam``), (b) dpaudit ghost kernel (:func:`~dpaudit.mechanisms.dpsgd.ghost_clip.module_clipped_sum`
++ :class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`), (c) dpaudit vmap kernel
+(:func:`~dpaudit.mechanisms.dpsgd.core.per_sample_clipped_sum`, today's release kernel for dp-cnn
 and dp-attention) + NoisyStep, (d) Opacus ``grad_sample_mode="ghost"``, (e) Opacus hooks.
 Medians and ratios to (a), wall and this thread's CPU time; ``--images cifar-shaped``: random
 CIFAR-10-shaped inputs (timing only). ``--modes`` picks modes; ``--batch``
 the expected batch (default 256); ``--device cuda`` runs every mode on that device (data gathered
 on the CPU and moved per step, the noise drawn on the CPU, as a release with ``--device cuda``);
 ``--heap``: glibc's heap settings for every mode (default: those a dpaudit module training sets,
-:func:`~dpaudit.mechanisms.dpsgd.keep_freed_tensor_memory`).
+:func:`~dpaudit.mechanisms.dpsgd.module_training.keep_freed_tensor_memory`).
 ``release``: ``train_module_dp_sgd`` (what a release runs) and
 ``modules_one_run`` (1,000 canaries) for ``--steps`` steps of the MNIST dp-cnn schedule, in
 subprocesses alternating between ``--old-src`` and this checkout; per-step times extrapolated to 2,000 steps.
@@ -42,15 +42,15 @@ import numpy as np
 import torch
 
 from dpaudit.data import load_dataset
-from dpaudit.mechanisms import dpsgd, dpsgd_core
-from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
-from dpaudit.mechanisms.dpsgd_core import DPSGDConfig, NoisyStep, poisson_batch
-from dpaudit.mechanisms.models import build_module
-from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
+from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core
+from dpaudit.mechanisms.dpsgd.module_training import train_module_dp_sgd
+from dpaudit.mechanisms.dpsgd.core import DPSGDConfig, NoisyStep, poisson_batch
+from dpaudit.mechanisms.dpsgd.models import build_module
+from dpaudit.mechanisms.dpsgd.one_run_modules import module_config, modules_one_run
 from dpaudit.noise import NoiseSource
 
 try:
-    from dpaudit.mechanisms import ghost_clip
+    from dpaudit.mechanisms.dpsgd import ghost_clip
 except ImportError:  # children running the old code (``release``, ``difference``): no ghost kernel there
     ghost_clip = None
 

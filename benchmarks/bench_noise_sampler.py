@@ -95,11 +95,11 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_rvfl_vs_opacus as b
 
-    from dpaudit.mechanisms import dpsgd, dpsgd_core
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig
-    from dpaudit.mechanisms.engine import train_heads
-    from dpaudit.mechanisms.dpsgd_core import init_head
-    from dpaudit.mechanisms.features import build_features
+    from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core
+    from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+    from dpaudit.mechanisms.dpsgd.loop import train_heads
+    from dpaudit.mechanisms.dpsgd.core import init_head
+    from dpaudit.mechanisms.dpsgd.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
 
     data = b._load(data_dir)
@@ -138,9 +138,9 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
 
 def tails() -> None:
     from dpaudit.accounting import dp_sgd_schedule
-    from dpaudit.mechanisms.features import build_features
-    from dpaudit.mechanisms.mixmin_pipeline import default_downstream, default_mixture
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.dpsgd.features import build_features
+    from dpaudit.mechanisms.mixmin.mechanism import default_downstream, default_mixture
+    from dpaudit.mechanisms.mixmin.tasks import load_task
     from dpaudit.noise import GAUSSIAN_SAMPLER, MAX_RADIUS, noise_tail_delta
 
     mnist_head = 10 * (build_features("rvfl", 784, 42).output_dim + 1)
@@ -149,7 +149,7 @@ def tails() -> None:
     digits = load_task("digits-mix", seed=42)
     mix, ds = default_mixture("digits-mix"), default_downstream(digits)
     ft = dp_sgd_schedule(len(digits.train_idx), ds.finetune_batch_size, ds.finetune_epochs)
-    from dpaudit.mechanisms.models import build_module
+    from dpaudit.mechanisms.dpsgd.models import build_module
 
     def params(model):  # every trainable parameter is noised at every step
         m = build_module(model, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=42)

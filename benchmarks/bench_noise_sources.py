@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from dpaudit.mechanisms.laplace import discrete_laplace
+from dpaudit.mechanisms.elm.laplace import discrete_laplace
 from dpaudit.noise import NoiseSource
 
 

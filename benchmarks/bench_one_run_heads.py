@@ -27,9 +27,9 @@ def main() -> None:
     ap.add_argument("--eps", type=float, nargs="+", default=[1.0, 2.0])
     a = ap.parse_args()
 
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
     from dpaudit.audits.one_run import one_run_bounds
-    from dpaudit.mechanisms.one_run_heads import heads_one_run
+    from dpaudit.mechanisms.dpsgd.one_run_heads import heads_one_run
     from dpaudit.noise import NoiseSource
 
     for eps in a.eps:

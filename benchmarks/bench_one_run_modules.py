@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dpaudit.audits.one_run import one_run_bounds
-from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
+from dpaudit.mechanisms.dpsgd.one_run_modules import module_config, modules_one_run
 from dpaudit.data import load_dataset
 from dpaudit.noise import NoiseSource
 
@@ -68,8 +68,8 @@ def overhead(args):
     audit with m canaries (--steps of the eps-8 schedule; CPU seconds, one thread)."""
     import dataclasses
 
-    from dpaudit.mechanisms.dpsgd import train_module_dp_sgd
-    from dpaudit.mechanisms.models import build_module
+    from dpaudit.mechanisms.dpsgd.module_training import train_module_dp_sgd
+    from dpaudit.mechanisms.dpsgd.models import build_module
 
     data = load_dataset("mnist")
     cfg, _ = module_config("dp-cnn", data, epsilon=8.0, delta=DELTA, epochs=args.epochs)

@@ -42,7 +42,7 @@ def main() -> None:
         return
 
     from dpaudit.audits.engine import run_audit
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
     import sys
     from pathlib import Path
 

@@ -10,10 +10,10 @@ loading, calibration or privacy-engine construction), as in the paper's section 
   trainable ``nn.Linear`` head; Adam(1e-3); mean loss with expected batch size m0.
 - ``opacus-cached``: the same, on precomputed features z (isolates the per-example-gradient
   engine from the feature computation).
-- ``dpaudit``: :func:`dpaudit.mechanisms.engine.train_heads` with R = 1 (closed-form clipped sums; one
-  run of the head engine :func:`dpaudit.mechanisms.engine.train_heads`), including the one-off
+- ``dpaudit``: :func:`dpaudit.mechanisms.dpsgd.loop.train_heads` with R = 1 (closed-form clipped sums; one
+  run of the head engine :func:`dpaudit.mechanisms.dpsgd.loop.train_heads`), including the one-off
   feature computation in the timed part.
-- ``dpaudit-batched``: :func:`dpaudit.mechanisms.engine.train_heads`, R runs at once
+- ``dpaudit-batched``: :func:`dpaudit.mechanisms.dpsgd.loop.train_heads`, R runs at once
   (the same engine, as the audits run it);
   per-model time = total / R. Peak memory of a child process that loads MNIST and trains the R
   runs is reported (ru_maxrss).
@@ -114,9 +114,9 @@ def run_opacus(data, sched, sigma, seed, cached, feats, head_init):
 
 
 def run_dpaudit(data, sched, sigma, seed, feats, head_init):
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig
-    from dpaudit.mechanisms.engine import train_heads
-    from dpaudit.mechanisms.dpsgd_core import head_probabilities
+    from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+    from dpaudit.mechanisms.dpsgd.loop import train_heads
+    from dpaudit.mechanisms.dpsgd.core import head_probabilities
     from dpaudit.noise import NoiseSource
 
     cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
@@ -132,7 +132,7 @@ def run_dpaudit(data, sched, sigma, seed, feats, head_init):
 def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
     """``run_dpaudit`` with the noise step as it was before issue 13 (float32 ``torch.randn``,
     truncated at 5.77 sigma): measures what the documented sampler costs, same process."""
-    from dpaudit.mechanisms import dpsgd, dpsgd_core
+    from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core
 
     def old_filler(noise, out, std):
         out_t, gen, shape = torch.from_numpy(out), noise.torch, tuple(out.shape)
@@ -152,10 +152,10 @@ def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
 
 def _batched_child(data_dir, runs, threads, chunk, q):
     torch.set_num_threads(threads)
-    from dpaudit.mechanisms.engine import train_heads
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig
-    from dpaudit.mechanisms.dpsgd_core import head_probabilities, init_head
-    from dpaudit.mechanisms.features import build_features
+    from dpaudit.mechanisms.dpsgd.loop import train_heads
+    from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+    from dpaudit.mechanisms.dpsgd.core import head_probabilities, init_head
+    from dpaudit.mechanisms.dpsgd.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
 
     data = _load(data_dir)
@@ -180,10 +180,10 @@ def profile_single(data_dir) -> int:
     import cProfile
     import pstats
 
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig
-    from dpaudit.mechanisms.engine import train_heads
-    from dpaudit.mechanisms.dpsgd_core import init_head
-    from dpaudit.mechanisms.features import build_features
+    from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+    from dpaudit.mechanisms.dpsgd.loop import train_heads
+    from dpaudit.mechanisms.dpsgd.core import init_head
+    from dpaudit.mechanisms.dpsgd.features import build_features
     from dpaudit.noise import NoiseSource, public_rng
 
     data = _load(data_dir)
@@ -223,8 +223,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     if args.profile_single:
         return profile_single(args.data_dir)
-    from dpaudit.mechanisms.dpsgd_core import init_head
-    from dpaudit.mechanisms.features import build_features
+    from dpaudit.mechanisms.dpsgd.core import init_head
+    from dpaudit.mechanisms.dpsgd.features import build_features
     from dpaudit.noise import public_rng
 
     load0 = os.getloadavg()

@@ -33,7 +33,7 @@ from dpaudit.accounting.accountants import compute_epsilon
 from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.audits.engine import run_audit
 from dpaudit.audits.targets import CallableTarget
-from dpaudit.mechanisms.head_audit import trajectory_log_lr
+from dpaudit.mechanisms.dpsgd.head_audit import trajectory_log_lr
 
 DELTA, C, D, LR = 1e-5, 1.0, 4, 0.5
 

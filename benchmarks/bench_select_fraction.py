@@ -29,7 +29,7 @@ def main() -> None:
 
     from dpaudit.accounting.events import SubsampledGaussian
     from dpaudit.audits.engine import evaluate_scores, plan_trials
-    from dpaudit.mechanisms.head_audit import trajectory_log_lr
+    from dpaudit.mechanisms.dpsgd.head_audit import trajectory_log_lr
     from dpaudit.audits.stats import gdp_mu_for_epsilon
 
     print(f"{a.runs} trials, seeds 0-{a.seeds - 1}, 95 % confidence, delta 1e-5")

@@ -38,7 +38,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from dpaudit.audits.engine import run_audit
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     base = HeadTarget(epsilon=a.eps)
     base.prepare()
@@ -66,7 +66,7 @@ def simulate(base, runs: int, seeds: int) -> None:
     import numpy as np
 
     from dpaudit.audits.engine import evaluate_scores, plan_trials
-    from dpaudit.mechanisms.head_audit import trajectory_log_lr
+    from dpaudit.mechanisms.dpsgd.head_audit import trajectory_log_lr
 
     cfg = base._config
     q, steps, sigma, c = cfg.sample_rate, cfg.steps, cfg.noise_multiplier, cfg.clipping_norm

@@ -21,9 +21,9 @@ import torch
 
 torch.set_num_threads(1)
 
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd  # noqa: E402
-from dpaudit.mechanisms.models import Dense  # noqa: E402
-from dpaudit.mechanisms.engine import UserSampling, train_heads  # noqa: E402
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd  # noqa: E402
+from dpaudit.mechanisms.dpsgd.models import Dense  # noqa: E402
+from dpaudit.mechanisms.dpsgd.loop import UserSampling, train_heads  # noqa: E402
 from dpaudit.data.users import index_users  # noqa: E402
 from dpaudit.noise import NoiseSource  # noqa: E402
 

@@ -10,7 +10,7 @@ Parts:
           fixtures plant faults), and crafted-final on dp-dense.
   opacus  the example Opacus script's model and loop (examples/opacus_one_run_mnist.py) with the white-box
           observer (dpaudit.integrations.white_box) at claims 2 and 8, and the noise lowered to 0.9 after the claim.
-  heads   dp-rvfl's DP-SGD head on MNIST (the one loop, dpaudit.mechanisms.white_box_target.head_white_box_run)
+  heads   dp-rvfl's DP-SGD head on MNIST (the one loop, dpaudit.mechanisms.dpsgd.white_box_target.head_white_box_run)
           at claims 2 and 8, and the noise x 0.9 at claim 8.
   loop    a plain PyTorch loop recorded with PipelineCheck (the example script's SmallCNN, Poisson batches,
           its own clipping and noise; clip(clipped=), noise(noisy=)) at claims 2 and 8, and its noise x 0.9.
@@ -119,8 +119,8 @@ def _report(name, bound, limit, sigma, secs, jax, obs, extra="") -> None:
 
 
 def _run(model, data, claim, epochs, canaries, threat_model="white-box", noise_factor=1.0, jax=None):
-    from dpaudit.mechanisms.one_run_modules import module_config
-    from dpaudit.mechanisms.white_box_target import white_box_run
+    from dpaudit.mechanisms.dpsgd.one_run_modules import module_config
+    from dpaudit.mechanisms.dpsgd.white_box_target import white_box_run
     from dpaudit.noise import NoiseSource
 
     cfg, event = module_config(model, data, epsilon=claim, delta=DELTA, epochs=epochs)
@@ -152,7 +152,7 @@ def mnist(epochs: int, canaries: int, models, final_canaries: int, jax=None) -> 
 
 def _planted_noise(noise_factor: float):
     """The planted understatement: the one noise filler draws ``noise_factor`` times the claimed std."""
-    from dpaudit.mechanisms import dpsgd_core
+    from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 
     real = dpsgd_core.gaussian_filler
     if noise_factor != 1.0:
@@ -161,7 +161,7 @@ def _planted_noise(noise_factor: float):
 
 
 def _head_run(target, canaries, noise_factor=1.0, jax=None, seed=1):
-    from dpaudit.mechanisms.white_box_target import head_white_box_run
+    from dpaudit.mechanisms.dpsgd.white_box_target import head_white_box_run
     from dpaudit.noise import NoiseSource
 
     restore = _planted_noise(noise_factor)
@@ -177,7 +177,7 @@ def _head_run(target, canaries, noise_factor=1.0, jax=None, seed=1):
 
 
 def heads(epochs: int, canaries: int, jax=None) -> None:
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     for claim, factor in ((2.0, 1.0), (8.0, 1.0), (8.0, 0.9)):
         target = HeadTarget(model="dp-rvfl", dataset="mnist", epsilon=claim, epochs=epochs)
@@ -203,7 +203,7 @@ def _plain_loop(model, x, y, *, sigma, q, steps, canaries, noise_factor=1.0, nul
     """A user's plain DP-SGD loop recorded with PipelineCheck (Poisson batches from its own generator,
     ``clipped_sum`` as its clipping (default dpaudit's per-sample helper), its own Gaussian noise at
     ``noise_factor`` times the declared std, SGD on the noisy sum over m0 = N q); returns the check."""
-    from dpaudit.mechanisms.dpsgd_core import per_sample_clipped_sum
+    from dpaudit.mechanisms.dpsgd.core import per_sample_clipped_sum
 
     from dpaudit.integrations.pipeline import PipelineCheck
     from dpaudit.integrations.white_box import LoopWhiteBox
@@ -260,8 +260,8 @@ def _missed(obs, sigma: float, q: float) -> bool:
 
 
 def fp_loops(replicates: int) -> None:
-    from dpaudit.mechanisms.head_audit import HeadTarget
-    from dpaudit.mechanisms.white_box_target import head_white_box_run
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.white_box_target import head_white_box_run
     from dpaudit.noise import NoiseSource
 
     x, y = torch.randn(200, 40, generator=torch.Generator().manual_seed(0)), torch.randint(0, 30, (200,))

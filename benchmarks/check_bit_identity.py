@@ -17,10 +17,10 @@ torch.set_num_threads(1)
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
 from dpaudit.noise import NoiseSource
-from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms.user_head_audit import UserHeadTarget
-from dpaudit.mechanisms.one_run_heads import heads_one_run
-from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
+from dpaudit.mechanisms.dpsgd.one_run_heads import heads_one_run
+from dpaudit.mechanisms.dpsgd.one_run_modules import module_config, modules_one_run
 from dpaudit.data import load_dataset
 
 out = {}

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from dpaudit.data import load_dataset
-from dpaudit.mechanisms.dp_elm import ELM_WIDTHS, fit_dp_elm
+from dpaudit.mechanisms.elm.mechanism import ELM_WIDTHS, fit_dp_elm
 from dpaudit.noise import NoiseSource
 
 PUBLISHED = {  # Table 5, eps = 2, accuracy % mean +/- SD over seeds 42-46

@@ -1,6 +1,6 @@
 """The DP-MixMin paper's baselines end to end (section 5), for the experiments: no ledger, and
 nothing claimed about composition. Calibrated from the sizes of the given splits (not a release:
-releases plan from a declared reference size, :mod:`dpaudit.mechanisms.mixmin_pipeline`).
+releases plan from a declared reference size, :mod:`dpaudit.mechanisms.mixmin.mechanism`).
 
 Methods: DP-MixMin, the uniform mixture, random search over m mixtures drawn uniformly from the
 simplex (selected NON-privately on D_mix, as in the paper, so it over-estimates private search),
@@ -17,12 +17,12 @@ import numpy as np
 
 from dpaudit.accounting import calibrate_noise_multiplier, dp_sgd_schedule
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.engine import train_heads
-from dpaudit.mechanisms.mixmin import run_mixmin, solve_mixmin
-from dpaudit.mechanisms.mixmin_pipeline import (_TAG_PRETRAIN, DownstreamSettings, auc, default_downstream, features, head_init, head_scores,
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+from dpaudit.mechanisms.dpsgd.loop import train_heads
+from dpaudit.mechanisms.mixmin.solver import run_mixmin, solve_mixmin
+from dpaudit.mechanisms.mixmin.mechanism import (_TAG_PRETRAIN, DownstreamSettings, auc, default_downstream, features, head_init, head_scores,
                                                 model_scores, pretrain)
-from dpaudit.mechanisms.mixmin_tasks import MixMinTask, MixtureSettings, mixture_split, new_mlp
+from dpaudit.mechanisms.mixmin.tasks import MixMinTask, MixtureSettings, mixture_split, new_mlp
 from dpaudit.noise import NoiseSource, public_rng
 from dpaudit.validation import one_of
 

@@ -25,11 +25,11 @@ import torch
 
 from scipy.spatial.distance import cosine
 
-from dpaudit.mechanisms.mixmin import solve_mixmin
+from dpaudit.mechanisms.mixmin.solver import solve_mixmin
 from mixmin_baselines import METHODS, learn_mixture, run_method
 
-from dpaudit.mechanisms.mixmin_tasks import MixtureSettings
-from dpaudit.mechanisms.mixmin_tasks import load_task, mixture_split, train_proxies
+from dpaudit.mechanisms.mixmin.tasks import MixtureSettings
+from dpaudit.mechanisms.mixmin.tasks import load_task, mixture_split, train_proxies
 from dpaudit.noise import NoiseSource
 
 

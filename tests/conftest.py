@@ -63,7 +63,7 @@ def require_file(data_dir: Path, rel: str) -> Path:
 
 #: Faults :func:`plant` knows, each patching one shared piece of the one DP-SGD loop (record and user
 #: heads, modules; releases and audits alike): "skip-clip" leaves the last unit of every clipped batch
-#: unclipped (an off-by-one in :func:`dpaudit.mechanisms.dpsgd_core.clip_factors`, the one clipping rule);
+#: unclipped (an off-by-one in :func:`dpaudit.mechanisms.dpsgd.core.clip_factors`, the one clipping rule);
 #: "half-noise" halves the standard deviation of every step's Gaussian noise (the one noise filler
 #: of the noisy step) while the release still claims the calibrated noise multiplier; "double-rate"
 #: makes the loop's Poisson sampler include every unit at twice the rate the accountant is told.
@@ -72,7 +72,7 @@ FAULTS = ("skip-clip", "half-noise", "double-rate")
 
 def plant(monkeypatch, name: str) -> None:
     """Plant fault ``name`` (:data:`FAULTS`) for the rest of the test (undone by ``monkeypatch``)."""
-    from dpaudit.mechanisms import dpsgd_core
+    from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 
     if name == "skip-clip":
         real_clip = dpsgd_core.clip_factors

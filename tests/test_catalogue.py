@@ -38,7 +38,8 @@ def test_every_existing_mechanism_name_is_catalogued():
 def test_the_registry_and_the_catalogue_agree():
     """Every name's implementation is a mechanism object of the registry (and every object is named), and the head canary
     kinds the catalogue names are the choosers there, in the same order."""
-    from dpaudit.mechanisms import head_canaries, registry
+    from dpaudit.mechanisms import registry
+    from dpaudit.mechanisms.dpsgd import head_canaries
 
     assert {e.implementation for e in CATALOGUE.values()} == set(registry.IMPLEMENTATIONS)
     for name, e in CATALOGUE.items():
@@ -138,8 +139,8 @@ def test_from_dict_refuses_unknown_keys_and_wrong_types():
 
 def test_derived_tables_follow_the_catalogue():
     from dpaudit.audits import canaries
-    from dpaudit.mechanisms import head_audit as heads
-    from dpaudit.mechanisms import rvfl
+    from dpaudit.mechanisms.dpsgd import head_audit as heads
+    from dpaudit.mechanisms.dpsgd import schedule as rvfl
     from dpaudit.sweeps import spec
 
     dpsgd = names(family=("dp-sgd-head", "dp-sgd-module"))

@@ -246,4 +246,4 @@ def test_layer_of_longest_prefix():
     assert LAYERS[layer("dpaudit.cli.audit")][0] == "command line"
     assert LAYERS[layer("dpaudit.audits.stats")][0] == "audit core"
     assert LAYERS[layer("dpaudit")][0] == "base"
-    assert layer("dpaudit.mechanisms.dpsgd") > layer("dpaudit.audits.engine") > layer("dpaudit.ledger.book")
+    assert layer("dpaudit.mechanisms.dpsgd.module_training") > layer("dpaudit.audits.engine") > layer("dpaudit.ledger.book")

@@ -76,7 +76,7 @@ def test_no_library_module_imports_the_cli():
 
 
 @pytest.mark.parametrize("source, module, expected", [
-    ("from ..cli.common import err_console", "dpaudit.mechanisms.rvfl", ["dpaudit.cli.common"]),
+    ("from ...cli.common import err_console", "dpaudit.mechanisms.dpsgd.schedule", ["dpaudit.cli.common"]),
     ("def f():\n    from ..cli.common import err_console", "dpaudit.sweeps.runner", ["dpaudit.cli.common"]),
     ("from .. import cli", "dpaudit.sweeps.runner", ["dpaudit.cli"]),
     ("from . import cli", "dpaudit.records", ["dpaudit.cli"]),
@@ -86,7 +86,7 @@ def test_no_library_module_imports_the_cli():
     ("import importlib\nimportlib.import_module('dpaudit.cli.ledger')", "dpaudit.records", ["dpaudit.cli.ledger"]),
     ("from ...cli import app", "dpaudit.a.b.c", ["dpaudit.cli"]),
     # not the CLI: a sibling named like it, the console module, a `cli` below another package
-    ("from ..console import err_console", "dpaudit.mechanisms.rvfl", []),
+    ("from ..console import err_console", "dpaudit.mechanisms.dpsgd.schedule", []),
     ("from .cli import x", "dpaudit.sweeps.runner", []),
     ("import dpaudit.client", "dpaudit.records", []),
     ("from .. import console", "dpaudit.sweeps.runner", []),

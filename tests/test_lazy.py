@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from dpaudit import lazy
-from dpaudit.mechanisms import mixmin_tasks, models
+from dpaudit.mechanisms.mixmin import tasks as mixmin_tasks
+from dpaudit.mechanisms.dpsgd import models
 
 STAND_IN = """
 import json, sys
@@ -38,7 +39,7 @@ def test_only_the_heavy_stacks_are_deferred():
 @pytest.mark.parametrize("name", ["Dense", "CNN2d", "CNN1d", "CompactAttention"])
 def test_torch_module_classes_are_importable_by_name(name):
     cls = getattr(models, name)
-    assert issubclass(cls, torch.nn.Module) and cls.__module__ == "dpaudit.mechanisms.models" and cls.__qualname__ == name
+    assert issubclass(cls, torch.nn.Module) and cls.__module__ == "dpaudit.mechanisms.dpsgd.models" and cls.__qualname__ == name
     assert pickle.loads(pickle.dumps(cls)) is cls
     with pytest.raises(AttributeError):
         models.NotAModel  # noqa: B018

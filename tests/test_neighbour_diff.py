@@ -34,7 +34,7 @@ from dpaudit.data import registry, users
 from dpaudit.data.rows import RowSet
 from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
-from dpaudit.mechanisms import mixmin_tasks
+from dpaudit.mechanisms.mixmin import tasks as mixmin_tasks
 from dpaudit.requests import MixMinRequest
 
 runner = CliRunner()
@@ -105,7 +105,7 @@ def neighbour(mp: pytest.MonkeyPatch, world: str, unit: str):
     mixmin_tasks._TASK_CACHE.clear()
     mp.setattr(registry, "_load", load)
     mp.setattr(mixmin_tasks, "load_task", lambda *a, **k: _drop_task_record(real_task(*a, **k)))
-    for mod in ("dpaudit.mechanisms.mixmin_pipeline", "dpaudit.mechanisms.mixmin_audit"):
+    for mod in ("dpaudit.mechanisms.mixmin.mechanism", "dpaudit.mechanisms.mixmin.audit"):
         mp.setattr(f"{mod}.load_task", mixmin_tasks.load_task)
     try:
         yield

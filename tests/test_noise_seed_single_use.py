@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.noisy_sum import MECHANISM, NoisySumRequest, clipped_rows
+from dpaudit.mechanisms.simple.noisy_sum import MECHANISM, NoisySumRequest, clipped_rows
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import make_noise_source, read_noise_seed, release, secret_noise_seed
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpaudit.mechanisms.dpsgd_core import gaussian_filler
+from dpaudit.mechanisms.dpsgd.core import gaussian_filler
 from dpaudit.noise import NoiseSource
 
 #: Independent of the code under test: radius of u1 = 2^-106 (53 bits, lowest cell refined).
@@ -194,9 +194,9 @@ def _builtin_configurations():
     """(name, steps, noised values per step, epsilon, delta) of every built-in configuration,
     dimensions taken from the code."""
     from dpaudit.accounting import dp_sgd_schedule
-    from dpaudit.mechanisms.features import build_features
-    from dpaudit.mechanisms.mixmin_pipeline import default_downstream, default_mixture
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.dpsgd.features import build_features
+    from dpaudit.mechanisms.mixmin.mechanism import default_downstream, default_mixture
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     mnist_head = 10 * (build_features("rvfl", 784, 42).output_dim + 1)  # (784 + 200 + 1) x 10
     cardio_head = 1 * (build_features("rvfl", 32, 42).output_dim + 1)  # binary: one logit
@@ -208,7 +208,7 @@ def _builtin_configurations():
     ds = default_downstream(digits)
     ft = dp_sgd_schedule(len(digits.train_idx), ds.finetune_batch_size, ds.finetune_epochs)  # D_ft <= all training records
     assert (mnist.sample_rate, mnist.steps, cardio.steps) == (0.005, 2000, 5640) and abs(cardio.sample_rate - 0.00532) < 1e-5
-    from dpaudit.mechanisms.models import build_module
+    from dpaudit.mechanisms.dpsgd.models import build_module
 
     def params(model):  # every trainable parameter of a module is noised at every step
         m = build_module(model, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=42)
@@ -249,10 +249,10 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     draw through dpaudit.noise.box_muller."""
     from dpaudit import noise as noise_mod
     from dpaudit.audits.gaussian import GaussianTarget
-    from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-    from dpaudit.mechanisms.mixmin import MixMinConfig, run_mixmin, run_mixmin_runs
+    from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
+    from dpaudit.mechanisms.mixmin.solver import MixMinConfig, run_mixmin, run_mixmin_runs
     from dpaudit.data.users import index_users
-    from dpaudit.mechanisms.engine import UserSampling, train_heads
+    from dpaudit.mechanisms.dpsgd.loop import UserSampling, train_heads
 
     calls = []
     real = noise_mod.box_muller

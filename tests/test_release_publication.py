@@ -24,7 +24,7 @@ from dpaudit.releasing import release
 from dpaudit.requests import DPELMRequest, MixMinRequest
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
-from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
+from dpaudit.mechanisms.dpsgd.mechanism import DPSGDMechanism
 
 
 # ------------------------------------------------------------------------------ timings rounding
@@ -122,7 +122,9 @@ def _no_work(*a, **k):
 
 def test_python_api_release_functions_check_out_dir_before_any_work(patch_everywhere, monkeypatch):
     import dpaudit.data
-    from dpaudit.mechanisms import dp_elm, dpsgd_release, mixmin_pipeline, mixmin_tasks, rvfl
+    from dpaudit.mechanisms.elm import mechanism as dp_elm
+    from dpaudit.mechanisms.dpsgd import mechanism as dpsgd_release, schedule as rvfl
+    from dpaudit.mechanisms.mixmin import mechanism as mixmin_pipeline, tasks as mixmin_tasks
 
     patch_everywhere(dpaudit.data, "load_dataset", _no_work)
     import dpaudit.accounting
@@ -187,7 +189,7 @@ def test_neighbouring_datasets_publish_only_output_and_public_fields(mechanism, 
     schedule, nor the training count), and neither holds a digest of its data."""
     from dpaudit.releasing import release
     from dpaudit.requests import DPSGDRequest
-    from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
+    from dpaudit.mechanisms.dpsgd.mechanism import DPSGDMechanism
 
     full = load_dataset("digits")
     neighbour = neighbour_of(full)
@@ -225,7 +227,7 @@ def test_user_split_identity_publishes_user_counts_not_user_id_hashes():
 
 
 def test_mixmin_releases_publish_no_digest_of_the_private_records(tmp_path):
-    from dpaudit.mechanisms.mixmin_tasks import load_digits_task, load_proxy_predictions
+    from dpaudit.mechanisms.mixmin.tasks import load_digits_task, load_proxy_predictions
 
     task = load_digits_task(seed=1)
     ident = task.dataset_identity()

@@ -52,8 +52,10 @@ class CatalogueEntry:
 
 
 #: The head canary kinds, first = the default; each is chosen by the function of that name in
-#: :data:`dpaudit.mechanisms.head_canaries.CHOOSERS` (a new kind: a function and a line there, its name here).
+#: :data:`dpaudit.mechanisms.dpsgd.head_canaries.CHOOSERS` (a new kind: a function and a line there, its name here).
 HEAD_CANARIES = ("max-clip", "mislabeled", "natural", "ood-record")
+#: The module models' canary kinds (:class:`dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`).
+MODULE_CANARIES = ("max-clip", "mislabeled")
 _RVFL = "dp-sgd"
 
 #: The one table of mechanism names; one line per mechanism.
@@ -63,9 +65,14 @@ CATALOGUE: dict[str, CatalogueEntry] = {e.name: e for e in (
     CatalogueEntry("frozen-dense-matched", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="frozen tanh layer of width d'+200, no link"),
     CatalogueEntry("logistic-raw", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="affine classifier on the full prepared input"),
     CatalogueEntry("logistic-projected", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="affine classifier on the projected input"),
-    CatalogueEntry("dp-dense", _RVFL, "dp-sgd-module", description="fully connected baseline, all weights private"),
-    CatalogueEntry("dp-cnn", _RVFL, "dp-sgd-module", description="CNN baseline (2-D images, 1-D tabular), all weights private"),
-    CatalogueEntry("dp-attention", _RVFL, "dp-sgd-module", description="compact attention control (images)"),
+    CatalogueEntry("dp-dense", _RVFL, "dp-sgd-module", MODULE_CANARIES,
+                   description="fully connected baseline, all weights private"),
+    CatalogueEntry("dp-cnn", _RVFL, "dp-sgd-module", MODULE_CANARIES,
+                   description="CNN baseline (2-D images, 1-D tabular), all weights private"),
+    CatalogueEntry("dp-attention", _RVFL, "dp-sgd-module", MODULE_CANARIES,
+                   description="compact attention control (images)"),
+    CatalogueEntry("dp-gru", _RVFL, "dp-sgd-module", MODULE_CANARIES,
+                   description="GRU over image rows (tabular: features), all weights private"),
     CatalogueEntry("dp-elm", "dp-elm", "dp-elm", ("worst-case", "natural", "mislabeled"),
                    description="Laplace DP-ELM: noise L(L+2)/eps on H^T H and H^T Y (pure epsilon-DP)"),
     CatalogueEntry("dp-mixmin", "dp-mixmin", "dp-mixmin", ("max-clip", "natural", "mislabeled"), 1.0,

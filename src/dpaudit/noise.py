@@ -69,7 +69,7 @@ before training.
 What this does *not* cover (documented caveats): (1) the uniforms are not continuous. Every output is a deterministic rounding of
 the ideal conditioned draw (u1 and u2 to their grids, then float64/float32 arithmetic and the rounding of the noisy sum); the set
 of attainable outputs is not shift-invariant, so low bits can leak (Mironov 2012). This is not bounded here; for Laplace noise use
-the exact discrete sampler of :mod:`dpaudit.mechanisms.laplace`, which draws only integers from :meth:`random_bytes`. (2) The
+the exact discrete sampler of :mod:`dpaudit.mechanisms.elm.laplace`, which draws only integers from :meth:`random_bytes`. (2) The
 numpy/torch generators of the ``os-entropy`` and ``reproducible`` sources are not cryptographically secure (see above).
 (3) Releases made before this sampler (float32 ``torch.randn``) carry no tail statement and
 their recorded delta does not include their tail (issue 13 estimated a floor of about 4.2e-5 under the MNIST DP-RVFL headline
@@ -475,7 +475,7 @@ class NoiseSource:
         """Textbook inverse-CDF Laplace(0, ``scale``) doubles: ``-scale sgn(V) ln(1 - 2|V|)``. V = U - 1/2 with U = (k + 1/2)
         2^-52, k uniform on {0, ..., 2^52 - 1} (U and V are exact doubles, U in [2^-53, 1 - 2^-53]), so the logarithm is always
         finite. **Leaky in floating point** (Mironov 2012): adding these doubles to a real-valued statistic is not epsilon-DP.
-        Kept for comparison with published implementations; DP-ELM uses :func:`dpaudit.mechanisms.laplace.discrete_laplace`."""
+        Kept for comparison with published implementations; DP-ELM uses :func:`dpaudit.mechanisms.elm.laplace.discrete_laplace`."""
         shape, size = _shape_size(shape)
         if self._stream is not None:
             k = self._stream.uint64(size) >> np.uint64(12)

@@ -18,30 +18,26 @@ import time
 import uuid
 from pathlib import Path
 
-from .accounting.events import event_from_dict
 from .auditing import target_for, target_from_release
 from .audit_outputs import shareable_one_run
 from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
 from .audits.power_runs import one_run_power_of
-from .catalogue import lookup
-from .data import load_dataset
+from .catalogue import names
 from .errors import UsageError
 from .ledger.book import open_ledger
-from .mechanisms import registry
-from .mechanisms.dpsgd import resolve_device
-from .mechanisms.head_audit import HeadTarget
-from .mechanisms.one_run_heads import heads_one_run
-from .mechanisms.one_run_modules import module_config, modules_one_run
-from .mechanisms.user_head_audit import UserHeadTarget
+from .mechanisms.dpsgd.module_training import resolve_device
+from .mechanisms.dpsgd.head_audit import HeadTarget
+from .mechanisms.dpsgd.one_run_heads import heads_one_run
+from .mechanisms.dpsgd.one_run_modules import modules_one_run
+from .mechanisms.dpsgd.user_head_audit import UserHeadTarget
 from .noise import NoiseSource
 from .progress import JobProgress
 from .records import Release, read_release
-from .release_compat import release_request
 from .requests import AuditRequest
-from .validation import open_unit, positive_finite, positive_int
+from .validation import positive_int
 
-#: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.one_run_modules`.
-MODULE_MODELS = ("dp-dense", "dp-cnn", "dp-attention")
+#: Trainable DP-SGD models audited through :mod:`dpaudit.mechanisms.dpsgd.one_run_modules`.
+MODULE_MODELS = names(family="dp-sgd-module")
 
 
 def audit_device(a: AuditRequest) -> str:
@@ -52,40 +48,20 @@ def audit_device(a: AuditRequest) -> str:
 
 
 def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
-    """(model, data, DPSGDConfig, claim dict) for a dp-dense / dp-cnn / dp-attention audit: a release's
-    (:func:`_release_module_setup`), else the release protocol's at (epsilon, delta)."""
+    """(model, data, DPSGDConfig, claim dict) for a module model's one-run or white-box audit:
+    those of its trial audit's target (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`), built
+    from the release's plan (checked against the release, trained with its optimizer settings,
+    its recorded schedule, noise and claim), else from a fresh plan at (epsilon, delta)."""
     if release is not None:
-        return _release_module_setup(release, data_dir)
-    eps = positive_finite("epsilon", 2.0 if epsilon is None else epsilon)
-    delta = open_unit("delta", delta)
-    data = load_dataset(dataset or "digits", data_dir=data_dir, profile=profile)
-    cfg, event = module_config(mechanism, data, epsilon=eps, delta=delta, epochs=epochs)
-    claim = dict(event=event, accountant="rdp", adjacency="add-remove-record", delta=delta, claimed_epsilon=None)
-    return mechanism, data, cfg, claim
-
-
-def _release_module_setup(release: Release, data_dir):
-    """The release's own DP-SGD run: its plan rebuilt from its request and checked against it
-    (:meth:`~dpaudit.mechanisms.contract.Mechanism.plan_of_release`), so the audit trains with the
-    release's optimizer and its settings (``plan.config["dp_sgd"]``); the schedule, noise multiplier
-    and clipping norm recorded in the release (the truth for old releases) and its claim."""
-    entry = lookup(release.mechanism)
-    req = release_request(release)
-    if data_dir is not None and hasattr(req, "data_dir"):
-        req = dataclasses.replace(req, data_dir=os.fspath(data_dir))
-    mech = registry.mechanism(entry.name)
-    plan = mech.plan_of_release(req, release)
-    ds = release.dataset or {}
-    data = load_dataset(ds.get("name") or "digits", data_dir=data_dir, split_seed=ds.get("split_seed"),
-                        profile=ds.get("profile"))
-    recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps),
-                    normalizer=int(release.normalizer), noise_multiplier=float(release.noise_multiplier),
-                    clipping_norm=float(release.clipping_norm or 1.0))
-    cfg = dataclasses.replace(mech.dpsgd_config(plan), **recorded)
-    claim = dict(event=event_from_dict(release.guarantee), accountant=release.accountant,
-                 adjacency=release.adjacency, delta=float(release.delta),
-                 claimed_epsilon=float(release.epsilon))
-    return release.mechanism, data, cfg, claim
+        target = target_from_release(release, data_dir=data_dir)
+    else:
+        target = target_for(AuditRequest(mechanism=mechanism, epsilon=epsilon, delta=delta,
+                                         dataset=dataset or "digits", data_dir=data_dir,
+                                         profile=profile, epochs=epochs))
+    claim = dict(event=target.claimed_event, accountant=target.accountant,
+                 adjacency=target.adjacency, delta=target.delta,
+                 claimed_epsilon=target.claimed_epsilon)
+    return target.model, target.prepared, target.config, claim
 
 
 def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None, command: str | None = None, record: bool = True,

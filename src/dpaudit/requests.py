@@ -189,7 +189,7 @@ _NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrid
 _REPRO_HELP = "Derive DP noise from the published --seed: NOT private (the ledger counts it as unbounded). Off: fresh OS entropy."
 _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
-#: Where a module model trains (dpaudit.mechanisms.dpsgd.resolve_device); noise: drawn on the CPU.
+#: Where a module model trains (dpaudit.mechanisms.dpsgd.module_training.resolve_device); noise: drawn on the CPU.
 DEVICES = ("cpu", "cuda", "auto")
 _DEVICE_HELP = ("Where dp-dense, dp-cnn, dp-attention train: cpu (default), cuda, or auto (cuda "
                 "when torch finds one, else cpu). Speed only: the noise is drawn on the CPU by "
@@ -272,7 +272,7 @@ class DPELMRequest(Request):
 class MixMinRequest(Request):
     """A DP-MixMin release: mixture weights, or the full pipeline
     (``dpaudit.releasing.release("mixmin", request)``). None = the task's
-    public default (:func:`~dpaudit.mechanisms.mixmin_pipeline.default_mixture`, ``default_rho``)."""
+    public default (:func:`~dpaudit.mechanisms.mixmin.mechanism.default_mixture`, ``default_rho``)."""
 
     COMMAND: ClassVar[str] = "mixmin"
 
@@ -306,7 +306,7 @@ class MixMinRequest(Request):
 
 @dataclass(frozen=True)
 class GaussianRequest(Request):
-    """The synthetic Gaussian sum query of the audits (:mod:`dpaudit.mechanisms.gaussian`),
+    """The synthetic Gaussian sum query of the audits (:mod:`dpaudit.mechanisms.simple.gaussian`),
     calibrated exactly for (epsilon, delta); never released by ``dpaudit train``."""
 
     COMMAND: ClassVar[str] = "gaussian"
@@ -398,7 +398,7 @@ WHITE_BOX_THREAT_MODELS = ("white-box", "crafted-final")
 
 @dataclass(frozen=True)
 class NoisySumRequest(Request):
-    """``dpaudit train noisy-sum`` (:mod:`dpaudit.mechanisms.noisy_sum`): the clipped sum of a dataset's training rows plus Gaussian
+    """``dpaudit train noisy-sum`` (:mod:`dpaudit.mechanisms.simple.noisy_sum`): the clipped sum of a dataset's training rows plus Gaussian
     noise. Here, not in its module, so the CLI builds its commands without loading the mechanism (numpy)."""
 
     COMMAND: ClassVar[str] = "noisy-sum"

@@ -10,9 +10,9 @@ import pytest
 
 from dpaudit.audits.engine import run_audit
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import engine
-from dpaudit.mechanisms.head_audit import HeadTarget, canary_scores
-from dpaudit.mechanisms.user_head_audit import UserHeadTarget
+from dpaudit.mechanisms.dpsgd import loop as engine
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget, canary_scores
+from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
 from dpaudit.noise import NoiseSource
 
 

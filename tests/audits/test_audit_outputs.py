@@ -23,8 +23,8 @@ from dpaudit.ledger.book import open_ledger
 from dpaudit.audit_outputs import merge_local, split_audit
 from dpaudit.audits.engine import read_audit, run_audit
 from dpaudit.audits.gaussian import GaussianTarget
-from dpaudit.mechanisms.head_audit import HeadTarget, dead_features
-from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget, dead_features
+from dpaudit.mechanisms.mixmin.audit import MixMinTarget, mixmin_config_for
 from dpaudit.errors import BudgetExceededError
 
 DELTA = 1e-5

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from dpaudit.auditing import build_target, target_from_release
-from dpaudit.mechanisms.dp_elm import ElmTarget, worst_case_input
+from dpaudit.mechanisms.elm.mechanism import ElmTarget, worst_case_input
 from dpaudit.audits.engine import run_audit
-from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms.mixmin_audit import MixMinTarget, mixmin_config_for
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.mixmin.audit import MixMinTarget, mixmin_config_for
 from dpaudit.errors import UsageError
 
 DELTA = 1e-5
@@ -191,7 +191,7 @@ def test_old_release_without_request_still_audits(name, cls, tmp_path):
 def test_old_user_level_release_names_its_user_ids_only_in_the_command(tmp_path):
     # The old audit parsed `--user-ids PATH` out of the command line; it is never parsed now: the
     # auditor passes the file, or the audit is refused with a message that says how.
-    from dpaudit.mechanisms.user_head_audit import UserHeadTarget
+    from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
     from dpaudit.records import read_release
 
     with pytest.raises(UsageError, match=r"user ids must be given \(--user-ids FILE.npy\)"):
@@ -221,7 +221,7 @@ def test_release_records_its_request_and_the_command_comes_from_it(tmp_path):
 def test_user_level_audit_takes_user_ids_from_the_request_not_the_command(tmp_path):
     import json
 
-    from dpaudit.mechanisms.user_head_audit import UserHeadTarget
+    from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
     from dpaudit.releasing import release
     from dpaudit.requests import DPSGDRequest
 

@@ -14,17 +14,17 @@ from typer.testing import CliRunner
 
 from dpaudit.auditing import build_target, target_from_release
 from dpaudit.audits.engine import run_audit
-from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms import user_head_audit
-from dpaudit.mechanisms.engine import CanaryHook
-from dpaudit.mechanisms.user_head_audit import UserHeadTarget, synthetic_user_ids, user_clipped_gradient
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.dpsgd import user_head_audit
+from dpaudit.mechanisms.dpsgd.loop import CanaryHook
+from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget, synthetic_user_ids, user_clipped_gradient
 from dpaudit.cli import app
 from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms import dpsgd, dpsgd_core, user_level
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.engine import UserSampling, train_heads
-from dpaudit.mechanisms.user_level import sample_user_records, user_head_clipped_sum
+from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core, user_level
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+from dpaudit.mechanisms.dpsgd.loop import UserSampling, train_heads
+from dpaudit.mechanisms.dpsgd.user_level import sample_user_records, user_head_clipped_sum
 from dpaudit.noise import NoiseSource
 
 torch.set_num_threads(1)

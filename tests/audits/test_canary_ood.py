@@ -1,4 +1,4 @@
-"""The ``ood-record`` head canary (dpaudit.mechanisms.head_canaries) and the head canary registry."""
+"""The ``ood-record`` head canary (dpaudit.mechanisms.dpsgd.head_canaries) and the head canary registry."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from dpaudit.audits.engine import run_audit
 from dpaudit.catalogue import CATALOGUE, HEAD_CANARIES
 from dpaudit.cli import app
-from dpaudit.mechanisms.features import build_features
-from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms.head_canaries import CHOOSERS, head_canary, ood_record
-from dpaudit.mechanisms.user_head_audit import UserHeadTarget
+from dpaudit.mechanisms.dpsgd.features import build_features
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.dpsgd.head_canaries import CHOOSERS, head_canary, ood_record
+from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
 from dpaudit.noise import NoiseSource
 
 

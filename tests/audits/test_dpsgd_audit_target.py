@@ -10,7 +10,7 @@ import torch
 from dpaudit.auditing import build_target, target_from_release
 from dpaudit.release_compat import release_request
 from dpaudit.mechanisms.contract import DataInfo
-from dpaudit.mechanisms.dpsgd_release import MECHANISM
+from dpaudit.mechanisms.dpsgd.mechanism import MECHANISM
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from dpaudit.auditing import build_target, target_from_release
-from dpaudit.mechanisms import mixmin as mm
-from dpaudit.mechanisms.mixmin import MixMinConfig
-from dpaudit.mechanisms.mixmin_pipeline import MECHANISM
+from dpaudit.mechanisms.mixmin import solver as mm
+from dpaudit.mechanisms.mixmin.solver import MixMinConfig
+from dpaudit.mechanisms.mixmin.mechanism import MECHANISM
 from dpaudit.noise import NoiseSource
 from dpaudit.records import read_release
 from dpaudit.releasing import release
@@ -95,7 +95,7 @@ def test_plan_from_a_release_record_is_the_releases(tmp_path, old):
     (no reference size) plans from the |D_mix| it recorded, on its own task division."""
     from pathlib import Path
 
-    from dpaudit.mechanisms.mixmin_pipeline import MixMinInfo
+    from dpaudit.mechanisms.mixmin.mechanism import MixMinInfo
 
     if old:
         rel = read_release(Path(__file__).parent / "old_releases" / "mixmin.json")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms.one_run_heads import free_coordinates, heads_one_run, with_zero_features
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.dpsgd.one_run_heads import free_coordinates, heads_one_run, with_zero_features
 from dpaudit.errors import UsageError
 from dpaudit.noise import NoiseSource
 

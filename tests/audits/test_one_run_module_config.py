@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.cli import app
-from dpaudit.mechanisms import one_run_modules
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
+from dpaudit.mechanisms.dpsgd import one_run_modules
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
 from dpaudit.one_run_auditing import run_one_run
 from dpaudit.records import read_release
 from dpaudit.requests import AuditRequest

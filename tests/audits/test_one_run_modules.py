@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from dpaudit.audits.one_run import OneRunScores, one_run_bounds
-from dpaudit.mechanisms.one_run_modules import CANARY_TENSORS, DiracCanaries, choose_coordinates, modules_one_run
+from dpaudit.mechanisms.dpsgd.one_run_modules import CANARY_TENSORS, DiracCanaries, choose_coordinates, modules_one_run
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-from dpaudit.mechanisms.models import build_module
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
+from dpaudit.mechanisms.dpsgd.models import build_module
 from dpaudit.noise import NoiseSource
 
 
@@ -127,7 +127,7 @@ def test_input_mislabeled_canaries_are_appended_when_included(digits):
 def test_bad_arguments_are_refused(digits):
     cfg = _config(steps=1)
     noise = NoiseSource("reproducible", seed=0)
-    with pytest.raises(UsageError, match="model must be one of dp-dense, dp-cnn, dp-attention, got 'dp-rvfl'"):
+    with pytest.raises(UsageError, match="model must be one of dp-dense, dp-cnn, dp-attention, dp-gru, got 'dp-rvfl'"):
         modules_one_run("dp-rvfl", digits, cfg, canaries=4, noise=noise, seed=0)
     with pytest.raises(UsageError, match="kind must be one of gradient, input-mislabeled"):
         modules_one_run("dp-dense", digits, cfg, canaries=4, noise=noise, seed=0, kind="user")

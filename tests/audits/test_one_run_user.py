@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.auditing import build_target
-from dpaudit.mechanisms.one_run_heads import heads_one_run
+from dpaudit.mechanisms.dpsgd.one_run_heads import heads_one_run
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
 from dpaudit.noise import NoiseSource

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 from dpaudit.audits.engine import run_audit
-from dpaudit.mechanisms.head_audit import HeadTarget
-from dpaudit.mechanisms.one_run_modules import module_config, modules_one_run
-from dpaudit.mechanisms.user_head_audit import UserHeadTarget
-from dpaudit.mechanisms import dpsgd, dpsgd_core, engine
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.dpsgd.one_run_modules import module_config, modules_one_run
+from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
+from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core, loop as engine
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest

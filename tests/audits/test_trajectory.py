@@ -11,7 +11,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from dpaudit.audits.engine import run_audit
-from dpaudit.mechanisms.head_audit import HeadTarget, trajectory_log_lr
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget, trajectory_log_lr
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
 

@@ -124,7 +124,7 @@ def test_bad_observations_are_refused():
 @pytest.fixture(scope="module")
 def digits_setup():
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.one_run_modules import module_config
+    from dpaudit.mechanisms.dpsgd.one_run_modules import module_config
 
     data = load_dataset("digits")
     cfg, event = module_config("dp-dense", data, epsilon=8.0, delta=DELTA)
@@ -133,7 +133,7 @@ def digits_setup():
 
 
 def _audit(setup, role="main", threat_model="white-box", canaries=2000):
-    from dpaudit.mechanisms.white_box_target import white_box_run
+    from dpaudit.mechanisms.dpsgd.white_box_target import white_box_run
     from dpaudit.noise import NoiseSource
 
     data, cfg, event = setup
@@ -159,7 +159,7 @@ def test_loop_planted_faults_are_caught(digits_setup, plant_fault, fault):
 
 
 def test_loop_noise_understated_by_ten_percent_is_caught(digits_setup, monkeypatch):
-    from dpaudit.mechanisms import dpsgd_core
+    from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 
     real_fill = dpsgd_core.gaussian_filler
     monkeypatch.setattr(dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, 0.9 * std))

@@ -18,7 +18,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def head():
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     target = HeadTarget(model="dp-rvfl", dataset="digits", epsilon=8.0, epochs=2)
     target.prepare()
@@ -28,7 +28,7 @@ def head():
 
 
 def _audit(head, controls=False, canaries=2000):
-    from dpaudit.mechanisms.white_box_target import white_box_audit
+    from dpaudit.mechanisms.dpsgd.white_box_target import white_box_audit
 
     target, claim = head
     return white_box_audit(target, None, None, claim, canaries=canaries, noise=NoiseSource("reproducible", seed=3),
@@ -46,7 +46,7 @@ def test_a_correct_head_run_is_close_to_its_claim_and_its_controls_behave(head):
 
 
 def test_a_head_with_ten_percent_less_noise_is_caught_in_one_run(head, monkeypatch):
-    from dpaudit.mechanisms import dpsgd_core
+    from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 
     real_fill = dpsgd_core.gaussian_filler
     monkeypatch.setattr(dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, 0.9 * std))

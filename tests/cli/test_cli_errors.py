@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.cli import app
-from dpaudit.mechanisms import one_run_heads
+from dpaudit.mechanisms.dpsgd import one_run_heads
 
 runner = CliRunner()
 

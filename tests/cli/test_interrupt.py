@@ -71,7 +71,7 @@ def test_an_interrupted_train_cancels_its_reservation_and_says_so(tmp_path, sign
 def test_an_interrupt_after_release_files_were_written_keeps_the_budget_spent(tmp_path, monkeypatch, capsys):
     from dpaudit import releasing
     from dpaudit.data import load_dataset
-    from dpaudit.mechanisms.noisy_sum import NoisySumRequest
+    from dpaudit.mechanisms.simple.noisy_sum import NoisySumRequest
 
     def interrupted(*args, **kwargs):  # Ctrl-C after the weights file is written, before release.json
         raise KeyboardInterrupt

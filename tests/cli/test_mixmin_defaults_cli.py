@@ -9,8 +9,8 @@ from scipy.spatial.distance import cosine
 from typer.testing import CliRunner
 
 from dpaudit.cli import app
-from dpaudit.mechanisms.mixmin import solve_mixmin
-from dpaudit.mechanisms.mixmin_tasks import load_task, train_proxies
+from dpaudit.mechanisms.mixmin.solver import solve_mixmin
+from dpaudit.mechanisms.mixmin.tasks import load_task, train_proxies
 
 runner = CliRunner()
 

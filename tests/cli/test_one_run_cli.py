@@ -23,7 +23,7 @@ def _fake_scores(m: int, sigma: float, seed: int = 0, kind: str = "gradient", in
 
 
 def test_head_model_one_run_json_and_file(tmp_path, monkeypatch, patch_everywhere):
-    from dpaudit.mechanisms import head_audit as heads, one_run_heads
+    from dpaudit.mechanisms.dpsgd import head_audit as heads, one_run_heads
 
     seen = {}
 
@@ -52,7 +52,7 @@ def test_head_model_one_run_json_and_file(tmp_path, monkeypatch, patch_everywher
 
 def test_module_model_dispatch_and_no_noise(tmp_path, monkeypatch, patch_everywhere):
     from dpaudit.audits import one_run
-    from dpaudit.mechanisms import one_run_modules
+    from dpaudit.mechanisms.dpsgd import one_run_modules
 
     # The PLD-profile f-DP search is exercised by the head test; here only the dispatch matters.
     monkeypatch.setattr(one_run, "_fdp_block", lambda *a, **k: None)

@@ -23,7 +23,8 @@ def no_work(patch_everywhere, monkeypatch):
     """Every expensive first step of a train command fails the test if it is reached."""
     import dpaudit.accounting
     import dpaudit.data
-    from dpaudit.mechanisms import dpsgd_release, mixmin_pipeline, mixmin_tasks
+    from dpaudit.mechanisms.dpsgd import mechanism as dpsgd_release
+    from dpaudit.mechanisms.mixmin import mechanism as mixmin_pipeline, tasks as mixmin_tasks
 
     patch_everywhere(dpaudit.data, "load_dataset", _no_work)
     patch_everywhere(dpaudit.accounting, "calibrate_noise_multiplier", _no_work)

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpaudit.cli import app
-from dpaudit.mechanisms.rvfl import MODEL_NAMES
+from dpaudit.mechanisms.dpsgd.schedule import MODEL_NAMES
 from dpaudit import releasing
 
 try:  # click >= 8.2 keeps stderr apart by default; older versions need mix_stderr=False
@@ -62,7 +62,7 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
         seen.update(kw)
         return _Rel()
 
-    from dpaudit.mechanisms import dpsgd_release
+    from dpaudit.mechanisms.dpsgd import mechanism as dpsgd_release
     from dpaudit.requests import DPSGDRequest
 
     monkeypatch.setattr(releasing, "release", fake)

@@ -62,7 +62,7 @@ def test_a_copy_of_a_proxy_file_meets_the_originals_cap(tmp_path, original, copy
 
 
 def test_row_identity_is_order_free_subset_stable_and_jitter_robust(original):
-    from dpaudit.mechanisms.mixmin_tasks import PROXY_GRID_STEP, proxy_row_sets
+    from dpaudit.mechanisms.mixmin.tasks import PROXY_GRID_STEP, proxy_row_sets
 
     probs, labels = original
 

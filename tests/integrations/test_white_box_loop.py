@@ -24,7 +24,7 @@ def _data(seed: int):
 
 def _clipped_sum(model, xb, yb) -> dict:
     """Per-sample gradients clipped jointly to C and summed (the loop's own clipping)."""
-    from dpaudit.mechanisms.dpsgd_core import per_sample_clipped_sum
+    from dpaudit.mechanisms.dpsgd.core import per_sample_clipped_sum
 
     params = {n: p.detach() for n, p in model.named_parameters()}
     if len(xb) == 0:

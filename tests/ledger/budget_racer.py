@@ -20,7 +20,7 @@ import numpy as np
 
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import DPAuditError
-from dpaudit.mechanisms import dp_elm
+from dpaudit.mechanisms.elm import mechanism as dp_elm
 from dpaudit.releasing import release
 from dpaudit.requests import DPELMRequest
 

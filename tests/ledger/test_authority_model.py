@@ -279,7 +279,7 @@ def test_a_void_that_does_not_say_whether_artefacts_were_published_keeps_countin
 
 
 def _head():
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     return HeadTarget(model="dp-rvfl", dataset="digits", epsilon=2.0, canary="max-clip", epochs=1, max_train=120, seed=3)
 
@@ -288,7 +288,7 @@ def test_a_default_cap_counts_audits_and_refuses_a_default_audit_before_any_tria
     import numpy as np
 
     from dpaudit.audits.engine import run_audit
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     path = tmp_path / "ledger.sqlite"
     r = CliRunner().invoke(app, ["ledger", "cap", "--dataset", "digits", "--eps", "50", "--delta", "1e-5", "--ledger", str(path)])

@@ -248,7 +248,7 @@ def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
     # The same values saved in another float dtype are the same content.
     np.savez(tmp_path / "f32.npz", probs=probs.astype(np.float32).astype(np.float64), labels=labels.astype(np.float32))
     np.savez(tmp_path / "f32b.npz", probs=probs.astype(np.float32), labels=labels.astype(np.float32))
-    from dpaudit.mechanisms.mixmin_tasks import load_proxy_predictions
+    from dpaudit.mechanisms.mixmin.tasks import load_proxy_predictions
 
     assert load_proxy_predictions(tmp_path / "f32.npz").sha256 == load_proxy_predictions(tmp_path / "f32b.npz").sha256
     with open_ledger(path) as led:

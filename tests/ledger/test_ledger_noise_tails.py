@@ -107,8 +107,8 @@ def test_releases_without_a_tail_key_still_load_and_count_zero(tmp_path):
 
 
 def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
-    from dpaudit.mechanisms.dpsgd_core import head_outputs
-    from dpaudit.mechanisms.features import build_features
+    from dpaudit.mechanisms.dpsgd.core import head_outputs
+    from dpaudit.mechanisms.dpsgd.features import build_features
     from dpaudit.releasing import release
     from dpaudit.requests import DPSGDRequest
     from dpaudit.noise import GAUSSIAN_SAMPLER_DESCRIPTION, noise_tail_delta
@@ -131,7 +131,7 @@ def test_dp_sgd_release_states_sampler_and_tail(tmp_path):
 
 
 def test_release_with_too_large_a_tail_is_refused_before_training(tmp_path, monkeypatch):
-    from dpaudit.mechanisms import dpsgd_release, rvfl
+    from dpaudit.mechanisms.dpsgd import mechanism as dpsgd_release, schedule as rvfl
 
     def trained(*a, **k):
         raise AssertionError("training started")

@@ -40,7 +40,7 @@ def test_cap_on_heart_covers_heart_mix(data_dir, tmp_path):
     """The issue's sequence: cap eps 2 on heart, heart releases until the cap refuses one, then
     heart-mix (same Cleveland people) is refused too, naming heart's cap."""
     from dpaudit.data.registry import load_dataset
-    from dpaudit.mechanisms.mixmin_tasks import load_heart_task
+    from dpaudit.mechanisms.mixmin.tasks import load_heart_task
 
     heart, heart_mix = load_dataset("heart", data_dir=data_dir).rows, load_heart_task(data_dir=data_dir).rows
     with open_ledger(tmp_path / "ledger.sqlite") as led:
@@ -150,21 +150,21 @@ def test_digits_mix_shares_digits_training_rows_and_collides_nowhere():
     sources and evaluation, only rows digits reads without noise (the old public half held
     about 630 of digits' training rows)."""
     from dpaudit.data.registry import load_dataset
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     _share_and_never_collide(load_dataset("digits").rows, load_task("digits-mix").rows)
 
 
 def test_heart_mix_shares_heart_training_rows_and_collides_nowhere(data_dir):
     from dpaudit.data.registry import load_dataset
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     _share_and_never_collide(load_dataset("heart", data_dir=data_dir).rows, load_task("heart-mix", data_dir=data_dir).rows)
 
 
 def test_mnist_mix_public_sources_are_not_mnist_training_images(data_dir):
     from dpaudit.data.registry import load_dataset
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     mnist, task = load_dataset("mnist", data_dir=data_dir), load_task("mnist-mix", data_dir=data_dir)
     assert not _by(task.rows, "public")["mnist"] & _by(mnist.rows, "private")["mnist"]

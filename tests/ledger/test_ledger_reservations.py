@@ -157,7 +157,7 @@ def test_four_concurrent_runs_against_a_cap_that_admits_two(tmp_path):
 
 def test_a_train_command_that_fails_mid_training_leaves_no_reservation_open(tmp_path, monkeypatch):
     from dpaudit.cli import app
-    from dpaudit.mechanisms import dp_elm
+    from dpaudit.mechanisms.elm import mechanism as dp_elm
 
     def broken(*args, **kwargs):
         raise RuntimeError("out of memory in the middle of training")

@@ -49,7 +49,7 @@ def _reserve(led, name, rows, event):
 def test_a_cap_set_before_any_release_covers_heart_mix(data_dir, tmp_path, monkeypatch):
     """`ledger cap --dataset heart` declares heart's rows: heart-mix (same Cleveland patients) is
     charged to heart's cap although heart itself never released anything."""
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     led_path = tmp_path / "l.sqlite"
     monkeypatch.setenv("DPAUDIT_DATA_DIR", str(data_dir))
@@ -69,7 +69,7 @@ def test_a_cap_set_before_any_release_covers_heart_mix(data_dir, tmp_path, monke
 def test_a_cap_with_audits_set_before_any_release_covers_other_names_audits(data_dir, tmp_path, monkeypatch):
     """An audit goes through the same people check: heart's cap (with audits) refuses heart-mix audits
     that would take heart's people over it, whether the audit names its rows or not."""
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     led_path = tmp_path / "l.sqlite"
     monkeypatch.setenv("DPAUDIT_DATA_DIR", str(data_dir))

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.dpsgd_core import HeadWorkspace, check_head_inputs, head_clipped_sum
-from dpaudit.mechanisms.engine import CanaryHook, _run_sum, train_heads
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+from dpaudit.mechanisms.dpsgd.core import HeadWorkspace, check_head_inputs, head_clipped_sum
+from dpaudit.mechanisms.dpsgd.loop import CanaryHook, _run_sum, train_heads
 from dpaudit.noise import NoiseSource
 
 
@@ -132,7 +132,7 @@ def test_validation():
 
 
 def test_engine_canary_hook_validation():
-    from dpaudit.mechanisms.engine import CanaryHook, train_heads
+    from dpaudit.mechanisms.dpsgd.loop import CanaryHook, train_heads
 
     z, y, _ = _data()
     cfg = DPSGDConfig(sample_rate=0.5, steps=2, normalizer=3, noise_multiplier=1.0)

@@ -22,12 +22,6 @@ from dpaudit.requests import (
 
 from .contract_base import MechanismContract, Wrapped, expected_failures, without_first_user
 
-NO_MODULE_AUDIT = (
-    "trainable modules have no standard audit: the catalogue lists no canary for them and "
-    "audit_target refuses them (UsageError); only one-run and white-box audits exist"
-)
-
-
 def with_optimizer_flipped(plan):
     """The plan training with the other update rule (adam <-> sgd) on the same schedule."""
     dp = plan.config["dp_sgd"]
@@ -95,26 +89,22 @@ class TestDpRvflUserLevel(DPSGDCase):
         return without_first_user(data)
 
 
-MODULE_XFAILS = {
-    "test_audit_within_claim_and_no_noise_control_refutes_it": NO_MODULE_AUDIT,
-    "test_audit_trains_with_the_plan": NO_MODULE_AUDIT,
-}
-
-
-@expected_failures(**MODULE_XFAILS)
 class TestDpDense(DPSGDCase):
     name = "dp-dense"
 
 
-@expected_failures(**MODULE_XFAILS)
 class TestDpCnn(DPSGDCase):
     name = "dp-cnn"
 
 
-@expected_failures(**MODULE_XFAILS)
 class TestDpAttention(DPSGDCase):
     name = "dp-attention"
     dataset = "digits"  # an image model
+
+
+class TestDpGru(DPSGDCase):
+    name = "dp-gru"
+    dataset = "digits"  # an image model, read row by row
 
 
 class TestDpElm(MechanismContract):

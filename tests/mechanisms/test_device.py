@@ -17,15 +17,15 @@ from dpaudit import one_run_auditing
 from dpaudit.cli import app
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd_core, dpsgd_release
-from dpaudit.mechanisms.dpsgd import (
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core, mechanism as dpsgd_release
+from dpaudit.mechanisms.dpsgd.module_training import (
     DPSGDConfig,
     keep_freed_tensor_memory,
     resolve_device,
     train_module_dp_sgd,
 )
-from dpaudit.mechanisms.models import build_module
-from dpaudit.mechanisms.one_run_modules import modules_one_run
+from dpaudit.mechanisms.dpsgd.models import build_module
+from dpaudit.mechanisms.dpsgd.one_run_modules import modules_one_run
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import AuditRequest, DPSGDRequest

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dpaudit.accounting import PureEpsilon
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import BudgetExceededError, DataError, UsageError
-from dpaudit.mechanisms import dp_elm as elm
+from dpaudit.mechanisms.elm import mechanism as elm
 from dpaudit.noise import NoiseSource, public_rng
 from dpaudit.records import read_release
 from dpaudit.releasing import release

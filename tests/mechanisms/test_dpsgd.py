@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd_core
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd, train_heads
-from dpaudit.mechanisms.dpsgd_core import AdamState, adam_update, head_clipped_sum, head_probabilities, poisson_indices
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+from dpaudit.mechanisms.dpsgd.loop import SumUnits, run_dp_sgd, train_heads
+from dpaudit.mechanisms.dpsgd.core import AdamState, adam_update, head_clipped_sum, head_probabilities, poisson_indices
 from dpaudit.noise import NoiseSource
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")

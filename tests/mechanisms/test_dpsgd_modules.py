@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-from dpaudit.mechanisms.dpsgd_core import per_sample_clipped_sum
-from dpaudit.mechanisms.models import CNN1d, CNN2d, CompactAttention, Dense, build_module, sinusoidal_positions_2d
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
+from dpaudit.mechanisms.dpsgd.core import per_sample_clipped_sum
+from dpaudit.mechanisms.dpsgd.models import CNN1d, CNN2d, CompactAttention, Dense, build_module, sinusoidal_positions_2d
 from dpaudit.noise import NoiseSource
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")

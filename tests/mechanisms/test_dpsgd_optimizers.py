@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from dpaudit.cli import app
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd_core
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 from dpaudit.mechanisms.contract import DataInfo
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.engine import SumUnits, run_dp_sgd
-from dpaudit.mechanisms.dpsgd_core import SGD, gaussian_filler
-from dpaudit.mechanisms.dpsgd_release import MECHANISM
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+from dpaudit.mechanisms.dpsgd.loop import SumUnits, run_dp_sgd
+from dpaudit.mechanisms.dpsgd.core import SGD, gaussian_filler
+from dpaudit.mechanisms.dpsgd.mechanism import MECHANISM
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest

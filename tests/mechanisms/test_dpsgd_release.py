@@ -28,15 +28,15 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-def test_no_import_circle_between_rvfl_and_user_level():
-    rvfl = _imports(SRC / "mechanisms" / "rvfl.py")
-    user = _imports(SRC / "mechanisms" / "user_level.py")
-    assert not any(m.endswith("user_level") for m in rvfl)
-    assert not any(m.endswith("rvfl") for m in user)
+def test_no_import_circle_between_schedule_and_user_level():
+    schedule = _imports(SRC / "mechanisms" / "dpsgd" / "schedule.py")
+    user = _imports(SRC / "mechanisms" / "dpsgd" / "user_level.py")
+    assert not any(m.endswith("user_level") for m in schedule)
+    assert not any(m.endswith("schedule") for m in user)
 
 
 def test_release_sweep_budget_and_audit_share_one_plan(tmp_path):
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
     from dpaudit.releasing import release
     from dpaudit.requests import DPSGDRequest
     from dpaudit.sweeps.tasks import planned_event

@@ -8,9 +8,9 @@ import torch
 from scipy import sparse
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd, dpsgd_core
-from dpaudit.mechanisms.dpsgd import DPSGDConfig
-from dpaudit.mechanisms.engine import CanaryHook, train_heads
+from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
+from dpaudit.mechanisms.dpsgd.loop import CanaryHook, train_heads
 from dpaudit.noise import NoiseSource
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.features import FEATURE_KINDS, build_features
+from dpaudit.mechanisms.dpsgd.features import FEATURE_KINDS, build_features
 
 
 def _reference(f, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,7 +87,7 @@ def test_other_dtypes_are_refused():
 def test_feature_dim_matches_the_built_features(kind):
     # The plan counts the noised head weights from public dimensions (issue 23, point 10: the
     # sampler-tail check runs before anything is reserved); it must equal what the run builds.
-    from dpaudit.mechanisms.features import PROJECTION_THRESHOLD, feature_dim
+    from dpaudit.mechanisms.dpsgd.features import PROJECTION_THRESHOLD, feature_dim
 
     for n_inputs in (13, PROJECTION_THRESHOLD + 1):
         assert feature_dim(kind, n_inputs) == build_features(kind, n_inputs, seed=1).output_dim

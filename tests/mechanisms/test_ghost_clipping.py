@@ -1,4 +1,4 @@
-"""The ghost-clipping kernel (mechanisms/ghost_clip.py) against the vmap(grad) reference kernels:
+"""The ghost-clipping kernel (mechanisms/dpsgd/ghost_clip.py) against the vmap(grad) reference kernels:
 every model, record and user units, both per-layer paths (ghost norm, materialised gradient),
 inputs whose units are all clipped or none clipped; and it is the kernel releases and audits run."""
 
@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.data import load_dataset
-from dpaudit.mechanisms import dpsgd_core, ghost_clip, user_level
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-from dpaudit.mechanisms.engine import UserSampling
-from dpaudit.mechanisms.models import CNN1d, CNN2d, CompactAttention, Dense
-from dpaudit.mechanisms.one_run_modules import modules_one_run
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core, ghost_clip, user_level
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
+from dpaudit.mechanisms.dpsgd.loop import UserSampling
+from dpaudit.mechanisms.dpsgd.models import CNN1d, CNN2d, CompactAttention, Dense
+from dpaudit.mechanisms.dpsgd.one_run_modules import modules_one_run
 from dpaudit.noise import NoiseSource
 
 MODELS = {  # (module, input shape, classes, loss); dropout 0: both kernels see the same function

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import dpsgd_core, ghost_clip, user_level
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core, ghost_clip, user_level
 
 
 class InplaceAfter(nn.Module):

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import torch
 
-from dpaudit.mechanisms import dpsgd_core
-from dpaudit.mechanisms.dpsgd_core import DPSGDConfig, NoisyStep
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core
+from dpaudit.mechanisms.dpsgd.core import DPSGDConfig, NoisyStep
 from dpaudit.noise import NoiseSource
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms import laplace as lp
+from dpaudit.mechanisms.elm import laplace as lp
 from dpaudit.noise import NoiseSource
 
 KEY = bytes(range(32, 64))

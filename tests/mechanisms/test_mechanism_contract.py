@@ -17,7 +17,7 @@ from dpaudit.ledger.book import open_ledger
 from dpaudit.catalogue import CATALOGUE, names
 from dpaudit.errors import AccountingMismatchError
 from dpaudit.mechanisms import registry
-from dpaudit.mechanisms.mixmin_tasks import SPLIT_RULE
+from dpaudit.mechanisms.mixmin.tasks import SPLIT_RULE
 from dpaudit.mechanisms.contract import DataInfo, Mechanism, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput
 from dpaudit.records import read_release
 from dpaudit.releasing import release
@@ -111,7 +111,7 @@ FAST = dict(steps=30, rho=0.3)
 
 
 def _plan(request: MixMinRequest):
-    from dpaudit.mechanisms.mixmin_pipeline import MECHANISM
+    from dpaudit.mechanisms.mixmin.mechanism import MECHANISM
 
     job = MECHANISM.validate(request)
     data = MECHANISM.load(job)
@@ -148,7 +148,7 @@ def test_mixmin_releases_through_the_generic_skeleton_from_its_request(tmp_path)
 def test_mixmin_audit_target_is_built_from_the_plan():
     plan = _plan(MixMinRequest(**FAST))
     (mix,) = plan.parts
-    from dpaudit.mechanisms.mixmin_pipeline import MECHANISM
+    from dpaudit.mechanisms.mixmin.mechanism import MECHANISM
 
     t = MECHANISM.audit_target(plan, "max-clip")
     assert t.config.noise_multiplier == mix.release_fields["noise_multiplier"] and t.config.steps == mix.steps

@@ -13,7 +13,7 @@ from scipy.spatial.distance import cosine
 
 from dpaudit.accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms.mixmin import (
+from dpaudit.mechanisms.mixmin.solver import (
     MixMinCanary,
     MixMinConfig,
     max_clip_direction,

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.mixmin_plan import alpha_for_size, plan_rho
+from dpaudit.mechanisms.mixmin.plan import alpha_for_size, plan_rho
 
 
 def test_plan_matches_equations_and_paper_reading():

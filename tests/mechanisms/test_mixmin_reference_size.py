@@ -13,9 +13,9 @@ import pytest
 
 from dpaudit.data import profile_split_sizes
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms import mixmin_tasks
-from dpaudit.mechanisms.mixmin_pipeline import MECHANISM
-from dpaudit.mechanisms.mixmin_tasks import REFERENCE_SIZES, load_task
+from dpaudit.mechanisms.mixmin import tasks as mixmin_tasks
+from dpaudit.mechanisms.mixmin.mechanism import MECHANISM
+from dpaudit.mechanisms.mixmin.tasks import REFERENCE_SIZES, load_task
 from dpaudit.requests import MixMinRequest
 
 REGISTRY = {"digits-mix": "digits", "mnist-mix": "mnist", "heart-mix": "heart"}

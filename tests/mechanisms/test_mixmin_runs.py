@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-import dpaudit.mechanisms.mixmin as mm
-from dpaudit.mechanisms.mixmin import MixMinCanary, MixMinConfig, clip_scale, loss_coefficient, run_mixmin, run_mixmin_runs
+import dpaudit.mechanisms.mixmin.solver as mm
+from dpaudit.mechanisms.mixmin.solver import MixMinCanary, MixMinConfig, clip_scale, loss_coefficient, run_mixmin, run_mixmin_runs
 from dpaudit.noise import NoiseSource
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.mixmin_tasks import load_digits_task, load_heart_task, load_mnist_task, mixture_split
+from dpaudit.mechanisms.mixmin.tasks import load_digits_task, load_heart_task, load_mnist_task, mixture_split
 
 RHO = st.floats(min_value=0.02, max_value=0.98)
 SEED = st.integers(min_value=0, max_value=2**31 - 1)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpaudit.errors import DataError, UsageError
-from dpaudit.mechanisms.mixmin_tasks import (
+from dpaudit.mechanisms.mixmin.tasks import (
     DIGIT_TARGETS,
     load_digits_task,
     load_heart_task,
@@ -124,7 +124,7 @@ def test_proxy_training_is_torch_optim_adam_bit_for_bit(loss):
     those of torch.optim.Adam on the same batches, in float32."""
     import torch
 
-    from dpaudit.mechanisms.mixmin_tasks import fit, new_mlp, torch_generator
+    from dpaudit.mechanisms.mixmin.tasks import fit, new_mlp, torch_generator
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(600, 20)).astype(np.float32)

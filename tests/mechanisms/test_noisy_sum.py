@@ -19,7 +19,7 @@ from hypothesis.extra.numpy import arrays
 
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon, event_from_dict
 from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageError
-from dpaudit.mechanisms.noisy_sum import MECHANISM, NoisySumRequest, clipped_rows
+from dpaudit.mechanisms.simple.noisy_sum import MECHANISM, NoisySumRequest, clipped_rows
 from dpaudit.records import read_release
 from dpaudit.releasing import release
 

@@ -13,7 +13,7 @@ from dpaudit.accounting import dp_sgd_schedule
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.contract import DataInfo
-from dpaudit.mechanisms.dpsgd_release import MECHANISM
+from dpaudit.mechanisms.dpsgd.mechanism import MECHANISM
 from dpaudit.requests import DPSGDRequest
 
 # 1,257 digits training records in batches of 3: J = 419 exactly, so one record more gives J = 420
@@ -124,7 +124,7 @@ def test_user_level_run_keeps_the_plan_schedule_when_the_count_differs(digits, t
 
 
 def test_head_audit_of_a_neighbour_replays_the_same_schedule(digits):
-    from dpaudit.mechanisms.head_audit import HeadTarget
+    from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
     configs = []
     for data in (digits, _with_train(digits, extra=1)):
@@ -135,8 +135,8 @@ def test_head_audit_of_a_neighbour_replays_the_same_schedule(digits):
 
 
 def test_noisy_sum_normalises_by_the_declared_size(digits):
-    from dpaudit.mechanisms.noisy_sum import MECHANISM as NOISY_SUM
-    from dpaudit.mechanisms.noisy_sum import NoisySumRequest
+    from dpaudit.mechanisms.simple.noisy_sum import MECHANISM as NOISY_SUM
+    from dpaudit.mechanisms.simple.noisy_sum import NoisySumRequest
 
     request = NoisySumRequest(epsilon=2.0)
     configs = [NOISY_SUM.plan(request, DataInfo.from_prepared(d)).config for d in (digits, _with_train(digits, extra=1))]

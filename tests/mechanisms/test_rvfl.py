@@ -15,12 +15,12 @@ from dpaudit.ledger.book import open_ledger
 from dpaudit.data.base import PreparedDataset
 from dpaudit.errors import AccountingMismatchError, BudgetExceededError, UsageError
 from dpaudit import accounting, releasing
-from dpaudit.mechanisms import dpsgd_release
-from dpaudit.mechanisms.features import build_features
+from dpaudit.mechanisms.dpsgd import mechanism as dpsgd_release
+from dpaudit.mechanisms.dpsgd.features import build_features
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
-from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
-from dpaudit.mechanisms.rvfl import MODEL_NAMES, classification_metrics, default_protocol, epsilon_curve
+from dpaudit.mechanisms.dpsgd.mechanism import DPSGDMechanism
+from dpaudit.mechanisms.dpsgd.schedule import MODEL_NAMES, classification_metrics, default_protocol, epsilon_curve
 from dpaudit.records import read_release
 
 

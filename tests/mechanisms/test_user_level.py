@@ -19,11 +19,11 @@ from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.data import load_dataset
 from dpaudit.data.users import index_users
 from dpaudit.errors import AccountingMismatchError, DataError, UsageError
-from dpaudit.mechanisms import dpsgd_core, dpsgd_release, user_level
-from dpaudit.mechanisms.dpsgd import DPSGDConfig, train_module_dp_sgd
-from dpaudit.mechanisms.engine import UserSampling, train_heads
-from dpaudit.mechanisms.models import Dense
-from dpaudit.mechanisms.user_level import (
+from dpaudit.mechanisms.dpsgd import core as dpsgd_core, mechanism as dpsgd_release, user_level
+from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
+from dpaudit.mechanisms.dpsgd.loop import UserSampling, train_heads
+from dpaudit.mechanisms.dpsgd.models import Dense
+from dpaudit.mechanisms.dpsgd.user_level import (
     sample_user_records,
     user_head_clipped_sum,
     user_module_clipped_sum,
@@ -31,7 +31,7 @@ from dpaudit.mechanisms.user_level import (
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
 from dpaudit.requests import DPSGDRequest
-from dpaudit.mechanisms.dpsgd_release import DPSGDMechanism
+from dpaudit.mechanisms.dpsgd.mechanism import DPSGDMechanism
 from dpaudit.records import read_release
 
 
@@ -387,7 +387,7 @@ def test_one_record_per_user_release_equals_record_level_release(tmp_path):
 def _user_head(z, y, users, n_classes, cfg, *, records_per_user, **kw):
     """One user-level head run, as a user-level release trains it (engine.train_heads with user units)."""
     from dpaudit.data.users import UserIndex, index_users
-    from dpaudit.mechanisms.engine import UserSampling, train_heads
+    from dpaudit.mechanisms.dpsgd.loop import UserSampling, train_heads
 
     index = users if isinstance(users, UserIndex) else index_users(users)
     return train_heads(z, y, n_classes, cfg, users=UserSampling(index, records_per_user), **kw)

@@ -95,7 +95,7 @@ def _fake_data_dir(root: Path, without=("cifar10",)) -> Path:
 # -------------------------------------------------------------------------------- spec level
 
 def test_dp_elm_names_are_train_models_and_unknown_names_are_refused():
-    from dpaudit.mechanisms.dp_elm import ELM_WIDTHS
+    from dpaudit.mechanisms.elm.mechanism import ELM_WIDTHS
     from dpaudit.requests import DPELMRequest
 
     assert tuple(fixed["width"] for _, fixed in LEGACY_MODELS.values()) == ELM_WIDTHS

@@ -28,7 +28,7 @@ epochs = 2
 def _cap_heart_mix(ledger_path, data_dir, eps, *, declared=True):
     """heart-mix's cap, with its rows declared (as `ledger cap` does) or not (then every Cleveland
     row is assumed)."""
-    from dpaudit.mechanisms.mixmin_tasks import load_task
+    from dpaudit.mechanisms.mixmin.tasks import load_task
 
     with open_ledger(ledger_path) as led:
         if declared:
@@ -69,7 +69,7 @@ def test_each_task_check_counts_the_other_tasks_reservations(data_dir, tmp_path)
     from dpaudit.releasing import preflight
     from dpaudit.sweeps.runner import budget_reserve, plan
     from dpaudit.sweeps.tasks import RunContext, held_for, planned_release
-    from dpaudit.mechanisms.mixmin_tasks import declared_rows
+    from dpaudit.mechanisms.mixmin.tasks import declared_rows
 
     ledger_path = tmp_path / "ledger.sqlite"
     _cap_heart_mix(ledger_path, data_dir, 2.5)

@@ -14,7 +14,7 @@ Bring your own mechanism::
                    claimed_epsilon=1.0, delta=1e-5)
 
 The modules: docs/architecture.md. Each mechanism's own target lives beside it (e.g.
-:mod:`dpaudit.mechanisms.head_audit`); targets from names and releases: :mod:`dpaudit.auditing`.
+:mod:`dpaudit.mechanisms.dpsgd.head_audit`); targets from names and releases: :mod:`dpaudit.auditing`.
 Trials run on the built-in process pool or on any executor of :mod:`dpaudit.sweeps.executors`
 (``run_audit(..., executor=...)``, e.g. a Dask cluster).
 """

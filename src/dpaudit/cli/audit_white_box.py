@@ -1,5 +1,5 @@
 """`dpaudit audit dp-dense|dp-cnn --threat-model white-box|crafted-final --canaries M`: the white-box
-step audit and the crafted-gradient final-model audit (:mod:`dpaudit.mechanisms.white_box_target`,
+step audit and the crafted-gradient final-model audit (:mod:`dpaudit.mechanisms.dpsgd.white_box_target`,
 docs/white_box.md); `dpaudit audit HEAD --threat-model white-box` for the DP-SGD heads (dp-rvfl and
 its frozen-feature controls, record level). Parsing and rendering only."""
 
@@ -16,8 +16,8 @@ from rich.table import Table
 from ..auditing import target_for, target_from_release
 from ..audits.power import power_line
 from ..errors import UsageError
-from ..mechanisms.head_audit import HEAD_MODELS
-from ..mechanisms.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
+from ..mechanisms.dpsgd.head_audit import HEAD_MODELS
+from ..mechanisms.dpsgd.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
 from ..noise import NoiseSource
 from ..one_run_auditing import _record_cost, module_setup
 from ..progress import JobProgress

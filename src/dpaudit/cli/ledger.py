@@ -15,7 +15,7 @@ from ..claims import verify_claim
 from ..data import DATASETS
 from ..errors import UsageError
 from ..ledger import book, integrity, result_cache, signing, store_pg, text
-from ..mechanisms.mixmin_tasks import TASKS, declared_rows
+from ..mechanisms.mixmin.tasks import TASKS, declared_rows
 from ..paths import check_new_file
 from ..records import check_out_dir, read_release
 from . import options

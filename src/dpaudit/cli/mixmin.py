@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..mechanisms.mixmin_plan import plan_rho
+from ..mechanisms.mixmin.plan import plan_rho
 from . import options
 from .common import console, emit_json, print_table, new_app
 

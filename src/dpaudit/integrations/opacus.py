@@ -38,7 +38,7 @@ from ..audits.one_run import OneRunResult, OneRunScores, one_run_bounds, plan_co
 from ..audits.power_runs import one_run_power_of
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..mechanisms.one_run_modules import choose_coordinates
+from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_int
 from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, optimizer_settings, setting_findings
 from .pipeline import plain_name as _plain_name

@@ -29,7 +29,7 @@ from ..accounting.events import SubsampledGaussian
 from ..audits.white_box import StepObservations, WhiteBoxBound, step_bound
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..mechanisms.one_run_modules import choose_coordinates
+from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_finite, positive_int
 from .pipeline import plain_name
 np = lazy_import("numpy")

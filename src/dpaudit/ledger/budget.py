@@ -83,7 +83,7 @@ def uncertified_reason(release: Release) -> str | None:
     :mod:`dpaudit.claims`: the stored events do not describe what ran); or its noise sampler
     records ``certified: false`` in ``config["sampler_guarantee"]`` (the textbook floating-point
     Laplace sampler of DP-ELM holds its epsilon only in ideal arithmetic, Mironov 2012;
-    :mod:`dpaudit.mechanisms.laplace`)."""
+    :mod:`dpaudit.mechanisms.elm.laplace`)."""
     if getattr(release, "non_private", False):
         return None
     public = public_noise_reason(release.noise_source)

@@ -9,7 +9,7 @@ audit of the same plan, so the code that is released is the code that is audited
 function of the request and of :class:`DataInfo` (public sizes and schema that the guarantee
 assumes public), never of the records. That is what lets a sweep coordinator reserve budgets
 from plans before any task runs (:func:`dpaudit.sweeps.tasks.planned_event`) and an audit rebuild
-the exact noise and schedule of a release (:func:`dpaudit.mechanisms.head_audit.setup_head`). The claim
+the exact noise and schedule of a release (:func:`dpaudit.mechanisms.dpsgd.head_audit.setup_head`). The claim
 the release makes is recomputed by the skeleton from ``plan.event`` with ``plan.accountant``
 under ``plan.adjacency`` after the run; it must not exceed ``plan.target_epsilon`` and the steps
 the run executed must equal ``plan.steps``, else nothing is published.

@@ -7,7 +7,10 @@ agree). Releasing, auditing, sweeps and the command line look mechanisms up here
 from __future__ import annotations
 
 from ..catalogue import lookup
-from . import dp_elm, dpsgd_release, gaussian, mixmin_pipeline, noisy_sum
+from .elm import mechanism as dp_elm
+from .dpsgd import mechanism as dpsgd_release
+from .simple import gaussian, noisy_sum
+from .mixmin import mechanism as mixmin_pipeline
 from .contract import Mechanism
 
 #: Every mechanism object by its ``name``; a new mechanism adds its module here.

@@ -30,7 +30,7 @@ from .audit_view import AuditView
 
 #: File name of a one-run audit record (the one-run analysis writes it where audit.json would go).
 ONE_RUN_FILE = "one_run.json"
-#: File name of a white-box or crafted-final audit record (dpaudit.mechanisms.white_box_target),
+#: File name of a white-box or crafted-final audit record (dpaudit.mechanisms.dpsgd.white_box_target),
 #: and the keys of its runs derived from the private data (never in it; dropped if an edited file
 #: has them).
 WHITE_BOX_FILE = "white_box.json"

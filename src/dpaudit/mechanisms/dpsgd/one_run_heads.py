@@ -1,6 +1,6 @@
 """One-run audits of the DP-SGD heads (``dp-rvfl`` and the other frozen-feature head models;
 docs/one_run.md: the method). The head is trained ONCE with the release's protocol
-(:func:`dpaudit.mechanisms.engine.train_heads`, R = 1, the release's schedule and noise multiplier).
+(:func:`dpaudit.mechanisms.dpsgd.loop.train_heads`, R = 1, the release's schedule and noise multiplier).
 
 ``gradient``: canary i is C e_(k_i, j_i) on a head weight whose data gradient is zero (j_i an input
 feature zero in every training record, :func:`free_coordinates`). When m exceeds the free
@@ -22,16 +22,16 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..audits.one_run import OneRunScores
-from ..audits.targets import load_target_data
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource, public_rng
-from ..validation import one_of, positive_int
-from .engine import CanaryHook, UserSampling, train_heads
+from ...audits.one_run import OneRunScores
+from ...audits.targets import load_target_data
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource, public_rng
+from ...validation import one_of, positive_int
+from .loop import CanaryHook, UserSampling, train_heads
 from .features import build_features
 from .head_audit import NO_NOISE_MULTIPLIER, HeadAuditTarget, dead_features
-from .rvfl import MODELS
+from .schedule import MODELS
 from .user_head_audit import UserHeadTarget
 np = lazy_import("numpy")
 

@@ -2,10 +2,10 @@
 
 Models: ``dp-rvfl``, ``dp-elm-sgd``, ``frozen-dense-matched``, ``logistic-raw``,
 ``logistic-projected`` (DP-RVFL paper, sections 3.3-3.5). Each trial trains the head on the
-release's loop (:func:`~dpaudit.mechanisms.engine.train_heads`), R runs per batched call.
+release's loop (:func:`~dpaudit.mechanisms.dpsgd.loop.train_heads`), R runs per batched call.
 Features, initialisation and split are public and fixed across trials.
 
-Canaries (:mod:`~dpaudit.mechanisms.head_canaries`) and scores (the adversary sees the released
+Canaries (:mod:`~dpaudit.mechanisms.dpsgd.head_canaries`) and scores (the adversary sees the released
 head W (K, d+1)): a ``max-clip`` gradient canary on W[0, j] scores W[0, j]; a record canary the
 log-probability of its label (:func:`canary_scores`).
 The no-noise control keeps clipping and sampling and sets the noise multiplier to 1e-12
@@ -23,19 +23,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..accounting import compute_epsilon
-from ..audits.canaries import check_canary
-from ..audits.targets import AuditTarget, load_target_data, training_partition
-from ..catalogue import names as catalogue_names
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource, public_rng
-from ..requests import THREAT_MODELS
-from .dpsgd_core import DPSGDConfig, head_outputs, init_head
-from .engine import CanaryHook, head_layout, train_heads
+from ...accounting import compute_epsilon
+from ...audits.canaries import check_canary
+from ...audits.targets import AuditTarget, load_target_data, training_partition
+from ...catalogue import names as catalogue_names
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource, public_rng
+from ...requests import THREAT_MODELS
+from .core import DPSGDConfig, head_outputs, init_head
+from .loop import CanaryHook, head_layout, train_heads
 from .features import build_features
 from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
-from .rvfl import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
+from .schedule import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
@@ -71,7 +71,7 @@ def label_log_prob(w: np.ndarray, z: np.ndarray, label: int) -> np.ndarray:
 
 
 def canary_scores(target, w: np.ndarray) -> np.ndarray:
-    """Each run's score of a head target's canary (its ``_choice``, :mod:`dpaudit.mechanisms.head_canaries`)
+    """Each run's score of a head target's canary (its ``_choice``, :mod:`dpaudit.mechanisms.dpsgd.head_canaries`)
     from its head ``w`` (R, K, d+1): the gradient canary's weight, else the mean log-probability of its records' labels."""
     ch = target._choice
     if ch.coordinate is not None:
@@ -108,7 +108,7 @@ def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: in
 
 def lay_out(target) -> None:
     """Lay the training rows out once for every trial of the audit (``_layout``:
-    :func:`~dpaudit.mechanisms.engine.head_layout`, the target's canary rows last); ``_z`` becomes
+    :func:`~dpaudit.mechanisms.dpsgd.loop.head_layout`, the target's canary rows last); ``_z`` becomes
     a view of them, so one copy of the features is held and forked workers share its pages."""
     lay = target._layout = head_layout(target._z, target._y, target._n_classes,
                                        canary=target._canary, binary_logit=target._binary)

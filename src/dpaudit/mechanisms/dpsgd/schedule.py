@@ -1,9 +1,9 @@
 """DP-RVFL and its controls, end to end: one private training run -> a :class:`~dpaudit.records.Release`.
 
 Models (DP-RVFL paper, sections 3.3-3.6): :data:`MODELS`, described in :data:`dpaudit.catalogue.CATALOGUE`; the frozen
-features of the head models are in :mod:`dpaudit.mechanisms.features`.
+features of the head models are in :mod:`dpaudit.mechanisms.dpsgd.features`.
 
-Protocol: the one DP-SGD loop (:mod:`dpaudit.mechanisms.engine`) at q = 1/J, T = E J, C = 1,
+Protocol: the one DP-SGD loop (:mod:`dpaudit.mechanisms.dpsgd.loop`) at q = 1/J, T = E J, C = 1,
 Adam(1e-3, 0.9, 0.999, 1e-8), sigma calibrated with the RDP accountant for (q, T, delta).
 Epochs: 10 for images, 30 for tabular; batch 256 (Heart 64; the small embedded ``digits`` and
 ``breast-cancer`` sets also use 64 so that a default run has more than a handful of steps).
@@ -16,7 +16,7 @@ features, projections, initialisation and the split come from public seeds. Vali
 never read. After training, executed steps must equal accounted steps and the recomputed epsilon
 must not exceed the target, else :class:`~dpaudit.errors.AccountingMismatchError` and nothing is
 published. The release itself runs on the mechanism contract (``MECHANISM``, defined in
-:mod:`dpaudit.mechanisms.dpsgd_release`) through :func:`dpaudit.releasing.release`
+:mod:`dpaudit.mechanisms.dpsgd.mechanism`) through :func:`dpaudit.releasing.release`
 (docs/architecture.md); ``non_private=True`` trains without clipping or noise and makes no claim
 (``epsilon = inf``).
 """
@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
-from ..accounting.accountants import rdp_curve, rdp_to_epsilon
-from ..accounting.schedule import Schedule
-from ..catalogue import CATALOGUE, names as catalogue_names
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..progress import JobProgress
-from ..validation import positive_int
+from ...accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
+from ...accounting.accountants import rdp_curve, rdp_to_epsilon
+from ...accounting.schedule import Schedule
+from ...catalogue import CATALOGUE, names as catalogue_names
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...progress import JobProgress
+from ...validation import positive_int
 np = lazy_import("numpy")
 
 ACCOUNTANT = "rdp"
@@ -172,7 +172,7 @@ def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon:
                   noise_multiplier: float | None = None) -> DPSGDSetup:
     """Schedule -> calibrated sigma -> event, from public quantities only.
 
-    The paper's protocol (:func:`~dpaudit.mechanisms.rvfl.default_protocol`) unless ``epochs`` /
+    The paper's protocol (:func:`~dpaudit.mechanisms.dpsgd.schedule.default_protocol`) unless ``epochs`` /
     ``batch_size`` are given; q, T, m0 from ``reference_size`` units (N0 records or n_users);
     sigma the smallest noise multiplier whose RDP epsilon at ``delta`` under ``adjacency`` does
     not exceed ``epsilon``. A release's recorded values (``schedule`` = (q, T, m0),

@@ -29,7 +29,7 @@ releases use so the ledger can compose them) and records both analyses.
 Finite precision. With the default sampler ``discrete-laplace`` the hidden features are
 rounded to multiples of 2^-20 *per record, before the sums* (so the bounds above hold exactly),
 the statistics are exact int64 (units of 2^-40 for H^T H, 2^-20 for H^T Y) and the noise exact
-discrete Laplace on those grids: exactly epsilon-DP (:mod:`dpaudit.mechanisms.laplace`).
+discrete Laplace on those grids: exactly epsilon-DP (:mod:`dpaudit.mechanisms.elm.laplace`).
 ``sampler="textbook"`` (the published float64 implementation) holds in ideal arithmetic only
 and the release says ``certified: false``.
 
@@ -46,19 +46,19 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from ..accounting import PureEpsilon
-from ..accounting.adjacency import Adjacency
-from ..audits.canaries import check_canary
-from ..audits.targets import AuditTarget, load_target_data, prepared, training_partition
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import
-from ..ledger.book import sampler_uncertified_reason
-from ..noise import NoiseSource, public_rng
-from ..requests import DPELMRequest
-from ..validation import one_of, positive_finite, positive_int
-from .contract import MechanismBase, ReleasePlan, RunOutput
+from ...accounting import PureEpsilon
+from ...accounting.adjacency import Adjacency
+from ...audits.canaries import check_canary
+from ...audits.targets import AuditTarget, load_target_data, prepared, training_partition
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import
+from ...ledger.book import sampler_uncertified_reason
+from ...noise import NoiseSource, public_rng
+from ...requests import DPELMRequest
+from ...validation import one_of, positive_finite, positive_int
+from ..contract import MechanismBase, ReleasePlan, RunOutput
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
-from .rvfl import classification_metrics
+from ..dpsgd.schedule import classification_metrics
 np = lazy_import("numpy")
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)

@@ -11,7 +11,7 @@ The safe default (``sampler="discrete-laplace"``) never touches doubles on the p
 
 1. the statistic is made integer-valued on a fixed power-of-two grid *before* noise (rounding
    each record's contribution, so the L1 sensitivity bound holds exactly; DP-ELM's grids are in
-   :mod:`dpaudit.mechanisms.dp_elm`), and
+   :mod:`dpaudit.mechanisms.elm.mechanism`), and
 2. integer noise is drawn *exactly* from the discrete Laplace distribution
    ``P(k) = (1 - e^{-1/t}) / (1 + e^{-1/t}) * e^{-|k|/t}`` with rational scale ``t`` (in grid
    units), using only uniform random integers and rational arithmetic (the rejection sampler
@@ -37,10 +37,10 @@ import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..validation import one_of
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...validation import one_of
 np = lazy_import("numpy")
 
 SAMPLERS = ("discrete-laplace", "textbook")

@@ -19,15 +19,15 @@ Its audit: :meth:`NoisySum.audit_target`.
 
 from __future__ import annotations
 
-from ..accounting import SubsampledGaussian, calibrate_noise_multiplier
-from ..audits.gaussian import GaussianTarget
-from ..audits.targets import prepared
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import
-from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION
-from ..requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
-from ..validation import one_of, open_unit, positive_finite
-from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
+from ...accounting import SubsampledGaussian, calibrate_noise_multiplier
+from ...audits.gaussian import GaussianTarget
+from ...audits.targets import prepared
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import
+from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION
+from ...requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
+from ...validation import one_of, open_unit, positive_finite
+from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
 np = lazy_import("numpy")
 
 NAME = "noisy-sum"

@@ -1,11 +1,11 @@
 """The one DP-SGD loop, :func:`run_dp_sgd`: linear heads and trainable modules, R runs at once,
 releases and audits alike.
 
-R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism.run`: heads through
-:func:`train_heads`, modules through :func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`);
-R = trials is a head audit (:class:`~dpaudit.mechanisms.head_audit.HeadTarget`,
-:class:`~dpaudit.mechanisms.user_head_audit.UserHeadTarget`); one-run audits are R = 1 with
-canaries (:mod:`~dpaudit.mechanisms.one_run_heads`, :mod:`~dpaudit.mechanisms.one_run_modules`).
+R = 1 is a release (:meth:`~dpaudit.mechanisms.dpsgd.mechanism.DPSGDMechanism.run`: heads through
+:func:`train_heads`, modules through :func:`~dpaudit.mechanisms.dpsgd.module_training.train_module_dp_sgd`);
+R = trials is a head audit (:class:`~dpaudit.mechanisms.dpsgd.head_audit.HeadTarget`,
+:class:`~dpaudit.mechanisms.dpsgd.user_head_audit.UserHeadTarget`); one-run audits are R = 1 with
+canaries (:mod:`~dpaudit.mechanisms.dpsgd.one_run_heads`, :mod:`~dpaudit.mechanisms.dpsgd.one_run_modules`).
 Because releases and audits run this same loop and the same clipped sums, a bug in the released
 mechanism is a bug in what is audited (pinned by ``tests/audits/test_release_engine_is_audited.py``
 with planted faults).
@@ -16,17 +16,17 @@ level: DP-MixMin paper, appendix A.9, Algorithm 2), at each of ``config.steps`` 
 1. every unit is included independently with probability q (eq. 2; Poisson sampling from the
    private :class:`~dpaudit.noise.NoiseSource`, because amplification by subsampling assumes the
    adversary does not know who was sampled; the R runs' masks are independent,
-   :func:`~dpaudit.mechanisms.dpsgd_core.poisson_batch`);
+   :func:`~dpaudit.mechanisms.dpsgd.core.poisson_batch`);
 2. the sampled units' gradients are clipped to joint L2 norm C (eq. 4) and summed by the *units*
    strategy, which fixes the privacy unit and the model kind: :class:`RecordUnits` (a unit is a
    record of a head, closed-form gradients), :class:`UserUnits` (a unit is a user of a head,
    whose min(G, |D_u|) records drawn without replacement are averaged and clipped as one
    contribution), :class:`SumUnits` (a clipped-sum function: module records or users,
-   :mod:`dpaudit.mechanisms.dpsgd`); an empty sample gives a zero sum;
+   :mod:`dpaudit.mechanisms.dpsgd.module_training`); an empty sample gives a zero sum;
 3. N(0, (sigma C)^2 I) is added to each run's sum (eq. 5), the result is divided by the fixed,
    public normaliser m0 -- never the realised batch size, which is private -- and the optimizer
    (Adam, eq. 6, or SGD with momentum) updates each run's parameters from this sanitised
-   gradient only (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`).
+   gradient only (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`).
 
 Private draws from ``noise``, in this order per step: the R Poisson samples; the canary draw
 (head canaries only); within-user record samples (user units, run by run); the Gaussian noise
@@ -49,7 +49,7 @@ canaries are instead units of the units strategy (their rows join the sample and
 the same code as every unit). Head canaries: :class:`CanaryHook` (the audits' description) made
 into :class:`_HeadCanaries`; in runs marked ``included`` each canary is Poisson-sampled with rate
 q at every step (one Bernoulli(q) draw per run and canary, row-major, from ``noise``). Module
-canaries: :class:`~dpaudit.mechanisms.one_run_modules.DiracCanaries`. A canary adds one more unit
+canaries: :class:`~dpaudit.mechanisms.dpsgd.one_run_modules.DiracCanaries`. A canary adds one more unit
 (or a contribution of norm <= C) to the runs it marks, as a neighbouring input would.
 
 **Recording the trajectory** (``record``, heads, an audit instrument for the trajectory threat
@@ -67,13 +67,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..data.users import UserIndex
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..validation import positive_int
-from . import dpsgd_core, user_level
-from .dpsgd_core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, check_head_inputs, head_threads
+from ...data.users import UserIndex
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...validation import positive_int
+from . import core as dpsgd_core, user_level
+from .core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, check_head_inputs, head_threads
 np = lazy_import("numpy")
 
 # ---------------------------------------------------------------- the canary hook
@@ -196,7 +196,7 @@ def _run_sum(ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, 
 
 
 class UserUnits(_HeadUnits):
-    """Users as units (module docstring; kernels of :mod:`~dpaudit.mechanisms.user_level`):
+    """Users as units (module docstring; kernels of :mod:`~dpaudit.mechanisms.dpsgd.user_level`):
     canary rows form user ``n_users``, one more user of the index."""
 
     def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):

@@ -8,12 +8,12 @@ layer, whichever costs fewer multiply-adds (mixed ghost clipping, Bu et al. 2022
 ``||grad_u||^2 = <A_u A_u^T, G_u G_u^T>`` (Li et al. 2022; a user's records are one long sequence,
 so the cross terms are exact), or the materialised (p, d) gradient per unit. The clipped sum reuses
 what the pass stored (book-keeping, Bu et al. 2023). Unit gradients, norms and clipping are those
-of the reference kernels (:func:`~dpaudit.mechanisms.dpsgd_core.per_sample_clipped_sum`,
-:func:`~dpaudit.mechanisms.user_level.user_module_clipped_sum`), so the sums agree to float
+of the reference kernels (:func:`~dpaudit.mechanisms.dpsgd.core.per_sample_clipped_sum`,
+:func:`~dpaudit.mechanisms.dpsgd.user_level.user_module_clipped_sum`), so the sums agree to float
 rounding and the sensitivity C holds (tests/mechanisms/test_ghost_clipping.py). Modules with a trainable parameter outside
 ``nn.Linear``/``nn.Conv1d``/``nn.Conv2d`` (groups 1, zero padding) go to the reference kernels.
 Like every per-sample method (Opacus included), this assumes rows do not interact in the
-forward pass (no batch norm), as in :mod:`dpaudit.mechanisms.models`.
+forward pass (no batch norm), as in :mod:`dpaudit.mechanisms.dpsgd.models`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from __future__ import annotations
 import operator
 from functools import reduce
 
-from ..errors import UsageError
-from ..lazy import lazy_import
-from . import dpsgd_core, user_level
+from ...errors import UsageError
+from ...lazy import lazy_import
+from . import core as dpsgd_core, user_level
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
@@ -41,10 +41,10 @@ def ghost_layers(module: nn.Module) -> dict | None:
 def module_clipped_sum(module, params: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray, clipping_norm: float, *,
                        loss: str = "cross_entropy", clip: bool = True, seg=None, k=None, max_chunk: int = 1024) -> dict:
     """THE clipped sum of module models: sum over units u of clip((1/k_u) sum_{i in u} grad l_i)
-    (joint L2 norm over all trainable parameters, :func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`).
+    (joint L2 norm over all trainable parameters, :func:`~dpaudit.mechanisms.dpsgd.core.clip_factors`).
     ``rows``: record indices into (x, y), grouped by unit; ``seg[i]``: the unit of ``rows[i]``, ``k``:
     records per unit (None: record units). ``params``: what the reference kernel evaluates at. Units
-    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.user_level.unit_chunks`).
+    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.dpsgd.user_level.unit_chunks`).
     (x, y) may stay on the CPU: each group's rows are moved to the device of ``params``."""
     if seg is None:
         seg, k = np.arange(rows.size), np.ones(rows.size, dtype=np.int64)

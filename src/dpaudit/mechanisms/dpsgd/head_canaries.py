@@ -4,20 +4,20 @@ A kind is a chooser ``(target, data, feats, users) -> HeadCanaryChoice`` in :dat
 :data:`dpaudit.catalogue.HEAD_CANARIES` (tests/test_catalogue.py checks they agree); ``users`` is G for
 a canary user, None for one canary record; ``target`` is prepared up to its canary (``_z``, ``_k``,
 ``_n_classes``, ``_config``, ``seed``, ``canary``); scores:
-:func:`~dpaudit.mechanisms.head_audit.canary_scores`.
+:func:`~dpaudit.mechanisms.dpsgd.head_audit.canary_scores`.
 
 **Privacy contract.** A kind's choice is public and goes in ``info`` (audit.json ``canary_info``;
 :mod:`dpaudit.audit_outputs` keeps any key read from the data local); the canary goes through the
-release's own loop and kernels (:func:`~dpaudit.mechanisms.engine.train_heads`).
+release's own loop and kernels (:func:`~dpaudit.mechanisms.dpsgd.loop.train_heads`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import DataError
-from ..lazy import lazy_import
-from ..noise import public_rng
+from ...errors import DataError
+from ...lazy import lazy_import
+from ...noise import public_rng
 np = lazy_import("numpy")
 
 #: Public tag of the held-out canary record draw (the DP-ELM and DP-MixMin audits use it too).

@@ -8,7 +8,7 @@
    sampling sources with probability lambda; keep the checkpoint with the best validation AUC (the paper's selection, A.3.1: on
    the held-out validation split, outside the training partition the guarantee covers).
 4. DP fine-tune on D_ft with the DP-SGD engine: the downstream model's last layer (a linear head on its frozen hidden features,
-   initialised from the pretrained head) via :func:`dpaudit.mechanisms.engine.train_heads`.
+   initialised from the pretrained head) via :func:`dpaudit.mechanisms.dpsgd.loop.train_heads`.
 
 Privacy: with ``composition="parallel"`` the two DP stages touch disjoint records, so the end-to-end guarantee is the max of the
 two (parallel composition), each at the full (epsilon, delta). That needs more than disjointness of the realised split: under
@@ -31,27 +31,27 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
-from ..accounting.comparisons import comparison_epsilons
-from ..accounting.events import Composed, Parallel
-from ..lazy import lazy_import
-from ..ledger.book import open_ledger
-from ..errors import DataError, UsageError
-from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, NoiseSource, public_rng
-from ..progress import stage
-from ..records import write_json_atomic
-from ..requests import MixMinRequest
-from ..validation import one_of, open_unit, positive_finite
-from .contract import DataInfo, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput, check_plan_matches_release
-from .dpsgd import DPSGDConfig
-from .engine import train_heads
-from .dpsgd_release import planned_reference_size
-from .mixmin import MixMinConfig, objective, run_mixmin
-from .mixmin_audit import task_target
-from .mixmin_tasks import (REFERENCE_SIZES, SPLIT_RULE, STABLE_SPLIT_RULES, TASKS, MixMinTask, MixtureSettings, default_mixture,  # noqa: F401
+from ...accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+from ...accounting.comparisons import comparison_epsilons
+from ...accounting.events import Composed, Parallel
+from ...lazy import lazy_import
+from ...ledger.book import open_ledger
+from ...errors import DataError, UsageError
+from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, NoiseSource, public_rng
+from ...progress import stage
+from ...records import write_json_atomic
+from ...requests import MixMinRequest
+from ...validation import one_of, open_unit, positive_finite
+from ..contract import DataInfo, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput, check_plan_matches_release
+from ..dpsgd.module_training import DPSGDConfig
+from ..dpsgd.loop import train_heads
+from ..dpsgd.mechanism import planned_reference_size
+from .solver import MixMinConfig, objective, run_mixmin
+from .audit import task_target
+from .tasks import (REFERENCE_SIZES, SPLIT_RULE, STABLE_SPLIT_RULES, TASKS, MixMinTask, MixtureSettings, default_mixture,  # noqa: F401
                            default_rho, fit, load_proxy_predictions, load_task, mixture_split, new_mlp, reference_units, resolved_mixture,
                            resolved_rho, synthetic_user_ids, train_proxies)
-from .mixmin_tasks import split_partition as split_partition_of
+from .tasks import split_partition as split_partition_of
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 

@@ -42,16 +42,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from ..data import DATASETS, load_dataset, load_heart_centre, load_mnist_raw
-from ..data.base import array_sha256
-from ..data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
-from ..data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import, torch_module_classes
-from ..noise import public_rng
-from ..validation import one_of
-from .dpsgd_core import AdamState, adam_update
-from .mixmin import MixMinConfig, check_inputs
+from ...data import DATASETS, load_dataset, load_heart_centre, load_mnist_raw
+from ...data.base import array_sha256
+from ...data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
+from ...data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import, torch_module_classes
+from ...noise import public_rng
+from ...validation import one_of
+from ..dpsgd.core import AdamState, adam_update
+from .solver import MixMinConfig, check_inputs
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 

@@ -13,6 +13,13 @@
   feed-forward sublayer with residual, mean token pooling, linear classifier. No layer norm,
   dropout or pretraining. Attention is written with ``nn.Linear`` layers so per-sample gradients
   work with both ``torch.func`` and Opacus.
+- :class:`GRU`: an image read row by row (tabular: feature by feature) by one 32-unit
+  ``nn.GRUCell``, linear classifier on the last state. Ghost clipping does not cover the cell:
+  its clipped sums come from the per-sample reference kernel (:mod:`.ghost_clip`), on the CPU.
+  (``nn.GRU`` itself fails under ``torch.func.vmap``, which that kernel uses; ``GRUCell`` works.)
+
+A model is one entry of :data:`BUILDERS` and one catalogue line (``dp-NAME``, family
+``dp-sgd-module``): releases, audits and sweeps find it from there.
 
 Every module is initialised by PyTorch's default rules from a torch generator seeded by the public
 seed (:func:`build_module`), never from data. Binary tasks use one output logit (K = 1, BCE).
@@ -22,15 +29,15 @@ from __future__ import annotations
 
 import math
 
-from ..errors import UsageError
-from ..lazy import lazy_import, torch_module_classes
-from ..noise import public_rng
+from ...errors import UsageError
+from ...lazy import lazy_import, torch_module_classes
+from ...noise import public_rng
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
 
-TRAINABLE_MODELS = ("dense", "cnn", "attention")
 #: The torch modules, built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
-__getattr__, _build_classes = torch_module_classes(globals(), "Dense", "CNN2d", "CNN1d", "CompactAttention")
+__getattr__, _build_classes = torch_module_classes(globals(), "Dense", "CNN2d", "CNN1d",
+                                                   "CompactAttention", "GRU")
 
 
 class _Dense:
@@ -134,24 +141,63 @@ class _CompactAttention:
         return self.head(t.mean(dim=1))
 
 
-def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None, seed: int = 42) -> nn.Module:
-    """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global RNG state untouched)."""
+class _GRU:
+    def __init__(self, steps: int, width: int, n_outputs: int, hidden: int = 32):
+        super().__init__()
+        self.steps, self.width = steps, width
+        self.cell = nn.GRUCell(width, hidden)
+        self.head = nn.Linear(hidden, n_outputs)
+
+    def forward(self, x):
+        x = x.reshape(x.shape[0], self.steps, self.width)
+        state = x.new_zeros(x.shape[0], self.cell.hidden_size)
+        for t in range(self.steps):
+            state = self.cell(x[:, t], state)
+        return self.head(state)
+
+
+def _dense(kind, n_features, n_out, image_shape):
+    return Dense(n_features, (256, 128) if kind == "image" else (64, 32), n_out)
+
+
+def _cnn(kind, n_features, n_out, image_shape):
+    if kind != "image":
+        return CNN1d(n_features, n_out)
+    if image_shape is None:
+        raise UsageError("image_shape must be given for an image CNN, got None.")
+    return CNN2d(tuple(image_shape), n_out)
+
+
+def _attention(kind, n_features, n_out, image_shape):
+    if kind != "image" or image_shape is None:
+        raise UsageError(f"dataset kind must be image for the attention control, got {kind!r}.")
+    return CompactAttention(tuple(image_shape), n_out)
+
+
+def _gru(kind, n_features, n_out, image_shape):
+    if kind == "image" and image_shape is not None:
+        channels, rows, cols = image_shape
+        return GRU(rows, channels * cols, n_out)
+    return GRU(n_features, 1, n_out)
+
+
+#: Each trainable model's builder (kind, n_features, n_outputs, image_shape) -> module and the
+#: tensors holding its one-run audit's gradient canaries (names as in ``named_parameters``).
+BUILDERS = {"dense": (_dense, ("fc1.weight",)), "cnn": (_cnn, ("fc1.weight",)),
+            "attention": (_attention, ("ff1.weight", "ff2.weight")),
+            "gru": (_gru, ("cell.weight_hh",))}
+TRAINABLE_MODELS = tuple(BUILDERS)
+
+
+def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None,
+                 seed: int = 42) -> nn.Module:
+    """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global
+    RNG state untouched)."""
+    if model not in BUILDERS:
+        raise UsageError(f"model must be one of {', '.join(TRAINABLE_MODELS)}, got {model!r}.")
     _build_classes()
     n_out = 1 if n_classes == 2 else n_classes
     torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed)
-        if model == "dense":
-            hidden = (256, 128) if kind == "image" else (64, 32)
-            return Dense(n_features, hidden, n_out)
-        if model == "cnn":
-            if kind == "image":
-                if image_shape is None:
-                    raise UsageError("image_shape must be given for an image CNN, got None.")
-                return CNN2d(tuple(image_shape), n_out)
-            return CNN1d(n_features, n_out)
-        if model == "attention":
-            if kind != "image" or image_shape is None:
-                raise UsageError(f"dataset kind must be image for the attention control, got {kind!r}.")
-            return CompactAttention(tuple(image_shape), n_out)
-    raise UsageError(f"model must be one of {', '.join(TRAINABLE_MODELS)}, got {model!r}.")
+        return BUILDERS[model][0](kind, n_features, n_out, image_shape)

@@ -7,12 +7,12 @@ and its audit target is :class:`~dpaudit.audits.gaussian.GaussianTarget` with th
 
 from __future__ import annotations
 
-from ..accounting.events import SubsampledGaussian
-from ..audits.gaussian import GaussianTarget, calibrate_exact
-from ..audits.targets import prepared
-from ..requests import GaussianRequest
-from ..validation import open_unit, positive_finite
-from .contract import DataInfo, MechanismBase, ReleasePlan
+from ...accounting.events import SubsampledGaussian
+from ...audits.gaussian import GaussianTarget, calibrate_exact
+from ...audits.targets import prepared
+from ...requests import GaussianRequest
+from ...validation import open_unit, positive_finite
+from ..contract import DataInfo, MechanismBase, ReleasePlan
 
 NAME = "gaussian"
 

@@ -1,11 +1,11 @@
 """The DP-SGD release of the DP-RVFL family on the mechanism contract (record and user level).
 
 One :class:`DPSGDMechanism` (``MECHANISM``, the catalogue's entry for the family) serves every model of
-:data:`dpaudit.mechanisms.rvfl.MODELS` (frozen-feature heads and trainable modules) at either
+:data:`dpaudit.mechanisms.dpsgd.schedule.MODELS` (frozen-feature heads and trainable modules) at either
 privacy unit; :func:`dpaudit.releasing.release` runs it. The protocol is the DP-RVFL paper's
-(section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.rvfl`), at user level the one of
-:mod:`dpaudit.mechanisms.user_level`. Its schedule and sigma come from
-:func:`~dpaudit.mechanisms.rvfl.plan_schedule`, as the sweeps' budgets and the head audits' do.
+(section 3.2, Algorithm 1; :mod:`dpaudit.mechanisms.dpsgd.schedule`), at user level the one of
+:mod:`dpaudit.mechanisms.dpsgd.user_level`. Its schedule and sigma come from
+:func:`~dpaudit.mechanisms.dpsgd.schedule.plan_schedule`, as the sweeps' budgets and the head audits' do.
 
 **Privacy contract.** A release is (epsilon, delta)-DP for ``SubsampledGaussian(sigma, q, T)``
 under add/remove of one record (``privacy_unit`` record) or of one user's records (user) on the
@@ -27,24 +27,27 @@ import os
 import time
 from pathlib import Path
 
-from ..data import load_dataset
-from ..accounting.events import event_from_dict
-from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import
-from ..ledger.book import open_ledger
-from ..noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
-from ..requests import DPSGDRequest
-from ..validation import one_of
-from .contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
+from ...data import load_dataset
+from ...accounting.events import event_from_dict
+from ...audits.targets import prepared
+from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import
+from ...ledger.book import open_ledger
+from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
+from ...requests import DPSGDRequest
+from ...validation import one_of
+from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
 # The trainers, looked up here at run time (tests substitute them on this module).
-from .dpsgd import resolve_device, train_module_dp_sgd
-from .dpsgd_core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
-from .engine import UserSampling, train_heads
+from .module_training import resolve_device, train_module_dp_sgd
+from .core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
+from .loop import UserSampling, train_heads
 from .features import build_features, feature_dim
 from .head_audit import HeadTarget
+from .module_audit import ModuleTarget
 from .models import build_module
-from .rvfl import (
+from .one_run_modules import module_run_parts
+from .schedule import (
     ACCOUNTANT,
     DEFAULT_DATASET,
     MODEL_NAMES,
@@ -159,7 +162,7 @@ class DPSGDMechanism(MechanismBase):
 
     def plan_of_audit(self, r: DPSGDRequest) -> ReleasePlan:
         """A fresh audit's plan. At user level the audit's users are the request's (``user_ids``), else the
-        rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.user_head_audit.synthetic_user_ids`),
+        rows grouped into users of G by the public seed (:func:`~dpaudit.mechanisms.dpsgd.user_head_audit.synthetic_user_ids`),
         and the schedule is built from the declared reference size N0 as a release's is (refused before
         loading without one): the number of users the data hold differs between neighbours and is never
         published."""
@@ -192,8 +195,8 @@ class DPSGDMechanism(MechanismBase):
         return DPSGDConfig.from_dict(plan.config["dp_sgd"])
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
-        """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd` /
-        :mod:`dpaudit.mechanisms.user_level`) and evaluate on the test partition."""
+        """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd.module_training` /
+        :mod:`dpaudit.mechanisms.dpsgd.user_level`) and evaluate on the test partition."""
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
         config = self.dpsgd_config(plan)
@@ -246,19 +249,15 @@ class DPSGDMechanism(MechanismBase):
             # the head's training (its features: BLAS's own count), on the CPU
             threads = {"blas_threads": HEAD_BLAS_THREADS, "device": "cpu"}
         else:
-            module = build_module(spec.module, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape,
-                                  seed=plan.seed)
-            loss = "bce" if binary else "cross_entropy"
-            x_train = torch.as_tensor(np.asarray(data.x_train, dtype=np.float32))
-            y_train = torch.as_tensor(np.asarray(data.y_train, dtype=np.int64))
+            module, x_train, y_train, _, loss = module_run_parts(spec.module, data, plan.seed)
             feature_seconds = 0.0
             params = sum(p.numel() for p in module.parameters() if p.requires_grad)
             model_config = {"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy", "trainable_parameters": params,
                             "init": "torch defaults from a generator seeded by the public seed"}
             device = resolve_device(r.device)
             steps_executed, train_seconds = train(params, lambda cb: train_module_dp_sgd(
-                module, x_train, y_train, config, noise=noise, users=users, loss=loss, progress=cb,
-                device=device))
+                module, torch.as_tensor(x_train), torch.as_tensor(y_train), config, noise=noise,
+                users=users, loss=loss, progress=cb, device=device))
             module.eval()
             with torch.no_grad():
                 out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
@@ -310,14 +309,16 @@ class DPSGDMechanism(MechanismBase):
         return out, lines
 
     def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
-        """The head audit target of this plan (frozen-feature models), prepared: the plan's sigma,
+        """The audit target of this plan, prepared: a module model's :class:`ModuleTarget`; a head
+        model's: the plan's sigma,
         schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset; a
         ``release``'s recorded claim, event, accountant, identity, sigma and schedule (for old
         releases they are the truth). ``user_ids``: a user-level audit's (default: the request's
         file; none: a public grouping into users of G). ``no_noise``: the no-noise control."""
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
-            raise UsageError(f"mechanism must be a DP-SGD head model for an audit, got {r.model!r} (a trainable module).")
+            target = ModuleTarget.of_plan(plan, canary, release=release)
+            return prepared(target, no_noise)
         if plan.event is None:
             raise UsageError(f"release must be private to be audited, got a non-private {r.model} release.")
         f = plan.release_fields
@@ -339,8 +340,7 @@ class DPSGDMechanism(MechanismBase):
                                reference_size=int(plan.config["reference_size"]), **kw, **extra)
         else:
             t = HeadTarget(**kw)
-        t.prepare()
-        return t.without_noise() if no_noise else t
+        return prepared(t, no_noise)
 
 
 MECHANISM = DPSGDMechanism()

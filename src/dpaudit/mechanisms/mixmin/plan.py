@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..errors import UsageError
-from ..validation import open_unit, positive_finite, positive_int
+from ...errors import UsageError
+from ...validation import open_unit, positive_finite, positive_int
 
 
 @dataclass(frozen=True)

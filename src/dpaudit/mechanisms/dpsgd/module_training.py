@@ -1,6 +1,6 @@
-"""The module trainer on the one DP-SGD loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`; heads:
-:func:`dpaudit.mechanisms.engine.train_heads`): record or user units, per-unit norms by ghost
-clipping, joint over all trainable parameters. Privacy contract: :mod:`dpaudit.mechanisms.engine`.
+"""The module trainer on the one DP-SGD loop (:func:`dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`; heads:
+:func:`dpaudit.mechanisms.dpsgd.loop.train_heads`): record or user units, per-unit norms by ghost
+clipping, joint over all trainable parameters. Privacy contract: :mod:`dpaudit.mechanisms.dpsgd.loop`.
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import ctypes
 import functools
 import platform
 
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..requests import DEVICES
-from ..validation import one_of, positive_int
-from .dpsgd_core import DPSGDConfig, Progress  # DPSGDConfig is also read from here (releases, audits)
-from .engine import SumUnits, UserSampling, run_dp_sgd
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...requests import DEVICES
+from ...validation import one_of, positive_int
+from .core import DPSGDConfig, Progress  # DPSGDConfig is also read from here (releases, audits)
+from .loop import SumUnits, UserSampling, run_dp_sgd
 from .ghost_clip import ghost_layers, module_clipped_sum
 from .user_level import _check_users, sample_user_records
 np = lazy_import("numpy")
@@ -77,21 +77,21 @@ def train_module_dp_sgd(
     device: str = "cpu",
 ) -> int:
     """DP-SGD on every trainable parameter of ``module`` (in place), one run of the loop
-    :func:`~dpaudit.mechanisms.engine.run_dp_sgd`. Returns executed steps.
+    :func:`~dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`. Returns executed steps.
 
     ``x`` must already have the shape the module expects (e.g. (n, C, H, W)). The module is put in
     training mode (dropout active; each example its own mask). Dropout masks are drawn from a
     generator seeded from the private noise source inside a forked RNG, so global torch RNG
     state is left untouched.
 
-    Clipped sums: :func:`~dpaudit.mechanisms.ghost_clip.module_clipped_sum`. ``users``: a
-    :class:`~dpaudit.mechanisms.engine.UserSampling` for user-level DP-SGD (each sampled user's
+    Clipped sums: :func:`~dpaudit.mechanisms.dpsgd.ghost_clip.module_clipped_sum`. ``users``: a
+    :class:`~dpaudit.mechanisms.dpsgd.loop.UserSampling` for user-level DP-SGD (each sampled user's
     records one unit of the same kernel), records when omitted. ``canary``, ``recorder``: audits only (the loop's canary and recorder
-    interfaces; the white-box observer, :mod:`~dpaudit.mechanisms.white_box_target`).
+    interfaces; the white-box observer, :mod:`~dpaudit.mechanisms.dpsgd.white_box_target`).
 
     ``device`` (a torch device, :func:`resolve_device`): the module, the clipped-sum kernel and the
     optimizer state live there, each step's batch is moved there, and the noise (drawn on the CPU
-    by ``noise``) is moved there once per step (:class:`~dpaudit.mechanisms.dpsgd_core.NoisyStep`);
+    by ``noise``) is moved there once per step (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`);
     the module is back on the CPU when this returns. The device changes no draw from ``noise``.
     """
     xt = torch.as_tensor(x)

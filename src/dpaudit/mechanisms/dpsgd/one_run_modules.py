@@ -1,4 +1,4 @@
-"""One-run audits of the trainable DP-SGD models ``dp-dense``, ``dp-cnn``, ``dp-attention``
+"""One-run audits of the trainable DP-SGD models (:data:`~dpaudit.mechanisms.dpsgd.models.BUILDERS`)
 (Steinke, Nasr & Jagielski 2023; docs/one_run.md: the method, the canary kinds and their scores).
 
 ``gradient``: m Dirac canaries at distinct coordinates of :data:`CANARY_TENSORS` (public seed; for
@@ -17,22 +17,22 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..audits.one_run import OneRunScores
-from ..data import load_dataset
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource, public_rng
-from ..validation import positive_int
-from .dpsgd import DPSGDConfig, train_module_dp_sgd
+from ...audits.one_run import OneRunScores
+from ...data import load_dataset
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource, public_rng
+from ...validation import positive_int
+from .module_training import DPSGDConfig, train_module_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
-from .models import build_module
-from .rvfl import audit_reference_size, plan_schedule
+from .models import BUILDERS, build_module
+from .schedule import audit_reference_size, plan_schedule
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
 ONE_RUN_MODULE_KINDS = ("gradient", "input-mislabeled")
 #: Tensors that hold the gradient canaries, per trainable model (names as in ``named_parameters``).
-CANARY_TENSORS: dict[str, tuple[str, ...]] = {"dense": ("fc1.weight",), "cnn": ("fc1.weight",), "attention": ("ff1.weight", "ff2.weight")}
+CANARY_TENSORS: dict[str, tuple[str, ...]] = {name: spec[1] for name, spec in BUILDERS.items()}
 _TAG_COORDS = 0x31524E43  # "1RNC": public choice of canary coordinates / records
 _TAG_LABELS = 0x314C4142  # "1LAB": public wrong labels
 
@@ -41,7 +41,8 @@ def module_name(model: str) -> str:
     """``dp-dense`` -> ``dense`` (also accepts the bare module names)."""
     name = str(model).removeprefix("dp-")
     if name not in CANARY_TENSORS:
-        raise UsageError(f"model must be one of dp-dense, dp-cnn, dp-attention, got {model!r}.")
+        allowed = ", ".join("dp-" + n for n in CANARY_TENSORS)
+        raise UsageError(f"model must be one of {allowed}, got {model!r}.")
     return name
 
 
@@ -93,7 +94,7 @@ def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[
 
 
 class DiracCanaries:
-    """The loop's canaries (:func:`dpaudit.mechanisms.engine.run_dp_sgd`): at each step, each
+    """The loop's canaries (:func:`dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`): at each step, each
     included canary is sampled w.p. ``sample_rate`` (``rng``, private, never the loop's ``noise``)
     and adds C * e_j to the clipped sum."""
 
@@ -148,7 +149,7 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     ``seed``: public (initialisation, canary coordinates / records); ``noise``: private (DP noise,
     sampling, canary coins); ``noise_on=False``: the no-noise control; ``tensors``: override
     :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins; ``device``:
-    where the model trains (:func:`~dpaudit.mechanisms.dpsgd.train_module_dp_sgd`)."""
+    where the model trains (:func:`~dpaudit.mechanisms.dpsgd.module_training.train_module_dp_sgd`)."""
     name = module_name(model)
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
@@ -162,26 +163,22 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     data, x_pool, y_pool = _data_parts(data)
     n_classes = int(data.n_classes)
     binary = n_classes == 2
-    module = build_module(name, kind=data.kind, n_features=data.n_features, n_classes=n_classes, image_shape=data.image_shape, seed=seed)
-    names = [n for n, p in module.named_parameters() if p.requires_grad]
+    module, x, y, shapes, loss = module_run_parts(name, data, seed)
     theta0 = {n: p.detach().clone() for n, p in module.named_parameters()}
     # The canary coins and per-step draws: private, from a generator seeded by the private source
     # (drawn before training; the source's later draws are the DP noise and data sampling).
     crng = np.random.default_rng(noise.aux_seed())
     included = crng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool)
-    x = np.asarray(data.x_train, dtype=np.float32)
-    y = np.asarray(data.y_train, dtype=np.int64)
-    loss = "bce" if binary else "cross_entropy"
     info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "kind": kind, "seed": int(seed),
             "noise_on": bool(noise_on), "device": str(device), "dp_sgd": config.to_dict(),
             "n_train": int(y.size)}
     canary = None
     if kind == "gradient":
-        shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
         chosen = tuple(tensors or CANARY_TENSORS[name])
         quiet = _quiet_coordinates(name, chosen, shapes, x)
         gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
-        canary = DiracCanaries(gc, names, included, config.sample_rate, config.clipping_norm, crng)
+        canary = DiracCanaries(gc, list(shapes), included, config.sample_rate, config.clipping_norm,
+                               crng)
         info.update(gc.describe(), score="-(theta_T - theta_0)[j]", quiet_coordinates=int(quiet.size),
                     quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
                                "(no data gradient); taken first, the rest uniform")
@@ -199,6 +196,16 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+
+
+def module_run_parts(name: str, data, seed: int):
+    """(module, x, y, shapes of its trainable parameters, loss) of one training run of module
+    ``name`` on ``data``'s training partition: the public initialisation of ``seed``."""
+    module = build_module(name, kind=data.kind, n_features=data.n_features,
+                          n_classes=int(data.n_classes), image_shape=data.image_shape, seed=seed)
+    shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
+    x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
+    return module, x, y, shapes, "bce" if int(data.n_classes) == 2 else "cross_entropy"
 
 
 def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dict):
@@ -232,7 +239,7 @@ def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary
 def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int | None = None, batch_size: int | None = None):
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
-    RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd_release.plan_schedule`)."""
+    RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd.mechanism.plan_schedule`)."""
     module_name(model)
     data, _, _ = _data_parts(data)
     setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=audit_reference_size(data, len(data.y_train)),

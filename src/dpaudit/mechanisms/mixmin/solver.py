@@ -30,12 +30,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..accounting.adjacency import Adjacency
-from ..accounting.events import SubsampledGaussian
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+from ...accounting.adjacency import Adjacency
+from ...accounting.events import SubsampledGaussian
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 

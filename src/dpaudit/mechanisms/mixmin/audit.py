@@ -1,9 +1,9 @@
 """Audit target for DP-MixMin's mixture-learning step (DP-MixMin paper, appendix A.8).
 
 Threat model (A.8): the adversary sees the released weights lambda and knows every private record except the canary, the proxies
-and all hyper-parameters. Trials run Algorithm 1 through the loop releases run, :func:`~dpaudit.mechanisms.mixmin.run_mixmin_runs`
+and all hyper-parameters. Trials run Algorithm 1 through the loop releases run, :func:`~dpaudit.mechanisms.mixmin.solver.run_mixmin_runs`
 (fresh Poisson masks and noise per run), on D_mix with or without the canary. :func:`task_target` builds D_mix exactly as
-:meth:`~dpaudit.mechanisms.mixmin_pipeline.DPMixMin.load` does (its ``audit_target`` calls it).
+:meth:`~dpaudit.mechanisms.mixmin.mechanism.DPMixMin.load` does (its ``audit_target`` calls it).
 
 Scores (from lambda alone). The canary's clipped gradient g enters the mirror-descent step as log lambda <- log lambda - eta g / B
 (then a shift that renormalises), so its footprint on the release is along -g in log-weight space, orthogonal to the all-ones
@@ -16,15 +16,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..accounting import calibrate_noise_multiplier, compute_epsilon
-from ..accounting.events import SubsampledGaussian
-from ..audits.canaries import check_canary
-from ..audits.targets import AuditTarget
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource, public_rng
-from .mixmin import MixMinCanary, MixMinConfig, max_clip_direction, per_example_gradients, run_mixmin_runs, solve_mixmin
-from .mixmin_tasks import load_task, mixture_split, resolved_rho, train_proxies
+from ...accounting import calibrate_noise_multiplier, compute_epsilon
+from ...accounting.events import SubsampledGaussian
+from ...audits.canaries import check_canary
+from ...audits.targets import AuditTarget
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource, public_rng
+from .solver import MixMinCanary, MixMinConfig, max_clip_direction, per_example_gradients, run_mixmin_runs, solve_mixmin
+from .tasks import load_task, mixture_split, resolved_rho, train_proxies
 np = lazy_import("numpy")
 
 
@@ -32,7 +32,7 @@ np = lazy_import("numpy")
 class MixMinTarget(AuditTarget):
     """DP-MixMin trials on fixed proxy predictions ``probs`` (n, k) and ``labels`` (n,). ``holdout_probs`` / ``holdout_labels``:
     records *not* in D_mix, from which the natural and mislabeled canaries are drawn (public seed). ``config`` is a
-    :class:`~dpaudit.mechanisms.mixmin.MixMinConfig`; its noise multiplier is what is audited, ``claimed_epsilon`` the release's
+    :class:`~dpaudit.mechanisms.mixmin.solver.MixMinConfig`; its noise multiplier is what is audited, ``claimed_epsilon`` the release's
     claim for it."""
     probs: np.ndarray
     labels: np.ndarray

@@ -1,7 +1,7 @@
 """Audit target for *user-level* DP-SGD heads: one whole canary user, adjacency ``add-remove-user``.
 
-The mechanism audited is user-level DP-SGD (:mod:`dpaudit.mechanisms.user_level`, the protocol)
-on the frozen-feature heads of :mod:`dpaudit.mechanisms.head_audit` (``dp-rvfl``,
+The mechanism audited is user-level DP-SGD (:mod:`dpaudit.mechanisms.dpsgd.user_level`, the protocol)
+on the frozen-feature heads of :mod:`dpaudit.mechanisms.dpsgd.head_audit` (``dp-rvfl``,
 ``logistic-raw``, ...), trained by the release's own loop and kernels, with the canary user as
 one more user of the same index: it is Poisson-sampled at the same rate q and clipped by the
 same code.
@@ -10,7 +10,7 @@ same code.
 adjacency for ``SubsampledGaussian(sigma, q_user, T)`` (RDP accountant), sigma calibrated for
 the target epsilon from the *user* schedule (the declared number of training users N0, expected
 users per step, epochs) exactly as a user-level release
-(:class:`~dpaudit.mechanisms.dpsgd_release.DPSGDMechanism`) does. One trial is one training run
+(:class:`~dpaudit.mechanisms.dpsgd.mechanism.DPSGDMechanism`) does. One trial is one training run
 on the base users, plus the canary user in the "in" world: neighbouring inputs differ by one
 whole user (G records), so a sound mechanism must keep the audit's eps_LB at or below the claim
 whatever G is.
@@ -23,11 +23,11 @@ records, records per user) stay in ``audit_local.json``
 (:data:`dpaudit.audit_outputs.LOCAL_AUDIT_PATHS`).
 
 Canary users (public, chosen from the seed, recorded in audit.json): G records of a head
-canary kind (:mod:`~dpaudit.mechanisms.head_canaries`), averaged and clipped jointly. A
+canary kind (:mod:`~dpaudit.mechanisms.dpsgd.head_canaries`), averaged and clipped jointly. A
 ``max-clip`` user's records all have gradient C e_j, so it contributes exactly C e_j, where a
 mechanism that clipped each record instead of the user would move W[0, j] by G C.
 With G = 1 and one record per user these are the record-level canaries of
-:class:`~dpaudit.mechanisms.head_audit.HeadTarget` (same feature, same test record) and the trials are
+:class:`~dpaudit.mechanisms.dpsgd.head_audit.HeadTarget` (same feature, same test record) and the trials are
 bit-identical to it under reproducible noise (pinned by a test).
 
 Users: a release's user ids (``user_ids``, e.g. the ``--user-ids`` file it was trained with), or,
@@ -42,14 +42,14 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from ..audits.targets import check_release_identity
-from ..data import load_dataset
-from ..data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
-from ..errors import DataError, UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource, public_rng
-from ..validation import one_of, positive_int
-from .engine import CanaryHook, UserSampling, train_heads
+from ...audits.targets import check_release_identity
+from ...data import load_dataset
+from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
+from ...errors import DataError, UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource, public_rng
+from ...validation import one_of, positive_int
+from .loop import CanaryHook, UserSampling, train_heads
 from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, lay_out, setup_head
 from .head_canaries import head_canary
 np = lazy_import("numpy")
@@ -79,7 +79,7 @@ def synthetic_user_ids(n_rows: int, records_per_user: int, seed: int) -> np.ndar
 
 def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.ndarray:
     """One user's contribution from its records' gradients: clip((1/k) sum_i g_i) to norm C, the
-    arithmetic of :func:`dpaudit.mechanisms.user_level.user_head_clipped_sum` (pinned by a test)
+    arithmetic of :func:`dpaudit.mechanisms.dpsgd.user_level.user_head_clipped_sum` (pinned by a test)
     for gradients given explicitly (a gradient canary has no input record). Float64."""
     g = np.asarray(record_grads, dtype=np.float64)
     if g.ndim < 2 or g.shape[0] < 1:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..data.base import empty_small_pages
-from ..lazy import lazy_import
-from ..noise import public_rng
-from ..validation import one_of, positive_int
+from ...data.base import empty_small_pages
+from ...lazy import lazy_import
+from ...noise import public_rng
+from ...validation import one_of, positive_int
 np = lazy_import("numpy")
 
 PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this

@@ -4,9 +4,9 @@ statistics: :mod:`dpaudit.audits.white_box`; docs/white_box.md).
 
 Both insert M Dirac gradient canaries at distinct public coordinates of :data:`CANARY_TENSORS`
 (for dp-dense the quiet first-layer weights first) through the one DP-SGD loop's canary
-interface (:func:`~dpaudit.mechanisms.engine.run_dp_sgd`; a release never passes one). Each
+interface (:func:`~dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`; a release never passes one). Each
 sampled canary's raw gradient is :data:`RAW_GRADIENT_SCALE` C e_j, clipped by the loop's one
-clipping rule (:func:`~dpaudit.mechanisms.dpsgd_core.clip_factors`) before it joins the clipped
+clipping rule (:func:`~dpaudit.mechanisms.dpsgd.core.clip_factors`) before it joins the clipped
 sum, so a clipping fault shows as a contribution d > 1.
 
 * ``white-box``: every canary is in the dataset and sampled at rate q at every step (private
@@ -31,22 +31,22 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..audits import white_box
-from ..audits.power_runs import white_box_power
-from ..audits.white_box import FinalObservations, StepObservations
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..records import write_json_atomic
-from ..validation import one_of, positive_int
-from . import dpsgd_core
-from .dpsgd import DPSGDConfig, train_module_dp_sgd
-from .dpsgd_core import check_head_inputs, head_threads
-from .engine import RecordUnits, augmented_features, initial_heads, run_dp_sgd
+from ...audits import white_box
+from ...audits.power_runs import white_box_power
+from ...audits.white_box import FinalObservations, StepObservations
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...records import write_json_atomic
+from ...validation import one_of, positive_int
+from . import core as dpsgd_core
+from .module_training import DPSGDConfig, train_module_dp_sgd
+from .core import check_head_inputs, head_threads
+from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget
-from .models import build_module
 from .one_run_heads import free_coordinates
-from .one_run_modules import GradientCanaries, _quiet_coordinates, choose_coordinates, module_name
+from .one_run_modules import (GradientCanaries, _quiet_coordinates, choose_coordinates, module_name,
+                              module_run_parts)
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -155,12 +155,7 @@ def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise
         config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
     if threat_model == "crafted-final":
         config = _plain_sgd(config)
-    module = build_module(name, kind=data.kind, n_features=data.n_features, n_classes=int(data.n_classes), image_shape=data.image_shape,
-                          seed=seed)
-    x = np.asarray(data.x_train, dtype=np.float32)
-    y = np.asarray(data.y_train, dtype=np.int64)
-    names = [n for n, p in module.named_parameters() if p.requires_grad]
-    shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
+    module, x, y, shapes, loss = module_run_parts(name, data, seed)
     quiet = _quiet_coordinates(name, CANARY_TENSORS[name], shapes, x)
     if threat_model == "crafted-final" and quiet.size < m:
         raise UsageError(f"canaries for crafted-final must be at most the {quiet.size} coordinates no training record moves "
@@ -169,9 +164,9 @@ def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise
     crng = np.random.default_rng(noise.aux_seed())  # private: coins and canary sampling
     white = threat_model == "white-box"
     included = np.ones(m, dtype=bool) if white else crng.random(m) < 0.5
-    observer = StepObserver(coords, names, included, config, crng, scale=0.0 if role == "null" else RAW_GRADIENT_SCALE, observe=white)
+    scale = 0.0 if role == "null" else RAW_GRADIENT_SCALE
+    observer = StepObserver(coords, list(shapes), included, config, crng, scale=scale, observe=white)
     theta0 = {n: p.detach().double().clone() for n, p in module.named_parameters()}
-    loss = "bce" if int(data.n_classes) == 2 else "cross_entropy"
     steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
                                 canary=observer, recorder=observer if white else None)
     info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "threat_model": threat_model, "role": role,

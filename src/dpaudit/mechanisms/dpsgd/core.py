@@ -1,4 +1,4 @@
-"""The pieces of the one DP-SGD loop (:func:`dpaudit.mechanisms.engine.run_dp_sgd`, where the
+"""The pieces of the one DP-SGD loop (:func:`dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`, where the
 protocol and the privacy contract are stated): the public config, Poisson sampling
 (:func:`poisson_batch`), the one clipping rule (:func:`clip_factors`), the one noisy step
 (:class:`NoisyStep`, optimizers :data:`OPTIMIZERS`) and the clipped-sum kernels.
@@ -6,7 +6,7 @@ protocol and the privacy contract are stated): the public config, Poisson sampli
 Gradient kernels: linear heads on frozen features in closed form, ``g_i = outer(p_i - y_i,
 [z_i, 1])`` with ``||g_i|| = ||p_i - y_i|| * ||[z_i, 1]||``, so the clipped sum is one matrix
 product and no per-example gradient is materialised (:func:`_clipped_sum_kernel`); trainable
-modules by ghost clipping (:mod:`dpaudit.mechanisms.ghost_clip`) with ``torch.func`` per-sample
+modules by ghost clipping (:mod:`dpaudit.mechanisms.dpsgd.ghost_clip`) with ``torch.func`` per-sample
 gradients (:func:`per_sample_clipped_sum`) as reference and fallback.
 """
 
@@ -18,11 +18,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from ..threads import limited_threads
-from ..validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from ...threads import limited_threads
+from ...validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -265,7 +265,7 @@ OPTIMIZERS = {"adam": Adam, "sgd": SGD}
 
 
 class NoisyStep:
-    """The one noisy step of the DP-SGD loop (protocol step 3 of :mod:`dpaudit.mechanisms.engine`).
+    """The one noisy step of the DP-SGD loop (protocol step 3 of :mod:`dpaudit.mechanisms.dpsgd.loop`).
 
     ``params``: arrays (heads) or tensors (modules, on one device), updated in place. The caller
     writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused C-ordered buffers shaped like

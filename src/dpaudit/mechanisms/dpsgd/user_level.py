@@ -22,22 +22,22 @@ the *user* sampling rate, and the RDP accountant's (epsilon, delta) is a user-le
 The number of users n_users is treated as public (as N0 is for record-level DP-SGD, paper 001
 section 3.2); frozen features, initialisation and the user split are public randomness.
 
-Users are a units strategy of the one DP-SGD loop (:mod:`dpaudit.mechanisms.engine`): only the
+Users are a units strategy of the one DP-SGD loop (:mod:`dpaudit.mechanisms.dpsgd.loop`): only the
 clipped sum differs. So with one record per user (any G >= 1) a run, and with the user split of
 :mod:`dpaudit.data.users` a whole release, is bit-identical to record-level DP-SGD on the same
 noise stream (users numbered by first appearance, no within-user randomness drawn). Heads stay
-closed form; modules use :func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum`, whose reference
+closed form; modules use :func:`dpaudit.mechanisms.dpsgd.ghost_clip.module_clipped_sum`, whose reference
 and fallback is :func:`user_module_clipped_sum`.
 """
 
 from __future__ import annotations
 
-from ..data.users import UserIndex, index_users
-from ..errors import UsageError
-from ..lazy import lazy_import
-from ..noise import NoiseSource
-from . import dpsgd_core
-from .dpsgd_core import residuals_numpy
+from ...data.users import UserIndex, index_users
+from ...errors import UsageError
+from ...lazy import lazy_import
+from ...noise import NoiseSource
+from . import core as dpsgd_core
+from .core import residuals_numpy
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -146,7 +146,7 @@ def user_head_clipped_sum(
     g_u = (1/k_u) sum_{i in S_u} outer(r_i, z1_i); the sum of clip(g_u) is ``(a * R)^T Z1`` over
     the selected rows with a_i = min(1, C / ||g_u||) / k_u for row i of user u: one matrix
     product. Returns (K, d+1). With only singleton users this *is*
-    :func:`dpaudit.mechanisms.dpsgd_core.head_clipped_sum` (called directly). The norms: :func:`head_user_norms`.
+    :func:`dpaudit.mechanisms.dpsgd.core.head_clipped_sum` (called directly). The norms: :func:`head_user_norms`.
     """
     if np.all(k == 1):
         return dpsgd_core.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
@@ -189,7 +189,7 @@ def user_module_clipped_sum(
 ) -> dict[str, torch.Tensor]:
     """Sum over sampled users of clip((1/k_u) sum_{i in S_u} grad l_i), joint norm over all params:
     ``vmap(grad)`` per-record gradients, summed per user; the reference of
-    :func:`dpaudit.mechanisms.ghost_clip.module_clipped_sum` (same units and chunking; a
+    :func:`dpaudit.mechanisms.dpsgd.ghost_clip.module_clipped_sum` (same units and chunking; a
     bigger user in sub-chunks of ``max_chunk`` rows)."""
     cumk = np.concatenate([[0], np.cumsum(k)])
     total = None

@@ -1,0 +1,1 @@
+"""DP-ELM with the exact discrete Laplace sampler."""

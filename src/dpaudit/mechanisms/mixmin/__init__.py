@@ -1,0 +1,1 @@
+"""DP-MixMin: solver, tasks and proxies, plan, the mechanism and its audit target."""
